@@ -1,0 +1,130 @@
+#include "graph.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace nereid::native {
+namespace {
+
+ValueInfo ToValueInfo(const onnx::ValueInfoProto& v) {
+  ValueInfo info;
+  info.name = v.name();
+  if (v.type().has_tensor_type()) {
+    info.type = FromOnnxType(v.type().tensor_type().elem_type());
+    for (const auto& d : v.type().tensor_type().shape().dim())
+      info.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  }
+  return info;
+}
+
+}  // namespace
+
+Graph::~Graph() = default;
+
+int Graph::ValueId(const std::string& name) {
+  auto [it, inserted] = value_ids_.emplace(name, static_cast<int>(value_ids_.size()));
+  return it->second;
+}
+
+StatusOr<std::unique_ptr<Graph>> Graph::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open ONNX model file " + path);
+  auto model = std::make_unique<onnx::ModelProto>();
+  if (!model->ParseFromIstream(&in)) return InvalidArgument("cannot parse ONNX model file " + path);
+  return FromProto(std::move(model));
+}
+
+StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelProto> model) {
+  std::unique_ptr<Graph> g(new Graph());
+  g->model_ = std::move(model);
+  const onnx::GraphProto& graph = g->model_->graph();
+  for (const auto& op : g->model_->opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") g->opset_ = op.version();
+
+  std::set<std::string> unsupported;
+  for (const auto& node : graph.node()) {
+    const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+    if (!default_domain || FindOp(node.op_type()) == nullptr)
+      unsupported.insert(default_domain ? node.op_type() : node.domain() + "." + node.op_type());
+  }
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& op : unsupported) list += (list.empty() ? "" : ", ") + op;
+    return Unsupported("the native engine does not support these ops: " + list);
+  }
+
+  std::set<std::string> initializer_names;
+  for (const auto& init : graph.initializer()) {
+    ASSIGN_OR_RETURN(Tensor t, TensorFromProto(init));
+    const int id = g->ValueId(init.name());
+    if (g->constants_.size() <= static_cast<size_t>(id)) g->constants_.resize(id + 1);
+    g->constants_[id] = std::move(t);
+    initializer_names.insert(init.name());
+  }
+  for (const auto& input : graph.input())
+    if (!initializer_names.count(input.name())) {
+      g->ValueId(input.name());
+      g->inputs_.push_back(ToValueInfo(input));
+    }
+  for (const auto& output : graph.output()) g->outputs_.push_back(ToValueInfo(output));
+
+  for (const auto& node : graph.node()) {
+    Node n{OpNode(&node, g->opset_), FindOp(node.op_type()), {}, {}};
+    for (const auto& name : node.input()) n.inputs.push_back(name.empty() ? -1 : g->ValueId(name));
+    for (const auto& name : node.output()) n.outputs.push_back(name.empty() ? -1 : g->ValueId(name));
+    g->nodes_.push_back(std::move(n));
+  }
+  const size_t values = g->value_ids_.size();
+  g->constants_.resize(values);
+  g->last_use_.assign(values, -1);
+  g->keep_.assign(values, false);
+  for (size_t i = 0; i < g->nodes_.size(); ++i)
+    for (int id : g->nodes_[i].inputs)
+      if (id >= 0) g->last_use_[id] = static_cast<int>(i);
+  for (const auto& out : g->outputs_) g->keep_[g->ValueId(out.name)] = true;
+  for (const auto& name : initializer_names) g->keep_[g->value_ids_[name]] = true;
+  return g;
+}
+
+Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                  const std::vector<std::string>& fetch, std::vector<Tensor>* results) const {
+  std::vector<Tensor> values(constants_.size());
+  for (size_t i = 0; i < constants_.size(); ++i)
+    if (constants_[i].valid()) values[i] = constants_[i];
+  for (const auto& [name, tensor] : feeds) {
+    auto it = value_ids_.find(name);
+    if (it == value_ids_.end()) return InvalidArgument("the ONNX graph has no input '" + name + "'");
+    values[it->second] = tensor;
+  }
+  std::vector<const Tensor*> in;
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    in.clear();
+    for (int id : node.inputs) {
+      if (id >= 0 && !values[id].valid())
+        return Internal("node '" + node.op.name() + "' (" + node.op.op_type() +
+                        ") reads a value that was never produced");
+      in.push_back(id >= 0 ? &values[id] : nullptr);
+    }
+    out.assign(node.outputs.size(), Tensor());
+    RETURN_IF_ERROR(node.fn(node.op, in, out));
+    for (size_t o = 0; o < node.outputs.size(); ++o)
+      if (node.outputs[o] >= 0) values[node.outputs[o]] = std::move(out[o]);
+    for (int id : node.inputs)
+      if (id >= 0 && last_use_[id] == static_cast<int>(i) && !keep_[id]) values[id] = Tensor();
+  }
+  results->clear();
+  for (const auto& name : fetch) {
+    auto it = value_ids_.find(name);
+    if (it == value_ids_.end() || !values[it->second].valid())
+      return InvalidArgument("the ONNX graph produced no output '" + name + "'");
+    results->push_back(values[it->second]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace nereid::native

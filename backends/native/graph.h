@@ -1,0 +1,64 @@
+// Graph: an ONNX model loaded for the native engine: initializers as tensors, nodes bound to op
+// functions, and a Run() that executes the nodes in order, freeing each value after its last use.
+// A Graph is immutable after Load and may be run from several instance threads at once.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops.h"
+#include "tensor.h"
+
+namespace onnx {
+class ModelProto;
+}
+
+namespace nereid::native {
+
+struct ValueInfo {
+  std::string name;
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> dims;  // -1 where the graph leaves a dimension symbolic or unknown
+};
+
+class Graph {
+ public:
+  // Fails with the list of unsupported ops when any node's op is not implemented.
+  static StatusOr<std::unique_ptr<Graph>> Load(const std::string& path);
+  static StatusOr<std::unique_ptr<Graph>> FromProto(std::unique_ptr<onnx::ModelProto> model);
+  ~Graph();
+
+  const std::vector<ValueInfo>& inputs() const { return inputs_; }
+  const std::vector<ValueInfo>& outputs() const { return outputs_; }
+  size_t node_count() const { return nodes_.size(); }
+  int64_t opset() const { return opset_; }
+
+  // Runs the graph on 'feeds' (by graph input name) and returns 'fetch' (by graph output name).
+  Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetch,
+             std::vector<Tensor>* results) const;
+
+ private:
+  struct Node {
+    OpNode op;
+    OpFn fn;
+    std::vector<int> inputs;  // value ids; -1 for an omitted optional input
+    std::vector<int> outputs;
+  };
+  Graph() = default;
+  int ValueId(const std::string& name);
+
+  std::unique_ptr<onnx::ModelProto> model_;
+  int64_t opset_ = 0;
+  std::map<std::string, int> value_ids_;
+  std::vector<Tensor> constants_;  // by value id; invalid where not an initializer
+  std::vector<Node> nodes_;
+  std::vector<int> last_use_;      // by value id: index of the last node reading it
+  std::vector<bool> keep_;         // by value id: graph outputs and initializers are never freed
+  std::vector<ValueInfo> inputs_;
+  std::vector<ValueInfo> outputs_;
+};
+
+}  // namespace nereid::native

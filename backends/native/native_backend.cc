@@ -1,0 +1,327 @@
+// The native backend: serves ONNX models on Nereid's own CPU engine through include/nereid/backend.h.
+// It also serves configs written for Triton's ONNX Runtime backend when every op of the graph is
+// implemented, and auto-completes inputs, outputs and max_batch_size from the graph.
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "graph.h"
+#include "nereid/backend.h"
+
+namespace nereid::native {
+namespace {
+
+NereidError* ToError(const Status& s) {
+  if (s.ok()) return nullptr;
+  NereidErrorCode code = NEREID_ERROR_INVALID_ARG;
+  switch (s.code()) {
+    case Status::Code::kNotFound: code = NEREID_ERROR_NOT_FOUND; break;
+    case Status::Code::kUnavailable: code = NEREID_ERROR_UNAVAILABLE; break;
+    case Status::Code::kUnsupported: code = NEREID_ERROR_UNSUPPORTED; break;
+    case Status::Code::kInternal: code = NEREID_ERROR_INTERNAL; break;
+    default: break;
+  }
+  return NereidErrorNew(code, s.message().c_str());
+}
+
+void Log(NereidLogLevel level, const std::string& message) { NereidLog(level, __FILE__, __LINE__, message.c_str()); }
+
+DataType ConfigType(const std::string& name) {
+  if (name == "TYPE_STRING") return DataType::kBytes;
+  return name.rfind("TYPE_", 0) == 0 ? DataTypeFromName(name.substr(5)) : DataType::kInvalid;
+}
+std::string ConfigTypeName(DataType t) {
+  return t == DataType::kBytes ? "TYPE_STRING" : "TYPE_" + std::string(DataTypeName(t));
+}
+
+std::vector<int64_t> IntArray(const rapidjson::Value& obj, const char* key) {
+  std::vector<int64_t> out;
+  if (!obj.IsObject() || !obj.HasMember(key) || !obj[key].IsArray()) return out;
+  for (const auto& v : obj[key].GetArray())
+    out.push_back(v.IsInt64() ? v.GetInt64() : v.IsString() ? std::stoll(v.GetString()) : 0);
+  return out;
+}
+std::string StringField(const rapidjson::Value& obj, const char* key) {
+  return obj.IsObject() && obj.HasMember(key) && obj[key].IsString() ? obj[key].GetString() : "";
+}
+
+struct IoSpec {
+  std::string name;
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> dims;
+  bool has_reshape = false;
+  std::vector<int64_t> reshape;
+};
+
+struct ModelState {
+  std::string name;
+  std::unique_ptr<Graph> graph;
+  int64_t max_batch_size = 0;
+  std::map<std::string, IoSpec> inputs;
+  std::map<std::string, IoSpec> outputs;
+};
+
+std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, const char* key) {
+  std::map<std::string, IoSpec> specs;
+  if (!config.HasMember(key) || !config[key].IsArray()) return specs;
+  for (const auto& v : config[key].GetArray()) {
+    IoSpec s;
+    s.name = StringField(v, "name");
+    s.type = ConfigType(StringField(v, "data_type"));
+    s.dims = IntArray(v, "dims");
+    if (v.HasMember("reshape") && v["reshape"].IsObject()) {
+      s.has_reshape = true;
+      s.reshape = IntArray(v["reshape"], "shape");
+    }
+    specs[s.name] = s;
+  }
+  return specs;
+}
+
+// Fills inputs, outputs and max_batch_size that the config leaves out, the way Triton's ONNX Runtime
+// backend auto-completes: a graph whose every input and output has a dynamic first dimension batches
+// (max_batch_size 4 unless given), and dims are the graph dims without that batch dimension.
+bool AutoComplete(const Graph& graph, rapidjson::Document& config) {
+  auto& alloc = config.GetAllocator();
+  const bool need_inputs = !config.HasMember("input") || config["input"].Empty();
+  const bool need_outputs = !config.HasMember("output") || config["output"].Empty();
+  if (!need_inputs && !need_outputs) return false;
+  int64_t mbs = config.HasMember("max_batch_size") ? config["max_batch_size"].GetInt64() : 0;
+  bool batchable = true;
+  for (const auto* list : {&graph.inputs(), &graph.outputs()})
+    for (const auto& v : *list)
+      if (v.dims.empty() || v.dims[0] != -1) batchable = false;
+  if (mbs == 0 && batchable && need_inputs && need_outputs) mbs = 4;
+  if (!config.HasMember("max_batch_size")) config.AddMember("max_batch_size", mbs, alloc);
+  config["max_batch_size"].SetInt64(mbs);
+  auto fill = [&](const char* key, const std::vector<ValueInfo>& values) {
+    rapidjson::Value array(rapidjson::kArrayType);
+    for (const auto& v : values) {
+      rapidjson::Value entry(rapidjson::kObjectType);
+      entry.AddMember("name", rapidjson::Value(v.name.c_str(), alloc), alloc);
+      entry.AddMember("data_type", rapidjson::Value(ConfigTypeName(v.type).c_str(), alloc), alloc);
+      rapidjson::Value dims(rapidjson::kArrayType);
+      for (size_t i = mbs > 0 ? 1 : 0; i < v.dims.size(); ++i) dims.PushBack(v.dims[i], alloc);
+      entry.AddMember("dims", dims, alloc);
+      array.PushBack(entry, alloc);
+    }
+    if (config.HasMember(key)) config.RemoveMember(key);
+    config.AddMember(rapidjson::Value(key, alloc), array, alloc);
+  };
+  if (need_inputs) fill("input", graph.inputs());
+  if (need_outputs) fill("output", graph.outputs());
+  return true;
+}
+
+Status CheckAgainstGraph(const ModelState& m) {
+  const std::string who = "model '" + m.name + "': ";
+  std::string graph_inputs;
+  for (const auto& g : m.graph->inputs()) graph_inputs += (graph_inputs.empty() ? "" : ", ") + g.name;
+  for (const auto& g : m.graph->inputs())
+    if (!m.inputs.count(g.name))
+      return InvalidArgument(who + "the ONNX graph has input '" + g.name +
+                             "' which config.pbtxt does not declare");
+  for (const auto& [name, spec] : m.inputs) {
+    const ValueInfo* g = nullptr;
+    for (const auto& v : m.graph->inputs())
+      if (v.name == name) g = &v;
+    if (g == nullptr)
+      return InvalidArgument(who + "config input '" + name + "' is not an input of the ONNX graph (graph inputs: " +
+                             graph_inputs + ")");
+    if (g->type != spec.type)
+      return InvalidArgument(who + "input '" + name + "' is " + ConfigTypeName(spec.type) +
+                             " in config.pbtxt but " + ConfigTypeName(g->type) + " in the ONNX graph");
+    const auto& dims = spec.has_reshape ? spec.reshape : spec.dims;
+    const size_t batch = m.max_batch_size > 0 ? 1 : 0;
+    const size_t rank = dims.size() + batch;
+    if (g->dims.size() != rank) {
+      std::string hint;
+      if (batch && g->dims.size() == dims.size() && !dims.empty() && dims[0] == -1)
+        hint = " dims must not include the batch dimension when max_batch_size > 0: drop the leading -1, "
+               "or set max_batch_size: 0.";
+      else if (batch && g->dims.size() == dims.size())
+        hint = " The graph has no batch dimension: set max_batch_size: 0.";
+      else if (!batch && g->dims.size() == dims.size() + 1)
+        hint = " The graph has a leading (batch) dimension: set max_batch_size > 0, or add it to dims.";
+      return InvalidArgument(who + "input '" + name + "' has dims " + ShapeToString(dims) +
+                             " and max_batch_size " + std::to_string(m.max_batch_size) + ", i.e. rank " +
+                             std::to_string(rank) + ", but the ONNX graph input has shape " +
+                             ShapeToString(g->dims) + "." + hint);
+    }
+    if (batch && g->dims[0] > 0 && g->dims[0] < m.max_batch_size)
+      return InvalidArgument(who + "input '" + name + "': the ONNX graph fixes the batch dimension at " +
+                             std::to_string(g->dims[0]) + " but max_batch_size is " +
+                             std::to_string(m.max_batch_size));
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const int64_t gd = g->dims[i + batch];
+      if (dims[i] != -1 && gd != -1 && dims[i] != gd)
+        return InvalidArgument(who + "input '" + name + "' has dims " + ShapeToString(dims) +
+                               " in config.pbtxt but the ONNX graph input has shape " + ShapeToString(g->dims));
+    }
+  }
+  for (const auto& [name, spec] : m.outputs) {
+    const ValueInfo* g = nullptr;
+    for (const auto& v : m.graph->outputs())
+      if (v.name == name) g = &v;
+    if (g == nullptr) return InvalidArgument(who + "config output '" + name + "' is not an output of the ONNX graph");
+    if (g->type != spec.type)
+      return InvalidArgument(who + "output '" + name + "' is " + ConfigTypeName(spec.type) +
+                             " in config.pbtxt but " + ConfigTypeName(g->type) + " in the ONNX graph");
+  }
+  return Status::Ok();
+}
+
+Status InitializeModel(NereidModel* model) {
+  auto state = std::make_unique<ModelState>();
+  state->name = NereidModelName(model);
+  rapidjson::Document config;
+  config.Parse(NereidModelConfigJson(model));
+  if (config.HasParseError() || !config.IsObject()) return Internal("model config JSON is malformed");
+  std::string file = StringField(config, "default_model_filename");
+  if (file.empty()) file = "model.onnx";
+  const std::string path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
+  auto graph = Graph::Load(path);
+  if (!graph.ok()) return Status(graph.status().code(), "model '" + state->name + "': " + graph.status().message());
+  state->graph = std::move(graph).value();
+
+  if (AutoComplete(*state->graph, config)) {
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+    config.Accept(writer);
+    if (NereidError* e = NereidModelSetConfigJson(model, buffer.GetString())) {
+      Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
+      NereidErrorDelete(e);
+      return s;
+    }
+    Log(NEREID_LOG_INFO, "model '" + state->name + "': auto-completed inputs/outputs/max_batch_size from " + file);
+  }
+  state->max_batch_size = config.HasMember("max_batch_size") ? config["max_batch_size"].GetInt64() : 0;
+  state->inputs = ReadIo(config, "input");
+  state->outputs = ReadIo(config, "output");
+  RETURN_IF_ERROR(CheckAgainstGraph(*state));
+
+  const std::string backend = StringField(config, "backend");
+  Log(NEREID_LOG_INFO, "model '" + state->name + "'" +
+                           (backend == "onnxruntime" ? " (configured for onnxruntime)" : "") +
+                           " runs on the native engine: all ops of its " +
+                           std::to_string(state->graph->node_count()) + " nodes are supported (opset " +
+                           std::to_string(state->graph->opset()) + ")");
+  NereidModelSetState(model, state.release());
+  return Status::Ok();
+}
+
+std::vector<int64_t> BatchPrefixed(const std::vector<int64_t>& request_shape, bool batching,
+                                   const std::vector<int64_t>& dims) {
+  std::vector<int64_t> shape;
+  if (batching) shape.push_back(request_shape.empty() ? 1 : request_shape[0]);
+  shape.insert(shape.end(), dims.begin(), dims.end());
+  return shape;
+}
+
+Status ExecuteOne(const ModelState& m, NereidRequest* request) {
+  const bool batching = m.max_batch_size > 0;
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  int64_t batch = 1;
+  const uint32_t count = NereidRequestInputCount(request);
+  for (uint32_t i = 0; i < count; ++i) {
+    NereidTensor t;
+    if (NereidError* e = NereidRequestInput(request, i, &t)) {
+      Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
+      NereidErrorDelete(e);
+      return s;
+    }
+    const auto type = static_cast<DataType>(t.datatype);
+    if (type == DataType::kBytes) return Unsupported("BYTES inputs are not supported by the native engine");
+    std::vector<int64_t> shape(t.shape, t.shape + t.dims_count);
+    if (batching && !shape.empty()) batch = shape[0];
+    auto spec = m.inputs.find(t.name);
+    if (spec != m.inputs.end() && spec->second.has_reshape)
+      shape = BatchPrefixed(shape, batching, spec->second.reshape);
+    const size_t align = DataTypeSize(type);
+    if (reinterpret_cast<uintptr_t>(t.data) % std::max<size_t>(align, 1) == 0) {
+      feeds.emplace_back(t.name, Tensor::Borrow(type, shape, t.data));  // zero copy
+    } else {
+      Tensor copy = Tensor::Allocate(type, shape);
+      std::memcpy(copy.mutable_raw(), t.data, t.byte_size);
+      feeds.emplace_back(t.name, std::move(copy));
+    }
+  }
+  std::vector<std::string> fetch;
+  for (uint32_t i = 0; i < NereidRequestOutputCount(request); ++i)
+    fetch.emplace_back(NereidRequestOutputName(request, i));
+  std::vector<Tensor> results;
+  RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));
+  for (size_t i = 0; i < fetch.size(); ++i) {
+    const Tensor& r = results[i];
+    std::vector<int64_t> shape = r.shape();
+    auto spec = m.outputs.find(fetch[i]);
+    if (spec != m.outputs.end() && spec->second.has_reshape) {
+      shape = BatchPrefixed({batch}, batching, spec->second.dims);
+      int64_t known = 1, unknown = -1;
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d] == -1) unknown = static_cast<int64_t>(d);
+        else known *= shape[d];
+      if (unknown >= 0 && known > 0) shape[unknown] = r.elements() / known;
+    }
+    void* buffer = nullptr;
+    if (NereidError* e = NereidRequestOutputAllocate(request, fetch[i].c_str(),
+                                                     static_cast<NereidDataType>(r.type()), shape.data(),
+                                                     static_cast<uint32_t>(shape.size()), r.bytes(), &buffer)) {
+      Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
+      NereidErrorDelete(e);
+      return s;
+    }
+    std::memcpy(buffer, r.raw(), r.bytes());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace nereid::native
+
+using nereid::native::ModelState;
+using nereid::native::ToError;
+
+extern "C" {
+
+NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
+
+NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
+  try {
+    return ToError(nereid::native::InitializeModel(model));
+  } catch (const std::exception& e) {
+    return NereidErrorNew(NEREID_ERROR_INTERNAL, e.what());
+  }
+}
+
+NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
+  delete static_cast<ModelState*>(NereidModelState(model));
+  NereidModelSetState(model, nullptr);
+  return nullptr;
+}
+
+// The graph is immutable and Run keeps all scratch on its own stack, so instances need no state.
+NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance*) { return nullptr; }
+NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance*) { return nullptr; }
+
+NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
+                                                 uint32_t count) {
+  const auto* state = static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+  for (uint32_t i = 0; i < count; ++i) {
+    try {
+      nereid::Status s = nereid::native::ExecuteOne(*state, requests[i]);
+      if (!s.ok()) NereidRequestSetError(requests[i], ToError(s));
+    } catch (const std::exception& e) {
+      NereidRequestSetError(requests[i], NereidErrorNew(NEREID_ERROR_INTERNAL, e.what()));
+    }
+  }
+  return nullptr;
+}
+
+}  // extern "C"

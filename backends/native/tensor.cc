@@ -1,0 +1,136 @@
+#include "tensor.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace nereid::native {
+
+Tensor Tensor::Allocate(DataType type, std::vector<int64_t> shape) {
+  Tensor t;
+  t.type_ = type;
+  t.shape_ = std::move(shape);
+  const size_t bytes = (std::max<size_t>(t.bytes(), 1) + 63) / 64 * 64;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  std::memset(p, 0, bytes);
+  t.storage_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+  t.data_ = p;
+  return t;
+}
+
+Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* data) {
+  Tensor t;
+  t.type_ = type;
+  t.shape_ = std::move(shape);
+  t.data_ = static_cast<const uint8_t*>(data);
+  return t;
+}
+
+Tensor Tensor::View(std::vector<int64_t> shape) const {
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::Reinterpret(DataType type) const {
+  Tensor t = *this;
+  if (DataTypeSize(type) == DataTypeSize(type_)) t.type_ = type;
+  return t;
+}
+
+int64_t Tensor::elements() const { return ElementCount(shape_.data(), shape_.size()); }
+
+DataType FromOnnxType(int32_t t) {
+  switch (t) {
+    case onnx::TensorProto::FLOAT: return DataType::kFp32;
+    case onnx::TensorProto::UINT8: return DataType::kUint8;
+    case onnx::TensorProto::INT8: return DataType::kInt8;
+    case onnx::TensorProto::UINT16: return DataType::kUint16;
+    case onnx::TensorProto::INT16: return DataType::kInt16;
+    case onnx::TensorProto::INT32: return DataType::kInt32;
+    case onnx::TensorProto::INT64: return DataType::kInt64;
+    case onnx::TensorProto::BOOL: return DataType::kBool;
+    case onnx::TensorProto::FLOAT16: return DataType::kFp16;
+    case onnx::TensorProto::DOUBLE: return DataType::kFp64;
+    case onnx::TensorProto::UINT32: return DataType::kUint32;
+    case onnx::TensorProto::UINT64: return DataType::kUint64;
+    case onnx::TensorProto::BFLOAT16: return DataType::kBf16;
+    default: return DataType::kInvalid;
+  }
+}
+
+int32_t ToOnnxType(DataType t) {
+  for (int32_t candidate = 1; candidate <= 16; ++candidate)
+    if (FromOnnxType(candidate) == t) return candidate;
+  return 0;
+}
+
+StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
+  const DataType type = FromOnnxType(proto.data_type());
+  if (type == DataType::kInvalid)
+    return Unsupported("tensor '" + proto.name() + "' has unsupported element type " +
+                       std::to_string(proto.data_type()));
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL)
+    return Unsupported("tensor '" + proto.name() + "' uses external data, which is not supported yet");
+  std::vector<int64_t> shape(proto.dims().begin(), proto.dims().end());
+  Tensor t = Tensor::Allocate(type, shape);
+  const size_t bytes = t.bytes();
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != bytes)
+      return InvalidArgument("tensor '" + proto.name() + "': raw_data has " +
+                             std::to_string(proto.raw_data().size()) + " bytes, shape needs " +
+                             std::to_string(bytes));
+    std::memcpy(t.mutable_raw(), proto.raw_data().data(), bytes);
+    return t;
+  }
+  const int64_t n = t.elements();
+  auto check = [&](int64_t have) -> Status {
+    if (have != n)
+      return InvalidArgument("tensor '" + proto.name() + "' has " + std::to_string(have) +
+                             " values, shape needs " + std::to_string(n));
+    return Status::Ok();
+  };
+  switch (type) {
+    case DataType::kFp32:
+      RETURN_IF_ERROR(check(proto.float_data_size()));
+      std::memcpy(t.mutable_raw(), proto.float_data().data(), bytes);
+      break;
+    case DataType::kFp64:
+      RETURN_IF_ERROR(check(proto.double_data_size()));
+      std::memcpy(t.mutable_raw(), proto.double_data().data(), bytes);
+      break;
+    case DataType::kInt64:
+      RETURN_IF_ERROR(check(proto.int64_data_size()));
+      std::memcpy(t.mutable_raw(), proto.int64_data().data(), bytes);
+      break;
+    case DataType::kUint32:
+    case DataType::kUint64:
+      RETURN_IF_ERROR(check(proto.uint64_data_size()));
+      for (int64_t i = 0; i < n; ++i) {
+        if (type == DataType::kUint32)
+          t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
+        else
+          t.mutable_data<uint64_t>()[i] = proto.uint64_data(i);
+      }
+      break;
+    default: {
+      // int32_data carries every type of 32 bits or fewer (incl. FP16/BF16 bit patterns).
+      RETURN_IF_ERROR(check(proto.int32_data_size()));
+      const size_t esize = DataTypeSize(type);
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t v = proto.int32_data(i);
+        std::memcpy(t.mutable_raw() + i * esize, &v, esize);  // little-endian low bytes
+      }
+    }
+  }
+  return t;
+}
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace nereid::native

@@ -1,0 +1,58 @@
+// Tensor of the native engine: element type, shape, and a shared byte buffer. Views (Reshape,
+// Flatten, Identity, request inputs) share or borrow storage instead of copying.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/data_type.h"
+#include "common/status.h"
+
+namespace onnx {
+class TensorProto;
+}
+
+namespace nereid::native {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates zeroed, 64-byte aligned storage for 'shape'.
+  static Tensor Allocate(DataType type, std::vector<int64_t> shape);
+  // Borrows 'data' (not owned; must outlive the tensor and its views).
+  static Tensor Borrow(DataType type, std::vector<int64_t> shape, const void* data);
+  // Same storage, new shape (element count must match; checked by the caller).
+  Tensor View(std::vector<int64_t> shape) const;
+  // Same bytes read as another type of the same element size (e.g. UINT16 bits as BF16).
+  Tensor Reinterpret(DataType type) const;
+
+  DataType type() const { return type_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t elements() const;
+  size_t bytes() const { return static_cast<size_t>(elements()) * DataTypeSize(type_); }
+  const uint8_t* raw() const { return data_; }
+  uint8_t* mutable_raw() { return const_cast<uint8_t*>(data_); }
+  template <typename T>
+  const T* data() const { return reinterpret_cast<const T*>(data_); }
+  template <typename T>
+  T* mutable_data() { return reinterpret_cast<T*>(const_cast<uint8_t*>(data_)); }
+  bool valid() const { return type_ != DataType::kInvalid; }
+
+ private:
+  DataType type_ = DataType::kInvalid;
+  std::vector<int64_t> shape_;
+  std::shared_ptr<uint8_t> storage_;
+  const uint8_t* data_ = nullptr;
+};
+
+// ONNX TensorProto element type <-> DataType (kInvalid when unsupported, e.g. STRING).
+DataType FromOnnxType(int32_t onnx_type);
+int32_t ToOnnxType(DataType type);
+// Reads an initializer or test tensor (raw_data or typed fields; external data is rejected).
+StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto);
+
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace nereid::native

@@ -1,0 +1,81 @@
+// GEMM benchmark: Nereid's Sgemm against OpenBLAS's cblas_sgemm, single-threaded, same inputs, same
+// process, interleaved repetitions so machine noise hits both alike. Prints a table and the ratio.
+//   build/bench_gemm [--reps N]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/gemm.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+double Seconds(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 7;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--reps") reps = std::stoi(argv[i + 1]);
+  openblas_set_num_threads(1);
+  struct Case { int m, n, k; bool tb; const char* what; };
+  const Case cases[] = {
+      {1, 1000, 256, true, "recommend fc2, batch 1"},
+      {32, 512, 1024, true, "recommend fc0, batch 32"},
+      {64, 1024, 1024, false, "matmul_model, 64 rows"},
+      {256, 256, 256, false, "square 256"},
+      {512, 512, 512, false, "square 512"},
+      {1024, 1024, 1024, false, "square 1024"},
+  };
+  std::printf("kernel: %s, threads: 1\n", nereid::kernels::SgemmKernelName());
+  std::printf("| %-26s | %5s | %5s | %5s | %12s | %12s | %9s |\n", "case", "M", "N", "K", "nereid GF/s",
+              "openblas GF/s", "ratio");
+  std::printf("|%s|\n", std::string(100, '-').c_str());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (const Case& c : cases) {
+    std::vector<float> a(static_cast<size_t>(c.m) * c.k), b(static_cast<size_t>(c.k) * c.n),
+        c1(static_cast<size_t>(c.m) * c.n), c2(c1.size());
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    const int ldb = c.tb ? c.k : c.n;
+    const double flops = 2.0 * c.m * c.n * c.k;
+    // Enough inner iterations for ~20 ms per timing.
+    const int inner = std::max(1, static_cast<int>(2e7 / flops * 50));
+    auto ours = [&] {
+      for (int i = 0; i < inner; ++i)
+        nereid::kernels::Sgemm(false, c.tb, c.m, c.n, c.k, 1.f, a.data(), c.k, b.data(), ldb, 0.f, c1.data(), c.n);
+    };
+    auto blas = [&] {
+      for (int i = 0; i < inner; ++i)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, c.tb ? CblasTrans : CblasNoTrans, c.m, c.n, c.k, 1.f, a.data(),
+                    c.k, b.data(), ldb, 0.f, c2.data(), c.n);
+    };
+    ours();
+    blas();
+    double best_ours = 1e30, best_blas = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      best_ours = std::min(best_ours, Seconds(ours));
+      best_blas = std::min(best_blas, Seconds(blas));
+    }
+    double max_diff = 0;
+    for (size_t i = 0; i < c1.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::abs(c1[i] - c2[i])));
+    const double g_ours = flops * inner / best_ours / 1e9, g_blas = flops * inner / best_blas / 1e9;
+    std::printf("| %-26s | %5d | %5d | %5d | %12.1f | %12.1f | %8.2fx |%s\n", c.what, c.m, c.n, c.k, g_ours,
+                g_blas, g_ours / g_blas, max_diff > 1e-3 ? "  RESULTS DIFFER" : "");
+  }
+  return 0;
+}

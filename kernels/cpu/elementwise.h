@@ -1,0 +1,14 @@
+// Float activation kernels of the native engine, written so the compiler vectorizes them.
+#pragma once
+
+#include <cstdint>
+
+namespace nereid::kernels {
+
+void Relu(const float* x, float* y, int64_t n);
+void Sigmoid(const float* x, float* y, int64_t n);
+void Tanh(const float* x, float* y, int64_t n);
+// Softmax over 'axis_size' elements with stride 'inner', for each of 'outer' x 'inner' slices.
+void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t inner);
+
+}  // namespace nereid::kernels

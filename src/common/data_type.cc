@@ -1,0 +1,54 @@
+#include "common/data_type.h"
+
+#include <array>
+#include <limits>
+
+namespace nereid {
+namespace {
+
+struct TypeInfo {
+  DataType type;
+  std::string_view name;
+  size_t size;
+};
+
+constexpr std::array<TypeInfo, 14> kTypes = {{
+    {DataType::kBool, "BOOL", 1},    {DataType::kUint8, "UINT8", 1},  {DataType::kUint16, "UINT16", 2},
+    {DataType::kUint32, "UINT32", 4}, {DataType::kUint64, "UINT64", 8}, {DataType::kInt8, "INT8", 1},
+    {DataType::kInt16, "INT16", 2},  {DataType::kInt32, "INT32", 4},  {DataType::kInt64, "INT64", 8},
+    {DataType::kFp16, "FP16", 2},    {DataType::kFp32, "FP32", 4},    {DataType::kFp64, "FP64", 8},
+    {DataType::kBytes, "BYTES", 0},  {DataType::kBf16, "BF16", 2},
+}};
+
+}  // namespace
+
+std::string_view DataTypeName(DataType type) {
+  for (const auto& t : kTypes)
+    if (t.type == type) return t.name;
+  return "INVALID";
+}
+
+DataType DataTypeFromName(std::string_view name) {
+  for (const auto& t : kTypes)
+    if (t.name == name) return t.type;
+  return DataType::kInvalid;
+}
+
+size_t DataTypeSize(DataType type) {
+  for (const auto& t : kTypes)
+    if (t.type == type) return t.size;
+  return 0;
+}
+
+int64_t ElementCount(const int64_t* shape, size_t rank) {
+  int64_t count = 1;
+  for (size_t i = 0; i < rank; ++i) {
+    if (shape[i] < 0) return -1;
+    if (shape[i] != 0 && count > std::numeric_limits<int64_t>::max() / shape[i])
+      return std::numeric_limits<int64_t>::max();
+    count *= shape[i];
+  }
+  return count;
+}
+
+}  // namespace nereid

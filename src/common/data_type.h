@@ -1,0 +1,41 @@
+// DataType: the tensor element types of the KServe v2 protocol ("FP32", "BYTES", ...), numbered as in
+// Triton's model_config.proto so that config, wire and backend ABI share one enum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "nereid/backend.h"
+
+namespace nereid {
+
+enum class DataType : int {
+  kInvalid = NEREID_TYPE_INVALID,
+  kBool = NEREID_TYPE_BOOL,
+  kUint8 = NEREID_TYPE_UINT8,
+  kUint16 = NEREID_TYPE_UINT16,
+  kUint32 = NEREID_TYPE_UINT32,
+  kUint64 = NEREID_TYPE_UINT64,
+  kInt8 = NEREID_TYPE_INT8,
+  kInt16 = NEREID_TYPE_INT16,
+  kInt32 = NEREID_TYPE_INT32,
+  kInt64 = NEREID_TYPE_INT64,
+  kFp16 = NEREID_TYPE_FP16,
+  kFp32 = NEREID_TYPE_FP32,
+  kFp64 = NEREID_TYPE_FP64,
+  kBytes = NEREID_TYPE_BYTES,
+  kBf16 = NEREID_TYPE_BF16,
+};
+
+// Protocol name ("FP32", "BYTES"); "INVALID" for kInvalid.
+std::string_view DataTypeName(DataType type);
+// Parses a protocol name; kInvalid when unknown.
+DataType DataTypeFromName(std::string_view name);
+// Bytes per element; 0 for BYTES (variable) and kInvalid.
+size_t DataTypeSize(DataType type);
+
+// Number of elements of a shape; -1 if any dimension is negative; saturates instead of overflowing.
+int64_t ElementCount(const int64_t* shape, size_t rank);
+
+}  // namespace nereid

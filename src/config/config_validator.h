@@ -1,0 +1,20 @@
+// Checks a ModelConfig the way Triton does before a model loads, with errors that name the model, the
+// file and line, and the field. Also fills Triton's defaults (instance groups, version policy).
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "config/model_config.h"
+
+namespace nereid {
+
+// Fills defaults that Triton fills: name from the directory, version policy latest(1), one CPU
+// instance group when none is given, count 1 where count is 0.
+void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* config);
+
+// Validates a (defaulted) config. 'locator' maps fields back to config.pbtxt lines.
+Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
+                           const ConfigLocator& locator);
+
+}  // namespace nereid

@@ -1,0 +1,571 @@
+#include "frontend/http/http_server.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <optional>
+#include <thread>
+
+#include "common/logging.h"
+#include "frontend/http/compression.h"
+#include "frontend/http/infer_codec.h"
+
+namespace nereid::http {
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Request = bhttp::request<bhttp::string_body>;
+using Response = bhttp::response<bhttp::string_body>;
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+constexpr const char* kJson = "application/json";
+
+std::string_view SV(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+// The route of a request path, split the way Triton's HTTP server matches its URLs.
+struct Route {
+  enum Kind {
+    kNotFound, kServerMetadata, kHealthLive, kHealthReady, kModelMetadata, kModelReady, kModelConfig,
+    kModelInfer, kModelStats, kAllStats, kRepoIndex, kRepoLoad, kRepoUnload, kSharedMemory, kTrace,
+    kLogging, kGenerate
+  } kind = kNotFound;
+  std::string model;
+  int64_t version = -1;
+  bool bad_version = false;
+};
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> parts;
+  while (!path.empty()) {
+    while (!path.empty() && path.front() == '/') path.remove_prefix(1);
+    const size_t slash = path.find('/');
+    if (!path.empty()) parts.push_back(path.substr(0, slash));
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash);
+  }
+  return parts;
+}
+
+Route Match(std::string_view target) {
+  Route r;
+  target = target.substr(0, target.find('?'));
+  const auto p = SplitPath(target);
+  if (p.empty() || p[0] != "v2") return r;
+  if (p.size() == 1) return r.kind = Route::kServerMetadata, r;
+  if (p[1] == "health" && p.size() == 3) {
+    if (p[2] == "live") r.kind = Route::kHealthLive;
+    if (p[2] == "ready") r.kind = Route::kHealthReady;
+    return r;
+  }
+  if (p[1] == "models") {
+    if (p.size() == 3 && p[2] == "stats") return r.kind = Route::kAllStats, r;
+    if (p.size() < 3) return r;
+    r.model = std::string(p[2]);
+    size_t i = 3;
+    if (p.size() > 4 && p[3] == "versions") {
+      const std::string_view v = p[4];
+      int64_t version = -1;
+      auto res = std::from_chars(v.data(), v.data() + v.size(), version);
+      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || version < 0) r.bad_version = true;
+      r.version = version;
+      i = 5;
+    }
+    if (i == p.size()) return r.kind = Route::kModelMetadata, r;
+    if (i + 1 == p.size()) {
+      if (p[i] == "infer") r.kind = Route::kModelInfer;
+      else if (p[i] == "ready") r.kind = Route::kModelReady;
+      else if (p[i] == "config") r.kind = Route::kModelConfig;
+      else if (p[i] == "stats") r.kind = Route::kModelStats;
+      else if (p[i] == "generate" || p[i] == "generate_stream") r.kind = Route::kGenerate;
+    } else if (i + 2 == p.size() && p[i] == "trace" && p[i + 1] == "setting") {
+      r.kind = Route::kTrace;
+    }
+    return r;
+  }
+  if (p[1] == "repository") {
+    if (p.size() == 3 && p[2] == "index") return r.kind = Route::kRepoIndex, r;
+    if (p.size() == 5 && p[2] == "models") {
+      r.model = std::string(p[3]);
+      if (p[4] == "load") r.kind = Route::kRepoLoad;
+      if (p[4] == "unload") r.kind = Route::kRepoUnload;
+    }
+    return r;
+  }
+  if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") return r.kind = Route::kSharedMemory, r;
+  if (p[1] == "trace" && p.size() == 3 && p[2] == "setting") return r.kind = Route::kTrace, r;
+  if (p[1] == "logging" && p.size() == 2) return r.kind = Route::kLogging, r;
+  return r;
+}
+
+void WriteShape(JsonWriter& w, bool batching, const google::protobuf::RepeatedField<int64_t>& dims) {
+  w.StartArray();
+  if (batching) w.Int64(-1);
+  for (int64_t d : dims) w.Int64(d);
+  w.EndArray();
+}
+
+std::string_view WireTypeName(inference::DataType t) { return DataTypeName(FromConfigType(t)); }
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(HttpOptions options, ServerInfo info, ModelRepository* repository)
+      : options_(std::move(options)), info_(std::move(info)), repository_(repository), acceptor_(ioc_) {}
+
+  Status Start();
+  void Stop();
+  uint16_t port() const { return bound_port_; }
+
+  HttpOptions options_;
+  ServerInfo info_;
+  ModelRepository* repository_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::vector<std::thread> threads_;
+  net::thread_pool control_{1};  // repository load/unload: slow, never on an I/O thread
+  uint16_t bound_port_ = 0;
+
+ private:
+  void Accept();
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {}
+
+  void Start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+  }
+
+ private:
+  void Read() {
+    parser_.emplace();
+    parser_->body_limit(server_->options_.max_input_size);
+    parser_->header_limit(1 << 20);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted) {
+      return Close();
+    }
+    if (ec == bhttp::error::body_limit) {
+      keep_alive_ = false;
+      return SendError(bhttp::status::bad_request, 
+                       "request body exceeds the limit of " + std::to_string(server_->options_.max_input_size) +
+                           " bytes; raise it with --http-max-input-size");
+    }
+    if (ec) {
+      keep_alive_ = false;
+      return SendError(bhttp::status::bad_request, "malformed HTTP request: " + ec.message());
+    }
+    Request req = parser_->release();
+    keep_alive_ = req.keep_alive();
+    version_ = req.version();
+    Handle(std::move(req));
+  }
+
+  void Send(Response res) {
+    res.version(version_);
+    res.keep_alive(keep_alive_);
+    res.set(bhttp::field::server, "nereid");
+    res.prepare_payload();
+    auto sp = std::make_shared<Response>(std::move(res));
+    bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
+      if (ec || !self->keep_alive_) return self->Close();
+      self->Read();
+    });
+  }
+
+  void SendBody(bhttp::status status, std::string body, const char* content_type = kJson) {
+    Response res{status, version_};
+    if (!body.empty() && content_type) res.set(bhttp::field::content_type, content_type);
+    res.body() = std::move(body);
+    Send(std::move(res));
+  }
+
+  void SendError(bhttp::status status, const std::string& message) {
+    SendBody(status, ErrorJson(message));
+  }
+
+  void SendStatus(const Status& s) {
+    SendBody(static_cast<bhttp::status>(HttpStatusFor(s.code())), ErrorJson(s.message()));
+  }
+
+  void Close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  void Handle(Request req) {
+    const Route route = Match(SV(req.target()));
+    const auto method = req.method();
+    auto need = [&](bhttp::verb verb) {
+      if (method == verb) return true;
+      SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
+      return false;
+    };
+    if (route.bad_version) return SendError(bhttp::status::bad_request, "invalid model version in URL");
+    switch (route.kind) {
+      case Route::kHealthLive:
+        if (!need(bhttp::verb::get)) return;
+        return SendBody(bhttp::status::ok, "", nullptr);
+      case Route::kHealthReady:
+        if (!need(bhttp::verb::get)) return;
+        return SendBody(server_->repository_->Ready() ? bhttp::status::ok : bhttp::status::bad_request, "",
+                        nullptr);
+      case Route::kServerMetadata:
+        if (!need(bhttp::verb::get)) return;
+        return ServerMetadata();
+      case Route::kModelMetadata:
+        if (!need(bhttp::verb::get)) return;
+        return ModelMetadata(route);
+      case Route::kModelReady: {
+        if (!need(bhttp::verb::get)) return;
+        auto model = server_->repository_->GetModel(route.model, route.version);
+        if (model.ok()) return SendBody(bhttp::status::ok, "", nullptr);
+        return SendError(bhttp::status::bad_request, "Model version not ready: " + model.status().message());
+      }
+      case Route::kModelConfig: {
+        if (!need(bhttp::verb::get)) return;
+        auto model = server_->repository_->GetModel(route.model, route.version);
+        if (!model.ok()) return SendStatus(model.status());
+        return SendBody(bhttp::status::ok, (*model)->config_json());
+      }
+      case Route::kModelInfer:
+        if (!need(bhttp::verb::post)) return;
+        return Infer(route, std::move(req));
+      case Route::kRepoIndex:
+        if (!need(bhttp::verb::post)) return;
+        return RepositoryIndex(req.body());
+      case Route::kRepoLoad:
+      case Route::kRepoUnload:
+        if (!need(bhttp::verb::post)) return;
+        return RepositoryControl(route, req.body());
+      case Route::kLogging:
+        return Logging(method, req.body());
+      case Route::kModelStats:
+      case Route::kAllStats:
+        return SendError(bhttp::status::not_implemented, "the statistics extension is not available yet");
+      case Route::kSharedMemory:
+        return SendError(bhttp::status::not_implemented, "shared memory is not supported yet");
+      case Route::kTrace:
+        return SendError(bhttp::status::not_implemented, "the trace extension is not supported yet");
+      case Route::kGenerate:
+        return SendError(bhttp::status::not_implemented, "the generate extension is not supported yet");
+      case Route::kNotFound:
+        return SendError(bhttp::status::not_found, "Not Found");
+    }
+  }
+
+  void ServerMetadata() {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("name");
+    w.String(server_->info_.name.c_str());
+    w.Key("version");
+    w.String(server_->info_.version.c_str());
+    w.Key("extensions");
+    w.StartArray();
+    // Only extensions that work end to end are listed.
+    for (const char* e : {"classification", "model_repository", "model_configuration", "binary_tensor_data",
+                          "logging"})
+      w.String(e);
+    w.EndArray();
+    w.EndObject();
+    SendBody(bhttp::status::ok, buffer.GetString());
+  }
+
+  void ModelMetadata(const Route& route) {
+    auto model_or = server_->repository_->GetModel(route.model, route.version);
+    if (!model_or.ok()) return SendStatus(model_or.status());
+    const Model& model = **model_or;
+    const auto& config = model.config();
+    const bool batching = config.max_batch_size() > 0;
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("name");
+    w.String(model.name().c_str());
+    w.Key("versions");
+    w.StartArray();
+    for (int64_t v : server_->repository_->ReadyVersions(model.name())) w.String(std::to_string(v).c_str());
+    w.EndArray();
+    w.Key("platform");
+    w.String(config.platform().empty() ? config.backend().c_str() : config.platform().c_str());
+    for (const char* key : {"inputs", "outputs"}) {
+      w.Key(key);
+      w.StartArray();
+      auto write = [&](const std::string& name, inference::DataType type,
+                       const google::protobuf::RepeatedField<int64_t>& dims) {
+        w.StartObject();
+        w.Key("name");
+        w.String(name.c_str());
+        w.Key("datatype");
+        const auto t = WireTypeName(type);
+        w.String(t.data(), static_cast<rapidjson::SizeType>(t.size()));
+        w.Key("shape");
+        WriteShape(w, batching, dims);
+        w.EndObject();
+      };
+      if (key[0] == 'i')
+        for (const auto& in : config.input()) write(in.name(), in.data_type(), in.dims());
+      else
+        for (const auto& out : config.output()) write(out.name(), out.data_type(), out.dims());
+      w.EndArray();
+    }
+    w.EndObject();
+    SendBody(bhttp::status::ok, buffer.GetString());
+  }
+
+  void Infer(const Route& route, Request req) {
+    auto model_or = server_->repository_->GetModel(route.model, route.version);
+    if (!model_or.ok()) return SendStatus(model_or.status());
+    std::shared_ptr<Model> model = std::move(model_or).value();
+
+    auto body = std::make_shared<std::string>(std::move(req.body()));
+    if (auto it = req.find(bhttp::field::content_encoding); it != req.end()) {
+      auto encoding = ParseContentEncoding(SV(it->value()));
+      if (!encoding.ok()) return SendStatus(encoding.status());
+      if (*encoding != Encoding::kIdentity) {
+        auto inflated = Inflate(*encoding, *body, server_->options_.max_input_size);
+        if (!inflated.ok()) return SendStatus(inflated.status());
+        *body = std::move(inflated).value();
+      }
+    }
+    int64_t header_length = -1;
+    if (auto it = req.find("Inference-Header-Content-Length"); it != req.end()) {
+      const auto v = it->value();
+      auto res = std::from_chars(v.data(), v.data() + v.size(), header_length);
+      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || header_length < 0)
+        return SendError(bhttp::status::bad_request, "invalid Inference-Header-Content-Length header");
+    }
+    Encoding response_encoding = Encoding::kIdentity;
+    if (auto it = req.find(bhttp::field::accept_encoding); it != req.end())
+      response_encoding = PickAcceptEncoding(SV(it->value()));
+
+    auto request = std::make_unique<InferenceRequest>();
+    request->times.received_ns = SteadyNowNs();
+    request->model_name = model->name();
+    request->model_version = model->version();
+    Status decoded = DecodeInferRequest(std::move(body), header_length, model->config(), request.get());
+    if (!decoded.ok()) return SendStatus(decoded);
+    request->model = model;
+    request->on_complete = [self = shared_from_this(), response_encoding](std::unique_ptr<InferenceResponse> r) {
+      // Back onto this connection's strand: encoding and writing belong to the I/O side.
+      net::post(self->stream_.get_executor(), [self, response_encoding, r = std::move(r)]() mutable {
+        self->SendInferResponse(*r, response_encoding);
+      });
+    };
+    Status queued = model->Enqueue(request);
+    if (!queued.ok()) return SendStatus(queued);
+  }
+
+  void SendInferResponse(const InferenceResponse& r, Encoding encoding) {
+    if (!r.status.ok()) return SendStatus(r.status);
+    EncodedResponse encoded = EncodeInferResponse(r);
+    Response res{bhttp::status::ok, version_};
+    if (encoded.has_binary) {
+      res.set(bhttp::field::content_type, "application/octet-stream");
+      res.set("Inference-Header-Content-Length", std::to_string(encoded.json_size));
+    } else {
+      res.set(bhttp::field::content_type, kJson);
+    }
+    if (encoding != Encoding::kIdentity) {
+      auto compressed = Deflate(encoding, encoded.body);
+      if (compressed.ok()) {
+        res.set(bhttp::field::content_encoding, std::string(EncodingName(encoding)));
+        encoded.body = std::move(compressed).value();
+      }
+    }
+    res.body() = std::move(encoded.body);
+    Send(std::move(res));
+  }
+
+  void RepositoryIndex(const std::string& body) {
+    bool ready_only = false;
+    if (!body.empty()) {
+      rapidjson::Document doc;
+      doc.Parse(body.c_str(), body.size());
+      if (doc.HasParseError() || !doc.IsObject())
+        return SendError(bhttp::status::bad_request, "failed to parse the repository index request JSON");
+      if (doc.HasMember("ready")) {
+        if (!doc["ready"].IsBool()) return SendError(bhttp::status::bad_request, "'ready' must be a boolean");
+        ready_only = doc["ready"].GetBool();
+      }
+    }
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartArray();
+    for (const auto& e : server_->repository_->Index(ready_only)) {
+      w.StartObject();
+      w.Key("name");
+      w.String(e.name.c_str());
+      if (e.version >= 0) {
+        w.Key("version");
+        w.String(std::to_string(e.version).c_str());
+      }
+      if (!e.state.empty()) {
+        w.Key("state");
+        w.String(e.state.c_str());
+        w.Key("reason");
+        w.String(e.reason.c_str());
+      }
+      w.EndObject();
+    }
+    w.EndArray();
+    SendBody(bhttp::status::ok, buffer.GetString());
+  }
+
+  void RepositoryControl(const Route& route, const std::string& body) {
+    if (server_->repository_->control_mode() != ModelControlMode::kExplicit)
+      return SendError(bhttp::status::service_unavailable, "explicit model load / unload is not allowed if model control mode is not EXPLICIT "
+                       "(start with --model-control-mode=explicit)");
+    std::string config_json;
+    if (!body.empty()) {
+      rapidjson::Document doc;
+      doc.Parse(body.c_str(), body.size());
+      if (doc.HasParseError() || !doc.IsObject())
+        return SendError(bhttp::status::bad_request, "failed to parse the repository request JSON");
+      if (doc.HasMember("parameters") && doc["parameters"].IsObject()) {
+        const auto& params = doc["parameters"];
+        for (auto it = params.MemberBegin(); it != params.MemberEnd(); ++it) {
+          const std::string key = it->name.GetString();
+          if (key == "config") {
+            if (!it->value.IsString())
+              return SendError(bhttp::status::bad_request, "parameter 'config' must be a JSON string");
+            config_json = it->value.GetString();
+          } else if (key.rfind("file:", 0) == 0) {
+            return SendError(bhttp::status::not_implemented, "loading model files from the request is not supported yet");
+          }
+        }
+      }
+    }
+    const bool load = route.kind == Route::kRepoLoad;
+    auto self = shared_from_this();
+    net::post(server_->control_, [self, load, name = route.model, config_json] {
+      Status s = load ? self->server_->repository_->Load(name, config_json)
+                      : self->server_->repository_->Unload(name);
+      net::post(self->stream_.get_executor(), [self, s] {
+        if (s.ok()) return self->SendBody(bhttp::status::ok, "", nullptr);
+        self->SendStatus(s);
+      });
+    });
+  }
+
+  void Logging(bhttp::verb method, const std::string& body) {
+    auto& settings = GlobalLogSettings();
+    if (method == bhttp::verb::post) {
+      rapidjson::Document doc;
+      doc.Parse(body.c_str(), body.size());
+      if (doc.HasParseError() || !doc.IsObject())
+        return SendError(bhttp::status::bad_request, "failed to parse the logging request JSON");
+      for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
+        const std::string key = it->name.GetString();
+        const auto& v = it->value;
+        if (key == "log_info" && v.IsBool()) settings.info = v.GetBool();
+        else if (key == "log_warning" && v.IsBool()) settings.warning = v.GetBool();
+        else if (key == "log_error" && v.IsBool()) settings.error = v.GetBool();
+        else if (key == "log_verbose_level" && v.IsInt() && v.GetInt() >= 0) settings.verbose = v.GetInt();
+        else if (key == "log_file" || key == "log_format") {
+          if (!v.IsString() || (key == "log_file" && v.GetStringLength() > 0) ||
+              (key == "log_format" && std::string(v.GetString()) != "default"))
+            return SendError(bhttp::status::bad_request, "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
+        } else {
+          return SendError(bhttp::status::bad_request, "unknown or mistyped logging setting '" + key + "'");
+        }
+      }
+    } else if (method != bhttp::verb::get) {
+      return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
+    }
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("log_file"); w.String("");
+    w.Key("log_info"); w.Bool(settings.info);
+    w.Key("log_warning"); w.Bool(settings.warning);
+    w.Key("log_error"); w.Bool(settings.error);
+    w.Key("log_verbose_level"); w.Int(settings.verbose);
+    w.Key("log_format"); w.String("default");
+    w.EndObject();
+    SendBody(bhttp::status::ok, buffer.GetString());
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  HttpServer::Impl* server_;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+};
+
+}  // namespace
+
+Status HttpServer::Impl::Start() {
+  beast::error_code ec;
+  const auto address = net::ip::make_address(options_.address, ec);
+  if (ec) return InvalidArgument("invalid HTTP address '" + options_.address + "'");
+  tcp::endpoint endpoint(address, options_.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return Unavailable("cannot listen for HTTP on " + options_.address + ":" + std::to_string(options_.port) +
+                       ": " + ec.message());
+  bound_port_ = acceptor_.local_endpoint().port();
+  Accept();
+  int threads = options_.threads > 0 ? options_.threads
+                                     : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+  LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
+           << " I/O threads)";
+  return Status::Ok();
+}
+
+void HttpServer::Impl::Accept() {
+  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<Session>(std::move(socket), this)->Start();
+    }
+    Accept();
+  });
+}
+
+void HttpServer::Impl::Stop() {
+  net::post(ioc_, [this] {
+    beast::error_code ec;
+    acceptor_.close(ec);
+  });
+  control_.join();
+  ioc_.stop();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+HttpServer::HttpServer(HttpOptions options, ServerInfo info, ModelRepository* repository)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(info), repository)) {}
+HttpServer::~HttpServer() { Stop(); }
+Status HttpServer::Start() { return impl_->Start(); }
+void HttpServer::Stop() {
+  if (impl_) impl_->Stop();
+}
+uint16_t HttpServer::port() const { return impl_->port(); }
+
+}  // namespace nereid::http

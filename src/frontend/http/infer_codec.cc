@@ -1,0 +1,378 @@
+#include "frontend/http/infer_codec.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/half.h"
+
+namespace nereid::http {
+namespace {
+
+using rapidjson::Value;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+template <typename T>
+void Put(std::vector<uint8_t>& out, T v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+template <typename T>
+Status PutInteger(const Value& v, std::vector<uint8_t>& out, const std::string& input) {
+  bool ok = false;
+  if constexpr (std::is_signed_v<T>) {
+    if (v.IsInt64()) {
+      const int64_t x = v.GetInt64();
+      ok = x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max();
+      if (ok) Put<T>(out, static_cast<T>(x));
+    }
+  } else {
+    if (v.IsUint64()) {
+      const uint64_t x = v.GetUint64();
+      ok = x <= std::numeric_limits<T>::max();
+      if (ok) Put<T>(out, static_cast<T>(x));
+    }
+  }
+  if (!ok) return InvalidArgument("input '" + input + "': a JSON value is not an integer in range of its datatype");
+  return Status::Ok();
+}
+
+// Appends one JSON element of 'type' to 'out'.
+Status PutElement(DataType type, const Value& v, std::vector<uint8_t>& out, const std::string& input) {
+  switch (type) {
+    case DataType::kBool:
+      if (!v.IsBool()) return InvalidArgument("input '" + input + "': BOOL data must be true or false");
+      out.push_back(v.GetBool() ? 1 : 0);
+      return Status::Ok();
+    case DataType::kInt8: return PutInteger<int8_t>(v, out, input);
+    case DataType::kInt16: return PutInteger<int16_t>(v, out, input);
+    case DataType::kInt32: return PutInteger<int32_t>(v, out, input);
+    case DataType::kInt64: return PutInteger<int64_t>(v, out, input);
+    case DataType::kUint8: return PutInteger<uint8_t>(v, out, input);
+    case DataType::kUint16: return PutInteger<uint16_t>(v, out, input);
+    case DataType::kUint32: return PutInteger<uint32_t>(v, out, input);
+    case DataType::kUint64: return PutInteger<uint64_t>(v, out, input);
+    case DataType::kFp16:
+    case DataType::kBf16:
+    case DataType::kFp32:
+    case DataType::kFp64: {
+      if (!v.IsNumber()) return InvalidArgument("input '" + input + "': " +
+                                                std::string(DataTypeName(type)) + " data must be numbers");
+      const double d = v.GetDouble();
+      if (type == DataType::kFp64) Put<double>(out, d);
+      else if (type == DataType::kFp32) Put<float>(out, static_cast<float>(d));
+      else if (type == DataType::kFp16) Put<uint16_t>(out, FloatToHalf(static_cast<float>(d)));
+      else Put<uint16_t>(out, FloatToBf16(static_cast<float>(d)));
+      return Status::Ok();
+    }
+    case DataType::kBytes: {
+      if (!v.IsString()) return InvalidArgument("input '" + input + "': BYTES data must be strings");
+      Put<uint32_t>(out, v.GetStringLength());
+      out.insert(out.end(), v.GetString(), v.GetString() + v.GetStringLength());
+      return Status::Ok();
+    }
+    default: return InvalidArgument("input '" + input + "': unsupported datatype");
+  }
+}
+
+// Flattens (possibly nested) JSON arrays in row-major order.
+Status Flatten(DataType type, const Value& v, std::vector<uint8_t>& out, int64_t& count,
+               const std::string& input, int depth) {
+  if (depth > 64) return InvalidArgument("input '" + input + "': data nests too deeply");
+  if (v.IsArray()) {
+    for (const auto& e : v.GetArray()) RETURN_IF_ERROR(Flatten(type, e, out, count, input, depth + 1));
+    return Status::Ok();
+  }
+  ++count;
+  return PutElement(type, v, out, input);
+}
+
+StatusOr<bool> BoolParam(const Value& params, const char* key) {
+  if (!params.IsObject() || !params.HasMember(key)) return false;
+  if (!params[key].IsBool()) return InvalidArgument(std::string("parameter '") + key + "' must be a boolean");
+  return params[key].GetBool();
+}
+
+Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::ModelConfig& config,
+                 InferenceRequest* request) {
+  if (config.input_size() != 1)
+    return InvalidArgument("a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
+                           "exactly one input; model '" + config.name() + "' has " +
+                           std::to_string(config.input_size()));
+  const auto& spec = config.input(0);
+  InferInput in;
+  in.name = spec.name();
+  in.datatype = static_cast<DataType>(spec.data_type());
+  if (in.datatype == DataType::kBytes)
+    return InvalidArgument("a raw binary request cannot carry BYTES input '" + in.name + "'");
+  const bool batching = config.max_batch_size() > 0;
+  if (batching) in.shape.push_back(-1);
+  in.shape.insert(in.shape.end(), spec.dims().begin(), spec.dims().end());
+  int unknown = -1;
+  int64_t known = static_cast<int64_t>(DataTypeSize(in.datatype));
+  for (size_t i = 0; i < in.shape.size(); ++i) {
+    if (in.shape[i] >= 0) { known *= in.shape[i]; continue; }
+    if (unknown >= 0)
+      return InvalidArgument("a raw binary request needs input '" + in.name +
+                             "' to have at most one variable dimension (including the batch dimension)");
+    unknown = static_cast<int>(i);
+  }
+  if (unknown >= 0) {
+    if (known == 0 || body->size() % known != 0)
+      return InvalidArgument("raw binary request of " + std::to_string(body->size()) +
+                             " bytes does not fit input '" + in.name + "'");
+    in.shape[unknown] = static_cast<int64_t>(body->size()) / known;
+  }
+  in.data = reinterpret_cast<const uint8_t*>(body->data());
+  in.byte_size = body->size();
+  request->inputs.push_back(std::move(in));
+  request->binary_outputs_by_default = true;
+  request->payload = std::move(body);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
+                          const inference::ModelConfig& config, InferenceRequest* request) {
+  if (header_length == 0) return DecodeRaw(std::move(body), config, request);
+  const size_t json_size = header_length < 0 ? body->size() : static_cast<size_t>(header_length);
+  if (json_size > body->size())
+    return InvalidArgument("Inference-Header-Content-Length is " + std::to_string(json_size) +
+                           " but the body has only " + std::to_string(body->size()) + " bytes");
+  rapidjson::Document doc;
+  doc.Parse(body->data(), json_size);
+  if (doc.HasParseError())
+    return InvalidArgument(std::string("failed to parse the request JSON: ") +
+                           rapidjson::GetParseError_En(doc.GetParseError()) + " at offset " +
+                           std::to_string(doc.GetErrorOffset()));
+  if (!doc.IsObject()) return InvalidArgument("the request JSON must be an object");
+
+  if (doc.HasMember("id")) {
+    if (!doc["id"].IsString()) return InvalidArgument("'id' must be a string");
+    request->id.assign(doc["id"].GetString(), doc["id"].GetStringLength());
+  }
+  if (doc.HasMember("parameters")) {
+    if (!doc["parameters"].IsObject()) return InvalidArgument("'parameters' must be an object");
+    ASSIGN_OR_RETURN(request->binary_outputs_by_default, BoolParam(doc["parameters"], "binary_data_output"));
+  }
+  if (!doc.HasMember("inputs") || !doc["inputs"].IsArray())
+    return InvalidArgument("the request JSON needs an 'inputs' array");
+
+  size_t offset = json_size;
+  for (const auto& v : doc["inputs"].GetArray()) {
+    if (!v.IsObject()) return InvalidArgument("each entry of 'inputs' must be an object");
+    InferInput in;
+    if (!v.HasMember("name") || !v["name"].IsString()) return InvalidArgument("an input has no 'name'");
+    in.name = v["name"].GetString();
+    if (!v.HasMember("datatype") || !v["datatype"].IsString())
+      return InvalidArgument("input '" + in.name + "' has no 'datatype'");
+    in.datatype = DataTypeFromName(v["datatype"].GetString());
+    if (in.datatype == DataType::kInvalid)
+      return InvalidArgument("input '" + in.name + "' has unknown datatype '" +
+                             std::string(v["datatype"].GetString()) + "'");
+    if (!v.HasMember("shape") || !v["shape"].IsArray())
+      return InvalidArgument("input '" + in.name + "' has no 'shape' array");
+    for (const auto& d : v["shape"].GetArray()) {
+      if (!d.IsInt64() || d.GetInt64() < 0)
+        return InvalidArgument("input '" + in.name + "': shape entries must be non-negative integers");
+      in.shape.push_back(d.GetInt64());
+    }
+    int64_t binary_size = -1;
+    if (v.HasMember("parameters") && v["parameters"].IsObject() && v["parameters"].HasMember("binary_data_size")) {
+      const auto& p = v["parameters"]["binary_data_size"];
+      if (!p.IsInt64() || p.GetInt64() < 0)
+        return InvalidArgument("input '" + in.name + "': binary_data_size must be a non-negative integer");
+      binary_size = p.GetInt64();
+    }
+    if (binary_size >= 0) {
+      if (header_length < 0)
+        return InvalidArgument("input '" + in.name + "' uses binary_data_size but the request has no "
+                               "Inference-Header-Content-Length header");
+      if (body->size() - offset < static_cast<size_t>(binary_size))
+        return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
+                               " bytes of binary data but the body ends after " +
+                               std::to_string(body->size() - offset) + " (truncated request?)");
+      in.data = reinterpret_cast<const uint8_t*>(body->data() + offset);
+      in.byte_size = static_cast<size_t>(binary_size);
+      offset += static_cast<size_t>(binary_size);
+    } else {
+      if (!v.HasMember("data"))
+        return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
+      std::vector<uint8_t> bytes;
+      int64_t count = 0;
+      RETURN_IF_ERROR(Flatten(in.datatype, v["data"], bytes, count, in.name, 0));
+      const int64_t expected = ElementCount(in.shape.data(), in.shape.size());
+      if (count != expected)
+        return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
+                               ShapeString(in.shape) + " needs " + std::to_string(expected) + ", got " +
+                               std::to_string(count));
+      in.Own(std::move(bytes));
+    }
+    request->inputs.push_back(std::move(in));
+  }
+  if (offset != body->size())
+    return InvalidArgument("the request body has " + std::to_string(body->size() - offset) +
+                           " bytes after the JSON header and binary inputs that no input claims");
+
+  if (doc.HasMember("outputs")) {
+    if (!doc["outputs"].IsArray()) return InvalidArgument("'outputs' must be an array");
+    for (const auto& v : doc["outputs"].GetArray()) {
+      if (!v.IsObject() || !v.HasMember("name") || !v["name"].IsString())
+        return InvalidArgument("each requested output needs a 'name'");
+      RequestedOutput out;
+      out.name = v["name"].GetString();
+      out.binary = request->binary_outputs_by_default;
+      if (v.HasMember("parameters")) {
+        const auto& p = v["parameters"];
+        if (!p.IsObject()) return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
+        if (p.HasMember("binary_data")) {
+          ASSIGN_OR_RETURN(out.binary, BoolParam(p, "binary_data"));
+        }
+        if (p.HasMember("classification")) {
+          if (!p["classification"].IsUint() || p["classification"].GetUint() == 0)
+            return InvalidArgument("output '" + out.name + "': classification must be a positive integer");
+          out.class_count = p["classification"].GetUint();
+        }
+      }
+      request->outputs.push_back(std::move(out));
+    }
+  }
+  request->payload = std::move(body);
+  return Status::Ok();
+}
+
+namespace {
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+void WriteFloat(Writer& w, double v, bool single) {
+  if (!std::isfinite(v)) {  // JSON has no NaN/Inf; Triton writes them as strings too
+    w.String(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+    return;
+  }
+  char buf[32];
+  auto r = single ? std::to_chars(buf, buf + sizeof(buf), static_cast<float>(v))
+                  : std::to_chars(buf, buf + sizeof(buf), v);
+  w.RawValue(buf, static_cast<size_t>(r.ptr - buf), rapidjson::kNumberType);
+}
+
+void WriteData(Writer& w, const InferOutput& out) {
+  w.StartArray();
+  const uint8_t* p = out.data.data();
+  const size_t n = out.data.size();
+  switch (out.datatype) {
+    case DataType::kBool: for (size_t i = 0; i < n; ++i) w.Bool(p[i] != 0); break;
+    case DataType::kInt8: for (size_t i = 0; i < n; ++i) w.Int(static_cast<int8_t>(p[i])); break;
+    case DataType::kUint8: for (size_t i = 0; i < n; ++i) w.Uint(p[i]); break;
+    case DataType::kInt16: for (size_t i = 0; i + 2 <= n; i += 2) w.Int(Load<int16_t>(p + i)); break;
+    case DataType::kUint16: for (size_t i = 0; i + 2 <= n; i += 2) w.Uint(Load<uint16_t>(p + i)); break;
+    case DataType::kInt32: for (size_t i = 0; i + 4 <= n; i += 4) w.Int(Load<int32_t>(p + i)); break;
+    case DataType::kUint32: for (size_t i = 0; i + 4 <= n; i += 4) w.Uint(Load<uint32_t>(p + i)); break;
+    case DataType::kInt64: for (size_t i = 0; i + 8 <= n; i += 8) w.Int64(Load<int64_t>(p + i)); break;
+    case DataType::kUint64: for (size_t i = 0; i + 8 <= n; i += 8) w.Uint64(Load<uint64_t>(p + i)); break;
+    case DataType::kFp16: for (size_t i = 0; i + 2 <= n; i += 2) WriteFloat(w, HalfToFloat(Load<uint16_t>(p + i)), true); break;
+    case DataType::kBf16: for (size_t i = 0; i + 2 <= n; i += 2) WriteFloat(w, Bf16ToFloat(Load<uint16_t>(p + i)), true); break;
+    case DataType::kFp32: for (size_t i = 0; i + 4 <= n; i += 4) WriteFloat(w, Load<float>(p + i), true); break;
+    case DataType::kFp64: for (size_t i = 0; i + 8 <= n; i += 8) WriteFloat(w, Load<double>(p + i), false); break;
+    case DataType::kBytes:
+      for (size_t i = 0; i + 4 <= n;) {
+        const uint32_t len = Load<uint32_t>(p + i);
+        i += 4;
+        if (len > n - i) break;
+        w.String(reinterpret_cast<const char*>(p + i), len);
+        i += len;
+      }
+      break;
+    default: break;
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
+EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("model_name");
+  w.String(response.model_name.c_str(), static_cast<rapidjson::SizeType>(response.model_name.size()));
+  w.Key("model_version");
+  w.String(std::to_string(response.model_version).c_str());
+  if (!response.id.empty()) {
+    w.Key("id");
+    w.String(response.id.c_str(), static_cast<rapidjson::SizeType>(response.id.size()));
+  }
+  w.Key("outputs");
+  w.StartArray();
+  size_t binary_bytes = 0;
+  for (const auto& out : response.outputs) {
+    w.StartObject();
+    w.Key("name");
+    w.String(out.name.c_str(), static_cast<rapidjson::SizeType>(out.name.size()));
+    w.Key("datatype");
+    const auto type_name = DataTypeName(out.datatype);
+    w.String(type_name.data(), static_cast<rapidjson::SizeType>(type_name.size()));
+    w.Key("shape");
+    w.StartArray();
+    for (int64_t d : out.shape) w.Int64(d);
+    w.EndArray();
+    if (out.binary) {
+      w.Key("parameters");
+      w.StartObject();
+      w.Key("binary_data_size");
+      w.Uint64(out.data.size());
+      w.EndObject();
+      binary_bytes += out.data.size();
+    } else {
+      w.Key("data");
+      WriteData(w, out);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+
+  EncodedResponse encoded;
+  encoded.json_size = buffer.GetSize();
+  encoded.body.reserve(encoded.json_size + binary_bytes);
+  encoded.body.assign(buffer.GetString(), buffer.GetSize());
+  for (const auto& out : response.outputs) {
+    if (!out.binary) continue;
+    encoded.has_binary = true;
+    encoded.body.append(reinterpret_cast<const char*>(out.data.data()), out.data.size());
+  }
+  return encoded;
+}
+
+std::string ErrorJson(const std::string& message) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("error");
+  w.String(message.c_str(), static_cast<rapidjson::SizeType>(message.size()));
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+}  // namespace nereid::http

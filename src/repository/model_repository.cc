@@ -1,0 +1,315 @@
+#include "repository/model_repository.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/logging.h"
+#include "config/config_validator.h"
+
+namespace nereid {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int64_t> VersionsOnDisk(const std::string& model_dir) {
+  std::vector<int64_t> versions;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+    if (!entry.is_directory()) continue;
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.size() > 18 || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    versions.push_back(std::stoll(name));
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolicy& policy,
+                                              const std::vector<int64_t>& available,
+                                              const std::string& model_name) {
+  std::vector<int64_t> chosen;
+  if (policy.has_all()) {
+    chosen = available;
+  } else if (policy.has_specific()) {
+    for (int64_t v : policy.specific().versions()) {
+      if (!std::binary_search(available.begin(), available.end(), v))
+        return NotFound("model '" + model_name + "': version_policy asks for version " +
+                        std::to_string(v) + " but directory '" + std::to_string(v) + "' does not exist");
+      chosen.push_back(v);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+  } else {
+    const uint32_t n = policy.has_latest() ? std::max<uint32_t>(1, policy.latest().num_versions()) : 1;
+    const size_t take = std::min<size_t>(n, available.size());
+    chosen.assign(available.end() - static_cast<std::ptrdiff_t>(take), available.end());
+  }
+  if (chosen.empty())
+    return NotFound("model '" + model_name +
+                    "' has no version directory (e.g. '1/') that its version policy selects");
+  return chosen;
+}
+
+StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
+                                     const std::vector<int64_t>& versions) {
+  std::string backend = config->backend();
+  if (backend.empty()) {
+    const std::string& platform = config->platform();
+    if (platform == "onnxruntime_onnx") {
+      backend = "onnxruntime";
+    } else if (!platform.empty()) {
+      return Unsupported("model '" + config->name() + "': platform '" + platform +
+                         "' is not supported yet (supported: onnxruntime_onnx; backends: onnxruntime, native)");
+    } else {
+      const std::string file =
+          config->default_model_filename().empty() ? "model.onnx" : config->default_model_filename();
+      for (int64_t v : versions) {
+        if (fs::exists(fs::path(model_dir) / std::to_string(v) / file) &&
+            file.size() > 5 && file.substr(file.size() - 5) == ".onnx") {
+          backend = "onnxruntime";
+          break;
+        }
+      }
+      if (backend.empty())
+        return InvalidArgument("model '" + config->name() +
+                               "': config.pbtxt names no 'backend' or 'platform' and no model.onnx "
+                               "was found to infer one");
+    }
+    // Triton's auto-complete fills both fields for ONNX models.
+    config->set_backend(backend);
+    if (backend == "onnxruntime" && config->platform().empty()) config->set_platform("onnxruntime_onnx");
+  }
+  if (backend == "onnxruntime" || backend == "native") return std::string("native");
+  return Unsupported("model '" + config->name() + "': backend '" + backend +
+                     "' is not available (available: native, onnxruntime via the native engine)");
+}
+
+ModelRepository::ModelRepository(RepositoryOptions options, BackendManager* backends)
+    : options_(std::move(options)), backends_(backends) {}
+
+ModelRepository::~ModelRepository() { StopAll(); }
+
+std::set<std::string> ModelRepository::ModelsOnDisk() const {
+  std::set<std::string> names;
+  for (const auto& path : options_.paths) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(path, ec))
+      if (entry.is_directory() && entry.path().filename().string()[0] != '.')
+        names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+StatusOr<std::string> ModelRepository::FindModelDir(const std::string& name) const {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    return InvalidArgument("invalid model name '" + name + "'");
+  std::vector<std::string> found;
+  for (const auto& path : options_.paths)
+    if (fs::is_directory(fs::path(path) / name)) found.push_back((fs::path(path) / name).string());
+  if (found.empty()) return NotFound("model '" + name + "' is not in any model repository");
+  if (found.size() > 1)
+    return InvalidArgument("model '" + name + "' appears in more than one repository: " + Join(found));
+  return found[0];
+}
+
+Status ModelRepository::LoadStartupModels() {
+  for (const auto& path : options_.paths)
+    if (!fs::is_directory(path)) return NotFound("model repository path '" + path + "' is not a directory");
+  std::set<std::string> wanted;
+  const bool all = options_.control_mode == ModelControlMode::kNone ||
+                   std::find(options_.startup_models.begin(), options_.startup_models.end(), "*") !=
+                       options_.startup_models.end();
+  if (all) wanted = ModelsOnDisk();
+  for (const auto& m : options_.startup_models)
+    if (m != "*") wanted.insert(m);
+  for (const auto& name : wanted) {
+    Status s = Load(name, "");
+    if (!s.ok()) LOG_ERROR << s.message();
+  }
+  return Status::Ok();
+}
+
+Status ModelRepository::Load(const std::string& name, const std::string& config_json) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  Status s = LoadModel(name, config_json);
+  if (!s.ok() && FindModelDir(name).ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Keep versions that were serving (a failed reload does not take them down); record the reason.
+    models_[name].reason = s.message();
+  }
+  return s;
+}
+
+Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json) {
+  ASSIGN_OR_RETURN(std::string model_dir, FindModelDir(name));
+  const std::string config_path = (fs::path(model_dir) / "config.pbtxt").string();
+  ParsedModelConfig parsed;
+  if (!config_json.empty()) {
+    ASSIGN_OR_RETURN(parsed.config, ModelConfigFromJson(config_json));
+    parsed.locator = ConfigLocator("load request config", nullptr);
+  } else if (fs::exists(config_path)) {
+    std::ifstream in(config_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto result = ParseModelConfigText(text.str(), name + "/config.pbtxt");
+    if (!result.ok()) return InvalidArgument("model '" + name + "': " + result.status().message());
+    parsed = std::move(result).value();
+  } else {
+    parsed.locator = ConfigLocator(name + " (no config.pbtxt; auto-completed)", nullptr);
+  }
+  inference::ModelConfig& config = parsed.config;
+  FillConfigDefaults(name, &config);
+
+  const std::vector<int64_t> available = VersionsOnDisk(model_dir);
+  ASSIGN_OR_RETURN(std::vector<int64_t> versions, SelectVersions(config.version_policy(), available, name));
+  ASSIGN_OR_RETURN(std::string backend_name, ResolveBackend(&config, model_dir, versions));
+  ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->Get(backend_name));
+
+  const std::vector<std::string> ignored = IgnoredConfigFields(config);
+  if (!ignored.empty())
+    LOG_WARNING << "model '" << name << "': config fields accepted but not acted on yet: " << Join(ignored);
+
+  std::map<int64_t, VersionEntry> loaded;
+  std::string first_error;
+  for (int64_t v : versions) {
+    auto model = Model::Create(name, v, model_dir, config, parsed.locator, backend);
+    VersionEntry entry;
+    if (model.ok()) {
+      entry.state = "READY";
+      entry.model = std::move(model).value();
+      LOG_INFO << "successfully loaded '" << name << "' version " << v;
+    } else {
+      entry.state = "UNAVAILABLE";
+      entry.reason = model.status().message();
+      if (first_error.empty()) first_error = entry.reason;
+      LOG_ERROR << "failed to load '" << name << "' version " << v << ": " << entry.reason;
+    }
+    loaded[v] = std::move(entry);
+  }
+
+  std::vector<std::shared_ptr<Model>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelEntry& m = models_[name];
+    for (auto& [v, old] : m.versions)
+      if (old.model) retired.push_back(old.model);
+    m.versions = std::move(loaded);
+    m.reason = first_error;
+  }
+  for (auto& model : retired) model->Stop();  // drains accepted requests, outside the lock
+  if (!first_error.empty()) return InvalidArgument(first_error);
+  return Status::Ok();
+}
+
+Status ModelRepository::Unload(const std::string& name) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  std::vector<std::shared_ptr<Model>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      if (!FindModelDir(name).ok()) return NotFound("failed to unload '" + name + "': model not found");
+      return Status::Ok();  // present on disk but not loaded: nothing to do, as in Triton
+    }
+    for (auto& [v, entry] : it->second.versions) {
+      if (entry.model) retired.push_back(entry.model);
+      entry.model.reset();
+      entry.state = "UNAVAILABLE";
+      entry.reason = "unloaded";
+    }
+    it->second.reason.clear();
+  }
+  for (auto& model : retired) model->Stop();
+  LOG_INFO << "successfully unloaded '" << name << "'";
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<Model>> ModelRepository::GetModel(const std::string& name,
+                                                           int64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end() || it->second.versions.empty()) {
+    return NotFound("Request for unknown model: '" + name + "' is not found");
+  }
+  const auto& versions = it->second.versions;
+  if (version < 0) {
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v)
+      if (v->second.model) return v->second.model;
+    return Unavailable("Request for unknown model: '" + name + "' has no available versions");
+  }
+  auto v = versions.find(version);
+  if (v == versions.end())
+    return NotFound("Request for unknown model: '" + name + "' version " + std::to_string(version) +
+                    " is not found");
+  if (!v->second.model)
+    return Unavailable("Request for unknown model: '" + name + "' version " + std::to_string(version) +
+                       " is not at ready state");
+  return v->second.model;
+}
+
+std::vector<int64_t> ModelRepository::ReadyVersions(const std::string& name) const {
+  std::vector<int64_t> versions;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return versions;
+  for (const auto& [v, entry] : it->second.versions)
+    if (entry.model) versions.push_back(v);
+  return versions;
+}
+
+std::vector<IndexEntry> ModelRepository::Index(bool ready_only) const {
+  std::vector<IndexEntry> entries;
+  std::set<std::string> names = ModelsOnDisk();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, m] : models_) names.insert(name);
+  for (const auto& name : names) {
+    auto it = models_.find(name);
+    if (it == models_.end() || (it->second.versions.empty() && it->second.reason.empty())) {
+      if (!ready_only) entries.push_back({name, -1, "", ""});
+      continue;
+    }
+    if (it->second.versions.empty()) {
+      if (!ready_only) entries.push_back({name, -1, "UNAVAILABLE", it->second.reason});
+      continue;
+    }
+    for (const auto& [v, entry] : it->second.versions) {
+      if (ready_only && entry.state != "READY") continue;
+      entries.push_back({name, v, entry.state, entry.reason});
+    }
+  }
+  return entries;
+}
+
+bool ModelRepository::Ready() const {
+  if (!options_.strict_readiness) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, m] : models_) {
+    if (!m.reason.empty() && m.reason != "unloaded") return false;
+    for (const auto& [v, entry] : m.versions)
+      if (entry.state != "READY" && entry.reason != "unloaded") return false;
+  }
+  return true;
+}
+
+void ModelRepository::StopAll() {
+  std::vector<std::shared_ptr<Model>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, m] : models_)
+      for (auto& [v, entry] : m.versions)
+        if (entry.model) all.push_back(entry.model);
+  }
+  for (auto& model : all) model->Stop();
+}
+
+}  // namespace nereid

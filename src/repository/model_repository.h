@@ -1,0 +1,90 @@
+// ModelRepository: Triton's model repository on disk (<repo>/<model>/config.pbtxt and numeric version
+// directories), the version policy, the control modes (none, explicit) and the repository extension
+// (index, load, unload). Loads of one model never stop the others from serving or loading.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/backend.h"
+#include "runtime/model.h"
+
+namespace nereid {
+
+enum class ModelControlMode { kNone, kExplicit };
+
+struct RepositoryOptions {
+  std::vector<std::string> paths;
+  ModelControlMode control_mode = ModelControlMode::kNone;
+  std::vector<std::string> startup_models;  // --load-model; "*" loads everything
+  bool strict_readiness = true;
+};
+
+struct IndexEntry {
+  std::string name;
+  int64_t version = -1;  // -1: never loaded (Triton then prints only the name)
+  std::string state;
+  std::string reason;
+};
+
+class ModelRepository {
+ public:
+  ModelRepository(RepositoryOptions options, BackendManager* backends);
+  ~ModelRepository();
+
+  // Loads what the control mode asks for at startup. Failures are recorded per model and logged;
+  // they never stop the other models (the returned status only reports a broken repository path).
+  Status LoadStartupModels();
+
+  // The ready model 'name', newest ready version when 'version' < 0.
+  StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;
+  // Ready versions of 'name', ascending.
+  std::vector<int64_t> ReadyVersions(const std::string& name) const;
+  // Every version with its state, plus models present on disk that were never loaded.
+  std::vector<IndexEntry> Index(bool ready_only) const;
+  // (Re)loads a model; 'config_json' replaces config.pbtxt when not empty. Explicit mode only.
+  Status Load(const std::string& name, const std::string& config_json);
+  Status Unload(const std::string& name);
+  // Server readiness: with strict readiness, every model asked for is ready.
+  bool Ready() const;
+  void StopAll();
+  ModelControlMode control_mode() const { return options_.control_mode; }
+
+ private:
+  struct VersionEntry {
+    std::string state;  // READY, UNAVAILABLE
+    std::string reason;
+    std::shared_ptr<Model> model;
+  };
+  struct ModelEntry {
+    std::map<int64_t, VersionEntry> versions;
+    std::string reason;  // model-level failure (bad config, no versions, ...)
+  };
+
+  Status LoadModel(const std::string& name, const std::string& config_json);
+  StatusOr<std::string> FindModelDir(const std::string& name) const;
+  std::set<std::string> ModelsOnDisk() const;
+
+  RepositoryOptions options_;
+  BackendManager* backends_;
+  std::mutex load_mu_;  // serializes load/unload; never held while serving inference
+  mutable std::mutex mu_;
+  std::map<std::string, ModelEntry> models_;
+};
+
+// Chooses the backend library for a config: "backend", else "platform", else the model file found.
+// Fills Triton's auto-complete of platform/backend for ONNX models. Exposed for unit tests.
+StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
+                                     const std::vector<int64_t>& versions);
+
+// The versions a policy selects from those present on disk, ascending.
+StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolicy& policy,
+                                              const std::vector<int64_t>& available,
+                                              const std::string& model_name);
+
+}  // namespace nereid

@@ -1,0 +1,52 @@
+// Backend: one loaded backend shared library (libnereid_backend_<name>.so) and its entry points.
+// BackendManager loads each backend once, by name, from the backend directory.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "nereid/backend.h"
+
+namespace nereid {
+
+// Converts a backend-owned error into a Status and frees it (NULL -> Ok).
+Status StatusFromBackend(NereidError* error);
+
+class Backend {
+ public:
+  static StatusOr<std::shared_ptr<Backend>> Load(const std::string& name, const std::string& path);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  NereidError* (*model_initialize)(NereidModel*) = nullptr;
+  NereidError* (*model_finalize)(NereidModel*) = nullptr;
+  NereidError* (*instance_initialize)(NereidInstance*) = nullptr;
+  NereidError* (*instance_finalize)(NereidInstance*) = nullptr;
+  NereidError* (*instance_execute)(NereidInstance*, NereidRequest**, uint32_t) = nullptr;
+
+ private:
+  Backend() = default;
+  std::string name_;
+  void* handle_ = nullptr;
+  NereidError* (*backend_finalize_)() = nullptr;
+};
+
+class BackendManager {
+ public:
+  explicit BackendManager(std::string directory) : directory_(std::move(directory)) {}
+  StatusOr<std::shared_ptr<Backend>> Get(const std::string& name);
+  const std::string& directory() const { return directory_; }
+
+ private:
+  std::string directory_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Backend>> loaded_;
+};
+
+}  // namespace nereid

@@ -1,0 +1,219 @@
+#include "runtime/model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/logging.h"
+#include "config/config_validator.h"
+#include "scheduler/default_scheduler.h"
+
+namespace nereid {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+template <typename Dims>
+std::string ExpectedShape(const Dims& dims, bool batching) {
+  std::vector<int64_t> shape;
+  if (batching) shape.push_back(-1);
+  shape.insert(shape.end(), dims.begin(), dims.end());
+  return ShapeString(shape);
+}
+
+// Counts the elements of a serialized BYTES tensor; -1 if the length prefixes do not tile the buffer.
+int64_t CountBytesElements(const uint8_t* data, size_t size) {
+  int64_t count = 0;
+  size_t offset = 0;
+  while (offset < size) {
+    if (size - offset < 4) return -1;
+    uint32_t len = static_cast<uint32_t>(data[offset]) | (static_cast<uint32_t>(data[offset + 1]) << 8) |
+                   (static_cast<uint32_t>(data[offset + 2]) << 16) |
+                   (static_cast<uint32_t>(data[offset + 3]) << 24);
+    offset += 4;
+    if (size - offset < len) return -1;
+    offset += len;
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t version,
+                                               const std::string& model_dir,
+                                               inference::ModelConfig config,
+                                               const ConfigLocator& locator,
+                                               std::shared_ptr<Backend> backend) {
+  std::shared_ptr<Model> model(new Model());
+  model->name_ = name;
+  model->version_ = version;
+  model->version_path_ = (std::filesystem::path(model_dir) / std::to_string(version)).string();
+  model->config_ = std::move(config);
+  model->config_json_ = ModelConfigToJson(model->config_);
+  model->backend_ = std::move(backend);
+
+  model->in_initialize_ = true;
+  Status init = StatusFromBackend(
+      model->backend_->model_initialize(reinterpret_cast<NereidModel*>(model.get())));
+  model->in_initialize_ = false;
+  if (!init.ok()) return init;
+  model->model_initialized_ = true;
+
+  // The backend may have auto-completed the config; defaults and validation apply to the result.
+  FillConfigDefaults(name, &model->config_);
+  RETURN_IF_ERROR(ValidateModelConfig(model->config_, name, locator));
+  model->config_json_ = ModelConfigToJson(model->config_);
+
+  for (const auto& output : model->config_.output()) {
+    if (output.label_filename().empty()) continue;
+    const auto path = std::filesystem::path(model_dir) / output.label_filename();
+    std::ifstream in(path);
+    if (!in)
+      return InvalidArgument("model '" + name + "': output '" + output.name() +
+                             "' names label_filename '" + output.label_filename() +
+                             "' but " + path.string() + " cannot be read");
+    std::vector<std::string> labels;
+    for (std::string line; std::getline(in, line);) labels.push_back(line);
+    model->labels_[output.name()] = std::move(labels);
+  }
+
+  std::vector<ModelInstance*> instances;
+  for (const auto& group : model->config_.instance_group()) {
+    for (int i = 0; i < group.count(); ++i) {
+      auto instance = std::make_unique<ModelInstance>(
+          model.get(), group.name() + "_" + std::to_string(i), NEREID_INSTANCE_CPU, 0);
+      RETURN_IF_ERROR(instance->Initialize());
+      instances.push_back(instance.get());
+      model->instances_.push_back(std::move(instance));
+    }
+  }
+  model->scheduler_ = std::make_unique<DefaultScheduler>(std::move(instances));
+  return model;
+}
+
+Model::~Model() { Stop(); }
+
+void Model::Stop() {
+  if (stopped_.exchange(true)) return;
+  if (scheduler_) scheduler_->Stop();
+  for (auto& instance : instances_) instance->Finalize();
+  instances_.clear();
+  if (model_initialized_) {
+    Status s = StatusFromBackend(backend_->model_finalize(reinterpret_cast<NereidModel*>(this)));
+    if (!s.ok()) LOG_WARNING << "model '" << name_ << "' finalize: " << s.message();
+  }
+}
+
+const std::vector<std::string>* Model::Labels(const std::string& output) const {
+  auto it = labels_.find(output);
+  return it == labels_.end() ? nullptr : &it->second;
+}
+
+Status Model::SetConfigJson(const std::string& json) {
+  if (!in_initialize_)
+    return Internal("NereidModelSetConfigJson may only be called during NereidModelInitialize");
+  ASSIGN_OR_RETURN(config_, ModelConfigFromJson(json));
+  config_json_ = ModelConfigToJson(config_);
+  return Status::Ok();
+}
+
+Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
+  RETURN_IF_ERROR(Validate(*request));
+  return scheduler_->Enqueue(request);
+}
+
+Status Model::Validate(InferenceRequest& request) const {
+  const bool batching = config_.max_batch_size() > 0;
+  const std::string for_model = " for model '" + name_ + "'";
+  std::set<std::string> seen;
+  int64_t batch_size = -1;
+  for (auto& input : request.inputs) {
+    if (!seen.insert(input.name).second)
+      return InvalidArgument("input '" + input.name + "' appears more than once in the request");
+    const inference::ModelInput* spec = nullptr;
+    for (const auto& in : config_.input())
+      if (in.name() == input.name) spec = &in;
+    if (spec == nullptr) return InvalidArgument("unexpected inference input '" + input.name + "'" + for_model);
+    const DataType expected = FromConfigType(spec->data_type());
+    if (input.datatype != expected)
+      return InvalidArgument("inference input '" + input.name + "' data-type is '" +
+                             std::string(DataTypeName(input.datatype)) + "', but model '" + name_ +
+                             "' expects '" + std::string(DataTypeName(expected)) + "'");
+    // Shape: [batch] + dims when batching, dims otherwise; -1 in dims matches any size.
+    const auto& dims = spec->has_reshape() && spec->dims_size() == 0 ? spec->reshape().shape() : spec->dims();
+    const size_t offset = batching ? 1 : 0;
+    bool shape_ok = input.shape.size() == static_cast<size_t>(dims.size()) + offset;
+    for (size_t i = 0; shape_ok && i < input.shape.size(); ++i) {
+      if (input.shape[i] < 0) shape_ok = false;
+      else if (i >= offset && dims[i - offset] != -1 && dims[i - offset] != input.shape[i]) shape_ok = false;
+    }
+    if (!shape_ok)
+      return InvalidArgument("unexpected shape for input '" + input.name + "'" + for_model +
+                             ". Expected " + ExpectedShape(dims, batching) + ", got " +
+                             ShapeString(input.shape));
+    if (batching) {
+      if (input.shape[0] < 1 || input.shape[0] > config_.max_batch_size())
+        return InvalidArgument("inference request batch-size must be <= " +
+                               std::to_string(config_.max_batch_size()) + " for '" + name_ +
+                               "', got " + std::to_string(input.shape[0]) + " in input '" + input.name + "'");
+      if (batch_size >= 0 && input.shape[0] != batch_size)
+        return InvalidArgument("inputs of one request must share the batch size" + for_model +
+                               ": input '" + input.name + "' has " + std::to_string(input.shape[0]) +
+                               ", another input has " + std::to_string(batch_size));
+      batch_size = input.shape[0];
+    }
+    const int64_t elements = ElementCount(input.shape.data(), input.shape.size());
+    if (input.datatype == DataType::kBytes) {
+      const int64_t found = CountBytesElements(input.data, input.byte_size);
+      if (found != elements)
+        return InvalidArgument("input '" + input.name + "' holds " +
+                               (found < 0 ? std::string("malformed BYTES data (a length prefix runs past the end)")
+                                          : std::to_string(found) + " BYTES elements") +
+                               " but its shape " + ShapeString(input.shape) + " needs " +
+                               std::to_string(elements));
+    } else {
+      const uint64_t expected_bytes = static_cast<uint64_t>(elements) * DataTypeSize(input.datatype);
+      if (input.byte_size != expected_bytes)
+        return InvalidArgument("input '" + input.name + "' has " + std::to_string(input.byte_size) +
+                               " bytes of data but shape " + ShapeString(input.shape) + " of " +
+                               std::string(DataTypeName(input.datatype)) + " needs " +
+                               std::to_string(expected_bytes));
+    }
+  }
+  std::vector<std::string> missing;
+  for (const auto& in : config_.input())
+    if (!in.optional() && !seen.count(in.name())) missing.push_back("'" + in.name() + "'");
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    return InvalidArgument("expected " + std::to_string(config_.input_size()) + " inputs but got " +
+                           std::to_string(request.inputs.size()) + " inputs" + for_model +
+                           "; missing required input(s) " + list);
+  }
+  request.batch_size = batching ? batch_size : 1;
+
+  if (request.outputs.empty()) {
+    for (const auto& out : config_.output())
+      request.outputs.push_back({out.name(), request.binary_outputs_by_default, 0});
+  }
+  seen.clear();
+  for (const auto& out : request.outputs) {
+    const inference::ModelOutput* spec = nullptr;
+    for (const auto& o : config_.output())
+      if (o.name() == out.name) spec = &o;
+    if (spec == nullptr) return InvalidArgument("unexpected inference output '" + out.name + "'" + for_model);
+    if (!seen.insert(out.name).second)
+      return InvalidArgument("output '" + out.name + "' is requested more than once");
+    if (out.class_count > 0 && spec->data_type() == inference::TYPE_STRING)
+      return InvalidArgument("classification (class_count) is not possible on BYTES output '" +
+                             out.name + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace nereid

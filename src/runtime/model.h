@@ -1,0 +1,68 @@
+// Model: one loaded version of one model: its final config, its backend, its instances and its
+// scheduler. The repository creates and stops it; requests hold a shared_ptr while in flight.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "runtime/backend.h"
+#include "runtime/inference_request.h"
+#include "runtime/model_instance.h"
+#include "scheduler/scheduler.h"
+
+namespace nereid {
+
+class Model {
+ public:
+  // Loads a model version: runs the backend's model initialization (which may auto-complete the
+  // config), validates the final config, creates the instances and the scheduler.
+  static StatusOr<std::shared_ptr<Model>> Create(const std::string& name, int64_t version,
+                                                 const std::string& model_dir,
+                                                 inference::ModelConfig config,
+                                                 const ConfigLocator& locator,
+                                                 std::shared_ptr<Backend> backend);
+  ~Model();
+
+  // Validates the request against the config and hands it to the scheduler. On error the caller
+  // still owns the request.
+  Status Enqueue(std::unique_ptr<InferenceRequest>& request);
+  // Finishes everything accepted, then finalizes instances and the backend model. Idempotent.
+  void Stop();
+
+  const std::string& name() const { return name_; }
+  int64_t version() const { return version_; }
+  const std::string& version_path() const { return version_path_; }
+  const inference::ModelConfig& config() const { return config_; }
+  const std::string& config_json() const { return config_json_; }
+  const std::vector<std::string>* Labels(const std::string& output) const;
+  Backend& backend() const { return *backend_; }
+  size_t Pending() const { return scheduler_ ? scheduler_->Pending() : 0; }
+
+  // Backend ABI support.
+  void* backend_state = nullptr;
+  Status SetConfigJson(const std::string& json);
+  bool in_initialize() const { return in_initialize_; }
+
+ private:
+  Model() = default;
+  Status Validate(InferenceRequest& request) const;
+
+  std::string name_;
+  int64_t version_ = 0;
+  std::string version_path_;
+  inference::ModelConfig config_;
+  std::string config_json_;
+  std::shared_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<ModelInstance>> instances_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<std::string, std::vector<std::string>> labels_;
+  bool in_initialize_ = false;
+  bool model_initialized_ = false;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace nereid

@@ -1,0 +1,60 @@
+#include "scheduler/default_scheduler.h"
+
+#include "runtime/model_instance.h"
+
+namespace nereid {
+
+DefaultScheduler::DefaultScheduler(std::vector<ModelInstance*> instances) {
+  threads_.reserve(instances.size());
+  for (ModelInstance* instance : instances) threads_.emplace_back([this, instance] { Run(instance); });
+}
+
+DefaultScheduler::~DefaultScheduler() { Stop(); }
+
+Status DefaultScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable("model '" + request->model_name + "' is unloading");
+    request->times.queued_ns = SteadyNowNs();
+    queue_.push_back(std::move(request));
+  }
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+void DefaultScheduler::Run(ModelInstance* instance) {
+  std::vector<std::unique_ptr<InferenceRequest>> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      // Accepted requests are drained before the thread exits, so unloading loses nothing.
+      if (queue_.empty()) return;
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      ++executing_;
+    }
+    instance->Execute(batch);
+    batch.clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    --executing_;
+  }
+}
+
+void DefaultScheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+size_t DefaultScheduler::Pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + executing_;
+}
+
+}  // namespace nereid

@@ -1,0 +1,143 @@
+#include "server/server_options.h"
+
+#include <charconv>
+#include <map>
+
+namespace nereid {
+namespace {
+
+StatusOr<bool> ParseBool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "on" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "off" || v == "no") return false;
+  return InvalidArgument("--" + flag + " expects true or false, got '" + v + "'");
+}
+
+template <typename T>
+StatusOr<T> ParseNumber(const std::string& flag, const std::string& v, T min, T max) {
+  T out{};
+  auto r = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || out < min || out > max)
+    return InvalidArgument("--" + flag + " expects a number in [" + std::to_string(min) + ", " +
+                           std::to_string(max) + "], got '" + v + "'");
+  return out;
+}
+
+// Flags Triton has that Nereid accepts without acting on them yet (so launch scripts keep working).
+const char* const kAcceptedIgnored[] = {"strict-model-config", "exit-on-error", "exit-timeout-secs", "id",
+                                        "disable-auto-complete-config", "pinned-memory-pool-byte-size",
+                                        "cuda-memory-pool-byte-size", "backend-config", "log-format",
+                                        "grpc-infer-allocation-pool-size", "metrics-interval-ms",
+                                        "allow-gpu-metrics", "allow-cpu-metrics", "repository-poll-secs"};
+
+}  // namespace
+
+std::string ServerUsage() {
+  return R"(Usage: nereid serve [options]
+
+Options (names follow tritonserver):
+  --model-repository=PATH     model repository (repeatable; alias --model-store)
+  --model-control-mode=MODE   none (load everything at start) or explicit (load/unload API)
+  --load-model=NAME           with explicit mode: load NAME at start ("*" for all); repeatable
+  --strict-readiness=BOOL     /v2/health/ready requires every model to be ready (default true)
+  --backend-directory=PATH    where libnereid_backend_<name>.so live (default: next to the binary)
+  --allow-http=BOOL           serve HTTP (default true)
+  --http-address=ADDR         default 0.0.0.0
+  --http-port=PORT            default 8000 (0 picks a free port)
+  --http-thread-count=N       HTTP I/O threads (default: hardware threads, at least 2)
+  --http-max-input-size=BYTES largest accepted request body (default 67108864)
+  --allow-grpc=BOOL, --grpc-port=PORT        reserved (default 8001); gRPC lands in a later release
+  --allow-metrics=BOOL, --metrics-port=PORT  reserved (default 8002); metrics land in a later release
+  --log-verbose=N             verbose logging level (0 off)
+  --log-info=BOOL, --log-warning=BOOL, --log-error=BOOL
+  --help
+)";
+}
+
+StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args) {
+  ServerOptions o;
+  bool explicit_mode_seen = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + arg + "'");
+    arg = arg.substr(2);
+    std::string flag = arg, value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    auto next = [&]() -> StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)
+        return InvalidArgument("--" + flag + " needs a value");
+      return args[++i];
+    };
+    auto boolean = [&]() -> StatusOr<bool> {
+      if (has_value) return ParseBool(flag, value);
+      if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) return ParseBool(flag, args[++i]);
+      return true;
+    };
+    if (flag == "model-repository" || flag == "model-store") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      o.repository.paths.push_back(v);
+    } else if (flag == "model-control-mode") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      if (v == "none") o.repository.control_mode = ModelControlMode::kNone;
+      else if (v == "explicit") o.repository.control_mode = ModelControlMode::kExplicit;
+      else if (v == "poll") return Unsupported("--model-control-mode=poll is not supported yet (use none or explicit)");
+      else return InvalidArgument("--model-control-mode must be none or explicit, got '" + v + "'");
+      explicit_mode_seen = true;
+    } else if (flag == "load-model") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      o.repository.startup_models.push_back(v);
+    } else if (flag == "strict-readiness") {
+      ASSIGN_OR_RETURN(o.repository.strict_readiness, boolean());
+    } else if (flag == "backend-directory") {
+      ASSIGN_OR_RETURN(o.backend_directory, next());
+    } else if (flag == "allow-http") {
+      ASSIGN_OR_RETURN(o.allow_http, boolean());
+    } else if (flag == "allow-grpc") {
+      ASSIGN_OR_RETURN(o.allow_grpc, boolean());
+    } else if (flag == "allow-metrics") {
+      ASSIGN_OR_RETURN(o.allow_metrics, boolean());
+    } else if (flag == "http-address") {
+      ASSIGN_OR_RETURN(o.http.address, next());
+    } else if (flag == "http-port" || flag == "grpc-port" || flag == "metrics-port") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(int port, ParseNumber<int>(flag, v, 0, 65535));
+      (flag == "http-port" ? o.http.port : flag == "grpc-port" ? o.grpc_port : o.metrics_port) =
+          static_cast<uint16_t>(port);
+    } else if (flag == "http-thread-count") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.http.threads, ParseNumber<int>(flag, v, 1, 1024));
+    } else if (flag == "http-max-input-size") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.http.max_input_size, ParseNumber<uint64_t>(flag, v, 1, uint64_t{1} << 40));
+    } else if (flag == "log-verbose") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.log_verbose, ParseNumber<int>(flag, v, 0, 100));
+    } else if (flag == "log-info") {
+      ASSIGN_OR_RETURN(o.log_info, boolean());
+    } else if (flag == "log-warning") {
+      ASSIGN_OR_RETURN(o.log_warning, boolean());
+    } else if (flag == "log-error") {
+      ASSIGN_OR_RETURN(o.log_error, boolean());
+    } else {
+      bool known = false;
+      for (const char* name : kAcceptedIgnored) known = known || flag == name;
+      if (!known) return InvalidArgument("unknown option --" + flag + " (see --help)");
+      if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
+    }
+  }
+  if (!o.help && o.repository.paths.empty()) return InvalidArgument("--model-repository is required");
+  if (!explicit_mode_seen && !o.repository.startup_models.empty())
+    return InvalidArgument("--load-model needs --model-control-mode=explicit");
+  return o;
+}
+
+}  // namespace nereid

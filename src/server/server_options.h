@@ -1,0 +1,31 @@
+// Command-line options of `nereid serve`, named like tritonserver's so existing launch scripts work.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "frontend/http/http_server.h"
+#include "repository/model_repository.h"
+
+namespace nereid {
+
+struct ServerOptions {
+  RepositoryOptions repository;
+  http::HttpOptions http;
+  bool allow_http = true;
+  bool allow_grpc = true;
+  bool allow_metrics = true;
+  uint16_t grpc_port = 8001;
+  uint16_t metrics_port = 8002;
+  std::string backend_directory;  // empty: next to the executable
+  int log_verbose = 0;
+  bool log_info = true, log_warning = true, log_error = true;
+  bool help = false;
+};
+
+// Parses argv (after the subcommand). Accepts --flag=value and --flag value; booleans also bare.
+StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args);
+std::string ServerUsage();
+
+}  // namespace nereid

@@ -1,0 +1,192 @@
+// Config parsing, validation, JSON rendering and version policy.
+#include <gtest/gtest.h>
+
+#include "config/config_validator.h"
+#include "config/model_config.h"
+#include "repository/model_repository.h"
+
+namespace nereid {
+namespace {
+
+StatusOr<ParsedModelConfig> Parse(const std::string& text) { return ParseModelConfigText(text, "m/config.pbtxt"); }
+
+Status ParseAndValidate(const std::string& text) {
+  auto parsed = Parse(text);
+  if (!parsed.ok()) return parsed.status();
+  FillConfigDefaults("m", &parsed->config);
+  return ValidateModelConfig(parsed->config, "m", parsed->locator);
+}
+
+constexpr const char* kGood = R"(
+name: "m"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+)";
+
+TEST(ConfigTest, ParsesAndValidatesGoodConfig) {
+  auto parsed = Parse(kGood);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->config.max_batch_size(), 8);
+  EXPECT_TRUE(ParseAndValidate(kGood).ok());
+}
+
+TEST(ConfigTest, SyntaxErrorNamesFileLineAndColumn) {
+  auto parsed = Parse("name: \"m\"\nmax_batch_size: eight\n");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("m/config.pbtxt:2:"), std::string::npos) << parsed.status().message();
+}
+
+TEST(ConfigTest, UnknownFieldIsASyntaxError) {
+  auto parsed = Parse("name: \"m\"\nmax_batch: 4\n");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("max_batch"), std::string::npos);
+}
+
+TEST(ConfigTest, BadDimsNameModelFileLineAndField) {
+  Status s = ParseAndValidate(R"(name: "m"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [
+  { name: "OUT" data_type: TYPE_FP32
+    dims: [ 0 ] }
+]
+)");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model 'm'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("m/config.pbtxt:6"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("output[0].dims"), std::string::npos) << s.message();
+}
+
+TEST(ConfigTest, PreferredBatchSizeAboveMaxIsRejected) {
+  Status s = ParseAndValidate(std::string(kGood) + "dynamic_batching { preferred_batch_size: [ 4, 16 ] }\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("preferred batch size 16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("m/config.pbtxt:6"), std::string::npos) << s.message();
+}
+
+TEST(ConfigTest, NameMustMatchDirectory) {
+  auto parsed = Parse(kGood);
+  ASSERT_TRUE(parsed.ok());
+  Status s = ValidateModelConfig(parsed->config, "other", parsed->locator);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("directory 'other'"), std::string::npos);
+}
+
+TEST(ConfigTest, MissingDataTypeAndDuplicateNames) {
+  EXPECT_FALSE(ParseAndValidate(R"(name: "m" input [ { name: "IN" dims: [1] } ] output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])").ok());
+  Status dup = ParseAndValidate(R"(name: "m"
+input [ { name: "IN" data_type: TYPE_FP32 dims: [1] }, { name: "IN" data_type: TYPE_FP32 dims: [1] } ]
+output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.message().find("declared twice"), std::string::npos);
+}
+
+TEST(ConfigTest, GpuInstancesAreRefusedUntilGpuSupportLands) {
+  Status s = ParseAndValidate(std::string(kGood) + "instance_group [ { kind: KIND_GPU } ]\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("KIND_GPU"), std::string::npos);
+}
+
+// Every top-level field of Triton's ModelConfig, several nested ones: all must parse.
+TEST(ConfigTest, KitchenSinkTritonConfigParsesAndReportsIgnoredFields) {
+  const char* text = R"(
+name: "m"
+platform: "onnxruntime_onnx"
+backend: "onnxruntime"
+runtime: "libtriton_onnxruntime.so"
+version_policy: { specific: { versions: [ 1, 3 ] } }
+max_batch_size: 16
+input [ { name: "IN" data_type: TYPE_FP16 format: FORMAT_NCHW dims: [ 3, 224, 224 ]
+          reshape: { shape: [ 1, 3, 224, 224 ] } allow_ragged_batch: false optional: false } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1000 ] label_filename: "labels.txt" } ]
+batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: "IN" } ]
+batch_output [ { target_name: "OUT" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "IN" } ]
+optimization { graph { level: 1 } priority: PRIORITY_MAX
+  cuda { graphs: true busy_wait_events: true graph_spec [ { batch_size: 4 input { key: "IN" value { dim: [ 3, 224, 224 ] } } } ] }
+  execution_accelerators { gpu_execution_accelerator [ { name: "tensorrt" parameters { key: "precision_mode" value: "FP16" } } ] }
+  input_pinned_memory { enable: true } output_pinned_memory { enable: false }
+  gather_kernel_buffer_threshold: 2 eager_batching: true }
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 preserve_ordering: true
+  priority_levels: 2 default_priority_level: 1
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 1000 allow_timeout_override: true max_queue_size: 8 }
+  priority_queue_policy { key: 1 value { timeout_action: REJECT max_queue_size: 4 } } }
+instance_group [ { name: "g" kind: KIND_CPU count: 2 rate_limiter { resources [ { name: "R" global: true count: 1 } ] priority: 2 }
+  host_policy: "cpu" passive: false } ]
+default_model_filename: "model.onnx"
+cc_model_filenames { key: "7.5" value: "model_75.onnx" }
+metric_tags { key: "team" value: "search" }
+parameters { key: "threads" value: { string_value: "4" } }
+model_warmup [ { name: "w" batch_size: 1 count: 2 inputs { key: "IN" value: { data_type: TYPE_FP16 dims: [ 3, 224, 224 ] zero_data: true } } } ]
+model_operations { op_library_filename: [ "libcustom.so" ] }
+model_transaction_policy { decoupled: false }
+model_repository_agents { agents [ { name: "checksum" parameters { key: "MD5:model.onnx" value: "abc" } } ] }
+response_cache { enable: true }
+model_metrics { metric_control [ { metric_identifier { family: "nv_inference_request_duration" }
+  histogram_options { buckets: [ 1, 10, 100 ] } } ] }
+)";
+  auto parsed = Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  const auto ignored = IgnoredConfigFields(parsed->config);
+  for (const char* f : {"optimization", "dynamic_batching", "model_warmup", "response_cache", "batch_input",
+                        "model_metrics", "runtime", "metric_tags"})
+    EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
+
+  // Sequence batching and ensembles too (they are a oneof with dynamic_batching).
+  EXPECT_TRUE(Parse(R"(name: "s" sequence_batching { max_sequence_idle_microseconds: 5000000
+    control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+    state [ { input_name: "I" output_name: "O" data_type: TYPE_FP32 dims: [ -1 ]
+              initial_state: [ { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "z" } ] } ]
+    oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] } })").ok());
+  EXPECT_TRUE(Parse(R"(name: "e" platform: "ensemble" ensemble_scheduling { step [
+    { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } } ] })").ok());
+}
+
+TEST(ConfigTest, JsonPrintsInt64AsNumbersAndRoundTrips) {
+  auto parsed = Parse(std::string(kGood) + "version_policy { specific { versions: [ 2 ] } }\n");
+  ASSERT_TRUE(parsed.ok());
+  const std::string json = ModelConfigToJson(parsed->config);
+  EXPECT_NE(json.find("\"dims\":[16]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"versions\":[2]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"max_batch_size\":8"), std::string::npos) << json;
+  auto back = ModelConfigFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->input(0).dims(0), 16);
+}
+
+TEST(VersionPolicyTest, LatestAllSpecific) {
+  const std::vector<int64_t> on_disk = {1, 2, 5, 7};
+  inference::ModelVersionPolicy latest;
+  latest.mutable_latest()->set_num_versions(2);
+  EXPECT_EQ(*SelectVersions(latest, on_disk, "m"), (std::vector<int64_t>{5, 7}));
+  inference::ModelVersionPolicy all;
+  all.mutable_all();
+  EXPECT_EQ(*SelectVersions(all, on_disk, "m"), on_disk);
+  inference::ModelVersionPolicy specific;
+  specific.mutable_specific()->add_versions(2);
+  EXPECT_EQ(*SelectVersions(specific, on_disk, "m"), (std::vector<int64_t>{2}));
+  specific.mutable_specific()->add_versions(3);
+  EXPECT_FALSE(SelectVersions(specific, on_disk, "m").ok());
+  EXPECT_EQ(*SelectVersions(inference::ModelVersionPolicy(), on_disk, "m"), (std::vector<int64_t>{7}));
+  EXPECT_FALSE(SelectVersions(latest, {}, "m").ok());
+}
+
+TEST(ResolveBackendTest, PlatformsAndBackends) {
+  inference::ModelConfig c;
+  c.set_name("m");
+  c.set_platform("onnxruntime_onnx");
+  EXPECT_EQ(*ResolveBackend(&c, "/nonexistent", {1}), "native");
+  inference::ModelConfig t;
+  t.set_name("m");
+  t.set_platform("tensorrt_plan");
+  auto r = ResolveBackend(&t, "/nonexistent", {1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
+  inference::ModelConfig none;
+  none.set_name("m");
+  EXPECT_FALSE(ResolveBackend(&none, "/nonexistent", {1}).ok());
+}
+
+}  // namespace
+}  // namespace nereid

@@ -1,0 +1,154 @@
+// Model repository: loading through the real native backend, failures isolated per model, version
+// policies, explicit load/unload, auto-complete and request validation.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "repository/model_repository.h"
+#include "test_repository.h"
+
+namespace nereid {
+namespace {
+
+using testing::AddConfig;
+using testing::TempRepository;
+
+struct Fixture {
+  TempRepository repo;
+  BackendManager backends{NEREID_BACKEND_DIR};
+  std::unique_ptr<ModelRepository> repository;
+
+  void Start(ModelControlMode mode = ModelControlMode::kNone, std::vector<std::string> startup = {}) {
+    RepositoryOptions options;
+    options.paths = {repo.root().string()};
+    options.control_mode = mode;
+    options.startup_models = std::move(startup);
+    repository = std::make_unique<ModelRepository>(options, &backends);
+    ASSERT_TRUE(repository->LoadStartupModels().ok());
+  }
+};
+
+std::unique_ptr<InferenceResponse> Infer(Model& model, std::vector<int32_t> a, std::vector<int32_t> b,
+                                         Status* enqueue_status = nullptr) {
+  auto request = std::make_unique<InferenceRequest>();
+  request->model_name = model.name();
+  const int64_t batch = static_cast<int64_t>(a.size() / 4);
+  auto add_input = [&](const char* name, std::vector<int32_t>& data) {
+    InferInput in;
+    in.name = name;
+    in.datatype = DataType::kInt32;
+    in.shape = {batch, 4};
+    std::vector<uint8_t> bytes(data.size() * 4);
+    std::memcpy(bytes.data(), data.data(), bytes.size());
+    in.Own(std::move(bytes));
+    request->inputs.push_back(std::move(in));
+  };
+  add_input("A", a);
+  add_input("B", b);
+  std::promise<std::unique_ptr<InferenceResponse>> done;
+  auto future = done.get_future();
+  request->on_complete = [&done](std::unique_ptr<InferenceResponse> r) { done.set_value(std::move(r)); };
+  Status s = model.Enqueue(request);
+  if (enqueue_status) *enqueue_status = s;
+  if (!s.ok()) return nullptr;
+  return future.get();
+}
+
+TEST(RepositoryTest, LoadsAndServesAModel) {
+  Fixture f;
+  f.repo.AddModel("add", AddConfig("add"));
+  f.Start();
+  auto model = f.repository->GetModel("add", -1);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto response = Infer(**model, {1, 2, 3, 4}, {10, 20, 30, 40});
+  ASSERT_TRUE(response && response->status.ok()) << response->status.message();
+  ASSERT_EQ(response->outputs.size(), 1u);
+  const auto* out = reinterpret_cast<const int32_t*>(response->outputs[0].data.data());
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{11, 22, 33, 44}));
+  EXPECT_EQ(response->outputs[0].shape, (std::vector<int64_t>{1, 4}));
+  EXPECT_TRUE(f.repository->Ready());
+}
+
+TEST(RepositoryTest, BadModelIsReportedAndDoesNotStopOthers) {
+  Fixture f;
+  f.repo.AddModel("good", AddConfig("good"));
+  f.repo.AddModel("broken", "name: \"broken\"\nmax_batch_size: oops\n");
+  f.Start();
+  EXPECT_TRUE(f.repository->GetModel("good", -1).ok());
+  EXPECT_FALSE(f.repository->GetModel("broken", -1).ok());
+  bool found = false;
+  for (const auto& e : f.repository->Index(false)) {
+    if (e.name != "broken") continue;
+    found = true;
+    EXPECT_EQ(e.state, "UNAVAILABLE");
+    EXPECT_NE(e.reason.find("broken/config.pbtxt:2"), std::string::npos) << e.reason;
+  }
+  EXPECT_TRUE(found);
+  EXPECT_FALSE(f.repository->Ready());  // strict readiness
+}
+
+TEST(RepositoryTest, DimsThatRepeatTheBatchDimensionAreExplained) {
+  Fixture f;
+  f.repo.AddModel("m", "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
+                       "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ -1, 4 ] }, { name: \"B\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n"
+                       "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n");
+  f.Start();
+  auto index = f.repository->Index(false);
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_NE(index[0].reason.find("must not include the batch dimension"), std::string::npos) << index[0].reason;
+}
+
+TEST(RepositoryTest, AutoCompletesConfigFromTheOnnxGraph) {
+  Fixture f;
+  f.repo.AddModel("auto", "");  // no config.pbtxt at all
+  f.Start();
+  auto model = f.repository->GetModel("auto", -1);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const auto& c = (*model)->config();
+  EXPECT_EQ(c.max_batch_size(), 4);
+  ASSERT_EQ(c.input_size(), 2);
+  EXPECT_EQ(c.input(0).dims_size(), 1);
+  EXPECT_EQ(c.input(0).dims(0), 4);
+  EXPECT_EQ(c.backend(), "onnxruntime");
+  EXPECT_EQ(c.platform(), "onnxruntime_onnx");
+}
+
+TEST(RepositoryTest, VersionPolicyPicksVersions) {
+  Fixture f;
+  f.repo.AddModel("v", AddConfig("v") + "version_policy { latest { num_versions: 2 } }\n", {1, 2, 3});
+  f.Start();
+  EXPECT_EQ(f.repository->ReadyVersions("v"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ((*f.repository->GetModel("v", -1))->version(), 3);
+  EXPECT_EQ(f.repository->GetModel("v", 1).status().code(), Status::Code::kNotFound);
+}
+
+TEST(RepositoryTest, ExplicitModeLoadsOnlyWhatIsAskedAndUnloads) {
+  Fixture f;
+  f.repo.AddModel("a", AddConfig("a"));
+  f.repo.AddModel("b", AddConfig("b"));
+  f.Start(ModelControlMode::kExplicit, {"a"});
+  EXPECT_TRUE(f.repository->GetModel("a", -1).ok());
+  EXPECT_FALSE(f.repository->GetModel("b", -1).ok());
+  ASSERT_TRUE(f.repository->Load("b", "").ok());
+  EXPECT_TRUE(f.repository->GetModel("b", -1).ok());
+  ASSERT_TRUE(f.repository->Unload("a").ok());
+  EXPECT_FALSE(f.repository->GetModel("a", -1).ok());
+  EXPECT_EQ(f.repository->Load("nope", "").code(), Status::Code::kNotFound);
+  EXPECT_TRUE(f.repository->Ready());
+}
+
+TEST(RepositoryTest, RequestValidationErrors) {
+  Fixture f;
+  f.repo.AddModel("add", AddConfig("add", 2));
+  f.Start();
+  auto model = *f.repository->GetModel("add", -1);
+  Status s;
+  Infer(*model, {1, 2, 3}, {1, 2, 3}, &s);  // 3 elements for shape [0,4]
+  EXPECT_FALSE(s.ok());
+  Infer(*model, std::vector<int32_t>(12, 1), std::vector<int32_t>(12, 1), &s);  // batch 3 > 2
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("batch-size must be <= 2"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace nereid
