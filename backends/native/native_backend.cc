@@ -237,15 +237,14 @@ Status ExecuteOne(const ModelState& m, NereidRequest* request) {
       return s;
     }
     const auto type = static_cast<DataType>(t.datatype);
-    if (type == DataType::kBytes) return Unsupported("BYTES inputs are not supported by the native engine");
     std::vector<int64_t> shape(t.shape, t.shape + t.dims_count);
     if (batching && !shape.empty()) batch = shape[0];
     auto spec = m.inputs.find(t.name);
     if (spec != m.inputs.end() && spec->second.has_reshape)
       shape = BatchPrefixed(shape, batching, spec->second.reshape);
     const size_t align = DataTypeSize(type);
-    if (reinterpret_cast<uintptr_t>(t.data) % std::max<size_t>(align, 1) == 0) {
-      feeds.emplace_back(t.name, Tensor::Borrow(type, shape, t.data));  // zero copy
+    if (type == DataType::kBytes || reinterpret_cast<uintptr_t>(t.data) % std::max<size_t>(align, 1) == 0) {
+      feeds.emplace_back(t.name, Tensor::Borrow(type, shape, t.data, t.byte_size));  // zero copy
     } else {
       Tensor copy = Tensor::Allocate(type, shape);
       std::memcpy(copy.mutable_raw(), t.data, t.byte_size);

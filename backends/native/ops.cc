@@ -406,6 +406,7 @@ Status Concat(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   if (in.empty()) return node.Error("needs at least one input");
   RETURN_IF_ERROR(RequireInputs(node, in, in.size()));
   if (!node.HasAttr("axis")) return node.Error("attribute 'axis' is required");
+  if (in[0]->type() == DataType::kBytes) return node.Error("BYTES (STRING) tensors are not supported");
   const auto& first = in[0]->shape();
   const int64_t rank = static_cast<int64_t>(first.size());
   const int64_t axis = NormalizeAxis(node.AttrInt("axis", 0), rank);
@@ -487,6 +488,8 @@ Status Cast(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   const Tensor& x = *in[0];
   const DataType to = FromOnnxType(static_cast<int32_t>(node.AttrInt("to", 0)));
+  if (x.type() == DataType::kBytes || to == DataType::kBytes)
+    return node.Error("casts to or from STRING are not supported");
   if (to == DataType::kInvalid) return node.Error("unsupported target type " + std::to_string(node.AttrInt("to", 0)));
   out[0] = Tensor::Allocate(to, x.shape());
   const size_t si = DataTypeSize(x.type()), so = DataTypeSize(to);

@@ -19,8 +19,9 @@ Tensor Tensor::Allocate(DataType type, std::vector<int64_t> shape) {
   return t;
 }
 
-Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* data) {
+Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* data, size_t byte_size) {
   Tensor t;
+  t.bytes_size_ = byte_size;
   t.type_ = type;
   t.shape_ = std::move(shape);
   t.data_ = static_cast<const uint8_t*>(data);
@@ -56,6 +57,7 @@ DataType FromOnnxType(int32_t t) {
     case onnx::TensorProto::UINT32: return DataType::kUint32;
     case onnx::TensorProto::UINT64: return DataType::kUint64;
     case onnx::TensorProto::BFLOAT16: return DataType::kBf16;
+    case onnx::TensorProto::STRING: return DataType::kBytes;
     default: return DataType::kInvalid;
   }
 }
@@ -68,7 +70,7 @@ int32_t ToOnnxType(DataType t) {
 
 StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
   const DataType type = FromOnnxType(proto.data_type());
-  if (type == DataType::kInvalid)
+  if (type == DataType::kInvalid || type == DataType::kBytes)
     return Unsupported("tensor '" + proto.name() + "' has unsupported element type " +
                        std::to_string(proto.data_type()));
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)

@@ -21,8 +21,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zeroed, 64-byte aligned storage for 'shape'.
   static Tensor Allocate(DataType type, std::vector<int64_t> shape);
-  // Borrows 'data' (not owned; must outlive the tensor and its views).
-  static Tensor Borrow(DataType type, std::vector<int64_t> shape, const void* data);
+  // Borrows 'data' (not owned; must outlive the tensor and its views). For BYTES, 'byte_size' is the
+  // serialized size (4-byte little-endian length before each element); ignored for other types.
+  static Tensor Borrow(DataType type, std::vector<int64_t> shape, const void* data, size_t byte_size = 0);
   // Same storage, new shape (element count must match; checked by the caller).
   Tensor View(std::vector<int64_t> shape) const;
   // Same bytes read as another type of the same element size (e.g. UINT16 bits as BF16).
@@ -31,7 +32,9 @@ class Tensor {
   DataType type() const { return type_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t elements() const;
-  size_t bytes() const { return static_cast<size_t>(elements()) * DataTypeSize(type_); }
+  size_t bytes() const {
+    return type_ == DataType::kBytes ? bytes_size_ : static_cast<size_t>(elements()) * DataTypeSize(type_);
+  }
   const uint8_t* raw() const { return data_; }
   uint8_t* mutable_raw() { return const_cast<uint8_t*>(data_); }
   template <typename T>
@@ -45,9 +48,10 @@ class Tensor {
   std::vector<int64_t> shape_;
   std::shared_ptr<uint8_t> storage_;
   const uint8_t* data_ = nullptr;
+  size_t bytes_size_ = 0;  // BYTES only: elements have no fixed size
 };
 
-// ONNX TensorProto element type <-> DataType (kInvalid when unsupported, e.g. STRING).
+// ONNX TensorProto element type <-> DataType (STRING is BYTES; kInvalid when unsupported).
 DataType FromOnnxType(int32_t onnx_type);
 int32_t ToOnnxType(DataType type);
 // Reads an initializer or test tensor (raw_data or typed fields; external data is rejected).

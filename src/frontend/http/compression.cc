@@ -80,7 +80,8 @@ StatusOr<std::string> Inflate(Encoding e, std::string_view in, size_t limit) {
     }
     if (rc == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {
       inflateEnd(&zs);
-      return InvalidArgument("the " + std::string(EncodingName(e)) + " request body is truncated");
+      return InvalidArgument("failed to decompress the " + std::string(EncodingName(e)) +
+                             " request body: it is truncated");
     }
   }
   inflateEnd(&zs);

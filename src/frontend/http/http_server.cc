@@ -7,7 +7,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <charconv>
+#include <chrono>
 #include <optional>
 #include <thread>
 
@@ -163,6 +165,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (ec == bhttp::error::body_limit) {
       keep_alive_ = false;
+      drain_after_send_ = true;
       return SendError(bhttp::status::bad_request, 
                        "request body exceeds the limit of " + std::to_string(server_->options_.max_input_size) +
                            " bytes; raise it with --http-max-input-size");
@@ -184,8 +187,26 @@ class Session : public std::enable_shared_from_this<Session> {
     res.prepare_payload();
     auto sp = std::make_shared<Response>(std::move(res));
     bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
+      if (!ec && self->drain_after_send_) return self->Drain();
       if (ec || !self->keep_alive_) return self->Close();
       self->Read();
+    });
+  }
+
+  // After rejecting an oversized body: stop sending, then read and discard what the client still
+  // sends, so it gets to read our error instead of a connection reset. Bounded in bytes and time.
+  void Drain() {
+    Close();
+    stream_.expires_after(std::chrono::seconds(10));
+    auto scratch = std::make_shared<std::array<char, 65536>>();
+    stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > 4 * self->server_->options_.max_input_size + (64u << 20)) {
+        beast::error_code ignored;
+        self->stream_.socket().close(ignored);
+        return;
+      }
+      self->Drain();
     });
   }
 
@@ -509,6 +530,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpServer::Impl* server_;
   bool keep_alive_ = true;
+  bool drain_after_send_ = false;
+  uint64_t drained_ = 0;
   unsigned version_ = 11;
 };
 

@@ -154,7 +154,7 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
     return InvalidArgument("Inference-Header-Content-Length is " + std::to_string(json_size) +
                            " but the body has only " + std::to_string(body->size()) + " bytes");
   rapidjson::Document doc;
-  doc.Parse(body->data(), json_size);
+  doc.Parse<rapidjson::kParseFullPrecisionFlag>(body->data(), json_size);
   if (doc.HasParseError())
     return InvalidArgument(std::string("failed to parse the request JSON: ") +
                            rapidjson::GetParseError_En(doc.GetParseError()) + " at offset " +

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds Nereid (Release with debug info) into build/ with Ninja and ccache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${BUILD_DIR:-build}"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" ${CMAKE_ARGS:-}
+fi
+ninja -C "$BUILD_DIR"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what Nereid needs to build, test and serve on Debian 12: apt packages (only the missing ones)
+# and a Python virtual environment in .venv with the PyPI packages the tests and examples use.
+# Idempotent; safe to run on every build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libboost-dev libprotobuf-dev protobuf-compiler rapidjson-dev zlib1g-dev
+  libonnx-dev libonnx-testdata libopenblas-dev libgtest-dev
+  python3 python3-venv python3-pip curl
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing apt packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python: the interpreter on PATH (pyenv's here, Debian's elsewhere), always inside .venv so Debian's
+# externally-managed system Python is never touched.
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+REQ=scripts/requirements.txt
+STAMP=.venv/.requirements.sha
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$REQ"
+  echo "$want" > "$STAMP"
+fi

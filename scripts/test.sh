@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is missing, builds, runs the C++ unit tests (ctest) and the
+# end-to-end tests (pytest: the real binary on free ports, driven by the real tritonclient).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+echo "== unit tests (ctest)"
+ctest --test-dir build --output-on-failure -j "$(nproc)"
+echo "== end-to-end tests (pytest)"
+NEREID_BINARY="$PWD/build/nereid" .venv/bin/python -m pytest -q tests/e2e "$@"
