@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -31,7 +32,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--reps") reps = std::stoi(argv[i + 1]);
   openblas_set_num_threads(1);
-  struct Case { int m, n, k; bool tb; const char* what; };
+  struct Case {
+    int m, n, k;
+    bool tb;
+    const char* what;
+  };
   const Case cases[] = {
       {1, 1000, 256, true, "recommend fc2, batch 1"},
       {32, 512, 1024, true, "recommend fc0, batch 32"},
@@ -41,9 +46,11 @@ int main(int argc, char** argv) {
       {1024, 1024, 1024, false, "square 1024"},
   };
   std::printf("kernel: %s, threads: 1\n", nereid::kernels::SgemmKernelName());
-  std::printf("| %-26s | %5s | %5s | %5s | %12s | %12s | %9s |\n", "case", "M", "N", "K", "nereid GF/s",
-              "openblas GF/s", "ratio");
+  std::printf("| %-26s | %5s | %5s | %5s | %12s | %12s | %9s |\n", "case", "M", "N", "K",
+              "nereid GF/s", "openblas GF/s", "ratio");
   std::printf("|%s|\n", std::string(100, '-').c_str());
+  double log_ratio_sum = 0;
+  int cases_run = 0;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1, 1);
   for (const Case& c : cases) {
@@ -57,12 +64,13 @@ int main(int argc, char** argv) {
     const int inner = std::max(1, static_cast<int>(2e7 / flops * 50));
     auto ours = [&] {
       for (int i = 0; i < inner; ++i)
-        nereid::kernels::Sgemm(false, c.tb, c.m, c.n, c.k, 1.f, a.data(), c.k, b.data(), ldb, 0.f, c1.data(), c.n);
+        nereid::kernels::Sgemm(false, c.tb, c.m, c.n, c.k, 1.f, a.data(), c.k, b.data(), ldb, 0.f,
+                               c1.data(), c.n);
     };
     auto blas = [&] {
       for (int i = 0; i < inner; ++i)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, c.tb ? CblasTrans : CblasNoTrans, c.m, c.n, c.k, 1.f, a.data(),
-                    c.k, b.data(), ldb, 0.f, c2.data(), c.n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, c.tb ? CblasTrans : CblasNoTrans, c.m, c.n, c.k,
+                    1.f, a.data(), c.k, b.data(), ldb, 0.f, c2.data(), c.n);
     };
     ours();
     blas();
@@ -72,10 +80,14 @@ int main(int argc, char** argv) {
       best_blas = std::min(best_blas, Seconds(blas));
     }
     double max_diff = 0;
-    for (size_t i = 0; i < c1.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::abs(c1[i] - c2[i])));
+    for (size_t i = 0; i < c1.size(); ++i)
+      max_diff = std::max(max_diff, static_cast<double>(std::abs(c1[i] - c2[i])));
     const double g_ours = flops * inner / best_ours / 1e9, g_blas = flops * inner / best_blas / 1e9;
-    std::printf("| %-26s | %5d | %5d | %5d | %12.1f | %12.1f | %8.2fx |%s\n", c.what, c.m, c.n, c.k, g_ours,
-                g_blas, g_ours / g_blas, max_diff > 1e-3 ? "  RESULTS DIFFER" : "");
+    log_ratio_sum += std::log(g_ours / g_blas);
+    ++cases_run;
+    std::printf("| %-26s | %5d | %5d | %5d | %12.1f | %12.1f | %8.2fx |%s\n", c.what, c.m, c.n, c.k,
+                g_ours, g_blas, g_ours / g_blas, max_diff > 1e-3 ? "  RESULTS DIFFER" : "");
   }
+  std::printf("geometric mean ratio (nereid / openblas): %.2fx\n", std::exp(log_ratio_sum / cases_run));
   return 0;
 }

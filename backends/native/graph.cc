@@ -74,7 +74,8 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   for (const auto& node : graph.node()) {
     Node n{OpNode(&node, g->opset_), FindOp(node.op_type()), {}, {}};
     for (const auto& name : node.input()) n.inputs.push_back(name.empty() ? -1 : g->ValueId(name));
-    for (const auto& name : node.output()) n.outputs.push_back(name.empty() ? -1 : g->ValueId(name));
+    for (const auto& name : node.output())
+      n.outputs.push_back(name.empty() ? -1 : g->ValueId(name));
     g->nodes_.push_back(std::move(n));
   }
   const size_t values = g->value_ids_.size();
@@ -96,7 +97,8 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     if (constants_[i].valid()) values[i] = constants_[i];
   for (const auto& [name, tensor] : feeds) {
     auto it = value_ids_.find(name);
-    if (it == value_ids_.end()) return InvalidArgument("the ONNX graph has no input '" + name + "'");
+    if (it == value_ids_.end())
+      return InvalidArgument("the ONNX graph has no input '" + name + "'");
     values[it->second] = tensor;
   }
   std::vector<const Tensor*> in;

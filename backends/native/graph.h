@@ -37,8 +37,8 @@ class Graph {
   int64_t opset() const { return opset_; }
 
   // Runs the graph on 'feeds' (by graph input name) and returns 'fetch' (by graph output name).
-  Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds, const std::vector<std::string>& fetch,
-             std::vector<Tensor>* results) const;
+  Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
+             const std::vector<std::string>& fetch, std::vector<Tensor>* results) const;
 
  private:
   struct Node {
@@ -55,8 +55,8 @@ class Graph {
   std::map<std::string, int> value_ids_;
   std::vector<Tensor> constants_;  // by value id; invalid where not an initializer
   std::vector<Node> nodes_;
-  std::vector<int> last_use_;      // by value id: index of the last node reading it
-  std::vector<bool> keep_;         // by value id: graph outputs and initializers are never freed
+  std::vector<int> last_use_;  // by value id: index of the last node reading it
+  std::vector<bool> keep_;     // by value id: graph outputs and initializers are never freed
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
 };

@@ -1,6 +1,7 @@
-// The native backend: serves ONNX models on Nereid's own CPU engine through include/nereid/backend.h.
-// It also serves configs written for Triton's ONNX Runtime backend when every op of the graph is
-// implemented, and auto-completes inputs, outputs and max_batch_size from the graph.
+// The native backend: serves ONNX models on Nereid's own CPU engine through
+// include/nereid/backend.h. It also serves configs written for Triton's ONNX Runtime backend when
+// every op of the graph is implemented, and auto-completes inputs, outputs and max_batch_size from
+// the graph.
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -21,16 +22,27 @@ NereidError* ToError(const Status& s) {
   if (s.ok()) return nullptr;
   NereidErrorCode code = NEREID_ERROR_INVALID_ARG;
   switch (s.code()) {
-    case Status::Code::kNotFound: code = NEREID_ERROR_NOT_FOUND; break;
-    case Status::Code::kUnavailable: code = NEREID_ERROR_UNAVAILABLE; break;
-    case Status::Code::kUnsupported: code = NEREID_ERROR_UNSUPPORTED; break;
-    case Status::Code::kInternal: code = NEREID_ERROR_INTERNAL; break;
-    default: break;
+    case Status::Code::kNotFound:
+      code = NEREID_ERROR_NOT_FOUND;
+      break;
+    case Status::Code::kUnavailable:
+      code = NEREID_ERROR_UNAVAILABLE;
+      break;
+    case Status::Code::kUnsupported:
+      code = NEREID_ERROR_UNSUPPORTED;
+      break;
+    case Status::Code::kInternal:
+      code = NEREID_ERROR_INTERNAL;
+      break;
+    default:
+      break;
   }
   return NereidErrorNew(code, s.message().c_str());
 }
 
-void Log(NereidLogLevel level, const std::string& message) { NereidLog(level, __FILE__, __LINE__, message.c_str()); }
+void Log(NereidLogLevel level, const std::string& message) {
+  NereidLog(level, __FILE__, __LINE__, message.c_str());
+}
 
 DataType ConfigType(const std::string& name) {
   if (name == "TYPE_STRING") return DataType::kBytes;
@@ -84,9 +96,10 @@ std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, const char*
   return specs;
 }
 
-// Fills inputs, outputs and max_batch_size that the config leaves out, the way Triton's ONNX Runtime
-// backend auto-completes: a graph whose every input and output has a dynamic first dimension batches
-// (max_batch_size 4 unless given), and dims are the graph dims without that batch dimension.
+// Fills inputs, outputs and max_batch_size that the config leaves out, the way Triton's ONNX
+// Runtime backend auto-completes: a graph whose every input and output has a dynamic first
+// dimension batches (max_batch_size 4 unless given), and dims are the graph dims without that batch
+// dimension.
 bool AutoComplete(const Graph& graph, rapidjson::Document& config) {
   auto& alloc = config.GetAllocator();
   const bool need_inputs = !config.HasMember("input") || config["input"].Empty();
@@ -122,7 +135,8 @@ bool AutoComplete(const Graph& graph, rapidjson::Document& config) {
 Status CheckAgainstGraph(const ModelState& m) {
   const std::string who = "model '" + m.name + "': ";
   std::string graph_inputs;
-  for (const auto& g : m.graph->inputs()) graph_inputs += (graph_inputs.empty() ? "" : ", ") + g.name;
+  for (const auto& g : m.graph->inputs())
+    graph_inputs += (graph_inputs.empty() ? "" : ", ") + g.name;
   for (const auto& g : m.graph->inputs())
     if (!m.inputs.count(g.name))
       return InvalidArgument(who + "the ONNX graph has input '" + g.name +
@@ -132,47 +146,58 @@ Status CheckAgainstGraph(const ModelState& m) {
     for (const auto& v : m.graph->inputs())
       if (v.name == name) g = &v;
     if (g == nullptr)
-      return InvalidArgument(who + "config input '" + name + "' is not an input of the ONNX graph (graph inputs: " +
-                             graph_inputs + ")");
+      return InvalidArgument(who + "config input '" + name +
+                             "' is not an input of the ONNX graph (graph inputs: " + graph_inputs +
+                             ")");
     if (g->type != spec.type)
       return InvalidArgument(who + "input '" + name + "' is " + ConfigTypeName(spec.type) +
-                             " in config.pbtxt but " + ConfigTypeName(g->type) + " in the ONNX graph");
+                             " in config.pbtxt but " + ConfigTypeName(g->type) +
+                             " in the ONNX graph");
     const auto& dims = spec.has_reshape ? spec.reshape : spec.dims;
     const size_t batch = m.max_batch_size > 0 ? 1 : 0;
     const size_t rank = dims.size() + batch;
     if (g->dims.size() != rank) {
       std::string hint;
       if (batch && g->dims.size() == dims.size() && !dims.empty() && dims[0] == -1)
-        hint = " dims must not include the batch dimension when max_batch_size > 0: drop the leading -1, "
-               "or set max_batch_size: 0.";
+        hint =
+            " dims must not include the batch dimension when max_batch_size > 0: drop the leading "
+            "-1, "
+            "or set max_batch_size: 0.";
       else if (batch && g->dims.size() == dims.size())
         hint = " The graph has no batch dimension: set max_batch_size: 0.";
       else if (!batch && g->dims.size() == dims.size() + 1)
-        hint = " The graph has a leading (batch) dimension: set max_batch_size > 0, or add it to dims.";
-      return InvalidArgument(who + "input '" + name + "' has dims " + ShapeToString(dims) +
-                             " and max_batch_size " + std::to_string(m.max_batch_size) + ", i.e. rank " +
-                             std::to_string(rank) + ", but the ONNX graph input has shape " +
-                             ShapeToString(g->dims) + "." + hint);
+        hint =
+            " The graph has a leading (batch) dimension: set max_batch_size > 0, or add it to "
+            "dims.";
+      return InvalidArgument(
+          who + "input '" + name + "' has dims " + ShapeToString(dims) + " and max_batch_size " +
+          std::to_string(m.max_batch_size) + ", i.e. rank " + std::to_string(rank) +
+          ", but the ONNX graph input has shape " + ShapeToString(g->dims) + "." + hint);
     }
     if (batch && g->dims[0] > 0 && g->dims[0] < m.max_batch_size)
-      return InvalidArgument(who + "input '" + name + "': the ONNX graph fixes the batch dimension at " +
+      return InvalidArgument(who + "input '" + name +
+                             "': the ONNX graph fixes the batch dimension at " +
                              std::to_string(g->dims[0]) + " but max_batch_size is " +
                              std::to_string(m.max_batch_size));
     for (size_t i = 0; i < dims.size(); ++i) {
       const int64_t gd = g->dims[i + batch];
       if (dims[i] != -1 && gd != -1 && dims[i] != gd)
         return InvalidArgument(who + "input '" + name + "' has dims " + ShapeToString(dims) +
-                               " in config.pbtxt but the ONNX graph input has shape " + ShapeToString(g->dims));
+                               " in config.pbtxt but the ONNX graph input has shape " +
+                               ShapeToString(g->dims));
     }
   }
   for (const auto& [name, spec] : m.outputs) {
     const ValueInfo* g = nullptr;
     for (const auto& v : m.graph->outputs())
       if (v.name == name) g = &v;
-    if (g == nullptr) return InvalidArgument(who + "config output '" + name + "' is not an output of the ONNX graph");
+    if (g == nullptr)
+      return InvalidArgument(who + "config output '" + name +
+                             "' is not an output of the ONNX graph");
     if (g->type != spec.type)
       return InvalidArgument(who + "output '" + name + "' is " + ConfigTypeName(spec.type) +
-                             " in config.pbtxt but " + ConfigTypeName(g->type) + " in the ONNX graph");
+                             " in config.pbtxt but " + ConfigTypeName(g->type) +
+                             " in the ONNX graph");
   }
   return Status::Ok();
 }
@@ -182,12 +207,15 @@ Status InitializeModel(NereidModel* model) {
   state->name = NereidModelName(model);
   rapidjson::Document config;
   config.Parse(NereidModelConfigJson(model));
-  if (config.HasParseError() || !config.IsObject()) return Internal("model config JSON is malformed");
+  if (config.HasParseError() || !config.IsObject())
+    return Internal("model config JSON is malformed");
   std::string file = StringField(config, "default_model_filename");
   if (file.empty()) file = "model.onnx";
   const std::string path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   auto graph = Graph::Load(path);
-  if (!graph.ok()) return Status(graph.status().code(), "model '" + state->name + "': " + graph.status().message());
+  if (!graph.ok())
+    return Status(graph.status().code(),
+                  "model '" + state->name + "': " + graph.status().message());
   state->graph = std::move(graph).value();
 
   if (AutoComplete(*state->graph, config)) {
@@ -199,9 +227,11 @@ Status InitializeModel(NereidModel* model) {
       NereidErrorDelete(e);
       return s;
     }
-    Log(NEREID_LOG_INFO, "model '" + state->name + "': auto-completed inputs/outputs/max_batch_size from " + file);
+    Log(NEREID_LOG_INFO,
+        "model '" + state->name + "': auto-completed inputs/outputs/max_batch_size from " + file);
   }
-  state->max_batch_size = config.HasMember("max_batch_size") ? config["max_batch_size"].GetInt64() : 0;
+  state->max_batch_size =
+      config.HasMember("max_batch_size") ? config["max_batch_size"].GetInt64() : 0;
   state->inputs = ReadIo(config, "input");
   state->outputs = ReadIo(config, "output");
   RETURN_IF_ERROR(CheckAgainstGraph(*state));
@@ -210,8 +240,9 @@ Status InitializeModel(NereidModel* model) {
   Log(NEREID_LOG_INFO, "model '" + state->name + "'" +
                            (backend == "onnxruntime" ? " (configured for onnxruntime)" : "") +
                            " runs on the native engine: all ops of its " +
-                           std::to_string(state->graph->node_count()) + " nodes are supported (opset " +
-                           std::to_string(state->graph->opset()) + ")");
+                           std::to_string(state->graph->node_count()) +
+                           " nodes are supported (opset " + std::to_string(state->graph->opset()) +
+                           ")");
   NereidModelSetState(model, state.release());
   return Status::Ok();
 }
@@ -243,7 +274,8 @@ Status ExecuteOne(const ModelState& m, NereidRequest* request) {
     if (spec != m.inputs.end() && spec->second.has_reshape)
       shape = BatchPrefixed(shape, batching, spec->second.reshape);
     const size_t align = DataTypeSize(type);
-    if (type == DataType::kBytes || reinterpret_cast<uintptr_t>(t.data) % std::max<size_t>(align, 1) == 0) {
+    if (type == DataType::kBytes ||
+        reinterpret_cast<uintptr_t>(t.data) % std::max<size_t>(align, 1) == 0) {
       feeds.emplace_back(t.name, Tensor::Borrow(type, shape, t.data, t.byte_size));  // zero copy
     } else {
       Tensor copy = Tensor::Allocate(type, shape);
@@ -264,14 +296,16 @@ Status ExecuteOne(const ModelState& m, NereidRequest* request) {
       shape = BatchPrefixed({batch}, batching, spec->second.dims);
       int64_t known = 1, unknown = -1;
       for (size_t d = 0; d < shape.size(); ++d)
-        if (shape[d] == -1) unknown = static_cast<int64_t>(d);
-        else known *= shape[d];
+        if (shape[d] == -1)
+          unknown = static_cast<int64_t>(d);
+        else
+          known *= shape[d];
       if (unknown >= 0 && known > 0) shape[unknown] = r.elements() / known;
     }
     void* buffer = nullptr;
-    if (NereidError* e = NereidRequestOutputAllocate(request, fetch[i].c_str(),
-                                                     static_cast<NereidDataType>(r.type()), shape.data(),
-                                                     static_cast<uint32_t>(shape.size()), r.bytes(), &buffer)) {
+    if (NereidError* e = NereidRequestOutputAllocate(
+            request, fetch[i].c_str(), static_cast<NereidDataType>(r.type()), shape.data(),
+            static_cast<uint32_t>(shape.size()), r.bytes(), &buffer)) {
       Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
       NereidErrorDelete(e);
       return s;
@@ -311,7 +345,8 @@ NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance*) { return null
 
 NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
                                                  uint32_t count) {
-  const auto* state = static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+  const auto* state =
+      static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
   for (uint32_t i = 0; i < count; ++i) {
     try {
       nereid::Status s = nereid::native::ExecuteOne(*state, requests[i]);

@@ -54,18 +54,29 @@ namespace {
 template <typename F>
 Status DispatchNumeric(const OpNode& node, DataType t, F&& f) {
   switch (t) {
-    case DataType::kFp32: return f(float{});
-    case DataType::kFp64: return f(double{});
-    case DataType::kInt8: return f(int8_t{});
-    case DataType::kInt16: return f(int16_t{});
-    case DataType::kInt32: return f(int32_t{});
-    case DataType::kInt64: return f(int64_t{});
-    case DataType::kUint8: return f(uint8_t{});
-    case DataType::kUint16: return f(uint16_t{});
-    case DataType::kUint32: return f(uint32_t{});
-    case DataType::kUint64: return f(uint64_t{});
-    default: return Unsupported(node.op_type() + " node '" + node.name() + "': element type " +
-                                std::string(DataTypeName(t)) + " is not supported");
+    case DataType::kFp32:
+      return f(float{});
+    case DataType::kFp64:
+      return f(double{});
+    case DataType::kInt8:
+      return f(int8_t{});
+    case DataType::kInt16:
+      return f(int16_t{});
+    case DataType::kInt32:
+      return f(int32_t{});
+    case DataType::kInt64:
+      return f(int64_t{});
+    case DataType::kUint8:
+      return f(uint8_t{});
+    case DataType::kUint16:
+      return f(uint16_t{});
+    case DataType::kUint32:
+      return f(uint32_t{});
+    case DataType::kUint64:
+      return f(uint64_t{});
+    default:
+      return Unsupported(node.op_type() + " node '" + node.name() + "': element type " +
+                         std::string(DataTypeName(t)) + " is not supported");
   }
 }
 
@@ -92,14 +103,16 @@ StatusOr<std::vector<int64_t>> BroadcastShape(const OpNode& node, const std::vec
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1)
-      return node.Error("shapes " + ShapeToString(a) + " and " + ShapeToString(b) + " do not broadcast");
+      return node.Error("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
+                        " do not broadcast");
     out[i] = da == 1 ? db : da;
   }
   return out;
 }
 
 // Element strides of 'shape' aligned to 'out' (rank-padded), 0 on broadcast dimensions.
-std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& shape, const std::vector<int64_t>& out) {
+std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& shape,
+                                      const std::vector<int64_t>& out) {
   std::vector<int64_t> strides(out.size(), 0);
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
@@ -189,15 +202,17 @@ Status Div(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Te
     using T = decltype(tag);
     // Integer division by zero is undefined in ONNX; answer 0 rather than trap the server.
     return [](T x, T y) {
-      if constexpr (std::is_integral_v<T>) return y == 0 ? T(0) : static_cast<T>(x / y);
-      else return static_cast<T>(x / y);
+      if constexpr (std::is_integral_v<T>)
+        return y == 0 ? T(0) : static_cast<T>(x / y);
+      else
+        return static_cast<T>(x / y);
     };
   });
 }
 
 template <typename FloatFn, typename DoubleFn>
-Status UnaryFloat(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out,
-                  FloatFn f, DoubleFn d) {
+Status UnaryFloat(const OpNode& node, const std::vector<const Tensor*>& in,
+                  std::vector<Tensor>& out, FloatFn f, DoubleFn d) {
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   const Tensor& x = *in[0];
   out[0] = Tensor::Allocate(x.type(), x.shape());
@@ -233,7 +248,8 @@ Status Relu(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
 }
 
 Status Sigmoid(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  return UnaryFloat(node, in, out, kernels::Sigmoid, [](double v) { return 1.0 / (1.0 + std::exp(-v)); });
+  return UnaryFloat(node, in, out, kernels::Sigmoid,
+                    [](double v) { return 1.0 / (1.0 + std::exp(-v)); });
 }
 
 Status Tanh(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
@@ -285,7 +301,8 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   if (b_vec) sb.push_back(1);
   const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
   if (sb[sb.size() - 2] != k)
-    return node.Error("cannot multiply " + ShapeToString(a.shape()) + " by " + ShapeToString(b.shape()));
+    return node.Error("cannot multiply " + ShapeToString(a.shape()) + " by " +
+                      ShapeToString(b.shape()));
   std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   ASSIGN_OR_RETURN(auto batch, BroadcastShape(node, ba, bb));
   std::vector<int64_t> shape = batch;
@@ -325,7 +342,8 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   const Tensor& b = *in[1];
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
   if (a.shape().size() != 2 || b.shape().size() != 2) return node.Error("A and B must be 2-D");
-  if (a.type() != DataType::kFp32 || b.type() != DataType::kFp32 || (c && c->type() != DataType::kFp32))
+  if (a.type() != DataType::kFp32 || b.type() != DataType::kFp32 ||
+      (c && c->type() != DataType::kFp32))
     return node.Error("only FP32 is supported");
   const bool ta = node.AttrInt("transA", 0) != 0, tb = node.AttrInt("transB", 0) != 0;
   const float alpha = node.AttrFloat("alpha", 1.f), beta = node.AttrFloat("beta", 1.f);
@@ -334,7 +352,8 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   const int64_t kb = tb ? b.shape()[1] : b.shape()[0];
   const int64_t n = tb ? b.shape()[0] : b.shape()[1];
   if (k != kb)
-    return node.Error("cannot multiply " + ShapeToString(a.shape()) + " by " + ShapeToString(b.shape()));
+    return node.Error("cannot multiply " + ShapeToString(a.shape()) + " by " +
+                      ShapeToString(b.shape()));
   out[0] = Tensor::Allocate(DataType::kFp32, {m, n});
   float* y = out[0].mutable_data<float>();
   float gemm_beta = 0.f;
@@ -347,12 +366,13 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
       for (int64_t j = 0; j < n; ++j) y[i * n + j] = beta * pc[i * strides[0] + j * strides[1]];
     gemm_beta = 1.f;
   }
-  kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(), b.shape()[1],
-                 gemm_beta, y, n);
+  kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(),
+                 b.shape()[1], gemm_beta, y, n);
   return Status::Ok();
 }
 
-Status Identity(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+Status Identity(const OpNode& node, const std::vector<const Tensor*>& in,
+                std::vector<Tensor>& out) {
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   out[0] = *in[0];
   return Status::Ok();
@@ -362,7 +382,8 @@ Status Reshape(const OpNode& node, const std::vector<const Tensor*>& in, std::ve
   RETURN_IF_ERROR(RequireInputs(node, in, 2));
   const Tensor& x = *in[0];
   const Tensor& s = *in[1];
-  if (s.type() != DataType::kInt64 || s.shape().size() != 1) return node.Error("shape must be 1-D INT64");
+  if (s.type() != DataType::kInt64 || s.shape().size() != 1)
+    return node.Error("shape must be 1-D INT64");
   const bool allow_zero = node.AttrInt("allowzero", 0) != 0;
   std::vector<int64_t> shape(s.data<int64_t>(), s.data<int64_t>() + s.elements());
   int64_t known = 1;
@@ -383,7 +404,8 @@ Status Reshape(const OpNode& node, const std::vector<const Tensor*>& in, std::ve
   }
   if (infer >= 0) {
     if (known == 0 || x.elements() % known != 0)
-      return node.Error("cannot infer -1 in " + ShapeToString(shape) + " for " + ShapeToString(x.shape()));
+      return node.Error("cannot infer -1 in " + ShapeToString(shape) + " for " +
+                        ShapeToString(x.shape()));
     shape[infer] = x.elements() / known;
   }
   if (ElementCount(shape.data(), shape.size()) != x.elements())
@@ -406,7 +428,8 @@ Status Concat(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   if (in.empty()) return node.Error("needs at least one input");
   RETURN_IF_ERROR(RequireInputs(node, in, in.size()));
   if (!node.HasAttr("axis")) return node.Error("attribute 'axis' is required");
-  if (in[0]->type() == DataType::kBytes) return node.Error("BYTES (STRING) tensors are not supported");
+  if (in[0]->type() == DataType::kBytes)
+    return node.Error("BYTES (STRING) tensors are not supported");
   const auto& first = in[0]->shape();
   const int64_t rank = static_cast<int64_t>(first.size());
   const int64_t axis = NormalizeAxis(node.AttrInt("axis", 0), rank);
@@ -417,7 +440,8 @@ Status Concat(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
     if (t->type() != in[0]->type() || t->shape().size() != first.size())
       return node.Error("inputs differ in type or rank");
     for (int64_t d = 0; d < rank; ++d)
-      if (d != axis && t->shape()[d] != first[d]) return node.Error("inputs differ outside the axis");
+      if (d != axis && t->shape()[d] != first[d])
+        return node.Error("inputs differ outside the axis");
     shape[axis] += t->shape()[axis];
   }
   out[0] = Tensor::Allocate(in[0]->type(), shape);
@@ -436,25 +460,71 @@ Status Concat(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
 // Element read/write through float/double for Cast (fp16/bf16 via float, bool as 0/1).
 double ReadAsDouble(DataType t, const uint8_t* p) {
   switch (t) {
-    case DataType::kFp16: { uint16_t v; std::memcpy(&v, p, 2); return HalfToFloat(v); }
-    case DataType::kBf16: { uint16_t v; std::memcpy(&v, p, 2); return Bf16ToFloat(v); }
-    case DataType::kBool: return *p ? 1.0 : 0.0;
-    case DataType::kFp32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kFp64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DataType::kInt8: return static_cast<int8_t>(*p);
-    case DataType::kUint8: return *p;
-    case DataType::kInt16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-    case DataType::kUint16: { uint16_t v; std::memcpy(&v, p, 2); return v; }
-    case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kUint32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DataType::kUint64: { uint64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    default: return 0;
+    case DataType::kFp16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return HalfToFloat(v);
+    }
+    case DataType::kBf16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return Bf16ToFloat(v);
+    }
+    case DataType::kBool:
+      return *p ? 1.0 : 0.0;
+    case DataType::kFp32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kFp64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DataType::kInt8:
+      return static_cast<int8_t>(*p);
+    case DataType::kUint8:
+      return *p;
+    case DataType::kInt16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case DataType::kUint16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case DataType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kUint32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DataType::kUint64: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    default:
+      return 0;
   }
 }
 
 template <typename T>
-void Store(uint8_t* p, T v) { std::memcpy(p, &v, sizeof(T)); }
+void Store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
 
 void WriteFromDouble(DataType t, uint8_t* p, double v, const uint8_t* src, DataType src_type) {
   switch (t) {
@@ -462,25 +532,50 @@ void WriteFromDouble(DataType t, uint8_t* p, double v, const uint8_t* src, DataT
       // From FP64 round once, from the double itself, as numpy's astype does.
       Store<uint16_t>(p, FloatToHalf(static_cast<float>(v)));
       break;
-    case DataType::kBf16: Store<uint16_t>(p, FloatToBf16(static_cast<float>(v))); break;
-    case DataType::kBool: *p = v != 0.0; break;
-    case DataType::kFp32: Store<float>(p, static_cast<float>(v)); break;
-    case DataType::kFp64: Store<double>(p, v); break;
-    case DataType::kInt8: Store<int8_t>(p, static_cast<int8_t>(v)); break;
-    case DataType::kUint8: Store<uint8_t>(p, static_cast<uint8_t>(v)); break;
-    case DataType::kInt16: Store<int16_t>(p, static_cast<int16_t>(v)); break;
-    case DataType::kUint16: Store<uint16_t>(p, static_cast<uint16_t>(v)); break;
-    case DataType::kInt32: Store<int32_t>(p, static_cast<int32_t>(v)); break;
-    case DataType::kUint32: Store<uint32_t>(p, static_cast<uint32_t>(v)); break;
+    case DataType::kBf16:
+      Store<uint16_t>(p, FloatToBf16(static_cast<float>(v)));
+      break;
+    case DataType::kBool:
+      *p = v != 0.0;
+      break;
+    case DataType::kFp32:
+      Store<float>(p, static_cast<float>(v));
+      break;
+    case DataType::kFp64:
+      Store<double>(p, v);
+      break;
+    case DataType::kInt8:
+      Store<int8_t>(p, static_cast<int8_t>(v));
+      break;
+    case DataType::kUint8:
+      Store<uint8_t>(p, static_cast<uint8_t>(v));
+      break;
+    case DataType::kInt16:
+      Store<int16_t>(p, static_cast<int16_t>(v));
+      break;
+    case DataType::kUint16:
+      Store<uint16_t>(p, static_cast<uint16_t>(v));
+      break;
+    case DataType::kInt32:
+      Store<int32_t>(p, static_cast<int32_t>(v));
+      break;
+    case DataType::kUint32:
+      Store<uint32_t>(p, static_cast<uint32_t>(v));
+      break;
     case DataType::kInt64:
-      if (src_type == DataType::kInt64 || src_type == DataType::kUint64) std::memcpy(p, src, 8);
-      else Store<int64_t>(p, static_cast<int64_t>(v));
+      if (src_type == DataType::kInt64 || src_type == DataType::kUint64)
+        std::memcpy(p, src, 8);
+      else
+        Store<int64_t>(p, static_cast<int64_t>(v));
       break;
     case DataType::kUint64:
-      if (src_type == DataType::kInt64 || src_type == DataType::kUint64) std::memcpy(p, src, 8);
-      else Store<uint64_t>(p, static_cast<uint64_t>(v));
+      if (src_type == DataType::kInt64 || src_type == DataType::kUint64)
+        std::memcpy(p, src, 8);
+      else
+        Store<uint64_t>(p, static_cast<uint64_t>(v));
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -490,7 +585,8 @@ Status Cast(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   const DataType to = FromOnnxType(static_cast<int32_t>(node.AttrInt("to", 0)));
   if (x.type() == DataType::kBytes || to == DataType::kBytes)
     return node.Error("casts to or from STRING are not supported");
-  if (to == DataType::kInvalid) return node.Error("unsupported target type " + std::to_string(node.AttrInt("to", 0)));
+  if (to == DataType::kInvalid)
+    return node.Error("unsupported target type " + std::to_string(node.AttrInt("to", 0)));
   out[0] = Tensor::Allocate(to, x.shape());
   const size_t si = DataTypeSize(x.type()), so = DataTypeSize(to);
   const uint8_t* src = x.raw();
@@ -509,8 +605,10 @@ Status ArgMax(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   const bool keepdims = node.AttrInt("keepdims", 1) != 0;
   const bool last = node.AttrInt("select_last_index", 0) != 0;
   std::vector<int64_t> shape = x.shape();
-  if (keepdims) shape[axis] = 1;
-  else shape.erase(shape.begin() + axis);
+  if (keepdims)
+    shape[axis] = 1;
+  else
+    shape.erase(shape.begin() + axis);
   out[0] = Tensor::Allocate(DataType::kInt64, shape);
   const int64_t outer = Product(x.shape(), 0, axis), len = x.shape()[axis];
   const int64_t inner = Product(x.shape(), axis + 1, rank);
@@ -561,10 +659,10 @@ Status Constant(const OpNode& node, const std::vector<const Tensor*>&, std::vect
 
 const std::map<std::string, OpFn>& Registry() {
   static const std::map<std::string, OpFn> ops = {
-      {"Add", Add},         {"Sub", Sub},         {"Mul", Mul},           {"Div", Div},
-      {"Relu", Relu},       {"Sigmoid", Sigmoid}, {"Tanh", Tanh},         {"Softmax", Softmax},
-      {"MatMul", MatMul},   {"Gemm", Gemm},       {"Identity", Identity}, {"Reshape", Reshape},
-      {"Flatten", Flatten}, {"Concat", Concat},   {"Cast", Cast},         {"ArgMax", ArgMax},
+      {"Add", Add},           {"Sub", Sub},         {"Mul", Mul},           {"Div", Div},
+      {"Relu", Relu},         {"Sigmoid", Sigmoid}, {"Tanh", Tanh},         {"Softmax", Softmax},
+      {"MatMul", MatMul},     {"Gemm", Gemm},       {"Identity", Identity}, {"Reshape", Reshape},
+      {"Flatten", Flatten},   {"Concat", Concat},   {"Cast", Cast},         {"ArgMax", ArgMax},
       {"Constant", Constant},
   };
   return ops;

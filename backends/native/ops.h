@@ -34,7 +34,8 @@ class OpNode {
 
 // 'in' has one entry per node input (nullptr for an omitted optional input); 'out' has one slot per
 // node output, to be filled.
-using OpFn = Status (*)(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out);
+using OpFn = Status (*)(const OpNode& node, const std::vector<const Tensor*>& in,
+                        std::vector<Tensor>& out);
 
 OpFn FindOp(const std::string& op_type);
 std::vector<std::string> SupportedOps();

@@ -19,7 +19,8 @@ Tensor Tensor::Allocate(DataType type, std::vector<int64_t> shape) {
   return t;
 }
 
-Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* data, size_t byte_size) {
+Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* data,
+                      size_t byte_size) {
   Tensor t;
   t.bytes_size_ = byte_size;
   t.type_ = type;
@@ -44,21 +45,36 @@ int64_t Tensor::elements() const { return ElementCount(shape_.data(), shape_.siz
 
 DataType FromOnnxType(int32_t t) {
   switch (t) {
-    case onnx::TensorProto::FLOAT: return DataType::kFp32;
-    case onnx::TensorProto::UINT8: return DataType::kUint8;
-    case onnx::TensorProto::INT8: return DataType::kInt8;
-    case onnx::TensorProto::UINT16: return DataType::kUint16;
-    case onnx::TensorProto::INT16: return DataType::kInt16;
-    case onnx::TensorProto::INT32: return DataType::kInt32;
-    case onnx::TensorProto::INT64: return DataType::kInt64;
-    case onnx::TensorProto::BOOL: return DataType::kBool;
-    case onnx::TensorProto::FLOAT16: return DataType::kFp16;
-    case onnx::TensorProto::DOUBLE: return DataType::kFp64;
-    case onnx::TensorProto::UINT32: return DataType::kUint32;
-    case onnx::TensorProto::UINT64: return DataType::kUint64;
-    case onnx::TensorProto::BFLOAT16: return DataType::kBf16;
-    case onnx::TensorProto::STRING: return DataType::kBytes;
-    default: return DataType::kInvalid;
+    case onnx::TensorProto::FLOAT:
+      return DataType::kFp32;
+    case onnx::TensorProto::UINT8:
+      return DataType::kUint8;
+    case onnx::TensorProto::INT8:
+      return DataType::kInt8;
+    case onnx::TensorProto::UINT16:
+      return DataType::kUint16;
+    case onnx::TensorProto::INT16:
+      return DataType::kInt16;
+    case onnx::TensorProto::INT32:
+      return DataType::kInt32;
+    case onnx::TensorProto::INT64:
+      return DataType::kInt64;
+    case onnx::TensorProto::BOOL:
+      return DataType::kBool;
+    case onnx::TensorProto::FLOAT16:
+      return DataType::kFp16;
+    case onnx::TensorProto::DOUBLE:
+      return DataType::kFp64;
+    case onnx::TensorProto::UINT32:
+      return DataType::kUint32;
+    case onnx::TensorProto::UINT64:
+      return DataType::kUint64;
+    case onnx::TensorProto::BFLOAT16:
+      return DataType::kBf16;
+    case onnx::TensorProto::STRING:
+      return DataType::kBytes;
+    default:
+      return DataType::kInvalid;
   }
 }
 
@@ -74,7 +90,8 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
     return Unsupported("tensor '" + proto.name() + "' has unsupported element type " +
                        std::to_string(proto.data_type()));
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)
-    return Unsupported("tensor '" + proto.name() + "' uses external data, which is not supported yet");
+    return Unsupported("tensor '" + proto.name() +
+                       "' uses external data, which is not supported yet");
   std::vector<int64_t> shape(proto.dims().begin(), proto.dims().end());
   Tensor t = Tensor::Allocate(type, shape);
   const size_t bytes = t.bytes();

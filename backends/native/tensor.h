@@ -21,9 +21,10 @@ class Tensor {
   Tensor() = default;
   // Allocates zeroed, 64-byte aligned storage for 'shape'.
   static Tensor Allocate(DataType type, std::vector<int64_t> shape);
-  // Borrows 'data' (not owned; must outlive the tensor and its views). For BYTES, 'byte_size' is the
-  // serialized size (4-byte little-endian length before each element); ignored for other types.
-  static Tensor Borrow(DataType type, std::vector<int64_t> shape, const void* data, size_t byte_size = 0);
+  // Borrows 'data' (not owned; must outlive the tensor and its views). For BYTES, 'byte_size' is
+  // the serialized size (4-byte little-endian length before each element); ignored for other types.
+  static Tensor Borrow(DataType type, std::vector<int64_t> shape, const void* data,
+                       size_t byte_size = 0);
   // Same storage, new shape (element count must match; checked by the caller).
   Tensor View(std::vector<int64_t> shape) const;
   // Same bytes read as another type of the same element size (e.g. UINT16 bits as BF16).
@@ -33,14 +34,19 @@ class Tensor {
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t elements() const;
   size_t bytes() const {
-    return type_ == DataType::kBytes ? bytes_size_ : static_cast<size_t>(elements()) * DataTypeSize(type_);
+    return type_ == DataType::kBytes ? bytes_size_
+                                     : static_cast<size_t>(elements()) * DataTypeSize(type_);
   }
   const uint8_t* raw() const { return data_; }
   uint8_t* mutable_raw() { return const_cast<uint8_t*>(data_); }
   template <typename T>
-  const T* data() const { return reinterpret_cast<const T*>(data_); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(data_);
+  }
   template <typename T>
-  T* mutable_data() { return reinterpret_cast<T*>(const_cast<uint8_t*>(data_)); }
+  T* mutable_data() {
+    return reinterpret_cast<T*>(const_cast<uint8_t*>(data_));
+  }
   bool valid() const { return type_ != DataType::kInvalid; }
 
  private:

@@ -1,21 +1,23 @@
 /* Nereid backend C ABI.
  *
  * A backend is a shared library named libnereid_backend_<name>.so that exports the functions in the
- * "Backend exports" section. The server exports the functions in the "Server API" section; a backend
- * calls them and must not link against any Nereid library itself (symbols resolve at dlopen time).
+ * "Backend exports" section. The server exports the functions in the "Server API" section; a
+ * backend calls them and must not link against any Nereid library itself (symbols resolve at dlopen
+ * time).
  *
  * Conventions, which hold for every function below:
  *  - A NereidError* return of NULL means success. A non-NULL error returned by a backend export is
  *    owned by the server afterwards; a non-NULL error returned by a server function is owned by the
  *    caller, who releases it with NereidErrorDelete (or hands it on to the server, which takes it).
- *  - Handles (NereidModel, NereidInstance, NereidRequest) are owned by the server. They stay valid for
- *    the duration described on the function that hands them out; a backend never frees them.
- *  - Strings returned by the server are NUL-terminated and live as long as the handle they came from.
+ *  - Handles (NereidModel, NereidInstance, NereidRequest) are owned by the server. They stay valid
+ * for the duration described on the function that hands them out; a backend never frees them.
+ *  - Strings returned by the server are NUL-terminated and live as long as the handle they came
+ * from.
  *  - No function throws; C++ backends must catch everything at the boundary.
  *
- * Compared to tritonbackend.h this ABI is deliberately smaller: execution is synchronous (the server
- * completes every request when NereidInstanceExecute returns), outputs are allocated by the server on
- * request, and there is no separate response object.
+ * Compared to tritonbackend.h this ABI is deliberately smaller: execution is synchronous (the
+ * server completes every request when NereidInstanceExecute returns), outputs are allocated by the
+ * server on request, and there is no separate response object.
  */
 #ifndef NEREID_BACKEND_H_
 #define NEREID_BACKEND_H_
@@ -65,14 +67,20 @@ typedef enum {
 
 typedef enum { NEREID_INSTANCE_CPU = 0, NEREID_INSTANCE_GPU = 1 } NereidInstanceKind;
 
-typedef enum { NEREID_LOG_INFO = 0, NEREID_LOG_WARNING = 1, NEREID_LOG_ERROR = 2, NEREID_LOG_VERBOSE = 3 } NereidLogLevel;
+typedef enum {
+  NEREID_LOG_INFO = 0,
+  NEREID_LOG_WARNING = 1,
+  NEREID_LOG_ERROR = 2,
+  NEREID_LOG_VERBOSE = 3
+} NereidLogLevel;
 
 typedef struct NereidError NereidError;
 typedef struct NereidModel NereidModel;
 typedef struct NereidInstance NereidInstance;
 typedef struct NereidRequest NereidRequest;
 
-/* A borrowed view of one tensor. 'data' is CPU memory, not necessarily aligned to the element size. */
+/* A borrowed view of one tensor. 'data' is CPU memory, not necessarily aligned to the element size.
+ */
 typedef struct {
   const char* name;
   NereidDataType datatype;
@@ -148,7 +156,8 @@ NEREID_EXPORT NereidError* NereidBackendInitialize(void);
 NEREID_EXPORT NereidError* NereidBackendFinalize(void);
 
 /* Load one model version: read files, check them against the config, optionally auto-complete the
- * config with NereidModelSetConfigJson. Called from a loader thread; never concurrently for one model. */
+ * config with NereidModelSetConfigJson. Called from a loader thread; never concurrently for one
+ * model. */
 NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model);
 NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model);
 

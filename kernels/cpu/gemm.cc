@@ -10,12 +10,6 @@
 namespace nereid::kernels {
 namespace {
 
-constexpr int64_t kMr = 6;
-constexpr int64_t kNr = 16;
-constexpr int64_t kKc = 256;
-constexpr int64_t kMc = 72;    // kMr multiple; A block ~72 KiB stays in L2
-constexpr int64_t kNc = 3072;  // kNr multiple; B panel ~3 MiB stays in L3
-
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
@@ -27,7 +21,8 @@ Buffer AllocAligned(size_t floats) {
 }
 
 // Packs rows [0, mc) x depth [0, kc) of op(A) into kMr-row panels laid out [panel][k][kMr].
-void PackA(bool trans, const float* a, int64_t lda, int64_t mc, int64_t kc, float* out) {
+void PackA(int64_t kMr, bool trans, const float* a, int64_t lda, int64_t mc, int64_t kc,
+           float* out) {
   for (int64_t i0 = 0; i0 < mc; i0 += kMr) {
     const int64_t rows = std::min(kMr, mc - i0);
     for (int64_t p = 0; p < kc; ++p) {
@@ -40,14 +35,27 @@ void PackA(bool trans, const float* a, int64_t lda, int64_t mc, int64_t kc, floa
 }
 
 // Packs depth [0, kc) x columns [0, nc) of op(B) into kNr-column panels laid out [panel][k][kNr].
-void PackB(bool trans, const float* b, int64_t ldb, int64_t kc, int64_t nc, float* out) {
+void PackB(int64_t kNr, bool trans, const float* b, int64_t ldb, int64_t kc, int64_t nc,
+           float* out) {
   for (int64_t j0 = 0; j0 < nc; j0 += kNr) {
     const int64_t cols = std::min(kNr, nc - j0);
+    if (trans) {
+      // op(B)[p][j] = B[j][p]: read each source row contiguously, scatter into the L1-resident
+      // panel.
+      for (int64_t j = 0; j < cols; ++j) {
+        const float* src = b + (j0 + j) * ldb;
+        for (int64_t p = 0; p < kc; ++p) out[p * kNr + j] = src[p];
+      }
+      for (int64_t j = cols; j < kNr; ++j)
+        for (int64_t p = 0; p < kc; ++p) out[p * kNr + j] = 0.f;
+      out += kc * kNr;
+      continue;
+    }
     for (int64_t p = 0; p < kc; ++p) {
-      if (!trans && cols == kNr) {
+      if (cols == kNr) {
         std::memcpy(out, b + p * ldb + j0, kNr * sizeof(float));
       } else {
-        for (int64_t j = 0; j < cols; ++j) out[j] = trans ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+        for (int64_t j = 0; j < cols; ++j) out[j] = b[p * ldb + j0 + j];
         for (int64_t j = cols; j < kNr; ++j) out[j] = 0.f;
       }
       out += kNr;
@@ -55,9 +63,12 @@ void PackB(bool trans, const float* b, int64_t ldb, int64_t kc, int64_t nc, floa
   }
 }
 
-// acc[kMr][kNr] = sum_p a[p][:] (x) b[p][:]; then C[0..m, 0..n] += alpha * acc.
-void MicroKernelPortable(int64_t kc, const float* a, const float* b, float alpha, float* c, int64_t ldc,
-                         int64_t m, int64_t n) {
+// Each micro-kernel: acc[MR][NR] = sum_p a[p][:] (x) b[p][:]; then C[0..m, 0..n] += alpha * acc.
+constexpr int64_t kMr = 6;
+constexpr int64_t kNr = 16;
+
+void MicroKernelPortable(int64_t kc, const float* a, const float* b, float alpha, float* c,
+                         int64_t ldc, int64_t m, int64_t n) {
   float acc[kMr][kNr] = {};
   for (int64_t p = 0; p < kc; ++p) {
     for (int64_t i = 0; i < kMr; ++i) {
@@ -70,8 +81,8 @@ void MicroKernelPortable(int64_t kc, const float* a, const float* b, float alpha
 }
 
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b,
-                                                         float alpha, float* c, int64_t ldc, int64_t m,
-                                                         int64_t n) {
+                                                         float alpha, float* c, int64_t ldc,
+                                                         int64_t m, int64_t n) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
   __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
   __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -121,14 +132,29 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += alpha * tile[i][j];
 }
 
-using MicroKernel = void (*)(int64_t, const float*, const float*, float, float*, int64_t, int64_t, int64_t);
+using MicroKernel = void (*)(int64_t, const float*, const float*, float, float*, int64_t, int64_t,
+                             int64_t);
+
+// Blocking for one micro-kernel: B's KC x NR micro-panel stays in L1, A's MC x KC block in L2, the
+// KC x NC panel of B in L3.
+struct KernelConfig {
+  const char* name;
+  MicroKernel fn;
+  int64_t mr, nr, kc, mc, nc;
+};
 
 bool HasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 
-MicroKernel SelectKernel() { return HasAvx2Fma() ? MicroKernelAvx2 : MicroKernelPortable; }
+const KernelConfig& SelectKernel() {
+  static const KernelConfig avx2{"avx2-fma-6x16", MicroKernelAvx2, kMr, kNr, 256, 72, 3072};
+  static const KernelConfig portable{"portable-6x16", MicroKernelPortable, kMr, kNr, 256, 72, 3072};
+  // A 12x32 AVX-512 kernel measured 0.91x OpenBLAS (geometric mean) on Zen 4, which splits 512-bit
+  // FMAs in two, against 1.05x for this one; see bench/RESULTS.md.
+  return HasAvx2Fma() ? avx2 : portable;
+}
 
 void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   if (beta == 1.f) return;
@@ -142,10 +168,10 @@ void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
 }
 
 // C[i, :] += alpha * sum_p A[i, p] * B[p, :], streaming each row of B once (B not transposed).
-__attribute__((target("avx2,fma"))) void SmallMRowsAvx2(int64_t m, int64_t n, int64_t k, float alpha,
-                                                        const float* a, int64_t lda, bool trans_a,
-                                                        const float* b, int64_t ldb, float* c,
-                                                        int64_t ldc) {
+__attribute__((target("avx2,fma"))) void SmallMRowsAvx2(int64_t m, int64_t n, int64_t k,
+                                                        float alpha, const float* a, int64_t lda,
+                                                        bool trans_a, const float* b, int64_t ldb,
+                                                        float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) {
     float* ci = c + i * ldc;
     for (int64_t p = 0; p < k; ++p) {
@@ -155,48 +181,85 @@ __attribute__((target("avx2,fma"))) void SmallMRowsAvx2(int64_t m, int64_t n, in
       const float* bp = b + p * ldb;
       int64_t j = 0;
       for (; j + 32 <= n; j += 32) {
-        _mm256_storeu_ps(ci + j, _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(ci + j)));
-        _mm256_storeu_ps(ci + j + 8,
-                         _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j + 8), _mm256_loadu_ps(ci + j + 8)));
-        _mm256_storeu_ps(ci + j + 16,
-                         _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j + 16), _mm256_loadu_ps(ci + j + 16)));
-        _mm256_storeu_ps(ci + j + 24,
-                         _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j + 24), _mm256_loadu_ps(ci + j + 24)));
+        _mm256_storeu_ps(ci + j,
+                         _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(ci + j)));
+        _mm256_storeu_ps(ci + j + 8, _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j + 8),
+                                                     _mm256_loadu_ps(ci + j + 8)));
+        _mm256_storeu_ps(ci + j + 16, _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j + 16),
+                                                      _mm256_loadu_ps(ci + j + 16)));
+        _mm256_storeu_ps(ci + j + 24, _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j + 24),
+                                                      _mm256_loadu_ps(ci + j + 24)));
       }
       for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(ci + j, _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(ci + j)));
+        _mm256_storeu_ps(ci + j,
+                         _mm256_fmadd_ps(vs, _mm256_loadu_ps(bp + j), _mm256_loadu_ps(ci + j)));
       for (; j < n; ++j) ci[j] += s * bp[j];
     }
   }
 }
 
-// C[i, j] += alpha * dot(A[i, :], B[j, :]) for transposed B (B stored N x K): contiguous dots.
-__attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, int64_t k, float alpha,
-                                                        const float* a, int64_t lda, const float* b,
-                                                        int64_t ldb, float* c, int64_t ldc) {
+__attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// C[i, j] += alpha * dot(A[i, :], B[j, :]) for transposed B (B stored N x K): four rows of B at a
+// time, so four independent FMA chains share each load of A.
+__attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, int64_t k,
+                                                        float alpha, const float* a, int64_t lda,
+                                                        const float* b, int64_t ldb, float* c,
+                                                        int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) {
     const float* ai = a + i * lda;
-    for (int64_t j = 0; j < n; ++j) {
-      const float* bj = b + j * ldb;
-      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    float* ci = c + i * ldc;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float* b0 = b + j * ldb;
+      const float* b1 = b0 + ldb;
+      const float* b2 = b1 + ldb;
+      const float* b3 = b2 + ldb;
+      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+             s3 = _mm256_setzero_ps();
       int64_t p = 0;
-      for (; p + 16 <= k; p += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p), _mm256_loadu_ps(bj + p), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p + 8), _mm256_loadu_ps(bj + p + 8), s1);
+      for (; p + 8 <= k; p += 8) {
+        const __m256 av = _mm256_loadu_ps(ai + p);
+        s0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b0 + p), s0);
+        s1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b1 + p), s1);
+        s2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b2 + p), s2);
+        s3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b3 + p), s3);
       }
-      s0 = _mm256_add_ps(s0, s1);
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, s0);
-      float sum = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+      float d0 = HorizontalSum(s0), d1 = HorizontalSum(s1), d2 = HorizontalSum(s2),
+            d3 = HorizontalSum(s3);
+      for (; p < k; ++p) {
+        d0 += ai[p] * b0[p];
+        d1 += ai[p] * b1[p];
+        d2 += ai[p] * b2[p];
+        d3 += ai[p] * b3[p];
+      }
+      ci[j] += alpha * d0;
+      ci[j + 1] += alpha * d1;
+      ci[j + 2] += alpha * d2;
+      ci[j + 3] += alpha * d3;
+    }
+    for (; j < n; ++j) {
+      const float* bj = b + j * ldb;
+      __m256 s0 = _mm256_setzero_ps();
+      int64_t p = 0;
+      for (; p + 8 <= k; p += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p), _mm256_loadu_ps(bj + p), s0);
+      float sum = HorizontalSum(s0);
       for (; p < k; ++p) sum += ai[p] * bj[p];
-      c[i * ldc + j] += alpha * sum;
+      ci[j] += alpha * sum;
     }
   }
 }
 
 }  // namespace
 
-const char* SgemmKernelName() { return HasAvx2Fma() ? "avx2-fma-6x16" : "portable"; }
+const char* SgemmKernelName() { return SelectKernel().name; }
 
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -215,11 +278,12 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     }
   }
 
-  const MicroKernel kernel = SelectKernel();
+  const KernelConfig& k_cfg = SelectKernel();
+  const int64_t mr = k_cfg.mr, nr = k_cfg.nr, kKc = k_cfg.kc, kMc = k_cfg.mc, kNc = k_cfg.nc;
   thread_local Buffer packed_a, packed_b;
   thread_local size_t packed_a_size = 0, packed_b_size = 0;
   const size_t need_a = static_cast<size_t>(kMc) * kKc;
-  const size_t need_b = static_cast<size_t>((std::min(n, kNc) + kNr - 1) / kNr * kNr) * kKc;
+  const size_t need_b = static_cast<size_t>((std::min(n, kNc) + nr - 1) / nr * nr) * kKc;
   if (packed_a_size < need_a) packed_a = AllocAligned(packed_a_size = need_a);
   if (packed_b_size < need_b) packed_b = AllocAligned(packed_b_size = need_b);
 
@@ -228,17 +292,16 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
       const float* b_block = trans_b ? b + jc * ldb + pc : b + pc * ldb + jc;
-      PackB(trans_b, b_block, ldb, kc, nc, packed_b.get());
+      PackB(nr, trans_b, b_block, ldb, kc, nc, packed_b.get());
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
         const float* a_block = trans_a ? a + pc * lda + ic : a + ic * lda + pc;
-        PackA(trans_a, a_block, lda, mc, kc, packed_a.get());
-        for (int64_t jr = 0; jr < nc; jr += kNr) {
-          const int64_t nr = std::min(kNr, nc - jr);
+        PackA(mr, trans_a, a_block, lda, mc, kc, packed_a.get());
+        for (int64_t jr = 0; jr < nc; jr += nr) {
           const float* bp = packed_b.get() + jr * kc;
-          for (int64_t ir = 0; ir < mc; ir += kMr) {
-            const int64_t mr = std::min(kMr, mc - ir);
-            kernel(kc, packed_a.get() + ir * kc, bp, alpha, c + (ic + ir) * ldc + jc + jr, ldc, mr, nr);
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            k_cfg.fn(kc, packed_a.get() + ir * kc, bp, alpha, c + (ic + ir) * ldc + jc + jr, ldc,
+                     std::min(mr, mc - ir), std::min(nr, nc - jr));
           }
         }
       }

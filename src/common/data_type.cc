@@ -13,11 +13,20 @@ struct TypeInfo {
 };
 
 constexpr std::array<TypeInfo, 14> kTypes = {{
-    {DataType::kBool, "BOOL", 1},    {DataType::kUint8, "UINT8", 1},  {DataType::kUint16, "UINT16", 2},
-    {DataType::kUint32, "UINT32", 4}, {DataType::kUint64, "UINT64", 8}, {DataType::kInt8, "INT8", 1},
-    {DataType::kInt16, "INT16", 2},  {DataType::kInt32, "INT32", 4},  {DataType::kInt64, "INT64", 8},
-    {DataType::kFp16, "FP16", 2},    {DataType::kFp32, "FP32", 4},    {DataType::kFp64, "FP64", 8},
-    {DataType::kBytes, "BYTES", 0},  {DataType::kBf16, "BF16", 2},
+    {DataType::kBool, "BOOL", 1},
+    {DataType::kUint8, "UINT8", 1},
+    {DataType::kUint16, "UINT16", 2},
+    {DataType::kUint32, "UINT32", 4},
+    {DataType::kUint64, "UINT64", 8},
+    {DataType::kInt8, "INT8", 1},
+    {DataType::kInt16, "INT16", 2},
+    {DataType::kInt32, "INT32", 4},
+    {DataType::kInt64, "INT64", 8},
+    {DataType::kFp16, "FP16", 2},
+    {DataType::kFp32, "FP32", 4},
+    {DataType::kFp64, "FP64", 8},
+    {DataType::kBytes, "BYTES", 0},
+    {DataType::kBf16, "BF16", 2},
 }};
 
 }  // namespace

@@ -1,5 +1,5 @@
-// DataType: the tensor element types of the KServe v2 protocol ("FP32", "BYTES", ...), numbered as in
-// Triton's model_config.proto so that config, wire and backend ABI share one enum.
+// DataType: the tensor element types of the KServe v2 protocol ("FP32", "BYTES", ...), numbered as
+// in Triton's model_config.proto so that config, wire and backend ABI share one enum.
 #pragma once
 
 #include <cstddef>

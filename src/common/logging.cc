@@ -28,8 +28,9 @@ void LogLine(LogLevel level, const char* file, int line, const std::string& mess
   const char* base = std::strrchr(file, '/');
   base = base ? base + 1 : file;
   std::lock_guard<std::mutex> lock(mu);
-  std::fprintf(stderr, "%c%02d%02d %02d:%02d:%02d.%06ld %s:%d] %s\n", tag, tm.tm_mon + 1, tm.tm_mday,
-               tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long>(us), base, line, message.c_str());
+  std::fprintf(stderr, "%c%02d%02d %02d:%02d:%02d.%06ld %s:%d] %s\n", tag, tm.tm_mon + 1,
+               tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long>(us), base, line,
+               message.c_str());
 }
 
 }  // namespace nereid

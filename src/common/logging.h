@@ -1,5 +1,6 @@
-// Minimal leveled logging to stderr in Triton's line shape (I/W/E + time + file:line). Verbose logging
-// is enabled by --log-verbose; hot paths guard with NEREID_VLOG_ON() so disabled logs cost one load.
+// Minimal leveled logging to stderr in Triton's line shape (I/W/E + time + file:line). Verbose
+// logging is enabled by --log-verbose; hot paths guard with NEREID_VLOG_ON() so disabled logs cost
+// one load.
 #pragma once
 
 #include <atomic>
@@ -22,7 +23,8 @@ void LogLine(LogLevel level, const char* file, int line, const std::string& mess
 
 class LogMessage {
  public:
-  LogMessage(LogLevel level, const char* file, int line) : level_(level), file_(file), line_(line) {}
+  LogMessage(LogLevel level, const char* file, int line)
+      : level_(level), file_(file), line_(line) {}
   ~LogMessage() { LogLine(level_, file_, line_, stream_.str()); }
   std::ostringstream& stream() { return stream_; }
 
@@ -35,14 +37,19 @@ class LogMessage {
 
 }  // namespace nereid
 
-#define NEREID_LOG_ENABLED(flag) (::nereid::GlobalLogSettings().flag.load(std::memory_order_relaxed))
-#define LOG_INFO \
-  if (NEREID_LOG_ENABLED(info)) ::nereid::LogMessage(::nereid::LogLevel::kInfo, __FILE__, __LINE__).stream()
-#define LOG_WARNING                                                                        \
-  if (NEREID_LOG_ENABLED(warning))                                                         \
+#define NEREID_LOG_ENABLED(flag) \
+  (::nereid::GlobalLogSettings().flag.load(std::memory_order_relaxed))
+#define LOG_INFO                \
+  if (NEREID_LOG_ENABLED(info)) \
+  ::nereid::LogMessage(::nereid::LogLevel::kInfo, __FILE__, __LINE__).stream()
+#define LOG_WARNING                \
+  if (NEREID_LOG_ENABLED(warning)) \
   ::nereid::LogMessage(::nereid::LogLevel::kWarning, __FILE__, __LINE__).stream()
-#define LOG_ERROR \
-  if (NEREID_LOG_ENABLED(error)) ::nereid::LogMessage(::nereid::LogLevel::kError, __FILE__, __LINE__).stream()
-#define NEREID_VLOG_ON(n) (::nereid::GlobalLogSettings().verbose.load(std::memory_order_relaxed) >= (n))
-#define LOG_VERBOSE(n) \
-  if (NEREID_VLOG_ON(n)) ::nereid::LogMessage(::nereid::LogLevel::kVerbose, __FILE__, __LINE__).stream()
+#define LOG_ERROR                \
+  if (NEREID_LOG_ENABLED(error)) \
+  ::nereid::LogMessage(::nereid::LogLevel::kError, __FILE__, __LINE__).stream()
+#define NEREID_VLOG_ON(n) \
+  (::nereid::GlobalLogSettings().verbose.load(std::memory_order_relaxed) >= (n))
+#define LOG_VERBOSE(n)   \
+  if (NEREID_VLOG_ON(n)) \
+  ::nereid::LogMessage(::nereid::LogLevel::kVerbose, __FILE__, __LINE__).stream()

@@ -12,8 +12,15 @@ namespace nereid {
 class Status {
  public:
   // Kept small on purpose: each code is a distinct client-visible outcome.
-  enum class Code { kOk, kInvalidArgument, kNotFound, kUnavailable, kUnsupported, kInternal,
-                    kAlreadyExists };
+  enum class Code {
+    kOk,
+    kInvalidArgument,
+    kNotFound,
+    kUnavailable,
+    kUnsupported,
+    kInternal,
+    kAlreadyExists
+  };
 
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -40,15 +47,22 @@ inline Status Unsupported(std::string msg) {
 }
 inline Status Internal(std::string msg) { return Status(Status::Code::kInternal, std::move(msg)); }
 
-// Triton's mapping: INTERNAL 500, NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, everything else 400.
+// Triton's mapping: INTERNAL 500, NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, everything else
+// 400.
 inline int HttpStatusFor(Status::Code code) {
   switch (code) {
-    case Status::Code::kOk: return 200;
-    case Status::Code::kNotFound: return 404;
-    case Status::Code::kUnavailable: return 503;
-    case Status::Code::kUnsupported: return 501;
-    case Status::Code::kInternal: return 500;
-    default: return 400;
+    case Status::Code::kOk:
+      return 200;
+    case Status::Code::kNotFound:
+      return 404;
+    case Status::Code::kUnavailable:
+      return 503;
+    case Status::Code::kUnsupported:
+      return 501;
+    case Status::Code::kInternal:
+      return 500;
+    default:
+      return 400;
   }
 }
 
@@ -56,7 +70,7 @@ template <typename T>
 class StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT
-  StatusOr(T value) : value_(std::move(value)) {}                                 // NOLINT
+  StatusOr(T value) : value_(std::move(value)) {}                                  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
   T& value() & { return *value_; }
@@ -74,10 +88,10 @@ class StatusOr {
 #define NEREID_CONCAT_INNER(a, b) a##b
 #define NEREID_CONCAT(a, b) NEREID_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)               \
-  do {                                      \
-    ::nereid::Status _st = (expr);          \
-    if (!_st.ok()) return _st;              \
+#define RETURN_IF_ERROR(expr)      \
+  do {                             \
+    ::nereid::Status _st = (expr); \
+    if (!_st.ok()) return _st;     \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

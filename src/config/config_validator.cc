@@ -13,7 +13,8 @@ std::string DimsString(const google::protobuf::RepeatedField<int64_t>& dims) {
 
 class Checker {
  public:
-  Checker(const std::string& model, const ConfigLocator& locator) : model_(model), locator_(locator) {}
+  Checker(const std::string& model, const ConfigLocator& locator)
+      : model_(model), locator_(locator) {}
 
   Status Fail(const std::vector<ConfigLocator::Step>& path, const std::string& field,
               const std::string& message) const {
@@ -25,12 +26,15 @@ class Checker {
   Status CheckTensor(const char* kind, int index, const Tensor& t) const {
     const std::string where = std::string(kind) + "[" + std::to_string(index) + "]";
     const std::vector<ConfigLocator::Step> at = {{kind, index}};
-    if (t.name().empty()) return Fail(at, where + ".name", "every " + std::string(kind) + " needs a name");
+    if (t.name().empty())
+      return Fail(at, where + ".name", "every " + std::string(kind) + " needs a name");
     if (t.data_type() == inference::TYPE_INVALID)
-      return Fail(at, where + ".data_type",
-                  std::string(kind) + " '" + t.name() + "' needs a data_type (for example TYPE_FP32)");
+      return Fail(
+          at, where + ".data_type",
+          std::string(kind) + " '" + t.name() + "' needs a data_type (for example TYPE_FP32)");
     if (t.dims_size() == 0 && !t.has_reshape())
-      return Fail(at, where + ".dims", std::string(kind) + " '" + t.name() + "' must specify 'dims'");
+      return Fail(at, where + ".dims",
+                  std::string(kind) + " '" + t.name() + "' must specify 'dims'");
     for (int d = 0; d < t.dims_size(); ++d) {
       if (t.dims(d) == -1 || t.dims(d) >= 1) continue;
       return Fail({{kind, index}, {"dims", d}}, where + ".dims",
@@ -49,8 +53,10 @@ class Checker {
 
 void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* config) {
   if (config->name().empty()) config->set_name(model_name);
-  if (!config->has_version_policy()) config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
-  if (config->version_policy().has_latest() && config->version_policy().latest().num_versions() == 0)
+  if (!config->has_version_policy())
+    config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
+  if (config->version_policy().has_latest() &&
+      config->version_policy().latest().num_versions() == 0)
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   if (config->instance_group_size() == 0) {
     auto* group = config->add_instance_group();
@@ -69,11 +75,11 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
   Checker check(model_name, locator);
   if (config.name() != model_name)
     return check.Fail({{"name"}}, "name",
-                      "config names the model '" + config.name() +
-                          "' but it lives in directory '" + model_name + "'; they must match");
+                      "config names the model '" + config.name() + "' but it lives in directory '" +
+                          model_name + "'; they must match");
   if (config.max_batch_size() < 0)
-    return check.Fail({{"max_batch_size"}}, "max_batch_size", "must be >= 0, got " +
-                                                                  std::to_string(config.max_batch_size()));
+    return check.Fail({{"max_batch_size"}}, "max_batch_size",
+                      "must be >= 0, got " + std::to_string(config.max_batch_size()));
   if (config.input_size() == 0)
     return check.Fail({}, "input", "the model has no inputs (and none could be auto-completed)");
   if (config.output_size() == 0)
@@ -107,10 +113,10 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
     }
     if (db.priority_levels() > 0 &&
         (db.default_priority_level() < 1 || db.default_priority_level() > db.priority_levels()))
-      return check.Fail({{"dynamic_batching"}, {"default_priority_level"}},
-                        "dynamic_batching.default_priority_level",
-                        "must be between 1 and priority_levels (" +
-                            std::to_string(db.priority_levels()) + ")");
+      return check.Fail(
+          {{"dynamic_batching"}, {"default_priority_level"}},
+          "dynamic_batching.default_priority_level",
+          "must be between 1 and priority_levels (" + std::to_string(db.priority_levels()) + ")");
   }
 
   for (int i = 0; i < config.instance_group_size(); ++i) {

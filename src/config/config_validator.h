@@ -1,5 +1,5 @@
-// Checks a ModelConfig the way Triton does before a model loads, with errors that name the model, the
-// file and line, and the field. Also fills Triton's defaults (instance groups, version policy).
+// Checks a ModelConfig the way Triton does before a model loads, with errors that name the model,
+// the file and line, and the field. Also fills Triton's defaults (instance groups, version policy).
 #pragma once
 
 #include <string>

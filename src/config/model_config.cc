@@ -18,7 +18,8 @@ class CollectingErrors : public pb::io::ErrorCollector {
   explicit CollectingErrors(std::string file) : file_(std::move(file)) {}
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
     if (!first_.empty()) return;
-    first_ = file_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message;
+    first_ =
+        file_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message;
   }
   void AddWarning(int, pb::io::ColumnNumber, const std::string&) override {}
   const std::string& first() const { return first_; }
@@ -31,8 +32,10 @@ class CollectingErrors : public pb::io::ErrorCollector {
 bool Is64BitInteger(const pb::FieldDescriptor* field) {
   switch (field->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_INT64:
-    case pb::FieldDescriptor::CPPTYPE_UINT64: return true;
-    default: return false;
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -97,8 +100,7 @@ StatusOr<ParsedModelConfig> ParseModelConfigText(const std::string& text, const 
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(tree.get());
   if (!parser.ParseFromString(text, &parsed.config)) {
-    return InvalidArgument("failed to parse " +
-                           (errors.first().empty() ? file : errors.first()));
+    return InvalidArgument("failed to parse " + (errors.first().empty() ? file : errors.first()));
   }
   parsed.locator = ConfigLocator(file, std::move(tree));
   return parsed;
@@ -132,8 +134,8 @@ StatusOr<inference::ModelConfig> ModelConfigFromJson(const std::string& json) {
 std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& config) {
   // Fields the server acts on today; every other field that is set gets reported.
   static const std::set<std::string> kActedOn = {
-      "name",   "platform",       "backend",  "version_policy",  "max_batch_size",
-      "input",  "output",         "instance_group", "default_model_filename", "parameters",
+      "name",  "platform", "backend",        "version_policy",         "max_batch_size",
+      "input", "output",   "instance_group", "default_model_filename", "parameters",
   };
   std::vector<std::string> ignored;
   const pb::Reflection* reflection = config.GetReflection();

@@ -1,5 +1,5 @@
-// Reading and writing Triton's ModelConfig: config.pbtxt (protobuf TextFormat) in, Triton's JSON out.
-// Used by the repository when it loads a model and by the frontends' config endpoints.
+// Reading and writing Triton's ModelConfig: config.pbtxt (protobuf TextFormat) in, Triton's JSON
+// out. Used by the repository when it loads a model and by the frontends' config endpoints.
 #pragma once
 
 #include <google/protobuf/text_format.h>
@@ -27,8 +27,8 @@ class ConfigLocator {
     std::string field;
     int index = -1;
   };
-  // "config.pbtxt:12" for the deepest step found, or just the file name when the field was not written
-  // in the file (a default or an auto-completed value).
+  // "config.pbtxt:12" for the deepest step found, or just the file name when the field was not
+  // written in the file (a default or an auto-completed value).
   std::string Where(const std::vector<Step>& path) const;
   const std::string& file() const { return file_; }
 

@@ -19,7 +19,8 @@ std::vector<int64_t> VersionsOnDisk(const std::string& model_dir) {
   for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
     if (!entry.is_directory()) continue;
     const std::string name = entry.path().filename().string();
-    if (name.empty() || name.size() > 18 || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    if (name.empty() || name.size() > 18 || !std::all_of(name.begin(), name.end(), ::isdigit))
+      continue;
     versions.push_back(std::stoll(name));
   }
   std::sort(versions.begin(), versions.end());
@@ -44,13 +45,15 @@ StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolic
     for (int64_t v : policy.specific().versions()) {
       if (!std::binary_search(available.begin(), available.end(), v))
         return NotFound("model '" + model_name + "': version_policy asks for version " +
-                        std::to_string(v) + " but directory '" + std::to_string(v) + "' does not exist");
+                        std::to_string(v) + " but directory '" + std::to_string(v) +
+                        "' does not exist");
       chosen.push_back(v);
     }
     std::sort(chosen.begin(), chosen.end());
     chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
   } else {
-    const uint32_t n = policy.has_latest() ? std::max<uint32_t>(1, policy.latest().num_versions()) : 1;
+    const uint32_t n =
+        policy.has_latest() ? std::max<uint32_t>(1, policy.latest().num_versions()) : 1;
     const size_t take = std::min<size_t>(n, available.size());
     chosen.assign(available.end() - static_cast<std::ptrdiff_t>(take), available.end());
   }
@@ -68,14 +71,16 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
     if (platform == "onnxruntime_onnx") {
       backend = "onnxruntime";
     } else if (!platform.empty()) {
-      return Unsupported("model '" + config->name() + "': platform '" + platform +
-                         "' is not supported yet (supported: onnxruntime_onnx; backends: onnxruntime, native)");
+      return Unsupported(
+          "model '" + config->name() + "': platform '" + platform +
+          "' is not supported yet (supported: onnxruntime_onnx; backends: onnxruntime, native)");
     } else {
-      const std::string file =
-          config->default_model_filename().empty() ? "model.onnx" : config->default_model_filename();
+      const std::string file = config->default_model_filename().empty()
+                                   ? "model.onnx"
+                                   : config->default_model_filename();
       for (int64_t v : versions) {
-        if (fs::exists(fs::path(model_dir) / std::to_string(v) / file) &&
-            file.size() > 5 && file.substr(file.size() - 5) == ".onnx") {
+        if (fs::exists(fs::path(model_dir) / std::to_string(v) / file) && file.size() > 5 &&
+            file.substr(file.size() - 5) == ".onnx") {
           backend = "onnxruntime";
           break;
         }
@@ -87,7 +92,8 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
     }
     // Triton's auto-complete fills both fields for ONNX models.
     config->set_backend(backend);
-    if (backend == "onnxruntime" && config->platform().empty()) config->set_platform("onnxruntime_onnx");
+    if (backend == "onnxruntime" && config->platform().empty())
+      config->set_platform("onnxruntime_onnx");
   }
   if (backend == "onnxruntime" || backend == "native") return std::string("native");
   return Unsupported("model '" + config->name() + "': backend '" + backend +
@@ -118,13 +124,15 @@ StatusOr<std::string> ModelRepository::FindModelDir(const std::string& name) con
     if (fs::is_directory(fs::path(path) / name)) found.push_back((fs::path(path) / name).string());
   if (found.empty()) return NotFound("model '" + name + "' is not in any model repository");
   if (found.size() > 1)
-    return InvalidArgument("model '" + name + "' appears in more than one repository: " + Join(found));
+    return InvalidArgument("model '" + name +
+                           "' appears in more than one repository: " + Join(found));
   return found[0];
 }
 
 Status ModelRepository::LoadStartupModels() {
   for (const auto& path : options_.paths)
-    if (!fs::is_directory(path)) return NotFound("model repository path '" + path + "' is not a directory");
+    if (!fs::is_directory(path))
+      return NotFound("model repository path '" + path + "' is not a directory");
   std::set<std::string> wanted;
   const bool all = options_.control_mode == ModelControlMode::kNone ||
                    std::find(options_.startup_models.begin(), options_.startup_models.end(), "*") !=
@@ -171,13 +179,15 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   FillConfigDefaults(name, &config);
 
   const std::vector<int64_t> available = VersionsOnDisk(model_dir);
-  ASSIGN_OR_RETURN(std::vector<int64_t> versions, SelectVersions(config.version_policy(), available, name));
+  ASSIGN_OR_RETURN(std::vector<int64_t> versions,
+                   SelectVersions(config.version_policy(), available, name));
   ASSIGN_OR_RETURN(std::string backend_name, ResolveBackend(&config, model_dir, versions));
   ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->Get(backend_name));
 
   const std::vector<std::string> ignored = IgnoredConfigFields(config);
   if (!ignored.empty())
-    LOG_WARNING << "model '" << name << "': config fields accepted but not acted on yet: " << Join(ignored);
+    LOG_WARNING << "model '" << name
+                << "': config fields accepted but not acted on yet: " << Join(ignored);
 
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
@@ -218,7 +228,8 @@ Status ModelRepository::Unload(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
     if (it == models_.end()) {
-      if (!FindModelDir(name).ok()) return NotFound("failed to unload '" + name + "': model not found");
+      if (!FindModelDir(name).ok())
+        return NotFound("failed to unload '" + name + "': model not found");
       return Status::Ok();  // present on disk but not loaded: nothing to do, as in Triton
     }
     for (auto& [v, entry] : it->second.versions) {
@@ -252,8 +263,8 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::GetModel(const std::string& na
     return NotFound("Request for unknown model: '" + name + "' version " + std::to_string(version) +
                     " is not found");
   if (!v->second.model)
-    return Unavailable("Request for unknown model: '" + name + "' version " + std::to_string(version) +
-                       " is not at ready state");
+    return Unavailable("Request for unknown model: '" + name + "' version " +
+                       std::to_string(version) + " is not at ready state");
   return v->second.model;
 }
 

@@ -1,6 +1,7 @@
-// ModelRepository: Triton's model repository on disk (<repo>/<model>/config.pbtxt and numeric version
-// directories), the version policy, the control modes (none, explicit) and the repository extension
-// (index, load, unload). Loads of one model never stop the others from serving or loading.
+// ModelRepository: Triton's model repository on disk (<repo>/<model>/config.pbtxt and numeric
+// version directories), the version policy, the control modes (none, explicit) and the repository
+// extension (index, load, unload). Loads of one model never stop the others from serving or
+// loading.
 #pragma once
 
 #include <map>

@@ -28,8 +28,10 @@ StatusOr<std::shared_ptr<Backend>> Backend::Load(const std::string& name, const 
     return Internal("backend '" + name + "' was built for API version " +
                     std::to_string(version >> 16) + ", server speaks " +
                     std::to_string(NEREID_BACKEND_API_VERSION >> 16));
-  backend->model_initialize = Symbol<decltype(backend->model_initialize)>(handle, "NereidModelInitialize");
-  backend->model_finalize = Symbol<decltype(backend->model_finalize)>(handle, "NereidModelFinalize");
+  backend->model_initialize =
+      Symbol<decltype(backend->model_initialize)>(handle, "NereidModelInitialize");
+  backend->model_finalize =
+      Symbol<decltype(backend->model_finalize)>(handle, "NereidModelFinalize");
   backend->instance_initialize =
       Symbol<decltype(backend->instance_initialize)>(handle, "NereidInstanceInitialize");
   backend->instance_finalize =

@@ -1,5 +1,6 @@
-// Implements the server functions of include/nereid/backend.h. The opaque handles are the core's own
-// objects: NereidModel is Model, NereidInstance is ModelInstance, NereidRequest is BackendRequest.
+// Implements the server functions of include/nereid/backend.h. The opaque handles are the core's
+// own objects: NereidModel is Model, NereidInstance is ModelInstance, NereidRequest is
+// BackendRequest.
 #include "runtime/backend_api.h"
 
 #include <cstring>
@@ -14,7 +15,9 @@ using nereid::ModelInstance;
 
 namespace {
 
-Model* AsModel(const NereidModel* m) { return reinterpret_cast<Model*>(const_cast<NereidModel*>(m)); }
+Model* AsModel(const NereidModel* m) {
+  return reinterpret_cast<Model*>(const_cast<NereidModel*>(m));
+}
 ModelInstance* AsInstance(const NereidInstance* i) {
   return reinterpret_cast<ModelInstance*>(const_cast<NereidInstance*>(i));
 }
@@ -24,11 +27,16 @@ BackendRequest* AsRequest(const NereidRequest* r) {
 
 NereidErrorCode ToCode(nereid::Status::Code code) {
   switch (code) {
-    case nereid::Status::Code::kNotFound: return NEREID_ERROR_NOT_FOUND;
-    case nereid::Status::Code::kUnavailable: return NEREID_ERROR_UNAVAILABLE;
-    case nereid::Status::Code::kUnsupported: return NEREID_ERROR_UNSUPPORTED;
-    case nereid::Status::Code::kInternal: return NEREID_ERROR_INTERNAL;
-    default: return NEREID_ERROR_INVALID_ARG;
+    case nereid::Status::Code::kNotFound:
+      return NEREID_ERROR_NOT_FOUND;
+    case nereid::Status::Code::kUnavailable:
+      return NEREID_ERROR_UNAVAILABLE;
+    case nereid::Status::Code::kUnsupported:
+      return NEREID_ERROR_UNSUPPORTED;
+    case nereid::Status::Code::kInternal:
+      return NEREID_ERROR_INTERNAL;
+    default:
+      return NEREID_ERROR_INVALID_ARG;
   }
 }
 
@@ -53,11 +61,20 @@ Status StatusFromBackend(NereidError* error) {
   if (error == nullptr) return Status::Ok();
   Status::Code code = Status::Code::kInvalidArgument;
   switch (error->code) {
-    case NEREID_ERROR_NOT_FOUND: code = Status::Code::kNotFound; break;
-    case NEREID_ERROR_UNAVAILABLE: code = Status::Code::kUnavailable; break;
-    case NEREID_ERROR_UNSUPPORTED: code = Status::Code::kUnsupported; break;
-    case NEREID_ERROR_INTERNAL: code = Status::Code::kInternal; break;
-    default: break;
+    case NEREID_ERROR_NOT_FOUND:
+      code = Status::Code::kNotFound;
+      break;
+    case NEREID_ERROR_UNAVAILABLE:
+      code = Status::Code::kUnavailable;
+      break;
+    case NEREID_ERROR_UNSUPPORTED:
+      code = Status::Code::kUnsupported;
+      break;
+    case NEREID_ERROR_INTERNAL:
+      code = Status::Code::kInternal;
+      break;
+    default:
+      break;
   }
   Status s(code, std::move(error->message));
   delete error;
@@ -76,11 +93,16 @@ const char* NereidErrorGetMessage(const NereidError* error) { return error->mess
 void NereidErrorDelete(NereidError* error) { delete error; }
 
 void NereidLog(NereidLogLevel level, const char* file, int line, const char* message) {
-  nereid::LogLevel l = level == NEREID_LOG_WARNING ? nereid::LogLevel::kWarning
-                       : level == NEREID_LOG_ERROR ? nereid::LogLevel::kError
+  nereid::LogLevel l = level == NEREID_LOG_WARNING   ? nereid::LogLevel::kWarning
+                       : level == NEREID_LOG_ERROR   ? nereid::LogLevel::kError
                        : level == NEREID_LOG_VERBOSE ? nereid::LogLevel::kVerbose
                                                      : nereid::LogLevel::kInfo;
-  if (l == nereid::LogLevel::kVerbose && !NEREID_VLOG_ON(1)) return;
+  const auto& settings = nereid::GlobalLogSettings();
+  const bool enabled = l == nereid::LogLevel::kVerbose ? NEREID_VLOG_ON(1)
+                       : l == nereid::LogLevel::kWarning ? settings.warning.load()
+                       : l == nereid::LogLevel::kError   ? settings.error.load()
+                                                         : settings.info.load();
+  if (!enabled) return;
   nereid::LogLine(l, file ? file : "backend", line, message ? message : "");
 }
 
@@ -111,14 +133,17 @@ NereidInstanceKind NereidInstanceGetKind(const NereidInstance* instance) {
 int32_t NereidInstanceDeviceId(const NereidInstance* instance) {
   return AsInstance(instance)->device_id();
 }
-void NereidInstanceSetState(NereidInstance* instance, void* state) { AsInstance(instance)->state = state; }
+void NereidInstanceSetState(NereidInstance* instance, void* state) {
+  AsInstance(instance)->state = state;
+}
 void* NereidInstanceState(const NereidInstance* instance) { return AsInstance(instance)->state; }
 
 uint32_t NereidRequestInputCount(const NereidRequest* request) {
   return static_cast<uint32_t>(AsRequest(request)->request->inputs.size());
 }
 
-NereidError* NereidRequestInput(const NereidRequest* request, uint32_t index, NereidTensor* tensor) {
+NereidError* NereidRequestInput(const NereidRequest* request, uint32_t index,
+                                NereidTensor* tensor) {
   const auto& inputs = AsRequest(request)->request->inputs;
   if (index >= inputs.size())
     return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "input index out of range");
@@ -130,8 +155,9 @@ NereidError* NereidRequestInputByName(const NereidRequest* request, const char* 
                                       NereidTensor* tensor) {
   const nereid::InferInput* in = AsRequest(request)->request->FindInput(name ? name : "");
   if (in == nullptr)
-    return NereidErrorNew(NEREID_ERROR_NOT_FOUND,
-                          (std::string("request has no input '") + (name ? name : "") + "'").c_str());
+    return NereidErrorNew(
+        NEREID_ERROR_NOT_FOUND,
+        (std::string("request has no input '") + (name ? name : "") + "'").c_str());
   FillTensor(*in, tensor);
   return nullptr;
 }
@@ -159,8 +185,9 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
   if (type != nereid::DataType::kBytes) {
     const int64_t elements = nereid::ElementCount(shape, dims_count);
     if (elements < 0 || static_cast<uint64_t>(elements) * nereid::DataTypeSize(type) != byte_size)
-      return NereidErrorNew(NEREID_ERROR_INTERNAL,
-                            (std::string("output '") + name + "': byte_size does not match shape").c_str());
+      return NereidErrorNew(
+          NEREID_ERROR_INTERNAL,
+          (std::string("output '") + name + "': byte_size does not match shape").c_str());
   }
   nereid::InferOutput out;
   out.name = name;

@@ -16,8 +16,8 @@ namespace nereid {
 
 class Model;
 
-// One input tensor. 'data' points either into the request's payload (zero copy from the wire) or into
-// 'owned' (data that had to be converted, e.g. from JSON).
+// One input tensor. 'data' points either into the request's payload (zero copy from the wire) or
+// into 'owned' (data that had to be converted, e.g. from JSON).
 struct InferInput {
   std::string name;
   DataType datatype = DataType::kInvalid;
@@ -70,7 +70,7 @@ struct InferenceRequest {
   int64_t model_version = -1;  // -1: the newest ready version
   std::string id;
   std::vector<InferInput> inputs;
-  std::vector<RequestedOutput> outputs;  // empty: every output of the model
+  std::vector<RequestedOutput> outputs;    // empty: every output of the model
   bool binary_outputs_by_default = false;  // for outputs filled in because none were named
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;

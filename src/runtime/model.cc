@@ -25,13 +25,15 @@ std::string ExpectedShape(const Dims& dims, bool batching) {
   return ShapeString(shape);
 }
 
-// Counts the elements of a serialized BYTES tensor; -1 if the length prefixes do not tile the buffer.
+// Counts the elements of a serialized BYTES tensor; -1 if the length prefixes do not tile the
+// buffer.
 int64_t CountBytesElements(const uint8_t* data, size_t size) {
   int64_t count = 0;
   size_t offset = 0;
   while (offset < size) {
     if (size - offset < 4) return -1;
-    uint32_t len = static_cast<uint32_t>(data[offset]) | (static_cast<uint32_t>(data[offset + 1]) << 8) |
+    uint32_t len = static_cast<uint32_t>(data[offset]) |
+                   (static_cast<uint32_t>(data[offset + 1]) << 8) |
                    (static_cast<uint32_t>(data[offset + 2]) << 16) |
                    (static_cast<uint32_t>(data[offset + 3]) << 24);
     offset += 4;
@@ -75,8 +77,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
     std::ifstream in(path);
     if (!in)
       return InvalidArgument("model '" + name + "': output '" + output.name() +
-                             "' names label_filename '" + output.label_filename() +
-                             "' but " + path.string() + " cannot be read");
+                             "' names label_filename '" + output.label_filename() + "' but " +
+                             path.string() + " cannot be read");
     std::vector<std::string> labels;
     for (std::string line; std::getline(in, line);) labels.push_back(line);
     model->labels_[output.name()] = std::move(labels);
@@ -138,19 +140,23 @@ Status Model::Validate(InferenceRequest& request) const {
     const inference::ModelInput* spec = nullptr;
     for (const auto& in : config_.input())
       if (in.name() == input.name) spec = &in;
-    if (spec == nullptr) return InvalidArgument("unexpected inference input '" + input.name + "'" + for_model);
+    if (spec == nullptr)
+      return InvalidArgument("unexpected inference input '" + input.name + "'" + for_model);
     const DataType expected = FromConfigType(spec->data_type());
     if (input.datatype != expected)
       return InvalidArgument("inference input '" + input.name + "' data-type is '" +
                              std::string(DataTypeName(input.datatype)) + "', but model '" + name_ +
                              "' expects '" + std::string(DataTypeName(expected)) + "'");
     // Shape: [batch] + dims when batching, dims otherwise; -1 in dims matches any size.
-    const auto& dims = spec->has_reshape() && spec->dims_size() == 0 ? spec->reshape().shape() : spec->dims();
+    const auto& dims =
+        spec->has_reshape() && spec->dims_size() == 0 ? spec->reshape().shape() : spec->dims();
     const size_t offset = batching ? 1 : 0;
     bool shape_ok = input.shape.size() == static_cast<size_t>(dims.size()) + offset;
     for (size_t i = 0; shape_ok && i < input.shape.size(); ++i) {
-      if (input.shape[i] < 0) shape_ok = false;
-      else if (i >= offset && dims[i - offset] != -1 && dims[i - offset] != input.shape[i]) shape_ok = false;
+      if (input.shape[i] < 0)
+        shape_ok = false;
+      else if (i >= offset && dims[i - offset] != -1 && dims[i - offset] != input.shape[i])
+        shape_ok = false;
     }
     if (!shape_ok)
       return InvalidArgument("unexpected shape for input '" + input.name + "'" + for_model +
@@ -158,26 +164,29 @@ Status Model::Validate(InferenceRequest& request) const {
                              ShapeString(input.shape));
     if (batching) {
       if (input.shape[0] < 1 || input.shape[0] > config_.max_batch_size())
-        return InvalidArgument("inference request batch-size must be <= " +
-                               std::to_string(config_.max_batch_size()) + " for '" + name_ +
-                               "', got " + std::to_string(input.shape[0]) + " in input '" + input.name + "'");
+        return InvalidArgument(
+            "inference request batch-size must be <= " + std::to_string(config_.max_batch_size()) +
+            " for '" + name_ + "', got " + std::to_string(input.shape[0]) + " in input '" +
+            input.name + "'");
       if (batch_size >= 0 && input.shape[0] != batch_size)
         return InvalidArgument("inputs of one request must share the batch size" + for_model +
-                               ": input '" + input.name + "' has " + std::to_string(input.shape[0]) +
-                               ", another input has " + std::to_string(batch_size));
+                               ": input '" + input.name + "' has " +
+                               std::to_string(input.shape[0]) + ", another input has " +
+                               std::to_string(batch_size));
       batch_size = input.shape[0];
     }
     const int64_t elements = ElementCount(input.shape.data(), input.shape.size());
     if (input.datatype == DataType::kBytes) {
       const int64_t found = CountBytesElements(input.data, input.byte_size);
       if (found != elements)
-        return InvalidArgument("input '" + input.name + "' holds " +
-                               (found < 0 ? std::string("malformed BYTES data (a length prefix runs past the end)")
-                                          : std::to_string(found) + " BYTES elements") +
-                               " but its shape " + ShapeString(input.shape) + " needs " +
-                               std::to_string(elements));
+        return InvalidArgument(
+            "input '" + input.name + "' holds " +
+            (found < 0 ? std::string("malformed BYTES data (a length prefix runs past the end)")
+                       : std::to_string(found) + " BYTES elements") +
+            " but its shape " + ShapeString(input.shape) + " needs " + std::to_string(elements));
     } else {
-      const uint64_t expected_bytes = static_cast<uint64_t>(elements) * DataTypeSize(input.datatype);
+      const uint64_t expected_bytes =
+          static_cast<uint64_t>(elements) * DataTypeSize(input.datatype);
       if (input.byte_size != expected_bytes)
         return InvalidArgument("input '" + input.name + "' has " + std::to_string(input.byte_size) +
                                " bytes of data but shape " + ShapeString(input.shape) + " of " +
@@ -206,7 +215,8 @@ Status Model::Validate(InferenceRequest& request) const {
     const inference::ModelOutput* spec = nullptr;
     for (const auto& o : config_.output())
       if (o.name() == out.name) spec = &o;
-    if (spec == nullptr) return InvalidArgument("unexpected inference output '" + out.name + "'" + for_model);
+    if (spec == nullptr)
+      return InvalidArgument("unexpected inference output '" + out.name + "'" + for_model);
     if (!seen.insert(out.name).second)
       return InvalidArgument("output '" + out.name + "' is requested more than once");
     if (out.class_count > 0 && spec->data_type() == inference::TYPE_STRING)

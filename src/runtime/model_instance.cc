@@ -14,9 +14,9 @@ namespace {
 
 double ElementAsDouble(DataType type, const uint8_t* p) {
   switch (type) {
-#define NEREID_CASE(dt, T) \
-  case dt: {               \
-    T v;                   \
+#define NEREID_CASE(dt, T)         \
+  case dt: {                       \
+    T v;                           \
     std::memcpy(&v, p, sizeof(T)); \
     return static_cast<double>(v); \
   }
@@ -42,13 +42,14 @@ double ElementAsDouble(DataType type, const uint8_t* p) {
       std::memcpy(&v, p, 2);
       return Bf16ToFloat(v);
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
 std::string FormatScore(DataType type, double v) {
-  const bool integral = type != DataType::kFp16 && type != DataType::kFp32 && type != DataType::kFp64 &&
-                        type != DataType::kBf16;
+  const bool integral = type != DataType::kFp16 && type != DataType::kFp32 &&
+                        type != DataType::kFp64 && type != DataType::kBf16;
   return integral ? std::to_string(static_cast<int64_t>(v)) : std::to_string(v);
 }
 
@@ -62,7 +63,8 @@ void AppendBytesElement(std::vector<uint8_t>& out, const std::string& s) {
 
 // Classification extension: replaces a numeric output by its top-k entries as BYTES strings
 // "score:index" or "score:index:label", per batch row when the model batches.
-void Classify(InferOutput& output, uint32_t k, bool batching, const std::vector<std::string>* labels) {
+void Classify(InferOutput& output, uint32_t k, bool batching,
+              const std::vector<std::string>* labels) {
   const int64_t rows = batching && !output.shape.empty() ? output.shape[0] : 1;
   const size_t esize = DataTypeSize(output.datatype);
   const int64_t total = static_cast<int64_t>(output.data.size() / std::max<size_t>(esize, 1));
@@ -102,7 +104,8 @@ Status ModelInstance::Initialize() {
 void ModelInstance::Finalize() {
   if (!initialized_) return;
   initialized_ = false;
-  Status s = StatusFromBackend(model_->backend().instance_finalize(reinterpret_cast<NereidInstance*>(this)));
+  Status s = StatusFromBackend(
+      model_->backend().instance_finalize(reinterpret_cast<NereidInstance*>(this)));
   if (!s.ok()) LOG_WARNING << "instance '" << name_ << "' finalize: " << s.message();
 }
 
@@ -116,8 +119,9 @@ void ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batc
     wrapped[i].response = std::make_unique<InferenceResponse>();
     handles[i] = wrapped[i].handle();
   }
-  Status batch_status = StatusFromBackend(model_->backend().instance_execute(
-      reinterpret_cast<NereidInstance*>(this), handles.data(), static_cast<uint32_t>(handles.size())));
+  Status batch_status = StatusFromBackend(
+      model_->backend().instance_execute(reinterpret_cast<NereidInstance*>(this), handles.data(),
+                                         static_cast<uint32_t>(handles.size())));
   const uint64_t end = SteadyNowNs();
   const bool batching = model_->config().max_batch_size() > 0;
 
@@ -140,7 +144,8 @@ void ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batc
         }
         InferOutput out = std::move(*it);
         out.binary = wanted.binary;
-        if (wanted.class_count > 0) Classify(out, wanted.class_count, batching, model_->Labels(out.name));
+        if (wanted.class_count > 0)
+          Classify(out, wanted.class_count, batching, model_->Labels(out.name));
         ordered.push_back(std::move(out));
       }
       w.response->outputs = std::move(ordered);

@@ -1,6 +1,6 @@
-// ModelInstance: one execution instance of a model (instance_group count N gives N of them), bound to
-// a device and driven by exactly one scheduler thread. It turns a batch of requests into one backend
-// call and completes every request afterwards.
+// ModelInstance: one execution instance of a model (instance_group count N gives N of them), bound
+// to a device and driven by exactly one scheduler thread. It turns a batch of requests into one
+// backend call and completes every request afterwards.
 #pragma once
 
 #include <memory>

@@ -6,7 +6,8 @@ namespace nereid {
 
 DefaultScheduler::DefaultScheduler(std::vector<ModelInstance*> instances) {
   threads_.reserve(instances.size());
-  for (ModelInstance* instance : instances) threads_.emplace_back([this, instance] { Run(instance); });
+  for (ModelInstance* instance : instances)
+    threads_.emplace_back([this, instance] { Run(instance); });
 }
 
 DefaultScheduler::~DefaultScheduler() { Stop(); }

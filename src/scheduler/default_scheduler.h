@@ -1,5 +1,5 @@
-// DefaultScheduler: Triton's default (non-batching) scheduling. One FIFO queue per model; one thread
-// per instance takes the oldest request whenever its instance is idle and executes it alone.
+// DefaultScheduler: Triton's default (non-batching) scheduling. One FIFO queue per model; one
+// thread per instance takes the oldest request whenever its instance is idle and executes it alone.
 #pragma once
 
 #include <condition_variable>

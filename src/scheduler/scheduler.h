@@ -1,6 +1,6 @@
 // Scheduler: how a model's requests reach its instances. Each model version owns one. The default
-// scheduler hands one request at a time to the first idle instance; the dynamic batcher (later) forms
-// batches. Enqueue never blocks on inference.
+// scheduler hands one request at a time to the first idle instance; the dynamic batcher (later)
+// forms batches. Enqueue never blocks on inference.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,5 @@
-// nereid: the server binary. `nereid serve [options]` (or bare options, as tritonserver takes them).
+// nereid: the server binary. `nereid serve [options]` (or bare options, as tritonserver takes
+// them).
 #include <signal.h>
 #include <unistd.h>
 
@@ -54,13 +55,15 @@ int Serve(const std::vector<std::string>& args) {
     return 1;
   }
   if (options.allow_grpc)
-    LOG_INFO << "gRPC port " << options.grpc_port << " is reserved; the gRPC frontend is not in this build";
+    LOG_INFO << "gRPC port " << options.grpc_port
+             << " is reserved; the gRPC frontend is not in this build";
   if (options.allow_metrics)
-    LOG_INFO << "metrics port " << options.metrics_port << " is reserved; metrics are not in this build";
+    LOG_INFO << "metrics port " << options.metrics_port
+             << " is reserved; metrics are not in this build";
   std::unique_ptr<nereid::http::HttpServer> http;
   if (options.allow_http) {
-    http = std::make_unique<nereid::http::HttpServer>(options.http, nereid::http::ServerInfo{"nereid", "0.1.0"},
-                                                      &repository);
+    http = std::make_unique<nereid::http::HttpServer>(
+        options.http, nereid::http::ServerInfo{"nereid", "0.1.0"}, &repository);
     s = http->Start();
     if (!s.ok()) {
       LOG_ERROR << s.message();
@@ -79,7 +82,8 @@ int Serve(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0] == "serve") args.erase(args.begin());
+  if (!args.empty() && args[0] == "serve")
+    args.erase(args.begin());
   else if (!args.empty() && args[0].rfind("--", 0) != 0 && args[0] != "-h") {
     std::cerr << "unknown command '" << args[0] << "'; try: nereid serve --help\n";
     return 2;

@@ -23,11 +23,20 @@ StatusOr<T> ParseNumber(const std::string& flag, const std::string& v, T min, T 
 }
 
 // Flags Triton has that Nereid accepts without acting on them yet (so launch scripts keep working).
-const char* const kAcceptedIgnored[] = {"strict-model-config", "exit-on-error", "exit-timeout-secs", "id",
-                                        "disable-auto-complete-config", "pinned-memory-pool-byte-size",
-                                        "cuda-memory-pool-byte-size", "backend-config", "log-format",
-                                        "grpc-infer-allocation-pool-size", "metrics-interval-ms",
-                                        "allow-gpu-metrics", "allow-cpu-metrics", "repository-poll-secs"};
+const char* const kAcceptedIgnored[] = {"strict-model-config",
+                                        "exit-on-error",
+                                        "exit-timeout-secs",
+                                        "id",
+                                        "disable-auto-complete-config",
+                                        "pinned-memory-pool-byte-size",
+                                        "cuda-memory-pool-byte-size",
+                                        "backend-config",
+                                        "log-format",
+                                        "grpc-infer-allocation-pool-size",
+                                        "metrics-interval-ms",
+                                        "allow-gpu-metrics",
+                                        "allow-cpu-metrics",
+                                        "repository-poll-secs"};
 
 }  // namespace
 
@@ -87,10 +96,14 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       o.repository.paths.push_back(v);
     } else if (flag == "model-control-mode") {
       ASSIGN_OR_RETURN(std::string v, next());
-      if (v == "none") o.repository.control_mode = ModelControlMode::kNone;
-      else if (v == "explicit") o.repository.control_mode = ModelControlMode::kExplicit;
-      else if (v == "poll") return Unsupported("--model-control-mode=poll is not supported yet (use none or explicit)");
-      else return InvalidArgument("--model-control-mode must be none or explicit, got '" + v + "'");
+      if (v == "none")
+        o.repository.control_mode = ModelControlMode::kNone;
+      else if (v == "explicit")
+        o.repository.control_mode = ModelControlMode::kExplicit;
+      else if (v == "poll")
+        return Unsupported("--model-control-mode=poll is not supported yet (use none or explicit)");
+      else
+        return InvalidArgument("--model-control-mode must be none or explicit, got '" + v + "'");
       explicit_mode_seen = true;
     } else if (flag == "load-model") {
       ASSIGN_OR_RETURN(std::string v, next());
@@ -110,8 +123,9 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "http-port" || flag == "grpc-port" || flag == "metrics-port") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(int port, ParseNumber<int>(flag, v, 0, 65535));
-      (flag == "http-port" ? o.http.port : flag == "grpc-port" ? o.grpc_port : o.metrics_port) =
-          static_cast<uint16_t>(port);
+      (flag == "http-port"   ? o.http.port
+       : flag == "grpc-port" ? o.grpc_port
+                             : o.metrics_port) = static_cast<uint16_t>(port);
     } else if (flag == "http-thread-count") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.http.threads, ParseNumber<int>(flag, v, 1, 1024));
@@ -134,7 +148,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
     }
   }
-  if (!o.help && o.repository.paths.empty()) return InvalidArgument("--model-repository is required");
+  if (!o.help && o.repository.paths.empty())
+    return InvalidArgument("--model-repository is required");
   if (!explicit_mode_seen && !o.repository.startup_models.empty())
     return InvalidArgument("--load-model needs --model-control-mode=explicit");
   return o;

@@ -1,4 +1,5 @@
-// Command-line options of `nereid serve`, named like tritonserver's so existing launch scripts work.
+// Command-line options of `nereid serve`, named like tritonserver's so existing launch scripts
+// work.
 #pragma once
 
 #include <string>

@@ -8,7 +8,9 @@
 namespace nereid {
 namespace {
 
-StatusOr<ParsedModelConfig> Parse(const std::string& text) { return ParseModelConfigText(text, "m/config.pbtxt"); }
+StatusOr<ParsedModelConfig> Parse(const std::string& text) {
+  return ParseModelConfigText(text, "m/config.pbtxt");
+}
 
 Status ParseAndValidate(const std::string& text) {
   auto parsed = Parse(text);
@@ -34,7 +36,8 @@ TEST(ConfigTest, ParsesAndValidatesGoodConfig) {
 TEST(ConfigTest, SyntaxErrorNamesFileLineAndColumn) {
   auto parsed = Parse("name: \"m\"\nmax_batch_size: eight\n");
   ASSERT_FALSE(parsed.ok());
-  EXPECT_NE(parsed.status().message().find("m/config.pbtxt:2:"), std::string::npos) << parsed.status().message();
+  EXPECT_NE(parsed.status().message().find("m/config.pbtxt:2:"), std::string::npos)
+      << parsed.status().message();
 }
 
 TEST(ConfigTest, UnknownFieldIsASyntaxError) {
@@ -59,7 +62,8 @@ output [
 }
 
 TEST(ConfigTest, PreferredBatchSizeAboveMaxIsRejected) {
-  Status s = ParseAndValidate(std::string(kGood) + "dynamic_batching { preferred_batch_size: [ 4, 16 ] }\n");
+  Status s = ParseAndValidate(std::string(kGood) +
+                              "dynamic_batching { preferred_batch_size: [ 4, 16 ] }\n");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("preferred batch size 16"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("m/config.pbtxt:6"), std::string::npos) << s.message();
@@ -74,7 +78,10 @@ TEST(ConfigTest, NameMustMatchDirectory) {
 }
 
 TEST(ConfigTest, MissingDataTypeAndDuplicateNames) {
-  EXPECT_FALSE(ParseAndValidate(R"(name: "m" input [ { name: "IN" dims: [1] } ] output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])").ok());
+  EXPECT_FALSE(
+      ParseAndValidate(
+          R"(name: "m" input [ { name: "IN" dims: [1] } ] output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])")
+          .ok());
   Status dup = ParseAndValidate(R"(name: "m"
 input [ { name: "IN" data_type: TYPE_FP32 dims: [1] }, { name: "IN" data_type: TYPE_FP32 dims: [1] } ]
 output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])");
@@ -128,8 +135,8 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
   auto parsed = Parse(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   const auto ignored = IgnoredConfigFields(parsed->config);
-  for (const char* f : {"optimization", "dynamic_batching", "model_warmup", "response_cache", "batch_input",
-                        "model_metrics", "runtime", "metric_tags"})
+  for (const char* f : {"optimization", "dynamic_batching", "model_warmup", "response_cache",
+                        "batch_input", "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
 
@@ -138,9 +145,11 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
     control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
     state [ { input_name: "I" output_name: "O" data_type: TYPE_FP32 dims: [ -1 ]
               initial_state: [ { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "z" } ] } ]
-    oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] } })").ok());
+    oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] } })")
+                  .ok());
   EXPECT_TRUE(Parse(R"(name: "e" platform: "ensemble" ensemble_scheduling { step [
-    { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } } ] })").ok());
+    { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } } ] })")
+                  .ok());
 }
 
 TEST(ConfigTest, JsonPrintsInt64AsNumbersAndRoundTrips) {
@@ -168,7 +177,8 @@ TEST(VersionPolicyTest, LatestAllSpecific) {
   EXPECT_EQ(*SelectVersions(specific, on_disk, "m"), (std::vector<int64_t>{2}));
   specific.mutable_specific()->add_versions(3);
   EXPECT_FALSE(SelectVersions(specific, on_disk, "m").ok());
-  EXPECT_EQ(*SelectVersions(inference::ModelVersionPolicy(), on_disk, "m"), (std::vector<int64_t>{7}));
+  EXPECT_EQ(*SelectVersions(inference::ModelVersionPolicy(), on_disk, "m"),
+            (std::vector<int64_t>{7}));
   EXPECT_FALSE(SelectVersions(latest, {}, "m").ok());
 }
 

@@ -1,12 +1,12 @@
 // Sgemm against a float64 reference: every transpose combination, alpha/beta, edge sizes that
 // exercise partial micro-tiles, blocking boundaries and the small-M streaming paths.
+#include "cpu/gemm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <tuple>
-
-#include "cpu/gemm.h"
 
 namespace nereid::kernels {
 namespace {
@@ -29,7 +29,8 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
     for (int j = 0; j < n; ++j) {
       double s = 0;
       for (int p = 0; p < k; ++p)
-        s += static_cast<double>(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+        s += static_cast<double>(ta ? a[p * lda + i] : a[i * lda + p]) *
+             (tb ? b[j * ldb + p] : b[p * ldb + j]);
       ref[i * n + j] = alpha * s + beta * c[i * n + j];
     }
   Sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), n);
@@ -37,10 +38,11 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
     ASSERT_NEAR(c[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 1e-5) << "at " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SgemmTest,
-    ::testing::Combine(::testing::Values(1, 3, 6, 7, 73), ::testing::Values(1, 16, 17, 100),
-                       ::testing::Values(1, 9, 257, 300), ::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Shapes, SgemmTest,
+                         ::testing::Combine(::testing::Values(1, 3, 6, 7, 73),
+                                            ::testing::Values(1, 16, 17, 100),
+                                            ::testing::Values(1, 9, 257, 300), ::testing::Bool(),
+                                            ::testing::Bool()));
 
 TEST(SgemmEdgeTest, BetaZeroIgnoresNaNInC) {
   std::vector<float> a(4, 1.f), b(4, 1.f), c(4, NAN);

@@ -1,11 +1,12 @@
-// The HTTP infer body codec: JSON and binary tensors in, JSON and binary tensors out, and the errors
-// for malformed, truncated and inconsistent bodies.
+// The HTTP infer body codec: JSON and binary tensors in, JSON and binary tensors out, and the
+// errors for malformed, truncated and inconsistent bodies.
+#include "frontend/http/infer_codec.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "frontend/http/compression.h"
-#include "frontend/http/infer_codec.h"
 
 namespace nereid::http {
 namespace {
@@ -22,13 +23,18 @@ inference::ModelConfig OneInputConfig(int max_batch_size) {
 }
 
 Status Decode(const std::string& body, int64_t header_length, InferenceRequest* r) {
-  return DecodeInferRequest(std::make_shared<const std::string>(body), header_length, OneInputConfig(8), r);
+  return DecodeInferRequest(std::make_shared<const std::string>(body), header_length,
+                            OneInputConfig(8), r);
 }
 
 TEST(InferCodecTest, JsonTensorsFlattenNestedData) {
   InferenceRequest r;
-  ASSERT_TRUE(Decode(R"({"id":"7","inputs":[{"name":"IN","shape":[2,2],"datatype":"INT16","data":[[1,-2],[3,4]]}],
-                        "outputs":[{"name":"OUT","parameters":{"classification":3}}]})", -1, &r).ok());
+  ASSERT_TRUE(
+      Decode(
+          R"({"id":"7","inputs":[{"name":"IN","shape":[2,2],"datatype":"INT16","data":[[1,-2],[3,4]]}],
+                        "outputs":[{"name":"OUT","parameters":{"classification":3}}]})",
+          -1, &r)
+          .ok());
   EXPECT_EQ(r.id, "7");
   ASSERT_EQ(r.inputs.size(), 1u);
   ASSERT_EQ(r.inputs[0].byte_size, 8u);
@@ -42,29 +48,40 @@ TEST(InferCodecTest, JsonTensorsFlattenNestedData) {
 TEST(InferCodecTest, BytesAndBoolJson) {
   InferenceRequest r;
   ASSERT_TRUE(Decode(R"({"inputs":[{"name":"S","shape":[2],"datatype":"BYTES","data":["ab",""]},
-                                   {"name":"B","shape":[2],"datatype":"BOOL","data":[true,false]}]})", -1, &r).ok());
+                                   {"name":"B","shape":[2],"datatype":"BOOL","data":[true,false]}]})",
+                     -1, &r)
+                  .ok());
   ASSERT_EQ(r.inputs[0].byte_size, 4u + 2u + 4u);
-  EXPECT_EQ(std::memcmp(r.inputs[0].data, "\x02\x00\x00\x00" "ab" "\x00\x00\x00\x00", 10), 0);
+  EXPECT_EQ(std::memcmp(r.inputs[0].data,
+                        "\x02\x00\x00\x00"
+                        "ab"
+                        "\x00\x00\x00\x00",
+                        10),
+            0);
   EXPECT_EQ(r.inputs[1].data[0], 1);
   EXPECT_EQ(r.inputs[1].data[1], 0);
 }
 
 TEST(InferCodecTest, BinaryInputsPointIntoTheBody) {
-  const std::string json = R"({"inputs":[{"name":"IN","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"parameters":{"binary_data_output":true}})";
+  const std::string json =
+      R"({"inputs":[{"name":"IN","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"parameters":{"binary_data_output":true}})";
   std::string body = json;
   float values[4] = {1.5f, 2.5f, -3.f, 4.f};
   body.append(reinterpret_cast<const char*>(values), sizeof(values));
   auto shared = std::make_shared<const std::string>(body);
   InferenceRequest r;
-  ASSERT_TRUE(DecodeInferRequest(shared, static_cast<int64_t>(json.size()), OneInputConfig(8), &r).ok());
-  EXPECT_EQ(r.inputs[0].data, reinterpret_cast<const uint8_t*>(shared->data() + json.size()));  // zero copy
+  ASSERT_TRUE(
+      DecodeInferRequest(shared, static_cast<int64_t>(json.size()), OneInputConfig(8), &r).ok());
+  EXPECT_EQ(r.inputs[0].data,
+            reinterpret_cast<const uint8_t*>(shared->data() + json.size()));  // zero copy
   EXPECT_TRUE(r.binary_outputs_by_default);
 }
 
 TEST(InferCodecTest, RawBinaryRequestTakesShapeFromConfig) {
   float values[8] = {};
   InferenceRequest r;
-  ASSERT_TRUE(Decode(std::string(reinterpret_cast<const char*>(values), sizeof(values)), 0, &r).ok());
+  ASSERT_TRUE(
+      Decode(std::string(reinterpret_cast<const char*>(values), sizeof(values)), 0, &r).ok());
   EXPECT_EQ(r.inputs[0].shape, (std::vector<int64_t>{2, 4}));
   EXPECT_TRUE(r.binary_outputs_by_default);
   EXPECT_FALSE(Decode(std::string(7, '\0'), 0, &r).ok());
@@ -76,15 +93,19 @@ TEST(InferCodecTest, Errors) {
     int64_t header;
     const char* fragment;
   };
-  const std::string bin = R"({"inputs":[{"name":"IN","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]})";
+  const std::string bin =
+      R"({"inputs":[{"name":"IN","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]})";
   const Case cases[] = {
       {"{\"inputs\": [", -1, "failed to parse"},
       {"[]", -1, "must be an object"},
-      {R"({"inputs":[{"name":"IN","shape":[3],"datatype":"FP32","data":[1,2]}]})", -1, "unexpected number of elements"},
-      {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"FP99","data":[1]}]})", -1, "unknown datatype"},
+      {R"({"inputs":[{"name":"IN","shape":[3],"datatype":"FP32","data":[1,2]}]})", -1,
+       "unexpected number of elements"},
+      {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"FP99","data":[1]}]})", -1,
+       "unknown datatype"},
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"INT8","data":[300]}]})", -1, "in range"},
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"UINT8","data":[-1]}]})", -1, "in range"},
-      {R"({"inputs":[{"name":"IN","shape":[-1],"datatype":"FP32","data":[]}]})", -1, "non-negative"},
+      {R"({"inputs":[{"name":"IN","shape":[-1],"datatype":"FP32","data":[]}]})", -1,
+       "non-negative"},
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"FP32"}]})", -1, "neither"},
       {bin + std::string(8, 'x'), static_cast<int64_t>(bin.size()), "truncated"},
       {bin + std::string(20, 'x'), static_cast<int64_t>(bin.size()), "no input claims"},
@@ -134,7 +155,7 @@ TEST(CompressionTest, RoundTripsAndBoundsInflation) {
     auto unpacked = Inflate(e, *packed, 1 << 20);
     ASSERT_TRUE(unpacked.ok());
     EXPECT_EQ(*unpacked, text);
-    EXPECT_FALSE(Inflate(e, *packed, 1000).ok());                            // over the limit
+    EXPECT_FALSE(Inflate(e, *packed, 1000).ok());  // over the limit
     EXPECT_FALSE(Inflate(e, packed->substr(0, packed->size() / 2), 1 << 20).ok());  // truncated
   }
   EXPECT_EQ(PickAcceptEncoding("br, deflate;q=0, gzip"), Encoding::kGzip);

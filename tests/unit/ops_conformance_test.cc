@@ -1,7 +1,8 @@
 // Conformance of the native engine's ops against the ONNX node tests shipped in Debian's
 // libonnx-testdata (model.onnx + test_data_set_0/{input,output}_N.pb with expected outputs).
-// Every case whose name starts with a supported op is run; the few that need features the engine does
-// not have are listed in kNotSupported with the reason, and are reported as skipped, never hidden.
+// Every case whose name starts with a supported op is run; the few that need features the engine
+// does not have are listed in kNotSupported with the reason, and are reported as skipped, never
+// hidden.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -21,15 +22,18 @@ const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
 
 // Test-case prefix (test_<prefix>...) and the ONNX op it exercises.
 const std::pair<const char*, const char*> kOps[] = {
-    {"add", "Add"},         {"sub", "Sub"},         {"mul", "Mul"},         {"div", "Div"},
-    {"relu", "Relu"},       {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},       {"softmax", "Softmax"},
-    {"identity", "Identity"}, {"reshape", "Reshape"}, {"flatten", "Flatten"}, {"concat", "Concat"},
-    {"cast", "Cast"},       {"argmax", "ArgMax"},   {"matmul", "MatMul"},   {"gemm", "Gemm"}};
+    {"add", "Add"},         {"sub", "Sub"},         {"mul", "Mul"},
+    {"div", "Div"},         {"relu", "Relu"},       {"sigmoid", "Sigmoid"},
+    {"tanh", "Tanh"},       {"softmax", "Softmax"}, {"identity", "Identity"},
+    {"reshape", "Reshape"}, {"flatten", "Flatten"}, {"concat", "Concat"},
+    {"cast", "Cast"},       {"argmax", "ArgMax"},   {"matmul", "MatMul"},
+    {"gemm", "Gemm"}};
 
 // Case-name fragments the engine deliberately does not cover, with the reason.
 const std::map<std::string, std::string> kNotSupported = {
     {"STRING", "STRING tensors are not supported by the native engine"},
-    {"_expanded", "expanded function bodies use ops outside the MLP set (ReduceMax, Exp, CastLike, ...)"},
+    {"_expanded",
+     "expanded function bodies use ops outside the MLP set (ReduceMax, Exp, CastLike, ...)"},
     {"identity_sequence", "sequence types are not supported"},
     {"identity_opt", "optional types are not supported"},
     {"castlike", "CastLike is not implemented"},
@@ -45,7 +49,8 @@ std::vector<std::string> Cases() {
     const std::string name = entry.path().filename().string();
     for (const auto& [op, op_type] : kOps) {
       const std::string prefix = std::string("test_") + op;
-      if (name.rfind(prefix, 0) == 0 && (name.size() == prefix.size() || name[prefix.size()] == '_'))
+      if (name.rfind(prefix, 0) == 0 &&
+          (name.size() == prefix.size() || name[prefix.size()] == '_'))
         cases.push_back(name);
     }
   }
@@ -63,20 +68,34 @@ onnx::TensorProto ReadTensor(const fs::path& file) {
 double At(const Tensor& t, int64_t i) {
   const uint8_t* p = t.raw();
   switch (t.type()) {
-    case DataType::kFp32: return t.data<float>()[i];
-    case DataType::kFp64: return t.data<double>()[i];
-    case DataType::kFp16: return HalfToFloat(t.data<uint16_t>()[i]);
-    case DataType::kBf16: return Bf16ToFloat(t.data<uint16_t>()[i]);
-    case DataType::kInt8: return t.data<int8_t>()[i];
-    case DataType::kInt16: return t.data<int16_t>()[i];
-    case DataType::kInt32: return t.data<int32_t>()[i];
-    case DataType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DataType::kUint8: return t.data<uint8_t>()[i];
-    case DataType::kUint16: return t.data<uint16_t>()[i];
-    case DataType::kUint32: return t.data<uint32_t>()[i];
-    case DataType::kUint64: return static_cast<double>(t.data<uint64_t>()[i]);
-    case DataType::kBool: return p[i];
-    default: return NAN;
+    case DataType::kFp32:
+      return t.data<float>()[i];
+    case DataType::kFp64:
+      return t.data<double>()[i];
+    case DataType::kFp16:
+      return HalfToFloat(t.data<uint16_t>()[i]);
+    case DataType::kBf16:
+      return Bf16ToFloat(t.data<uint16_t>()[i]);
+    case DataType::kInt8:
+      return t.data<int8_t>()[i];
+    case DataType::kInt16:
+      return t.data<int16_t>()[i];
+    case DataType::kInt32:
+      return t.data<int32_t>()[i];
+    case DataType::kInt64:
+      return static_cast<double>(t.data<int64_t>()[i]);
+    case DataType::kUint8:
+      return t.data<uint8_t>()[i];
+    case DataType::kUint16:
+      return t.data<uint16_t>()[i];
+    case DataType::kUint32:
+      return t.data<uint32_t>()[i];
+    case DataType::kUint64:
+      return static_cast<double>(t.data<uint64_t>()[i]);
+    case DataType::kBool:
+      return p[i];
+    default:
+      return NAN;
   }
 }
 
@@ -111,8 +130,8 @@ TEST_P(OnnxNodeTest, MatchesExpectedOutputs) {
     expected = expected->Reinterpret((*graph)->outputs()[i].type);
     const Tensor& got = results[i];
     ASSERT_EQ(got.type(), expected->type()) << fetch[i];
-    ASSERT_EQ(got.shape(), expected->shape()) << fetch[i] << ": " << ShapeToString(got.shape()) << " vs "
-                                              << ShapeToString(expected->shape());
+    ASSERT_EQ(got.shape(), expected->shape()) << fetch[i] << ": " << ShapeToString(got.shape())
+                                              << " vs " << ShapeToString(expected->shape());
     for (int64_t e = 0; e < got.elements(); ++e) {
       const double g = At(got, e), x = At(*expected, e);
       if (std::isnan(x)) {
@@ -120,24 +139,28 @@ TEST_P(OnnxNodeTest, MatchesExpectedOutputs) {
         continue;
       }
       // ONNX's backend test tolerances (rtol 1e-3), with a small absolute floor for values near 0.
-      // BF16: one unit in the last place, since libonnx-testdata 1.12 truncates FLOAT->BFLOAT16 while
-      // Nereid (like ONNX >= 1.14 and ONNX Runtime) rounds to nearest even.
-      const double tol = got.type() == DataType::kBf16 ? std::ldexp(std::abs(x), -7) : 1e-3 * std::abs(x) + 1e-5;
-      ASSERT_TRUE(g == x || std::abs(g - x) <= tol) << fetch[i] << "[" << e << "]: got " << g << ", want " << x;
+      // BF16: one unit in the last place, since libonnx-testdata 1.12 truncates FLOAT->BFLOAT16
+      // while Nereid (like ONNX >= 1.14 and ONNX Runtime) rounds to nearest even.
+      const double tol =
+          got.type() == DataType::kBf16 ? std::ldexp(std::abs(x), -7) : 1e-3 * std::abs(x) + 1e-5;
+      ASSERT_TRUE(g == x || std::abs(g - x) <= tol)
+          << fetch[i] << "[" << e << "]: got " << g << ", want " << x;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(LibOnnxTestData, OnnxNodeTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 TEST(OnnxNodeTestData, IsInstalledAndCoversEveryOp) {
   const auto cases = Cases();
   ASSERT_GE(cases.size(), 100u) << "install Debian's libonnx-testdata (" << kNodeTests << ")";
   for (const auto& [op, op_type] : kOps) {
-    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(),
-                            [&](const std::string& c) { return c.rfind(std::string("test_") + op, 0) == 0; }))
-        << op;
+    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(), [&](const std::string& c) {
+      return c.rfind(std::string("test_") + op, 0) == 0;
+    })) << op;
     EXPECT_NE(FindOp(op_type), nullptr) << op_type;
   }
 }

@@ -18,7 +18,8 @@ struct Fixture {
   BackendManager backends{NEREID_BACKEND_DIR};
   std::unique_ptr<ModelRepository> repository;
 
-  void Start(ModelControlMode mode = ModelControlMode::kNone, std::vector<std::string> startup = {}) {
+  void Start(ModelControlMode mode = ModelControlMode::kNone,
+             std::vector<std::string> startup = {}) {
     RepositoryOptions options;
     options.paths = {repo.root().string()};
     options.control_mode = mode;
@@ -28,8 +29,8 @@ struct Fixture {
   }
 };
 
-std::unique_ptr<InferenceResponse> Infer(Model& model, std::vector<int32_t> a, std::vector<int32_t> b,
-                                         Status* enqueue_status = nullptr) {
+std::unique_ptr<InferenceResponse> Infer(Model& model, std::vector<int32_t> a,
+                                         std::vector<int32_t> b, Status* enqueue_status = nullptr) {
   auto request = std::make_unique<InferenceRequest>();
   request->model_name = model.name();
   const int64_t batch = static_cast<int64_t>(a.size() / 4);
@@ -47,7 +48,9 @@ std::unique_ptr<InferenceResponse> Infer(Model& model, std::vector<int32_t> a, s
   add_input("B", b);
   std::promise<std::unique_ptr<InferenceResponse>> done;
   auto future = done.get_future();
-  request->on_complete = [&done](std::unique_ptr<InferenceResponse> r) { done.set_value(std::move(r)); };
+  request->on_complete = [&done](std::unique_ptr<InferenceResponse> r) {
+    done.set_value(std::move(r));
+  };
   Status s = model.Enqueue(request);
   if (enqueue_status) *enqueue_status = s;
   if (!s.ok()) return nullptr;
@@ -89,13 +92,16 @@ TEST(RepositoryTest, BadModelIsReportedAndDoesNotStopOthers) {
 
 TEST(RepositoryTest, DimsThatRepeatTheBatchDimensionAreExplained) {
   Fixture f;
-  f.repo.AddModel("m", "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
-                       "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ -1, 4 ] }, { name: \"B\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n"
-                       "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n");
+  f.repo.AddModel("m",
+                  "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
+                  "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ -1, 4 ] }, { name: \"B\" "
+                  "data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n"
+                  "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n");
   f.Start();
   auto index = f.repository->Index(false);
   ASSERT_EQ(index.size(), 1u);
-  EXPECT_NE(index[0].reason.find("must not include the batch dimension"), std::string::npos) << index[0].reason;
+  EXPECT_NE(index[0].reason.find("must not include the batch dimension"), std::string::npos)
+      << index[0].reason;
 }
 
 TEST(RepositoryTest, AutoCompletesConfigFromTheOnnxGraph) {
@@ -115,7 +121,8 @@ TEST(RepositoryTest, AutoCompletesConfigFromTheOnnxGraph) {
 
 TEST(RepositoryTest, VersionPolicyPicksVersions) {
   Fixture f;
-  f.repo.AddModel("v", AddConfig("v") + "version_policy { latest { num_versions: 2 } }\n", {1, 2, 3});
+  f.repo.AddModel("v", AddConfig("v") + "version_policy { latest { num_versions: 2 } }\n",
+                  {1, 2, 3});
   f.Start();
   EXPECT_EQ(f.repository->ReadyVersions("v"), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ((*f.repository->GetModel("v", -1))->version(), 3);

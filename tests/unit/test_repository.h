@@ -1,5 +1,5 @@
-// Builds small model repositories on disk for unit tests: ONNX graphs written with onnx_proto, configs
-// as text. Each TempRepository removes itself.
+// Builds small model repositories on disk for unit tests: ONNX graphs written with onnx_proto,
+// configs as text. Each TempRepository removes itself.
 #pragma once
 
 #include <onnx/onnx_pb.h>
@@ -48,7 +48,8 @@ class TempRepository {
   ~TempRepository() { std::filesystem::remove_all(root_); }
   const std::filesystem::path& root() const { return root_; }
 
-  void AddModel(const std::string& name, const std::string& config, std::initializer_list<int> versions = {1}) {
+  void AddModel(const std::string& name, const std::string& config,
+                std::initializer_list<int> versions = {1}) {
     std::filesystem::create_directories(root_ / name);
     if (!config.empty()) std::ofstream(root_ / name / "config.pbtxt") << config;
     for (int v : versions) WriteAddModel(root_ / name / std::to_string(v) / "model.onnx");
@@ -59,8 +60,10 @@ class TempRepository {
 };
 
 inline std::string AddConfig(const std::string& name, int max_batch_size = 8) {
-  return "name: \"" + name + "\"\nbackend: \"native\"\nmax_batch_size: " + std::to_string(max_batch_size) +
-         "\ninput [ { name: \"A\" data_type: TYPE_INT32 dims: [ 4 ] }, { name: \"B\" data_type: TYPE_INT32 dims: [ 4 ] } ]"
+  return "name: \"" + name +
+         "\"\nbackend: \"native\"\nmax_batch_size: " + std::to_string(max_batch_size) +
+         "\ninput [ { name: \"A\" data_type: TYPE_INT32 dims: [ 4 ] }, { name: \"B\" data_type: "
+         "TYPE_INT32 dims: [ 4 ] } ]"
          "\noutput [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ 4 ] } ]\n";
 }
 

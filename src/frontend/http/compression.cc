@@ -12,7 +12,8 @@ int WindowBits(Encoding e) { return e == Encoding::kGzip ? 15 + 16 : 15; }
 
 std::string Lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
@@ -29,7 +30,8 @@ StatusOr<Encoding> ParseContentEncoding(std::string_view value) {
   if (v.empty() || v == "identity") return Encoding::kIdentity;
   if (v == "gzip") return Encoding::kGzip;
   if (v == "deflate") return Encoding::kDeflate;
-  return Unsupported("unsupported Content-Encoding '" + std::string(value) + "' (supported: gzip, deflate)");
+  return Unsupported("unsupported Content-Encoding '" + std::string(value) +
+                     "' (supported: gzip, deflate)");
 }
 
 Encoding PickAcceptEncoding(std::string_view value) {
@@ -42,7 +44,8 @@ Encoding PickAcceptEncoding(std::string_view value) {
     if (semi != std::string_view::npos) {
       std::string params = Lower(item.substr(semi + 1));
       params.erase(std::remove(params.begin(), params.end(), ' '), params.end());
-      if (params == "q=0" || params == "q=0.0" || params == "q=0.00" || params == "q=0.000") continue;
+      if (params == "q=0" || params == "q=0.0" || params == "q=0.00" || params == "q=0.000")
+        continue;
     }
     if (name == "gzip") return Encoding::kGzip;
     if (name == "deflate") return Encoding::kDeflate;
@@ -75,8 +78,8 @@ StatusOr<std::string> Inflate(Encoding e, std::string_view in, size_t limit) {
     out.append(chunk, sizeof(chunk) - zs.avail_out);
     if (out.size() > limit) {
       inflateEnd(&zs);
-      return InvalidArgument("decompressed request body exceeds the limit of " + std::to_string(limit) +
-                             " bytes (--http-max-input-size)");
+      return InvalidArgument("decompressed request body exceeds the limit of " +
+                             std::to_string(limit) + " bytes (--http-max-input-size)");
     }
     if (rc == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {
       inflateEnd(&zs);
@@ -91,7 +94,8 @@ StatusOr<std::string> Inflate(Encoding e, std::string_view in, size_t limit) {
 StatusOr<std::string> Deflate(Encoding e, std::string_view in) {
   if (e == Encoding::kIdentity) return std::string(in);
   z_stream zs{};
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, WindowBits(e), 8, Z_DEFAULT_STRATEGY) != Z_OK)
+  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, WindowBits(e), 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK)
     return Internal("deflateInit failed");
   std::string out;
   out.resize(deflateBound(&zs, static_cast<uLong>(in.size())));

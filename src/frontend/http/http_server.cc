@@ -4,10 +4,10 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <array>
 #include <charconv>
 #include <chrono>
 #include <optional>
@@ -35,9 +35,23 @@ std::string_view SV(boost::beast::string_view s) { return {s.data(), s.size()}; 
 // The route of a request path, split the way Triton's HTTP server matches its URLs.
 struct Route {
   enum Kind {
-    kNotFound, kServerMetadata, kHealthLive, kHealthReady, kModelMetadata, kModelReady, kModelConfig,
-    kModelInfer, kModelStats, kAllStats, kRepoIndex, kRepoLoad, kRepoUnload, kSharedMemory, kTrace,
-    kLogging, kGenerate
+    kNotFound,
+    kServerMetadata,
+    kHealthLive,
+    kHealthReady,
+    kModelMetadata,
+    kModelReady,
+    kModelConfig,
+    kModelInfer,
+    kModelStats,
+    kAllStats,
+    kRepoIndex,
+    kRepoLoad,
+    kRepoUnload,
+    kSharedMemory,
+    kTrace,
+    kLogging,
+    kGenerate
   } kind = kNotFound;
   std::string model;
   int64_t version = -1;
@@ -75,17 +89,23 @@ Route Match(std::string_view target) {
       const std::string_view v = p[4];
       int64_t version = -1;
       auto res = std::from_chars(v.data(), v.data() + v.size(), version);
-      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || version < 0) r.bad_version = true;
+      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || version < 0)
+        r.bad_version = true;
       r.version = version;
       i = 5;
     }
     if (i == p.size()) return r.kind = Route::kModelMetadata, r;
     if (i + 1 == p.size()) {
-      if (p[i] == "infer") r.kind = Route::kModelInfer;
-      else if (p[i] == "ready") r.kind = Route::kModelReady;
-      else if (p[i] == "config") r.kind = Route::kModelConfig;
-      else if (p[i] == "stats") r.kind = Route::kModelStats;
-      else if (p[i] == "generate" || p[i] == "generate_stream") r.kind = Route::kGenerate;
+      if (p[i] == "infer")
+        r.kind = Route::kModelInfer;
+      else if (p[i] == "ready")
+        r.kind = Route::kModelReady;
+      else if (p[i] == "config")
+        r.kind = Route::kModelConfig;
+      else if (p[i] == "stats")
+        r.kind = Route::kModelStats;
+      else if (p[i] == "generate" || p[i] == "generate_stream")
+        r.kind = Route::kGenerate;
     } else if (i + 2 == p.size() && p[i] == "trace" && p[i + 1] == "setting") {
       r.kind = Route::kTrace;
     }
@@ -100,13 +120,15 @@ Route Match(std::string_view target) {
     }
     return r;
   }
-  if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") return r.kind = Route::kSharedMemory, r;
+  if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory")
+    return r.kind = Route::kSharedMemory, r;
   if (p[1] == "trace" && p.size() == 3 && p[2] == "setting") return r.kind = Route::kTrace, r;
   if (p[1] == "logging" && p.size() == 2) return r.kind = Route::kLogging, r;
   return r;
 }
 
-void WriteShape(JsonWriter& w, bool batching, const google::protobuf::RepeatedField<int64_t>& dims) {
+void WriteShape(JsonWriter& w, bool batching,
+                const google::protobuf::RepeatedField<int64_t>& dims) {
   w.StartArray();
   if (batching) w.Int64(-1);
   for (int64_t d : dims) w.Int64(d);
@@ -120,7 +142,10 @@ std::string_view WireTypeName(inference::DataType t) { return DataTypeName(FromC
 class HttpServer::Impl {
  public:
   Impl(HttpOptions options, ServerInfo info, ModelRepository* repository)
-      : options_(std::move(options)), info_(std::move(info)), repository_(repository), acceptor_(ioc_) {}
+      : options_(std::move(options)),
+        info_(std::move(info)),
+        repository_(repository),
+        acceptor_(ioc_) {}
 
   Status Start();
   void Stop();
@@ -143,7 +168,8 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl* server) : stream_(std::move(socket)), server_(server) {}
+  Session(tcp::socket socket, HttpServer::Impl* server)
+      : stream_(std::move(socket)), server_(server) {}
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
@@ -154,20 +180,22 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(server_->options_.max_input_size);
     parser_->header_limit(1 << 20);
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
-    if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted) {
+    if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted) {
       return Close();
     }
     if (ec == bhttp::error::body_limit) {
       keep_alive_ = false;
       drain_after_send_ = true;
-      return SendError(bhttp::status::bad_request, 
-                       "request body exceeds the limit of " + std::to_string(server_->options_.max_input_size) +
+      return SendError(bhttp::status::bad_request,
+                       "request body exceeds the limit of " +
+                           std::to_string(server_->options_.max_input_size) +
                            " bytes; raise it with --http-max-input-size");
     }
     if (ec) {
@@ -199,7 +227,8 @@ class Session : public std::enable_shared_from_this<Session> {
     Close();
     stream_.expires_after(std::chrono::seconds(10));
     auto scratch = std::make_shared<std::array<char, 65536>>();
-    stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, size_t n) {
+    stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](
+                                                       beast::error_code ec, size_t n) {
       self->drained_ += n;
       if (ec || self->drained_ > 4 * self->server_->options_.max_input_size + (64u << 20)) {
         beast::error_code ignored;
@@ -238,15 +267,17 @@ class Session : public std::enable_shared_from_this<Session> {
       SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
       return false;
     };
-    if (route.bad_version) return SendError(bhttp::status::bad_request, "invalid model version in URL");
+    if (route.bad_version)
+      return SendError(bhttp::status::bad_request, "invalid model version in URL");
     switch (route.kind) {
       case Route::kHealthLive:
         if (!need(bhttp::verb::get)) return;
         return SendBody(bhttp::status::ok, "", nullptr);
       case Route::kHealthReady:
         if (!need(bhttp::verb::get)) return;
-        return SendBody(server_->repository_->Ready() ? bhttp::status::ok : bhttp::status::bad_request, "",
-                        nullptr);
+        return SendBody(
+            server_->repository_->Ready() ? bhttp::status::ok : bhttp::status::bad_request, "",
+            nullptr);
       case Route::kServerMetadata:
         if (!need(bhttp::verb::get)) return;
         return ServerMetadata();
@@ -257,7 +288,8 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!need(bhttp::verb::get)) return;
         auto model = server_->repository_->GetModel(route.model, route.version);
         if (model.ok()) return SendBody(bhttp::status::ok, "", nullptr);
-        return SendError(bhttp::status::bad_request, "Model version not ready: " + model.status().message());
+        return SendError(bhttp::status::bad_request,
+                         "Model version not ready: " + model.status().message());
       }
       case Route::kModelConfig: {
         if (!need(bhttp::verb::get)) return;
@@ -279,13 +311,16 @@ class Session : public std::enable_shared_from_this<Session> {
         return Logging(method, req.body());
       case Route::kModelStats:
       case Route::kAllStats:
-        return SendError(bhttp::status::not_implemented, "the statistics extension is not available yet");
+        return SendError(bhttp::status::not_implemented,
+                         "the statistics extension is not available yet");
       case Route::kSharedMemory:
         return SendError(bhttp::status::not_implemented, "shared memory is not supported yet");
       case Route::kTrace:
-        return SendError(bhttp::status::not_implemented, "the trace extension is not supported yet");
+        return SendError(bhttp::status::not_implemented,
+                         "the trace extension is not supported yet");
       case Route::kGenerate:
-        return SendError(bhttp::status::not_implemented, "the generate extension is not supported yet");
+        return SendError(bhttp::status::not_implemented,
+                         "the generate extension is not supported yet");
       case Route::kNotFound:
         return SendError(bhttp::status::not_found, "Not Found");
     }
@@ -302,8 +337,8 @@ class Session : public std::enable_shared_from_this<Session> {
     w.Key("extensions");
     w.StartArray();
     // Only extensions that work end to end are listed.
-    for (const char* e : {"classification", "model_repository", "model_configuration", "binary_tensor_data",
-                          "logging"})
+    for (const char* e : {"classification", "model_repository", "model_configuration",
+                          "binary_tensor_data", "logging"})
       w.String(e);
     w.EndArray();
     w.EndObject();
@@ -323,7 +358,8 @@ class Session : public std::enable_shared_from_this<Session> {
     w.String(model.name().c_str());
     w.Key("versions");
     w.StartArray();
-    for (int64_t v : server_->repository_->ReadyVersions(model.name())) w.String(std::to_string(v).c_str());
+    for (int64_t v : server_->repository_->ReadyVersions(model.name()))
+      w.String(std::to_string(v).c_str());
     w.EndArray();
     w.Key("platform");
     w.String(config.platform().empty() ? config.backend().c_str() : config.platform().c_str());
@@ -372,7 +408,8 @@ class Session : public std::enable_shared_from_this<Session> {
       const auto v = it->value();
       auto res = std::from_chars(v.data(), v.data() + v.size(), header_length);
       if (res.ec != std::errc() || res.ptr != v.data() + v.size() || header_length < 0)
-        return SendError(bhttp::status::bad_request, "invalid Inference-Header-Content-Length header");
+        return SendError(bhttp::status::bad_request,
+                         "invalid Inference-Header-Content-Length header");
     }
     Encoding response_encoding = Encoding::kIdentity;
     if (auto it = req.find(bhttp::field::accept_encoding); it != req.end())
@@ -382,14 +419,17 @@ class Session : public std::enable_shared_from_this<Session> {
     request->times.received_ns = SteadyNowNs();
     request->model_name = model->name();
     request->model_version = model->version();
-    Status decoded = DecodeInferRequest(std::move(body), header_length, model->config(), request.get());
+    Status decoded =
+        DecodeInferRequest(std::move(body), header_length, model->config(), request.get());
     if (!decoded.ok()) return SendStatus(decoded);
     request->model = model;
-    request->on_complete = [self = shared_from_this(), response_encoding](std::unique_ptr<InferenceResponse> r) {
+    request->on_complete = [self = shared_from_this(),
+                            response_encoding](std::unique_ptr<InferenceResponse> r) {
       // Back onto this connection's strand: encoding and writing belong to the I/O side.
-      net::post(self->stream_.get_executor(), [self, response_encoding, r = std::move(r)]() mutable {
-        self->SendInferResponse(*r, response_encoding);
-      });
+      net::post(self->stream_.get_executor(),
+                [self, response_encoding, r = std::move(r)]() mutable {
+                  self->SendInferResponse(*r, response_encoding);
+                });
     };
     Status queued = model->Enqueue(request);
     if (!queued.ok()) return SendStatus(queued);
@@ -422,9 +462,11 @@ class Session : public std::enable_shared_from_this<Session> {
       rapidjson::Document doc;
       doc.Parse(body.c_str(), body.size());
       if (doc.HasParseError() || !doc.IsObject())
-        return SendError(bhttp::status::bad_request, "failed to parse the repository index request JSON");
+        return SendError(bhttp::status::bad_request,
+                         "failed to parse the repository index request JSON");
       if (doc.HasMember("ready")) {
-        if (!doc["ready"].IsBool()) return SendError(bhttp::status::bad_request, "'ready' must be a boolean");
+        if (!doc["ready"].IsBool())
+          return SendError(bhttp::status::bad_request, "'ready' must be a boolean");
         ready_only = doc["ready"].GetBool();
       }
     }
@@ -453,8 +495,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void RepositoryControl(const Route& route, const std::string& body) {
     if (server_->repository_->control_mode() != ModelControlMode::kExplicit)
-      return SendError(bhttp::status::service_unavailable, "explicit model load / unload is not allowed if model control mode is not EXPLICIT "
-                       "(start with --model-control-mode=explicit)");
+      return SendError(
+          bhttp::status::service_unavailable,
+          "explicit model load / unload is not allowed if model control mode is not EXPLICIT "
+          "(start with --model-control-mode=explicit)");
     std::string config_json;
     if (!body.empty()) {
       rapidjson::Document doc;
@@ -467,10 +511,12 @@ class Session : public std::enable_shared_from_this<Session> {
           const std::string key = it->name.GetString();
           if (key == "config") {
             if (!it->value.IsString())
-              return SendError(bhttp::status::bad_request, "parameter 'config' must be a JSON string");
+              return SendError(bhttp::status::bad_request,
+                               "parameter 'config' must be a JSON string");
             config_json = it->value.GetString();
           } else if (key.rfind("file:", 0) == 0) {
-            return SendError(bhttp::status::not_implemented, "loading model files from the request is not supported yet");
+            return SendError(bhttp::status::not_implemented,
+                             "loading model files from the request is not supported yet");
           }
         }
       }
@@ -497,16 +543,23 @@ class Session : public std::enable_shared_from_this<Session> {
       for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
         const std::string key = it->name.GetString();
         const auto& v = it->value;
-        if (key == "log_info" && v.IsBool()) settings.info = v.GetBool();
-        else if (key == "log_warning" && v.IsBool()) settings.warning = v.GetBool();
-        else if (key == "log_error" && v.IsBool()) settings.error = v.GetBool();
-        else if (key == "log_verbose_level" && v.IsInt() && v.GetInt() >= 0) settings.verbose = v.GetInt();
+        if (key == "log_info" && v.IsBool())
+          settings.info = v.GetBool();
+        else if (key == "log_warning" && v.IsBool())
+          settings.warning = v.GetBool();
+        else if (key == "log_error" && v.IsBool())
+          settings.error = v.GetBool();
+        else if (key == "log_verbose_level" && v.IsInt() && v.GetInt() >= 0)
+          settings.verbose = v.GetInt();
         else if (key == "log_file" || key == "log_format") {
           if (!v.IsString() || (key == "log_file" && v.GetStringLength() > 0) ||
               (key == "log_format" && std::string(v.GetString()) != "default"))
-            return SendError(bhttp::status::bad_request, "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
+            return SendError(
+                bhttp::status::bad_request,
+                "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
         } else {
-          return SendError(bhttp::status::bad_request, "unknown or mistyped logging setting '" + key + "'");
+          return SendError(bhttp::status::bad_request,
+                           "unknown or mistyped logging setting '" + key + "'");
         }
       }
     } else if (method != bhttp::verb::get) {
@@ -515,12 +568,18 @@ class Session : public std::enable_shared_from_this<Session> {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
-    w.Key("log_file"); w.String("");
-    w.Key("log_info"); w.Bool(settings.info);
-    w.Key("log_warning"); w.Bool(settings.warning);
-    w.Key("log_error"); w.Bool(settings.error);
-    w.Key("log_verbose_level"); w.Int(settings.verbose);
-    w.Key("log_format"); w.String("default");
+    w.Key("log_file");
+    w.String("");
+    w.Key("log_info");
+    w.Bool(settings.info);
+    w.Key("log_warning");
+    w.Bool(settings.warning);
+    w.Key("log_error");
+    w.Bool(settings.error);
+    w.Key("log_verbose_level");
+    w.Int(settings.verbose);
+    w.Key("log_format");
+    w.String("default");
     w.EndObject();
     SendBody(bhttp::status::ok, buffer.GetString());
   }
@@ -547,12 +606,13 @@ Status HttpServer::Impl::Start() {
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
   if (ec)
-    return Unavailable("cannot listen for HTTP on " + options_.address + ":" + std::to_string(options_.port) +
-                       ": " + ec.message());
+    return Unavailable("cannot listen for HTTP on " + options_.address + ":" +
+                       std::to_string(options_.port) + ": " + ec.message());
   bound_port_ = acceptor_.local_endpoint().port();
   Accept();
-  int threads = options_.threads > 0 ? options_.threads
-                                     : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  int threads = options_.threads > 0
+                    ? options_.threads
+                    : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
   LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
            << " I/O threads)";

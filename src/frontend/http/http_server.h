@@ -1,6 +1,7 @@
-// HttpServer: the KServe v2 REST frontend with Triton's extensions, on Boost.Beast. I/O threads parse
-// and answer; inference completes on instance threads and is posted back to the connection's strand,
-// so no I/O thread ever waits on a model. Repository load/unload run on a separate control thread.
+// HttpServer: the KServe v2 REST frontend with Triton's extensions, on Boost.Beast. I/O threads
+// parse and answer; inference completes on instance threads and is posted back to the connection's
+// strand, so no I/O thread ever waits on a model. Repository load/unload run on a separate control
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,8 @@ namespace nereid::http {
 struct HttpOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 8000;
-  int threads = 0;                             // 0: one per hardware thread, at least 2
-  uint64_t max_input_size = 64ull << 20;       // --http-max-input-size (Triton's default 64 MiB)
+  int threads = 0;                        // 0: one per hardware thread, at least 2
+  uint64_t max_input_size = 64ull << 20;  // --http-max-input-size (Triton's default 64 MiB)
 };
 
 struct ServerInfo {

@@ -46,45 +46,64 @@ Status PutInteger(const Value& v, std::vector<uint8_t>& out, const std::string& 
       if (ok) Put<T>(out, static_cast<T>(x));
     }
   }
-  if (!ok) return InvalidArgument("input '" + input + "': a JSON value is not an integer in range of its datatype");
+  if (!ok)
+    return InvalidArgument("input '" + input +
+                           "': a JSON value is not an integer in range of its datatype");
   return Status::Ok();
 }
 
 // Appends one JSON element of 'type' to 'out'.
-Status PutElement(DataType type, const Value& v, std::vector<uint8_t>& out, const std::string& input) {
+Status PutElement(DataType type, const Value& v, std::vector<uint8_t>& out,
+                  const std::string& input) {
   switch (type) {
     case DataType::kBool:
-      if (!v.IsBool()) return InvalidArgument("input '" + input + "': BOOL data must be true or false");
+      if (!v.IsBool())
+        return InvalidArgument("input '" + input + "': BOOL data must be true or false");
       out.push_back(v.GetBool() ? 1 : 0);
       return Status::Ok();
-    case DataType::kInt8: return PutInteger<int8_t>(v, out, input);
-    case DataType::kInt16: return PutInteger<int16_t>(v, out, input);
-    case DataType::kInt32: return PutInteger<int32_t>(v, out, input);
-    case DataType::kInt64: return PutInteger<int64_t>(v, out, input);
-    case DataType::kUint8: return PutInteger<uint8_t>(v, out, input);
-    case DataType::kUint16: return PutInteger<uint16_t>(v, out, input);
-    case DataType::kUint32: return PutInteger<uint32_t>(v, out, input);
-    case DataType::kUint64: return PutInteger<uint64_t>(v, out, input);
+    case DataType::kInt8:
+      return PutInteger<int8_t>(v, out, input);
+    case DataType::kInt16:
+      return PutInteger<int16_t>(v, out, input);
+    case DataType::kInt32:
+      return PutInteger<int32_t>(v, out, input);
+    case DataType::kInt64:
+      return PutInteger<int64_t>(v, out, input);
+    case DataType::kUint8:
+      return PutInteger<uint8_t>(v, out, input);
+    case DataType::kUint16:
+      return PutInteger<uint16_t>(v, out, input);
+    case DataType::kUint32:
+      return PutInteger<uint32_t>(v, out, input);
+    case DataType::kUint64:
+      return PutInteger<uint64_t>(v, out, input);
     case DataType::kFp16:
     case DataType::kBf16:
     case DataType::kFp32:
     case DataType::kFp64: {
-      if (!v.IsNumber()) return InvalidArgument("input '" + input + "': " +
-                                                std::string(DataTypeName(type)) + " data must be numbers");
+      if (!v.IsNumber())
+        return InvalidArgument("input '" + input + "': " + std::string(DataTypeName(type)) +
+                               " data must be numbers");
       const double d = v.GetDouble();
-      if (type == DataType::kFp64) Put<double>(out, d);
-      else if (type == DataType::kFp32) Put<float>(out, static_cast<float>(d));
-      else if (type == DataType::kFp16) Put<uint16_t>(out, FloatToHalf(static_cast<float>(d)));
-      else Put<uint16_t>(out, FloatToBf16(static_cast<float>(d)));
+      if (type == DataType::kFp64)
+        Put<double>(out, d);
+      else if (type == DataType::kFp32)
+        Put<float>(out, static_cast<float>(d));
+      else if (type == DataType::kFp16)
+        Put<uint16_t>(out, FloatToHalf(static_cast<float>(d)));
+      else
+        Put<uint16_t>(out, FloatToBf16(static_cast<float>(d)));
       return Status::Ok();
     }
     case DataType::kBytes: {
-      if (!v.IsString()) return InvalidArgument("input '" + input + "': BYTES data must be strings");
+      if (!v.IsString())
+        return InvalidArgument("input '" + input + "': BYTES data must be strings");
       Put<uint32_t>(out, v.GetStringLength());
       out.insert(out.end(), v.GetString(), v.GetString() + v.GetStringLength());
       return Status::Ok();
     }
-    default: return InvalidArgument("input '" + input + "': unsupported datatype");
+    default:
+      return InvalidArgument("input '" + input + "': unsupported datatype");
   }
 }
 
@@ -93,7 +112,8 @@ Status Flatten(DataType type, const Value& v, std::vector<uint8_t>& out, int64_t
                const std::string& input, int depth) {
   if (depth > 64) return InvalidArgument("input '" + input + "': data nests too deeply");
   if (v.IsArray()) {
-    for (const auto& e : v.GetArray()) RETURN_IF_ERROR(Flatten(type, e, out, count, input, depth + 1));
+    for (const auto& e : v.GetArray())
+      RETURN_IF_ERROR(Flatten(type, e, out, count, input, depth + 1));
     return Status::Ok();
   }
   ++count;
@@ -102,16 +122,18 @@ Status Flatten(DataType type, const Value& v, std::vector<uint8_t>& out, int64_t
 
 StatusOr<bool> BoolParam(const Value& params, const char* key) {
   if (!params.IsObject() || !params.HasMember(key)) return false;
-  if (!params[key].IsBool()) return InvalidArgument(std::string("parameter '") + key + "' must be a boolean");
+  if (!params[key].IsBool())
+    return InvalidArgument(std::string("parameter '") + key + "' must be a boolean");
   return params[key].GetBool();
 }
 
 Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::ModelConfig& config,
                  InferenceRequest* request) {
   if (config.input_size() != 1)
-    return InvalidArgument("a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
-                           "exactly one input; model '" + config.name() + "' has " +
-                           std::to_string(config.input_size()));
+    return InvalidArgument(
+        "a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
+        "exactly one input; model '" +
+        config.name() + "' has " + std::to_string(config.input_size()));
   const auto& spec = config.input(0);
   InferInput in;
   in.name = spec.name();
@@ -124,10 +146,14 @@ Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::Model
   int unknown = -1;
   int64_t known = static_cast<int64_t>(DataTypeSize(in.datatype));
   for (size_t i = 0; i < in.shape.size(); ++i) {
-    if (in.shape[i] >= 0) { known *= in.shape[i]; continue; }
+    if (in.shape[i] >= 0) {
+      known *= in.shape[i];
+      continue;
+    }
     if (unknown >= 0)
-      return InvalidArgument("a raw binary request needs input '" + in.name +
-                             "' to have at most one variable dimension (including the batch dimension)");
+      return InvalidArgument(
+          "a raw binary request needs input '" + in.name +
+          "' to have at most one variable dimension (including the batch dimension)");
     unknown = static_cast<int>(i);
   }
   if (unknown >= 0) {
@@ -167,7 +193,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
   }
   if (doc.HasMember("parameters")) {
     if (!doc["parameters"].IsObject()) return InvalidArgument("'parameters' must be an object");
-    ASSIGN_OR_RETURN(request->binary_outputs_by_default, BoolParam(doc["parameters"], "binary_data_output"));
+    ASSIGN_OR_RETURN(request->binary_outputs_by_default,
+                     BoolParam(doc["parameters"], "binary_data_output"));
   }
   if (!doc.HasMember("inputs") || !doc["inputs"].IsArray())
     return InvalidArgument("the request JSON needs an 'inputs' array");
@@ -176,7 +203,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
   for (const auto& v : doc["inputs"].GetArray()) {
     if (!v.IsObject()) return InvalidArgument("each entry of 'inputs' must be an object");
     InferInput in;
-    if (!v.HasMember("name") || !v["name"].IsString()) return InvalidArgument("an input has no 'name'");
+    if (!v.HasMember("name") || !v["name"].IsString())
+      return InvalidArgument("an input has no 'name'");
     in.name = v["name"].GetString();
     if (!v.HasMember("datatype") || !v["datatype"].IsString())
       return InvalidArgument("input '" + in.name + "' has no 'datatype'");
@@ -188,19 +216,23 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       return InvalidArgument("input '" + in.name + "' has no 'shape' array");
     for (const auto& d : v["shape"].GetArray()) {
       if (!d.IsInt64() || d.GetInt64() < 0)
-        return InvalidArgument("input '" + in.name + "': shape entries must be non-negative integers");
+        return InvalidArgument("input '" + in.name +
+                               "': shape entries must be non-negative integers");
       in.shape.push_back(d.GetInt64());
     }
     int64_t binary_size = -1;
-    if (v.HasMember("parameters") && v["parameters"].IsObject() && v["parameters"].HasMember("binary_data_size")) {
+    if (v.HasMember("parameters") && v["parameters"].IsObject() &&
+        v["parameters"].HasMember("binary_data_size")) {
       const auto& p = v["parameters"]["binary_data_size"];
       if (!p.IsInt64() || p.GetInt64() < 0)
-        return InvalidArgument("input '" + in.name + "': binary_data_size must be a non-negative integer");
+        return InvalidArgument("input '" + in.name +
+                               "': binary_data_size must be a non-negative integer");
       binary_size = p.GetInt64();
     }
     if (binary_size >= 0) {
       if (header_length < 0)
-        return InvalidArgument("input '" + in.name + "' uses binary_data_size but the request has no "
+        return InvalidArgument("input '" + in.name +
+                               "' uses binary_data_size but the request has no "
                                "Inference-Header-Content-Length header");
       if (body->size() - offset < static_cast<size_t>(binary_size))
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
@@ -218,8 +250,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       const int64_t expected = ElementCount(in.shape.data(), in.shape.size());
       if (count != expected)
         return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
-                               ShapeString(in.shape) + " needs " + std::to_string(expected) + ", got " +
-                               std::to_string(count));
+                               ShapeString(in.shape) + " needs " + std::to_string(expected) +
+                               ", got " + std::to_string(count));
       in.Own(std::move(bytes));
     }
     request->inputs.push_back(std::move(in));
@@ -238,13 +270,15 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       out.binary = request->binary_outputs_by_default;
       if (v.HasMember("parameters")) {
         const auto& p = v["parameters"];
-        if (!p.IsObject()) return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
+        if (!p.IsObject())
+          return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
         if (p.HasMember("binary_data")) {
           ASSIGN_OR_RETURN(out.binary, BoolParam(p, "binary_data"));
         }
         if (p.HasMember("classification")) {
           if (!p["classification"].IsUint() || p["classification"].GetUint() == 0)
-            return InvalidArgument("output '" + out.name + "': classification must be a positive integer");
+            return InvalidArgument("output '" + out.name +
+                                   "': classification must be a positive integer");
           out.class_count = p["classification"].GetUint();
         }
       }
@@ -282,19 +316,47 @@ void WriteData(Writer& w, const InferOutput& out) {
   const uint8_t* p = out.data.data();
   const size_t n = out.data.size();
   switch (out.datatype) {
-    case DataType::kBool: for (size_t i = 0; i < n; ++i) w.Bool(p[i] != 0); break;
-    case DataType::kInt8: for (size_t i = 0; i < n; ++i) w.Int(static_cast<int8_t>(p[i])); break;
-    case DataType::kUint8: for (size_t i = 0; i < n; ++i) w.Uint(p[i]); break;
-    case DataType::kInt16: for (size_t i = 0; i + 2 <= n; i += 2) w.Int(Load<int16_t>(p + i)); break;
-    case DataType::kUint16: for (size_t i = 0; i + 2 <= n; i += 2) w.Uint(Load<uint16_t>(p + i)); break;
-    case DataType::kInt32: for (size_t i = 0; i + 4 <= n; i += 4) w.Int(Load<int32_t>(p + i)); break;
-    case DataType::kUint32: for (size_t i = 0; i + 4 <= n; i += 4) w.Uint(Load<uint32_t>(p + i)); break;
-    case DataType::kInt64: for (size_t i = 0; i + 8 <= n; i += 8) w.Int64(Load<int64_t>(p + i)); break;
-    case DataType::kUint64: for (size_t i = 0; i + 8 <= n; i += 8) w.Uint64(Load<uint64_t>(p + i)); break;
-    case DataType::kFp16: for (size_t i = 0; i + 2 <= n; i += 2) WriteFloat(w, HalfToFloat(Load<uint16_t>(p + i)), true); break;
-    case DataType::kBf16: for (size_t i = 0; i + 2 <= n; i += 2) WriteFloat(w, Bf16ToFloat(Load<uint16_t>(p + i)), true); break;
-    case DataType::kFp32: for (size_t i = 0; i + 4 <= n; i += 4) WriteFloat(w, Load<float>(p + i), true); break;
-    case DataType::kFp64: for (size_t i = 0; i + 8 <= n; i += 8) WriteFloat(w, Load<double>(p + i), false); break;
+    case DataType::kBool:
+      for (size_t i = 0; i < n; ++i) w.Bool(p[i] != 0);
+      break;
+    case DataType::kInt8:
+      for (size_t i = 0; i < n; ++i) w.Int(static_cast<int8_t>(p[i]));
+      break;
+    case DataType::kUint8:
+      for (size_t i = 0; i < n; ++i) w.Uint(p[i]);
+      break;
+    case DataType::kInt16:
+      for (size_t i = 0; i + 2 <= n; i += 2) w.Int(Load<int16_t>(p + i));
+      break;
+    case DataType::kUint16:
+      for (size_t i = 0; i + 2 <= n; i += 2) w.Uint(Load<uint16_t>(p + i));
+      break;
+    case DataType::kInt32:
+      for (size_t i = 0; i + 4 <= n; i += 4) w.Int(Load<int32_t>(p + i));
+      break;
+    case DataType::kUint32:
+      for (size_t i = 0; i + 4 <= n; i += 4) w.Uint(Load<uint32_t>(p + i));
+      break;
+    case DataType::kInt64:
+      for (size_t i = 0; i + 8 <= n; i += 8) w.Int64(Load<int64_t>(p + i));
+      break;
+    case DataType::kUint64:
+      for (size_t i = 0; i + 8 <= n; i += 8) w.Uint64(Load<uint64_t>(p + i));
+      break;
+    case DataType::kFp16:
+      for (size_t i = 0; i + 2 <= n; i += 2)
+        WriteFloat(w, HalfToFloat(Load<uint16_t>(p + i)), true);
+      break;
+    case DataType::kBf16:
+      for (size_t i = 0; i + 2 <= n; i += 2)
+        WriteFloat(w, Bf16ToFloat(Load<uint16_t>(p + i)), true);
+      break;
+    case DataType::kFp32:
+      for (size_t i = 0; i + 4 <= n; i += 4) WriteFloat(w, Load<float>(p + i), true);
+      break;
+    case DataType::kFp64:
+      for (size_t i = 0; i + 8 <= n; i += 8) WriteFloat(w, Load<double>(p + i), false);
+      break;
     case DataType::kBytes:
       for (size_t i = 0; i + 4 <= n;) {
         const uint32_t len = Load<uint32_t>(p + i);
@@ -304,7 +366,8 @@ void WriteData(Writer& w, const InferOutput& out) {
         i += len;
       }
       break;
-    default: break;
+    default:
+      break;
   }
   w.EndArray();
 }
@@ -316,7 +379,8 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
   Writer w(buffer);
   w.StartObject();
   w.Key("model_name");
-  w.String(response.model_name.c_str(), static_cast<rapidjson::SizeType>(response.model_name.size()));
+  w.String(response.model_name.c_str(),
+           static_cast<rapidjson::SizeType>(response.model_name.size()));
   w.Key("model_version");
   w.String(std::to_string(response.model_version).c_str());
   if (!response.id.empty()) {

@@ -1,27 +1,28 @@
-// The KServe v2 HTTP infer body: JSON tensors and Triton's binary tensor extension, in both directions.
-// Pure functions over bytes (no sockets), shared by the HTTP server, unit tests and fuzz targets.
+// The KServe v2 HTTP infer body: JSON tensors and Triton's binary tensor extension, in both
+// directions. Pure functions over bytes (no sockets), shared by the HTTP server, unit tests and
+// fuzz targets.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "common/status.h"
-#include "runtime/inference_request.h"
 #include "config/model_config.h"
+#include "runtime/inference_request.h"
 
 namespace nereid::http {
 
-// Decodes an infer request body. 'header_length' is Inference-Header-Content-Length (-1 when the header
-// is absent: the whole body is JSON; 0: a raw binary body for a single-input model). Input data points
-// into 'body', which the request keeps alive.
-// 'config' describes the target model (needed to shape a raw request).
+// Decodes an infer request body. 'header_length' is Inference-Header-Content-Length (-1 when the
+// header is absent: the whole body is JSON; 0: a raw binary body for a single-input model). Input
+// data points into 'body', which the request keeps alive. 'config' describes the target model
+// (needed to shape a raw request).
 Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
                           const inference::ModelConfig& config, InferenceRequest* request);
 
 struct EncodedResponse {
   std::string body;
-  size_t json_size = 0;      // length of the JSON header in 'body'
-  bool has_binary = false;   // true: send Inference-Header-Content-Length
+  size_t json_size = 0;     // length of the JSON header in 'body'
+  bool has_binary = false;  // true: send Inference-Header-Content-Length
 };
 EncodedResponse EncodeInferResponse(const InferenceResponse& response);
 

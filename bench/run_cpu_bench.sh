@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# CPU benchmarks in one run: SGEMM vs OpenBLAS, then HTTP latency/throughput of the example models on a
+# freshly started server. Prints tables; append them to bench/RESULTS.md with the date and machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh >/dev/null
+scripts/build.sh >/dev/null
+.venv/bin/python examples/generate_models.py >/dev/null
+echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo
+echo "## SGEMM (build/bench_gemm)"
+build/bench_gemm --reps "${GEMM_REPS:-7}"
+echo
+PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+build/nereid serve --model-repository=examples/models --http-port="$PORT" --log-info=false &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 100); do curl -sf "localhost:$PORT/v2/health/ready" >/dev/null && break; sleep 0.1; done
+echo "## HTTP, binary tensors, keep-alive (build/bench_http_latency)"
+for spec in "simple 1" "simple 8" "recommend_model 1" "recommend_model 8"; do
+  set -- $spec
+  build/bench_http_latency --url "localhost:$PORT" --model "$1" --concurrency "$2" --requests "${REQUESTS:-20000}"
+done
