@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libboost-dev libprotobuf-dev protobuf-compiler rapidjson-dev zlib1g-dev
+  libboost-dev libprotobuf-dev protobuf-compiler rapidjson-dev libsimdjson-dev zlib1g-dev
   libonnx-dev libonnx-testdata libopenblas-dev libgtest-dev
   python3 python3-venv python3-pip curl
 )

@@ -6,6 +6,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -255,62 +256,150 @@ std::vector<int64_t> BatchPrefixed(const std::vector<int64_t>& request_shape, bo
   return shape;
 }
 
-Status ExecuteOne(const ModelState& m, NereidRequest* request) {
+// Takes ownership of a server error and turns it into a Status (NULL -> Ok).
+Status FromServer(NereidError* e) {
+  if (e == nullptr) return Status::Ok();
+  Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
+  NereidErrorDelete(e);
+  return s;
+}
+
+// Byte offset of each row boundary of a serialized BYTES tensor with 'rows' rows.
+std::vector<size_t> BytesRowOffsets(const uint8_t* data, size_t size, int64_t elements,
+                                    int64_t rows) {
+  std::vector<size_t> offsets(1, 0);
+  const int64_t per_row = rows > 0 ? elements / rows : 0;
+  size_t offset = 0;
+  for (int64_t e = 0; e < elements && offset + 4 <= size; ++e) {
+    uint32_t len;
+    std::memcpy(&len, data + offset, 4);
+    offset += 4 + len;
+    if ((e + 1) % per_row == 0) offsets.push_back(std::min(offset, size));
+  }
+  return offsets;
+}
+
+// Runs 'count' requests as one execution: inputs are concatenated along the batch dimension (the
+// scheduler only batches requests whose other dimensions agree), outputs split back by rows. A
+// single request borrows its inputs without copying.
+Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t count) {
   const bool batching = m.max_batch_size > 0;
+  if (count > 1 && !batching) return Internal("a batch of requests for a model without batching");
+  std::vector<int64_t> rows(count, 1);
   std::vector<std::pair<std::string, Tensor>> feeds;
-  int64_t batch = 1;
-  const uint32_t count = NereidRequestInputCount(request);
-  for (uint32_t i = 0; i < count; ++i) {
-    NereidTensor t;
-    if (NereidError* e = NereidRequestInput(request, i, &t)) {
-      Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
-      NereidErrorDelete(e);
-      return s;
+  // Joined BYTES inputs; results may be views of them, so they live until the outputs are copied.
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> keepalive;
+  const uint32_t inputs = NereidRequestInputCount(requests[0]);
+  for (uint32_t i = 0; i < inputs; ++i) {
+    NereidTensor first;
+    RETURN_IF_ERROR(FromServer(NereidRequestInput(requests[0], i, &first)));
+    const auto type = static_cast<DataType>(first.datatype);
+    std::vector<NereidTensor> parts(count);
+    parts[0] = first;
+    int64_t total_rows = 0;
+    size_t total_bytes = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      if (r > 0)
+        RETURN_IF_ERROR(FromServer(NereidRequestInputByName(requests[r], first.name, &parts[r])));
+      if (batching && parts[r].dims_count > 0) rows[r] = parts[r].shape[0];
+      total_rows += rows[r];
+      total_bytes += parts[r].byte_size;
     }
-    const auto type = static_cast<DataType>(t.datatype);
-    std::vector<int64_t> shape(t.shape, t.shape + t.dims_count);
-    if (batching && !shape.empty()) batch = shape[0];
-    auto spec = m.inputs.find(t.name);
+    std::vector<int64_t> shape(first.shape, first.shape + first.dims_count);
+    if (batching && !shape.empty()) shape[0] = total_rows;
+    auto spec = m.inputs.find(first.name);
     if (spec != m.inputs.end() && spec->second.has_reshape)
       shape = BatchPrefixed(shape, batching, spec->second.reshape);
-    const size_t align = DataTypeSize(type);
-    if (type == DataType::kBytes ||
-        reinterpret_cast<uintptr_t>(t.data) % std::max<size_t>(align, 1) == 0) {
-      feeds.emplace_back(t.name, Tensor::Borrow(type, shape, t.data, t.byte_size));  // zero copy
-    } else {
-      Tensor copy = Tensor::Allocate(type, shape);
-      std::memcpy(copy.mutable_raw(), t.data, t.byte_size);
-      feeds.emplace_back(t.name, std::move(copy));
+    const size_t align = std::max<size_t>(DataTypeSize(type), 1);
+    if (count == 1 &&
+        (type == DataType::kBytes || reinterpret_cast<uintptr_t>(first.data) % align == 0)) {
+      feeds.emplace_back(first.name, Tensor::Borrow(type, shape, first.data, first.byte_size));
+      continue;
     }
+    Tensor joined = type == DataType::kBytes ? Tensor() : Tensor::Allocate(type, shape);
+    std::vector<uint8_t>* bytes_storage = nullptr;
+    std::shared_ptr<std::vector<uint8_t>> serialized;
+    if (type == DataType::kBytes) {
+      serialized = std::make_shared<std::vector<uint8_t>>(total_bytes);
+      bytes_storage = serialized.get();
+    }
+    uint8_t* dst = type == DataType::kBytes ? bytes_storage->data() : joined.mutable_raw();
+    for (const auto& part : parts) {
+      std::memcpy(dst, part.data, part.byte_size);
+      dst += part.byte_size;
+    }
+    if (type == DataType::kBytes) {
+      joined = Tensor::Borrow(type, shape, bytes_storage->data(), total_bytes);
+      keepalive.push_back(std::move(serialized));
+    }
+    feeds.emplace_back(first.name, std::move(joined));
   }
+
+  // Every output any request asked for, computed once.
   std::vector<std::string> fetch;
-  for (uint32_t i = 0; i < NereidRequestOutputCount(request); ++i)
-    fetch.emplace_back(NereidRequestOutputName(request, i));
+  for (uint32_t r = 0; r < count; ++r)
+    for (uint32_t o = 0; o < NereidRequestOutputCount(requests[r]); ++o) {
+      const std::string name = NereidRequestOutputName(requests[r], o);
+      if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
+    }
   std::vector<Tensor> results;
   RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));
+
+  int64_t total_rows = 0;
+  for (int64_t r : rows) total_rows += r;
   for (size_t i = 0; i < fetch.size(); ++i) {
-    const Tensor& r = results[i];
-    std::vector<int64_t> shape = r.shape();
-    auto spec = m.outputs.find(fetch[i]);
-    if (spec != m.outputs.end() && spec->second.has_reshape) {
-      shape = BatchPrefixed({batch}, batching, spec->second.dims);
-      int64_t known = 1, unknown = -1;
-      for (size_t d = 0; d < shape.size(); ++d)
-        if (shape[d] == -1)
-          unknown = static_cast<int64_t>(d);
-        else
-          known *= shape[d];
-      if (unknown >= 0 && known > 0) shape[unknown] = r.elements() / known;
+    const Tensor& result = results[i];
+    if (batching && (result.shape().empty() || result.shape()[0] != total_rows))
+      return Internal("output '" + fetch[i] + "' has shape " + ShapeToString(result.shape()) +
+                      " but the batch has " + std::to_string(total_rows) + " rows");
+    std::vector<size_t> row_offsets;  // BYTES: byte offset of each row
+    if (result.type() == DataType::kBytes)
+      row_offsets = BytesRowOffsets(result.raw(), result.bytes(), result.elements(),
+                                    batching ? total_rows : 1);
+    const size_t row_bytes = result.type() == DataType::kBytes
+                                 ? 0
+                                 : result.bytes() / std::max<int64_t>(batching ? total_rows : 1, 1);
+    int64_t row = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      bool wanted = false;
+      for (uint32_t o = 0; o < NereidRequestOutputCount(requests[r]); ++o)
+        wanted = wanted || fetch[i] == NereidRequestOutputName(requests[r], o);
+      const int64_t first_row = row;
+      row += rows[r];
+      if (!wanted) continue;
+      std::vector<int64_t> shape = result.shape();
+      if (batching) shape[0] = rows[r];
+      const size_t begin = result.type() == DataType::kBytes
+                               ? row_offsets[std::min<size_t>(first_row, row_offsets.size() - 1)]
+                               : static_cast<size_t>(first_row) * row_bytes;
+      const size_t end = result.type() == DataType::kBytes
+                             ? row_offsets[std::min<size_t>(row, row_offsets.size() - 1)]
+                             : static_cast<size_t>(row) * row_bytes;
+      const size_t size = batching ? end - begin : result.bytes();
+      auto spec = m.outputs.find(fetch[i]);
+      if (spec != m.outputs.end() && spec->second.has_reshape) {
+        shape = BatchPrefixed({rows[r]}, batching, spec->second.dims);
+        const int64_t elements = ElementCount(result.shape().data(), result.shape().size()) /
+                                 std::max<int64_t>(batching ? total_rows : 1, 1) *
+                                 (batching ? rows[r] : 1);
+        int64_t known = 1, unknown = -1;
+        for (size_t d = 0; d < shape.size(); ++d)
+          if (shape[d] == -1)
+            unknown = static_cast<int64_t>(d);
+          else
+            known *= shape[d];
+        if (unknown >= 0 && known > 0) shape[unknown] = elements / known;
+      }
+      void* buffer = nullptr;
+      Status alloc = FromServer(NereidRequestOutputAllocate(
+          requests[r], fetch[i].c_str(), static_cast<NereidDataType>(result.type()), shape.data(),
+          static_cast<uint32_t>(shape.size()), size, &buffer));
+      if (!alloc.ok()) {
+        NereidRequestSetError(requests[r], ToError(alloc));
+        continue;
+      }
+      std::memcpy(buffer, result.raw() + (batching ? begin : 0), size);
     }
-    void* buffer = nullptr;
-    if (NereidError* e = NereidRequestOutputAllocate(
-            request, fetch[i].c_str(), static_cast<NereidDataType>(r.type()), shape.data(),
-            static_cast<uint32_t>(shape.size()), r.bytes(), &buffer)) {
-      Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
-      NereidErrorDelete(e);
-      return s;
-    }
-    std::memcpy(buffer, r.raw(), r.bytes());
   }
   return Status::Ok();
 }
@@ -347,15 +436,11 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
                                                  uint32_t count) {
   const auto* state =
       static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-  for (uint32_t i = 0; i < count; ++i) {
-    try {
-      nereid::Status s = nereid::native::ExecuteOne(*state, requests[i]);
-      if (!s.ok()) NereidRequestSetError(requests[i], ToError(s));
-    } catch (const std::exception& e) {
-      NereidRequestSetError(requests[i], NereidErrorNew(NEREID_ERROR_INTERNAL, e.what()));
-    }
+  try {
+    return ToError(nereid::native::ExecuteBatch(*state, requests, count));
+  } catch (const std::exception& e) {
+    return NereidErrorNew(NEREID_ERROR_INTERNAL, e.what());
   }
-  return nullptr;
 }
 
 }  // extern "C"

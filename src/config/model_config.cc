@@ -6,6 +6,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <map>
 #include <set>
 
 namespace nereid {
@@ -132,17 +133,38 @@ StatusOr<inference::ModelConfig> ModelConfigFromJson(const std::string& json) {
 }
 
 std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& config) {
-  // Fields the server acts on today; every other field that is set gets reported.
+  // Fields the server acts on today, top-level and inside the repeated messages it reads; every other
+  // field that is set gets reported, with its path ("input[0].format").
   static const std::set<std::string> kActedOn = {
-      "name",  "platform", "backend",        "version_policy",         "max_batch_size",
-      "input", "output",   "instance_group", "default_model_filename", "parameters",
+      "name",   "platform", "backend",        "version_policy",         "max_batch_size",
+      "input",  "output",   "instance_group", "default_model_filename", "parameters",
+      "dynamic_batching",
+  };
+  static const std::map<std::string, std::set<std::string>> kActedOnInside = {
+      {"input", {"name", "data_type", "dims", "reshape", "optional"}},
+      {"output", {"name", "data_type", "dims", "reshape", "label_filename"}},
+      {"instance_group", {"name", "kind", "count"}},
   };
   std::vector<std::string> ignored;
-  const pb::Reflection* reflection = config.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
-  reflection->ListFields(config, &fields);
-  for (const auto* field : fields)
-    if (!kActedOn.count(field->name())) ignored.push_back(field->name());
+  config.GetReflection()->ListFields(config, &fields);
+  for (const auto* field : fields) {
+    if (!kActedOn.count(field->name())) {
+      ignored.push_back(field->name());
+      continue;
+    }
+    auto inside = kActedOnInside.find(field->name());
+    if (inside == kActedOnInside.end()) continue;
+    const pb::Reflection* reflection = config.GetReflection();
+    for (int i = 0; i < reflection->FieldSize(config, field); ++i) {
+      const pb::Message& element = reflection->GetRepeatedMessage(config, field, i);
+      std::vector<const pb::FieldDescriptor*> sub;
+      element.GetReflection()->ListFields(element, &sub);
+      for (const auto* f : sub)
+        if (!inside->second.count(f->name()))
+          ignored.push_back(field->name() + "[" + std::to_string(i) + "]." + f->name());
+    }
+  }
   return ignored;
 }
 

@@ -72,6 +72,9 @@ struct InferenceRequest {
   std::vector<InferInput> inputs;
   std::vector<RequestedOutput> outputs;    // empty: every output of the model
   bool binary_outputs_by_default = false;  // for outputs filled in because none were named
+  // Schedule policy extension: 0 means the model's default priority level / timeout.
+  uint64_t priority = 0;
+  uint64_t timeout_us = 0;
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;
   RequestTimestamps times;

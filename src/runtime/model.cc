@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "config/config_validator.h"
 #include "scheduler/default_scheduler.h"
+#include "scheduler/dynamic_batcher.h"
 
 namespace nereid {
 namespace {
@@ -50,7 +51,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
                                                const std::string& model_dir,
                                                inference::ModelConfig config,
                                                const ConfigLocator& locator,
-                                               std::shared_ptr<Backend> backend) {
+                                               std::shared_ptr<Backend> backend,
+                                               const Clock* clock) {
   std::shared_ptr<Model> model(new Model());
   model->name_ = name;
   model->version_ = version;
@@ -94,7 +96,20 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
       model->instances_.push_back(std::move(instance));
     }
   }
-  model->scheduler_ = std::make_unique<DefaultScheduler>(std::move(instances));
+  model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
+  if (model->config_.has_dynamic_batching()) {
+    ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(model->config_));
+    if (model->config_.max_batch_size() == 0)
+      LOG_WARNING << "model '" << name << "': dynamic_batching with max_batch_size 0 only queues; "
+                  << "requests are never merged";
+    model->scheduler_ = std::make_unique<DynamicBatcher>(model->config_, std::move(instances),
+                                                         model->stats_.get(), clock, goal);
+    if (goal.goal_us > 0)
+      LOG_INFO << "model '" << name << "': latency-goal batching, p" << goal.percentile * 100
+               << " <= " << goal.goal_us << " us";
+  } else {
+    model->scheduler_ = std::make_unique<DefaultScheduler>(std::move(instances));
+  }
   return model;
 }
 
@@ -125,8 +140,15 @@ Status Model::SetConfigJson(const std::string& json) {
 }
 
 Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
-  RETURN_IF_ERROR(Validate(*request));
-  return scheduler_->Enqueue(request);
+  Status s = Validate(*request);
+  if (s.ok()) s = scheduler_->Enqueue(request);
+  if (!s.ok()) {
+    const uint64_t elapsed = request->times.received_ns ? SteadyNowNs() - request->times.received_ns : 0;
+    stats_->RecordFailure(s.code() == Status::Code::kUnavailable ? FailureReason::kRejected
+                                                                 : FailureReason::kOther,
+                          elapsed);
+  }
+  return s;
 }
 
 Status Model::Validate(InferenceRequest& request) const {

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "config/model_config.h"
+#include "metrics/model_stats.h"
 #include "runtime/backend.h"
 #include "runtime/inference_request.h"
 #include "runtime/model_instance.h"
@@ -24,7 +26,8 @@ class Model {
                                                  const std::string& model_dir,
                                                  inference::ModelConfig config,
                                                  const ConfigLocator& locator,
-                                                 std::shared_ptr<Backend> backend);
+                                                 std::shared_ptr<Backend> backend,
+                                                 const Clock* clock = &SteadyClock::Get());
   ~Model();
 
   // Validates the request against the config and hands it to the scheduler. On error the caller
@@ -41,6 +44,9 @@ class Model {
   const std::vector<std::string>* Labels(const std::string& output) const;
   Backend& backend() const { return *backend_; }
   size_t Pending() const { return scheduler_ ? scheduler_->Pending() : 0; }
+  ModelStats& stats() { return *stats_; }
+  const ModelStats& stats() const { return *stats_; }
+  Scheduler* scheduler() const { return scheduler_.get(); }
 
   // Backend ABI support.
   void* backend_state = nullptr;
@@ -59,6 +65,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelStats> stats_;
   std::map<std::string, std::vector<std::string>> labels_;
   bool in_initialize_ = false;
   bool model_initialized_ = false;

@@ -4,9 +4,12 @@
 #include <cstring>
 #include <numeric>
 
+#include <chrono>
+
 #include "common/half.h"
 #include "common/logging.h"
 #include "runtime/backend_api.h"
+#include "metrics/model_stats.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -109,7 +112,8 @@ void ModelInstance::Finalize() {
   if (!s.ok()) LOG_WARNING << "instance '" << name_ << "' finalize: " << s.message();
 }
 
-void ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
+ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
+  ExecutionSummary summary;
   std::vector<BackendRequest> wrapped(batch.size());
   std::vector<NereidRequest*> handles(batch.size());
   const uint64_t start = SteadyNowNs();
@@ -118,23 +122,25 @@ void ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batc
     wrapped[i].request = batch[i].get();
     wrapped[i].response = std::make_unique<InferenceResponse>();
     handles[i] = wrapped[i].handle();
+    summary.rows += batch[i]->batch_size;
   }
-  Status batch_status = StatusFromBackend(
-      model_->backend().instance_execute(reinterpret_cast<NereidInstance*>(this), handles.data(),
-                                         static_cast<uint32_t>(handles.size())));
-  const uint64_t end = SteadyNowNs();
+  const uint64_t infer_start = SteadyNowNs();
+  Status batch_status = StatusFromBackend(model_->backend().instance_execute(
+      reinterpret_cast<NereidInstance*>(this), handles.data(), static_cast<uint32_t>(handles.size())));
+  const uint64_t infer_end = SteadyNowNs();
+  summary.exec_ns = infer_end - infer_start;
   const bool batching = model_->config().max_batch_size() > 0;
 
+  // Outputs first (ordering, classification), then statistics, then completion: the response is
+  // final before anyone sees it.
+  std::vector<Status> statuses(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
-    std::unique_ptr<InferenceRequest> request = std::move(batch[i]);
-    request->times.compute_end_ns = end;
     BackendRequest& w = wrapped[i];
     Status status = !batch_status.ok() ? batch_status : w.error;
     if (status.ok()) {
-      // Order outputs as requested and check the backend produced every one of them.
       std::vector<InferOutput> ordered;
-      ordered.reserve(request->outputs.size());
-      for (const auto& wanted : request->outputs) {
+      ordered.reserve(batch[i]->outputs.size());
+      for (const auto& wanted : batch[i]->outputs) {
         auto it = std::find_if(w.response->outputs.begin(), w.response->outputs.end(),
                                [&](const InferOutput& o) { return o.name == wanted.name; });
         if (it == w.response->outputs.end()) {
@@ -150,11 +156,28 @@ void ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batc
       }
       w.response->outputs = std::move(ordered);
     }
-    if (!status.ok()) {
-      CompleteWithError(std::move(request), std::move(status));
+    statuses[i] = std::move(status);
+  }
+  const uint64_t end = SteadyNowNs();
+  ModelStats& stats = model_->stats();
+  stats.RecordExecution(summary.rows, infer_start - start, summary.exec_ns, end - infer_end);
+  const uint64_t now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                    std::chrono::system_clock::now().time_since_epoch())
+                                                    .count());
+
+  for (size_t i = 0; i < batch.size(); ++i) {
+    std::unique_ptr<InferenceRequest> request = std::move(batch[i]);
+    request->times.compute_end_ns = end;
+    const uint64_t request_ns = end - request->times.received_ns;
+    if (!statuses[i].ok()) {
+      stats.RecordFailure(FailureReason::kBackend, request_ns);
+      CompleteWithError(std::move(request), std::move(statuses[i]));
       continue;
     }
-    auto response = std::move(w.response);
+    stats.RecordSuccess(request->batch_size, request_ns, start - request->times.queued_ns,
+                        infer_start - start, summary.exec_ns, end - infer_end, now_ms);
+    summary.latencies_ns.push_back(request_ns);
+    auto response = std::move(wrapped[i].response);
     response->model_name = model_->name();
     response->model_version = model_->version();
     response->id = request->id;
@@ -162,6 +185,7 @@ void ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batc
     request.reset();
     if (callback) callback(std::move(response));
   }
+  return summary;
 }
 
 }  // namespace nereid

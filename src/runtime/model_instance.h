@@ -14,6 +14,13 @@ namespace nereid {
 
 class Model;
 
+// What one execution did, for the scheduler's own bookkeeping (adaptive batching).
+struct ExecutionSummary {
+  int64_t rows = 0;                    // sum of the requests' batch sizes
+  uint64_t exec_ns = 0;                // the backend call
+  std::vector<uint64_t> latencies_ns;  // per successful request: received to completion
+};
+
 class ModelInstance {
  public:
   ModelInstance(Model* model, std::string name, NereidInstanceKind kind, int32_t device_id)
@@ -22,7 +29,7 @@ class ModelInstance {
   Status Initialize();
   void Finalize();
   // Executes the batch and completes every request in it (success or error).
-  void Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch);
+  ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch);
 
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }

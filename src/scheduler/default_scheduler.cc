@@ -35,7 +35,7 @@ void DefaultScheduler::Run(ModelInstance* instance) {
       queue_.pop_front();
       ++executing_;
     }
-    instance->Execute(batch);
+    (void)instance->Execute(batch);
     batch.clear();
     std::lock_guard<std::mutex> lock(mu_);
     --executing_;

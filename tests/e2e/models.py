@@ -43,4 +43,6 @@ def write_identity_models(repo):
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
             f.write(f'name: "{name}"\nbackend: "native"\nmax_batch_size: 8\n'
                     f'input [ {{ name: "INPUT0" data_type: {config_type} dims: [ -1 ] }} ]\n'
-                    f'output [ {{ name: "OUTPUT0" data_type: {config_type} dims: [ -1 ] }} ]\n')
+                    f'output [ {{ name: "OUTPUT0" data_type: {config_type} dims: [ -1 ] }} ]\n'
+                    # A Triton field Nereid accepts without acting on it (the load log says so).
+                    + ('optimization { graph { level: 1 } }\n' if datatype == "FP32" else ''))

@@ -107,3 +107,9 @@ def test_keep_alive_serves_many_requests_on_one_connection(server):
         r.read()
         assert r.status == 200
     conn.close()
+
+
+def test_load_log_lists_config_fields_not_acted_on(server):
+    log = server.read_log()
+    assert "model 'identity_fp32': config fields accepted but not acted on yet: optimization" in log
+    assert "model 'recommend_model' (configured for onnxruntime) runs on the native engine" in log

@@ -135,10 +135,14 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
   auto parsed = Parse(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   const auto ignored = IgnoredConfigFields(parsed->config);
-  for (const char* f : {"optimization", "dynamic_batching", "model_warmup", "response_cache",
-                        "batch_input", "model_metrics", "runtime", "metric_tags"})
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "dynamic_batching"), ignored.end());
+  for (const char* f : {"optimization", "model_warmup", "response_cache", "batch_input",
+                        "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
+  for (const char* f : {"input[0].format", "instance_group[0].rate_limiter", "instance_group[0].host_policy"})
+    EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input[0].reshape"), ignored.end());
 
   // Sequence batching and ensembles too (they are a oneof with dynamic_batching).
   EXPECT_TRUE(Parse(R"(name: "s" sequence_batching { max_sequence_idle_microseconds: 5000000

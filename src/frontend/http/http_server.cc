@@ -1,6 +1,5 @@
 #include "frontend/http/http_server.h"
 
-#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -459,15 +458,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void RepositoryIndex(const std::string& body) {
     bool ready_only = false;
     if (!body.empty()) {
-      rapidjson::Document doc;
-      doc.Parse(body.c_str(), body.size());
-      if (doc.HasParseError() || !doc.IsObject())
-        return SendError(bhttp::status::bad_request,
-                         "failed to parse the repository index request JSON");
-      if (doc.HasMember("ready")) {
-        if (!doc["ready"].IsBool())
+      simdjson::dom::parser parser;
+      auto doc = ParseJson(parser, body);
+      if (!doc.ok()) return SendStatus(doc.status());
+      if (doc->type() != simdjson::dom::element_type::OBJECT)
+        return SendError(bhttp::status::bad_request, "the repository index request must be a JSON object");
+      simdjson::dom::element ready;
+      if (!doc->at_key("ready").get(ready)) {
+        if (ready.type() != simdjson::dom::element_type::BOOL)
           return SendError(bhttp::status::bad_request, "'ready' must be a boolean");
-        ready_only = doc["ready"].GetBool();
+        ready_only = bool(ready);
       }
     }
     rapidjson::StringBuffer buffer;
@@ -501,20 +501,20 @@ class Session : public std::enable_shared_from_this<Session> {
           "(start with --model-control-mode=explicit)");
     std::string config_json;
     if (!body.empty()) {
-      rapidjson::Document doc;
-      doc.Parse(body.c_str(), body.size());
-      if (doc.HasParseError() || !doc.IsObject())
-        return SendError(bhttp::status::bad_request, "failed to parse the repository request JSON");
-      if (doc.HasMember("parameters") && doc["parameters"].IsObject()) {
-        const auto& params = doc["parameters"];
-        for (auto it = params.MemberBegin(); it != params.MemberEnd(); ++it) {
-          const std::string key = it->name.GetString();
+      simdjson::dom::parser parser;
+      auto doc = ParseJson(parser, body);
+      if (!doc.ok()) return SendStatus(doc.status());
+      if (doc->type() != simdjson::dom::element_type::OBJECT)
+        return SendError(bhttp::status::bad_request, "the repository request must be a JSON object");
+      simdjson::dom::object params;
+      if (!doc->at_key("parameters").get(params)) {
+        for (auto [key, value] : params) {
           if (key == "config") {
-            if (!it->value.IsString())
-              return SendError(bhttp::status::bad_request,
-                               "parameter 'config' must be a JSON string");
-            config_json = it->value.GetString();
-          } else if (key.rfind("file:", 0) == 0) {
+            std::string_view text;
+            if (value.get(text))
+              return SendError(bhttp::status::bad_request, "parameter 'config' must be a JSON string");
+            config_json = std::string(text);
+          } else if (key.substr(0, 5) == "file:") {
             return SendError(bhttp::status::not_implemented,
                              "loading model files from the request is not supported yet");
           }
@@ -536,31 +536,30 @@ class Session : public std::enable_shared_from_this<Session> {
   void Logging(bhttp::verb method, const std::string& body) {
     auto& settings = GlobalLogSettings();
     if (method == bhttp::verb::post) {
-      rapidjson::Document doc;
-      doc.Parse(body.c_str(), body.size());
-      if (doc.HasParseError() || !doc.IsObject())
-        return SendError(bhttp::status::bad_request, "failed to parse the logging request JSON");
-      for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
-        const std::string key = it->name.GetString();
-        const auto& v = it->value;
-        if (key == "log_info" && v.IsBool())
-          settings.info = v.GetBool();
-        else if (key == "log_warning" && v.IsBool())
-          settings.warning = v.GetBool();
-        else if (key == "log_error" && v.IsBool())
-          settings.error = v.GetBool();
-        else if (key == "log_verbose_level" && v.IsInt() && v.GetInt() >= 0)
-          settings.verbose = v.GetInt();
-        else if (key == "log_file" || key == "log_format") {
-          if (!v.IsString() || (key == "log_file" && v.GetStringLength() > 0) ||
-              (key == "log_format" && std::string(v.GetString()) != "default"))
-            return SendError(
-                bhttp::status::bad_request,
-                "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
-        } else {
+      simdjson::dom::parser parser;
+      auto doc = ParseJson(parser, body);
+      if (!doc.ok()) return SendStatus(doc.status());
+      simdjson::dom::object settings_json;
+      if (doc->get(settings_json))
+        return SendError(bhttp::status::bad_request, "the logging request must be a JSON object");
+      for (auto [key_view, v] : settings_json) {
+        const std::string key(key_view);
+        bool flag;
+        int64_t level;
+        std::string_view text;
+        if (key == "log_info" && !v.get(flag)) settings.info = flag;
+        else if (key == "log_warning" && !v.get(flag)) settings.warning = flag;
+        else if (key == "log_error" && !v.get(flag)) settings.error = flag;
+        else if (key == "log_verbose_level" && !v.get(level) && level >= 0 && level <= 100)
+          settings.verbose = static_cast<int>(level);
+        else if ((key == "log_file" || key == "log_format") && !v.get(text) &&
+                 (key == "log_file" ? text.empty() : text == "default"))
+          continue;
+        else if (key == "log_file" || key == "log_format")
           return SendError(bhttp::status::bad_request,
-                           "unknown or mistyped logging setting '" + key + "'");
-        }
+                           "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
+        else
+          return SendError(bhttp::status::bad_request, "unknown or mistyped logging setting '" + key + "'");
       }
     } else if (method != bhttp::verb::get) {
       return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");

@@ -1,7 +1,6 @@
 #include "frontend/http/infer_codec.h"
 
-#include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
+#include <simdjson.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -9,13 +8,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "common/half.h"
 
 namespace nereid::http {
 namespace {
 
-using rapidjson::Value;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -31,20 +32,19 @@ void Put(std::vector<uint8_t>& out, T v) {
 }
 
 template <typename T>
-Status PutInteger(const Value& v, std::vector<uint8_t>& out, const std::string& input) {
+Status PutInteger(const element& v, std::vector<uint8_t>& out, const std::string& input) {
   bool ok = false;
-  if constexpr (std::is_signed_v<T>) {
-    if (v.IsInt64()) {
-      const int64_t x = v.GetInt64();
+  if (v.type() == element_type::INT64) {
+    const int64_t x = int64_t(v);
+    if constexpr (std::is_signed_v<T>)
       ok = x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max();
-      if (ok) Put<T>(out, static_cast<T>(x));
-    }
-  } else {
-    if (v.IsUint64()) {
-      const uint64_t x = v.GetUint64();
-      ok = x <= std::numeric_limits<T>::max();
-      if (ok) Put<T>(out, static_cast<T>(x));
-    }
+    else
+      ok = x >= 0 && static_cast<uint64_t>(x) <= std::numeric_limits<T>::max();
+    if (ok) Put<T>(out, static_cast<T>(x));
+  } else if (v.type() == element_type::UINT64) {
+    const uint64_t x = uint64_t(v);
+    ok = x <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    if (ok) Put<T>(out, static_cast<T>(x));
   }
   if (!ok)
     return InvalidArgument("input '" + input +
@@ -53,38 +53,35 @@ Status PutInteger(const Value& v, std::vector<uint8_t>& out, const std::string& 
 }
 
 // Appends one JSON element of 'type' to 'out'.
-Status PutElement(DataType type, const Value& v, std::vector<uint8_t>& out,
+Status PutElement(DataType type, const element& v, std::vector<uint8_t>& out,
                   const std::string& input) {
   switch (type) {
     case DataType::kBool:
-      if (!v.IsBool())
+      if (v.type() != element_type::BOOL)
         return InvalidArgument("input '" + input + "': BOOL data must be true or false");
-      out.push_back(v.GetBool() ? 1 : 0);
+      out.push_back(bool(v) ? 1 : 0);
       return Status::Ok();
-    case DataType::kInt8:
-      return PutInteger<int8_t>(v, out, input);
-    case DataType::kInt16:
-      return PutInteger<int16_t>(v, out, input);
-    case DataType::kInt32:
-      return PutInteger<int32_t>(v, out, input);
-    case DataType::kInt64:
-      return PutInteger<int64_t>(v, out, input);
-    case DataType::kUint8:
-      return PutInteger<uint8_t>(v, out, input);
-    case DataType::kUint16:
-      return PutInteger<uint16_t>(v, out, input);
-    case DataType::kUint32:
-      return PutInteger<uint32_t>(v, out, input);
-    case DataType::kUint64:
-      return PutInteger<uint64_t>(v, out, input);
+    case DataType::kInt8: return PutInteger<int8_t>(v, out, input);
+    case DataType::kInt16: return PutInteger<int16_t>(v, out, input);
+    case DataType::kInt32: return PutInteger<int32_t>(v, out, input);
+    case DataType::kInt64: return PutInteger<int64_t>(v, out, input);
+    case DataType::kUint8: return PutInteger<uint8_t>(v, out, input);
+    case DataType::kUint16: return PutInteger<uint16_t>(v, out, input);
+    case DataType::kUint32: return PutInteger<uint32_t>(v, out, input);
+    case DataType::kUint64: return PutInteger<uint64_t>(v, out, input);
     case DataType::kFp16:
     case DataType::kBf16:
     case DataType::kFp32:
     case DataType::kFp64: {
-      if (!v.IsNumber())
-        return InvalidArgument("input '" + input + "': " + std::string(DataTypeName(type)) +
-                               " data must be numbers");
-      const double d = v.GetDouble();
+      double d;
+      switch (v.type()) {
+        case element_type::DOUBLE: d = double(v); break;
+        case element_type::INT64: d = static_cast<double>(int64_t(v)); break;
+        case element_type::UINT64: d = static_cast<double>(uint64_t(v)); break;
+        default:
+          return InvalidArgument("input '" + input + "': " + std::string(DataTypeName(type)) +
+                                 " data must be numbers");
+      }
       if (type == DataType::kFp64)
         Put<double>(out, d);
       else if (type == DataType::kFp32)
@@ -96,23 +93,23 @@ Status PutElement(DataType type, const Value& v, std::vector<uint8_t>& out,
       return Status::Ok();
     }
     case DataType::kBytes: {
-      if (!v.IsString())
+      if (v.type() != element_type::STRING)
         return InvalidArgument("input '" + input + "': BYTES data must be strings");
-      Put<uint32_t>(out, v.GetStringLength());
-      out.insert(out.end(), v.GetString(), v.GetString() + v.GetStringLength());
+      const std::string_view str(v);
+      Put<uint32_t>(out, static_cast<uint32_t>(str.size()));
+      out.insert(out.end(), str.begin(), str.end());
       return Status::Ok();
     }
-    default:
-      return InvalidArgument("input '" + input + "': unsupported datatype");
+    default: return InvalidArgument("input '" + input + "': unsupported datatype");
   }
 }
 
 // Flattens (possibly nested) JSON arrays in row-major order.
-Status Flatten(DataType type, const Value& v, std::vector<uint8_t>& out, int64_t& count,
+Status Flatten(DataType type, const element& v, std::vector<uint8_t>& out, int64_t& count,
                const std::string& input, int depth) {
   if (depth > 64) return InvalidArgument("input '" + input + "': data nests too deeply");
-  if (v.IsArray()) {
-    for (const auto& e : v.GetArray())
+  if (v.type() == element_type::ARRAY) {
+    for (element e : simdjson::dom::array(v))
       RETURN_IF_ERROR(Flatten(type, e, out, count, input, depth + 1));
     return Status::Ok();
   }
@@ -120,11 +117,27 @@ Status Flatten(DataType type, const Value& v, std::vector<uint8_t>& out, int64_t
   return PutElement(type, v, out, input);
 }
 
-StatusOr<bool> BoolParam(const Value& params, const char* key) {
-  if (!params.IsObject() || !params.HasMember(key)) return false;
-  if (!params[key].IsBool())
-    return InvalidArgument(std::string("parameter '") + key + "' must be a boolean");
-  return params[key].GetBool();
+// The member 'key' of 'object' if present.
+std::optional<element> Member(const element& object, std::string_view key) {
+  element value;
+  if (object.type() != element_type::OBJECT || object.at_key(key).get(value)) return std::nullopt;
+  return value;
+}
+
+StatusOr<bool> BoolParam(const element& params, std::string_view key, bool fallback) {
+  auto v = Member(params, key);
+  if (!v) return fallback;
+  if (v->type() != element_type::BOOL)
+    return InvalidArgument("parameter '" + std::string(key) + "' must be a boolean");
+  return bool(*v);
+}
+
+StatusOr<uint64_t> UintParam(const element& params, std::string_view key) {
+  auto v = Member(params, key);
+  if (!v) return uint64_t{0};
+  if (v->type() == element_type::UINT64) return uint64_t(*v);
+  if (v->type() == element_type::INT64 && int64_t(*v) >= 0) return static_cast<uint64_t>(int64_t(*v));
+  return InvalidArgument("parameter '" + std::string(key) + "' must be a non-negative integer");
 }
 
 Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::ModelConfig& config,
@@ -172,6 +185,14 @@ Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::Model
 
 }  // namespace
 
+StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::string_view text) {
+  simdjson::dom::element doc;
+  if (auto error = parser.parse(text.data(), text.size()).get(doc))
+    return InvalidArgument(std::string("failed to parse the request JSON: ") +
+                           simdjson::error_message(error));
+  return doc;
+}
+
 Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
                           const inference::ModelConfig& config, InferenceRequest* request) {
   if (header_length == 0) return DecodeRaw(std::move(body), config, request);
@@ -179,60 +200,57 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
   if (json_size > body->size())
     return InvalidArgument("Inference-Header-Content-Length is " + std::to_string(json_size) +
                            " but the body has only " + std::to_string(body->size()) + " bytes");
-  rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseFullPrecisionFlag>(body->data(), json_size);
-  if (doc.HasParseError())
-    return InvalidArgument(std::string("failed to parse the request JSON: ") +
-                           rapidjson::GetParseError_En(doc.GetParseError()) + " at offset " +
-                           std::to_string(doc.GetErrorOffset()));
-  if (!doc.IsObject()) return InvalidArgument("the request JSON must be an object");
+  thread_local simdjson::dom::parser parser;
+  ASSIGN_OR_RETURN(element doc, ParseJson(parser, std::string_view(body->data(), json_size)));
+  if (doc.type() != element_type::OBJECT) return InvalidArgument("the request JSON must be an object");
 
-  if (doc.HasMember("id")) {
-    if (!doc["id"].IsString()) return InvalidArgument("'id' must be a string");
-    request->id.assign(doc["id"].GetString(), doc["id"].GetStringLength());
+  if (auto id = Member(doc, "id")) {
+    if (id->type() != element_type::STRING) return InvalidArgument("'id' must be a string");
+    request->id = std::string(std::string_view(*id));
   }
-  if (doc.HasMember("parameters")) {
-    if (!doc["parameters"].IsObject()) return InvalidArgument("'parameters' must be an object");
+  if (auto params = Member(doc, "parameters")) {
+    if (params->type() != element_type::OBJECT) return InvalidArgument("'parameters' must be an object");
     ASSIGN_OR_RETURN(request->binary_outputs_by_default,
-                     BoolParam(doc["parameters"], "binary_data_output"));
+                     BoolParam(*params, "binary_data_output", false));
+    ASSIGN_OR_RETURN(request->priority, UintParam(*params, "priority"));
+    ASSIGN_OR_RETURN(request->timeout_us, UintParam(*params, "timeout"));
   }
-  if (!doc.HasMember("inputs") || !doc["inputs"].IsArray())
+  auto inputs = Member(doc, "inputs");
+  if (!inputs || inputs->type() != element_type::ARRAY)
     return InvalidArgument("the request JSON needs an 'inputs' array");
 
   size_t offset = json_size;
-  for (const auto& v : doc["inputs"].GetArray()) {
-    if (!v.IsObject()) return InvalidArgument("each entry of 'inputs' must be an object");
+  for (element v : simdjson::dom::array(*inputs)) {
+    if (v.type() != element_type::OBJECT) return InvalidArgument("each entry of 'inputs' must be an object");
     InferInput in;
-    if (!v.HasMember("name") || !v["name"].IsString())
-      return InvalidArgument("an input has no 'name'");
-    in.name = v["name"].GetString();
-    if (!v.HasMember("datatype") || !v["datatype"].IsString())
+    auto name = Member(v, "name");
+    if (!name || name->type() != element_type::STRING) return InvalidArgument("an input has no 'name'");
+    in.name = std::string(std::string_view(*name));
+    auto datatype = Member(v, "datatype");
+    if (!datatype || datatype->type() != element_type::STRING)
       return InvalidArgument("input '" + in.name + "' has no 'datatype'");
-    in.datatype = DataTypeFromName(v["datatype"].GetString());
+    const std::string_view type_name(*datatype);
+    in.datatype = DataTypeFromName(type_name);
     if (in.datatype == DataType::kInvalid)
-      return InvalidArgument("input '" + in.name + "' has unknown datatype '" +
-                             std::string(v["datatype"].GetString()) + "'");
-    if (!v.HasMember("shape") || !v["shape"].IsArray())
+      return InvalidArgument("input '" + in.name + "' has unknown datatype '" + std::string(type_name) + "'");
+    auto shape = Member(v, "shape");
+    if (!shape || shape->type() != element_type::ARRAY)
       return InvalidArgument("input '" + in.name + "' has no 'shape' array");
-    for (const auto& d : v["shape"].GetArray()) {
-      if (!d.IsInt64() || d.GetInt64() < 0)
-        return InvalidArgument("input '" + in.name +
-                               "': shape entries must be non-negative integers");
-      in.shape.push_back(d.GetInt64());
+    for (element d : simdjson::dom::array(*shape)) {
+      if (!(d.type() == element_type::INT64 && int64_t(d) >= 0))
+        return InvalidArgument("input '" + in.name + "': shape entries must be non-negative integers");
+      in.shape.push_back(int64_t(d));
     }
     int64_t binary_size = -1;
-    if (v.HasMember("parameters") && v["parameters"].IsObject() &&
-        v["parameters"].HasMember("binary_data_size")) {
-      const auto& p = v["parameters"]["binary_data_size"];
-      if (!p.IsInt64() || p.GetInt64() < 0)
-        return InvalidArgument("input '" + in.name +
-                               "': binary_data_size must be a non-negative integer");
-      binary_size = p.GetInt64();
+    if (auto params = Member(v, "parameters"); params && Member(*params, "binary_data_size")) {
+      auto size = Member(*params, "binary_data_size");
+      if (size->type() != element_type::INT64 || int64_t(*size) < 0)
+        return InvalidArgument("input '" + in.name + "': binary_data_size must be a non-negative integer");
+      binary_size = int64_t(*size);
     }
     if (binary_size >= 0) {
       if (header_length < 0)
-        return InvalidArgument("input '" + in.name +
-                               "' uses binary_data_size but the request has no "
+        return InvalidArgument("input '" + in.name + "' uses binary_data_size but the request has no "
                                "Inference-Header-Content-Length header");
       if (body->size() - offset < static_cast<size_t>(binary_size))
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
@@ -242,11 +260,11 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       in.byte_size = static_cast<size_t>(binary_size);
       offset += static_cast<size_t>(binary_size);
     } else {
-      if (!v.HasMember("data"))
-        return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
+      auto data = Member(v, "data");
+      if (!data) return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
       std::vector<uint8_t> bytes;
       int64_t count = 0;
-      RETURN_IF_ERROR(Flatten(in.datatype, v["data"], bytes, count, in.name, 0));
+      RETURN_IF_ERROR(Flatten(in.datatype, *data, bytes, count, in.name, 0));
       const int64_t expected = ElementCount(in.shape.data(), in.shape.size());
       if (count != expected)
         return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
@@ -260,26 +278,23 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
     return InvalidArgument("the request body has " + std::to_string(body->size() - offset) +
                            " bytes after the JSON header and binary inputs that no input claims");
 
-  if (doc.HasMember("outputs")) {
-    if (!doc["outputs"].IsArray()) return InvalidArgument("'outputs' must be an array");
-    for (const auto& v : doc["outputs"].GetArray()) {
-      if (!v.IsObject() || !v.HasMember("name") || !v["name"].IsString())
+  if (auto outputs = Member(doc, "outputs")) {
+    if (outputs->type() != element_type::ARRAY) return InvalidArgument("'outputs' must be an array");
+    for (element v : simdjson::dom::array(*outputs)) {
+      auto name = Member(v, "name");
+      if (!name || name->type() != element_type::STRING)
         return InvalidArgument("each requested output needs a 'name'");
       RequestedOutput out;
-      out.name = v["name"].GetString();
+      out.name = std::string(std::string_view(*name));
       out.binary = request->binary_outputs_by_default;
-      if (v.HasMember("parameters")) {
-        const auto& p = v["parameters"];
-        if (!p.IsObject())
+      if (auto p = Member(v, "parameters")) {
+        if (p->type() != element_type::OBJECT)
           return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
-        if (p.HasMember("binary_data")) {
-          ASSIGN_OR_RETURN(out.binary, BoolParam(p, "binary_data"));
-        }
-        if (p.HasMember("classification")) {
-          if (!p["classification"].IsUint() || p["classification"].GetUint() == 0)
-            return InvalidArgument("output '" + out.name +
-                                   "': classification must be a positive integer");
-          out.class_count = p["classification"].GetUint();
+        ASSIGN_OR_RETURN(out.binary, BoolParam(*p, "binary_data", out.binary));
+        if (auto k = Member(*p, "classification")) {
+          if (k->type() != element_type::INT64 || int64_t(*k) <= 0 || int64_t(*k) > UINT32_MAX)
+            return InvalidArgument("output '" + out.name + "': classification must be a positive integer");
+          out.class_count = static_cast<uint32_t>(int64_t(*k));
         }
       }
       request->outputs.push_back(std::move(out));

@@ -3,6 +3,8 @@
 // fuzz targets.
 #pragma once
 
+#include <simdjson.h>
+
 #include <memory>
 #include <string>
 
@@ -25,6 +27,10 @@ struct EncodedResponse {
   bool has_binary = false;  // true: send Inference-Header-Content-Length
 };
 EncodedResponse EncodeInferResponse(const InferenceResponse& response);
+
+// Parses untrusted JSON (simdjson: exact numbers, robust against hostile input). The element lives
+// until the parser parses again.
+StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::string_view text);
 
 // {"error":"<message>"} with the message JSON-escaped.
 std::string ErrorJson(const std::string& message);

@@ -1,0 +1,67 @@
+// ModelStats: per model version counters behind the statistics extension and the Prometheus metrics.
+// Updated from instance threads with relaxed atomics only (no locks, no allocation), read on demand.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace nereid {
+
+struct DurationStat {
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> ns{0};
+  void Add(uint64_t duration_ns, uint64_t n = 1) {
+    count.fetch_add(n, std::memory_order_relaxed);
+    ns.fetch_add(duration_ns, std::memory_order_relaxed);
+  }
+};
+
+// Request latency histogram with fixed bucket bounds (microseconds), cumulative on export.
+class LatencyHistogram {
+ public:
+  static constexpr std::array<uint64_t, 18> kBoundsUs = {50,    100,   250,    500,    1000,   2000,
+                                                         5000,  10000, 20000,  50000,  100000, 200000,
+                                                         500000, 1000000, 2000000, 5000000, 10000000,
+                                                         30000000};
+  void Observe(uint64_t us);
+  // Per-bucket counts (not cumulative); the last entry is the +Inf overflow.
+  std::array<uint64_t, kBoundsUs.size() + 1> Counts() const;
+  uint64_t sum_us() const { return sum_us_.load(std::memory_order_relaxed); }
+
+ private:
+  std::array<std::atomic<uint64_t>, kBoundsUs.size() + 1> counts_{};
+  std::atomic<uint64_t> sum_us_{0};
+};
+
+enum class FailureReason { kRejected, kCanceled, kBackend, kOther };
+
+class ModelStats {
+ public:
+  explicit ModelStats(int64_t max_batch_size);
+
+  // One backend execution of 'batch_size' rows made of 'requests' requests.
+  void RecordExecution(int64_t batch_size, uint64_t input_ns, uint64_t infer_ns, uint64_t output_ns);
+  // One request finished successfully: whole duration (received to response), queue time, and its
+  // share of the execution it ran in.
+  void RecordSuccess(int64_t batch_size, uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns,
+                     uint64_t infer_ns, uint64_t output_ns, uint64_t now_ms);
+  void RecordFailure(FailureReason reason, uint64_t request_ns);
+
+  DurationStat success, fail, queue, compute_input, compute_infer, compute_output;
+  std::atomic<uint64_t> inference_count{0};
+  std::atomic<uint64_t> execution_count{0};
+  std::atomic<uint64_t> last_inference_ms{0};
+  std::array<std::atomic<uint64_t>, 4> failures{};  // by FailureReason
+  LatencyHistogram latency;
+
+  struct BatchStat {
+    DurationStat compute_input, compute_infer, compute_output;
+  };
+  // Index = batch size (1..max); executions with a larger batch land in the last slot.
+  std::vector<std::unique_ptr<BatchStat>> batch;
+};
+
+}  // namespace nereid

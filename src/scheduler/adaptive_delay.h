@@ -1,0 +1,46 @@
+// AdaptiveDelay: Nereid's latency-goal batching (an opt-in extension; see docs/scheduling.md). Given a
+// latency goal it chooses the queue delay itself from what it measures: the execution time per batch
+// size, the arrival rate, and the latency requests actually see, which steers a budget factor so the
+// chosen percentile stays under the goal as load changes. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+namespace nereid {
+
+class AdaptiveDelay {
+ public:
+  AdaptiveDelay(uint64_t goal_ns, double percentile, int64_t max_batch_size);
+
+  void OnArrival(uint64_t now_ns);
+  void OnExecution(int64_t batch_size, uint64_t exec_ns);
+  void OnCompletion(uint64_t latency_ns);
+
+  // Queue delay to apply to a pending batch of 'pending' requests' worth of batch size.
+  uint64_t DelayNs(int64_t pending) const;
+
+  // Introspection for tests, logs and the stats endpoint.
+  double budget_factor() const;
+  uint64_t ExecEstimateNs(int64_t batch_size) const;
+  double ArrivalsPerSecond() const;
+  uint64_t goal_ns() const { return goal_ns_; }
+
+ private:
+  uint64_t ExecEstimateLocked(int64_t batch_size) const;
+  void AdjustLocked();
+
+  const uint64_t goal_ns_;
+  const double percentile_;
+  const int64_t max_batch_size_;
+  mutable std::mutex mu_;
+  std::vector<double> exec_ns_;  // EWMA per batch size; 0 = never measured
+  double interarrival_ns_ = 0;   // EWMA
+  uint64_t last_arrival_ns_ = 0;
+  double factor_ = 0.5;          // share of the goal the queue delay + execution may use
+  std::deque<uint64_t> window_;  // recent latencies
+};
+
+}  // namespace nereid

@@ -1,0 +1,217 @@
+#include "scheduler/dynamic_batcher.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "metrics/model_stats.h"
+#include "runtime/model_instance.h"
+
+namespace nereid {
+
+StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config) {
+  LatencyGoalConfig goal;
+  auto number = [&](const char* key, double* out) -> Status {
+    auto it = config.parameters().find(key);
+    if (it == config.parameters().end()) return Status::Ok();
+    const std::string& v = it->second.string_value();
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(d > 0))
+      return InvalidArgument("model '" + config.name() + "': parameter '" + key +
+                             "' must be a positive number, got '" + v + "'");
+    *out = d;
+    return Status::Ok();
+  };
+  double goal_us = 0, percentile = 99;
+  RETURN_IF_ERROR(number("nereid.latency_goal_us", &goal_us));
+  RETURN_IF_ERROR(number("nereid.latency_goal_percentile", &percentile));
+  if (percentile >= 100)
+    return InvalidArgument("model '" + config.name() +
+                           "': parameter 'nereid.latency_goal_percentile' must be below 100");
+  goal.goal_us = static_cast<uint64_t>(goal_us);
+  goal.percentile = percentile / 100.0;
+  return goal;
+}
+
+DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
+                               std::vector<ModelInstance*> instances, ModelStats* stats,
+                               const Clock* clock, LatencyGoalConfig goal)
+    : clock_(clock),
+      stats_(stats),
+      max_delay_ns_(config.dynamic_batching().max_queue_delay_microseconds() * 1000),
+      preserve_ordering_(config.dynamic_batching().preserve_ordering()),
+      queue_(config.dynamic_batching()) {
+  limits_.max_batch_size = std::max(config.max_batch_size(), 1);
+  for (int32_t p : config.dynamic_batching().preferred_batch_size()) limits_.preferred.push_back(p);
+  std::sort(limits_.preferred.begin(), limits_.preferred.end());
+  if (goal.goal_us > 0)
+    adaptive_ = std::make_unique<AdaptiveDelay>(goal.goal_us * 1000, goal.percentile, limits_.max_batch_size);
+  threads_.reserve(instances.size());
+  for (ModelInstance* instance : instances) threads_.emplace_back([this, instance] { Run(instance); });
+}
+
+DynamicBatcher::~DynamicBatcher() { Stop(); }
+
+Status DynamicBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
+  const uint64_t now = clock_->NowNs();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable("model '" + request->model_name + "' is unloading");
+    ResponseCallback original;
+    if (preserve_ordering_) {
+      original = std::move(request->on_complete);
+      request->on_complete = [this, seq = next_sequence_, cb = original](std::unique_ptr<InferenceResponse> r) {
+        ReleaseInOrder(seq, cb, std::move(r));
+      };
+    }
+    Status s = queue_.Enqueue(request, now);
+    if (!s.ok()) {
+      if (preserve_ordering_) request->on_complete = std::move(original);
+      return s;
+    }
+    if (preserve_ordering_) ++next_sequence_;
+  }
+  if (adaptive_) adaptive_->OnArrival(now);
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+bool DynamicBatcher::Candidates(std::vector<BatchCandidate>* out) const {
+  out->clear();
+  bool blocked = false;
+  int64_t total = 0;
+  const InferenceRequest* first = nullptr;
+  queue_.Walk([&](const RequestQueue::Entry& e) {
+    const InferenceRequest& r = *e.request;
+    if (first != nullptr) {
+      // Requests are merged only when every input has the same shape apart from the batch dimension.
+      bool same = r.inputs.size() == first->inputs.size();
+      for (size_t i = 0; same && i < r.inputs.size(); ++i) {
+        const InferInput* other = first->FindInput(r.inputs[i].name);
+        same = other != nullptr && other->shape.size() == r.inputs[i].shape.size() &&
+               std::equal(other->shape.begin() + 1, other->shape.end(), r.inputs[i].shape.begin() + 1);
+      }
+      if (!same || total + r.batch_size > limits_.max_batch_size) {
+        blocked = true;
+        return false;
+      }
+    }
+    first = first ? first : &r;
+    total += r.batch_size;
+    out->push_back({e.enqueue_ns, r.batch_size});
+    return total < limits_.max_batch_size;
+  });
+  // A head that stopped because it is exactly full is "blocked" only if something else waits.
+  if (!blocked && total >= limits_.max_batch_size && queue_.size() > out->size()) blocked = true;
+  return blocked;
+}
+
+void DynamicBatcher::CompleteRejected(std::vector<std::unique_ptr<InferenceRequest>>& rejected) {
+  const uint64_t now = clock_->NowNs();
+  for (auto& r : rejected) {
+    if (stats_) stats_->RecordFailure(FailureReason::kRejected, now - r->times.received_ns);
+    CompleteWithError(std::move(r), Unavailable("Request timeout expired"));
+  }
+  rejected.clear();
+}
+
+void DynamicBatcher::Run(ModelInstance* instance) {
+  std::vector<BatchCandidate> candidates;
+  std::vector<std::unique_ptr<InferenceRequest>> rejected;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const uint64_t now = clock_->NowNs();
+    queue_.ExpireTimeouts(now, &rejected);
+    if (!rejected.empty()) {
+      lock.unlock();
+      CompleteRejected(rejected);
+      lock.lock();
+      continue;
+    }
+    if (queue_.empty()) {
+      if (stopping_) return;
+      cv_.wait(lock);
+      continue;
+    }
+    if (!stopping_ && hold_until_ > 0 && queue_.size() < hold_until_) {
+      cv_.wait(lock);
+      continue;
+    }
+    const bool blocked = Candidates(&candidates);
+    int64_t pending = 0;
+    for (const auto& c : candidates) pending += c.batch_size;
+    const uint64_t delay = stopping_ ? 0 : adaptive_ ? adaptive_->DelayNs(pending) : max_delay_ns_;
+    const BatchDecision decision = DecideBatch(limits_, candidates, blocked, now, delay);
+    if (decision.take == 0) {
+      uint64_t wake = decision.wake_ns;
+      const uint64_t deadline = queue_.NextDeadline();
+      if (deadline != 0 && (wake == 0 || deadline < wake)) wake = deadline;
+      if (wake == 0) {
+        cv_.wait(lock);
+      } else {
+        // Sleep in real time for the clock's remaining span (capped, so a ManualClock test that
+        // forgets to Poke still makes progress).
+        const uint64_t span = wake > now ? wake - now : 0;
+        cv_.wait_for(lock, std::chrono::nanoseconds(std::min<uint64_t>(span, 100'000'000)));
+      }
+      continue;
+    }
+    std::vector<std::unique_ptr<InferenceRequest>> batch = queue_.PopFront(decision.take);
+    const size_t taken = batch.size();
+    executing_ += taken;
+    const bool more = !queue_.empty();
+    lock.unlock();
+    if (more) cv_.notify_one();  // another idle instance may take what is left
+    const ExecutionSummary summary = instance->Execute(batch);
+    if (adaptive_) {
+      adaptive_->OnExecution(summary.rows, summary.exec_ns);
+      for (uint64_t latency : summary.latencies_ns) adaptive_->OnCompletion(latency);
+    }
+    lock.lock();
+    executing_ -= taken;
+  }
+}
+
+void DynamicBatcher::ReleaseInOrder(uint64_t sequence, ResponseCallback callback,
+                                    std::unique_ptr<InferenceResponse> response) {
+  std::vector<std::pair<ResponseCallback, std::unique_ptr<InferenceResponse>>> ready;
+  {
+    std::lock_guard<std::mutex> lock(order_mu_);
+    held_.emplace(sequence, std::make_pair(std::move(callback), std::move(response)));
+    while (!held_.empty() && held_.begin()->first == next_release_) {
+      ready.push_back(std::move(held_.begin()->second));
+      held_.erase(held_.begin());
+      ++next_release_;
+    }
+  }
+  for (auto& [cb, r] : ready)
+    if (cb) cb(std::move(r));
+}
+
+void DynamicBatcher::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+size_t DynamicBatcher::Pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + executing_;
+}
+
+void DynamicBatcher::HoldUntilQueued(size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_until_ = n;
+  }
+  cv_.notify_all();
+}
+
+void DynamicBatcher::Poke() { cv_.notify_all(); }
+
+}  // namespace nereid

@@ -1,0 +1,79 @@
+// DynamicBatcher: Triton's dynamic batching for one model version. Requests wait in a RequestQueue
+// (priority levels, timeouts, queue limits); whenever an instance is idle its thread forms the next
+// batch with DecideBatch and executes it. A batch is only formed when an instance can take it, so it
+// keeps absorbing requests while every instance is busy. With preserve_ordering, responses are
+// released in arrival order. With a latency goal (Nereid's extension) the queue delay comes from
+// AdaptiveDelay instead of max_queue_delay_microseconds.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+#include "config/model_config.h"
+#include "scheduler/adaptive_delay.h"
+#include "scheduler/batch_policy.h"
+#include "scheduler/request_queue.h"
+#include "scheduler/scheduler.h"
+
+namespace nereid {
+
+class ModelStats;
+
+struct LatencyGoalConfig {
+  uint64_t goal_us = 0;  // 0: off
+  double percentile = 0.99;
+};
+// Reads Nereid's latency-goal parameters from a config ("nereid.latency_goal_us",
+// "nereid.latency_goal_percentile"); errors name the bad value.
+StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config);
+
+class DynamicBatcher : public Scheduler {
+ public:
+  DynamicBatcher(const inference::ModelConfig& config, std::vector<ModelInstance*> instances,
+                 ModelStats* stats, const Clock* clock, LatencyGoalConfig goal = {});
+  ~DynamicBatcher() override;
+
+  Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;
+  void Stop() override;
+  size_t Pending() const override;
+
+  // Test hook: form no batch until at least 'n' requests are queued (0 releases the hold).
+  void HoldUntilQueued(size_t n);
+  // Re-evaluates waiting instances now (tests that move a ManualClock call it).
+  void Poke();
+  const AdaptiveDelay* adaptive() const { return adaptive_.get(); }
+
+ private:
+  void Run(ModelInstance* instance);
+  // Collects the batchable head of the queue; true if a further request could not join.
+  bool Candidates(std::vector<BatchCandidate>* out) const;
+  void CompleteRejected(std::vector<std::unique_ptr<InferenceRequest>>& rejected);
+  void ReleaseInOrder(uint64_t sequence, ResponseCallback callback, std::unique_ptr<InferenceResponse> r);
+
+  const Clock* clock_;
+  ModelStats* stats_;
+  BatchLimits limits_;
+  uint64_t max_delay_ns_;
+  bool preserve_ordering_;
+  std::unique_ptr<AdaptiveDelay> adaptive_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  RequestQueue queue_;
+  size_t executing_ = 0;
+  size_t hold_until_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+
+  // preserve_ordering: responses completed out of order wait here for their predecessors.
+  std::mutex order_mu_;
+  uint64_t next_sequence_ = 0;  // assigned at enqueue (under mu_)
+  uint64_t next_release_ = 0;
+  std::map<uint64_t, std::pair<ResponseCallback, std::unique_ptr<InferenceResponse>>> held_;
+};
+
+}  // namespace nereid
