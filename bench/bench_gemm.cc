@@ -4,8 +4,8 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   };
   const Case cases[] = {
       {1, 1000, 256, true, "recommend fc2, batch 1"},
+      {8, 512, 1024, true, "recommend fc0, batch 8"},
+      {16, 512, 1024, true, "recommend fc0, batch 16"},
       {32, 512, 1024, true, "recommend fc0, batch 32"},
       {64, 1024, 1024, false, "matmul_model, 64 rows"},
       {256, 256, 256, false, "square 256"},
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
     std::printf("| %-26s | %5d | %5d | %5d | %12.1f | %12.1f | %8.2fx |%s\n", c.what, c.m, c.n, c.k,
                 g_ours, g_blas, g_ours / g_blas, max_diff > 1e-3 ? "  RESULTS DIFFER" : "");
   }
-  std::printf("geometric mean ratio (nereid / openblas): %.2fx\n", std::exp(log_ratio_sum / cases_run));
+  std::printf("geometric mean ratio (nereid / openblas): %.2fx\n",
+              std::exp(log_ratio_sum / cases_run));
   return 0;
 }

@@ -36,8 +36,9 @@ def simple():
 
 
 def recommend_model(rng):
-    """A 3-layer MLP scoring 1000 items from a 1024-wide user feature vector."""
-    sizes = [1024, 512, 256, 1000]
+    """A 3-layer MLP scoring 1000 items from a 1024-wide user feature vector (21 MB of FP32 weights:
+    at batch 1 each request streams every weight once, which is what dynamic batching amortizes)."""
+    sizes = [1024, 2048, 1024, 1000]
     initializers, nodes = [], []
     x = "input__0"
     for i in range(3):

@@ -63,6 +63,8 @@ void PackB(int64_t kNr, bool trans, const float* b, int64_t ldb, int64_t kc, int
   }
 }
 
+constexpr int64_t kSmallMDotsRows = 16;
+
 // Each micro-kernel: acc[MR][NR] = sum_p a[p][:] (x) b[p][:]; then C[0..m, 0..n] += alpha * acc.
 constexpr int64_t kMr = 6;
 constexpr int64_t kNr = 16;
@@ -206,53 +208,73 @@ __attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// C[i, j] += alpha * dot(A[i, :], B[j, :]) for transposed B (B stored N x K): four rows of B at a
-// time, so four independent FMA chains share each load of A.
+// Four dot products of A's rows i0 (and i1) against B rows b0..b3, added to C with alpha.
+template <int kRows>
+__attribute__((target("avx2,fma"))) inline void Dots4(int64_t k, float alpha, const float* a0,
+                                                      const float* a1, const float* b0, int64_t ldb,
+                                                      float* c0, float* c1) {
+  const float* b1 = b0 + ldb;
+  const float* b2 = b1 + ldb;
+  const float* b3 = b2 + ldb;
+  __m256 s[kRows][4];
+  for (auto& row : s)
+    for (auto& v : row) v = _mm256_setzero_ps();
+  int64_t p = 0;
+  for (; p + 8 <= k; p += 8) {
+    const __m256 v0 = _mm256_loadu_ps(b0 + p), v1 = _mm256_loadu_ps(b1 + p);
+    const __m256 v2 = _mm256_loadu_ps(b2 + p), v3 = _mm256_loadu_ps(b3 + p);
+    const __m256 x0 = _mm256_loadu_ps(a0 + p);
+    s[0][0] = _mm256_fmadd_ps(x0, v0, s[0][0]);
+    s[0][1] = _mm256_fmadd_ps(x0, v1, s[0][1]);
+    s[0][2] = _mm256_fmadd_ps(x0, v2, s[0][2]);
+    s[0][3] = _mm256_fmadd_ps(x0, v3, s[0][3]);
+    if constexpr (kRows == 2) {
+      const __m256 x1 = _mm256_loadu_ps(a1 + p);
+      s[1][0] = _mm256_fmadd_ps(x1, v0, s[1][0]);
+      s[1][1] = _mm256_fmadd_ps(x1, v1, s[1][1]);
+      s[1][2] = _mm256_fmadd_ps(x1, v2, s[1][2]);
+      s[1][3] = _mm256_fmadd_ps(x1, v3, s[1][3]);
+    }
+  }
+  const float* bs[4] = {b0, b1, b2, b3};
+  for (int r = 0; r < kRows; ++r) {
+    const float* ar = r == 0 ? a0 : a1;
+    float* cr = r == 0 ? c0 : c1;
+    for (int q = 0; q < 4; ++q) {
+      float d = HorizontalSum(s[r][q]);
+      for (int64_t t = p; t < k; ++t) d += ar[t] * bs[q][t];
+      cr[q] += alpha * d;
+    }
+  }
+}
+
+// C += alpha * A * B^T for B stored N x K (PyTorch-style [out, in] weights) and few rows of A:
+// no packing; each group of four B rows is read from memory once (it stays in L1) and meets every
+// row of A, two rows at a time.
 __attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, int64_t k,
                                                         float alpha, const float* a, int64_t lda,
                                                         const float* b, int64_t ldb, float* c,
                                                         int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    const float* ai = a + i * lda;
-    float* ci = c + i * ldc;
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-      const float* b0 = b + j * ldb;
-      const float* b1 = b0 + ldb;
-      const float* b2 = b1 + ldb;
-      const float* b3 = b2 + ldb;
-      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
-             s3 = _mm256_setzero_ps();
-      int64_t p = 0;
-      for (; p + 8 <= k; p += 8) {
-        const __m256 av = _mm256_loadu_ps(ai + p);
-        s0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b0 + p), s0);
-        s1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b1 + p), s1);
-        s2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b2 + p), s2);
-        s3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(b3 + p), s3);
-      }
-      float d0 = HorizontalSum(s0), d1 = HorizontalSum(s1), d2 = HorizontalSum(s2),
-            d3 = HorizontalSum(s3);
-      for (; p < k; ++p) {
-        d0 += ai[p] * b0[p];
-        d1 += ai[p] * b1[p];
-        d2 += ai[p] * b2[p];
-        d3 += ai[p] * b3[p];
-      }
-      ci[j] += alpha * d0;
-      ci[j + 1] += alpha * d1;
-      ci[j + 2] += alpha * d2;
-      ci[j + 3] += alpha * d3;
-    }
-    for (; j < n; ++j) {
-      const float* bj = b + j * ldb;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* bj = b + j * ldb;
+    int64_t i = 0;
+    for (; i + 2 <= m; i += 2)
+      Dots4<2>(k, alpha, a + i * lda, a + (i + 1) * lda, bj, ldb, c + i * ldc + j,
+               c + (i + 1) * ldc + j);
+    if (i < m) Dots4<1>(k, alpha, a + i * lda, nullptr, bj, ldb, c + i * ldc + j, nullptr);
+  }
+  for (; j < n; ++j) {
+    const float* bj = b + j * ldb;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* ai = a + i * lda;
       __m256 s0 = _mm256_setzero_ps();
       int64_t p = 0;
       for (; p + 8 <= k; p += 8)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(ai + p), _mm256_loadu_ps(bj + p), s0);
       float sum = HorizontalSum(s0);
       for (; p < k; ++p) sum += ai[p] * bj[p];
-      ci[j] += alpha * sum;
+      c[i * ldc + j] += alpha * sum;
     }
   }
 }
@@ -267,12 +289,13 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   ScaleC(m, n, beta, c, ldc);
   if (k <= 0 || alpha == 0.f) return;
 
-  if (m <= 4 && HasAvx2Fma()) {
-    if (!trans_b) {
+  if (HasAvx2Fma()) {
+    if (m <= 4 && !trans_b) {
       SmallMRowsAvx2(m, n, k, alpha, a, lda, trans_a, b, ldb, c, ldc);
       return;
     }
-    if (!trans_a) {
+    // Transposed B makes packing costly (a strided gather); below this many rows, dots win.
+    if (m <= kSmallMDotsRows && trans_b && !trans_a) {
       SmallMDotsAvx2(m, n, k, alpha, a, lda, b, ldb, c, ldc);
       return;
     }

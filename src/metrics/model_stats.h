@@ -1,5 +1,6 @@
-// ModelStats: per model version counters behind the statistics extension and the Prometheus metrics.
-// Updated from instance threads with relaxed atomics only (no locks, no allocation), read on demand.
+// ModelStats: per model version counters behind the statistics extension and the Prometheus
+// metrics. Updated from instance threads with relaxed atomics only (no locks, no allocation), read
+// on demand.
 #pragma once
 
 #include <array>
@@ -22,10 +23,9 @@ struct DurationStat {
 // Request latency histogram with fixed bucket bounds (microseconds), cumulative on export.
 class LatencyHistogram {
  public:
-  static constexpr std::array<uint64_t, 18> kBoundsUs = {50,    100,   250,    500,    1000,   2000,
-                                                         5000,  10000, 20000,  50000,  100000, 200000,
-                                                         500000, 1000000, 2000000, 5000000, 10000000,
-                                                         30000000};
+  static constexpr std::array<uint64_t, 18> kBoundsUs = {
+      50,    100,    250,    500,    1000,    2000,    5000,    10000,    20000,
+      50000, 100000, 200000, 500000, 1000000, 2000000, 5000000, 10000000, 30000000};
   void Observe(uint64_t us);
   // Per-bucket counts (not cumulative); the last entry is the +Inf overflow.
   std::array<uint64_t, kBoundsUs.size() + 1> Counts() const;
@@ -43,7 +43,8 @@ class ModelStats {
   explicit ModelStats(int64_t max_batch_size);
 
   // One backend execution of 'batch_size' rows made of 'requests' requests.
-  void RecordExecution(int64_t batch_size, uint64_t input_ns, uint64_t infer_ns, uint64_t output_ns);
+  void RecordExecution(int64_t batch_size, uint64_t input_ns, uint64_t infer_ns,
+                       uint64_t output_ns);
   // One request finished successfully: whole duration (received to response), queue time, and its
   // share of the execution it ran in.
   void RecordSuccess(int64_t batch_size, uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns,

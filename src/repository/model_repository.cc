@@ -268,6 +268,15 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::GetModel(const std::string& na
   return v->second.model;
 }
 
+std::vector<std::shared_ptr<Model>> ModelRepository::LoadedModels() const {
+  std::vector<std::shared_ptr<Model>> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, m] : models_)
+    for (const auto& [v, entry] : m.versions)
+      if (entry.model) out.push_back(entry.model);
+  return out;
+}
+
 std::vector<int64_t> ModelRepository::ReadyVersions(const std::string& name) const {
   std::vector<int64_t> versions;
   std::lock_guard<std::mutex> lock(mu_);

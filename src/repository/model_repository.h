@@ -44,6 +44,8 @@ class ModelRepository {
 
   // The ready model 'name', newest ready version when 'version' < 0.
   StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;
+  // Every loaded version of every model (statistics, metrics).
+  std::vector<std::shared_ptr<Model>> LoadedModels() const;
   // Ready versions of 'name', ascending.
   std::vector<int64_t> ReadyVersions(const std::string& name) const;
   // Every version with its state, plus models present on disk that were never loaded.

@@ -98,7 +98,7 @@ void NereidLog(NereidLogLevel level, const char* file, int line, const char* mes
                        : level == NEREID_LOG_VERBOSE ? nereid::LogLevel::kVerbose
                                                      : nereid::LogLevel::kInfo;
   const auto& settings = nereid::GlobalLogSettings();
-  const bool enabled = l == nereid::LogLevel::kVerbose ? NEREID_VLOG_ON(1)
+  const bool enabled = l == nereid::LogLevel::kVerbose   ? NEREID_VLOG_ON(1)
                        : l == nereid::LogLevel::kWarning ? settings.warning.load()
                        : l == nereid::LogLevel::kError   ? settings.error.load()
                                                          : settings.info.load();

@@ -86,7 +86,7 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
     model->labels_[output.name()] = std::move(labels);
   }
 
-  std::vector<ModelInstance*> instances;
+  std::vector<BatchExecutor*> instances;
   for (const auto& group : model->config_.instance_group()) {
     for (int i = 0; i < group.count(); ++i) {
       auto instance = std::make_unique<ModelInstance>(
@@ -143,10 +143,11 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   Status s = Validate(*request);
   if (s.ok()) s = scheduler_->Enqueue(request);
   if (!s.ok()) {
-    const uint64_t elapsed = request->times.received_ns ? SteadyNowNs() - request->times.received_ns : 0;
-    stats_->RecordFailure(s.code() == Status::Code::kUnavailable ? FailureReason::kRejected
-                                                                 : FailureReason::kOther,
-                          elapsed);
+    const uint64_t elapsed =
+        request->times.received_ns ? SteadyNowNs() - request->times.received_ns : 0;
+    stats_->RecordFailure(
+        s.code() == Status::Code::kUnavailable ? FailureReason::kRejected : FailureReason::kOther,
+        elapsed);
   }
   return s;
 }

@@ -1,15 +1,14 @@
 #include "runtime/model_instance.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 
-#include <chrono>
-
 #include "common/half.h"
 #include "common/logging.h"
-#include "runtime/backend_api.h"
 #include "metrics/model_stats.h"
+#include "runtime/backend_api.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -125,8 +124,9 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
     summary.rows += batch[i]->batch_size;
   }
   const uint64_t infer_start = SteadyNowNs();
-  Status batch_status = StatusFromBackend(model_->backend().instance_execute(
-      reinterpret_cast<NereidInstance*>(this), handles.data(), static_cast<uint32_t>(handles.size())));
+  Status batch_status = StatusFromBackend(
+      model_->backend().instance_execute(reinterpret_cast<NereidInstance*>(this), handles.data(),
+                                         static_cast<uint32_t>(handles.size())));
   const uint64_t infer_end = SteadyNowNs();
   summary.exec_ns = infer_end - infer_start;
   const bool batching = model_->config().max_batch_size() > 0;
@@ -161,9 +161,10 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   const uint64_t end = SteadyNowNs();
   ModelStats& stats = model_->stats();
   stats.RecordExecution(summary.rows, infer_start - start, summary.exec_ns, end - infer_end);
-  const uint64_t now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                    std::chrono::system_clock::now().time_since_epoch())
-                                                    .count());
+  const uint64_t now_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
 
   for (size_t i = 0; i < batch.size(); ++i) {
     std::unique_ptr<InferenceRequest> request = std::move(batch[i]);

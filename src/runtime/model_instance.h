@@ -9,19 +9,13 @@
 
 #include "nereid/backend.h"
 #include "runtime/inference_request.h"
+#include "scheduler/scheduler.h"
 
 namespace nereid {
 
 class Model;
 
-// What one execution did, for the scheduler's own bookkeeping (adaptive batching).
-struct ExecutionSummary {
-  int64_t rows = 0;                    // sum of the requests' batch sizes
-  uint64_t exec_ns = 0;                // the backend call
-  std::vector<uint64_t> latencies_ns;  // per successful request: received to completion
-};
-
-class ModelInstance {
+class ModelInstance : public BatchExecutor {
  public:
   ModelInstance(Model* model, std::string name, NereidInstanceKind kind, int32_t device_id)
       : model_(model), name_(std::move(name)), kind_(kind), device_id_(device_id) {}
@@ -29,7 +23,7 @@ class ModelInstance {
   Status Initialize();
   void Finalize();
   // Executes the batch and completes every request in it (success or error).
-  ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch);
+  ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override;
 
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }

@@ -4,8 +4,8 @@
 
 namespace nereid {
 namespace {
-constexpr double kAlpha = 0.1;        // EWMA weight of a new sample
-constexpr size_t kWindow = 256;       // completions per budget adjustment
+constexpr double kAlpha = 0.1;   // EWMA weight of a new sample
+constexpr size_t kWindow = 256;  // completions per budget adjustment
 constexpr double kMinFactor = 0.05, kMaxFactor = 0.9;
 }  // namespace
 
@@ -28,7 +28,8 @@ void AdaptiveDelay::OnExecution(int64_t batch_size, uint64_t exec_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t b = static_cast<size_t>(std::clamp<int64_t>(batch_size, 1, max_batch_size_));
   double& e = exec_ns_[b];
-  e = e == 0 ? static_cast<double>(exec_ns) : (1 - kAlpha) * e + kAlpha * static_cast<double>(exec_ns);
+  e = e == 0 ? static_cast<double>(exec_ns)
+             : (1 - kAlpha) * e + kAlpha * static_cast<double>(exec_ns);
 }
 
 void AdaptiveDelay::OnCompletion(uint64_t latency_ns) {
@@ -40,13 +41,16 @@ void AdaptiveDelay::OnCompletion(uint64_t latency_ns) {
 void AdaptiveDelay::AdjustLocked() {
   std::vector<uint64_t> sorted(window_.begin(), window_.end());
   window_.clear();
-  const size_t index = std::min(sorted.size() - 1, static_cast<size_t>(percentile_ * sorted.size()));
+  const size_t index =
+      std::min(sorted.size() - 1, static_cast<size_t>(percentile_ * sorted.size()));
   std::nth_element(sorted.begin(), sorted.begin() + index, sorted.end());
   const double observed = static_cast<double>(sorted[index]);
   const double goal = static_cast<double>(goal_ns_);
   // Multiplicative decrease when over the goal, slow increase with clear headroom.
-  if (observed > goal) factor_ = std::max(kMinFactor, factor_ * std::max(0.5, goal / observed * 0.9));
-  else if (observed < 0.8 * goal) factor_ = std::min(kMaxFactor, factor_ * 1.05);
+  if (observed > goal)
+    factor_ = std::max(kMinFactor, factor_ * std::max(0.5, goal / observed * 0.9));
+  else if (observed < 0.8 * goal)
+    factor_ = std::min(kMaxFactor, factor_ * 1.05);
 }
 
 uint64_t AdaptiveDelay::ExecEstimateLocked(int64_t batch_size) const {
@@ -55,8 +59,10 @@ uint64_t AdaptiveDelay::ExecEstimateLocked(int64_t batch_size) const {
   // Nearest measured size; scale linearly upwards (conservative) and keep the value downwards.
   for (int64_t d = 1; d <= max_batch_size_; ++d) {
     if (b - d >= 1 && exec_ns_[b - d] > 0)
-      return static_cast<uint64_t>(exec_ns_[b - d] * static_cast<double>(b) / static_cast<double>(b - d));
-    if (b + d <= max_batch_size_ && exec_ns_[b + d] > 0) return static_cast<uint64_t>(exec_ns_[b + d]);
+      return static_cast<uint64_t>(exec_ns_[b - d] * static_cast<double>(b) /
+                                   static_cast<double>(b - d));
+    if (b + d <= max_batch_size_ && exec_ns_[b + d] > 0)
+      return static_cast<uint64_t>(exec_ns_[b + d]);
   }
   return 0;
 }

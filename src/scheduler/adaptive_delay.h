@@ -1,7 +1,7 @@
-// AdaptiveDelay: Nereid's latency-goal batching (an opt-in extension; see docs/scheduling.md). Given a
-// latency goal it chooses the queue delay itself from what it measures: the execution time per batch
-// size, the arrival rate, and the latency requests actually see, which steers a budget factor so the
-// chosen percentile stays under the goal as load changes. Thread-safe.
+// AdaptiveDelay: Nereid's latency-goal batching (an opt-in extension; see docs/scheduling.md).
+// Given a latency goal it chooses the queue delay itself from what it measures: the execution time
+// per batch size, the arrival rate, and the latency requests actually see, which steers a budget
+// factor so the chosen percentile stays under the goal as load changes. Thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,8 @@ BatchDecision DecideBatch(const BatchLimits& limits, const std::vector<BatchCand
   for (size_t i = 0; i < candidates.size(); ++i) {
     total += candidates[i].batch_size;
     oldest = std::min(oldest, candidates[i].enqueue_ns);
-    if (std::binary_search(limits.preferred.begin(), limits.preferred.end(), total)) best_preferred = i + 1;
+    if (std::binary_search(limits.preferred.begin(), limits.preferred.end(), total))
+      best_preferred = i + 1;
     if (max_preferred > 0 && total == max_preferred) {
       d.take = i + 1;
       return d;

@@ -30,8 +30,8 @@ struct BatchLimits {
   std::vector<int64_t> preferred;  // ascending, each <= max_batch_size
 };
 
-// 'candidates' is the prefix described above; 'blocked' says a further request exists that could not
-// join (it does not fit or has other shapes). 'delay_ns' is the queue delay in force.
+// 'candidates' is the prefix described above; 'blocked' says a further request exists that could
+// not join (it does not fit or has other shapes). 'delay_ns' is the queue delay in force.
 BatchDecision DecideBatch(const BatchLimits& limits, const std::vector<BatchCandidate>& candidates,
                           bool blocked, uint64_t now_ns, uint64_t delay_ns);
 

@@ -1,12 +1,10 @@
 #include "scheduler/default_scheduler.h"
 
-#include "runtime/model_instance.h"
-
 namespace nereid {
 
-DefaultScheduler::DefaultScheduler(std::vector<ModelInstance*> instances) {
+DefaultScheduler::DefaultScheduler(std::vector<BatchExecutor*> instances) {
   threads_.reserve(instances.size());
-  for (ModelInstance* instance : instances)
+  for (BatchExecutor* instance : instances)
     threads_.emplace_back([this, instance] { Run(instance); });
 }
 
@@ -23,7 +21,7 @@ Status DefaultScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   return Status::Ok();
 }
 
-void DefaultScheduler::Run(ModelInstance* instance) {
+void DefaultScheduler::Run(BatchExecutor* instance) {
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   for (;;) {
     {

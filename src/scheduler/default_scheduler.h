@@ -13,14 +13,14 @@ namespace nereid {
 
 class DefaultScheduler : public Scheduler {
  public:
-  explicit DefaultScheduler(std::vector<ModelInstance*> instances);
+  explicit DefaultScheduler(std::vector<BatchExecutor*> instances);
   ~DefaultScheduler() override;
   Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;
   void Stop() override;
   size_t Pending() const override;
 
  private:
-  void Run(ModelInstance* instance);
+  void Run(BatchExecutor* instance);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -4,7 +4,6 @@
 #include <charconv>
 
 #include "metrics/model_stats.h"
-#include "runtime/model_instance.h"
 
 namespace nereid {
 
@@ -34,7 +33,7 @@ StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config
 }
 
 DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
-                               std::vector<ModelInstance*> instances, ModelStats* stats,
+                               std::vector<BatchExecutor*> instances, ModelStats* stats,
                                const Clock* clock, LatencyGoalConfig goal)
     : clock_(clock),
       stats_(stats),
@@ -45,9 +44,11 @@ DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
   for (int32_t p : config.dynamic_batching().preferred_batch_size()) limits_.preferred.push_back(p);
   std::sort(limits_.preferred.begin(), limits_.preferred.end());
   if (goal.goal_us > 0)
-    adaptive_ = std::make_unique<AdaptiveDelay>(goal.goal_us * 1000, goal.percentile, limits_.max_batch_size);
+    adaptive_ = std::make_unique<AdaptiveDelay>(goal.goal_us * 1000, goal.percentile,
+                                                limits_.max_batch_size);
   threads_.reserve(instances.size());
-  for (ModelInstance* instance : instances) threads_.emplace_back([this, instance] { Run(instance); });
+  for (BatchExecutor* instance : instances)
+    threads_.emplace_back([this, instance] { Run(instance); });
 }
 
 DynamicBatcher::~DynamicBatcher() { Stop(); }
@@ -60,7 +61,8 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
     ResponseCallback original;
     if (preserve_ordering_) {
       original = std::move(request->on_complete);
-      request->on_complete = [this, seq = next_sequence_, cb = original](std::unique_ptr<InferenceResponse> r) {
+      request->on_complete = [this, seq = next_sequence_,
+                              cb = original](std::unique_ptr<InferenceResponse> r) {
         ReleaseInOrder(seq, cb, std::move(r));
       };
     }
@@ -84,12 +86,14 @@ bool DynamicBatcher::Candidates(std::vector<BatchCandidate>* out) const {
   queue_.Walk([&](const RequestQueue::Entry& e) {
     const InferenceRequest& r = *e.request;
     if (first != nullptr) {
-      // Requests are merged only when every input has the same shape apart from the batch dimension.
+      // Requests are merged only when every input has the same shape apart from the batch
+      // dimension.
       bool same = r.inputs.size() == first->inputs.size();
       for (size_t i = 0; same && i < r.inputs.size(); ++i) {
         const InferInput* other = first->FindInput(r.inputs[i].name);
-        same = other != nullptr && other->shape.size() == r.inputs[i].shape.size() &&
-               std::equal(other->shape.begin() + 1, other->shape.end(), r.inputs[i].shape.begin() + 1);
+        same =
+            other != nullptr && other->shape.size() == r.inputs[i].shape.size() &&
+            std::equal(other->shape.begin() + 1, other->shape.end(), r.inputs[i].shape.begin() + 1);
       }
       if (!same || total + r.batch_size > limits_.max_batch_size) {
         blocked = true;
@@ -115,7 +119,7 @@ void DynamicBatcher::CompleteRejected(std::vector<std::unique_ptr<InferenceReque
   rejected.clear();
 }
 
-void DynamicBatcher::Run(ModelInstance* instance) {
+void DynamicBatcher::Run(BatchExecutor* instance) {
   std::vector<BatchCandidate> candidates;
   std::vector<std::unique_ptr<InferenceRequest>> rejected;
   std::unique_lock<std::mutex> lock(mu_);
@@ -133,9 +137,13 @@ void DynamicBatcher::Run(ModelInstance* instance) {
       cv_.wait(lock);
       continue;
     }
-    if (!stopping_ && hold_until_ > 0 && queue_.size() < hold_until_) {
-      cv_.wait(lock);
-      continue;
+    if (hold_until_ > 0) {
+      // One-shot gate: once N requests have been queued (or on stop), batching proceeds normally.
+      if (queue_.size() < hold_until_ && !stopping_) {
+        cv_.wait(lock);
+        continue;
+      }
+      hold_until_ = 0;
     }
     const bool blocked = Candidates(&candidates);
     int64_t pending = 0;

@@ -1,7 +1,7 @@
 // DynamicBatcher: Triton's dynamic batching for one model version. Requests wait in a RequestQueue
 // (priority levels, timeouts, queue limits); whenever an instance is idle its thread forms the next
-// batch with DecideBatch and executes it. A batch is only formed when an instance can take it, so it
-// keeps absorbing requests while every instance is busy. With preserve_ordering, responses are
+// batch with DecideBatch and executes it. A batch is only formed when an instance can take it, so
+// it keeps absorbing requests while every instance is busy. With preserve_ordering, responses are
 // released in arrival order. With a latency goal (Nereid's extension) the queue delay comes from
 // AdaptiveDelay instead of max_queue_delay_microseconds.
 #pragma once
@@ -33,7 +33,7 @@ StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config
 
 class DynamicBatcher : public Scheduler {
  public:
-  DynamicBatcher(const inference::ModelConfig& config, std::vector<ModelInstance*> instances,
+  DynamicBatcher(const inference::ModelConfig& config, std::vector<BatchExecutor*> instances,
                  ModelStats* stats, const Clock* clock, LatencyGoalConfig goal = {});
   ~DynamicBatcher() override;
 
@@ -41,18 +41,20 @@ class DynamicBatcher : public Scheduler {
   void Stop() override;
   size_t Pending() const override;
 
-  // Test hook: form no batch until at least 'n' requests are queued (0 releases the hold).
+  // Test hook: form no batch until 'n' requests are queued at once; then the gate opens for good.
+  // 0 opens it now.
   void HoldUntilQueued(size_t n);
   // Re-evaluates waiting instances now (tests that move a ManualClock call it).
   void Poke();
   const AdaptiveDelay* adaptive() const { return adaptive_.get(); }
 
  private:
-  void Run(ModelInstance* instance);
+  void Run(BatchExecutor* instance);
   // Collects the batchable head of the queue; true if a further request could not join.
   bool Candidates(std::vector<BatchCandidate>* out) const;
   void CompleteRejected(std::vector<std::unique_ptr<InferenceRequest>>& rejected);
-  void ReleaseInOrder(uint64_t sequence, ResponseCallback callback, std::unique_ptr<InferenceResponse> r);
+  void ReleaseInOrder(uint64_t sequence, ResponseCallback callback,
+                      std::unique_ptr<InferenceResponse> r);
 
   const Clock* clock_;
   ModelStats* stats_;

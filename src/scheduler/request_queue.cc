@@ -23,17 +23,17 @@ Status RequestQueue::Enqueue(std::unique_ptr<InferenceRequest>& request, uint64_
     if (levels_.size() == 1) {
       level = 1;  // no priority levels configured: priorities are ignored, as in Triton
     } else {
-      return InvalidArgument("priority " + std::to_string(request->priority) + " is out of range for model '" +
-                             request->model_name + "' (priority levels 1.." +
-                             std::to_string(levels_.size()) + ")");
+      return InvalidArgument("priority " + std::to_string(request->priority) +
+                             " is out of range for model '" + request->model_name +
+                             "' (priority levels 1.." + std::to_string(levels_.size()) + ")");
     }
   }
   Level& l = levels_[level - 1];
   const auto& policy = l.policy;
   if (policy.max_queue_size() > 0 && l.queue.size() + l.delayed.size() >= policy.max_queue_size())
-    return Unavailable("Exceeds maximum queue size: model '" + request->model_name + "' already queues " +
-                       std::to_string(policy.max_queue_size()) + " requests at priority level " +
-                       std::to_string(level));
+    return Unavailable("Exceeds maximum queue size: model '" + request->model_name +
+                       "' already queues " + std::to_string(policy.max_queue_size()) +
+                       " requests at priority level " + std::to_string(level));
   uint64_t timeout_us = policy.default_timeout_microseconds();
   if (request->timeout_us > 0 && policy.allow_timeout_override() &&
       (timeout_us == 0 || request->timeout_us < timeout_us))

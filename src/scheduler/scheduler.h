@@ -11,7 +11,20 @@
 
 namespace nereid {
 
-class ModelInstance;
+// What one execution did, for the scheduler's own bookkeeping (adaptive batching).
+struct ExecutionSummary {
+  int64_t rows = 0;                    // sum of the requests' batch sizes
+  uint64_t exec_ns = 0;                // the backend call
+  std::vector<uint64_t> latencies_ns;  // per successful request: received to completion
+};
+
+// Something that executes a batch and completes every request in it: a ModelInstance, or a fake in
+// scheduler tests.
+class BatchExecutor {
+ public:
+  virtual ~BatchExecutor() = default;
+  virtual ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) = 0;
+};
 
 class Scheduler {
  public:

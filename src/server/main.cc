@@ -8,6 +8,7 @@
 
 #include "common/logging.h"
 #include "frontend/http/http_server.h"
+#include "perf/load_generator.h"
 #include "repository/model_repository.h"
 #include "server/server_options.h"
 
@@ -61,6 +62,7 @@ int Serve(const std::vector<std::string>& args) {
     LOG_INFO << "metrics port " << options.metrics_port
              << " is reserved; metrics are not in this build";
   std::unique_ptr<nereid::http::HttpServer> http;
+  if (options.allow_metrics) options.http.metrics_port = options.metrics_port;
   if (options.allow_http) {
     http = std::make_unique<nereid::http::HttpServer>(
         options.http, nereid::http::ServerInfo{"nereid", "0.1.0"}, &repository);
@@ -82,10 +84,13 @@ int Serve(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "perf")
+    return nereid::perf::PerfMain({args.begin() + 1, args.end()});
   if (!args.empty() && args[0] == "serve")
     args.erase(args.begin());
   else if (!args.empty() && args[0].rfind("--", 0) != 0 && args[0] != "-h") {
-    std::cerr << "unknown command '" << args[0] << "'; try: nereid serve --help\n";
+    std::cerr << "unknown command '" << args[0]
+              << "'; try: nereid serve --help, nereid perf --help\n";
     return 2;
   }
   return Serve(args);

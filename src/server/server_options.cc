@@ -55,7 +55,8 @@ Options (names follow tritonserver):
   --http-thread-count=N       HTTP I/O threads (default: hardware threads, at least 2)
   --http-max-input-size=BYTES largest accepted request body (default 67108864)
   --allow-grpc=BOOL, --grpc-port=PORT        reserved (default 8001); gRPC lands in a later release
-  --allow-metrics=BOOL, --metrics-port=PORT  reserved (default 8002); metrics land in a later release
+  --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
+  --metrics-port=PORT         default 8002 (0 picks a free port)
   --log-verbose=N             verbose logging level (0 off)
   --log-info=BOOL, --log-warning=BOOL, --log-error=BOOL
   --help

@@ -25,7 +25,8 @@ def test_server_metadata_lists_only_working_extensions(client):
     md = client.get_server_metadata()
     assert md["name"] == "nereid" and md["version"]
     assert {"binary_tensor_data", "classification", "model_repository", "model_configuration"} <= set(md["extensions"])
-    assert "statistics" not in md["extensions"] and "system_shared_memory" not in md["extensions"]
+    assert {"statistics", "schedule_policy", "logging"} <= set(md["extensions"])
+    assert "system_shared_memory" not in md["extensions"] and "sequence" not in md["extensions"]
 
 
 def test_model_metadata(client):
@@ -64,7 +65,7 @@ def test_model_ready(server, client):
     ("/v2/models/simple/versions/7", 404),
     ("/v2/models/simple/versions/x/config", 400),
     ("/v2/nothing/here", 404),
-    ("/v2/models/simple/stats", 501),
+    ("/v2/models/no_such_model/stats", 404),
     ("/v2/systemsharedmemory/status", 501),
 ])
 def test_errors_use_triton_status_codes_and_json_bodies(server, path, status):

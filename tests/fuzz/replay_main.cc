@@ -1,4 +1,5 @@
-// Runs the fuzz target over files (a corpus) without libFuzzer, so every build can replay the seeds.
+// Runs the fuzz target over files (a corpus) without libFuzzer, so every build can replay the
+// seeds.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>

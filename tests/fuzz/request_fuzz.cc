@@ -1,6 +1,6 @@
-// Fuzz target for everything Nereid parses from the network: infer bodies (JSON + binary tensors, raw
-// requests), compressed bodies, and model configs (config.pbtxt text and the JSON a load request may
-// carry). The first input byte picks the parser; the rest is the data.
+// Fuzz target for everything Nereid parses from the network: infer bodies (JSON + binary tensors,
+// raw requests), compressed bodies, and model configs (config.pbtxt text and the JSON a load
+// request may carry). The first input byte picks the parser; the rest is the data.
 //   libFuzzer: scripts/fuzz.sh [seconds]       replay (any compiler): build/request_fuzz FILE...
 #include <cstddef>
 #include <cstdint>
@@ -41,10 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 1:
     case 2: {
       // JSON only / JSON with a binary tail (header length from the first body byte) / raw.
-      const int64_t header = mode == 0 ? -1 : mode == 2 ? 0 : (body.empty() ? 0 : body[0] % (body.size() + 1));
+      const int64_t header = mode == 0   ? -1
+                             : mode == 2 ? 0
+                                         : (body.empty() ? 0 : body[0] % (body.size() + 1));
       nereid::InferenceRequest request;
-      (void)nereid::http::DecodeInferRequest(std::make_shared<const std::string>(std::move(body)), header,
-                                             Config(), &request);
+      (void)nereid::http::DecodeInferRequest(std::make_shared<const std::string>(std::move(body)),
+                                             header, Config(), &request);
       break;
     }
     case 3: {

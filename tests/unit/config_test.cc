@@ -140,7 +140,8 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
                         "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
-  for (const char* f : {"input[0].format", "instance_group[0].rate_limiter", "instance_group[0].host_policy"})
+  for (const char* f :
+       {"input[0].format", "instance_group[0].rate_limiter", "instance_group[0].host_policy"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input[0].reshape"), ignored.end());
 

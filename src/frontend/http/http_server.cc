@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "frontend/http/compression.h"
 #include "frontend/http/infer_codec.h"
+#include "metrics/prometheus.h"
 
 namespace nereid::http {
 namespace {
@@ -149,26 +150,30 @@ class HttpServer::Impl {
   Status Start();
   void Stop();
   uint16_t port() const { return bound_port_; }
+  uint16_t metrics_port() const { return bound_metrics_port_; }
 
   HttpOptions options_;
   ServerInfo info_;
   ModelRepository* repository_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
+  tcp::acceptor metrics_acceptor_{ioc_};
   std::vector<std::thread> threads_;
   net::thread_pool control_{1};  // repository load/unload: slow, never on an I/O thread
   uint16_t bound_port_ = 0;
+  uint16_t bound_metrics_port_ = 0;
 
  private:
-  void Accept();
+  void Accept(tcp::acceptor& acceptor, bool metrics);
+  Status Listen(tcp::acceptor& acceptor, uint16_t port, const char* what);
 };
 
 namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {}
+  Session(tcp::socket socket, HttpServer::Impl* server, bool metrics)
+      : stream_(std::move(socket)), server_(server), metrics_(metrics) {}
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
@@ -259,6 +264,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Handle(Request req) {
+    if (metrics_) {
+      const std::string_view target = SV(req.target());
+      if (target.substr(0, target.find('?')) != "/metrics")
+        return SendError(bhttp::status::not_found, "Not Found (the metrics port serves /metrics)");
+      if (req.method() != bhttp::verb::get)
+        return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
+      return SendBody(bhttp::status::ok, RenderPrometheus(server_->repository_->LoadedModels()),
+                      "text/plain; version=0.0.4; charset=utf-8");
+    }
     const Route route = Match(SV(req.target()));
     const auto method = req.method();
     auto need = [&](bhttp::verb verb) {
@@ -310,8 +324,8 @@ class Session : public std::enable_shared_from_this<Session> {
         return Logging(method, req.body());
       case Route::kModelStats:
       case Route::kAllStats:
-        return SendError(bhttp::status::not_implemented,
-                         "the statistics extension is not available yet");
+        if (!need(bhttp::verb::get)) return;
+        return Statistics(route);
       case Route::kSharedMemory:
         return SendError(bhttp::status::not_implemented, "shared memory is not supported yet");
       case Route::kTrace:
@@ -337,8 +351,91 @@ class Session : public std::enable_shared_from_this<Session> {
     w.StartArray();
     // Only extensions that work end to end are listed.
     for (const char* e : {"classification", "model_repository", "model_configuration",
-                          "binary_tensor_data", "logging"})
+                          "binary_tensor_data", "schedule_policy", "statistics", "logging"})
       w.String(e);
+    w.EndArray();
+    w.EndObject();
+    SendBody(bhttp::status::ok, buffer.GetString());
+  }
+
+  static void WriteDuration(JsonWriter& w, const char* key, const DurationStat& d) {
+    w.Key(key);
+    w.StartObject();
+    w.Key("count");
+    w.Uint64(d.count.load(std::memory_order_relaxed));
+    w.Key("ns");
+    w.Uint64(d.ns.load(std::memory_order_relaxed));
+    w.EndObject();
+  }
+
+  // The statistics extension, in Triton's JSON shape.
+  void Statistics(const Route& route) {
+    std::vector<std::shared_ptr<Model>> models;
+    if (route.kind == Route::kAllStats || route.model.empty()) {
+      models = server_->repository_->LoadedModels();
+    } else if (route.version >= 0) {
+      auto m = server_->repository_->GetModel(route.model, route.version);
+      if (!m.ok()) return SendStatus(m.status());
+      models.push_back(*m);
+    } else {
+      for (auto& m : server_->repository_->LoadedModels())
+        if (m->name() == route.model) models.push_back(m);
+      if (models.empty())
+        return SendError(bhttp::status::not_found,
+                         "requested model '" + route.model + "' is not available");
+    }
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("model_stats");
+    w.StartArray();
+    const DurationStat zero;
+    for (const auto& m : models) {
+      const ModelStats& st = m->stats();
+      w.StartObject();
+      w.Key("name");
+      w.String(m->name().c_str());
+      w.Key("version");
+      w.String(std::to_string(m->version()).c_str());
+      w.Key("last_inference");
+      w.Uint64(st.last_inference_ms.load(std::memory_order_relaxed));
+      w.Key("inference_count");
+      w.Uint64(st.inference_count.load(std::memory_order_relaxed));
+      w.Key("execution_count");
+      w.Uint64(st.execution_count.load(std::memory_order_relaxed));
+      w.Key("inference_stats");
+      w.StartObject();
+      WriteDuration(w, "success", st.success);
+      WriteDuration(w, "fail", st.fail);
+      WriteDuration(w, "queue", st.queue);
+      WriteDuration(w, "compute_input", st.compute_input);
+      WriteDuration(w, "compute_infer", st.compute_infer);
+      WriteDuration(w, "compute_output", st.compute_output);
+      WriteDuration(w, "cache_hit", zero);
+      WriteDuration(w, "cache_miss", zero);
+      w.EndObject();
+      w.Key("response_stats");
+      w.StartObject();
+      w.EndObject();
+      w.Key("batch_stats");
+      w.StartArray();
+      for (size_t b = 1; b < st.batch.size(); ++b) {
+        const auto& bs = *st.batch[b];
+        if (bs.compute_infer.count.load(std::memory_order_relaxed) == 0) continue;
+        w.StartObject();
+        w.Key("batch_size");
+        w.Uint64(b);
+        WriteDuration(w, "compute_input", bs.compute_input);
+        WriteDuration(w, "compute_infer", bs.compute_infer);
+        WriteDuration(w, "compute_output", bs.compute_output);
+        w.EndObject();
+      }
+      w.EndArray();
+      w.Key("memory_usage");
+      w.StartArray();
+      w.EndArray();
+      w.EndObject();
+    }
     w.EndArray();
     w.EndObject();
     SendBody(bhttp::status::ok, buffer.GetString());
@@ -462,7 +559,8 @@ class Session : public std::enable_shared_from_this<Session> {
       auto doc = ParseJson(parser, body);
       if (!doc.ok()) return SendStatus(doc.status());
       if (doc->type() != simdjson::dom::element_type::OBJECT)
-        return SendError(bhttp::status::bad_request, "the repository index request must be a JSON object");
+        return SendError(bhttp::status::bad_request,
+                         "the repository index request must be a JSON object");
       simdjson::dom::element ready;
       if (!doc->at_key("ready").get(ready)) {
         if (ready.type() != simdjson::dom::element_type::BOOL)
@@ -505,14 +603,16 @@ class Session : public std::enable_shared_from_this<Session> {
       auto doc = ParseJson(parser, body);
       if (!doc.ok()) return SendStatus(doc.status());
       if (doc->type() != simdjson::dom::element_type::OBJECT)
-        return SendError(bhttp::status::bad_request, "the repository request must be a JSON object");
+        return SendError(bhttp::status::bad_request,
+                         "the repository request must be a JSON object");
       simdjson::dom::object params;
       if (!doc->at_key("parameters").get(params)) {
         for (auto [key, value] : params) {
           if (key == "config") {
             std::string_view text;
             if (value.get(text))
-              return SendError(bhttp::status::bad_request, "parameter 'config' must be a JSON string");
+              return SendError(bhttp::status::bad_request,
+                               "parameter 'config' must be a JSON string");
             config_json = std::string(text);
           } else if (key.substr(0, 5) == "file:") {
             return SendError(bhttp::status::not_implemented,
@@ -547,19 +647,24 @@ class Session : public std::enable_shared_from_this<Session> {
         bool flag;
         int64_t level;
         std::string_view text;
-        if (key == "log_info" && !v.get(flag)) settings.info = flag;
-        else if (key == "log_warning" && !v.get(flag)) settings.warning = flag;
-        else if (key == "log_error" && !v.get(flag)) settings.error = flag;
+        if (key == "log_info" && !v.get(flag))
+          settings.info = flag;
+        else if (key == "log_warning" && !v.get(flag))
+          settings.warning = flag;
+        else if (key == "log_error" && !v.get(flag))
+          settings.error = flag;
         else if (key == "log_verbose_level" && !v.get(level) && level >= 0 && level <= 100)
           settings.verbose = static_cast<int>(level);
         else if ((key == "log_file" || key == "log_format") && !v.get(text) &&
                  (key == "log_file" ? text.empty() : text == "default"))
           continue;
         else if (key == "log_file" || key == "log_format")
-          return SendError(bhttp::status::bad_request,
-                           "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
+          return SendError(
+              bhttp::status::bad_request,
+              "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
         else
-          return SendError(bhttp::status::bad_request, "unknown or mistyped logging setting '" + key + "'");
+          return SendError(bhttp::status::bad_request,
+                           "unknown or mistyped logging setting '" + key + "'");
       }
     } else if (method != bhttp::verb::get) {
       return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
@@ -587,6 +692,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpServer::Impl* server_;
+  bool metrics_;  // the Prometheus listener: only GET /metrics
   bool keep_alive_ = true;
   bool drain_after_send_ = false;
   uint64_t drained_ = 0;
@@ -595,44 +701,59 @@ class Session : public std::enable_shared_from_this<Session> {
 
 }  // namespace
 
-Status HttpServer::Impl::Start() {
+Status HttpServer::Impl::Listen(tcp::acceptor& acceptor, uint16_t port, const char* what) {
   beast::error_code ec;
   const auto address = net::ip::make_address(options_.address, ec);
   if (ec) return InvalidArgument("invalid HTTP address '" + options_.address + "'");
-  tcp::endpoint endpoint(address, options_.port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  tcp::endpoint endpoint(address, port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec)
-    return Unavailable("cannot listen for HTTP on " + options_.address + ":" +
-                       std::to_string(options_.port) + ": " + ec.message());
+    return Unavailable(std::string("cannot listen for ") + what + " on " + options_.address + ":" +
+                       std::to_string(port) + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status HttpServer::Impl::Start() {
+  RETURN_IF_ERROR(Listen(acceptor_, options_.port, "HTTP"));
   bound_port_ = acceptor_.local_endpoint().port();
-  Accept();
+  Accept(acceptor_, false);
+  if (options_.metrics_port >= 0) {
+    RETURN_IF_ERROR(
+        Listen(metrics_acceptor_, static_cast<uint16_t>(options_.metrics_port), "metrics"));
+    bound_metrics_port_ = metrics_acceptor_.local_endpoint().port();
+    Accept(metrics_acceptor_, true);
+  }
   int threads = options_.threads > 0
                     ? options_.threads
                     : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
   LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
            << " I/O threads)";
+  if (bound_metrics_port_)
+    LOG_INFO << "Started Metrics Service at " << options_.address << ":" << bound_metrics_port_;
   return Status::Ok();
 }
 
-void HttpServer::Impl::Accept() {
-  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-    if (ec == net::error::operation_aborted) return;
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), this)->Start();
-    }
-    Accept();
-  });
+void HttpServer::Impl::Accept(tcp::acceptor& acceptor, bool metrics) {
+  acceptor.async_accept(net::make_strand(ioc_),
+                        [this, &acceptor, metrics](beast::error_code ec, tcp::socket socket) {
+                          if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+                          if (!ec) {
+                            socket.set_option(tcp::no_delay(true), ec);
+                            std::make_shared<Session>(std::move(socket), this, metrics)->Start();
+                          }
+                          Accept(acceptor, metrics);
+                        });
 }
 
 void HttpServer::Impl::Stop() {
   net::post(ioc_, [this] {
     beast::error_code ec;
     acceptor_.close(ec);
+    metrics_acceptor_.close(ec);
   });
   control_.join();
   ioc_.stop();
@@ -649,5 +770,6 @@ void HttpServer::Stop() {
   if (impl_) impl_->Stop();
 }
 uint16_t HttpServer::port() const { return impl_->port(); }
+uint16_t HttpServer::metrics_port() const { return impl_->metrics_port(); }
 
 }  // namespace nereid::http

@@ -18,6 +18,7 @@ struct HttpOptions {
   uint16_t port = 8000;
   int threads = 0;                        // 0: one per hardware thread, at least 2
   uint64_t max_input_size = 64ull << 20;  // --http-max-input-size (Triton's default 64 MiB)
+  int metrics_port = -1;  // Prometheus /metrics listener; -1: none, 0: any free port
 };
 
 struct ServerInfo {
@@ -31,7 +32,8 @@ class HttpServer {
   ~HttpServer();
   Status Start();  // binds and starts the I/O threads; returns once listening
   void Stop();
-  uint16_t port() const;  // the bound port (useful with port 0)
+  uint16_t port() const;          // the bound port (useful with port 0)
+  uint16_t metrics_port() const;  // the bound metrics port, 0 if none
 
   class Impl;  // public so the connection sessions in http_server.cc can reach it
 

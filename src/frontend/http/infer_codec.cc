@@ -1,8 +1,8 @@
 #include "frontend/http/infer_codec.h"
 
-#include <simdjson.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <simdjson.h>
 
 #include <charconv>
 #include <cmath>
@@ -61,23 +61,37 @@ Status PutElement(DataType type, const element& v, std::vector<uint8_t>& out,
         return InvalidArgument("input '" + input + "': BOOL data must be true or false");
       out.push_back(bool(v) ? 1 : 0);
       return Status::Ok();
-    case DataType::kInt8: return PutInteger<int8_t>(v, out, input);
-    case DataType::kInt16: return PutInteger<int16_t>(v, out, input);
-    case DataType::kInt32: return PutInteger<int32_t>(v, out, input);
-    case DataType::kInt64: return PutInteger<int64_t>(v, out, input);
-    case DataType::kUint8: return PutInteger<uint8_t>(v, out, input);
-    case DataType::kUint16: return PutInteger<uint16_t>(v, out, input);
-    case DataType::kUint32: return PutInteger<uint32_t>(v, out, input);
-    case DataType::kUint64: return PutInteger<uint64_t>(v, out, input);
+    case DataType::kInt8:
+      return PutInteger<int8_t>(v, out, input);
+    case DataType::kInt16:
+      return PutInteger<int16_t>(v, out, input);
+    case DataType::kInt32:
+      return PutInteger<int32_t>(v, out, input);
+    case DataType::kInt64:
+      return PutInteger<int64_t>(v, out, input);
+    case DataType::kUint8:
+      return PutInteger<uint8_t>(v, out, input);
+    case DataType::kUint16:
+      return PutInteger<uint16_t>(v, out, input);
+    case DataType::kUint32:
+      return PutInteger<uint32_t>(v, out, input);
+    case DataType::kUint64:
+      return PutInteger<uint64_t>(v, out, input);
     case DataType::kFp16:
     case DataType::kBf16:
     case DataType::kFp32:
     case DataType::kFp64: {
       double d;
       switch (v.type()) {
-        case element_type::DOUBLE: d = double(v); break;
-        case element_type::INT64: d = static_cast<double>(int64_t(v)); break;
-        case element_type::UINT64: d = static_cast<double>(uint64_t(v)); break;
+        case element_type::DOUBLE:
+          d = double(v);
+          break;
+        case element_type::INT64:
+          d = static_cast<double>(int64_t(v));
+          break;
+        case element_type::UINT64:
+          d = static_cast<double>(uint64_t(v));
+          break;
         default:
           return InvalidArgument("input '" + input + "': " + std::string(DataTypeName(type)) +
                                  " data must be numbers");
@@ -100,7 +114,8 @@ Status PutElement(DataType type, const element& v, std::vector<uint8_t>& out,
       out.insert(out.end(), str.begin(), str.end());
       return Status::Ok();
     }
-    default: return InvalidArgument("input '" + input + "': unsupported datatype");
+    default:
+      return InvalidArgument("input '" + input + "': unsupported datatype");
   }
 }
 
@@ -136,7 +151,8 @@ StatusOr<uint64_t> UintParam(const element& params, std::string_view key) {
   auto v = Member(params, key);
   if (!v) return uint64_t{0};
   if (v->type() == element_type::UINT64) return uint64_t(*v);
-  if (v->type() == element_type::INT64 && int64_t(*v) >= 0) return static_cast<uint64_t>(int64_t(*v));
+  if (v->type() == element_type::INT64 && int64_t(*v) >= 0)
+    return static_cast<uint64_t>(int64_t(*v));
   return InvalidArgument("parameter '" + std::string(key) + "' must be a non-negative integer");
 }
 
@@ -202,14 +218,16 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
                            " but the body has only " + std::to_string(body->size()) + " bytes");
   thread_local simdjson::dom::parser parser;
   ASSIGN_OR_RETURN(element doc, ParseJson(parser, std::string_view(body->data(), json_size)));
-  if (doc.type() != element_type::OBJECT) return InvalidArgument("the request JSON must be an object");
+  if (doc.type() != element_type::OBJECT)
+    return InvalidArgument("the request JSON must be an object");
 
   if (auto id = Member(doc, "id")) {
     if (id->type() != element_type::STRING) return InvalidArgument("'id' must be a string");
     request->id = std::string(std::string_view(*id));
   }
   if (auto params = Member(doc, "parameters")) {
-    if (params->type() != element_type::OBJECT) return InvalidArgument("'parameters' must be an object");
+    if (params->type() != element_type::OBJECT)
+      return InvalidArgument("'parameters' must be an object");
     ASSIGN_OR_RETURN(request->binary_outputs_by_default,
                      BoolParam(*params, "binary_data_output", false));
     ASSIGN_OR_RETURN(request->priority, UintParam(*params, "priority"));
@@ -221,10 +239,12 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
 
   size_t offset = json_size;
   for (element v : simdjson::dom::array(*inputs)) {
-    if (v.type() != element_type::OBJECT) return InvalidArgument("each entry of 'inputs' must be an object");
+    if (v.type() != element_type::OBJECT)
+      return InvalidArgument("each entry of 'inputs' must be an object");
     InferInput in;
     auto name = Member(v, "name");
-    if (!name || name->type() != element_type::STRING) return InvalidArgument("an input has no 'name'");
+    if (!name || name->type() != element_type::STRING)
+      return InvalidArgument("an input has no 'name'");
     in.name = std::string(std::string_view(*name));
     auto datatype = Member(v, "datatype");
     if (!datatype || datatype->type() != element_type::STRING)
@@ -232,25 +252,29 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
     const std::string_view type_name(*datatype);
     in.datatype = DataTypeFromName(type_name);
     if (in.datatype == DataType::kInvalid)
-      return InvalidArgument("input '" + in.name + "' has unknown datatype '" + std::string(type_name) + "'");
+      return InvalidArgument("input '" + in.name + "' has unknown datatype '" +
+                             std::string(type_name) + "'");
     auto shape = Member(v, "shape");
     if (!shape || shape->type() != element_type::ARRAY)
       return InvalidArgument("input '" + in.name + "' has no 'shape' array");
     for (element d : simdjson::dom::array(*shape)) {
       if (!(d.type() == element_type::INT64 && int64_t(d) >= 0))
-        return InvalidArgument("input '" + in.name + "': shape entries must be non-negative integers");
+        return InvalidArgument("input '" + in.name +
+                               "': shape entries must be non-negative integers");
       in.shape.push_back(int64_t(d));
     }
     int64_t binary_size = -1;
     if (auto params = Member(v, "parameters"); params && Member(*params, "binary_data_size")) {
       auto size = Member(*params, "binary_data_size");
       if (size->type() != element_type::INT64 || int64_t(*size) < 0)
-        return InvalidArgument("input '" + in.name + "': binary_data_size must be a non-negative integer");
+        return InvalidArgument("input '" + in.name +
+                               "': binary_data_size must be a non-negative integer");
       binary_size = int64_t(*size);
     }
     if (binary_size >= 0) {
       if (header_length < 0)
-        return InvalidArgument("input '" + in.name + "' uses binary_data_size but the request has no "
+        return InvalidArgument("input '" + in.name +
+                               "' uses binary_data_size but the request has no "
                                "Inference-Header-Content-Length header");
       if (body->size() - offset < static_cast<size_t>(binary_size))
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
@@ -261,7 +285,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       offset += static_cast<size_t>(binary_size);
     } else {
       auto data = Member(v, "data");
-      if (!data) return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
+      if (!data)
+        return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
       std::vector<uint8_t> bytes;
       int64_t count = 0;
       RETURN_IF_ERROR(Flatten(in.datatype, *data, bytes, count, in.name, 0));
@@ -279,7 +304,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
                            " bytes after the JSON header and binary inputs that no input claims");
 
   if (auto outputs = Member(doc, "outputs")) {
-    if (outputs->type() != element_type::ARRAY) return InvalidArgument("'outputs' must be an array");
+    if (outputs->type() != element_type::ARRAY)
+      return InvalidArgument("'outputs' must be an array");
     for (element v : simdjson::dom::array(*outputs)) {
       auto name = Member(v, "name");
       if (!name || name->type() != element_type::STRING)
@@ -293,7 +319,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
         ASSIGN_OR_RETURN(out.binary, BoolParam(*p, "binary_data", out.binary));
         if (auto k = Member(*p, "classification")) {
           if (k->type() != element_type::INT64 || int64_t(*k) <= 0 || int64_t(*k) > UINT32_MAX)
-            return InvalidArgument("output '" + out.name + "': classification must be a positive integer");
+            return InvalidArgument("output '" + out.name +
+                                   "': classification must be a positive integer");
           out.class_count = static_cast<uint32_t>(int64_t(*k));
         }
       }

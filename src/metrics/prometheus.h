@@ -1,0 +1,15 @@
+// Prometheus text exposition of the per-model counters (Triton's metric names) and Nereid's latency
+// histograms. Rendering reads the atomics; nothing on the request path formats or locks.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nereid {
+
+class Model;
+
+std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models);
+
+}  // namespace nereid

@@ -1,0 +1,569 @@
+#include "perf/load_generator.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace nereid::perf {
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+size_t TypeSize(const std::string& t) {
+  static const std::map<std::string, size_t> sizes = {
+      {"BOOL", 1},  {"INT8", 1},   {"UINT8", 1}, {"INT16", 2},  {"UINT16", 2},
+      {"FP16", 2},  {"BF16", 2},   {"INT32", 4}, {"UINT32", 4}, {"FP32", 4},
+      {"INT64", 8}, {"UINT64", 8}, {"FP64", 8},  {"BYTES", 0}};
+  auto it = sizes.find(t);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+class HttpConnection {
+ public:
+  HttpConnection(const std::string& host, const std::string& port) {
+    tcp::resolver resolver(ioc_);
+    stream_.connect(resolver.resolve(host, port));
+    stream_.socket().set_option(tcp::no_delay(true));
+  }
+  // Returns the HTTP status (0 on a transport error, after which the connection is reopened).
+  int Send(bhttp::request<bhttp::string_body>& req, std::string* body = nullptr) {
+    beast::error_code ec;
+    bhttp::write(stream_, req, ec);
+    if (ec) return 0;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(stream_, buffer_, res, ec);
+    if (ec) return 0;
+    if (body) *body = std::move(res.body());
+    return res.result_int();
+  }
+
+ private:
+  net::io_context ioc_;
+  beast::tcp_stream stream_{ioc_};
+  beast::flat_buffer buffer_;
+};
+
+struct Target {
+  std::string host, port, path;
+  std::string header;  // JSON part
+  std::string body;    // header + binary blobs
+};
+
+StatusOr<Target> BuildRequest(const PerfOptions& o) {
+  Target t;
+  const size_t colon = o.url.rfind(':');
+  t.host = colon == std::string::npos ? o.url : o.url.substr(0, colon);
+  t.port = colon == std::string::npos ? "80" : o.url.substr(colon + 1);
+  const std::string base =
+      "/v2/models/" + o.model + (o.version.empty() ? "" : "/versions/" + o.version);
+  t.path = base + "/infer";
+  std::string metadata;
+  int status = 0;
+  try {
+    HttpConnection c(t.host, t.port);
+    bhttp::request<bhttp::string_body> get{bhttp::verb::get, base, 11};
+    get.set(bhttp::field::host, t.host);
+    status = c.Send(get, &metadata);
+  } catch (const std::exception& e) {
+    return Unavailable("cannot reach " + o.url + ": " + e.what());
+  }
+  rapidjson::Document md;
+  md.Parse(metadata.c_str());
+  if (status != 200 || !md.IsObject() || !md.HasMember("inputs") || !md["inputs"].IsArray())
+    return NotFound("cannot read the metadata of model '" + o.model + "' (HTTP " +
+                    std::to_string(status) + "): " + metadata);
+  std::mt19937 rng(1);
+  std::string header = "{\"inputs\":[", blobs;
+  bool first = true;
+  for (const auto& in : md["inputs"].GetArray()) {
+    const std::string name = in["name"].GetString(), dtype = in["datatype"].GetString();
+    std::vector<int64_t> shape;
+    for (const auto& d : in["shape"].GetArray()) shape.push_back(d.GetInt64());
+    if (auto it = o.shapes.find(name); it != o.shapes.end()) {
+      // --shape gives the non-batch dims (as perf_analyzer does) or the full shape.
+      std::vector<int64_t> given = it->second;
+      if (!shape.empty() && shape[0] == -1 && given.size() + 1 == shape.size())
+        given.insert(given.begin(), -1);
+      shape = given;
+    }
+    bool batch_dim_done = false;
+    for (int64_t& d : shape) {
+      if (d == -1 && !batch_dim_done) {
+        d = o.batch_size;  // the first variable dimension is the batch dimension
+        batch_dim_done = true;
+      } else if (d < 0) {
+        return InvalidArgument("input '" + name +
+                               "' has a variable dimension; give it with --shape " + name + ":...");
+      }
+    }
+    size_t elements = 1;
+    std::string shape_json;
+    for (int64_t d : shape) {
+      elements *= static_cast<size_t>(d);
+      shape_json += (shape_json.empty() ? "" : ",") + std::to_string(d);
+    }
+    if (dtype == "BYTES") {
+      // One short string per element.
+      std::string data;
+      for (size_t e = 0; e < elements; ++e) {
+        const uint32_t len = 4;
+        data.append(reinterpret_cast<const char*>(&len), 4);
+        data.append("abcd");
+      }
+      header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
+                shape_json + "],\"datatype\":\"BYTES\",\"parameters\":{\"binary_data_size\":" +
+                std::to_string(data.size()) + "}}";
+      blobs += data;
+    } else if (o.json_data) {
+      std::string values;
+      for (size_t e = 0; e < elements; ++e)
+        values += (e ? "," : "") + std::string(dtype == "BOOL" ? "true" : "1");
+      header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
+                shape_json + "],\"datatype\":\"" + dtype + "\",\"data\":[" + values + "]}";
+    } else {
+      const size_t bytes = elements * TypeSize(dtype);
+      std::string data(bytes, '\0');
+      // Random but valid: small integers in each element's lowest byte (any type), floats via FP32.
+      if (dtype == "FP32") {
+        std::uniform_real_distribution<float> dist(-1, 1);
+        for (size_t e = 0; e < elements; ++e) {
+          const float v = dist(rng);
+          std::memcpy(data.data() + e * 4, &v, 4);
+        }
+      }
+      header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
+                shape_json + "],\"datatype\":\"" + dtype +
+                "\",\"parameters\":{\"binary_data_size\":" + std::to_string(bytes) + "}}";
+      blobs += data;
+    }
+    first = false;
+  }
+  header +=
+      "],\"parameters\":{\"binary_data_output\":" + std::string(o.json_data ? "false" : "true") +
+      "}}";
+  t.header = header;
+  t.body = header + blobs;
+  return t;
+}
+
+bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json) {
+  bhttp::request<bhttp::string_body> req{bhttp::verb::post, t.path, 11};
+  req.set(bhttp::field::host, t.host);
+  if (!json) req.set("Inference-Header-Content-Length", std::to_string(t.header.size()));
+  req.body() = json ? t.header : t.body;
+  req.prepare_payload();
+  return req;
+}
+
+struct Sample {
+  Clock::time_point done;
+  uint32_t latency_us;
+  bool ok;
+};
+
+// Per-thread sample buffers, merged after each step.
+struct Recorder {
+  std::mutex mu;
+  std::vector<Sample> samples;
+  void Add(std::vector<Sample>& local) {
+    std::lock_guard<std::mutex> lock(mu);
+    samples.insert(samples.end(), local.begin(), local.end());
+    local.clear();
+  }
+};
+
+PerfResult Summarize(const std::string& mode, double load, std::vector<Sample>& samples,
+                     Clock::time_point from, Clock::time_point to, int64_t batch) {
+  PerfResult r;
+  r.mode = mode;
+  r.load = load;
+  std::vector<uint32_t> lat;
+  for (const Sample& s : samples) {
+    if (s.done < from || s.done >= to) continue;
+    if (!s.ok) {
+      ++r.errors;
+      continue;
+    }
+    lat.push_back(s.latency_us);
+  }
+  r.count = lat.size();
+  const double seconds = std::chrono::duration<double>(to - from).count();
+  r.throughput =
+      seconds > 0 ? static_cast<double>(lat.size()) * static_cast<double>(batch) / seconds : 0;
+  if (lat.empty()) return r;
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) {
+    return static_cast<double>(
+        lat[std::min(lat.size() - 1, static_cast<size_t>(std::ceil(p * lat.size())) - 1)]);
+  };
+  double sum = 0;
+  for (uint32_t v : lat) sum += v;
+  r.avg_us = sum / static_cast<double>(lat.size());
+  r.p50_us = pct(0.50);
+  r.p90_us = pct(0.90);
+  r.p95_us = pct(0.95);
+  r.p99_us = pct(0.99);
+  r.max_us = lat.back();
+  return r;
+}
+
+void Progress(const PerfOptions& o, const PerfResult& r) {
+  if (o.quiet) return;
+  std::fprintf(stderr, "  %s %g: %.1f infer/s, p50 %.0f us, p99 %.0f us%s\n", r.mode.c_str(),
+               r.load, r.throughput, r.p50_us, r.p99_us,
+               r.errors ? (" (" + std::to_string(r.errors) + " errors)").c_str() : "");
+}
+
+PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency) {
+  std::atomic<bool> stop{false};
+  Recorder recorder;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < concurrency; ++i) {
+    threads.emplace_back([&] {
+      std::vector<Sample> local;
+      local.reserve(1 << 14);
+      auto req = MakeRequest(t, o.json_data);
+      std::unique_ptr<HttpConnection> c;
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (!c) {
+          try {
+            c = std::make_unique<HttpConnection>(t.host, t.port);
+          } catch (...) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            continue;
+          }
+        }
+        const auto t0 = Clock::now();
+        const int status = c->Send(req);
+        const auto t1 = Clock::now();
+        if (status == 0) c.reset();
+        local.push_back(
+            {t1,
+             static_cast<uint32_t>(
+                 std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()),
+             status == 200});
+        if (local.size() >= (1 << 14)) recorder.Add(local);
+      }
+      recorder.Add(local);
+    });
+  }
+  const auto start = Clock::now();
+  const auto from = start + std::chrono::milliseconds(o.warmup_ms);
+  const auto to = from + std::chrono::milliseconds(o.measurement_ms);
+  std::this_thread::sleep_until(to);
+  stop = true;
+  for (auto& th : threads) th.join();
+  return Summarize("concurrency", concurrency, recorder.samples, from, to, o.batch_size);
+}
+
+PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
+  const auto start = Clock::now() + std::chrono::milliseconds(20);
+  const auto total = std::chrono::milliseconds(o.warmup_ms + o.measurement_ms);
+  // The schedule: send times fixed in advance (constant or Poisson gaps).
+  std::vector<Clock::time_point> schedule;
+  std::mt19937_64 rng(42);
+  std::exponential_distribution<double> gap(rate);
+  double at = 0;
+  while (at < std::chrono::duration<double>(total).count()) {
+    schedule.push_back(start + std::chrono::nanoseconds(static_cast<int64_t>(at * 1e9)));
+    at += o.distribution == "poisson" ? gap(rng) : 1.0 / rate;
+  }
+  std::atomic<size_t> next{0};
+  Recorder recorder;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.max_threads; ++i) {
+    threads.emplace_back([&] {
+      std::vector<Sample> local;
+      auto req = MakeRequest(t, o.json_data);
+      std::unique_ptr<HttpConnection> c;
+      for (size_t k; (k = next.fetch_add(1)) < schedule.size();) {
+        std::this_thread::sleep_until(schedule[k]);
+        if (!c) {
+          try {
+            c = std::make_unique<HttpConnection>(t.host, t.port);
+          } catch (...) {
+            local.push_back({Clock::now(), 0, false});
+            continue;
+          }
+        }
+        const int status = c->Send(req);
+        const auto t1 = Clock::now();
+        if (status == 0) c.reset();
+        // From the intended send time: queueing behind busy connections counts as latency.
+        local.push_back(
+            {t1,
+             static_cast<uint32_t>(
+                 std::chrono::duration_cast<std::chrono::microseconds>(t1 - schedule[k]).count()),
+             status == 200});
+      }
+      recorder.Add(local);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const auto from = start + std::chrono::milliseconds(o.warmup_ms);
+  return Summarize("request_rate", rate, recorder.samples, from,
+                   from + std::chrono::milliseconds(o.measurement_ms), o.batch_size);
+}
+
+StatusOr<std::vector<double>> ParseRange(const std::string& flag, const std::string& v) {
+  // start[:end[:step]]; perf_analyzer's ranges are linear; "x2" as step doubles.
+  std::vector<std::string> parts;
+  std::stringstream ss(v);
+  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
+  try {
+    const double start = std::stod(parts.at(0));
+    const double end = parts.size() > 1 ? std::stod(parts[1]) : start;
+    const std::string step = parts.size() > 2 ? parts[2] : "1";
+    std::vector<double> values;
+    if (start <= 0 || end < start) throw std::invalid_argument("range");
+    const bool doubling = !step.empty() && step[0] == 'x';
+    const double s = std::stod(doubling ? step.substr(1) : step);
+    if (s <= (doubling ? 1 : 0)) throw std::invalid_argument("step");
+    for (double x = start; x <= end + 1e-9 && values.size() < 10000; x = doubling ? x * s : x + s)
+      values.push_back(x);
+    return values;
+  } catch (const std::exception&) {
+    return InvalidArgument(
+        "--" + flag + " expects start[:end[:step]] (step may be xN to multiply), got '" + v + "'");
+  }
+}
+
+}  // namespace
+
+std::string PerfUsage() {
+  return R"(Usage: nereid perf -m MODEL [options]
+
+Measures a KServe v2 server (Nereid or Triton) with closed-loop concurrency or open-loop request
+rates, like perf_analyzer (flag names follow it).
+
+  -m MODEL                       model name (required)
+  -x VERSION                     model version (default: newest)
+  -u HOST:PORT                   server (default localhost:8000)
+  -i http                        protocol (http; grpc once Nereid's gRPC frontend exists)
+  -b N                           batch size (fills the first variable dimension; default 1)
+  --concurrency-range S[:E[:T]]  closed loop at each concurrency (T may be xN; default 1)
+  --request-rate-range S[:E[:T]] open loop at each rate in requests/second
+  --request-distribution D       constant (default) or poisson, for request rates
+  --max-threads N                connections for request-rate mode (default 32)
+  -p, --measurement-interval MS  measurement window per step (default 5000)
+  --warmup MS                    unmeasured warm-up per step (default 1000)
+  --shape NAME:D1,D2,...         dims of an input with variable dimensions
+  --json-data                    send JSON tensors (default: binary tensor data)
+  -f FILE                        also write CSV;   --json FILE  also write JSON
+  -q                             no live progress
+)";
+}
+
+StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
+  PerfOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool has_value = false;
+    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= args.size()) return InvalidArgument(flag + " needs a value");
+      return args[++i];
+    };
+    auto number = [&](auto* out) -> Status {
+      ASSIGN_OR_RETURN(std::string v, next());
+      try {
+        size_t used = 0;
+        const double d = std::stod(v, &used);
+        if (used != v.size() || d <= 0) throw std::invalid_argument(v);
+        *out = static_cast<std::remove_pointer_t<decltype(out)>>(d);
+      } catch (const std::exception&) {
+        return InvalidArgument(flag + " expects a positive number, got '" + v + "'");
+      }
+      return Status::Ok();
+    };
+    if (flag == "-m") {
+      ASSIGN_OR_RETURN(o.model, next());
+    } else if (flag == "-x") {
+      ASSIGN_OR_RETURN(o.version, next());
+    } else if (flag == "-u") {
+      ASSIGN_OR_RETURN(o.url, next());
+    } else if (flag == "-i") {
+      ASSIGN_OR_RETURN(o.protocol, next());
+      if (o.protocol != "http")
+        return Unsupported("-i " + o.protocol + ": only http is available for now");
+    } else if (flag == "-b") {
+      RETURN_IF_ERROR(number(&o.batch_size));
+    } else if (flag == "--concurrency-range") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.concurrency, ParseRange("concurrency-range", v));
+    } else if (flag == "--request-rate-range") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.request_rate, ParseRange("request-rate-range", v));
+    } else if (flag == "--request-distribution") {
+      ASSIGN_OR_RETURN(o.distribution, next());
+      if (o.distribution != "constant" && o.distribution != "poisson")
+        return InvalidArgument("--request-distribution must be constant or poisson");
+    } else if (flag == "--max-threads") {
+      RETURN_IF_ERROR(number(&o.max_threads));
+    } else if (flag == "-p" || flag == "--measurement-interval") {
+      RETURN_IF_ERROR(number(&o.measurement_ms));
+    } else if (flag == "--warmup") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      o.warmup_ms = std::stoull(v);
+    } else if (flag == "--shape") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      const size_t colon = v.rfind(':');
+      if (colon == std::string::npos) return InvalidArgument("--shape expects NAME:D1,D2,...");
+      std::vector<int64_t> dims;
+      std::stringstream ss(v.substr(colon + 1));
+      for (std::string d; std::getline(ss, d, ',');) dims.push_back(std::stoll(d));
+      o.shapes[v.substr(0, colon)] = dims;
+    } else if (flag == "--json-data") {
+      o.json_data = true;
+    } else if (flag == "-f") {
+      ASSIGN_OR_RETURN(o.csv_file, next());
+    } else if (flag == "--json") {
+      ASSIGN_OR_RETURN(o.json_file, next());
+    } else if (flag == "-q") {
+      o.quiet = true;
+    } else if (flag == "-h" || flag == "--help") {
+      return InvalidArgument("");
+    } else {
+      return InvalidArgument("unknown option " + flag);
+    }
+  }
+  if (o.model.empty()) return InvalidArgument("-m MODEL is required");
+  if (!o.concurrency.empty() && !o.request_rate.empty())
+    return InvalidArgument("give either --concurrency-range or --request-rate-range, not both");
+  if (o.concurrency.empty() && o.request_rate.empty()) o.concurrency = {1};
+  return o;
+}
+
+StatusOr<std::vector<PerfResult>> RunPerf(const PerfOptions& o) {
+  ASSIGN_OR_RETURN(Target target, BuildRequest(o));
+  std::vector<PerfResult> results;
+  if (!o.quiet)
+    std::fprintf(stderr, "nereid perf: model %s at %s, batch %lld, %llu ms windows\n",
+                 o.model.c_str(), o.url.c_str(), static_cast<long long>(o.batch_size),
+                 static_cast<unsigned long long>(o.measurement_ms));
+  for (double c : o.concurrency) {
+    results.push_back(RunConcurrency(o, target, static_cast<int>(c)));
+    Progress(o, results.back());
+  }
+  for (double r : o.request_rate) {
+    results.push_back(RunRequestRate(o, target, r));
+    Progress(o, results.back());
+  }
+  return results;
+}
+
+std::string FormatTable(const std::vector<PerfResult>& results) {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "| %-12s | %10s | %12s | %9s | %9s | %9s | %9s | %9s | %7s |\n",
+                "mode", "load", "infer/s", "p50 us", "p90 us", "p95 us", "p99 us", "avg us",
+                "errors");
+  out << line << "|" << std::string(110, '-') << "|\n";
+  for (const auto& r : results) {
+    std::snprintf(line, sizeof(line),
+                  "| %-12s | %10g | %12.1f | %9.0f | %9.0f | %9.0f | %9.0f | %9.0f | %7llu |\n",
+                  r.mode.c_str(), r.load, r.throughput, r.p50_us, r.p90_us, r.p95_us, r.p99_us,
+                  r.avg_us, static_cast<unsigned long long>(r.errors));
+    out << line;
+  }
+  return out.str();
+}
+
+std::string FormatCsv(const std::vector<PerfResult>& results) {
+  // perf_analyzer's leading columns, so existing spreadsheets read it.
+  std::ostringstream out;
+  out << (results.empty() || results[0].mode == "concurrency" ? "Concurrency" : "Request Rate")
+      << ",Inferences/Second,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,Errors\n";
+  for (const auto& r : results)
+    out << r.load << "," << r.throughput << "," << r.p50_us << "," << r.p90_us << "," << r.p95_us
+        << "," << r.p99_us << "," << r.avg_us << "," << r.errors << "\n";
+  return out.str();
+}
+
+std::string FormatJson(const PerfOptions& o, const std::vector<PerfResult>& results) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("model");
+  w.String(o.model.c_str());
+  w.Key("url");
+  w.String(o.url.c_str());
+  w.Key("batch_size");
+  w.Int64(o.batch_size);
+  w.Key("results");
+  w.StartArray();
+  for (const auto& r : results) {
+    w.StartObject();
+    w.Key("mode");
+    w.String(r.mode.c_str());
+    w.Key("load");
+    w.Double(r.load);
+    w.Key("throughput");
+    w.Double(r.throughput);
+    w.Key("count");
+    w.Uint64(r.count);
+    w.Key("errors");
+    w.Uint64(r.errors);
+    for (auto [key, v] : {std::pair{"p50_us", r.p50_us},
+                          {"p90_us", r.p90_us},
+                          {"p95_us", r.p95_us},
+                          {"p99_us", r.p99_us},
+                          {"avg_us", r.avg_us},
+                          {"max_us", r.max_us}}) {
+      w.Key(key);
+      w.Double(v);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return buffer.GetString();
+}
+
+int PerfMain(const std::vector<std::string>& args) {
+  auto options = ParsePerfOptions(args);
+  if (!options.ok()) {
+    if (!options.status().message().empty())
+      std::cerr << "error: " << options.status().message() << "\n\n";
+    std::cerr << PerfUsage();
+    return options.status().message().empty() ? 0 : 2;
+  }
+  auto results = RunPerf(*options);
+  if (!results.ok()) {
+    std::cerr << "error: " << results.status().message() << "\n";
+    return 1;
+  }
+  std::cout << FormatTable(*results);
+  if (!options->csv_file.empty()) std::ofstream(options->csv_file) << FormatCsv(*results);
+  if (!options->json_file.empty())
+    std::ofstream(options->json_file) << FormatJson(*options, *results) << "\n";
+  for (const auto& r : *results)
+    if (r.count == 0) return 1;  // a step that completed nothing is a failed measurement
+  return 0;
+}
+
+}  // namespace nereid::perf

@@ -1,0 +1,55 @@
+// `nereid perf`: a load generator for KServe v2 servers (Nereid, Triton) in the spirit of
+// perf_analyzer: fixed concurrency (closed loop) or fixed request rate (open loop, latency measured
+// from the intended send time, so a slow server cannot hide its queueing), sweeps over either, live
+// progress on stderr, and results as a table, CSV and JSON.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace nereid::perf {
+
+struct PerfOptions {
+  std::string model;
+  std::string version;
+  std::string url = "localhost:8000";
+  std::string protocol = "http";
+  int64_t batch_size = 1;
+  std::vector<double> concurrency;        // closed-loop sweep
+  std::vector<double> request_rate;       // open-loop sweep (requests per second)
+  std::string distribution = "constant";  // or "poisson" (request-rate mode)
+  int max_threads = 32;                   // connections in request-rate mode
+  uint64_t measurement_ms = 5000;
+  uint64_t warmup_ms = 1000;
+  std::map<std::string, std::vector<int64_t>> shapes;  // --shape NAME:d1,d2 for variable dims
+  bool json_data = false;                              // send JSON tensors instead of binary
+  std::string csv_file;
+  std::string json_file;
+  bool quiet = false;
+};
+
+struct PerfResult {
+  std::string mode;  // "concurrency" or "request_rate"
+  double load = 0;   // the concurrency or the request rate
+  double throughput = 0;
+  uint64_t count = 0;
+  uint64_t errors = 0;
+  double avg_us = 0;
+  double p50_us = 0, p90_us = 0, p95_us = 0, p99_us = 0, max_us = 0;
+};
+
+StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args);
+std::string PerfUsage();
+StatusOr<std::vector<PerfResult>> RunPerf(const PerfOptions& options);
+std::string FormatTable(const std::vector<PerfResult>& results);
+std::string FormatCsv(const std::vector<PerfResult>& results);
+std::string FormatJson(const PerfOptions& options, const std::vector<PerfResult>& results);
+
+// `nereid perf ...`: parses, runs, prints; returns the process exit code.
+int PerfMain(const std::vector<std::string>& args);
+
+}  // namespace nereid::perf

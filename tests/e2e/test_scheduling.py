@@ -1,0 +1,102 @@
+"""Scheduling through the real server: dynamic batching merges waiting requests, the schedule policy
+extension (priority, timeout), queue limits (503), statistics (Triton's JSON) and Prometheus metrics."""
+import os
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from conftest import Server
+
+
+def identity(repo, name, config_extra):
+    graph = helper.make_graph([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], name,
+                              [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["b", 4])],
+                              [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["b", 4])])
+    os.makedirs(os.path.join(repo, name, "1"))
+    with open(os.path.join(repo, name, "1", "model.onnx"), "wb") as f:
+        f.write(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(f'name: "{name}"\nbackend: "native"\nmax_batch_size: 8\n'
+                'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+                'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' + config_extra)
+
+
+@pytest.fixture(scope="module")
+def sched_server(tmp_path_factory):
+    repo = str(tmp_path_factory.mktemp("sched") / "models")
+    # Requests wait up to 0.4 s for company: two of them form one batch; a third finds the queue full.
+    identity(repo, "slow_batch", "dynamic_batching { max_queue_delay_microseconds: 400000\n"
+                                 "  priority_levels: 2 default_priority_level: 2\n"
+                                 "  default_queue_policy { max_queue_size: 2 allow_timeout_override: true } }\n")
+    identity(repo, "goal", 'dynamic_batching { }\nparameters { key: "nereid.latency_goal_us" '
+                           'value: { string_value: "5000" } }\n')
+    s = Server(repo)
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+def request(value, client=None):
+    i = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+    i.set_data_from_numpy(np.full((1, 4), value, dtype=np.float32))
+    return [i]
+
+
+def test_waiting_requests_are_batched_and_a_full_queue_rejects(sched_server):
+    c = httpclient.InferenceServerClient(sched_server.url, concurrency=4)
+    first = c.async_infer("slow_batch", request(1))
+    second = c.async_infer("slow_batch", request(2))
+    time.sleep(0.1)  # both are queued, waiting for the delay
+    with pytest.raises(InferenceServerException) as e:
+        httpclient.InferenceServerClient(sched_server.url).infer("slow_batch", request(3))
+    assert "Exceeds maximum queue size" in str(e.value) and "503" in str(e.value)
+    assert (first.get_result(timeout=10).as_numpy("OUTPUT0") == 1).all()
+    assert (second.get_result(timeout=10).as_numpy("OUTPUT0") == 2).all()
+    stats = c.get_inference_statistics("slow_batch")["model_stats"][0]
+    assert stats["inference_count"] == 2 and stats["execution_count"] == 1
+    assert stats["batch_stats"][0]["batch_size"] == 2
+    assert stats["inference_stats"]["success"]["count"] == 2
+    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats["inference_stats"]["queue"]["ns"] > 0.1e9  # they waited for the delay
+
+
+def test_request_timeout_and_priority_parameters(sched_server):
+    c = httpclient.InferenceServerClient(sched_server.url)
+    with pytest.raises(InferenceServerException, match="Request timeout expired"):
+        c.infer("slow_batch", request(1), timeout=1000)  # 1 ms, while the batcher waits 400 ms
+    with pytest.raises(InferenceServerException, match="priority 5 is out of range"):
+        c.infer("slow_batch", request(1), priority=5)
+    r = c.infer("slow_batch", request(7), priority=1)
+    assert (r.as_numpy("OUTPUT0") == 7).all()
+
+
+def test_latency_goal_model_serves_and_says_so(sched_server):
+    c = httpclient.InferenceServerClient(sched_server.url)
+    for k in range(20):
+        assert (c.infer("goal", request(k)).as_numpy("OUTPUT0") == k).all()
+    assert "model 'goal': latency-goal batching, p99 <= 5000 us" in sched_server.read_log()
+
+
+def test_statistics_for_all_models_and_unknown_model(sched_server):
+    c = httpclient.InferenceServerClient(sched_server.url)
+    names = {m["name"] for m in c.get_inference_statistics()["model_stats"]}
+    assert {"slow_batch", "goal"} <= names
+    with pytest.raises(InferenceServerException, match="not available"):
+        c.get_inference_statistics("nope")
+
+
+def test_prometheus_metrics(sched_server):
+    c = httpclient.InferenceServerClient(sched_server.url)
+    c.infer("goal", request(1))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{sched_server.metrics_port}/metrics").read().decode()
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert int(lines['nv_inference_request_success{model="goal",version="1"}']) >= 1
+    assert 'nv_inference_request_failure{model="slow_batch",version="1",reason="REJECTED"}' in lines
+    assert 'nv_inference_queue_duration_us{model="goal",version="1"}' in lines
+    assert lines['nereid_inference_request_duration_us_bucket{model="goal",version="1",le="+Inf"}'] == \
+        lines['nereid_inference_request_duration_us_count{model="goal",version="1"}']
+    assert "# TYPE nv_inference_pending_request_count gauge" in text

@@ -1,0 +1,415 @@
+// The dynamic batcher, deterministically: the batch decision as a pure function, the request
+// queue's priorities/timeouts/limits with explicit times, and the threaded batcher driven by a
+// ManualClock and the hold-until-N-queued hook, asserting exact batch compositions. CI runs this
+// file 20 times in a row (ctest: batcher_repeat).
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "common/clock.h"
+#include "scheduler/batch_policy.h"
+#include "scheduler/dynamic_batcher.h"
+#include "scheduler/request_queue.h"
+
+namespace nereid {
+namespace {
+
+constexpr uint64_t kUs = 1000;
+
+std::vector<BatchCandidate> Candidates(std::initializer_list<int64_t> sizes,
+                                       uint64_t enqueue_ns = 0) {
+  std::vector<BatchCandidate> c;
+  for (int64_t s : sizes) c.push_back({enqueue_ns, s});
+  return c;
+}
+
+TEST(DecideBatchTest, EmptyQueueWaitsForArrivals) {
+  const BatchDecision d = DecideBatch({8, {}}, {}, false, 0, 0);
+  EXPECT_EQ(d.take, 0u);
+  EXPECT_EQ(d.wake_ns, 0u);
+}
+
+TEST(DecideBatchTest, ZeroDelaySendsWhatIsThere) {
+  EXPECT_EQ(DecideBatch({8, {}}, Candidates({1, 1, 1}), false, 0, 0).take, 3u);
+}
+
+TEST(DecideBatchTest, WaitsUntilTheOldestHasWaitedTheDelay) {
+  const auto c = Candidates({1, 1}, 1000 * kUs);
+  BatchDecision d = DecideBatch({8, {}}, c, false, 1050 * kUs, 100 * kUs);
+  EXPECT_EQ(d.take, 0u);
+  EXPECT_EQ(d.wake_ns, 1100 * kUs);
+  d = DecideBatch({8, {}}, c, false, 1100 * kUs, 100 * kUs);
+  EXPECT_EQ(d.take, 2u);
+}
+
+TEST(DecideBatchTest, FullOrBlockedBatchGoesAtOnce) {
+  EXPECT_EQ(DecideBatch({4, {}}, Candidates({2, 2}), false, 0, 1'000'000 * kUs).take, 2u);
+  EXPECT_EQ(DecideBatch({8, {}}, Candidates({1, 1}), true, 0, 1'000'000 * kUs).take, 2u);
+}
+
+TEST(DecideBatchTest, PreferredSizes) {
+  const BatchLimits limits{16, {4, 8}};
+  const uint64_t delay = 1'000'000 * kUs;
+  // Largest preferred size reached: send exactly that, even with more queued.
+  EXPECT_EQ(DecideBatch(limits, Candidates({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), false, 0, delay).take,
+            8u);
+  // A smaller preferred size goes at once while the delay has not expired ...
+  EXPECT_EQ(DecideBatch(limits, Candidates({1, 1, 1, 1, 1}), false, 0, delay).take, 4u);
+  // ... and after it expired the whole pending batch goes.
+  EXPECT_EQ(DecideBatch(limits, Candidates({1, 1, 1, 1, 1}), false, delay, delay).take, 5u);
+  // Batch sizes of requests add up: 2 + 2 is preferred 4.
+  EXPECT_EQ(DecideBatch(limits, Candidates({2, 2, 3}), false, 0, delay).take, 2u);
+  // No preferred prefix: wait.
+  EXPECT_EQ(DecideBatch(limits, Candidates({3}), false, 0, delay).take, 0u);
+  // A blocked batch keeps to its preferred prefix.
+  EXPECT_EQ(DecideBatch(limits, Candidates({1, 1, 1, 1, 1, 1}), true, 0, delay).take, 4u);
+}
+
+std::unique_ptr<InferenceRequest> MakeRequest(const std::string& id, uint64_t priority = 0,
+                                              uint64_t timeout_us = 0, int64_t width = 4,
+                                              int64_t batch = 1) {
+  auto r = std::make_unique<InferenceRequest>();
+  r->model_name = "m";
+  r->id = id;
+  r->priority = priority;
+  r->timeout_us = timeout_us;
+  r->batch_size = batch;
+  InferInput in;
+  in.name = "IN";
+  in.datatype = DataType::kFp32;
+  in.shape = {batch, width};
+  r->inputs.push_back(std::move(in));
+  return r;
+}
+
+std::vector<std::string> WalkIds(const RequestQueue& q) {
+  std::vector<std::string> ids;
+  q.Walk([&](const RequestQueue::Entry& e) {
+    ids.push_back(e.request->id);
+    return true;
+  });
+  return ids;
+}
+
+inference::ModelDynamicBatching TwoLevels() {
+  inference::ModelDynamicBatching db;
+  db.set_priority_levels(2);
+  db.set_default_priority_level(2);
+  return db;
+}
+
+TEST(RequestQueueTest, PriorityLevelsOrderTheQueue) {
+  RequestQueue q(TwoLevels());
+  for (auto [id, p] :
+       std::vector<std::pair<const char*, uint64_t>>{{"a", 2}, {"b", 1}, {"c", 0}, {"d", 1}}) {
+    auto r = MakeRequest(id, p);
+    ASSERT_TRUE(q.Enqueue(r, 0).ok());
+  }
+  EXPECT_EQ(WalkIds(q), (std::vector<std::string>{"b", "d", "a", "c"}));  // 0 -> default level 2
+  auto r = MakeRequest("x", 3);
+  EXPECT_FALSE(q.Enqueue(r, 0).ok());
+  EXPECT_NE(r, nullptr);  // refused: the caller still owns it
+}
+
+TEST(RequestQueueTest, MaxQueueSizeRejectsWithUnavailable) {
+  inference::ModelDynamicBatching db;
+  db.mutable_default_queue_policy()->set_max_queue_size(2);
+  RequestQueue q(db);
+  for (const char* id : {"a", "b"}) {
+    auto r = MakeRequest(id);
+    ASSERT_TRUE(q.Enqueue(r, 0).ok());
+  }
+  auto r = MakeRequest("c");
+  Status s = q.Enqueue(r, 0);
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_NE(s.message().find("Exceeds maximum queue size"), std::string::npos);
+}
+
+TEST(RequestQueueTest, TimeoutRejectAndOverride) {
+  inference::ModelDynamicBatching db;
+  auto* policy = db.mutable_default_queue_policy();
+  policy->set_default_timeout_microseconds(1000);
+  policy->set_allow_timeout_override(true);
+  RequestQueue q(db);
+  auto a = MakeRequest("default");
+  auto b = MakeRequest("shorter", 0, 100);
+  auto c = MakeRequest("longer_ignored", 0, 5000);
+  for (auto* r : {&a, &b, &c}) ASSERT_TRUE(q.Enqueue(*r, 0).ok());
+  EXPECT_EQ(q.NextDeadline(), 100 * kUs);
+  std::vector<std::unique_ptr<InferenceRequest>> rejected;
+  q.ExpireTimeouts(500 * kUs, &rejected);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0]->id, "shorter");
+  rejected.clear();
+  q.ExpireTimeouts(1000 * kUs, &rejected);
+  EXPECT_EQ(rejected.size(), 2u);
+  EXPECT_TRUE(q.empty());
+}
+
+TEST(RequestQueueTest, TimeoutOverrideNeedsPermission) {
+  inference::ModelDynamicBatching db;
+  db.mutable_default_queue_policy()->set_default_timeout_microseconds(1000);
+  RequestQueue q(db);
+  auto r = MakeRequest("r", 0, 10);
+  ASSERT_TRUE(q.Enqueue(r, 0).ok());
+  EXPECT_EQ(q.NextDeadline(), 1000 * kUs);
+}
+
+TEST(RequestQueueTest, TimeoutDelayMovesBehindItsLevel) {
+  inference::ModelDynamicBatching db = TwoLevels();
+  inference::ModelQueuePolicy delay;
+  delay.set_timeout_action(inference::ModelQueuePolicy::DELAY);
+  delay.set_default_timeout_microseconds(100);
+  (*db.mutable_priority_queue_policy())[1] = delay;
+  RequestQueue q(db);
+  auto a = MakeRequest("late", 1);
+  ASSERT_TRUE(q.Enqueue(a, 0).ok());
+  auto low = MakeRequest("low", 2);
+  ASSERT_TRUE(q.Enqueue(low, 0).ok());
+  std::vector<std::unique_ptr<InferenceRequest>> rejected;
+  q.ExpireTimeouts(200 * kUs, &rejected);
+  EXPECT_TRUE(rejected.empty());
+  auto b = MakeRequest("fresh", 1);
+  ASSERT_TRUE(q.Enqueue(b, 200 * kUs).ok());
+  // The delayed request follows every other level-1 request, but still precedes level 2.
+  EXPECT_EQ(WalkIds(q), (std::vector<std::string>{"fresh", "late", "low"}));
+  q.ExpireTimeouts(10'000 * kUs, &rejected);
+  EXPECT_TRUE(rejected.empty());  // delayed requests never time out again
+}
+
+// Records every batch it executes (request ids) and completes each request successfully.
+class RecordingExecutor : public BatchExecutor {
+ public:
+  ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {
+    std::vector<std::string> ids;
+    for (auto& r : batch) ids.push_back(r->id);
+    if (!ids.empty() && ids[0] == slow_id)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      batches.push_back(ids);
+    }
+    for (auto& r : batch) {
+      auto response = std::make_unique<InferenceResponse>();
+      response->id = r->id;
+      auto cb = std::move(r->on_complete);
+      r.reset();
+      cb(std::move(response));
+    }
+    return {};
+  }
+  std::mutex mu;
+  std::vector<std::vector<std::string>> batches;
+  std::string slow_id;
+};
+
+// Collects completions; Wait blocks until n have arrived.
+struct Completions {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, Status>> done;
+  ResponseCallback Callback(const std::string& id) {
+    return [this, id](std::unique_ptr<InferenceResponse> r) {
+      std::lock_guard<std::mutex> lock(mu);
+      done.emplace_back(id, r->status);
+      cv.notify_all();
+    };
+  }
+  void Wait(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return done.size() >= n; }))
+        << "only " << done.size() << " of " << n << " completed";
+  }
+};
+
+inference::ModelConfig BatchingConfig(int max_batch, std::vector<int> preferred,
+                                      uint64_t delay_us) {
+  inference::ModelConfig c;
+  c.set_name("m");
+  c.set_max_batch_size(max_batch);
+  auto* db = c.mutable_dynamic_batching();
+  for (int p : preferred) db->add_preferred_batch_size(p);
+  db->set_max_queue_delay_microseconds(delay_us);
+  return c;
+}
+
+struct BatcherFixture {
+  ManualClock clock;
+  RecordingExecutor executor;
+  Completions completions;
+  std::unique_ptr<DynamicBatcher> batcher;
+
+  void Start(const inference::ModelConfig& config, size_t hold, int instances = 1) {
+    std::vector<BatchExecutor*> executors(instances, &executor);
+    batcher = std::make_unique<DynamicBatcher>(config, executors, nullptr, &clock);
+    batcher->HoldUntilQueued(hold);
+  }
+  Status Submit(std::unique_ptr<InferenceRequest> r) {
+    r->on_complete = completions.Callback(r->id);
+    return batcher->Enqueue(r);
+  }
+};
+
+TEST(DynamicBatcherTest, ZeroDelayBatchesEverythingQueued) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(8, {}, 0), 5);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(f.Submit(MakeRequest("r" + std::to_string(i))).ok());
+  f.completions.Wait(5);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.batches,
+            (std::vector<std::vector<std::string>>{{"r0", "r1", "r2", "r3", "r4"}}));
+}
+
+TEST(DynamicBatcherTest, MaxBatchSizeCutsBatches) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(4, {}, 0), 6);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(f.Submit(MakeRequest("r" + std::to_string(i))).ok());
+  f.completions.Wait(6);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.batches,
+            (std::vector<std::vector<std::string>>{{"r0", "r1", "r2", "r3"}, {"r4", "r5"}}));
+}
+
+TEST(DynamicBatcherTest, PreferredSizesThenDelayOnTheManualClock) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(8, {2, 4}, 1'000'000), 7);  // delay 1 s of manual time
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(f.Submit(MakeRequest("r" + std::to_string(i))).ok());
+  f.completions.Wait(6);  // 4 (largest preferred) then 2 (preferred, delay not over)
+  {
+    std::lock_guard<std::mutex> lock(f.executor.mu);
+    EXPECT_EQ(f.executor.batches,
+              (std::vector<std::vector<std::string>>{{"r0", "r1", "r2", "r3"}, {"r4", "r5"}}));
+  }
+  f.clock.Advance(1'000'000 * kUs);  // now the last request has waited the delay
+  f.batcher->Poke();
+  f.completions.Wait(7);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.batches.back(), (std::vector<std::string>{"r6"}));
+}
+
+TEST(DynamicBatcherTest, PrioritiesGoFirst) {
+  BatcherFixture f;
+  inference::ModelConfig c = BatchingConfig(2, {}, 0);
+  c.mutable_dynamic_batching()->set_priority_levels(2);
+  c.mutable_dynamic_batching()->set_default_priority_level(2);
+  f.Start(c, 4);
+  ASSERT_TRUE(f.Submit(MakeRequest("low0", 2)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("low1")).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("high0", 1)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("high1", 1)).ok());
+  f.completions.Wait(4);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.batches,
+            (std::vector<std::vector<std::string>>{{"high0", "high1"}, {"low0", "low1"}}));
+}
+
+TEST(DynamicBatcherTest, DifferentShapesAreNotMerged) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(8, {}, 0), 4);
+  ASSERT_TRUE(f.Submit(MakeRequest("a", 0, 0, 4)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("b", 0, 0, 4)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("c", 0, 0, 8)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("d", 0, 0, 8)).ok());
+  f.completions.Wait(4);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.batches, (std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "d"}}));
+}
+
+TEST(DynamicBatcherTest, RequestBatchSizesCount) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(4, {}, 0), 3);
+  ASSERT_TRUE(f.Submit(MakeRequest("two", 0, 0, 4, 2)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("one", 0, 0, 4, 1)).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("three", 0, 0, 4, 3)).ok());
+  f.completions.Wait(3);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.batches, (std::vector<std::vector<std::string>>{{"two", "one"}, {"three"}}));
+}
+
+TEST(DynamicBatcherTest, FullQueueRejectsAndTimeoutsReject) {
+  BatcherFixture f;
+  inference::ModelConfig c = BatchingConfig(8, {}, 0);
+  auto* policy = c.mutable_dynamic_batching()->mutable_default_queue_policy();
+  policy->set_max_queue_size(2);
+  policy->set_default_timeout_microseconds(500);
+  f.Start(c, 100);  // hold: nothing executes
+  ASSERT_TRUE(f.Submit(MakeRequest("a")).ok());
+  ASSERT_TRUE(f.Submit(MakeRequest("b")).ok());
+  Status full = f.Submit(MakeRequest("c"));
+  EXPECT_EQ(full.code(), Status::Code::kUnavailable);
+  f.clock.Advance(600 * kUs);
+  f.batcher->Poke();
+  f.completions.Wait(2);
+  f.batcher->Stop();
+  EXPECT_TRUE(f.executor.batches.empty());
+  for (const auto& [id, status] : f.completions.done) {
+    EXPECT_EQ(status.code(), Status::Code::kUnavailable) << id;
+    EXPECT_EQ(status.message(), "Request timeout expired");
+  }
+}
+
+TEST(DynamicBatcherTest, StopFinishesEverythingAccepted) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(2, {}, 1'000'000), 100);  // held and with a long delay
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(f.Submit(MakeRequest("r" + std::to_string(i))).ok());
+  f.batcher->Stop();
+  EXPECT_EQ(f.completions.done.size(), 3u);
+  EXPECT_EQ(f.executor.batches, (std::vector<std::vector<std::string>>{{"r0", "r1"}, {"r2"}}));
+  EXPECT_FALSE(f.Submit(MakeRequest("late")).ok());
+}
+
+TEST(DynamicBatcherTest, PreserveOrderingReleasesResponsesInArrivalOrder) {
+  BatcherFixture f;
+  inference::ModelConfig c = BatchingConfig(1, {}, 0);
+  c.mutable_dynamic_batching()->set_preserve_ordering(true);
+  f.executor.slow_id = "r0";  // the first request finishes last
+  f.Start(c, 4, /*instances=*/2);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(f.Submit(MakeRequest("r" + std::to_string(i))).ok());
+  f.completions.Wait(4);
+  f.batcher->Stop();
+  std::vector<std::string> order;
+  for (const auto& [id, s] : f.completions.done) order.push_back(id);
+  EXPECT_EQ(order, (std::vector<std::string>{"r0", "r1", "r2", "r3"}));
+}
+
+TEST(AdaptiveDelayTest, WaitsOnlyWhenArrivalsAreLikelyAndWithinBudget) {
+  AdaptiveDelay a(/*goal_ns=*/5'000 * kUs, 0.99, /*max_batch=*/32);
+  EXPECT_EQ(a.DelayNs(1), 0u);  // nothing measured: no reason to wait
+  for (int b = 1; b <= 32; b *= 2) a.OnExecution(b, 200 * kUs + b * 20 * kUs);
+  uint64_t t = 0;
+  for (int i = 0; i < 50; ++i) a.OnArrival(t += 100 * kUs);  // 10k requests/s
+  // Budget 0.5 * 5 ms = 2.5 ms, next batch of 2 costs 240 us: wait up to the rest.
+  EXPECT_EQ(a.DelayNs(1), 2'500 * kUs - 240 * kUs);
+  EXPECT_EQ(a.DelayNs(32), 0u);                                 // full
+  for (int i = 0; i < 50; ++i) a.OnArrival(t += 10'000 * kUs);  // 100 requests/s: no one comes
+  EXPECT_EQ(a.DelayNs(1), 0u);
+}
+
+TEST(AdaptiveDelayTest, FeedbackKeepsThePercentileUnderTheGoal) {
+  AdaptiveDelay a(5'000 * kUs, 0.99, 32);
+  const double start = a.budget_factor();
+  for (int i = 0; i < 256; ++i) a.OnCompletion(8'000 * kUs);  // over the goal
+  EXPECT_LT(a.budget_factor(), start);
+  const double lowered = a.budget_factor();
+  for (int i = 0; i < 256 * 4; ++i) a.OnCompletion(1'000 * kUs);  // well under
+  EXPECT_GT(a.budget_factor(), lowered);
+  EXPECT_LE(a.budget_factor(), 0.9);
+}
+
+TEST(LatencyGoalConfigTest, ReadsAndValidatesParameters) {
+  inference::ModelConfig c;
+  c.set_name("m");
+  EXPECT_EQ(ReadLatencyGoal(c)->goal_us, 0u);
+  (*c.mutable_parameters())["nereid.latency_goal_us"].set_string_value("5000");
+  (*c.mutable_parameters())["nereid.latency_goal_percentile"].set_string_value("95");
+  auto goal = ReadLatencyGoal(c);
+  ASSERT_TRUE(goal.ok());
+  EXPECT_EQ(goal->goal_us, 5000u);
+  EXPECT_DOUBLE_EQ(goal->percentile, 0.95);
+  (*c.mutable_parameters())["nereid.latency_goal_us"].set_string_value("fast");
+  EXPECT_FALSE(ReadLatencyGoal(c).ok());
+}
+
+}  // namespace
+}  // namespace nereid
