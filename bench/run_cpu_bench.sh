@@ -12,12 +12,11 @@ echo "## SGEMM (build/bench_gemm)"
 build/bench_gemm --reps "${GEMM_REPS:-7}"
 echo
 PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-build/nereid serve --model-repository=examples/models --http-port="$PORT" --log-info=false &
+build/nereid serve --model-repository=examples/models --http-port="$PORT" --allow-metrics=false --log-info=false &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "localhost:$PORT/v2/health/ready" >/dev/null && break; sleep 0.1; done
-echo "## HTTP, binary tensors, keep-alive (build/bench_http_latency)"
-for spec in "simple 1" "simple 8" "recommend_model 1" "recommend_model 8"; do
-  set -- $spec
-  build/bench_http_latency --url "localhost:$PORT" --model "$1" --concurrency "$2" --requests "${REQUESTS:-20000}"
+echo "## HTTP, binary tensors, keep-alive (build/nereid perf)"
+for m in simple recommend_model; do
+  build/nereid perf -m "$m" -u "localhost:$PORT" --concurrency-range 1:8:x8 -p "${MEASURE_MS:-5000}" -q
 done

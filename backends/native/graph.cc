@@ -78,6 +78,19 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
       n.outputs.push_back(name.empty() ? -1 : g->ValueId(name));
     g->nodes_.push_back(std::move(n));
   }
+  // Constant weights of Gemm/MatMul are packed once, here, into the GEMM's panel layout.
+  for (Node& node : g->nodes_) {
+    const std::string& op = node.op.op_type();
+    if ((op != "Gemm" && op != "MatMul") || node.inputs.size() < 2 || node.inputs[1] < 0) continue;
+    const int id = node.inputs[1];
+    if (static_cast<size_t>(id) >= g->constants_.size() || !g->constants_[id].valid()) continue;
+    const Tensor& w = g->constants_[id];
+    if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
+    const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;
+    const int64_t k = trans ? w.shape()[1] : w.shape()[0], n = trans ? w.shape()[0] : w.shape()[1];
+    g->packed_.push_back(std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
+    node.op.packed_b = g->packed_.back().get();
+  }
   const size_t values = g->value_ids_.size();
   g->constants_.resize(values);
   g->last_use_.assign(values, -1);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/gemm.h"
 #include "ops.h"
 #include "tensor.h"
 
@@ -59,6 +60,7 @@ class Graph {
   std::vector<bool> keep_;     // by value id: graph outputs and initializers are never freed
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
+  std::vector<std::unique_ptr<kernels::PackedMatrixB>> packed_;  // referenced by nodes' OpNode
 };
 
 }  // namespace nereid::native

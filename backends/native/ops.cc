@@ -50,6 +50,10 @@ namespace {
 
 // ---- helpers ------------------------------------------------------------------------------------
 
+// Up to this many rows (batch-1 inference), the unpacked weights streamed by Sgemm's small-M paths
+// beat the pre-packed panels (bench/bench_gemm.cc: 38 vs 29 GF/s at batch 1).
+constexpr int64_t kStreamingRows = 4;
+
 // Calls f(T{}) with the C++ type of a numeric DataType.
 template <typename F>
 Status DispatchNumeric(const OpNode& node, DataType t, F&& f) {
@@ -323,8 +327,12 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
       const T* pa = a.data<T>() + oa * m * k;
       const T* pb = b.data<T>() + ob * k * n;
       T* pc = out[0].mutable_data<T>() + bi * m * n;
-      if constexpr (std::is_same_v<T, float>)
-        kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, pb, n, 0.f, pc, n);
+      if constexpr (std::is_same_v<T, float>) {
+        if (node.packed_b != nullptr && m > kStreamingRows && !b_vec)
+          kernels::SgemmPacked(false, m, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
+        else
+          kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, pb, n, 0.f, pc, n);
+      }
       else
         NaiveMatMul<T>(m, n, k, pa, pb, pc);
       for (size_t d = batch.size(); d-- > 0;) {
@@ -366,8 +374,11 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
       for (int64_t j = 0; j < n; ++j) y[i * n + j] = beta * pc[i * strides[0] + j * strides[1]];
     gemm_beta = 1.f;
   }
-  kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(),
-                 b.shape()[1], gemm_beta, y, n);
+  if (node.packed_b != nullptr && m > kStreamingRows)
+    kernels::SgemmPacked(ta, m, alpha, a.data<float>(), a.shape()[1], *node.packed_b, gemm_beta, y, n);
+  else
+    kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(),
+                   b.shape()[1], gemm_beta, y, n);
   return Status::Ok();
 }
 

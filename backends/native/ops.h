@@ -11,6 +11,10 @@ namespace onnx {
 class NodeProto;
 }
 
+namespace nereid::kernels {
+class PackedMatrixB;
+}
+
 namespace nereid::native {
 
 // One node as an op sees it: attributes and the model's opset for the default domain.
@@ -26,6 +30,8 @@ class OpNode {
   bool HasAttr(const std::string& name) const;
   StatusOr<Tensor> AttrTensor(const std::string& name) const;
   Status Error(const std::string& message) const;
+  // Input B (index 1) of Gemm/MatMul when it is a constant 2-D FP32 matrix, packed at load time.
+  const kernels::PackedMatrixB* packed_b = nullptr;
 
  private:
   const onnx::NodeProto* proto_;

@@ -283,6 +283,125 @@ __attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, in
 
 const char* SgemmKernelName() { return SelectKernel().name; }
 
+namespace {
+
+// The blocked loop nest. 'packed_block(jc, pc, nc, kc)' returns B's packed KC x NC block: packed on the
+// fly into a scratch buffer, or taken from a PackedMatrixB.
+template <typename BlockOfB>
+void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, float* c, int64_t ldc, BlockOfB&& packed_block) {
+  const int64_t mr = k_cfg.mr, nr = k_cfg.nr, kKc = k_cfg.kc, kMc = k_cfg.mc, kNc = k_cfg.nc;
+  thread_local Buffer packed_a;
+  thread_local size_t packed_a_size = 0;
+  const size_t need_a = static_cast<size_t>(kMc) * kKc;
+  if (packed_a_size < need_a) packed_a = AllocAligned(packed_a_size = need_a);
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc);
+      const float* b_block = packed_block(jc, pc, nc, kc);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic);
+        const float* a_block = trans_a ? a + pc * lda + ic : a + ic * lda + pc;
+        PackA(mr, trans_a, a_block, lda, mc, kc, packed_a.get());
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          const float* bp = b_block + jr * kc;
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            k_cfg.fn(kc, packed_a.get() + ir * kc, bp, alpha, c + (ic + ir) * ldc + jc + jr, ldc,
+                     std::min(mr, mc - ir), std::min(nr, nc - jr));
+          }
+        }
+      }
+    }
+  }
+}
+
+// C[0..M) += alpha * A * B for few rows of A, streaming B's packed panels once: each panel is
+// [k][16] contiguous, so this is a sequential read of the whole matrix (a GEMV at memory speed).
+template <int M>
+__attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b, float alpha,
+                                                          const float* a, int64_t lda, bool trans_a,
+                                                          float* c, int64_t ldc) {
+  constexpr int64_t nr = 16;
+  for (int64_t jc = 0; jc < b.n(); jc += b.nc()) {
+    const int64_t nc = std::min(b.nc(), b.n() - jc);
+    for (int64_t pc = 0; pc < b.k(); pc += b.kc()) {
+      const int64_t kc = std::min(b.kc(), b.k() - pc);
+      const float* block = b.Block(jc, pc);
+      for (int64_t jr = 0; jr < nc; jr += nr) {
+        const float* panel = block + jr * kc;
+        __m256 acc[M][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (int64_t p = 0; p < kc; ++p) {
+          const __m256 b0 = _mm256_load_ps(panel + p * nr), b1 = _mm256_load_ps(panel + p * nr + 8);
+#pragma GCC unroll 4
+          for (int i = 0; i < M; ++i) {
+            const __m256 x = _mm256_set1_ps(trans_a ? a[(pc + p) * lda + i] : a[i * lda + pc + p]);
+            acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+          }
+        }
+        const int64_t cols = std::min(nr, nc - jr);
+        for (int i = 0; i < M; ++i) {
+          alignas(32) float out[16];
+          _mm256_store_ps(out, acc[i][0]);
+          _mm256_store_ps(out + 8, acc[i][1]);
+          float* ci = c + i * ldc + jc + jr;
+          for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * out[j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackedMatrixB::PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb) : k_(k), n_(n) {
+  const KernelConfig& cfg = SelectKernel();
+  nr_ = cfg.nr;
+  kc_ = cfg.kc;
+  nc_ = cfg.nc;
+  size_t total = 0;
+  for (int64_t jc = 0; jc < n; jc += nc_)
+    for (int64_t pc = 0; pc < k; pc += kc_) {
+      offsets_.push_back(total);
+      total += static_cast<size_t>((std::min(nc_, n - jc) + nr_ - 1) / nr_ * nr_) *
+               static_cast<size_t>(std::min(kc_, k - pc));
+    }
+  data_ = std::shared_ptr<float>(AllocAligned(std::max<size_t>(total, 1)).release(), [](float* p) { std::free(p); });
+  size_t index = 0;
+  for (int64_t jc = 0; jc < n; jc += nc_)
+    for (int64_t pc = 0; pc < k; pc += kc_) {
+      const float* src = trans_b ? b + jc * ldb + pc : b + pc * ldb + jc;
+      PackB(nr_, trans_b, src, ldb, std::min(kc_, k - pc), std::min(nc_, n - jc), data_.get() + offsets_[index++]);
+    }
+}
+
+const float* PackedMatrixB::Block(int64_t jc, int64_t pc) const {
+  const int64_t blocks_per_column = (k_ + kc_ - 1) / kc_;
+  return data_.get() + offsets_[static_cast<size_t>((jc / nc_) * blocks_per_column + pc / kc_)];
+}
+
+void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda, const PackedMatrixB& b,
+                 float beta, float* c, int64_t ldc) {
+  const int64_t n = b.n(), k = b.k();
+  if (m <= 0 || n <= 0) return;
+  ScaleC(m, n, beta, c, ldc);
+  if (k <= 0 || alpha == 0.f) return;
+  const KernelConfig& cfg = SelectKernel();
+  if (m <= 4 && HasAvx2Fma() && b.nr() == 16) {
+    switch (m) {
+      case 1: return SmallMPackedAvx2<1>(b, alpha, a, lda, trans_a, c, ldc);
+      case 2: return SmallMPackedAvx2<2>(b, alpha, a, lda, trans_a, c, ldc);
+      case 3: return SmallMPackedAvx2<3>(b, alpha, a, lda, trans_a, c, ldc);
+      default: return SmallMPackedAvx2<4>(b, alpha, a, lda, trans_a, c, ldc);
+    }
+  }
+  BlockedGemm(cfg, trans_a, m, n, k, alpha, a, lda, c, ldc,
+              [&](int64_t jc, int64_t pc, int64_t, int64_t) { return b.Block(jc, pc); });
+}
+
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
@@ -302,34 +421,17 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   }
 
   const KernelConfig& k_cfg = SelectKernel();
-  const int64_t mr = k_cfg.mr, nr = k_cfg.nr, kKc = k_cfg.kc, kMc = k_cfg.mc, kNc = k_cfg.nc;
-  thread_local Buffer packed_a, packed_b;
-  thread_local size_t packed_a_size = 0, packed_b_size = 0;
-  const size_t need_a = static_cast<size_t>(kMc) * kKc;
-  const size_t need_b = static_cast<size_t>((std::min(n, kNc) + nr - 1) / nr * nr) * kKc;
-  if (packed_a_size < need_a) packed_a = AllocAligned(packed_a_size = need_a);
+  thread_local Buffer packed_b;
+  thread_local size_t packed_b_size = 0;
+  const size_t need_b =
+      static_cast<size_t>((std::min(n, k_cfg.nc) + k_cfg.nr - 1) / k_cfg.nr * k_cfg.nr) * k_cfg.kc;
   if (packed_b_size < need_b) packed_b = AllocAligned(packed_b_size = need_b);
-
-  for (int64_t jc = 0; jc < n; jc += kNc) {
-    const int64_t nc = std::min(kNc, n - jc);
-    for (int64_t pc = 0; pc < k; pc += kKc) {
-      const int64_t kc = std::min(kKc, k - pc);
-      const float* b_block = trans_b ? b + jc * ldb + pc : b + pc * ldb + jc;
-      PackB(nr, trans_b, b_block, ldb, kc, nc, packed_b.get());
-      for (int64_t ic = 0; ic < m; ic += kMc) {
-        const int64_t mc = std::min(kMc, m - ic);
-        const float* a_block = trans_a ? a + pc * lda + ic : a + ic * lda + pc;
-        PackA(mr, trans_a, a_block, lda, mc, kc, packed_a.get());
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const float* bp = packed_b.get() + jr * kc;
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            k_cfg.fn(kc, packed_a.get() + ir * kc, bp, alpha, c + (ic + ir) * ldc + jc + jr, ldc,
-                     std::min(mr, mc - ir), std::min(nr, nc - jr));
-          }
-        }
-      }
-    }
-  }
+  BlockedGemm(k_cfg, trans_a, m, n, k, alpha, a, lda, c, ldc,
+              [&](int64_t jc, int64_t pc, int64_t nc, int64_t kc) {
+                const float* b_block = trans_b ? b + jc * ldb + pc : b + pc * ldb + jc;
+                PackB(k_cfg.nr, trans_b, b_block, ldb, kc, nc, packed_b.get());
+                return static_cast<const float*>(packed_b.get());
+              });
 }
 
 }  // namespace nereid::kernels

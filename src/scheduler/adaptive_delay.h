@@ -18,9 +18,17 @@ class AdaptiveDelay {
   void OnArrival(uint64_t now_ns);
   void OnExecution(int64_t batch_size, uint64_t exec_ns);
   void OnCompletion(uint64_t latency_ns);
+  // After a wait ended: did the batch grow while it waited? Waits that gather nobody (closed-loop
+  // clients all waiting on us, or the load went away) make the next ones rarer: after n fruitless
+  // waits in a row, the next 2^n - 1 batches go without waiting.
+  void OnWaitOutcome(bool grew);
+  void OnDispatch();
 
-  // Queue delay to apply to a pending batch of 'pending' requests' worth of batch size.
-  uint64_t DelayNs(int64_t pending) const;
+  // Queue delay, counted from the oldest pending request (enqueued at 'oldest_ns'), for a pending
+  // batch of 'pending' rows. Zero unless the next request is expected within half an execution;
+  // then the time left in the latency budget after executing one more row, cut short when the next
+  // arrival is overdue (closed-loop clients all waiting, or the load went away).
+  uint64_t DelayNs(int64_t pending, uint64_t oldest_ns) const;
 
   // Introspection for tests, logs and the stats endpoint.
   double budget_factor() const;
@@ -40,6 +48,8 @@ class AdaptiveDelay {
   double interarrival_ns_ = 0;   // EWMA
   uint64_t last_arrival_ns_ = 0;
   double factor_ = 0.5;          // share of the goal the queue delay + execution may use
+  uint32_t backoff_ = 0;         // batches to skip waiting after the last fruitless wait
+  uint32_t skip_ = 0;            // batches still to send without waiting
   std::deque<uint64_t> window_;  // recent latencies
 };
 

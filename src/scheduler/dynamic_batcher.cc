@@ -147,9 +147,26 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
     }
     const bool blocked = Candidates(&candidates);
     int64_t pending = 0;
-    for (const auto& c : candidates) pending += c.batch_size;
-    const uint64_t delay = stopping_ ? 0 : adaptive_ ? adaptive_->DelayNs(pending) : max_delay_ns_;
+    uint64_t oldest = now;
+    for (const auto& c : candidates) {
+      pending += c.batch_size;
+      oldest = std::min(oldest, c.enqueue_ns);
+    }
+    // Adaptive mode waits only when no other instance is idle: an idle instance beats a bigger batch.
+    const bool other_idle = busy_instances_ + 1 < threads_.size();
+    const uint64_t delay = stopping_         ? 0
+                           : !adaptive_      ? max_delay_ns_
+                           : other_idle      ? 0
+                                             : adaptive_->DelayNs(pending, oldest);
     const BatchDecision decision = DecideBatch(limits_, candidates, blocked, now, delay);
+    if (adaptive_) {
+      if (decision.take == 0 && wait_started_rows_ == 0) wait_started_rows_ = pending;
+      if (decision.take > 0) {
+        if (wait_started_rows_ > 0) adaptive_->OnWaitOutcome(pending > wait_started_rows_);
+        wait_started_rows_ = 0;
+        adaptive_->OnDispatch();
+      }
+    }
     if (decision.take == 0) {
       uint64_t wake = decision.wake_ns;
       const uint64_t deadline = queue_.NextDeadline();
@@ -167,6 +184,7 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
     std::vector<std::unique_ptr<InferenceRequest>> batch = queue_.PopFront(decision.take);
     const size_t taken = batch.size();
     executing_ += taken;
+    ++busy_instances_;
     const bool more = !queue_.empty();
     lock.unlock();
     if (more) cv_.notify_one();  // another idle instance may take what is left
@@ -177,6 +195,7 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
     }
     lock.lock();
     executing_ -= taken;
+    --busy_instances_;
   }
 }
 

@@ -375,15 +375,41 @@ TEST(DynamicBatcherTest, PreserveOrderingReleasesResponsesInArrivalOrder) {
 
 TEST(AdaptiveDelayTest, WaitsOnlyWhenArrivalsAreLikelyAndWithinBudget) {
   AdaptiveDelay a(/*goal_ns=*/5'000 * kUs, 0.99, /*max_batch=*/32);
-  EXPECT_EQ(a.DelayNs(1), 0u);  // nothing measured: no reason to wait
+  EXPECT_EQ(a.DelayNs(1, 0), 0u);  // nothing measured: no reason to wait
   for (int b = 1; b <= 32; b *= 2) a.OnExecution(b, 200 * kUs + b * 20 * kUs);
   uint64_t t = 0;
-  for (int i = 0; i < 50; ++i) a.OnArrival(t += 100 * kUs);  // 10k requests/s
-  // Budget 0.5 * 5 ms = 2.5 ms, next batch of 2 costs 240 us: wait up to the rest.
-  EXPECT_EQ(a.DelayNs(1), 2'500 * kUs - 240 * kUs);
-  EXPECT_EQ(a.DelayNs(32), 0u);                                 // full
-  for (int i = 0; i < 50; ++i) a.OnArrival(t += 10'000 * kUs);  // 100 requests/s: no one comes
-  EXPECT_EQ(a.DelayNs(1), 0u);
+  for (int i = 0; i < 50; ++i) a.OnArrival(t += 100 * kUs);  // 10k requests/s, last arrival at t
+  // The next request is due in 100 us, well within one execution (240 us for 2 rows): wait for it,
+  // until it is overdue 150 us after the last arrival.
+  EXPECT_EQ(a.DelayNs(1, t), 150 * kUs);
+  // An older request may wait until then too (2 ms + 150 us after it arrived) ...
+  EXPECT_EQ(a.DelayNs(1, t - 2'000 * kUs), 2'150 * kUs);
+  // ... but never past the budget (0.5 * 5 ms) less the time to execute one more row (240 us).
+  EXPECT_EQ(a.DelayNs(1, t - 3'000 * kUs), 2'500 * kUs - 240 * kUs);
+  EXPECT_EQ(a.DelayNs(32, t), 0u);  // full
+  for (int i = 0; i < 50; ++i) a.OnArrival(t += 1'000 * kUs);  // 1000 requests/s
+  // The next request is not expected within half an execution: send now.
+  EXPECT_EQ(a.DelayNs(1, t), 0u);
+}
+
+TEST(AdaptiveDelayTest, FruitlessWaitsBackOff) {
+  AdaptiveDelay a(5'000 * kUs, 0.99, 32);
+  a.OnExecution(2, 500 * kUs);
+  uint64_t t = 0;
+  for (int i = 0; i < 10; ++i) a.OnArrival(t += 50 * kUs);
+  ASSERT_GT(a.DelayNs(1, t), 0u);
+  a.OnWaitOutcome(false);  // nobody came: the next batch goes at once
+  EXPECT_EQ(a.DelayNs(1, t), 0u);
+  a.OnDispatch();
+  EXPECT_GT(a.DelayNs(1, t), 0u);
+  a.OnWaitOutcome(false);  // twice in a row: three batches without waiting
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(a.DelayNs(1, t), 0u);
+    a.OnDispatch();
+  }
+  EXPECT_GT(a.DelayNs(1, t), 0u);
+  a.OnWaitOutcome(true);  // a wait that gathered requests resets the back-off
+  EXPECT_GT(a.DelayNs(1, t), 0u);
 }
 
 TEST(AdaptiveDelayTest, FeedbackKeepsThePercentileUnderTheGoal) {

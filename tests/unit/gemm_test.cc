@@ -33,9 +33,14 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
              (tb ? b[j * ldb + p] : b[p * ldb + j]);
       ref[i * n + j] = alpha * s + beta * c[i * n + j];
     }
+  std::vector<float> c_packed = c;
   Sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), n);
-  for (int i = 0; i < m * n; ++i)
+  const PackedMatrixB packed(tb, k, n, b.data(), ldb);  // constant weights: packed once
+  SgemmPacked(ta, m, alpha, a.data(), lda, packed, beta, c_packed.data(), n);
+  for (int i = 0; i < m * n; ++i) {
     ASSERT_NEAR(c[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 1e-5) << "at " << i;
+    ASSERT_NEAR(c_packed[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 1e-5) << "packed, at " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SgemmTest,

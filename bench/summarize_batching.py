@@ -1,0 +1,33 @@
+"""Summarizes bench/batching.sh: per concurrency, throughput and p99 of unbatched, the best hand-tuned
+delay and the latency-goal mode, with the ratios the batching issue asks for."""
+import csv
+import os
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return {int(float(r["Concurrency"])): r for r in csv.DictReader(f)}
+
+
+def main():
+    out, goal_us, delays = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    unbatched = load(os.path.join(out, "unbatched.csv"))
+    tuned = {d: load(os.path.join(out, f"delay_{d}.csv")) for d in delays}
+    goal = load(os.path.join(out, "goal.csv"))
+    print("| concurrency | unbatched infer/s | unbatched p99 us | best delay | best infer/s | best p99 us "
+          "| goal infer/s | goal p99 us | goal met | batched/unbatched | goal/best |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in sorted(unbatched):
+        u = unbatched[c]
+        best_delay = max(delays, key=lambda d: float(tuned[d][c]["Inferences/Second"]))
+        b, g = tuned[best_delay][c], goal[c]
+        ut, bt, gt = (float(x["Inferences/Second"]) for x in (u, b, g))
+        gp99 = float(g["p99 latency"])
+        print(f"| {c} | {ut:.0f} | {float(u['p99 latency']):.0f} | {best_delay} us | {bt:.0f} | "
+              f"{float(b['p99 latency']):.0f} | {gt:.0f} | {gp99:.0f} | {'yes' if gp99 <= goal_us else 'NO'} | "
+              f"{bt / ut:.2f}x | {gt / bt:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
