@@ -10,16 +10,29 @@ MEASURE_MS="${MEASURE_MS:-3000}"
 WARMUP_MS="${WARMUP_MS:-1000}"
 GOAL_US="${GOAL_US:-5000}"
 DELAYS="${DELAYS:-0 100 500 1000 2000}"
-scripts/install-deps.sh >/dev/null
-scripts/build.sh >/dev/null
-.venv/bin/python examples/generate_models.py >/dev/null
+# Prebuilt binaries (e.g. on the device machine) skip the build: NEREID, MODEL_ONNX, PYTHON, *_CPUS.
+NEREID="${NEREID:-build/nereid}"
+MODEL_ONNX="${MODEL_ONNX:-$PWD/examples/models/recommend_model/1/model.onnx}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+SERVER_CPUS="${SERVER_CPUS:-}"  # e.g. 0-3: pin the server ...
+CLIENT_CPUS="${CLIENT_CPUS:-}"  # ... and the load generator apart
+SERVER_RUN=("$NEREID")
+CLIENT_RUN=("$NEREID")
+[ -n "$SERVER_CPUS" ] && SERVER_RUN=(taskset -c "$SERVER_CPUS" "$NEREID")  # taskset execs: $! stays the server
+[ -n "$CLIENT_CPUS" ] && CLIENT_RUN=(taskset -c "$CLIENT_CPUS" "$NEREID")
+if [ -z "${SKIP_BUILD:-}" ]; then
+  scripts/install-deps.sh >/dev/null
+  scripts/build.sh >/dev/null
+  .venv/bin/python examples/generate_models.py >/dev/null
+fi
 
 REPO=$(mktemp -d)
-OUT=$(mktemp -d)
-trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$REPO"' EXIT
+CSV_DIR=$(mktemp -d)
+SERVER=
+trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; wait 2>/dev/null; rm -rf "$REPO" "$CSV_DIR"' EXIT
 make_model() {  # name, extra config
   mkdir -p "$REPO/$1/1"
-  ln -s "$PWD/examples/models/recommend_model/1/model.onnx" "$REPO/$1/1/model.onnx"
+  ln -s "$MODEL_ONNX" "$REPO/$1/1/model.onnx"
   cat > "$REPO/$1/config.pbtxt" <<CFG
 name: "$1"
 backend: "native"
@@ -35,18 +48,22 @@ for d in $DELAYS; do make_model "delay_$d" "dynamic_batching { max_queue_delay_m
 make_model goal "dynamic_batching { }
 parameters { key: \"nereid.latency_goal_us\" value: { string_value: \"$GOAL_US\" } }"
 
-PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-build/nereid serve --model-repository="$REPO" --http-port="$PORT" --allow-metrics=false --log-info=false &
+PORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"${SERVER_RUN[@]}" serve --model-repository="$REPO" --http-port="$PORT" --allow-metrics=false \
+  --log-info=false ${SERVER_ARGS:-} &
 SERVER=$!
-for _ in $(seq 100); do curl -sf "localhost:$PORT/v2/health/ready" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do
+  "$PYTHON" -c "import urllib.request as u; u.urlopen('http://localhost:$PORT/v2/health/ready')" 2>/dev/null && break
+  sleep 0.1
+done
 
-echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores (server on ${SERVER_CPUS:-any}, client on ${CLIENT_CPUS:-any}), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "goal: p99 <= ${GOAL_US} us; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per step"
 for m in unbatched $(for d in $DELAYS; do echo "delay_$d"; done) goal; do
   echo
   echo "### $m"
-  build/nereid perf -m "$m" -u "localhost:$PORT" --concurrency-range "$RANGE" -p "$MEASURE_MS" \
-    --warmup "$WARMUP_MS" -q -f "$OUT/$m.csv"
+  "${CLIENT_RUN[@]}" perf -m "$m" -u "localhost:$PORT" --concurrency-range "$RANGE" -p "$MEASURE_MS" \
+    --warmup "$WARMUP_MS" -q -f "$CSV_DIR/$m.csv"
 done
 echo
-.venv/bin/python bench/summarize_batching.py "$OUT" "$GOAL_US" $DELAYS
+"$PYTHON" bench/summarize_batching.py "$CSV_DIR" "$GOAL_US" $DELAYS

@@ -18,5 +18,6 @@ trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "localhost:$PORT/v2/health/ready" >/dev/null && break; sleep 0.1; done
 echo "## HTTP, binary tensors, keep-alive (build/nereid perf)"
 for m in simple recommend_model; do
+  echo "### $m"
   build/nereid perf -m "$m" -u "localhost:$PORT" --concurrency-range 1:8:x8 -p "${MEASURE_MS:-5000}" -q
 done

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs on the lent device machine (16 cores; its GPU unused here): Nereid's CPU serving measured with
+# the real perf_analyzer (which needs glibc >= 2.38, so it cannot run on our Debian 12 machines) next to
+# `nereid perf` on the same runs, then the batching benchmark with server and client on separate cores.
+# Expects .devcarry/ made by scripts/device_carry.sh; writes logs to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+C=.devcarry
+export LD_LIBRARY_PATH="$PWD/$C/lib:${LD_LIBRARY_PATH:-}"
+NEREID="$PWD/$C/bin/nereid"
+PA="$PWD/$C/bin/perf_analyzer"
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(ldd --version | head -1)"
+taskset -c 0-3 "$NEREID" serve --model-repository="$PWD/$C/models" --http-port=8000 --allow-metrics=false \
+  --log-info=false &
+SERVER=$!
+for _ in $(seq 100); do python3 -c "import urllib.request as u; u.urlopen('http://localhost:8000/v2/health/ready')" 2>/dev/null && break; sleep 0.1; done
+echo "== perf_analyzer vs nereid perf (server on cores 0-3, clients on 4-15)"
+for model in simple recommend_model; do
+  for mode in sync async; do
+    taskset -c 4-15 "$PA" -m "$model" -u localhost:8000 -i http --"$mode" --concurrency-range 1:8:7 \
+      --measurement-interval 3000 --stability-percentage 50 --max-trials 4 -f "$OUT/pa_${model}_${mode}.csv" \
+      > "$OUT/pa_${model}_${mode}.log" 2>&1 || echo "perf_analyzer $model $mode failed: $(tail -3 "$OUT/pa_${model}_${mode}.log")"
+  done
+  taskset -c 4-15 "$NEREID" perf -m "$model" -u localhost:8000 --concurrency-range 1:8:7 -p 3000 -q \
+    -f "$OUT/np_${model}.csv" > /dev/null
+done
+kill $SERVER; wait $SERVER 2>/dev/null
+python3 bench/compare_perf_tools.py "$OUT"
+echo
+echo "== batching benchmark (recommend_model; server on cores 0-3, client on 4-15)"
+SKIP_BUILD=1 NEREID="$NEREID" MODEL_ONNX="$PWD/$C/models/recommend_model/1/model.onnx" PYTHON=python3 \
+  SERVER_CPUS=0-3 CLIENT_CPUS=4-15 GOAL_US="${GOAL_US:-20000}" MEASURE_MS=3000 WARMUP_MS=700 \
+  bench/batching.sh 1:64:x2 2>&1 | tee "$OUT/batching.txt" | tail -12
