@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
     log_ratio_sum += std::log(g_ours / g_blas);
     ++cases_run;
     const double g_packed = flops * inner / best_packed / 1e9;
-    std::printf("| %-26s | %5d | %5d | %5d | %12.1f | %12.1f | %8.2fx | %14.1f |%s\n", c.what, c.m, c.n,
-                c.k, g_ours, g_blas, g_ours / g_blas, g_packed, max_diff > 1e-3 ? "  RESULTS DIFFER" : "");
+    std::printf("| %-26s | %5d | %5d | %5d | %12.1f | %12.1f | %8.2fx | %14.1f |%s\n", c.what, c.m,
+                c.n, c.k, g_ours, g_blas, g_ours / g_blas, g_packed,
+                max_diff > 1e-3 ? "  RESULTS DIFFER" : "");
   }
   std::printf("geometric mean ratio (nereid / openblas): %.2fx\n",
               std::exp(log_ratio_sum / cases_run));

@@ -88,7 +88,8 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
     const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;
     const int64_t k = trans ? w.shape()[1] : w.shape()[0], n = trans ? w.shape()[0] : w.shape()[1];
-    g->packed_.push_back(std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
+    g->packed_.push_back(
+        std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
     node.op.packed_b = g->packed_.back().get();
   }
   const size_t values = g->value_ids_.size();

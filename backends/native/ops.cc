@@ -332,8 +332,7 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
           kernels::SgemmPacked(false, m, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
         else
           kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, pb, n, 0.f, pc, n);
-      }
-      else
+      } else
         NaiveMatMul<T>(m, n, k, pa, pb, pc);
       for (size_t d = batch.size(); d-- > 0;) {
         if (++index[d] < batch[d]) break;
@@ -375,7 +374,8 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
     gemm_beta = 1.f;
   }
   if (node.packed_b != nullptr && m > kStreamingRows)
-    kernels::SgemmPacked(ta, m, alpha, a.data<float>(), a.shape()[1], *node.packed_b, gemm_beta, y, n);
+    kernels::SgemmPacked(ta, m, alpha, a.data<float>(), a.shape()[1], *node.packed_b, gemm_beta, y,
+                         n);
   else
     kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(),
                    b.shape()[1], gemm_beta, y, n);
@@ -468,70 +468,7 @@ Status Concat(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   return Status::Ok();
 }
 
-// Element read/write through float/double for Cast (fp16/bf16 via float, bool as 0/1).
-double ReadAsDouble(DataType t, const uint8_t* p) {
-  switch (t) {
-    case DataType::kFp16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return HalfToFloat(v);
-    }
-    case DataType::kBf16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return Bf16ToFloat(v);
-    }
-    case DataType::kBool:
-      return *p ? 1.0 : 0.0;
-    case DataType::kFp32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::kFp64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DataType::kInt8:
-      return static_cast<int8_t>(*p);
-    case DataType::kUint8:
-      return *p;
-    case DataType::kInt16: {
-      int16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case DataType::kUint16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case DataType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::kUint32: {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DataType::kUint64: {
-      uint64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    default:
-      return 0;
-  }
-}
-
+// Cast reads each element through ElementAsDouble (common/data_type.h) and writes it back here.
 template <typename T>
 void Store(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(T));
@@ -603,7 +540,8 @@ Status Cast(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   const uint8_t* src = x.raw();
   uint8_t* dst = out[0].mutable_raw();
   for (int64_t i = 0; i < x.elements(); ++i)
-    WriteFromDouble(to, dst + i * so, ReadAsDouble(x.type(), src + i * si), src + i * si, x.type());
+    WriteFromDouble(to, dst + i * so, ElementAsDouble(x.type(), src + i * si), src + i * si,
+                    x.type());
   return Status::Ok();
 }
 

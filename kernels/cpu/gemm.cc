@@ -285,11 +285,12 @@ const char* SgemmKernelName() { return SelectKernel().name; }
 
 namespace {
 
-// The blocked loop nest. 'packed_block(jc, pc, nc, kc)' returns B's packed KC x NC block: packed on the
-// fly into a scratch buffer, or taken from a PackedMatrixB.
+// The blocked loop nest. 'packed_block(jc, pc, nc, kc)' returns B's packed KC x NC block: packed on
+// the fly into a scratch buffer, or taken from a PackedMatrixB.
 template <typename BlockOfB>
-void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float* a, int64_t lda, float* c, int64_t ldc, BlockOfB&& packed_block) {
+void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, int64_t lda, float* c, int64_t ldc,
+                 BlockOfB&& packed_block) {
   const int64_t mr = k_cfg.mr, nr = k_cfg.nr, kKc = k_cfg.kc, kMc = k_cfg.mc, kNc = k_cfg.nc;
   thread_local Buffer packed_a;
   thread_local size_t packed_a_size = 0;
@@ -357,7 +358,8 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
 
 }  // namespace
 
-PackedMatrixB::PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb) : k_(k), n_(n) {
+PackedMatrixB::PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
+    : k_(k), n_(n) {
   const KernelConfig& cfg = SelectKernel();
   nr_ = cfg.nr;
   kc_ = cfg.kc;
@@ -369,12 +371,14 @@ PackedMatrixB::PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b,
       total += static_cast<size_t>((std::min(nc_, n - jc) + nr_ - 1) / nr_ * nr_) *
                static_cast<size_t>(std::min(kc_, k - pc));
     }
-  data_ = std::shared_ptr<float>(AllocAligned(std::max<size_t>(total, 1)).release(), [](float* p) { std::free(p); });
+  data_ = std::shared_ptr<float>(AllocAligned(std::max<size_t>(total, 1)).release(),
+                                 [](float* p) { std::free(p); });
   size_t index = 0;
   for (int64_t jc = 0; jc < n; jc += nc_)
     for (int64_t pc = 0; pc < k; pc += kc_) {
       const float* src = trans_b ? b + jc * ldb + pc : b + pc * ldb + jc;
-      PackB(nr_, trans_b, src, ldb, std::min(kc_, k - pc), std::min(nc_, n - jc), data_.get() + offsets_[index++]);
+      PackB(nr_, trans_b, src, ldb, std::min(kc_, k - pc), std::min(nc_, n - jc),
+            data_.get() + offsets_[index++]);
     }
 }
 
@@ -383,8 +387,8 @@ const float* PackedMatrixB::Block(int64_t jc, int64_t pc) const {
   return data_.get() + offsets_[static_cast<size_t>((jc / nc_) * blocks_per_column + pc / kc_)];
 }
 
-void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda, const PackedMatrixB& b,
-                 float beta, float* c, int64_t ldc) {
+void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda,
+                 const PackedMatrixB& b, float beta, float* c, int64_t ldc) {
   const int64_t n = b.n(), k = b.k();
   if (m <= 0 || n <= 0) return;
   ScaleC(m, n, beta, c, ldc);
@@ -392,10 +396,14 @@ void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t l
   const KernelConfig& cfg = SelectKernel();
   if (m <= 4 && HasAvx2Fma() && b.nr() == 16) {
     switch (m) {
-      case 1: return SmallMPackedAvx2<1>(b, alpha, a, lda, trans_a, c, ldc);
-      case 2: return SmallMPackedAvx2<2>(b, alpha, a, lda, trans_a, c, ldc);
-      case 3: return SmallMPackedAvx2<3>(b, alpha, a, lda, trans_a, c, ldc);
-      default: return SmallMPackedAvx2<4>(b, alpha, a, lda, trans_a, c, ldc);
+      case 1:
+        return SmallMPackedAvx2<1>(b, alpha, a, lda, trans_a, c, ldc);
+      case 2:
+        return SmallMPackedAvx2<2>(b, alpha, a, lda, trans_a, c, ldc);
+      case 3:
+        return SmallMPackedAvx2<3>(b, alpha, a, lda, trans_a, c, ldc);
+      default:
+        return SmallMPackedAvx2<4>(b, alpha, a, lda, trans_a, c, ldc);
     }
   }
   BlockedGemm(cfg, trans_a, m, n, k, alpha, a, lda, c, ldc,

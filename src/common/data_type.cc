@@ -1,7 +1,10 @@
 #include "common/data_type.h"
 
 #include <array>
+#include <cstring>
 #include <limits>
+
+#include "common/half.h"
 
 namespace nereid {
 namespace {
@@ -47,6 +50,54 @@ size_t DataTypeSize(DataType type) {
   for (const auto& t : kTypes)
     if (t.type == type) return t.size;
   return 0;
+}
+
+namespace {
+template <typename T>
+double Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return static_cast<double>(v);
+}
+}  // namespace
+
+double ElementAsDouble(DataType type, const uint8_t* p) {
+  switch (type) {
+    case DataType::kBool:
+      return *p ? 1.0 : 0.0;
+    case DataType::kUint8:
+      return *p;
+    case DataType::kInt8:
+      return static_cast<int8_t>(*p);
+    case DataType::kUint16:
+      return Load<uint16_t>(p);
+    case DataType::kInt16:
+      return Load<int16_t>(p);
+    case DataType::kUint32:
+      return Load<uint32_t>(p);
+    case DataType::kInt32:
+      return Load<int32_t>(p);
+    case DataType::kUint64:
+      return Load<uint64_t>(p);
+    case DataType::kInt64:
+      return Load<int64_t>(p);
+    case DataType::kFp32:
+      return Load<float>(p);
+    case DataType::kFp64:
+      return Load<double>(p);
+    case DataType::kFp16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return HalfToFloat(v);
+    }
+    case DataType::kBf16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return Bf16ToFloat(v);
+    }
+    default:
+      return 0;
+  }
 }
 
 int64_t ElementCount(const int64_t* shape, size_t rank) {

@@ -35,6 +35,10 @@ DataType DataTypeFromName(std::string_view name);
 // Bytes per element; 0 for BYTES (variable) and kInvalid.
 size_t DataTypeSize(DataType type);
 
+// One element at 'p' (little-endian, any alignment) as a double; FP16/BF16 widened, BOOL 0/1, BYTES
+// 0.
+double ElementAsDouble(DataType type, const uint8_t* p);
+
 // Number of elements of a shape; -1 if any dimension is negative; saturates instead of overflowing.
 int64_t ElementCount(const int64_t* shape, size_t rank);
 

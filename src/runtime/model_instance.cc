@@ -14,41 +14,6 @@
 namespace nereid {
 namespace {
 
-double ElementAsDouble(DataType type, const uint8_t* p) {
-  switch (type) {
-#define NEREID_CASE(dt, T)         \
-  case dt: {                       \
-    T v;                           \
-    std::memcpy(&v, p, sizeof(T)); \
-    return static_cast<double>(v); \
-  }
-    NEREID_CASE(DataType::kBool, uint8_t)
-    NEREID_CASE(DataType::kUint8, uint8_t)
-    NEREID_CASE(DataType::kUint16, uint16_t)
-    NEREID_CASE(DataType::kUint32, uint32_t)
-    NEREID_CASE(DataType::kUint64, uint64_t)
-    NEREID_CASE(DataType::kInt8, int8_t)
-    NEREID_CASE(DataType::kInt16, int16_t)
-    NEREID_CASE(DataType::kInt32, int32_t)
-    NEREID_CASE(DataType::kInt64, int64_t)
-    NEREID_CASE(DataType::kFp32, float)
-    NEREID_CASE(DataType::kFp64, double)
-#undef NEREID_CASE
-    case DataType::kFp16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return HalfToFloat(v);
-    }
-    case DataType::kBf16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return Bf16ToFloat(v);
-    }
-    default:
-      return 0;
-  }
-}
-
 std::string FormatScore(DataType type, double v) {
   const bool integral = type != DataType::kFp16 && type != DataType::kFp32 &&
                         type != DataType::kFp64 && type != DataType::kBf16;

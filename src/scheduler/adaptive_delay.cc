@@ -92,22 +92,25 @@ uint64_t AdaptiveDelay::DelayNs(int64_t pending, uint64_t oldest_ns) const {
   const double next_exec = static_cast<double>(ExecEstimateLocked(pending + 1));
   const double room = budget - next_exec;
   if (room <= 0) return 0;
-  // Waiting pays only when the next request is expected well within one execution; otherwise the idle
-  // instance is worth more now (and with closed-loop clients nobody comes until a response goes out).
+  // Waiting pays only when the next request is expected well within one execution; otherwise the
+  // idle instance is worth more now (and with closed-loop clients nobody comes until a response
+  // goes out).
   if (interarrival_ns_ > kWaitWorthFraction * next_exec) return 0;
-  // ... and only while bigger batches are markedly cheaper per row (measured: doubling the batch must
-  // save at least 10% per row).
+  // ... and only while bigger batches are markedly cheaper per row (measured: doubling the batch
+  // must save at least 10% per row).
   const int64_t doubled = std::min<int64_t>(2 * std::max<int64_t>(pending, 1), max_batch_size_);
-  const double per_row_now = static_cast<double>(ExecEstimateLocked(std::max<int64_t>(pending, 1))) /
-                             static_cast<double>(std::max<int64_t>(pending, 1));
+  const double per_row_now =
+      static_cast<double>(ExecEstimateLocked(std::max<int64_t>(pending, 1))) /
+      static_cast<double>(std::max<int64_t>(pending, 1));
   const double per_row_doubled =
       static_cast<double>(ExecEstimateLocked(doubled)) / static_cast<double>(doubled);
   if (per_row_doubled > kMinBatchingGain * per_row_now) return 0;
   // One and a half inter-arrival times after the last arrival, another one is overdue.
   const double expected_next = static_cast<double>(last_arrival_ns_) + 1.5 * interarrival_ns_;
   const double deadline = std::min(static_cast<double>(oldest_ns) + room, expected_next);
-  return deadline > static_cast<double>(oldest_ns) ? static_cast<uint64_t>(deadline - static_cast<double>(oldest_ns))
-                                                   : 0;
+  return deadline > static_cast<double>(oldest_ns)
+             ? static_cast<uint64_t>(deadline - static_cast<double>(oldest_ns))
+             : 0;
 }
 
 double AdaptiveDelay::budget_factor() const {

@@ -152,12 +152,13 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
       pending += c.batch_size;
       oldest = std::min(oldest, c.enqueue_ns);
     }
-    // Adaptive mode waits only when no other instance is idle: an idle instance beats a bigger batch.
+    // Adaptive mode waits only when no other instance is idle: an idle instance beats a bigger
+    // batch.
     const bool other_idle = busy_instances_ + 1 < threads_.size();
-    const uint64_t delay = stopping_         ? 0
-                           : !adaptive_      ? max_delay_ns_
-                           : other_idle      ? 0
-                                             : adaptive_->DelayNs(pending, oldest);
+    const uint64_t delay = stopping_    ? 0
+                           : !adaptive_ ? max_delay_ns_
+                           : other_idle ? 0
+                                        : adaptive_->DelayNs(pending, oldest);
     const BatchDecision decision = DecideBatch(limits_, candidates, blocked, now, delay);
     if (adaptive_) {
       if (decision.take == 0 && wait_started_rows_ == 0) wait_started_rows_ = pending;

@@ -66,8 +66,8 @@ class DynamicBatcher : public Scheduler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   RequestQueue queue_;
-  size_t executing_ = 0;       // requests being executed
-  size_t busy_instances_ = 0;  // instances executing a batch
+  size_t executing_ = 0;           // requests being executed
+  size_t busy_instances_ = 0;      // instances executing a batch
   int64_t wait_started_rows_ = 0;  // adaptive mode: pending rows when the current wait began
   size_t hold_until_ = 0;
   bool stopping_ = false;

@@ -386,7 +386,7 @@ TEST(AdaptiveDelayTest, WaitsOnlyWhenArrivalsAreLikelyAndWithinBudget) {
   EXPECT_EQ(a.DelayNs(1, t - 2'000 * kUs), 2'150 * kUs);
   // ... but never past the budget (0.5 * 5 ms) less the time to execute one more row (240 us).
   EXPECT_EQ(a.DelayNs(1, t - 3'000 * kUs), 2'500 * kUs - 240 * kUs);
-  EXPECT_EQ(a.DelayNs(32, t), 0u);  // full
+  EXPECT_EQ(a.DelayNs(32, t), 0u);                             // full
   for (int i = 0; i < 50; ++i) a.OnArrival(t += 1'000 * kUs);  // 1000 requests/s
   // The next request is not expected within half an execution: send now.
   EXPECT_EQ(a.DelayNs(1, t), 0u);

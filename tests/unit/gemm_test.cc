@@ -39,7 +39,8 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
   SgemmPacked(ta, m, alpha, a.data(), lda, packed, beta, c_packed.data(), n);
   for (int i = 0; i < m * n; ++i) {
     ASSERT_NEAR(c[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 1e-5) << "at " << i;
-    ASSERT_NEAR(c_packed[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 1e-5) << "packed, at " << i;
+    ASSERT_NEAR(c_packed[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 1e-5)
+        << "packed, at " << i;
   }
 }
 

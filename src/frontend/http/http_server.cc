@@ -552,15 +552,21 @@ class Session : public std::enable_shared_from_this<Session> {
     Send(std::move(res));
   }
 
+  // A control request's body, which must be a JSON object.
+  static StatusOr<simdjson::dom::element> ParseObject(simdjson::dom::parser& parser,
+                                                      const std::string& body, const char* what) {
+    ASSIGN_OR_RETURN(simdjson::dom::element doc, ParseJson(parser, body));
+    if (doc.type() != simdjson::dom::element_type::OBJECT)
+      return InvalidArgument(std::string("the ") + what + " request must be a JSON object");
+    return doc;
+  }
+
   void RepositoryIndex(const std::string& body) {
     bool ready_only = false;
     if (!body.empty()) {
       simdjson::dom::parser parser;
-      auto doc = ParseJson(parser, body);
+      auto doc = ParseObject(parser, body, "repository index");
       if (!doc.ok()) return SendStatus(doc.status());
-      if (doc->type() != simdjson::dom::element_type::OBJECT)
-        return SendError(bhttp::status::bad_request,
-                         "the repository index request must be a JSON object");
       simdjson::dom::element ready;
       if (!doc->at_key("ready").get(ready)) {
         if (ready.type() != simdjson::dom::element_type::BOOL)
@@ -600,11 +606,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string config_json;
     if (!body.empty()) {
       simdjson::dom::parser parser;
-      auto doc = ParseJson(parser, body);
+      auto doc = ParseObject(parser, body, "repository");
       if (!doc.ok()) return SendStatus(doc.status());
-      if (doc->type() != simdjson::dom::element_type::OBJECT)
-        return SendError(bhttp::status::bad_request,
-                         "the repository request must be a JSON object");
       simdjson::dom::object params;
       if (!doc->at_key("parameters").get(params)) {
         for (auto [key, value] : params) {
@@ -637,11 +640,9 @@ class Session : public std::enable_shared_from_this<Session> {
     auto& settings = GlobalLogSettings();
     if (method == bhttp::verb::post) {
       simdjson::dom::parser parser;
-      auto doc = ParseJson(parser, body);
+      auto doc = ParseObject(parser, body, "logging");
       if (!doc.ok()) return SendStatus(doc.status());
-      simdjson::dom::object settings_json;
-      if (doc->get(settings_json))
-        return SendError(bhttp::status::bad_request, "the logging request must be a JSON object");
+      simdjson::dom::object settings_json = doc->get_object().value_unsafe();
       for (auto [key_view, v] : settings_json) {
         const std::string key(key_view);
         bool flag;
