@@ -1,5 +1,5 @@
 // Status and StatusOr: how errors travel inside the core. No exceptions on the request path; every
-// Status code maps to exactly one HTTP status (and later one gRPC code) in HttpStatusFor().
+// Status code maps to exactly one HTTP status and one gRPC code in ProtocolCodesFor().
 #pragma once
 
 #include <cassert>
@@ -47,24 +47,34 @@ inline Status Unsupported(std::string msg) {
 }
 inline Status Internal(std::string msg) { return Status(Status::Code::kInternal, std::move(msg)); }
 
-// Triton's mapping: INTERNAL 500, NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, everything else
-// 400.
-inline int HttpStatusFor(Status::Code code) {
+// The one table from Status codes to protocol codes, Triton's mapping. HTTP: INTERNAL 500,
+// NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, everything else 400. gRPC (grpc::StatusCode
+// numbers): INVALID_ARGUMENT 3, NOT_FOUND 5, ALREADY_EXISTS 6, UNIMPLEMENTED 12, INTERNAL 13,
+// UNAVAILABLE 14.
+struct ProtocolCodes {
+  int http;
+  int grpc;
+};
+inline ProtocolCodes ProtocolCodesFor(Status::Code code) {
   switch (code) {
     case Status::Code::kOk:
-      return 200;
+      return {200, 0};
+    case Status::Code::kInvalidArgument:
+      return {400, 3};
     case Status::Code::kNotFound:
-      return 404;
-    case Status::Code::kUnavailable:
-      return 503;
+      return {404, 5};
+    case Status::Code::kAlreadyExists:
+      return {400, 6};
     case Status::Code::kUnsupported:
-      return 501;
+      return {501, 12};
     case Status::Code::kInternal:
-      return 500;
-    default:
-      return 400;
+      return {500, 13};
+    case Status::Code::kUnavailable:
+      return {503, 14};
   }
+  return {400, 3};
 }
+inline int HttpStatusFor(Status::Code code) { return ProtocolCodesFor(code).http; }
 
 template <typename T>
 class StatusOr {

@@ -131,6 +131,21 @@ const std::vector<std::string>* Model::Labels(const std::string& output) const {
   return it == labels_.end() ? nullptr : &it->second;
 }
 
+std::vector<TensorMetadata> Model::Metadata(bool inputs) const {
+  std::vector<TensorMetadata> out;
+  auto add = [&](const std::string& name, inference::DataType type, const auto& dims) {
+    TensorMetadata t{name, FromConfigType(type), {}};
+    if (config_.max_batch_size() > 0) t.shape.push_back(-1);
+    t.shape.insert(t.shape.end(), dims.begin(), dims.end());
+    out.push_back(std::move(t));
+  };
+  if (inputs)
+    for (const auto& in : config_.input()) add(in.name(), in.data_type(), in.dims());
+  else
+    for (const auto& o : config_.output()) add(o.name(), o.data_type(), o.dims());
+  return out;
+}
+
 Status Model::SetConfigJson(const std::string& json) {
   if (!in_initialize_)
     return Internal("NereidModelSetConfigJson may only be called during NereidModelInitialize");

@@ -18,6 +18,13 @@
 
 namespace nereid {
 
+// One input or output as the metadata endpoints describe it (the batch dimension included as -1).
+struct TensorMetadata {
+  std::string name;
+  DataType datatype = DataType::kInvalid;
+  std::vector<int64_t> shape;
+};
+
 class Model {
  public:
   // Loads a model version: runs the backend's model initialization (which may auto-complete the
@@ -42,6 +49,11 @@ class Model {
   const inference::ModelConfig& config() const { return config_; }
   const std::string& config_json() const { return config_json_; }
   const std::vector<std::string>* Labels(const std::string& output) const;
+  // Metadata endpoints (HTTP and gRPC): the platform name and the input/output tensors.
+  const std::string& platform() const {
+    return config_.platform().empty() ? config_.backend() : config_.platform();
+  }
+  std::vector<TensorMetadata> Metadata(bool inputs) const;
   Backend& backend() const { return *backend_; }
   size_t Pending() const { return scheduler_ ? scheduler_->Pending() : 0; }
   ModelStats& stats() { return *stats_; }

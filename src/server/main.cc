@@ -7,9 +7,11 @@
 #include <iostream>
 
 #include "common/logging.h"
+#include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
 #include "perf/load_generator.h"
 #include "repository/model_repository.h"
+#include "runtime/server_info.h"
 #include "server/server_options.h"
 
 namespace {
@@ -55,9 +57,15 @@ int Serve(const std::vector<std::string>& args) {
     LOG_ERROR << s.message();
     return 1;
   }
-  if (options.allow_grpc)
-    LOG_INFO << "gRPC port " << options.grpc_port
-             << " is reserved; the gRPC frontend is not in this build";
+  std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
+  if (options.allow_grpc) {
+    grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(options.grpc, &repository);
+    s = grpc->Start();
+    if (!s.ok()) {
+      LOG_ERROR << s.message();
+      return 1;
+    }
+  }
   if (options.allow_metrics)
     LOG_INFO << "metrics port " << options.metrics_port
              << " is reserved; metrics are not in this build";
@@ -65,7 +73,8 @@ int Serve(const std::vector<std::string>& args) {
   if (options.allow_metrics) options.http.metrics_port = options.metrics_port;
   if (options.allow_http) {
     http = std::make_unique<nereid::http::HttpServer>(
-        options.http, nereid::http::ServerInfo{"nereid", "0.1.0"}, &repository);
+        options.http, nereid::http::ServerInfo{nereid::kServerName, nereid::kServerVersion},
+        &repository);
     s = http->Start();
     if (!s.ok()) {
       LOG_ERROR << s.message();
@@ -76,6 +85,7 @@ int Serve(const std::vector<std::string>& args) {
   sigwait(&signals, &sig);
   LOG_INFO << "signal " << sig << " received, shutting down";
   if (http) http->Stop();
+  if (grpc) grpc->Stop();
   repository.StopAll();
   return 0;
 }

@@ -54,7 +54,10 @@ Options (names follow tritonserver):
   --http-port=PORT            default 8000 (0 picks a free port)
   --http-thread-count=N       HTTP I/O threads (default: hardware threads, at least 2)
   --http-max-input-size=BYTES largest accepted request body (default 67108864)
-  --allow-grpc=BOOL, --grpc-port=PORT        reserved (default 8001); gRPC lands in a later release
+  --allow-grpc=BOOL           serve gRPC (default true)
+  --grpc-address=ADDR         default 0.0.0.0
+  --grpc-port=PORT            default 8001 (0 picks a free port)
+  --grpc-thread-count=N       cap on gRPC's callback threads (default: gRPC's own)
   --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
   --metrics-port=PORT         default 8002 (0 picks a free port)
   --log-verbose=N             verbose logging level (0 off)
@@ -124,9 +127,17 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "http-port" || flag == "grpc-port" || flag == "metrics-port") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(int port, ParseNumber<int>(flag, v, 0, 65535));
-      (flag == "http-port"   ? o.http.port
-       : flag == "grpc-port" ? o.grpc_port
-                             : o.metrics_port) = static_cast<uint16_t>(port);
+      if (flag == "http-port")
+        o.http.port = static_cast<uint16_t>(port);
+      else if (flag == "grpc-port")
+        o.grpc.port = port;
+      else
+        o.metrics_port = static_cast<uint16_t>(port);
+    } else if (flag == "grpc-address") {
+      ASSIGN_OR_RETURN(o.grpc.address, next());
+    } else if (flag == "grpc-thread-count") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.grpc.threads, ParseNumber<int>(flag, v, 1, 1024));
     } else if (flag == "http-thread-count") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.http.threads, ParseNumber<int>(flag, v, 1, 1024));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
 #include "repository/model_repository.h"
 
@@ -17,7 +18,7 @@ struct ServerOptions {
   bool allow_http = true;
   bool allow_grpc = true;
   bool allow_metrics = true;
-  uint16_t grpc_port = 8001;
+  grpc_frontend::GrpcOptions grpc;
   uint16_t metrics_port = 8002;
   std::string backend_directory;  // empty: next to the executable
   int log_verbose = 0;

@@ -16,6 +16,7 @@
 #include "frontend/http/compression.h"
 #include "frontend/http/infer_codec.h"
 #include "metrics/prometheus.h"
+#include "runtime/server_info.h"
 
 namespace nereid::http {
 namespace {
@@ -126,16 +127,6 @@ Route Match(std::string_view target) {
   if (p[1] == "logging" && p.size() == 2) return r.kind = Route::kLogging, r;
   return r;
 }
-
-void WriteShape(JsonWriter& w, bool batching,
-                const google::protobuf::RepeatedField<int64_t>& dims) {
-  w.StartArray();
-  if (batching) w.Int64(-1);
-  for (int64_t d : dims) w.Int64(d);
-  w.EndArray();
-}
-
-std::string_view WireTypeName(inference::DataType t) { return DataTypeName(FromConfigType(t)); }
 
 }  // namespace
 
@@ -350,9 +341,7 @@ class Session : public std::enable_shared_from_this<Session> {
     w.Key("extensions");
     w.StartArray();
     // Only extensions that work end to end are listed.
-    for (const char* e : {"classification", "model_repository", "model_configuration",
-                          "binary_tensor_data", "schedule_policy", "statistics", "logging"})
-      w.String(e);
+    for (const std::string& e : ServerExtensions()) w.String(e.c_str());
     w.EndArray();
     w.EndObject();
     SendBody(bhttp::status::ok, buffer.GetString());
@@ -445,8 +434,6 @@ class Session : public std::enable_shared_from_this<Session> {
     auto model_or = server_->repository_->GetModel(route.model, route.version);
     if (!model_or.ok()) return SendStatus(model_or.status());
     const Model& model = **model_or;
-    const auto& config = model.config();
-    const bool batching = config.max_batch_size() > 0;
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
@@ -458,26 +445,23 @@ class Session : public std::enable_shared_from_this<Session> {
       w.String(std::to_string(v).c_str());
     w.EndArray();
     w.Key("platform");
-    w.String(config.platform().empty() ? config.backend().c_str() : config.platform().c_str());
-    for (const char* key : {"inputs", "outputs"}) {
-      w.Key(key);
+    w.String(model.platform().c_str());
+    for (const bool inputs : {true, false}) {
+      w.Key(inputs ? "inputs" : "outputs");
       w.StartArray();
-      auto write = [&](const std::string& name, inference::DataType type,
-                       const google::protobuf::RepeatedField<int64_t>& dims) {
+      for (const TensorMetadata& t : model.Metadata(inputs)) {
         w.StartObject();
         w.Key("name");
-        w.String(name.c_str());
+        w.String(t.name.c_str());
         w.Key("datatype");
-        const auto t = WireTypeName(type);
-        w.String(t.data(), static_cast<rapidjson::SizeType>(t.size()));
+        const auto type = DataTypeName(t.datatype);
+        w.String(type.data(), static_cast<rapidjson::SizeType>(type.size()));
         w.Key("shape");
-        WriteShape(w, batching, dims);
+        w.StartArray();
+        for (int64_t d : t.shape) w.Int64(d);
+        w.EndArray();
         w.EndObject();
-      };
-      if (key[0] == 'i')
-        for (const auto& in : config.input()) write(in.name(), in.data_type(), in.dims());
-      else
-        for (const auto& out : config.output()) write(out.name(), out.data_type(), out.dims());
+      }
       w.EndArray();
     }
     w.EndObject();

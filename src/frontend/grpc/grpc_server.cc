@@ -1,0 +1,647 @@
+#include "frontend/grpc/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <charconv>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "common/logging.h"
+#include "frontend/grpc/grpc_service.grpc.pb.h"
+#include "runtime/server_info.h"
+
+namespace nereid::grpc_frontend {
+namespace {
+
+namespace pb = inference;
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(ProtocolCodesFor(s.code()).grpc), s.message());
+}
+
+StatusOr<int64_t> ParseVersion(const std::string& v) {
+  if (v.empty()) return int64_t{-1};
+  int64_t version = -1;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), version);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || version < 0)
+    return InvalidArgument("invalid model version '" + v + "'");
+  return version;
+}
+
+StatusOr<uint64_t> UintParameter(const pb::InferParameter& p, const std::string& name) {
+  switch (p.parameter_choice_case()) {
+    case pb::InferParameter::kUint64Param:
+      return p.uint64_param();
+    case pb::InferParameter::kInt64Param:
+      if (p.int64_param() >= 0) return static_cast<uint64_t>(p.int64_param());
+      break;
+    default:
+      break;
+  }
+  return InvalidArgument("parameter '" + name + "' must be a non-negative integer");
+}
+
+template <typename T, typename Repeated>
+void AppendAs(const Repeated& values, std::vector<uint8_t>& out) {
+  out.resize(values.size() * sizeof(T));
+  for (int i = 0; i < values.size(); ++i) {
+    const T v = static_cast<T>(values[i]);
+    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+  }
+}
+
+// Typed contents -> raw little-endian bytes. INT8/INT16 and UINT8/UINT16 travel widened, as in
+// Triton.
+Status ContentsToBytes(const pb::InferTensorContents& c, DataType type, const std::string& name,
+                       std::vector<uint8_t>& out) {
+  switch (type) {
+    case DataType::kBool:
+      AppendAs<uint8_t>(c.bool_contents(), out);
+      break;
+    case DataType::kInt8:
+      AppendAs<int8_t>(c.int_contents(), out);
+      break;
+    case DataType::kInt16:
+      AppendAs<int16_t>(c.int_contents(), out);
+      break;
+    case DataType::kInt32:
+      AppendAs<int32_t>(c.int_contents(), out);
+      break;
+    case DataType::kInt64:
+      AppendAs<int64_t>(c.int64_contents(), out);
+      break;
+    case DataType::kUint8:
+      AppendAs<uint8_t>(c.uint_contents(), out);
+      break;
+    case DataType::kUint16:
+      AppendAs<uint16_t>(c.uint_contents(), out);
+      break;
+    case DataType::kUint32:
+      AppendAs<uint32_t>(c.uint_contents(), out);
+      break;
+    case DataType::kUint64:
+      AppendAs<uint64_t>(c.uint64_contents(), out);
+      break;
+    case DataType::kFp32:
+      AppendAs<float>(c.fp32_contents(), out);
+      break;
+    case DataType::kFp64:
+      AppendAs<double>(c.fp64_contents(), out);
+      break;
+    case DataType::kBytes:
+      for (const std::string& s : c.bytes_contents()) {
+        const uint32_t len = static_cast<uint32_t>(s.size());
+        const size_t at = out.size();
+        out.resize(at + 4 + s.size());
+        std::memcpy(out.data() + at, &len, 4);
+        std::memcpy(out.data() + at + 4, s.data(), s.size());
+      }
+      break;
+    default:
+      return InvalidArgument("input '" + name + "': " + std::string(DataTypeName(type)) +
+                             " data must be sent in raw_input_contents");
+  }
+  return Status::Ok();
+}
+
+// ModelInferRequest -> InferenceRequest. Raw input data is not copied: it points into 'message',
+// which the caller keeps alive until the request completes.
+Status BuildRequest(const pb::ModelInferRequest& message, const Model& model, InferenceRequest* r) {
+  r->model_name = model.name();
+  r->model_version = model.version();
+  r->id = message.id();
+  for (const auto& [key, value] : message.parameters()) {
+    if (key == "priority") {
+      ASSIGN_OR_RETURN(r->priority, UintParameter(value, key));
+    } else if (key == "timeout") {
+      ASSIGN_OR_RETURN(r->timeout_us, UintParameter(value, key));
+    }
+  }
+  const bool raw = message.raw_input_contents_size() > 0;
+  if (raw && message.raw_input_contents_size() != message.inputs_size())
+    return InvalidArgument("expected " + std::to_string(message.inputs_size()) +
+                           " raw_input_contents (one per input), got " +
+                           std::to_string(message.raw_input_contents_size()));
+  for (int i = 0; i < message.inputs_size(); ++i) {
+    const auto& t = message.inputs(i);
+    InferInput in;
+    in.name = t.name();
+    in.datatype = DataTypeFromName(t.datatype());
+    if (in.datatype == DataType::kInvalid)
+      return InvalidArgument("input '" + in.name + "' has unknown datatype '" + t.datatype() + "'");
+    for (int64_t d : t.shape()) {
+      if (d < 0)
+        return InvalidArgument("input '" + in.name + "': shape entries must be non-negative");
+      in.shape.push_back(d);
+    }
+    if (raw) {
+      if (t.has_contents())
+        return InvalidArgument("input '" + in.name + "' has both contents and raw_input_contents");
+      const std::string& bytes = message.raw_input_contents(i);
+      in.data = reinterpret_cast<const uint8_t*>(bytes.data());
+      in.byte_size = bytes.size();
+    } else {
+      std::vector<uint8_t> bytes;
+      RETURN_IF_ERROR(ContentsToBytes(t.contents(), in.datatype, in.name, bytes));
+      in.Own(std::move(bytes));
+    }
+    r->inputs.push_back(std::move(in));
+  }
+  for (const auto& o : message.outputs()) {
+    RequestedOutput out;
+    out.name = o.name();
+    out.binary = true;
+    if (auto it = o.parameters().find("classification"); it != o.parameters().end()) {
+      ASSIGN_OR_RETURN(uint64_t k, UintParameter(it->second, "classification"));
+      if (k == 0 || k > std::numeric_limits<uint32_t>::max())
+        return InvalidArgument("output '" + out.name +
+                               "': classification must be a positive integer");
+      out.class_count = static_cast<uint32_t>(k);
+    }
+    r->outputs.push_back(std::move(out));
+  }
+  r->binary_outputs_by_default = true;
+  return Status::Ok();
+}
+
+// InferenceResponse -> ModelInferResponse; outputs always travel as raw_output_contents (as
+// Triton's).
+void FillResponse(const InferenceResponse& r, pb::ModelInferResponse* out) {
+  out->set_model_name(r.model_name);
+  out->set_model_version(std::to_string(r.model_version));
+  out->set_id(r.id);
+  for (const auto& o : r.outputs) {
+    auto* t = out->add_outputs();
+    t->set_name(o.name);
+    t->set_datatype(std::string(DataTypeName(o.datatype)));
+    for (int64_t d : o.shape) t->add_shape(d);
+    out->add_raw_output_contents(reinterpret_cast<const char*>(o.data.data()), o.data.size());
+  }
+}
+
+void FillDuration(const DurationStat& d, pb::StatisticDuration* out) {
+  out->set_count(d.count.load(std::memory_order_relaxed));
+  out->set_ns(d.ns.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService {
+ public:
+  Impl(GrpcOptions options, ModelRepository* repository)
+      : options_(std::move(options)), repository_(repository) {}
+
+  Status Start() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options_.address + ":" + std::to_string(options_.port),
+                             grpc::InsecureServerCredentials(), &bound_port_);
+    builder.RegisterService(this);
+    builder.SetMaxReceiveMessageSize(std::numeric_limits<int32_t>::max());
+    builder.SetMaxSendMessageSize(std::numeric_limits<int32_t>::max());
+    if (options_.threads > 0) {
+      grpc::ResourceQuota quota("nereid");
+      quota.SetMaxThreads(options_.threads);
+      builder.SetResourceQuota(quota);
+    }
+    server_ = builder.BuildAndStart();
+    if (!server_ || bound_port_ == 0)
+      return Unavailable("cannot listen for gRPC on " + options_.address + ":" +
+                         std::to_string(options_.port));
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
+    LOG_INFO << "Started GRPCInferenceService at " << options_.address << ":" << bound_port_;
+    return Status::Ok();
+  }
+
+  void Stop() {
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      server_->Wait();
+      server_.reset();
+    }
+  }
+
+  int port() const { return bound_port_; }
+  ModelRepository* repository() const { return repository_; }
+
+  // ---- unary RPCs ----
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const pb::ServerLiveRequest*,
+                                       pb::ServerLiveResponse* response) override {
+    response->set_live(true);
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const pb::ServerReadyRequest*,
+                                        pb::ServerReadyResponse* response) override {
+    response->set_ready(repository_->Ready());
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const pb::ModelReadyRequest* request,
+                                       pb::ModelReadyResponse* response) override {
+    auto version = ParseVersion(request->version());
+    response->set_ready(version.ok() && repository_->GetModel(request->name(), *version).ok());
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const pb::ServerMetadataRequest*,
+                                           pb::ServerMetadataResponse* response) override {
+    response->set_name(kServerName);
+    response->set_version(kServerVersion);
+    for (const std::string& e : ServerExtensions()) response->add_extensions(e);
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const pb::ModelMetadataRequest* request,
+                                          pb::ModelMetadataResponse* response) override {
+    auto model = Lookup(request->name(), request->version());
+    if (!model.ok()) return Done(ctx, model.status());
+    response->set_name((*model)->name());
+    for (int64_t v : repository_->ReadyVersions((*model)->name()))
+      response->add_versions(std::to_string(v));
+    response->set_platform((*model)->platform());
+    for (const bool inputs : {true, false})
+      for (const TensorMetadata& t : (*model)->Metadata(inputs)) {
+        auto* out = inputs ? response->add_inputs() : response->add_outputs();
+        out->set_name(t.name);
+        out->set_datatype(std::string(DataTypeName(t.datatype)));
+        for (int64_t d : t.shape) out->add_shape(d);
+      }
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
+                                        const pb::ModelConfigRequest* request,
+                                        pb::ModelConfigResponse* response) override {
+    auto model = Lookup(request->name(), request->version());
+    if (!model.ok()) return Done(ctx, model.status());
+    *response->mutable_config() = (*model)->config();
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
+                                            const pb::ModelStatisticsRequest* request,
+                                            pb::ModelStatisticsResponse* response) override {
+    std::vector<std::shared_ptr<Model>> models;
+    if (request->name().empty()) {
+      models = repository_->LoadedModels();
+    } else if (!request->version().empty()) {
+      auto m = Lookup(request->name(), request->version());
+      if (!m.ok()) return Done(ctx, m.status());
+      models.push_back(*m);
+    } else {
+      for (auto& m : repository_->LoadedModels())
+        if (m->name() == request->name()) models.push_back(m);
+      if (models.empty())
+        return Done(ctx, NotFound("requested model '" + request->name() + "' is not available"));
+    }
+    for (const auto& m : models) {
+      const ModelStats& st = m->stats();
+      auto* out = response->add_model_stats();
+      out->set_name(m->name());
+      out->set_version(std::to_string(m->version()));
+      out->set_last_inference(st.last_inference_ms.load(std::memory_order_relaxed));
+      out->set_inference_count(st.inference_count.load(std::memory_order_relaxed));
+      out->set_execution_count(st.execution_count.load(std::memory_order_relaxed));
+      auto* is = out->mutable_inference_stats();
+      FillDuration(st.success, is->mutable_success());
+      FillDuration(st.fail, is->mutable_fail());
+      FillDuration(st.queue, is->mutable_queue());
+      FillDuration(st.compute_input, is->mutable_compute_input());
+      FillDuration(st.compute_infer, is->mutable_compute_infer());
+      FillDuration(st.compute_output, is->mutable_compute_output());
+      is->mutable_cache_hit();
+      is->mutable_cache_miss();
+      for (size_t b = 1; b < st.batch.size(); ++b) {
+        if (st.batch[b]->compute_infer.count.load(std::memory_order_relaxed) == 0) continue;
+        auto* bs = out->add_batch_stats();
+        bs->set_batch_size(b);
+        FillDuration(st.batch[b]->compute_input, bs->mutable_compute_input());
+        FillDuration(st.batch[b]->compute_infer, bs->mutable_compute_infer());
+        FillDuration(st.batch[b]->compute_output, bs->mutable_compute_output());
+      }
+    }
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
+                                            const pb::RepositoryIndexRequest* request,
+                                            pb::RepositoryIndexResponse* response) override {
+    for (const IndexEntry& e : repository_->Index(request->ready())) {
+      auto* m = response->add_models();
+      m->set_name(e.name);
+      if (e.version >= 0) m->set_version(std::to_string(e.version));
+      m->set_state(e.state);
+      m->set_reason(e.reason);
+    }
+    return Done(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
+                                                const pb::RepositoryModelLoadRequest* request,
+                                                pb::RepositoryModelLoadResponse*) override {
+    std::string config;
+    for (const auto& [key, value] : request->parameters()) {
+      if (key == "config") {
+        if (value.parameter_choice_case() != pb::ModelRepositoryParameter::kStringParam)
+          return Done(ctx, InvalidArgument("parameter 'config' must be a JSON string"));
+        config = value.string_param();
+      } else if (key.rfind("file:", 0) == 0) {
+        return Done(ctx, Unsupported("loading model files from the request is not supported yet"));
+      }
+    }
+    return Control(ctx, [this, name = request->model_name(), config] {
+      return repository_->Load(name, config);
+    });
+  }
+
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
+                                                  const pb::RepositoryModelUnloadRequest* request,
+                                                  pb::RepositoryModelUnloadResponse*) override {
+    return Control(ctx, [this, name = request->model_name()] { return repository_->Unload(name); });
+  }
+
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryStatusRequest*,
+      pb::SystemSharedMemoryStatusResponse*) override {
+    return Done(ctx, SharedMemoryUnsupported());
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryRegisterRequest*,
+      pb::SystemSharedMemoryRegisterResponse*) override {
+    return Done(ctx, SharedMemoryUnsupported());
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryUnregisterRequest*,
+      pb::SystemSharedMemoryUnregisterResponse*) override {
+    return Done(ctx, SharedMemoryUnsupported());
+  }
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx,
+                                                   const pb::CudaSharedMemoryStatusRequest*,
+                                                   pb::CudaSharedMemoryStatusResponse*) override {
+    return Done(ctx, SharedMemoryUnsupported());
+  }
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryRegisterRequest*,
+      pb::CudaSharedMemoryRegisterResponse*) override {
+    return Done(ctx, SharedMemoryUnsupported());
+  }
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryUnregisterRequest*,
+      pb::CudaSharedMemoryUnregisterResponse*) override {
+    return Done(ctx, SharedMemoryUnsupported());
+  }
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
+                                         const pb::TraceSettingRequest*,
+                                         pb::TraceSettingResponse*) override {
+    return Done(ctx, Unsupported("the trace extension is not supported yet"));
+  }
+
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
+                                        const pb::LogSettingsRequest* request,
+                                        pb::LogSettingsResponse* response) override {
+    auto& settings = GlobalLogSettings();
+    for (const auto& [key, v] : request->settings()) {
+      using Value = pb::LogSettingsRequest::SettingValue;
+      const bool is_bool = v.parameter_choice_case() == Value::kBoolParam;
+      if (key == "log_info" && is_bool)
+        settings.info = v.bool_param();
+      else if (key == "log_warning" && is_bool)
+        settings.warning = v.bool_param();
+      else if (key == "log_error" && is_bool)
+        settings.error = v.bool_param();
+      else if (key == "log_verbose_level" && v.parameter_choice_case() == Value::kUint32Param)
+        settings.verbose = static_cast<int>(std::min<uint32_t>(v.uint32_param(), 100));
+      else if ((key == "log_file" && v.string_param().empty()) ||
+               (key == "log_format" && v.string_param() == "default"))
+        continue;
+      else
+        return Done(ctx, InvalidArgument("unknown, mistyped or unchangeable logging setting '" +
+                                         key + "'"));
+    }
+    auto& out = *response->mutable_settings();
+    out["log_file"].set_string_param("");
+    out["log_info"].set_bool_param(settings.info);
+    out["log_warning"].set_bool_param(settings.warning);
+    out["log_error"].set_bool_param(settings.error);
+    out["log_verbose_level"].set_uint32_param(static_cast<uint32_t>(settings.verbose.load()));
+    out["log_format"].set_string_param("default");
+    return Done(ctx, Status::Ok());
+  }
+
+  // ---- inference ----
+
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const pb::ModelInferRequest* request,
+                                       pb::ModelInferResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    auto infer = MakeRequest(*request);
+    if (!infer.ok()) {
+      reactor->Finish(ToGrpc(infer.status()));
+      return reactor;
+    }
+    std::unique_ptr<InferenceRequest> r = std::move(infer).value();
+    // The response message and 'request' live until Finish, which runs after completion.
+    r->on_complete = [reactor, response](std::unique_ptr<InferenceResponse> result) {
+      if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
+      FillResponse(*result, response);
+      reactor->Finish(grpc::Status::OK);
+    };
+    auto model = r->model;
+    Status queued = model->Enqueue(r);
+    if (!queued.ok()) reactor->Finish(ToGrpc(queued));
+    return reactor;
+  }
+
+  grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext* ctx) override;
+
+  // Builds a routed InferenceRequest (model resolved, inputs decoded) from a gRPC request.
+  StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(const pb::ModelInferRequest& message) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                     Lookup(message.model_name(), message.model_version()));
+    auto r = std::make_unique<InferenceRequest>();
+    r->times.received_ns = SteadyNowNs();
+    RETURN_IF_ERROR(BuildRequest(message, *model, r.get()));
+    r->model = std::move(model);
+    return r;
+  }
+
+ private:
+  static Status SharedMemoryUnsupported() {
+    return Unsupported("shared memory is not supported yet (send tensors in the request)");
+  }
+
+  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const Status& s) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+
+  StatusOr<std::shared_ptr<Model>> Lookup(const std::string& name, const std::string& version) {
+    ASSIGN_OR_RETURN(int64_t v, ParseVersion(version));
+    return repository_->GetModel(name, v);
+  }
+
+  // Load/unload are slow: run them off gRPC's threads and finish the RPC when done.
+  template <typename Fn>
+  grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, Fn fn) {
+    if (repository_->control_mode() != ModelControlMode::kExplicit)
+      return Done(
+          ctx,
+          Unavailable("explicit model load / unload is not allowed if model control mode is not "
+                      "EXPLICIT (start with --model-control-mode=explicit)"));
+    auto* reactor = ctx->DefaultReactor();
+    std::thread([reactor, fn] { reactor->Finish(ToGrpc(fn())); }).detach();
+    return reactor;
+  }
+
+  GrpcOptions options_;
+  ModelRepository* repository_;
+  std::unique_ptr<grpc::Server> server_;
+  int bound_port_ = 0;
+};
+
+namespace {
+
+// One ModelStreamInfer stream: reads requests as they come, enqueues each, and writes each response
+// (or its error, in error_message) as it completes, one write at a time. Lives until the stream is
+// done and every request it enqueued has completed.
+class StreamReactor
+    : public grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse> {
+ public:
+  explicit StreamReactor(GrpcServer::Impl* server) : server_(server) {
+    next_ = std::make_shared<pb::ModelInferRequest>();
+    StartRead(next_.get());
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    std::shared_ptr<pb::ModelInferRequest> message = std::move(next_);
+    next_ = std::make_shared<pb::ModelInferRequest>();
+    StartRead(next_.get());
+    auto request = server_->MakeRequest(*message);
+    if (!request.ok()) return Send(Error(*message, request.status()));
+    std::unique_ptr<InferenceRequest> r = std::move(request).value();
+    r->payload = message;  // raw input data points into the message
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++in_flight_;
+    }
+    r->on_complete = [this](std::unique_ptr<InferenceResponse> result) {
+      auto out = std::make_unique<pb::ModelStreamInferResponse>();
+      if (result->status.ok()) {
+        FillResponse(*result, out->mutable_infer_response());
+      } else {
+        out->set_error_message(result->status.message());
+        out->mutable_infer_response()->set_model_name(result->model_name);
+        out->mutable_infer_response()->set_id(result->id);
+      }
+      Send(std::move(out), /*completes_request=*/true);
+    };
+    auto model = r->model;
+    Status queued = model->Enqueue(r);
+    if (!queued.ok()) Send(Error(*message, queued), /*completes_request=*/true);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    pending_.pop_front();
+    if (!ok) broken_ = true;
+    WriteNextLocked();
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override {
+    bool destroy = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      destroy = in_flight_ == 0 && !deleted_;
+      if (destroy) deleted_ = true;
+    }
+    if (destroy) delete this;  // otherwise the last completing request deletes it (Send)
+  }
+
+ private:
+  static std::unique_ptr<pb::ModelStreamInferResponse> Error(const pb::ModelInferRequest& request,
+                                                             const Status& s) {
+    auto out = std::make_unique<pb::ModelStreamInferResponse>();
+    out->set_error_message(s.message());
+    out->mutable_infer_response()->set_model_name(request.model_name());
+    out->mutable_infer_response()->set_id(request.id());
+    return out;
+  }
+
+  void Send(std::unique_ptr<pb::ModelStreamInferResponse> response,
+            bool completes_request = false) {
+    bool destroy = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (completes_request) --in_flight_;
+      if (!done_ && !broken_) {
+        pending_.push_back(std::move(response));
+        WriteNextLocked();
+      }
+      MaybeFinishLocked();
+      destroy = done_ && in_flight_ == 0 && !deleted_;
+      if (destroy) deleted_ = true;
+    }
+    if (destroy) delete this;
+  }
+
+  void WriteNextLocked() {
+    if (writing_ || pending_.empty() || done_) return;
+    writing_ = true;
+    StartWrite(pending_.front().get());
+  }
+
+  void MaybeFinishLocked() {
+    if (finished_ || !reads_done_ || in_flight_ > 0 || writing_ || !pending_.empty()) return;
+    finished_ = true;
+    Finish(grpc::Status::OK);
+  }
+
+  GrpcServer::Impl* server_;
+  std::shared_ptr<pb::ModelInferRequest> next_;
+  std::mutex mu_;
+  std::deque<std::unique_ptr<pb::ModelStreamInferResponse>> pending_;
+  int in_flight_ = 0;
+  bool reads_done_ = false, writing_ = false, finished_ = false, broken_ = false, done_ = false;
+  bool deleted_ = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>*
+GrpcServer::Impl::ModelStreamInfer(grpc::CallbackServerContext*) {
+  return new StreamReactor(this);
+}
+
+GrpcServer::GrpcServer(GrpcOptions options, ModelRepository* repository)
+    : impl_(std::make_unique<Impl>(std::move(options), repository)) {}
+GrpcServer::~GrpcServer() { Stop(); }
+Status GrpcServer::Start() { return impl_->Start(); }
+void GrpcServer::Stop() {
+  if (impl_) impl_->Stop();
+}
+int GrpcServer::port() const { return impl_->port(); }
+
+}  // namespace nereid::grpc_frontend

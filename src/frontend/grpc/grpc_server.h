@@ -1,0 +1,35 @@
+// GrpcServer: inference.GRPCInferenceService (Triton's gRPC protocol) on the gRPC callback API,
+// plus grpc.health.v1.Health. It only translates: requests become InferenceRequests for the same
+// core path the HTTP frontend uses, and responses come back through the completion callback on the
+// instance thread, which finishes the RPC; no gRPC thread waits on a model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "repository/model_repository.h"
+
+namespace nereid::grpc_frontend {
+
+struct GrpcOptions {
+  std::string address = "0.0.0.0";
+  int port = 8001;  // 0: any free port
+  int threads = 0;  // gRPC's threads for callbacks; 0: gRPC's default
+};
+
+class GrpcServer {
+ public:
+  GrpcServer(GrpcOptions options, ModelRepository* repository);
+  ~GrpcServer();
+  Status Start();
+  void Stop();
+  int port() const;
+
+  class Impl;  // public so the reactors in grpc_server.cc can reach it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nereid::grpc_frontend

@@ -1,0 +1,24 @@
+// What the server says about itself in server metadata (HTTP GET /v2, gRPC ServerMetadata).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace nereid {
+
+constexpr const char* kServerName = "nereid";
+constexpr const char* kServerVersion = "0.1.0";
+
+// Only extensions that work end to end on every frontend are listed.
+inline const std::vector<std::string>& ServerExtensions() {
+  static const std::vector<std::string> extensions = {"classification",
+                                                      "model_repository",
+                                                      "model_configuration",
+                                                      "binary_tensor_data",
+                                                      "schedule_policy",
+                                                      "statistics",
+                                                      "logging"};
+  return extensions;
+}
+
+}  // namespace nereid
