@@ -33,12 +33,15 @@ class Server:
     def __init__(self, repository, *args, expect_ready=True):
         self.port = free_port()
         self.metrics_port = free_port()
+        self.grpc_port = free_port()
         self.url = f"localhost:{self.port}"
+        self.grpc_url = f"localhost:{self.grpc_port}"
         self.log_path = os.path.join(repository, f"..", f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [BINARY, "serve", f"--model-repository={repository}", f"--http-port={self.port}",
-             f"--metrics-port={self.metrics_port}", "--http-address=127.0.0.1", *args],
+             f"--metrics-port={self.metrics_port}", f"--grpc-port={self.grpc_port}",
+             "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", *args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while time.time() < deadline:

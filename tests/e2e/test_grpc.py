@@ -1,0 +1,175 @@
+"""The gRPC frontend through the real tritonclient.grpc: every RPC, every datatype, typed contents,
+sync/async/streaming inference, and the bad-input cases, each followed by a good request."""
+import queue
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from models import DATATYPES, identity_name
+from test_infer import sample
+
+
+@pytest.fixture()
+def gclient(server):
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    yield c
+    c.close()
+
+
+def simple_inputs(a, b):
+    ins = [grpcclient.InferInput("INPUT0", list(a.shape), "INT32"),
+           grpcclient.InferInput("INPUT1", list(b.shape), "INT32")]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
+    return ins
+
+
+def assert_simple_works(c):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    r = c.infer("simple", simple_inputs(a, a))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), 2 * a)
+
+
+def test_health_and_metadata(gclient):
+    assert gclient.is_server_live() and gclient.is_server_ready()
+    assert gclient.is_model_ready("simple") and not gclient.is_model_ready("nope")
+    assert not gclient.is_model_ready("simple", "7")
+    md = gclient.get_server_metadata()
+    assert md.name == "nereid" and "statistics" in md.extensions
+    mm = gclient.get_model_metadata("simple")
+    assert mm.platform == "onnxruntime_onnx" and list(mm.inputs[0].shape) == [-1, 16]
+    cfg = gclient.get_model_config("recommend_model").config
+    assert cfg.max_batch_size == 32 and list(cfg.dynamic_batching.preferred_batch_size) == [8, 16, 32]
+
+
+def test_grpc_health_service(server):
+    # grpc.health.v1.Health/Check with an empty HealthCheckRequest; SERVING is status 1 (field 1).
+    channel = grpc.insecure_channel(server.grpc_url)
+    check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b)
+    assert check(b"", timeout=10) == b"\x08\x01"
+    channel.close()
+
+
+def test_infer_simple_and_classification(gclient):
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.ones((2, 16), dtype=np.int32)
+    r = gclient.infer("simple", simple_inputs(a, b), request_id="g1")
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    assert r.get_response().id == "g1"
+    x = np.random.default_rng(0).standard_normal((2, 1024)).astype(np.float32)
+    i = grpcclient.InferInput("input__0", [2, 1024], "FP32")
+    i.set_data_from_numpy(x)
+    top = gclient.infer("recommend_model", [i],
+                        outputs=[grpcclient.InferRequestedOutput("output__0", class_count=3)])
+    assert top.as_numpy("output__0").shape == (2, 3)
+    assert top.as_numpy("output__0")[0][0].decode().count(":") == 2
+
+
+@pytest.mark.parametrize("datatype", sorted(DATATYPES))
+def test_every_datatype_round_trips(gclient, datatype):
+    data = sample(datatype, (2, 5))
+    i = grpcclient.InferInput("INPUT0", [2, 5], datatype)
+    i.set_data_from_numpy(data)
+    out = gclient.infer(identity_name(datatype), [i]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(out, data)
+
+
+def test_typed_contents_instead_of_raw(server):
+    """A hand-built request with InferTensorContents (what non-Python clients often send)."""
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    req = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        t = req.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        t.contents.int_contents.extend(range(16))
+    resp = stub.ModelInfer(req)
+    out = np.frombuffer(resp.raw_output_contents[0], dtype=np.int32)
+    np.testing.assert_array_equal(out, 2 * np.arange(16))
+    bad = service_pb2.ModelInferRequest(model_name="identity_fp16")
+    bad.inputs.add(name="INPUT0", datatype="FP16", shape=[1, 1]).contents.fp32_contents.append(1.0)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(bad)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in e.value.details()
+    channel.close()
+
+
+def test_async_infer_many_in_flight(gclient):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    done = queue.Queue()
+    for k in range(64):
+        gclient.async_infer("simple", simple_inputs(a + k, a), callback=lambda result, error, k=k: done.put((k, result, error)),
+                            request_id=str(k))
+    for _ in range(64):
+        k, r, e = done.get(timeout=30)
+        assert e is None, e
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), 2 * a + k)
+
+
+def test_streaming_with_errors_in_error_message(gclient):
+    results = queue.Queue()
+    gclient.start_stream(callback=lambda result, error: results.put((result, error)))
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    for k in range(10):
+        gclient.async_stream_infer("simple", simple_inputs(a + k, a), request_id=str(k))
+    gclient.async_stream_infer("nope", simple_inputs(a, a), request_id="bad-model")
+    gclient.async_stream_infer("simple", simple_inputs(a[:, :8], a[:, :8]), request_id="bad-shape")
+    got = [results.get(timeout=30) for _ in range(12)]
+    gclient.stop_stream()
+    ok = {r.get_response().id: r for r, e in got if e is None}
+    errors = [str(e) for r, e in got if e is not None]
+    assert sorted(ok) == sorted(str(k) for k in range(10))
+    for k in range(10):
+        np.testing.assert_array_equal(ok[str(k)].as_numpy("OUTPUT0"), 2 * a + k)
+    assert any("unknown model" in e for e in errors) and any("unexpected shape" in e for e in errors)
+    assert_simple_works(gclient)
+
+
+@pytest.mark.parametrize("case,code,fragment", [
+    ("wrong_shape", "INVALID_ARGUMENT", "unexpected shape"),
+    ("wrong_datatype", "INVALID_ARGUMENT", "data-type"),
+    ("missing_input", "INVALID_ARGUMENT", "INPUT1"),
+    ("unknown_model", "NOT_FOUND", "unknown model"),
+    ("unknown_version", "NOT_FOUND", "version 9"),
+    ("batch_too_big", "INVALID_ARGUMENT", "batch-size must be <= 8"),
+])
+def test_bad_requests_get_grpc_errors_and_server_keeps_serving(gclient, case, code, fragment):
+    a = np.zeros((1, 16), dtype=np.int32)
+    model, version, inputs = "simple", "", simple_inputs(a, a)
+    if case == "wrong_shape":
+        inputs = simple_inputs(a[:, :8], a[:, :8])
+    elif case == "wrong_datatype":
+        inputs[0] = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        inputs[0].set_data_from_numpy(a.astype(np.float32))
+    elif case == "missing_input":
+        inputs = inputs[:1]
+    elif case == "unknown_model":
+        model = "nope"
+    elif case == "unknown_version":
+        version = "9"
+    elif case == "batch_too_big":
+        big = np.zeros((9, 16), dtype=np.int32)
+        inputs = simple_inputs(big, big)
+    with pytest.raises(InferenceServerException) as e:
+        gclient.infer(model, inputs, model_version=version)
+    assert code in str(e.value.status()) and fragment in e.value.message()
+    assert_simple_works(gclient)
+
+
+def test_statistics_index_logging_and_unimplemented(gclient):
+    assert_simple_works(gclient)
+    stats = gclient.get_inference_statistics("simple").model_stats[0]
+    assert stats.inference_count >= 1 and stats.inference_stats.success.count >= 1
+    names = {m.name for m in gclient.get_model_repository_index().models}
+    assert {"simple", "recommend_model"} <= names
+    settings = gclient.update_log_settings({"log_verbose_level": 0})
+    assert settings.settings["log_info"].bool_param is True
+    with pytest.raises(InferenceServerException, match="not supported"):
+        gclient.get_system_shared_memory_status()
+    with pytest.raises(InferenceServerException, match="EXPLICIT"):
+        gclient.load_model("simple")
