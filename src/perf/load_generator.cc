@@ -1,5 +1,6 @@
 #include "perf/load_generator.h"
 
+#include <grpcpp/grpcpp.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -19,6 +20,8 @@
 #include <sstream>
 #include <thread>
 
+#include "frontend/grpc/grpc_service.grpc.pb.h"
+
 namespace nereid::perf {
 namespace {
 
@@ -36,6 +39,14 @@ size_t TypeSize(const std::string& t) {
   auto it = sizes.find(t);
   return it == sizes.end() ? 0 : it->second;
 }
+
+// One client connection to the server under test; Send returns 200 on success, 0 on a transport
+// error (the connection is then reopened), another HTTP-like code on a server error.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual int Send() = 0;
+};
 
 class HttpConnection {
  public:
@@ -64,18 +75,37 @@ class HttpConnection {
 
 struct Target {
   std::string host, port, path;
-  std::string header;  // JSON part
-  std::string body;    // header + binary blobs
+  std::string header;                    // HTTP: the JSON part
+  std::string body;                      // HTTP: header + binary blobs
+  inference::ModelInferRequest message;  // gRPC: the same tensors in raw_input_contents
 };
 
-StatusOr<Target> BuildRequest(const PerfOptions& o) {
-  Target t;
-  const size_t colon = o.url.rfind(':');
-  t.host = colon == std::string::npos ? o.url : o.url.substr(0, colon);
-  t.port = colon == std::string::npos ? "80" : o.url.substr(colon + 1);
-  const std::string base =
-      "/v2/models/" + o.model + (o.version.empty() ? "" : "/versions/" + o.version);
-  t.path = base + "/infer";
+struct InputSpec {
+  std::string name, datatype;
+  std::vector<int64_t> shape;
+};
+
+// The model's inputs from its metadata, over the protocol under test.
+StatusOr<std::vector<InputSpec>> FetchInputs(const PerfOptions& o, const Target& t,
+                                             const std::string& base) {
+  std::vector<InputSpec> specs;
+  if (o.protocol == "grpc") {
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(o.url, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    inference::ModelMetadataRequest request;
+    request.set_name(o.model);
+    request.set_version(o.version);
+    inference::ModelMetadataResponse md;
+    grpc::Status status = stub->ModelMetadata(&ctx, request, &md);
+    if (!status.ok())
+      return NotFound("cannot read the metadata of model '" + o.model +
+                      "' over gRPC: " + status.error_message());
+    for (const auto& in : md.inputs())
+      specs.push_back({in.name(), in.datatype(), {in.shape().begin(), in.shape().end()}});
+    return specs;
+  }
   std::string metadata;
   int status = 0;
   try {
@@ -91,13 +121,32 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
   if (status != 200 || !md.IsObject() || !md.HasMember("inputs") || !md["inputs"].IsArray())
     return NotFound("cannot read the metadata of model '" + o.model + "' (HTTP " +
                     std::to_string(status) + "): " + metadata);
+  for (const auto& in : md["inputs"].GetArray()) {
+    InputSpec spec{in["name"].GetString(), in["datatype"].GetString(), {}};
+    for (const auto& d : in["shape"].GetArray()) spec.shape.push_back(d.GetInt64());
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+StatusOr<Target> BuildRequest(const PerfOptions& o) {
+  Target t;
+  const size_t colon = o.url.rfind(':');
+  t.host = colon == std::string::npos ? o.url : o.url.substr(0, colon);
+  t.port = colon == std::string::npos ? "80" : o.url.substr(colon + 1);
+  const std::string base =
+      "/v2/models/" + o.model + (o.version.empty() ? "" : "/versions/" + o.version);
+  t.path = base + "/infer";
+  ASSIGN_OR_RETURN(std::vector<InputSpec> specs, FetchInputs(o, t, base));
+  t.message.set_model_name(o.model);
+  t.message.set_model_version(o.version);
   std::mt19937 rng(1);
   std::string header = "{\"inputs\":[", blobs;
   bool first = true;
-  for (const auto& in : md["inputs"].GetArray()) {
-    const std::string name = in["name"].GetString(), dtype = in["datatype"].GetString();
-    std::vector<int64_t> shape;
-    for (const auto& d : in["shape"].GetArray()) shape.push_back(d.GetInt64());
+  for (const InputSpec& spec : specs) {
+    const std::string& name = spec.name;
+    const std::string& dtype = spec.datatype;
+    std::vector<int64_t> shape = spec.shape;
     if (auto it = o.shapes.find(name); it != o.shapes.end()) {
       // --shape gives the non-batch dims (as perf_analyzer does) or the full shape.
       std::vector<int64_t> given = it->second;
@@ -121,28 +170,16 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
       elements *= static_cast<size_t>(d);
       shape_json += (shape_json.empty() ? "" : ",") + std::to_string(d);
     }
+    // Tensor bytes: one short string per element for BYTES, else random FP32 values or zeros.
+    std::string data;
     if (dtype == "BYTES") {
-      // One short string per element.
-      std::string data;
       for (size_t e = 0; e < elements; ++e) {
         const uint32_t len = 4;
         data.append(reinterpret_cast<const char*>(&len), 4);
         data.append("abcd");
       }
-      header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
-                shape_json + "],\"datatype\":\"BYTES\",\"parameters\":{\"binary_data_size\":" +
-                std::to_string(data.size()) + "}}";
-      blobs += data;
-    } else if (o.json_data) {
-      std::string values;
-      for (size_t e = 0; e < elements; ++e)
-        values += (e ? "," : "") + std::string(dtype == "BOOL" ? "true" : "1");
-      header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
-                shape_json + "],\"datatype\":\"" + dtype + "\",\"data\":[" + values + "]}";
     } else {
-      const size_t bytes = elements * TypeSize(dtype);
-      std::string data(bytes, '\0');
-      // Random but valid: small integers in each element's lowest byte (any type), floats via FP32.
+      data.assign(elements * TypeSize(dtype), '\0');
       if (dtype == "FP32") {
         std::uniform_real_distribution<float> dist(-1, 1);
         for (size_t e = 0; e < elements; ++e) {
@@ -150,9 +187,22 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
           std::memcpy(data.data() + e * 4, &v, 4);
         }
       }
+    }
+    auto* tensor = t.message.add_inputs();
+    tensor->set_name(name);
+    tensor->set_datatype(dtype);
+    for (int64_t d : shape) tensor->add_shape(d);
+    t.message.add_raw_input_contents(data);
+    if (o.json_data && dtype != "BYTES") {
+      std::string values;
+      for (size_t e = 0; e < elements; ++e)
+        values += (e ? "," : "") + std::string(dtype == "BOOL" ? "true" : "1");
+      header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
+                shape_json + "],\"datatype\":\"" + dtype + "\",\"data\":[" + values + "]}";
+    } else {
       header += std::string(first ? "" : ",") + "{\"name\":\"" + name + "\",\"shape\":[" +
                 shape_json + "],\"datatype\":\"" + dtype +
-                "\",\"parameters\":{\"binary_data_size\":" + std::to_string(bytes) + "}}";
+                "\",\"parameters\":{\"binary_data_size\":" + std::to_string(data.size()) + "}}";
       blobs += data;
     }
     first = false;
@@ -163,6 +213,51 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
   t.header = header;
   t.body = header + blobs;
   return t;
+}
+
+bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json);
+
+class HttpInferConnection : public Connection {
+ public:
+  HttpInferConnection(const Target& t, bool json)
+      : http_(t.host, t.port), request_(MakeRequest(t, json)) {}
+  int Send() override { return http_.Send(request_); }
+
+ private:
+  HttpConnection http_;
+  bhttp::request<bhttp::string_body> request_;
+};
+
+// gRPC: one channel per connection, as perf_analyzer's sync mode uses.
+class GrpcInferConnection : public Connection {
+ public:
+  GrpcInferConnection(const std::string& url, const inference::ModelInferRequest& message)
+      : stub_(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
+            url, grpc::InsecureChannelCredentials(), ChannelArguments()))),
+        message_(message) {}
+  int Send() override {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse response;
+    const grpc::Status status = stub_->ModelInfer(&ctx, message_, &response);
+    if (status.ok()) return 200;
+    return status.error_code() == grpc::StatusCode::UNAVAILABLE ? 503 : 400;
+  }
+
+ private:
+  static grpc::ChannelArguments ChannelArguments() {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    args.SetInt("grpc.use_local_subchannel_pool", 1);  // one TCP connection per channel
+    return args;
+  }
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  const inference::ModelInferRequest& message_;
+};
+
+std::unique_ptr<Connection> Connect(const PerfOptions& o, const Target& t) {
+  if (o.protocol == "grpc") return std::make_unique<GrpcInferConnection>(o.url, t.message);
+  return std::make_unique<HttpInferConnection>(t, o.json_data);
 }
 
 bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json) {
@@ -241,19 +336,18 @@ PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency
     threads.emplace_back([&] {
       std::vector<Sample> local;
       local.reserve(1 << 14);
-      auto req = MakeRequest(t, o.json_data);
-      std::unique_ptr<HttpConnection> c;
+      std::unique_ptr<Connection> c;
       while (!stop.load(std::memory_order_relaxed)) {
         if (!c) {
           try {
-            c = std::make_unique<HttpConnection>(t.host, t.port);
+            c = Connect(o, t);
           } catch (...) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
             continue;
           }
         }
         const auto t0 = Clock::now();
-        const int status = c->Send(req);
+        const int status = c->Send();
         const auto t1 = Clock::now();
         if (status == 0) c.reset();
         local.push_back(
@@ -293,19 +387,18 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
   for (int i = 0; i < o.max_threads; ++i) {
     threads.emplace_back([&] {
       std::vector<Sample> local;
-      auto req = MakeRequest(t, o.json_data);
-      std::unique_ptr<HttpConnection> c;
+      std::unique_ptr<Connection> c;
       for (size_t k; (k = next.fetch_add(1)) < schedule.size();) {
         std::this_thread::sleep_until(schedule[k]);
         if (!c) {
           try {
-            c = std::make_unique<HttpConnection>(t.host, t.port);
+            c = Connect(o, t);
           } catch (...) {
             local.push_back({Clock::now(), 0, false});
             continue;
           }
         }
-        const int status = c->Send(req);
+        const int status = c->Send();
         const auto t1 = Clock::now();
         if (status == 0) c.reset();
         // From the intended send time: queueing behind busy connections counts as latency.
@@ -358,7 +451,7 @@ rates, like perf_analyzer (flag names follow it).
   -m MODEL                       model name (required)
   -x VERSION                     model version (default: newest)
   -u HOST:PORT                   server (default localhost:8000)
-  -i http                        protocol (http; grpc once Nereid's gRPC frontend exists)
+  -i http|grpc                   protocol (default http; grpc's default URL is localhost:8001)
   -b N                           batch size (fills the first variable dimension; default 1)
   --concurrency-range S[:E[:T]]  closed loop at each concurrency (T may be xN; default 1)
   --request-rate-range S[:E[:T]] open loop at each rate in requests/second
@@ -375,6 +468,7 @@ rates, like perf_analyzer (flag names follow it).
 
 StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
   PerfOptions o;
+  bool url_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     bool has_value = false;
@@ -406,10 +500,11 @@ StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
       ASSIGN_OR_RETURN(o.version, next());
     } else if (flag == "-u") {
       ASSIGN_OR_RETURN(o.url, next());
+      url_given = true;
     } else if (flag == "-i") {
       ASSIGN_OR_RETURN(o.protocol, next());
-      if (o.protocol != "http")
-        return Unsupported("-i " + o.protocol + ": only http is available for now");
+      if (o.protocol != "http" && o.protocol != "grpc")
+        return InvalidArgument("-i must be http or grpc, got '" + o.protocol + "'");
     } else if (flag == "-b") {
       RETURN_IF_ERROR(number(&o.batch_size));
     } else if (flag == "--concurrency-range") {
@@ -452,6 +547,7 @@ StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
     }
   }
   if (o.model.empty()) return InvalidArgument("-m MODEL is required");
+  if (o.protocol == "grpc" && !url_given) o.url = "localhost:8001";
   if (!o.concurrency.empty() && !o.request_rate.empty())
     return InvalidArgument("give either --concurrency-range or --request-rate-range, not both");
   if (o.concurrency.empty() && o.request_rate.empty()) o.concurrency = {1};
