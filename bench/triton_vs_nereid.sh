@@ -45,7 +45,7 @@ for p in $T_HTTP $N_HTTP; do
   curl -sf "localhost:$p/v2/models/simple/ready" >/dev/null || { cat "$WORK"/*.log; exit 1; }
 done
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "Triton: tritonserver from PyTriton $(.venv-triton/bin/python -c 'import importlib.metadata as m; print(m.version("nvidia-pytriton"))')), Python backend; Nereid: native engine"
+echo "Triton: tritonserver from PyTriton $(.venv-triton/bin/python -c 'import importlib.metadata as m; print(m.version("nvidia-pytriton"))'), Python backend; Nereid: native engine"
 for proto in http grpc; do
   for server in triton nereid; do
     if [ $server = triton ]; then url="localhost:$([ $proto = http ] && echo $T_HTTP || echo $T_GRPC)";
