@@ -8,10 +8,13 @@ grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .g
 rm -rf .devcarry && mkdir -p .devcarry/bin/backends .devcarry/lib .devcarry/models
 strip -o .devcarry/bin/nereid build/nereid
 strip -o .devcarry/bin/backends/libnereid_backend_native.so build/backends/libnereid_backend_native.so
-for lib in libprotobuf.so.32 libsimdjson.so.14 libonnx_proto.so.1; do
-  cp -L "/lib/x86_64-linux-gnu/$lib" .devcarry/lib/
+# Every shared library the binaries link, except glibc's and the C++ runtime (newer on the device).
+for bin in build/nereid build/backends/libnereid_backend_native.so; do
+  ldd "$bin" | awk '{print $3}' | grep '^/' |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    xargs -r -I{} cp -L {} .devcarry/lib/
 done
-cp -r examples/models/simple examples/models/recommend_model .devcarry/models/
+for model in ${MODELS:-simple recommend_model}; do cp -r "examples/models/$model" .devcarry/models/; done
 if [ ! -x /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer ]; then
   rm -rf /tmp/perf_analyzer_wheel && mkdir -p /tmp/perf_analyzer_wheel
   .venv/bin/pip download -q --no-deps --only-binary=:all: --platform manylinux_2_38_x86_64 \

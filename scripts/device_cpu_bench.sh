@@ -12,10 +12,23 @@ PA="$PWD/$C/bin/perf_analyzer"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(ldd --version | head -1)"
-taskset -c 0-3 "$NEREID" serve --model-repository="$PWD/$C/models" --http-port=8000 --allow-metrics=false \
-  --log-info=false &
+taskset -c 0-3 "$NEREID" serve --model-repository="$PWD/$C/models" --http-port=8000 --grpc-port=8001 \
+  --allow-metrics=false --log-info=false &
 SERVER=$!
 for _ in $(seq 100); do python3 -c "import urllib.request as u; u.urlopen('http://localhost:8000/v2/health/ready')" 2>/dev/null && break; sleep 0.1; done
+SECTIONS="${SECTIONS:-http batching}"
+if [[ " $SECTIONS " == *" grpc "* ]]; then
+  echo "== perf_analyzer over gRPC: sync, async, streaming (simple)"
+  for mode in sync async streaming; do
+    flag="--$mode"
+    taskset -c 4-15 "$PA" -m simple -u localhost:8001 -i grpc $flag --concurrency-range 1:8:7 \
+      --measurement-interval 3000 --stability-percentage 50 --max-trials 4 -f "$OUT/pa_simple_grpc_${mode}.csv" \
+      > "$OUT/pa_simple_grpc_${mode}.log" 2>&1 || echo "perf_analyzer grpc $mode failed: $(tail -5 "$OUT/pa_simple_grpc_${mode}.log")"
+    [ -f "$OUT/pa_simple_grpc_${mode}.csv" ] && sed 's/^/  /' "$OUT/pa_simple_grpc_${mode}.csv" | cut -d, -f1-2,9-12
+  done
+  taskset -c 4-15 "$NEREID" perf -m simple -i grpc -u localhost:8001 --concurrency-range 1:8:7 -p 3000 -q
+fi
+[[ " $SECTIONS " == *" http "* ]] || { kill $SERVER; wait $SERVER 2>/dev/null; exit 0; }
 echo "== perf_analyzer vs nereid perf (server on cores 0-3, clients on 4-15)"
 for model in simple recommend_model; do
   for mode in sync async; do
@@ -28,6 +41,7 @@ for model in simple recommend_model; do
 done
 kill $SERVER; wait $SERVER 2>/dev/null
 python3 bench/compare_perf_tools.py "$OUT"
+[[ " $SECTIONS " == *" batching "* ]] || exit 0
 echo
 echo "== batching benchmark (recommend_model; server on cores 0-3, client on 4-15)"
 SKIP_BUILD=1 NEREID="$NEREID" MODEL_ONNX="$PWD/$C/models/recommend_model/1/model.onnx" PYTHON=python3 \
