@@ -173,3 +173,19 @@ def test_statistics_index_logging_and_unimplemented(gclient):
         gclient.get_system_shared_memory_status()
     with pytest.raises(InferenceServerException, match="EXPLICIT"):
         gclient.load_model("simple")
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(gclient, algorithm):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    r = gclient.infer("simple", simple_inputs(a, a), compression_algorithm=algorithm)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), 2 * a)
+
+
+def test_large_message_beyond_grpc_default_limit(gclient):
+    # 64 x 1024 x 1024 FP32 = 256 MiB would be slow here; 8 MiB already exceeds gRPC's 4 MiB default.
+    x = np.ones((2048, 1024), dtype=np.float32)
+    i = grpcclient.InferInput("input__0", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    out = gclient.infer("matmul_model", [i]).as_numpy("output__0")
+    assert out.shape == (2048, 1024)
