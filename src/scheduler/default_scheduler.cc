@@ -3,9 +3,7 @@
 namespace nereid {
 
 DefaultScheduler::DefaultScheduler(std::vector<BatchExecutor*> instances) {
-  threads_.reserve(instances.size());
-  for (BatchExecutor* instance : instances)
-    threads_.emplace_back([this, instance] { Run(instance); });
+  StartThreads(instances);
 }
 
 DefaultScheduler::~DefaultScheduler() { Stop(); }
@@ -40,7 +38,13 @@ void DefaultScheduler::Run(BatchExecutor* instance) {
   }
 }
 
-void DefaultScheduler::Stop() {
+void InstanceThreadsScheduler::StartThreads(const std::vector<BatchExecutor*>& instances) {
+  threads_.reserve(instances.size());
+  for (BatchExecutor* instance : instances)
+    threads_.emplace_back([this, instance] { Run(instance); });
+}
+
+void InstanceThreadsScheduler::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -51,9 +55,9 @@ void DefaultScheduler::Stop() {
   threads_.clear();
 }
 
-size_t DefaultScheduler::Pending() const {
+size_t InstanceThreadsScheduler::Pending() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() + executing_;
+  return QueuedLocked() + executing_;
 }
 
 }  // namespace nereid

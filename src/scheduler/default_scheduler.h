@@ -11,23 +11,17 @@
 
 namespace nereid {
 
-class DefaultScheduler : public Scheduler {
+class DefaultScheduler : public InstanceThreadsScheduler {
  public:
   explicit DefaultScheduler(std::vector<BatchExecutor*> instances);
   ~DefaultScheduler() override;
   Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;
-  void Stop() override;
-  size_t Pending() const override;
 
  private:
-  void Run(BatchExecutor* instance);
+  void Run(BatchExecutor* instance) override;
+  size_t QueuedLocked() const override { return queue_.size(); }
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<std::unique_ptr<InferenceRequest>> queue_;
-  size_t executing_ = 0;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
 };
 
 }  // namespace nereid

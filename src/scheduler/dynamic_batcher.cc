@@ -46,9 +46,8 @@ DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
   if (goal.goal_us > 0)
     adaptive_ = std::make_unique<AdaptiveDelay>(goal.goal_us * 1000, goal.percentile,
                                                 limits_.max_batch_size);
-  threads_.reserve(instances.size());
-  for (BatchExecutor* instance : instances)
-    threads_.emplace_back([this, instance] { Run(instance); });
+  instance_count_ = instances.size();
+  StartThreads(instances);
 }
 
 DynamicBatcher::~DynamicBatcher() { Stop(); }
@@ -154,7 +153,7 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
     }
     // Adaptive mode waits only when no other instance is idle: an idle instance beats a bigger
     // batch.
-    const bool other_idle = busy_instances_ + 1 < threads_.size();
+    const bool other_idle = busy_instances_ + 1 < instance_count_;
     const uint64_t delay = stopping_    ? 0
                            : !adaptive_ ? max_delay_ns_
                            : other_idle ? 0
@@ -214,22 +213,6 @@ void DynamicBatcher::ReleaseInOrder(uint64_t sequence, ResponseCallback callback
   }
   for (auto& [cb, r] : ready)
     if (cb) cb(std::move(r));
-}
-
-void DynamicBatcher::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  for (auto& t : threads_)
-    if (t.joinable()) t.join();
-  threads_.clear();
-}
-
-size_t DynamicBatcher::Pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() + executing_;
 }
 
 void DynamicBatcher::HoldUntilQueued(size_t n) {

@@ -31,15 +31,13 @@ struct LatencyGoalConfig {
 // "nereid.latency_goal_percentile"); errors name the bad value.
 StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config);
 
-class DynamicBatcher : public Scheduler {
+class DynamicBatcher : public InstanceThreadsScheduler {
  public:
   DynamicBatcher(const inference::ModelConfig& config, std::vector<BatchExecutor*> instances,
                  ModelStats* stats, const Clock* clock, LatencyGoalConfig goal = {});
   ~DynamicBatcher() override;
 
   Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;
-  void Stop() override;
-  size_t Pending() const override;
 
   // Test hook: form no batch until 'n' requests are queued at once; then the gate opens for good.
   // 0 opens it now.
@@ -49,7 +47,8 @@ class DynamicBatcher : public Scheduler {
   const AdaptiveDelay* adaptive() const { return adaptive_.get(); }
 
  private:
-  void Run(BatchExecutor* instance);
+  void Run(BatchExecutor* instance) override;
+  size_t QueuedLocked() const override { return queue_.size(); }
   // Collects the batchable head of the queue; true if a further request could not join.
   bool Candidates(std::vector<BatchCandidate>* out) const;
   void CompleteRejected(std::vector<std::unique_ptr<InferenceRequest>>& rejected);
@@ -63,15 +62,11 @@ class DynamicBatcher : public Scheduler {
   bool preserve_ordering_;
   std::unique_ptr<AdaptiveDelay> adaptive_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
   RequestQueue queue_;
-  size_t executing_ = 0;           // requests being executed
+  size_t instance_count_ = 0;
   size_t busy_instances_ = 0;      // instances executing a batch
   int64_t wait_started_rows_ = 0;  // adaptive mode: pending rows when the current wait began
   size_t hold_until_ = 0;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
 
   // preserve_ordering: responses completed out of order wait here for their predecessors.
   std::mutex order_mu_;

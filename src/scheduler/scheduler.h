@@ -3,7 +3,10 @@
 // forms batches. Enqueue never blocks on inference.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -35,6 +38,28 @@ class Scheduler {
   virtual void Stop() = 0;
   // Requests accepted and not yet completed.
   virtual size_t Pending() const = 0;
+};
+
+// The part every scheduler here shares: one thread per instance, a lock and condition variable
+// around the scheduler's queue, and stopping (wake everyone, let them drain, join).
+class InstanceThreadsScheduler : public Scheduler {
+ public:
+  void Stop() override;
+  size_t Pending() const override;
+
+ protected:
+  // Starts one thread per instance running Run(instance); call at the end of the constructor.
+  void StartThreads(const std::vector<BatchExecutor*>& instances);
+  virtual void Run(BatchExecutor* instance) = 0;
+  virtual size_t QueuedLocked() const = 0;  // requests waiting, with mu_ held
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  size_t executing_ = 0;  // requests being executed
+
+ private:
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace nereid
