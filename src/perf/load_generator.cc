@@ -328,6 +328,26 @@ void Progress(const PerfOptions& o, const PerfResult& r) {
                r.errors ? (" (" + std::to_string(r.errors) + " errors)").c_str() : "");
 }
 
+// Sends one request on 'c' (connecting first when needed); the latency counts from 'since'. A
+// transport error drops the connection so that the next send reconnects.
+Sample SendOne(std::unique_ptr<Connection>& c, const PerfOptions& o, const Target& t,
+               Clock::time_point since) {
+  if (!c) {
+    try {
+      c = Connect(o, t);
+    } catch (...) {
+      return {Clock::now(), 0, false};
+    }
+  }
+  const int status = c->Send();
+  const auto done = Clock::now();
+  if (status == 0) c.reset();
+  return {done,
+          static_cast<uint32_t>(
+              std::chrono::duration_cast<std::chrono::microseconds>(done - since).count()),
+          status == 200};
+}
+
 PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency) {
   std::atomic<bool> stop{false};
   Recorder recorder;
@@ -338,23 +358,9 @@ PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency
       local.reserve(1 << 14);
       std::unique_ptr<Connection> c;
       while (!stop.load(std::memory_order_relaxed)) {
-        if (!c) {
-          try {
-            c = Connect(o, t);
-          } catch (...) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            continue;
-          }
-        }
-        const auto t0 = Clock::now();
-        const int status = c->Send();
-        const auto t1 = Clock::now();
-        if (status == 0) c.reset();
-        local.push_back(
-            {t1,
-             static_cast<uint32_t>(
-                 std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()),
-             status == 200});
+        local.push_back(SendOne(c, o, t, Clock::now()));
+        if (!c)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // server down: back off
         if (local.size() >= (1 << 14)) recorder.Add(local);
       }
       recorder.Add(local);
@@ -390,23 +396,8 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
       std::unique_ptr<Connection> c;
       for (size_t k; (k = next.fetch_add(1)) < schedule.size();) {
         std::this_thread::sleep_until(schedule[k]);
-        if (!c) {
-          try {
-            c = Connect(o, t);
-          } catch (...) {
-            local.push_back({Clock::now(), 0, false});
-            continue;
-          }
-        }
-        const int status = c->Send();
-        const auto t1 = Clock::now();
-        if (status == 0) c.reset();
         // From the intended send time: queueing behind busy connections counts as latency.
-        local.push_back(
-            {t1,
-             static_cast<uint32_t>(
-                 std::chrono::duration_cast<std::chrono::microseconds>(t1 - schedule[k]).count()),
-             status == 200});
+        local.push_back(SendOne(c, o, t, schedule[k]));
       }
       recorder.Add(local);
     });
