@@ -1,0 +1,41 @@
+"""`nereid perf` against the real server: both protocols, both load modes, CSV and JSON outputs."""
+import csv
+import json
+import subprocess
+
+import pytest
+
+from conftest import BINARY
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_concurrency_sweep_writes_table_csv_and_json(server, tmp_path, protocol):
+    url = server.url if protocol == "http" else server.grpc_url
+    out = subprocess.run(
+        [BINARY, "perf", "-m", "simple", "-i", protocol, "-u", url, "--concurrency-range", "1:2:x2",
+         "-p", "300", "--warmup", "100", "-f", str(tmp_path / "r.csv"), "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "| concurrency  |          1 |" in out.stdout and "concurrency 2:" in out.stderr
+    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert [r["Concurrency"] for r in rows] == ["1", "2"]
+    assert all(float(r["Inferences/Second"]) > 0 and r["Errors"] == "0" for r in rows)
+    results = json.load(open(tmp_path / "r.json"))["results"]
+    assert results[0]["count"] > 0 and results[0]["p99_us"] >= results[0]["p50_us"] > 0
+
+
+def test_request_rate_mode_holds_the_rate(server):
+    out = subprocess.run(
+        [BINARY, "perf", "-m", "simple", "-u", server.url, "--request-rate-range", "200",
+         "--request-distribution", "poisson", "-p", "1000", "--warmup", "200", "-q"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    row = [line for line in out.stdout.splitlines() if "request_rate" in line][0]
+    throughput = float(row.split("|")[3])
+    assert 120 < throughput < 300  # Poisson arrivals around 200/s over one second
+
+
+def test_unknown_model_fails_cleanly(server):
+    out = subprocess.run([BINARY, "perf", "-m", "nope", "-u", server.url, "-p", "100"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "cannot read the metadata of model 'nope'" in out.stderr
