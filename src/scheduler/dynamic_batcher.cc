@@ -162,7 +162,10 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
     if (adaptive_) {
       if (decision.take == 0 && wait_started_rows_ == 0) wait_started_rows_ = pending;
       if (decision.take > 0) {
-        if (wait_started_rows_ > 0) adaptive_->OnWaitOutcome(pending > wait_started_rows_);
+        // A wait paid off if the batch grew and no other instance went idle meanwhile (an idle
+        // instance could have taken those requests in parallel).
+        if (wait_started_rows_ > 0)
+          adaptive_->OnWaitOutcome(pending > wait_started_rows_ && !other_idle);
         wait_started_rows_ = 0;
         adaptive_->OnDispatch();
       }
