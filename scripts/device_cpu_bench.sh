@@ -28,7 +28,7 @@ if [[ " $SECTIONS " == *" grpc "* ]]; then
   done
   taskset -c 4-15 "$NEREID" perf -m simple -i grpc -u localhost:8001 --concurrency-range 1:8:7 -p 3000 -q
 fi
-[[ " $SECTIONS " == *" http "* ]] || { kill $SERVER; wait $SERVER 2>/dev/null; exit 0; }
+if [[ " $SECTIONS " == *" http "* ]]; then
 echo "== perf_analyzer vs nereid perf (server on cores 0-3, clients on 4-15)"
 for model in simple recommend_model; do
   for mode in sync async; do
@@ -39,8 +39,9 @@ for model in simple recommend_model; do
   taskset -c 4-15 "$NEREID" perf -m "$model" -u localhost:8000 --concurrency-range 1:8:7 -p 3000 -q \
     -f "$OUT/np_${model}.csv" > /dev/null
 done
-kill $SERVER; wait $SERVER 2>/dev/null
 python3 bench/compare_perf_tools.py "$OUT"
+fi
+kill $SERVER; wait $SERVER 2>/dev/null
 [[ " $SECTIONS " == *" batching "* ]] || exit 0
 echo
 echo "== batching benchmark (recommend_model; server on cores 0-3, client on 4-15)"
