@@ -535,15 +535,17 @@ class StreamReactor
     }
     std::shared_ptr<pb::ModelInferRequest> message = std::move(next_);
     next_ = std::make_shared<pb::ModelInferRequest>();
-    StartRead(next_.get());
-    auto request = server_->MakeRequest(*message);
-    if (!request.ok()) return Send(Error(*message, request.status()));
-    std::unique_ptr<InferenceRequest> r = std::move(request).value();
-    r->payload = message;  // raw input data points into the message
     {
+      // Counted before the next read starts: if that read ends the stream at once, the reactor
+      // must not finish (and be deleted) while this request is still being handled.
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
+    StartRead(next_.get());
+    auto request = server_->MakeRequest(*message);
+    if (!request.ok()) return Send(Error(*message, request.status()), /*completes_request=*/true);
+    std::unique_ptr<InferenceRequest> r = std::move(request).value();
+    r->payload = message;  // raw input data points into the message
     r->on_complete = [this](std::unique_ptr<InferenceResponse> result) {
       auto out = std::make_unique<pb::ModelStreamInferResponse>();
       if (result->status.ok()) {
