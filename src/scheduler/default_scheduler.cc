@@ -1,5 +1,7 @@
 #include "scheduler/default_scheduler.h"
 
+#include <chrono>
+
 namespace nereid {
 
 DefaultScheduler::DefaultScheduler(std::vector<BatchExecutor*> instances) {
@@ -14,6 +16,7 @@ Status DefaultScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
     if (stopping_) return Unavailable("model '" + request->model_name + "' is unloading");
     request->times.queued_ns = SteadyNowNs();
     queue_.push_back(std::move(request));
+    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   return Status::Ok();
@@ -22,6 +25,12 @@ Status DefaultScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
 void DefaultScheduler::Run(BatchExecutor* instance) {
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   for (;;) {
+    // Briefly poll before sleeping: a request arriving soon after the last one then costs no
+    // futex wake-up and context switch (bounded, so an idle server does not burn a core).
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+    while (queued_.load(std::memory_order_acquire) == 0 &&
+           std::chrono::steady_clock::now() < spin_until)
+      __builtin_ia32_pause();
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -29,6 +38,7 @@ void DefaultScheduler::Run(BatchExecutor* instance) {
       if (queue_.empty()) return;
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
       ++executing_;
     }
     (void)instance->Execute(batch);

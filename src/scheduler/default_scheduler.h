@@ -2,6 +2,7 @@
 // thread per instance takes the oldest request whenever its instance is idle and executes it alone.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -21,7 +22,9 @@ class DefaultScheduler : public InstanceThreadsScheduler {
   void Run(BatchExecutor* instance) override;
   size_t QueuedLocked() const override { return queue_.size(); }
 
+  static constexpr int kSpinUs = 100;
   std::deque<std::unique_ptr<InferenceRequest>> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
 };
 
 }  // namespace nereid
