@@ -26,11 +26,13 @@ void DefaultScheduler::Run(BatchExecutor* instance) {
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   for (;;) {
     // Briefly poll before sleeping: a request arriving soon after the last one then costs no
-    // futex wake-up and context switch (bounded, so an idle server does not burn a core).
+    // futex wake-up and context switch. Bounded, so an idle server does not burn a core, and
+    // yielding, so a runnable I/O thread gets the core first (on 2 cores a pause loop cost 10-25%
+    // throughput at concurrency 8).
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
     while (queued_.load(std::memory_order_acquire) == 0 &&
            std::chrono::steady_clock::now() < spin_until)
-      __builtin_ia32_pause();
+      std::this_thread::yield();  // yields the core to a runnable I/O thread
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
