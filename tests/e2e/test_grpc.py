@@ -189,3 +189,36 @@ def test_large_message_beyond_grpc_default_limit(gclient):
     i.set_data_from_numpy(x)
     out = gclient.infer("matmul_model", [i]).as_numpy("output__0")
     assert out.shape == (2048, 1024)
+
+
+@pytest.mark.parametrize("case,fragment", [
+    ("raw_too_short", "bytes of data"),
+    ("raw_count_mismatch", "raw_input_contents"),
+    ("bytes_truncated", "malformed BYTES"),
+    ("unknown_datatype", "unknown datatype"),
+    ("bad_version", "invalid model version"),
+])
+def test_malformed_raw_requests(server, gclient, case, fragment):
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    req = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        req.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        req.raw_input_contents.append(np.arange(16, dtype=np.int32).tobytes())
+    if case == "raw_too_short":
+        req.raw_input_contents[1] = req.raw_input_contents[1][:10]
+    elif case == "raw_count_mismatch":
+        del req.raw_input_contents[1]
+    elif case == "bytes_truncated":
+        req = service_pb2.ModelInferRequest(model_name="identity_bytes")
+        req.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 1])
+        req.raw_input_contents.append(b"\x10\x00\x00\x00abc")  # says 16 bytes, has 3
+    elif case == "unknown_datatype":
+        req.inputs[0].datatype = "INT33"
+    elif case == "bad_version":
+        req.model_version = "x1"
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(req)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and fragment in e.value.details(), e.value.details()
+    channel.close()
+    assert_simple_works(gclient)
