@@ -171,9 +171,9 @@ Status CheckAgainstGraph(const ModelState& m) {
             " The graph has a leading (batch) dimension: set max_batch_size > 0, or add it to "
             "dims.";
       return InvalidArgument(
-          who + "input '" + name + "' has dims " + ShapeToString(dims) + " and max_batch_size " +
+          who + "input '" + name + "' has dims " + ShapeString(dims) + " and max_batch_size " +
           std::to_string(m.max_batch_size) + ", i.e. rank " + std::to_string(rank) +
-          ", but the ONNX graph input has shape " + ShapeToString(g->dims) + "." + hint);
+          ", but the ONNX graph input has shape " + ShapeString(g->dims) + "." + hint);
     }
     if (batch && g->dims[0] > 0 && g->dims[0] < m.max_batch_size)
       return InvalidArgument(who + "input '" + name +
@@ -183,9 +183,9 @@ Status CheckAgainstGraph(const ModelState& m) {
     for (size_t i = 0; i < dims.size(); ++i) {
       const int64_t gd = g->dims[i + batch];
       if (dims[i] != -1 && gd != -1 && dims[i] != gd)
-        return InvalidArgument(who + "input '" + name + "' has dims " + ShapeToString(dims) +
+        return InvalidArgument(who + "input '" + name + "' has dims " + ShapeString(dims) +
                                " in config.pbtxt but the ONNX graph input has shape " +
-                               ShapeToString(g->dims));
+                               ShapeString(g->dims));
     }
   }
   for (const auto& [name, spec] : m.outputs) {
@@ -350,7 +350,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   for (size_t i = 0; i < fetch.size(); ++i) {
     const Tensor& result = results[i];
     if (batching && (result.shape().empty() || result.shape()[0] != total_rows))
-      return Internal("output '" + fetch[i] + "' has shape " + ShapeToString(result.shape()) +
+      return Internal("output '" + fetch[i] + "' has shape " + ShapeString(result.shape()) +
                       " but the batch has " + std::to_string(total_rows) + " rows");
     std::vector<size_t> row_offsets;  // BYTES: byte offset of each row
     if (result.type() == DataType::kBytes)

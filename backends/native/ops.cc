@@ -107,7 +107,7 @@ StatusOr<std::vector<int64_t>> BroadcastShape(const OpNode& node, const std::vec
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1)
-      return node.Error("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
+      return node.Error("shapes " + ShapeString(a) + " and " + ShapeString(b) +
                         " do not broadcast");
     out[i] = da == 1 ? db : da;
   }
@@ -305,8 +305,8 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   if (b_vec) sb.push_back(1);
   const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
   if (sb[sb.size() - 2] != k)
-    return node.Error("cannot multiply " + ShapeToString(a.shape()) + " by " +
-                      ShapeToString(b.shape()));
+    return node.Error("cannot multiply " + ShapeString(a.shape()) + " by " +
+                      ShapeString(b.shape()));
   std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   ASSIGN_OR_RETURN(auto batch, BroadcastShape(node, ba, bb));
   std::vector<int64_t> shape = batch;
@@ -359,8 +359,8 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   const int64_t kb = tb ? b.shape()[1] : b.shape()[0];
   const int64_t n = tb ? b.shape()[0] : b.shape()[1];
   if (k != kb)
-    return node.Error("cannot multiply " + ShapeToString(a.shape()) + " by " +
-                      ShapeToString(b.shape()));
+    return node.Error("cannot multiply " + ShapeString(a.shape()) + " by " +
+                      ShapeString(b.shape()));
   out[0] = Tensor::Allocate(DataType::kFp32, {m, n});
   float* y = out[0].mutable_data<float>();
   float gemm_beta = 0.f;
@@ -415,12 +415,12 @@ Status Reshape(const OpNode& node, const std::vector<const Tensor*>& in, std::ve
   }
   if (infer >= 0) {
     if (known == 0 || x.elements() % known != 0)
-      return node.Error("cannot infer -1 in " + ShapeToString(shape) + " for " +
-                        ShapeToString(x.shape()));
+      return node.Error("cannot infer -1 in " + ShapeString(shape) + " for " +
+                        ShapeString(x.shape()));
     shape[infer] = x.elements() / known;
   }
   if (ElementCount(shape.data(), shape.size()) != x.elements())
-    return node.Error("cannot reshape " + ShapeToString(x.shape()) + " to " + ShapeToString(shape));
+    return node.Error("cannot reshape " + ShapeString(x.shape()) + " to " + ShapeString(shape));
   out[0] = x.View(shape);
   return Status::Ok();
 }

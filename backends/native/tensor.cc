@@ -146,10 +146,4 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
   return t;
 }
 
-std::string ShapeToString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 }  // namespace nereid::native

@@ -63,6 +63,4 @@ int32_t ToOnnxType(DataType type);
 // Reads an initializer or test tensor (raw_data or typed fields; external data is rejected).
 StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto);
 
-std::string ShapeToString(const std::vector<int64_t>& shape);
-
 }  // namespace nereid::native

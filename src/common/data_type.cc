@@ -100,6 +100,12 @@ double ElementAsDouble(DataType type, const uint8_t* p) {
   }
 }
 
+std::string ShapeString(const int64_t* dims, size_t rank) {
+  std::string s = "[";
+  for (size_t i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 int64_t ElementCount(const int64_t* shape, size_t rank) {
   int64_t count = 1;
   for (size_t i = 0; i < rank; ++i) {

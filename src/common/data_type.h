@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "nereid/backend.h"
 
@@ -38,6 +40,12 @@ size_t DataTypeSize(DataType type);
 // One element at 'p' (little-endian, any alignment) as a double; FP16/BF16 widened, BOOL 0/1, BYTES
 // 0.
 double ElementAsDouble(DataType type, const uint8_t* p);
+
+// "[2,-1,3]": how error messages print a shape.
+std::string ShapeString(const int64_t* dims, size_t rank);
+inline std::string ShapeString(const std::vector<int64_t>& shape) {
+  return ShapeString(shape.data(), shape.size());
+}
 
 // Number of elements of a shape; -1 if any dimension is negative; saturates instead of overflowing.
 int64_t ElementCount(const int64_t* shape, size_t rank);

@@ -5,12 +5,6 @@
 namespace nereid {
 namespace {
 
-std::string DimsString(const google::protobuf::RepeatedField<int64_t>& dims) {
-  std::string s = "[";
-  for (int i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 class Checker {
  public:
   Checker(const std::string& model, const ConfigLocator& locator)
@@ -38,7 +32,8 @@ class Checker {
     for (int d = 0; d < t.dims_size(); ++d) {
       if (t.dims(d) == -1 || t.dims(d) >= 1) continue;
       return Fail({{kind, index}, {"dims", d}}, where + ".dims",
-                  std::string(kind) + " '" + t.name() + "' has dims " + DimsString(t.dims()) +
+                  std::string(kind) + " '" + t.name() + "' has dims " +
+                      ShapeString(t.dims().data(), t.dims().size()) +
                       ": each dimension must be >= 1, or -1 for a variable size");
     }
     return Status::Ok();

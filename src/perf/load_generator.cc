@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/data_type.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
 
 namespace nereid::perf {
@@ -30,15 +31,6 @@ namespace bhttp = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
-
-size_t TypeSize(const std::string& t) {
-  static const std::map<std::string, size_t> sizes = {
-      {"BOOL", 1},  {"INT8", 1},   {"UINT8", 1}, {"INT16", 2},  {"UINT16", 2},
-      {"FP16", 2},  {"BF16", 2},   {"INT32", 4}, {"UINT32", 4}, {"FP32", 4},
-      {"INT64", 8}, {"UINT64", 8}, {"FP64", 8},  {"BYTES", 0}};
-  auto it = sizes.find(t);
-  return it == sizes.end() ? 0 : it->second;
-}
 
 // One client connection to the server under test; Send returns 200 on success, 0 on a transport
 // error (the connection is then reopened), another HTTP-like code on a server error.
@@ -179,7 +171,7 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
         data.append("abcd");
       }
     } else {
-      data.assign(elements * TypeSize(dtype), '\0');
+      data.assign(elements * DataTypeSize(DataTypeFromName(dtype)), '\0');
       if (dtype == "FP32") {
         std::uniform_real_distribution<float> dist(-1, 1);
         for (size_t e = 0; e < elements; ++e) {

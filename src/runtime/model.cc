@@ -12,12 +12,6 @@
 namespace nereid {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 template <typename Dims>
 std::string ExpectedShape(const Dims& dims, bool batching) {
   std::vector<int64_t> shape;

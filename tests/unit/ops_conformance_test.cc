@@ -130,8 +130,8 @@ TEST_P(OnnxNodeTest, MatchesExpectedOutputs) {
     expected = expected->Reinterpret((*graph)->outputs()[i].type);
     const Tensor& got = results[i];
     ASSERT_EQ(got.type(), expected->type()) << fetch[i];
-    ASSERT_EQ(got.shape(), expected->shape()) << fetch[i] << ": " << ShapeToString(got.shape())
-                                              << " vs " << ShapeToString(expected->shape());
+    ASSERT_EQ(got.shape(), expected->shape())
+        << fetch[i] << ": " << ShapeString(got.shape()) << " vs " << ShapeString(expected->shape());
     for (int64_t e = 0; e < got.elements(); ++e) {
       const double g = At(got, e), x = At(*expected, e);
       if (std::isnan(x)) {

@@ -18,12 +18,6 @@ namespace {
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 template <typename T>
 void Put(std::vector<uint8_t>& out, T v) {
   const size_t at = out.size();
