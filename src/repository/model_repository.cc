@@ -277,6 +277,27 @@ std::vector<std::shared_ptr<Model>> ModelRepository::LoadedModels() const {
   return out;
 }
 
+StatusOr<std::vector<std::shared_ptr<Model>>> ModelRepository::StatisticsModels(
+    const std::string& name, int64_t version) const {
+  if (name.empty()) return LoadedModels();
+  if (version >= 0) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Model> model, GetModel(name, version));
+    return std::vector<std::shared_ptr<Model>>{model};
+  }
+  std::vector<std::shared_ptr<Model>> models;
+  for (auto& m : LoadedModels())
+    if (m->name() == name) models.push_back(m);
+  if (models.empty()) return NotFound("requested model '" + name + "' is not available");
+  return models;
+}
+
+Status ModelRepository::CheckExplicitControl() const {
+  if (options_.control_mode == ModelControlMode::kExplicit) return Status::Ok();
+  return Unavailable(
+      "explicit model load / unload is not allowed if model control mode is not EXPLICIT "
+      "(start with --model-control-mode=explicit)");
+}
+
 std::vector<int64_t> ModelRepository::ReadyVersions(const std::string& name) const {
   std::vector<int64_t> versions;
   std::lock_guard<std::mutex> lock(mu_);

@@ -46,6 +46,12 @@ class ModelRepository {
   StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;
   // Every loaded version of every model (statistics, metrics).
   std::vector<std::shared_ptr<Model>> LoadedModels() const;
+  // The statistics extension's selection: every loaded model when 'name' is empty, one version when
+  // 'version' >= 0, else every loaded version of 'name' (NotFound when there is none).
+  StatusOr<std::vector<std::shared_ptr<Model>>> StatisticsModels(const std::string& name,
+                                                                 int64_t version) const;
+  // Ok in explicit control mode; otherwise the error load/unload requests get (both frontends).
+  Status CheckExplicitControl() const;
   // Ready versions of 'name', ascending.
   std::vector<int64_t> ReadyVersions(const std::string& name) const;
   // Every version with its state, plus models present on disk that were never loaded.
@@ -56,7 +62,6 @@ class ModelRepository {
   // Server readiness: with strict readiness, every model asked for is ready.
   bool Ready() const;
   void StopAll();
-  ModelControlMode control_mode() const { return options_.control_mode; }
 
  private:
   struct VersionEntry {

@@ -293,20 +293,11 @@ class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService 
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
                                             const pb::ModelStatisticsRequest* request,
                                             pb::ModelStatisticsResponse* response) override {
-    std::vector<std::shared_ptr<Model>> models;
-    if (request->name().empty()) {
-      models = repository_->LoadedModels();
-    } else if (!request->version().empty()) {
-      auto m = Lookup(request->name(), request->version());
-      if (!m.ok()) return Done(ctx, m.status());
-      models.push_back(*m);
-    } else {
-      for (auto& m : repository_->LoadedModels())
-        if (m->name() == request->name()) models.push_back(m);
-      if (models.empty())
-        return Done(ctx, NotFound("requested model '" + request->name() + "' is not available"));
-    }
-    for (const auto& m : models) {
+    auto version = ParseVersion(request->version());
+    if (!version.ok()) return Done(ctx, version.status());
+    auto models = repository_->StatisticsModels(request->name(), *version);
+    if (!models.ok()) return Done(ctx, models.status());
+    for (const auto& m : *models) {
       const ModelStats& st = m->stats();
       auto* out = response->add_model_stats();
       out->set_name(m->name());
@@ -497,11 +488,8 @@ class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService 
   // Load/unload are slow: run them off gRPC's threads and finish the RPC when done.
   template <typename Fn>
   grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, Fn fn) {
-    if (repository_->control_mode() != ModelControlMode::kExplicit)
-      return Done(
-          ctx,
-          Unavailable("explicit model load / unload is not allowed if model control mode is not "
-                      "EXPLICIT (start with --model-control-mode=explicit)"));
+    if (Status allowed = repository_->CheckExplicitControl(); !allowed.ok())
+      return Done(ctx, allowed);
     auto* reactor = ctx->DefaultReactor();
     std::thread([reactor, fn] { reactor->Finish(ToGrpc(fn())); }).detach();
     return reactor;

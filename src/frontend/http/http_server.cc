@@ -359,20 +359,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The statistics extension, in Triton's JSON shape.
   void Statistics(const Route& route) {
-    std::vector<std::shared_ptr<Model>> models;
-    if (route.kind == Route::kAllStats || route.model.empty()) {
-      models = server_->repository_->LoadedModels();
-    } else if (route.version >= 0) {
-      auto m = server_->repository_->GetModel(route.model, route.version);
-      if (!m.ok()) return SendStatus(m.status());
-      models.push_back(*m);
-    } else {
-      for (auto& m : server_->repository_->LoadedModels())
-        if (m->name() == route.model) models.push_back(m);
-      if (models.empty())
-        return SendError(bhttp::status::not_found,
-                         "requested model '" + route.model + "' is not available");
-    }
+    auto selected = server_->repository_->StatisticsModels(
+        route.kind == Route::kAllStats ? std::string() : route.model, route.version);
+    if (!selected.ok()) return SendStatus(selected.status());
+    const std::vector<std::shared_ptr<Model>>& models = *selected;
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
@@ -587,11 +577,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void RepositoryControl(const Route& route, const std::string& body) {
-    if (server_->repository_->control_mode() != ModelControlMode::kExplicit)
-      return SendError(
-          bhttp::status::service_unavailable,
-          "explicit model load / unload is not allowed if model control mode is not EXPLICIT "
-          "(start with --model-control-mode=explicit)");
+    if (Status allowed = server_->repository_->CheckExplicitControl(); !allowed.ok())
+      return SendStatus(allowed);
     std::string config_json;
     if (!body.empty()) {
       simdjson::dom::parser parser;
