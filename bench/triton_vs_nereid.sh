@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# Side by side with NVIDIA Triton on this machine: PyPI's nvidia-pytriton ships a real `tritonserver`
-# (with the Python backend only). Serves `simple` from Triton (Python backend) and from Nereid (native
-# engine), and drives both with the same `nereid perf` runs over HTTP and gRPC at concurrency 1, 8, 64.
-# perf_analyzer itself needs glibc 2.38 and does not run on Debian 12 (see bench/RESULTS.md).
+# Side by side with NVIDIA Triton: PyPI's nvidia-pytriton ships a real `tritonserver` (with the Python
+# backend only). Serves `simple` from Triton (Python backend) and from Nereid (native engine), and drives
+# both with the same load generator runs over HTTP and gRPC at concurrency 1, 8, 64: perf_analyzer when
+# PERF_ANALYZER names its binary (it needs glibc >= 2.38, so not on Debian 12: scripts/device_cpu_bench.sh
+# runs it this way on the device host), else `nereid perf`.
 #   bench/triton_vs_nereid.sh      (MEASURE_MS, WARMUP_MS override the windows)
+# Prebuilt pieces (the device host) skip the installs: NEREID, MODELS, TRITON_HOME, TRITON_LIBS, PYVER,
+# PYTHON, SKIP_BUILD; SERVER_CPUS/CLIENT_CPUS pin the servers and the load generator apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MEASURE_MS="${MEASURE_MS:-4000}"
 WARMUP_MS="${WARMUP_MS:-1000}"
-scripts/install-deps.sh >/dev/null
-scripts/build.sh >/dev/null
-.venv/bin/python examples/generate_models.py >/dev/null
-# The Python backend's stub embeds the system libpython3.11 and imports numpy from Debian's packages.
-dpkg-query -W -f='${Status}' python3-numpy 2>/dev/null | grep -q "install ok installed" ||
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy >/dev/null
-if [ ! -x .venv-triton/bin/python ]; then
-  python3 -m venv .venv-triton
-  .venv-triton/bin/python -m pip install -q nvidia-pytriton
+NEREID="${NEREID:-build/nereid}"
+MODELS="${MODELS:-examples/models}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+PERF_ANALYZER="${PERF_ANALYZER:-}"
+if [ -z "${SKIP_BUILD:-}" ]; then
+  scripts/install-deps.sh >/dev/null
+  scripts/build.sh >/dev/null
+  .venv/bin/python examples/generate_models.py >/dev/null
 fi
-TRITON_HOME=$(.venv-triton/bin/python -c 'import pytriton, os; print(os.path.join(os.path.dirname(pytriton.__file__), "tritonserver"))')
-PYVER=$(.venv-triton/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+if [ -z "${TRITON_HOME:-}" ]; then
+  # The Python backend's stub embeds the system libpython3.11 and imports numpy from Debian's packages.
+  dpkg-query -W -f='${Status}' python3-numpy 2>/dev/null | grep -q "install ok installed" ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy >/dev/null
+  . bench/triton_env.sh
+fi
+TRITON_VERSION="${TRITON_VERSION:-unknown}"
+PYVER="${PYVER:-$(/usr/bin/python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')}"
+SERVER_RUN=()
+CLIENT_RUN=()
+[ -n "${SERVER_CPUS:-}" ] && SERVER_RUN=(taskset -c "$SERVER_CPUS")
+[ -n "${CLIENT_CPUS:-}" ] && CLIENT_RUN=(taskset -c "$CLIENT_CPUS")
 
 WORK=$(mktemp -d)
 PIDS=()
@@ -28,33 +40,47 @@ mkdir -p "$WORK/triton/simple/1" "$WORK/backends"
 cp -r "$TRITON_HOME/backends/python" "$WORK/backends/python"
 cp "$TRITON_HOME/python_backend_stubs/$PYVER/triton_python_backend_stub" "$WORK/backends/python/"
 cp bench/triton_simple/model.py "$WORK/triton/simple/1/model.py"
-sed -e 's/^platform: .*/backend: "python"/' examples/models/simple/config.pbtxt > "$WORK/triton/simple/config.pbtxt"
+sed -e 's/^platform: .*/backend: "python"/' "$MODELS/simple/config.pbtxt" > "$WORK/triton/simple/config.pbtxt"
 
-port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 T_HTTP=$(port); T_GRPC=$(port); N_HTTP=$(port); N_GRPC=$(port)
 # The copied stub finds PyTriton's bundled CUDA runtime through LD_LIBRARY_PATH.
-LD_LIBRARY_PATH="$TRITON_HOME/../../nvidia_pytriton.libs:${LD_LIBRARY_PATH:-}" \
-  "$TRITON_HOME/bin/tritonserver" --model-repository="$WORK/triton" --backend-directory="$WORK/backends" \
+LD_LIBRARY_PATH="$TRITON_LIBS:${LD_LIBRARY_PATH:-}" \
+  ${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$TRITON_HOME/bin/tritonserver" --model-repository="$WORK/triton" --backend-directory="$WORK/backends" \
   --http-port="$T_HTTP" --grpc-port="$T_GRPC" --allow-metrics=false --log-info=false > "$WORK/triton.log" 2>&1 &
 PIDS+=($!)
-build/nereid serve --model-repository=examples/models --http-port="$N_HTTP" --grpc-port="$N_GRPC" \
+${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$NEREID" serve --model-repository="$MODELS" --http-port="$N_HTTP" --grpc-port="$N_GRPC" \
   --allow-metrics=false --log-info=false > "$WORK/nereid.log" 2>&1 &
 PIDS+=($!)
+ready() { "$PYTHON" -c "import urllib.request as u; u.urlopen('http://localhost:$1/v2/models/simple/ready')" 2>/dev/null; }
 for p in $T_HTTP $N_HTTP; do
-  for _ in $(seq 300); do curl -sf "localhost:$p/v2/models/simple/ready" >/dev/null && break; sleep 0.1; done
-  curl -sf "localhost:$p/v2/models/simple/ready" >/dev/null || { cat "$WORK"/*.log; exit 1; }
+  for _ in $(seq 300); do ready "$p" && break; sleep 0.1; done
+  ready "$p" || { cat "$WORK"/*.log; exit 1; }
 done
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "Triton: tritonserver from PyTriton $(.venv-triton/bin/python -c 'import importlib.metadata as m; print(m.version("nvidia-pytriton"))'), Python backend; Nereid: native engine"
+echo "Triton: tritonserver from PyTriton $TRITON_VERSION, Python backend; Nereid: native engine"
+echo "servers on cores ${SERVER_CPUS:-any}, load generator on ${CLIENT_CPUS:-any}: $([ -n "$PERF_ANALYZER" ] && echo "perf_analyzer (sync)" || echo "nereid perf")"
 for proto in http grpc; do
   for server in triton nereid; do
     if [ $server = triton ]; then url="localhost:$([ $proto = http ] && echo $T_HTTP || echo $T_GRPC)";
     else url="localhost:$([ $proto = http ] && echo $N_HTTP || echo $N_GRPC)"; fi
-    build/nereid perf -m simple -i $proto -u "$url" --concurrency-range 1:64:x8 -p "$MEASURE_MS" \
-      --warmup "$WARMUP_MS" -q -f "$WORK/${server}_${proto}.csv" > /dev/null
+    if [ -n "$PERF_ANALYZER" ]; then
+      # One run per concurrency (its ranges are linear), rows joined into one CSV.
+      for c in 1 8 64; do
+        "${CLIENT_RUN[@]+"${CLIENT_RUN[@]}"}" "$PERF_ANALYZER" -m simple -i $proto -u "$url" \
+          --concurrency-range "$c:$c" --measurement-interval "$MEASURE_MS" --stability-percentage 50 \
+          --max-trials 4 -f "$WORK/pa_${server}_${proto}_$c.csv" > "$WORK/pa_${server}_${proto}_$c.log" 2>&1 ||
+          { echo "perf_analyzer $server $proto c=$c failed:"; tail -5 "$WORK/pa_${server}_${proto}_$c.log"; exit 1; }
+      done
+      { head -1 "$WORK/pa_${server}_${proto}_1.csv"; for c in 1 8 64; do tail -n +2 "$WORK/pa_${server}_${proto}_$c.csv"; done; } \
+        > "$WORK/${server}_${proto}.csv"
+    else
+      ${CLIENT_RUN[@]+"${CLIENT_RUN[@]}"} "$NEREID" perf -m simple -i $proto -u "$url" --concurrency-range 1:64:x8 \
+        -p "$MEASURE_MS" --warmup "$WARMUP_MS" -q -f "$WORK/${server}_${proto}.csv" > /dev/null
+    fi
   done
 done
-.venv/bin/python - "$WORK" <<'PY'
+"$PYTHON" - "$WORK" <<'PY'
 import csv, os, sys
 w = sys.argv[1]
 def load(n):

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Gathers what the device machine needs into .devcarry/ (ignored by git, named in the run's carry):
 # stripped binaries, the Debian shared libraries they link, the example models, and perf_analyzer
-# from PyPI (its wheel needs glibc 2.38: fine there, not here).
+# from PyPI (its wheel needs glibc 2.38: fine there, not here). TRITON=1 adds PyTriton's tritonserver
+# with the Python backend and its bundled libraries as one xz archive (~27 MB; 115 MB unpacked is over
+# what a device call carries), for the Triton comparison there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
@@ -21,6 +23,16 @@ if [ ! -x /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer ]; then
     -d /tmp/perf_analyzer_wheel perf-analyzer==2.60.0
   (cd /tmp/perf_analyzer_wheel && python3 -m zipfile -e perf_analyzer-*.whl .)
 fi
-cp /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer .devcarry/bin/
-chmod +x .devcarry/bin/*
+# 20 MB as it is, 5 MB compressed: device_cpu_bench.sh unpacks it there.
+xz -c /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer > .devcarry/perf_analyzer.xz
+chmod +x .devcarry/bin/nereid
+if [ -n "${TRITON:-}" ]; then
+  . bench/triton_env.sh
+  # The stub for the device host's Python (3.12) only, and not the 32 MB libpython 3.13 of the 3.13
+  # stub: the 3.12 stub uses the host's own libpython.
+  tar -C "$TRITON_SITE" -cJf .devcarry/triton.tar.xz --exclude='libpython3-*' --exclude='__pycache__' \
+    --exclude='caches' --exclude='python_backend_stubs/3.[0-9]' --exclude='python_backend_stubs/3.1[013]' \
+    pytriton/tritonserver nvidia_pytriton.libs
+  echo "$TRITON_VERSION" > .devcarry/triton.version
+fi
 du -sh .devcarry

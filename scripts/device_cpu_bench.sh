@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs on the lent device machine (16 cores; its GPU unused here): Nereid's CPU serving measured with
 # the real perf_analyzer (which needs glibc >= 2.38, so it cannot run on our Debian 12 machines) next to
-# `nereid perf` on the same runs, then the batching benchmark with server and client on separate cores.
+# `nereid perf` on the same runs, Triton vs Nereid driven by perf_analyzer (SECTIONS=triton, carry made
+# with TRITON=1), then the batching benchmark with server and client on separate cores.
 # Expects .devcarry/ made by scripts/device_carry.sh; writes logs to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=.devcarry
 export LD_LIBRARY_PATH="$PWD/$C/lib:${LD_LIBRARY_PATH:-}"
 NEREID="$PWD/$C/bin/nereid"
-PA="$PWD/$C/bin/perf_analyzer"
+PA=/tmp/nereid-perf_analyzer
+xz -dc "$C/perf_analyzer.xz" > "$PA" && chmod +x "$PA"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(ldd --version | head -1)"
@@ -42,6 +44,17 @@ done
 python3 bench/compare_perf_tools.py "$OUT"
 fi
 kill $SERVER; wait $SERVER 2>/dev/null
+if [[ " $SECTIONS " == *" triton "* ]]; then
+  echo
+  echo "== Triton (PyTriton's tritonserver, Python backend) vs Nereid on simple, driven by perf_analyzer"
+  TRITON_DIR=/tmp/nereid-triton
+  [ -x "$TRITON_DIR/pytriton/tritonserver/bin/tritonserver" ] ||
+    { mkdir -p "$TRITON_DIR" && tar -C "$TRITON_DIR" -xJf "$C/triton.tar.xz"; }
+  SKIP_BUILD=1 NEREID="$NEREID" MODELS="$PWD/$C/models" PYTHON=python3 PERF_ANALYZER="$PA" \
+    TRITON_HOME="$TRITON_DIR/pytriton/tritonserver" TRITON_LIBS="$TRITON_DIR/nvidia_pytriton.libs" \
+    TRITON_VERSION="$(cat "$C/triton.version")" SERVER_CPUS=0-3 CLIENT_CPUS=4-15 \
+    MEASURE_MS="${MEASURE_MS:-4000}" bench/triton_vs_nereid.sh 2>&1 | tee "$OUT/triton_vs_nereid.txt"
+fi
 [[ " $SECTIONS " == *" batching "* ]] || exit 0
 echo
 echo "== batching benchmark (recommend_model; server on cores 0-3, client on 4-15)"
