@@ -1,5 +1,7 @@
 // GEMM benchmark: Nereid's Sgemm against OpenBLAS's cblas_sgemm, single-threaded, same inputs, same
 // process, interleaved repetitions so machine noise hits both alike. Prints a table and the ratio.
+// A second table times the pre-packed path (what the server runs for constant weights) with each
+// micro-kernel this CPU supports, side by side.
 //   build/bench_gemm [--reps N]
 #include <cblas.h>
 
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -106,5 +109,41 @@ int main(int argc, char** argv) {
   }
   std::printf("geometric mean ratio (nereid / openblas): %.2fx\n",
               std::exp(log_ratio_sum / cases_run));
+
+  // Pre-packed GF/s per micro-kernel, interleaved so noise hits all alike.
+  const std::string chosen = nereid::kernels::SgemmKernelName();
+  std::vector<std::string> kernels;
+  for (const std::string& k : nereid::kernels::SgemmKernels())
+    if (k.rfind("portable", 0) != 0) kernels.push_back(k);
+  std::printf("\npre-packed GF/s per micro-kernel (chosen here: %s)\n| %-26s |", chosen.c_str(),
+              "case");
+  for (const auto& k : kernels) std::printf(" %14s |", k.c_str());
+  std::printf("\n|%s|\n", std::string(28 + 17 * kernels.size(), '-').c_str());
+  for (const Case& c : cases) {
+    std::vector<float> a(static_cast<size_t>(c.m) * c.k), b(static_cast<size_t>(c.k) * c.n),
+        out(static_cast<size_t>(c.m) * c.n);
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    const int ldb = c.tb ? c.k : c.n;
+    const double flops = 2.0 * c.m * c.n * c.k;
+    const int inner = std::max(1, static_cast<int>(2e7 / flops * 50));
+    std::vector<std::unique_ptr<nereid::kernels::PackedMatrixB>> packed;
+    for (const auto& k : kernels) {
+      nereid::kernels::UseSgemmKernel(k);
+      packed.push_back(std::make_unique<nereid::kernels::PackedMatrixB>(c.tb, c.k, c.n, b.data(), ldb));
+    }
+    std::vector<double> best(kernels.size(), 1e30);
+    for (int r = 0; r < reps; ++r)
+      for (size_t i = 0; i < kernels.size(); ++i)
+        best[i] = std::min(best[i], Seconds([&] {
+                             for (int it = 0; it < inner; ++it)
+                               nereid::kernels::SgemmPacked(false, c.m, 1.f, a.data(), c.k,
+                                                            *packed[i], 0.f, out.data(), c.n);
+                           }));
+    std::printf("| %-26s |", c.what);
+    for (double t : best) std::printf(" %14.1f |", flops * inner / t / 1e9);
+    std::printf("\n");
+  }
+  nereid::kernels::UseSgemmKernel(chosen);
   return 0;
 }

@@ -10,14 +10,20 @@ def load(path):
         return {int(float(r["Concurrency"])): r for r in csv.DictReader(f)}
 
 
+def batch(row):
+    """Mean requests per execution in the window, from the server's statistics (nereid perf)."""
+    v = row.get("Server Batch Size")
+    return f"{float(v):.1f}" if v not in (None, "") else "-"
+
+
 def main():
     out, goal_us, delays = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
     unbatched = load(os.path.join(out, "unbatched.csv"))
     tuned = {d: load(os.path.join(out, f"delay_{d}.csv")) for d in delays}
     goal = load(os.path.join(out, "goal.csv"))
     print("| concurrency | unbatched infer/s | unbatched p99 us | best delay | best infer/s | best p99 us "
-          "| goal infer/s | goal p99 us | goal met | batched/unbatched | goal/best |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| best batch | goal infer/s | goal p99 us | goal batch | goal met | batched/unbatched | goal/best |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in sorted(unbatched):
         u = unbatched[c]
         best_delay = max(delays, key=lambda d: float(tuned[d][c]["Inferences/Second"]))
@@ -25,8 +31,8 @@ def main():
         ut, bt, gt = (float(x["Inferences/Second"]) for x in (u, b, g))
         gp99 = float(g["p99 latency"])
         print(f"| {c} | {ut:.0f} | {float(u['p99 latency']):.0f} | {best_delay} us | {bt:.0f} | "
-              f"{float(b['p99 latency']):.0f} | {gt:.0f} | {gp99:.0f} | {'yes' if gp99 <= goal_us else 'NO'} | "
-              f"{bt / ut:.2f}x | {gt / bt:.2f} |")
+              f"{float(b['p99 latency']):.0f} | {batch(b)} | {gt:.0f} | {gp99:.0f} | {batch(g)} | "
+              f"{'yes' if gp99 <= goal_us else 'NO'} | {bt / ut:.2f}x | {gt / bt:.2f} |")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 C=.devcarry
 export LD_LIBRARY_PATH="$PWD/$C/lib:${LD_LIBRARY_PATH:-}"
 NEREID="$PWD/$C/bin/nereid"
-PA=/tmp/nereid-perf_analyzer
-xz -dc "$C/perf_analyzer.xz" > "$PA" && chmod +x "$PA"
+PA="$PWD/$C/bin/perf_analyzer"
+[ -x "$NEREID" ] || tar -C "$C" -xJf "$C/bundle.tar.xz"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(ldd --version | head -1)"
@@ -19,6 +19,10 @@ taskset -c 0-3 "$NEREID" serve --model-repository="$PWD/$C/models" --http-port=8
 SERVER=$!
 for _ in $(seq 100); do python3 -c "import urllib.request as u; u.urlopen('http://localhost:8000/v2/health/ready')" 2>/dev/null && break; sleep 0.1; done
 SECTIONS="${SECTIONS:-http batching}"
+if [[ " $SECTIONS " == *" gemm "* ]]; then
+  echo "== SGEMM: Nereid's kernels vs OpenBLAS, one thread (bench/bench_gemm.cc)"
+  taskset -c 4 "$C/bin/bench_gemm" --reps 5 | tee "$OUT/bench_gemm.txt"
+fi
 if [[ " $SECTIONS " == *" grpc "* ]]; then
   echo "== perf_analyzer over gRPC: sync, async, streaming (simple)"
   for mode in sync async streaming; do

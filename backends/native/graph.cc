@@ -92,6 +92,7 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
         std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
     node.op.packed_b = g->packed_.back().get();
   }
+  g->FuseActivations();
   const size_t values = g->value_ids_.size();
   g->constants_.resize(values);
   g->last_use_.assign(values, -1);
@@ -102,6 +103,36 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   for (const auto& out : g->outputs_) g->keep_[g->ValueId(out.name)] = true;
   for (const auto& name : initializer_names) g->keep_[g->value_ids_[name]] = true;
   return g;
+}
+
+void Graph::FuseActivations() {
+  std::vector<int> readers(value_ids_.size(), 0);
+  for (const Node& node : nodes_)
+    for (int id : node.inputs)
+      if (id >= 0) ++readers[id];
+  for (const auto& out : outputs_) ++readers[ValueId(out.name)];
+  std::vector<bool> fused(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& gemm = nodes_[i];
+    if (gemm.op.op_type() != "Gemm" || gemm.outputs.size() != 1 || gemm.outputs[0] < 0 ||
+        readers[gemm.outputs[0]] != 1)
+      continue;
+    for (size_t j = i + 1; j < nodes_.size(); ++j) {
+      Node& act = nodes_[j];
+      if (act.inputs.size() != 1 || act.inputs[0] != gemm.outputs[0]) continue;
+      const std::string& op = act.op.op_type();
+      if (op != "Relu" && op != "Sigmoid") break;
+      gemm.op.activation =
+          op == "Relu" ? OpNode::Activation::kRelu : OpNode::Activation::kSigmoid;
+      gemm.outputs[0] = act.outputs[0];  // the Gemm now produces the activation's value
+      fused[j] = true;
+      break;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!fused[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
 }
 
 Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,

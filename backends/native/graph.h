@@ -50,6 +50,8 @@ class Graph {
   };
   Graph() = default;
   int ValueId(const std::string& name);
+  // Folds a Relu or Sigmoid that alone reads a Gemm's output into that Gemm (OpNode::activation).
+  void FuseActivations();
 
   std::unique_ptr<onnx::ModelProto> model_;
   int64_t opset_ = 0;

@@ -369,8 +369,13 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
     if (cs != std::vector<int64_t>{m, n}) return node.Error("C does not broadcast to [M, N]");
     const auto strides = BroadcastStrides(c->shape(), {m, n});
     const float* pc = c->data<float>();
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y[i * n + j] = beta * pc[i * strides[0] + j * strides[1]];
+    if (strides[0] == 0 && strides[1] == 1 && beta == 1.f) {
+      // A bias row (the common case): row copies.
+      for (int64_t i = 0; i < m; ++i) std::memcpy(y + i * n, pc, static_cast<size_t>(n) * 4);
+    } else {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) y[i * n + j] = beta * pc[i * strides[0] + j * strides[1]];
+    }
     gemm_beta = 1.f;
   }
   if (node.packed_b != nullptr && m > kStreamingRows)
@@ -379,6 +384,8 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   else
     kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(),
                    b.shape()[1], gemm_beta, y, n);
+  if (node.activation == OpNode::Activation::kRelu) kernels::Relu(y, y, m * n);
+  if (node.activation == OpNode::Activation::kSigmoid) kernels::Sigmoid(y, y, m * n);
   return Status::Ok();
 }
 

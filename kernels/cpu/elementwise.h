@@ -1,4 +1,5 @@
-// Float activation kernels of the native engine, written so the compiler vectorizes them.
+// Float activation kernels of the native engine: AVX2 where the CPU has it (Relu and Sigmoid), a
+// portable loop otherwise. y may equal x (in place).
 #pragma once
 
 #include <cstdint>

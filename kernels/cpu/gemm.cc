@@ -3,8 +3,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 
 namespace nereid::kernels {
@@ -82,56 +85,87 @@ void MicroKernelPortable(int64_t kc, const float* a, const float* b, float alpha
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += alpha * acc[i][j];
 }
 
+// ROWS x 16 with AVX2/FMA over A panels packed STRIDE rows wide: ROWS == STRIDE is the full 6x16
+// tile; fewer rows serve the last, partial panel of a block without computing its zero padding.
+template <int ROWS, int STRIDE = kMr>
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float* a, const float* b,
                                                          float alpha, float* c, int64_t ldc,
                                                          int64_t m, int64_t n) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+  __m256 acc[ROWS][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < ROWS; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(b);
-    const __m256 b1 = _mm256_load_ps(b + 8);
-    __m256 av = _mm256_broadcast_ss(a + 0);
-    c00 = _mm256_fmadd_ps(av, b0, c00);
-    c01 = _mm256_fmadd_ps(av, b1, c01);
-    av = _mm256_broadcast_ss(a + 1);
-    c10 = _mm256_fmadd_ps(av, b0, c10);
-    c11 = _mm256_fmadd_ps(av, b1, c11);
-    av = _mm256_broadcast_ss(a + 2);
-    c20 = _mm256_fmadd_ps(av, b0, c20);
-    c21 = _mm256_fmadd_ps(av, b1, c21);
-    av = _mm256_broadcast_ss(a + 3);
-    c30 = _mm256_fmadd_ps(av, b0, c30);
-    c31 = _mm256_fmadd_ps(av, b1, c31);
-    av = _mm256_broadcast_ss(a + 4);
-    c40 = _mm256_fmadd_ps(av, b0, c40);
-    c41 = _mm256_fmadd_ps(av, b1, c41);
-    av = _mm256_broadcast_ss(a + 5);
-    c50 = _mm256_fmadd_ps(av, b0, c50);
-    c51 = _mm256_fmadd_ps(av, b1, c51);
-    a += kMr;
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 16
+    for (int i = 0; i < ROWS; ++i) {
+      const __m256 av = _mm256_broadcast_ss(a + i);
+      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+    }
+    a += STRIDE;
     b += kNr;
   }
   const __m256 va = _mm256_set1_ps(alpha);
-  __m256 rows[kMr][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  if (m == kMr && n == kNr) {
-    for (int64_t i = 0; i < kMr; ++i) {
+  if (m == ROWS && n == kNr) {
+#pragma GCC unroll 16
+    for (int i = 0; i < ROWS; ++i) {
       float* ci = c + i * ldc;
-      _mm256_storeu_ps(ci, _mm256_fmadd_ps(va, rows[i][0], _mm256_loadu_ps(ci)));
-      _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(va, rows[i][1], _mm256_loadu_ps(ci + 8)));
+      _mm256_storeu_ps(ci, _mm256_fmadd_ps(va, acc[i][0], _mm256_loadu_ps(ci)));
+      _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(va, acc[i][1], _mm256_loadu_ps(ci + 8)));
     }
     return;
   }
-  alignas(32) float tile[kMr][kNr];
-  for (int64_t i = 0; i < kMr; ++i) {
-    _mm256_store_ps(tile[i], rows[i][0]);
-    _mm256_store_ps(tile[i] + 8, rows[i][1]);
+  alignas(32) float tile[ROWS][kNr];
+#pragma GCC unroll 16
+  for (int i = 0; i < ROWS; ++i) {
+    _mm256_store_ps(tile[i], acc[i][0]);
+    _mm256_store_ps(tile[i] + 8, acc[i][1]);
   }
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += alpha * tile[i][j];
+}
+
+// MR x 32 with AVX-512: 2*MR zmm accumulators, each step two 16-wide loads of B and MR broadcasts
+// of A folded into the FMAs; A panels packed STRIDE rows wide (MR < STRIDE: a partial panel).
+// Partial tiles store through masks.
+template <int MR, int STRIDE = MR>
+__attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b,
+                                                          float alpha, float* c, int64_t ldc,
+                                                          int64_t m, int64_t n) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+    }
+    a += STRIDE;
+    b += 32;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  if (m == MR && n == 32) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      float* ci = c + i * ldc;
+      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_loadu_ps(ci)));
+      _mm512_storeu_ps(ci + 16, _mm512_fmadd_ps(va, acc[i][1], _mm512_loadu_ps(ci + 16)));
+    }
+    return;
+  }
+  const __mmask16 m0 = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) break;
+    float* ci = c + i * ldc;
+    _mm512_mask_storeu_ps(ci, m0, _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, ci)));
+    _mm512_mask_storeu_ps(ci + 16, m1,
+                          _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, ci + 16)));
+  }
 }
 
 using MicroKernel = void (*)(int64_t, const float*, const float*, float, float*, int64_t, int64_t,
@@ -143,20 +177,96 @@ struct KernelConfig {
   const char* name;
   MicroKernel fn;
   int64_t mr, nr, kc, mc, nc;
+  bool (*supported)();
+  // partial[r]: the kernel for a last panel of r < mr rows (null: 'fn' on the zero-padded panel).
+  const MicroKernel* partial = nullptr;
+};
+
+constexpr MicroKernel kAvx512Partial[] = {
+    nullptr,
+    MicroKernelAvx512<1, 12>,
+    MicroKernelAvx512<2, 12>,
+    MicroKernelAvx512<3, 12>,
+    MicroKernelAvx512<4, 12>,
+    MicroKernelAvx512<5, 12>,
+    MicroKernelAvx512<6, 12>,
+    MicroKernelAvx512<7, 12>,
+    MicroKernelAvx512<8, 12>,
+    MicroKernelAvx512<9, 12>,
+    MicroKernelAvx512<10, 12>,
+    MicroKernelAvx512<11, 12>,
+};
+constexpr MicroKernel kAvx2Partial[] = {
+    nullptr,           MicroKernelAvx2<1>, MicroKernelAvx2<2>,
+    MicroKernelAvx2<3>, MicroKernelAvx2<4>, MicroKernelAvx2<5>,
 };
 
 bool HasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx2")) &&
+                          __builtin_cpu_supports("fma");
   return has;
 }
+bool HasAvx512() {
+  static const bool has = HasAvx2Fma() && __builtin_cpu_supports("avx512f");
+  return has;
+}
+bool Always() { return true; }
+
+// Fastest first where one CPU runs several; Calibrate() decides between them.
+const KernelConfig kKernels[] = {
+    {"avx512-12x32", MicroKernelAvx512<12>, 12, 32, 256, 96, 3072, HasAvx512, kAvx512Partial},
+    {"avx2-fma-6x16", MicroKernelAvx2<kMr>, kMr, kNr, 256, 72, 3072, HasAvx2Fma, kAvx2Partial},
+    {"portable-6x16", MicroKernelPortable, kMr, kNr, 256, 72, 3072, Always},
+};
+
+// Micro-kernel throughput on L1-resident panels, best of several short rounds (GFLOP/s).
+double MeasureKernel(const KernelConfig& k) {
+  constexpr int64_t kc = 256;
+  Buffer a = AllocAligned(k.mr * kc), b = AllocAligned(k.nr * kc), c = AllocAligned(k.mr * k.nr);
+  std::fill(a.get(), a.get() + k.mr * kc, 0.5f);
+  std::fill(b.get(), b.get() + k.nr * kc, 0.25f);
+  std::fill(c.get(), c.get() + k.mr * k.nr, 0.f);
+  constexpr int kCalls = 64;
+  double best = 0;
+  for (int round = 0; round < 7; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) k.fn(kc, a.get(), b.get(), 1.f, c.get(), k.nr, k.mr, k.nr);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, 2.0 * k.mr * k.nr * kc * kCalls / s / 1e9);
+  }
+  return best;
+}
+
+// NEREID_SGEMM_KERNEL names one; otherwise the fastest of the kernels this CPU supports, measured
+// (AVX-512 wins where the CPU has two 512-bit FMA ports, and loses on CPUs that split 512-bit FMAs,
+// e.g. Zen 4: a 12x32 AVX-512 kernel measured 0.91x OpenBLAS there against 1.05x for AVX2 6x16).
+const KernelConfig* Calibrate() {
+  if (const char* want = std::getenv("NEREID_SGEMM_KERNEL"))
+    for (const KernelConfig& k : kKernels)
+      if (std::strcmp(k.name, want) == 0 && k.supported()) return &k;
+  const KernelConfig* best = nullptr;
+  double best_rate = 0;
+  for (const KernelConfig& k : kKernels) {
+    if (!k.supported() || k.supported == Always) continue;
+    const double rate = MeasureKernel(k);
+    if (best == nullptr || rate > best_rate) best = &k, best_rate = rate;
+  }
+  return best != nullptr ? best : &kKernels[std::size(kKernels) - 1];
+}
+
+std::atomic<const KernelConfig*> g_kernel{nullptr};
 
 const KernelConfig& SelectKernel() {
-  static const KernelConfig avx2{"avx2-fma-6x16", MicroKernelAvx2, kMr, kNr, 256, 72, 3072};
-  static const KernelConfig portable{"portable-6x16", MicroKernelPortable, kMr, kNr, 256, 72, 3072};
-  // A 12x32 AVX-512 kernel measured 0.91x OpenBLAS (geometric mean) on Zen 4, which splits 512-bit
-  // FMAs in two, against 1.05x for this one; see bench/RESULTS.md.
-  return HasAvx2Fma() ? avx2 : portable;
+  const KernelConfig* k = g_kernel.load(std::memory_order_acquire);
+  if (k != nullptr) return *k;
+  static const KernelConfig* calibrated = Calibrate();  // once, thread-safe
+  const KernelConfig* expected = nullptr;
+  g_kernel.compare_exchange_strong(expected, calibrated, std::memory_order_acq_rel);
+  return *g_kernel.load(std::memory_order_acquire);
 }
+
+const KernelConfig& KernelByIndex(int index) { return kKernels[index]; }
+int KernelIndex(const KernelConfig& k) { return static_cast<int>(&k - kKernels); }
 
 void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   if (beta == 1.f) return;
@@ -283,6 +393,22 @@ __attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, in
 
 const char* SgemmKernelName() { return SelectKernel().name; }
 
+std::vector<std::string> SgemmKernels() {
+  std::vector<std::string> names;
+  for (const KernelConfig& k : kKernels)
+    if (k.supported()) names.push_back(k.name);
+  return names;
+}
+
+bool UseSgemmKernel(const std::string& name) {
+  for (const KernelConfig& k : kKernels)
+    if (name == k.name && k.supported()) {
+      g_kernel.store(&k, std::memory_order_release);
+      return true;
+    }
+  return false;
+}
+
 namespace {
 
 // The blocked loop nest. 'packed_block(jc, pc, nc, kc)' returns B's packed KC x NC block: packed on
@@ -308,8 +434,10 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
         for (int64_t jr = 0; jr < nc; jr += nr) {
           const float* bp = b_block + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += mr) {
-            k_cfg.fn(kc, packed_a.get() + ir * kc, bp, alpha, c + (ic + ir) * ldc + jc + jr, ldc,
-                     std::min(mr, mc - ir), std::min(nr, nc - jr));
+            const int64_t rows = std::min(mr, mc - ir);
+            const MicroKernel fn = rows < mr && k_cfg.partial ? k_cfg.partial[rows] : k_cfg.fn;
+            fn(kc, packed_a.get() + ir * kc, bp, alpha, c + (ic + ir) * ldc + jc + jr, ldc, rows,
+               std::min(nr, nc - jr));
           }
         }
       }
@@ -319,11 +447,11 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
 
 // C[0..M) += alpha * A * B for few rows of A, streaming B's packed panels once: each panel is
 // [k][16] contiguous, so this is a sequential read of the whole matrix (a GEMV at memory speed).
-template <int M>
+template <int M, int64_t nr>
 __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b, float alpha,
                                                           const float* a, int64_t lda, bool trans_a,
                                                           float* c, int64_t ldc) {
-  constexpr int64_t nr = 16;
+  constexpr int kVecs = nr / 8;
   for (int64_t jc = 0; jc < b.n(); jc += b.nc()) {
     const int64_t nc = std::min(b.nc(), b.n() - jc);
     for (int64_t pc = 0; pc < b.k(); pc += b.kc()) {
@@ -331,23 +459,27 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
       const float* block = b.Block(jc, pc);
       for (int64_t jr = 0; jr < nc; jr += nr) {
         const float* panel = block + jr * kc;
-        __m256 acc[M][2];
+        __m256 acc[M][kVecs];
 #pragma GCC unroll 4
-        for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+          for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm256_setzero_ps();
         for (int64_t p = 0; p < kc; ++p) {
-          const __m256 b0 = _mm256_load_ps(panel + p * nr), b1 = _mm256_load_ps(panel + p * nr + 8);
+          __m256 bv[kVecs];
+#pragma GCC unroll 4
+          for (int v = 0; v < kVecs; ++v) bv[v] = _mm256_load_ps(panel + p * nr + 8 * v);
 #pragma GCC unroll 4
           for (int i = 0; i < M; ++i) {
             const __m256 x = _mm256_set1_ps(trans_a ? a[(pc + p) * lda + i] : a[i * lda + pc + p]);
-            acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+#pragma GCC unroll 4
+            for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm256_fmadd_ps(x, bv[v], acc[i][v]);
           }
         }
         const int64_t cols = std::min(nr, nc - jr);
         for (int i = 0; i < M; ++i) {
-          alignas(32) float out[16];
-          _mm256_store_ps(out, acc[i][0]);
-          _mm256_store_ps(out + 8, acc[i][1]);
+          alignas(32) float out[nr];
+#pragma GCC unroll 4
+          for (int v = 0; v < kVecs; ++v) _mm256_store_ps(out + 8 * v, acc[i][v]);
           float* ci = c + i * ldc + jc + jr;
           for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * out[j];
         }
@@ -356,11 +488,27 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
   }
 }
 
+template <int64_t nr>
+void SmallMPacked(int64_t m, const PackedMatrixB& b, float alpha, const float* a, int64_t lda,
+                  bool trans_a, float* c, int64_t ldc) {
+  switch (m) {
+    case 1:
+      return SmallMPackedAvx2<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    case 2:
+      return SmallMPackedAvx2<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    case 3:
+      return SmallMPackedAvx2<3, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    default:
+      return SmallMPackedAvx2<4, nr>(b, alpha, a, lda, trans_a, c, ldc);
+  }
+}
+
 }  // namespace
 
 PackedMatrixB::PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
     : k_(k), n_(n) {
   const KernelConfig& cfg = SelectKernel();
+  kernel_ = KernelIndex(cfg);  // packed for this kernel: SgemmPacked runs it even if another is chosen later
   nr_ = cfg.nr;
   kc_ = cfg.kc;
   nc_ = cfg.nc;
@@ -393,18 +541,10 @@ void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t l
   if (m <= 0 || n <= 0) return;
   ScaleC(m, n, beta, c, ldc);
   if (k <= 0 || alpha == 0.f) return;
-  const KernelConfig& cfg = SelectKernel();
-  if (m <= 4 && HasAvx2Fma() && b.nr() == 16) {
-    switch (m) {
-      case 1:
-        return SmallMPackedAvx2<1>(b, alpha, a, lda, trans_a, c, ldc);
-      case 2:
-        return SmallMPackedAvx2<2>(b, alpha, a, lda, trans_a, c, ldc);
-      case 3:
-        return SmallMPackedAvx2<3>(b, alpha, a, lda, trans_a, c, ldc);
-      default:
-        return SmallMPackedAvx2<4>(b, alpha, a, lda, trans_a, c, ldc);
-    }
+  const KernelConfig& cfg = KernelByIndex(b.kernel());
+  if (m <= 4 && HasAvx2Fma() && (b.nr() == 16 || b.nr() == 32)) {
+    if (b.nr() == 16) return SmallMPacked<16>(m, b, alpha, a, lda, trans_a, c, ldc);
+    return SmallMPacked<32>(m, b, alpha, a, lda, trans_a, c, ldc);
   }
   BlockedGemm(cfg, trans_a, m, n, k, alpha, a, lda, c, ldc,
               [&](int64_t jc, int64_t pc, int64_t, int64_t) { return b.Block(jc, pc); });

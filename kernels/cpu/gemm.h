@@ -1,11 +1,12 @@
 // Single-precision GEMM for the native engine: C = alpha * op(A) * op(B) + beta * C, row-major.
-// Cache-blocked (BLIS-style packing of A and B panels) with an AVX2/FMA 6x16 micro-kernel selected
-// at run time and a portable fallback. Small-M products (batch-1 inference) take a streaming path
+// Cache-blocked (BLIS-style packing of A and B panels) with an AVX-512 12x32 or AVX2/FMA 6x16
+// micro-kernel selected at run time and a portable fallback. Small-M products (batch-1 inference) take a streaming path
 // that reads B once without packing.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace nereid::kernels {
@@ -25,11 +26,13 @@ class PackedMatrixB {
   int64_t nr() const { return nr_; }
   int64_t kc() const { return kc_; }
   int64_t nc() const { return nc_; }
+  int kernel() const { return kernel_; }  // the micro-kernel it was packed for
   // The packed KC x NC block starting at column jc, depth pc.
   const float* Block(int64_t jc, int64_t pc) const;
 
  private:
   int64_t k_, n_, nr_, kc_, nc_;
+  int kernel_ = 0;
   std::vector<size_t> offsets_;
   std::shared_ptr<float> data_;
 };
@@ -38,7 +41,14 @@ class PackedMatrixB {
 void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda,
                  const PackedMatrixB& b, float beta, float* c, int64_t ldc);
 
-// Which micro-kernel Sgemm uses on this CPU ("avx2-fma-6x16" or "portable").
+// The micro-kernel Sgemm uses: the fastest this CPU supports, measured once at first use (a few
+// milliseconds), unless NEREID_SGEMM_KERNEL names one ("avx512-12x32", "avx2-fma-6x16",
+// "portable-6x16").
 const char* SgemmKernelName();
+// The micro-kernels this CPU supports.
+std::vector<std::string> SgemmKernels();
+// Makes 'name' the kernel for later calls (tests and benchmarks); false if not supported here.
+// Matrices packed before keep the kernel they were packed for.
+bool UseSgemmKernel(const std::string& name);
 
 }  // namespace nereid::kernels

@@ -66,7 +66,7 @@ class HttpConnection {
 };
 
 struct Target {
-  std::string host, port, path;
+  std::string host, port, base, path;
   std::string header;                    // HTTP: the JSON part
   std::string body;                      // HTTP: header + binary blobs
   inference::ModelInferRequest message;  // gRPC: the same tensors in raw_input_contents
@@ -126,10 +126,9 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
   const size_t colon = o.url.rfind(':');
   t.host = colon == std::string::npos ? o.url : o.url.substr(0, colon);
   t.port = colon == std::string::npos ? "80" : o.url.substr(colon + 1);
-  const std::string base =
-      "/v2/models/" + o.model + (o.version.empty() ? "" : "/versions/" + o.version);
-  t.path = base + "/infer";
-  ASSIGN_OR_RETURN(std::vector<InputSpec> specs, FetchInputs(o, t, base));
+  t.base = "/v2/models/" + o.model + (o.version.empty() ? "" : "/versions/" + o.version);
+  t.path = t.base + "/infer";
+  ASSIGN_OR_RETURN(std::vector<InputSpec> specs, FetchInputs(o, t, t.base));
   t.message.set_model_name(o.model);
   t.message.set_model_version(o.version);
   std::mt19937 rng(1);
@@ -261,6 +260,71 @@ bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json) {
   return req;
 }
 
+// The model's cumulative server-side statistics (the statistics extension), read over the protocol
+// under test at the edges of each measurement window; their difference is the window's server share.
+struct ServerCounters {
+  bool ok = false;
+  uint64_t inferences = 0, executions = 0, queue_ns = 0, compute_ns = 0;
+};
+
+ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
+  ServerCounters s;
+  if (o.protocol == "grpc") {
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(o.url, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    inference::ModelStatisticsRequest request;
+    request.set_name(o.model);
+    request.set_version(o.version);
+    inference::ModelStatisticsResponse response;
+    if (!stub->ModelStatistics(&ctx, request, &response).ok()) return s;
+    for (const auto& m : response.model_stats()) {
+      s.inferences += m.inference_count();
+      s.executions += m.execution_count();
+      s.queue_ns += m.inference_stats().queue().ns();
+      s.compute_ns += m.inference_stats().compute_infer().ns();
+    }
+    s.ok = true;
+    return s;
+  }
+  std::string body;
+  try {
+    HttpConnection c(t.host, t.port);
+    bhttp::request<bhttp::string_body> get{bhttp::verb::get, t.base + "/stats", 11};
+    get.set(bhttp::field::host, t.host);
+    if (c.Send(get, &body) != 200) return s;
+  } catch (const std::exception&) {
+    return s;
+  }
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  if (!d.IsObject() || !d.HasMember("model_stats") || !d["model_stats"].IsArray()) return s;
+  auto u64 = [](const rapidjson::Value& v, const char* key) -> uint64_t {
+    return v.IsObject() && v.HasMember(key) && v[key].IsUint64() ? v[key].GetUint64() : 0;
+  };
+  for (const auto& m : d["model_stats"].GetArray()) {
+    s.inferences += u64(m, "inference_count");
+    s.executions += u64(m, "execution_count");
+    if (!m.IsObject() || !m.HasMember("inference_stats")) continue;
+    const auto& st = m["inference_stats"];
+    if (st.IsObject() && st.HasMember("queue")) s.queue_ns += u64(st["queue"], "ns");
+    if (st.IsObject() && st.HasMember("compute_infer"))
+      s.compute_ns += u64(st["compute_infer"], "ns");
+  }
+  s.ok = true;
+  return s;
+}
+
+// Fills the server columns of 'r' from the counters at the window's start and end.
+void AddServerShare(const ServerCounters& a, const ServerCounters& b, PerfResult& r) {
+  if (!a.ok || !b.ok || b.inferences <= a.inferences || b.executions <= a.executions) return;
+  const double inferences = static_cast<double>(b.inferences - a.inferences);
+  r.server_batch = inferences / static_cast<double>(b.executions - a.executions);
+  r.server_queue_us = static_cast<double>(b.queue_ns - a.queue_ns) / inferences / 1e3;
+  r.server_compute_us = static_cast<double>(b.compute_ns - a.compute_ns) / inferences / 1e3;
+}
+
 struct Sample {
   Clock::time_point done;
   uint32_t latency_us;
@@ -361,10 +425,15 @@ PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency
   const auto start = Clock::now();
   const auto from = start + std::chrono::milliseconds(o.warmup_ms);
   const auto to = from + std::chrono::milliseconds(o.measurement_ms);
+  std::this_thread::sleep_until(from);
+  const ServerCounters before = ReadServerCounters(o, t);
   std::this_thread::sleep_until(to);
+  const ServerCounters after = ReadServerCounters(o, t);
   stop = true;
   for (auto& th : threads) th.join();
-  return Summarize("concurrency", concurrency, recorder.samples, from, to, o.batch_size);
+  PerfResult r = Summarize("concurrency", concurrency, recorder.samples, from, to, o.batch_size);
+  AddServerShare(before, after, r);
+  return r;
 }
 
 PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
@@ -382,6 +451,15 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
   std::atomic<size_t> next{0};
   Recorder recorder;
   std::vector<std::thread> threads;
+  const auto from = start + std::chrono::milliseconds(o.warmup_ms);
+  const auto to = from + std::chrono::milliseconds(o.measurement_ms);
+  ServerCounters before, after;
+  threads.emplace_back([&] {  // the server's counters at the window's edges
+    std::this_thread::sleep_until(from);
+    before = ReadServerCounters(o, t);
+    std::this_thread::sleep_until(to);
+    after = ReadServerCounters(o, t);
+  });
   for (int i = 0; i < o.max_threads; ++i) {
     threads.emplace_back([&] {
       std::vector<Sample> local;
@@ -395,9 +473,9 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
     });
   }
   for (auto& th : threads) th.join();
-  const auto from = start + std::chrono::milliseconds(o.warmup_ms);
-  return Summarize("request_rate", rate, recorder.samples, from,
-                   from + std::chrono::milliseconds(o.measurement_ms), o.batch_size);
+  PerfResult r = Summarize("request_rate", rate, recorder.samples, from, to, o.batch_size);
+  AddServerShare(before, after, r);
+  return r;
 }
 
 StatusOr<std::vector<double>> ParseRange(const std::string& flag, const std::string& v) {
@@ -558,15 +636,19 @@ StatusOr<std::vector<PerfResult>> RunPerf(const PerfOptions& o) {
 std::string FormatTable(const std::vector<PerfResult>& results) {
   std::ostringstream out;
   char line[256];
-  std::snprintf(line, sizeof(line), "| %-12s | %10s | %12s | %9s | %9s | %9s | %9s | %9s | %7s |\n",
+  std::snprintf(line, sizeof(line),
+                "| %-12s | %10s | %12s | %9s | %9s | %9s | %9s | %9s | %7s | %7s | %8s | %10s |\n",
                 "mode", "load", "infer/s", "p50 us", "p90 us", "p95 us", "p99 us", "avg us",
-                "errors");
-  out << line << "|" << std::string(110, '-') << "|\n";
+                "errors", "batch", "queue us", "compute us");
+  out << line << "|" << std::string(144, '-') << "|\n";
   for (const auto& r : results) {
-    std::snprintf(line, sizeof(line),
-                  "| %-12s | %10g | %12.1f | %9.0f | %9.0f | %9.0f | %9.0f | %9.0f | %7llu |\n",
-                  r.mode.c_str(), r.load, r.throughput, r.p50_us, r.p90_us, r.p95_us, r.p99_us,
-                  r.avg_us, static_cast<unsigned long long>(r.errors));
+    std::snprintf(
+        line, sizeof(line),
+        "| %-12s | %10g | %12.1f | %9.0f | %9.0f | %9.0f | %9.0f | %9.0f | %7llu | %7.2f | %8.0f | "
+        "%10.0f |\n",
+        r.mode.c_str(), r.load, r.throughput, r.p50_us, r.p90_us, r.p95_us, r.p99_us, r.avg_us,
+        static_cast<unsigned long long>(r.errors), r.server_batch, r.server_queue_us,
+        r.server_compute_us);
     out << line;
   }
   return out.str();
@@ -576,10 +658,12 @@ std::string FormatCsv(const std::vector<PerfResult>& results) {
   // perf_analyzer's leading columns, so existing spreadsheets read it.
   std::ostringstream out;
   out << (results.empty() || results[0].mode == "concurrency" ? "Concurrency" : "Request Rate")
-      << ",Inferences/Second,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,Errors\n";
+      << ",Inferences/Second,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,Errors,"
+         "Server Queue,Server Compute Infer,Server Batch Size\n";
   for (const auto& r : results)
     out << r.load << "," << r.throughput << "," << r.p50_us << "," << r.p90_us << "," << r.p95_us
-        << "," << r.p99_us << "," << r.avg_us << "," << r.errors << "\n";
+        << "," << r.p99_us << "," << r.avg_us << "," << r.errors << "," << r.server_queue_us << ","
+        << r.server_compute_us << "," << r.server_batch << "\n";
   return out.str();
 }
 
@@ -612,7 +696,10 @@ std::string FormatJson(const PerfOptions& o, const std::vector<PerfResult>& resu
                           {"p95_us", r.p95_us},
                           {"p99_us", r.p99_us},
                           {"avg_us", r.avg_us},
-                          {"max_us", r.max_us}}) {
+                          {"max_us", r.max_us},
+                          {"server_queue_us", r.server_queue_us},
+                          {"server_compute_us", r.server_compute_us},
+                          {"server_batch_size", r.server_batch}}) {
       w.Key(key);
       w.Double(v);
     }

@@ -40,6 +40,9 @@ struct PerfResult {
   uint64_t errors = 0;
   double avg_us = 0;
   double p50_us = 0, p90_us = 0, p95_us = 0, p99_us = 0, max_us = 0;
+  // From the server's statistics over the window (0 when it has none): mean requests per
+  // execution, and the mean queue and compute time per request.
+  double server_batch = 0, server_queue_us = 0, server_compute_us = 0;
 };
 
 StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args);

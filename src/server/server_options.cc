@@ -52,7 +52,7 @@ Options (names follow tritonserver):
   --allow-http=BOOL           serve HTTP (default true)
   --http-address=ADDR         default 0.0.0.0
   --http-port=PORT            default 8000 (0 picks a free port)
-  --http-thread-count=N       HTTP I/O threads (default: hardware threads, at least 2)
+  --http-thread-count=N       HTTP I/O threads (default: CPUs this process may run on, at least 2)
   --http-max-input-size=BYTES largest accepted request body (default 67108864)
   --allow-grpc=BOOL           serve gRPC (default true)
   --grpc-address=ADDR         default 0.0.0.0

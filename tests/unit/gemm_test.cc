@@ -4,19 +4,28 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
 
 namespace nereid::kernels {
 namespace {
 
-using Shape = std::tuple<int, int, int, bool, bool>;
+// Every micro-kernel this CPU supports runs every shape.
+using Shape = std::tuple<std::string, int, int, int, bool, bool>;
 
-class SgemmTest : public ::testing::TestWithParam<Shape> {};
+class SgemmTest : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(UseSgemmKernel(std::get<0>(GetParam()))); }
+  void TearDown() override { UseSgemmKernel(default_kernel_); }
+  std::string default_kernel_ = SgemmKernelName();
+};
 
 TEST_P(SgemmTest, MatchesFloat64Reference) {
-  const auto [m, n, k, ta, tb] = GetParam();
+  const auto [kernel, m, n, k, ta, tb] = GetParam();
+  ASSERT_STREQ(SgemmKernelName(), kernel.c_str());
   std::mt19937 rng(m * 131 + n * 17 + k);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   std::vector<float> a(m * k), b(k * n), c(m * n);
@@ -45,8 +54,9 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SgemmTest,
-                         ::testing::Combine(::testing::Values(1, 3, 6, 7, 73),
-                                            ::testing::Values(1, 16, 17, 100),
+                         ::testing::Combine(::testing::ValuesIn(SgemmKernels()),
+                                            ::testing::Values(1, 3, 6, 7, 11, 13, 20, 73),
+                                            ::testing::Values(1, 16, 17, 33, 100),
                                             ::testing::Values(1, 9, 257, 300), ::testing::Bool(),
                                             ::testing::Bool()));
 
@@ -57,10 +67,42 @@ TEST(SgemmEdgeTest, BetaZeroIgnoresNaNInC) {
 }
 
 TEST(SgemmEdgeTest, LargeBlockedProduct) {
-  const int m = 150, n = 3100, k = 520;  // crosses kMc, kNc and kKc block edges
-  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n, 0.f);
-  Sgemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, c.data(), n);
-  for (int i = 0; i < m * n; i += 997) ASSERT_FLOAT_EQ(c[i], 0.125f * k);
+  const std::string default_kernel = SgemmKernelName();
+  for (const std::string& kernel : SgemmKernels()) {
+    ASSERT_TRUE(UseSgemmKernel(kernel));
+    const int m = 150, n = 3100, k = 520;  // crosses kMc, kNc and kKc block edges
+    std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n, 0.f);
+    Sgemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, c.data(), n);
+    for (int i = 0; i < m * n; i += 997) ASSERT_FLOAT_EQ(c[i], 0.125f * k) << kernel;
+  }
+  UseSgemmKernel(default_kernel);
+}
+
+TEST(SgemmKernelTest, EveryCpuHasThePortableKernelAndUnknownNamesAreRefused) {
+  const auto kernels = SgemmKernels();
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(), "portable-6x16"), kernels.end());
+  EXPECT_FALSE(UseSgemmKernel("no-such-kernel"));
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(), SgemmKernelName()), kernels.end());
+}
+
+TEST(SgemmKernelTest, PackedMatrixKeepsTheKernelItWasPackedFor) {
+  const std::string default_kernel = SgemmKernelName();
+  const auto kernels = SgemmKernels();
+  const int m = 20, n = 70, k = 40;
+  std::vector<float> a(m * k), b(k * n), expected(m * n), got(m * n);
+  for (int i = 0; i < m * k; ++i) a[i] = static_cast<float>(i % 7) - 3.f;
+  for (int i = 0; i < k * n; ++i) b[i] = static_cast<float>(i % 5) - 2.f;
+  for (const std::string& packed_with : kernels) {
+    ASSERT_TRUE(UseSgemmKernel(packed_with));
+    const PackedMatrixB packed(false, k, n, b.data(), n);
+    Sgemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, expected.data(), n);
+    for (const std::string& run_with : kernels) {  // switching kernels later must not misread it
+      ASSERT_TRUE(UseSgemmKernel(run_with));
+      SgemmPacked(false, m, 1.f, a.data(), k, packed, 0.f, got.data(), n);
+      ASSERT_EQ(got, expected) << packed_with << " then " << run_with;
+    }
+  }
+  UseSgemmKernel(default_kernel);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/cpus.h"
 #include "common/logging.h"
 #include "frontend/http/compression.h"
 #include "frontend/http/infer_codec.h"
@@ -705,7 +706,7 @@ Status HttpServer::Impl::Start() {
   }
   int threads = options_.threads > 0
                     ? options_.threads
-                    : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+                    : std::max(2, AvailableCpus());
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
   LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
            << " I/O threads)";

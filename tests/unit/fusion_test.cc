@@ -1,0 +1,159 @@
+// The native engine's Gemm -> activation fusion and its vectorized activation kernels, against
+// float64 references.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "cpu/elementwise.h"
+#include "graph.h"
+
+namespace nereid::native {
+namespace {
+
+void AddFloatTensor(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
+                    const std::vector<float>& values) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->add_dims(d);
+  for (float v : values) t->add_float_data(v);
+}
+
+void AddValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
+                  const std::string& name, std::vector<int64_t> dims) {
+  auto* v = list->Add();
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
+                         std::vector<std::string> inputs, const std::string& output) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(op + "_" + output);
+  for (auto& i : inputs) n->add_input(i);
+  n->add_output(output);
+  return n;
+}
+
+struct Mlp {
+  int64_t m = 13, k = 40, n = 24;
+  std::vector<float> x, w0, b0, w1, b1;
+  Mlp() {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (auto [v, size] : {std::pair{&x, m * k}, {&w0, n * k}, {&b0, n}, {&w1, n * n}, {&b1, n}})
+      for (int64_t i = 0; i < size; ++i) v->push_back(d(rng));
+  }
+  // Gemm(transB) + Relu, Gemm(transB) + Sigmoid; 'hidden_is_output' also returns the first Gemm's
+  // raw output, which must then stay unfused.
+  std::unique_ptr<onnx::ModelProto> Model(bool hidden_is_output) const {
+    auto model = std::make_unique<onnx::ModelProto>();
+    model->set_ir_version(8);
+    model->add_opset_import()->set_version(17);
+    auto* g = model->mutable_graph();
+    AddFloatTensor(g, "w0", {n, k}, w0);
+    AddFloatTensor(g, "b0", {n}, b0);
+    AddFloatTensor(g, "w1", {n, n}, w1);
+    AddFloatTensor(g, "b1", {n}, b1);
+    AddValueInfo(g->mutable_input(), "x", {m, k});
+    AddValueInfo(g->mutable_output(), "y", {m, n});
+    if (hidden_is_output) AddValueInfo(g->mutable_output(), "h", {m, n});
+    for (auto [in, w, b, out] : {std::tuple{"x", "w0", "b0", "h"}, {"r", "w1", "b1", "l"}}) {
+      auto* gemm = AddNode(g, "Gemm", {in, w, b}, out);
+      auto* attr = gemm->add_attribute();
+      attr->set_name("transB");
+      attr->set_type(onnx::AttributeProto::INT);
+      attr->set_i(1);
+    }
+    AddNode(g, "Relu", {"h"}, "r");
+    AddNode(g, "Sigmoid", {"l"}, "y");
+    // Topological order: Gemm h, Relu r, Gemm l, Sigmoid y.
+    std::swap(*g->mutable_node(1), *g->mutable_node(2));
+    return model;
+  }
+  std::vector<double> Reference(std::vector<double>* hidden) const {
+    std::vector<double> h(m * n), y(m * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = b0[j];
+        for (int64_t p = 0; p < k; ++p) s += double(x[i * k + p]) * w0[j * k + p];
+        h[i * n + j] = s;
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = b1[j];
+        for (int64_t p = 0; p < n; ++p) s += std::max(h[i * n + p], 0.0) * w1[j * n + p];
+        y[i * n + j] = 1.0 / (1.0 + std::exp(-s));
+      }
+    if (hidden) *hidden = h;
+    return y;
+  }
+};
+
+TEST(GemmFusionTest, ReluAndSigmoidFoldIntoTheirGemmsAndResultsHold) {
+  Mlp mlp;
+  auto graph = Graph::FromProto(mlp.Model(false));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ((*graph)->node_count(), 2u);  // Gemm+Relu, Gemm+Sigmoid
+  Tensor x = Tensor::Allocate(DataType::kFp32, {mlp.m, mlp.k});
+  std::copy(mlp.x.begin(), mlp.x.end(), x.mutable_data<float>());
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &out).ok());
+  const auto want = mlp.Reference(nullptr);
+  for (int64_t i = 0; i < mlp.m * mlp.n; ++i)
+    ASSERT_NEAR(out[0].data<float>()[i], want[i], 1e-5) << i;
+}
+
+TEST(GemmFusionTest, AGemmOutputThatIsAlsoAGraphOutputIsNotFused) {
+  Mlp mlp;
+  auto graph = Graph::FromProto(mlp.Model(true));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ((*graph)->node_count(), 3u);  // Gemm, Relu, Gemm+Sigmoid
+  Tensor x = Tensor::Allocate(DataType::kFp32, {mlp.m, mlp.k});
+  std::copy(mlp.x.begin(), mlp.x.end(), x.mutable_data<float>());
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y", "h"}, &out).ok());
+  std::vector<double> hidden;
+  const auto want = mlp.Reference(&hidden);
+  for (int64_t i = 0; i < mlp.m * mlp.n; ++i) {
+    ASSERT_NEAR(out[0].data<float>()[i], want[i], 1e-5) << i;
+    ASSERT_NEAR(out[1].data<float>()[i], hidden[i], 1e-4) << i;  // raw, negatives kept
+  }
+}
+
+TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
+  std::vector<float> x;
+  for (float v = -100.f; v <= 100.f; v += 0.37f) x.push_back(v);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.f, -0.f, inf, -inf, 88.f, -88.f, 1e-30f, -1e-30f, 87.5f, -87.5f})
+    x.push_back(v);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(1.5f);  // length not a multiple of 8: the scalar tail runs too
+  std::vector<float> relu(x.size()), sig(x.size());
+  kernels::Relu(x.data(), relu.data(), static_cast<int64_t>(x.size()));
+  kernels::Sigmoid(x.data(), sig.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    if (std::isnan(v)) {
+      EXPECT_EQ(relu[i], 0.f);  // as 'x > 0 ? x : 0'
+      EXPECT_TRUE(std::isnan(sig[i]));
+      continue;
+    }
+    EXPECT_EQ(relu[i], v > 0 ? x[i] : 0.f) << v;
+    const double want = 1.0 / (1.0 + std::exp(-v));
+    EXPECT_NEAR(sig[i], want, 2e-7 + 2e-6 * want) << v;
+  }
+  std::vector<float> in_place = x;  // y == x is allowed
+  kernels::Sigmoid(in_place.data(), in_place.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i + 1 < x.size(); ++i)
+    if (!std::isnan(x[i])) EXPECT_EQ(in_place[i], sig[i]);
+}
+
+}  // namespace
+}  // namespace nereid::native
