@@ -8,7 +8,7 @@ constexpr double kAlpha = 0.1;   // EWMA weight of a new sample
 constexpr size_t kWindow = 256;  // completions per budget adjustment
 constexpr double kMinFactor = 0.05, kMaxFactor = 0.9;
 constexpr double kWaitWorthFraction = 0.5;
-constexpr double kMinBatchingGain = 0.9;
+constexpr double kMinWaitGain = 1.02;  // a wait must lift the instance's rows/s by 2%
 }  // namespace
 
 AdaptiveDelay::AdaptiveDelay(uint64_t goal_ns, double percentile, int64_t max_batch_size)
@@ -96,21 +96,27 @@ uint64_t AdaptiveDelay::DelayNs(int64_t pending, uint64_t oldest_ns) const {
   // idle instance is worth more now (and with closed-loop clients nobody comes until a response
   // goes out).
   if (interarrival_ns_ > kWaitWorthFraction * next_exec) return 0;
-  // ... and only while bigger batches are markedly cheaper per row (measured: doubling the batch
-  // must save at least 10% per row).
-  const int64_t doubled = std::min<int64_t>(2 * std::max<int64_t>(pending, 1), max_batch_size_);
-  const double per_row_now =
-      static_cast<double>(ExecEstimateLocked(std::max<int64_t>(pending, 1))) /
-      static_cast<double>(std::max<int64_t>(pending, 1));
-  const double per_row_doubled =
-      static_cast<double>(ExecEstimateLocked(doubled)) / static_cast<double>(doubled);
-  if (per_row_doubled > kMinBatchingGain * per_row_now) return 0;
   // One and a half inter-arrival times after the last arrival, another one is overdue.
-  const double expected_next = static_cast<double>(last_arrival_ns_) + 1.5 * interarrival_ns_;
+  const double last = static_cast<double>(last_arrival_ns_);
+  const double expected_next = last + 1.5 * interarrival_ns_;
   const double deadline = std::min(static_cast<double>(oldest_ns) + room, expected_next);
-  return deadline > static_cast<double>(oldest_ns)
-             ? static_cast<uint64_t>(deadline - static_cast<double>(oldest_ns))
-             : 0;
+  if (deadline <= static_cast<double>(oldest_ns)) return 0;
+  const uint64_t delay = static_cast<uint64_t>(deadline - static_cast<double>(oldest_ns));
+  // ... and only when it raises this instance's throughput: the rows expected by the deadline,
+  // executed after the wait, must complete faster per unit of time than the pending rows executed
+  // now. (Where execution time grows in step with the batch, as for compute-bound models at larger
+  // batches, waiting only idles the instance.)
+  const double wait = deadline - last;  // the batcher asks at an arrival or when an instance frees
+  if (wait <= 0) return delay;          // already due
+  const int64_t rows_now = std::max<int64_t>(pending, 1);
+  const int64_t rows_then = std::min<int64_t>(
+      rows_now + static_cast<int64_t>(wait / interarrival_ns_), max_batch_size_);
+  if (rows_then <= rows_now) return 0;
+  const double rate_now =
+      static_cast<double>(rows_now) / static_cast<double>(ExecEstimateLocked(rows_now));
+  const double rate_then = static_cast<double>(rows_then) /
+                           (wait + static_cast<double>(ExecEstimateLocked(rows_then)));
+  return rate_then > kMinWaitGain * rate_now ? delay : 0;
 }
 
 double AdaptiveDelay::budget_factor() const {

@@ -392,6 +392,20 @@ TEST(AdaptiveDelayTest, WaitsOnlyWhenArrivalsAreLikelyAndWithinBudget) {
   EXPECT_EQ(a.DelayNs(1, t), 0u);
 }
 
+TEST(AdaptiveDelayTest, WaitsOnlyWhereBiggerBatchesRaiseThroughput) {
+  uint64_t t = 0;
+  // Compute-bound: every row costs the same 100 us, so a wait only idles the instance.
+  AdaptiveDelay linear(5'000 * kUs, 0.99, 32);
+  for (int b = 1; b <= 32; ++b) linear.OnExecution(b, b * 100 * kUs);
+  for (int i = 0; i < 50; ++i) linear.OnArrival(t += 50 * kUs);
+  EXPECT_EQ(linear.DelayNs(8, t), 0u);
+  // A fixed cost per execution (weights streamed once per batch): waiting for more rows pays.
+  AdaptiveDelay fixed(5'000 * kUs, 0.99, 32);
+  for (int b = 1; b <= 32; ++b) fixed.OnExecution(b, 1'000 * kUs + b * 10 * kUs);
+  for (int i = 0; i < 50; ++i) fixed.OnArrival(t += 50 * kUs);
+  EXPECT_EQ(fixed.DelayNs(8, t), 75 * kUs);  // until the next arrival is overdue
+}
+
 TEST(AdaptiveDelayTest, FruitlessWaitsBackOff) {
   AdaptiveDelay a(5'000 * kUs, 0.99, 32);
   a.OnExecution(2, 500 * kUs);
