@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dynamic batching benchmark on recommend_model (CPU): the same model served unbatched, with hand-tuned
 # queue delays, and in Nereid's latency-goal mode, all from one server, each driven by `nereid perf`
-# over a concurrency sweep. Prints one table per configuration and a summary.
+# over a concurrency sweep (interleaved). Prints one table per configuration and a summary.
 #   bench/batching.sh [concurrency-range, default 1:64:x2]   (MEASURE_MS, WARMUP_MS, GOAL_US override)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,11 +59,26 @@ done
 
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores (server on ${SERVER_CPUS:-any}, client on ${CLIENT_CPUS:-any}), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "goal: p99 <= ${GOAL_US} us; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per step"
-for m in unbatched $(for d in $DELAYS; do echo "delay_$d"; done) goal; do
-  echo
-  echo "### $m"
-  "${CLIENT_RUN[@]}" perf -m "$m" -u "localhost:$PORT" --concurrency-range "$RANGE" -p "$MEASURE_MS" \
-    --warmup "$WARMUP_MS" -q -f "$CSV_DIR/$m.csv"
+# Interleaved: at each concurrency every configuration runs once, back to back, so drift on a shared
+# host (other tenants, clocks) hits all configurations alike instead of the ones measured last.
+MODELS_RUN="unbatched $(for d in $DELAYS; do echo "delay_$d"; done) goal"
+LEVELS=$("$PYTHON" - "$RANGE" <<'PY'
+import sys
+start, end, step = (sys.argv[1].split(":") + ["x2"])[:3]
+c, end = int(start), int(end)
+while c <= end:
+    print(c)
+    c = c * int(step[1:]) if step.startswith("x") else c + int(step)
+PY
+)
+for c in $LEVELS; do
+  for m in $MODELS_RUN; do
+    "${CLIENT_RUN[@]}" perf -m "$m" -u "localhost:$PORT" --concurrency-range "$c" -p "$MEASURE_MS" \
+      --warmup "$WARMUP_MS" -q -f "$CSV_DIR/$m.$c.csv" > /dev/null
+    [ -f "$CSV_DIR/$m.csv" ] || head -1 "$CSV_DIR/$m.$c.csv" > "$CSV_DIR/$m.csv"
+    tail -n +2 "$CSV_DIR/$m.$c.csv" >> "$CSV_DIR/$m.csv"
+  done
+  echo "concurrency $c done" >&2
 done
 echo
 "$PYTHON" bench/summarize_batching.py "$CSV_DIR" "$GOAL_US" $DELAYS

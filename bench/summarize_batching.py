@@ -21,6 +21,17 @@ def main():
     unbatched = load(os.path.join(out, "unbatched.csv"))
     tuned = {d: load(os.path.join(out, f"delay_{d}.csv")) for d in delays}
     goal = load(os.path.join(out, "goal.csv"))
+    # Per configuration: what nereid perf measured, with the server's own view of each window.
+    for name, rows in [("unbatched", unbatched)] + [(f"delay_{d}", tuned[d]) for d in delays] + [("goal", goal)]:
+        print(f"### {name}")
+        print("| concurrency | infer/s | p50 us | p99 us | server batch | server queue us | server compute us |")
+        print("|---|---|---|---|---|---|---|")
+        for c in sorted(rows):
+            r = rows[c]
+            print(f"| {c} | {float(r['Inferences/Second']):.0f} | {float(r['p50 latency']):.0f} | "
+                  f"{float(r['p99 latency']):.0f} | {batch(r)} | {float(r.get('Server Queue') or 0):.0f} | "
+                  f"{float(r.get('Server Compute Infer') or 0):.0f} |")
+        print()
     print("| concurrency | unbatched infer/s | unbatched p99 us | best delay | best infer/s | best p99 us "
           "| best batch | goal infer/s | goal p99 us | goal batch | goal met | batched/unbatched | goal/best |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
