@@ -204,6 +204,14 @@ class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService 
     builder.RegisterService(this);
     builder.SetMaxReceiveMessageSize(std::numeric_limits<int32_t>::max());
     builder.SetMaxSendMessageSize(std::numeric_limits<int32_t>::max());
+    // gRPC's minimal filter stack (about 10% off a small model's p50 at concurrency 1), with the
+    // filters it would drop and the protocol needs switched back on: per-message compression both
+    // ways and deadline checks. Message size limits are INT32_MAX anyway, as in Triton.
+    builder.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
+    builder.AddChannelArgument(GRPC_ARG_ENABLE_PER_MESSAGE_COMPRESSION, 1);
+    builder.AddChannelArgument(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 1);
+    builder.AddChannelArgument(GRPC_ARG_ENABLE_DEADLINE_CHECKS, 1);
+    builder.AddChannelArgument("grpc.optimization_target", "latency");
     if (options_.threads > 0) {
       grpc::ResourceQuota quota("nereid");
       quota.SetMaxThreads(options_.threads);
