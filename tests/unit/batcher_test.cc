@@ -401,9 +401,10 @@ TEST(AdaptiveDelayTest, WaitsOnlyWhereBiggerBatchesRaiseThroughput) {
   EXPECT_EQ(linear.DelayNs(8, t), 0u);
   // A fixed cost per execution (weights streamed once per batch): waiting for more rows pays.
   AdaptiveDelay fixed(5'000 * kUs, 0.99, 32);
-  for (int b = 1; b <= 32; ++b) fixed.OnExecution(b, 1'000 * kUs + b * 10 * kUs);
+  for (int b = 1; b <= 32; ++b) fixed.OnExecution(b, 2'000 * kUs + b * 10 * kUs);
   for (int i = 0; i < 50; ++i) fixed.OnArrival(t += 50 * kUs);
-  EXPECT_EQ(fixed.DelayNs(8, t), 75 * kUs);  // until the next arrival is overdue
+  EXPECT_EQ(fixed.DelayNs(4, t), 75 * kUs);  // 5 rows in 2.125 ms beat 4 in 2.04 ms by 20%
+  EXPECT_EQ(fixed.DelayNs(8, t), 0u);        // 9 rows vs 8: +8%, within the estimates' noise
 }
 
 TEST(AdaptiveDelayTest, FruitlessWaitsBackOff) {
