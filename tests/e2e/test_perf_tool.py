@@ -20,8 +20,25 @@ def test_concurrency_sweep_writes_table_csv_and_json(server, tmp_path, protocol)
     rows = list(csv.DictReader(open(tmp_path / "r.csv")))
     assert [r["Concurrency"] for r in rows] == ["1", "2"]
     assert all(float(r["Inferences/Second"]) > 0 and r["Errors"] == "0" for r in rows)
+    # The server's own view of each window, from the statistics extension over the same protocol:
+    # simple is not batched, so one request per execution, and its compute time is measured.
+    assert all(float(r["Server Batch Size"]) == 1.0 and float(r["Server Compute Infer"]) > 0
+               for r in rows)
     results = json.load(open(tmp_path / "r.json"))["results"]
     assert results[0]["count"] > 0 and results[0]["p99_us"] >= results[0]["p50_us"] > 0
+    assert results[0]["server_batch_size"] == 1.0
+
+
+def test_server_batch_size_shows_dynamic_batching(server, tmp_path):
+    # recommend_model batches (max_queue_delay 200 us, preferred sizes 8/16/32): at concurrency 16
+    # the server executes several requests at a time, which the batch column must show.
+    out = subprocess.run(
+        [BINARY, "perf", "-m", "recommend_model", "-u", server.url, "--concurrency-range", "16",
+         "-p", "1500", "--warmup", "300", "-q", "-f", str(tmp_path / "r.csv")],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    row = list(csv.DictReader(open(tmp_path / "r.csv")))[0]
+    assert float(row["Server Batch Size"]) > 1.5, row
 
 
 def test_request_rate_mode_holds_the_rate(server):
