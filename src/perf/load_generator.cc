@@ -77,20 +77,40 @@ struct InputSpec {
   std::vector<int64_t> shape;
 };
 
+// One unary RPC about the model under test (its name and version set) on a fresh channel.
+template <typename Request, typename Response, typename Method>
+grpc::Status ModelRpc(const PerfOptions& o, Method method, Response* response) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(o.url, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  Request request;
+  request.set_name(o.model);
+  request.set_version(o.version);
+  return ((*stub).*method)(&ctx, request, response);
+}
+
+// GET 'path' on a fresh connection: the HTTP status, or Unavailable when the server is unreachable.
+StatusOr<int> HttpGet(const PerfOptions& o, const Target& t, const std::string& path,
+                      std::string* body) {
+  try {
+    HttpConnection c(t.host, t.port);
+    bhttp::request<bhttp::string_body> get{bhttp::verb::get, path, 11};
+    get.set(bhttp::field::host, t.host);
+    return c.Send(get, body);
+  } catch (const std::exception& e) {
+    return Unavailable("cannot reach " + o.url + ": " + e.what());
+  }
+}
+
 // The model's inputs from its metadata, over the protocol under test.
 StatusOr<std::vector<InputSpec>> FetchInputs(const PerfOptions& o, const Target& t,
                                              const std::string& base) {
   std::vector<InputSpec> specs;
   if (o.protocol == "grpc") {
-    auto stub = inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel(o.url, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    inference::ModelMetadataRequest request;
-    request.set_name(o.model);
-    request.set_version(o.version);
     inference::ModelMetadataResponse md;
-    grpc::Status status = stub->ModelMetadata(&ctx, request, &md);
+    const grpc::Status status = ModelRpc<inference::ModelMetadataRequest>(
+        o, &inference::GRPCInferenceService::Stub::ModelMetadata, &md);
     if (!status.ok())
       return NotFound("cannot read the metadata of model '" + o.model +
                       "' over gRPC: " + status.error_message());
@@ -99,15 +119,7 @@ StatusOr<std::vector<InputSpec>> FetchInputs(const PerfOptions& o, const Target&
     return specs;
   }
   std::string metadata;
-  int status = 0;
-  try {
-    HttpConnection c(t.host, t.port);
-    bhttp::request<bhttp::string_body> get{bhttp::verb::get, base, 11};
-    get.set(bhttp::field::host, t.host);
-    status = c.Send(get, &metadata);
-  } catch (const std::exception& e) {
-    return Unavailable("cannot reach " + o.url + ": " + e.what());
-  }
+  ASSIGN_OR_RETURN(const int status, HttpGet(o, t, base, &metadata));
   rapidjson::Document md;
   md.Parse(metadata.c_str());
   if (status != 200 || !md.IsObject() || !md.HasMember("inputs") || !md["inputs"].IsArray())
@@ -270,15 +282,11 @@ struct ServerCounters {
 ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
   ServerCounters s;
   if (o.protocol == "grpc") {
-    auto stub = inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel(o.url, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    inference::ModelStatisticsRequest request;
-    request.set_name(o.model);
-    request.set_version(o.version);
     inference::ModelStatisticsResponse response;
-    if (!stub->ModelStatistics(&ctx, request, &response).ok()) return s;
+    if (!ModelRpc<inference::ModelStatisticsRequest>(
+             o, &inference::GRPCInferenceService::Stub::ModelStatistics, &response)
+             .ok())
+      return s;
     for (const auto& m : response.model_stats()) {
       s.inferences += m.inference_count();
       s.executions += m.execution_count();
@@ -289,14 +297,8 @@ ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
     return s;
   }
   std::string body;
-  try {
-    HttpConnection c(t.host, t.port);
-    bhttp::request<bhttp::string_body> get{bhttp::verb::get, t.base + "/stats", 11};
-    get.set(bhttp::field::host, t.host);
-    if (c.Send(get, &body) != 200) return s;
-  } catch (const std::exception&) {
-    return s;
-  }
+  StatusOr<int> status = HttpGet(o, t, t.base + "/stats", &body);
+  if (!status.ok() || *status != 200) return s;
   rapidjson::Document d;
   d.Parse(body.c_str());
   if (!d.IsObject() || !d.HasMember("model_stats") || !d["model_stats"].IsArray()) return s;
