@@ -1,6 +1,7 @@
 #include "common/logging.h"
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -11,6 +12,39 @@ namespace nereid {
 LogSettings& GlobalLogSettings() {
   static LogSettings settings;
   return settings;
+}
+
+Status ApplyLogSetting(const std::string& key, const LogSettingValue& value) {
+  LogSettings& settings = GlobalLogSettings();
+  const bool* flag = std::get_if<bool>(&value);
+  const uint64_t* number = std::get_if<uint64_t>(&value);
+  const std::string* text = std::get_if<std::string>(&value);
+  if (key == "log_info" && flag) {
+    settings.info = *flag;
+  } else if (key == "log_warning" && flag) {
+    settings.warning = *flag;
+  } else if (key == "log_error" && flag) {
+    settings.error = *flag;
+  } else if (key == "log_verbose_level" && number && *number <= INT32_MAX) {
+    settings.verbose = static_cast<int>(*number);
+  } else if ((key == "log_file" || key == "log_format") && text) {
+    if (*text != (key == "log_file" ? "" : "default"))
+      return InvalidArgument("'" + key +
+                             "' can not be changed (log_file: \"\", log_format: \"default\")");
+  } else {
+    return InvalidArgument("unknown or mistyped logging setting '" + key + "'");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::pair<std::string, LogSettingValue>> CurrentLogSettings() {
+  const LogSettings& s = GlobalLogSettings();
+  return {{"log_file", std::string()},
+          {"log_info", s.info.load()},
+          {"log_warning", s.warning.load()},
+          {"log_error", s.error.load()},
+          {"log_verbose_level", static_cast<uint64_t>(s.verbose.load())},
+          {"log_format", std::string("default")}};
 }
 
 void LogLine(LogLevel level, const char* file, int line, const std::string& message) {

@@ -4,8 +4,14 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
 
 namespace nereid {
 
@@ -18,6 +24,16 @@ struct LogSettings {
   std::atomic<bool> error{true};
 };
 LogSettings& GlobalLogSettings();
+
+// Triton's logging extension (HTTP /v2/logging, gRPC LogSettings), for both frontends: a setting's
+// value is a bool, an unsigned integer or a string, as the protocol carries it.
+using LogSettingValue = std::variant<bool, uint64_t, std::string>;
+// Validates and applies one setting: log_info/log_warning/log_error (bool), log_verbose_level
+// (0..INT32_MAX), log_file ("" only: stderr) and log_format ("default" only). InvalidArgument
+// otherwise, naming the key.
+Status ApplyLogSetting(const std::string& key, const LogSettingValue& value);
+// Every setting with its current value, in Triton's order.
+std::vector<std::pair<std::string, LogSettingValue>> CurrentLogSettings();
 
 void LogLine(LogLevel level, const char* file, int line, const std::string& message);
 

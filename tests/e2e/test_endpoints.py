@@ -114,3 +114,23 @@ def test_load_log_lists_config_fields_not_acted_on(server):
     log = server.read_log()
     assert "model 'identity_fp32': config fields accepted but not acted on yet: optimization" in log
     assert "model 'recommend_model' (configured for onnxruntime) runs on the native engine" in log
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ('{"log_info": 1}', "mistyped logging setting 'log_info'"),
+    ('{"log_verbose_level": -1}', "mistyped logging setting 'log_verbose_level'"),
+    ('{"log_file": "/tmp/x.log"}', "'log_file' can not be changed"),
+    ('{"no_such_setting": true}', "unknown or mistyped logging setting 'no_such_setting'"),
+    ('[1]', "logging"),
+])
+def test_bad_logging_settings_are_rejected_and_change_nothing_else(server, body, fragment):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("POST", "/v2/logging", body=body)
+    r = conn.getresponse()
+    payload = json.loads(r.read())
+    assert r.status == 400 and fragment in payload["error"], payload
+    conn.request("GET", "/v2/logging")
+    r = conn.getresponse()
+    settings = json.loads(r.read())
+    assert r.status == 200 and settings["log_file"] == "" and settings["log_info"] is True
+    conn.close()

@@ -222,3 +222,18 @@ def test_malformed_raw_requests(server, gclient, case, fragment):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and fragment in e.value.details(), e.value.details()
     channel.close()
     assert_simple_works(gclient)
+
+
+def test_bad_log_settings_are_rejected(server, gclient):
+    with pytest.raises(InferenceServerException, match="'log_file' can not be changed"):
+        gclient.update_log_settings({"log_file": "/tmp/x.log"})
+    # A value of the wrong type (tritonclient types values by key, so the raw stub sends it).
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc_url))
+    request = service_pb2.LogSettingsRequest()
+    request.settings["log_info"].string_param = "yes"
+    with pytest.raises(grpc.RpcError) as e:
+        stub.LogSettings(request)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "mistyped logging setting 'log_info'" in e.value.details()
+    settings = gclient.get_log_settings().settings
+    assert settings["log_info"].bool_param is True and settings["log_file"].string_param == ""

@@ -410,32 +410,33 @@ class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService 
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
                                         const pb::LogSettingsRequest* request,
                                         pb::LogSettingsResponse* response) override {
-    auto& settings = GlobalLogSettings();
+    using Value = pb::LogSettingsRequest::SettingValue;
     for (const auto& [key, v] : request->settings()) {
-      using Value = pb::LogSettingsRequest::SettingValue;
-      const bool is_bool = v.parameter_choice_case() == Value::kBoolParam;
-      if (key == "log_info" && is_bool)
-        settings.info = v.bool_param();
-      else if (key == "log_warning" && is_bool)
-        settings.warning = v.bool_param();
-      else if (key == "log_error" && is_bool)
-        settings.error = v.bool_param();
-      else if (key == "log_verbose_level" && v.parameter_choice_case() == Value::kUint32Param)
-        settings.verbose = static_cast<int>(std::min<uint32_t>(v.uint32_param(), 100));
-      else if ((key == "log_file" && v.string_param().empty()) ||
-               (key == "log_format" && v.string_param() == "default"))
-        continue;
-      else
-        return Done(ctx, InvalidArgument("unknown, mistyped or unchangeable logging setting '" +
-                                         key + "'"));
+      LogSettingValue value;
+      switch (v.parameter_choice_case()) {
+        case Value::kBoolParam:
+          value = v.bool_param();
+          break;
+        case Value::kUint32Param:
+          value = static_cast<uint64_t>(v.uint32_param());
+          break;
+        case Value::kStringParam:
+          value = v.string_param();
+          break;
+        default:
+          return Done(ctx, InvalidArgument("logging setting '" + key + "' has no value"));
+      }
+      if (Status s = ApplyLogSetting(key, value); !s.ok()) return Done(ctx, s);
     }
     auto& out = *response->mutable_settings();
-    out["log_file"].set_string_param("");
-    out["log_info"].set_bool_param(settings.info);
-    out["log_warning"].set_bool_param(settings.warning);
-    out["log_error"].set_bool_param(settings.error);
-    out["log_verbose_level"].set_uint32_param(static_cast<uint32_t>(settings.verbose.load()));
-    out["log_format"].set_string_param("default");
+    for (const auto& [key, value] : CurrentLogSettings()) {
+      if (const bool* b = std::get_if<bool>(&value))
+        out[key].set_bool_param(*b);
+      else if (const uint64_t* n = std::get_if<uint64_t>(&value))
+        out[key].set_uint32_param(static_cast<uint32_t>(*n));
+      else
+        out[key].set_string_param(std::get<std::string>(value));
+    }
     return Done(ctx, Status::Ok());
   }
 

@@ -614,35 +614,27 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Logging(bhttp::verb method, const std::string& body) {
-    auto& settings = GlobalLogSettings();
     if (method == bhttp::verb::post) {
       simdjson::dom::parser parser;
       auto doc = ParseObject(parser, body, "logging");
       if (!doc.ok()) return SendStatus(doc.status());
-      simdjson::dom::object settings_json = doc->get_object().value_unsafe();
+      const simdjson::dom::object settings_json = doc->get_object().value_unsafe();
       for (auto [key_view, v] : settings_json) {
         const std::string key(key_view);
         bool flag;
-        int64_t level;
+        uint64_t number;
         std::string_view text;
-        if (key == "log_info" && !v.get(flag))
-          settings.info = flag;
-        else if (key == "log_warning" && !v.get(flag))
-          settings.warning = flag;
-        else if (key == "log_error" && !v.get(flag))
-          settings.error = flag;
-        else if (key == "log_verbose_level" && !v.get(level) && level >= 0 && level <= 100)
-          settings.verbose = static_cast<int>(level);
-        else if ((key == "log_file" || key == "log_format") && !v.get(text) &&
-                 (key == "log_file" ? text.empty() : text == "default"))
-          continue;
-        else if (key == "log_file" || key == "log_format")
-          return SendError(
-              bhttp::status::bad_request,
-              "'" + key + "' can not be changed (log_file: \"\", log_format: \"default\")");
+        LogSettingValue value;
+        if (!v.get(flag))
+          value = flag;
+        else if (!v.get(number))
+          value = number;
+        else if (!v.get(text))
+          value = std::string(text);
         else
           return SendError(bhttp::status::bad_request,
                            "unknown or mistyped logging setting '" + key + "'");
+        if (Status s = ApplyLogSetting(key, value); !s.ok()) return SendStatus(s);
       }
     } else if (method != bhttp::verb::get) {
       return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
@@ -650,18 +642,15 @@ class Session : public std::enable_shared_from_this<Session> {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
-    w.Key("log_file");
-    w.String("");
-    w.Key("log_info");
-    w.Bool(settings.info);
-    w.Key("log_warning");
-    w.Bool(settings.warning);
-    w.Key("log_error");
-    w.Bool(settings.error);
-    w.Key("log_verbose_level");
-    w.Int(settings.verbose);
-    w.Key("log_format");
-    w.String("default");
+    for (const auto& [key, value] : CurrentLogSettings()) {
+      w.Key(key.c_str());
+      if (const bool* b = std::get_if<bool>(&value))
+        w.Bool(*b);
+      else if (const uint64_t* n = std::get_if<uint64_t>(&value))
+        w.Uint64(*n);
+      else
+        w.String(std::get<std::string>(value).c_str());
+    }
     w.EndObject();
     SendBody(bhttp::status::ok, buffer.GetString());
   }
