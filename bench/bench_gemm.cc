@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   // recommend_model's layers take [batch, in] x W^T with W stored [out, in] (PyTorch style).
   const Case cases[] = {
       {1, 2048, 1024, true, "recommend fc0, batch 1"},
+      {2, 2048, 1024, true, "recommend fc0, batch 2"},
+      {4, 2048, 1024, true, "recommend fc0, batch 4"},
       {8, 2048, 1024, true, "recommend fc0, batch 8"},
       {16, 2048, 1024, true, "recommend fc0, batch 16"},
       {32, 2048, 1024, true, "recommend fc0, batch 32"},

@@ -92,6 +92,20 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
         std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
     node.op.packed_b = g->packed_.back().get();
   }
+  // Weights now packed and read by no other node keep only their shape: the packed copy serves
+  // (SgemmPacked is at least as fast at every batch size). The initializers' bytes were copied
+  // into constants_, so the protobuf's copy goes too: a model's weights are held once.
+  const std::vector<int> readers = g->Readers();
+  for (const Node& node : g->nodes_) {
+    if (node.op.packed_b == nullptr) continue;
+    const int id = node.inputs[1];
+    if (readers[id] != 1) continue;
+    const Tensor& w = g->constants_[id];
+    g->constants_[id] = Tensor::Borrow(w.type(), w.shape(), nullptr);
+  }
+  // (DeleteSubrange frees them; clear() would keep the cleared messages and their buffers for reuse.)
+  auto* initializers = g->model_->mutable_graph()->mutable_initializer();
+  initializers->DeleteSubrange(0, initializers->size());
   g->FuseActivations();
   const size_t values = g->value_ids_.size();
   g->constants_.resize(values);
@@ -105,12 +119,21 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   return g;
 }
 
-void Graph::FuseActivations() {
+std::vector<int> Graph::Readers() {
   std::vector<int> readers(value_ids_.size(), 0);
   for (const Node& node : nodes_)
     for (int id : node.inputs)
       if (id >= 0) ++readers[id];
-  for (const auto& out : outputs_) ++readers[ValueId(out.name)];
+  for (const auto& out : outputs_) {
+    const int id = ValueId(out.name);
+    if (static_cast<size_t>(id) >= readers.size()) readers.resize(id + 1, 0);
+    ++readers[id];
+  }
+  return readers;
+}
+
+void Graph::FuseActivations() {
+  const std::vector<int> readers = Readers();
   std::vector<bool> fused(nodes_.size(), false);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node& gemm = nodes_[i];

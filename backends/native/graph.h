@@ -52,6 +52,8 @@ class Graph {
   int ValueId(const std::string& name);
   // Folds a Relu or Sigmoid that alone reads a Gemm's output into that Gemm (OpNode::activation).
   void FuseActivations();
+  // By value id: how many node inputs and graph outputs read it.
+  std::vector<int> Readers();
 
   std::unique_ptr<onnx::ModelProto> model_;
   int64_t opset_ = 0;

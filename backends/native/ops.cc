@@ -50,10 +50,6 @@ namespace {
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-// Up to this many rows (batch-1 inference), the unpacked weights streamed by Sgemm's small-M paths
-// beat the pre-packed panels (bench/bench_gemm.cc: 38 vs 29 GF/s at batch 1).
-constexpr int64_t kStreamingRows = 4;
-
 // Calls f(T{}) with the C++ type of a numeric DataType.
 template <typename F>
 Status DispatchNumeric(const OpNode& node, DataType t, F&& f) {
@@ -325,15 +321,18 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
         ob += index[d] * stride_b[d];
       }
       const T* pa = a.data<T>() + oa * m * k;
-      const T* pb = b.data<T>() + ob * k * n;
       T* pc = out[0].mutable_data<T>() + bi * m * n;
+      // Packed constant weights: their original bytes may be gone (the graph keeps only the
+      // packed copy), so 'b' is read only on the other paths.
       if constexpr (std::is_same_v<T, float>) {
-        if (node.packed_b != nullptr && m > kStreamingRows && !b_vec)
+        if (node.packed_b != nullptr && !b_vec)
           kernels::SgemmPacked(false, m, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
         else
-          kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, pb, n, 0.f, pc, n);
-      } else
-        NaiveMatMul<T>(m, n, k, pa, pb, pc);
+          kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, b.data<T>() + ob * k * n, n, 0.f, pc,
+                         n);
+      } else {
+        NaiveMatMul<T>(m, n, k, pa, b.data<T>() + ob * k * n, pc);
+      }
       for (size_t d = batch.size(); d-- > 0;) {
         if (++index[d] < batch[d]) break;
         index[d] = 0;
@@ -378,7 +377,7 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
     }
     gemm_beta = 1.f;
   }
-  if (node.packed_b != nullptr && m > kStreamingRows)
+  if (node.packed_b != nullptr)  // the original bytes of packed weights may be gone
     kernels::SgemmPacked(ta, m, alpha, a.data<float>(), a.shape()[1], *node.packed_b, gemm_beta, y,
                          n);
   else

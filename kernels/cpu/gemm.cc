@@ -457,12 +457,13 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
 }
 
 // C[0..M) += alpha * A * B for few rows of A, streaming B's packed panels once: each panel is
-// [k][16] contiguous, so this is a sequential read of the whole matrix (a GEMV at memory speed).
+// [k][nr] contiguous, so this is a sequential read of the whole matrix (a GEMV at memory speed).
 template <int M, int64_t nr>
 __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b, float alpha,
                                                           const float* a, int64_t lda, bool trans_a,
                                                           float* c, int64_t ldc) {
   constexpr int kVecs = nr / 8;
+  constexpr int kU = M * kVecs >= 8 ? 1 : 8 / (M * kVecs);  // 8 accumulators in all
   for (int64_t jc = 0; jc < b.n(); jc += b.nc()) {
     const int64_t nc = std::min(b.nc(), b.n() - jc);
     for (int64_t pc = 0; pc < b.k(); pc += b.kc()) {
@@ -470,27 +471,44 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
       const float* block = b.Block(jc, pc);
       for (int64_t jr = 0; jr < nc; jr += nr) {
         const float* panel = block + jr * kc;
-        __m256 acc[M][kVecs];
+        // kU independent accumulator sets over interleaved steps of p: with one or two rows, a
+        // single set would be bound by the FMA latency (two chains), not by reading B.
+        __m256 acc[kU][M][kVecs];
 #pragma GCC unroll 4
-        for (int i = 0; i < M; ++i)
+        for (int u = 0; u < kU; ++u)
 #pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm256_setzero_ps();
-        for (int64_t p = 0; p < kc; ++p) {
+          for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+            for (int v = 0; v < kVecs; ++v) acc[u][i][v] = _mm256_setzero_ps();
+        int64_t p = 0;
+        auto step = [&](int u, int64_t q) __attribute__((always_inline, target("avx2,fma"))) {
           __m256 bv[kVecs];
 #pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) bv[v] = _mm256_load_ps(panel + p * nr + 8 * v);
+          for (int v = 0; v < kVecs; ++v) bv[v] = _mm256_load_ps(panel + q * nr + 8 * v);
 #pragma GCC unroll 4
           for (int i = 0; i < M; ++i) {
-            const __m256 x = _mm256_set1_ps(trans_a ? a[(pc + p) * lda + i] : a[i * lda + pc + p]);
+            const __m256 x = _mm256_set1_ps(trans_a ? a[(pc + q) * lda + i] : a[i * lda + pc + q]);
 #pragma GCC unroll 4
-            for (int v = 0; v < kVecs; ++v) acc[i][v] = _mm256_fmadd_ps(x, bv[v], acc[i][v]);
+            for (int v = 0; v < kVecs; ++v)
+              acc[u][i][v] = _mm256_fmadd_ps(x, bv[v], acc[u][i][v]);
           }
-        }
+        };
+        for (; p + kU <= kc; p += kU)
+#pragma GCC unroll 4
+          for (int u = 0; u < kU; ++u) step(u, p + u);
+        for (; p < kc; ++p) step(0, p);
+#pragma GCC unroll 4
+        for (int u = 1; u < kU; ++u)
+#pragma GCC unroll 4
+          for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+            for (int v = 0; v < kVecs; ++v)
+              acc[0][i][v] = _mm256_add_ps(acc[0][i][v], acc[u][i][v]);
         const int64_t cols = std::min(nr, nc - jr);
         for (int i = 0; i < M; ++i) {
           alignas(32) float out[nr];
 #pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) _mm256_store_ps(out + 8 * v, acc[i][v]);
+          for (int v = 0; v < kVecs; ++v) _mm256_store_ps(out + 8 * v, acc[0][i][v]);
           float* ci = c + i * ldc + jc + jr;
           for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * out[j];
         }
@@ -499,18 +517,30 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
   }
 }
 
+// Up to 4 rows on packed B. With 32-column panels, 16 accumulators for 4 rows would not fit AVX2's
+// 16 registers: such rows go two at a time (B is read twice; still faster than spilling).
 template <int64_t nr>
 void SmallMPacked(int64_t m, const PackedMatrixB& b, float alpha, const float* a, int64_t lda,
                   bool trans_a, float* c, int64_t ldc) {
-  switch (m) {
-    case 1:
-      return SmallMPackedAvx2<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
-    case 2:
-      return SmallMPackedAvx2<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
-    case 3:
-      return SmallMPackedAvx2<3, nr>(b, alpha, a, lda, trans_a, c, ldc);
-    default:
-      return SmallMPackedAvx2<4, nr>(b, alpha, a, lda, trans_a, c, ldc);
+  constexpr int kMaxRows = nr == 16 ? 4 : 2;
+  while (m > 0) {
+    const int64_t rows = std::min<int64_t>(m, kMaxRows);
+    switch (rows) {
+      case 1:
+        SmallMPackedAvx2<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
+        break;
+      case 2:
+        SmallMPackedAvx2<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
+        break;
+      case 3:
+        SmallMPackedAvx2<std::min(3, kMaxRows), nr>(b, alpha, a, lda, trans_a, c, ldc);
+        break;
+      default:
+        SmallMPackedAvx2<kMaxRows, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    }
+    m -= rows;
+    a += trans_a ? rows : rows * lda;
+    c += rows * ldc;
   }
 }
 

@@ -48,10 +48,12 @@ def recommend_reference(w, x):
     return 1 / (1 + np.exp(-h))
 
 
-@pytest.mark.parametrize("binary", [True, False])
-def test_recommend_model_matches_numpy(client, repository, binary):
-    x = np.random.default_rng(1).standard_normal((5, 1024)).astype(np.float32)
-    i = httpclient.InferInput("input__0", [5, 1024], "FP32")
+# Batch sizes 1-4 run the small-row paths on packed weights, 5 and up the blocked GEMM with its
+# partial panels.
+@pytest.mark.parametrize("binary,rows", [(True, 5), (False, 5), (True, 1), (True, 2), (True, 3), (True, 4), (True, 17)])
+def test_recommend_model_matches_numpy(client, repository, binary, rows):
+    x = np.random.default_rng(rows).standard_normal((rows, 1024)).astype(np.float32)
+    i = httpclient.InferInput("input__0", [rows, 1024], "FP32")
     i.set_data_from_numpy(x, binary_data=binary)
     r = client.infer("recommend_model", [i], outputs=[httpclient.InferRequestedOutput("output__0", binary_data=binary)])
     np.testing.assert_allclose(r.as_numpy("output__0"), recommend_reference(weights(repository, "recommend_model"), x),

@@ -42,9 +42,9 @@ onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
 }
 
 struct Mlp {
-  int64_t m = 13, k = 40, n = 24;
+  int64_t m, k = 40, n = 24;
   std::vector<float> x, w0, b0, w1, b1;
-  Mlp() {
+  explicit Mlp(int64_t rows = 13) : m(rows) {
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> d(-1, 1);
     for (auto [v, size] : {std::pair{&x, m * k}, {&w0, n * k}, {&b0, n}, {&w1, n * n}, {&b1, n}})
@@ -97,17 +97,21 @@ struct Mlp {
 };
 
 TEST(GemmFusionTest, ReluAndSigmoidFoldIntoTheirGemmsAndResultsHold) {
-  Mlp mlp;
-  auto graph = Graph::FromProto(mlp.Model(false));
-  ASSERT_TRUE(graph.ok()) << graph.status().message();
-  EXPECT_EQ((*graph)->node_count(), 2u);  // Gemm+Relu, Gemm+Sigmoid
-  Tensor x = Tensor::Allocate(DataType::kFp32, {mlp.m, mlp.k});
-  std::copy(mlp.x.begin(), mlp.x.end(), x.mutable_data<float>());
-  std::vector<Tensor> out;
-  ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &out).ok());
-  const auto want = mlp.Reference(nullptr);
-  for (int64_t i = 0; i < mlp.m * mlp.n; ++i)
-    ASSERT_NEAR(out[0].data<float>()[i], want[i], 1e-5) << i;
+  // 1-4 rows: the small-row paths on packed weights; 13: the blocked GEMM (the graph keeps only
+  // the packed copy of weights that nothing else reads).
+  for (int64_t rows : {1, 2, 3, 4, 13}) {
+    Mlp mlp(rows);
+    auto graph = Graph::FromProto(mlp.Model(false));
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    EXPECT_EQ((*graph)->node_count(), 2u);  // Gemm+Relu, Gemm+Sigmoid
+    Tensor x = Tensor::Allocate(DataType::kFp32, {mlp.m, mlp.k});
+    std::copy(mlp.x.begin(), mlp.x.end(), x.mutable_data<float>());
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &out).ok());
+    const auto want = mlp.Reference(nullptr);
+    for (int64_t i = 0; i < mlp.m * mlp.n; ++i)
+      ASSERT_NEAR(out[0].data<float>()[i], want[i], 1e-5) << "rows " << rows << ", " << i;
+  }
 }
 
 TEST(GemmFusionTest, AGemmOutputThatIsAlsoAGraphOutputIsNotFused) {
@@ -152,7 +156,9 @@ TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
   std::vector<float> in_place = x;  // y == x is allowed
   kernels::Sigmoid(in_place.data(), in_place.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i + 1 < x.size(); ++i)
-    if (!std::isnan(x[i])) EXPECT_EQ(in_place[i], sig[i]);
+    if (!std::isnan(x[i])) {
+      EXPECT_EQ(in_place[i], sig[i]);
+    }
 }
 
 }  // namespace
