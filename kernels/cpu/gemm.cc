@@ -517,30 +517,21 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
   }
 }
 
-// Up to 4 rows on packed B. With 32-column panels, 16 accumulators for 4 rows would not fit AVX2's
-// 16 registers: such rows go two at a time (B is read twice; still faster than spilling).
+// Up to 4 rows on packed B, one pass over it. (With 32-column panels, 4 rows need 16 accumulators
+// and spill a few registers; two passes of 2 rows measured faster in bench_gemm, where B stays in
+// L3, but slower in the server, where B streams: 293 against 222-236 us per row at batch 4, dev.)
 template <int64_t nr>
 void SmallMPacked(int64_t m, const PackedMatrixB& b, float alpha, const float* a, int64_t lda,
                   bool trans_a, float* c, int64_t ldc) {
-  constexpr int kMaxRows = nr == 16 ? 4 : 2;
-  while (m > 0) {
-    const int64_t rows = std::min<int64_t>(m, kMaxRows);
-    switch (rows) {
-      case 1:
-        SmallMPackedAvx2<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
-        break;
-      case 2:
-        SmallMPackedAvx2<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
-        break;
-      case 3:
-        SmallMPackedAvx2<std::min(3, kMaxRows), nr>(b, alpha, a, lda, trans_a, c, ldc);
-        break;
-      default:
-        SmallMPackedAvx2<kMaxRows, nr>(b, alpha, a, lda, trans_a, c, ldc);
-    }
-    m -= rows;
-    a += trans_a ? rows : rows * lda;
-    c += rows * ldc;
+  switch (m) {
+    case 1:
+      return SmallMPackedAvx2<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    case 2:
+      return SmallMPackedAvx2<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    case 3:
+      return SmallMPackedAvx2<3, nr>(b, alpha, a, lda, trans_a, c, ldc);
+    default:
+      return SmallMPackedAvx2<4, nr>(b, alpha, a, lda, trans_a, c, ldc);
   }
 }
 
