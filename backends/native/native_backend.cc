@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "cpu/gemm.h"
 #include "graph.h"
 #include "nereid/backend.h"
 
@@ -243,7 +244,7 @@ Status InitializeModel(NereidModel* model) {
                            " runs on the native engine: all ops of its " +
                            std::to_string(state->graph->node_count()) +
                            " nodes are supported (opset " + std::to_string(state->graph->opset()) +
-                           ")");
+                           "); SGEMM micro-kernel " + kernels::SgemmKernelName());
   NereidModelSetState(model, state.release());
   return Status::Ok();
 }

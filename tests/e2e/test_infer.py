@@ -11,6 +11,7 @@ import pytest
 import tritonclient.http as httpclient
 from onnx import numpy_helper
 
+from conftest import Server
 from models import DATATYPES, identity_name
 
 
@@ -191,3 +192,35 @@ def test_bytes_json_output_is_strings(server):
     out = json.loads(r.read())
     assert r.status == 200
     assert out["outputs"][0]["data"] == ["a", "bc"]
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+
+
+# Every SGEMM micro-kernel this CPU runs, forced with NEREID_SGEMM_KERNEL in the real server: the log
+# names it, and recommend_model (Gemm + fused activations on packed weights) and matmul_model still
+# match numpy at batch sizes that take the small-row path, full panels and partial panels.
+@pytest.mark.parametrize("kernel,flags", [("portable-6x16", []), ("avx2-fma-6x16", ["avx2", "fma"]),
+                                          ("avx512-12x32", ["avx512f", "avx2", "fma"])])
+def test_every_sgemm_kernel_serves_correct_results(repository, kernel, flags):
+    if not set(flags) <= set(cpu_flags()):
+        pytest.skip(f"this CPU lacks {flags}")
+    s = Server(repository, env={"NEREID_SGEMM_KERNEL": kernel})
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        for rows in (1, 3, 13, 32):
+            x = np.random.default_rng(rows).standard_normal((rows, 1024)).astype(np.float32)
+            i = httpclient.InferInput("input__0", [rows, 1024], "FP32")
+            i.set_data_from_numpy(x)
+            r = c.infer("recommend_model", [i])
+            np.testing.assert_allclose(r.as_numpy("output__0"),
+                                       recommend_reference(weights(repository, "recommend_model"), x),
+                                       rtol=1e-4, atol=1e-5, err_msg=f"{kernel}, {rows} rows")
+            r = c.infer("matmul_model", [i])
+            np.testing.assert_allclose(r.as_numpy("output__0"), x @ weights(repository, "matmul_model")["weight"],
+                                       rtol=1e-4, atol=1e-4, err_msg=f"{kernel}, {rows} rows")
+        assert f"SGEMM micro-kernel {kernel}" in s.read_log()
+    finally:
+        assert s.stop() == 0, s.read_log()
