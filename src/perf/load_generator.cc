@@ -526,6 +526,11 @@ rates, like perf_analyzer (flag names follow it).
   --json-data                    send JSON tensors (default: binary tensor data)
   -f FILE                        also write CSV;   --json FILE  also write JSON
   -q                             no live progress
+
+Latency and throughput are measured by the client. The columns batch, queue us and compute us (CSV:
+Server Batch Size, Server Queue, Server Compute Infer) come from the model's statistics, read over
+the same protocol at the window's edges: mean requests per execution, and queue and compute time
+per inference (0 when the server has no statistics extension).
 )";
 }
 
