@@ -5,14 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/cpu_features.h"
+
 namespace nereid::kernels {
 namespace {
-
-bool HasAvx2() {
-  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx2")) &&
-                          __builtin_cpu_supports("fma");
-  return has;
-}
 
 // max(x, 0) with NaN -> 0, as 'x > 0 ? x : 0' gives (maxps returns its second operand on NaN).
 __attribute__((target("avx2"))) void ReluAvx2(const float* x, float* y, int64_t n) {
@@ -72,12 +68,12 @@ __attribute__((target("avx2,fma"))) void SigmoidAvx2(const float* x, float* y, i
 }  // namespace
 
 void Relu(const float* x, float* y, int64_t n) {
-  if (HasAvx2()) return ReluAvx2(x, y, n);
+  if (HasAvx2Fma()) return ReluAvx2(x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
 }
 
 void Sigmoid(const float* x, float* y, int64_t n) {
-  if (HasAvx2()) return SigmoidAvx2(x, y, n);
+  if (HasAvx2Fma()) return SigmoidAvx2(x, y, n);
   for (int64_t i = 0; i < n; ++i) {
     // Split by sign so exp never overflows.
     const float v = x[i];

@@ -10,6 +10,8 @@
 #include <iterator>
 #include <memory>
 
+#include "cpu/cpu_features.h"
+
 namespace nereid::kernels {
 namespace {
 
@@ -205,20 +207,11 @@ constexpr MicroKernel kAvx2Partial[] = {
     MicroKernelAvx2<3>, MicroKernelAvx2<4>, MicroKernelAvx2<5>,
 };
 
-bool HasAvx2Fma() {
-  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx2")) &&
-                          __builtin_cpu_supports("fma");
-  return has;
-}
-bool HasAvx512() {
-  static const bool has = HasAvx2Fma() && __builtin_cpu_supports("avx512f");
-  return has;
-}
 bool Always() { return true; }
 
 // Fastest first where one CPU runs several; Calibrate() decides between them.
 const KernelConfig kKernels[] = {
-    {"avx512-12x32", MicroKernelAvx512<12>, 12, 32, 256, 96, 3072, HasAvx512, kAvx512Partial},
+    {"avx512-12x32", MicroKernelAvx512<12>, 12, 32, 256, 96, 3072, HasAvx512F, kAvx512Partial},
     {"avx2-fma-6x16", MicroKernelAvx2<kMr>, kMr, kNr, 256, 72, 3072, HasAvx2Fma, kAvx2Partial},
     {"portable-6x16", MicroKernelPortable, kMr, kNr, 256, 72, 3072, Always},
 };
