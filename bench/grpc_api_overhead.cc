@@ -1,7 +1,7 @@
 // gRPC's own cost per unary call, by server API: the callback (reactor) API that Nereid's frontend
 // uses against the completion-queue (async) API with the server's own polling threads, as Triton
 // uses. Both servers answer inference.GRPCInferenceService/ModelInfer with an empty response at once
-// (no model), on the channel arguments Nereid uses; one synchronous client measures the round trip
+// (no model), on the channel arguments Nereid uses (ApplyChannelArguments); one synchronous client measures the round trip
 // at concurrency 1, alternating between the servers in rounds so machine noise hits both alike.
 // With --url, a running server's ModelInfer on `simple` (two INT32 [1,16] inputs, as the example
 // model takes them) is measured by the same client in the same rounds, e.g. Nereid's.
@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "frontend/grpc/grpc_server.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
 
 namespace {
@@ -24,15 +25,6 @@ namespace {
 using inference::GRPCInferenceService;
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
-
-void CommonArgs(grpc::ServerBuilder& b) {  // as src/frontend/grpc/grpc_server.cc sets them
-  b.SetMaxReceiveMessageSize(INT32_MAX);
-  b.SetMaxSendMessageSize(INT32_MAX);
-  b.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
-  b.AddChannelArgument(GRPC_ARG_ENABLE_PER_MESSAGE_COMPRESSION, 1);
-  b.AddChannelArgument(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 1);
-  b.AddChannelArgument(GRPC_ARG_ENABLE_DEADLINE_CHECKS, 1);
-}
 
 class CallbackInfer final : public GRPCInferenceService::CallbackService {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
@@ -52,7 +44,7 @@ class CqServer {
     grpc::ServerBuilder b;
     b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(&service_);
-    CommonArgs(b);
+    nereid::grpc_frontend::ApplyChannelArguments(b);
     cq_ = b.AddCompletionQueue();
     server_ = b.BuildAndStart();
     for (int i = 0; i < threads; ++i) new Call(&service_, cq_.get());
@@ -169,7 +161,7 @@ int main(int argc, char** argv) {
   int callback_port = 0;
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &callback_port);
   b.RegisterService(&callback_service);
-  CommonArgs(b);
+  nereid::grpc_frontend::ApplyChannelArguments(b);
   auto callback_server = b.BuildAndStart();
   CqServer cq_server("127.0.0.1:0", cq_threads);
   std::printf("empty ModelInfer, concurrency 1, %d ms per round; completion-queue server: %d threads\n",

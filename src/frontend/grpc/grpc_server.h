@@ -10,7 +10,15 @@
 #include "common/status.h"
 #include "repository/model_repository.h"
 
+namespace grpc {
+class ServerBuilder;
+}
+
 namespace nereid::grpc_frontend {
+
+// The message limits and channel arguments Nereid's gRPC server runs with (benchmarks that compare
+// gRPC server APIs apply the same ones).
+void ApplyChannelArguments(grpc::ServerBuilder& builder);
 
 struct GrpcOptions {
   std::string address = "0.0.0.0";
