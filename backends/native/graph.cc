@@ -106,7 +106,7 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   // (DeleteSubrange frees them; clear() would keep the cleared messages and their buffers for reuse.)
   auto* initializers = g->model_->mutable_graph()->mutable_initializer();
   initializers->DeleteSubrange(0, initializers->size());
-  g->FuseActivations();
+  g->FuseActivations(readers);
   const size_t values = g->value_ids_.size();
   g->constants_.resize(values);
   g->last_use_.assign(values, -1);
@@ -132,8 +132,7 @@ std::vector<int> Graph::Readers() {
   return readers;
 }
 
-void Graph::FuseActivations() {
-  const std::vector<int> readers = Readers();
+void Graph::FuseActivations(const std::vector<int>& readers) {
   std::vector<bool> fused(nodes_.size(), false);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node& gemm = nodes_[i];

@@ -50,8 +50,9 @@ class Graph {
   };
   Graph() = default;
   int ValueId(const std::string& name);
-  // Folds a Relu or Sigmoid that alone reads a Gemm's output into that Gemm (OpNode::activation).
-  void FuseActivations();
+  // Folds a Relu or Sigmoid that alone reads a Gemm's output into that Gemm (OpNode::activation);
+  // 'readers' as Readers() returns it.
+  void FuseActivations(const std::vector<int>& readers);
   // By value id: how many node inputs and graph outputs read it.
   std::vector<int> Readers();
 
