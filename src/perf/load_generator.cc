@@ -318,8 +318,23 @@ ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
   return s;
 }
 
+// The server's counters at the window's edges, read on the calling thread (which sleeps until each).
+struct ServerWindow {
+  ServerCounters start, end;
+};
+ServerWindow ReadServerWindow(const PerfOptions& o, const Target& t, Clock::time_point from,
+                              Clock::time_point to) {
+  ServerWindow w;
+  std::this_thread::sleep_until(from);
+  w.start = ReadServerCounters(o, t);
+  std::this_thread::sleep_until(to);
+  w.end = ReadServerCounters(o, t);
+  return w;
+}
+
 // Fills the server columns of 'r' from the counters at the window's start and end.
-void AddServerShare(const ServerCounters& a, const ServerCounters& b, PerfResult& r) {
+void AddServerShare(const ServerWindow& w, PerfResult& r) {
+  const ServerCounters &a = w.start, &b = w.end;
   if (!a.ok || !b.ok || b.inferences <= a.inferences || b.executions <= a.executions) return;
   const double inferences = static_cast<double>(b.inferences - a.inferences);
   r.server_batch = inferences / static_cast<double>(b.executions - a.executions);
@@ -427,14 +442,11 @@ PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency
   const auto start = Clock::now();
   const auto from = start + std::chrono::milliseconds(o.warmup_ms);
   const auto to = from + std::chrono::milliseconds(o.measurement_ms);
-  std::this_thread::sleep_until(from);
-  const ServerCounters before = ReadServerCounters(o, t);
-  std::this_thread::sleep_until(to);
-  const ServerCounters after = ReadServerCounters(o, t);
+  const ServerWindow server = ReadServerWindow(o, t, from, to);
   stop = true;
   for (auto& th : threads) th.join();
   PerfResult r = Summarize("concurrency", concurrency, recorder.samples, from, to, o.batch_size);
-  AddServerShare(before, after, r);
+  AddServerShare(server, r);
   return r;
 }
 
@@ -455,13 +467,8 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
   std::vector<std::thread> threads;
   const auto from = start + std::chrono::milliseconds(o.warmup_ms);
   const auto to = from + std::chrono::milliseconds(o.measurement_ms);
-  ServerCounters before, after;
-  threads.emplace_back([&] {  // the server's counters at the window's edges
-    std::this_thread::sleep_until(from);
-    before = ReadServerCounters(o, t);
-    std::this_thread::sleep_until(to);
-    after = ReadServerCounters(o, t);
-  });
+  ServerWindow server;
+  threads.emplace_back([&] { server = ReadServerWindow(o, t, from, to); });
   for (int i = 0; i < o.max_threads; ++i) {
     threads.emplace_back([&] {
       std::vector<Sample> local;
@@ -476,7 +483,7 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
   }
   for (auto& th : threads) th.join();
   PerfResult r = Summarize("request_rate", rate, recorder.samples, from, to, o.batch_size);
-  AddServerShare(before, after, r);
+  AddServerShare(server, r);
   return r;
 }
 
