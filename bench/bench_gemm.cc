@@ -28,6 +28,30 @@ double Seconds(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+struct Case {
+  int m, n, k;
+  bool tb;
+  const char* what;
+};
+
+// One case's random inputs and timing parameters, shared by both tables.
+struct Operands {
+  std::vector<float> a, b;
+  int ldb;
+  double flops;
+  int inner;  // iterations per timing: enough for ~20 ms
+  Operands(const Case& c, std::mt19937& rng)
+      : a(static_cast<size_t>(c.m) * c.k),
+        b(static_cast<size_t>(c.k) * c.n),
+        ldb(c.tb ? c.k : c.n),
+        flops(2.0 * c.m * c.n * c.k),
+        inner(std::max(1, static_cast<int>(2e7 / flops * 50))) {
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -35,11 +59,6 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--reps") reps = std::stoi(argv[i + 1]);
   openblas_set_num_threads(1);
-  struct Case {
-    int m, n, k;
-    bool tb;
-    const char* what;
-  };
   // recommend_model's layers take [batch, in] x W^T with W stored [out, in] (PyTorch style).
   const Case cases[] = {
       {1, 2048, 1024, true, "recommend fc0, batch 1"},
@@ -61,16 +80,10 @@ int main(int argc, char** argv) {
   double log_ratio_sum = 0;
   int cases_run = 0;
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1, 1);
   for (const Case& c : cases) {
-    std::vector<float> a(static_cast<size_t>(c.m) * c.k), b(static_cast<size_t>(c.k) * c.n),
-        c1(static_cast<size_t>(c.m) * c.n), c2(c1.size());
-    for (float& x : a) x = dist(rng);
-    for (float& x : b) x = dist(rng);
-    const int ldb = c.tb ? c.k : c.n;
-    const double flops = 2.0 * c.m * c.n * c.k;
-    // Enough inner iterations for ~20 ms per timing.
-    const int inner = std::max(1, static_cast<int>(2e7 / flops * 50));
+    const Operands ops(c, rng);
+    const auto& [a, b, ldb, flops, inner] = ops;
+    std::vector<float> c1(static_cast<size_t>(c.m) * c.n), c2(c1.size());
     auto ours = [&] {
       for (int i = 0; i < inner; ++i)
         nereid::kernels::Sgemm(false, c.tb, c.m, c.n, c.k, 1.f, a.data(), c.k, b.data(), ldb, 0.f,
@@ -122,13 +135,9 @@ int main(int argc, char** argv) {
   for (const auto& k : kernels) std::printf(" %14s |", k.c_str());
   std::printf("\n|%s|\n", std::string(28 + 17 * kernels.size(), '-').c_str());
   for (const Case& c : cases) {
-    std::vector<float> a(static_cast<size_t>(c.m) * c.k), b(static_cast<size_t>(c.k) * c.n),
-        out(static_cast<size_t>(c.m) * c.n);
-    for (float& x : a) x = dist(rng);
-    for (float& x : b) x = dist(rng);
-    const int ldb = c.tb ? c.k : c.n;
-    const double flops = 2.0 * c.m * c.n * c.k;
-    const int inner = std::max(1, static_cast<int>(2e7 / flops * 50));
+    const Operands ops(c, rng);
+    const auto& [a, b, ldb, flops, inner] = ops;
+    std::vector<float> out(static_cast<size_t>(c.m) * c.n);
     std::vector<std::unique_ptr<nereid::kernels::PackedMatrixB>> packed;
     for (const auto& k : kernels) {
       nereid::kernels::UseSgemmKernel(k);
