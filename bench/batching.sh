@@ -48,14 +48,12 @@ for d in $DELAYS; do make_model "delay_$d" "dynamic_batching { max_queue_delay_m
 make_model goal "dynamic_batching { }
 parameters { key: \"nereid.latency_goal_us\" value: { string_value: \"$GOAL_US\" } }"
 
-PORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. bench/common.sh
+PORT=$(free_port)
 "${SERVER_RUN[@]}" serve --model-repository="$REPO" --http-port="$PORT" --allow-metrics=false \
   --log-info=false ${SERVER_ARGS:-} &
 SERVER=$!
-for _ in $(seq 100); do
-  "$PYTHON" -c "import urllib.request as u; u.urlopen('http://localhost:$PORT/v2/health/ready')" 2>/dev/null && break
-  sleep 0.1
-done
+wait_ready "http://localhost:$PORT/v2/health/ready" 100 || true
 
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores (server on ${SERVER_CPUS:-any}, client on ${CLIENT_CPUS:-any}), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "goal: p99 <= ${GOAL_US} us; windows: ${WARMUP_MS} ms warm-up + ${MEASURE_MS} ms measured per step"

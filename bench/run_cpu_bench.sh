@@ -11,11 +11,13 @@ echo
 echo "## SGEMM (build/bench_gemm)"
 build/bench_gemm --reps "${GEMM_REPS:-7}"
 echo
-PORT=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PYTHON=.venv/bin/python
+. bench/common.sh
+PORT=$(free_port)
 build/nereid serve --model-repository=examples/models --http-port="$PORT" --allow-metrics=false --log-info=false &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -sf "localhost:$PORT/v2/health/ready" >/dev/null && break; sleep 0.1; done
+wait_ready "http://localhost:$PORT/v2/health/ready" 100 || true
 echo "## HTTP, binary tensors, keep-alive (build/nereid perf)"
 for m in simple recommend_model; do
   echo "### $m"

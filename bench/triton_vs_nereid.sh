@@ -42,8 +42,8 @@ cp "$TRITON_HOME/python_backend_stubs/$PYVER/triton_python_backend_stub" "$WORK/
 cp bench/triton_simple/model.py "$WORK/triton/simple/1/model.py"
 sed -e 's/^platform: .*/backend: "python"/' "$MODELS/simple/config.pbtxt" > "$WORK/triton/simple/config.pbtxt"
 
-port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-T_HTTP=$(port); T_GRPC=$(port); N_HTTP=$(port); N_GRPC=$(port)
+. bench/common.sh
+T_HTTP=$(free_port); T_GRPC=$(free_port); N_HTTP=$(free_port); N_GRPC=$(free_port)
 # The copied stub finds PyTriton's bundled CUDA runtime through LD_LIBRARY_PATH.
 LD_LIBRARY_PATH="$TRITON_LIBS:${LD_LIBRARY_PATH:-}" \
   ${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$TRITON_HOME/bin/tritonserver" --model-repository="$WORK/triton" --backend-directory="$WORK/backends" \
@@ -52,10 +52,8 @@ PIDS+=($!)
 ${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$NEREID" serve --model-repository="$MODELS" --http-port="$N_HTTP" --grpc-port="$N_GRPC" \
   --allow-metrics=false --log-info=false > "$WORK/nereid.log" 2>&1 &
 PIDS+=($!)
-ready() { "$PYTHON" -c "import urllib.request as u; u.urlopen('http://localhost:$1/v2/models/simple/ready')" 2>/dev/null; }
 for p in $T_HTTP $N_HTTP; do
-  for _ in $(seq 300); do ready "$p" && break; sleep 0.1; done
-  ready "$p" || { cat "$WORK"/*.log; exit 1; }
+  wait_ready "http://localhost:$p/v2/models/simple/ready" || { cat "$WORK"/*.log; exit 1; }
 done
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "Triton: tritonserver from PyTriton $TRITON_VERSION, Python backend; Nereid: native engine"

@@ -17,7 +17,9 @@ echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 
 taskset -c 0-3 "$NEREID" serve --model-repository="$PWD/$C/models" --http-port=8000 --grpc-port=8001 \
   --allow-metrics=false --log-info=false &
 SERVER=$!
-for _ in $(seq 100); do python3 -c "import urllib.request as u; u.urlopen('http://localhost:8000/v2/health/ready')" 2>/dev/null && break; sleep 0.1; done
+PYTHON=python3
+. bench/common.sh
+wait_ready http://localhost:8000/v2/health/ready 100 || true
 SECTIONS="${SECTIONS:-http batching}"
 if [[ " $SECTIONS " == *" gemm "* ]]; then
   echo "== SGEMM: Nereid's kernels vs OpenBLAS, one thread (bench/bench_gemm.cc)"
