@@ -257,6 +257,32 @@ std::vector<int64_t> BatchPrefixed(const std::vector<int64_t>& request_shape, bo
   return shape;
 }
 
+// Resolves at most one -1 in 'shape' from 'bytes', then requires shape x element size == bytes.
+Status FitShape(const std::string& name, DataType type, size_t bytes, std::vector<int64_t>& shape) {
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(type));
+  int64_t known = esize;
+  int unknown = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] >= 0) {
+      if (__builtin_mul_overflow(known, shape[d], &known)) known = -1;
+      if (known < 0) break;
+    } else if (unknown < 0) {
+      unknown = static_cast<int>(d);
+    } else {
+      known = -1;
+      break;
+    }
+  }
+  if (unknown >= 0 && known > 0 && bytes % static_cast<size_t>(known) == 0)
+    shape[unknown] = static_cast<int64_t>(bytes / static_cast<size_t>(known));
+  const int64_t expected = TensorByteSize(type, shape);
+  if (expected < 0 || static_cast<size_t>(expected) != bytes)
+    return InvalidArgument("input '" + name + "' has " + std::to_string(bytes) +
+                           " bytes, which do not make a tensor of shape " + ShapeString(shape) +
+                           " of " + std::string(DataTypeName(type)));
+  return Status::Ok();
+}
+
 // Takes ownership of a server error and turns it into a Status (NULL -> Ok).
 Status FromServer(NereidError* e) {
   if (e == nullptr) return Status::Ok();
@@ -311,6 +337,9 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
     auto spec = m.inputs.find(first.name);
     if (spec != m.inputs.end() && spec->second.has_reshape)
       shape = BatchPrefixed(shape, batching, spec->second.reshape);
+    // The server checked each request's bytes against its shape; the backend checks again that
+    // what it is about to read (after any reshape) is exactly what it was given.
+    if (type != DataType::kBytes) RETURN_IF_ERROR(FitShape(first.name, type, total_bytes, shape));
     const size_t align = std::max<size_t>(DataTypeSize(type), 1);
     if (count == 1 &&
         (type == DataType::kBytes || reinterpret_cast<uintptr_t>(first.data) % align == 0)) {

@@ -110,11 +110,17 @@ int64_t ElementCount(const int64_t* shape, size_t rank) {
   int64_t count = 1;
   for (size_t i = 0; i < rank; ++i) {
     if (shape[i] < 0) return -1;
-    if (shape[i] != 0 && count > std::numeric_limits<int64_t>::max() / shape[i])
-      return std::numeric_limits<int64_t>::max();
-    count *= shape[i];
+    if (__builtin_mul_overflow(count, shape[i], &count)) return -1;
   }
   return count;
+}
+
+int64_t TensorByteSize(DataType type, const int64_t* shape, size_t rank) {
+  const int64_t elements = ElementCount(shape, rank);
+  const auto size = static_cast<int64_t>(DataTypeSize(type));
+  int64_t bytes = 0;
+  if (elements < 0 || size == 0 || __builtin_mul_overflow(elements, size, &bytes)) return -1;
+  return bytes;
 }
 
 }  // namespace nereid

@@ -47,7 +47,18 @@ inline std::string ShapeString(const std::vector<int64_t>& shape) {
   return ShapeString(shape.data(), shape.size());
 }
 
-// Number of elements of a shape; -1 if any dimension is negative; saturates instead of overflowing.
+// Number of elements of a shape; -1 if any dimension is negative or the product does not fit in
+// int64 (a shape from a client can be anything: callers treat -1 as "no such tensor").
 int64_t ElementCount(const int64_t* shape, size_t rank);
+inline int64_t ElementCount(const std::vector<int64_t>& shape) {
+  return ElementCount(shape.data(), shape.size());
+}
+
+// Bytes a tensor of fixed-size 'type' and 'shape' holds; -1 if the shape is invalid (see
+// ElementCount), the type has no fixed size (BYTES, INVALID) or the byte count overflows int64.
+int64_t TensorByteSize(DataType type, const int64_t* shape, size_t rank);
+inline int64_t TensorByteSize(DataType type, const std::vector<int64_t>& shape) {
+  return TensorByteSize(type, shape.data(), shape.size());
+}
 
 }  // namespace nereid

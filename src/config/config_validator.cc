@@ -66,7 +66,7 @@ void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* c
 }
 
 Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
-                           const ConfigLocator& locator) {
+                           const ConfigLocator& locator, ConfigStage stage) {
   Checker check(model_name, locator);
   if (config.name() != model_name)
     return check.Fail({{"name"}}, "name",
@@ -75,9 +75,9 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
   if (config.max_batch_size() < 0)
     return check.Fail({{"max_batch_size"}}, "max_batch_size",
                       "must be >= 0, got " + std::to_string(config.max_batch_size()));
-  if (config.input_size() == 0)
+  if (stage == ConfigStage::kFinal && config.input_size() == 0)
     return check.Fail({}, "input", "the model has no inputs (and none could be auto-completed)");
-  if (config.output_size() == 0)
+  if (stage == ConfigStage::kFinal && config.output_size() == 0)
     return check.Fail({}, "output", "the model has no outputs (and none could be auto-completed)");
 
   std::set<std::string> names;
@@ -118,7 +118,11 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
     const auto& group = config.instance_group(i);
     const std::string field = "instance_group[" + std::to_string(i) + "]";
     if (group.count() < 1)
-      return check.Fail({{"instance_group", i}}, field + ".count", "must be >= 1");
+      return check.Fail({{"instance_group", i}, {"count"}}, field + ".count", "must be >= 1");
+    if (group.count() > kMaxInstancesPerGroup)
+      return check.Fail({{"instance_group", i}, {"count"}}, field + ".count",
+                        std::to_string(group.count()) + " instances (one thread each) is over the "
+                        "limit of " + std::to_string(kMaxInstancesPerGroup) + " per group");
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU)
       return check.Fail({{"instance_group", i}, {"kind"}}, field + ".kind",
                         "KIND_GPU instances are not available in this build (no GPU support yet); "
@@ -129,6 +133,12 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
       return check.Fail({{"instance_group", i}, {"gpus"}}, field + ".gpus",
                         "'gpus' may only be given for KIND_GPU or KIND_AUTO groups");
   }
+
+  if (config.model_transaction_policy().decoupled())
+    return check.Fail({{"model_transaction_policy"}, {"decoupled"}},
+                      "model_transaction_policy.decoupled",
+                      "decoupled models (several responses per request) are not supported yet; "
+                      "a model that needs it cannot be served");
 
   if (config.version_policy().has_specific() &&
       config.version_policy().specific().versions_size() == 0)

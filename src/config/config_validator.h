@@ -13,8 +13,15 @@ namespace nereid {
 // instance group when none is given, count 1 where count is 0.
 void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* config);
 
+// kAsWritten: the config before any model file is opened (a backend may still auto-complete
+// inputs, outputs and max_batch_size); kFinal: the config the model will run with.
+enum class ConfigStage { kAsWritten, kFinal };
+
+// Instances of one group run a thread each: more than this is a typo or an attack.
+constexpr int32_t kMaxInstancesPerGroup = 1024;
+
 // Validates a (defaulted) config. 'locator' maps fields back to config.pbtxt lines.
 Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
-                           const ConfigLocator& locator);
+                           const ConfigLocator& locator, ConfigStage stage = ConfigStage::kFinal);
 
 }  // namespace nereid

@@ -17,18 +17,35 @@ std::array<uint64_t, LatencyHistogram::kBoundsUs.size() + 1> LatencyHistogram::C
 }
 
 ModelStats::ModelStats(int64_t max_batch_size) {
-  const size_t slots = static_cast<size_t>(std::max<int64_t>(max_batch_size, 1)) + 1;
-  batch.reserve(slots);
-  for (size_t i = 0; i < slots; ++i) batch.push_back(std::make_unique<BatchStat>());
+  const size_t slots =
+      static_cast<size_t>(std::clamp<int64_t>(max_batch_size, 1, kDirectBatchSlots)) + 1;
+  batch_.reserve(slots);
+  for (size_t i = 0; i < slots; ++i) batch_.push_back(std::make_unique<BatchStat>());
+}
+
+ModelStats::BatchStat& ModelStats::Batch(int64_t batch_size) {
+  batch_size = std::max<int64_t>(batch_size, 1);
+  if (batch_size < static_cast<int64_t>(batch_.size())) return *batch_[batch_size];
+  std::lock_guard<std::mutex> lock(large_mu_);
+  auto& slot = large_batch_[batch_size];
+  if (!slot) slot = std::make_unique<BatchStat>();
+  return *slot;
+}
+
+void ModelStats::ForEachBatch(const std::function<void(int64_t, const BatchStat&)>& visit) const {
+  for (size_t b = 1; b < batch_.size(); ++b)
+    if (batch_[b]->compute_infer.count.load(std::memory_order_relaxed) > 0) visit(b, *batch_[b]);
+  std::lock_guard<std::mutex> lock(large_mu_);
+  for (const auto& [b, stat] : large_batch_) visit(b, *stat);
 }
 
 void ModelStats::RecordExecution(int64_t batch_size, uint64_t input_ns, uint64_t infer_ns,
                                  uint64_t output_ns) {
   execution_count.fetch_add(1, std::memory_order_relaxed);
-  const size_t slot = static_cast<size_t>(std::clamp<int64_t>(batch_size, 1, batch.size() - 1));
-  batch[slot]->compute_input.Add(input_ns);
-  batch[slot]->compute_infer.Add(infer_ns);
-  batch[slot]->compute_output.Add(output_ns);
+  BatchStat& stat = Batch(batch_size);
+  stat.compute_input.Add(input_ns);
+  stat.compute_infer.Add(infer_ns);
+  stat.compute_output.Add(output_ns);
 }
 
 void ModelStats::RecordSuccess(int64_t batch_size, uint64_t request_ns, uint64_t queue_ns,

@@ -6,7 +6,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace nereid {
@@ -61,8 +64,19 @@ class ModelStats {
   struct BatchStat {
     DurationStat compute_input, compute_infer, compute_output;
   };
-  // Index = batch size (1..max); executions with a larger batch land in the last slot.
-  std::vector<std::unique_ptr<BatchStat>> batch;
+  // Visits the batch sizes that have executed, ascending.
+  void ForEachBatch(const std::function<void(int64_t, const BatchStat&)>& visit) const;
+
+  // Batch sizes up to this have a preallocated, lock-free slot; larger ones (a config may allow
+  // billions) are created on first use under a lock.
+  static constexpr int64_t kDirectBatchSlots = 4096;
+
+ private:
+  BatchStat& Batch(int64_t batch_size);
+
+  std::vector<std::unique_ptr<BatchStat>> batch_;  // index = batch size
+  mutable std::mutex large_mu_;
+  std::map<int64_t, std::unique_ptr<BatchStat>> large_batch_;
 };
 
 }  // namespace nereid

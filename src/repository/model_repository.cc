@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "config/config_validator.h"
+#include "config/model_files.h"
 
 namespace nereid {
 namespace fs = std::filesystem;
@@ -152,7 +153,8 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   Status s = LoadModel(name, config_json);
   if (!s.ok() && FindModelDir(name).ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    // Keep versions that were serving (a failed reload does not take them down); record the reason.
+    // Versions that were serving keep serving (LoadModel swaps only a complete success in); the
+    // reason is recorded for the index and for requests to a model that has none.
     models_[name].reason = s.message();
   }
   return s;
@@ -172,15 +174,31 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
     auto result = ParseModelConfigText(text.str(), name + "/config.pbtxt");
     if (!result.ok()) return InvalidArgument("model '" + name + "': " + result.status().message());
     parsed = std::move(result).value();
-  } else {
+  } else if (options_.auto_complete) {
     parsed.locator = ConfigLocator(name + " (no config.pbtxt; auto-completed)", nullptr);
+  } else {
+    return InvalidArgument("model '" + name + "': " + config_path +
+                           " does not exist, and auto-complete is off (--strict-model-config)");
   }
   inference::ModelConfig& config = parsed.config;
   FillConfigDefaults(name, &config);
+  // What can be checked before a model file is opened is checked first, as Triton does.
+  RETURN_IF_ERROR(ValidateModelConfig(config, name, parsed.locator, ConfigStage::kAsWritten));
 
   const std::vector<int64_t> available = VersionsOnDisk(model_dir);
   ASSIGN_OR_RETURN(std::vector<int64_t> versions,
                    SelectVersions(config.version_policy(), available, name));
+  // The model file of each version must lie inside the model directory (a symlink may not lead
+  // out of it). A missing file is left to the backend, which names what it looked for.
+  const std::string model_file =
+      config.default_model_filename().empty() ? "model.onnx" : config.default_model_filename();
+  for (int64_t v : versions) {
+    auto file = ResolveModelFile(model_dir, fs::path(model_dir) / std::to_string(v), model_file,
+                                 "default_model_filename");
+    if (!file.ok() && file.status().code() != Status::Code::kNotFound)
+      return InvalidArgument("model '" + name + "' version " + std::to_string(v) + ": " +
+                             file.status().message());
+  }
   ASSIGN_OR_RETURN(std::string backend_name, ResolveBackend(&config, model_dir, versions));
   ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->Get(backend_name));
 
@@ -192,7 +210,8 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
   for (int64_t v : versions) {
-    auto model = Model::Create(name, v, model_dir, config, parsed.locator, backend);
+    auto model = Model::Create(name, v, model_dir, config, parsed.locator, backend,
+                               options_.auto_complete);
     VersionEntry entry;
     if (model.ok()) {
       entry.state = "READY";
@@ -211,9 +230,18 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   {
     std::lock_guard<std::mutex> lock(mu_);
     ModelEntry& m = models_[name];
-    for (auto& [v, old] : m.versions)
-      if (old.model) retired.push_back(old.model);
-    m.versions = std::move(loaded);
+    bool serving = false;
+    for (const auto& [v, old] : m.versions) serving = serving || old.model != nullptr;
+    if (!first_error.empty() && serving) {
+      // A failed reload leaves what was serving untouched (Triton does the same); the versions
+      // that did load are dropped with it.
+      for (auto& [v, entry] : loaded)
+        if (entry.model) retired.push_back(entry.model);
+    } else {
+      for (auto& [v, old] : m.versions)
+        if (old.model) retired.push_back(old.model);
+      m.versions = std::move(loaded);
+    }
     m.reason = first_error;
   }
   for (auto& model : retired) model->Stop();  // drains accepted requests, outside the lock
@@ -249,22 +277,32 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::GetModel(const std::string& na
                                                            int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end() || it->second.versions.empty()) {
+  // A model whose load failed answers 503 with its load error, whatever the failure was.
+  const std::string& load_error = it == models_.end() ? std::string() : it->second.reason;
+  auto unavailable = [&](const std::string& what) {
+    return Unavailable("Request for unknown model: '" + name + "' " + what +
+                       (load_error.empty() || load_error == "unloaded"
+                            ? std::string()
+                            : " (load failed: " + load_error + ")"));
+  };
+  if (it == models_.end() || (it->second.versions.empty() && load_error.empty())) {
     return NotFound("Request for unknown model: '" + name + "' is not found");
   }
   const auto& versions = it->second.versions;
   if (version < 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v)
       if (v->second.model) return v->second.model;
-    return Unavailable("Request for unknown model: '" + name + "' has no available versions");
+    return unavailable("has no available versions");
   }
   auto v = versions.find(version);
-  if (v == versions.end())
+  if (v == versions.end()) {
+    if (!load_error.empty() && load_error != "unloaded")
+      return unavailable("version " + std::to_string(version) + " is not at ready state");
     return NotFound("Request for unknown model: '" + name + "' version " + std::to_string(version) +
                     " is not found");
+  }
   if (!v->second.model)
-    return Unavailable("Request for unknown model: '" + name + "' version " +
-                       std::to_string(version) + " is not at ready state");
+    return unavailable("version " + std::to_string(version) + " is not at ready state");
   return v->second.model;
 }
 
@@ -329,6 +367,14 @@ std::vector<IndexEntry> ModelRepository::Index(bool ready_only) const {
     }
   }
   return entries;
+}
+
+std::vector<std::string> ModelRepository::FailedModels() const {
+  std::vector<std::string> failed;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, m] : models_)
+    if (!m.reason.empty() && m.reason != "unloaded") failed.push_back(name + ": " + m.reason);
+  return failed;
 }
 
 bool ModelRepository::Ready() const {

@@ -24,6 +24,9 @@ struct RepositoryOptions {
   ModelControlMode control_mode = ModelControlMode::kNone;
   std::vector<std::string> startup_models;  // --load-model; "*" loads everything
   bool strict_readiness = true;
+  // Backends may fill in what config.pbtxt leaves out (inputs, outputs, max_batch_size);
+  // --strict-model-config / --disable-auto-complete-config turn it off.
+  bool auto_complete = true;
 };
 
 struct IndexEntry {
@@ -39,8 +42,11 @@ class ModelRepository {
   ~ModelRepository();
 
   // Loads what the control mode asks for at startup. Failures are recorded per model and logged;
-  // they never stop the other models (the returned status only reports a broken repository path).
+  // they never stop the other models (the returned status only reports a broken repository path;
+  // FailedModels() tells which models failed).
   Status LoadStartupModels();
+  // "name: reason" of every model whose last load failed.
+  std::vector<std::string> FailedModels() const;
 
   // The ready model 'name', newest ready version when 'version' < 0.
   StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;

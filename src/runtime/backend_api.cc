@@ -183,8 +183,8 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
                             (std::string("output '") + name + "' allocated twice").c_str());
   const auto type = static_cast<nereid::DataType>(datatype);
   if (type != nereid::DataType::kBytes) {
-    const int64_t elements = nereid::ElementCount(shape, dims_count);
-    if (elements < 0 || static_cast<uint64_t>(elements) * nereid::DataTypeSize(type) != byte_size)
+    const int64_t expected = nereid::TensorByteSize(type, shape, dims_count);
+    if (expected < 0 || static_cast<uint64_t>(expected) != byte_size)
       return NereidErrorNew(
           NEREID_ERROR_INTERNAL,
           (std::string("output '") + name + "': byte_size does not match shape").c_str());

@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "config/config_validator.h"
+#include "config/model_files.h"
 #include "scheduler/default_scheduler.h"
 #include "scheduler/dynamic_batcher.h"
 
@@ -46,7 +47,7 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
                                                inference::ModelConfig config,
                                                const ConfigLocator& locator,
                                                std::shared_ptr<Backend> backend,
-                                               const Clock* clock) {
+                                               bool allow_auto_complete, const Clock* clock) {
   std::shared_ptr<Model> model(new Model());
   model->name_ = name;
   model->version_ = version;
@@ -54,6 +55,7 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
   model->config_ = std::move(config);
   model->config_json_ = ModelConfigToJson(model->config_);
   model->backend_ = std::move(backend);
+  model->allow_auto_complete_ = allow_auto_complete;
 
   model->in_initialize_ = true;
   Status init = StatusFromBackend(
@@ -69,15 +71,11 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
 
   for (const auto& output : model->config_.output()) {
     if (output.label_filename().empty()) continue;
-    const auto path = std::filesystem::path(model_dir) / output.label_filename();
-    std::ifstream in(path);
-    if (!in)
-      return InvalidArgument("model '" + name + "': output '" + output.name() +
-                             "' names label_filename '" + output.label_filename() + "' but " +
-                             path.string() + " cannot be read");
-    std::vector<std::string> labels;
-    for (std::string line; std::getline(in, line);) labels.push_back(line);
-    model->labels_[output.name()] = std::move(labels);
+    auto labels = ReadLabelFile(model_dir, output.label_filename(),
+                                "output '" + output.name() + "' label_filename");
+    if (!labels.ok()) return Status(labels.status().code(), "model '" + name + "': " +
+                                                                labels.status().message());
+    model->labels_[output.name()] = std::move(labels).value();
   }
 
   std::vector<BatchExecutor*> instances;
@@ -93,6 +91,10 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   if (model->config_.has_dynamic_batching()) {
     ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(model->config_));
+    if (goal.goal_us > 0 && model->config_.max_batch_size() > ModelStats::kDirectBatchSlots)
+      return InvalidArgument("model '" + name + "': the latency goal keeps a cost per batch size "
+                             "and supports max_batch_size up to " +
+                             std::to_string(ModelStats::kDirectBatchSlots));
     if (model->config_.max_batch_size() == 0)
       LOG_WARNING << "model '" << name << "': dynamic_batching with max_batch_size 0 only queues; "
                   << "requests are never merged";
@@ -104,6 +106,7 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
   } else {
     model->scheduler_ = std::make_unique<DefaultScheduler>(std::move(instances));
   }
+  RETURN_IF_ERROR(model->scheduler_->start_status());
   return model;
 }
 
@@ -143,6 +146,10 @@ std::vector<TensorMetadata> Model::Metadata(bool inputs) const {
 Status Model::SetConfigJson(const std::string& json) {
   if (!in_initialize_)
     return Internal("NereidModelSetConfigJson may only be called during NereidModelInitialize");
+  if (!allow_auto_complete_)
+    return InvalidArgument("model '" + name_ +
+                           "': config.pbtxt is incomplete (inputs, outputs or max_batch_size "
+                           "missing) and auto-complete is off (--strict-model-config)");
   ASSIGN_OR_RETURN(config_, ModelConfigFromJson(json));
   config_json_ = ModelConfigToJson(config_);
   return Status::Ok();
@@ -207,7 +214,10 @@ Status Model::Validate(InferenceRequest& request) const {
                                std::to_string(batch_size));
       batch_size = input.shape[0];
     }
-    const int64_t elements = ElementCount(input.shape.data(), input.shape.size());
+    const int64_t elements = ElementCount(input.shape);
+    if (elements < 0)
+      return InvalidArgument("input '" + input.name + "' has shape " + ShapeString(input.shape) +
+                             ", whose element count does not fit in 64 bits");
     if (input.datatype == DataType::kBytes) {
       const int64_t found = CountBytesElements(input.data, input.byte_size);
       if (found != elements)
@@ -217,9 +227,13 @@ Status Model::Validate(InferenceRequest& request) const {
                        : std::to_string(found) + " BYTES elements") +
             " but its shape " + ShapeString(input.shape) + " needs " + std::to_string(elements));
     } else {
-      const uint64_t expected_bytes =
-          static_cast<uint64_t>(elements) * DataTypeSize(input.datatype);
-      if (input.byte_size != expected_bytes)
+      const int64_t expected_bytes = TensorByteSize(input.datatype, input.shape);
+      if (expected_bytes < 0)
+        return InvalidArgument("input '" + input.name + "' has shape " +
+                               ShapeString(input.shape) + " of " +
+                               std::string(DataTypeName(input.datatype)) +
+                               ", whose byte size does not fit in 64 bits");
+      if (input.byte_size != static_cast<uint64_t>(expected_bytes))
         return InvalidArgument("input '" + input.name + "' has " + std::to_string(input.byte_size) +
                                " bytes of data but shape " + ShapeString(input.shape) + " of " +
                                std::string(DataTypeName(input.datatype)) + " needs " +

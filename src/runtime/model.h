@@ -34,6 +34,7 @@ class Model {
                                                  inference::ModelConfig config,
                                                  const ConfigLocator& locator,
                                                  std::shared_ptr<Backend> backend,
+                                                 bool allow_auto_complete = true,
                                                  const Clock* clock = &SteadyClock::Get());
   ~Model();
 
@@ -80,6 +81,7 @@ class Model {
   std::unique_ptr<ModelStats> stats_;
   std::map<std::string, std::vector<std::string>> labels_;
   bool in_initialize_ = false;
+  bool allow_auto_complete_ = true;
   bool model_initialized_ = false;
   std::atomic<bool> stopped_{false};
 };

@@ -1,6 +1,7 @@
 #include "scheduler/default_scheduler.h"
 
 #include <chrono>
+#include <system_error>
 
 namespace nereid {
 
@@ -52,8 +53,15 @@ void DefaultScheduler::Run(BatchExecutor* instance) {
 
 void InstanceThreadsScheduler::StartThreads(const std::vector<BatchExecutor*>& instances) {
   threads_.reserve(instances.size());
-  for (BatchExecutor* instance : instances)
-    threads_.emplace_back([this, instance] { Run(instance); });
+  try {
+    for (BatchExecutor* instance : instances)
+      threads_.emplace_back([this, instance] { Run(instance); });
+  } catch (const std::system_error& e) {
+    // Out of threads: stop the ones that started (the caller sees start_status and gives up).
+    start_status_ = Unavailable("cannot start instance thread " + std::to_string(threads_.size() + 1) +
+                                " of " + std::to_string(instances.size()) + ": " + e.what());
+    Stop();
+  }
 }
 
 void InstanceThreadsScheduler::Stop() {

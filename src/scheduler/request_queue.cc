@@ -5,13 +5,7 @@
 namespace nereid {
 
 RequestQueue::RequestQueue(const inference::ModelDynamicBatching& config)
-    : levels_(std::max<uint64_t>(config.priority_levels(), 1)) {
-  const uint64_t count = levels_.size();
-  for (uint64_t level = 1; level <= count; ++level) {
-    auto it = config.priority_queue_policy().find(level);
-    levels_[level - 1].policy =
-        it != config.priority_queue_policy().end() ? it->second : config.default_queue_policy();
-  }
+    : config_(config), level_count_(std::max<uint64_t>(config.priority_levels(), 1)) {
   default_level_ = config.priority_levels() > 0 && config.default_priority_level() > 0
                        ? config.default_priority_level()
                        : 1;
@@ -19,17 +13,22 @@ RequestQueue::RequestQueue(const inference::ModelDynamicBatching& config)
 
 Status RequestQueue::Enqueue(std::unique_ptr<InferenceRequest>& request, uint64_t now_ns) {
   uint64_t level = request->priority == 0 ? default_level_ : request->priority;
-  if (level > levels_.size()) {
-    if (levels_.size() == 1) {
+  if (level > level_count_) {
+    if (level_count_ == 1) {
       level = 1;  // no priority levels configured: priorities are ignored, as in Triton
     } else {
       return InvalidArgument("priority " + std::to_string(request->priority) +
                              " is out of range for model '" + request->model_name +
-                             "' (priority levels 1.." + std::to_string(levels_.size()) + ")");
+                             "' (priority levels 1.." + std::to_string(level_count_) + ")");
     }
   }
-  Level& l = levels_[level - 1];
-  const auto& policy = l.policy;
+  Level& l = levels_[level];
+  if (l.policy == nullptr) {
+    auto it = config_.priority_queue_policy().find(level);
+    l.policy = it != config_.priority_queue_policy().end() ? &it->second
+                                                           : &config_.default_queue_policy();
+  }
+  const auto& policy = *l.policy;
   if (policy.max_queue_size() > 0 && l.queue.size() + l.delayed.size() >= policy.max_queue_size())
     return Unavailable("Exceeds maximum queue size: model '" + request->model_name +
                        "' already queues " + std::to_string(policy.max_queue_size()) +
@@ -50,8 +49,9 @@ Status RequestQueue::Enqueue(std::unique_ptr<InferenceRequest>& request, uint64_
 
 void RequestQueue::ExpireTimeouts(uint64_t now_ns,
                                   std::vector<std::unique_ptr<InferenceRequest>>* rejected) {
-  for (Level& l : levels_) {
-    const bool delay = l.policy.timeout_action() == inference::ModelQueuePolicy::DELAY;
+  for (auto level = levels_.begin(); level != levels_.end();) {
+    Level& l = level->second;
+    const bool delay = l.policy->timeout_action() == inference::ModelQueuePolicy::DELAY;
     for (auto it = l.queue.begin(); it != l.queue.end();) {
       if (it->deadline_ns == 0 || it->deadline_ns > now_ns) {
         ++it;
@@ -66,19 +66,20 @@ void RequestQueue::ExpireTimeouts(uint64_t now_ns,
       }
       it = l.queue.erase(it);
     }
+    level = l.queue.empty() && l.delayed.empty() ? levels_.erase(level) : std::next(level);
   }
 }
 
 uint64_t RequestQueue::NextDeadline() const {
   uint64_t next = 0;
-  for (const Level& l : levels_)
+  for (const auto& [level, l] : levels_)
     for (const Entry& e : l.queue)
       if (e.deadline_ns != 0 && (next == 0 || e.deadline_ns < next)) next = e.deadline_ns;
   return next;
 }
 
 void RequestQueue::Walk(const std::function<bool(const Entry&)>& visit) const {
-  for (const Level& l : levels_) {
+  for (const auto& [level, l] : levels_) {
     for (const Entry& e : l.queue)
       if (!visit(e)) return;
     for (const Entry& e : l.delayed)
@@ -89,7 +90,8 @@ void RequestQueue::Walk(const std::function<bool(const Entry&)>& visit) const {
 std::vector<std::unique_ptr<InferenceRequest>> RequestQueue::PopFront(size_t n) {
   std::vector<std::unique_ptr<InferenceRequest>> out;
   out.reserve(n);
-  for (Level& l : levels_) {
+  for (auto level = levels_.begin(); level != levels_.end() && out.size() < n;) {
+    Level& l = level->second;
     for (auto* q : {&l.queue, &l.delayed}) {
       while (out.size() < n && !q->empty()) {
         out.push_back(std::move(q->front().request));
@@ -97,6 +99,7 @@ std::vector<std::unique_ptr<InferenceRequest>> RequestQueue::PopFront(size_t n) 
         --size_;
       }
     }
+    level = l.queue.empty() && l.delayed.empty() ? levels_.erase(level) : std::next(level);
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -40,15 +41,19 @@ class RequestQueue {
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  uint64_t levels() const { return levels_.size(); }
+  uint64_t levels() const { return level_count_; }
 
  private:
   struct Level {
-    inference::ModelQueuePolicy policy;
+    const inference::ModelQueuePolicy* policy = nullptr;
     std::deque<Entry> queue;
     std::deque<Entry> delayed;
   };
-  std::vector<Level> levels_;  // index 0 is priority level 1
+  // Only levels that hold requests exist: priority_levels may be any uint64 (Triton's own tests
+  // use values near its maximum), so nothing here is sized by it.
+  std::map<uint64_t, Level> levels_;
+  inference::ModelDynamicBatching config_;  // the policies levels point into
+  uint64_t level_count_ = 1;
   uint64_t default_level_ = 1;
   size_t size_ = 0;
 };

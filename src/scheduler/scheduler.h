@@ -38,6 +38,8 @@ class Scheduler {
   virtual void Stop() = 0;
   // Requests accepted and not yet completed.
   virtual size_t Pending() const = 0;
+  // Whether the scheduler could start (its threads); a model whose scheduler failed never serves.
+  virtual Status start_status() const { return Status::Ok(); }
 };
 
 // The part every scheduler here shares: one thread per instance, a lock and condition variable
@@ -46,6 +48,7 @@ class InstanceThreadsScheduler : public Scheduler {
  public:
   void Stop() override;
   size_t Pending() const override;
+  Status start_status() const override { return start_status_; }
 
  protected:
   // Starts one thread per instance running Run(instance); call at the end of the constructor.
@@ -60,6 +63,7 @@ class InstanceThreadsScheduler : public Scheduler {
 
  private:
   std::vector<std::thread> threads_;
+  Status start_status_;
 };
 
 }  // namespace nereid

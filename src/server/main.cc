@@ -1,8 +1,12 @@
 // nereid: the server binary. `nereid serve [options]` (or bare options, as tritonserver takes
 // them).
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -24,6 +28,18 @@ std::string DefaultBackendDirectory() {
   if (std::filesystem::is_directory(dir / "backends")) return (dir / "backends").string();
   return (dir.parent_path() / "lib" / "nereid" / "backends").string();
 }
+
+// A server with many connections needs many descriptors: take the hard limit.
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
+             nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository);
 
 int Serve(const std::vector<std::string>& args) {
   auto options_or = nereid::ParseServerOptions(args);
@@ -49,12 +65,19 @@ int Serve(const std::vector<std::string>& args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  RaiseFileLimit();
   nereid::BackendManager backends(options.backend_directory.empty() ? DefaultBackendDirectory()
                                                                     : options.backend_directory);
   nereid::ModelRepository repository(options.repository, &backends);
   nereid::Status s = repository.LoadStartupModels();
   if (!s.ok()) {
     LOG_ERROR << s.message();
+    return 1;
+  }
+  if (const auto failed = repository.FailedModels(); !failed.empty() && options.exit_on_error) {
+    for (const auto& f : failed) LOG_ERROR << "failed to load " << f;
+    LOG_ERROR << "exiting: " << failed.size() << " model(s) failed to load "
+              << "(--exit-on-error=false keeps serving the others)";
     return 1;
   }
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
@@ -66,9 +89,6 @@ int Serve(const std::vector<std::string>& args) {
       return 1;
     }
   }
-  if (options.allow_metrics)
-    LOG_INFO << "metrics port " << options.metrics_port
-             << " is reserved; metrics are not in this build";
   std::unique_ptr<nereid::http::HttpServer> http;
   if (options.allow_metrics) options.http.metrics_port = options.metrics_port;
   if (options.allow_http) {
@@ -83,10 +103,32 @@ int Serve(const std::vector<std::string>& args) {
   }
   int sig = 0;
   sigwait(&signals, &sig);
-  LOG_INFO << "signal " << sig << " received, shutting down";
+  return Shutdown(sig, options.exit_timeout_secs, http.get(), grpc.get(), repository);
+}
+
+// Triton's shutdown: stop taking new work, let what was accepted finish within the exit timeout,
+// then stop. Requests still running when the timeout passes are abandoned (exit status 1).
+int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
+             nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository) {
+  const auto steady_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(exit_timeout_secs);
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::seconds(exit_timeout_secs);
+  LOG_INFO << "signal " << sig << " received: no new requests; waiting up to " << exit_timeout_secs
+           << " s for " << (http ? http->InFlight() : 0) << " HTTP request(s) and gRPC calls "
+           << "in flight";
+  if (http) http->StopAccepting();
+  if (grpc) grpc->Stop(deadline);  // returns when its calls are done or cancelled at the deadline
+  const bool drained = !http || http->Drain(steady_deadline);
+  if (!drained) {
+    LOG_ERROR << "exit timeout of " << exit_timeout_secs << " s passed with " << http->InFlight()
+              << " HTTP request(s) unanswered; exiting without them";
+    std::fflush(nullptr);
+    std::_Exit(1);  // instance threads may still be running those requests: do not wait for them
+  }
   if (http) http->Stop();
-  if (grpc) grpc->Stop();
   repository.StopAll();
+  LOG_INFO << "all requests answered; exiting";
   return 0;
 }
 

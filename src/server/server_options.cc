@@ -1,6 +1,7 @@
 #include "server/server_options.h"
 
 #include <charconv>
+#include <limits>
 #include <map>
 
 namespace nereid {
@@ -23,11 +24,7 @@ StatusOr<T> ParseNumber(const std::string& flag, const std::string& v, T min, T 
 }
 
 // Flags Triton has that Nereid accepts without acting on them yet (so launch scripts keep working).
-const char* const kAcceptedIgnored[] = {"strict-model-config",
-                                        "exit-on-error",
-                                        "exit-timeout-secs",
-                                        "id",
-                                        "disable-auto-complete-config",
+const char* const kAcceptedIgnored[] = {"id",
                                         "pinned-memory-pool-byte-size",
                                         "cuda-memory-pool-byte-size",
                                         "backend-config",
@@ -48,16 +45,24 @@ Options (names follow tritonserver):
   --model-control-mode=MODE   none (load everything at start) or explicit (load/unload API)
   --load-model=NAME           with explicit mode: load NAME at start ("*" for all); repeatable
   --strict-readiness=BOOL     /v2/health/ready requires every model to be ready (default true)
+  --exit-on-error=BOOL        a model failing to load at start-up stops the server (default true)
+  --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
+  --strict-model-config=BOOL  config.pbtxt must be complete: no auto-complete (default false)
+  --disable-auto-complete-config  same as --strict-model-config=true
   --backend-directory=PATH    where libnereid_backend_<name>.so live (default: next to the binary)
   --allow-http=BOOL           serve HTTP (default true)
   --http-address=ADDR         default 0.0.0.0
   --http-port=PORT            default 8000 (0 picks a free port)
   --http-thread-count=N       HTTP I/O threads (default: CPUs this process may run on, at least 2)
   --http-max-input-size=BYTES largest accepted request body (default 67108864)
+  --http-read-timeout-secs=N  a request's header, then its body, must arrive within N s; also the
+                              keep-alive idle timeout (default 60)
+  --http-write-timeout-secs=N a response must be read by the client within N s (default 60)
   --allow-grpc=BOOL           serve gRPC (default true)
   --grpc-address=ADDR         default 0.0.0.0
   --grpc-port=PORT            default 8001 (0 picks a free port)
   --grpc-thread-count=N       cap on gRPC's callback threads (default: gRPC's own)
+  --grpc-max-input-size=BYTES largest accepted request message (default 67108864)
   --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
   --metrics-port=PORT         default 8002 (0 picks a free port)
   --log-verbose=N             verbose logging level (0 off)
@@ -112,6 +117,26 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "load-model") {
       ASSIGN_OR_RETURN(std::string v, next());
       o.repository.startup_models.push_back(v);
+    } else if (flag == "exit-on-error") {
+      ASSIGN_OR_RETURN(o.exit_on_error, boolean());
+    } else if (flag == "exit-timeout-secs") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));
+    } else if (flag == "strict-model-config") {
+      ASSIGN_OR_RETURN(bool strict, boolean());
+      o.repository.auto_complete = !strict;
+    } else if (flag == "disable-auto-complete-config") {
+      ASSIGN_OR_RETURN(bool disable, boolean());
+      o.repository.auto_complete = !disable;
+    } else if (flag == "http-read-timeout-secs" || flag == "http-write-timeout-secs") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(int secs, ParseNumber<int>(flag, v, 1, 24 * 3600));
+      (flag == "http-read-timeout-secs" ? o.http.read_timeout : o.http.write_timeout) =
+          std::chrono::seconds(secs);
+    } else if (flag == "grpc-max-input-size") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.grpc.max_input_size,
+                       ParseNumber<int64_t>(flag, v, 1, std::numeric_limits<int32_t>::max()));
     } else if (flag == "strict-readiness") {
       ASSIGN_OR_RETURN(o.repository.strict_readiness, boolean());
     } else if (flag == "backend-directory") {

@@ -21,6 +21,10 @@ struct ServerOptions {
   grpc_frontend::GrpcOptions grpc;
   uint16_t metrics_port = 8002;
   std::string backend_directory;  // empty: next to the executable
+  // Shutdown: in-flight requests may finish for this long after SIGINT/SIGTERM.
+  int exit_timeout_secs = 30;
+  // A model that fails to load at start-up stops the server (tritonserver's default).
+  bool exit_on_error = true;
   int log_verbose = 0;
   bool log_info = true, log_warning = true, log_error = true;
   bool help = false;

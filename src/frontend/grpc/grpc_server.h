@@ -4,6 +4,8 @@
 // instance thread, which finishes the RPC; no gRPC thread waits on a model.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -16,22 +18,26 @@ class ServerBuilder;
 
 namespace nereid::grpc_frontend {
 
-// The message limits and channel arguments Nereid's gRPC server runs with (benchmarks that compare
-// gRPC server APIs apply the same ones).
-void ApplyChannelArguments(grpc::ServerBuilder& builder);
-
 struct GrpcOptions {
   std::string address = "0.0.0.0";
   int port = 8001;  // 0: any free port
   int threads = 0;  // gRPC's threads for callbacks; 0: gRPC's default
+  // Largest request message gRPC will read (--grpc-max-input-size); larger ones are refused with
+  // RESOURCE_EXHAUSTED before they are buffered whole. Responses are not limited.
+  int64_t max_input_size = 64ll << 20;
 };
+
+// The message limits and channel arguments Nereid's gRPC server runs with (benchmarks that compare
+// gRPC server APIs apply the same ones).
+void ApplyChannelArguments(grpc::ServerBuilder& builder, const GrpcOptions& options = {});
 
 class GrpcServer {
  public:
   GrpcServer(GrpcOptions options, ModelRepository* repository);
   ~GrpcServer();
   Status Start();
-  void Stop();
+  // Stops accepting RPCs; those in flight may finish until 'deadline', then are cancelled.
+  void Stop(std::chrono::system_clock::time_point deadline = std::chrono::system_clock::now());
   int port() const;
 
   class Impl;  // public so the reactors in grpc_server.cc can reach it

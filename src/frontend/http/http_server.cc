@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <charconv>
 #include <chrono>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "common/logging.h"
 #include "frontend/http/compression.h"
 #include "frontend/http/infer_codec.h"
+#include "frontend/http/receive_body.h"
 #include "metrics/prometheus.h"
 #include "runtime/server_info.h"
 
@@ -26,11 +28,18 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
-using Request = bhttp::request<bhttp::string_body>;
+using Request = bhttp::request<ReceiveBody>;
 using Response = bhttp::response<bhttp::string_body>;
 using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 constexpr const char* kJson = "application/json";
+
+// A request's start line and headers together, and so any single field, stay under 60 KiB. Beast
+// stores a field's length in 16 bits and throws for 64 KiB and more; nothing may reach that throw.
+constexpr uint32_t kHeaderLimit = 60 << 10;
+// The read buffer holds headers, chunk framing and trailers (bodies go straight to ReceiveBody),
+// so its bound also bounds chunked trailers, which Beast's header limit does not cover.
+constexpr size_t kReadBufferLimit = 64 << 10;
 
 std::string_view SV(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -140,6 +149,8 @@ class HttpServer::Impl {
         acceptor_(ioc_) {}
 
   Status Start();
+  void StopAccepting();
+  bool Drain(std::chrono::steady_clock::time_point deadline);
   void Stop();
   uint16_t port() const { return bound_port_; }
   uint16_t metrics_port() const { return bound_metrics_port_; }
@@ -147,16 +158,23 @@ class HttpServer::Impl {
   HttpOptions options_;
   ServerInfo info_;
   ModelRepository* repository_;
+  // Declared before the io_context: sessions it destroys still count themselves out.
+  std::atomic<int64_t> busy_{0};          // requests read and not yet answered
+  std::atomic<bool> draining_{false};     // shutting down: no new work, close after each response
+  std::atomic<uint64_t> timed_out_{0};    // connections closed by the read timeout
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   tcp::acceptor metrics_acceptor_{ioc_};
   std::vector<std::thread> threads_;
   net::thread_pool control_{1};  // repository load/unload: slow, never on an I/O thread
+  net::steady_timer accept_backoff_{ioc_};
+  net::steady_timer metrics_accept_backoff_{ioc_};
   uint16_t bound_port_ = 0;
   uint16_t bound_metrics_port_ = 0;
 
  private:
   void Accept(tcp::acceptor& acceptor, bool metrics);
+  void RunIoThread();
   Status Listen(tcp::acceptor& acceptor, uint16_t port, const char* what);
 };
 
@@ -166,16 +184,30 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* server, bool metrics)
       : stream_(std::move(socket)), server_(server), metrics_(metrics) {}
+  ~Session() { Done(); }
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
   }
 
  private:
+  // One request: the header within the read timeout (which is also how long an idle keep-alive
+  // connection stays open), then the body, again within the timeout.
   void Read() {
     parser_.emplace();
     parser_->body_limit(server_->options_.max_input_size);
-    parser_->header_limit(1 << 20);
+    parser_->header_limit(kHeaderLimit);
+    parser_->eager(true);  // parse whatever body bytes came with the header at once
+    stream_.expires_after(server_->options_.read_timeout);
+    bhttp::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    if (parser_->is_done()) return OnRead(ec);  // small requests: the body came with the header
+    stream_.expires_after(server_->options_.read_timeout);
     bhttp::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
@@ -183,9 +215,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnRead(beast::error_code ec) {
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+        ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+        ec == beast::error::timeout) {
+      if (ec == beast::error::timeout) ++server_->timed_out_;
       return Close();
     }
+    stream_.expires_never();
+    busy_ = true;
+    server_->busy_.fetch_add(1, std::memory_order_relaxed);
     if (ec == bhttp::error::body_limit) {
       keep_alive_ = false;
       drain_after_send_ = true;
@@ -194,6 +231,13 @@ class Session : public std::enable_shared_from_this<Session> {
                            std::to_string(server_->options_.max_input_size) +
                            " bytes; raise it with --http-max-input-size");
     }
+    if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
+      keep_alive_ = false;
+      drain_after_send_ = true;
+      return SendError(bhttp::status::request_header_fields_too_large,
+                       "request header (or chunked trailer) exceeds the limit of " +
+                           std::to_string(kHeaderLimit) + " bytes");
+    }
     if (ec) {
       keep_alive_ = false;
       return SendError(bhttp::status::bad_request, "malformed HTTP request: " + ec.message());
@@ -201,20 +245,35 @@ class Session : public std::enable_shared_from_this<Session> {
     Request req = parser_->release();
     keep_alive_ = req.keep_alive();
     version_ = req.version();
+    if (server_->draining_.load(std::memory_order_relaxed)) {
+      keep_alive_ = false;
+      return SendError(bhttp::status::service_unavailable, "the server is shutting down");
+    }
     Handle(std::move(req));
   }
 
   void Send(Response res) {
+    // A response sent while the server drains for shutdown closes its connection.
+    if (server_->draining_.load(std::memory_order_relaxed)) keep_alive_ = false;
     res.version(version_);
     res.keep_alive(keep_alive_);
     res.set(bhttp::field::server, "nereid");
     res.prepare_payload();
     auto sp = std::make_shared<Response>(std::move(res));
+    stream_.expires_after(server_->options_.write_timeout);
     bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
+      self->Done();
       if (!ec && self->drain_after_send_) return self->Drain();
       if (ec || !self->keep_alive_) return self->Close();
       self->Read();
     });
+  }
+
+  // The request read by OnRead has been answered (or its connection failed).
+  void Done() {
+    if (!busy_) return;
+    busy_ = false;
+    server_->busy_.fetch_sub(1, std::memory_order_relaxed);
   }
 
   // After rejecting an oversized body: stop sending, then read and discard what the client still
@@ -399,17 +458,15 @@ class Session : public std::enable_shared_from_this<Session> {
       w.EndObject();
       w.Key("batch_stats");
       w.StartArray();
-      for (size_t b = 1; b < st.batch.size(); ++b) {
-        const auto& bs = *st.batch[b];
-        if (bs.compute_infer.count.load(std::memory_order_relaxed) == 0) continue;
+      st.ForEachBatch([&](int64_t b, const ModelStats::BatchStat& bs) {
         w.StartObject();
         w.Key("batch_size");
-        w.Uint64(b);
+        w.Uint64(static_cast<uint64_t>(b));
         WriteDuration(w, "compute_input", bs.compute_input);
         WriteDuration(w, "compute_infer", bs.compute_infer);
         WriteDuration(w, "compute_output", bs.compute_output);
         w.EndObject();
-      }
+      });
       w.EndArray();
       w.Key("memory_usage");
       w.StartArray();
@@ -656,12 +713,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  beast::flat_buffer buffer_{kReadBufferLimit};
+  std::optional<bhttp::request_parser<ReceiveBody>> parser_;
   HttpServer::Impl* server_;
   bool metrics_;  // the Prometheus listener: only GET /metrics
   bool keep_alive_ = true;
   bool drain_after_send_ = false;
+  bool busy_ = false;  // a request was read and its response is not written yet
   uint64_t drained_ = 0;
   unsigned version_ = 11;
 };
@@ -696,7 +754,7 @@ Status HttpServer::Impl::Start() {
   int threads = options_.threads > 0
                     ? options_.threads
                     : std::max(2, AvailableCpus());
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { RunIoThread(); });
   LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
            << " I/O threads)";
   if (bound_metrics_port_)
@@ -704,24 +762,66 @@ Status HttpServer::Impl::Start() {
   return Status::Ok();
 }
 
-void HttpServer::Impl::Accept(tcp::acceptor& acceptor, bool metrics) {
-  acceptor.async_accept(net::make_strand(ioc_),
-                        [this, &acceptor, metrics](beast::error_code ec, tcp::socket socket) {
-                          if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-                          if (!ec) {
-                            socket.set_option(tcp::no_delay(true), ec);
-                            std::make_shared<Session>(std::move(socket), this, metrics)->Start();
-                          }
-                          Accept(acceptor, metrics);
-                        });
+// No exception may end an I/O thread (std::terminate would take the server down): one that escapes
+// a handler is logged and the loop goes on; the connection whose handler threw is dropped.
+void HttpServer::Impl::RunIoThread() {
+  for (;;) {
+    try {
+      ioc_.run();
+      return;
+    } catch (const std::exception& e) {
+      LOG_ERROR << "HTTP I/O thread: a connection failed with an exception: " << e.what();
+    } catch (...) {
+      LOG_ERROR << "HTTP I/O thread: a connection failed with an unknown exception";
+    }
+  }
 }
 
-void HttpServer::Impl::Stop() {
-  net::post(ioc_, [this] {
+void HttpServer::Impl::Accept(tcp::acceptor& acceptor, bool metrics) {
+  acceptor.async_accept(
+      net::make_strand(ioc_), [this, &acceptor, metrics](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+        if (ec) {
+          // Out of file descriptors (or another transient failure): retrying at once would spin a
+          // core until a connection closes. Wait a little; the backlog holds new connections.
+          net::steady_timer& backoff = metrics ? metrics_accept_backoff_ : accept_backoff_;
+          LOG_WARNING << "HTTP accept failed (" << ec.message() << "); retrying in 100 ms";
+          backoff.expires_after(std::chrono::milliseconds(100));
+          backoff.async_wait([this, &acceptor, metrics](beast::error_code wait_ec) {
+            if (!wait_ec) Accept(acceptor, metrics);
+          });
+          return;
+        }
+        socket.set_option(tcp::no_delay(true), ec);
+        std::make_shared<Session>(std::move(socket), this, metrics)->Start();
+        Accept(acceptor, metrics);
+      });
+}
+
+void HttpServer::Impl::StopAccepting() {
+  draining_ = true;
+  std::promise<void> closed;
+  net::post(ioc_, [this, &closed] {
     beast::error_code ec;
     acceptor_.close(ec);
     metrics_acceptor_.close(ec);
+    accept_backoff_.cancel();
+    metrics_accept_backoff_.cancel();
+    closed.set_value();
   });
+  if (!threads_.empty()) closed.get_future().wait();
+}
+
+bool HttpServer::Impl::Drain(std::chrono::steady_clock::time_point deadline) {
+  while (busy_.load(std::memory_order_relaxed) > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+void HttpServer::Impl::Stop() {
+  if (!draining_) StopAccepting();
   control_.join();
   ioc_.stop();
   for (auto& t : threads_)
@@ -733,6 +833,11 @@ HttpServer::HttpServer(HttpOptions options, ServerInfo info, ModelRepository* re
     : impl_(std::make_unique<Impl>(std::move(options), std::move(info), repository)) {}
 HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Start() { return impl_->Start(); }
+void HttpServer::StopAccepting() { impl_->StopAccepting(); }
+bool HttpServer::Drain(std::chrono::steady_clock::time_point deadline) {
+  return impl_->Drain(deadline);
+}
+int64_t HttpServer::InFlight() const { return impl_->busy_.load(std::memory_order_relaxed); }
 void HttpServer::Stop() {
   if (impl_) impl_->Stop();
 }

@@ -4,6 +4,7 @@
 // thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,11 @@ struct HttpOptions {
   int threads = 0;                        // 0: one per hardware thread, at least 2
   uint64_t max_input_size = 64ull << 20;  // --http-max-input-size (Triton's default 64 MiB)
   int metrics_port = -1;  // Prometheus /metrics listener; -1: none, 0: any free port
+  // A request's header, and then its body, must each arrive within this time; it is also how long
+  // an idle keep-alive connection stays open (--http-read-timeout-secs).
+  std::chrono::seconds read_timeout{60};
+  // A response must be taken by the client within this time (--http-write-timeout-secs).
+  std::chrono::seconds write_timeout{60};
 };
 
 struct ServerInfo {
@@ -31,7 +37,13 @@ class HttpServer {
   HttpServer(HttpOptions options, ServerInfo info, ModelRepository* repository);
   ~HttpServer();
   Status Start();  // binds and starts the I/O threads; returns once listening
+  // Shutdown, in three steps: stop accepting connections and new requests (a request read from
+  // now on gets 503 and every response closes its connection); wait until every request already
+  // read has been answered, or the deadline passes (false then); stop the I/O threads.
+  void StopAccepting();
+  bool Drain(std::chrono::steady_clock::time_point deadline);
   void Stop();
+  int64_t InFlight() const;  // requests read and not yet answered
   uint16_t port() const;          // the bound port (useful with port 0)
   uint16_t metrics_port() const;  // the bound metrics port, 0 if none
 

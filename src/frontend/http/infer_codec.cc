@@ -170,7 +170,8 @@ Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::Model
   int64_t known = static_cast<int64_t>(DataTypeSize(in.datatype));
   for (size_t i = 0; i < in.shape.size(); ++i) {
     if (in.shape[i] >= 0) {
-      known *= in.shape[i];
+      if (__builtin_mul_overflow(known, in.shape[i], &known))
+        return InvalidArgument("input '" + in.name + "' is too large for a raw binary request");
       continue;
     }
     if (unknown >= 0)
@@ -284,7 +285,10 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       std::vector<uint8_t> bytes;
       int64_t count = 0;
       RETURN_IF_ERROR(Flatten(in.datatype, *data, bytes, count, in.name, 0));
-      const int64_t expected = ElementCount(in.shape.data(), in.shape.size());
+      const int64_t expected = ElementCount(in.shape);
+      if (expected < 0)
+        return InvalidArgument("input '" + in.name + "' has shape " + ShapeString(in.shape) +
+                               ", whose element count does not fit in 64 bits");
       if (count != expected)
         return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
                                ShapeString(in.shape) + " needs " + std::to_string(expected) +

@@ -1,0 +1,63 @@
+#include "config/model_files.h"
+
+#include <algorithm>
+#include <fstream>
+
+namespace nereid {
+namespace fs = std::filesystem;
+
+StatusOr<fs::path> ModelRelativePath(const fs::path& base, const std::string& name,
+                                     const std::string& field) {
+  const fs::path relative(name);
+  if (name.empty() || name.find('\0') != std::string::npos)
+    return InvalidArgument(field + " must name a file");
+  if (relative.is_absolute() || relative.has_root_name() || relative.has_root_directory())
+    return InvalidArgument(field + " '" + name +
+                           "' must be a path relative to the model directory, not an absolute one");
+  for (const auto& part : relative)
+    if (part == "..")
+      return InvalidArgument(field + " '" + name + "' must stay inside the model directory ('..')");
+  return base / relative;
+}
+
+StatusOr<fs::path> ResolveModelFile(const fs::path& model_dir, const fs::path& base,
+                                    const std::string& name, const std::string& field) {
+  ASSIGN_OR_RETURN(fs::path path, ModelRelativePath(base, name, field));
+  std::error_code ec;
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) return NotFound(field + " '" + name + "' does not exist in the model directory");
+  const fs::path root = fs::canonical(model_dir, ec);
+  if (ec) return NotFound("the model directory cannot be read");
+  const auto [root_end, real_it] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  if (root_end != root.end())
+    return InvalidArgument(field + " '" + name +
+                           "' resolves outside the model directory (through a symlink)");
+  if (!fs::is_regular_file(real, ec))
+    return InvalidArgument(field + " '" + name + "' is not a regular file");
+  return real;
+}
+
+StatusOr<std::vector<std::string>> ReadLabelFile(const fs::path& model_dir, const std::string& name,
+                                                 const std::string& field) {
+  ASSIGN_OR_RETURN(fs::path path, ResolveModelFile(model_dir, model_dir, name, field));
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return NotFound(field + " '" + name + "' cannot be read");
+  if (size > kMaxLabelFileBytes)
+    return InvalidArgument(field + " '" + name + "' has " + std::to_string(size) +
+                           " bytes; label files are limited to " +
+                           std::to_string(kMaxLabelFileBytes));
+  std::ifstream in(path);
+  if (!in) return NotFound(field + " '" + name + "' cannot be read");
+  std::vector<std::string> labels;
+  uint64_t read = 0;
+  for (std::string line; read <= kMaxLabelFileBytes && std::getline(in, line);) {
+    read += line.size() + 1;
+    labels.push_back(std::move(line));
+  }
+  if (read > kMaxLabelFileBytes + 1)
+    return InvalidArgument(field + " '" + name + "' grew past the label file limit while read");
+  return labels;
+}
+
+}  // namespace nereid
