@@ -36,10 +36,44 @@ class Checker {
                       ShapeString(t.dims().data(), t.dims().size()) +
                       ": each dimension must be >= 1, or -1 for a variable size");
     }
+    if (t.has_reshape()) RETURN_IF_ERROR(CheckReshape(kind, index, t));
     return Status::Ok();
   }
 
  private:
+  // A reshape only re-labels the same elements: the variable dimensions (-1) must match in number,
+  // and the fixed dimensions between them must hold the same number of elements (Triton's rule).
+  template <typename Tensor>
+  Status CheckReshape(const char* kind, int index, const Tensor& t) const {
+    const std::vector<ConfigLocator::Step> at = {{kind, index}, {"reshape"}};
+    const std::string field = std::string(kind) + "[" + std::to_string(index) + "].reshape";
+    auto segments = [](const auto& dims, bool* bad) {
+      std::vector<int64_t> out(1, 1);
+      for (int64_t d : dims) {
+        if (d == -1) {
+          out.push_back(1);
+        } else if (d < 1 || __builtin_mul_overflow(out.back(), d, &out.back())) {
+          *bad = true;
+        }
+      }
+      return out;
+    };
+    bool bad = false;
+    const auto& shape = t.reshape().shape();
+    const std::vector<int64_t> from = segments(t.dims(), &bad);
+    const std::vector<int64_t> to = segments(shape, &bad);
+    const std::string both = std::string(kind) + " '" + t.name() + "' has dims " +
+                             ShapeString(t.dims().data(), t.dims().size()) + " and reshape " +
+                             ShapeString(shape.data(), shape.size());
+    if (bad)
+      return Fail(at, field, both + ": each dimension must be >= 1, or -1 for a variable size");
+    if (from != to)
+      return Fail(at, field,
+                  both + ", which hold different numbers of elements: a reshape must keep every "
+                         "element (and the same variable dimensions)");
+    return Status::Ok();
+  }
+
   const std::string& model_;
   const ConfigLocator& locator_;
 };

@@ -163,6 +163,9 @@ class HttpServer::Impl {
   std::atomic<bool> draining_{false};     // shutting down: no new work, close after each response
   std::atomic<uint64_t> timed_out_{0};    // connections closed by the read timeout
   net::io_context ioc_;
+  // Keeps the I/O threads running while no socket operation is pending: once the listeners close
+  // for shutdown, requests still in a model have nothing pending on the loop until they complete.
+  net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
   tcp::acceptor acceptor_;
   tcp::acceptor metrics_acceptor_{ioc_};
   std::vector<std::thread> threads_;
@@ -823,6 +826,7 @@ bool HttpServer::Impl::Drain(std::chrono::steady_clock::time_point deadline) {
 void HttpServer::Impl::Stop() {
   if (!draining_) StopAccepting();
   control_.join();
+  work_.reset();
   ioc_.stop();
   for (auto& t : threads_)
     if (t.joinable()) t.join();

@@ -1,0 +1,370 @@
+"""What an attacker or an unlucky operator can send: each case once crashed the server, read outside a
+model, lost accepted work or took a model offline (issue 8). Every test checks the error and that the
+same server still serves."""
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import BINARY, Server, free_port
+from test_bad_input import GOOD_JSON, assert_still_serving, post
+
+OVERFLOW_ROWS = 4503599627370496  # x 1024 elements x 4 bytes = 2^64: wrapped to 0 bytes
+
+
+def raw_http(port, data, timeout=10):
+    """Sends raw bytes; returns what the server answered before closing (b'' if nothing)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+                if b"\r\n\r\n" in out and b"Content-Length: " in out:
+                    head, _, body = out.partition(b"\r\n\r\n")
+                    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                    if len(body) >= length:
+                        break
+        except (ConnectionResetError, socket.timeout):
+            pass
+        return out
+
+
+def status_of(response):
+    return int(response.split(b" ", 2)[1]) if response.startswith(b"HTTP/1.1 ") else None
+
+
+# ---- 1. headers Beast cannot store ----
+
+@pytest.mark.parametrize("where", ["value", "name", "trailer", "metrics"])
+def test_huge_header_field_is_refused_not_fatal(server, where):
+    big = "x" * 65534
+    if where == "value":
+        req = f"GET /v2/health/live HTTP/1.1\r\nHost: a\r\nX-Big: {big}\r\n\r\n"
+    elif where == "name":
+        req = f"GET /v2/health/live HTTP/1.1\r\nHost: a\r\nX{big}: 1\r\n\r\n"
+    elif where == "metrics":
+        req = f"GET /metrics HTTP/1.1\r\nHost: a\r\nX-Big: {big}\r\n\r\n"
+    else:
+        req = (f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+               f"{len(GOOD_JSON):x}\r\n{GOOD_JSON}\r\n0\r\nX-Trailer: {big}\r\n\r\n")
+    port = server.metrics_port if where == "metrics" else server.port
+    answer = raw_http(port, req.encode())
+    assert status_of(answer) == 431, answer[:200]
+    assert b'{"error":"request header' in answer
+    assert server.proc.poll() is None
+    assert_still_serving(server)
+
+
+def test_header_just_under_the_limit_is_served(server):
+    status, body = post(server, "/v2/models/simple/infer", GOOD_JSON, {"X-Pad": "y" * 50000})
+    assert status == 200, body
+
+
+# ---- 2. shapes whose byte count overflows ----
+
+def overflow_body(name, datatype="FP32", inner=1024):
+    header = json.dumps({"inputs": [{"name": name, "shape": [OVERFLOW_ROWS, inner], "datatype": datatype,
+                                     "parameters": {"binary_data_size": 0}}]}).encode()
+    return header, {"Inference-Header-Content-Length": str(len(header))}
+
+
+@pytest.mark.parametrize("model,name,inner", [("matmul_model", "input__0", 1024),
+                                              ("identity_fp32", "INPUT0", 1024),
+                                              ("identity_int64", "INPUT0", 512)])
+def test_overflowing_shape_is_refused_over_http(server, model, name, inner):
+    datatype = "INT64" if "int64" in model else "FP32"
+    body, headers = overflow_body(name, datatype, inner)
+    status, answer = post(server, f"/v2/models/{model}/infer", body, headers)
+    assert status == 400, answer
+    assert b"does not fit in 64 bits" in answer or b"batch-size" in answer, answer
+    # Even without batching limits in the way: the identity model allows -1 dims.
+    status, answer = post(server, f"/v2/models/{model}/infer", json.dumps({"inputs": [
+        {"name": name, "shape": [1, 2**62, 4], "datatype": datatype, "data": []}]}))
+    assert status == 400, answer
+    assert_still_serving(server)
+
+
+def test_overflowing_shape_is_refused_over_grpc(server):
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    import grpc
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    for model, name, shape in [("matmul_model", "input__0", [OVERFLOW_ROWS, 1024]),
+                               ("identity_fp32", "INPUT0", [1, 2**62])]:
+        req = service_pb2.ModelInferRequest(model_name=model)
+        t = req.inputs.add(name=name, datatype="FP32", shape=shape)
+        req.raw_input_contents.append(b"")
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfer(req, timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
+        assert "64 bits" in e.value.details() or "batch-size" in e.value.details()
+    assert_still_serving(server)
+
+
+# ---- 3-5, 7, 10, 11: configs from the load API (explicit mode) ----
+
+@pytest.fixture(scope="module")
+def control(repository, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("hostile") / "models"
+    for name in ("simple", "identity_fp32", "recommend_model"):
+        shutil.copytree(os.path.join(repository, name), repo / name)
+    (repo / "simple" / "labels.txt").write_text("zero\none\n")
+    os.symlink("/etc/hostname", repo / "simple" / "escape.txt")
+    os.symlink("/etc/hostname", repo / "simple" / "1" / "escape.onnx")
+    s = Server(str(repo), "--model-control-mode=explicit", "--load-model=*")
+    s.repo = repo
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+def load(server, name, config=None):
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}) if config is not None else ""
+    return post(server, f"/v2/repository/models/{name}/load", body)
+
+
+def simple_config(**changes):
+    cfg = {"name": "simple", "backend": "native", "max_batch_size": 8,
+           "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [16]},
+                     {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": [16]}],
+           "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [16]},
+                      {"name": "OUTPUT1", "data_type": "TYPE_INT32", "dims": [16]}]}
+    cfg.update(changes)
+    return cfg
+
+
+def with_output_field(**field):
+    cfg = simple_config()
+    cfg["output"][0].update(field)
+    return cfg
+
+
+def simple_serves(server):
+    status, body = post(server, "/v2/models/simple/infer", GOOD_JSON)
+    return status == 200
+
+
+HOSTILE = {
+    "label_absolute": (with_output_field(label_filename="/etc/passwd"), "not an absolute one"),
+    "label_dotdot": (with_output_field(label_filename="../identity_fp32/config.pbtxt"), "'..'"),
+    "label_dev_zero": (with_output_field(label_filename="/dev/zero"), "not an absolute one"),
+    "label_symlink": (with_output_field(label_filename="escape.txt"), "outside the model directory"),
+    "label_missing": (with_output_field(label_filename="nope.txt"), "does not exist"),
+    "model_file_absolute": (simple_config(default_model_filename="/etc/passwd"), "not an absolute one"),
+    "model_file_absent_absolute": (simple_config(default_model_filename="/no/such/file"),
+                                   "not an absolute one"),
+    "model_file_symlink": (simple_config(default_model_filename="escape.onnx"), "outside the model"),
+    "instances": (simple_config(instance_group=[{"kind": "KIND_CPU", "count": 100000}]), "limit of 1024"),
+    "reshape_grows": (simple_config(input=[
+        {"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [2], "reshape": {"shape": [4096]}},
+        {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": [16]}]), "different numbers of elements"),
+    "decoupled": (simple_config(model_transaction_policy={"decoupled": True}), "decoupled"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_config_override_is_refused_and_old_version_keeps_serving(control, case):
+    config, message = HOSTILE[case]
+    status, body = load(control, "simple", config)
+    assert status == 400, body
+    error = json.loads(body)["error"]
+    assert message in error, error
+    assert "root:" not in error  # nothing of a file outside the model reaches the client
+    assert simple_serves(control), "a failed reload took the serving version offline"
+    assert control.proc.poll() is None
+
+
+def test_labels_inside_the_model_still_work(control):
+    status, body = load(control, "simple", with_output_field(label_filename="labels.txt"))
+    assert status == 200, body
+    c = httpclient.InferenceServerClient(control.url)
+    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    inputs[0].set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16) % 2)
+    inputs[1].set_data_from_numpy(np.zeros((1, 16), dtype=np.int32))
+    out = c.infer("simple", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=1)])
+    assert out.as_numpy("OUTPUT0")[0][0].decode() == "1:1:one"
+    assert load(control, "simple", simple_config())[0] == 200
+
+
+def test_huge_config_values_load_and_serve(control):
+    # A priority_levels value Triton's own tests use, and a max_batch_size of two billion.
+    cfg = simple_config(max_batch_size=2000000000, dynamic_batching={
+        "priority_levels": 18446744073709551615, "default_priority_level": 18446744073709551615})
+    status, body = load(control, "simple", cfg)
+    assert status == 200, body
+    assert simple_serves(control)
+    status, body = post(control, "/v2/models/simple/infer", json.dumps(
+        {**json.loads(GOOD_JSON), "parameters": {"priority": 5}}))
+    assert status == 200, body
+    assert load(control, "simple", simple_config())[0] == 200
+
+
+def test_failed_model_answers_503_with_its_load_error(control):
+    bad = control.repo / "badmodel"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('name: "badmodel"\nbackend: "native"\nmax_batch_size: 0\n'
+                                      'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+                                      'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    status, body = load(control, "badmodel")
+    assert status == 400
+    for path in ("/v2/models/badmodel/infer", "/v2/models/badmodel/versions/1/infer"):
+        status, answer = post(control, path, "{}")
+        assert status == 503, answer
+        assert b"load failed" in answer and b"model.onnx" in answer, answer
+
+
+# ---- 6. shutdown answers what was accepted ----
+
+def slow_repo(tmp_path_factory):
+    from test_scheduling import identity
+    repo = str(tmp_path_factory.mktemp("drain") / "models")
+    identity(repo, "held", "dynamic_batching { max_queue_delay_microseconds: 1500000 }\n")
+    with open(os.path.join(repo, "held", "config.pbtxt")) as f:
+        cfg = f.read().replace("max_batch_size: 8", "max_batch_size: 32")
+    with open(os.path.join(repo, "held", "config.pbtxt"), "w") as f:
+        f.write(cfg)
+    return repo
+
+
+def held_input(module, value):
+    i = module.InferInput("INPUT0", [1, 4], "FP32")
+    i.set_data_from_numpy(np.full((1, 4), value, dtype=np.float32))
+    return [i]
+
+
+def test_sigterm_answers_every_accepted_request(tmp_path_factory):
+    s = Server(slow_repo(tmp_path_factory))
+    h = httpclient.InferenceServerClient(s.url, concurrency=12)
+    g = grpcclient.InferenceServerClient(s.grpc_url)
+    http_results = [h.async_infer("held", held_input(httpclient, v)) for v in range(12)]
+    grpc_results = []
+    for v in range(12):
+        grpc_results.append([])
+        g.async_infer("held", held_input(grpcclient, 100 + v),
+                      callback=lambda result, error, out=grpc_results[-1]: out.append((result, error)))
+    time.sleep(0.4)  # all 24 are queued, waiting for the 1.5 s batching delay
+    s.proc.send_signal(signal.SIGTERM)
+    for v, r in enumerate(http_results):
+        assert (r.get_result(timeout=20).as_numpy("OUTPUT0") == v).all()
+    deadline = time.time() + 20
+    while any(not r for r in grpc_results) and time.time() < deadline:
+        time.sleep(0.05)
+    for v, r in enumerate(grpc_results):
+        result, error = r[0]
+        assert error is None, error
+        assert (result.as_numpy("OUTPUT0") == 100 + v).all()
+    assert s.proc.wait(timeout=20) == 0, s.read_log()
+    # New connections are refused once shutdown began.
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://{s.url}/v2/health/live", timeout=2)
+    s.stop()
+
+
+def test_exit_timeout_bounds_the_wait(tmp_path_factory):
+    repo = slow_repo(tmp_path_factory)
+    with open(os.path.join(repo, "held", "config.pbtxt")) as f:
+        cfg = f.read().replace("1500000", "30000000")
+    with open(os.path.join(repo, "held", "config.pbtxt"), "w") as f:
+        f.write(cfg)
+    s = Server(repo, "--exit-timeout-secs=1")
+    h = httpclient.InferenceServerClient(s.url)
+    pending = h.async_infer("held", held_input(httpclient, 1))
+    time.sleep(0.3)
+    start = time.time()
+    s.proc.send_signal(signal.SIGTERM)
+    code = s.proc.wait(timeout=20)
+    assert time.time() - start < 5
+    assert code == 1 and "exit timeout of 1 s passed with 1 HTTP request" in s.read_log()
+    s.stop()
+
+
+# ---- 8. slow and idle clients ----
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(l for l in f if l.startswith("VmRSS")).split()[1])
+
+
+def test_slowloris_connections_are_closed_and_declared_bodies_cost_nothing(repository):
+    s = Server(repository, "--http-read-timeout-secs=1", "--http-max-input-size=67108864")
+    before = rss_kb(s.proc.pid)
+    socks = []
+    for i in range(16):  # declare 63 MiB, send nothing of it
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: a\r\nContent-Length: 66060288\r\n\r\n{")
+        socks.append(c)
+    for i in range(16):  # a header that never ends
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: a\r\n")
+        socks.append(c)
+    time.sleep(0.3)
+    assert rss_kb(s.proc.pid) - before < 64 * 1024, "declared bodies were allocated"
+    time.sleep(1.5)
+    for c in socks:  # every one of them has been closed by the server
+        c.settimeout(2)
+        assert c.recv(100) == b""
+        c.close()
+    assert_still_serving(s)
+    assert s.stop() == 0
+
+
+def test_grpc_message_size_is_limited(repository):
+    s = Server(repository, "--grpc-max-input-size=1048576")
+    g = grpcclient.InferenceServerClient(s.grpc_url)
+    i = grpcclient.InferInput("INPUT0", [1, 2 * 1024 * 1024], "FP32")
+    i.set_data_from_numpy(np.zeros((1, 2 * 1024 * 1024), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("identity_fp32", [i])
+    assert "RESOURCE_EXHAUSTED" in str(e.value) or "larger than max" in str(e.value), e.value
+    small = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    small.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    assert (g.infer("identity_fp32", [small]).as_numpy("OUTPUT0") == 1).all()
+    assert s.stop() == 0
+
+
+# ---- 12. start-up flags Triton users rely on ----
+
+def test_exit_on_error_stops_the_server_unless_turned_off(repository, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("exit_on_error") / "models"
+    shutil.copytree(os.path.join(repository, "simple"), repo / "simple")
+    (repo / "broken").mkdir()
+    (repo / "broken" / "config.pbtxt").write_text("max_batch_size: [\n")
+    port = free_port()
+    proc = subprocess.run([BINARY, f"--model-repository={repo}", f"--http-port={port}", "--allow-grpc=false",
+                           "--allow-metrics=false"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "broken" in proc.stderr + proc.stdout and "--exit-on-error=false" in proc.stderr + proc.stdout
+    s = Server(str(repo), "--exit-on-error=false")
+    assert_still_serving(s)
+    assert s.stop() == 0
+
+
+def test_strict_model_config_refuses_auto_complete(repository, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("strict") / "models"
+    shutil.copytree(os.path.join(repository, "simple"), repo / "simple")
+    shutil.copytree(os.path.join(repository, "matmul_model"), repo / "bare")
+    os.remove(repo / "bare" / "config.pbtxt")  # auto-complete would fill everything in
+    s = Server(str(repo), "--strict-model-config=true", "--exit-on-error=false")
+    c = httpclient.InferenceServerClient(s.url)
+    assert c.is_model_ready("simple") and not c.is_model_ready("bare")
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert "auto-complete is off" in index["bare"]["reason"]
+    assert s.stop() == 0
+    s = Server(str(repo))
+    assert httpclient.InferenceServerClient(s.url).is_model_ready("bare")
+    assert s.stop() == 0
