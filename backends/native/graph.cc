@@ -44,11 +44,23 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   for (const auto& op : g->model_->opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") g->opset_ = op.version();
 
+  // Refused at load, not at the first request: a model is ready only if what it accepts can run.
+  std::set<std::string> string_inputs;
+  for (const auto& input : graph.input())
+    if (input.type().tensor_type().elem_type() == onnx::TensorProto::STRING)
+      string_inputs.insert(input.name());
   std::set<std::string> unsupported;
   for (const auto& node : graph.node()) {
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
     if (!default_domain || FindOp(node.op_type()) == nullptr)
       unsupported.insert(default_domain ? node.op_type() : node.domain() + "." + node.op_type());
+    if (default_domain && node.op_type() == "Cast") {
+      for (const auto& attr : node.attribute())
+        if (attr.name() == "to" && attr.i() == onnx::TensorProto::STRING)
+          unsupported.insert("Cast to STRING");
+      if (node.input_size() > 0 && string_inputs.count(node.input(0)))
+        unsupported.insert("Cast from STRING");
+    }
   }
   if (!unsupported.empty()) {
     std::string list;

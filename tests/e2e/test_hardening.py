@@ -368,3 +368,67 @@ def test_strict_model_config_refuses_auto_complete(repository, tmp_path_factory)
     s = Server(str(repo))
     assert httpclient.InferenceServerClient(s.url).is_model_ready("bare")
     assert s.stop() == 0
+
+
+# ---- 11. a model is READY only if what it accepts can run ----
+
+def test_string_cast_model_is_refused_at_load(control):
+    from onnx import TensorProto, helper
+    # Triton's simple_string: BYTES in, cast to INT32, add, cast back to BYTES.
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["INPUT0"], ["a"], to=TensorProto.INT32),
+         helper.make_node("Add", ["a", "a"], ["s"]),
+         helper.make_node("Cast", ["s"], ["OUTPUT0"], to=TensorProto.STRING)], "strings",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.STRING, ["b", 16])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, ["b", 16])])
+    model = control.repo / "simple_string"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.onnx").write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    (model / "config.pbtxt").write_text(
+        'name: "simple_string"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 16 ] } ]\n')
+    status, body = load(control, "simple_string")
+    assert status == 400, body
+    assert b"Cast from STRING" in body and b"Cast to STRING" in body, body
+    c = httpclient.InferenceServerClient(control.url)
+    assert not c.is_model_ready("simple_string")
+    status, answer = post(control, "/v2/models/simple_string/infer", "{}")
+    assert status == 503 and b"load failed" in answer
+
+
+# ---- 9. messages gRPC cannot parse ----
+
+GARBAGE = b"\xff\xff\xff\xff\x0f\x08"  # an unterminated varint: no ModelInferRequest parses from it
+
+
+def test_garbage_unary_infer_gets_invalid_argument(server):
+    import grpc
+    channel = grpc.insecure_channel(server.grpc_url)
+    call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                               request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as e:
+        call(GARBAGE, timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ModelInferRequest" in e.value.details()
+    assert_still_serving(server)
+
+
+def test_garbage_on_a_stream_is_answered_and_the_stream_goes_on(server):
+    import grpc
+    from tritonclient.grpc import service_pb2
+    good = service_pb2.ModelInferRequest(model_name="identity_int32", id="after")
+    good.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 2])
+    good.raw_input_contents.append(struct.pack("<2i", 7, 8))
+    channel = grpc.insecure_channel(server.grpc_url)
+    stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+    responses = list(stream(iter([GARBAGE, good.SerializeToString()]), timeout=10))
+    assert len(responses) == 2
+    errors = [r for r in responses if r.error_message]
+    assert len(errors) == 1 and "ModelInferRequest" in errors[0].error_message
+    ok = [r for r in responses if not r.error_message][0].infer_response
+    assert ok.id == "after"
+    assert struct.unpack("<2i", ok.raw_output_contents[0]) == (7, 8)

@@ -202,7 +202,47 @@ void ApplyChannelArguments(grpc::ServerBuilder& builder, const GrpcOptions& opti
   builder.AddChannelArgument("grpc.optimization_target", "latency");
 }
 
-class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService {
+// The inference RPCs take raw messages: gRPC's own parsing ends a stream with status OK on a
+// message it cannot parse (and answers a unary call UNIMPLEMENTED with no text); parsed here, a bad
+// message gets INVALID_ARGUMENT, or an error response on a stream that then goes on.
+using G = pb::GRPCInferenceService;
+// Every RPC on the callback API, the two inference RPCs raw.
+using ServiceBase = G::WithCallbackMethod_ServerLive<
+    G::WithCallbackMethod_ServerReady<G::WithCallbackMethod_ModelReady<
+        G::WithCallbackMethod_ServerMetadata<G::WithCallbackMethod_ModelMetadata<
+            G::WithRawCallbackMethod_ModelInfer<G::WithRawCallbackMethod_ModelStreamInfer<
+                G::WithCallbackMethod_ModelConfig<G::WithCallbackMethod_ModelStatistics<
+                    G::WithCallbackMethod_RepositoryIndex<G::WithCallbackMethod_RepositoryModelLoad<
+                        G::WithCallbackMethod_RepositoryModelUnload<
+                            G::WithCallbackMethod_SystemSharedMemoryStatus<
+                                G::WithCallbackMethod_SystemSharedMemoryRegister<
+                                    G::WithCallbackMethod_SystemSharedMemoryUnregister<
+                                        G::WithCallbackMethod_CudaSharedMemoryStatus<
+                                            G::WithCallbackMethod_CudaSharedMemoryRegister<
+                                                G::WithCallbackMethod_CudaSharedMemoryUnregister<
+                                                    G::WithCallbackMethod_TraceSetting<
+                                                        G::WithCallbackMethod_LogSettings<
+                                                            G::Service>>>>>>>>>>>>>>>>>>>>;
+
+// Parses a raw ModelInferRequest; the message is shared so that raw input data can point into it
+// for as long as the request lives.
+StatusOr<std::shared_ptr<pb::ModelInferRequest>> ParseInferRequest(const grpc::ByteBuffer& raw) {
+  auto message = std::make_shared<pb::ModelInferRequest>();
+  grpc::ByteBuffer copy(raw);  // shares the slices; Deserialize consumes its argument
+  grpc::Status s =
+      grpc::SerializationTraits<pb::ModelInferRequest>::Deserialize(&copy, message.get());
+  if (!s.ok())
+    return InvalidArgument("the message is not a valid inference.ModelInferRequest (" +
+                           s.error_message() + ")");
+  return message;
+}
+
+void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
+  bool own = false;
+  grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out, &own);
+}
+
+class GrpcServer::Impl final : public ServiceBase {
  public:
   Impl(GrpcOptions options, ModelRepository* repository)
       : options_(std::move(options)), repository_(repository) {}
@@ -444,19 +484,27 @@ class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService 
   // ---- inference ----
 
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
-                                       const pb::ModelInferRequest* request,
-                                       pb::ModelInferResponse* response) override {
+                                       const grpc::ByteBuffer* raw_request,
+                                       grpc::ByteBuffer* raw_response) override {
     auto* reactor = ctx->DefaultReactor();
-    auto infer = MakeRequest(*request);
+    auto message = ParseInferRequest(*raw_request);
+    if (!message.ok()) {
+      reactor->Finish(ToGrpc(message.status()));
+      return reactor;
+    }
+    auto infer = MakeRequest(**message);
     if (!infer.ok()) {
       reactor->Finish(ToGrpc(infer.status()));
       return reactor;
     }
     std::unique_ptr<InferenceRequest> r = std::move(infer).value();
-    // The response message and 'request' live until Finish, which runs after completion.
-    r->on_complete = [reactor, response](std::unique_ptr<InferenceResponse> result) {
+    r->payload = std::move(message).value();  // raw input data points into the message
+    // The response buffer lives until Finish, which runs after completion.
+    r->on_complete = [reactor, raw_response](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
-      FillResponse(*result, response);
+      pb::ModelInferResponse response;
+      FillResponse(*result, &response);
+      Serialize(response, raw_response);
       reactor->Finish(grpc::Status::OK);
     };
     auto model = r->model;
@@ -465,7 +513,7 @@ class GrpcServer::Impl final : public pb::GRPCInferenceService::CallbackService 
     return reactor;
   }
 
-  grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* ModelStreamInfer(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
       grpc::CallbackServerContext* ctx) override;
 
   // Builds a routed InferenceRequest (model resolved, inputs decoded) from a gRPC request.
@@ -516,13 +564,9 @@ namespace {
 // One ModelStreamInfer stream: reads requests as they come, enqueues each, and writes each response
 // (or its error, in error_message) as it completes, one write at a time. Lives until the stream is
 // done and every request it enqueued has completed.
-class StreamReactor
-    : public grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse> {
+class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit StreamReactor(GrpcServer::Impl* server) : server_(server) {
-    next_ = std::make_shared<pb::ModelInferRequest>();
-    StartRead(next_.get());
-  }
+  explicit StreamReactor(GrpcServer::Impl* server) : server_(server) { StartRead(&next_); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -531,33 +575,35 @@ class StreamReactor
       MaybeFinishLocked();
       return;
     }
-    std::shared_ptr<pb::ModelInferRequest> message = std::move(next_);
-    next_ = std::make_shared<pb::ModelInferRequest>();
+    auto parsed = ParseInferRequest(next_);
+    next_.Clear();
     {
       // Counted before the next read starts: if that read ends the stream at once, the reactor
       // must not finish (and be deleted) while this request is still being handled.
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
-    StartRead(next_.get());
+    StartRead(&next_);
+    if (!parsed.ok()) return Send(Error(pb::ModelInferRequest(), parsed.status()));
+    std::shared_ptr<pb::ModelInferRequest> message = std::move(parsed).value();
     auto request = server_->MakeRequest(*message);
-    if (!request.ok()) return Send(Error(*message, request.status()), /*completes_request=*/true);
+    if (!request.ok()) return Send(Error(*message, request.status()));
     std::unique_ptr<InferenceRequest> r = std::move(request).value();
     r->payload = message;  // raw input data points into the message
     r->on_complete = [this](std::unique_ptr<InferenceResponse> result) {
-      auto out = std::make_unique<pb::ModelStreamInferResponse>();
+      pb::ModelStreamInferResponse out;
       if (result->status.ok()) {
-        FillResponse(*result, out->mutable_infer_response());
+        FillResponse(*result, out.mutable_infer_response());
       } else {
-        out->set_error_message(result->status.message());
-        out->mutable_infer_response()->set_model_name(result->model_name);
-        out->mutable_infer_response()->set_id(result->id);
+        out.set_error_message(result->status.message());
+        out.mutable_infer_response()->set_model_name(result->model_name);
+        out.mutable_infer_response()->set_id(result->id);
       }
-      Send(std::move(out), /*completes_request=*/true);
+      Send(out);
     };
     auto model = r->model;
     Status queued = model->Enqueue(r);
-    if (!queued.ok()) Send(Error(*message, queued), /*completes_request=*/true);
+    if (!queued.ok()) Send(Error(*message, queued));
   }
 
   void OnWriteDone(bool ok) override {
@@ -581,23 +627,25 @@ class StreamReactor
   }
 
  private:
-  static std::unique_ptr<pb::ModelStreamInferResponse> Error(const pb::ModelInferRequest& request,
-                                                             const Status& s) {
-    auto out = std::make_unique<pb::ModelStreamInferResponse>();
-    out->set_error_message(s.message());
-    out->mutable_infer_response()->set_model_name(request.model_name());
-    out->mutable_infer_response()->set_id(request.id());
+  static pb::ModelStreamInferResponse Error(const pb::ModelInferRequest& request, const Status& s) {
+    pb::ModelStreamInferResponse out;
+    out.set_error_message(s.message());
+    out.mutable_infer_response()->set_model_name(request.model_name());
+    out.mutable_infer_response()->set_id(request.id());
     return out;
   }
 
-  void Send(std::unique_ptr<pb::ModelStreamInferResponse> response,
-            bool completes_request = false) {
+  // Queues the response of one request (serialized now, on the completing thread) and writes it
+  // when the stream is free.
+  void Send(const pb::ModelStreamInferResponse& response) {
+    grpc::ByteBuffer buffer;
+    Serialize(response, &buffer);
     bool destroy = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (completes_request) --in_flight_;
+      --in_flight_;
       if (!done_ && !broken_) {
-        pending_.push_back(std::move(response));
+        pending_.push_back(std::move(buffer));
         WriteNextLocked();
       }
       MaybeFinishLocked();
@@ -610,7 +658,7 @@ class StreamReactor
   void WriteNextLocked() {
     if (writing_ || pending_.empty() || done_) return;
     writing_ = true;
-    StartWrite(pending_.front().get());
+    StartWrite(&pending_.front());
   }
 
   void MaybeFinishLocked() {
@@ -620,9 +668,9 @@ class StreamReactor
   }
 
   GrpcServer::Impl* server_;
-  std::shared_ptr<pb::ModelInferRequest> next_;
+  grpc::ByteBuffer next_;
   std::mutex mu_;
-  std::deque<std::unique_ptr<pb::ModelStreamInferResponse>> pending_;
+  std::deque<grpc::ByteBuffer> pending_;
   int in_flight_ = 0;
   bool reads_done_ = false, writing_ = false, finished_ = false, broken_ = false, done_ = false;
   bool deleted_ = false;
@@ -630,8 +678,8 @@ class StreamReactor
 
 }  // namespace
 
-grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>*
-GrpcServer::Impl::ModelStreamInfer(grpc::CallbackServerContext*) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcServer::Impl::ModelStreamInfer(
+    grpc::CallbackServerContext*) {
   return new StreamReactor(this);
 }
 
