@@ -115,7 +115,8 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     const Tensor& w = g->constants_[id];
     g->constants_[id] = Tensor::Borrow(w.type(), w.shape(), nullptr);
   }
-  // (DeleteSubrange frees them; clear() would keep the cleared messages and their buffers for reuse.)
+  // (DeleteSubrange frees them; clear() would keep the cleared messages and their buffers for
+  // reuse.)
   auto* initializers = g->model_->mutable_graph()->mutable_initializer();
   initializers->DeleteSubrange(0, initializers->size());
   g->FuseActivations(readers);
@@ -156,8 +157,7 @@ void Graph::FuseActivations(const std::vector<int>& readers) {
       if (act.inputs.size() != 1 || act.inputs[0] != gemm.outputs[0]) continue;
       const std::string& op = act.op.op_type();
       if (op != "Relu" && op != "Sigmoid") break;
-      gemm.op.activation =
-          op == "Relu" ? OpNode::Activation::kRelu : OpNode::Activation::kSigmoid;
+      gemm.op.activation = op == "Relu" ? OpNode::Activation::kRelu : OpNode::Activation::kSigmoid;
       gemm.outputs[0] = act.outputs[0];  // the Gemm now produces the activation's value
       fused[j] = true;
       break;

@@ -69,8 +69,9 @@ class Checker {
       return Fail(at, field, both + ": each dimension must be >= 1, or -1 for a variable size");
     if (from != to)
       return Fail(at, field,
-                  both + ", which hold different numbers of elements: a reshape must keep every "
-                         "element (and the same variable dimensions)");
+                  both +
+                      ", which hold different numbers of elements: a reshape must keep every "
+                      "element (and the same variable dimensions)");
     return Status::Ok();
   }
 
@@ -155,8 +156,10 @@ Status ValidateModelConfig(const inference::ModelConfig& config, const std::stri
       return check.Fail({{"instance_group", i}, {"count"}}, field + ".count", "must be >= 1");
     if (group.count() > kMaxInstancesPerGroup)
       return check.Fail({{"instance_group", i}, {"count"}}, field + ".count",
-                        std::to_string(group.count()) + " instances (one thread each) is over the "
-                        "limit of " + std::to_string(kMaxInstancesPerGroup) + " per group");
+                        std::to_string(group.count()) +
+                            " instances (one thread each) is over the "
+                            "limit of " +
+                            std::to_string(kMaxInstancesPerGroup) + " per group");
     if (group.kind() == inference::ModelInstanceGroup::KIND_GPU)
       return check.Fail({{"instance_group", i}, {"kind"}}, field + ".kind",
                         "KIND_GPU instances are not available in this build (no GPU support yet); "

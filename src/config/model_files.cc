@@ -28,7 +28,8 @@ StatusOr<fs::path> ResolveModelFile(const fs::path& model_dir, const fs::path& b
   if (ec) return NotFound(field + " '" + name + "' does not exist in the model directory");
   const fs::path root = fs::canonical(model_dir, ec);
   if (ec) return NotFound("the model directory cannot be read");
-  const auto [root_end, real_it] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  const auto [root_end, real_it] =
+      std::mismatch(root.begin(), root.end(), real.begin(), real.end());
   if (root_end != root.end())
     return InvalidArgument(field + " '" + name +
                            "' resolves outside the model directory (through a symlink)");

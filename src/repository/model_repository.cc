@@ -210,8 +210,8 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
   for (int64_t v : versions) {
-    auto model = Model::Create(name, v, model_dir, config, parsed.locator, backend,
-                               options_.auto_complete);
+    auto model =
+        Model::Create(name, v, model_dir, config, parsed.locator, backend, options_.auto_complete);
     VersionEntry entry;
     if (model.ok()) {
       entry.state = "READY";

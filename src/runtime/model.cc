@@ -73,8 +73,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
     if (output.label_filename().empty()) continue;
     auto labels = ReadLabelFile(model_dir, output.label_filename(),
                                 "output '" + output.name() + "' label_filename");
-    if (!labels.ok()) return Status(labels.status().code(), "model '" + name + "': " +
-                                                                labels.status().message());
+    if (!labels.ok())
+      return Status(labels.status().code(), "model '" + name + "': " + labels.status().message());
     model->labels_[output.name()] = std::move(labels).value();
   }
 
@@ -92,7 +92,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
   if (model->config_.has_dynamic_batching()) {
     ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(model->config_));
     if (goal.goal_us > 0 && model->config_.max_batch_size() > ModelStats::kDirectBatchSlots)
-      return InvalidArgument("model '" + name + "': the latency goal keeps a cost per batch size "
+      return InvalidArgument("model '" + name +
+                             "': the latency goal keeps a cost per batch size "
                              "and supports max_batch_size up to " +
                              std::to_string(ModelStats::kDirectBatchSlots));
     if (model->config_.max_batch_size() == 0)
@@ -229,9 +230,8 @@ Status Model::Validate(InferenceRequest& request) const {
     } else {
       const int64_t expected_bytes = TensorByteSize(input.datatype, input.shape);
       if (expected_bytes < 0)
-        return InvalidArgument("input '" + input.name + "' has shape " +
-                               ShapeString(input.shape) + " of " +
-                               std::string(DataTypeName(input.datatype)) +
+        return InvalidArgument("input '" + input.name + "' has shape " + ShapeString(input.shape) +
+                               " of " + std::string(DataTypeName(input.datatype)) +
                                ", whose byte size does not fit in 64 bits");
       if (input.byte_size != static_cast<uint64_t>(expected_bytes))
         return InvalidArgument("input '" + input.name + "' has " + std::to_string(input.byte_size) +

@@ -58,8 +58,9 @@ void InstanceThreadsScheduler::StartThreads(const std::vector<BatchExecutor*>& i
       threads_.emplace_back([this, instance] { Run(instance); });
   } catch (const std::system_error& e) {
     // Out of threads: stop the ones that started (the caller sees start_status and gives up).
-    start_status_ = Unavailable("cannot start instance thread " + std::to_string(threads_.size() + 1) +
-                                " of " + std::to_string(instances.size()) + ": " + e.what());
+    start_status_ =
+        Unavailable("cannot start instance thread " + std::to_string(threads_.size() + 1) + " of " +
+                    std::to_string(instances.size()) + ": " + e.what());
     Stop();
   }
 }

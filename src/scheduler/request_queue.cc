@@ -25,8 +25,8 @@ Status RequestQueue::Enqueue(std::unique_ptr<InferenceRequest>& request, uint64_
   Level& l = levels_[level];
   if (l.policy == nullptr) {
     auto it = config_.priority_queue_policy().find(level);
-    l.policy = it != config_.priority_queue_policy().end() ? &it->second
-                                                           : &config_.default_queue_policy();
+    l.policy =
+        it != config_.priority_queue_policy().end() ? &it->second : &config_.default_queue_policy();
   }
   const auto& policy = *l.policy;
   if (policy.max_queue_size() > 0 && l.queue.size() + l.delayed.size() >= policy.max_queue_size())

@@ -112,8 +112,7 @@ int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
              nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository) {
   const auto steady_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(exit_timeout_secs);
-  const auto deadline =
-      std::chrono::system_clock::now() + std::chrono::seconds(exit_timeout_secs);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(exit_timeout_secs);
   LOG_INFO << "signal " << sig << " received: no new requests; waiting up to " << exit_timeout_secs
            << " s for " << (http ? http->InFlight() : 0) << " HTTP request(s) and gRPC calls "
            << "in flight";

@@ -314,9 +314,8 @@ def test_slowloris_connections_are_closed_and_declared_bodies_cost_nothing(repos
         socks.append(c)
     time.sleep(0.3)
     assert rss_kb(s.proc.pid) - before < 64 * 1024, "declared bodies were allocated"
-    time.sleep(1.5)
-    for c in socks:  # every one of them has been closed by the server
-        c.settimeout(2)
+    for c in socks:  # every one of them is closed by the server within about two timeouts
+        c.settimeout(5)
         assert c.recv(100) == b""
         c.close()
     assert_still_serving(s)

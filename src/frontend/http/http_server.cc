@@ -10,8 +10,10 @@
 #include <charconv>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "common/cpus.h"
 #include "common/logging.h"
@@ -42,6 +44,10 @@ constexpr uint32_t kHeaderLimit = 60 << 10;
 constexpr size_t kReadBufferLimit = 64 << 10;
 
 std::string_view SV(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+uint64_t Ns(std::chrono::seconds s) {
+  return static_cast<uint64_t>(std::chrono::nanoseconds(s).count());
+}
 
 // The route of a request path, split the way Triton's HTTP server matches its URLs.
 struct Route {
@@ -140,6 +146,10 @@ Route Match(std::string_view target) {
 
 }  // namespace
 
+namespace {
+class Session;
+}  // namespace
+
 class HttpServer::Impl {
  public:
   Impl(HttpOptions options, ServerInfo info, ModelRepository* repository)
@@ -159,9 +169,11 @@ class HttpServer::Impl {
   ServerInfo info_;
   ModelRepository* repository_;
   // Declared before the io_context: sessions it destroys still count themselves out.
-  std::atomic<int64_t> busy_{0};          // requests read and not yet answered
-  std::atomic<bool> draining_{false};     // shutting down: no new work, close after each response
-  std::atomic<uint64_t> timed_out_{0};    // connections closed by the read timeout
+  std::atomic<int64_t> busy_{0};        // requests read and not yet answered
+  std::atomic<bool> draining_{false};   // shutting down: no new work, close after each response
+  std::atomic<uint64_t> timed_out_{0};  // connections closed by the read timeout
+  std::mutex sessions_mu_;              // every open connection, for the timeout sweep
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
   net::io_context ioc_;
   // Keeps the I/O threads running while no socket operation is pending: once the listeners close
   // for shutdown, requests still in a model have nothing pending on the loop until they complete.
@@ -171,6 +183,10 @@ class HttpServer::Impl {
   std::vector<std::thread> threads_;
   net::thread_pool control_{1};  // repository load/unload: slow, never on an I/O thread
   net::steady_timer accept_backoff_{ioc_};
+  // Timeouts: one timer for all connections instead of one per read and write (arming a timer per
+  // operation cost 10 us at concurrency 1); connections register here and a sweep once a second
+  // closes those past their deadline.
+  net::steady_timer sweep_timer_{ioc_};
   net::steady_timer metrics_accept_backoff_{ioc_};
   uint16_t bound_port_ = 0;
   uint16_t bound_metrics_port_ = 0;
@@ -178,6 +194,7 @@ class HttpServer::Impl {
  private:
   void Accept(tcp::acceptor& acceptor, bool metrics);
   void RunIoThread();
+  void Sweep();
   Status Listen(tcp::acceptor& acceptor, uint16_t port, const char* what);
 };
 
@@ -187,30 +204,58 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* server, bool metrics)
       : stream_(std::move(socket)), server_(server), metrics_(metrics) {}
-  ~Session() { Done(); }
+  ~Session() {
+    Done();
+    std::lock_guard<std::mutex> lock(server_->sessions_mu_);
+    server_->sessions_.erase(this);
+  }
 
   void Start() {
+    {
+      std::lock_guard<std::mutex> lock(server_->sessions_mu_);
+      server_->sessions_.emplace(this, weak_from_this());
+    }
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
   }
 
+  // Called by the sweep (any thread) with the time now: a connection reading for longer than the
+  // read timeout, or writing for longer than the write timeout, is checked on its own strand and
+  // closed there if it is idle past the timeout or its request has been arriving for too long.
+  void CheckTimeouts(uint64_t now) {
+    const uint64_t read_since = read_since_ns_.load(std::memory_order_relaxed);
+    const uint64_t write_since = write_since_ns_.load(std::memory_order_relaxed);
+    const bool reading = read_since != 0 && now - read_since > Ns(server_->options_.read_timeout);
+    const bool writing =
+        write_since != 0 && now - write_since > Ns(server_->options_.write_timeout);
+    if (!reading && !writing) return;
+    net::post(stream_.get_executor(), [self = shared_from_this(), now, reading] {
+      if (reading) {
+        if (self->read_since_ns_.load(std::memory_order_relaxed) == 0) return;  // read finished
+        if (self->parser_ && self->parser_->got_some()) {
+          // A request is arriving: its own clock starts at the first sweep that sees it.
+          if (self->request_started_ns_ == 0) {
+            self->request_started_ns_ = now;
+            return;
+          }
+          if (now - self->request_started_ns_ <= Ns(self->server_->options_.read_timeout)) return;
+        }
+      } else if (self->write_since_ns_.load(std::memory_order_relaxed) == 0) {
+        return;  // the write finished
+      }
+      self->server_->timed_out_.fetch_add(1, std::memory_order_relaxed);
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
+    });
+  }
+
  private:
-  // One request: the header within the read timeout (which is also how long an idle keep-alive
-  // connection stays open), then the body, again within the timeout.
+  // One request, read whole. Timeouts are the sweep's (CheckTimeouts): reading starts the clock.
   void Read() {
     parser_.emplace();
     parser_->body_limit(server_->options_.max_input_size);
     parser_->header_limit(kHeaderLimit);
-    parser_->eager(true);  // parse whatever body bytes came with the header at once
-    stream_.expires_after(server_->options_.read_timeout);
-    bhttp::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
-  }
-
-  void OnHeader(beast::error_code ec) {
-    if (ec) return OnRead(ec);
-    if (parser_->is_done()) return OnRead(ec);  // small requests: the body came with the header
-    stream_.expires_after(server_->options_.read_timeout);
+    request_started_ns_ = 0;
+    read_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
     bhttp::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
@@ -219,11 +264,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnRead(beast::error_code ec) {
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::connection_reset || ec == net::error::operation_aborted ||
-        ec == beast::error::timeout) {
-      if (ec == beast::error::timeout) ++server_->timed_out_;
+        ec == net::error::bad_descriptor) {
       return Close();
     }
-    stream_.expires_never();
+    read_since_ns_.store(0, std::memory_order_relaxed);
     busy_ = true;
     server_->busy_.fetch_add(1, std::memory_order_relaxed);
     if (ec == bhttp::error::body_limit) {
@@ -263,8 +307,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res.set(bhttp::field::server, "nereid");
     res.prepare_payload();
     auto sp = std::make_shared<Response>(std::move(res));
-    stream_.expires_after(server_->options_.write_timeout);
+    write_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
     bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
+      self->write_since_ns_.store(0, std::memory_order_relaxed);
       self->Done();
       if (!ec && self->drain_after_send_) return self->Drain();
       if (ec || !self->keep_alive_) return self->Close();
@@ -723,6 +768,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool drain_after_send_ = false;
   bool busy_ = false;  // a request was read and its response is not written yet
+  std::atomic<uint64_t> read_since_ns_{0};   // a read is pending since (0: none)
+  std::atomic<uint64_t> write_since_ns_{0};  // a write is pending since (0: none)
+  uint64_t request_started_ns_ = 0;          // first sweep that saw this request's bytes
   uint64_t drained_ = 0;
   unsigned version_ = 11;
 };
@@ -754,15 +802,31 @@ Status HttpServer::Impl::Start() {
     bound_metrics_port_ = metrics_acceptor_.local_endpoint().port();
     Accept(metrics_acceptor_, true);
   }
-  int threads = options_.threads > 0
-                    ? options_.threads
-                    : std::max(2, AvailableCpus());
+  int threads = options_.threads > 0 ? options_.threads : std::max(2, AvailableCpus());
+  Sweep();
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { RunIoThread(); });
   LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
            << " I/O threads)";
   if (bound_metrics_port_)
     LOG_INFO << "Started Metrics Service at " << options_.address << ":" << bound_metrics_port_;
   return Status::Ok();
+}
+
+void HttpServer::Impl::Sweep() {
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    live.reserve(sessions_.size());
+    for (auto& [raw, weak] : sessions_)
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+  }
+  const uint64_t now = SteadyNowNs();
+  for (auto& s : live) s->CheckTimeouts(now);
+  live.clear();  // drop the references outside the lock (a last one runs ~Session, which locks)
+  sweep_timer_.expires_after(std::chrono::seconds(1));
+  sweep_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec) Sweep();
+  });
 }
 
 // No exception may end an I/O thread (std::terminate would take the server down): one that escapes
