@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<nereid::kernels::PackedMatrixB>> packed;
     for (const auto& k : kernels) {
       nereid::kernels::UseSgemmKernel(k);
-      packed.push_back(std::make_unique<nereid::kernels::PackedMatrixB>(c.tb, c.k, c.n, b.data(), ldb));
+      packed.push_back(
+          std::make_unique<nereid::kernels::PackedMatrixB>(c.tb, c.k, c.n, b.data(), ldb));
     }
     std::vector<double> best(kernels.size(), 1e30);
     for (int r = 0; r < reps; ++r)

@@ -33,7 +33,8 @@ class OpNode {
   // Input B (index 1) of Gemm/MatMul when it is a constant 2-D FP32 matrix, packed at load time.
   const kernels::PackedMatrixB* packed_b = nullptr;
   // Gemm only: an activation that followed it in the graph, applied to its output while that is
-  // still in cache (the graph fuses Gemm -> Relu / Sigmoid when nothing else reads the Gemm's output).
+  // still in cache (the graph fuses Gemm -> Relu / Sigmoid when nothing else reads the Gemm's
+  // output).
   enum class Activation { kNone, kRelu, kSigmoid } activation = Activation::kNone;
 
  private:
