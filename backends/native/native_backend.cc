@@ -258,23 +258,11 @@ std::vector<int64_t> BatchPrefixed(const std::vector<int64_t>& request_shape, bo
 }
 
 // Resolves at most one -1 in 'shape' from 'bytes', then requires shape x element size == bytes.
+// 'type' has a fixed element size.
 Status FitShape(const std::string& name, DataType type, size_t bytes, std::vector<int64_t>& shape) {
-  const int64_t esize = static_cast<int64_t>(DataTypeSize(type));
-  int64_t known = esize;
-  int unknown = -1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] >= 0) {
-      if (__builtin_mul_overflow(known, shape[d], &known)) known = -1;
-      if (known < 0) break;
-    } else if (unknown < 0) {
-      unknown = static_cast<int>(d);
-    } else {
-      known = -1;
-      break;
-    }
-  }
-  if (unknown >= 0 && known > 0 && bytes % static_cast<size_t>(known) == 0)
-    shape[unknown] = static_cast<int64_t>(bytes / static_cast<size_t>(known));
+  const size_t element_size = DataTypeSize(type);
+  if (bytes % element_size == 0)
+    FillVariableDimension(shape, static_cast<int64_t>(bytes / element_size));
   const int64_t expected = TensorByteSize(type, shape);
   if (expected < 0 || static_cast<size_t>(expected) != bytes)
     return InvalidArgument("input '" + name + "' has " + std::to_string(bytes) +
@@ -412,13 +400,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
         const int64_t elements = ElementCount(result.shape().data(), result.shape().size()) /
                                  std::max<int64_t>(batching ? total_rows : 1, 1) *
                                  (batching ? rows[r] : 1);
-        int64_t known = 1, unknown = -1;
-        for (size_t d = 0; d < shape.size(); ++d)
-          if (shape[d] == -1)
-            unknown = static_cast<int64_t>(d);
-          else
-            known *= shape[d];
-        if (unknown >= 0 && known > 0) shape[unknown] = elements / known;
+        FillVariableDimension(shape, elements);  // if none fits, the allocation below refuses
       }
       void* buffer = nullptr;
       Status alloc = FromServer(NereidRequestOutputAllocate(

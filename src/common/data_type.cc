@@ -115,6 +115,24 @@ int64_t ElementCount(const int64_t* shape, size_t rank) {
   return count;
 }
 
+bool FillVariableDimension(std::vector<int64_t>& shape, int64_t elements) {
+  int64_t known = 1;
+  size_t variable = shape.size();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] >= 0) {
+      if (__builtin_mul_overflow(known, shape[d], &known)) return false;
+    } else if (variable == shape.size()) {
+      variable = d;
+    } else {
+      return false;
+    }
+  }
+  if (variable == shape.size()) return true;
+  if (known == 0 || elements < 0 || elements % known != 0) return false;
+  shape[variable] = elements / known;
+  return true;
+}
+
 int64_t TensorByteSize(DataType type, const int64_t* shape, size_t rank) {
   const int64_t elements = ElementCount(shape, rank);
   const auto size = static_cast<int64_t>(DataTypeSize(type));

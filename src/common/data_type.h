@@ -54,6 +54,11 @@ inline int64_t ElementCount(const std::vector<int64_t>& shape) {
   return ElementCount(shape.data(), shape.size());
 }
 
+// Gives the one variable dimension (-1) of 'shape' the size that makes the shape hold 'elements'.
+// False, and 'shape' unchanged, when no size does: more than one -1, fixed dimensions whose product
+// is 0, overflows or does not divide 'elements'. A shape without -1 is left as it is (true).
+bool FillVariableDimension(std::vector<int64_t>& shape, int64_t elements);
+
 // Bytes a tensor of fixed-size 'type' and 'shape' holds; -1 if the shape is invalid (see
 // ElementCount), the type has no fixed size (BYTES, INVALID) or the byte count overflows int64.
 int64_t TensorByteSize(DataType type, const int64_t* shape, size_t rank);

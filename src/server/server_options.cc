@@ -55,8 +55,8 @@ Options (names follow tritonserver):
   --http-port=PORT            default 8000 (0 picks a free port)
   --http-thread-count=N       HTTP I/O threads (default: CPUs this process may run on, at least 2)
   --http-max-input-size=BYTES largest accepted request body (default 67108864)
-  --http-read-timeout-secs=N  a request's header, then its body, must arrive within N s; also the
-                              keep-alive idle timeout (default 60)
+  --http-read-timeout-secs=N  an idle keep-alive connection, or a request still arriving, is
+                              closed after N s (default 60)
   --http-write-timeout-secs=N a response must be read by the client within N s (default 60)
   --allow-grpc=BOOL           serve gRPC (default true)
   --grpc-address=ADDR         default 0.0.0.0

@@ -169,10 +169,9 @@ class HttpServer::Impl {
   ServerInfo info_;
   ModelRepository* repository_;
   // Declared before the io_context: sessions it destroys still count themselves out.
-  std::atomic<int64_t> busy_{0};        // requests read and not yet answered
-  std::atomic<bool> draining_{false};   // shutting down: no new work, close after each response
-  std::atomic<uint64_t> timed_out_{0};  // connections closed by the read timeout
-  std::mutex sessions_mu_;              // every open connection, for the timeout sweep
+  std::atomic<int64_t> busy_{0};       // requests read and not yet answered
+  std::atomic<bool> draining_{false};  // shutting down: no new work, close after each response
+  std::mutex sessions_mu_;             // every open connection, for the timeout sweep
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
   net::io_context ioc_;
   // Keeps the I/O threads running while no socket operation is pending: once the listeners close
@@ -183,11 +182,11 @@ class HttpServer::Impl {
   std::vector<std::thread> threads_;
   net::thread_pool control_{1};  // repository load/unload: slow, never on an I/O thread
   net::steady_timer accept_backoff_{ioc_};
-  // Timeouts: one timer for all connections instead of one per read and write (arming a timer per
-  // operation cost 10 us at concurrency 1); connections register here and a sweep once a second
-  // closes those past their deadline.
-  net::steady_timer sweep_timer_{ioc_};
   net::steady_timer metrics_accept_backoff_{ioc_};
+  // Timeouts: one timer for all connections (sessions_) instead of one per read and write (arming
+  // a timer per operation cost 10 us at concurrency 1); a sweep once a second closes connections
+  // past their deadline.
+  net::steady_timer sweep_timer_{ioc_};
   uint16_t bound_port_ = 0;
   uint16_t bound_metrics_port_ = 0;
 
@@ -242,7 +241,6 @@ class Session : public std::enable_shared_from_this<Session> {
       } else if (self->write_since_ns_.load(std::memory_order_relaxed) == 0) {
         return;  // the write finished
       }
-      self->server_->timed_out_.fetch_add(1, std::memory_order_relaxed);
       beast::error_code ignored;
       self->stream_.socket().close(ignored);
     });

@@ -20,8 +20,8 @@ struct HttpOptions {
   int threads = 0;                        // 0: one per hardware thread, at least 2
   uint64_t max_input_size = 64ull << 20;  // --http-max-input-size (Triton's default 64 MiB)
   int metrics_port = -1;  // Prometheus /metrics listener; -1: none, 0: any free port
-  // A request's header, and then its body, must each arrive within this time; it is also how long
-  // an idle keep-alive connection stays open (--http-read-timeout-secs).
+  // How long a keep-alive connection may stay idle, and how long a request may take to arrive once
+  // its first bytes came (--http-read-timeout-secs; checked once a second).
   std::chrono::seconds read_timeout{60};
   // A response must be taken by the client within this time (--http-write-timeout-secs).
   std::chrono::seconds write_timeout{60};
@@ -43,7 +43,7 @@ class HttpServer {
   void StopAccepting();
   bool Drain(std::chrono::steady_clock::time_point deadline);
   void Stop();
-  int64_t InFlight() const;  // requests read and not yet answered
+  int64_t InFlight() const;       // requests read and not yet answered
   uint16_t port() const;          // the bound port (useful with port 0)
   uint16_t metrics_port() const;  // the bound metrics port, 0 if none
 

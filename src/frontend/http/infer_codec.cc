@@ -4,6 +4,7 @@
 #include <rapidjson/writer.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -166,26 +167,15 @@ Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::Model
   const bool batching = config.max_batch_size() > 0;
   if (batching) in.shape.push_back(-1);
   in.shape.insert(in.shape.end(), spec.dims().begin(), spec.dims().end());
-  int unknown = -1;
-  int64_t known = static_cast<int64_t>(DataTypeSize(in.datatype));
-  for (size_t i = 0; i < in.shape.size(); ++i) {
-    if (in.shape[i] >= 0) {
-      if (__builtin_mul_overflow(known, in.shape[i], &known))
-        return InvalidArgument("input '" + in.name + "' is too large for a raw binary request");
-      continue;
-    }
-    if (unknown >= 0)
-      return InvalidArgument(
-          "a raw binary request needs input '" + in.name +
-          "' to have at most one variable dimension (including the batch dimension)");
-    unknown = static_cast<int>(i);
-  }
-  if (unknown >= 0) {
-    if (known == 0 || body->size() % known != 0)
-      return InvalidArgument("raw binary request of " + std::to_string(body->size()) +
-                             " bytes does not fit input '" + in.name + "'");
-    in.shape[unknown] = static_cast<int64_t>(body->size()) / known;
-  }
+  if (std::count(in.shape.begin(), in.shape.end(), -1) > 1)
+    return InvalidArgument(
+        "a raw binary request needs input '" + in.name +
+        "' to have at most one variable dimension (including the batch dimension)");
+  const size_t element_size = DataTypeSize(in.datatype);
+  if (element_size == 0 || body->size() % element_size != 0 ||
+      !FillVariableDimension(in.shape, static_cast<int64_t>(body->size() / element_size)))
+    return InvalidArgument("raw binary request of " + std::to_string(body->size()) +
+                           " bytes does not fit input '" + in.name + "'");
   in.data = reinterpret_cast<const uint8_t*>(body->data());
   in.byte_size = body->size();
   request->inputs.push_back(std::move(in));
