@@ -1,10 +1,11 @@
 // gRPC's own cost per unary call, by server API: the callback (reactor) API that Nereid's frontend
 // uses against the completion-queue (async) API with the server's own polling threads, as Triton
-// uses. Both servers answer inference.GRPCInferenceService/ModelInfer with an empty response at once
-// (no model), on the channel arguments Nereid uses (ApplyChannelArguments); one synchronous client measures the round trip
-// at concurrency 1, alternating between the servers in rounds so machine noise hits both alike.
-// With --url, a running server's ModelInfer on `simple` (two INT32 [1,16] inputs, as the example
-// model takes them) is measured by the same client in the same rounds, e.g. Nereid's.
+// uses. Both servers answer inference.GRPCInferenceService/ModelInfer with an empty response at
+// once (no model), on the channel arguments Nereid uses (ApplyChannelArguments); one synchronous
+// client measures the round trip at concurrency 1, alternating between the servers in rounds so
+// machine noise hits both alike. With --url, a running server's ModelInfer on `simple` (two INT32
+// [1,16] inputs, as the example model takes them) is measured by the same client in the same
+// rounds, e.g. Nereid's.
 //   build/bench_grpc_api [--rounds N] [--ms M] [--cq-threads T] [--url host:port]
 #include <grpcpp/grpcpp.h>
 
@@ -135,8 +136,8 @@ Sample Measure(const std::string& url, int ms) {
       std::fprintf(stderr, "call failed\n");
       std::exit(1);
     }
-    lat.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                      .count());
+    lat.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(lat.begin(), lat.end());
   double sum = 0;
@@ -164,10 +165,13 @@ int main(int argc, char** argv) {
   nereid::grpc_frontend::ApplyChannelArguments(b);
   auto callback_server = b.BuildAndStart();
   CqServer cq_server("127.0.0.1:0", cq_threads);
-  std::printf("empty ModelInfer, concurrency 1, %d ms per round; completion-queue server: %d threads\n",
-              ms, cq_threads);
-  std::printf("| round | callback p50 us | callback mean us | cq p50 us | cq mean us | p50 cq/callback |%s\n",
-              url.empty() ? "" : " server p50 us | server mean us |");
+  std::printf(
+      "empty ModelInfer, concurrency 1, %d ms per round; completion-queue server: %d threads\n", ms,
+      cq_threads);
+  std::printf(
+      "| round | callback p50 us | callback mean us | cq p50 us | cq mean us | p50 cq/callback "
+      "|%s\n",
+      url.empty() ? "" : " server p50 us | server mean us |");
   std::printf("|---|---|---|---|---|---|%s\n", url.empty() ? "" : "---|---|");
   const std::string local = "127.0.0.1:";
   for (int r = 1; r <= rounds; ++r) {
