@@ -14,6 +14,7 @@ ValueInfo ToValueInfo(const onnx::ValueInfoProto& v) {
   info.name = v.name();
   if (v.type().has_tensor_type()) {
     info.type = FromOnnxType(v.type().tensor_type().elem_type());
+    info.has_shape = v.type().tensor_type().has_shape();
     for (const auto& d : v.type().tensor_type().shape().dim())
       info.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
   }
@@ -76,11 +77,15 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     g->constants_[id] = std::move(t);
     initializer_names.insert(init.name());
   }
-  for (const auto& input : graph.input())
-    if (!initializer_names.count(input.name())) {
-      g->ValueId(input.name());
-      g->inputs_.push_back(ToValueInfo(input));
+  std::set<int> overridable;  // value ids of inputs with a default
+  for (const auto& input : graph.input()) {
+    const int id = g->ValueId(input.name());
+    g->inputs_.push_back(ToValueInfo(input));
+    if (initializer_names.count(input.name())) {
+      g->inputs_.back().has_default = true;
+      overridable.insert(id);
     }
+  }
   for (const auto& output : graph.output()) g->outputs_.push_back(ToValueInfo(output));
 
   for (const auto& node : graph.node()) {
@@ -96,6 +101,7 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     if ((op != "Gemm" && op != "MatMul") || node.inputs.size() < 2 || node.inputs[1] < 0) continue;
     const int id = node.inputs[1];
     if (static_cast<size_t>(id) >= g->constants_.size() || !g->constants_[id].valid()) continue;
+    if (overridable.count(id)) continue;  // a request may replace it
     const Tensor& w = g->constants_[id];
     if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
     const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;

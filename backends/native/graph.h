@@ -23,6 +23,10 @@ struct ValueInfo {
   std::string name;
   DataType type = DataType::kInvalid;
   std::vector<int64_t> dims;  // -1 where the graph leaves a dimension symbolic or unknown
+  // A graph input that is also an initializer: a request may send it (overriding the model's
+  // value) or leave it out (the initializer is used). Triton serves these as optional inputs.
+  bool has_default = false;
+  bool has_shape = false;  // false when the graph states no shape (dims is then empty)
 };
 
 class Graph {

@@ -111,13 +111,14 @@ bool AutoComplete(const Graph& graph, rapidjson::Document& config) {
   bool batchable = true;
   for (const auto* list : {&graph.inputs(), &graph.outputs()})
     for (const auto& v : *list)
-      if (v.dims.empty() || v.dims[0] != -1) batchable = false;
+      if (!v.has_default && (v.dims.empty() || v.dims[0] != -1)) batchable = false;
   if (mbs == 0 && batchable && need_inputs && need_outputs) mbs = 4;
   if (!config.HasMember("max_batch_size")) config.AddMember("max_batch_size", mbs, alloc);
   config["max_batch_size"].SetInt64(mbs);
   auto fill = [&](const char* key, const std::vector<ValueInfo>& values) {
     rapidjson::Value array(rapidjson::kArrayType);
     for (const auto& v : values) {
+      if (v.has_default) continue;  // optional: the initializer serves when a request omits it
       rapidjson::Value entry(rapidjson::kObjectType);
       entry.AddMember("name", rapidjson::Value(v.name.c_str(), alloc), alloc);
       entry.AddMember("data_type", rapidjson::Value(ConfigTypeName(v.type).c_str(), alloc), alloc);
@@ -134,73 +135,87 @@ bool AutoComplete(const Graph& graph, rapidjson::Document& config) {
   return true;
 }
 
+// What a config tensor's dims should be for a graph tensor of shape 'graph', given whether the
+// model batches: advice for a shape error that names the fix.
+std::string DimsAdvice(const std::vector<int64_t>& graph, bool batching) {
+  const bool graph_batches = !graph.empty() && graph[0] == -1;
+  if (batching && graph_batches)
+    return " With max_batch_size > 0 the graph's first dimension is the batch: dims should be " +
+           ShapeString(std::vector<int64_t>(graph.begin() + 1, graph.end())) + ".";
+  if (batching)
+    return " The graph has no variable first (batch) dimension: set max_batch_size: 0 and dims: " +
+           ShapeString(graph) + ".";
+  std::string advice =
+      " With max_batch_size 0, dims should be the graph's shape " + ShapeString(graph);
+  if (!graph.empty() && graph[0] == -1)
+    advice += " (or, to batch, max_batch_size > 0 and dims " +
+              ShapeString(std::vector<int64_t>(graph.begin() + 1, graph.end())) + ")";
+  return advice + ".";
+}
+
+// A config tensor must have the graph tensor's type and, with the batch dimension added when the
+// model batches, its rank and every fixed dimension.
+Status CheckTensor(const ModelState& m, const char* kind, const IoSpec& spec, const ValueInfo& g) {
+  const std::string who = "model '" + m.name + "': " + kind + " '" + spec.name + "' ";
+  if (g.type != spec.type)
+    return InvalidArgument(who + "is " + std::string(ConfigTypeName(spec.type)) +
+                           " in config.pbtxt but " + std::string(ConfigTypeName(g.type)) +
+                           " in the ONNX graph");
+  if (!g.has_shape) return Status::Ok();  // nothing to compare with
+  const auto& dims = spec.has_reshape ? spec.reshape : spec.dims;
+  const bool batching = m.max_batch_size > 0;
+  std::vector<int64_t> full = dims;
+  if (batching) full.insert(full.begin(), -1);
+  bool fits = full.size() == g.dims.size();
+  for (size_t i = batching ? 1 : 0; fits && i < full.size(); ++i)
+    fits = full[i] == -1 || g.dims[i] == -1 || full[i] == g.dims[i];
+  if (batching && fits && g.dims[0] > 0 && g.dims[0] < m.max_batch_size)
+    return InvalidArgument(who + "has a batch dimension fixed at " + std::to_string(g.dims[0]) +
+                           " in the ONNX graph, but max_batch_size is " +
+                           std::to_string(m.max_batch_size) + "." + DimsAdvice(g.dims, batching));
+  if (!fits)
+    return InvalidArgument(who + "has " + (spec.has_reshape ? "reshape " : "dims ") +
+                           ShapeString(dims) + " and max_batch_size " +
+                           std::to_string(m.max_batch_size) + ", a full shape of " +
+                           ShapeString(full) + ", but the ONNX graph's shape is " +
+                           ShapeString(g.dims) + "." + DimsAdvice(g.dims, batching));
+  return Status::Ok();
+}
+
+std::string Names(const std::vector<ValueInfo>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ", ") + v.name;
+  return out;
+}
+
+const ValueInfo* Find(const std::vector<ValueInfo>& values, const std::string& name) {
+  for (const auto& v : values)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
 Status CheckAgainstGraph(const ModelState& m) {
   const std::string who = "model '" + m.name + "': ";
-  std::string graph_inputs;
+  // A name the graph lacks is checked first: when one name is misspelled, that name is the error,
+  // not the graph input it leaves undeclared.
+  for (const auto& [name, spec] : m.inputs)
+    if (Find(m.graph->inputs(), name) == nullptr)
+      return InvalidArgument(
+          who + "config input '" + name +
+          "' is not an input of the ONNX graph (graph inputs: " + Names(m.graph->inputs()) + ")");
+  for (const auto& [name, spec] : m.outputs)
+    if (Find(m.graph->outputs(), name) == nullptr)
+      return InvalidArgument(who + "config output '" + name +
+                             "' is not an output of the ONNX graph (graph outputs: " +
+                             Names(m.graph->outputs()) + ")");
   for (const auto& g : m.graph->inputs())
-    graph_inputs += (graph_inputs.empty() ? "" : ", ") + g.name;
-  for (const auto& g : m.graph->inputs())
-    if (!m.inputs.count(g.name))
+    if (!g.has_default && !m.inputs.count(g.name))
       return InvalidArgument(who + "the ONNX graph has input '" + g.name +
                              "' which config.pbtxt does not declare");
-  for (const auto& [name, spec] : m.inputs) {
-    const ValueInfo* g = nullptr;
-    for (const auto& v : m.graph->inputs())
-      if (v.name == name) g = &v;
-    if (g == nullptr)
-      return InvalidArgument(who + "config input '" + name +
-                             "' is not an input of the ONNX graph (graph inputs: " + graph_inputs +
-                             ")");
-    if (g->type != spec.type)
-      return InvalidArgument(who + "input '" + name + "' is " + ConfigTypeName(spec.type) +
-                             " in config.pbtxt but " + ConfigTypeName(g->type) +
-                             " in the ONNX graph");
-    const auto& dims = spec.has_reshape ? spec.reshape : spec.dims;
-    const size_t batch = m.max_batch_size > 0 ? 1 : 0;
-    const size_t rank = dims.size() + batch;
-    if (g->dims.size() != rank) {
-      std::string hint;
-      if (batch && g->dims.size() == dims.size() && !dims.empty() && dims[0] == -1)
-        hint =
-            " dims must not include the batch dimension when max_batch_size > 0: drop the leading "
-            "-1, "
-            "or set max_batch_size: 0.";
-      else if (batch && g->dims.size() == dims.size())
-        hint = " The graph has no batch dimension: set max_batch_size: 0.";
-      else if (!batch && g->dims.size() == dims.size() + 1)
-        hint =
-            " The graph has a leading (batch) dimension: set max_batch_size > 0, or add it to "
-            "dims.";
-      return InvalidArgument(
-          who + "input '" + name + "' has dims " + ShapeString(dims) + " and max_batch_size " +
-          std::to_string(m.max_batch_size) + ", i.e. rank " + std::to_string(rank) +
-          ", but the ONNX graph input has shape " + ShapeString(g->dims) + "." + hint);
-    }
-    if (batch && g->dims[0] > 0 && g->dims[0] < m.max_batch_size)
-      return InvalidArgument(who + "input '" + name +
-                             "': the ONNX graph fixes the batch dimension at " +
-                             std::to_string(g->dims[0]) + " but max_batch_size is " +
-                             std::to_string(m.max_batch_size));
-    for (size_t i = 0; i < dims.size(); ++i) {
-      const int64_t gd = g->dims[i + batch];
-      if (dims[i] != -1 && gd != -1 && dims[i] != gd)
-        return InvalidArgument(who + "input '" + name + "' has dims " + ShapeString(dims) +
-                               " in config.pbtxt but the ONNX graph input has shape " +
-                               ShapeString(g->dims));
-    }
-  }
-  for (const auto& [name, spec] : m.outputs) {
-    const ValueInfo* g = nullptr;
-    for (const auto& v : m.graph->outputs())
-      if (v.name == name) g = &v;
-    if (g == nullptr)
-      return InvalidArgument(who + "config output '" + name +
-                             "' is not an output of the ONNX graph");
-    if (g->type != spec.type)
-      return InvalidArgument(who + "output '" + name + "' is " + ConfigTypeName(spec.type) +
-                             " in config.pbtxt but " + ConfigTypeName(g->type) +
-                             " in the ONNX graph");
-  }
+  for (const auto& [name, spec] : m.inputs)
+    RETURN_IF_ERROR(CheckTensor(m, "input", spec, *Find(m.graph->inputs(), name)));
+  for (const auto& [name, spec] : m.outputs)
+    RETURN_IF_ERROR(CheckTensor(m, "output", spec, *Find(m.graph->outputs(), name)));
   return Status::Ok();
 }
 

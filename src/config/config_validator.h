@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "config/model_config.h"
@@ -20,7 +21,15 @@ enum class ConfigStage { kAsWritten, kFinal };
 // Instances of one group run a thread each: more than this is a typo or an attack.
 constexpr int32_t kMaxInstancesPerGroup = 1024;
 
-// Validates a (defaulted) config. 'locator' maps fields back to config.pbtxt lines.
+// Every problem of a (defaulted) config, each naming the model, file:line and field ('locator'
+// maps fields back to config.pbtxt lines); empty when the config is valid. Triton's rules, then
+// what Nereid cannot serve yet (decoupled, batch inputs/outputs, sequence controls and state).
+std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
+                                           const std::string& model_name,
+                                           const ConfigLocator& locator,
+                                           ConfigStage stage = ConfigStage::kFinal);
+
+// The same, as one InvalidArgument status with the errors joined by "; ".
 Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
                            const ConfigLocator& locator, ConfigStage stage = ConfigStage::kFinal);
 

@@ -71,6 +71,16 @@ void NumbersFor64BitFields(const pb::Descriptor* descriptor, rapidjson::Value& o
   }
 }
 
+int FirstLine(const pb::TextFormat::ParseInfoTree& tree, const pb::Descriptor* descriptor) {
+  int first = -1;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const pb::FieldDescriptor* f = descriptor->field(i);
+    const int line = tree.GetLocation(f, f->is_repeated() ? 0 : -1).line;
+    if (line >= 0 && (first < 0 || line < first)) first = line;
+  }
+  return first;
+}
+
 }  // namespace
 
 std::string ConfigLocator::Where(const std::vector<Step>& path) const {
@@ -84,10 +94,16 @@ std::string ConfigLocator::Where(const std::vector<Step>& path) const {
     if (field == nullptr) break;
     const int index = field->is_repeated() ? std::max(step.index, 0) : -1;
     pb::TextFormat::ParseLocation loc = tree->GetLocation(field, index);
+    const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    const pb::TextFormat::ParseInfoTree* nested =
+        is_message ? tree->GetTreeForNested(field, index) : nullptr;
+    // List syntax ("input [ {..}, {..} ]") records one location for the whole list; an element
+    // after the first is found by the earliest field written inside it.
+    if (loc.line < 0 && nested != nullptr) loc.line = FirstLine(*nested, field->message_type());
     if (loc.line < 0) break;
     line = loc.line;
-    if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) break;
-    tree = tree->GetTreeForNested(field, index);
+    if (!is_message) break;
+    tree = nested;
     descriptor = field->message_type();
   }
   return line >= 0 ? file_ + ":" + std::to_string(line + 1) : file_;

@@ -160,10 +160,13 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   return s;
 }
 
-Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json) {
-  ASSIGN_OR_RETURN(std::string model_dir, FindModelDir(name));
-  const std::string config_path = (fs::path(model_dir) / "config.pbtxt").string();
-  ParsedModelConfig parsed;
+StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
+    const std::string& name, const std::string& config_json,
+    std::vector<std::string>* config_errors) const {
+  Plan plan;
+  ASSIGN_OR_RETURN(plan.model_dir, FindModelDir(name));
+  const std::string config_path = (fs::path(plan.model_dir) / "config.pbtxt").string();
+  ParsedModelConfig& parsed = plan.parsed;
   if (!config_json.empty()) {
     ASSIGN_OR_RETURN(parsed.config, ModelConfigFromJson(config_json));
     parsed.locator = ConfigLocator("load request config", nullptr);
@@ -182,26 +185,60 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   }
   inference::ModelConfig& config = parsed.config;
   FillConfigDefaults(name, &config);
-  // What can be checked before a model file is opened is checked first, as Triton does.
-  RETURN_IF_ERROR(ValidateModelConfig(config, name, parsed.locator, ConfigStage::kAsWritten));
+  // What can be checked before a model file is opened is checked first, as Triton does. Without
+  // auto-complete the config as written is the final one.
+  std::vector<std::string> errors =
+      ModelConfigErrors(config, name, parsed.locator,
+                        options_.auto_complete ? ConfigStage::kAsWritten : ConfigStage::kFinal);
+  if (!errors.empty()) {
+    std::string message = errors[0];
+    for (size_t i = 1; i < errors.size(); ++i) message += "; " + errors[i];
+    if (config_errors) *config_errors = std::move(errors);
+    return InvalidArgument(message);
+  }
 
-  const std::vector<int64_t> available = VersionsOnDisk(model_dir);
-  ASSIGN_OR_RETURN(std::vector<int64_t> versions,
-                   SelectVersions(config.version_policy(), available, name));
+  const std::vector<int64_t> available = VersionsOnDisk(plan.model_dir);
+  ASSIGN_OR_RETURN(plan.versions, SelectVersions(config.version_policy(), available, name));
   // The model file of each version must lie inside the model directory (a symlink may not lead
   // out of it). A missing file is left to the backend, which names what it looked for.
   const std::string model_file =
       config.default_model_filename().empty() ? "model.onnx" : config.default_model_filename();
-  for (int64_t v : versions) {
-    auto file = ResolveModelFile(model_dir, fs::path(model_dir) / std::to_string(v), model_file,
-                                 "default_model_filename");
+  for (int64_t v : plan.versions) {
+    auto file = ResolveModelFile(plan.model_dir, fs::path(plan.model_dir) / std::to_string(v),
+                                 model_file, "default_model_filename");
     if (!file.ok() && file.status().code() != Status::Code::kNotFound)
       return InvalidArgument("model '" + name + "' version " + std::to_string(v) + ": " +
                              file.status().message());
   }
-  ASSIGN_OR_RETURN(std::string backend_name, ResolveBackend(&config, model_dir, versions));
-  ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->Get(backend_name));
+  ASSIGN_OR_RETURN(std::string backend_name,
+                   ResolveBackend(&config, plan.model_dir, plan.versions));
+  ASSIGN_OR_RETURN(plan.backend, backends_->Get(backend_name));
+  return plan;
+}
 
+ModelRepository::CheckResult ModelRepository::Check(const std::string& name) const {
+  CheckResult result;
+  auto plan = PlanLoad(name, "", &result.errors);
+  if (!plan.ok()) {
+    if (result.errors.empty()) result.errors.push_back(plan.status().message());
+    return result;
+  }
+  // The newest version stands for the model: its file is what auto-complete reads.
+  auto config =
+      Model::CompleteConfig(name, plan->versions.back(), plan->model_dir, plan->parsed.config,
+                            plan->parsed.locator, plan->backend, options_.auto_complete);
+  if (!config.ok()) {
+    result.errors.push_back(config.status().message());
+    return result;
+  }
+  result.config = std::move(config).value();
+  return result;
+}
+
+Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json) {
+  ASSIGN_OR_RETURN(Plan plan, PlanLoad(name, config_json, nullptr));
+  const inference::ModelConfig& config = plan.parsed.config;
+  const std::vector<int64_t>& versions = plan.versions;
   const std::vector<std::string> ignored = IgnoredConfigFields(config);
   if (!ignored.empty())
     LOG_WARNING << "model '" << name
@@ -210,8 +247,8 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
   for (int64_t v : versions) {
-    auto model =
-        Model::Create(name, v, model_dir, config, parsed.locator, backend, options_.auto_complete);
+    auto model = Model::Create(name, v, plan.model_dir, config, plan.parsed.locator, plan.backend,
+                               options_.auto_complete);
     VersionEntry entry;
     if (model.ok()) {
       entry.state = "READY";

@@ -65,6 +65,16 @@ class ModelRepository {
   // (Re)loads a model; 'config_json' replaces config.pbtxt when not empty. Explicit mode only.
   Status Load(const std::string& name, const std::string& config_json);
   Status Unload(const std::string& name);
+  // What a load of 'name' would find, without serving it: every config error (file, line,
+  // field), or the config the model would run with (auto-completed by its backend, newest
+  // version). For `nereid config check` and `nereid config generate`.
+  struct CheckResult {
+    std::vector<std::string> errors;
+    inference::ModelConfig config;
+  };
+  CheckResult Check(const std::string& name) const;
+  // Names of the model directories in the repository paths, sorted.
+  std::set<std::string> ModelsOnDisk() const;
   // Server readiness: with strict readiness, every model asked for is ready.
   bool Ready() const;
   void StopAll();
@@ -80,9 +90,19 @@ class ModelRepository {
     std::string reason;  // model-level failure (bad config, no versions, ...)
   };
 
+  // The steps of a load before any model object exists: the config read (config.pbtxt, the
+  // load request's JSON, or empty for auto-complete), defaulted and checked as written; the
+  // versions the policy selects, their model files, the backend.
+  struct Plan {
+    std::string model_dir;
+    ParsedModelConfig parsed;
+    std::vector<int64_t> versions;
+    std::shared_ptr<Backend> backend;
+  };
+  StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
+                          std::vector<std::string>* config_errors) const;
   Status LoadModel(const std::string& name, const std::string& config_json);
   StatusOr<std::string> FindModelDir(const std::string& name) const;
-  std::set<std::string> ModelsOnDisk() const;
 
   RepositoryOptions options_;
   BackendManager* backends_;

@@ -42,12 +42,12 @@ int64_t CountBytesElements(const uint8_t* data, size_t size) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t version,
-                                               const std::string& model_dir,
-                                               inference::ModelConfig config,
-                                               const ConfigLocator& locator,
-                                               std::shared_ptr<Backend> backend,
-                                               bool allow_auto_complete, const Clock* clock) {
+StatusOr<std::shared_ptr<Model>> Model::Prepare(const std::string& name, int64_t version,
+                                                const std::string& model_dir,
+                                                inference::ModelConfig config,
+                                                const ConfigLocator& locator,
+                                                std::shared_ptr<Backend> backend,
+                                                bool allow_auto_complete) {
   std::shared_ptr<Model> model(new Model());
   model->name_ = name;
   model->version_ = version;
@@ -77,7 +77,38 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
       return Status(labels.status().code(), "model '" + name + "': " + labels.status().message());
     model->labels_[output.name()] = std::move(labels).value();
   }
+  if (model->config_.has_dynamic_batching()) {
+    ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(model->config_));
+    if (goal.goal_us > 0 && model->config_.max_batch_size() > ModelStats::kDirectBatchSlots)
+      return InvalidArgument("model '" + name +
+                             "': the latency goal keeps a cost per batch size "
+                             "and supports max_batch_size up to " +
+                             std::to_string(ModelStats::kDirectBatchSlots));
+  }
+  return model;
+}
 
+StatusOr<inference::ModelConfig> Model::CompleteConfig(const std::string& name, int64_t version,
+                                                       const std::string& model_dir,
+                                                       inference::ModelConfig config,
+                                                       const ConfigLocator& locator,
+                                                       std::shared_ptr<Backend> backend,
+                                                       bool allow_auto_complete) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                   Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
+                           allow_auto_complete));
+  return model->config_;  // the model finalizes its backend state as it goes
+}
+
+StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t version,
+                                               const std::string& model_dir,
+                                               inference::ModelConfig config,
+                                               const ConfigLocator& locator,
+                                               std::shared_ptr<Backend> backend,
+                                               bool allow_auto_complete, const Clock* clock) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                   Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
+                           allow_auto_complete));
   std::vector<BatchExecutor*> instances;
   for (const auto& group : model->config_.instance_group()) {
     for (int i = 0; i < group.count(); ++i) {
@@ -91,11 +122,6 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   if (model->config_.has_dynamic_batching()) {
     ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(model->config_));
-    if (goal.goal_us > 0 && model->config_.max_batch_size() > ModelStats::kDirectBatchSlots)
-      return InvalidArgument("model '" + name +
-                             "': the latency goal keeps a cost per batch size "
-                             "and supports max_batch_size up to " +
-                             std::to_string(ModelStats::kDirectBatchSlots));
     if (model->config_.max_batch_size() == 0)
       LOG_WARNING << "model '" << name << "': dynamic_batching with max_batch_size 0 only queues; "
                   << "requests are never merged";

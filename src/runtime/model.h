@@ -29,13 +29,19 @@ class Model {
  public:
   // Loads a model version: runs the backend's model initialization (which may auto-complete the
   // config), validates the final config, creates the instances and the scheduler.
-  static StatusOr<std::shared_ptr<Model>> Create(const std::string& name, int64_t version,
-                                                 const std::string& model_dir,
-                                                 inference::ModelConfig config,
-                                                 const ConfigLocator& locator,
-                                                 std::shared_ptr<Backend> backend,
-                                                 bool allow_auto_complete = true,
-                                                 const Clock* clock = &SteadyClock::Get());
+  static StatusOr<std::shared_ptr<Model>> Create(
+      const std::string& name, int64_t version, const std::string& model_dir,
+      inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
+      bool allow_auto_complete = true, const Clock* clock = &SteadyClock::Get());
+  // The steps of Create before any instance starts (the backend's model initialization and its
+  // auto-complete, defaults, validation, label files), for `nereid config check/generate`:
+  // returns the config the model would run with.
+  static StatusOr<inference::ModelConfig> CompleteConfig(const std::string& name, int64_t version,
+                                                         const std::string& model_dir,
+                                                         inference::ModelConfig config,
+                                                         const ConfigLocator& locator,
+                                                         std::shared_ptr<Backend> backend,
+                                                         bool allow_auto_complete);
   ~Model();
 
   // Validates the request against the config and hands it to the scheduler. On error the caller
@@ -69,6 +75,12 @@ class Model {
  private:
   Model() = default;
   Status Validate(InferenceRequest& request) const;
+  static StatusOr<std::shared_ptr<Model>> Prepare(const std::string& name, int64_t version,
+                                                  const std::string& model_dir,
+                                                  inference::ModelConfig config,
+                                                  const ConfigLocator& locator,
+                                                  std::shared_ptr<Backend> backend,
+                                                  bool allow_auto_complete);
 
   std::string name_;
   int64_t version_ = 0;

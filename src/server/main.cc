@@ -16,18 +16,10 @@
 #include "perf/load_generator.h"
 #include "repository/model_repository.h"
 #include "runtime/server_info.h"
+#include "server/config_command.h"
 #include "server/server_options.h"
 
 namespace {
-
-std::string DefaultBackendDirectory() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "backends";
-  const auto dir = exe.parent_path();
-  if (std::filesystem::is_directory(dir / "backends")) return (dir / "backends").string();
-  return (dir.parent_path() / "lib" / "nereid" / "backends").string();
-}
 
 // A server with many connections needs many descriptors: take the hard limit.
 void RaiseFileLimit() {
@@ -66,8 +58,7 @@ int Serve(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   RaiseFileLimit();
-  nereid::BackendManager backends(options.backend_directory.empty() ? DefaultBackendDirectory()
-                                                                    : options.backend_directory);
+  nereid::BackendManager backends(nereid::BackendDirectory(options));
   nereid::ModelRepository repository(options.repository, &backends);
   nereid::Status s = repository.LoadStartupModels();
   if (!s.ok()) {
@@ -137,11 +128,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "perf")
     return nereid::perf::PerfMain({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "config")
+    return nereid::ConfigMain({args.begin() + 1, args.end()});
   if (!args.empty() && args[0] == "serve")
     args.erase(args.begin());
   else if (!args.empty() && args[0].rfind("--", 0) != 0 && args[0] != "-h") {
     std::cerr << "unknown command '" << args[0]
-              << "'; try: nereid serve --help, nereid perf --help\n";
+              << "'; try: nereid serve --help, nereid config --help, nereid perf --help\n";
     return 2;
   }
   return Serve(args);

@@ -1,6 +1,7 @@
 #include "server/server_options.h"
 
 #include <charconv>
+#include <filesystem>
 #include <limits>
 #include <map>
 
@@ -190,6 +191,16 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
   if (!explicit_mode_seen && !o.repository.startup_models.empty())
     return InvalidArgument("--load-model needs --model-control-mode=explicit");
   return o;
+}
+
+std::string BackendDirectory(const ServerOptions& options) {
+  if (!options.backend_directory.empty()) return options.backend_directory;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "backends";
+  const auto dir = exe.parent_path();
+  if (std::filesystem::is_directory(dir / "backends")) return (dir / "backends").string();
+  return (dir.parent_path() / "lib" / "nereid" / "backends").string();
 }
 
 }  // namespace nereid

@@ -33,5 +33,7 @@ struct ServerOptions {
 // Parses argv (after the subcommand). Accepts --flag=value and --flag value; booleans also bare.
 StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args);
 std::string ServerUsage();
+// --backend-directory, else "backends" next to the executable, else ../lib/nereid/backends.
+std::string BackendDirectory(const ServerOptions& options);
 
 }  // namespace nereid

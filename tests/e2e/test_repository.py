@@ -82,7 +82,7 @@ def test_bad_config_on_load_names_file_and_line(explicit_server):
 
 @pytest.mark.parametrize("model,message", [
     # dims that repeat the batch dimension are explained
-    ("wrongdims", "must not include the batch dimension"),
+    ("wrongdims", r"first dimension is the batch: dims should be \[16\]"),
     # an onnxruntime config whose graph has ops the native engine lacks lists them
     ("unsupported", "does not support these ops: Erf, Exp"),
 ])

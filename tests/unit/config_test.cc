@@ -95,6 +95,199 @@ TEST(ConfigTest, GpuInstancesAreRefusedUntilGpuSupportLands) {
   EXPECT_NE(s.message().find("KIND_GPU"), std::string::npos);
 }
 
+// One case per class of config Triton rejects: the snippet is appended to a valid config (or
+// replaces its tensors), the error must name the field and say what is wrong.
+struct InvalidCase {
+  const char* what;
+  std::string text;
+  const char* field;
+  const char* message;
+};
+
+constexpr const char* kHead = "name: \"m\"\nmax_batch_size: 8\n";
+constexpr const char* kIo =
+    "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n"
+    "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n";
+
+std::string WithIo(const std::string& extra) { return std::string(kHead) + kIo + extra; }
+
+TEST(ConfigTest, EachInvalidCategoryIsRejectedWithItsField) {
+  const std::vector<InvalidCase> cases = {
+      {"reshape count",
+       std::string(kHead) + "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape { "
+                            "shape: [ 5 ] } } ]\n"
+                            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n",
+       "input[0].reshape", "different numbers of elements"},
+      {"reshape variable",
+       std::string(kHead) + "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 4, -1 ] reshape { "
+                            "shape: [ 4, 4 ] } } ]\n"
+                            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n",
+       "input[0].reshape", "variable-size"},
+      {"reshape zero",
+       std::string(kHead) + "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n"
+                            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 4, 4 ] reshape "
+                            "{ shape: [ 0 ] } } ]\n",
+       "output[0].reshape", "must be >= 1"},
+      {"empty reshape without batching",
+       "name: \"m\"\ninput [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 1 ] reshape { } } ]\n"
+       "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 16 ] } ]\n",
+       "input[0].reshape", "empty reshape"},
+      {"batch input sources",
+       WithIo("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"N\" data_type: TYPE_FP32 } "
+              "]\n"),
+       "batch_input[0].source_input", "expects 1 source input, got 0"},
+      {"batch input unknown source",
+       WithIo("batch_input [ { kind: BATCH_ITEM_SHAPE target_name: \"N\" data_type: TYPE_INT32 "
+              "source_input: \"NOPE\" } ]\n"),
+       "batch_input[0].source_input", "unknown source input name 'NOPE'"},
+      {"batch input type",
+       WithIo("batch_input [ { kind: BATCH_ITEM_SHAPE target_name: \"N\" data_type: TYPE_INT8 "
+              "source_input: \"IN\" } ]\n"),
+       "batch_input[0].data_type", "TYPE_INT32 or TYPE_FP32"},
+      {"batch output target twice",
+       WithIo("batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: \"IN\" "
+              "target_name: [ \"OUT\", \"OUT\" ] } ]\n"),
+       "batch_output[0].target_name", "can only be specified once"},
+      {"batch output unknown target",
+       WithIo("batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: \"IN\" "
+              "target_name: \"X\" } ]\n"),
+       "batch_output[0].target_name", "unknown target output name 'X'"},
+      {"model metrics family",
+       WithIo("model_metrics { metric_control [ { metric_identifier { } histogram_options { "
+              "buckets: [ 1 ] } } ] }\n"),
+       "model_metrics.metric_control[0].metric_identifier.family", "non-empty 'family'"},
+      {"model metrics buckets",
+       WithIo("model_metrics { metric_control [ { metric_identifier { family: \"f\" } "
+              "histogram_options { } } ] }\n"),
+       "model_metrics.metric_control[0].histogram_options.buckets", "non-empty 'buckets'"},
+      {"model metrics no histogram",
+       WithIo("model_metrics { metric_control [ { metric_identifier { family: \"f\" } } ] }\n"),
+       "model_metrics.metric_control[0].histogram_options", "must specify 'histogram_options'"},
+      {"two START controls",
+       WithIo("sequence_batching { control_input [\n"
+              "  { name: \"S\" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] "
+              "} ] },\n"
+              "  { name: \"T\" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] "
+              "} ] } ] }\n"),
+       "sequence_batching.control_input[1].control", "multiple CONTROL_SEQUENCE_START"},
+      {"one tensor two kinds",
+       WithIo("sequence_batching { control_input [\n"
+              "  { name: \"S\" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] "
+              "} ] },\n"
+              "  { name: \"S\" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } "
+              "] } ] }\n"),
+       "sequence_batching.control_input[1].name", "multiple control kinds"},
+      {"control without values",
+       WithIo("sequence_batching { control_input [ { name: \"R\" control [ { kind: "
+              "CONTROL_SEQUENCE_READY } ] } ] }\n"),
+       "sequence_batching.control_input[0].control", "exactly one of 'int32_false_true'"},
+      {"corrid type",
+       WithIo("sequence_batching { control_input [ { name: \"C\" control [ { kind: "
+              "CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ] }\n"),
+       "sequence_batching.control_input[0].control.data_type", "TYPE_UINT64"},
+      {"preserve ordering with priorities",
+       WithIo("dynamic_batching { preserve_ordering: true priority_levels: 2 "
+              "default_priority_level: 1 }\n"),
+       "dynamic_batching.preserve_ordering", "only one priority level"},
+      {"preserve ordering with delay",
+       WithIo("dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: "
+              "DELAY default_timeout_microseconds: 10 } }\n"),
+       "dynamic_batching.preserve_ordering", "DELAY"},
+      {"priority policy level",
+       WithIo("dynamic_batching { priority_levels: 3 default_priority_level: 1 "
+              "priority_queue_policy { key: 4 value { max_queue_size: 1 } } }\n"),
+       "dynamic_batching.priority_queue_policy", "level 4, outside the priority levels [1, 3]"},
+      {"default priority level",
+       WithIo("dynamic_batching { priority_levels: 3 default_priority_level: 0 }\n"),
+       "dynamic_batching.default_priority_level", "[1, 3]"},
+      {"runtime escape", WithIo("runtime: \"../x/libtriton_identity.so\"\n"), "runtime",
+       "escapes the backend directory"},
+      {"runtime unknown", WithIo("runtime: \"__nope__\"\n"), "runtime",
+       "unable to find backend library"},
+      {"platform backend pair", WithIo("platform: \"onnxruntim\"\nbackend: \"onnxruntime\"\n"),
+       "platform", "does not go with backend 'onnxruntime'"},
+      {"ensemble scheduling without ensemble",
+       WithIo("ensemble_scheduling { step [ { model_name: \"a\" model_version: -1 } ] }\n"),
+       "ensemble_scheduling", "platform is not 'ensemble'"},
+      {"negative gpu", WithIo("instance_group [ { kind: KIND_AUTO gpus: [ -1 ] } ]\n"),
+       "instance_group[0].gpus", "invalid GPU id -1"},
+  };
+  for (const auto& c : cases) {
+    Status s = ParseAndValidate(c.text);
+    ASSERT_FALSE(s.ok()) << c.what;
+    EXPECT_NE(s.message().find(std::string("field '") + c.field + "'"), std::string::npos)
+        << c.what << ": " << s.message();
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << c.what << ": " << s.message();
+    EXPECT_NE(s.message().find("m/config.pbtxt:"), std::string::npos)
+        << c.what << ": " << s.message();
+  }
+}
+
+TEST(ConfigTest, ValidTritonFeaturesStillValidate) {
+  // Valid for Triton and served by Nereid: these must not be caught by the rules above.
+  for (const std::string& text :
+       {WithIo("dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: "
+               "REJECT default_timeout_microseconds: 10 } }\n"),
+        WithIo("dynamic_batching { priority_levels: 3 default_priority_level: 2 "
+               "priority_queue_policy { key: 3 value { max_queue_size: 1 } } }\n"),
+        WithIo("platform: \"onnxruntime_onnx\"\nbackend: \"onnxruntime\"\n"),
+        WithIo("platform: \"onnxruntime_onnx\"\nbackend: \"native\"\n"),
+        WithIo("model_metrics { metric_control [ { metric_identifier { family: \"f\" } "
+               "histogram_options { buckets: [ 1, 2 ] } } ] }\n"),
+        std::string(kHead) +
+            "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 2, -1, 6 ] reshape { shape: [ 2, "
+            "-1, 2, 3 ] } } ]\noutput [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 1 ] reshape { "
+            "} } ]\n"})
+    EXPECT_TRUE(ParseAndValidate(text).ok()) << text << ParseAndValidate(text).message();
+}
+
+TEST(ConfigTest, EveryErrorIsReportedNotOnlyTheFirst) {
+  auto parsed = Parse(std::string("name: \"m\"\n") +
+                      "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 0 ] } ]\n"
+                      "output [ { name: \"OUT\" dims: [ 16 ] } ]\nmax_batch_size: -1\n");
+  ASSERT_TRUE(parsed.ok());
+  FillConfigDefaults("m", &parsed->config);
+  const auto errors = ModelConfigErrors(parsed->config, "m", parsed->locator);
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_NE(errors[0].find("'max_batch_size'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("'input[0].dims'"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[2].find("'output[0].data_type'"), std::string::npos) << errors[2];
+}
+
+TEST(ConfigTest, ListSyntaxKeepsLineNumbersOfEveryElement) {
+  Status s = ParseAndValidate(R"(name: "m"
+input [
+  {
+    name: "A"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+  },
+  {
+    name: "B"
+    data_type: TYPE_FP32
+    dims: [ 0 ]
+  }
+]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+)");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("m/config.pbtxt:11: field 'input[1].dims'"), std::string::npos)
+      << s.message();
+}
+
+TEST(ConfigTest, UnsupportedFeaturesAreRefusedNotIgnored) {
+  for (const std::string& extra :
+       {std::string("model_transaction_policy { decoupled: true }\n"),
+        std::string("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"N\" data_type: "
+                    "TYPE_FP32 source_input: \"IN\" } ]\n"),
+        std::string("sequence_batching { control_input [ { name: \"S\" control [ { kind: "
+                    "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ] }\n")}) {
+    Status s = ParseAndValidate(WithIo(extra));
+    ASSERT_FALSE(s.ok()) << extra;
+    EXPECT_NE(s.message().find("not supported yet"), std::string::npos) << s.message();
+  }
+}
+
 // Every top-level field of Triton's ModelConfig, several nested ones: all must parse.
 TEST(ConfigTest, KitchenSinkTritonConfigParsesAndReportsIgnoredFields) {
   const char* text = R"(

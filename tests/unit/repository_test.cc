@@ -100,8 +100,83 @@ TEST(RepositoryTest, DimsThatRepeatTheBatchDimensionAreExplained) {
   f.Start();
   auto index = f.repository->Index(false);
   ASSERT_EQ(index.size(), 1u);
-  EXPECT_NE(index[0].reason.find("must not include the batch dimension"), std::string::npos)
+  EXPECT_NE(index[0].reason.find("the graph's first dimension is the batch: dims should be [4]"),
+            std::string::npos)
       << index[0].reason;
+}
+
+TEST(RepositoryTest, OutputDimsThatContradictTheGraphAreRefused) {
+  Fixture f;
+  f.repo.AddModel("m",
+                  "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
+                  "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ 4 ] }, { name: \"B\" "
+                  "data_type: TYPE_INT32 dims: [ 4 ] } ]\n"
+                  "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ 1 ] } ]\n");
+  f.Start();
+  auto index = f.repository->Index(false);
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_EQ(index[0].state, "UNAVAILABLE");
+  EXPECT_NE(index[0].reason.find("output 'OUT' has dims [1]"), std::string::npos)
+      << index[0].reason;
+  EXPECT_NE(index[0].reason.find("dims should be [4]"), std::string::npos) << index[0].reason;
+}
+
+TEST(RepositoryTest, AMisspelledInputIsTheErrorNotTheInputItLeavesOut) {
+  Fixture f;
+  f.repo.AddModel("m",
+                  "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
+                  "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ 4 ] }, { name: \"BB\" "
+                  "data_type: TYPE_INT32 dims: [ 4 ] } ]\n"
+                  "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ 4 ] } ]\n");
+  f.Start();
+  auto index = f.repository->Index(false);
+  ASSERT_EQ(index.size(), 1u);
+  EXPECT_NE(index[0].reason.find("config input 'BB' is not an input of the ONNX graph (graph "
+                                 "inputs: A, B)"),
+            std::string::npos)
+      << index[0].reason;
+}
+
+TEST(RepositoryTest, AnInitializerThatIsAlsoAGraphInputIsAnOptionalInput) {
+  Fixture f;
+  const std::string config =
+      "name: \"m\"\nbackend: \"native\"\n"
+      "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ -1, 4 ] }, { name: \"B\" "
+      "data_type: TYPE_INT32 dims: [ 4 ] optional: true } ]\n"
+      "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n";
+  f.repo.AddModel("m", config, {});
+  testing::WriteAddDefaultModel(f.repo.root() / "m" / "1" / "model.onnx");
+  f.Start();
+  auto model = f.repository->GetModel("m", -1);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto run = [&](bool send_b) {
+    auto request = std::make_unique<InferenceRequest>();
+    request->model_name = "m";
+    auto add = [&](const char* name, std::vector<int32_t> data, std::vector<int64_t> shape) {
+      InferInput in;
+      in.name = name;
+      in.datatype = DataType::kInt32;
+      in.shape = std::move(shape);
+      std::vector<uint8_t> bytes(data.size() * 4);
+      std::memcpy(bytes.data(), data.data(), bytes.size());
+      in.Own(std::move(bytes));
+      request->inputs.push_back(std::move(in));
+    };
+    add("A", {1, 2, 3, 4}, {1, 4});
+    if (send_b) add("B", {10, 20, 30, 40}, {4});
+    std::promise<std::unique_ptr<InferenceResponse>> done;
+    auto future = done.get_future();
+    request->on_complete = [&done](std::unique_ptr<InferenceResponse> r) {
+      done.set_value(std::move(r));
+    };
+    EXPECT_TRUE((*model)->Enqueue(request).ok());
+    auto response = future.get();
+    EXPECT_TRUE(response->status.ok()) << response->status.message();
+    const auto* out = reinterpret_cast<const int32_t*>(response->outputs.at(0).data.data());
+    return std::vector<int32_t>(out, out + 4);
+  };
+  EXPECT_EQ(run(true), (std::vector<int32_t>{11, 22, 33, 44}));       // the request's B
+  EXPECT_EQ(run(false), (std::vector<int32_t>{101, 202, 303, 404}));  // the initializer
 }
 
 TEST(RepositoryTest, AutoCompletesConfigFromTheOnnxGraph) {
