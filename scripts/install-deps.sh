@@ -9,7 +9,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libboost-dev libprotobuf-dev protobuf-compiler rapidjson-dev libsimdjson-dev zlib1g-dev
   libonnx-dev libonnx-testdata libopenblas-dev libgtest-dev
-  libgrpc++-dev protobuf-compiler-grpc
+  libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
   python3 python3-venv python3-pip curl
 )
 missing=()

@@ -59,11 +59,23 @@ Options (names follow tritonserver):
   --http-read-timeout-secs=N  an idle keep-alive connection, or a request still arriving, is
                               closed after N s (default 60)
   --http-write-timeout-secs=N a response must be read by the client within N s (default 60)
+  --http-ssl-cert=PATH, --http-ssl-key=PATH  serve HTTPS on the HTTP port (PEM files; Nereid's
+                              own flags: tritonserver has no HTTPS). The metrics port stays HTTP.
+  --http-ssl-root-cert=PATH   with HTTPS: require client certificates signed by this CA (mutual TLS)
   --allow-grpc=BOOL           serve gRPC (default true)
   --grpc-address=ADDR         default 0.0.0.0
   --grpc-port=PORT            default 8001 (0 picks a free port)
   --grpc-thread-count=N       cap on gRPC's callback threads (default: gRPC's own)
   --grpc-max-input-size=BYTES largest accepted request message (default 67108864)
+  --grpc-use-ssl=BOOL         serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)
+  --grpc-use-ssl-mutual=BOOL  TLS with client certificates verified against --grpc-root-cert
+  --grpc-server-cert=PATH, --grpc-server-key=PATH, --grpc-root-cert=PATH   PEM files
+  --http-restricted-api=GROUPS:KEY=VALUE      requests to these API groups need header KEY: VALUE
+                              (403 otherwise); repeatable, a group in one restriction only
+  --grpc-restricted-protocol=GROUPS:KEY=VALUE the same for gRPC; the header (metadata) is
+                              triton-grpc-protocol-KEY (UNAVAILABLE otherwise). Groups: health,
+                              metadata, inference, shared-memory, model-config, model-repository,
+                              statistics, trace, logging
   --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
   --metrics-port=PORT         default 8002 (0 picks a free port)
   --log-verbose=N             verbose logging level (0 off)
@@ -138,6 +150,28 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.grpc.max_input_size,
                        ParseNumber<int64_t>(flag, v, 1, std::numeric_limits<int32_t>::max()));
+    } else if (flag == "http-restricted-api") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      RETURN_IF_ERROR(o.http.restricted.Add(flag, v));
+    } else if (flag == "grpc-restricted-protocol") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      RETURN_IF_ERROR(o.grpc.restricted.Add(flag, v));
+    } else if (flag == "http-ssl-cert") {
+      ASSIGN_OR_RETURN(o.http.tls.cert, next());
+    } else if (flag == "http-ssl-key") {
+      ASSIGN_OR_RETURN(o.http.tls.key, next());
+    } else if (flag == "http-ssl-root-cert") {
+      ASSIGN_OR_RETURN(o.http.tls.root_cert, next());
+    } else if (flag == "grpc-use-ssl") {
+      ASSIGN_OR_RETURN(o.grpc.ssl.use_ssl, boolean());
+    } else if (flag == "grpc-use-ssl-mutual") {
+      ASSIGN_OR_RETURN(o.grpc.ssl.mutual, boolean());
+    } else if (flag == "grpc-server-cert") {
+      ASSIGN_OR_RETURN(o.grpc.ssl.server_cert, next());
+    } else if (flag == "grpc-server-key") {
+      ASSIGN_OR_RETURN(o.grpc.ssl.server_key, next());
+    } else if (flag == "grpc-root-cert") {
+      ASSIGN_OR_RETURN(o.grpc.ssl.root_cert, next());
     } else if (flag == "strict-readiness") {
       ASSIGN_OR_RETURN(o.repository.strict_readiness, boolean());
     } else if (flag == "backend-directory") {

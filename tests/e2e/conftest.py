@@ -30,7 +30,7 @@ def free_port():
 class Server:
     """One nereid process; stops it (SIGTERM) and checks it exits cleanly."""
 
-    def __init__(self, repository, *args, expect_ready=True, env=None):
+    def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None):
         self.port = free_port()
         self.metrics_port = free_port()
         self.grpc_port = free_port()
@@ -49,7 +49,9 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nereid exited with {self.proc.returncode}: {self.read_log()}")
             try:
-                urllib.request.urlopen(f"http://{self.url}/v2/health/live", timeout=1)
+                scheme = "https" if https_context else "http"
+                urllib.request.urlopen(f"{scheme}://{self.url}/v2/health/live", timeout=1,
+                                       context=https_context)
                 break
             except OSError:
                 time.sleep(0.05)

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -249,9 +250,10 @@ class GrpcServer::Impl final : public ServiceBase {
 
   Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials());
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.address + ":" + std::to_string(options_.port),
-                             grpc::InsecureServerCredentials(), &bound_port_);
+    builder.AddListeningPort(options_.address + ":" + std::to_string(options_.port), credentials,
+                             &bound_port_);
     builder.RegisterService(this);
     ApplyChannelArguments(builder, options_);
     if (options_.threads > 0) {
@@ -266,6 +268,37 @@ class GrpcServer::Impl final : public ServiceBase {
     if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
     LOG_INFO << "Started GRPCInferenceService at " << options_.address << ":" << bound_port_;
     return Status::Ok();
+  }
+
+  // Insecure, or TLS from the PEM files the --grpc-*-cert/key flags name (mutual: the client's
+  // certificate is required and verified against the root certificate).
+  StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const {
+    const GrpcOptions::Ssl& ssl = options_.ssl;
+    if (!ssl.use_ssl && !ssl.mutual) return grpc::InsecureServerCredentials();
+    if (ssl.server_cert.empty() || ssl.server_key.empty())
+      return InvalidArgument("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key");
+    if (ssl.mutual && ssl.root_cert.empty())
+      return InvalidArgument("--grpc-use-ssl-mutual needs --grpc-root-cert");
+    grpc::SslServerCredentialsOptions tls(
+        ssl.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    ASSIGN_OR_RETURN(pair.private_key, ReadPem(ssl.server_key, "--grpc-server-key"));
+    ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(ssl.server_cert, "--grpc-server-cert"));
+    tls.pem_key_cert_pairs.push_back(std::move(pair));
+    if (!ssl.root_cert.empty()) {
+      ASSIGN_OR_RETURN(tls.pem_root_certs, ReadPem(ssl.root_cert, "--grpc-root-cert"));
+    }
+    return grpc::SslServerCredentials(tls);
+  }
+
+  static StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return InvalidArgument(flag + ": cannot read '" + path + "'");
+    std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (pem.find("-----BEGIN ") == std::string::npos)
+      return InvalidArgument(flag + ": '" + path + "' is not a PEM file");
+    return pem;
   }
 
   void Stop(std::chrono::system_clock::time_point deadline) {
@@ -284,6 +317,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const pb::ServerLiveRequest*,
                                        pb::ServerLiveResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kHealth); !a.ok()) return Done(ctx, a);
     response->set_live(true);
     return Done(ctx, Status::Ok());
   }
@@ -291,6 +325,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
                                         const pb::ServerReadyRequest*,
                                         pb::ServerReadyResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kHealth); !a.ok()) return Done(ctx, a);
     response->set_ready(repository_->Ready());
     return Done(ctx, Status::Ok());
   }
@@ -298,6 +333,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
                                        const pb::ModelReadyRequest* request,
                                        pb::ModelReadyResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kHealth); !a.ok()) return Done(ctx, a);
     auto version = ParseVersion(request->version());
     response->set_ready(version.ok() && repository_->GetModel(request->name(), *version).ok());
     return Done(ctx, Status::Ok());
@@ -306,6 +342,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
                                            const pb::ServerMetadataRequest*,
                                            pb::ServerMetadataResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kMetadata); !a.ok()) return Done(ctx, a);
     response->set_name(kServerName);
     response->set_version(kServerVersion);
     for (const std::string& e : ServerExtensions()) response->add_extensions(e);
@@ -315,6 +352,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
                                           const pb::ModelMetadataRequest* request,
                                           pb::ModelMetadataResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kMetadata); !a.ok()) return Done(ctx, a);
     auto model = Lookup(request->name(), request->version());
     if (!model.ok()) return Done(ctx, model.status());
     response->set_name((*model)->name());
@@ -334,6 +372,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
                                         const pb::ModelConfigRequest* request,
                                         pb::ModelConfigResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kModelConfig); !a.ok()) return Done(ctx, a);
     auto model = Lookup(request->name(), request->version());
     if (!model.ok()) return Done(ctx, model.status());
     *response->mutable_config() = (*model)->config();
@@ -343,6 +382,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
                                             const pb::ModelStatisticsRequest* request,
                                             pb::ModelStatisticsResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kStatistics); !a.ok()) return Done(ctx, a);
     auto version = ParseVersion(request->version());
     if (!version.ok()) return Done(ctx, version.status());
     auto models = repository_->StatisticsModels(request->name(), *version);
@@ -378,6 +418,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
                                             const pb::RepositoryIndexRequest* request,
                                             pb::RepositoryIndexResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
     for (const IndexEntry& e : repository_->Index(request->ready())) {
       auto* m = response->add_models();
       m->set_name(e.name);
@@ -391,6 +432,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
                                                 const pb::RepositoryModelLoadRequest* request,
                                                 pb::RepositoryModelLoadResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
     std::string config;
     for (const auto& [key, value] : request->parameters()) {
       if (key == "config") {
@@ -409,48 +451,57 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
                                                   const pb::RepositoryModelUnloadRequest* request,
                                                   pb::RepositoryModelUnloadResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
     return Control(ctx, [this, name = request->model_name()] { return repository_->Unload(name); });
   }
 
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
       grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryStatusRequest*,
       pb::SystemSharedMemoryStatusResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, SharedMemoryUnsupported());
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
       grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryRegisterRequest*,
       pb::SystemSharedMemoryRegisterResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, SharedMemoryUnsupported());
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
       grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryUnregisterRequest*,
       pb::SystemSharedMemoryUnregisterResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, SharedMemoryUnsupported());
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx,
                                                    const pb::CudaSharedMemoryStatusRequest*,
                                                    pb::CudaSharedMemoryStatusResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, SharedMemoryUnsupported());
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
       grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryRegisterRequest*,
       pb::CudaSharedMemoryRegisterResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, SharedMemoryUnsupported());
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
       grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryUnregisterRequest*,
       pb::CudaSharedMemoryUnregisterResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, SharedMemoryUnsupported());
   }
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
                                          const pb::TraceSettingRequest*,
                                          pb::TraceSettingResponse*) override {
+    if (Status a = Allowed(ctx, ApiGroup::kTrace); !a.ok()) return Done(ctx, a);
     return Done(ctx, Unsupported("the trace extension is not supported yet"));
   }
 
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
                                         const pb::LogSettingsRequest* request,
                                         pb::LogSettingsResponse* response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kLogging); !a.ok()) return Done(ctx, a);
     using Value = pb::LogSettingsRequest::SettingValue;
     for (const auto& [key, v] : request->settings()) {
       LogSettingValue value;
@@ -486,6 +537,7 @@ class GrpcServer::Impl final : public ServiceBase {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const grpc::ByteBuffer* raw_request,
                                        grpc::ByteBuffer* raw_response) override {
+    if (Status a = Allowed(ctx, ApiGroup::kInference); !a.ok()) return Done(ctx, a);
     auto* reactor = ctx->DefaultReactor();
     auto message = ParseInferRequest(*raw_request);
     if (!message.ok()) {
@@ -530,6 +582,19 @@ class GrpcServer::Impl final : public ServiceBase {
  private:
   static Status SharedMemoryUnsupported() {
     return Unsupported("shared memory is not supported yet (send tensors in the request)");
+  }
+
+  // Triton's restricted protocols: a call to a restricted group needs the metadata
+  // "triton-grpc-protocol-<key>" with the configured value.
+  Status Allowed(grpc::CallbackServerContext* ctx, ApiGroup group) const {
+    const auto* r = options_.restricted.For(group);
+    if (r == nullptr) return Status::Ok();
+    const std::string header = "triton-grpc-protocol-" + r->key;
+    const auto& metadata = ctx->client_metadata();
+    const auto it = metadata.find(header);
+    if (it != metadata.end() && std::string_view(it->second.data(), it->second.size()) == r->value)
+      return Status::Ok();
+    return Unavailable("This protocol is restricted, expecting header '" + header + "'");
   }
 
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const Status& s) {
@@ -676,10 +741,18 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   bool deleted_ = false;
 };
 
+// A stream refused before its first read: finishes at once with 'status'.
+class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcServer::Impl::ModelStreamInfer(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  if (Status a = Allowed(ctx, ApiGroup::kInference); !a.ok()) return new RefusedStream(ToGrpc(a));
   return new StreamReactor(this);
 }
 

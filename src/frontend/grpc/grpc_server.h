@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "frontend/restricted_api.h"
 #include "repository/model_repository.h"
 
 namespace grpc {
@@ -25,6 +26,13 @@ struct GrpcOptions {
   // Largest request message gRPC will read (--grpc-max-input-size); larger ones are refused with
   // RESOURCE_EXHAUSTED before they are buffered whole. Responses are not limited.
   int64_t max_input_size = 64ll << 20;
+  RestrictedApis restricted;  // --grpc-restricted-protocol
+  // TLS (Triton's --grpc-use-ssl* flags): PEM file paths, read at Start.
+  struct Ssl {
+    bool use_ssl = false;
+    bool mutual = false;  // client certificates required and verified against root_cert
+    std::string server_cert, server_key, root_cert;
+  } ssl;
 };
 
 // The message limits and channel arguments Nereid's gRPC server runs with (benchmarks that compare

@@ -5,8 +5,10 @@
 
 #include <array>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <chrono>
 #include <future>
@@ -74,6 +76,40 @@ struct Route {
   int64_t version = -1;
   bool bad_version = false;
 };
+
+// The API group of a route, for --http-restricted-api (Triton's grouping).
+std::optional<ApiGroup> GroupOf(Route::Kind kind) {
+  switch (kind) {
+    case Route::kHealthLive:
+    case Route::kHealthReady:
+    case Route::kModelReady:
+      return ApiGroup::kHealth;
+    case Route::kServerMetadata:
+    case Route::kModelMetadata:
+      return ApiGroup::kMetadata;
+    case Route::kModelInfer:
+    case Route::kGenerate:
+      return ApiGroup::kInference;
+    case Route::kModelConfig:
+      return ApiGroup::kModelConfig;
+    case Route::kModelStats:
+    case Route::kAllStats:
+      return ApiGroup::kStatistics;
+    case Route::kRepoIndex:
+    case Route::kRepoLoad:
+    case Route::kRepoUnload:
+      return ApiGroup::kModelRepository;
+    case Route::kSharedMemory:
+      return ApiGroup::kSharedMemory;
+    case Route::kTrace:
+      return ApiGroup::kTrace;
+    case Route::kLogging:
+      return ApiGroup::kLogging;
+    case Route::kNotFound:
+      break;
+  }
+  return std::nullopt;
+}
 
 std::vector<std::string_view> SplitPath(std::string_view path) {
   std::vector<std::string_view> parts;
@@ -147,7 +183,14 @@ Route Match(std::string_view target) {
 }  // namespace
 
 namespace {
-class Session;
+
+// What the timeout sweep sees of a connection, plain or TLS.
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void CheckTimeouts(uint64_t now) = 0;
+};
+
 }  // namespace
 
 class HttpServer::Impl {
@@ -172,7 +215,9 @@ class HttpServer::Impl {
   std::atomic<int64_t> busy_{0};       // requests read and not yet answered
   std::atomic<bool> draining_{false};  // shutting down: no new work, close after each response
   std::mutex sessions_mu_;             // every open connection, for the timeout sweep
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
+  std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_;
+  // TLS for the inference port (--http-ssl-cert/--http-ssl-key); null: plain HTTP.
+  std::unique_ptr<net::ssl::context> tls_;
   net::io_context ioc_;
   // Keeps the I/O threads running while no socket operation is pending: once the listeners close
   // for shutdown, requests still in a model have nothing pending on the loop until they complete.
@@ -199,10 +244,18 @@ class HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// One connection. Stream is beast::tcp_stream, or beast::ssl_stream over one for TLS.
+template <typename Stream>
+class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
+  using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
+  using std::enable_shared_from_this<Session<Stream>>::weak_from_this;
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
  public:
-  Session(tcp::socket socket, HttpServer::Impl* server, bool metrics)
+  Session(tcp::socket socket, HttpServer::Impl* server, bool metrics) requires(!kTls)
       : stream_(std::move(socket)), server_(server), metrics_(metrics) {}
+  Session(tcp::socket socket, net::ssl::context& tls, HttpServer::Impl* server) requires(kTls)
+      : stream_(std::move(socket), tls), server_(server), metrics_(false) {}
   ~Session() {
     Done();
     std::lock_guard<std::mutex> lock(server_->sessions_mu_);
@@ -214,13 +267,30 @@ class Session : public std::enable_shared_from_this<Session> {
       std::lock_guard<std::mutex> lock(server_->sessions_mu_);
       server_->sessions_.emplace(this, weak_from_this());
     }
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if constexpr (kTls) {
+        // The handshake is timed like a read: a client that never finishes it is closed.
+        self->read_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
+        self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+          self->read_since_ns_.store(0, std::memory_order_relaxed);
+          if (ec) {
+            LOG_VERBOSE(1) << "TLS handshake failed: " << ec.message();
+            beast::error_code ignored;
+            beast::get_lowest_layer(self->stream_).socket().close(ignored);
+            return;
+          }
+          self->Read();
+        });
+      } else {
+        self->Read();
+      }
+    });
   }
 
   // Called by the sweep (any thread) with the time now: a connection reading for longer than the
   // read timeout, or writing for longer than the write timeout, is checked on its own strand and
   // closed there if it is idle past the timeout or its request has been arriving for too long.
-  void CheckTimeouts(uint64_t now) {
+  void CheckTimeouts(uint64_t now) override {
     const uint64_t read_since = read_since_ns_.load(std::memory_order_relaxed);
     const uint64_t write_since = write_since_ns_.load(std::memory_order_relaxed);
     const bool reading = read_since != 0 && now - read_since > Ns(server_->options_.read_timeout);
@@ -242,7 +312,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return;  // the write finished
       }
       beast::error_code ignored;
-      self->stream_.socket().close(ignored);
+      beast::get_lowest_layer(self->stream_).socket().close(ignored);
     });
   }
 
@@ -326,14 +396,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // sends, so it gets to read our error instead of a connection reset. Bounded in bytes and time.
   void Drain() {
     Close();
-    stream_.expires_after(std::chrono::seconds(10));
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(10));
     auto scratch = std::make_shared<std::array<char, 65536>>();
     stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](
                                                        beast::error_code ec, size_t n) {
       self->drained_ += n;
       if (ec || self->drained_ > 4 * self->server_->options_.max_input_size + (64u << 20)) {
         beast::error_code ignored;
-        self->stream_.socket().close(ignored);
+        beast::get_lowest_layer(self->stream_).socket().close(ignored);
         return;
       }
       self->Drain();
@@ -357,7 +427,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
   void Handle(Request req) {
@@ -377,6 +447,14 @@ class Session : public std::enable_shared_from_this<Session> {
       SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
       return false;
     };
+    if (const auto group = GroupOf(route.kind)) {
+      if (const auto* r = server_->options_.restricted.For(*group)) {
+        const auto it = req.find(r->key);  // header names match case-insensitively
+        if (it == req.end() || SV(it->value()) != r->value)
+          return SendError(bhttp::status::forbidden,
+                           "This API is restricted, expecting header '" + r->key + "'");
+      }
+    }
     if (route.bad_version)
       return SendError(bhttp::status::bad_request, "invalid model version in URL");
     switch (route.kind) {
@@ -758,7 +836,7 @@ class Session : public std::enable_shared_from_this<Session> {
     SendBody(bhttp::status::ok, buffer.GetString());
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_{kReadBufferLimit};
   std::optional<bhttp::request_parser<ReceiveBody>> parser_;
   HttpServer::Impl* server_;
@@ -791,6 +869,26 @@ Status HttpServer::Impl::Listen(tcp::acceptor& acceptor, uint16_t port, const ch
 }
 
 Status HttpServer::Impl::Start() {
+  if (!options_.tls.cert.empty() || !options_.tls.key.empty() || !options_.tls.root_cert.empty()) {
+    if (options_.tls.cert.empty() || options_.tls.key.empty())
+      return InvalidArgument("HTTPS needs both --http-ssl-cert and --http-ssl-key");
+    tls_ = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    tls_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                      net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                      net::ssl::context::no_tlsv1_1);
+    beast::error_code ec;
+    tls_->use_certificate_chain_file(options_.tls.cert, ec);
+    if (ec) return InvalidArgument("--http-ssl-cert '" + options_.tls.cert + "': " + ec.message());
+    tls_->use_private_key_file(options_.tls.key, net::ssl::context::pem, ec);
+    if (ec) return InvalidArgument("--http-ssl-key '" + options_.tls.key + "': " + ec.message());
+    if (!options_.tls.root_cert.empty()) {
+      tls_->load_verify_file(options_.tls.root_cert, ec);
+      if (ec)
+        return InvalidArgument("--http-ssl-root-cert '" + options_.tls.root_cert +
+                               "': " + ec.message());
+      tls_->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+    }
+  }
   RETURN_IF_ERROR(Listen(acceptor_, options_.port, "HTTP"));
   bound_port_ = acceptor_.local_endpoint().port();
   Accept(acceptor_, false);
@@ -804,14 +902,14 @@ Status HttpServer::Impl::Start() {
   Sweep();
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { RunIoThread(); });
   LOG_INFO << "Started HTTPService at " << options_.address << ":" << bound_port_ << " (" << threads
-           << " I/O threads)";
+           << " I/O threads" << (tls_ ? ", HTTPS" : "") << ")";
   if (bound_metrics_port_)
     LOG_INFO << "Started Metrics Service at " << options_.address << ":" << bound_metrics_port_;
   return Status::Ok();
 }
 
 void HttpServer::Impl::Sweep() {
-  std::vector<std::shared_ptr<Session>> live;
+  std::vector<std::shared_ptr<SessionBase>> live;
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     live.reserve(sessions_.size());
@@ -858,7 +956,12 @@ void HttpServer::Impl::Accept(tcp::acceptor& acceptor, bool metrics) {
           return;
         }
         socket.set_option(tcp::no_delay(true), ec);
-        std::make_shared<Session>(std::move(socket), this, metrics)->Start();
+        if (tls_ && !metrics)
+          std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket), *tls_,
+                                                                          this)
+              ->Start();
+        else
+          std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this, metrics)->Start();
         Accept(acceptor, metrics);
       });
 }

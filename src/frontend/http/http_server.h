@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "frontend/restricted_api.h"
 #include "repository/model_repository.h"
 
 namespace nereid::http {
@@ -25,6 +26,12 @@ struct HttpOptions {
   std::chrono::seconds read_timeout{60};
   // A response must be taken by the client within this time (--http-write-timeout-secs).
   std::chrono::seconds write_timeout{60};
+  RestrictedApis restricted;  // --http-restricted-api
+  // HTTPS on the inference port (Nereid's flags; tritonserver has no HTTPS): PEM file paths read
+  // at Start. With root_cert, clients must present a certificate it signed (mutual TLS).
+  struct Tls {
+    std::string cert, key, root_cert;
+  } tls;
 };
 
 struct ServerInfo {
