@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Runs the network-input fuzz target under libFuzzer with ASan/UBSan for N seconds (default 60).
-# Builds with clang in build-fuzz/; new interesting inputs land in build-fuzz/corpus.
+# Runs the fuzz targets under libFuzzer with ASan/UBSan: scripts/fuzz.sh [seconds-each] [target...]
+# (default 60 s each; targets request_fuzz and server_fuzz, see tests/fuzz/). Builds with clang in
+# build-fuzz/; each target starts from its seed corpus in tests/fuzz/corpus/<target> and keeps new
+# interesting inputs in build-fuzz/corpus/<target>. A crash leaves crash-* files in build-fuzz/ and
+# fails the script: reduce it, add it to the seed corpus, fix it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN="${1:-60}"
-scripts/install-deps.sh
+shift || true
+TARGETS=("$@")
+((${#TARGETS[@]})) || TARGETS=(request_fuzz server_fuzz)
+scripts/install-deps.sh >/dev/null
 if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DNEREID_FUZZ=ON -DNEREID_BUILD_TESTS=OFF \
     -DNEREID_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
-ninja -C build-fuzz request_fuzz_libfuzzer
-mkdir -p build-fuzz/corpus
-cp -n tests/fuzz/corpus/* build-fuzz/corpus/ 2>/dev/null || true
-build-fuzz/request_fuzz_libfuzzer -max_total_time="$SECONDS_TO_RUN" -max_len=65536 build-fuzz/corpus
+for target in "${TARGETS[@]}"; do
+  ninja -C build-fuzz "${target}_libfuzzer" nereid_backend_native
+  mkdir -p "build-fuzz/corpus/$target"
+  cp -n "tests/fuzz/corpus/$target"/* "build-fuzz/corpus/$target/" 2>/dev/null || true
+  echo "== $target: $SECONDS_TO_RUN s"
+  (cd build-fuzz && ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" "./${target}_libfuzzer" \
+    -max_total_time="$SECONDS_TO_RUN" -max_len=131072 -timeout=30 -print_final_stats=1 \
+    "corpus/$target" 2>&1 | grep -v "^I1\|^W1\|^E1" | tail -25)
+done

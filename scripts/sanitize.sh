@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The test suite under sanitizers (part of scripts/test.sh; also runs alone):
+#   ASan+UBSan (build-asan/): every unit test, both fuzz corpora, and the end-to-end tests against
+#                             the instrumented server binary
+#   TSan (build-tsan/):       the batcher, request-queue, adaptive-delay and repository tests (the
+#                             code where threads meet), repeated
+# Any report fails the run (halt_on_error; UBSan reports are fatal too).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh >/dev/null
+
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+
+echo "== ASan+UBSan build (build-asan)"
+BUILD_DIR=build-asan CMAKE_BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DNEREID_SANITIZE=ON" \
+  scripts/build.sh
+echo "== ASan+UBSan: unit tests and fuzz corpora"
+ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E "batcher_repeat"
+echo "== ASan+UBSan: end-to-end tests against the instrumented binary"
+NEREID_BINARY="$PWD/build-asan/nereid" .venv/bin/python -m pytest -q -p no:cacheprovider tests/e2e \
+  -k "not test_perf_tool"
+
+echo "== TSan build (build-tsan: unit tests only)"
+if [ ! -f build-tsan/build.ninja ]; then
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEREID_SANITIZE_THREAD=ON
+fi
+ninja -C build-tsan nereid_unit_tests nereid_backend_native
+echo "== TSan: batcher and repository tests"
+TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/nereid_unit_tests \
+  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*' \
+  --gtest_repeat=5 --gtest_brief=1
