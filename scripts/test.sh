@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, builds, runs the C++ unit tests (ctest) and the
-# end-to-end tests (pytest: the real binary on free ports, driven by the real tritonclient).
+# Runs every test: installs what is missing, builds, runs the C++ unit tests and fuzz corpora
+# (ctest), the end-to-end tests (pytest: the real binary on free ports, driven by the real
+# tritonclient), then the sanitizer pass (scripts/sanitize.sh). See docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -9,3 +10,7 @@ echo "== unit tests (ctest)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 echo "== end-to-end tests (pytest)"
 NEREID_BINARY="$PWD/build/nereid" .venv/bin/python -m pytest -q tests/e2e "$@"
+if [ "${NEREID_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== sanitizers (scripts/sanitize.sh; NEREID_SKIP_SANITIZERS=1 leaves them out)"
+  scripts/sanitize.sh
+fi

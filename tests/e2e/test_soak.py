@@ -232,8 +232,10 @@ def test_mixed_soak(repository):
         served = sum(tally.ok[k] for k in ("http-json", "http-binary", "grpc-unary", "grpc-stream"))
         assert stats["inference_stats"]["success"]["count"] == served, (stats["inference_stats"], tally.ok)
         c.close()
-        # After warm-up, memory stays put (allocator noise only).
-        assert rss_end - rss_warm < 64 * 1024, (rss_warm, rss_end)
+        # After warm-up, memory stays put (allocator noise only). Under ASan freed memory sits in its
+        # quarantine (up to 256 MiB), so RSS says nothing there; leaks are LeakSanitizer's job.
+        if os.environ.get("NEREID_SANITIZED") != "1":
+            assert rss_end - rss_warm < 64 * 1024, (rss_warm, rss_end)
         print(f"soak {SOAK_SECS:.0f} s: {tally.ok}; RSS {rss_warm} -> {rss_end} KiB")
     finally:
         stop.set()
