@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/logging.h"
 #include "config/config_validator.h"
@@ -281,9 +282,26 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
     }
     m.reason = first_error;
   }
-  for (auto& model : retired) model->Stop();  // drains accepted requests, outside the lock
+  Retire(retired);  // outside the lock
   if (!first_error.empty()) return InvalidArgument(first_error);
   return Status::Ok();
+}
+
+// A model out of the map can still be holding requests, and a frontend that looked it up just
+// before the swap may still hand it one. Once 'retired' holds the only reference, nobody can: only
+// then is it stopped (Stop drains what it accepted), so a reload or unload fails no request that
+// found the model. A reference kept past the deadline is logged and the model stopped anyway.
+void ModelRepository::Retire(std::vector<std::shared_ptr<Model>>& retired) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (auto& model : retired) {
+    while (model.use_count() > 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (model.use_count() > 1)
+      LOG_WARNING << "model '" << model->name() << "' version " << model->version()
+                  << " is still referenced 60 s after it was retired; stopping it";
+    model->Stop();
+  }
+  retired.clear();
 }
 
 Status ModelRepository::Unload(const std::string& name) {
@@ -305,7 +323,7 @@ Status ModelRepository::Unload(const std::string& name) {
     }
     it->second.reason.clear();
   }
-  for (auto& model : retired) model->Stop();
+  Retire(retired);
   LOG_INFO << "successfully unloaded '" << name << "'";
   return Status::Ok();
 }

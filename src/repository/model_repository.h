@@ -102,6 +102,7 @@ class ModelRepository {
   StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
                           std::vector<std::string>* config_errors) const;
   Status LoadModel(const std::string& name, const std::string& config_json);
+  static void Retire(std::vector<std::shared_ptr<Model>>& retired);
   StatusOr<std::string> FindModelDir(const std::string& name) const;
 
   RepositoryOptions options_;

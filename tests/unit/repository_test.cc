@@ -2,7 +2,9 @@
 // policies, explicit load/unload, auto-complete and request validation.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
+#include <thread>
 
 #include "repository/model_repository.h"
 #include "test_repository.h"
@@ -217,6 +219,42 @@ TEST(RepositoryTest, ExplicitModeLoadsOnlyWhatIsAskedAndUnloads) {
   EXPECT_FALSE(f.repository->GetModel("a", -1).ok());
   EXPECT_EQ(f.repository->Load("nope", "").code(), Status::Code::kNotFound);
   EXPECT_TRUE(f.repository->Ready());
+}
+
+// Clients infer from four threads while the model is reloaded and another unloaded and loaded:
+// every request gets its answer, a reload never fails a request (the serving version serves until
+// the swap). Run under TSan by scripts/sanitize.sh.
+TEST(RepositoryTest, ReloadsUnderTrafficLoseNothing) {
+  Fixture f;
+  f.repo.AddModel("add", AddConfig("add"));
+  f.repo.AddModel("other", AddConfig("other"));
+  f.Start(ModelControlMode::kExplicit, {"add", "other"});
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0}, wrong{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&] {
+      while (!stop) {
+        auto model = f.repository->GetModel("add", -1);
+        if (!model.ok()) {
+          ++wrong;
+          continue;
+        }
+        auto response = Infer(**model, {1, 2, 3, 4}, {10, 20, 30, 40});
+        const bool ok = response && response->status.ok() &&
+                        reinterpret_cast<const int32_t*>(response->outputs[0].data.data())[3] == 44;
+        ok ? ++answered : ++wrong;
+      }
+    });
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(f.repository->Load("add", "").ok());
+    EXPECT_TRUE(f.repository->Unload("other").ok());
+    EXPECT_TRUE(f.repository->Load("other", "").ok());
+  }
+  stop = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(answered.load(), 0);
 }
 
 TEST(RepositoryTest, RequestValidationErrors) {
