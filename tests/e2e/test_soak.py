@@ -63,6 +63,21 @@ class Tally:
             self.ok[kind] = self.ok.get(kind, 0) + 1
 
 
+def simple_loop(stop, tally, kind, module, url, rows, json_data=False):
+    """Until 'stop': infer on 'simple' with 'rows' random rows and check each answer."""
+    c = module.InferenceServerClient(url)
+    outs = None
+    if json_data:
+        outs = [module.InferRequestedOutput(n, binary_data=False) for n in ("OUTPUT0", "OUTPUT1")]
+    while not stop.is_set():
+        a, b, inputs = simple_request(module, rows)
+        if json_data:
+            inputs[0].set_data_from_numpy(a, binary_data=False)
+            inputs[1].set_data_from_numpy(b, binary_data=False)
+        tally.run(kind, lambda: check_simple(c.infer("simple", inputs, outputs=outs), a, b))
+    c.close()
+
+
 def test_load_and_unload_under_traffic(repository):
     """'simple' is reloaded 5 times and 'recommend_model' loaded and unloaded 10 times while
     clients send to both: every request to simple succeeds, every request to recommend_model gets
@@ -73,18 +88,10 @@ def test_load_and_unload_under_traffic(repository):
     tally = Tally()
     try:
         def simple_http():
-            c = httpclient.InferenceServerClient(s.url)
-            while not stop.is_set():
-                a, b, inputs = simple_request(httpclient, 2)
-                tally.run("simple-http", lambda: check_simple(c.infer("simple", inputs), a, b))
-            c.close()
+            simple_loop(stop, tally, "simple-http", httpclient, s.url, 2)
 
         def simple_grpc():
-            c = grpcclient.InferenceServerClient(s.grpc_url)
-            while not stop.is_set():
-                a, b, inputs = simple_request(grpcclient)
-                tally.run("simple-grpc", lambda: check_simple(c.infer("simple", inputs), a, b))
-            c.close()
+            simple_loop(stop, tally, "simple-grpc", grpcclient, s.grpc_url, 1)
 
         def recommend():
             c = httpclient.InferenceServerClient(s.url)
@@ -135,29 +142,13 @@ def test_mixed_soak(repository):
     tally = Tally()
     try:
         def http_json():
-            c = httpclient.InferenceServerClient(s.url)
-            outs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=False),
-                    httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)]
-            while not stop.is_set():
-                a, b, inputs = simple_request(httpclient, 3)
-                inputs[0].set_data_from_numpy(a, binary_data=False)
-                inputs[1].set_data_from_numpy(b, binary_data=False)
-                tally.run("http-json", lambda: check_simple(c.infer("simple", inputs, outputs=outs), a, b))
-            c.close()
+            simple_loop(stop, tally, "http-json", httpclient, s.url, 3, json_data=True)
 
         def http_binary():
-            c = httpclient.InferenceServerClient(s.url)
-            while not stop.is_set():
-                a, b, inputs = simple_request(httpclient, 8)
-                tally.run("http-binary", lambda: check_simple(c.infer("simple", inputs), a, b))
-            c.close()
+            simple_loop(stop, tally, "http-binary", httpclient, s.url, 8)
 
         def grpc_unary():
-            c = grpcclient.InferenceServerClient(s.grpc_url)
-            while not stop.is_set():
-                a, b, inputs = simple_request(grpcclient, 4)
-                tally.run("grpc-unary", lambda: check_simple(c.infer("simple", inputs), a, b))
-            c.close()
+            simple_loop(stop, tally, "grpc-unary", grpcclient, s.grpc_url, 4)
 
         def grpc_stream():
             c = grpcclient.InferenceServerClient(s.grpc_url)

@@ -66,7 +66,8 @@ struct Harness {
     for (const auto& [name, config] : kModels) repo.AddModel(name, config, {});
     nereid::testing::WriteAddModel(repo.root() / "add" / "1" / "model.onnx");
     nereid::testing::WriteAddModel(repo.root() / "add_reshape" / "1" / "model.onnx");
-    nereid::testing::WriteAddDefaultModel(repo.root() / "add_default" / "1" / "model.onnx");
+    nereid::testing::WriteAddModel(repo.root() / "add_default" / "1" / "model.onnx",
+                                   /*b_default=*/true);
     std::ofstream(repo.root() / "add_default" / "labels.txt") << "a\nb\nc\nd\n";
     nereid::RepositoryOptions options;
     options.paths = {repo.root().string()};

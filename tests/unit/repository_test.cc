@@ -92,51 +92,42 @@ TEST(RepositoryTest, BadModelIsReportedAndDoesNotStopOthers) {
   EXPECT_FALSE(f.repository->Ready());  // strict readiness
 }
 
-TEST(RepositoryTest, DimsThatRepeatTheBatchDimensionAreExplained) {
+// Loads model 'm' (the Add graph) with inputs A and 'second' of 'input_dims' and output OUT of
+// 'output_dims', max_batch_size 8; returns why it failed ("" if it loaded).
+std::string LoadError(const std::string& second, const std::string& input_dims,
+                      const std::string& output_dims) {
   Fixture f;
-  f.repo.AddModel("m",
-                  "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
-                  "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ -1, 4 ] }, { name: \"B\" "
-                  "data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n"
-                  "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n");
+  f.repo.AddModel(
+      "m",
+      "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
+      "input [ { name: \"A\" data_type: TYPE_INT32 dims: " +
+          input_dims + " }, { name: \"" + second + "\" data_type: TYPE_INT32 dims: " + input_dims +
+          " } ]\noutput [ { name: \"OUT\" data_type: TYPE_INT32 dims: " + output_dims + " } ]\n");
   f.Start();
   auto index = f.repository->Index(false);
-  ASSERT_EQ(index.size(), 1u);
-  EXPECT_NE(index[0].reason.find("the graph's first dimension is the batch: dims should be [4]"),
+  EXPECT_EQ(index.size(), 1u);
+  return index.at(0).state == "READY" ? "" : index.at(0).reason;
+}
+
+TEST(RepositoryTest, DimsThatRepeatTheBatchDimensionAreExplained) {
+  const std::string reason = LoadError("B", "[ -1, 4 ]", "[ -1, 4 ]");
+  EXPECT_NE(reason.find("the graph's first dimension is the batch: dims should be [4]"),
             std::string::npos)
-      << index[0].reason;
+      << reason;
 }
 
 TEST(RepositoryTest, OutputDimsThatContradictTheGraphAreRefused) {
-  Fixture f;
-  f.repo.AddModel("m",
-                  "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
-                  "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ 4 ] }, { name: \"B\" "
-                  "data_type: TYPE_INT32 dims: [ 4 ] } ]\n"
-                  "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ 1 ] } ]\n");
-  f.Start();
-  auto index = f.repository->Index(false);
-  ASSERT_EQ(index.size(), 1u);
-  EXPECT_EQ(index[0].state, "UNAVAILABLE");
-  EXPECT_NE(index[0].reason.find("output 'OUT' has dims [1]"), std::string::npos)
-      << index[0].reason;
-  EXPECT_NE(index[0].reason.find("dims should be [4]"), std::string::npos) << index[0].reason;
+  EXPECT_EQ(LoadError("B", "[ 4 ]", "[ 4 ]"), "");
+  const std::string reason = LoadError("B", "[ 4 ]", "[ 1 ]");
+  EXPECT_NE(reason.find("output 'OUT' has dims [1]"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("dims should be [4]"), std::string::npos) << reason;
 }
 
 TEST(RepositoryTest, AMisspelledInputIsTheErrorNotTheInputItLeavesOut) {
-  Fixture f;
-  f.repo.AddModel("m",
-                  "name: \"m\"\nbackend: \"native\"\nmax_batch_size: 8\n"
-                  "input [ { name: \"A\" data_type: TYPE_INT32 dims: [ 4 ] }, { name: \"BB\" "
-                  "data_type: TYPE_INT32 dims: [ 4 ] } ]\n"
-                  "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ 4 ] } ]\n");
-  f.Start();
-  auto index = f.repository->Index(false);
-  ASSERT_EQ(index.size(), 1u);
-  EXPECT_NE(index[0].reason.find("config input 'BB' is not an input of the ONNX graph (graph "
-                                 "inputs: A, B)"),
+  const std::string reason = LoadError("BB", "[ 4 ]", "[ 4 ]");
+  EXPECT_NE(reason.find("config input 'BB' is not an input of the ONNX graph (graph inputs: A, B)"),
             std::string::npos)
-      << index[0].reason;
+      << reason;
 }
 
 TEST(RepositoryTest, AnInitializerThatIsAlsoAGraphInputIsAnOptionalInput) {
@@ -147,7 +138,7 @@ TEST(RepositoryTest, AnInitializerThatIsAlsoAGraphInputIsAnOptionalInput) {
       "data_type: TYPE_INT32 dims: [ 4 ] optional: true } ]\n"
       "output [ { name: \"OUT\" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]\n";
   f.repo.AddModel("m", config, {});
-  testing::WriteAddDefaultModel(f.repo.root() / "m" / "1" / "model.onnx");
+  testing::WriteAddModel(f.repo.root() / "m" / "1" / "model.onnx", /*b_default=*/true);
   f.Start();
   auto model = f.repository->GetModel("m", -1);
   ASSERT_TRUE(model.ok()) << model.status().message();

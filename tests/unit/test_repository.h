@@ -11,41 +11,14 @@
 
 namespace nereid::testing {
 
-// OUT = A + B, all INT32 [batch, 4] (batch symbolic).
-inline void WriteAddModel(const std::filesystem::path& file) {
+// OUT = A + B, all INT32 [batch, 4] (batch symbolic). With 'b_default', B is instead an INT32 [4]
+// graph input that is also an initializer ({100, 200, 300, 400}): an optional input.
+inline void WriteAddModel(const std::filesystem::path& file, bool b_default = false) {
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
   auto* g = model.mutable_graph();
   g->set_name("add");
-  auto value = [](onnx::ValueInfoProto* v, const char* name) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::INT32);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    t->mutable_shape()->add_dim()->set_dim_value(4);
-  };
-  value(g->add_input(), "A");
-  value(g->add_input(), "B");
-  value(g->add_output(), "OUT");
-  auto* n = g->add_node();
-  n->set_op_type("Add");
-  n->add_input("A");
-  n->add_input("B");
-  n->add_output("OUT");
-  std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(file, std::ios::binary);
-  model.SerializeToOstream(&out);
-}
-
-// OUT = A + B with B also an initializer ({100, 200, 300, 400}, shape [4]): an optional input.
-// A and OUT are INT32 [batch, 4].
-inline void WriteAddDefaultModel(const std::filesystem::path& file) {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  auto* g = model.mutable_graph();
-  g->set_name("add_default");
   auto value = [](onnx::ValueInfoProto* v, const char* name, bool batch) {
     v->set_name(name);
     auto* t = v->mutable_type()->mutable_tensor_type();
@@ -54,13 +27,15 @@ inline void WriteAddDefaultModel(const std::filesystem::path& file) {
     t->mutable_shape()->add_dim()->set_dim_value(4);
   };
   value(g->add_input(), "A", true);
-  value(g->add_input(), "B", false);
+  value(g->add_input(), "B", !b_default);
   value(g->add_output(), "OUT", true);
-  auto* b = g->add_initializer();
-  b->set_name("B");
-  b->set_data_type(onnx::TensorProto::INT32);
-  b->add_dims(4);
-  for (int v : {100, 200, 300, 400}) b->add_int32_data(v);
+  if (b_default) {
+    auto* b = g->add_initializer();
+    b->set_name("B");
+    b->set_data_type(onnx::TensorProto::INT32);
+    b->add_dims(4);
+    for (int v : {100, 200, 300, 400}) b->add_int32_data(v);
+  }
   auto* n = g->add_node();
   n->set_op_type("Add");
   n->add_input("A");
