@@ -30,7 +30,8 @@ def free_port():
 class Server:
     """One nereid process; stops it (SIGTERM) and checks it exits cleanly."""
 
-    def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None):
+    def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
+                 preexec_fn=None):
         self.port = free_port()
         self.metrics_port = free_port()
         self.grpc_port = free_port()
@@ -42,7 +43,7 @@ class Server:
             [BINARY, "serve", f"--model-repository={repository}", f"--http-port={self.port}",
              f"--metrics-port={self.metrics_port}", f"--grpc-port={self.grpc_port}",
              "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", *args],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn,
             env=None if env is None else {**os.environ, **env})
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -431,3 +431,53 @@ def test_garbage_on_a_stream_is_answered_and_the_stream_goes_on(server):
     ok = [r for r in responses if not r.error_message][0].infer_response
     assert ok.id == "after"
     assert struct.unpack("<2i", ok.raw_output_contents[0]) == (7, 8)
+
+
+def test_out_of_file_descriptors_then_recovers(repository):
+    """With 200 descriptors, 400 HTTP connections exhaust them and gRPC's accept fails too; once they
+    close, both protocols serve again: HTTP's accept loop backs off instead of spinning, and gRPC's
+    listener, which never recovers by itself (grpc/grpc#20418), is restarted by the watchdog."""
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+
+    s = Server(repository, "--http-thread-count=2", preexec_fn=low_limit)
+    try:
+        held = []
+        for _ in range(400):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
+            except OSError:
+                break
+        channels = [grpcclient.InferenceServerClient(s.grpc_url) for _ in range(10)]
+        for c in channels:
+            try:
+                c.is_server_live(client_timeout=0.3)
+            except InferenceServerException:
+                pass  # some cannot be accepted while descriptors are exhausted
+        time.sleep(0.5)
+        for c in channels:
+            c.close()
+        for h in held:
+            h.close()
+        deadline = time.time() + 30
+        while True:
+            try:
+                assert grpcclient.InferenceServerClient(s.grpc_url).is_server_live(client_timeout=2)
+                assert httpclient.InferenceServerClient(s.url).is_server_live()
+                break
+            except (InferenceServerException, OSError, AssertionError):
+                assert time.time() < deadline, "the server did not recover: " + s.read_log()[-2000:]
+                time.sleep(0.5)
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        assert (g.infer("simple", inputs).as_numpy("OUTPUT0") == 2 * a).all()
+        log = s.read_log()
+        assert "accept failed" in log  # the limit was really reached
+        assert "restarting the gRPC server" in log
+    finally:
+        assert s.stop() == 0, s.read_log()

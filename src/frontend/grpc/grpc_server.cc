@@ -1,7 +1,9 @@
 #include "frontend/grpc/grpc_server.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "common/logging.h"
@@ -756,13 +759,92 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcServer::Impl::M
   return new StreamReactor(this);
 }
 
+namespace {
+
+// The accept backlog of the socket listening on 'port' (IPv4 or IPv6), or -1 if none is found. For
+// a socket in LISTEN state (st 0A), /proc/net/tcp's rx_queue is the number of connections waiting
+// to be accepted.
+int64_t ListenBacklog(int port) {
+  int64_t backlog = -1;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues;
+      if (!(fields >> slot >> local >> remote >> state >> queues) || state != "0A") continue;
+      const size_t colon = local.rfind(':');
+      if (colon == std::string::npos || std::stoi(local.substr(colon + 1), nullptr, 16) != port)
+        continue;
+      const size_t sep = queues.find(':');
+      if (sep == std::string::npos) continue;
+      backlog = std::max<int64_t>(backlog, std::stoll(queues.substr(sep + 1), nullptr, 16));
+    }
+  }
+  return backlog;
+}
+
+bool DescriptorsFree() {
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+}  // namespace
+
 GrpcServer::GrpcServer(GrpcOptions options, ModelRepository* repository)
-    : impl_(std::make_unique<Impl>(std::move(options), repository)) {}
+    : options_(std::move(options)),
+      repository_(repository),
+      impl_(std::make_unique<Impl>(options_, repository)) {}
+
 GrpcServer::~GrpcServer() { Stop(); }
-Status GrpcServer::Start() { return impl_->Start(); }
+
+Status GrpcServer::Start() {
+  RETURN_IF_ERROR(impl_->Start());
+  port_ = impl_->port();
+  watchdog_ = std::thread([this] { Watch(); });
+  return Status::Ok();
+}
+
+void GrpcServer::Watch() {
+  int stuck_secs = 0;
+  bool down = false;  // a restart failed to listen: try again every second
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
+    if (down) {
+      Status s = impl_->Start();
+      down = !s.ok();
+      if (!down) LOG_INFO << "gRPC server listening again on port " << port_;
+      continue;
+    }
+    const int64_t backlog = ListenBacklog(port_);
+    stuck_secs = backlog > 0 ? stuck_secs + 1 : 0;
+    if (stuck_secs < 3 || !DescriptorsFree()) continue;
+    LOG_WARNING << "gRPC has stopped accepting connections on port " << port_ << " (" << backlog
+                << " waiting; gRPC's listener does not recover after running out of file "
+                << "descriptors): restarting the gRPC server";
+    impl_->Stop(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    GrpcOptions options = options_;
+    options.port = port_;
+    impl_ = std::make_unique<Impl>(options, repository_);
+    if (Status s = impl_->Start(); !s.ok()) {
+      LOG_ERROR << "gRPC restart failed (retrying every second): " << s.message();
+      down = true;
+    }
+    stuck_secs = 0;
+  }
+}
+
 void GrpcServer::Stop(std::chrono::system_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   if (impl_) impl_->Stop(deadline);
 }
-int GrpcServer::port() const { return impl_->port(); }
 
 }  // namespace nereid::grpc_frontend

@@ -5,9 +5,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 #include "frontend/restricted_api.h"
@@ -43,15 +46,29 @@ class GrpcServer {
  public:
   GrpcServer(GrpcOptions options, ModelRepository* repository);
   ~GrpcServer();
+  // Listens and serves; also starts the listener watchdog (see Watch).
   Status Start();
   // Stops accepting RPCs; those in flight may finish until 'deadline', then are cancelled.
   void Stop(std::chrono::system_clock::time_point deadline = std::chrono::system_clock::now());
-  int port() const;
+  int port() const { return port_; }
 
   class Impl;  // public so the reactors in grpc_server.cc can reach it
 
  private:
+  // gRPC (Debian's 1.51; grpc/grpc#20418) stops accepting for good once accept4 fails with EMFILE.
+  // Once a second the watchdog reads the listening socket's accept backlog from /proc/net/tcp*:
+  // a backlog that does not drain for 3 s while descriptors are free again means the listener is
+  // dead, and the gRPC server is restarted on the same port (calls in flight are cancelled).
+  void Watch();
+
+  GrpcOptions options_;
+  ModelRepository* repository_;
+  int port_ = 0;
+  std::mutex mu_;  // guards impl_ (a restart against Stop) and stopping_
+  std::condition_variable cv_;
+  bool stopping_ = false;
   std::unique_ptr<Impl> impl_;
+  std::thread watchdog_;
 };
 
 }  // namespace nereid::grpc_frontend
