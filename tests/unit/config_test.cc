@@ -346,7 +346,8 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
     oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] } })")
                   .ok());
   EXPECT_TRUE(Parse(R"(name: "e" platform: "ensemble" ensemble_scheduling { step [
-    { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } } ] })")
+    { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } } ]
+    max_inflight_requests: 16 })")
                   .ok());
 }
 
