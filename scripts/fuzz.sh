@@ -20,7 +20,14 @@ for target in "${TARGETS[@]}"; do
   mkdir -p "build-fuzz/corpus/$target"
   cp -n "tests/fuzz/corpus/$target"/* "build-fuzz/corpus/$target/" 2>/dev/null || true
   echo "== $target: $SECONDS_TO_RUN s"
+  # The whole output (the in-process server logs too) goes to build-fuzz/<target>.log.
+  status=0
   (cd build-fuzz && ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" "./${target}_libfuzzer" \
     -max_total_time="$SECONDS_TO_RUN" -max_len=131072 -timeout=30 -print_final_stats=1 \
-    "corpus/$target" 2>&1 | grep -v "^I1\|^W1\|^E1" | tail -25)
+    "corpus/$target" >"$target.log" 2>&1) || status=$?
+  grep -v "^[IWE]1" "build-fuzz/$target.log" | tail -25
+  if [ "$status" != 0 ]; then
+    echo "$target failed (exit $status); full log: build-fuzz/$target.log"
+    exit "$status"
+  fi
 done

@@ -15,6 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -186,8 +188,14 @@ struct Harness {
   }
 
   void CheckAlive() const {
+    const auto start = std::chrono::steady_clock::now();
     const std::string reply = Http("GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n");
-    if (reply.rfind("HTTP/1.1 200", 0) != 0) Die("the server stopped answering: '" + reply + "'");
+    if (reply.rfind("HTTP/1.1 200", 0) == 0) return;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    Die("the server stopped answering /v2/health/live (after " + std::to_string(ms) +
+        " ms, errno " + std::to_string(errno) + "): '" + reply + "'");
   }
 };
 

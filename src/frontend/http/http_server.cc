@@ -955,14 +955,20 @@ void HttpServer::Impl::Accept(tcp::acceptor& acceptor, bool metrics) {
           });
           return;
         }
-        socket.set_option(tcp::no_delay(true), ec);
-        if (tls_ && !metrics)
-          std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket), *tls_,
-                                                                          this)
-              ->Start();
-        else
-          std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this, metrics)->Start();
+        // The next accept is armed first: nothing that goes wrong with this connection (an
+        // exception setting up its session) may stop the listener.
         Accept(acceptor, metrics);
+        socket.set_option(tcp::no_delay(true), ec);
+        try {
+          if (tls_ && !metrics)
+            std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket),
+                                                                            *tls_, this)
+                ->Start();
+          else
+            std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this, metrics)->Start();
+        } catch (const std::exception& e) {
+          LOG_ERROR << "HTTP: dropping a new connection: " << e.what();
+        }
       });
 }
 
