@@ -765,6 +765,9 @@ namespace {
 // a socket in LISTEN state (st 0A), /proc/net/tcp's rx_queue is the number of connections waiting
 // to be accepted.
 int64_t ListenBacklog(int port) {
+  auto hex = [](std::string_view text, int64_t* out) {
+    return std::from_chars(text.data(), text.data() + text.size(), *out, 16).ec == std::errc();
+  };
   int64_t backlog = -1;
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     std::ifstream in(table);
@@ -775,11 +778,13 @@ int64_t ListenBacklog(int port) {
       std::string slot, local, remote, state, queues;
       if (!(fields >> slot >> local >> remote >> state >> queues) || state != "0A") continue;
       const size_t colon = local.rfind(':');
-      if (colon == std::string::npos || std::stoi(local.substr(colon + 1), nullptr, 16) != port)
-        continue;
       const size_t sep = queues.find(':');
-      if (sep == std::string::npos) continue;
-      backlog = std::max<int64_t>(backlog, std::stoll(queues.substr(sep + 1), nullptr, 16));
+      int64_t local_port = -1, queued = -1;
+      if (colon == std::string::npos || sep == std::string::npos ||
+          !hex(std::string_view(local).substr(colon + 1), &local_port) || local_port != port ||
+          !hex(std::string_view(queues).substr(sep + 1), &queued))
+        continue;
+      backlog = std::max(backlog, queued);
     }
   }
   return backlog;
@@ -809,6 +814,14 @@ Status GrpcServer::Start() {
 }
 
 void GrpcServer::Watch() {
+  try {
+    WatchLoop();
+  } catch (const std::exception& e) {  // no exception may end the process from this thread
+    LOG_ERROR << "gRPC listener watchdog stopped: " << e.what();
+  }
+}
+
+void GrpcServer::WatchLoop() {
   int stuck_secs = 0;
   bool down = false;  // a restart failed to listen: try again every second
   std::unique_lock<std::mutex> lock(mu_);

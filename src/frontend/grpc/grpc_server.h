@@ -60,6 +60,7 @@ class GrpcServer {
   // a backlog that does not drain for 3 s while descriptors are free again means the listener is
   // dead, and the gRPC server is restarted on the same port (calls in flight are cancelled).
   void Watch();
+  void WatchLoop();
 
   GrpcOptions options_;
   ModelRepository* repository_;
