@@ -31,7 +31,7 @@ class Server:
     """One nereid process; stops it (SIGTERM) and checks it exits cleanly."""
 
     def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
-                 preexec_fn=None):
+                 prefix=()):
         self.port = free_port()
         self.metrics_port = free_port()
         self.grpc_port = free_port()
@@ -40,10 +40,10 @@ class Server:
         self.log_path = os.path.join(repository, f"..", f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [BINARY, "serve", f"--model-repository={repository}", f"--http-port={self.port}",
+            [*prefix, BINARY, "serve", f"--model-repository={repository}", f"--http-port={self.port}",
              f"--metrics-port={self.metrics_port}", f"--grpc-port={self.grpc_port}",
              "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", *args],
-            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn,
+            stdout=self.log, stderr=subprocess.STDOUT,
             env=None if env is None else {**os.environ, **env})
         deadline = time.time() + 30
         while time.time() < deadline:

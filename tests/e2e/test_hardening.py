@@ -437,12 +437,8 @@ def test_out_of_file_descriptors_then_recovers(repository):
     """With 200 descriptors, 400 HTTP connections exhaust them and gRPC's accept fails too; once they
     close, both protocols serve again: HTTP's accept loop backs off instead of spinning, and gRPC's
     listener, which never recovers by itself (grpc/grpc#20418), is restarted by the watchdog."""
-    import resource
-
-    def low_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
-
-    s = Server(repository, "--http-thread-count=2", preexec_fn=low_limit)
+    # prlimit, not preexec_fn: a fork of this process (gRPC threads running) may not run Python code.
+    s = Server(repository, "--http-thread-count=2", prefix=("prlimit", "--nofile=200:200", "--"))
     try:
         held = []
         for _ in range(400):
