@@ -85,6 +85,21 @@ class Checker {
     }
   }
 
+  // Every batch input and output names exactly one source, an input of the model.
+  template <typename Batch>
+  void CheckSources(const char* what, int index, const std::string& kind, const Batch& b,
+                    const std::set<std::string>& inputs) {
+    const std::string field = std::string(what) + "[" + std::to_string(index) + "].source_input";
+    const Path at = {{what, index}};
+    if (b.source_input_size() != 1)
+      Fail(at, field,
+           std::string(what == std::string("batch_input") ? "batch input" : "batch output") +
+               " kind '" + kind + "' expects 1 source input, got " +
+               std::to_string(b.source_input_size()));
+    for (const auto& source : b.source_input())
+      if (!inputs.count(source)) Fail(at, field, "unknown source input name '" + source + "'");
+  }
+
   void CheckBatchIo(const inference::ModelConfig& config) {
     std::set<std::string> inputs, outputs;
     for (const auto& t : config.input()) inputs.insert(t.name());
@@ -93,29 +108,17 @@ class Checker {
       const auto& b = config.batch_input(i);
       const std::string field = "batch_input[" + std::to_string(i) + "]";
       const Path at = {{"batch_input", i}};
-      if (b.source_input_size() != 1)
-        Fail(at, field + ".source_input",
-             "batch input kind '" + inference::BatchInput::Kind_Name(b.kind()) +
-                 "' expects 1 source input, got " + std::to_string(b.source_input_size()));
+      CheckSources("batch_input", i, inference::BatchInput::Kind_Name(b.kind()), b, inputs);
       if (b.data_type() != inference::TYPE_INT32 && b.data_type() != inference::TYPE_FP32)
         Fail(at, field + ".data_type", "a batch input's data_type must be TYPE_INT32 or TYPE_FP32");
       if (b.target_name_size() == 0)
         Fail(at, field + ".target_name", "a batch input needs a target_name");
-      for (const auto& source : b.source_input())
-        if (!inputs.count(source))
-          Fail(at, field + ".source_input", "unknown source input name '" + source + "'");
     }
     for (int i = 0; i < config.batch_output_size(); ++i) {
       const auto& b = config.batch_output(i);
       const std::string field = "batch_output[" + std::to_string(i) + "]";
       const Path at = {{"batch_output", i}};
-      if (b.source_input_size() != 1)
-        Fail(at, field + ".source_input",
-             "batch output kind '" + inference::BatchOutput::Kind_Name(b.kind()) +
-                 "' expects 1 source input, got " + std::to_string(b.source_input_size()));
-      for (const auto& source : b.source_input())
-        if (!inputs.count(source))
-          Fail(at, field + ".source_input", "unknown source input name '" + source + "'");
+      CheckSources("batch_output", i, inference::BatchOutput::Kind_Name(b.kind()), b, inputs);
       std::set<std::string> targets;
       for (const auto& target : b.target_name()) {
         if (!outputs.count(target))

@@ -1,6 +1,7 @@
 """Nothing accepted is lost under load: models loaded and unloaded while traffic runs, a mixed soak of
 every kind of request (good and bad, HTTP and gRPC) for NEREID_SOAK_SECS (default 120), and 2,000
 connections open at once. Counts are bounded and every request must get its answer."""
+import functools
 import json
 import os
 import socket
@@ -87,12 +88,6 @@ def test_load_and_unload_under_traffic(repository):
     stop = threading.Event()
     tally = Tally()
     try:
-        def simple_http():
-            simple_loop(stop, tally, "simple-http", httpclient, s.url, 2)
-
-        def simple_grpc():
-            simple_loop(stop, tally, "simple-grpc", grpcclient, s.grpc_url, 1)
-
         def recommend():
             c = httpclient.InferenceServerClient(s.url)
             x = np.random.rand(1, 1024).astype(np.float32)
@@ -110,6 +105,8 @@ def test_load_and_unload_under_traffic(repository):
                 tally.run("recommend", one)
             c.close()
 
+        simple_http = functools.partial(simple_loop, stop, tally, "simple-http", httpclient, s.url, 2)
+        simple_grpc = functools.partial(simple_loop, stop, tally, "simple-grpc", grpcclient, s.grpc_url, 1)
         workers = [threading.Thread(target=f) for f in (simple_http, simple_http, simple_grpc, recommend)]
         for w in workers:
             w.start()
@@ -141,14 +138,9 @@ def test_mixed_soak(repository):
     stop = threading.Event()
     tally = Tally()
     try:
-        def http_json():
-            simple_loop(stop, tally, "http-json", httpclient, s.url, 3, json_data=True)
-
-        def http_binary():
-            simple_loop(stop, tally, "http-binary", httpclient, s.url, 8)
-
-        def grpc_unary():
-            simple_loop(stop, tally, "grpc-unary", grpcclient, s.grpc_url, 4)
+        http_json = functools.partial(simple_loop, stop, tally, "http-json", httpclient, s.url, 3, json_data=True)
+        http_binary = functools.partial(simple_loop, stop, tally, "http-binary", httpclient, s.url, 8)
+        grpc_unary = functools.partial(simple_loop, stop, tally, "grpc-unary", grpcclient, s.grpc_url, 4)
 
         def grpc_stream():
             c = grpcclient.InferenceServerClient(s.grpc_url)
