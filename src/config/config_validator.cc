@@ -402,13 +402,16 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
   return check.TakeErrors();
 }
 
-Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
-                           const ConfigLocator& locator, ConfigStage stage) {
-  const std::vector<std::string> errors = ModelConfigErrors(config, model_name, locator, stage);
+Status ConfigErrorsStatus(const std::vector<std::string>& errors) {
   if (errors.empty()) return Status::Ok();
   std::string message = errors[0];
   for (size_t i = 1; i < errors.size(); ++i) message += "; " + errors[i];
   return InvalidArgument(message);
+}
+
+Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
+                           const ConfigLocator& locator, ConfigStage stage) {
+  return ConfigErrorsStatus(ModelConfigErrors(config, model_name, locator, stage));
 }
 
 }  // namespace nereid

@@ -29,7 +29,11 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
                                            const ConfigLocator& locator,
                                            ConfigStage stage = ConfigStage::kFinal);
 
-// The same, as one InvalidArgument status with the errors joined by "; ".
+// 'errors' (as ModelConfigErrors returns them) as one InvalidArgument status, joined by "; ";
+// Ok when there are none.
+Status ConfigErrorsStatus(const std::vector<std::string>& errors);
+
+// ModelConfigErrors as one status (ConfigErrorsStatus).
 Status ValidateModelConfig(const inference::ModelConfig& config, const std::string& model_name,
                            const ConfigLocator& locator, ConfigStage stage = ConfigStage::kFinal);
 

@@ -192,10 +192,9 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
       ModelConfigErrors(config, name, parsed.locator,
                         options_.auto_complete ? ConfigStage::kAsWritten : ConfigStage::kFinal);
   if (!errors.empty()) {
-    std::string message = errors[0];
-    for (size_t i = 1; i < errors.size(); ++i) message += "; " + errors[i];
+    Status invalid = ConfigErrorsStatus(errors);
     if (config_errors) *config_errors = std::move(errors);
-    return InvalidArgument(message);
+    return invalid;
   }
 
   const std::vector<int64_t> available = VersionsOnDisk(plan.model_dir);

@@ -652,26 +652,21 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       ++in_flight_;
     }
     StartRead(&next_);
-    if (!parsed.ok()) return Send(Error(pb::ModelInferRequest(), parsed.status()));
+    if (!parsed.ok()) return Send(Error("", "", parsed.status()));
     std::shared_ptr<pb::ModelInferRequest> message = std::move(parsed).value();
     auto request = server_->MakeRequest(*message);
-    if (!request.ok()) return Send(Error(*message, request.status()));
+    if (!request.ok()) return Send(Error(message->model_name(), message->id(), request.status()));
     std::unique_ptr<InferenceRequest> r = std::move(request).value();
     r->payload = message;  // raw input data points into the message
     r->on_complete = [this](std::unique_ptr<InferenceResponse> result) {
+      if (!result->status.ok()) return Send(Error(result->model_name, result->id, result->status));
       pb::ModelStreamInferResponse out;
-      if (result->status.ok()) {
-        FillResponse(*result, out.mutable_infer_response());
-      } else {
-        out.set_error_message(result->status.message());
-        out.mutable_infer_response()->set_model_name(result->model_name);
-        out.mutable_infer_response()->set_id(result->id);
-      }
+      FillResponse(*result, out.mutable_infer_response());
       Send(out);
     };
     auto model = r->model;
     Status queued = model->Enqueue(r);
-    if (!queued.ok()) Send(Error(*message, queued));
+    if (!queued.ok()) Send(Error(message->model_name(), message->id(), queued));
   }
 
   void OnWriteDone(bool ok) override {
@@ -695,11 +690,13 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   }
 
  private:
-  static pb::ModelStreamInferResponse Error(const pb::ModelInferRequest& request, const Status& s) {
+  // A request's error on the stream: the message, with the model name and id it was sent with.
+  static pb::ModelStreamInferResponse Error(const std::string& model_name, const std::string& id,
+                                            const Status& s) {
     pb::ModelStreamInferResponse out;
     out.set_error_message(s.message());
-    out.mutable_infer_response()->set_model_name(request.model_name());
-    out.mutable_infer_response()->set_id(request.id());
+    out.mutable_infer_response()->set_model_name(model_name);
+    out.mutable_infer_response()->set_id(id);
     return out;
   }
 

@@ -275,8 +275,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
           self->read_since_ns_.store(0, std::memory_order_relaxed);
           if (ec) {
             LOG_VERBOSE(1) << "TLS handshake failed: " << ec.message();
-            beast::error_code ignored;
-            beast::get_lowest_layer(self->stream_).socket().close(ignored);
+            self->Abort();
             return;
           }
           self->Read();
@@ -311,8 +310,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       } else if (self->write_since_ns_.load(std::memory_order_relaxed) == 0) {
         return;  // the write finished
       }
-      beast::error_code ignored;
-      beast::get_lowest_layer(self->stream_).socket().close(ignored);
+      self->Abort();
     });
   }
 
@@ -402,8 +400,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                                                        beast::error_code ec, size_t n) {
       self->drained_ += n;
       if (ec || self->drained_ > 4 * self->server_->options_.max_input_size + (64u << 20)) {
-        beast::error_code ignored;
-        beast::get_lowest_layer(self->stream_).socket().close(ignored);
+        self->Abort();
         return;
       }
       self->Drain();
@@ -425,9 +422,17 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     SendBody(static_cast<bhttp::status>(HttpStatusFor(s.code())), ErrorJson(s.message()));
   }
 
+  // Ends the sending side: the client reads what was sent, then sees the end of the stream.
   void Close() {
     beast::error_code ec;
     beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  // Closes the connection at once (a failed handshake, a timeout, a drain that went on too long);
+  // pending operations end with an error and the session is released.
+  void Abort() {
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream_).socket().close(ignored);
   }
 
   void Handle(Request req) {
