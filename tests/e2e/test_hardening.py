@@ -436,7 +436,9 @@ def test_garbage_on_a_stream_is_answered_and_the_stream_goes_on(server):
 def test_out_of_file_descriptors_then_recovers(repository):
     """With 200 descriptors, 400 HTTP connections exhaust them and gRPC's accept fails too; once they
     close, both protocols serve again: HTTP's accept loop backs off instead of spinning, and gRPC's
-    listener, which never recovers by itself (grpc/grpc#20418), is restarted by the watchdog."""
+    listener, which never recovers by itself once its own accept failed (grpc/grpc#20418), is restarted
+    by the watchdog. Whether gRPC's accept is the one that hits the limit depends on timing (on a slow
+    machine HTTP takes every descriptor first), so the restart is logged, not required."""
     # prlimit, not preexec_fn: a fork of this process (gRPC threads running) may not run Python code.
     s = Server(repository, "--http-thread-count=2", prefix=("prlimit", "--nofile=200:200", "--"))
     try:
@@ -474,6 +476,5 @@ def test_out_of_file_descriptors_then_recovers(repository):
         assert (g.infer("simple", inputs).as_numpy("OUTPUT0") == 2 * a).all()
         log = s.read_log()
         assert "accept failed" in log  # the limit was really reached
-        assert "restarting the gRPC server" in log
     finally:
         assert s.stop() == 0, s.read_log()
