@@ -20,31 +20,10 @@
 namespace nereid::native {
 namespace {
 
-NereidError* ToError(const Status& s) {
-  if (s.ok()) return nullptr;
-  NereidErrorCode code = NEREID_ERROR_INVALID_ARG;
-  switch (s.code()) {
-    case Status::Code::kNotFound:
-      code = NEREID_ERROR_NOT_FOUND;
-      break;
-    case Status::Code::kUnavailable:
-      code = NEREID_ERROR_UNAVAILABLE;
-      break;
-    case Status::Code::kUnsupported:
-      code = NEREID_ERROR_UNSUPPORTED;
-      break;
-    case Status::Code::kInternal:
-      code = NEREID_ERROR_INTERNAL;
-      break;
-    default:
-      break;
-  }
-  return NereidErrorNew(code, s.message().c_str());
-}
+using backend::FromError;
+using backend::ToError;
 
-void Log(NereidLogLevel level, const std::string& message) {
-  NereidLog(level, __FILE__, __LINE__, message.c_str());
-}
+void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
 
 DataType ConfigType(const std::string& name) {
   if (name == "TYPE_STRING") return DataType::kBytes;
@@ -239,11 +218,7 @@ Status InitializeModel(NereidModel* model) {
     rapidjson::StringBuffer buffer;
     rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
     config.Accept(writer);
-    if (NereidError* e = NereidModelSetConfigJson(model, buffer.GetString())) {
-      Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
-      NereidErrorDelete(e);
-      return s;
-    }
+    RETURN_IF_ERROR(FromError(NereidModelSetConfigJson(model, buffer.GetString())));
     Log(NEREID_LOG_INFO,
         "model '" + state->name + "': auto-completed inputs/outputs/max_batch_size from " + file);
   }
@@ -286,14 +261,6 @@ Status FitShape(const std::string& name, DataType type, size_t bytes, std::vecto
   return Status::Ok();
 }
 
-// Takes ownership of a server error and turns it into a Status (NULL -> Ok).
-Status FromServer(NereidError* e) {
-  if (e == nullptr) return Status::Ok();
-  Status s(Status::Code::kInternal, NereidErrorGetMessage(e));
-  NereidErrorDelete(e);
-  return s;
-}
-
 // Byte offset of each row boundary of a serialized BYTES tensor with 'rows' rows.
 std::vector<size_t> BytesRowOffsets(const uint8_t* data, size_t size, int64_t elements,
                                     int64_t rows) {
@@ -311,8 +278,10 @@ std::vector<size_t> BytesRowOffsets(const uint8_t* data, size_t size, int64_t el
 
 // Runs 'count' requests as one execution: inputs are concatenated along the batch dimension (the
 // scheduler only batches requests whose other dimensions agree), outputs split back by rows. A
-// single request borrows its inputs without copying.
-Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t count) {
+// single request borrows its inputs without copying. A failure of one request's output lands in
+// 'failed[r]'; a returned error fails them all.
+Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t count,
+                    std::vector<Status>& failed) {
   const bool batching = m.max_batch_size > 0;
   if (count > 1 && !batching) return Internal("a batch of requests for a model without batching");
   std::vector<int64_t> rows(count, 1);
@@ -322,7 +291,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
     NereidTensor first;
-    RETURN_IF_ERROR(FromServer(NereidRequestInput(requests[0], i, &first)));
+    RETURN_IF_ERROR(FromError(NereidRequestInput(requests[0], i, &first)));
     const auto type = static_cast<DataType>(first.datatype);
     std::vector<NereidTensor> parts(count);
     parts[0] = first;
@@ -330,7 +299,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
     size_t total_bytes = 0;
     for (uint32_t r = 0; r < count; ++r) {
       if (r > 0)
-        RETURN_IF_ERROR(FromServer(NereidRequestInputByName(requests[r], first.name, &parts[r])));
+        RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &parts[r])));
       if (batching && parts[r].dims_count > 0) rows[r] = parts[r].shape[0];
       total_rows += rows[r];
       total_bytes += parts[r].byte_size;
@@ -376,7 +345,11 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
       if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
     }
   std::vector<Tensor> results;
+  const uint64_t compute_start = NereidNowNs();
   RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));
+  const uint64_t compute_end = NereidNowNs();
+  for (uint32_t r = 0; r < count; ++r)
+    NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
 
   int64_t total_rows = 0;
   for (int64_t r : rows) total_rows += r;
@@ -417,15 +390,13 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
                                  (batching ? rows[r] : 1);
         FillVariableDimension(shape, elements);  // if none fits, the allocation below refuses
       }
-      void* buffer = nullptr;
-      Status alloc = FromServer(NereidRequestOutputAllocate(
-          requests[r], fetch[i].c_str(), static_cast<NereidDataType>(result.type()), shape.data(),
-          static_cast<uint32_t>(shape.size()), size, &buffer));
-      if (!alloc.ok()) {
-        NereidRequestSetError(requests[r], ToError(alloc));
+      if (!failed[r].ok()) continue;
+      auto buffer = backend::AllocateOutput(requests[r], fetch[i], result.type(), shape, size);
+      if (!buffer.ok()) {
+        failed[r] = buffer.status();
         continue;
       }
-      std::memcpy(buffer, result.raw() + (batching ? begin : 0), size);
+      std::memcpy(buffer->data, result.raw() + (batching ? begin : 0), size);
     }
   }
   return Status::Ok();
@@ -435,18 +406,22 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
 }  // namespace nereid::native
 
 using nereid::native::ModelState;
-using nereid::native::ToError;
+namespace backend = nereid::backend;
 
 extern "C" {
 
 NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
 
+NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
+  return backend::Guard([] { return backend::CheckServerVersion(); });
+}
+
+// Configs written for Triton's ONNX Runtime backend run here when no ONNX Runtime backend is
+// installed (and fail to load, naming the op, when the engine lacks one of the graph's ops).
+NEREID_EXPORT const char* NereidBackendAliases(void) { return "onnxruntime"; }
+
 NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
-  try {
-    return ToError(nereid::native::InitializeModel(model));
-  } catch (const std::exception& e) {
-    return NereidErrorNew(NEREID_ERROR_INTERNAL, e.what());
-  }
+  return backend::Guard([&] { return nereid::native::InitializeModel(model); });
 }
 
 NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
@@ -459,15 +434,17 @@ NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
 NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance*) { return nullptr; }
 NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance*) { return nullptr; }
 
+// Synchronous: every request is complete when Execute returns.
 NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
                                                  uint32_t count) {
   const auto* state =
       static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-  try {
-    return ToError(nereid::native::ExecuteBatch(*state, requests, count));
-  } catch (const std::exception& e) {
-    return NereidErrorNew(NEREID_ERROR_INTERNAL, e.what());
-  }
+  std::vector<backend::Status> failed(count);
+  NereidError* error = backend::Guard(
+      [&] { return nereid::native::ExecuteBatch(*state, requests, count, failed); });
+  if (error != nullptr) return error;  // the server fails the whole batch
+  for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
+  return nullptr;
 }
 
 }  // extern "C"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "common/half.h"
+#include "nereid/half.h"
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
 

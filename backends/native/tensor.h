@@ -7,14 +7,31 @@
 #include <string>
 #include <vector>
 
-#include "common/data_type.h"
-#include "common/status.h"
+#include "nereid/backend_util.h"
 
 namespace onnx {
 class TensorProto;
 }
 
 namespace nereid::native {
+
+// The engine is a pure client of include/: its types and status come from the backend helpers.
+using backend::DataType;
+using backend::DataTypeFromName;
+using backend::DataTypeName;
+using backend::DataTypeSize;
+using backend::ElementAsDouble;
+using backend::ElementCount;
+using backend::FillVariableDimension;
+using backend::Internal;
+using backend::InvalidArgument;
+using backend::NotFound;
+using backend::ShapeString;
+using backend::Status;
+using backend::StatusOr;
+using backend::TensorByteSize;
+using backend::Unavailable;
+using backend::Unsupported;
 
 class Tensor {
  public:

@@ -1,23 +1,26 @@
-/* Nereid backend C ABI.
+/* Nereid backend C ABI, version 2.
  *
  * A backend is a shared library named libnereid_backend_<name>.so that exports the functions in the
  * "Backend exports" section. The server exports the functions in the "Server API" section; a
- * backend calls them and must not link against any Nereid library itself (symbols resolve at dlopen
- * time).
+ * backend calls them and links against no Nereid library (symbols resolve at dlopen time). The
+ * header-only C++ helper nereid/backend_util.h wraps this ABI; docs/backend-abi.md walks through a
+ * minimal backend.
  *
  * Conventions, which hold for every function below:
  *  - A NereidError* return of NULL means success. A non-NULL error returned by a backend export is
  *    owned by the server afterwards; a non-NULL error returned by a server function is owned by the
  *    caller, who releases it with NereidErrorDelete (or hands it on to the server, which takes it).
  *  - Handles (NereidModel, NereidInstance, NereidRequest) are owned by the server. They stay valid
- * for the duration described on the function that hands them out; a backend never frees them.
+ *    for the duration described on the function that hands them out; a backend never frees them.
  *  - Strings returned by the server are NUL-terminated and live as long as the handle they came
- * from.
+ *    from.
  *  - No function throws; C++ backends must catch everything at the boundary.
  *
- * Compared to tritonbackend.h this ABI is deliberately smaller: execution is synchronous (the
- * server completes every request when NereidInstanceExecute returns), outputs are allocated by the
- * server on request, and there is no separate response object.
+ * Life of a request: the server hands a batch to NereidInstanceExecute. If Execute returns an error,
+ * the backend has taken none of the requests and the server fails them all. If it returns NULL, the
+ * backend owns every request of the batch and finishes each exactly once with
+ * NereidRequestComplete, from any thread, before or after Execute returns. Until then the request
+ * handle, its inputs and its allocated outputs stay valid.
  */
 #ifndef NEREID_BACKEND_H_
 #define NEREID_BACKEND_H_
@@ -28,9 +31,13 @@
 extern "C" {
 #endif
 
-/* Bumped on any incompatible change. The server refuses a backend whose NereidBackendApiVersion()
- * differs in the major part (the upper 16 bits). */
-#define NEREID_BACKEND_API_VERSION ((1u << 16) | 0u)
+/* Major in the upper 16 bits (bumped on any incompatible change), minor in the lower 16 (bumped
+ * when functions are added). Both sides check: the server refuses a backend of another major or of
+ * a newer minor than its own; a backend built with backend_util.h refuses a server of another
+ * major or an older minor (NereidServerApiVersion). */
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 0u)
+#define NEREID_API_MAJOR(v) ((v) >> 16)
+#define NEREID_API_MINOR(v) ((v)&0xffffu)
 
 #if defined(_WIN32)
 #define NEREID_EXPORT __declspec(dllexport)
@@ -62,9 +69,20 @@ typedef enum {
   NEREID_ERROR_NOT_FOUND = 2,   /* HTTP 404 */
   NEREID_ERROR_UNAVAILABLE = 3, /* HTTP 503 */
   NEREID_ERROR_UNSUPPORTED = 4, /* HTTP 501 */
-  NEREID_ERROR_INTERNAL = 5     /* HTTP 500 */
+  NEREID_ERROR_INTERNAL = 5,    /* HTTP 500 */
+  NEREID_ERROR_CANCELLED = 6    /* the client went away or cancelled */
 } NereidErrorCode;
 
+/* Where a buffer lives. CPU, CPU_PINNED (page-locked host memory) and SHM (a client's registered
+ * shared-memory region) are host-addressable; GPU memory is on device 'device_id'. */
+typedef enum {
+  NEREID_MEMORY_CPU = 0,
+  NEREID_MEMORY_CPU_PINNED = 1,
+  NEREID_MEMORY_GPU = 2,
+  NEREID_MEMORY_SHM = 3
+} NereidMemoryType;
+
+/* From the instance_group the instance was created for. */
 typedef enum { NEREID_INSTANCE_CPU = 0, NEREID_INSTANCE_GPU = 1 } NereidInstanceKind;
 
 typedef enum {
@@ -74,13 +92,26 @@ typedef enum {
   NEREID_LOG_VERBOSE = 3
 } NereidLogLevel;
 
+/* Request flags (NereidRequestFlags). Sequence batching is not served yet; the bits are reserved. */
+#define NEREID_REQUEST_FLAG_SEQUENCE_START 1u
+#define NEREID_REQUEST_FLAG_SEQUENCE_END 2u
+
+/* NereidRequestSend flags. */
+#define NEREID_RESPONSE_FINAL 1u
+
+typedef enum {
+  NEREID_PARAMETER_BOOL = 0,
+  NEREID_PARAMETER_INT64 = 1,
+  NEREID_PARAMETER_DOUBLE = 2,
+  NEREID_PARAMETER_STRING = 3
+} NereidParameterType;
+
 typedef struct NereidError NereidError;
 typedef struct NereidModel NereidModel;
 typedef struct NereidInstance NereidInstance;
 typedef struct NereidRequest NereidRequest;
 
-/* A borrowed view of one tensor. 'data' is CPU memory, not necessarily aligned to the element size.
- */
+/* A borrowed view of one tensor. Host-addressable data is aligned to the element size. */
 typedef struct {
   const char* name;
   NereidDataType datatype;
@@ -88,11 +119,36 @@ typedef struct {
   uint32_t dims_count;
   const void* data;
   uint64_t byte_size;
+  NereidMemoryType memory_type;
+  int64_t device_id;
 } NereidTensor;
+
+/* Where an output buffer was placed (NereidRequestOutputAllocate). */
+typedef struct {
+  void* data;
+  NereidMemoryType memory_type;
+  int64_t device_id;
+} NereidBuffer;
+
+/* One request parameter (KServe "parameters"). BOOL is bool_value; INT64 int_value; DOUBLE
+ * double_value; STRING string_value. */
+typedef struct {
+  const char* name;
+  NereidParameterType type;
+  int bool_value;
+  int64_t int_value;
+  double double_value;
+  const char* string_value;
+} NereidParameter;
 
 /* ---------------------------------------------------------------------------------------------
  * Server API (exported by the nereid process). Thread-safe unless noted.
  * ------------------------------------------------------------------------------------------- */
+
+/* The server's NEREID_BACKEND_API_VERSION. */
+uint32_t NereidServerApiVersion(void);
+/* The server's steady clock in nanoseconds (the clock of NereidRequestSetComputeTimes). */
+uint64_t NereidNowNs(void);
 
 /* Creates an error; the caller owns it. 'message' is copied. */
 NereidError* NereidErrorNew(NereidErrorCode code, const char* message);
@@ -113,21 +169,35 @@ const char* NereidModelConfigJson(const NereidModel* model);
 /* Replaces the configuration (auto-complete). Only allowed from NereidModelInitialize; the server
  * validates the result after NereidModelInitialize returns. 'json' is copied. */
 NereidError* NereidModelSetConfigJson(NereidModel* model, const char* json);
+/* Whether the model is decoupled (model_transaction_policy { decoupled: true }). */
+int NereidModelIsDecoupled(const NereidModel* model);
 /* One opaque pointer per model for the backend's own state; the backend frees it in Finalize. */
 void NereidModelSetState(NereidModel* model, void* state);
 void* NereidModelState(const NereidModel* model);
 
 /* Instance handle: valid from NereidInstanceInitialize until NereidInstanceFinalize returns. Each
- * instance is driven by exactly one server thread, so instance calls never race with each other. */
+ * instance is driven by exactly one server thread, so Execute calls of one instance never overlap.
+ * The server calls NereidInstanceFinalize only after every request it handed to the instance was
+ * completed. */
 NereidModel* NereidInstanceModel(const NereidInstance* instance);
+/* "<group name>_<index>", as Triton names instances. */
 const char* NereidInstanceName(const NereidInstance* instance);
 NereidInstanceKind NereidInstanceGetKind(const NereidInstance* instance);
+/* The GPU of a GPU instance; 0 for CPU instances. */
 int32_t NereidInstanceDeviceId(const NereidInstance* instance);
 void NereidInstanceSetState(NereidInstance* instance, void* state);
 void* NereidInstanceState(const NereidInstance* instance);
 
-/* Request handle: valid only inside the NereidInstanceExecute call that received it. Inputs have
- * already been validated against the model configuration (names, datatypes, shapes, byte sizes). */
+/* Request handle: valid from NereidInstanceExecute until NereidRequestComplete. Inputs have been
+ * validated against the model configuration (names, datatypes, shapes, byte sizes). */
+const char* NereidRequestId(const NereidRequest* request);
+uint32_t NereidRequestFlags(const NereidRequest* request);
+/* True once the client cancelled or went away: the backend may stop early and complete the request
+ * with NEREID_ERROR_CANCELLED. */
+int NereidRequestIsCancelled(const NereidRequest* request);
+uint32_t NereidRequestParameterCount(const NereidRequest* request);
+NereidError* NereidRequestParameter(const NereidRequest* request, uint32_t index,
+                                    NereidParameter* parameter);
 uint32_t NereidRequestInputCount(const NereidRequest* request);
 NereidError* NereidRequestInput(const NereidRequest* request, uint32_t index, NereidTensor* tensor);
 NereidError* NereidRequestInputByName(const NereidRequest* request, const char* name,
@@ -135,14 +205,27 @@ NereidError* NereidRequestInputByName(const NereidRequest* request, const char* 
 /* The outputs this request needs (all of the model's outputs when the client named none). */
 uint32_t NereidRequestOutputCount(const NereidRequest* request);
 const char* NereidRequestOutputName(const NereidRequest* request, uint32_t index);
-/* Allocates the buffer for one output; the server owns it and sends it. For BYTES outputs
- * 'byte_size' is the serialized size (4-byte little-endian length before each element). Calling it
- * twice for one output is an error. */
+/* Allocates the buffer for one output of the response being built; the server owns it and sends
+ * it. The server places it in 'preferred' memory when it can (a client's shared-memory region when
+ * the client asked for one, pinned memory, a device) and says where in 'buffer'; the backend writes
+ * there. For BYTES outputs 'byte_size' is the serialized size (a 4-byte little-endian length before
+ * each element). Allocating one output twice for one response is an error. */
 NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* name,
                                          NereidDataType datatype, const int64_t* shape,
-                                         uint32_t dims_count, uint64_t byte_size, void** buffer);
-/* Fails this one request (the others in the batch still succeed). Takes ownership of 'error'. */
-void NereidRequestSetError(NereidRequest* request, NereidError* error);
+                                         uint32_t dims_count, uint64_t byte_size,
+                                         NereidMemoryType preferred, int64_t preferred_device_id,
+                                         NereidBuffer* buffer);
+/* Decoupled models only: sends the outputs allocated since the last send as one response, and
+ * starts a new one. With NEREID_RESPONSE_FINAL it is the request's last response (the backend
+ * still calls NereidRequestComplete). */
+NereidError* NereidRequestSend(NereidRequest* request, uint32_t flags);
+/* When the backend's own computation ran (NereidNowNs clock); statistics use it for compute_infer
+ * instead of the whole Execute call. Optional. */
+void NereidRequestSetComputeTimes(NereidRequest* request, uint64_t start_ns, uint64_t end_ns);
+/* Finishes the request; the handle is invalid afterwards. With 'error' NULL the response built so
+ * far is sent (for a decoupled model: as its final response, or only the final flag when nothing
+ * is pending); otherwise the error is (and the server takes 'error'). Exactly once per request. */
+void NereidRequestComplete(NereidRequest* request, NereidError* error);
 
 /* ---------------------------------------------------------------------------------------------
  * Backend exports. Required unless marked optional.
@@ -154,6 +237,10 @@ NEREID_EXPORT uint32_t NereidBackendApiVersion(void);
 NEREID_EXPORT NereidError* NereidBackendInitialize(void);
 /* Optional. Called once before unloading the library. */
 NEREID_EXPORT NereidError* NereidBackendFinalize(void);
+/* Optional. Other backend names this library serves, comma-separated (e.g. the native engine
+ * answers for "onnxruntime" when no ONNX Runtime backend is installed). A library named after the
+ * backend always wins over an alias. */
+NEREID_EXPORT const char* NereidBackendAliases(void);
 
 /* Load one model version: read files, check them against the config, optionally auto-complete the
  * config with NereidModelSetConfigJson. Called from a loader thread; never concurrently for one
@@ -165,9 +252,8 @@ NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model);
 NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance);
 NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance);
 
-/* Execute 'count' requests (a batch; count >= 1). Per-request failures go through
- * NereidRequestSetError; a returned error fails every request of the call. Called from the
- * instance's own thread. */
+/* Execute 'count' requests (a batch; count >= 1) from the instance's own thread. See "Life of a
+ * request" above: NULL means the backend now owns the requests and completes each one. */
 NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
                                                  uint32_t count);
 

@@ -1,5 +1,5 @@
 // DataType: the tensor element types of the KServe v2 protocol ("FP32", "BYTES", ...), numbered as
-// in Triton's model_config.proto so that config, wire and backend ABI share one enum.
+// in Triton's model_config.proto (the backend ABI uses the same numbers; the ABI glue checks).
 #pragma once
 
 #include <cstddef>
@@ -8,26 +8,24 @@
 #include <string_view>
 #include <vector>
 
-#include "nereid/backend.h"
-
 namespace nereid {
 
 enum class DataType : int {
-  kInvalid = NEREID_TYPE_INVALID,
-  kBool = NEREID_TYPE_BOOL,
-  kUint8 = NEREID_TYPE_UINT8,
-  kUint16 = NEREID_TYPE_UINT16,
-  kUint32 = NEREID_TYPE_UINT32,
-  kUint64 = NEREID_TYPE_UINT64,
-  kInt8 = NEREID_TYPE_INT8,
-  kInt16 = NEREID_TYPE_INT16,
-  kInt32 = NEREID_TYPE_INT32,
-  kInt64 = NEREID_TYPE_INT64,
-  kFp16 = NEREID_TYPE_FP16,
-  kFp32 = NEREID_TYPE_FP32,
-  kFp64 = NEREID_TYPE_FP64,
-  kBytes = NEREID_TYPE_BYTES,
-  kBf16 = NEREID_TYPE_BF16,
+  kInvalid = 0,
+  kBool = 1,
+  kUint8 = 2,
+  kUint16 = 3,
+  kUint32 = 4,
+  kUint64 = 5,
+  kInt8 = 6,
+  kInt16 = 7,
+  kInt32 = 8,
+  kInt64 = 9,
+  kFp16 = 10,
+  kFp32 = 11,
+  kFp64 = 12,
+  kBytes = 13,
+  kBf16 = 14,
 };
 
 // Protocol name ("FP32", "BYTES"); "INVALID" for kInvalid.

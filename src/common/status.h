@@ -19,7 +19,8 @@ class Status {
     kUnavailable,
     kUnsupported,
     kInternal,
-    kAlreadyExists
+    kAlreadyExists,
+    kCancelled
   };
 
   Status() = default;
@@ -45,12 +46,15 @@ inline Status Unavailable(std::string msg) {
 inline Status Unsupported(std::string msg) {
   return Status(Status::Code::kUnsupported, std::move(msg));
 }
+inline Status Cancelled(std::string msg) {
+  return Status(Status::Code::kCancelled, std::move(msg));
+}
 inline Status Internal(std::string msg) { return Status(Status::Code::kInternal, std::move(msg)); }
 
 // The one table from Status codes to protocol codes, Triton's mapping. HTTP: INTERNAL 500,
 // NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, everything else 400. gRPC (grpc::StatusCode
-// numbers): INVALID_ARGUMENT 3, NOT_FOUND 5, ALREADY_EXISTS 6, UNIMPLEMENTED 12, INTERNAL 13,
-// UNAVAILABLE 14.
+// numbers): CANCELLED 1, INVALID_ARGUMENT 3, NOT_FOUND 5, ALREADY_EXISTS 6, UNIMPLEMENTED 12,
+// INTERNAL 13, UNAVAILABLE 14.
 struct ProtocolCodes {
   int http;
   int grpc;
@@ -65,6 +69,8 @@ inline ProtocolCodes ProtocolCodesFor(Status::Code code) {
       return {404, 5};
     case Status::Code::kAlreadyExists:
       return {400, 6};
+    case Status::Code::kCancelled:
+      return {400, 1};
     case Status::Code::kUnsupported:
       return {501, 12};
     case Status::Code::kInternal:
@@ -98,10 +104,11 @@ class StatusOr {
 #define NEREID_CONCAT_INNER(a, b) a##b
 #define NEREID_CONCAT(a, b) NEREID_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)      \
-  do {                             \
-    ::nereid::Status _st = (expr); \
-    if (!_st.ok()) return _st;     \
+// Spelled exactly as in nereid/backend_util.h, so a file may include both.
+#define RETURN_IF_ERROR(expr)    \
+  do {                           \
+    auto _st = (expr);           \
+    if (!_st.ok()) return _st;   \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -386,9 +386,6 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
 
   // Valid for Triton, but a model Nereid would serve wrongly: refused until built.
   const std::string not_yet = ": not supported yet, and a model that needs them cannot be served";
-  if (config.model_transaction_policy().decoupled())
-    check.Fail({{"model_transaction_policy"}, {"decoupled"}}, "model_transaction_policy.decoupled",
-               "decoupled models (several responses per request)" + not_yet);
   if (config.batch_input_size() > 0)
     check.Fail({{"batch_input"}}, "batch_input",
                "batch inputs (tensors the server adds to each batch)" + not_yet);

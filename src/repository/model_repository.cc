@@ -69,13 +69,19 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
                                      const std::vector<int64_t>& versions) {
   std::string backend = config->backend();
   if (backend.empty()) {
+    // Triton's platform names and the backends that serve them.
+    static const std::map<std::string, std::string> kPlatforms = {
+        {"onnxruntime_onnx", "onnxruntime"},     {"pytorch_libtorch", "pytorch"},
+        {"tensorflow_graphdef", "tensorflow"},   {"tensorflow_savedmodel", "tensorflow"},
+        {"tensorrt_plan", "tensorrt"}};
     const std::string& platform = config->platform();
-    if (platform == "onnxruntime_onnx") {
-      backend = "onnxruntime";
+    if (platform == "ensemble")
+      return Unsupported("model '" + config->name() + "': ensembles are not supported yet");
+    if (auto it = kPlatforms.find(platform); it != kPlatforms.end()) {
+      backend = it->second;
     } else if (!platform.empty()) {
-      return Unsupported(
-          "model '" + config->name() + "': platform '" + platform +
-          "' is not supported yet (supported: onnxruntime_onnx; backends: onnxruntime, native)");
+      return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform +
+                             "'");
     } else {
       const std::string file = config->default_model_filename().empty()
                                    ? "model.onnx"
@@ -97,9 +103,7 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
     if (backend == "onnxruntime" && config->platform().empty())
       config->set_platform("onnxruntime_onnx");
   }
-  if (backend == "onnxruntime" || backend == "native") return std::string("native");
-  return Unsupported("model '" + config->name() + "': backend '" + backend +
-                     "' is not available (available: native, onnxruntime via the native engine)");
+  return backend;  // which library serves it is the BackendManager's business
 }
 
 ModelRepository::ModelRepository(RepositoryOptions options, BackendManager* backends)

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/backend.h"
+#include "runtime/backend_library.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -112,8 +112,9 @@ class ModelRepository {
   std::map<std::string, ModelEntry> models_;
 };
 
-// Chooses the backend library for a config: "backend", else "platform", else the model file found.
-// Fills Triton's auto-complete of platform/backend for ONNX models. Exposed for unit tests.
+// The backend name a config asks for: "backend", else the one Triton's "platform" implies, else
+// what the model file found implies. Fills Triton's auto-complete of platform/backend for ONNX
+// models. Exposed for unit tests.
 StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
                                      const std::vector<int64_t>& versions);
 

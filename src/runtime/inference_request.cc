@@ -6,6 +6,20 @@
 
 namespace nereid {
 
+void InferInput::Own(std::vector<uint8_t> bytes) {
+  auto storage = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  data = storage->data();
+  byte_size = storage->size();
+  location = MemoryLocation{};
+  owned = std::move(storage);
+}
+
+void InferOutput::SetBytes(std::vector<uint8_t> bytes) {
+  auto storage = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  buffer = Buffer(storage->data(), storage->size(), MemoryLocation{}, storage);
+  in_shared_memory = false;
+}
+
 uint64_t SteadyNowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())

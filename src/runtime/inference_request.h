@@ -3,6 +3,7 @@
 // response comes back through the request's completion callback, on the instance thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -11,25 +12,34 @@
 
 #include "common/data_type.h"
 #include "common/status.h"
+#include "memory/buffer.h"
 
 namespace nereid {
 
 class Model;
 
-// One input tensor. 'data' points either into the request's payload (zero copy from the wire) or
-// into 'owned' (data that had to be converted, e.g. from JSON).
+// One input tensor. 'data' points into the request's payload (zero copy from the wire), into a
+// registered shared-memory region, or into 'owned' (data that had to be converted, e.g. from JSON,
+// or realigned). Host-addressable data is aligned to the element size once the request is
+// validated (Model::ValidateRequest realigns what is not).
 struct InferInput {
   std::string name;
   DataType datatype = DataType::kInvalid;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t byte_size = 0;
-  std::vector<uint8_t> owned;
+  MemoryLocation location;
+  std::shared_ptr<const void> owned;  // keeps converted data or a shared-memory region alive
 
-  void Own(std::vector<uint8_t> bytes) {
-    owned = std::move(bytes);
-    data = owned.data();
-    byte_size = owned.size();
+  // Takes converted bytes (not counted as a copy: the caller produced them from another form).
+  void Own(std::vector<uint8_t> bytes);
+  // Points at memory someone else keeps alive ('keepalive' may be null for the payload).
+  void Borrow(const uint8_t* bytes, size_t size, MemoryLocation where,
+              std::shared_ptr<const void> keepalive) {
+    data = bytes;
+    byte_size = size;
+    location = where;
+    owned = std::move(keepalive);
   }
 };
 
@@ -37,14 +47,23 @@ struct RequestedOutput {
   std::string name;
   bool binary = false;       // frontend hint: send as binary tensor data
   uint32_t class_count = 0;  // classification extension: top-k "score:index[:label]" strings
+  // Shared-memory extension: the output is written here instead of the response body.
+  Buffer destination;
+  bool has_destination = false;
 };
 
 struct InferOutput {
   std::string name;
   DataType datatype = DataType::kInvalid;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> data;  // raw little-endian elements; BYTES are length-prefixed
+  Buffer buffer;  // raw little-endian elements; BYTES are length-prefixed
   bool binary = false;
+  bool in_shared_memory = false;  // written into the client's region: not sent in the body
+
+  const uint8_t* bytes() const { return buffer.data(); }
+  size_t byte_size() const { return buffer.size(); }
+  // Replaces the data by 'bytes' (heap, owned by the output).
+  void SetBytes(std::vector<uint8_t> bytes);
 };
 
 struct InferenceResponse {
@@ -53,9 +72,34 @@ struct InferenceResponse {
   int64_t model_version = 0;
   std::string id;
   std::vector<InferOutput> outputs;
+  // Decoupled models send several responses per request; the last one says final. A final
+  // response may be empty (only the flag): 'empty_final'.
+  bool final = true;
+  bool empty_final = false;
 };
 
+// Called once per response: once for ordinary models, one or more times (the last with 'final') for
+// decoupled ones, from whichever thread completes the request.
 using ResponseCallback = std::function<void(std::unique_ptr<InferenceResponse>)>;
+
+// A KServe request parameter.
+struct RequestParameter {
+  enum class Type { kBool, kInt64, kDouble, kString };
+  std::string name;
+  Type type = Type::kString;
+  bool bool_value = false;
+  int64_t int_value = 0;
+  double double_value = 0;
+  std::string string_value;
+};
+
+// Shared between a request and the frontend that sent it: set when the client cancels or leaves,
+// or answered by 'probe' (a frontend's own check, e.g. the gRPC call's IsCancelled).
+struct CancelFlag {
+  std::atomic<bool> cancelled{false};
+  std::function<bool()> probe;
+  bool IsSet() const { return cancelled.load(std::memory_order_relaxed) || (probe && probe()); }
+};
 
 // Timestamps in steady-clock nanoseconds, filled as the request moves; statistics read them.
 struct RequestTimestamps {
@@ -75,6 +119,9 @@ struct InferenceRequest {
   // Schedule policy extension: 0 means the model's default priority level / timeout.
   uint64_t priority = 0;
   uint64_t timeout_us = 0;
+  std::vector<RequestParameter> parameters;  // every parameter the client sent, for backends
+  uint32_t flags = 0;                        // NEREID_REQUEST_FLAG_* (sequences: later)
+  std::shared_ptr<CancelFlag> cancel;        // null: cannot be cancelled
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;
   RequestTimestamps times;
@@ -83,6 +130,7 @@ struct InferenceRequest {
   std::shared_ptr<Model> model;
   int64_t batch_size = 1;
 
+  bool cancelled() const { return cancel && cancel->IsSet(); }
   const InferInput* FindInput(const std::string& input_name) const {
     for (const auto& in : inputs)
       if (in.name == input_name) return &in;

@@ -1,5 +1,6 @@
 #include "runtime/model.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -109,14 +110,27 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
   ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                    Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
                            allow_auto_complete));
+  // Placement as Triton's instance_group says: 'count' instances of a CPU group, 'count' per
+  // listed GPU of a GPU group (the validator has resolved KIND_AUTO and refuses GPUs this build
+  // cannot drive).
   std::vector<BatchExecutor*> instances;
   for (const auto& group : model->config_.instance_group()) {
-    for (int i = 0; i < group.count(); ++i) {
-      auto instance = std::make_unique<ModelInstance>(
-          model.get(), group.name() + "_" + std::to_string(i), NEREID_INSTANCE_CPU, 0);
-      RETURN_IF_ERROR(instance->Initialize());
-      instances.push_back(instance.get());
-      model->instances_.push_back(std::move(instance));
+    const bool gpu = group.kind() == inference::ModelInstanceGroup::KIND_GPU;
+    std::vector<int32_t> devices;
+    if (gpu)
+      devices.assign(group.gpus().begin(), group.gpus().end());
+    else
+      devices.push_back(0);
+    int index = 0;
+    for (int32_t device : devices) {
+      for (int i = 0; i < group.count(); ++i) {
+        auto instance = std::make_unique<ModelInstance>(
+            model.get(), group.name() + "_" + std::to_string(index++),
+            gpu ? NEREID_INSTANCE_GPU : NEREID_INSTANCE_CPU, device);
+        RETURN_IF_ERROR(instance->Initialize());
+        instances.push_back(instance.get());
+        model->instances_.push_back(std::move(instance));
+      }
     }
   }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
@@ -138,6 +152,12 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
 }
 
 Model::~Model() { Stop(); }
+
+size_t Model::Pending() const {
+  size_t pending = scheduler_ ? scheduler_->Pending() : 0;
+  for (const auto& instance : instances_) pending += instance->Outstanding();
+  return pending;
+}
 
 void Model::Stop() {
   if (stopped_.exchange(true)) return;
@@ -264,6 +284,17 @@ Status Model::Validate(InferenceRequest& request) const {
                                " bytes of data but shape " + ShapeString(input.shape) + " of " +
                                std::string(DataTypeName(input.datatype)) + " needs " +
                                std::to_string(expected_bytes));
+      // Backends may read elements in place: data that the wire left misaligned is realigned here,
+      // the one copy such an input gets.
+      const size_t align = DataTypeSize(input.datatype);
+      if (input.location.host_addressable() && align > 1 &&
+          reinterpret_cast<uintptr_t>(input.data) % align != 0) {
+        std::shared_ptr<uint8_t[]> aligned = AllocateAligned(input.byte_size);
+        uint8_t* dst = aligned.get();
+        std::memcpy(dst, input.data, input.byte_size);
+        CountCopy(CopyKind::kInput, input.byte_size);
+        input.Borrow(dst, input.byte_size, MemoryLocation{}, std::move(aligned));
+      }
     }
   }
   std::vector<std::string> missing;
@@ -279,8 +310,12 @@ Status Model::Validate(InferenceRequest& request) const {
   request.batch_size = batching ? batch_size : 1;
 
   if (request.outputs.empty()) {
-    for (const auto& out : config_.output())
-      request.outputs.push_back({out.name(), request.binary_outputs_by_default, 0});
+    for (const auto& out : config_.output()) {
+      RequestedOutput wanted;
+      wanted.name = out.name();
+      wanted.binary = request.binary_outputs_by_default;
+      request.outputs.push_back(std::move(wanted));
+    }
   }
   seen.clear();
   for (const auto& out : request.outputs) {

@@ -11,7 +11,7 @@
 #include "common/clock.h"
 #include "config/model_config.h"
 #include "metrics/model_stats.h"
-#include "runtime/backend.h"
+#include "runtime/backend_library.h"
 #include "runtime/inference_request.h"
 #include "runtime/model_instance.h"
 #include "scheduler/scheduler.h"
@@ -62,7 +62,9 @@ class Model {
   }
   std::vector<TensorMetadata> Metadata(bool inputs) const;
   Backend& backend() const { return *backend_; }
-  size_t Pending() const { return scheduler_ ? scheduler_->Pending() : 0; }
+  // Requests accepted and not completed: queued, executing, or held by the backend.
+  size_t Pending() const;
+  bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }

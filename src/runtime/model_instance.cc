@@ -5,14 +5,17 @@
 #include <cstring>
 #include <numeric>
 
-#include "common/half.h"
 #include "common/logging.h"
 #include "metrics/model_stats.h"
-#include "runtime/backend_api.h"
+#include "runtime/backend_abi.h"
 #include "runtime/model.h"
 
 namespace nereid {
 namespace {
+
+// While an instance thread is inside Execute: where requests completed on that thread record their
+// latency (for the dynamic batcher's latency goal).
+thread_local std::vector<uint64_t>* t_latencies = nullptr;
 
 std::string FormatScore(DataType type, double v) {
   const bool integral = type != DataType::kFp16 && type != DataType::kFp32 &&
@@ -34,7 +37,7 @@ void Classify(InferOutput& output, uint32_t k, bool batching,
               const std::vector<std::string>* labels) {
   const int64_t rows = batching && !output.shape.empty() ? output.shape[0] : 1;
   const size_t esize = DataTypeSize(output.datatype);
-  const int64_t total = static_cast<int64_t>(output.data.size() / std::max<size_t>(esize, 1));
+  const int64_t total = static_cast<int64_t>(output.byte_size() / std::max<size_t>(esize, 1));
   const int64_t per_row = rows > 0 ? total / rows : 0;
   const int64_t top = std::min<int64_t>(k, per_row);
   std::vector<uint8_t> strings;
@@ -42,7 +45,7 @@ void Classify(InferOutput& output, uint32_t k, bool batching,
   std::vector<double> values(per_row);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < per_row; ++i)
-      values[i] = ElementAsDouble(output.datatype, output.data.data() + (r * per_row + i) * esize);
+      values[i] = ElementAsDouble(output.datatype, output.bytes() + (r * per_row + i) * esize);
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) {
       return values[a] > values[b] || (values[a] == values[b] && a < b);
@@ -56,7 +59,7 @@ void Classify(InferOutput& output, uint32_t k, bool batching,
   }
   output.datatype = DataType::kBytes;
   output.shape = batching ? std::vector<int64_t>{rows, top} : std::vector<int64_t>{top};
-  output.data = std::move(strings);
+  output.SetBytes(std::move(strings));
 }
 
 }  // namespace
@@ -68,8 +71,24 @@ Status ModelInstance::Initialize() {
   return Status::Ok();
 }
 
+size_t ModelInstance::Outstanding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outstanding_;
+}
+
 void ModelInstance::Finalize() {
   if (!initialized_) return;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!idle_.wait_for(lock, std::chrono::seconds(60), [&] { return outstanding_ == 0; })) {
+      // A backend that never completes its requests: its instance state stays allocated rather
+      // than being freed under a thread that may still use it.
+      LOG_ERROR << "instance '" << name_ << "': " << outstanding_
+                << " request(s) never completed by backend '" << model_->backend().name()
+                << "'; not finalizing the instance";
+      return;
+    }
+  }
   initialized_ = false;
   Status s = StatusFromBackend(
       model_->backend().instance_finalize(reinterpret_cast<NereidInstance*>(this)));
@@ -78,80 +97,150 @@ void ModelInstance::Finalize() {
 
 ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
   ExecutionSummary summary;
-  std::vector<BackendRequest> wrapped(batch.size());
-  std::vector<NereidRequest*> handles(batch.size());
+  std::vector<NereidRequest*> handles;
+  handles.reserve(batch.size());
   const uint64_t start = SteadyNowNs();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i]->times.compute_start_ns = start;
-    wrapped[i].request = batch[i].get();
-    wrapped[i].response = std::make_unique<InferenceResponse>();
-    handles[i] = wrapped[i].handle();
-    summary.rows += batch[i]->batch_size;
+  for (auto& request : batch) {
+    if (request->cancelled()) {  // the client left while it waited: do not compute for nobody
+      model_->stats().RecordFailure(FailureReason::kCanceled, start - request->times.received_ns);
+      CompleteWithError(std::move(request), Cancelled("request cancelled"));
+      continue;
+    }
+    request->times.compute_start_ns = start;
+    summary.rows += request->batch_size;
+    auto* r = new BackendRequest();
+    r->request = std::move(request);
+    r->response = std::make_unique<InferenceResponse>();
+    r->instance = this;
+    r->exec_start_ns = start;
+    handles.push_back(r->handle());
   }
-  const uint64_t infer_start = SteadyNowNs();
+  batch.clear();
+  if (handles.empty()) return summary;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_ += handles.size();
+  }
+  t_latencies = &summary.latencies_ns;
   Status batch_status = StatusFromBackend(
       model_->backend().instance_execute(reinterpret_cast<NereidInstance*>(this), handles.data(),
                                          static_cast<uint32_t>(handles.size())));
-  const uint64_t infer_end = SteadyNowNs();
-  summary.exec_ns = infer_end - infer_start;
-  const bool batching = model_->config().max_batch_size() > 0;
-
-  // Outputs first (ordering, classification), then statistics, then completion: the response is
-  // final before anyone sees it.
-  std::vector<Status> statuses(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    BackendRequest& w = wrapped[i];
-    Status status = !batch_status.ok() ? batch_status : w.error;
-    if (status.ok()) {
-      std::vector<InferOutput> ordered;
-      ordered.reserve(batch[i]->outputs.size());
-      for (const auto& wanted : batch[i]->outputs) {
-        auto it = std::find_if(w.response->outputs.begin(), w.response->outputs.end(),
-                               [&](const InferOutput& o) { return o.name == wanted.name; });
-        if (it == w.response->outputs.end()) {
-          status = Internal("backend '" + model_->backend().name() + "' did not produce output '" +
-                            wanted.name + "' for model '" + model_->name() + "'");
-          break;
-        }
-        InferOutput out = std::move(*it);
-        out.binary = wanted.binary;
-        if (wanted.class_count > 0)
-          Classify(out, wanted.class_count, batching, model_->Labels(out.name));
-        ordered.push_back(std::move(out));
-      }
-      w.response->outputs = std::move(ordered);
-    }
-    statuses[i] = std::move(status);
-  }
   const uint64_t end = SteadyNowNs();
-  ModelStats& stats = model_->stats();
-  stats.RecordExecution(summary.rows, infer_start - start, summary.exec_ns, end - infer_end);
-  const uint64_t now_ms =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count());
-
-  for (size_t i = 0; i < batch.size(); ++i) {
-    std::unique_ptr<InferenceRequest> request = std::move(batch[i]);
-    request->times.compute_end_ns = end;
-    const uint64_t request_ns = end - request->times.received_ns;
-    if (!statuses[i].ok()) {
-      stats.RecordFailure(FailureReason::kBackend, request_ns);
-      CompleteWithError(std::move(request), std::move(statuses[i]));
-      continue;
-    }
-    stats.RecordSuccess(request->batch_size, request_ns, start - request->times.queued_ns,
-                        infer_start - start, summary.exec_ns, end - infer_end, now_ms);
-    summary.latencies_ns.push_back(request_ns);
-    auto response = std::move(wrapped[i].response);
-    response->model_name = model_->name();
-    response->model_version = model_->version();
-    response->id = request->id;
-    ResponseCallback callback = std::move(request->on_complete);
-    request.reset();
-    if (callback) callback(std::move(response));
+  if (!batch_status.ok()) {
+    // The backend took none of the requests.
+    for (NereidRequest* h : handles) Complete(BackendRequest::From(h), batch_status);
   }
+  t_latencies = nullptr;
+  summary.exec_ns = end - start;
+  model_->stats().RecordExecution(summary.rows, 0, summary.exec_ns, 0);
   return summary;
+}
+
+Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceResponse& response,
+                                    bool require_all) const {
+  const bool batching = model_->config().max_batch_size() > 0;
+  std::vector<InferOutput> ordered;
+  ordered.reserve(request.outputs.size());
+  for (const auto& wanted : request.outputs) {
+    auto it = std::find_if(response.outputs.begin(), response.outputs.end(),
+                           [&](const InferOutput& o) { return o.name == wanted.name; });
+    if (it == response.outputs.end()) {
+      if (!require_all) continue;
+      return Internal("backend '" + model_->backend().name() + "' did not produce output '" +
+                      wanted.name + "' for model '" + model_->name() + "'");
+    }
+    InferOutput out = std::move(*it);
+    out.binary = wanted.binary;
+    if (wanted.class_count > 0) {
+      Classify(out, wanted.class_count, batching, model_->Labels(out.name));
+      if (wanted.has_destination) {  // classification strings go into the region too
+        if (out.byte_size() > wanted.destination.size())
+          return InvalidArgument("output '" + out.name + "' needs " +
+                                 std::to_string(out.byte_size()) +
+                                 " bytes, but its shared-memory region has " +
+                                 std::to_string(wanted.destination.size()));
+        std::memcpy(wanted.destination.data(), out.bytes(), out.byte_size());
+        CountCopy(CopyKind::kOutput, out.byte_size());
+        out.buffer = Buffer(wanted.destination.data(), out.byte_size(),
+                            wanted.destination.location(), wanted.destination.owner());
+        out.in_shared_memory = true;
+      }
+    }
+    ordered.push_back(std::move(out));
+  }
+  response.outputs = std::move(ordered);
+  return Status::Ok();
+}
+
+void ModelInstance::Deliver(InferenceRequest& request,
+                            std::unique_ptr<InferenceResponse> response) {
+  response->model_name = model_->name();
+  response->model_version = model_->version();
+  response->id = request.id;
+  if (request.on_complete) request.on_complete(std::move(response));
+}
+
+void ModelInstance::Send(BackendRequest* r, bool final) {
+  auto response = std::move(r->response);
+  r->response = std::make_unique<InferenceResponse>();
+  Status status = FinishOutputs(*r->request, *response, /*require_all=*/false);
+  if (!status.ok()) {
+    response = std::make_unique<InferenceResponse>();
+    response->status = std::move(status);
+  }
+  response->final = final;
+  r->final_sent = final;
+  Deliver(*r->request, std::move(response));
+}
+
+void ModelInstance::Complete(BackendRequest* r, Status status) {
+  std::unique_ptr<BackendRequest> owned(r);
+  InferenceRequest& request = *r->request;
+  const bool decoupled = model_->decoupled();
+  const uint64_t end = SteadyNowNs();
+  if (status.ok() && !(decoupled && r->final_sent))
+    status = FinishOutputs(request, *r->response, /*require_all=*/!decoupled);
+  ModelStats& stats = model_->stats();
+  const uint64_t request_ns = end - request.times.received_ns;
+  request.times.compute_end_ns = end;
+  if (!status.ok()) {
+    stats.RecordFailure(status.code() == Status::Code::kCancelled ? FailureReason::kCanceled
+                                                                  : FailureReason::kBackend,
+                        request_ns);
+    if (!r->final_sent) {
+      auto response = std::make_unique<InferenceResponse>();
+      response->status = std::move(status);
+      Deliver(request, std::move(response));
+    } else {
+      LOG_WARNING << "model '" << model_->name() << "': request '" << request.id
+                  << "' failed after its final response: " << status.message();
+    }
+  } else {
+    const uint64_t compute_start = r->compute_start_ns ? r->compute_start_ns : r->exec_start_ns;
+    const uint64_t compute_end = r->compute_end_ns ? r->compute_end_ns : end;
+    const uint64_t now_ms =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    stats.RecordSuccess(request.batch_size, request_ns, r->exec_start_ns - request.times.queued_ns,
+                        compute_start - r->exec_start_ns, compute_end - compute_start,
+                        end > compute_end ? end - compute_end : 0, now_ms);
+    if (t_latencies != nullptr) t_latencies->push_back(request_ns);
+    if (!r->final_sent) {
+      auto response = std::move(r->response);
+      if (decoupled && response->outputs.empty()) response->empty_final = true;
+      response->final = true;
+      Deliver(request, std::move(response));
+    }
+  }
+  // The request (and what keeps its inputs alive) goes before the count drops; the model it
+  // referenced stays alive until this instance is done with its own lock.
+  std::shared_ptr<Model> keep = std::move(request.model);
+  owned.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--outstanding_ == 0) idle_.notify_all();
+  }
 }
 
 }  // namespace nereid

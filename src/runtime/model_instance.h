@@ -1,9 +1,11 @@
 // ModelInstance: one execution instance of a model (instance_group count N gives N of them), bound
-// to a device and driven by exactly one scheduler thread. It turns a batch of requests into one
-// backend call and completes every request afterwards.
+// to a kind and device and driven by exactly one scheduler thread. It hands a batch of requests to
+// the backend, which completes each request (now or later, from any thread) through Send/Complete.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 namespace nereid {
 
 class Model;
+struct BackendRequest;
 
 class ModelInstance : public BatchExecutor {
  public:
@@ -21,9 +24,18 @@ class ModelInstance : public BatchExecutor {
       : model_(model), name_(std::move(name)), kind_(kind), device_id_(device_id) {}
 
   Status Initialize();
+  // Waits until every request handed to the backend is completed, then finalizes the backend's
+  // instance.
   void Finalize();
-  // Executes the batch and completes every request in it (success or error).
+  // Hands the batch to the backend. Requests the backend completes before returning count in the
+  // summary's latencies; the others complete later.
   ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override;
+
+  // NereidRequestSend / NereidRequestComplete.
+  void Send(BackendRequest* request, bool final);
+  void Complete(BackendRequest* request, Status status);
+  // Requests handed to the backend and not yet completed.
+  size_t Outstanding() const;
 
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }
@@ -32,11 +44,19 @@ class ModelInstance : public BatchExecutor {
   void* state = nullptr;  // backend-owned
 
  private:
+  // Orders the outputs as requested and applies classification; an error when one is missing.
+  Status FinishOutputs(const InferenceRequest& request, InferenceResponse& response,
+                       bool require_all) const;
+  void Deliver(InferenceRequest& request, std::unique_ptr<InferenceResponse> response);
+
   Model* model_;
   std::string name_;
   NereidInstanceKind kind_;
   int32_t device_id_;
   bool initialized_ = false;
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  size_t outstanding_ = 0;
 };
 
 }  // namespace nereid

@@ -7,7 +7,7 @@
 
 #include "common/logging.h"
 #include "repository/model_repository.h"
-#include "runtime/backend.h"
+#include "runtime/backend_library.h"
 #include "server/server_options.h"
 
 namespace nereid {

@@ -173,7 +173,9 @@ HOSTILE = {
     "reshape_grows": (simple_config(input=[
         {"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [2], "reshape": {"shape": [4096]}},
         {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": [16]}]), "different numbers of elements"),
-    "decoupled": (simple_config(model_transaction_policy={"decoupled": True}), "decoupled"),
+    "batch_input": (simple_config(batch_input=[{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["N"],
+                                                "data_type": "TYPE_FP32", "source_input": ["INPUT0"]}]),
+                    "batch inputs"),
 }
 
 

@@ -277,8 +277,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
 
 TEST(ConfigTest, UnsupportedFeaturesAreRefusedNotIgnored) {
   for (const std::string& extra :
-       {std::string("model_transaction_policy { decoupled: true }\n"),
-        std::string("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"N\" data_type: "
+       {std::string("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"N\" data_type: "
                     "TYPE_FP32 source_input: \"IN\" } ]\n"),
         std::string("sequence_batching { control_input [ { name: \"S\" control [ { kind: "
                     "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ] }\n")}) {
@@ -385,13 +384,17 @@ TEST(ResolveBackendTest, PlatformsAndBackends) {
   inference::ModelConfig c;
   c.set_name("m");
   c.set_platform("onnxruntime_onnx");
-  EXPECT_EQ(*ResolveBackend(&c, "/nonexistent", {1}), "native");
+  EXPECT_EQ(*ResolveBackend(&c, "/nonexistent", {1}), "onnxruntime");
+  EXPECT_EQ(c.backend(), "onnxruntime");
   inference::ModelConfig t;
   t.set_name("m");
   t.set_platform("tensorrt_plan");
-  auto r = ResolveBackend(&t, "/nonexistent", {1});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
+  EXPECT_EQ(*ResolveBackend(&t, "/nonexistent", {1}), "tensorrt");
+  inference::ModelConfig bad;
+  bad.set_name("m");
+  bad.set_platform("no_such_platform");
+  EXPECT_EQ(ResolveBackend(&bad, "/nonexistent", {1}).status().code(),
+            Status::Code::kInvalidArgument);
   inference::ModelConfig none;
   none.set_name("m");
   EXPECT_FALSE(ResolveBackend(&none, "/nonexistent", {1}).ok());

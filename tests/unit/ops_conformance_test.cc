@@ -11,7 +11,7 @@
 #include <fstream>
 #include <map>
 
-#include "common/half.h"
+#include "nereid/half.h"
 #include "graph.h"
 
 namespace nereid::native {

@@ -68,7 +68,7 @@ TEST(RepositoryTest, LoadsAndServesAModel) {
   auto response = Infer(**model, {1, 2, 3, 4}, {10, 20, 30, 40});
   ASSERT_TRUE(response && response->status.ok()) << response->status.message();
   ASSERT_EQ(response->outputs.size(), 1u);
-  const auto* out = reinterpret_cast<const int32_t*>(response->outputs[0].data.data());
+  const auto* out = reinterpret_cast<const int32_t*>(response->outputs[0].bytes());
   EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{11, 22, 33, 44}));
   EXPECT_EQ(response->outputs[0].shape, (std::vector<int64_t>{1, 4}));
   EXPECT_TRUE(f.repository->Ready());
@@ -165,7 +165,7 @@ TEST(RepositoryTest, AnInitializerThatIsAlsoAGraphInputIsAnOptionalInput) {
     EXPECT_TRUE((*model)->Enqueue(request).ok());
     auto response = future.get();
     EXPECT_TRUE(response->status.ok()) << response->status.message();
-    const auto* out = reinterpret_cast<const int32_t*>(response->outputs.at(0).data.data());
+    const auto* out = reinterpret_cast<const int32_t*>(response->outputs.at(0).bytes());
     return std::vector<int32_t>(out, out + 4);
   };
   EXPECT_EQ(run(true), (std::vector<int32_t>{11, 22, 33, 44}));       // the request's B
@@ -233,7 +233,7 @@ TEST(RepositoryTest, ReloadsUnderTrafficLoseNothing) {
         }
         auto response = Infer(**model, {1, 2, 3, 4}, {10, 20, 30, 40});
         const bool ok = response && response->status.ok() &&
-                        reinterpret_cast<const int32_t*>(response->outputs[0].data.data())[3] == 44;
+                        reinterpret_cast<const int32_t*>(response->outputs[0].bytes())[3] == 44;
         ok ? ++answered : ++wrong;
       }
     });

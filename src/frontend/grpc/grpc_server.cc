@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -126,6 +127,33 @@ Status BuildRequest(const pb::ModelInferRequest& message, const Model& model, In
     } else if (key == "timeout") {
       ASSIGN_OR_RETURN(r->timeout_us, UintParameter(value, key));
     }
+    RequestParameter p;
+    p.name = key;
+    switch (value.parameter_choice_case()) {
+      case pb::InferParameter::kBoolParam:
+        p.type = RequestParameter::Type::kBool;
+        p.bool_value = value.bool_param();
+        break;
+      case pb::InferParameter::kInt64Param:
+        p.type = RequestParameter::Type::kInt64;
+        p.int_value = value.int64_param();
+        break;
+      case pb::InferParameter::kUint64Param:
+        if (value.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          return InvalidArgument("parameter '" + key + "' is out of range");
+        p.type = RequestParameter::Type::kInt64;
+        p.int_value = static_cast<int64_t>(value.uint64_param());
+        break;
+      case pb::InferParameter::kDoubleParam:
+        p.type = RequestParameter::Type::kDouble;
+        p.double_value = value.double_param();
+        break;
+      default:
+        p.type = RequestParameter::Type::kString;
+        p.string_value = value.string_param();
+        break;
+    }
+    r->parameters.push_back(std::move(p));
   }
   const bool raw = message.raw_input_contents_size() > 0;
   if (raw && message.raw_input_contents_size() != message.inputs_size())
@@ -185,7 +213,7 @@ void FillResponse(const InferenceResponse& r, pb::ModelInferResponse* out) {
     t->set_name(o.name);
     t->set_datatype(std::string(DataTypeName(o.datatype)));
     for (int64_t d : o.shape) t->add_shape(d);
-    out->add_raw_output_contents(reinterpret_cast<const char*>(o.data.data()), o.data.size());
+    out->add_raw_output_contents(reinterpret_cast<const char*>(o.bytes()), o.byte_size());
   }
 }
 
@@ -553,7 +581,15 @@ class GrpcServer::Impl final : public ServiceBase {
       return reactor;
     }
     std::unique_ptr<InferenceRequest> r = std::move(infer).value();
+    if (r->model->decoupled()) {
+      reactor->Finish(ToGrpc(Unsupported(
+          "ModelInfer RPC doesn't support models with decoupled transaction policy")));
+      return reactor;
+    }
     r->payload = std::move(message).value();  // raw input data points into the message
+    // The context lives until Finish, which runs after completion.
+    r->cancel = std::make_shared<CancelFlag>();
+    r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
     // The response buffer lives until Finish, which runs after completion.
     r->on_complete = [reactor, raw_response](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
@@ -652,21 +688,36 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       ++in_flight_;
     }
     StartRead(&next_);
-    if (!parsed.ok()) return Send(Error("", "", parsed.status()));
+    if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
     std::shared_ptr<pb::ModelInferRequest> message = std::move(parsed).value();
     auto request = server_->MakeRequest(*message);
-    if (!request.ok()) return Send(Error(message->model_name(), message->id(), request.status()));
+    if (!request.ok())
+      return Send(Error(message->model_name(), message->id(), request.status()), true);
     std::unique_ptr<InferenceRequest> r = std::move(request).value();
     r->payload = message;  // raw input data points into the message
-    r->on_complete = [this](std::unique_ptr<InferenceResponse> result) {
-      if (!result->status.ok()) return Send(Error(result->model_name, result->id, result->status));
+    r->cancel = cancel_;
+    bool empty_final = false;
+    for (const auto& p : r->parameters)
+      if (p.name == "triton_enable_empty_final_response" &&
+          p.type == RequestParameter::Type::kBool)
+        empty_final = p.bool_value;
+    // Decoupled models answer with any number of responses; each carries Triton's
+    // "triton_final_response" flag, and an empty final one is sent only when the client asked.
+    const bool decoupled = r->model->decoupled();
+    r->on_complete = [this, decoupled, empty_final](std::unique_ptr<InferenceResponse> result) {
+      if (!result->status.ok())
+        return Send(Error(result->model_name, result->id, result->status), true);
+      if (result->empty_final && !empty_final) return Send(std::nullopt, true);
       pb::ModelStreamInferResponse out;
       FillResponse(*result, out.mutable_infer_response());
-      Send(out);
+      if (decoupled)
+        (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+            .set_bool_param(result->final);
+      Send(out, result->final);
     };
     auto model = r->model;
     Status queued = model->Enqueue(r);
-    if (!queued.ok()) Send(Error(message->model_name(), message->id(), queued));
+    if (!queued.ok()) Send(Error(message->model_name(), message->id(), queued), true);
   }
 
   void OnWriteDone(bool ok) override {
@@ -682,6 +733,8 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     bool destroy = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // Ended before we finished it: the client cancelled or went away; its requests stop.
+      if (!finished_) cancel_->cancelled.store(true, std::memory_order_relaxed);
       done_ = true;
       destroy = in_flight_ == 0 && !deleted_;
       if (destroy) deleted_ = true;
@@ -700,16 +753,17 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     return out;
   }
 
-  // Queues the response of one request (serialized now, on the completing thread) and writes it
-  // when the stream is free.
-  void Send(const pb::ModelStreamInferResponse& response) {
+  // Queues a response of one request (serialized now, on the completing thread) and writes it
+  // when the stream is free; 'last' when the request has no more responses to come (the response
+  // itself may be absent: an empty final response the client did not ask for).
+  void Send(const std::optional<pb::ModelStreamInferResponse>& response, bool last) {
     grpc::ByteBuffer buffer;
-    Serialize(response, &buffer);
+    if (response) Serialize(*response, &buffer);
     bool destroy = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      --in_flight_;
-      if (!done_ && !broken_) {
+      if (last) --in_flight_;
+      if (response && !done_ && !broken_) {
         pending_.push_back(std::move(buffer));
         WriteNextLocked();
       }
@@ -733,6 +787,7 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   }
 
   GrpcServer::Impl* server_;
+  std::shared_ptr<CancelFlag> cancel_ = std::make_shared<CancelFlag>();
   grpc::ByteBuffer next_;
   std::mutex mu_;
   std::deque<grpc::ByteBuffer> pending_;

@@ -649,6 +649,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     auto model_or = server_->repository_->GetModel(route.model, route.version);
     if (!model_or.ok()) return SendStatus(model_or.status());
     std::shared_ptr<Model> model = std::move(model_or).value();
+    if (model->decoupled())
+      return SendStatus(
+          Unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
 
     auto body = std::make_shared<std::string>(std::move(req.body()));
     if (auto it = req.find(bhttp::field::content_encoding); it != req.end()) {

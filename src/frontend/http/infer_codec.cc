@@ -11,7 +11,7 @@
 #include <limits>
 #include <optional>
 
-#include "common/half.h"
+#include "nereid/half.h"
 
 namespace nereid::http {
 namespace {
@@ -217,6 +217,34 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
                      BoolParam(*params, "binary_data_output", false));
     ASSIGN_OR_RETURN(request->priority, UintParam(*params, "priority"));
     ASSIGN_OR_RETURN(request->timeout_us, UintParam(*params, "timeout"));
+    for (auto [key, value] : simdjson::dom::object(*params)) {
+      RequestParameter p;
+      p.name = std::string(key);
+      switch (value.type()) {
+        case element_type::BOOL:
+          p.type = RequestParameter::Type::kBool;
+          p.bool_value = bool(value);
+          break;
+        case element_type::INT64:
+          p.type = RequestParameter::Type::kInt64;
+          p.int_value = int64_t(value);
+          break;
+        case element_type::UINT64:
+          return InvalidArgument("parameter '" + p.name + "' is out of range");
+        case element_type::DOUBLE:
+          p.type = RequestParameter::Type::kDouble;
+          p.double_value = double(value);
+          break;
+        case element_type::STRING:
+          p.type = RequestParameter::Type::kString;
+          p.string_value = std::string(std::string_view(value));
+          break;
+        default:
+          return InvalidArgument("parameter '" + p.name +
+                                 "' must be a boolean, a number or a string");
+      }
+      request->parameters.push_back(std::move(p));
+    }
   }
   auto inputs = Member(doc, "inputs");
   if (!inputs || inputs->type() != element_type::ARRAY)
@@ -343,8 +371,8 @@ void WriteFloat(Writer& w, double v, bool single) {
 
 void WriteData(Writer& w, const InferOutput& out) {
   w.StartArray();
-  const uint8_t* p = out.data.data();
-  const size_t n = out.data.size();
+  const uint8_t* p = out.bytes();
+  const size_t n = out.byte_size();
   switch (out.datatype) {
     case DataType::kBool:
       for (size_t i = 0; i < n; ++i) w.Bool(p[i] != 0);
@@ -435,9 +463,9 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
       w.Key("parameters");
       w.StartObject();
       w.Key("binary_data_size");
-      w.Uint64(out.data.size());
+      w.Uint64(out.byte_size());
       w.EndObject();
-      binary_bytes += out.data.size();
+      binary_bytes += out.byte_size();
     } else {
       w.Key("data");
       WriteData(w, out);
@@ -454,7 +482,7 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
   for (const auto& out : response.outputs) {
     if (!out.binary) continue;
     encoded.has_binary = true;
-    encoded.body.append(reinterpret_cast<const char*>(out.data.data()), out.data.size());
+    encoded.body.append(reinterpret_cast<const char*>(out.bytes()), out.byte_size());
   }
   return encoded;
 }

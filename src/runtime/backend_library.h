@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "nereid/backend.h"
@@ -23,6 +24,8 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   const std::string& name() const { return name_; }
+  // Other backend names this library answers for (NereidBackendAliases).
+  const std::vector<std::string>& aliases() const { return aliases_; }
 
   NereidError* (*model_initialize)(NereidModel*) = nullptr;
   NereidError* (*model_finalize)(NereidModel*) = nullptr;
@@ -33,10 +36,13 @@ class Backend {
  private:
   Backend() = default;
   std::string name_;
+  std::vector<std::string> aliases_;
   void* handle_ = nullptr;
   NereidError* (*backend_finalize_)() = nullptr;
 };
 
+// Resolves backend names to libraries: libnereid_backend_<name>.so when it exists, else a library
+// in the directory that declares <name> as an alias.
 class BackendManager {
  public:
   explicit BackendManager(std::string directory) : directory_(std::move(directory)) {}
@@ -45,8 +51,9 @@ class BackendManager {
 
  private:
   std::string directory_;
+  StatusOr<std::shared_ptr<Backend>> LoadLocked(const std::string& name);
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Backend>> loaded_;
+  std::map<std::string, std::shared_ptr<Backend>> loaded_;  // by library name and by alias
 };
 
 }  // namespace nereid

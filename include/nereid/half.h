@@ -1,5 +1,5 @@
-// IEEE half and bfloat16 conversions (round to nearest even), used by JSON tensor I/O, Cast and
-// classification. Header-only so kernels inline them.
+// IEEE half and bfloat16 conversions (round to nearest even). Header-only and dependency-free, so
+// the server (JSON tensors, classification) and backends (casts, kernels) share one definition.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,102 @@
+#include "memory/buffer.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <new>
+
+namespace nereid {
+namespace {
+
+constexpr size_t kAlignment = 64;
+// A single allocation above this is refused instead of attempted (no tensor the server accepts can
+// be that large: request bodies and gRPC messages are bounded far below).
+constexpr size_t kMaxAllocation = size_t{1} << 40;
+
+std::atomic<uint64_t> g_counts[4];
+
+}  // namespace
+
+std::string_view MemoryTypeName(MemoryType type) {
+  switch (type) {
+    case MemoryType::kCpu:
+      return "CPU";
+    case MemoryType::kCpuPinned:
+      return "CPU_PINNED";
+    case MemoryType::kGpu:
+      return "GPU";
+    case MemoryType::kShm:
+      return "SHM";
+  }
+  return "UNKNOWN";
+}
+
+std::shared_ptr<uint8_t[]> AllocateAligned(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+StatusOr<Buffer> HeapAllocator::Allocate(size_t bytes, MemoryLocation) {
+  if (bytes > kMaxAllocation)
+    return InvalidArgument("cannot allocate " + std::to_string(bytes) + " bytes");
+  std::shared_ptr<uint8_t[]> storage;
+  try {
+    storage = AllocateAligned(bytes);
+  } catch (const std::bad_alloc&) {
+    return Unavailable("out of memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  uint8_t* data = storage.get();
+  return Buffer(data, bytes, MemoryLocation{MemoryType::kCpu, 0}, std::move(storage));
+}
+
+StatusOr<Buffer> PinnedAllocator::Allocate(size_t bytes, MemoryLocation preferred) {
+  if (bytes > kMaxAllocation)
+    return InvalidArgument("cannot allocate " + std::to_string(bytes) + " bytes");
+  const size_t length = std::max<size_t>(bytes, 1);
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return HeapAllocator().Allocate(bytes, preferred);
+  if (mlock(p, length) != 0) {  // over RLIMIT_MEMLOCK: ordinary memory serves
+    munmap(p, length);
+    return HeapAllocator().Allocate(bytes, preferred);
+  }
+  std::shared_ptr<const void> owner(p, [length](const void* q) {
+    munlock(q, length);
+    munmap(const_cast<void*>(q), length);
+  });
+  return Buffer(static_cast<uint8_t*>(p), bytes, MemoryLocation{MemoryType::kCpuPinned, 0},
+                std::move(owner));
+}
+
+namespace {
+class ServerAllocator final : public Allocator {
+ public:
+  StatusOr<Buffer> Allocate(size_t bytes, MemoryLocation preferred) override {
+    if (preferred.type == MemoryType::kCpuPinned) return pinned_.Allocate(bytes, preferred);
+    return heap_.Allocate(bytes, preferred);
+  }
+
+ private:
+  HeapAllocator heap_;
+  PinnedAllocator pinned_;
+};
+}  // namespace
+
+Allocator& DefaultAllocator() {
+  static ServerAllocator allocator;
+  return allocator;
+}
+
+void CountCopy(CopyKind kind, size_t bytes) {
+  const int base = kind == CopyKind::kInput ? 0 : 2;
+  g_counts[base].fetch_add(bytes, std::memory_order_relaxed);
+  g_counts[base + 1].fetch_add(1, std::memory_order_relaxed);
+}
+
+CopyCounts CopyCountsNow() {
+  return {g_counts[0].load(std::memory_order_relaxed), g_counts[1].load(std::memory_order_relaxed),
+          g_counts[2].load(std::memory_order_relaxed), g_counts[3].load(std::memory_order_relaxed)};
+}
+
+}  // namespace nereid

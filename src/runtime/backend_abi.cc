@@ -1,0 +1,292 @@
+// Implements the server functions of include/nereid/backend.h. The opaque handles are the core's
+// own objects: NereidModel is Model, NereidInstance is ModelInstance, NereidRequest is
+// BackendRequest.
+#include "runtime/backend_abi.h"
+
+#include <cstring>
+
+#include "common/logging.h"
+#include "runtime/backend_library.h"
+#include "runtime/model.h"
+
+using nereid::BackendRequest;
+using nereid::Model;
+using nereid::ModelInstance;
+
+static_assert(static_cast<int>(nereid::DataType::kBf16) == NEREID_TYPE_BF16 &&
+              static_cast<int>(nereid::DataType::kBytes) == NEREID_TYPE_BYTES &&
+              static_cast<int>(nereid::DataType::kFp32) == NEREID_TYPE_FP32 &&
+              static_cast<int>(nereid::DataType::kBool) == NEREID_TYPE_BOOL);
+static_assert(static_cast<int>(nereid::MemoryType::kShm) == NEREID_MEMORY_SHM &&
+              static_cast<int>(nereid::MemoryType::kGpu) == NEREID_MEMORY_GPU &&
+              static_cast<int>(nereid::MemoryType::kCpuPinned) == NEREID_MEMORY_CPU_PINNED);
+
+namespace {
+
+Model* AsModel(const NereidModel* m) {
+  return reinterpret_cast<Model*>(const_cast<NereidModel*>(m));
+}
+ModelInstance* AsInstance(const NereidInstance* i) {
+  return reinterpret_cast<ModelInstance*>(const_cast<NereidInstance*>(i));
+}
+BackendRequest* AsRequest(const NereidRequest* r) { return BackendRequest::From(r); }
+
+NereidError* Error(NereidErrorCode code, const std::string& message) {
+  return new NereidError{code, message};
+}
+
+void FillTensor(const nereid::InferInput& in, NereidTensor* t) {
+  t->name = in.name.c_str();
+  t->datatype = static_cast<NereidDataType>(in.datatype);
+  t->shape = in.shape.data();
+  t->dims_count = static_cast<uint32_t>(in.shape.size());
+  t->data = in.data;
+  t->byte_size = in.byte_size;
+  t->memory_type = static_cast<NereidMemoryType>(in.location.type);
+  t->device_id = in.location.device;
+}
+
+}  // namespace
+
+namespace nereid {
+
+NereidError* ErrorFromStatus(const Status& s) {
+  if (s.ok()) return nullptr;
+  switch (s.code()) {
+    case Status::Code::kNotFound:
+      return Error(NEREID_ERROR_NOT_FOUND, s.message());
+    case Status::Code::kUnavailable:
+      return Error(NEREID_ERROR_UNAVAILABLE, s.message());
+    case Status::Code::kUnsupported:
+      return Error(NEREID_ERROR_UNSUPPORTED, s.message());
+    case Status::Code::kInternal:
+      return Error(NEREID_ERROR_INTERNAL, s.message());
+    case Status::Code::kCancelled:
+      return Error(NEREID_ERROR_CANCELLED, s.message());
+    default:
+      return Error(NEREID_ERROR_INVALID_ARG, s.message());
+  }
+}
+
+Status StatusFromBackend(NereidError* error) {
+  if (error == nullptr) return Status::Ok();
+  Status::Code code = Status::Code::kInvalidArgument;
+  switch (error->code) {
+    case NEREID_ERROR_NOT_FOUND:
+      code = Status::Code::kNotFound;
+      break;
+    case NEREID_ERROR_UNAVAILABLE:
+      code = Status::Code::kUnavailable;
+      break;
+    case NEREID_ERROR_UNSUPPORTED:
+      code = Status::Code::kUnsupported;
+      break;
+    case NEREID_ERROR_INTERNAL:
+      code = Status::Code::kInternal;
+      break;
+    case NEREID_ERROR_CANCELLED:
+      code = Status::Code::kCancelled;
+      break;
+    default:
+      break;
+  }
+  Status s(code, std::move(error->message));
+  delete error;
+  return s;
+}
+
+}  // namespace nereid
+
+extern "C" {
+
+uint32_t NereidServerApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
+uint64_t NereidNowNs(void) { return nereid::SteadyNowNs(); }
+
+NereidError* NereidErrorNew(NereidErrorCode code, const char* message) {
+  return new NereidError{code, message ? message : ""};
+}
+NereidErrorCode NereidErrorGetCode(const NereidError* error) { return error->code; }
+const char* NereidErrorGetMessage(const NereidError* error) { return error->message.c_str(); }
+void NereidErrorDelete(NereidError* error) { delete error; }
+
+void NereidLog(NereidLogLevel level, const char* file, int line, const char* message) {
+  nereid::LogLevel l = level == NEREID_LOG_WARNING   ? nereid::LogLevel::kWarning
+                       : level == NEREID_LOG_ERROR   ? nereid::LogLevel::kError
+                       : level == NEREID_LOG_VERBOSE ? nereid::LogLevel::kVerbose
+                                                     : nereid::LogLevel::kInfo;
+  const auto& settings = nereid::GlobalLogSettings();
+  const bool enabled = l == nereid::LogLevel::kVerbose   ? NEREID_VLOG_ON(1)
+                       : l == nereid::LogLevel::kWarning ? settings.warning.load()
+                       : l == nereid::LogLevel::kError   ? settings.error.load()
+                                                         : settings.info.load();
+  if (!enabled) return;
+  nereid::LogLine(l, file ? file : "backend", line, message ? message : "");
+}
+
+const char* NereidModelName(const NereidModel* model) { return AsModel(model)->name().c_str(); }
+int64_t NereidModelVersion(const NereidModel* model) { return AsModel(model)->version(); }
+const char* NereidModelVersionPath(const NereidModel* model) {
+  return AsModel(model)->version_path().c_str();
+}
+const char* NereidModelConfigJson(const NereidModel* model) {
+  return AsModel(model)->config_json().c_str();
+}
+NereidError* NereidModelSetConfigJson(NereidModel* model, const char* json) {
+  if (json == nullptr) return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "config JSON is NULL");
+  return nereid::ErrorFromStatus(AsModel(model)->SetConfigJson(json));
+}
+int NereidModelIsDecoupled(const NereidModel* model) { return AsModel(model)->decoupled() ? 1 : 0; }
+void NereidModelSetState(NereidModel* model, void* state) { AsModel(model)->backend_state = state; }
+void* NereidModelState(const NereidModel* model) { return AsModel(model)->backend_state; }
+
+NereidModel* NereidInstanceModel(const NereidInstance* instance) {
+  return reinterpret_cast<NereidModel*>(AsInstance(instance)->model());
+}
+const char* NereidInstanceName(const NereidInstance* instance) {
+  return AsInstance(instance)->name().c_str();
+}
+NereidInstanceKind NereidInstanceGetKind(const NereidInstance* instance) {
+  return AsInstance(instance)->kind();
+}
+int32_t NereidInstanceDeviceId(const NereidInstance* instance) {
+  return AsInstance(instance)->device_id();
+}
+void NereidInstanceSetState(NereidInstance* instance, void* state) {
+  AsInstance(instance)->state = state;
+}
+void* NereidInstanceState(const NereidInstance* instance) { return AsInstance(instance)->state; }
+
+const char* NereidRequestId(const NereidRequest* request) {
+  return AsRequest(request)->request->id.c_str();
+}
+uint32_t NereidRequestFlags(const NereidRequest* request) {
+  return AsRequest(request)->request->flags;
+}
+int NereidRequestIsCancelled(const NereidRequest* request) {
+  return AsRequest(request)->request->cancelled() ? 1 : 0;
+}
+uint32_t NereidRequestParameterCount(const NereidRequest* request) {
+  return static_cast<uint32_t>(AsRequest(request)->request->parameters.size());
+}
+NereidError* NereidRequestParameter(const NereidRequest* request, uint32_t index,
+                                    NereidParameter* parameter) {
+  const auto& params = AsRequest(request)->request->parameters;
+  if (index >= params.size() || parameter == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "parameter index out of range");
+  const nereid::RequestParameter& p = params[index];
+  parameter->name = p.name.c_str();
+  parameter->type = static_cast<NereidParameterType>(p.type);
+  parameter->bool_value = p.bool_value ? 1 : 0;
+  parameter->int_value = p.int_value;
+  parameter->double_value = p.double_value;
+  parameter->string_value = p.string_value.c_str();
+  return nullptr;
+}
+
+uint32_t NereidRequestInputCount(const NereidRequest* request) {
+  return static_cast<uint32_t>(AsRequest(request)->request->inputs.size());
+}
+
+NereidError* NereidRequestInput(const NereidRequest* request, uint32_t index,
+                                NereidTensor* tensor) {
+  const auto& inputs = AsRequest(request)->request->inputs;
+  if (index >= inputs.size() || tensor == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "input index out of range");
+  FillTensor(inputs[index], tensor);
+  return nullptr;
+}
+
+NereidError* NereidRequestInputByName(const NereidRequest* request, const char* name,
+                                      NereidTensor* tensor) {
+  const nereid::InferInput* in = AsRequest(request)->request->FindInput(name ? name : "");
+  if (in == nullptr || tensor == nullptr)
+    return Error(NEREID_ERROR_NOT_FOUND,
+                 std::string("request has no input '") + (name ? name : "") + "'");
+  FillTensor(*in, tensor);
+  return nullptr;
+}
+
+uint32_t NereidRequestOutputCount(const NereidRequest* request) {
+  return static_cast<uint32_t>(AsRequest(request)->request->outputs.size());
+}
+
+const char* NereidRequestOutputName(const NereidRequest* request, uint32_t index) {
+  const auto& outputs = AsRequest(request)->request->outputs;
+  return index < outputs.size() ? outputs[index].name.c_str() : nullptr;
+}
+
+NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* name,
+                                         NereidDataType datatype, const int64_t* shape,
+                                         uint32_t dims_count, uint64_t byte_size,
+                                         NereidMemoryType preferred, int64_t preferred_device_id,
+                                         NereidBuffer* buffer) {
+  BackendRequest* r = AsRequest(request);
+  if (name == nullptr || buffer == nullptr || (shape == nullptr && dims_count > 0))
+    return Error(NEREID_ERROR_INVALID_ARG, "output name, shape and buffer must not be NULL");
+  if (r->final_sent)
+    return Error(NEREID_ERROR_INTERNAL, std::string("output '") + name +
+                                            "' allocated after the final response was sent");
+  for (const auto& out : r->response->outputs)
+    if (out.name == name)
+      return Error(NEREID_ERROR_INTERNAL, std::string("output '") + name + "' allocated twice");
+  const auto type = static_cast<nereid::DataType>(datatype);
+  if (type != nereid::DataType::kBytes) {
+    const int64_t expected = nereid::TensorByteSize(type, shape, dims_count);
+    if (expected < 0 || static_cast<uint64_t>(expected) != byte_size)
+      return Error(NEREID_ERROR_INTERNAL,
+                   std::string("output '") + name + "': byte_size does not match shape");
+  }
+  nereid::InferOutput out;
+  out.name = name;
+  out.datatype = type;
+  out.shape.assign(shape, shape + dims_count);
+  const nereid::RequestedOutput* wanted = nullptr;
+  for (const auto& o : r->request->outputs)
+    if (o.name == name) wanted = &o;
+  if (wanted != nullptr && wanted->has_destination && wanted->class_count == 0) {
+    // The client asked for this output in its shared-memory region: write it there.
+    if (byte_size > wanted->destination.size())
+      return Error(NEREID_ERROR_INVALID_ARG,
+                   std::string("output '") + name + "' needs " + std::to_string(byte_size) +
+                       " bytes, but its shared-memory region has " +
+                       std::to_string(wanted->destination.size()));
+    const nereid::Buffer& d = wanted->destination;
+    out.buffer = nereid::Buffer(d.data(), byte_size, d.location(), d.owner());
+    out.in_shared_memory = true;
+  } else {
+    auto allocated = nereid::DefaultAllocator().Allocate(
+        byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(preferred),
+                                          preferred_device_id});
+    if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
+    out.buffer = std::move(allocated).value();
+  }
+  buffer->data = out.buffer.data();
+  buffer->memory_type = static_cast<NereidMemoryType>(out.buffer.location().type);
+  buffer->device_id = out.buffer.location().device;
+  r->response->outputs.push_back(std::move(out));
+  return nullptr;
+}
+
+NereidError* NereidRequestSend(NereidRequest* request, uint32_t flags) {
+  BackendRequest* r = AsRequest(request);
+  if (!r->instance->model()->decoupled())
+    return Error(NEREID_ERROR_INTERNAL,
+                 "NereidRequestSend is for decoupled models; complete the request instead");
+  if (r->final_sent) return Error(NEREID_ERROR_INTERNAL, "the final response was already sent");
+  r->instance->Send(r, (flags & NEREID_RESPONSE_FINAL) != 0);
+  return nullptr;
+}
+
+void NereidRequestSetComputeTimes(NereidRequest* request, uint64_t start_ns, uint64_t end_ns) {
+  BackendRequest* r = AsRequest(request);
+  if (end_ns < start_ns) return;
+  r->compute_start_ns = start_ns;
+  r->compute_end_ns = end_ns;
+}
+
+void NereidRequestComplete(NereidRequest* request, NereidError* error) {
+  BackendRequest* r = AsRequest(request);
+  r->instance->Complete(r, nereid::StatusFromBackend(error));
+}
+
+}  // extern "C"

@@ -1,0 +1,42 @@
+// The server side of include/nereid/backend.h: what a NereidRequest handle is while a backend holds
+// it, and the conversions between backend errors and Status.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "nereid/backend.h"
+#include "runtime/inference_request.h"
+
+struct NereidError {
+  NereidErrorCode code;
+  std::string message;
+};
+
+namespace nereid {
+
+class ModelInstance;
+
+// One request from NereidInstanceExecute until NereidRequestComplete: the request (inputs) and the
+// response being built. Heap-allocated; NereidRequestComplete deletes it.
+struct BackendRequest {
+  std::unique_ptr<InferenceRequest> request;
+  std::unique_ptr<InferenceResponse> response;
+  ModelInstance* instance = nullptr;
+  uint64_t exec_start_ns = 0;
+  uint64_t compute_start_ns = 0;  // reported by the backend; 0 when it did not
+  uint64_t compute_end_ns = 0;
+  bool final_sent = false;  // decoupled: NEREID_RESPONSE_FINAL went out
+
+  NereidRequest* handle() { return reinterpret_cast<NereidRequest*>(this); }
+  static BackendRequest* From(const NereidRequest* r) {
+    return reinterpret_cast<BackendRequest*>(const_cast<NereidRequest*>(r));
+  }
+};
+
+// Converts a backend-owned error into a Status and frees it (NULL -> Ok).
+Status StatusFromBackend(NereidError* error);
+// A new error for the backend (NULL for Ok).
+NereidError* ErrorFromStatus(const Status& status);
+
+}  // namespace nereid
