@@ -243,13 +243,14 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
   const nereid::RequestedOutput* wanted = nullptr;
   for (const auto& o : r->request->outputs)
     if (o.name == name) wanted = &o;
-  if (wanted != nullptr && wanted->has_destination && wanted->class_count == 0) {
+  if (wanted != nullptr && wanted->has_destination) {
     // The client asked for this output in its shared-memory region: write it there.
     if (byte_size > wanted->destination.size())
       return Error(NEREID_ERROR_INVALID_ARG,
-                   std::string("output '") + name + "' needs " + std::to_string(byte_size) +
-                       " bytes, but its shared-memory region has " +
-                       std::to_string(wanted->destination.size()));
+                   std::string("shared memory size specified with the request for output '") +
+                       name + "' (" + std::to_string(wanted->destination.size()) +
+                       " bytes) should be at least " + std::to_string(byte_size) +
+                       " bytes to hold the results");
     const nereid::Buffer& d = wanted->destination;
     out.buffer = nereid::Buffer(d.data(), byte_size, d.location(), d.owner());
     out.in_shared_memory = true;

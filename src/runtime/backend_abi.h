@@ -2,6 +2,7 @@
 // it, and the conversions between backend errors and Status.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,18 @@ struct NereidError {
 namespace nereid {
 
 class ModelInstance;
+class ModelStats;
+
+// One backend execution (a batch), recorded in the statistics once: when its first request
+// completes or when Execute returns, whichever comes first, so that no request is counted before
+// the execution it ran in.
+struct BatchExecution {
+  ModelStats* stats = nullptr;
+  int64_t rows = 0;
+  uint64_t start_ns = 0;
+  std::atomic<bool> recorded{false};
+  void Record(uint64_t end_ns);
+};
 
 // One request from NereidInstanceExecute until NereidRequestComplete: the request (inputs) and the
 // response being built. Heap-allocated; NereidRequestComplete deletes it.
@@ -23,6 +36,7 @@ struct BackendRequest {
   std::unique_ptr<InferenceRequest> request;
   std::unique_ptr<InferenceResponse> response;
   ModelInstance* instance = nullptr;
+  std::shared_ptr<BatchExecution> execution;
   uint64_t exec_start_ns = 0;
   uint64_t compute_start_ns = 0;  // reported by the backend; 0 when it did not
   uint64_t compute_end_ns = 0;

@@ -95,11 +95,18 @@ void ModelInstance::Finalize() {
   if (!s.ok()) LOG_WARNING << "instance '" << name_ << "' finalize: " << s.message();
 }
 
+void BatchExecution::Record(uint64_t end_ns) {
+  if (!recorded.exchange(true)) stats->RecordExecution(rows, 0, end_ns - start_ns, 0);
+}
+
 ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
   ExecutionSummary summary;
   std::vector<NereidRequest*> handles;
   handles.reserve(batch.size());
   const uint64_t start = SteadyNowNs();
+  auto execution = std::make_shared<BatchExecution>();
+  execution->stats = &model_->stats();
+  execution->start_ns = start;
   for (auto& request : batch) {
     if (request->cancelled()) {  // the client left while it waited: do not compute for nobody
       model_->stats().RecordFailure(FailureReason::kCanceled, start - request->times.received_ns);
@@ -112,11 +119,13 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
     r->request = std::move(request);
     r->response = std::make_unique<InferenceResponse>();
     r->instance = this;
+    r->execution = execution;
     r->exec_start_ns = start;
     handles.push_back(r->handle());
   }
   batch.clear();
   if (handles.empty()) return summary;
+  execution->rows = summary.rows;
   {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_ += handles.size();
@@ -132,7 +141,7 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   }
   t_latencies = nullptr;
   summary.exec_ns = end - start;
-  model_->stats().RecordExecution(summary.rows, 0, summary.exec_ns, 0);
+  execution->Record(end);
   return summary;
 }
 
@@ -151,21 +160,8 @@ Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceRe
     }
     InferOutput out = std::move(*it);
     out.binary = wanted.binary;
-    if (wanted.class_count > 0) {
-      Classify(out, wanted.class_count, batching, model_->Labels(out.name));
-      if (wanted.has_destination) {  // classification strings go into the region too
-        if (out.byte_size() > wanted.destination.size())
-          return InvalidArgument("output '" + out.name + "' needs " +
-                                 std::to_string(out.byte_size()) +
-                                 " bytes, but its shared-memory region has " +
-                                 std::to_string(wanted.destination.size()));
-        std::memcpy(wanted.destination.data(), out.bytes(), out.byte_size());
-        CountCopy(CopyKind::kOutput, out.byte_size());
-        out.buffer = Buffer(wanted.destination.data(), out.byte_size(),
-                            wanted.destination.location(), wanted.destination.owner());
-        out.in_shared_memory = true;
-      }
-    }
+    // (The frontends refuse classification of an output bound to shared memory, as Triton does.)
+    if (wanted.class_count > 0) Classify(out, wanted.class_count, batching, model_->Labels(out.name));
     ordered.push_back(std::move(out));
   }
   response.outputs = std::move(ordered);
@@ -201,6 +197,7 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   if (status.ok() && !(decoupled && r->final_sent))
     status = FinishOutputs(request, *r->response, /*require_all=*/!decoupled);
   ModelStats& stats = model_->stats();
+  r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;
   request.times.compute_end_ns = end;
   if (!status.ok()) {

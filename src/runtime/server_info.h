@@ -15,6 +15,7 @@ inline const std::vector<std::string>& ServerExtensions() {
                                                       "model_repository",
                                                       "model_configuration",
                                                       "binary_tensor_data",
+                                                      "system_shared_memory",
                                                       "schedule_policy",
                                                       "statistics",
                                                       "logging"};

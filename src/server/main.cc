@@ -71,9 +71,11 @@ int Serve(const std::vector<std::string>& args) {
               << "(--exit-on-error=false keeps serving the others)";
     return 1;
   }
+  // The protocol-neutral API both frontends call; outlives them (declared before them).
+  nereid::InferenceServer api(&repository);
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
   if (options.allow_grpc) {
-    grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(options.grpc, &repository);
+    grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(options.grpc, &api);
     s = grpc->Start();
     if (!s.ok()) {
       LOG_ERROR << s.message();
@@ -84,8 +86,7 @@ int Serve(const std::vector<std::string>& args) {
   if (options.allow_metrics) options.http.metrics_port = options.metrics_port;
   if (options.allow_http) {
     http = std::make_unique<nereid::http::HttpServer>(
-        options.http, nereid::http::ServerInfo{nereid::kServerName, nereid::kServerVersion},
-        &repository);
+        options.http, nereid::http::ServerInfo{nereid::kServerName, nereid::kServerVersion}, &api);
     s = http->Start();
     if (!s.ok()) {
       LOG_ERROR << s.message();

@@ -26,7 +26,8 @@ def test_server_metadata_lists_only_working_extensions(client):
     assert md["name"] == "nereid" and md["version"]
     assert {"binary_tensor_data", "classification", "model_repository", "model_configuration"} <= set(md["extensions"])
     assert {"statistics", "schedule_policy", "logging"} <= set(md["extensions"])
-    assert "system_shared_memory" not in md["extensions"] and "sequence" not in md["extensions"]
+    assert "system_shared_memory" in md["extensions"]
+    assert "cuda_shared_memory" not in md["extensions"] and "sequence" not in md["extensions"]
 
 
 def test_model_metadata(client):
@@ -66,7 +67,8 @@ def test_model_ready(server, client):
     ("/v2/models/simple/versions/x/config", 400),
     ("/v2/nothing/here", 404),
     ("/v2/models/no_such_model/stats", 404),
-    ("/v2/systemsharedmemory/status", 501),
+    ("/v2/cudasharedmemory/status", 400),
+    ("/v2/systemsharedmemory/region/never_registered/status", 404),
 ])
 def test_errors_use_triton_status_codes_and_json_bodies(server, path, status):
     got, headers, body = raw(server, "GET", path)

@@ -170,7 +170,7 @@ def test_statistics_index_logging_and_unimplemented(gclient):
     settings = gclient.update_log_settings({"log_verbose_level": 0})
     assert settings.settings["log_info"].bool_param is True
     with pytest.raises(InferenceServerException, match="not supported"):
-        gclient.get_system_shared_memory_status()
+        gclient.get_cuda_shared_memory_status()
     with pytest.raises(InferenceServerException, match="EXPLICIT"):
         gclient.load_model("simple")
 

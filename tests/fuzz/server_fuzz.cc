@@ -59,6 +59,7 @@ struct Harness {
   nereid::testing::TempRepository repo;
   nereid::BackendManager backends{NEREID_BACKEND_DIR};
   std::unique_ptr<nereid::ModelRepository> repository;
+  std::unique_ptr<nereid::InferenceServer> api;  // outlives the frontends
   std::unique_ptr<nereid::http::HttpServer> http;
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
   std::unique_ptr<grpc::GenericStub> stub;
@@ -83,14 +84,15 @@ struct Harness {
     http_options.port = 0;
     http_options.threads = 2;
     http_options.max_input_size = 1 << 20;
+    api = std::make_unique<nereid::InferenceServer>(repository.get());
     http = std::make_unique<nereid::http::HttpServer>(http_options, nereid::http::ServerInfo{},
-                                                      repository.get());
+                                                      api.get());
     Check(http->Start(), "HTTP");
     nereid::grpc_frontend::GrpcOptions grpc_options;
     grpc_options.address = "127.0.0.1";
     grpc_options.port = 0;
     grpc_options.max_input_size = 1 << 20;
-    grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(grpc_options, repository.get());
+    grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(grpc_options, api.get());
     Check(grpc->Start(), "gRPC");
     stub = std::make_unique<grpc::GenericStub>(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(grpc->port()), grpc::InsecureChannelCredentials()));

@@ -117,7 +117,31 @@ Status ContentsToBytes(const pb::InferTensorContents& c, DataType type, const st
 
 // ModelInferRequest -> InferenceRequest. Raw input data is not copied: it points into 'message',
 // which the caller keeps alive until the request completes.
-Status BuildRequest(const pb::ModelInferRequest& message, const Model& model, InferenceRequest* r) {
+// The shared-memory parameters of an input or output: the region's bytes, or nothing when the
+// tensor does not use shared memory.
+using ParameterMap = google::protobuf::Map<std::string, pb::InferParameter>;
+StatusOr<std::optional<Buffer>> SharedMemoryParams(const ParameterMap& params,
+                                                   const std::string& what,
+                                                   const SharedMemoryRegistry& shm) {
+  auto region = params.find("shared_memory_region");
+  if (region == params.end()) return std::optional<Buffer>();
+  if (region->second.parameter_choice_case() != pb::InferParameter::kStringParam)
+    return InvalidArgument(what + ": 'shared_memory_region' must be a string");
+  auto size = params.find("shared_memory_byte_size");
+  if (size == params.end())
+    return InvalidArgument(what + " uses shared memory region '" + region->second.string_param() +
+                           "' but gives no 'shared_memory_byte_size'");
+  ASSIGN_OR_RETURN(uint64_t byte_size, UintParameter(size->second, "shared_memory_byte_size"));
+  uint64_t offset = 0;
+  if (auto o = params.find("shared_memory_offset"); o != params.end()) {
+    ASSIGN_OR_RETURN(offset, UintParameter(o->second, "shared_memory_offset"));
+  }
+  ASSIGN_OR_RETURN(Buffer buffer, shm.Get(region->second.string_param(), offset, byte_size));
+  return std::optional<Buffer>(std::move(buffer));
+}
+
+Status BuildRequest(const pb::ModelInferRequest& message, const Model& model,
+                    const SharedMemoryRegistry& shm, InferenceRequest* r) {
   r->model_name = model.name();
   r->model_version = model.version();
   r->id = message.id();
@@ -172,7 +196,14 @@ Status BuildRequest(const pb::ModelInferRequest& message, const Model& model, In
         return InvalidArgument("input '" + in.name + "': shape entries must be non-negative");
       in.shape.push_back(d);
     }
-    if (raw) {
+    ASSIGN_OR_RETURN(std::optional<Buffer> region,
+                     SharedMemoryParams(t.parameters(), "input '" + in.name + "'", shm));
+    if (region) {
+      if (t.has_contents() || (raw && !message.raw_input_contents(i).empty()))
+        return InvalidArgument("input '" + in.name +
+                               "' can't set 'shared_memory_region' together with tensor data");
+      in.Borrow(region->data(), region->size(), region->location(), region->owner());
+    } else if (raw) {
       if (t.has_contents())
         return InvalidArgument("input '" + in.name + "' has both contents and raw_input_contents");
       const std::string& bytes = message.raw_input_contents(i);
@@ -189,6 +220,14 @@ Status BuildRequest(const pb::ModelInferRequest& message, const Model& model, In
     RequestedOutput out;
     out.name = o.name();
     out.binary = true;
+    ASSIGN_OR_RETURN(std::optional<Buffer> region,
+                     SharedMemoryParams(o.parameters(), "output '" + out.name + "'", shm));
+    if (region) {
+      if (out.class_count > 0)
+        return InvalidArgument("Output can't set both 'shared_memory_region' and 'classification'");
+      out.destination = std::move(*region);
+      out.has_destination = true;
+    }
     if (auto it = o.parameters().find("classification"); it != o.parameters().end()) {
       ASSIGN_OR_RETURN(uint64_t k, UintParameter(it->second, "classification"));
       if (k == 0 || k > std::numeric_limits<uint32_t>::max())
@@ -213,7 +252,10 @@ void FillResponse(const InferenceResponse& r, pb::ModelInferResponse* out) {
     t->set_name(o.name);
     t->set_datatype(std::string(DataTypeName(o.datatype)));
     for (int64_t d : o.shape) t->add_shape(d);
-    out->add_raw_output_contents(reinterpret_cast<const char*>(o.bytes()), o.byte_size());
+    if (o.in_shared_memory)  // written into the client's region; an empty entry keeps the order
+      out->add_raw_output_contents();
+    else
+      out->add_raw_output_contents(reinterpret_cast<const char*>(o.bytes()), o.byte_size());
   }
 }
 
@@ -276,8 +318,8 @@ void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) 
 
 class GrpcServer::Impl final : public ServiceBase {
  public:
-  Impl(GrpcOptions options, ModelRepository* repository)
-      : options_(std::move(options)), repository_(repository) {}
+  Impl(GrpcOptions options, InferenceServer* api)
+      : options_(std::move(options)), api_(api), repository_(&api->repository()) {}
 
   Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
@@ -475,7 +517,7 @@ class GrpcServer::Impl final : public ServiceBase {
       }
     }
     return Control(ctx, [this, name = request->model_name(), config] {
-      return repository_->Load(name, config);
+      return api_->LoadModel(name, config);
     });
   }
 
@@ -483,26 +525,36 @@ class GrpcServer::Impl final : public ServiceBase {
                                                   const pb::RepositoryModelUnloadRequest* request,
                                                   pb::RepositoryModelUnloadResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
-    return Control(ctx, [this, name = request->model_name()] { return repository_->Unload(name); });
+    return Control(ctx, [this, name = request->model_name()] { return api_->UnloadModel(name); });
   }
 
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
-      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryStatusRequest*,
-      pb::SystemSharedMemoryStatusResponse*) override {
+      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryStatusRequest* request,
+      pb::SystemSharedMemoryStatusResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
-    return Done(ctx, SharedMemoryUnsupported());
+    auto regions = api_->shared_memory().GetStatus(request->name());
+    if (!regions.ok()) return Done(ctx, regions.status());
+    for (const auto& r : *regions) {
+      auto& out = (*response->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_key(r.key);
+      out.set_offset(r.offset);
+      out.set_byte_size(r.byte_size);
+    }
+    return Done(ctx, Status::Ok());
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
-      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryRegisterRequest*,
+      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryRegisterRequest* request,
       pb::SystemSharedMemoryRegisterResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
-    return Done(ctx, SharedMemoryUnsupported());
+    return Done(ctx, api_->shared_memory().Register(request->name(), request->key(),
+                                                    request->offset(), request->byte_size()));
   }
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
-      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryUnregisterRequest*,
+      grpc::CallbackServerContext* ctx, const pb::SystemSharedMemoryUnregisterRequest* request,
       pb::SystemSharedMemoryUnregisterResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
-    return Done(ctx, SharedMemoryUnsupported());
+    return Done(ctx, api_->shared_memory().Unregister(request->name()));
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx,
                                                    const pb::CudaSharedMemoryStatusRequest*,
@@ -613,14 +665,14 @@ class GrpcServer::Impl final : public ServiceBase {
                      Lookup(message.model_name(), message.model_version()));
     auto r = std::make_unique<InferenceRequest>();
     r->times.received_ns = SteadyNowNs();
-    RETURN_IF_ERROR(BuildRequest(message, *model, r.get()));
+    RETURN_IF_ERROR(BuildRequest(message, *model, api_->shared_memory(), r.get()));
     r->model = std::move(model);
     return r;
   }
 
  private:
   static Status SharedMemoryUnsupported() {
-    return Unsupported("shared memory is not supported yet (send tensors in the request)");
+    return Unsupported("CUDA shared memory is not supported by this build (no GPU support)");
   }
 
   // Triton's restricted protocols: a call to a restricted group needs the metadata
@@ -653,11 +705,12 @@ class GrpcServer::Impl final : public ServiceBase {
     if (Status allowed = repository_->CheckExplicitControl(); !allowed.ok())
       return Done(ctx, allowed);
     auto* reactor = ctx->DefaultReactor();
-    std::thread([reactor, fn] { reactor->Finish(ToGrpc(fn())); }).detach();
+    api_->RunControl(fn, [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
     return reactor;
   }
 
   GrpcOptions options_;
+  InferenceServer* api_;
   ModelRepository* repository_;
   std::unique_ptr<grpc::Server> server_;
   int bound_port_ = 0;
@@ -851,10 +904,8 @@ bool DescriptorsFree() {
 
 }  // namespace
 
-GrpcServer::GrpcServer(GrpcOptions options, ModelRepository* repository)
-    : options_(std::move(options)),
-      repository_(repository),
-      impl_(std::make_unique<Impl>(options_, repository)) {}
+GrpcServer::GrpcServer(GrpcOptions options, InferenceServer* server)
+    : options_(std::move(options)), api_(server), impl_(std::make_unique<Impl>(options_, server)) {}
 
 GrpcServer::~GrpcServer() { Stop(); }
 
@@ -893,7 +944,7 @@ void GrpcServer::WatchLoop() {
     impl_->Stop(std::chrono::system_clock::now() + std::chrono::seconds(1));
     GrpcOptions options = options_;
     options.port = port_;
-    impl_ = std::make_unique<Impl>(options, repository_);
+    impl_ = std::make_unique<Impl>(options, api_);
     if (Status s = impl_->Start(); !s.ok()) {
       LOG_ERROR << "gRPC restart failed (retrying every second): " << s.message();
       down = true;

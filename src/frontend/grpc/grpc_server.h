@@ -14,7 +14,7 @@
 
 #include "common/status.h"
 #include "frontend/restricted_api.h"
-#include "repository/model_repository.h"
+#include "server/inference_server.h"
 
 namespace grpc {
 class ServerBuilder;
@@ -44,7 +44,7 @@ void ApplyChannelArguments(grpc::ServerBuilder& builder, const GrpcOptions& opti
 
 class GrpcServer {
  public:
-  GrpcServer(GrpcOptions options, ModelRepository* repository);
+  GrpcServer(GrpcOptions options, InferenceServer* server);
   ~GrpcServer();
   // Listens and serves; also starts the listener watchdog (see Watch).
   Status Start();
@@ -63,7 +63,7 @@ class GrpcServer {
   void WatchLoop();
 
   GrpcOptions options_;
-  ModelRepository* repository_;
+  InferenceServer* api_;
   int port_ = 0;
   std::mutex mu_;  // guards impl_ (a restart against Stop) and stopping_
   std::condition_variable cv_;

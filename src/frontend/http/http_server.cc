@@ -72,7 +72,9 @@ struct Route {
     kLogging,
     kGenerate
   } kind = kNotFound;
-  std::string model;
+  std::string model;  // also the region name of a shared-memory route
+  std::string action;  // shared memory: status, register or unregister
+  bool cuda = false;
   int64_t version = -1;
   bool bad_version = false;
 };
@@ -173,8 +175,23 @@ Route Match(std::string_view target) {
     }
     return r;
   }
-  if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory")
-    return r.kind = Route::kSharedMemory, r;
+  if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") {
+    // /v2/<kind>sharedmemory[/region/<name>]/(status|register|unregister)
+    r.cuda = p[1] == "cudasharedmemory";
+    std::string_view action;
+    if (p.size() == 3) {
+      action = p[2];
+    } else if (p.size() == 5 && p[2] == "region") {
+      r.model = std::string(p[3]);
+      action = p[4];
+    }
+    if (action == "status" || action == "register" || action == "unregister") {
+      r.kind = Route::kSharedMemory;
+      r.action = std::string(action);
+    }
+    if (action == "register" && r.model.empty()) r.kind = Route::kNotFound;
+    return r;
+  }
   if (p[1] == "trace" && p.size() == 3 && p[2] == "setting") return r.kind = Route::kTrace, r;
   if (p[1] == "logging" && p.size() == 2) return r.kind = Route::kLogging, r;
   return r;
@@ -195,10 +212,11 @@ class SessionBase {
 
 class HttpServer::Impl {
  public:
-  Impl(HttpOptions options, ServerInfo info, ModelRepository* repository)
+  Impl(HttpOptions options, ServerInfo info, InferenceServer* api)
       : options_(std::move(options)),
         info_(std::move(info)),
-        repository_(repository),
+        api_(api),
+        repository_(&api->repository()),
         acceptor_(ioc_) {}
 
   Status Start();
@@ -210,6 +228,7 @@ class HttpServer::Impl {
 
   HttpOptions options_;
   ServerInfo info_;
+  InferenceServer* api_;
   ModelRepository* repository_;
   // Declared before the io_context: sessions it destroys still count themselves out.
   std::atomic<int64_t> busy_{0};       // requests read and not yet answered
@@ -225,7 +244,6 @@ class HttpServer::Impl {
   tcp::acceptor acceptor_;
   tcp::acceptor metrics_acceptor_{ioc_};
   std::vector<std::thread> threads_;
-  net::thread_pool control_{1};  // repository load/unload: slow, never on an I/O thread
   net::steady_timer accept_backoff_{ioc_};
   net::steady_timer metrics_accept_backoff_{ioc_};
   // Timeouts: one timer for all connections (sessions_) instead of one per read and write (arming
@@ -507,7 +525,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         if (!need(bhttp::verb::get)) return;
         return Statistics(route);
       case Route::kSharedMemory:
-        return SendError(bhttp::status::not_implemented, "shared memory is not supported yet");
+        if (!need(route.action == "status" ? bhttp::verb::get : bhttp::verb::post)) return;
+        return SharedMemory(route, req.body());
       case Route::kTrace:
         return SendError(bhttp::status::not_implemented,
                          "the trace extension is not supported yet");
@@ -680,7 +699,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     request->model_name = model->name();
     request->model_version = model->version();
     Status decoded =
-        DecodeInferRequest(std::move(body), header_length, model->config(), request.get());
+        DecodeInferRequest(std::move(body), header_length, model->config(), request.get(),
+                           &server_->api_->shared_memory());
     if (!decoded.ok()) return SendStatus(decoded);
     request->model = model;
     request->on_complete = [self = shared_from_this(), response_encoding,
@@ -792,14 +812,79 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     }
     const bool load = route.kind == Route::kRepoLoad;
     auto self = shared_from_this();
-    net::post(server_->control_, [self, load, name = route.model, config_json] {
-      Status s = load ? self->server_->repository_->Load(name, config_json)
-                      : self->server_->repository_->Unload(name);
-      net::post(self->stream_.get_executor(), [self, s] {
-        if (s.ok()) return self->SendBody(bhttp::status::ok, "", nullptr);
-        self->SendStatus(s);
-      });
-    });
+    InferenceServer* api = server_->api_;
+    api->RunControl(
+        [api, load, name = route.model, config_json] {
+          return load ? api->LoadModel(name, config_json) : api->UnloadModel(name);
+        },
+        [self](Status s) {
+          net::post(self->stream_.get_executor(), [self, s] {
+            if (s.ok()) return self->SendBody(bhttp::status::ok, "", nullptr);
+            self->SendStatus(s);
+          });
+        });
+  }
+
+  // The system shared-memory extension (CUDA shared memory comes with the GPU build).
+  void SharedMemory(const Route& route, const std::string& body) {
+    if (route.cuda)
+      return SendError(bhttp::status::bad_request,
+                       "CUDA shared memory is not supported by this build (no GPU support)");
+    SharedMemoryRegistry& shm = server_->api_->shared_memory();
+    if (route.action == "status") {
+      auto regions = shm.GetStatus(route.model);
+      if (!regions.ok()) return SendStatus(regions.status());
+      rapidjson::StringBuffer buffer;
+      rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+      w.StartArray();
+      for (const auto& r : *regions) {
+        w.StartObject();
+        w.Key("name");
+        w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
+        w.Key("key");
+        w.String(r.key.c_str(), static_cast<rapidjson::SizeType>(r.key.size()));
+        w.Key("offset");
+        w.Uint64(r.offset);
+        w.Key("byte_size");
+        w.Uint64(r.byte_size);
+        w.EndObject();
+      }
+      w.EndArray();
+      return SendBody(bhttp::status::ok, buffer.GetString());
+    }
+    if (route.action == "unregister") {
+      Status s = shm.Unregister(route.model);
+      if (!s.ok()) return SendStatus(s);
+      return SendBody(bhttp::status::ok, "", nullptr);
+    }
+    simdjson::dom::parser parser;
+    auto doc = ParseObject(parser, body, "register");
+    if (!doc.ok()) return SendStatus(doc.status());
+    auto key = (*doc)["key"];
+    if (key.error() || !key.is_string())
+      return SendError(bhttp::status::bad_request, "shared memory register needs a string 'key'");
+    uint64_t fields[2] = {0, 0};
+    const char* names[2] = {"offset", "byte_size"};
+    for (int i = 0; i < 2; ++i) {
+      auto v = (*doc)[names[i]];
+      if (v.error()) {
+        if (i == 0) continue;  // offset defaults to 0
+        return SendError(bhttp::status::bad_request, "shared memory register needs 'byte_size'");
+      }
+      if (v.is_uint64()) {
+        fields[i] = v.get_uint64().value_unsafe();
+      } else if (v.is_int64() && v.get_int64().value_unsafe() >= 0) {
+        fields[i] = static_cast<uint64_t>(v.get_int64().value_unsafe());
+      } else {
+        return SendError(bhttp::status::bad_request,
+                         std::string("shared memory '") + names[i] +
+                             "' must be a non-negative integer");
+      }
+    }
+    Status s = shm.Register(route.model, std::string(key.get_string().value_unsafe()), fields[0],
+                            fields[1]);
+    if (!s.ok()) return SendStatus(s);
+    SendBody(bhttp::status::ok, "", nullptr);
   }
 
   void Logging(bhttp::verb method, const std::string& body) {
@@ -1004,7 +1089,6 @@ bool HttpServer::Impl::Drain(std::chrono::steady_clock::time_point deadline) {
 
 void HttpServer::Impl::Stop() {
   if (!draining_) StopAccepting();
-  control_.join();
   work_.reset();
   ioc_.stop();
   for (auto& t : threads_)
@@ -1012,8 +1096,8 @@ void HttpServer::Impl::Stop() {
   threads_.clear();
 }
 
-HttpServer::HttpServer(HttpOptions options, ServerInfo info, ModelRepository* repository)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(info), repository)) {}
+HttpServer::HttpServer(HttpOptions options, ServerInfo info, InferenceServer* server)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(info), server)) {}
 HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Start() { return impl_->Start(); }
 void HttpServer::StopAccepting() { impl_->StopAccepting(); }

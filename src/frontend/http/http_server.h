@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 #include "frontend/restricted_api.h"
-#include "repository/model_repository.h"
+#include "server/inference_server.h"
 
 namespace nereid::http {
 
@@ -41,7 +41,7 @@ struct ServerInfo {
 
 class HttpServer {
  public:
-  HttpServer(HttpOptions options, ServerInfo info, ModelRepository* repository);
+  HttpServer(HttpOptions options, ServerInfo info, InferenceServer* server);
   ~HttpServer();
   Status Start();  // binds and starts the I/O threads; returns once listening
   // Shutdown, in three steps: stop accepting connections and new requests (a request read from

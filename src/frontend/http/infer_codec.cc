@@ -151,6 +151,26 @@ StatusOr<uint64_t> UintParam(const element& params, std::string_view key) {
   return InvalidArgument("parameter '" + std::string(key) + "' must be a non-negative integer");
 }
 
+// The shared-memory parameters of an input or output ("shared_memory_region", "_offset",
+// "_byte_size"): the region's bytes, or nothing when the tensor does not use shared memory.
+StatusOr<std::optional<Buffer>> SharedMemoryParams(const element* params, const std::string& what,
+                                                   const SharedMemoryRegistry* shm) {
+  if (params == nullptr) return std::optional<Buffer>();
+  auto region = Member(*params, "shared_memory_region");
+  if (!region) return std::optional<Buffer>();
+  if (region->type() != element_type::STRING)
+    return InvalidArgument(what + ": 'shared_memory_region' must be a string");
+  if (!Member(*params, "shared_memory_byte_size"))
+    return InvalidArgument(what + " uses shared memory region '" +
+                           std::string(std::string_view(*region)) +
+                           "' but gives no 'shared_memory_byte_size'");
+  ASSIGN_OR_RETURN(uint64_t byte_size, UintParam(*params, "shared_memory_byte_size"));
+  ASSIGN_OR_RETURN(uint64_t offset, UintParam(*params, "shared_memory_offset"));
+  if (shm == nullptr) return Unsupported("shared memory is not available on this endpoint");
+  ASSIGN_OR_RETURN(Buffer buffer, shm->Get(std::string(std::string_view(*region)), offset, byte_size));
+  return std::optional<Buffer>(std::move(buffer));
+}
+
 Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::ModelConfig& config,
                  InferenceRequest* request) {
   if (config.input_size() != 1)
@@ -195,7 +215,8 @@ StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::s
 }
 
 Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
-                          const inference::ModelConfig& config, InferenceRequest* request) {
+                          const inference::ModelConfig& config, InferenceRequest* request,
+                          const SharedMemoryRegistry* shm) {
   if (header_length == 0) return DecodeRaw(std::move(body), config, request);
   const size_t json_size = header_length < 0 ? body->size() : static_cast<size_t>(header_length);
   if (json_size > body->size())
@@ -277,7 +298,22 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       in.shape.push_back(int64_t(d));
     }
     int64_t binary_size = -1;
-    if (auto params = Member(v, "parameters"); params && Member(*params, "binary_data_size")) {
+    auto input_params = Member(v, "parameters");
+    if (input_params && input_params->type() != element_type::OBJECT)
+      return InvalidArgument("input '" + in.name + "': 'parameters' must be an object");
+    ASSIGN_OR_RETURN(std::optional<Buffer> region,
+                     SharedMemoryParams(input_params ? &*input_params : nullptr,
+                                        "input '" + in.name + "'", shm));
+    if (region) {
+      if (Member(v, "data") || Member(*input_params, "binary_data_size"))
+        return InvalidArgument("input '" + in.name +
+                               "' can't set 'shared_memory_region' together with 'data' or "
+                               "'binary_data_size'");
+      in.Borrow(region->data(), region->size(), region->location(), region->owner());
+      request->inputs.push_back(std::move(in));
+      continue;
+    }
+    if (auto params = input_params; params && Member(*params, "binary_data_size")) {
       auto size = Member(*params, "binary_data_size");
       if (size->type() != element_type::INT64 || int64_t(*size) < 0)
         return InvalidArgument("input '" + in.name +
@@ -333,6 +369,18 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
         if (p->type() != element_type::OBJECT)
           return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
         ASSIGN_OR_RETURN(out.binary, BoolParam(*p, "binary_data", out.binary));
+        ASSIGN_OR_RETURN(std::optional<Buffer> region,
+                         SharedMemoryParams(&*p, "output '" + out.name + "'", shm));
+        if (region) {
+          if (out.binary && Member(*p, "binary_data"))
+            return InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'");
+          if (out.class_count > 0)
+            return InvalidArgument(
+                "Output can't set both 'shared_memory_region' and 'classification'");
+          out.destination = std::move(*region);
+          out.has_destination = true;
+          out.binary = false;
+        }
         if (auto k = Member(*p, "classification")) {
           if (k->type() != element_type::INT64 || int64_t(*k) <= 0 || int64_t(*k) > UINT32_MAX)
             return InvalidArgument("output '" + out.name +
@@ -459,7 +507,9 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
     w.StartArray();
     for (int64_t d : out.shape) w.Int64(d);
     w.EndArray();
-    if (out.binary) {
+    if (out.in_shared_memory) {
+      // Written into the client's region: metadata only, as Triton answers.
+    } else if (out.binary) {
       w.Key("parameters");
       w.StartObject();
       w.Key("binary_data_size");
@@ -480,7 +530,7 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
   encoded.body.reserve(encoded.json_size + binary_bytes);
   encoded.body.assign(buffer.GetString(), buffer.GetSize());
   for (const auto& out : response.outputs) {
-    if (!out.binary) continue;
+    if (!out.binary || out.in_shared_memory) continue;
     encoded.has_binary = true;
     encoded.body.append(reinterpret_cast<const char*>(out.bytes()), out.byte_size());
   }

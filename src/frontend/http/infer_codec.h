@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "config/model_config.h"
+#include "memory/shared_memory.h"
 #include "runtime/inference_request.h"
 
 namespace nereid::http {
@@ -18,8 +19,11 @@ namespace nereid::http {
 // header is absent: the whole body is JSON; 0: a raw binary body for a single-input model). Input
 // data points into 'body', which the request keeps alive. 'config' describes the target model
 // (needed to shape a raw request).
+// Inputs and outputs that name a shared-memory region resolve in 'shm' (null: the extension is
+// not available).
 Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
-                          const inference::ModelConfig& config, InferenceRequest* request);
+                          const inference::ModelConfig& config, InferenceRequest* request,
+                          const SharedMemoryRegistry* shm = nullptr);
 
 struct EncodedResponse {
   std::string body;

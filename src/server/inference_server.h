@@ -1,0 +1,57 @@
+// InferenceServer: the protocol-neutral server API that HTTP, gRPC (and later ensembles and BLS)
+// call. It owns what is shared across protocols: the model repository it serves, the system
+// shared-memory registry, and the one executor that runs repository control (load/unload are slow
+// and never run on an I/O or gRPC thread). Frontends only translate between wire and this API.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "memory/shared_memory.h"
+#include "repository/model_repository.h"
+#include "runtime/inference_request.h"
+
+namespace nereid {
+
+class InferenceServer {
+ public:
+  explicit InferenceServer(ModelRepository* repository);
+  ~InferenceServer();  // finishes queued control tasks, joins the executor
+  InferenceServer(const InferenceServer&) = delete;
+  InferenceServer& operator=(const InferenceServer&) = delete;
+
+  ModelRepository& repository() const { return *repository_; }
+  SharedMemoryRegistry& shared_memory() { return shared_memory_; }
+
+  // ---- inference ----
+  // The model a request names (version -1: newest ready), or NOT_FOUND / UNAVAILABLE.
+  StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;
+  // Validates and enqueues a routed request (request->model set). On error the caller still owns
+  // the request. Its responses come through request->on_complete.
+  Status Infer(std::unique_ptr<InferenceRequest>& request);
+
+  // ---- repository control ----
+  // Runs 'task' on the control executor and hands its result to 'done' (on that executor).
+  void RunControl(std::function<Status()> task, std::function<void(Status)> done);
+  Status LoadModel(const std::string& name, const std::string& config_json);
+  Status UnloadModel(const std::string& name);
+
+ private:
+  void ControlLoop();
+
+  ModelRepository* repository_;
+  SharedMemoryRegistry shared_memory_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> control_;
+  bool stopping_ = false;
+  std::thread control_thread_;
+};
+
+}  // namespace nereid

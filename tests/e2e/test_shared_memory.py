@@ -1,0 +1,134 @@
+"""The system shared-memory extension with Triton's own client calls, unchanged, over HTTP and gRPC:
+register/status/unregister, inputs read from and outputs written into registered regions (with
+offsets), and clear errors for unknown regions, bad offsets and sizes, bad keys and regions too
+small for the output."""
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+PROTOCOLS = ["http", "grpc"]
+
+
+def make_client(server, protocol):
+    if protocol == "http":
+        return httpclient, httpclient.InferenceServerClient(server.url)
+    return grpcclient, grpcclient.InferenceServerClient(server.grpc_url)
+
+
+@pytest.fixture()
+def regions(request):
+    """An input region holding INPUT0 and INPUT1 back to back (as Triton's simple shm example),
+    and an output region for both outputs; removed afterwards."""
+    tag = request.node.name.replace("[", "_").replace("]", "")
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    inp = shm.create_shared_memory_region(f"in_{tag}", f"/nereid_in_{tag}", 128)
+    out = shm.create_shared_memory_region(f"out_{tag}", f"/nereid_out_{tag}", 128)
+    shm.set_shared_memory_region(inp, [a, b])
+    yield tag, a, b, inp, out
+    shm.destroy_shared_memory_region(inp)
+    shm.destroy_shared_memory_region(out)
+
+
+def simple_request(module, tag, out_size=64):
+    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_shared_memory(f"in_{tag}", 64)
+    inputs[1].set_shared_memory(f"in_{tag}", 64, offset=64)
+    outputs = [module.InferRequestedOutput("OUTPUT0"), module.InferRequestedOutput("OUTPUT1")]
+    outputs[0].set_shared_memory(f"out_{tag}", out_size)
+    outputs[1].set_shared_memory(f"out_{tag}", 64, offset=64)
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_inputs_and_outputs_in_shared_memory(server, regions, protocol):
+    module, client = make_client(server, protocol)
+    tag, a, b, inp, out = regions
+    client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
+    client.register_system_shared_memory(f"out_{tag}", f"/nereid_out_{tag}", 128)
+    try:
+        status = client.get_system_shared_memory_status()
+        names = ([r["name"] for r in status] if protocol == "http" else list(status.regions))
+        assert f"in_{tag}" in names and f"out_{tag}" in names
+        inputs, outputs = simple_request(module, tag)
+        result = client.infer("simple", inputs, outputs=outputs)
+        # The outputs went into the region, not the response.
+        out0 = result.get_output("OUTPUT0")
+        shape = out0["shape"] if protocol == "http" else list(out0.shape)
+        assert shape == [1, 16]
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out, np.int32, [1, 16]), a + b)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out, np.int32, [1, 16], offset=64),
+                                      a - b)
+        # New input values in the region are picked up by the next request.
+        shm.set_shared_memory_region(inp, [a * 2])
+        client.infer("simple", inputs, outputs=outputs)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out, np.int32, [1, 16]), 2 * a + b)
+    finally:
+        client.unregister_system_shared_memory()
+    status = client.get_system_shared_memory_status()
+    assert len(status if protocol == "http" else status.regions) == 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_shared_memory_errors_are_clear(server, regions, protocol):
+    module, client = make_client(server, protocol)
+    tag, a, b, inp, out = regions
+    with pytest.raises(InferenceServerException, match="Unable to open shared memory region"):
+        client.register_system_shared_memory("nope", "/nereid_no_such_key", 64)
+    with pytest.raises(InferenceServerException, match="invalid args"):
+        client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 4096)  # past its end
+    with pytest.raises(InferenceServerException, match="invalid shm key"):
+        client.register_system_shared_memory("bad", "/../etc/passwd", 64)
+    with pytest.raises(InferenceServerException, match="Unable to find system shared memory region"):
+        client.get_system_shared_memory_status("never_registered")
+    client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
+    client.register_system_shared_memory(f"out_{tag}", f"/nereid_out_{tag}", 128)
+    try:
+        with pytest.raises(InferenceServerException, match="already in manager"):
+            client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
+        inputs, outputs = simple_request(module, tag)
+        inputs[1].set_shared_memory(f"in_{tag}", 64, offset=128)  # starts past the region
+        with pytest.raises(InferenceServerException, match="Invalid offset for shared memory region"):
+            client.infer("simple", inputs, outputs=outputs)
+        inputs, outputs = simple_request(module, tag)
+        inputs[1].set_shared_memory(f"in_{tag}", 64, offset=100)  # runs past its end
+        with pytest.raises(InferenceServerException, match="Invalid offset \\+ byte size"):
+            client.infer("simple", inputs, outputs=outputs)
+        inputs, outputs = simple_request(module, tag)
+        inputs[0].set_shared_memory(f"in_{tag}", 60)  # not the 64 bytes the shape needs
+        with pytest.raises(InferenceServerException, match="INPUT0"):
+            client.infer("simple", inputs, outputs=outputs)
+        inputs, outputs = simple_request(module, tag, out_size=32)  # OUTPUT0 needs 64 bytes
+        with pytest.raises(InferenceServerException, match="should be at least 64 bytes"):
+            client.infer("simple", inputs, outputs=outputs)
+        inputs, outputs = simple_request(module, tag)
+        inputs[0].set_shared_memory("not_registered", 64)
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region"):
+            client.infer("simple", inputs, outputs=outputs)
+        # After all that, the regions still serve.
+        inputs, outputs = simple_request(module, tag)
+        client.infer("simple", inputs, outputs=outputs)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out, np.int32, [1, 16]), a + b)
+    finally:
+        client.unregister_system_shared_memory(f"in_{tag}")
+        client.unregister_system_shared_memory(f"out_{tag}")
+    inputs, outputs = simple_request(module, tag)
+    with pytest.raises(InferenceServerException, match="Unable to find shared memory region"):
+        client.infer("simple", inputs, outputs=outputs)
+
+
+def test_shared_memory_input_json_output(server, regions):
+    """An input from shared memory, the output back in the response (JSON)."""
+    client = httpclient.InferenceServerClient(server.url)
+    tag, a, b, inp, out = regions
+    client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
+    try:
+        inputs, _ = simple_request(httpclient, tag)
+        result = client.infer("simple", inputs, outputs=[
+            httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    finally:
+        client.unregister_system_shared_memory()
