@@ -137,12 +137,14 @@ TEST(InferCodecTest, EncodesJsonAndBinaryOutputs) {
   b.binary = true;
   r.outputs = {a, b};
   EncodedResponse e = EncodeInferResponse(r);
-  const std::string json = e.body.substr(0, e.json_size);
+  const std::string json = e.json;
   EXPECT_TRUE(e.has_binary);
   EXPECT_NE(json.find(R"("model_version":"3")"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("data":[0.1,2])"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("binary_data_size":8)"), std::string::npos) << json;
-  EXPECT_EQ(e.body.size(), e.json_size + 8);
+  EXPECT_EQ(e.Flatten().size(), e.json.size() + 8);
+  ASSERT_EQ(e.binary.size(), 1u);
+  EXPECT_EQ(e.binary[0].data(), b.bytes());  // the output's own bytes, not a copy
   EXPECT_EQ(ErrorJson("a \"quoted\" msg"), R"({"error":"a \"quoted\" msg"})");
 }
 

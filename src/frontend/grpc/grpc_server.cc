@@ -1,4 +1,5 @@
 #include "frontend/grpc/grpc_server.h"
+#include "frontend/grpc/infer_wire.h"
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -140,8 +141,9 @@ StatusOr<std::optional<Buffer>> SharedMemoryParams(const ParameterMap& params,
   return std::optional<Buffer>(std::move(buffer));
 }
 
-Status BuildRequest(const pb::ModelInferRequest& message, const Model& model,
+Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
                     const SharedMemoryRegistry& shm, InferenceRequest* r) {
+  const pb::ModelInferRequest& message = parsed.message;
   r->model_name = model.name();
   r->model_version = model.version();
   r->id = message.id();
@@ -179,11 +181,11 @@ Status BuildRequest(const pb::ModelInferRequest& message, const Model& model,
     }
     r->parameters.push_back(std::move(p));
   }
-  const bool raw = message.raw_input_contents_size() > 0;
-  if (raw && message.raw_input_contents_size() != message.inputs_size())
+  const bool raw = !parsed.raw.empty();
+  if (raw && parsed.raw.size() != static_cast<size_t>(message.inputs_size()))
     return InvalidArgument("expected " + std::to_string(message.inputs_size()) +
                            " raw_input_contents (one per input), got " +
-                           std::to_string(message.raw_input_contents_size()));
+                           std::to_string(parsed.raw.size()));
   for (int i = 0; i < message.inputs_size(); ++i) {
     const auto& t = message.inputs(i);
     InferInput in;
@@ -199,14 +201,14 @@ Status BuildRequest(const pb::ModelInferRequest& message, const Model& model,
     ASSIGN_OR_RETURN(std::optional<Buffer> region,
                      SharedMemoryParams(t.parameters(), "input '" + in.name + "'", shm));
     if (region) {
-      if (t.has_contents() || (raw && !message.raw_input_contents(i).empty()))
+      if (t.has_contents() || (raw && !parsed.raw[i].empty()))
         return InvalidArgument("input '" + in.name +
                                "' can't set 'shared_memory_region' together with tensor data");
       in.Borrow(region->data(), region->size(), region->location(), region->owner());
     } else if (raw) {
       if (t.has_contents())
         return InvalidArgument("input '" + in.name + "' has both contents and raw_input_contents");
-      const std::string& bytes = message.raw_input_contents(i);
+      const std::string_view bytes = parsed.raw[i];
       in.data = reinterpret_cast<const uint8_t*>(bytes.data());
       in.byte_size = bytes.size();
     } else {
@@ -241,9 +243,10 @@ Status BuildRequest(const pb::ModelInferRequest& message, const Model& model,
   return Status::Ok();
 }
 
-// InferenceResponse -> ModelInferResponse; outputs always travel as raw_output_contents (as
-// Triton's).
-void FillResponse(const InferenceResponse& r, pb::ModelInferResponse* out) {
+// InferenceResponse -> the ModelInferResponse header (names, types, shapes). The bytes travel as
+// raw_output_contents, one per output as Triton sends them, appended by SerializeInferResponse
+// without a copy (empty for outputs written to shared memory).
+void FillResponseHeader(const InferenceResponse& r, pb::ModelInferResponse* out) {
   out->set_model_name(r.model_name);
   out->set_model_version(std::to_string(r.model_version));
   out->set_id(r.id);
@@ -252,10 +255,6 @@ void FillResponse(const InferenceResponse& r, pb::ModelInferResponse* out) {
     t->set_name(o.name);
     t->set_datatype(std::string(DataTypeName(o.datatype)));
     for (int64_t d : o.shape) t->add_shape(d);
-    if (o.in_shared_memory)  // written into the client's region; an empty entry keeps the order
-      out->add_raw_output_contents();
-    else
-      out->add_raw_output_contents(reinterpret_cast<const char*>(o.bytes()), o.byte_size());
   }
 }
 
@@ -300,17 +299,6 @@ using ServiceBase = G::WithCallbackMethod_ServerLive<
 
 // Parses a raw ModelInferRequest; the message is shared so that raw input data can point into it
 // for as long as the request lives.
-StatusOr<std::shared_ptr<pb::ModelInferRequest>> ParseInferRequest(const grpc::ByteBuffer& raw) {
-  auto message = std::make_shared<pb::ModelInferRequest>();
-  grpc::ByteBuffer copy(raw);  // shares the slices; Deserialize consumes its argument
-  grpc::Status s =
-      grpc::SerializationTraits<pb::ModelInferRequest>::Deserialize(&copy, message.get());
-  if (!s.ok())
-    return InvalidArgument("the message is not a valid inference.ModelInferRequest (" +
-                           s.error_message() + ")");
-  return message;
-}
-
 void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
   bool own = false;
   grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out, &own);
@@ -638,16 +626,16 @@ class GrpcServer::Impl final : public ServiceBase {
           "ModelInfer RPC doesn't support models with decoupled transaction policy")));
       return reactor;
     }
-    r->payload = std::move(message).value();  // raw input data points into the message
+    r->payload = std::move(message).value();  // raw input data points into its slices
     // The context lives until Finish, which runs after completion.
     r->cancel = std::make_shared<CancelFlag>();
     r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
     // The response buffer lives until Finish, which runs after completion.
     r->on_complete = [reactor, raw_response](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
-      pb::ModelInferResponse response;
-      FillResponse(*result, &response);
-      Serialize(response, raw_response);
+      pb::ModelInferResponse header;
+      FillResponseHeader(*result, &header);
+      SerializeInferResponse(header, *result, /*as_stream=*/false, raw_response);
       reactor->Finish(grpc::Status::OK);
     };
     auto model = r->model;
@@ -660,12 +648,12 @@ class GrpcServer::Impl final : public ServiceBase {
       grpc::CallbackServerContext* ctx) override;
 
   // Builds a routed InferenceRequest (model resolved, inputs decoded) from a gRPC request.
-  StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(const pb::ModelInferRequest& message) {
+  StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(const ParsedInferRequest& parsed) {
     ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
-                     Lookup(message.model_name(), message.model_version()));
+                     Lookup(parsed.message.model_name(), parsed.message.model_version()));
     auto r = std::make_unique<InferenceRequest>();
     r->times.received_ns = SteadyNowNs();
-    RETURN_IF_ERROR(BuildRequest(message, *model, api_->shared_memory(), r.get()));
+    RETURN_IF_ERROR(BuildRequest(parsed, *model, api_->shared_memory(), r.get()));
     r->model = std::move(model);
     return r;
   }
@@ -742,12 +730,13 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     }
     StartRead(&next_);
     if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
-    std::shared_ptr<pb::ModelInferRequest> message = std::move(parsed).value();
-    auto request = server_->MakeRequest(*message);
+    std::shared_ptr<ParsedInferRequest> parsed_request = std::move(parsed).value();
+    const pb::ModelInferRequest* message = &parsed_request->message;
+    auto request = server_->MakeRequest(*parsed_request);
     if (!request.ok())
       return Send(Error(message->model_name(), message->id(), request.status()), true);
     std::unique_ptr<InferenceRequest> r = std::move(request).value();
-    r->payload = message;  // raw input data points into the message
+    r->payload = parsed_request;  // raw input data points into its slices
     r->cancel = cancel_;
     bool empty_final = false;
     for (const auto& p : r->parameters)
@@ -761,12 +750,13 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       if (!result->status.ok())
         return Send(Error(result->model_name, result->id, result->status), true);
       if (result->empty_final && !empty_final) return Send(std::nullopt, true);
-      pb::ModelStreamInferResponse out;
-      FillResponse(*result, out.mutable_infer_response());
+      pb::ModelInferResponse header;
+      FillResponseHeader(*result, &header);
       if (decoupled)
-        (*out.mutable_infer_response()->mutable_parameters())["triton_final_response"]
-            .set_bool_param(result->final);
-      Send(out, result->final);
+        (*header.mutable_parameters())["triton_final_response"].set_bool_param(result->final);
+      grpc::ByteBuffer buffer;
+      SerializeInferResponse(header, *result, /*as_stream=*/true, &buffer);
+      Send(std::move(buffer), result->final);
     };
     auto model = r->model;
     Status queued = model->Enqueue(r);
@@ -797,27 +787,27 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
 
  private:
   // A request's error on the stream: the message, with the model name and id it was sent with.
-  static pb::ModelStreamInferResponse Error(const std::string& model_name, const std::string& id,
-                                            const Status& s) {
+  static grpc::ByteBuffer Error(const std::string& model_name, const std::string& id,
+                                const Status& s) {
     pb::ModelStreamInferResponse out;
     out.set_error_message(s.message());
     out.mutable_infer_response()->set_model_name(model_name);
     out.mutable_infer_response()->set_id(id);
-    return out;
+    grpc::ByteBuffer buffer;
+    Serialize(out, &buffer);
+    return buffer;
   }
 
   // Queues a response of one request (serialized now, on the completing thread) and writes it
   // when the stream is free; 'last' when the request has no more responses to come (the response
   // itself may be absent: an empty final response the client did not ask for).
-  void Send(const std::optional<pb::ModelStreamInferResponse>& response, bool last) {
-    grpc::ByteBuffer buffer;
-    if (response) Serialize(*response, &buffer);
+  void Send(std::optional<grpc::ByteBuffer> response, bool last) {
     bool destroy = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (last) --in_flight_;
       if (response && !done_ && !broken_) {
-        pending_.push_back(std::move(buffer));
+        pending_.push_back(std::move(*response));
         WriteNextLocked();
       }
       MaybeFinishLocked();

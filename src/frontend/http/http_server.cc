@@ -20,6 +20,7 @@
 #include "common/cpus.h"
 #include "common/logging.h"
 #include "frontend/http/compression.h"
+#include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
 #include "frontend/http/receive_body.h"
 #include "metrics/prometheus.h"
@@ -383,14 +384,15 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     Handle(std::move(req));
   }
 
-  void Send(Response res) {
+  template <typename Body>
+  void Send(bhttp::response<Body> res) {
     // A response sent while the server drains for shutdown closes its connection.
     if (server_->draining_.load(std::memory_order_relaxed)) keep_alive_ = false;
     res.version(version_);
     res.keep_alive(keep_alive_);
     res.set(bhttp::field::server, "nereid");
     res.prepare_payload();
-    auto sp = std::make_shared<Response>(std::move(res));
+    auto sp = std::make_shared<bhttp::response<Body>>(std::move(res));
     write_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
     bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
       self->write_since_ns_.store(0, std::memory_order_relaxed);
@@ -723,21 +725,24 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void SendInferResponse(const InferenceResponse& r, Encoding encoding) {
     if (!r.status.ok()) return SendStatus(r.status);
     EncodedResponse encoded = EncodeInferResponse(r);
-    Response res{bhttp::status::ok, version_};
+    bhttp::response<GatherBody> res{bhttp::status::ok, version_};
     if (encoded.has_binary) {
       res.set(bhttp::field::content_type, "application/octet-stream");
-      res.set("Inference-Header-Content-Length", std::to_string(encoded.json_size));
+      res.set("Inference-Header-Content-Length", std::to_string(encoded.json.size()));
     } else {
       res.set(bhttp::field::content_type, kJson);
     }
     if (encoding != Encoding::kIdentity) {
-      auto compressed = Deflate(encoding, encoded.body);
+      auto compressed = Deflate(encoding, encoded.Flatten());
       if (compressed.ok()) {
         res.set(bhttp::field::content_encoding, std::string(EncodingName(encoding)));
-        encoded.body = std::move(compressed).value();
+        res.body().head = std::move(compressed).value();
+        return Send(std::move(res));
       }
     }
-    res.body() = std::move(encoded.body);
+    // Uncompressed: the JSON header and the outputs' own buffers, written together.
+    res.body().head = std::move(encoded.json);
+    res.body().tail = std::move(encoded.binary);
     Send(std::move(res));
   }
 

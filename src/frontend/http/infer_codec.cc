@@ -495,7 +495,6 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
   }
   w.Key("outputs");
   w.StartArray();
-  size_t binary_bytes = 0;
   for (const auto& out : response.outputs) {
     w.StartObject();
     w.Key("name");
@@ -515,7 +514,6 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
       w.Key("binary_data_size");
       w.Uint64(out.byte_size());
       w.EndObject();
-      binary_bytes += out.byte_size();
     } else {
       w.Key("data");
       WriteData(w, out);
@@ -526,15 +524,30 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
   w.EndObject();
 
   EncodedResponse encoded;
-  encoded.json_size = buffer.GetSize();
-  encoded.body.reserve(encoded.json_size + binary_bytes);
-  encoded.body.assign(buffer.GetString(), buffer.GetSize());
+  encoded.json.assign(buffer.GetString(), buffer.GetSize());
   for (const auto& out : response.outputs) {
     if (!out.binary || out.in_shared_memory) continue;
     encoded.has_binary = true;
-    encoded.body.append(reinterpret_cast<const char*>(out.bytes()), out.byte_size());
+    encoded.binary.push_back(out.buffer);
   }
   return encoded;
+}
+
+size_t EncodedResponse::size() const {
+  size_t n = json.size();
+  for (const auto& b : binary) n += b.size();
+  return n;
+}
+
+std::string EncodedResponse::Flatten() const {
+  std::string body;
+  body.reserve(size());
+  body = json;
+  for (const auto& b : binary) {
+    body.append(reinterpret_cast<const char*>(b.data()), b.size());
+    CountCopy(CopyKind::kOutput, b.size());
+  }
+  return body;
 }
 
 std::string ErrorJson(const std::string& message) {

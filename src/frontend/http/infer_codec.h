@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "config/model_config.h"
@@ -25,10 +26,15 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
                           const inference::ModelConfig& config, InferenceRequest* request,
                           const SharedMemoryRegistry* shm = nullptr);
 
+// A response body in pieces: the JSON header, then each binary output where the backend wrote it
+// (sent with one gathered write: output bytes are not copied into the body).
 struct EncodedResponse {
-  std::string body;
-  size_t json_size = 0;     // length of the JSON header in 'body'
-  bool has_binary = false;  // true: send Inference-Header-Content-Length
+  std::string json;
+  std::vector<Buffer> binary;
+  bool has_binary = false;  // true: send Inference-Header-Content-Length (the JSON's size)
+  size_t size() const;
+  // The whole body as one string (a copy, counted): for compression and tests.
+  std::string Flatten() const;
 };
 EncodedResponse EncodeInferResponse(const InferenceResponse& response);
 

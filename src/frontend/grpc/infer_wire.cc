@@ -1,0 +1,200 @@
+#include "frontend/grpc/infer_wire.h"
+
+#include <cstring>
+#include <string>
+
+#include "memory/buffer.h"
+
+namespace nereid::grpc_frontend {
+namespace {
+
+// ModelInferRequest.raw_input_contents, ModelInferResponse.raw_output_contents and
+// ModelStreamInferResponse.infer_response: field numbers from grpc_service.proto.
+constexpr uint32_t kRawInputContents = 7;
+constexpr uint32_t kRawOutputContents = 6;
+constexpr uint32_t kStreamInferResponse = 2;
+constexpr uint32_t kLengthDelimited = 2;
+
+void PutVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// Reads the protobuf wire format across gRPC's slices.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) { Skip(); }
+
+  bool done() const { return index_ == slices_.size(); }
+
+  bool Byte(uint8_t* b) {
+    if (done()) return false;
+    *b = slices_[index_].begin()[offset_];
+    Advance(1);
+    return true;
+  }
+
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // 'n' bytes: a view into the current slice when they lie in it, else gathered into 'storage'.
+  bool Span(uint64_t n, std::string_view* view, std::shared_ptr<uint8_t[]>* storage) {
+    if (done()) return n == 0 ? (*view = {}, true) : false;
+    const grpc::Slice& s = slices_[index_];
+    if (n <= s.size() - offset_) {
+      *view = std::string_view(reinterpret_cast<const char*>(s.begin()) + offset_, n);
+      Advance(n);
+      return true;
+    }
+    if (n > Remaining()) return false;
+    *storage = AllocateAligned(n);
+    uint8_t* dst = storage->get();
+    for (uint64_t left = n; left > 0;) {
+      const grpc::Slice& cur = slices_[index_];
+      const size_t take = std::min<uint64_t>(left, cur.size() - offset_);
+      std::memcpy(dst, cur.begin() + offset_, take);
+      dst += take;
+      left -= take;
+      Advance(take);
+    }
+    CountCopy(CopyKind::kInput, n);
+    *view = std::string_view(reinterpret_cast<const char*>(storage->get()), n);
+    return true;
+  }
+
+  // Appends 'n' bytes to 'out'.
+  bool Append(uint64_t n, std::string& out) {
+    if (n > Remaining()) return false;
+    for (uint64_t left = n; left > 0;) {
+      const grpc::Slice& cur = slices_[index_];
+      const size_t take = std::min<uint64_t>(left, cur.size() - offset_);
+      out.append(reinterpret_cast<const char*>(cur.begin()) + offset_, take);
+      left -= take;
+      Advance(take);
+    }
+    return true;
+  }
+
+ private:
+  uint64_t Remaining() const {
+    uint64_t n = 0;
+    for (size_t i = index_; i < slices_.size(); ++i)
+      n += slices_[i].size() - (i == index_ ? offset_ : 0);
+    return n;
+  }
+  void Advance(size_t n) {
+    offset_ += n;
+    Skip();
+  }
+  void Skip() {  // past exhausted (and empty) slices
+    while (index_ < slices_.size() && offset_ >= slices_[index_].size()) {
+      offset_ = 0;
+      ++index_;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t offset_ = 0;
+};
+
+Status Malformed() {
+  return InvalidArgument(
+      "the message is not a valid inference.ModelInferRequest (malformed protobuf)");
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<ParsedInferRequest>> ParseInferRequest(const grpc::ByteBuffer& buffer) {
+  auto parsed = std::make_shared<ParsedInferRequest>();
+  if (!buffer.Dump(&parsed->slices).ok()) return Malformed();  // references, not copies
+  SliceReader reader(parsed->slices);
+  std::string rest;  // every field but raw_input_contents, re-encoded for protobuf
+  while (!reader.done()) {
+    uint64_t tag;
+    if (!reader.Varint(&tag) || tag > UINT32_MAX || (tag >> 3) == 0) return Malformed();
+    const uint32_t field = static_cast<uint32_t>(tag >> 3);
+    const uint32_t wire = static_cast<uint32_t>(tag & 7);
+    if (field == kRawInputContents && wire == kLengthDelimited) {
+      uint64_t n;
+      std::string_view view;
+      std::shared_ptr<uint8_t[]> storage;
+      if (!reader.Varint(&n) || !reader.Span(n, &view, &storage)) return Malformed();
+      parsed->raw.push_back(view);
+      if (storage) parsed->gathered.push_back(std::move(storage));
+      continue;
+    }
+    PutVarint(rest, tag);
+    uint64_t v;
+    switch (wire) {
+      case 0:
+        if (!reader.Varint(&v)) return Malformed();
+        PutVarint(rest, v);
+        break;
+      case 1:
+        if (!reader.Append(8, rest)) return Malformed();
+        break;
+      case 2:
+        if (!reader.Varint(&v)) return Malformed();
+        PutVarint(rest, v);
+        if (!reader.Append(v, rest)) return Malformed();
+        break;
+      case 5:
+        if (!reader.Append(4, rest)) return Malformed();
+        break;
+      default:
+        return Malformed();
+    }
+  }
+  if (!parsed->message.ParseFromString(rest)) return Malformed();
+  return parsed;
+}
+
+void SerializeInferResponse(const inference::ModelInferResponse& header,
+                            const InferenceResponse& response, bool as_stream,
+                            grpc::ByteBuffer* out) {
+  std::string head = header.SerializeAsString();
+  // Each output: its tag and length (small, in their own slice) and its bytes (by reference).
+  std::vector<std::string> prefixes(response.outputs.size());
+  uint64_t inner = head.size();
+  for (size_t i = 0; i < response.outputs.size(); ++i) {
+    const auto& o = response.outputs[i];
+    const uint64_t n = o.in_shared_memory ? 0 : o.byte_size();
+    PutVarint(prefixes[i], (kRawOutputContents << 3) | kLengthDelimited);
+    PutVarint(prefixes[i], n);
+    inner += prefixes[i].size() + n;
+  }
+  if (as_stream) {
+    std::string wrapper;
+    PutVarint(wrapper, (kStreamInferResponse << 3) | kLengthDelimited);
+    PutVarint(wrapper, inner);
+    head.insert(0, wrapper);
+  }
+  std::vector<grpc::Slice> slices;
+  slices.reserve(1 + 2 * response.outputs.size());
+  slices.emplace_back(head);
+  for (size_t i = 0; i < response.outputs.size(); ++i) {
+    const auto& o = response.outputs[i];
+    slices.emplace_back(prefixes[i]);
+    if (o.in_shared_memory || o.byte_size() == 0) continue;
+    // The slice holds a reference to the output's owner until gRPC has sent it.
+    auto* keep = new std::shared_ptr<const void>(o.buffer.owner());
+    slices.emplace_back(
+        o.buffer.data(), o.byte_size(),
+        [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, keep);
+  }
+  *out = grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace nereid::grpc_frontend

@@ -1,0 +1,40 @@
+// The inference messages on the gRPC wire without copying tensor bytes: a ModelInferRequest is
+// parsed from gRPC's received slices with its raw_input_contents left where they arrived, and a
+// ModelInferResponse is sent as slices that reference the outputs' own buffers. Everything else in
+// the messages goes through protobuf as usual.
+#pragma once
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "frontend/grpc/grpc_service.pb.h"
+#include "runtime/inference_request.h"
+
+namespace nereid::grpc_frontend {
+
+// A received ModelInferRequest: the message without its raw_input_contents, and each raw input
+// as a contiguous span into the received slices (or, when an input straddled two slices, into a
+// gathered copy). Keeps the bytes alive.
+struct ParsedInferRequest {
+  inference::ModelInferRequest message;
+  std::vector<std::string_view> raw;
+
+  std::vector<grpc::Slice> slices;
+  std::vector<std::shared_ptr<uint8_t[]>> gathered;
+};
+StatusOr<std::shared_ptr<ParsedInferRequest>> ParseInferRequest(const grpc::ByteBuffer& buffer);
+
+// Serializes 'header' (a ModelInferResponse without raw_output_contents) followed by one
+// raw_output_contents entry per output of 'response' (empty for outputs written to shared memory).
+// With 'as_stream' the result is a ModelStreamInferResponse wrapping it.
+void SerializeInferResponse(const inference::ModelInferResponse& header,
+                            const InferenceResponse& response, bool as_stream,
+                            grpc::ByteBuffer* out);
+
+}  // namespace nereid::grpc_frontend
