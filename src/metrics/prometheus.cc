@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "memory/buffer.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -86,6 +87,17 @@ std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models) 
         << m->stats().latency.sum_us() << "\n";
     out << "nereid_inference_request_duration_us_count" << Labels(*m) << " " << cumulative << "\n";
   }
+  // Nereid's own: tensor bytes the server copied after they arrived (input) or after the backend
+  // wrote them (output). A zero-copy path leaves these still.
+  const CopyCounts copies = CopyCountsNow();
+  Family(out, "nereid_tensor_copy_bytes", "counter",
+         "Tensor bytes copied by the server after arrival (input) or after the backend wrote them "
+         "(output)");
+  out << "nereid_tensor_copy_bytes{direction=\"input\"} " << copies.input_bytes << "\n";
+  out << "nereid_tensor_copy_bytes{direction=\"output\"} " << copies.output_bytes << "\n";
+  Family(out, "nereid_tensor_copies", "counter", "Tensor copies made by the server");
+  out << "nereid_tensor_copies{direction=\"input\"} " << copies.input_copies << "\n";
+  out << "nereid_tensor_copies{direction=\"output\"} " << copies.output_copies << "\n";
   return out.str();
 }
 

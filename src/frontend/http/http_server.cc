@@ -1,5 +1,7 @@
 #include "frontend/http/http_server.h"
 
+#include <sys/mman.h>
+
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -203,6 +205,28 @@ Route Match(std::string_view target) {
 namespace {
 
 // What the timeout sweep sees of a connection, plain or TLS.
+// A request body of 'n' bytes whose binary section (after 'json_size' bytes of JSON, when known)
+// starts 64-byte aligned, so binary inputs need no realignment. Large bodies are mapped lazily
+// (MAP_NORESERVE): memory is committed as bytes arrive, never on the declared length alone.
+Buffer BodyBuffer(size_t n, int64_t json_size) {
+  const size_t pad =
+      json_size > 0 && static_cast<size_t>(json_size) <= n ? (64 - json_size % 64) % 64 : 0;
+  const size_t total = pad + n;
+  if (total >= (size_t{1} << 20)) {
+    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) {
+      std::shared_ptr<const void> owner(p, [total](const void* q) {
+        munmap(const_cast<void*>(q), total);
+      });
+      return Buffer(static_cast<uint8_t*>(p) + pad, n, MemoryLocation{}, std::move(owner));
+    }
+  }
+  std::shared_ptr<uint8_t[]> storage = AllocateAligned(total);
+  uint8_t* data = storage.get() + pad;
+  return Buffer(data, n, MemoryLocation{}, std::move(storage));
+}
+
 class SessionBase {
  public:
   virtual ~SessionBase() = default;
@@ -341,9 +365,50 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     parser_->header_limit(kHeaderLimit);
     request_started_ns_ = 0;
     read_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
-    bhttp::async_read(
+    bhttp::async_read_header(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // The header is in. An inference body with a known length is read straight into its own
+  // aligned buffer (BodyBuffer); everything else lets Beast read the body as usual.
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    const auto& header = parser_->get();
+    const auto length = parser_->content_length();
+    const bool direct = !metrics_ && header.method() == bhttp::verb::post && length &&
+                        !parser_->chunked() && *length <= server_->options_.max_input_size &&
+                        header.find(bhttp::field::content_encoding) == header.end() &&
+                        Match(SV(header.target())).kind == Route::kModelInfer;
+    if (!direct) {
+      bhttp::async_read(
+          stream_, buffer_, *parser_,
+          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+      return;
+    }
+    int64_t json_size = -1;
+    if (auto it = header.find("Inference-Header-Content-Length"); it != header.end()) {
+      const auto v = it->value();
+      std::from_chars(v.data(), v.data() + v.size(), json_size);
+    }
+    const size_t n = static_cast<size_t>(*length);
+    direct_body_ = BodyBuffer(n, json_size);
+    // What Beast read past the header already is copied (counted); the rest arrives in place.
+    const size_t have = std::min(buffer_.size(), n);
+    if (have > 0) {
+      std::memcpy(direct_body_.data(), buffer_.data().data(), have);
+      buffer_.consume(have);
+      CountCopy(CopyKind::kInput, have);
+    }
+    if (have == n) return OnRead({});
+    net::async_read(stream_, net::buffer(direct_body_.data() + have, n - have),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (ec) {
+                        self->direct_body_ = Buffer();
+                        return self->Close();
+                      }
+                      self->OnRead({});
+                    });
   }
 
   void OnRead(beast::error_code ec) {
@@ -674,15 +739,22 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       return SendStatus(
           Unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
 
-    auto body = std::make_shared<std::string>(std::move(req.body()));
-    if (auto it = req.find(bhttp::field::content_encoding); it != req.end()) {
-      auto encoding = ParseContentEncoding(SV(it->value()));
-      if (!encoding.ok()) return SendStatus(encoding.status());
-      if (*encoding != Encoding::kIdentity) {
-        auto inflated = Inflate(*encoding, *body, server_->options_.max_input_size);
-        if (!inflated.ok()) return SendStatus(inflated.status());
-        *body = std::move(inflated).value();
+    // The body: read in place (OnHeader), or as Beast read it (inflated when compressed).
+    Buffer body = std::move(direct_body_);
+    direct_body_ = Buffer();
+    if (body.data() == nullptr) {
+      auto text = std::make_shared<std::string>(std::move(req.body()));
+      if (auto it = req.find(bhttp::field::content_encoding); it != req.end()) {
+        auto encoding = ParseContentEncoding(SV(it->value()));
+        if (!encoding.ok()) return SendStatus(encoding.status());
+        if (*encoding != Encoding::kIdentity) {
+          auto inflated = Inflate(*encoding, *text, server_->options_.max_input_size);
+          if (!inflated.ok()) return SendStatus(inflated.status());
+          *text = std::move(inflated).value();
+        }
       }
+      body = Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{},
+                    text);
     }
     int64_t header_length = -1;
     if (auto it = req.find("Inference-Header-Content-Length"); it != req.end()) {
@@ -701,7 +773,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     request->model_name = model->name();
     request->model_version = model->version();
     Status decoded =
-        DecodeInferRequest(std::move(body), header_length, model->config(), request.get(),
+        DecodeInferRequest(body, header_length, model->config(), request.get(),
                            &server_->api_->shared_memory());
     if (!decoded.ok()) return SendStatus(decoded);
     request->model = model;
@@ -936,6 +1008,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   Stream stream_;
   beast::flat_buffer buffer_{kReadBufferLimit};
+  Buffer direct_body_;  // an inference body read in place by OnHeader, for Infer
   std::optional<bhttp::request_parser<ReceiveBody>> parser_;
   HttpServer::Impl* server_;
   bool metrics_;  // the Prometheus listener: only GET /metrics

@@ -171,7 +171,7 @@ StatusOr<std::optional<Buffer>> SharedMemoryParams(const element* params, const 
   return std::optional<Buffer>(std::move(buffer));
 }
 
-Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::ModelConfig& config,
+Status DecodeRaw(const Buffer& body, const inference::ModelConfig& config,
                  InferenceRequest* request) {
   if (config.input_size() != 1)
     return InvalidArgument(
@@ -192,15 +192,15 @@ Status DecodeRaw(std::shared_ptr<const std::string> body, const inference::Model
         "a raw binary request needs input '" + in.name +
         "' to have at most one variable dimension (including the batch dimension)");
   const size_t element_size = DataTypeSize(in.datatype);
-  if (element_size == 0 || body->size() % element_size != 0 ||
-      !FillVariableDimension(in.shape, static_cast<int64_t>(body->size() / element_size)))
-    return InvalidArgument("raw binary request of " + std::to_string(body->size()) +
+  if (element_size == 0 || body.size() % element_size != 0 ||
+      !FillVariableDimension(in.shape, static_cast<int64_t>(body.size() / element_size)))
+    return InvalidArgument("raw binary request of " + std::to_string(body.size()) +
                            " bytes does not fit input '" + in.name + "'");
-  in.data = reinterpret_cast<const uint8_t*>(body->data());
-  in.byte_size = body->size();
+  in.data = reinterpret_cast<const uint8_t*>(reinterpret_cast<const char*>(body.data()));
+  in.byte_size = body.size();
   request->inputs.push_back(std::move(in));
   request->binary_outputs_by_default = true;
-  request->payload = std::move(body);
+  request->payload = body.owner();
   return Status::Ok();
 }
 
@@ -214,16 +214,24 @@ StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::s
   return doc;
 }
 
-Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
+Status DecodeInferRequest(std::shared_ptr<const std::string> text, int64_t header_length,
                           const inference::ModelConfig& config, InferenceRequest* request,
                           const SharedMemoryRegistry* shm) {
-  if (header_length == 0) return DecodeRaw(std::move(body), config, request);
-  const size_t json_size = header_length < 0 ? body->size() : static_cast<size_t>(header_length);
-  if (json_size > body->size())
+  const Buffer body(reinterpret_cast<uint8_t*>(const_cast<char*>(text->data())), text->size(),
+                    MemoryLocation{}, text);
+  return DecodeInferRequest(body, header_length, config, request, shm);
+}
+
+Status DecodeInferRequest(const Buffer& body, int64_t header_length,
+                          const inference::ModelConfig& config, InferenceRequest* request,
+                          const SharedMemoryRegistry* shm) {
+  if (header_length == 0) return DecodeRaw(body, config, request);
+  const size_t json_size = header_length < 0 ? body.size() : static_cast<size_t>(header_length);
+  if (json_size > body.size())
     return InvalidArgument("Inference-Header-Content-Length is " + std::to_string(json_size) +
-                           " but the body has only " + std::to_string(body->size()) + " bytes");
+                           " but the body has only " + std::to_string(body.size()) + " bytes");
   thread_local simdjson::dom::parser parser;
-  ASSIGN_OR_RETURN(element doc, ParseJson(parser, std::string_view(body->data(), json_size)));
+  ASSIGN_OR_RETURN(element doc, ParseJson(parser, std::string_view(reinterpret_cast<const char*>(body.data()), json_size)));
   if (doc.type() != element_type::OBJECT)
     return InvalidArgument("the request JSON must be an object");
 
@@ -325,11 +333,11 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
         return InvalidArgument("input '" + in.name +
                                "' uses binary_data_size but the request has no "
                                "Inference-Header-Content-Length header");
-      if (body->size() - offset < static_cast<size_t>(binary_size))
+      if (body.size() - offset < static_cast<size_t>(binary_size))
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
                                " bytes of binary data but the body ends after " +
-                               std::to_string(body->size() - offset) + " (truncated request?)");
-      in.data = reinterpret_cast<const uint8_t*>(body->data() + offset);
+                               std::to_string(body.size() - offset) + " (truncated request?)");
+      in.data = reinterpret_cast<const uint8_t*>(reinterpret_cast<const char*>(body.data()) + offset);
       in.byte_size = static_cast<size_t>(binary_size);
       offset += static_cast<size_t>(binary_size);
     } else {
@@ -351,8 +359,8 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
     }
     request->inputs.push_back(std::move(in));
   }
-  if (offset != body->size())
-    return InvalidArgument("the request body has " + std::to_string(body->size() - offset) +
+  if (offset != body.size())
+    return InvalidArgument("the request body has " + std::to_string(body.size() - offset) +
                            " bytes after the JSON header and binary inputs that no input claims");
 
   if (auto outputs = Member(doc, "outputs")) {
@@ -391,7 +399,7 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
       request->outputs.push_back(std::move(out));
     }
   }
-  request->payload = std::move(body);
+  request->payload = body.owner();
   return Status::Ok();
 }
 

@@ -21,7 +21,10 @@ namespace nereid::http {
 // data points into 'body', which the request keeps alive. 'config' describes the target model
 // (needed to shape a raw request).
 // Inputs and outputs that name a shared-memory region resolve in 'shm' (null: the extension is
-// not available).
+// not available). The request keeps 'body' alive (its owner).
+Status DecodeInferRequest(const Buffer& body, int64_t header_length,
+                          const inference::ModelConfig& config, InferenceRequest* request,
+                          const SharedMemoryRegistry* shm = nullptr);
 Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
                           const inference::ModelConfig& config, InferenceRequest* request,
                           const SharedMemoryRegistry* shm = nullptr);
