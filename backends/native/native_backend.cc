@@ -266,13 +266,11 @@ std::vector<size_t> BytesRowOffsets(const uint8_t* data, size_t size, int64_t el
                                     int64_t rows) {
   std::vector<size_t> offsets(1, 0);
   const int64_t per_row = rows > 0 ? elements / rows : 0;
-  size_t offset = 0;
-  for (int64_t e = 0; e < elements && offset + 4 <= size; ++e) {
-    uint32_t len;
-    std::memcpy(&len, data + offset, 4);
-    offset += 4 + len;
-    if ((e + 1) % per_row == 0) offsets.push_back(std::min(offset, size));
-  }
+  int64_t e = 0;
+  backend::ForEachBytesElement(data, size, [&](std::string_view, size_t end) {
+    if (per_row > 0 && ++e % per_row == 0) offsets.push_back(end);
+    return e < elements;
+  });
   return offsets;
 }
 

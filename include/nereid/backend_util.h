@@ -187,6 +187,48 @@ inline double ElementAsDouble(DataType type, const uint8_t* p) {
   }
 }
 
+// ---- BYTES tensors ------------------------------------------------------------------------------
+// A serialized BYTES tensor is its elements in row-major order, each a 4-byte little-endian
+// length followed by that many bytes (the KServe binary format). The one codec of the project.
+
+inline void AppendBytesElement(std::vector<uint8_t>& out, std::string_view element) {
+  const auto n = static_cast<uint32_t>(element.size());
+  const uint8_t prefix[4] = {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8),
+                             static_cast<uint8_t>(n >> 16), static_cast<uint8_t>(n >> 24)};
+  out.insert(out.end(), prefix, prefix + 4);
+  out.insert(out.end(), element.begin(), element.end());
+}
+
+// Calls fn(element, end_offset) for each element; false when a length runs past the end (the
+// elements before it have been visited) or fn returns false.
+template <typename Fn>
+bool ForEachBytesElement(const uint8_t* data, size_t size, Fn&& fn) {
+  size_t offset = 0;
+  while (offset < size) {
+    if (size - offset < 4) return false;
+    const uint32_t n = static_cast<uint32_t>(data[offset]) |
+                       (static_cast<uint32_t>(data[offset + 1]) << 8) |
+                       (static_cast<uint32_t>(data[offset + 2]) << 16) |
+                       (static_cast<uint32_t>(data[offset + 3]) << 24);
+    offset += 4;
+    if (size - offset < n) return false;
+    const std::string_view element(reinterpret_cast<const char*>(data + offset), n);
+    offset += n;
+    if (!fn(element, offset)) return false;
+  }
+  return true;
+}
+
+// Elements in a serialized BYTES tensor; -1 when the lengths do not tile the buffer.
+inline int64_t CountBytesElements(const uint8_t* data, size_t size) {
+  int64_t count = 0;
+  const bool ok = ForEachBytesElement(data, size, [&](std::string_view, size_t) {
+    ++count;
+    return true;
+  });
+  return ok ? count : -1;
+}
+
 // ---- Status -------------------------------------------------------------------------------------
 
 class Status {

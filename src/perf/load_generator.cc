@@ -1,5 +1,7 @@
 #include "perf/load_generator.h"
 
+#include "nereid/backend_util.h"
+
 #include <grpcpp/grpcpp.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -176,11 +178,9 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
     // Tensor bytes: one short string per element for BYTES, else random FP32 values or zeros.
     std::string data;
     if (dtype == "BYTES") {
-      for (size_t e = 0; e < elements; ++e) {
-        const uint32_t len = 4;
-        data.append(reinterpret_cast<const char*>(&len), 4);
-        data.append("abcd");
-      }
+      std::vector<uint8_t> bytes;
+      for (size_t e = 0; e < elements; ++e) backend::AppendBytesElement(bytes, "abcd");
+      data.assign(bytes.begin(), bytes.end());
     } else {
       data.assign(elements * DataTypeSize(DataTypeFromName(dtype)), '\0');
       if (dtype == "FP32") {

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "config/config_validator.h"
 #include "config/model_files.h"
+#include "nereid/backend_util.h"
 #include "scheduler/default_scheduler.h"
 #include "scheduler/dynamic_batcher.h"
 
@@ -20,25 +21,6 @@ std::string ExpectedShape(const Dims& dims, bool batching) {
   if (batching) shape.push_back(-1);
   shape.insert(shape.end(), dims.begin(), dims.end());
   return ShapeString(shape);
-}
-
-// Counts the elements of a serialized BYTES tensor; -1 if the length prefixes do not tile the
-// buffer.
-int64_t CountBytesElements(const uint8_t* data, size_t size) {
-  int64_t count = 0;
-  size_t offset = 0;
-  while (offset < size) {
-    if (size - offset < 4) return -1;
-    uint32_t len = static_cast<uint32_t>(data[offset]) |
-                   (static_cast<uint32_t>(data[offset + 1]) << 8) |
-                   (static_cast<uint32_t>(data[offset + 2]) << 16) |
-                   (static_cast<uint32_t>(data[offset + 3]) << 24);
-    offset += 4;
-    if (size - offset < len) return -1;
-    offset += len;
-    ++count;
-  }
-  return count;
 }
 
 }  // namespace
@@ -266,7 +248,7 @@ Status Model::Validate(InferenceRequest& request) const {
       return InvalidArgument("input '" + input.name + "' has shape " + ShapeString(input.shape) +
                              ", whose element count does not fit in 64 bits");
     if (input.datatype == DataType::kBytes) {
-      const int64_t found = CountBytesElements(input.data, input.byte_size);
+      const int64_t found = backend::CountBytesElements(input.data, input.byte_size);
       if (found != elements)
         return InvalidArgument(
             "input '" + input.name + "' holds " +

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "metrics/model_stats.h"
+#include "nereid/backend_util.h"
 #include "runtime/backend_abi.h"
 #include "runtime/model.h"
 
@@ -21,14 +22,6 @@ std::string FormatScore(DataType type, double v) {
   const bool integral = type != DataType::kFp16 && type != DataType::kFp32 &&
                         type != DataType::kFp64 && type != DataType::kBf16;
   return integral ? std::to_string(static_cast<int64_t>(v)) : std::to_string(v);
-}
-
-void AppendBytesElement(std::vector<uint8_t>& out, const std::string& s) {
-  const uint32_t len = static_cast<uint32_t>(s.size());
-  const uint8_t prefix[4] = {static_cast<uint8_t>(len), static_cast<uint8_t>(len >> 8),
-                             static_cast<uint8_t>(len >> 16), static_cast<uint8_t>(len >> 24)};
-  out.insert(out.end(), prefix, prefix + 4);
-  out.insert(out.end(), s.begin(), s.end());
 }
 
 // Classification extension: replaces a numeric output by its top-k entries as BYTES strings
@@ -54,7 +47,7 @@ void Classify(InferOutput& output, uint32_t k, bool batching,
       const int64_t idx = order[i];
       std::string s = FormatScore(output.datatype, values[idx]) + ":" + std::to_string(idx);
       if (labels && idx < static_cast<int64_t>(labels->size())) s += ":" + (*labels)[idx];
-      AppendBytesElement(strings, s);
+      backend::AppendBytesElement(strings, s);
     }
   }
   output.datatype = DataType::kBytes;

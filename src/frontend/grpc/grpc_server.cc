@@ -1,5 +1,6 @@
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/grpc/infer_wire.h"
+#include "nereid/backend_util.h"
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -101,13 +102,7 @@ Status ContentsToBytes(const pb::InferTensorContents& c, DataType type, const st
       AppendAs<double>(c.fp64_contents(), out);
       break;
     case DataType::kBytes:
-      for (const std::string& s : c.bytes_contents()) {
-        const uint32_t len = static_cast<uint32_t>(s.size());
-        const size_t at = out.size();
-        out.resize(at + 4 + s.size());
-        std::memcpy(out.data() + at, &len, 4);
-        std::memcpy(out.data() + at + 4, s.data(), s.size());
-      }
+      for (const std::string& s : c.bytes_contents()) backend::AppendBytesElement(out, s);
       break;
     default:
       return InvalidArgument("input '" + name + "': " + std::string(DataTypeName(type)) +

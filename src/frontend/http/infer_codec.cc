@@ -11,7 +11,7 @@
 #include <limits>
 #include <optional>
 
-#include "nereid/half.h"
+#include "nereid/backend_util.h"
 
 namespace nereid::http {
 namespace {
@@ -104,9 +104,7 @@ Status PutElement(DataType type, const element& v, std::vector<uint8_t>& out,
     case DataType::kBytes: {
       if (v.type() != element_type::STRING)
         return InvalidArgument("input '" + input + "': BYTES data must be strings");
-      const std::string_view str(v);
-      Put<uint32_t>(out, static_cast<uint32_t>(str.size()));
-      out.insert(out.end(), str.begin(), str.end());
+      backend::AppendBytesElement(out, std::string_view(v));
       return Status::Ok();
     }
     default:
@@ -472,13 +470,9 @@ void WriteData(Writer& w, const InferOutput& out) {
       for (size_t i = 0; i + 8 <= n; i += 8) WriteFloat(w, Load<double>(p + i), false);
       break;
     case DataType::kBytes:
-      for (size_t i = 0; i + 4 <= n;) {
-        const uint32_t len = Load<uint32_t>(p + i);
-        i += 4;
-        if (len > n - i) break;
-        w.String(reinterpret_cast<const char*>(p + i), len);
-        i += len;
-      }
+      backend::ForEachBytesElement(p, n, [&](std::string_view s, size_t) {
+        return w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+      });
       break;
     default:
       break;
