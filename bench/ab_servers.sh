@@ -31,7 +31,7 @@ for proto in http grpc; do
     for r in $(seq "${ROUNDS:-3}"); do
       for who in baseline candidate; do
         if [ $who = baseline ]; then port=$HA; [ $proto = grpc ] && port=$GA; else port=$HB; [ $proto = grpc ] && port=$GB; fi
-        build/nereid perf -m simple -i $proto -u "localhost:$port" --concurrency-range $c \
+        build/nereid-perf -m simple -i $proto -u "localhost:$port" --concurrency-range $c \
           -p "${MEASURE_MS:-3000}" --warmup 500 -q --json /tmp/ab.json >/dev/null
         "$PYTHON" - "$proto" "$c" "$r" "$who" <<'PY'
 import json, sys

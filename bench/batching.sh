@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dynamic batching benchmark on recommend_model (CPU): the same model served unbatched, with hand-tuned
-# queue delays, and in Nereid's latency-goal mode, all from one server, each driven by `nereid perf`
+# queue delays, and in Nereid's latency-goal mode, all from one server, each driven by `nereid-perf`
 # over a concurrency sweep (interleaved). Prints one table per configuration and a summary.
 #   bench/batching.sh [concurrency-range, default 1:64:x2]   (MEASURE_MS, WARMUP_MS, GOAL_US override)
 set -euo pipefail
@@ -17,9 +17,9 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 SERVER_CPUS="${SERVER_CPUS:-}"  # e.g. 0-3: pin the server ...
 CLIENT_CPUS="${CLIENT_CPUS:-}"  # ... and the load generator apart
 SERVER_RUN=("$NEREID")
-CLIENT_RUN=("$NEREID")
+CLIENT_RUN=("$NEREID-perf")
 [ -n "$SERVER_CPUS" ] && SERVER_RUN=(taskset -c "$SERVER_CPUS" "$NEREID")  # taskset execs: $! stays the server
-[ -n "$CLIENT_CPUS" ] && CLIENT_RUN=(taskset -c "$CLIENT_CPUS" "$NEREID")
+[ -n "$CLIENT_CPUS" ] && CLIENT_RUN=(taskset -c "$CLIENT_CPUS" "$NEREID-perf")
 if [ -z "${SKIP_BUILD:-}" ]; then
   scripts/install-deps.sh >/dev/null
   scripts/build.sh >/dev/null
@@ -71,7 +71,7 @@ PY
 )
 for c in $LEVELS; do
   for m in $MODELS_RUN; do
-    "${CLIENT_RUN[@]}" perf -m "$m" -u "localhost:$PORT" --concurrency-range "$c" -p "$MEASURE_MS" \
+    "${CLIENT_RUN[@]}" -m "$m" -u "localhost:$PORT" --concurrency-range "$c" -p "$MEASURE_MS" \
       --warmup "$WARMUP_MS" -q -f "$CSV_DIR/$m.$c.csv" > /dev/null
     [ -f "$CSV_DIR/$m.csv" ] || head -1 "$CSV_DIR/$m.$c.csv" > "$CSV_DIR/$m.csv"
     tail -n +2 "$CSV_DIR/$m.$c.csv" >> "$CSV_DIR/$m.csv"

@@ -1,4 +1,4 @@
-"""Side by side: perf_analyzer (sync and async) and `nereid perf` on the same server and models, from
+"""Side by side: perf_analyzer (sync and async) and `nereid-perf` on the same server and models, from
 the CSV files scripts/device_cpu_bench.sh writes."""
 import csv
 import glob
@@ -17,7 +17,7 @@ def main():
     print("|---|---|---|---|---|---|")
     for model in ("simple", "recommend_model"):
         runs = [(f"perf_analyzer {m}", os.path.join(out, f"pa_{model}_{m}.csv")) for m in ("sync", "async")]
-        runs.append(("nereid perf", os.path.join(out, f"np_{model}.csv")))
+        runs.append(("nereid-perf", os.path.join(out, f"np_{model}.csv")))
         for tool, path in runs:
             if not os.path.exists(path):
                 print(f"| {model} | {tool} | - | missing | | |")

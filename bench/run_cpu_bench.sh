@@ -18,8 +18,8 @@ build/nereid serve --model-repository=examples/models --http-port="$PORT" --allo
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 wait_ready "http://localhost:$PORT/v2/health/ready" 100 || true
-echo "## HTTP, binary tensors, keep-alive (build/nereid perf)"
+echo "## HTTP, binary tensors, keep-alive (build/nereid-perf)"
 for m in simple recommend_model; do
   echo "### $m"
-  build/nereid perf -m "$m" -u "localhost:$PORT" --concurrency-range 1:8:x8 -p "${MEASURE_MS:-5000}" -q
+  build/nereid-perf -m "$m" -u "localhost:$PORT" --concurrency-range 1:8:x8 -p "${MEASURE_MS:-5000}" -q
 done

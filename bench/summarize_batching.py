@@ -11,7 +11,7 @@ def load(path):
 
 
 def batch(row):
-    """Mean requests per execution in the window, from the server's statistics (nereid perf)."""
+    """Mean requests per execution in the window, from the server's statistics (nereid-perf)."""
     v = row.get("Server Batch Size")
     return f"{float(v):.1f}" if v not in (None, "") else "-"
 
@@ -21,7 +21,7 @@ def main():
     unbatched = load(os.path.join(out, "unbatched.csv"))
     tuned = {d: load(os.path.join(out, f"delay_{d}.csv")) for d in delays}
     goal = load(os.path.join(out, "goal.csv"))
-    # Per configuration: what nereid perf measured, with the server's own view of each window.
+    # Per configuration: what nereid-perf measured, with the server's own view of each window.
     for name, rows in [("unbatched", unbatched)] + [(f"delay_{d}", tuned[d]) for d in delays] + [("goal", goal)]:
         print(f"### {name}")
         print("| concurrency | infer/s | p50 us | p99 us | server batch | server queue us | server compute us |")

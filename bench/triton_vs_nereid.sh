@@ -3,7 +3,7 @@
 # backend only). Serves `simple` from Triton (Python backend) and from Nereid (native engine), and drives
 # both with the same load generator runs over HTTP and gRPC at concurrency 1, 8, 64: perf_analyzer when
 # PERF_ANALYZER names its binary (it needs glibc >= 2.38, so not on Debian 12: scripts/device_cpu_bench.sh
-# runs it this way on the device host), else `nereid perf`.
+# runs it this way on the device host), else `nereid-perf`.
 #   bench/triton_vs_nereid.sh      (MEASURE_MS, WARMUP_MS override the windows)
 # Prebuilt pieces (the device host) skip the installs: NEREID, MODELS, TRITON_HOME, TRITON_LIBS, PYVER,
 # PYTHON, SKIP_BUILD; SERVER_CPUS/CLIENT_CPUS pin the servers and the load generator apart.
@@ -73,7 +73,7 @@ for proto in http grpc; do
       { head -1 "$WORK/pa_${server}_${proto}_1.csv"; for c in 1 8 64; do tail -n +2 "$WORK/pa_${server}_${proto}_$c.csv"; done; } \
         > "$WORK/${server}_${proto}.csv"
     else
-      ${CLIENT_RUN[@]+"${CLIENT_RUN[@]}"} "$NEREID" perf -m simple -i $proto -u "$url" --concurrency-range 1:64:x8 \
+      ${CLIENT_RUN[@]+"${CLIENT_RUN[@]}"} "$NEREID-perf" -m simple -i $proto -u "$url" --concurrency-range 1:64:x8 \
         -p "$MEASURE_MS" --warmup "$WARMUP_MS" -q -f "$WORK/${server}_${proto}.csv" > /dev/null
     fi
   done

@@ -13,10 +13,11 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 rm -rf .devcarry && mkdir -p .devcarry/models "$STAGE/bin/backends" "$STAGE/lib"
 strip -o "$STAGE/bin/nereid" build/nereid
+strip -o "$STAGE/bin/nereid-perf" build/nereid-perf
 strip -o "$STAGE/bin/bench_gemm" build/bench_gemm
 strip -o "$STAGE/bin/backends/libnereid_backend_native.so" build/backends/libnereid_backend_native.so
 # Every shared library the binaries link, except glibc's and the C++ runtime (newer on the device).
-for bin in build/nereid build/backends/libnereid_backend_native.so build/bench_gemm; do
+for bin in build/nereid build/nereid-perf build/backends/libnereid_backend_native.so build/bench_gemm; do
   ldd "$bin" | awk '{print $3}' | grep '^/' |
     grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
     xargs -r -I{} cp -L {} "$STAGE/lib/"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent device machine (16 cores; its GPU unused here): Nereid's CPU serving measured with
 # the real perf_analyzer (which needs glibc >= 2.38, so it cannot run on our Debian 12 machines) next to
-# `nereid perf` on the same runs, Triton vs Nereid driven by perf_analyzer (SECTIONS=triton, carry made
+# `nereid-perf` on the same runs, Triton vs Nereid driven by perf_analyzer (SECTIONS=triton, carry made
 # with TRITON=1), then the batching benchmark with server and client on separate cores.
 # Expects .devcarry/ made by scripts/device_carry.sh; writes logs to $OUT.
 set -uo pipefail
@@ -34,17 +34,17 @@ if [[ " $SECTIONS " == *" grpc "* ]]; then
       > "$OUT/pa_simple_grpc_${mode}.log" 2>&1 || echo "perf_analyzer grpc $mode failed: $(tail -5 "$OUT/pa_simple_grpc_${mode}.log")"
     [ -f "$OUT/pa_simple_grpc_${mode}.csv" ] && sed 's/^/  /' "$OUT/pa_simple_grpc_${mode}.csv" | cut -d, -f1-2,9-12
   done
-  taskset -c 4-15 "$NEREID" perf -m simple -i grpc -u localhost:8001 --concurrency-range 1:8:7 -p 3000 -q
+  taskset -c 4-15 "$NEREID-perf" -m simple -i grpc -u localhost:8001 --concurrency-range 1:8:7 -p 3000 -q
 fi
 if [[ " $SECTIONS " == *" http "* ]]; then
-echo "== perf_analyzer vs nereid perf (server on cores 0-3, clients on 4-15)"
+echo "== perf_analyzer vs nereid-perf (server on cores 0-3, clients on 4-15)"
 for model in simple recommend_model; do
   for mode in sync async; do
     taskset -c 4-15 "$PA" -m "$model" -u localhost:8000 -i http --"$mode" --concurrency-range 1:8:7 \
       --measurement-interval 3000 --stability-percentage 50 --max-trials 4 -f "$OUT/pa_${model}_${mode}.csv" \
       > "$OUT/pa_${model}_${mode}.log" 2>&1 || echo "perf_analyzer $model $mode failed: $(tail -3 "$OUT/pa_${model}_${mode}.log")"
   done
-  taskset -c 4-15 "$NEREID" perf -m "$model" -u localhost:8000 --concurrency-range 1:8:7 -p 3000 -q \
+  taskset -c 4-15 "$NEREID-perf" -m "$model" -u localhost:8000 --concurrency-range 1:8:7 -p 3000 -q \
     -f "$OUT/np_${model}.csv" > /dev/null
 done
 python3 bench/compare_perf_tools.py "$OUT"

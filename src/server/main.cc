@@ -13,7 +13,6 @@
 #include "common/logging.h"
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
-#include "perf/load_generator.h"
 #include "repository/model_repository.h"
 #include "runtime/server_info.h"
 #include "server/config_command.h"
@@ -127,15 +126,17 @@ int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0] == "perf")
-    return nereid::perf::PerfMain({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "perf") {
+    std::cerr << "the load generator is its own program now: nereid-perf (next to nereid)\n";
+    return 2;
+  }
   if (!args.empty() && args[0] == "config")
     return nereid::ConfigMain({args.begin() + 1, args.end()});
   if (!args.empty() && args[0] == "serve")
     args.erase(args.begin());
   else if (!args.empty() && args[0].rfind("--", 0) != 0 && args[0] != "-h") {
     std::cerr << "unknown command '" << args[0]
-              << "'; try: nereid serve --help, nereid config --help, nereid perf --help\n";
+              << "'; try: nereid serve --help, nereid config --help (load generator: nereid-perf --help)\n";
     return 2;
   }
   return Serve(args);

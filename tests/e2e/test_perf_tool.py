@@ -1,5 +1,6 @@
-"""`nereid perf` against the real server: both protocols, both load modes, CSV and JSON outputs."""
+"""`nereid-perf` against the real server: both protocols, both load modes, CSV and JSON outputs."""
 import csv
+import os
 import json
 import subprocess
 
@@ -7,12 +8,14 @@ import pytest
 
 from conftest import BINARY
 
+PERF = os.path.join(os.path.dirname(BINARY), "nereid-perf")
+
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_concurrency_sweep_writes_table_csv_and_json(server, tmp_path, protocol):
     url = server.url if protocol == "http" else server.grpc_url
     out = subprocess.run(
-        [BINARY, "perf", "-m", "simple", "-i", protocol, "-u", url, "--concurrency-range", "1:2:x2",
+        [PERF, "-m", "simple", "-i", protocol, "-u", url, "--concurrency-range", "1:2:x2",
          "-p", "300", "--warmup", "100", "-f", str(tmp_path / "r.csv"), "--json", str(tmp_path / "r.json")],
         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -33,7 +36,7 @@ def test_server_batch_size_shows_dynamic_batching(server, tmp_path):
     # recommend_model batches (max_queue_delay 200 us, preferred sizes 8/16/32): at concurrency 16
     # the server executes several requests at a time, which the batch column must show.
     out = subprocess.run(
-        [BINARY, "perf", "-m", "recommend_model", "-u", server.url, "--concurrency-range", "16",
+        [PERF, "-m", "recommend_model", "-u", server.url, "--concurrency-range", "16",
          "-p", "1500", "--warmup", "300", "-q", "-f", str(tmp_path / "r.csv")],
         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -43,7 +46,7 @@ def test_server_batch_size_shows_dynamic_batching(server, tmp_path):
 
 def test_request_rate_mode_holds_the_rate(server):
     out = subprocess.run(
-        [BINARY, "perf", "-m", "simple", "-u", server.url, "--request-rate-range", "200",
+        [PERF, "-m", "simple", "-u", server.url, "--request-rate-range", "200",
          "--request-distribution", "poisson", "-p", "1000", "--warmup", "200", "-q"],
         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -53,6 +56,6 @@ def test_request_rate_mode_holds_the_rate(server):
 
 
 def test_unknown_model_fails_cleanly(server):
-    out = subprocess.run([BINARY, "perf", "-m", "nope", "-u", server.url, "-p", "100"],
+    out = subprocess.run([PERF, "-m", "nope", "-u", server.url, "-p", "100"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "cannot read the metadata of model 'nope'" in out.stderr

@@ -513,7 +513,7 @@ StatusOr<std::vector<double>> ParseRange(const std::string& flag, const std::str
 }  // namespace
 
 std::string PerfUsage() {
-  return R"(Usage: nereid perf -m MODEL [options]
+  return R"(Usage: nereid-perf -m MODEL [options]
 
 Measures a KServe v2 server (Nereid or Triton) with closed-loop concurrency or open-loop request
 rates, like perf_analyzer (flag names follow it).
@@ -633,7 +633,7 @@ StatusOr<std::vector<PerfResult>> RunPerf(const PerfOptions& o) {
   ASSIGN_OR_RETURN(Target target, BuildRequest(o));
   std::vector<PerfResult> results;
   if (!o.quiet)
-    std::fprintf(stderr, "nereid perf: model %s at %s, batch %lld, %llu ms windows\n",
+    std::fprintf(stderr, "nereid-perf: model %s at %s, batch %lld, %llu ms windows\n",
                  o.model.c_str(), o.url.c_str(), static_cast<long long>(o.batch_size),
                  static_cast<unsigned long long>(o.measurement_ms));
   for (double c : o.concurrency) {
