@@ -7,7 +7,7 @@
 #include <string>
 
 #include "nereid/backend.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 struct NereidError {
   NereidErrorCode code;

@@ -185,6 +185,7 @@ Status Model::SetConfigJson(const std::string& json) {
 }
 
 Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
+  request->model_version = version_;  // routed: errors from here on name this version
   Status s = Validate(*request);
   if (s.ok()) s = scheduler_->Enqueue(request);
   if (!s.ok()) {

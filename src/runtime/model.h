@@ -12,7 +12,7 @@
 #include "config/model_config.h"
 #include "metrics/model_stats.h"
 #include "runtime/backend_library.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 #include "runtime/model_instance.h"
 #include "scheduler/scheduler.h"
 

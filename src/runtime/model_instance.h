@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "nereid/backend.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "config/model_config.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 namespace nereid {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 namespace nereid {
 

@@ -15,7 +15,7 @@
 #include "common/status.h"
 #include "memory/shared_memory.h"
 #include "repository/model_repository.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 namespace nereid {
 

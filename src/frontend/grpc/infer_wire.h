@@ -14,7 +14,7 @@
 
 #include "common/status.h"
 #include "frontend/grpc/grpc_service.pb.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 namespace nereid::grpc_frontend {
 

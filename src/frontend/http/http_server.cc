@@ -25,7 +25,7 @@
 #include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
 #include "frontend/http/receive_body.h"
-#include "metrics/prometheus.h"
+#include "frontend/http/prometheus.h"
 #include "runtime/server_info.h"
 
 namespace nereid::http {

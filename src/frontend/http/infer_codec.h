@@ -12,7 +12,7 @@
 #include "common/status.h"
 #include "config/model_config.h"
 #include "memory/shared_memory.h"
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 namespace nereid::http {
 

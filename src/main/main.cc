@@ -15,8 +15,8 @@
 #include "frontend/http/http_server.h"
 #include "repository/model_repository.h"
 #include "runtime/server_info.h"
-#include "server/config_command.h"
-#include "server/server_options.h"
+#include "main/config_command.h"
+#include "main/server_options.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "server/config_command.h"
+#include "main/config_command.h"
 
 #include <google/protobuf/text_format.h>
 
@@ -8,7 +8,7 @@
 #include "common/logging.h"
 #include "repository/model_repository.h"
 #include "runtime/backend_library.h"
-#include "server/server_options.h"
+#include "main/server_options.h"
 
 namespace nereid {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/server_options.h"
+#include "main/server_options.h"
 
 #include <charconv>
 #include <filesystem>

@@ -1,8 +1,7 @@
-#include "runtime/inference_request.h"
+#include "request/inference_request.h"
 
 #include <chrono>
 
-#include "runtime/model.h"
 
 namespace nereid {
 
@@ -30,7 +29,7 @@ void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status)
   auto response = std::make_unique<InferenceResponse>();
   response->status = std::move(status);
   response->model_name = request->model_name;
-  response->model_version = request->model ? request->model->version() : request->model_version;
+  response->model_version = request->model_version;  // the routed version once routed
   response->id = request->id;
   ResponseCallback callback = std::move(request->on_complete);
   request.reset();

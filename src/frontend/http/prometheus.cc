@@ -1,4 +1,4 @@
-#include "metrics/prometheus.h"
+#include "frontend/http/prometheus.h"
 
 #include <sstream>
 
