@@ -1,5 +1,5 @@
-// Status and StatusOr: how errors travel inside the core. No exceptions on the request path; every
-// Status code maps to exactly one HTTP status and one gRPC code in ProtocolCodesFor().
+// Status and StatusOr: how errors travel inside the core. No exceptions on the request path; each
+// frontend maps every code to exactly one status of its protocol (HttpStatusFor, GrpcCodeFor).
 #pragma once
 
 #include <cassert>
@@ -50,37 +50,6 @@ inline Status Cancelled(std::string msg) {
   return Status(Status::Code::kCancelled, std::move(msg));
 }
 inline Status Internal(std::string msg) { return Status(Status::Code::kInternal, std::move(msg)); }
-
-// The one table from Status codes to protocol codes, Triton's mapping. HTTP: INTERNAL 500,
-// NOT_FOUND 404, UNAVAILABLE 503, UNSUPPORTED 501, everything else 400. gRPC (grpc::StatusCode
-// numbers): CANCELLED 1, INVALID_ARGUMENT 3, NOT_FOUND 5, ALREADY_EXISTS 6, UNIMPLEMENTED 12,
-// INTERNAL 13, UNAVAILABLE 14.
-struct ProtocolCodes {
-  int http;
-  int grpc;
-};
-inline ProtocolCodes ProtocolCodesFor(Status::Code code) {
-  switch (code) {
-    case Status::Code::kOk:
-      return {200, 0};
-    case Status::Code::kInvalidArgument:
-      return {400, 3};
-    case Status::Code::kNotFound:
-      return {404, 5};
-    case Status::Code::kAlreadyExists:
-      return {400, 6};
-    case Status::Code::kCancelled:
-      return {400, 1};
-    case Status::Code::kUnsupported:
-      return {501, 12};
-    case Status::Code::kInternal:
-      return {500, 13};
-    case Status::Code::kUnavailable:
-      return {503, 14};
-  }
-  return {400, 3};
-}
-inline int HttpStatusFor(Status::Code code) { return ProtocolCodesFor(code).http; }
 
 template <typename T>
 class StatusOr {

@@ -18,43 +18,6 @@ namespace {
 // latency (for the dynamic batcher's latency goal).
 thread_local std::vector<uint64_t>* t_latencies = nullptr;
 
-std::string FormatScore(DataType type, double v) {
-  const bool integral = type != DataType::kFp16 && type != DataType::kFp32 &&
-                        type != DataType::kFp64 && type != DataType::kBf16;
-  return integral ? std::to_string(static_cast<int64_t>(v)) : std::to_string(v);
-}
-
-// Classification extension: replaces a numeric output by its top-k entries as BYTES strings
-// "score:index" or "score:index:label", per batch row when the model batches.
-void Classify(InferOutput& output, uint32_t k, bool batching,
-              const std::vector<std::string>* labels) {
-  const int64_t rows = batching && !output.shape.empty() ? output.shape[0] : 1;
-  const size_t esize = DataTypeSize(output.datatype);
-  const int64_t total = static_cast<int64_t>(output.byte_size() / std::max<size_t>(esize, 1));
-  const int64_t per_row = rows > 0 ? total / rows : 0;
-  const int64_t top = std::min<int64_t>(k, per_row);
-  std::vector<uint8_t> strings;
-  std::vector<int64_t> order(per_row);
-  std::vector<double> values(per_row);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < per_row; ++i)
-      values[i] = ElementAsDouble(output.datatype, output.bytes() + (r * per_row + i) * esize);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) {
-      return values[a] > values[b] || (values[a] == values[b] && a < b);
-    });
-    for (int64_t i = 0; i < top; ++i) {
-      const int64_t idx = order[i];
-      std::string s = FormatScore(output.datatype, values[idx]) + ":" + std::to_string(idx);
-      if (labels && idx < static_cast<int64_t>(labels->size())) s += ":" + (*labels)[idx];
-      backend::AppendBytesElement(strings, s);
-    }
-  }
-  output.datatype = DataType::kBytes;
-  output.shape = batching ? std::vector<int64_t>{rows, top} : std::vector<int64_t>{top};
-  output.SetBytes(std::move(strings));
-}
-
 }  // namespace
 
 Status ModelInstance::Initialize() {
@@ -140,7 +103,6 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
 
 Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceResponse& response,
                                     bool require_all) const {
-  const bool batching = model_->config().max_batch_size() > 0;
   std::vector<InferOutput> ordered;
   ordered.reserve(request.outputs.size());
   for (const auto& wanted : request.outputs) {
@@ -153,8 +115,6 @@ Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceRe
     }
     InferOutput out = std::move(*it);
     out.binary = wanted.binary;
-    // (The frontends refuse classification of an output bound to shared memory, as Triton does.)
-    if (wanted.class_count > 0) Classify(out, wanted.class_count, batching, model_->Labels(out.name));
     ordered.push_back(std::move(out));
   }
   response.outputs = std::move(ordered);

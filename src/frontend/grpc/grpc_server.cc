@@ -1,4 +1,5 @@
 #include "frontend/grpc/grpc_server.h"
+#include "frontend/classification.h"
 #include "frontend/grpc/infer_wire.h"
 #include "nereid/backend_util.h"
 
@@ -27,9 +28,32 @@ namespace {
 
 namespace pb = inference;
 
+// Triton's gRPC code for each Status code: the one table of this protocol.
+grpc::StatusCode GrpcCodeFor(Status::Code code) {
+  switch (code) {
+    case Status::Code::kOk:
+      return grpc::StatusCode::OK;
+    case Status::Code::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case Status::Code::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case Status::Code::kAlreadyExists:
+      return grpc::StatusCode::ALREADY_EXISTS;
+    case Status::Code::kUnsupported:
+      return grpc::StatusCode::UNIMPLEMENTED;
+    case Status::Code::kInternal:
+      return grpc::StatusCode::INTERNAL;
+    case Status::Code::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case Status::Code::kCancelled:
+      return grpc::StatusCode::CANCELLED;
+  }
+  return grpc::StatusCode::INVALID_ARGUMENT;
+}
+
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(ProtocolCodesFor(s.code()).grpc), s.message());
+  return grpc::Status(GrpcCodeFor(s.code()), s.message());
 }
 
 StatusOr<int64_t> ParseVersion(const std::string& v) {
@@ -626,8 +650,11 @@ class GrpcServer::Impl final : public ServiceBase {
     r->cancel = std::make_shared<CancelFlag>();
     r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
     // The response buffer lives until Finish, which runs after completion.
-    r->on_complete = [reactor, raw_response](std::unique_ptr<InferenceResponse> result) {
+    r->on_complete = [reactor, raw_response, model = r->model.get(),
+                      classify = ClassificationOf(r->outputs)](
+                         std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
+      ApplyClassification(classify, *model, *result);
       pb::ModelInferResponse header;
       FillResponseHeader(*result, &header);
       SerializeInferResponse(header, *result, /*as_stream=*/false, raw_response);
@@ -741,9 +768,12 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     // Decoupled models answer with any number of responses; each carries Triton's
     // "triton_final_response" flag, and an empty final one is sent only when the client asked.
     const bool decoupled = r->model->decoupled();
-    r->on_complete = [this, decoupled, empty_final](std::unique_ptr<InferenceResponse> result) {
+    r->on_complete = [this, decoupled, empty_final, model = r->model.get(),
+                      classify = ClassificationOf(r->outputs)](
+                         std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok())
         return Send(Error(result->model_name, result->id, result->status), true);
+      ApplyClassification(classify, *model, *result);
       if (result->empty_final && !empty_final) return Send(std::nullopt, true);
       pb::ModelInferResponse header;
       FillResponseHeader(*result, &header);

@@ -21,6 +21,7 @@
 
 #include "common/cpus.h"
 #include "common/logging.h"
+#include "frontend/classification.h"
 #include "frontend/http/compression.h"
 #include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
@@ -225,6 +226,27 @@ Buffer BodyBuffer(size_t n, int64_t json_size) {
   std::shared_ptr<uint8_t[]> storage = AllocateAligned(total);
   uint8_t* data = storage.get() + pad;
   return Buffer(data, n, MemoryLocation{}, std::move(storage));
+}
+
+// Triton's HTTP status for each Status code: the one table of this protocol.
+int HttpStatusFor(Status::Code code) {
+  switch (code) {
+    case Status::Code::kOk:
+      return 200;
+    case Status::Code::kNotFound:
+      return 404;
+    case Status::Code::kUnsupported:
+      return 501;
+    case Status::Code::kInternal:
+      return 500;
+    case Status::Code::kUnavailable:
+      return 503;
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kAlreadyExists:
+    case Status::Code::kCancelled:
+      return 400;
+  }
+  return 400;
 }
 
 class SessionBase {
@@ -777,8 +799,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                            &server_->api_->shared_memory());
     if (!decoded.ok()) return SendStatus(decoded);
     request->model = model;
-    request->on_complete = [self = shared_from_this(), response_encoding,
-                            model = model.get()](std::unique_ptr<InferenceResponse> r) {
+    request->on_complete = [self = shared_from_this(), response_encoding, model = model.get(),
+                            classify = ClassificationOf(request->outputs)](
+                               std::unique_ptr<InferenceResponse> r) {
+      ApplyClassification(classify, *model, *r);
       // An idle model writes the response from the completing thread: while a request is in flight
       // its connection has no other operation pending (the next read starts after this write), so
       // this is safe and saves waking an I/O thread (a quarter of the latency of small models).
