@@ -39,9 +39,11 @@ struct SharedMemoryRegistry::Region {
   SharedMemoryRegionStatus status;
   uint8_t* mapping = nullptr;  // the object from its start through offset + byte_size
   size_t mapped_length = 0;
+  int fd = -1;  // kept to notice an object shrunk under the mapping
   uint8_t* base() const { return mapping + status.offset; }
   ~Region() {
     if (mapping != nullptr) munmap(mapping, mapped_length);
+    if (fd >= 0) close(fd);
   }
 };
 
@@ -74,15 +76,17 @@ Status SharedMemoryRegistry::Register(const std::string& name, const std::string
                            "': invalid args");
   }
   void* p = mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int error = errno;
-  close(fd);
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    const int error = errno;
+    close(fd);
     return InvalidArgument("failed to register shared memory region '" + name +
                            "': mmap failed: " + std::strerror(error));
+  }
   auto region = std::make_shared<Region>();
   region->status = {name, key, offset, byte_size};
   region->mapping = static_cast<uint8_t*>(p);
   region->mapped_length = end;
+  region->fd = fd;
   regions_[name] = std::move(region);
   return Status::Ok();
 }
@@ -128,6 +132,13 @@ StatusOr<Buffer> SharedMemoryRegistry::Get(const std::string& name, uint64_t off
   if (byte_size > size - offset)
     return InvalidArgument("Invalid offset + byte size for shared memory region: '" + name +
                            "'");
+  // A client that shrank the object after registering would make reading the mapping fault:
+  // check before every use (a shrink racing with the request itself is not caught).
+  struct stat st {};
+  if (fstat(region->fd, &st) != 0 || st.st_size < 0 ||
+      static_cast<uint64_t>(st.st_size) < region->mapped_length)
+    return InvalidArgument("shared memory region '" + name +
+                           "' shrank after it was registered; register it again");
   uint8_t* data = region->base() + offset;
   return Buffer(data, byte_size, MemoryLocation{MemoryType::kShm, 0}, std::move(region));
 }

@@ -2,6 +2,8 @@
 register/status/unregister, inputs read from and outputs written into registered regions (with
 offsets), and clear errors for unknown regions, bad offsets and sizes, bad keys and regions too
 small for the output."""
+import os
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -130,5 +132,21 @@ def test_shared_memory_input_json_output(server, regions):
         result = client.infer("simple", inputs, outputs=[
             httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    finally:
+        client.unregister_system_shared_memory()
+
+
+def test_region_shrunk_after_registering_is_refused_not_a_crash(server, regions):
+    """A client that truncates its shared-memory object after registering it: reading the mapping
+    would fault (SIGBUS); the server checks the object's size before using it and refuses."""
+    client = httpclient.InferenceServerClient(server.url)
+    tag, a, b, inp, out = regions
+    client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
+    try:
+        os.truncate(f"/dev/shm/nereid_in_{tag}", 0)
+        inputs, _ = simple_request(httpclient, tag)
+        with pytest.raises(InferenceServerException, match="shrank after it was registered"):
+            client.infer("simple", inputs)
+        assert client.is_server_live()
     finally:
         client.unregister_system_shared_memory()
