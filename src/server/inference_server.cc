@@ -1,7 +1,9 @@
 #include "server/inference_server.h"
 
 #include "common/logging.h"
+#include "metrics/model_stats.h"
 #include "runtime/model.h"
+#include "runtime/server_info.h"
 
 namespace nereid {
 
@@ -15,6 +17,83 @@ InferenceServer::~InferenceServer() {
   }
   cv_.notify_all();
   control_thread_.join();
+}
+
+namespace {
+DurationSnapshot Snap(const DurationStat& d) {
+  return {d.count.load(std::memory_order_relaxed), d.ns.load(std::memory_order_relaxed)};
+}
+}  // namespace
+
+ServerMetadata InferenceServer::GetServerMetadata() const {
+  return {kServerName, kServerVersion, ServerExtensions()};
+}
+
+bool InferenceServer::Ready() const { return repository_->Ready(); }
+
+Status InferenceServer::ModelReady(const std::string& name, int64_t version) const {
+  return repository_->GetModel(name, version).status();
+}
+
+StatusOr<ModelMetadata> InferenceServer::GetModelMetadata(const std::string& name,
+                                                          int64_t version) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, repository_->GetModel(name, version));
+  ModelMetadata m;
+  m.name = model->name();
+  m.versions = repository_->ReadyVersions(model->name());
+  m.platform = model->platform();
+  m.inputs = model->Metadata(true);
+  m.outputs = model->Metadata(false);
+  return m;
+}
+
+StatusOr<std::string> InferenceServer::ModelConfigJson(const std::string& name,
+                                                       int64_t version) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, repository_->GetModel(name, version));
+  return model->config_json();
+}
+
+StatusOr<inference::ModelConfig> InferenceServer::ModelConfig(const std::string& name,
+                                                              int64_t version) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, repository_->GetModel(name, version));
+  return model->config();
+}
+
+StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::string& name,
+                                                                   int64_t version) const {
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Model>> models,
+                   repository_->StatisticsModels(name, version));
+  std::vector<ModelStatistics> out;
+  out.reserve(models.size());
+  for (const auto& m : models) {
+    const ModelStats& st = m->stats();
+    ModelStatistics s;
+    s.name = m->name();
+    s.version = m->version();
+    s.last_inference_ms = st.last_inference_ms.load(std::memory_order_relaxed);
+    s.inference_count = st.inference_count.load(std::memory_order_relaxed);
+    s.execution_count = st.execution_count.load(std::memory_order_relaxed);
+    s.success = Snap(st.success);
+    s.fail = Snap(st.fail);
+    s.queue = Snap(st.queue);
+    s.compute_input = Snap(st.compute_input);
+    s.compute_infer = Snap(st.compute_infer);
+    s.compute_output = Snap(st.compute_output);
+    st.ForEachBatch([&](int64_t b, const ModelStats::BatchStat& bs) {
+      s.batches.push_back({b, Snap(bs.compute_input), Snap(bs.compute_infer),
+                           Snap(bs.compute_output)});
+    });
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<IndexEntry> InferenceServer::RepositoryIndex(bool ready_only) const {
+  return repository_->Index(ready_only);
+}
+
+Status InferenceServer::CheckRepositoryControl() const {
+  return repository_->CheckExplicitControl();
 }
 
 StatusOr<std::shared_ptr<Model>> InferenceServer::GetModel(const std::string& name,

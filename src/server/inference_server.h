@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "memory/shared_memory.h"
@@ -18,6 +19,34 @@
 #include "request/inference_request.h"
 
 namespace nereid {
+
+// Snapshots the frontends render, so that neither reads the core's classes.
+struct ServerMetadata {
+  std::string name, version;
+  std::vector<std::string> extensions;
+};
+
+struct ModelMetadata {
+  std::string name;
+  std::vector<int64_t> versions;  // ready versions
+  std::string platform;
+  std::vector<TensorMetadata> inputs, outputs;
+};
+
+struct DurationSnapshot {
+  uint64_t count = 0, ns = 0;
+};
+struct ModelStatistics {
+  std::string name;
+  int64_t version = 0;
+  uint64_t last_inference_ms = 0, inference_count = 0, execution_count = 0;
+  DurationSnapshot success, fail, queue, compute_input, compute_infer, compute_output;
+  struct Batch {
+    int64_t batch_size = 0;
+    DurationSnapshot compute_input, compute_infer, compute_output;
+  };
+  std::vector<Batch> batches;  // batch sizes that have executed, ascending
+};
 
 class InferenceServer {
  public:
@@ -28,6 +57,20 @@ class InferenceServer {
 
   ModelRepository& repository() const { return *repository_; }
   SharedMemoryRegistry& shared_memory() { return shared_memory_; }
+
+  // ---- health and metadata ----
+  ServerMetadata GetServerMetadata() const;
+  bool Ready() const;
+  // Ok when the version (-1: newest) is ready, else why not.
+  Status ModelReady(const std::string& name, int64_t version) const;
+  StatusOr<ModelMetadata> GetModelMetadata(const std::string& name, int64_t version) const;
+  // The model configuration in Triton's JSON and as the protobuf message.
+  StatusOr<std::string> ModelConfigJson(const std::string& name, int64_t version) const;
+  StatusOr<inference::ModelConfig> ModelConfig(const std::string& name, int64_t version) const;
+  // One model version (name and version given), every version of a model (version -1), or every
+  // model (empty name).
+  StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name,
+                                                    int64_t version) const;
 
   // ---- inference ----
   // The model a request names (version -1: newest ready), or NOT_FOUND / UNAVAILABLE.
@@ -41,6 +84,9 @@ class InferenceServer {
   void RunControl(std::function<Status()> task, std::function<void(Status)> done);
   Status LoadModel(const std::string& name, const std::string& config_json);
   Status UnloadModel(const std::string& name);
+  std::vector<IndexEntry> RepositoryIndex(bool ready_only) const;
+  // Whether load/unload are allowed (explicit model control mode).
+  Status CheckRepositoryControl() const;
 
  private:
   void ControlLoop();

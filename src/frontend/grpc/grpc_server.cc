@@ -21,7 +21,6 @@
 
 #include "common/logging.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
-#include "runtime/server_info.h"
 
 namespace nereid::grpc_frontend {
 namespace {
@@ -277,9 +276,9 @@ void FillResponseHeader(const InferenceResponse& r, pb::ModelInferResponse* out)
   }
 }
 
-void FillDuration(const DurationStat& d, pb::StatisticDuration* out) {
-  out->set_count(d.count.load(std::memory_order_relaxed));
-  out->set_ns(d.ns.load(std::memory_order_relaxed));
+void FillDuration(const DurationSnapshot& d, pb::StatisticDuration* out) {
+  out->set_count(d.count);
+  out->set_ns(d.ns);
 }
 
 }  // namespace
@@ -326,7 +325,7 @@ void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) 
 class GrpcServer::Impl final : public ServiceBase {
  public:
   Impl(GrpcOptions options, InferenceServer* api)
-      : options_(std::move(options)), api_(api), repository_(&api->repository()) {}
+      : options_(std::move(options)), api_(api) {}
 
   Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
@@ -390,7 +389,6 @@ class GrpcServer::Impl final : public ServiceBase {
   }
 
   int port() const { return bound_port_; }
-  ModelRepository* repository() const { return repository_; }
 
   // ---- unary RPCs ----
 
@@ -406,7 +404,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                         const pb::ServerReadyRequest*,
                                         pb::ServerReadyResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kHealth); !a.ok()) return Done(ctx, a);
-    response->set_ready(repository_->Ready());
+    response->set_ready(api_->Ready());
     return Done(ctx, Status::Ok());
   }
 
@@ -415,7 +413,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                        pb::ModelReadyResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kHealth); !a.ok()) return Done(ctx, a);
     auto version = ParseVersion(request->version());
-    response->set_ready(version.ok() && repository_->GetModel(request->name(), *version).ok());
+    response->set_ready(version.ok() && api_->ModelReady(request->name(), *version).ok());
     return Done(ctx, Status::Ok());
   }
 
@@ -423,9 +421,10 @@ class GrpcServer::Impl final : public ServiceBase {
                                            const pb::ServerMetadataRequest*,
                                            pb::ServerMetadataResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kMetadata); !a.ok()) return Done(ctx, a);
-    response->set_name(kServerName);
-    response->set_version(kServerVersion);
-    for (const std::string& e : ServerExtensions()) response->add_extensions(e);
+    const nereid::ServerMetadata md = api_->GetServerMetadata();
+    response->set_name(md.name);
+    response->set_version(md.version);
+    for (const std::string& e : md.extensions) response->add_extensions(e);
     return Done(ctx, Status::Ok());
   }
 
@@ -433,14 +432,15 @@ class GrpcServer::Impl final : public ServiceBase {
                                           const pb::ModelMetadataRequest* request,
                                           pb::ModelMetadataResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kMetadata); !a.ok()) return Done(ctx, a);
-    auto model = Lookup(request->name(), request->version());
-    if (!model.ok()) return Done(ctx, model.status());
-    response->set_name((*model)->name());
-    for (int64_t v : repository_->ReadyVersions((*model)->name()))
-      response->add_versions(std::to_string(v));
-    response->set_platform((*model)->platform());
+    auto version = ParseVersion(request->version());
+    if (!version.ok()) return Done(ctx, version.status());
+    auto metadata = api_->GetModelMetadata(request->name(), *version);
+    if (!metadata.ok()) return Done(ctx, metadata.status());
+    response->set_name(metadata->name);
+    for (int64_t v : metadata->versions) response->add_versions(std::to_string(v));
+    response->set_platform(metadata->platform);
     for (const bool inputs : {true, false})
-      for (const TensorMetadata& t : (*model)->Metadata(inputs)) {
+      for (const TensorMetadata& t : inputs ? metadata->inputs : metadata->outputs) {
         auto* out = inputs ? response->add_inputs() : response->add_outputs();
         out->set_name(t.name);
         out->set_datatype(std::string(DataTypeName(t.datatype)));
@@ -453,9 +453,11 @@ class GrpcServer::Impl final : public ServiceBase {
                                         const pb::ModelConfigRequest* request,
                                         pb::ModelConfigResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelConfig); !a.ok()) return Done(ctx, a);
-    auto model = Lookup(request->name(), request->version());
-    if (!model.ok()) return Done(ctx, model.status());
-    *response->mutable_config() = (*model)->config();
+    auto version = ParseVersion(request->version());
+    if (!version.ok()) return Done(ctx, version.status());
+    auto config = api_->ModelConfig(request->name(), *version);
+    if (!config.ok()) return Done(ctx, config.status());
+    *response->mutable_config() = std::move(config).value();
     return Done(ctx, Status::Ok());
   }
 
@@ -465,16 +467,15 @@ class GrpcServer::Impl final : public ServiceBase {
     if (Status a = Allowed(ctx, ApiGroup::kStatistics); !a.ok()) return Done(ctx, a);
     auto version = ParseVersion(request->version());
     if (!version.ok()) return Done(ctx, version.status());
-    auto models = repository_->StatisticsModels(request->name(), *version);
+    auto models = api_->Statistics(request->name(), *version);
     if (!models.ok()) return Done(ctx, models.status());
-    for (const auto& m : *models) {
-      const ModelStats& st = m->stats();
+    for (const nereid::ModelStatistics& st : *models) {
       auto* out = response->add_model_stats();
-      out->set_name(m->name());
-      out->set_version(std::to_string(m->version()));
-      out->set_last_inference(st.last_inference_ms.load(std::memory_order_relaxed));
-      out->set_inference_count(st.inference_count.load(std::memory_order_relaxed));
-      out->set_execution_count(st.execution_count.load(std::memory_order_relaxed));
+      out->set_name(st.name);
+      out->set_version(std::to_string(st.version));
+      out->set_last_inference(st.last_inference_ms);
+      out->set_inference_count(st.inference_count);
+      out->set_execution_count(st.execution_count);
       auto* is = out->mutable_inference_stats();
       FillDuration(st.success, is->mutable_success());
       FillDuration(st.fail, is->mutable_fail());
@@ -484,13 +485,13 @@ class GrpcServer::Impl final : public ServiceBase {
       FillDuration(st.compute_output, is->mutable_compute_output());
       is->mutable_cache_hit();
       is->mutable_cache_miss();
-      st.ForEachBatch([&](int64_t b, const ModelStats::BatchStat& stat) {
+      for (const auto& stat : st.batches) {
         auto* bs = out->add_batch_stats();
-        bs->set_batch_size(static_cast<uint64_t>(b));
+        bs->set_batch_size(static_cast<uint64_t>(stat.batch_size));
         FillDuration(stat.compute_input, bs->mutable_compute_input());
         FillDuration(stat.compute_infer, bs->mutable_compute_infer());
         FillDuration(stat.compute_output, bs->mutable_compute_output());
-      });
+      }
     }
     return Done(ctx, Status::Ok());
   }
@@ -499,7 +500,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                             const pb::RepositoryIndexRequest* request,
                                             pb::RepositoryIndexResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
-    for (const IndexEntry& e : repository_->Index(request->ready())) {
+    for (const IndexEntry& e : api_->RepositoryIndex(request->ready())) {
       auto* m = response->add_models();
       m->set_name(e.name);
       if (e.version >= 0) m->set_version(std::to_string(e.version));
@@ -660,8 +661,7 @@ class GrpcServer::Impl final : public ServiceBase {
       SerializeInferResponse(header, *result, /*as_stream=*/false, raw_response);
       reactor->Finish(grpc::Status::OK);
     };
-    auto model = r->model;
-    Status queued = model->Enqueue(r);
+    Status queued = api_->Infer(r);
     if (!queued.ok()) reactor->Finish(ToGrpc(queued));
     return reactor;
   }
@@ -670,6 +670,8 @@ class GrpcServer::Impl final : public ServiceBase {
       grpc::CallbackServerContext* ctx) override;
 
   // Builds a routed InferenceRequest (model resolved, inputs decoded) from a gRPC request.
+  InferenceServer* api() const { return api_; }
+
   StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(const ParsedInferRequest& parsed) {
     ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                      Lookup(parsed.message.model_name(), parsed.message.model_version()));
@@ -706,13 +708,13 @@ class GrpcServer::Impl final : public ServiceBase {
 
   StatusOr<std::shared_ptr<Model>> Lookup(const std::string& name, const std::string& version) {
     ASSIGN_OR_RETURN(int64_t v, ParseVersion(version));
-    return repository_->GetModel(name, v);
+    return api_->GetModel(name, v);
   }
 
   // Load/unload are slow: run them off gRPC's threads and finish the RPC when done.
   template <typename Fn>
   grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, Fn fn) {
-    if (Status allowed = repository_->CheckExplicitControl(); !allowed.ok())
+    if (Status allowed = api_->CheckRepositoryControl(); !allowed.ok())
       return Done(ctx, allowed);
     auto* reactor = ctx->DefaultReactor();
     api_->RunControl(fn, [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
@@ -721,7 +723,6 @@ class GrpcServer::Impl final : public ServiceBase {
 
   GrpcOptions options_;
   InferenceServer* api_;
-  ModelRepository* repository_;
   std::unique_ptr<grpc::Server> server_;
   int bound_port_ = 0;
 };
@@ -783,8 +784,7 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       SerializeInferResponse(header, *result, /*as_stream=*/true, &buffer);
       Send(std::move(buffer), result->final);
     };
-    auto model = r->model;
-    Status queued = model->Enqueue(r);
+    Status queued = server_->api()->Infer(r);
     if (!queued.ok()) Send(Error(message->model_name(), message->id(), queued), true);
   }
 

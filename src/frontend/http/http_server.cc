@@ -27,7 +27,6 @@
 #include "frontend/http/infer_codec.h"
 #include "frontend/http/receive_body.h"
 #include "frontend/http/prometheus.h"
-#include "runtime/server_info.h"
 
 namespace nereid::http {
 namespace {
@@ -263,7 +262,6 @@ class HttpServer::Impl {
       : options_(std::move(options)),
         info_(std::move(info)),
         api_(api),
-        repository_(&api->repository()),
         acceptor_(ioc_) {}
 
   Status Start();
@@ -276,7 +274,6 @@ class HttpServer::Impl {
   HttpOptions options_;
   ServerInfo info_;
   InferenceServer* api_;
-  ModelRepository* repository_;
   // Declared before the io_context: sessions it destroys still count themselves out.
   std::atomic<int64_t> busy_{0};       // requests read and not yet answered
   std::atomic<bool> draining_{false};  // shutting down: no new work, close after each response
@@ -549,7 +546,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return SendError(bhttp::status::not_found, "Not Found (the metrics port serves /metrics)");
       if (req.method() != bhttp::verb::get)
         return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
-      return SendBody(bhttp::status::ok, RenderPrometheus(server_->repository_->LoadedModels()),
+      return SendBody(bhttp::status::ok, RenderPrometheus(server_->api_->repository().LoadedModels()),
                       "text/plain; version=0.0.4; charset=utf-8");
     }
     const Route route = Match(SV(req.target()));
@@ -575,9 +572,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return SendBody(bhttp::status::ok, "", nullptr);
       case Route::kHealthReady:
         if (!need(bhttp::verb::get)) return;
-        return SendBody(
-            server_->repository_->Ready() ? bhttp::status::ok : bhttp::status::bad_request, "",
-            nullptr);
+        return SendBody(server_->api_->Ready() ? bhttp::status::ok : bhttp::status::bad_request,
+                        "", nullptr);
       case Route::kServerMetadata:
         if (!need(bhttp::verb::get)) return;
         return ServerMetadata();
@@ -586,16 +582,16 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return ModelMetadata(route);
       case Route::kModelReady: {
         if (!need(bhttp::verb::get)) return;
-        auto model = server_->repository_->GetModel(route.model, route.version);
-        if (model.ok()) return SendBody(bhttp::status::ok, "", nullptr);
+        Status ready = server_->api_->ModelReady(route.model, route.version);
+        if (ready.ok()) return SendBody(bhttp::status::ok, "", nullptr);
         return SendError(bhttp::status::bad_request,
-                         "Model version not ready: " + model.status().message());
+                         "Model version not ready: " + ready.message());
       }
       case Route::kModelConfig: {
         if (!need(bhttp::verb::get)) return;
-        auto model = server_->repository_->GetModel(route.model, route.version);
-        if (!model.ok()) return SendStatus(model.status());
-        return SendBody(bhttp::status::ok, (*model)->config_json());
+        auto config = server_->api_->ModelConfigJson(route.model, route.version);
+        if (!config.ok()) return SendStatus(config.status());
+        return SendBody(bhttp::status::ok, std::move(config).value());
       }
       case Route::kModelInfer:
         if (!need(bhttp::verb::post)) return;
@@ -628,57 +624,55 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void ServerMetadata() {
+    const nereid::ServerMetadata md = server_->api_->GetServerMetadata();
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
     w.Key("name");
-    w.String(server_->info_.name.c_str());
+    w.String(server_->info_.name.empty() ? md.name.c_str() : server_->info_.name.c_str());
     w.Key("version");
-    w.String(server_->info_.version.c_str());
+    w.String(server_->info_.version.empty() ? md.version.c_str() : server_->info_.version.c_str());
     w.Key("extensions");
     w.StartArray();
-    // Only extensions that work end to end are listed.
-    for (const std::string& e : ServerExtensions()) w.String(e.c_str());
+    for (const std::string& e : md.extensions) w.String(e.c_str());
     w.EndArray();
     w.EndObject();
     SendBody(bhttp::status::ok, buffer.GetString());
   }
 
-  static void WriteDuration(JsonWriter& w, const char* key, const DurationStat& d) {
+  static void WriteDuration(JsonWriter& w, const char* key, const DurationSnapshot& d) {
     w.Key(key);
     w.StartObject();
     w.Key("count");
-    w.Uint64(d.count.load(std::memory_order_relaxed));
+    w.Uint64(d.count);
     w.Key("ns");
-    w.Uint64(d.ns.load(std::memory_order_relaxed));
+    w.Uint64(d.ns);
     w.EndObject();
   }
 
   // The statistics extension, in Triton's JSON shape.
   void Statistics(const Route& route) {
-    auto selected = server_->repository_->StatisticsModels(
+    auto selected = server_->api_->Statistics(
         route.kind == Route::kAllStats ? std::string() : route.model, route.version);
     if (!selected.ok()) return SendStatus(selected.status());
-    const std::vector<std::shared_ptr<Model>>& models = *selected;
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
     w.Key("model_stats");
     w.StartArray();
-    const DurationStat zero;
-    for (const auto& m : models) {
-      const ModelStats& st = m->stats();
+    const DurationSnapshot zero;
+    for (const ModelStatistics& st : *selected) {
       w.StartObject();
       w.Key("name");
-      w.String(m->name().c_str());
+      w.String(st.name.c_str());
       w.Key("version");
-      w.String(std::to_string(m->version()).c_str());
+      w.String(std::to_string(st.version).c_str());
       w.Key("last_inference");
-      w.Uint64(st.last_inference_ms.load(std::memory_order_relaxed));
+      w.Uint64(st.last_inference_ms);
       w.Key("inference_count");
-      w.Uint64(st.inference_count.load(std::memory_order_relaxed));
+      w.Uint64(st.inference_count);
       w.Key("execution_count");
-      w.Uint64(st.execution_count.load(std::memory_order_relaxed));
+      w.Uint64(st.execution_count);
       w.Key("inference_stats");
       w.StartObject();
       WriteDuration(w, "success", st.success);
@@ -695,15 +689,15 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       w.EndObject();
       w.Key("batch_stats");
       w.StartArray();
-      st.ForEachBatch([&](int64_t b, const ModelStats::BatchStat& bs) {
+      for (const auto& bs : st.batches) {
         w.StartObject();
         w.Key("batch_size");
-        w.Uint64(static_cast<uint64_t>(b));
+        w.Uint64(static_cast<uint64_t>(bs.batch_size));
         WriteDuration(w, "compute_input", bs.compute_input);
         WriteDuration(w, "compute_infer", bs.compute_infer);
         WriteDuration(w, "compute_output", bs.compute_output);
         w.EndObject();
-      });
+      }
       w.EndArray();
       w.Key("memory_usage");
       w.StartArray();
@@ -716,25 +710,24 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void ModelMetadata(const Route& route) {
-    auto model_or = server_->repository_->GetModel(route.model, route.version);
-    if (!model_or.ok()) return SendStatus(model_or.status());
-    const Model& model = **model_or;
+    auto metadata = server_->api_->GetModelMetadata(route.model, route.version);
+    if (!metadata.ok()) return SendStatus(metadata.status());
+    const nereid::ModelMetadata& model = *metadata;
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
     w.Key("name");
-    w.String(model.name().c_str());
+    w.String(model.name.c_str());
     w.Key("versions");
     w.StartArray();
-    for (int64_t v : server_->repository_->ReadyVersions(model.name()))
-      w.String(std::to_string(v).c_str());
+    for (int64_t v : model.versions) w.String(std::to_string(v).c_str());
     w.EndArray();
     w.Key("platform");
-    w.String(model.platform().c_str());
+    w.String(model.platform.c_str());
     for (const bool inputs : {true, false}) {
       w.Key(inputs ? "inputs" : "outputs");
       w.StartArray();
-      for (const TensorMetadata& t : model.Metadata(inputs)) {
+      for (const TensorMetadata& t : inputs ? model.inputs : model.outputs) {
         w.StartObject();
         w.Key("name");
         w.String(t.name.c_str());
@@ -754,7 +747,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void Infer(const Route& route, Request req) {
-    auto model_or = server_->repository_->GetModel(route.model, route.version);
+    auto model_or = server_->api_->GetModel(route.model, route.version);
     if (!model_or.ok()) return SendStatus(model_or.status());
     std::shared_ptr<Model> model = std::move(model_or).value();
     if (model->decoupled())
@@ -814,7 +807,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                   self->SendInferResponse(*r, response_encoding);
                 });
     };
-    Status queued = model->Enqueue(request);
+    Status queued = server_->api_->Infer(request);
     if (!queued.ok()) return SendStatus(queued);
   }
 
@@ -867,7 +860,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartArray();
-    for (const auto& e : server_->repository_->Index(ready_only)) {
+    for (const auto& e : server_->api_->RepositoryIndex(ready_only)) {
       w.StartObject();
       w.Key("name");
       w.String(e.name.c_str());
@@ -888,7 +881,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void RepositoryControl(const Route& route, const std::string& body) {
-    if (Status allowed = server_->repository_->CheckExplicitControl(); !allowed.ok())
+    if (Status allowed = server_->api_->CheckRepositoryControl(); !allowed.ok())
       return SendStatus(allowed);
     std::string config_json;
     if (!body.empty()) {
