@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A/B of two nereid binaries on the same machine in one run: `simple` at concurrency 1 and 8 over HTTP
-# and gRPC, the two servers measured in alternating rounds (ROUNDS, default 3) so that noise hits both.
+# A/B of two nereid binaries on the same machine in one run, the two servers measured in alternating
+# rounds (ROUNDS, default 3) so that noise hits both: `simple` at concurrency 1 and 8 over HTTP and
+# gRPC, recommend_model batched (concurrency 16, dynamic batching), and a 1 MiB FP32 input through an
+# identity model (binary HTTP and gRPC raw) where copies of tensor bytes show.
 # Usage: bench/ab_servers.sh BASELINE_BINARY [CANDIDATE_BINARY (default build/nereid)]
 # Build a baseline from any commit with: git worktree add /tmp/base <ref> && (cd /tmp/base &&
 #   cmake -S . -B build -G Ninja && ninja -C build nereid nereid_backend_native)
@@ -11,36 +13,47 @@ CAND=${2:-build/nereid}
 PYTHON=.venv/bin/python
 . bench/common.sh
 .venv/bin/python examples/generate_models.py >/dev/null
+REPO=$(mktemp -d)
+cp -r examples/models/. "$REPO/"
+.venv/bin/python -c "import sys; sys.path.insert(0, 'tests/e2e'); import models; models.write_identity_models('$REPO')"
 start() {  # start BINARY -> "pid http_port grpc_port"
   local h g
   h=$(free_port); g=$(free_port)
-  "$1" serve --model-repository=examples/models --http-port="$h" --grpc-port="$g" \
-    --allow-metrics=false --log-info=false >/dev/null 2>&1 &
+  "$1" serve --model-repository="$REPO" --http-port="$h" --grpc-port="$g" \
+    --allow-metrics=false --log-info=false --http-max-input-size=16777216 >/dev/null 2>&1 &
   echo "$! $h $g"
 }
 read -r PA HA GA < <(start "$BASE")
 read -r PB HB GB < <(start "$CAND")
-trap 'kill $PA $PB 2>/dev/null; wait 2>/dev/null || true' EXIT
+trap 'kill $PA $PB 2>/dev/null; wait 2>/dev/null || true; rm -rf "$REPO"' EXIT
 wait_ready "http://localhost:$HA/v2/health/ready"
 wait_ready "http://localhost:$HB/v2/health/ready"
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "baseline: $BASE   candidate: $CAND"
-printf '%-6s %-5s %-5s %-10s %12s %12s %12s\n' proto conc round server 'p50 us' 'p99 us' 'infer/s'
-for proto in http grpc; do
-  for c in 1 8; do
-    for r in $(seq "${ROUNDS:-3}"); do
-      for who in baseline candidate; do
-        if [ $who = baseline ]; then port=$HA; [ $proto = grpc ] && port=$GA; else port=$HB; [ $proto = grpc ] && port=$GB; fi
-        build/nereid-perf -m simple -i $proto -u "localhost:$port" --concurrency-range $c \
-          -p "${MEASURE_MS:-3000}" --warmup 500 -q --json /tmp/ab.json >/dev/null
-        "$PYTHON" - "$proto" "$c" "$r" "$who" <<'PY'
+# case: label model protocol concurrency [extra nereid-perf flags]
+CASES=(
+  "simple simple http 1" "simple simple http 8" "simple simple grpc 1" "simple simple grpc 8"
+  "recommend_batched recommend_model http 16"
+  "input_1MiB identity_fp32 http 1 --shape INPUT0:1,262144"
+  "input_1MiB identity_fp32 grpc 1 --shape INPUT0:1,262144"
+)
+printf '%-18s %-6s %-5s %-5s %-10s %12s %12s %12s\n' case proto conc round server 'p50 us' 'p99 us' 'infer/s'
+for spec in "${CASES[@]}"; do
+  read -r label model proto c extra <<<"$spec"
+  for r in $(seq "${ROUNDS:-3}"); do
+    for who in baseline candidate; do
+      if [ $who = baseline ]; then port=$HA; [ $proto = grpc ] && port=$GA; else port=$HB; [ $proto = grpc ] && port=$GB; fi
+      # shellcheck disable=SC2086
+      build/nereid-perf -m "$model" -i $proto -u "localhost:$port" --concurrency-range $c $extra \
+        -p "${MEASURE_MS:-3000}" --warmup 500 -q --json /tmp/ab.json >/dev/null
+      "$PYTHON" - "$label" "$proto" "$c" "$r" "$who" <<'PY'
 import json, sys
 row = json.load(open("/tmp/ab.json"))
 row = row[0] if isinstance(row, list) else row.get("results", [row])[0]
 get = lambda *ks: next((row[k] for k in ks if k in row), float("nan"))
-print(f"{sys.argv[1]:<6} {sys.argv[2]:<5} {sys.argv[3]:<5} {sys.argv[4]:<10} {get('p50_us'):>12.0f} {get('p99_us'):>12.0f} {get('throughput', 'infer_per_sec'):>12.0f}")
+a = sys.argv
+print(f"{a[1]:<18} {a[2]:<6} {a[3]:<5} {a[4]:<5} {a[5]:<10} {get('p50_us'):>12.0f} {get('p99_us'):>12.0f} {get('throughput', 'infer_per_sec'):>12.0f}")
 PY
-      done
     done
   done
 done

@@ -438,8 +438,8 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
   const auto* state =
       static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
   std::vector<backend::Status> failed(count);
-  NereidError* error = backend::Guard(
-      [&] { return nereid::native::ExecuteBatch(*state, requests, count, failed); });
+  NereidError* error =
+      backend::Guard([&] { return nereid::native::ExecuteBatch(*state, requests, count, failed); });
   if (error != nullptr) return error;  // the server fails the whole batch
   for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
   return nullptr;

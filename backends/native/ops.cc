@@ -7,9 +7,9 @@
 #include <cstring>
 #include <map>
 
-#include "nereid/half.h"
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
+#include "nereid/half.h"
 
 namespace nereid::native {
 

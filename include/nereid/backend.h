@@ -16,9 +16,9 @@
  *    from.
  *  - No function throws; C++ backends must catch everything at the boundary.
  *
- * Life of a request: the server hands a batch to NereidInstanceExecute. If Execute returns an error,
- * the backend has taken none of the requests and the server fails them all. If it returns NULL, the
- * backend owns every request of the batch and finishes each exactly once with
+ * Life of a request: the server hands a batch to NereidInstanceExecute. If Execute returns an
+ * error, the backend has taken none of the requests and the server fails them all. If it returns
+ * NULL, the backend owns every request of the batch and finishes each exactly once with
  * NereidRequestComplete, from any thread, before or after Execute returns. Until then the request
  * handle, its inputs and its allocated outputs stay valid.
  */
@@ -92,7 +92,8 @@ typedef enum {
   NEREID_LOG_VERBOSE = 3
 } NereidLogLevel;
 
-/* Request flags (NereidRequestFlags). Sequence batching is not served yet; the bits are reserved. */
+/* Request flags (NereidRequestFlags). Sequence batching is not served yet; the bits are reserved.
+ */
 #define NEREID_REQUEST_FLAG_SEQUENCE_START 1u
 #define NEREID_REQUEST_FLAG_SEQUENCE_END 2u
 

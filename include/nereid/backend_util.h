@@ -233,8 +233,15 @@ inline int64_t CountBytesElements(const uint8_t* data, size_t size) {
 
 class Status {
  public:
-  enum class Code { kOk, kInvalidArgument, kNotFound, kUnavailable, kUnsupported, kInternal,
-                    kCancelled };
+  enum class Code {
+    kOk,
+    kInvalidArgument,
+    kNotFound,
+    kUnavailable,
+    kUnsupported,
+    kInternal,
+    kCancelled
+  };
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
   static Status Ok() { return Status(); }
@@ -341,16 +348,15 @@ inline Status CheckServerVersion() {
   const uint32_t server = NereidServerApiVersion();
   if (NEREID_API_MAJOR(server) != NEREID_API_MAJOR(NEREID_BACKEND_API_VERSION) ||
       NEREID_API_MINOR(server) < NEREID_API_MINOR(NEREID_BACKEND_API_VERSION))
-    return Unsupported("backend built for API " +
-                       std::to_string(NEREID_API_MAJOR(NEREID_BACKEND_API_VERSION)) + "." +
-                       std::to_string(NEREID_API_MINOR(NEREID_BACKEND_API_VERSION)) +
-                       ", server speaks " + std::to_string(NEREID_API_MAJOR(server)) + "." +
-                       std::to_string(NEREID_API_MINOR(server)));
+    return Unsupported(
+        "backend built for API " + std::to_string(NEREID_API_MAJOR(NEREID_BACKEND_API_VERSION)) +
+        "." + std::to_string(NEREID_API_MINOR(NEREID_BACKEND_API_VERSION)) + ", server speaks " +
+        std::to_string(NEREID_API_MAJOR(server)) + "." + std::to_string(NEREID_API_MINOR(server)));
   return Status::Ok();
 }
 
-inline void Log(NereidLogLevel level, const std::string& message, const char* file = __builtin_FILE(),
-                int line = __builtin_LINE()) {
+inline void Log(NereidLogLevel level, const std::string& message,
+                const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   NereidLog(level, file, line, message.c_str());
 }
 
@@ -413,10 +419,10 @@ inline void Complete(NereidRequest* request, const Status& status) {
 #ifndef RETURN_IF_ERROR
 #define NEREID_CONCAT_INNER(a, b) a##b
 #define NEREID_CONCAT(a, b) NEREID_CONCAT_INNER(a, b)
-#define RETURN_IF_ERROR(expr)    \
-  do {                           \
-    auto _st = (expr);           \
-    if (!_st.ok()) return _st;   \
+#define RETURN_IF_ERROR(expr)  \
+  do {                         \
+    auto _st = (expr);         \
+    if (!_st.ok()) return _st; \
   } while (0)
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                          \

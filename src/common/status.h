@@ -74,10 +74,10 @@ class StatusOr {
 #define NEREID_CONCAT(a, b) NEREID_CONCAT_INNER(a, b)
 
 // Spelled exactly as in nereid/backend_util.h, so a file may include both.
-#define RETURN_IF_ERROR(expr)    \
-  do {                           \
-    auto _st = (expr);           \
-    if (!_st.ok()) return _st;   \
+#define RETURN_IF_ERROR(expr)  \
+  do {                         \
+    auto _st = (expr);         \
+    if (!_st.ok()) return _st; \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

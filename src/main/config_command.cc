@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "common/logging.h"
+#include "main/server_options.h"
 #include "repository/model_repository.h"
 #include "runtime/backend_library.h"
-#include "main/server_options.h"
 
 namespace nereid {
 namespace {

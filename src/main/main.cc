@@ -13,10 +13,10 @@
 #include "common/logging.h"
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
-#include "repository/model_repository.h"
-#include "runtime/server_info.h"
 #include "main/config_command.h"
 #include "main/server_options.h"
+#include "repository/model_repository.h"
+#include "runtime/server_info.h"
 
 namespace {
 
@@ -136,7 +136,8 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
   else if (!args.empty() && args[0].rfind("--", 0) != 0 && args[0] != "-h") {
     std::cerr << "unknown command '" << args[0]
-              << "'; try: nereid serve --help, nereid config --help (load generator: nereid-perf --help)\n";
+              << "'; try: nereid serve --help, nereid config --help (load generator: nereid-perf "
+                 "--help)\n";
     return 2;
   }
   return Serve(args);

@@ -22,8 +22,8 @@ Status CheckKey(const std::string& name, const std::string& key) {
                            "' - invalid shm key '" + key + "'");
   const std::string_view rest = std::string_view(key).substr(first);
   // shm_open names one object in the shared-memory filesystem: no directories, no dot names.
-  if (rest.find('/') != std::string_view::npos || rest == "." || rest == ".." ||
-      key.size() > 255 || key.find('\0') != std::string::npos)
+  if (rest.find('/') != std::string_view::npos || rest == "." || rest == ".." || key.size() > 255 ||
+      key.find('\0') != std::string::npos)
     return InvalidArgument("cannot register shared memory region '" + name +
                            "' - invalid shm key '" + key + "'");
   if (rest.rfind(kReservedPrefix, 0) == 0)
@@ -57,23 +57,21 @@ Status SharedMemoryRegistry::Register(const std::string& name, const std::string
   uint64_t end = 0;
   if (__builtin_add_overflow(offset, byte_size, &end) ||
       end > static_cast<uint64_t>(std::numeric_limits<off_t>::max()))
-    return InvalidArgument("failed to register shared memory region '" + name +
-                           "': invalid args");
+    return InvalidArgument("failed to register shared memory region '" + name + "': invalid args");
   std::lock_guard<std::mutex> lock(mu_);
   if (regions_.count(name))
     return Status(Status::Code::kAlreadyExists,
                   "shared memory region '" + name + "' already in manager");
   if (regions_.size() >= kMaxRegions)
-    return Unavailable("failed to register shared memory region '" + name + "': " +
-                       std::to_string(kMaxRegions) + " regions are registered already");
+    return Unavailable("failed to register shared memory region '" + name +
+                       "': " + std::to_string(kMaxRegions) + " regions are registered already");
   const int fd = shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0) return Internal("Unable to open shared memory region: '" + key + "'");
   struct stat st {};
   const bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (!regular || st.st_size < 0 || end > static_cast<uint64_t>(st.st_size)) {
     close(fd);
-    return InvalidArgument("failed to register shared memory region '" + name +
-                           "': invalid args");
+    return InvalidArgument("failed to register shared memory region '" + name + "': invalid args");
   }
   void* p = mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -130,8 +128,7 @@ StatusOr<Buffer> SharedMemoryRegistry::Get(const std::string& name, uint64_t off
   if (offset >= size)
     return InvalidArgument("Invalid offset for shared memory region: '" + name + "'");
   if (byte_size > size - offset)
-    return InvalidArgument("Invalid offset + byte size for shared memory region: '" + name +
-                           "'");
+    return InvalidArgument("Invalid offset + byte size for shared memory region: '" + name + "'");
   // A client that shrank the object after registering would make reading the mapping fault:
   // check before every use (a shrink racing with the request itself is not caught).
   struct stat st {};

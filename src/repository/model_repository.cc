@@ -71,8 +71,10 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
   if (backend.empty()) {
     // Triton's platform names and the backends that serve them.
     static const std::map<std::string, std::string> kPlatforms = {
-        {"onnxruntime_onnx", "onnxruntime"},     {"pytorch_libtorch", "pytorch"},
-        {"tensorflow_graphdef", "tensorflow"},   {"tensorflow_savedmodel", "tensorflow"},
+        {"onnxruntime_onnx", "onnxruntime"},
+        {"pytorch_libtorch", "pytorch"},
+        {"tensorflow_graphdef", "tensorflow"},
+        {"tensorflow_savedmodel", "tensorflow"},
         {"tensorrt_plan", "tensorrt"}};
     const std::string& platform = config->platform();
     if (platform == "ensemble")
@@ -80,8 +82,7 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
     if (auto it = kPlatforms.find(platform); it != kPlatforms.end()) {
       backend = it->second;
     } else if (!platform.empty()) {
-      return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform +
-                             "'");
+      return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform + "'");
     } else {
       const std::string file = config->default_model_filename().empty()
                                    ? "model.onnx"

@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-
 namespace nereid {
 
 void InferInput::Own(std::vector<uint8_t> bytes) {

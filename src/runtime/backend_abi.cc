@@ -224,8 +224,8 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
   if (name == nullptr || buffer == nullptr || (shape == nullptr && dims_count > 0))
     return Error(NEREID_ERROR_INVALID_ARG, "output name, shape and buffer must not be NULL");
   if (r->final_sent)
-    return Error(NEREID_ERROR_INTERNAL, std::string("output '") + name +
-                                            "' allocated after the final response was sent");
+    return Error(NEREID_ERROR_INTERNAL,
+                 std::string("output '") + name + "' allocated after the final response was sent");
   for (const auto& out : r->response->outputs)
     if (out.name == name)
       return Error(NEREID_ERROR_INTERNAL, std::string("output '") + name + "' allocated twice");
@@ -256,8 +256,8 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
     out.in_shared_memory = true;
   } else {
     auto allocated = nereid::DefaultAllocator().Allocate(
-        byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(preferred),
-                                          preferred_device_id});
+        byte_size,
+        nereid::MemoryLocation{static_cast<nereid::MemoryType>(preferred), preferred_device_id});
     if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
     out.buffer = std::move(allocated).value();
   }

@@ -117,8 +117,8 @@ StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) 
   }
   std::string list;
   for (const auto& b : installed) list += (list.empty() ? "" : ", ") + b;
-  return Unsupported("backend '" + name + "' is not available (installed in " + directory_ +
-                     ": " + (list.empty() ? "none" : list) + ")");
+  return Unsupported("backend '" + name + "' is not available (installed in " + directory_ + ": " +
+                     (list.empty() ? "none" : list) + ")");
 }
 
 }  // namespace nereid

@@ -11,8 +11,8 @@
 #include "common/clock.h"
 #include "config/model_config.h"
 #include "metrics/model_stats.h"
-#include "runtime/backend_library.h"
 #include "request/inference_request.h"
+#include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
 #include "scheduler/scheduler.h"
 

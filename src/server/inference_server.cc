@@ -80,8 +80,8 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
     s.compute_infer = Snap(st.compute_infer);
     s.compute_output = Snap(st.compute_output);
     st.ForEachBatch([&](int64_t b, const ModelStats::BatchStat& bs) {
-      s.batches.push_back({b, Snap(bs.compute_input), Snap(bs.compute_infer),
-                           Snap(bs.compute_output)});
+      s.batches.push_back(
+          {b, Snap(bs.compute_input), Snap(bs.compute_infer), Snap(bs.compute_output)});
     });
     out.push_back(std::move(s));
   }
@@ -107,8 +107,7 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   return model->Enqueue(request);
 }
 
-void InferenceServer::RunControl(std::function<Status()> task,
-                                 std::function<void(Status)> done) {
+void InferenceServer::RunControl(std::function<Status()> task, std::function<void(Status)> done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     control_.push_back([task = std::move(task), done = std::move(done)] {

@@ -69,8 +69,7 @@ class InferenceServer {
   StatusOr<inference::ModelConfig> ModelConfig(const std::string& name, int64_t version) const;
   // One model version (name and version given), every version of a model (version -1), or every
   // model (empty name).
-  StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name,
-                                                    int64_t version) const;
+  StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name, int64_t version) const;
 
   // ---- inference ----
   // The model a request names (version -1: newest ready), or NOT_FOUND / UNAVAILABLE.

@@ -131,7 +131,8 @@ TEST(InferCodecTest, EncodesJsonAndBinaryOutputs) {
   a.datatype = DataType::kFp32;
   a.shape = {2};
   float v[2] = {0.1f, 2.f};
-  a.SetBytes(std::vector<uint8_t>(reinterpret_cast<uint8_t*>(v), reinterpret_cast<uint8_t*>(v) + 8));
+  a.SetBytes(
+      std::vector<uint8_t>(reinterpret_cast<uint8_t*>(v), reinterpret_cast<uint8_t*>(v) + 8));
   InferOutput b = a;
   b.name = "B";
   b.binary = true;

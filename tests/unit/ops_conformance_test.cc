@@ -11,8 +11,8 @@
 #include <fstream>
 #include <map>
 
-#include "nereid/half.h"
 #include "graph.h"
+#include "nereid/half.h"
 
 namespace nereid::native {
 namespace {

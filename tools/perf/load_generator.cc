@@ -1,7 +1,5 @@
 #include "perf/load_generator.h"
 
-#include "nereid/backend_util.h"
-
 #include <grpcpp/grpcpp.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -24,6 +22,7 @@
 
 #include "common/data_type.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
+#include "nereid/backend_util.h"
 
 namespace nereid::perf {
 namespace {
@@ -273,7 +272,8 @@ bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json) {
 }
 
 // The model's cumulative server-side statistics (the statistics extension), read over the protocol
-// under test at the edges of each measurement window; their difference is the window's server share.
+// under test at the edges of each measurement window; their difference is the window's server
+// share.
 struct ServerCounters {
   bool ok = false;
   uint64_t inferences = 0, executions = 0, queue_ns = 0, compute_ns = 0;
@@ -318,7 +318,8 @@ ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
   return s;
 }
 
-// The server's counters at the window's edges, read on the calling thread (which sleeps until each).
+// The server's counters at the window's edges, read on the calling thread (which sleeps until
+// each).
 struct ServerWindow {
   ServerCounters start, end;
 };

@@ -47,22 +47,23 @@ struct Instance {
 nb::Status Respond(Instance& inst, NereidRequest* request, int32_t k, bool after_execute) {
   ASSIGN_OR_RETURN(NereidTensor in, nb::Input(request, "IN"));
   if (in.datatype != NEREID_TYPE_INT32) return nb::InvalidArgument("IN must be INT32");
-  ASSIGN_OR_RETURN(NereidBuffer out, nb::AllocateOutput(request, "OUT", nb::DataType::kInt32,
-                                                        nb::Shape(in), in.byte_size,
-                                                        inst.output_memory));
+  ASSIGN_OR_RETURN(NereidBuffer out,
+                   nb::AllocateOutput(request, "OUT", nb::DataType::kInt32, nb::Shape(in),
+                                      in.byte_size, inst.output_memory));
   const auto* src = static_cast<const int32_t*>(in.data);
   auto* dst = static_cast<int32_t*>(out.data);
   for (uint64_t i = 0; i < in.byte_size / 4; ++i) dst[i] = src[i] * k;
   // One value per batch row: shape [rows, 1] when the model batches, [1] when it does not.
   const int64_t rows = inst.batching && in.dims_count > 0 ? in.shape[0] : 1;
-  const std::vector<int64_t> shape = inst.batching ? std::vector<int64_t>{rows, 1}
-                                                   : std::vector<int64_t>{1};
+  const std::vector<int64_t> shape =
+      inst.batching ? std::vector<int64_t>{rows, 1} : std::vector<int64_t>{1};
   const int32_t facts[2] = {static_cast<int32_t>(out.memory_type), after_execute ? 1 : 0};
   const char* names[2] = {"MEMORY_TYPE", "AFTER_EXECUTE"};
   for (int f = 0; f < 2; ++f) {
     ASSIGN_OR_RETURN(NereidBuffer b, nb::AllocateOutput(request, names[f], nb::DataType::kInt32,
                                                         shape, static_cast<uint64_t>(rows) * 4));
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(static_cast<char*>(b.data) + 4 * r, &facts[f], 4);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(b.data) + 4 * r, &facts[f], 4);
   }
   return nb::Status::Ok();
 }
@@ -84,7 +85,8 @@ void Serve(Instance& inst, NereidRequest* request, bool after_execute) {
     return nb::Complete(request, nb::Cancelled("cancelled before it ran"));
   if (!inst.decoupled) return nb::Complete(request, Respond(inst, request, 1, after_execute));
   const int64_t n = RepeatCount(request);
-  if (n < 0 || n > 1000) return nb::Complete(request, nb::InvalidArgument("repeat must be 0..1000"));
+  if (n < 0 || n > 1000)
+    return nb::Complete(request, nb::InvalidArgument("repeat must be 0..1000"));
   for (int64_t k = 1; k <= n; ++k) {
     nb::Status s = Respond(inst, request, static_cast<int32_t>(k), after_execute);
     if (s.ok()) s = nb::FromError(NereidRequestSend(request, 0));
@@ -115,7 +117,7 @@ void Work(Instance* inst) {
 // backend uses a JSON parser).
 NereidMemoryType OutputMemory(const std::string& config) {
   return config.find("\"CPU_PINNED\"") != std::string::npos ? NEREID_MEMORY_CPU_PINNED
-                                                             : NEREID_MEMORY_CPU;
+                                                            : NEREID_MEMORY_CPU;
 }
 bool Batching(const std::string& config) {
   return config.find("\"max_batch_size\":0") == std::string::npos &&

@@ -1,7 +1,4 @@
 #include "frontend/grpc/grpc_server.h"
-#include "frontend/classification.h"
-#include "frontend/grpc/infer_wire.h"
-#include "nereid/backend_util.h"
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -12,15 +9,18 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
-#include <optional>
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "common/logging.h"
+#include "frontend/classification.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
+#include "frontend/grpc/infer_wire.h"
+#include "nereid/backend_util.h"
 
 namespace nereid::grpc_frontend {
 namespace {
@@ -324,8 +324,7 @@ void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) 
 
 class GrpcServer::Impl final : public ServiceBase {
  public:
-  Impl(GrpcOptions options, InferenceServer* api)
-      : options_(std::move(options)), api_(api) {}
+  Impl(GrpcOptions options, InferenceServer* api) : options_(std::move(options)), api_(api) {}
 
   Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
@@ -642,8 +641,8 @@ class GrpcServer::Impl final : public ServiceBase {
     }
     std::unique_ptr<InferenceRequest> r = std::move(infer).value();
     if (r->model->decoupled()) {
-      reactor->Finish(ToGrpc(Unsupported(
-          "ModelInfer RPC doesn't support models with decoupled transaction policy")));
+      reactor->Finish(ToGrpc(
+          Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")));
       return reactor;
     }
     r->payload = std::move(message).value();  // raw input data points into its slices
@@ -652,8 +651,8 @@ class GrpcServer::Impl final : public ServiceBase {
     r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
     // The response buffer lives until Finish, which runs after completion.
     r->on_complete = [reactor, raw_response, model = r->model.get(),
-                      classify = ClassificationOf(r->outputs)](
-                         std::unique_ptr<InferenceResponse> result) {
+                      classify =
+                          ClassificationOf(r->outputs)](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
       ApplyClassification(classify, *model, *result);
       pb::ModelInferResponse header;
@@ -714,8 +713,7 @@ class GrpcServer::Impl final : public ServiceBase {
   // Load/unload are slow: run them off gRPC's threads and finish the RPC when done.
   template <typename Fn>
   grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, Fn fn) {
-    if (Status allowed = api_->CheckRepositoryControl(); !allowed.ok())
-      return Done(ctx, allowed);
+    if (Status allowed = api_->CheckRepositoryControl(); !allowed.ok()) return Done(ctx, allowed);
     auto* reactor = ctx->DefaultReactor();
     api_->RunControl(fn, [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
     return reactor;
@@ -763,15 +761,14 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     r->cancel = cancel_;
     bool empty_final = false;
     for (const auto& p : r->parameters)
-      if (p.name == "triton_enable_empty_final_response" &&
-          p.type == RequestParameter::Type::kBool)
+      if (p.name == "triton_enable_empty_final_response" && p.type == RequestParameter::Type::kBool)
         empty_final = p.bool_value;
     // Decoupled models answer with any number of responses; each carries Triton's
     // "triton_final_response" flag, and an empty final one is sent only when the client asked.
     const bool decoupled = r->model->decoupled();
     r->on_complete = [this, decoupled, empty_final, model = r->model.get(),
-                      classify = ClassificationOf(r->outputs)](
-                         std::unique_ptr<InferenceResponse> result) {
+                      classify =
+                          ClassificationOf(r->outputs)](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok())
         return Send(Error(result->model_name, result->id, result->status), true);
       ApplyClassification(classify, *model, *result);

@@ -1,9 +1,8 @@
 #include "frontend/http/http_server.h"
 
-#include <sys/mman.h>
-
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <sys/mman.h>
 
 #include <array>
 #include <boost/asio.hpp>
@@ -25,8 +24,8 @@
 #include "frontend/http/compression.h"
 #include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
-#include "frontend/http/receive_body.h"
 #include "frontend/http/prometheus.h"
+#include "frontend/http/receive_body.h"
 
 namespace nereid::http {
 namespace {
@@ -75,7 +74,7 @@ struct Route {
     kLogging,
     kGenerate
   } kind = kNotFound;
-  std::string model;  // also the region name of a shared-memory route
+  std::string model;   // also the region name of a shared-memory route
   std::string action;  // shared memory: status, register or unregister
   bool cuda = false;
   int64_t version = -1;
@@ -216,9 +215,8 @@ Buffer BodyBuffer(size_t n, int64_t json_size) {
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
-      std::shared_ptr<const void> owner(p, [total](const void* q) {
-        munmap(const_cast<void*>(q), total);
-      });
+      std::shared_ptr<const void> owner(
+          p, [total](const void* q) { munmap(const_cast<void*>(q), total); });
       return Buffer(static_cast<uint8_t*>(p) + pad, n, MemoryLocation{}, std::move(owner));
     }
   }
@@ -259,10 +257,7 @@ class SessionBase {
 class HttpServer::Impl {
  public:
   Impl(HttpOptions options, ServerInfo info, InferenceServer* api)
-      : options_(std::move(options)),
-        info_(std::move(info)),
-        api_(api),
-        acceptor_(ioc_) {}
+      : options_(std::move(options)), info_(std::move(info)), api_(api), acceptor_(ioc_) {}
 
   Status Start();
   void StopAccepting();
@@ -546,7 +541,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return SendError(bhttp::status::not_found, "Not Found (the metrics port serves /metrics)");
       if (req.method() != bhttp::verb::get)
         return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
-      return SendBody(bhttp::status::ok, RenderPrometheus(server_->api_->repository().LoadedModels()),
+      return SendBody(bhttp::status::ok,
+                      RenderPrometheus(server_->api_->repository().LoadedModels()),
                       "text/plain; version=0.0.4; charset=utf-8");
     }
     const Route route = Match(SV(req.target()));
@@ -572,8 +568,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return SendBody(bhttp::status::ok, "", nullptr);
       case Route::kHealthReady:
         if (!need(bhttp::verb::get)) return;
-        return SendBody(server_->api_->Ready() ? bhttp::status::ok : bhttp::status::bad_request,
-                        "", nullptr);
+        return SendBody(server_->api_->Ready() ? bhttp::status::ok : bhttp::status::bad_request, "",
+                        nullptr);
       case Route::kServerMetadata:
         if (!need(bhttp::verb::get)) return;
         return ServerMetadata();
@@ -584,8 +580,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         if (!need(bhttp::verb::get)) return;
         Status ready = server_->api_->ModelReady(route.model, route.version);
         if (ready.ok()) return SendBody(bhttp::status::ok, "", nullptr);
-        return SendError(bhttp::status::bad_request,
-                         "Model version not ready: " + ready.message());
+        return SendError(bhttp::status::bad_request, "Model version not ready: " + ready.message());
       }
       case Route::kModelConfig: {
         if (!need(bhttp::verb::get)) return;
@@ -768,8 +763,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
           *text = std::move(inflated).value();
         }
       }
-      body = Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{},
-                    text);
+      body = Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{}, text);
     }
     int64_t header_length = -1;
     if (auto it = req.find("Inference-Header-Content-Length"); it != req.end()) {
@@ -787,26 +781,26 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     request->times.received_ns = SteadyNowNs();
     request->model_name = model->name();
     request->model_version = model->version();
-    Status decoded =
-        DecodeInferRequest(body, header_length, model->config(), request.get(),
-                           &server_->api_->shared_memory());
+    Status decoded = DecodeInferRequest(body, header_length, model->config(), request.get(),
+                                        &server_->api_->shared_memory());
     if (!decoded.ok()) return SendStatus(decoded);
     request->model = model;
-    request->on_complete = [self = shared_from_this(), response_encoding, model = model.get(),
-                            classify = ClassificationOf(request->outputs)](
-                               std::unique_ptr<InferenceResponse> r) {
-      ApplyClassification(classify, *model, *r);
-      // An idle model writes the response from the completing thread: while a request is in flight
-      // its connection has no other operation pending (the next read starts after this write), so
-      // this is safe and saves waking an I/O thread (a quarter of the latency of small models).
-      // With more requests waiting, the instance thread is worth more: hand the write to the
-      // connection's strand. Either way the write's completion and the next read run there.
-      if (model->Pending() <= 1) return self->SendInferResponse(*r, response_encoding);
-      net::post(self->stream_.get_executor(),
-                [self, response_encoding, r = std::move(r)]() mutable {
-                  self->SendInferResponse(*r, response_encoding);
-                });
-    };
+    request->on_complete =
+        [self = shared_from_this(), response_encoding, model = model.get(),
+         classify = ClassificationOf(request->outputs)](std::unique_ptr<InferenceResponse> r) {
+          ApplyClassification(classify, *model, *r);
+          // An idle model writes the response from the completing thread: while a request is in
+          // flight its connection has no other operation pending (the next read starts after this
+          // write), so this is safe and saves waking an I/O thread (a quarter of the latency of
+          // small models). With more requests waiting, the instance thread is worth more: hand the
+          // write to the connection's strand. Either way the write's completion and the next read
+          // run there.
+          if (model->Pending() <= 1) return self->SendInferResponse(*r, response_encoding);
+          net::post(self->stream_.get_executor(),
+                    [self, response_encoding, r = std::move(r)]() mutable {
+                      self->SendInferResponse(*r, response_encoding);
+                    });
+        };
     Status queued = server_->api_->Infer(request);
     if (!queued.ok()) return SendStatus(queued);
   }
@@ -970,9 +964,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       } else if (v.is_int64() && v.get_int64().value_unsafe() >= 0) {
         fields[i] = static_cast<uint64_t>(v.get_int64().value_unsafe());
       } else {
-        return SendError(bhttp::status::bad_request,
-                         std::string("shared memory '") + names[i] +
-                             "' must be a non-negative integer");
+        return SendError(bhttp::status::bad_request, std::string("shared memory '") + names[i] +
+                                                         "' must be a non-negative integer");
       }
     }
     Status s = shm.Register(route.model, std::string(key.get_string().value_unsafe()), fields[0],

@@ -165,7 +165,8 @@ StatusOr<std::optional<Buffer>> SharedMemoryParams(const element* params, const 
   ASSIGN_OR_RETURN(uint64_t byte_size, UintParam(*params, "shared_memory_byte_size"));
   ASSIGN_OR_RETURN(uint64_t offset, UintParam(*params, "shared_memory_offset"));
   if (shm == nullptr) return Unsupported("shared memory is not available on this endpoint");
-  ASSIGN_OR_RETURN(Buffer buffer, shm->Get(std::string(std::string_view(*region)), offset, byte_size));
+  ASSIGN_OR_RETURN(Buffer buffer,
+                   shm->Get(std::string(std::string_view(*region)), offset, byte_size));
   return std::optional<Buffer>(std::move(buffer));
 }
 
@@ -229,7 +230,9 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
     return InvalidArgument("Inference-Header-Content-Length is " + std::to_string(json_size) +
                            " but the body has only " + std::to_string(body.size()) + " bytes");
   thread_local simdjson::dom::parser parser;
-  ASSIGN_OR_RETURN(element doc, ParseJson(parser, std::string_view(reinterpret_cast<const char*>(body.data()), json_size)));
+  ASSIGN_OR_RETURN(
+      element doc,
+      ParseJson(parser, std::string_view(reinterpret_cast<const char*>(body.data()), json_size)));
   if (doc.type() != element_type::OBJECT)
     return InvalidArgument("the request JSON must be an object");
 
@@ -335,7 +338,8 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
                                " bytes of binary data but the body ends after " +
                                std::to_string(body.size() - offset) + " (truncated request?)");
-      in.data = reinterpret_cast<const uint8_t*>(reinterpret_cast<const char*>(body.data()) + offset);
+      in.data =
+          reinterpret_cast<const uint8_t*>(reinterpret_cast<const char*>(body.data()) + offset);
       in.byte_size = static_cast<size_t>(binary_size);
       offset += static_cast<size_t>(binary_size);
     } else {
@@ -379,7 +383,8 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
                          SharedMemoryParams(&*p, "output '" + out.name + "'", shm));
         if (region) {
           if (out.binary && Member(*p, "binary_data"))
-            return InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'");
+            return InvalidArgument(
+                "Output can't set both 'shared_memory_region' and 'binary_data'");
           if (out.class_count > 0)
             return InvalidArgument(
                 "Output can't set both 'shared_memory_region' and 'classification'");
