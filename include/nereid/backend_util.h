@@ -2,8 +2,8 @@
 // include/ alone on its include path: this file is everything it needs besides the C ABI.
 //
 //   - DataType and shape arithmetic (element counts and byte sizes with overflow checks)
-//   - Status / StatusOr with RETURN_IF_ERROR / ASSIGN_OR_RETURN, and the conversions to and from
-//     NereidError
+//   - Status / StatusOr with RETURN_IF_ERROR / ASSIGN_OR_RETURN (nereid/status.h), and the
+//     conversions to and from NereidError
 //   - CheckServerVersion(), logging, request and output helpers
 //   - NEREID_BACKEND_GUARD: catches every exception at the ABI boundary
 #pragma once
@@ -21,6 +21,7 @@
 
 #include "nereid/backend.h"
 #include "nereid/half.h"
+#include "nereid/status.h"
 
 namespace nereid::backend {
 
@@ -229,62 +230,16 @@ inline int64_t CountBytesElements(const uint8_t* data, size_t size) {
   return ok ? count : -1;
 }
 
-// ---- Status -------------------------------------------------------------------------------------
+// ---- Status (nereid/status.h) and NereidError ---------------------------------------------------
 
-class Status {
- public:
-  enum class Code {
-    kOk,
-    kInvalidArgument,
-    kNotFound,
-    kUnavailable,
-    kUnsupported,
-    kInternal,
-    kCancelled
-  };
-  Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
-  static Status Ok() { return Status(); }
-  bool ok() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
-
- private:
-  Code code_ = Code::kOk;
-  std::string message_;
-};
-
-inline Status InvalidArgument(std::string m) {
-  return Status(Status::Code::kInvalidArgument, std::move(m));
-}
-inline Status NotFound(std::string m) { return Status(Status::Code::kNotFound, std::move(m)); }
-inline Status Unavailable(std::string m) {
-  return Status(Status::Code::kUnavailable, std::move(m));
-}
-inline Status Unsupported(std::string m) {
-  return Status(Status::Code::kUnsupported, std::move(m));
-}
-inline Status Internal(std::string m) { return Status(Status::Code::kInternal, std::move(m)); }
-inline Status Cancelled(std::string m) { return Status(Status::Code::kCancelled, std::move(m)); }
-
-template <typename T>
-class StatusOr {
- public:
-  StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT
-  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT
-  bool ok() const { return status_.ok(); }
-  const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() { return *value_; }
-
- private:
-  Status status_;
-  std::optional<T> value_;
-};
+using ::nereid::Cancelled;
+using ::nereid::Internal;
+using ::nereid::InvalidArgument;
+using ::nereid::NotFound;
+using ::nereid::Status;
+using ::nereid::StatusOr;
+using ::nereid::Unavailable;
+using ::nereid::Unsupported;
 
 // A new NereidError for the server (NULL for Ok).
 inline NereidError* ToError(const Status& s) {
@@ -414,20 +369,3 @@ inline void Complete(NereidRequest* request, const Status& status) {
 }
 
 }  // namespace nereid::backend
-
-// Spelled exactly as in the server's common/status.h, so a file may include both.
-#ifndef RETURN_IF_ERROR
-#define NEREID_CONCAT_INNER(a, b) a##b
-#define NEREID_CONCAT(a, b) NEREID_CONCAT_INNER(a, b)
-#define RETURN_IF_ERROR(expr)  \
-  do {                         \
-    auto _st = (expr);         \
-    if (!_st.ok()) return _st; \
-  } while (0)
-#define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                          \
-  if (!tmp.ok()) return tmp.status();         \
-  lhs = std::move(tmp).value()
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL(NEREID_CONCAT(_status_or_, __LINE__), lhs, expr)
-#endif

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "nereid/backend_util.h"
 #include "runtime/backend_library.h"
 #include "runtime/model.h"
 
@@ -32,7 +33,7 @@ ModelInstance* AsInstance(const NereidInstance* i) {
 BackendRequest* AsRequest(const NereidRequest* r) { return BackendRequest::From(r); }
 
 NereidError* Error(NereidErrorCode code, const std::string& message) {
-  return new NereidError{code, message};
+  return NereidErrorNew(code, message.c_str());
 }
 
 void FillTensor(const nereid::InferInput& in, NereidTensor* t) {
@@ -50,50 +51,10 @@ void FillTensor(const nereid::InferInput& in, NereidTensor* t) {
 
 namespace nereid {
 
-NereidError* ErrorFromStatus(const Status& s) {
-  if (s.ok()) return nullptr;
-  switch (s.code()) {
-    case Status::Code::kNotFound:
-      return Error(NEREID_ERROR_NOT_FOUND, s.message());
-    case Status::Code::kUnavailable:
-      return Error(NEREID_ERROR_UNAVAILABLE, s.message());
-    case Status::Code::kUnsupported:
-      return Error(NEREID_ERROR_UNSUPPORTED, s.message());
-    case Status::Code::kInternal:
-      return Error(NEREID_ERROR_INTERNAL, s.message());
-    case Status::Code::kCancelled:
-      return Error(NEREID_ERROR_CANCELLED, s.message());
-    default:
-      return Error(NEREID_ERROR_INVALID_ARG, s.message());
-  }
-}
-
-Status StatusFromBackend(NereidError* error) {
-  if (error == nullptr) return Status::Ok();
-  Status::Code code = Status::Code::kInvalidArgument;
-  switch (error->code) {
-    case NEREID_ERROR_NOT_FOUND:
-      code = Status::Code::kNotFound;
-      break;
-    case NEREID_ERROR_UNAVAILABLE:
-      code = Status::Code::kUnavailable;
-      break;
-    case NEREID_ERROR_UNSUPPORTED:
-      code = Status::Code::kUnsupported;
-      break;
-    case NEREID_ERROR_INTERNAL:
-      code = Status::Code::kInternal;
-      break;
-    case NEREID_ERROR_CANCELLED:
-      code = Status::Code::kCancelled;
-      break;
-    default:
-      break;
-  }
-  Status s(code, std::move(error->message));
-  delete error;
-  return s;
-}
+// The conversions backends use too (nereid/backend_util.h): one mapping between Status codes and
+// NereidErrorCode.
+NereidError* ErrorFromStatus(const Status& s) { return backend::ToError(s); }
+Status StatusFromBackend(NereidError* error) { return backend::FromError(error); }
 
 }  // namespace nereid
 
