@@ -32,10 +32,13 @@ std::string_view MemoryTypeName(MemoryType type) {
 }
 
 std::shared_ptr<uint8_t[]> AllocateAligned(size_t bytes) {
-  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  // One allocation for the control block and the bytes (this is on every request's path), the
+  // returned pointer aliasing the first 64-byte boundary inside it.
+  auto block = std::make_shared_for_overwrite<uint8_t[]>(bytes + kAlignment);
+  const auto address = reinterpret_cast<uintptr_t>(block.get());
+  const size_t skip = (kAlignment - address % kAlignment) % kAlignment;
+  uint8_t* aligned = block.get() + skip;
+  return std::shared_ptr<uint8_t[]>(std::move(block), aligned);
 }
 
 StatusOr<Buffer> HeapAllocator::Allocate(size_t bytes, MemoryLocation) {

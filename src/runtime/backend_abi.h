@@ -28,6 +28,10 @@ struct BatchExecution {
   uint64_t start_ns = 0;
   std::atomic<bool> recorded{false};
   void Record(uint64_t end_ns);
+  // Guarded by the instance's mutex: requests of this batch not yet completed, and whether Execute
+  // has returned (from then on they count as the instance's released requests).
+  size_t outstanding = 0;
+  bool returned = false;
 };
 
 // One request from NereidInstanceExecute until NereidRequestComplete: the request (inputs) and the

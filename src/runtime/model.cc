@@ -137,7 +137,7 @@ Model::~Model() { Stop(); }
 
 size_t Model::Pending() const {
   size_t pending = scheduler_ ? scheduler_->Pending() : 0;
-  for (const auto& instance : instances_) pending += instance->Outstanding();
+  for (const auto& instance : instances_) pending += instance->Released();
   return pending;
 }
 

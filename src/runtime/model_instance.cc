@@ -85,6 +85,7 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_ += handles.size();
+    execution->outstanding = handles.size();
   }
   t_latencies = &summary.latencies_ns;
   Status batch_status = StatusFromBackend(
@@ -98,6 +99,11 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   t_latencies = nullptr;
   summary.exec_ns = end - start;
   execution->Record(end);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    execution->returned = true;
+    released_.fetch_add(execution->outstanding, std::memory_order_relaxed);
+  }
   return summary;
 }
 
@@ -186,9 +192,12 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   // The request (and what keeps its inputs alive) goes before the count drops; the model it
   // referenced stays alive until this instance is done with its own lock.
   std::shared_ptr<Model> keep = std::move(request.model);
+  std::shared_ptr<BatchExecution> execution = std::move(r->execution);
   owned.reset();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    --execution->outstanding;
+    if (execution->returned) released_.fetch_sub(1, std::memory_order_relaxed);
     if (--outstanding_ == 0) idle_.notify_all();
   }
 }

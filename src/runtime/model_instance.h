@@ -3,6 +3,7 @@
 // the backend, which completes each request (now or later, from any thread) through Send/Complete.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,8 @@ class ModelInstance : public BatchExecutor {
   void Complete(BackendRequest* request, Status status);
   // Requests handed to the backend and not yet completed.
   size_t Outstanding() const;
+  // Of those, the ones whose Execute call has returned (the scheduler no longer counts them).
+  size_t Released() const { return released_.load(std::memory_order_relaxed); }
 
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }
@@ -57,6 +60,7 @@ class ModelInstance : public BatchExecutor {
   mutable std::mutex mu_;
   std::condition_variable idle_;
   size_t outstanding_ = 0;
+  std::atomic<size_t> released_{0};
 };
 
 }  // namespace nereid

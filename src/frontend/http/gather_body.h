@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/asio/buffer.hpp>
+#include <boost/container/small_vector.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/optional.hpp>
 #include <string>
@@ -17,7 +18,8 @@ namespace nereid::http {
 struct GatherBody {
   struct value_type {
     std::string head;
-    std::vector<Buffer> tail;  // each keeps its bytes alive until the response is destroyed
+    // Each keeps its bytes alive until the response is destroyed.
+    boost::container::small_vector<Buffer, 4> tail;
   };
 
   static std::uint64_t size(const value_type& body) {
@@ -28,7 +30,7 @@ struct GatherBody {
 
   class writer {
    public:
-    using const_buffers_type = std::vector<boost::asio::const_buffer>;
+    using const_buffers_type = boost::container::small_vector<boost::asio::const_buffer, 5>;
 
     template <bool isRequest, class Fields>
     writer(const boost::beast::http::header<isRequest, Fields>&, const value_type& body)
@@ -42,7 +44,6 @@ struct GatherBody {
       if (done_) return boost::none;
       done_ = true;
       const_buffers_type buffers;
-      buffers.reserve(1 + body_.tail.size());
       buffers.emplace_back(body_.head.data(), body_.head.size());
       for (const auto& b : body_.tail)
         if (b.size() > 0) buffers.emplace_back(b.data(), b.size());

@@ -5,6 +5,8 @@
 
 #include <simdjson.h>
 
+#include <boost/container/small_vector.hpp>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +35,7 @@ Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t heade
 // (sent with one gathered write: output bytes are not copied into the body).
 struct EncodedResponse {
   std::string json;
-  std::vector<Buffer> binary;
+  boost::container::small_vector<Buffer, 4> binary;
   bool has_binary = false;  // true: send Inference-Header-Content-Length (the JSON's size)
   size_t size() const;
   // The whole body as one string (a copy, counted): for compression and tests.
