@@ -41,6 +41,7 @@ printf '%-18s %-6s %-5s %-5s %-10s %12s %12s %12s\n' case proto conc round serve
 for spec in "${CASES[@]}"; do
   read -r label model proto c extra <<<"$spec"
   [ -n "${ONLY:-}" ] && [ "$label" != "$ONLY" ] && continue  # ONLY=<case label> runs one case
+  [ -n "${PROTO:-}" ] && [ "$proto" != "$PROTO" ] && continue  # PROTO=http or grpc
   for r in $(seq "${ROUNDS:-3}"); do
     for who in baseline candidate; do
       if [ $who = baseline ]; then port=$HA; [ $proto = grpc ] && port=$GA; else port=$HB; [ $proto = grpc ] && port=$GB; fi

@@ -13,7 +13,19 @@ constexpr size_t kAlignment = 64;
 // be that large: request bodies and gRPC messages are bounded far below).
 constexpr size_t kMaxAllocation = size_t{1} << 40;
 
-std::atomic<uint64_t> g_counts[4];
+// Copy counters, sharded by thread so that the request path never shares a cache line: each
+// thread adds to its own slot; readers sum the slots.
+struct alignas(64) CopySlot {
+  std::atomic<uint64_t> counts[4];
+};
+constexpr size_t kCopySlots = 64;
+CopySlot g_slots[kCopySlots];
+std::atomic<size_t> g_next_slot{0};
+CopySlot& MySlot() {
+  thread_local CopySlot& slot =
+      g_slots[g_next_slot.fetch_add(1, std::memory_order_relaxed) % kCopySlots];
+  return slot;
+}
 
 }  // namespace
 
@@ -93,13 +105,16 @@ Allocator& DefaultAllocator() {
 
 void CountCopy(CopyKind kind, size_t bytes) {
   const int base = kind == CopyKind::kInput ? 0 : 2;
-  g_counts[base].fetch_add(bytes, std::memory_order_relaxed);
-  g_counts[base + 1].fetch_add(1, std::memory_order_relaxed);
+  CopySlot& slot = MySlot();
+  slot.counts[base].fetch_add(bytes, std::memory_order_relaxed);
+  slot.counts[base + 1].fetch_add(1, std::memory_order_relaxed);
 }
 
 CopyCounts CopyCountsNow() {
-  return {g_counts[0].load(std::memory_order_relaxed), g_counts[1].load(std::memory_order_relaxed),
-          g_counts[2].load(std::memory_order_relaxed), g_counts[3].load(std::memory_order_relaxed)};
+  uint64_t sum[4] = {0, 0, 0, 0};
+  for (const CopySlot& slot : g_slots)
+    for (int i = 0; i < 4; ++i) sum[i] += slot.counts[i].load(std::memory_order_relaxed);
+  return {sum[0], sum[1], sum[2], sum[3]};
 }
 
 }  // namespace nereid
