@@ -88,6 +88,14 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
   return out;
 }
 
+Status InferenceServer::UpdateLogSetting(const std::string& key, const LogSettingValue& value) {
+  return ApplyLogSetting(key, value);
+}
+
+std::vector<std::pair<std::string, LogSettingValue>> InferenceServer::LogSettings() const {
+  return CurrentLogSettings();
+}
+
 std::vector<IndexEntry> InferenceServer::RepositoryIndex(bool ready_only) const {
   return repository_->Index(ready_only);
 }

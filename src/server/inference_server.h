@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/status.h"
 #include "memory/shared_memory.h"
 #include "repository/model_repository.h"
@@ -77,6 +78,10 @@ class InferenceServer {
   // Validates and enqueues a routed request (request->model set). On error the caller still owns
   // the request. Its responses come through request->on_complete.
   Status Infer(std::unique_ptr<InferenceRequest>& request);
+
+  // ---- logging (Triton's log settings) ----
+  Status UpdateLogSetting(const std::string& key, const LogSettingValue& value);
+  std::vector<std::pair<std::string, LogSettingValue>> LogSettings() const;
 
   // ---- repository control ----
   // Runs 'task' on the control executor and hands its result to 'done' (on that executor).

@@ -608,10 +608,10 @@ class GrpcServer::Impl final : public ServiceBase {
         default:
           return Done(ctx, InvalidArgument("logging setting '" + key + "' has no value"));
       }
-      if (Status s = ApplyLogSetting(key, value); !s.ok()) return Done(ctx, s);
+      if (Status s = api_->UpdateLogSetting(key, value); !s.ok()) return Done(ctx, s);
     }
     auto& out = *response->mutable_settings();
-    for (const auto& [key, value] : CurrentLogSettings()) {
+    for (const auto& [key, value] : api_->LogSettings()) {
       if (const bool* b = std::get_if<bool>(&value))
         out[key].set_bool_param(*b);
       else if (const uint64_t* n = std::get_if<uint64_t>(&value))

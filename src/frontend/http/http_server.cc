@@ -995,7 +995,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         else
           return SendError(bhttp::status::bad_request,
                            "unknown or mistyped logging setting '" + key + "'");
-        if (Status s = ApplyLogSetting(key, value); !s.ok()) return SendStatus(s);
+        if (Status s = server_->api_->UpdateLogSetting(key, value); !s.ok()) return SendStatus(s);
       }
     } else if (method != bhttp::verb::get) {
       return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
@@ -1003,7 +1003,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
-    for (const auto& [key, value] : CurrentLogSettings()) {
+    for (const auto& [key, value] : server_->api_->LogSettings()) {
       w.Key(key.c_str());
       if (const bool* b = std::get_if<bool>(&value))
         w.Bool(*b);
