@@ -5,9 +5,11 @@ parameters reaching the backend, and the libraries' exports limited to the ABI."
 import json
 import os
 import queue
-import shutil
+import re
+import socket
 import subprocess
-import threading
+import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -21,7 +23,7 @@ BUILD = os.path.dirname(BINARY)
 MEMORY_CPU_PINNED = 1
 
 
-def repeat_model(repo, name, decoupled=False, memory="CPU_PINNED", batching=True):
+def repeat_model(repo, name, decoupled=False, memory="CPU_PINNED", batching=True, queue_delay_us=2000):
     d = repo / name
     (d / "1").mkdir(parents=True)
     lines = [f'name: "{name}"', 'backend: "repeat"', f"max_batch_size: {8 if batching else 0}",
@@ -34,7 +36,8 @@ def repeat_model(repo, name, decoupled=False, memory="CPU_PINNED", batching=True
     if decoupled:
         lines.append("model_transaction_policy { decoupled: true }")
     elif batching:
-        lines.append("dynamic_batching { max_queue_delay_microseconds: 2000 }")
+        lines.append(f"dynamic_batching {{ preferred_batch_size: [ 8 ] "
+                     f"max_queue_delay_microseconds: {queue_delay_us} }}")
     (d / "config.pbtxt").write_text("\n".join(lines) + "\n")
 
 
@@ -45,6 +48,7 @@ def abi_server(tmp_path_factory):
     repeat_model(repo_path, "repeat")
     repeat_model(repo_path, "repeat_cpu", memory="CPU")
     repeat_model(repo_path, "repeat_decoupled", decoupled=True, batching=False)
+    repeat_model(repo_path, "repeat_slow", queue_delay_us=1500000)  # a lone request waits 1.5 s
     s = Server(str(repo))
     yield s
     assert s.stop() == 0, s.read_log()
@@ -176,3 +180,33 @@ def test_native_backend_compiles_against_include_only():
     for c in engine:
         flags = c.get("command") or " ".join(c.get("arguments", []))
         assert f"-I{src} " not in flags + " " and f"-isystem {src} " not in flags + " ", c["file"]
+
+
+def canceled_count(server, model):
+    text = urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
+    m = re.search(r'^nv_inference_request_failure\{model="%s",version="1",reason="CANCELED"\} (\d+)$'
+                  % model, text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def test_requests_of_clients_that_left_are_cancelled_not_computed(abi_server):
+    """A request whose client went away while it waited in the queue is dropped at execution time
+    (NereidRequestIsCancelled; counted as CANCELED), over HTTP (the client closed its connection)
+    and gRPC (the client's deadline passed)."""
+    before = canceled_count(abi_server, "repeat_slow")
+    body = json.dumps({"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "INT32",
+                                   "data": [1, 2]}]}).encode()
+    with socket.create_connection(("127.0.0.1", abi_server.port)) as s:
+        s.sendall(b"POST /v2/models/repeat_slow/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    g = grpcclient.InferenceServerClient(abi_server.grpc_url)
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        g.infer("repeat_slow", grpc_inputs(np.array([[1, 2]], dtype=np.int32)), client_timeout=0.3)
+    deadline = time.time() + 10
+    while canceled_count(abi_server, "repeat_slow") < before + 2:
+        assert time.time() < deadline, abi_server.read_log()[-2000:]
+        time.sleep(0.2)
+    # A client that stays gets its answer from the same model.
+    client = httpclient.InferenceServerClient(abi_server.url)
+    r = client.infer("repeat_slow", http_inputs(np.array([[5, 6]], dtype=np.int32)))
+    np.testing.assert_array_equal(r.as_numpy("OUT"), [[5, 6]])

@@ -3,6 +3,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <boost/asio.hpp>
@@ -785,6 +786,15 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                                         &server_->api_->shared_memory());
     if (!decoded.ok()) return SendStatus(decoded);
     request->model = model;
+    // Cancellation: the connection is idle while its request is in flight (the next read starts
+    // after the response), so a peek at the socket tells whether the client has gone: end of stream
+    // or an error. Asked when the request is about to execute, and by backends that poll.
+    request->cancel = std::make_shared<CancelFlag>();
+    request->cancel->probe = [fd = beast::get_lowest_layer(stream_).socket().native_handle()] {
+      char c;
+      const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    };
     request->on_complete =
         [self = shared_from_this(), response_encoding, model = model.get(),
          classify = ClassificationOf(request->outputs)](std::unique_ptr<InferenceResponse> r) {
