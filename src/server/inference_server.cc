@@ -137,6 +137,11 @@ Status InferenceServer::LoadModel(const std::string& name, const std::string& co
 
 Status InferenceServer::UnloadModel(const std::string& name) { return repository_->Unload(name); }
 
+void InferenceServer::WaitForControlIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return control_.empty() && !running_; });
+}
+
 void InferenceServer::ControlLoop() {
   for (;;) {
     std::function<void()> task;
@@ -146,12 +151,17 @@ void InferenceServer::ControlLoop() {
       if (control_.empty()) return;
       task = std::move(control_.front());
       control_.pop_front();
+      running_ = true;
     }
     try {
       task();
     } catch (...) {
       LOG_ERROR << "a repository control task threw";
     }
+    task = nullptr;  // what it captured goes before anyone is told the executor is idle
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    if (control_.empty()) idle_.notify_all();
   }
 }
 

@@ -86,6 +86,9 @@ class InferenceServer {
   // ---- repository control ----
   // Runs 'task' on the control executor and hands its result to 'done' (on that executor).
   void RunControl(std::function<Status()> task, std::function<void(Status)> done);
+  // Blocks until no control task is queued or running (a frontend stopping waits here, so that no
+  // task's 'done' reaches it after it is gone).
+  void WaitForControlIdle();
   Status LoadModel(const std::string& name, const std::string& config_json);
   Status UnloadModel(const std::string& name);
   std::vector<IndexEntry> RepositoryIndex(bool ready_only) const;
@@ -100,6 +103,8 @@ class InferenceServer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> control_;
+  bool running_ = false;  // a task is executing
+  std::condition_variable idle_;
   bool stopping_ = false;
   std::thread control_thread_;
 };

@@ -1187,6 +1187,8 @@ bool HttpServer::Impl::Drain(std::chrono::steady_clock::time_point deadline) {
 
 void HttpServer::Impl::Stop() {
   if (!draining_) StopAccepting();
+  // A load/unload this frontend started answers through the I/O threads: let it finish first.
+  api_->WaitForControlIdle();
   work_.reset();
   ioc_.stop();
   for (auto& t : threads_)
