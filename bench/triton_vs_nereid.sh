@@ -57,7 +57,7 @@ for p in $T_HTTP $N_HTTP; do
 done
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "Triton: tritonserver from PyTriton $TRITON_VERSION, Python backend; Nereid: native engine"
-echo "servers on cores ${SERVER_CPUS:-any}, load generator on ${CLIENT_CPUS:-any}: $([ -n "$PERF_ANALYZER" ] && echo "perf_analyzer (sync)" || echo "nereid perf")"
+echo "servers on cores ${SERVER_CPUS:-any}, load generator on ${CLIENT_CPUS:-any}: $([ -n "$PERF_ANALYZER" ] && echo "perf_analyzer (sync)" || echo "nereid-perf")"
 for proto in http grpc; do
   for server in triton nereid; do
     if [ $server = triton ]; then url="localhost:$([ $proto = http ] && echo $T_HTTP || echo $T_GRPC)";

@@ -1,4 +1,4 @@
-// `nereid perf`: a load generator for KServe v2 servers (Nereid, Triton) in the spirit of
+// nereid-perf: a load generator for KServe v2 servers (Nereid, Triton) in the spirit of
 // perf_analyzer: fixed concurrency (closed loop) or fixed request rate (open loop, latency measured
 // from the intended send time, so a slow server cannot hide its queueing), sweeps over either, live
 // progress on stderr, and results as a table, CSV and JSON.
@@ -52,7 +52,7 @@ std::string FormatTable(const std::vector<PerfResult>& results);
 std::string FormatCsv(const std::vector<PerfResult>& results);
 std::string FormatJson(const PerfOptions& options, const std::vector<PerfResult>& results);
 
-// `nereid perf ...`: parses, runs, prints; returns the process exit code.
+// `nereid-perf ...`: parses, runs, prints; returns the process exit code.
 int PerfMain(const std::vector<std::string>& args);
 
 }  // namespace nereid::perf
