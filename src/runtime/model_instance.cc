@@ -29,11 +29,6 @@ Status ModelInstance::Initialize() {
   return Status::Ok();
 }
 
-size_t ModelInstance::Outstanding() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return outstanding_;
-}
-
 void ModelInstance::Finalize() {
   if (!initialized_) return;
   {

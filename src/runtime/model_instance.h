@@ -35,9 +35,8 @@ class ModelInstance : public BatchExecutor {
   // NereidRequestSend / NereidRequestComplete.
   void Send(BackendRequest* request, bool final);
   void Complete(BackendRequest* request, Status status);
-  // Requests handed to the backend and not yet completed.
-  size_t Outstanding() const;
-  // Of those, the ones whose Execute call has returned (the scheduler no longer counts them).
+  // Requests handed to the backend whose Execute call has returned and that are not completed yet
+  // (the scheduler no longer counts them).
   size_t Released() const { return released_.load(std::memory_order_relaxed); }
 
   Model* model() const { return model_; }
@@ -57,7 +56,7 @@ class ModelInstance : public BatchExecutor {
   NereidInstanceKind kind_;
   int32_t device_id_;
   bool initialized_ = false;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable idle_;
   size_t outstanding_ = 0;
   std::atomic<size_t> released_{0};
