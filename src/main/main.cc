@@ -16,7 +16,6 @@
 #include "main/config_command.h"
 #include "main/server_options.h"
 #include "repository/model_repository.h"
-#include "runtime/server_info.h"
 
 namespace {
 
@@ -84,8 +83,7 @@ int Serve(const std::vector<std::string>& args) {
   std::unique_ptr<nereid::http::HttpServer> http;
   if (options.allow_metrics) options.http.metrics_port = options.metrics_port;
   if (options.allow_http) {
-    http = std::make_unique<nereid::http::HttpServer>(
-        options.http, nereid::http::ServerInfo{nereid::kServerName, nereid::kServerVersion}, &api);
+    http = std::make_unique<nereid::http::HttpServer>(options.http, &api);
     s = http->Start();
     if (!s.ok()) {
       LOG_ERROR << s.message();

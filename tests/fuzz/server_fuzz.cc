@@ -85,8 +85,7 @@ struct Harness {
     http_options.threads = 2;
     http_options.max_input_size = 1 << 20;
     api = std::make_unique<nereid::InferenceServer>(repository.get());
-    http = std::make_unique<nereid::http::HttpServer>(http_options, nereid::http::ServerInfo{},
-                                                      api.get());
+    http = std::make_unique<nereid::http::HttpServer>(http_options, api.get());
     Check(http->Start(), "HTTP");
     nereid::grpc_frontend::GrpcOptions grpc_options;
     grpc_options.address = "127.0.0.1";

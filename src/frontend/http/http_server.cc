@@ -257,8 +257,8 @@ class SessionBase {
 
 class HttpServer::Impl {
  public:
-  Impl(HttpOptions options, ServerInfo info, InferenceServer* api)
-      : options_(std::move(options)), info_(std::move(info)), api_(api), acceptor_(ioc_) {}
+  Impl(HttpOptions options, InferenceServer* api)
+      : options_(std::move(options)), api_(api), acceptor_(ioc_) {}
 
   Status Start();
   void StopAccepting();
@@ -268,7 +268,6 @@ class HttpServer::Impl {
   uint16_t metrics_port() const { return bound_metrics_port_; }
 
   HttpOptions options_;
-  ServerInfo info_;
   InferenceServer* api_;
   // Declared before the io_context: sessions it destroys still count themselves out.
   std::atomic<int64_t> busy_{0};       // requests read and not yet answered
@@ -625,9 +624,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     JsonWriter w(buffer);
     w.StartObject();
     w.Key("name");
-    w.String(server_->info_.name.empty() ? md.name.c_str() : server_->info_.name.c_str());
+    w.String(md.name.c_str());
     w.Key("version");
-    w.String(server_->info_.version.empty() ? md.version.c_str() : server_->info_.version.c_str());
+    w.String(md.version.c_str());
     w.Key("extensions");
     w.StartArray();
     for (const std::string& e : md.extensions) w.String(e.c_str());
@@ -1196,8 +1195,8 @@ void HttpServer::Impl::Stop() {
   threads_.clear();
 }
 
-HttpServer::HttpServer(HttpOptions options, ServerInfo info, InferenceServer* server)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(info), server)) {}
+HttpServer::HttpServer(HttpOptions options, InferenceServer* server)
+    : impl_(std::make_unique<Impl>(std::move(options), server)) {}
 HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Start() { return impl_->Start(); }
 void HttpServer::StopAccepting() { impl_->StopAccepting(); }

@@ -34,14 +34,9 @@ struct HttpOptions {
   } tls;
 };
 
-struct ServerInfo {
-  std::string name = "nereid";
-  std::string version;
-};
-
 class HttpServer {
  public:
-  HttpServer(HttpOptions options, ServerInfo info, InferenceServer* server);
+  HttpServer(HttpOptions options, InferenceServer* server);
   ~HttpServer();
   Status Start();  // binds and starts the I/O threads; returns once listening
   // Shutdown, in three steps: stop accepting connections and new requests (a request read from
