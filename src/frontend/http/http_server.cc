@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "common/cpus.h"
 #include "common/logging.h"
@@ -389,11 +390,13 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void OnHeader(beast::error_code ec) {
     if (ec) return OnRead(ec);
     const auto& header = parser_->get();
+    // Routed once, here; Handle answers by this route once the body is in.
+    route_ = metrics_ ? Route() : Match(SV(header.target()));
     const auto length = parser_->content_length();
-    const bool direct = !metrics_ && header.method() == bhttp::verb::post && length &&
-                        !parser_->chunked() && *length <= server_->options_.max_input_size &&
-                        header.find(bhttp::field::content_encoding) == header.end() &&
-                        Match(SV(header.target())).kind == Route::kModelInfer;
+    const bool direct = route_.kind == Route::kModelInfer &&
+                        header.method() == bhttp::verb::post && length && !parser_->chunked() &&
+                        *length <= server_->options_.max_input_size &&
+                        header.find(bhttp::field::content_encoding) == header.end();
     if (!direct) {
       bhttp::async_read(
           stream_, buffer_, *parser_,
@@ -545,7 +548,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                       RenderPrometheus(server_->api_->repository().LoadedModels()),
                       "text/plain; version=0.0.4; charset=utf-8");
     }
-    const Route route = Match(SV(req.target()));
+    const Route route = std::move(route_);  // matched by OnHeader
     const auto method = req.method();
     auto need = [&](bhttp::verb verb) {
       if (method == verb) return true;
@@ -750,8 +753,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
           Unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
 
     // The body: read in place (OnHeader), or as Beast read it (inflated when compressed).
-    Buffer body = std::move(direct_body_);
-    direct_body_ = Buffer();
+    Buffer body = std::exchange(direct_body_, Buffer());
     if (body.data() == nullptr) {
       auto text = std::make_shared<std::string>(std::move(req.body()));
       if (auto it = req.find(bhttp::field::content_encoding); it != req.end()) {
@@ -1027,6 +1029,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   Stream stream_;
   beast::flat_buffer buffer_{kReadBufferLimit};
+  Route route_;         // the request being read, matched by OnHeader for Handle
   Buffer direct_body_;  // an inference body read in place by OnHeader, for Infer
   std::optional<bhttp::request_parser<ReceiveBody>> parser_;
   HttpServer::Impl* server_;
