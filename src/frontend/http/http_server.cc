@@ -393,8 +393,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     // Routed once, here; Handle answers by this route once the body is in.
     route_ = metrics_ ? Route() : Match(SV(header.target()));
     const auto length = parser_->content_length();
-    const bool direct = route_.kind == Route::kModelInfer &&
-                        header.method() == bhttp::verb::post && length && !parser_->chunked() &&
+    const bool direct = route_.kind == Route::kModelInfer && header.method() == bhttp::verb::post &&
+                        length && !parser_->chunked() &&
                         *length <= server_->options_.max_input_size &&
                         header.find(bhttp::field::content_encoding) == header.end();
     if (!direct) {
@@ -962,25 +962,14 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     auto key = (*doc)["key"];
     if (key.error() || !key.is_string())
       return SendError(bhttp::status::bad_request, "shared memory register needs a string 'key'");
-    uint64_t fields[2] = {0, 0};
-    const char* names[2] = {"offset", "byte_size"};
-    for (int i = 0; i < 2; ++i) {
-      auto v = (*doc)[names[i]];
-      if (v.error()) {
-        if (i == 0) continue;  // offset defaults to 0
-        return SendError(bhttp::status::bad_request, "shared memory register needs 'byte_size'");
-      }
-      if (v.is_uint64()) {
-        fields[i] = v.get_uint64().value_unsafe();
-      } else if (v.is_int64() && v.get_int64().value_unsafe() >= 0) {
-        fields[i] = static_cast<uint64_t>(v.get_int64().value_unsafe());
-      } else {
-        return SendError(bhttp::status::bad_request, std::string("shared memory '") + names[i] +
-                                                         "' must be a non-negative integer");
-      }
-    }
-    Status s = shm.Register(route.model, std::string(key.get_string().value_unsafe()), fields[0],
-                            fields[1]);
+    if ((*doc)["byte_size"].error())
+      return SendError(bhttp::status::bad_request, "shared memory register needs 'byte_size'");
+    auto offset = UintMember(*doc, "offset", "shared memory");  // absent: 0
+    if (!offset.ok()) return SendStatus(offset.status());
+    auto byte_size = UintMember(*doc, "byte_size", "shared memory");
+    if (!byte_size.ok()) return SendStatus(byte_size.status());
+    Status s = shm.Register(route.model, std::string(key.get_string().value_unsafe()), *offset,
+                            *byte_size);
     if (!s.ok()) return SendStatus(s);
     SendBody(bhttp::status::ok, "", nullptr);
   }

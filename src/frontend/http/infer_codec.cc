@@ -140,15 +140,6 @@ StatusOr<bool> BoolParam(const element& params, std::string_view key, bool fallb
   return bool(*v);
 }
 
-StatusOr<uint64_t> UintParam(const element& params, std::string_view key) {
-  auto v = Member(params, key);
-  if (!v) return uint64_t{0};
-  if (v->type() == element_type::UINT64) return uint64_t(*v);
-  if (v->type() == element_type::INT64 && int64_t(*v) >= 0)
-    return static_cast<uint64_t>(int64_t(*v));
-  return InvalidArgument("parameter '" + std::string(key) + "' must be a non-negative integer");
-}
-
 // The shared-memory parameters of an input or output ("shared_memory_region", "_offset",
 // "_byte_size"): the region's bytes, or nothing when the tensor does not use shared memory.
 StatusOr<std::optional<Buffer>> SharedMemoryParams(const element* params, const std::string& what,
@@ -162,8 +153,8 @@ StatusOr<std::optional<Buffer>> SharedMemoryParams(const element* params, const 
     return InvalidArgument(what + " uses shared memory region '" +
                            std::string(std::string_view(*region)) +
                            "' but gives no 'shared_memory_byte_size'");
-  ASSIGN_OR_RETURN(uint64_t byte_size, UintParam(*params, "shared_memory_byte_size"));
-  ASSIGN_OR_RETURN(uint64_t offset, UintParam(*params, "shared_memory_offset"));
+  ASSIGN_OR_RETURN(uint64_t byte_size, UintMember(*params, "shared_memory_byte_size"));
+  ASSIGN_OR_RETURN(uint64_t offset, UintMember(*params, "shared_memory_offset"));
   if (shm == nullptr) return Unsupported("shared memory is not available on this endpoint");
   ASSIGN_OR_RETURN(Buffer buffer,
                    shm->Get(std::string(std::string_view(*region)), offset, byte_size));
@@ -195,7 +186,7 @@ Status DecodeRaw(const Buffer& body, const inference::ModelConfig& config,
       !FillVariableDimension(in.shape, static_cast<int64_t>(body.size() / element_size)))
     return InvalidArgument("raw binary request of " + std::to_string(body.size()) +
                            " bytes does not fit input '" + in.name + "'");
-  in.data = reinterpret_cast<const uint8_t*>(reinterpret_cast<const char*>(body.data()));
+  in.data = body.data();
   in.byte_size = body.size();
   request->inputs.push_back(std::move(in));
   request->binary_outputs_by_default = true;
@@ -204,6 +195,17 @@ Status DecodeRaw(const Buffer& body, const inference::ModelConfig& config,
 }
 
 }  // namespace
+
+StatusOr<uint64_t> UintMember(const simdjson::dom::element& object, std::string_view key,
+                              std::string_view what) {
+  auto v = Member(object, key);
+  if (!v) return uint64_t{0};
+  if (v->type() == element_type::UINT64) return uint64_t(*v);
+  if (v->type() == element_type::INT64 && int64_t(*v) >= 0)
+    return static_cast<uint64_t>(int64_t(*v));
+  return InvalidArgument(std::string(what) + " '" + std::string(key) +
+                         "' must be a non-negative integer");
+}
 
 StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::string_view text) {
   simdjson::dom::element doc;
@@ -245,8 +247,8 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
       return InvalidArgument("'parameters' must be an object");
     ASSIGN_OR_RETURN(request->binary_outputs_by_default,
                      BoolParam(*params, "binary_data_output", false));
-    ASSIGN_OR_RETURN(request->priority, UintParam(*params, "priority"));
-    ASSIGN_OR_RETURN(request->timeout_us, UintParam(*params, "timeout"));
+    ASSIGN_OR_RETURN(request->priority, UintMember(*params, "priority"));
+    ASSIGN_OR_RETURN(request->timeout_us, UintMember(*params, "timeout"));
     for (auto [key, value] : simdjson::dom::object(*params)) {
       RequestParameter p;
       p.name = std::string(key);
@@ -338,8 +340,7 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
                                " bytes of binary data but the body ends after " +
                                std::to_string(body.size() - offset) + " (truncated request?)");
-      in.data =
-          reinterpret_cast<const uint8_t*>(reinterpret_cast<const char*>(body.data()) + offset);
+      in.data = body.data() + offset;
       in.byte_size = static_cast<size_t>(binary_size);
       offset += static_cast<size_t>(binary_size);
     } else {
@@ -549,7 +550,7 @@ size_t EncodedResponse::size() const {
 std::string EncodedResponse::Flatten() const {
   std::string body;
   body.reserve(size());
-  body = json;
+  body.append(json);
   for (const auto& b : binary) {
     body.append(reinterpret_cast<const char*>(b.data()), b.size());
     CountCopy(CopyKind::kOutput, b.size());

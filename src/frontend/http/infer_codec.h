@@ -6,7 +6,6 @@
 #include <simdjson.h>
 
 #include <boost/container/small_vector.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +45,11 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response);
 // Parses untrusted JSON (simdjson: exact numbers, robust against hostile input). The element lives
 // until the parser parses again.
 StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::string_view text);
+
+// The non-negative integer member 'key' of a JSON object, 0 when absent; otherwise the error
+// "<what> '<key>' must be a non-negative integer".
+StatusOr<uint64_t> UintMember(const simdjson::dom::element& object, std::string_view key,
+                              std::string_view what = "parameter");
 
 // {"error":"<message>"} with the message JSON-escaped.
 std::string ErrorJson(const std::string& message);
