@@ -4,6 +4,7 @@
 #include "metrics/model_stats.h"
 #include "runtime/model.h"
 #include "runtime/server_info.h"
+#include "server/classification.h"
 
 namespace nereid {
 
@@ -112,6 +113,16 @@ StatusOr<std::shared_ptr<Model>> InferenceServer::GetModel(const std::string& na
 Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   std::shared_ptr<Model> model = request->model;
   if (!model) return Internal("request was not routed to a model");
+  // Classification, for the few requests that ask for it: their responses are rewritten before
+  // the frontend sees them. (The request keeps its model alive while its callback runs.)
+  if (ClassificationRequest wanted = ClassificationOf(request->outputs); !wanted.empty()) {
+    request->on_complete =
+        [wanted = std::move(wanted), model = model.get(),
+         deliver = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
+          ApplyClassification(wanted, *model, *response);
+          if (deliver) deliver(std::move(response));
+        };
+  }
   return model->Enqueue(request);
 }
 

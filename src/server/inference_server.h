@@ -76,7 +76,8 @@ class InferenceServer {
   // The model a request names (version -1: newest ready), or NOT_FOUND / UNAVAILABLE.
   StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;
   // Validates and enqueues a routed request (request->model set). On error the caller still owns
-  // the request. Its responses come through request->on_complete.
+  // the request. Its responses come through request->on_complete, with outputs the client asked
+  // to classify already classified.
   Status Infer(std::unique_ptr<InferenceRequest>& request);
 
   // ---- logging (Triton's log settings) ----

@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "frontend/classification.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
 #include "frontend/grpc/infer_wire.h"
 #include "nereid/backend_util.h"
@@ -650,11 +649,8 @@ class GrpcServer::Impl final : public ServiceBase {
     r->cancel = std::make_shared<CancelFlag>();
     r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
     // The response buffer lives until Finish, which runs after completion.
-    r->on_complete = [reactor, raw_response, model = r->model.get(),
-                      classify =
-                          ClassificationOf(r->outputs)](std::unique_ptr<InferenceResponse> result) {
+    r->on_complete = [reactor, raw_response](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok()) return reactor->Finish(ToGrpc(result->status));
-      ApplyClassification(classify, *model, *result);
       pb::ModelInferResponse header;
       FillResponseHeader(*result, &header);
       SerializeInferResponse(header, *result, /*as_stream=*/false, raw_response);
@@ -766,12 +762,9 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     // Decoupled models answer with any number of responses; each carries Triton's
     // "triton_final_response" flag, and an empty final one is sent only when the client asked.
     const bool decoupled = r->model->decoupled();
-    r->on_complete = [this, decoupled, empty_final, model = r->model.get(),
-                      classify =
-                          ClassificationOf(r->outputs)](std::unique_ptr<InferenceResponse> result) {
+    r->on_complete = [this, decoupled, empty_final](std::unique_ptr<InferenceResponse> result) {
       if (!result->status.ok())
         return Send(Error(result->model_name, result->id, result->status), true);
-      ApplyClassification(classify, *model, *result);
       if (result->empty_final && !empty_final) return Send(std::nullopt, true);
       pb::ModelInferResponse header;
       FillResponseHeader(*result, &header);

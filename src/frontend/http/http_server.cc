@@ -22,7 +22,6 @@
 
 #include "common/cpus.h"
 #include "common/logging.h"
-#include "frontend/classification.h"
 #include "frontend/http/compression.h"
 #include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
@@ -796,22 +795,20 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
       return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     };
-    request->on_complete =
-        [self = shared_from_this(), response_encoding, model = model.get(),
-         classify = ClassificationOf(request->outputs)](std::unique_ptr<InferenceResponse> r) {
-          ApplyClassification(classify, *model, *r);
-          // An idle model writes the response from the completing thread: while a request is in
-          // flight its connection has no other operation pending (the next read starts after this
-          // write), so this is safe and saves waking an I/O thread (a quarter of the latency of
-          // small models). With more requests waiting, the instance thread is worth more: hand the
-          // write to the connection's strand. Either way the write's completion and the next read
-          // run there.
-          if (model->Pending() <= 1) return self->SendInferResponse(*r, response_encoding);
-          net::post(self->stream_.get_executor(),
-                    [self, response_encoding, r = std::move(r)]() mutable {
-                      self->SendInferResponse(*r, response_encoding);
-                    });
-        };
+    request->on_complete = [self = shared_from_this(), response_encoding,
+                            model = model.get()](std::unique_ptr<InferenceResponse> r) {
+      // An idle model writes the response from the completing thread: while a request is in
+      // flight its connection has no other operation pending (the next read starts after this
+      // write), so this is safe and saves waking an I/O thread (a quarter of the latency of
+      // small models). With more requests waiting, the instance thread is worth more: hand the
+      // write to the connection's strand. Either way the write's completion and the next read
+      // run there.
+      if (model->Pending() <= 1) return self->SendInferResponse(*r, response_encoding);
+      net::post(self->stream_.get_executor(),
+                [self, response_encoding, r = std::move(r)]() mutable {
+                  self->SendInferResponse(*r, response_encoding);
+                });
+    };
     Status queued = server_->api_->Infer(request);
     if (!queued.ok()) return SendStatus(queued);
   }

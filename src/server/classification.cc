@@ -1,4 +1,4 @@
-#include "frontend/classification.h"
+#include "server/classification.h"
 
 #include <algorithm>
 #include <numeric>
