@@ -26,9 +26,12 @@ void PutVarint(std::string& out, uint64_t v) {
 // Reads the protobuf wire format across gRPC's slices.
 class SliceReader {
  public:
-  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) { Skip(); }
+  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+    for (const auto& slice : slices_) remaining_ += slice.size();
+    Skip();
+  }
 
-  bool done() const { return index_ == slices_.size(); }
+  bool done() const { return remaining_ == 0; }
 
   bool Byte(uint8_t* b) {
     if (done()) return false;
@@ -50,24 +53,20 @@ class SliceReader {
 
   // 'n' bytes: a view into the current slice when they lie in it, else gathered into 'storage'.
   bool Span(uint64_t n, std::string_view* view, std::shared_ptr<uint8_t[]>* storage) {
-    if (done()) return n == 0 ? (*view = {}, true) : false;
+    if (n > remaining_) return false;
+    if (n == 0) return (*view = {}, true);
     const grpc::Slice& s = slices_[index_];
     if (n <= s.size() - offset_) {
       *view = std::string_view(reinterpret_cast<const char*>(s.begin()) + offset_, n);
       Advance(n);
       return true;
     }
-    if (n > Remaining()) return false;
     *storage = AllocateAligned(n);
     uint8_t* dst = storage->get();
-    for (uint64_t left = n; left > 0;) {
-      const grpc::Slice& cur = slices_[index_];
-      const size_t take = std::min<uint64_t>(left, cur.size() - offset_);
-      std::memcpy(dst, cur.begin() + offset_, take);
-      dst += take;
-      left -= take;
-      Advance(take);
-    }
+    Consume(n, [&](const uint8_t* p, size_t k) {
+      std::memcpy(dst, p, k);
+      dst += k;
+    });
     CountCopy(CopyKind::kInput, n);
     *view = std::string_view(reinterpret_cast<const char*>(storage->get()), n);
     return true;
@@ -75,26 +74,27 @@ class SliceReader {
 
   // Appends 'n' bytes to 'out'.
   bool Append(uint64_t n, std::string& out) {
-    if (n > Remaining()) return false;
-    for (uint64_t left = n; left > 0;) {
-      const grpc::Slice& cur = slices_[index_];
-      const size_t take = std::min<uint64_t>(left, cur.size() - offset_);
-      out.append(reinterpret_cast<const char*>(cur.begin()) + offset_, take);
-      left -= take;
-      Advance(take);
-    }
+    if (n > remaining_) return false;
+    Consume(n,
+            [&](const uint8_t* p, size_t k) { out.append(reinterpret_cast<const char*>(p), k); });
     return true;
   }
 
  private:
-  uint64_t Remaining() const {
-    uint64_t n = 0;
-    for (size_t i = index_; i < slices_.size(); ++i)
-      n += slices_[i].size() - (i == index_ ? offset_ : 0);
-    return n;
+  // Hands the next 'n' bytes (n <= remaining_) to fn, one contiguous piece per slice.
+  template <typename Fn>
+  void Consume(uint64_t n, Fn&& fn) {
+    while (n > 0) {
+      const grpc::Slice& cur = slices_[index_];
+      const size_t take = std::min<uint64_t>(n, cur.size() - offset_);
+      fn(cur.begin() + offset_, take);
+      n -= take;
+      Advance(take);
+    }
   }
   void Advance(size_t n) {
     offset_ += n;
+    remaining_ -= n;
     Skip();
   }
   void Skip() {  // past exhausted (and empty) slices
@@ -107,6 +107,7 @@ class SliceReader {
   const std::vector<grpc::Slice>& slices_;
   size_t index_ = 0;
   size_t offset_ = 0;
+  uint64_t remaining_ = 0;  // bytes not read yet, across all slices
 };
 
 Status Malformed() {
