@@ -29,20 +29,6 @@ CopySlot& MySlot() {
 
 }  // namespace
 
-std::string_view MemoryTypeName(MemoryType type) {
-  switch (type) {
-    case MemoryType::kCpu:
-      return "CPU";
-    case MemoryType::kCpuPinned:
-      return "CPU_PINNED";
-    case MemoryType::kGpu:
-      return "GPU";
-    case MemoryType::kShm:
-      return "SHM";
-  }
-  return "UNKNOWN";
-}
-
 std::shared_ptr<uint8_t[]> AllocateAligned(size_t bytes) {
   // One allocation for the control block and the bytes (this is on every request's path), the
   // returned pointer aliasing the first 64-byte boundary inside it.

@@ -8,14 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string_view>
 
 #include "common/status.h"
 
 namespace nereid {
 
 enum class MemoryType { kCpu = 0, kCpuPinned = 1, kGpu = 2, kShm = 3 };
-std::string_view MemoryTypeName(MemoryType type);
 
 struct MemoryLocation {
   MemoryType type = MemoryType::kCpu;
