@@ -336,12 +336,13 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   }
 
   // Every output any request asked for, computed once.
+  std::vector<std::vector<std::string>> wanted(count);
   std::vector<std::string> fetch;
-  for (uint32_t r = 0; r < count; ++r)
-    for (uint32_t o = 0; o < NereidRequestOutputCount(requests[r]); ++o) {
-      const std::string name = NereidRequestOutputName(requests[r], o);
+  for (uint32_t r = 0; r < count; ++r) {
+    wanted[r] = backend::RequestedOutputs(requests[r]);
+    for (const std::string& name : wanted[r])
       if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
-    }
+  }
   std::vector<Tensor> results;
   const uint64_t compute_start = NereidNowNs();
   RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));
@@ -365,12 +366,9 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
                                  : result.bytes() / std::max<int64_t>(batching ? total_rows : 1, 1);
     int64_t row = 0;
     for (uint32_t r = 0; r < count; ++r) {
-      bool wanted = false;
-      for (uint32_t o = 0; o < NereidRequestOutputCount(requests[r]); ++o)
-        wanted = wanted || fetch[i] == NereidRequestOutputName(requests[r], o);
       const int64_t first_row = row;
       row += rows[r];
-      if (!wanted) continue;
+      if (std::find(wanted[r].begin(), wanted[r].end(), fetch[i]) == wanted[r].end()) continue;
       std::vector<int64_t> shape = result.shape();
       if (batching) shape[0] = rows[r];
       const size_t begin = result.type() == DataType::kBytes
