@@ -13,7 +13,7 @@ TARGETS=("$@")
 scripts/install-deps.sh >/dev/null
 if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DNEREID_FUZZ=ON -DNEREID_BUILD_TESTS=OFF \
-    -DNEREID_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    -DNEREID_SANITIZE=ON -DNEREID_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
 for target in "${TARGETS[@]}"; do
   ninja -C build-fuzz "${target}_libfuzzer" nereid_backend_native

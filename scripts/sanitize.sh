@@ -14,7 +14,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
 
 echo "== ASan+UBSan build (build-asan)"
-BUILD_DIR=build-asan CMAKE_BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DNEREID_SANITIZE=ON" \
+BUILD_DIR=build-asan CMAKE_BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DNEREID_SANITIZE=ON -DNEREID_CUDA=OFF" \
   scripts/build.sh
 echo "== ASan+UBSan: unit tests and fuzz corpora"
 # One process for all unit tests (ctest starts one per test: 0.1 s each under ASan).
@@ -26,7 +26,7 @@ NEREID_SANITIZED=1 NEREID_SOAK_SECS="${NEREID_SOAK_SECS:-20}" NEREID_BINARY="$PW
 
 echo "== TSan build (build-tsan: unit tests only)"
 if [ ! -f build-tsan/build.ninja ]; then
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEREID_SANITIZE_THREAD=ON
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEREID_SANITIZE_THREAD=ON -DNEREID_CUDA=OFF
 fi
 ninja -C build-tsan nereid_unit_tests nereid_backend_native
 echo "== TSan: batcher and repository tests"

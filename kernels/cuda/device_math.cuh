@@ -1,0 +1,58 @@
+// Device-side helpers shared by the .cu files of kernels/cuda: loads and stores of each element
+// type as float, and the activations.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/common.h"
+
+namespace nereid::kernels::cuda {
+
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float ToFloat(__half v) {
+  return __half2float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v) {
+  return static_cast<T>(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat(float v) {
+  return __float2half_rn(v);
+}
+
+template <Activation A>
+__device__ __forceinline__ float Activate(float x) {
+  if constexpr (A == Activation::kRelu) return x > 0.f ? x : 0.f;
+  if constexpr (A == Activation::kSigmoid) return 1.f / (1.f + __expf(-x));
+  if constexpr (A == Activation::kTanh) return tanhf(x);
+  if constexpr (A == Activation::kGelu) return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+  return x;
+}
+
+}  // namespace nereid::kernels::cuda
+
+// Expands F with each activation as a compile-time constant: DISPATCH_ACTIVATION(act, F) calls
+// F(std::integral_constant<Activation, act>).
+#define NEREID_DISPATCH_ACTIVATION(act, F)                                          \
+  switch (act) {                                                                    \
+    case Activation::kRelu: F(std::integral_constant<Activation, Activation::kRelu>{}); break;       \
+    case Activation::kSigmoid: F(std::integral_constant<Activation, Activation::kSigmoid>{}); break; \
+    case Activation::kTanh: F(std::integral_constant<Activation, Activation::kTanh>{}); break;       \
+    case Activation::kGelu: F(std::integral_constant<Activation, Activation::kGelu>{}); break;       \
+    default: F(std::integral_constant<Activation, Activation::kNone>{}); break;     \
+  }

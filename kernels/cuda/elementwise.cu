@@ -1,0 +1,184 @@
+#include <type_traits>
+
+#include "cuda/device_math.cuh"
+#include "cuda/elementwise.h"
+
+namespace nereid::kernels::cuda {
+
+size_t ElemSize(ElemType t) {
+  switch (t) {
+    case ElemType::kF32: return 4;
+    case ElemType::kBF16: return 2;
+    case ElemType::kF16: return 2;
+    case ElemType::kI32: return 4;
+    case ElemType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* ElemTypeName(ElemType t) {
+  switch (t) {
+    case ElemType::kF32: return "fp32";
+    case ElemType::kBF16: return "bf16";
+    case ElemType::kF16: return "fp16";
+    case ElemType::kI32: return "int32";
+    case ElemType::kI64: return "int64";
+  }
+  return "?";
+}
+
+const char* ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kNone: return "none";
+    case Activation::kRelu: return "relu";
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kTanh: return "tanh";
+    case Activation::kGelu: return "gelu";
+  }
+  return "?";
+}
+
+namespace {
+
+template <typename T, BinaryOp Op>
+__device__ __forceinline__ T Apply(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    if constexpr (Op == BinaryOp::kAdd) return x + y;
+    if constexpr (Op == BinaryOp::kSub) return x - y;
+    if constexpr (Op == BinaryOp::kMul) return x * y;
+    return y == 0 ? T(0) : x / y;
+  } else {
+    const float fx = ToFloat(x), fy = ToFloat(y);
+    float r;
+    if constexpr (Op == BinaryOp::kAdd) r = fx + fy;
+    else if constexpr (Op == BinaryOp::kSub) r = fx - fy;
+    else if constexpr (Op == BinaryOp::kMul) r = fx * fy;
+    else r = fx / fy;
+    return FromFloat<T>(r);
+  }
+}
+
+template <typename T, BinaryOp Op>
+__global__ void BinaryKernel(const T* __restrict__ a, int64_t a_count, const T* __restrict__ b,
+                             int64_t b_count, T* __restrict__ out, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
+    const T x = a[a_count == count ? i : i % a_count];
+    const T y = b[b_count == count ? i : i % b_count];
+    out[i] = Apply<T, Op>(x, y);
+  }
+}
+
+template <typename T>
+cudaError_t LaunchBinary(BinaryOp op, const void* a, int64_t a_count, const void* b,
+                         int64_t b_count, void* out, int64_t count, cudaStream_t stream) {
+  const auto* pa = static_cast<const T*>(a);
+  const auto* pb = static_cast<const T*>(b);
+  auto* po = static_cast<T*>(out);
+  const unsigned grid = GridFor(count);
+  switch (op) {
+    case BinaryOp::kAdd:
+      BinaryKernel<T, BinaryOp::kAdd><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      break;
+    case BinaryOp::kSub:
+      BinaryKernel<T, BinaryOp::kSub><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      break;
+    case BinaryOp::kMul:
+      BinaryKernel<T, BinaryOp::kMul><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      break;
+    case BinaryOp::kDiv:
+      BinaryKernel<T, BinaryOp::kDiv><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+template <typename T, Activation A>
+__global__ void UnaryKernel(const T* __restrict__ in, T* __restrict__ out, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride)
+    out[i] = FromFloat<T>(Activate<A>(ToFloat(in[i])));
+}
+
+template <typename T>
+cudaError_t LaunchUnary(Activation act, const void* in, void* out, int64_t count,
+                        cudaStream_t stream) {
+  auto launch = [&](auto a) {
+    UnaryKernel<T, decltype(a)::value><<<GridFor(count), 256, 0, stream>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), count);
+  };
+  NEREID_DISPATCH_ACTIVATION(act, launch);
+  return cudaGetLastError();
+}
+
+template <typename From, typename To>
+__global__ void ConvertKernel(const From* __restrict__ in, To* __restrict__ out, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride)
+    out[i] = FromFloat<To>(ToFloat(in[i]));
+}
+
+template <typename From>
+cudaError_t LaunchConvert(const void* in, ElemType to, void* out, int64_t count,
+                          cudaStream_t stream) {
+  const auto* src = static_cast<const From*>(in);
+  const unsigned grid = GridFor(count);
+  switch (to) {
+    case ElemType::kF32:
+      ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<float*>(out), count);
+      break;
+    case ElemType::kBF16:
+      ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<__nv_bfloat16*>(out), count);
+      break;
+    case ElemType::kF16:
+      ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<__half*>(out), count);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t Binary(BinaryOp op, ElemType type, const void* a, int64_t a_count, const void* b,
+                   int64_t b_count, void* out, int64_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (a_count <= 0 || b_count <= 0 || count % a_count != 0 || count % b_count != 0)
+    return cudaErrorInvalidValue;
+  switch (type) {
+    case ElemType::kF32: return LaunchBinary<float>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kBF16:
+      return LaunchBinary<__nv_bfloat16>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kF16: return LaunchBinary<__half>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kI32: return LaunchBinary<int32_t>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kI64: return LaunchBinary<int64_t>(op, a, a_count, b, b_count, out, count, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t Unary(Activation act, ElemType type, const void* in, void* out, int64_t count,
+                  cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (type) {
+    case ElemType::kF32: return LaunchUnary<float>(act, in, out, count, stream);
+    case ElemType::kBF16: return LaunchUnary<__nv_bfloat16>(act, in, out, count, stream);
+    case ElemType::kF16: return LaunchUnary<__half>(act, in, out, count, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t Convert(ElemType from, const void* in, ElemType to, void* out, int64_t count,
+                    cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (from) {
+    case ElemType::kF32: return LaunchConvert<float>(in, to, out, count, stream);
+    case ElemType::kBF16: return LaunchConvert<__nv_bfloat16>(in, to, out, count, stream);
+    case ElemType::kF16: return LaunchConvert<__half>(in, to, out, count, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace nereid::kernels::cuda

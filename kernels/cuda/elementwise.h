@@ -1,0 +1,25 @@
+// Elementwise kernels of the native engine's GPU path: binary arithmetic with trailing broadcast,
+// activations, and conversions between float types.
+#pragma once
+
+#include "cuda/common.h"
+
+namespace nereid::kernels::cuda {
+
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+
+// out[i] = a[i % a_count] op b[i % b_count] for i < count: equal shapes, or one operand's shape a
+// suffix of the output's (a bias row, a scalar). Types kF32, kBF16, kF16 (computed in float), kI32,
+// kI64 (integer division truncates; division by zero yields 0 rather than trapping).
+cudaError_t Binary(BinaryOp op, ElemType type, const void* a, int64_t a_count, const void* b,
+                   int64_t b_count, void* out, int64_t count, cudaStream_t stream);
+
+// out[i] = act(in[i]); float types only (computed in float). In place is allowed.
+cudaError_t Unary(Activation act, ElemType type, const void* in, void* out, int64_t count,
+                  cudaStream_t stream);
+
+// Float type conversion (kF32, kBF16, kF16 in any direction, rounding to nearest even).
+cudaError_t Convert(ElemType from, const void* in, ElemType to, void* out, int64_t count,
+                    cudaStream_t stream);
+
+}  // namespace nereid::kernels::cuda

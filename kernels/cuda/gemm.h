@@ -1,0 +1,61 @@
+// GEMMs of the native engine's GPU path, for a layer's y = epilogue(alpha * x w^T): x is m x k and
+// y m x n, both row-major; w is n x k row-major (a Linear layer's weight; the engine stores every
+// constant weight so, transposing MatMul's B once at load).
+//
+//  - GemmSmallM: Nereid's own kernel for serving batches (m <= 16): each warp streams rows of w
+//    once, 16 bytes per load, with the epilogue fused into its stores.
+//  - CublasGemm: cuBLAS (cublasGemmEx) with the epilogue as a second kernel; the fallback for
+//    every shape the custom kernels do not cover, and the reference in bench/bench_gpu_gemm.cu.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <string>
+
+#include "cuda/common.h"
+
+namespace nereid::kernels::cuda {
+
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  ElemType ab_type = ElemType::kF32;  // x and w: kF32, kBF16 or kF16
+  const void* x = nullptr;
+  const void* w = nullptr;
+  ElemType out_type = ElemType::kF32;  // kF32, kBF16 or kF16
+  void* y = nullptr;
+  float alpha = 1.f;
+  const float* bias = nullptr;     // n, or null
+  const void* residual = nullptr;  // m x n of out_type, or null
+  Activation act = Activation::kNone;
+  bool tf32 = false;  // kF32 operands on the tensor cores (TF32) instead of exact fp32
+};
+
+// The largest m GemmSmallM takes.
+constexpr int64_t kSmallMMax = 16;
+// Whether GemmSmallM can run 'p' (m <= kSmallMMax, k a multiple of one 16-byte vector, 16-byte
+// aligned x and w).
+bool SmallMSupported(const GemmProblem& p);
+cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream);
+
+class CublasGemm {
+ public:
+  CublasGemm() = default;
+  ~CublasGemm();
+  CublasGemm(const CublasGemm&) = delete;
+  CublasGemm& operator=(const CublasGemm&) = delete;
+  // Creates the handle on 'stream' with a workspace of its own, so calls can be captured in a CUDA
+  // graph. Returns an error message, empty on success.
+  std::string Init(cudaStream_t stream);
+  // 'acc' (m x n floats) holds the accumulators when the epilogue is not the identity or y is not
+  // fp32; it may be null otherwise. Returns an error message, empty on success.
+  std::string Run(const GemmProblem& p, float* acc);
+  // Accumulator floats Run needs for 'p' (0 when cuBLAS writes y directly).
+  static int64_t AccumulatorFloats(const GemmProblem& p);
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace nereid::kernels::cuda

@@ -1,0 +1,227 @@
+// Conformance of kernels/cuda against float64 references on the CPU: fresh random inputs for every
+// case, outputs poisoned with NaN before each run (an unwritten element fails), the error measured
+// as ||out - ref|| / ||ref|| against a tolerance stated per precision. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "cuda/elementwise.h"
+#include "cuda/epilogue.h"
+#include "cuda/gemm.h"
+#include "gpu_test_util.h"
+
+namespace nereid::gpu_test {
+namespace {
+
+using kernels::cuda::Activation;
+using kernels::cuda::BinaryOp;
+using kernels::cuda::CublasGemm;
+using kernels::cuda::GemmProblem;
+
+double Act(Activation a, double x) {
+  switch (a) {
+    case Activation::kRelu:
+      return x > 0 ? x : 0;
+    case Activation::kSigmoid:
+      return 1 / (1 + std::exp(-x));
+    case Activation::kTanh:
+      return std::tanh(x);
+    case Activation::kGelu:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    default:
+      return x;
+  }
+}
+
+// Tolerance for a result computed from operands of 'ab' and stored as 'out'.
+double Tolerance(ElemType ab, ElemType out, bool tf32) {
+  double tol = ab == ElemType::kF32 ? (tf32 ? 2e-3 : 1e-5) : ab == ElemType::kF16 ? 3e-3 : 1e-2;
+  if (out == ElemType::kBF16) tol += 8e-3;
+  if (out == ElemType::kF16) tol += 1e-3;
+  return tol;
+}
+
+uint64_t seed_counter = 20261130;
+
+TEST(CudaElementwise, BinaryBroadcastsTrailingOperand) {
+  NEREID_REQUIRE_GPU();
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kI32, ElemType::kI64}) {
+    for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
+      const int64_t rows = 37, cols = 129;
+      const bool integer = t == ElemType::kI32 || t == ElemType::kI64;
+      auto a =
+          Random(rows * cols, ++seed_counter, integer ? -1000.f : -2.f, integer ? 1000.f : 2.f);
+      auto b = Random(cols, ++seed_counter, integer ? 1.f : 0.5f, integer ? 50.f : 2.f);
+      DeviceBuffer da(Encode(a, t)), db(Encode(b, t)),
+          dout(rows * cols * kernels::cuda::ElemSize(t));
+      CUDA_OK(kernels::cuda::Binary(op, t, da.get(), rows * cols, db.get(), cols, dout.get(),
+                                    rows * cols, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const auto ra = Rounded(a, t), rb = Rounded(b, t);
+      std::vector<double> ref(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const double x = ra[i], y = rb[i % cols];
+        double r = op == BinaryOp::kAdd   ? x + y
+                   : op == BinaryOp::kSub ? x - y
+                   : op == BinaryOp::kMul ? x * y
+                                          : (integer ? std::trunc(x / y) : x / y);
+        ref[i] = r;
+      }
+      const double err = RelativeError(Decode(dout.Read(), t), ref);
+      EXPECT_LE(err, integer                ? 0.0
+                     : t == ElemType::kBF16 ? 8e-3
+                                            : 1e-6)
+          << kernels::cuda::ElemTypeName(t) << " op " << static_cast<int>(op);
+    }
+  }
+}
+
+TEST(CudaElementwise, IntegerDivisionByZeroIsZero) {
+  NEREID_REQUIRE_GPU();
+  DeviceBuffer a(Encode({7, -7, 9}, ElemType::kI32)), b(Encode({0, 2, 0}, ElemType::kI32)), out(12);
+  CUDA_OK(kernels::cuda::Binary(BinaryOp::kDiv, ElemType::kI32, a.get(), 3, b.get(), 3, out.get(),
+                                3, nullptr));
+  EXPECT_EQ(Decode(out.Read(), ElemType::kI32), (std::vector<double>{0, -3, 0}));
+}
+
+TEST(CudaElementwise, RejectsShapesThatDoNotBroadcast) {
+  NEREID_REQUIRE_GPU();
+  DeviceBuffer a(40), b(12), out(40);
+  EXPECT_EQ(kernels::cuda::Binary(BinaryOp::kAdd, ElemType::kF32, a.get(), 10, b.get(), 3,
+                                  out.get(), 10, nullptr),
+            cudaErrorInvalidValue);
+}
+
+TEST(CudaElementwise, ActivationsAndConversions) {
+  NEREID_REQUIRE_GPU();
+  const int64_t n = 100003;
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
+    for (Activation act :
+         {Activation::kRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
+      auto x = Random(n, ++seed_counter, -6.f, 6.f);
+      DeviceBuffer in(Encode(x, t)), out(n * kernels::cuda::ElemSize(t));
+      CUDA_OK(kernels::cuda::Unary(act, t, in.get(), out.get(), n, nullptr));
+      const auto rx = Rounded(x, t);
+      std::vector<double> ref(n);
+      for (int64_t i = 0; i < n; ++i) ref[i] = Act(act, rx[i]);
+      EXPECT_LE(RelativeError(Decode(out.Read(), t), ref), t == ElemType::kF32 ? 1e-6 : 8e-3)
+          << kernels::cuda::ElemTypeName(t) << " " << kernels::cuda::ActivationName(act);
+    }
+  for (ElemType to : {ElemType::kBF16, ElemType::kF16}) {
+    auto x = Random(n, ++seed_counter, -100.f, 100.f);
+    DeviceBuffer in(Encode(x, ElemType::kF32)), mid(n * 2), back(n * 4);
+    CUDA_OK(kernels::cuda::Convert(ElemType::kF32, in.get(), to, mid.get(), n, nullptr));
+    CUDA_OK(kernels::cuda::Convert(to, mid.get(), ElemType::kF32, back.get(), n, nullptr));
+    // Rounding to nearest even on the device must agree bit for bit with the host's conversion.
+    EXPECT_EQ(Decode(mid.Read(), to), Rounded(x, to)) << kernels::cuda::ElemTypeName(to);
+    EXPECT_EQ(Decode(back.Read(), ElemType::kF32), Rounded(x, to));
+  }
+}
+
+struct GemmCase {
+  int64_t m, n, k;
+  ElemType ab, out;
+  bool tf32;
+  bool bias, residual;
+  Activation act;
+};
+
+std::string Describe(const GemmCase& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " +
+         kernels::cuda::ElemTypeName(c.ab) + (c.tf32 ? "(tf32)" : "") + "->" +
+         kernels::cuda::ElemTypeName(c.out) + " act=" + kernels::cuda::ActivationName(c.act) +
+         (c.bias ? " +bias" : "") + (c.residual ? " +residual" : "");
+}
+
+// Runs one case through 'run' and checks it against the float64 reference.
+void CheckGemm(const GemmCase& c, const std::function<void(GemmProblem&)>& run) {
+  auto x = Random(c.m * c.k, ++seed_counter), w = Random(c.n * c.k, ++seed_counter, -0.1f, 0.1f);
+  auto bias = Random(c.n, ++seed_counter), residual = Random(c.m * c.n, ++seed_counter);
+  DeviceBuffer dx(Encode(x, c.ab)), dw(Encode(w, c.ab)), dbias(Encode(bias, ElemType::kF32)),
+      dres(Encode(residual, c.out)), dy(c.m * c.n * kernels::cuda::ElemSize(c.out));
+  GemmProblem p;
+  p.m = c.m, p.n = c.n, p.k = c.k, p.ab_type = c.ab, p.out_type = c.out, p.tf32 = c.tf32;
+  p.x = dx.get(), p.w = dw.get(), p.y = dy.get(), p.act = c.act, p.alpha = 0.75f;
+  p.bias = c.bias ? static_cast<const float*>(dbias.get()) : nullptr;
+  p.residual = c.residual ? dres.get() : nullptr;
+  run(p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << Describe(c);
+  const auto rx = Rounded(x, c.ab), rw = Rounded(w, c.ab), rres = Rounded(residual, c.out);
+  std::vector<double> ref(c.m * c.n);
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < c.k; ++l) s += rx[i * c.k + l] * rw[j * c.k + l];
+      s = 0.75 * s + (c.bias ? bias[j] : 0.0);
+      s = Act(c.act, s);
+      ref[i * c.n + j] = s + (c.residual ? rres[i * c.n + j] : 0.0);
+    }
+  const double err = RelativeError(Decode(dy.Read(), c.out), ref);
+  EXPECT_LE(err, Tolerance(c.ab, c.out, c.tf32)) << Describe(c);
+}
+
+std::vector<GemmCase> GemmCases(bool small_m_only) {
+  std::vector<GemmCase> cases;
+  const std::vector<std::array<int64_t, 3>> shapes =
+      small_m_only ? std::vector<std::array<int64_t, 3>>{{1, 1000, 1024},
+                                                         {3, 257, 512},
+                                                         {8, 64, 4096},
+                                                         {16, 130, 136}}
+                   : std::vector<std::array<int64_t, 3>>{
+                         {1, 1000, 1024}, {33, 129, 72}, {64, 256, 512}, {257, 100, 96}};
+  int variant = 0;
+  for (const auto& s : shapes)
+    for (ElemType ab : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
+      for (bool tf32 : {false, true}) {
+        if (tf32 && ab != ElemType::kF32) continue;
+        ++variant;
+        const ElemType out = variant % 3 == 0 && ab != ElemType::kF32 ? ab : ElemType::kF32;
+        const Activation act = static_cast<Activation>(variant % 5);
+        cases.push_back({s[0], s[1], s[2], ab, out, tf32, variant % 2 == 0, variant % 4 == 1, act});
+      }
+  return cases;
+}
+
+TEST(CudaGemm, SmallMMatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  for (const auto& c : GemmCases(true))
+    CheckGemm(c, [&](GemmProblem& p) {
+      ASSERT_TRUE(kernels::cuda::SmallMSupported(p)) << Describe(c);
+      ASSERT_EQ(kernels::cuda::GemmSmallM(p, nullptr), cudaSuccess) << Describe(c);
+    });
+}
+
+TEST(CudaGemm, CublasWithEpilogueMatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  {
+    CublasGemm gemm;
+    ASSERT_EQ(gemm.Init(stream), "");
+    for (const auto& c : GemmCases(false))
+      CheckGemm(c, [&](GemmProblem& p) {
+        DeviceBuffer acc(std::max<int64_t>(CublasGemm::AccumulatorFloats(p), 1) * 4);
+        ASSERT_EQ(gemm.Run(p, static_cast<float*>(acc.get())), "") << Describe(c);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      });
+  }
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaGemm, SmallMRefusesWhatItCannotRun) {
+  GemmProblem p;
+  p.m = 17, p.n = 8, p.k = 64, p.ab_type = ElemType::kBF16;
+  alignas(16) static char buf[16];
+  p.x = p.w = buf;
+  EXPECT_FALSE(kernels::cuda::SmallMSupported(p));  // m over the limit
+  p.m = 4, p.k = 60;
+  EXPECT_FALSE(kernels::cuda::SmallMSupported(p));  // k not a multiple of 8 bf16
+  p.k = 64, p.x = buf + 2;
+  EXPECT_FALSE(kernels::cuda::SmallMSupported(p));  // misaligned
+  p.x = buf;
+  EXPECT_TRUE(kernels::cuda::SmallMSupported(p));
+}
+
+}  // namespace
+}  // namespace nereid::gpu_test
