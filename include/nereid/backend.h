@@ -1,4 +1,5 @@
-/* Nereid backend C ABI, version 2.
+/* Nereid backend C ABI, version 2.1 (2.1 added NereidMemoryAllocate/Release and
+ * NereidBackendSupportsGpu).
  *
  * A backend is a shared library named libnereid_backend_<name>.so that exports the functions in the
  * "Backend exports" section. The server exports the functions in the "Server API" section; a
@@ -35,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 0u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 1u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -160,6 +161,15 @@ void NereidErrorDelete(NereidError* error);
 /* Writes one line to the server log. */
 void NereidLog(NereidLogLevel level, const char* file, int line, const char* message);
 
+/* Memory for the backend's own use (since 2.1): staging buffers in CPU_PINNED memory from the
+ * server's pinned pool (--pinned-memory-pool-byte-size), device buffers in GPU memory from the
+ * device's CUDA pool (--cuda-memory-pool-byte-size). When the pool is full or absent the server
+ * falls back (CPU_PINNED to ordinary CPU memory, GPU to a direct device allocation) and 'buffer'
+ * says where the bytes really are. Released with NereidMemoryRelease(buffer->data). */
+NereidError* NereidMemoryAllocate(NereidMemoryType type, int64_t device_id, uint64_t byte_size,
+                                  NereidBuffer* buffer);
+void NereidMemoryRelease(void* data);
+
 /* Model handle: valid from NereidModelInitialize until NereidModelFinalize returns. */
 const char* NereidModelName(const NereidModel* model);
 int64_t NereidModelVersion(const NereidModel* model);
@@ -242,6 +252,11 @@ NEREID_EXPORT NereidError* NereidBackendFinalize(void);
  * answers for "onnxruntime" when no ONNX Runtime backend is installed). A library named after the
  * backend always wins over an alias. */
 NEREID_EXPORT const char* NereidBackendAliases(void);
+
+/* Optional (since 2.1). Nonzero when the backend runs KIND_GPU instances: the server then resolves
+ * KIND_AUTO (and a config without instance_group) to the GPUs it finds. A backend without it gets
+ * CPU instances only; a config asking it for KIND_GPU fails to load. */
+NEREID_EXPORT int NereidBackendSupportsGpu(void);
 
 /* Load one model version: read files, check them against the config, optionally auto-complete the
  * config with NereidModelSetConfigJson. Called from a loader thread; never concurrently for one

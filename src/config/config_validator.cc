@@ -268,10 +268,6 @@ class Checker {
         if (gpu < 0)
           Fail({{"instance_group", i}, {"gpus"}}, field + ".gpus",
                "invalid GPU id " + std::to_string(gpu));
-      if (group.kind() == inference::ModelInstanceGroup::KIND_GPU)
-        Fail({{"instance_group", i}, {"kind"}}, field + ".kind",
-             "KIND_GPU instances are not available in this build (no GPU support yet); use "
-             "KIND_CPU or KIND_AUTO");
       if ((group.kind() == inference::ModelInstanceGroup::KIND_CPU ||
            group.kind() == inference::ModelInstanceGroup::KIND_MODEL) &&
           group.gpus_size() > 0)
@@ -312,7 +308,7 @@ void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* c
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   if (config->instance_group_size() == 0) {
     auto* group = config->add_instance_group();
-    group->set_kind(inference::ModelInstanceGroup::KIND_CPU);
+    group->set_kind(inference::ModelInstanceGroup::KIND_AUTO);
     group->set_count(1);
   }
   for (int i = 0; i < config->instance_group_size(); ++i) {
@@ -320,6 +316,55 @@ void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* c
     if (group->count() == 0) group->set_count(1);
     if (group->name().empty()) group->set_name(model_name + "_" + std::to_string(i));
   }
+}
+
+Status ResolveInstanceGroups(const std::string& model_name, const GpuAvailability& gpus,
+                             const ConfigLocator& locator, inference::ModelConfig* config) {
+  Checker check(model_name, locator);
+  using Group = inference::ModelInstanceGroup;
+  auto all_gpus = [&](Group* group) {
+    for (int d = 0; d < gpus.count; ++d) group->add_gpus(d);
+  };
+  const std::string none =
+      gpus.count == 0 ? "no GPU is available (" + gpus.unavailable_reason + ")" : "";
+  for (int i = 0; i < config->instance_group_size(); ++i) {
+    Group* group = config->mutable_instance_group(i);
+    const std::string field = "instance_group[" + std::to_string(i) + "]";
+    if (group->kind() == Group::KIND_AUTO) {
+      // Triton's rule: the GPUs when there are any (and the backend can use them), else the CPU.
+      if (gpus.backend_supports_gpu && gpus.count > 0) {
+        group->set_kind(Group::KIND_GPU);
+      } else if (group->gpus_size() > 0) {
+        check.Fail({{"instance_group", i}, {"gpus"}}, field + ".gpus",
+                   "lists GPUs, but " +
+                       (gpus.backend_supports_gpu
+                            ? none
+                            : "backend '" + gpus.backend + "' runs no KIND_GPU instances"));
+        continue;
+      } else {
+        group->set_kind(Group::KIND_CPU);
+      }
+    }
+    if (group->kind() != Group::KIND_GPU) continue;
+    if (!gpus.backend_supports_gpu) {
+      check.Fail(
+          {{"instance_group", i}, {"kind"}}, field + ".kind",
+          "KIND_GPU, but backend '" + gpus.backend + "' runs no KIND_GPU instances; use KIND_CPU");
+      continue;
+    }
+    if (gpus.count == 0) {
+      check.Fail({{"instance_group", i}, {"kind"}}, field + ".kind", "KIND_GPU, but " + none);
+      continue;
+    }
+    if (group->gpus_size() == 0) all_gpus(group);
+    for (int32_t gpu : group->gpus())
+      if (gpu >= gpus.count)
+        check.Fail({{"instance_group", i}, {"gpus"}}, field + ".gpus",
+                   "GPU " + std::to_string(gpu) + " does not exist: this machine has " +
+                       std::to_string(gpus.count) + " GPU" + (gpus.count == 1 ? "" : "s") +
+                       " (0.." + std::to_string(gpus.count - 1) + ")");
+  }
+  return ConfigErrorsStatus(check.TakeErrors());
 }
 
 std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,

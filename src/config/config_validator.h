@@ -11,8 +11,24 @@
 namespace nereid {
 
 // Fills defaults that Triton fills: name from the directory, version policy latest(1), one CPU
-// instance group when none is given, count 1 where count is 0.
+// KIND_AUTO instance group when none is given (ResolveInstanceGroups places it), count 1 where
+// count is 0.
 void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* config);
+
+// What instance_group placement depends on besides the config.
+struct GpuAvailability {
+  int count = 0;                   // GPUs this server sees
+  std::string unavailable_reason;  // why there are none
+  bool backend_supports_gpu = false;
+  std::string backend;  // the backend's name, for messages
+};
+
+// Resolves each instance group's kind as Triton does: KIND_AUTO becomes KIND_GPU when GPUs are
+// available and the backend runs on them, else KIND_CPU; a KIND_GPU group without 'gpus' gets every
+// GPU. Fails (file:line, field) for KIND_GPU without GPUs or GPU support, and for GPU ids that do
+// not exist.
+Status ResolveInstanceGroups(const std::string& model_name, const GpuAvailability& gpus,
+                             const ConfigLocator& locator, inference::ModelConfig* config);
 
 // kAsWritten: the config before any model file is opened (a backend may still auto-complete
 // inputs, outputs and max_batch_size); kFinal: the config the model will run with.

@@ -13,8 +13,10 @@
 #include "common/logging.h"
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
+#include "gpu/cuda_driver.h"
 #include "main/config_command.h"
 #include "main/server_options.h"
+#include "memory/memory_pool.h"
 #include "repository/model_repository.h"
 
 namespace {
@@ -56,6 +58,15 @@ int Serve(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   RaiseFileLimit();
+  if (nereid::Status pools = nereid::ConfigureMemoryPools(options.memory); !pools.ok()) {
+    LOG_ERROR << pools.message();
+    return 1;
+  }
+  const auto& driver = nereid::gpu::CudaDriver::Get();
+  for (const auto& d : driver.devices())
+    LOG_INFO << "GPU " << d.ordinal << ": " << d.name << ", compute capability " << d.compute_major
+             << "." << d.compute_minor << ", " << (d.total_memory >> 20) << " MiB";
+  if (!driver.available()) LOG_INFO << "no GPUs: " << driver.unavailable_reason();
   nereid::BackendManager backends(nereid::BackendDirectory(options));
   nereid::ModelRepository repository(options.repository, &backends);
   nereid::Status s = repository.LoadStartupModels();

@@ -26,8 +26,6 @@ StatusOr<T> ParseNumber(const std::string& flag, const std::string& v, T min, T 
 
 // Flags Triton has that Nereid accepts without acting on them yet (so launch scripts keep working).
 const char* const kAcceptedIgnored[] = {"id",
-                                        "pinned-memory-pool-byte-size",
-                                        "cuda-memory-pool-byte-size",
                                         "backend-config",
                                         "log-format",
                                         "grpc-infer-allocation-pool-size",
@@ -78,6 +76,10 @@ Options (names follow tritonserver):
                               statistics, trace, logging
   --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
   --metrics-port=PORT         default 8002 (0 picks a free port)
+  --pinned-memory-pool-byte-size=BYTES  page-locked host pool for staging between host and GPU
+                              (default 268435456; 0: pageable memory). Used only with GPUs
+  --cuda-memory-pool-byte-size=DEVICE:BYTES  device memory pool of one GPU (default 67108864 per
+                              GPU; 0: direct allocations); repeatable
   --log-verbose=N             verbose logging level (0 off)
   --log-info=BOOL, --log-warning=BOOL, --log-error=BOOL
   --help
@@ -132,6 +134,19 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       o.repository.startup_models.push_back(v);
     } else if (flag == "exit-on-error") {
       ASSIGN_OR_RETURN(o.exit_on_error, boolean());
+    } else if (flag == "pinned-memory-pool-byte-size") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.memory.pinned_bytes, ParseNumber<size_t>(flag, v, 0, size_t{1} << 40));
+    } else if (flag == "cuda-memory-pool-byte-size") {
+      // <device>:<bytes>, repeatable (tritonserver's form).
+      ASSIGN_OR_RETURN(std::string v, next());
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos)
+        return InvalidArgument("--cuda-memory-pool-byte-size expects <device>:<bytes>, got '" + v +
+                               "'");
+      ASSIGN_OR_RETURN(int device, ParseNumber<int>(flag, v.substr(0, colon), 0, 1023));
+      ASSIGN_OR_RETURN(o.memory.cuda_bytes[device],
+                       ParseNumber<size_t>(flag, v.substr(colon + 1), 0, size_t{1} << 40));
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));

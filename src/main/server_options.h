@@ -8,12 +8,14 @@
 #include "common/status.h"
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
+#include "memory/memory_pool.h"
 #include "repository/model_repository.h"
 
 namespace nereid {
 
 struct ServerOptions {
   RepositoryOptions repository;
+  MemoryPoolOptions memory;
   http::HttpOptions http;
   bool allow_http = true;
   bool allow_grpc = true;

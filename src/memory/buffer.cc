@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <new>
 
+#include "common/logging.h"
+#include "memory/memory_pool.h"
+
 namespace nereid {
 namespace {
 
@@ -74,13 +77,20 @@ namespace {
 class ServerAllocator final : public Allocator {
  public:
   StatusOr<Buffer> Allocate(size_t bytes, MemoryLocation preferred) override {
-    if (preferred.type == MemoryType::kCpuPinned) return pinned_.Allocate(bytes, preferred);
+    if (bytes > kMaxAllocation)
+      return InvalidArgument("cannot allocate " + std::to_string(bytes) + " bytes");
+    if (preferred.type == MemoryType::kCpuPinned) return AllocatePinned(bytes);
+    if (preferred.type == MemoryType::kGpu) {
+      auto device = AllocateDevice(bytes, preferred.device);
+      if (device.ok()) return device;
+      LOG_WARNING << "device memory for " << bytes << " bytes on GPU " << preferred.device << ": "
+                  << device.status().message() << "; using host memory";
+    }
     return heap_.Allocate(bytes, preferred);
   }
 
  private:
   HeapAllocator heap_;
-  PinnedAllocator pinned_;
 };
 }  // namespace
 

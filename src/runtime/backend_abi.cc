@@ -4,6 +4,8 @@
 #include "runtime/backend_abi.h"
 
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "common/logging.h"
 #include "nereid/backend_util.h"
@@ -249,6 +251,42 @@ void NereidRequestSetComputeTimes(NereidRequest* request, uint64_t start_ns, uin
 void NereidRequestComplete(NereidRequest* request, NereidError* error) {
   BackendRequest* r = AsRequest(request);
   r->instance->Complete(r, nereid::StatusFromBackend(error));
+}
+
+namespace {
+// Owners of the buffers NereidMemoryAllocate handed out, by address.
+std::mutex memory_mu;
+std::unordered_map<void*, nereid::Buffer>& BackendBuffers() {
+  static auto* buffers = new std::unordered_map<void*, nereid::Buffer>();
+  return *buffers;
+}
+}  // namespace
+
+NereidError* NereidMemoryAllocate(NereidMemoryType type, int64_t device_id, uint64_t byte_size,
+                                  NereidBuffer* buffer) {
+  if (buffer == nullptr) return Error(NEREID_ERROR_INVALID_ARG, "buffer is NULL");
+  if (type == NEREID_MEMORY_SHM)
+    return Error(NEREID_ERROR_INVALID_ARG, "shared memory is the client's, not allocated");
+  auto allocated = nereid::DefaultAllocator().Allocate(
+      byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(type), device_id});
+  if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
+  if (type == NEREID_MEMORY_GPU && allocated->location().type != nereid::MemoryType::kGpu)
+    return Error(NEREID_ERROR_UNAVAILABLE, "no device memory on GPU " + std::to_string(device_id));
+  buffer->data = allocated->data();
+  buffer->memory_type = static_cast<NereidMemoryType>(allocated->location().type);
+  buffer->device_id = allocated->location().device;
+  std::lock_guard lock(memory_mu);
+  BackendBuffers()[allocated->data()] = std::move(allocated).value();
+  return nullptr;
+}
+
+void NereidMemoryRelease(void* data) {
+  nereid::Buffer released;  // freed outside the lock
+  std::lock_guard lock(memory_mu);
+  auto it = BackendBuffers().find(data);
+  if (it == BackendBuffers().end()) return;
+  released = std::move(it->second);
+  BackendBuffers().erase(it);
 }
 
 }  // extern "C"

@@ -46,6 +46,8 @@ StatusOr<std::shared_ptr<Backend>> Backend::Load(const std::string& name, const 
       !backend->instance_finalize || !backend->instance_execute)
     return Internal("backend '" + name + "' is missing a required Nereid* entry point");
   backend->backend_finalize_ = Symbol<NereidError* (*)()>(handle, "NereidBackendFinalize");
+  if (auto gpu = Symbol<int (*)()>(handle, "NereidBackendSupportsGpu"))
+    backend->supports_gpu_ = gpu() != 0;
   if (auto aliases = Symbol<const char* (*)()>(handle, "NereidBackendAliases")) {
     std::string list = aliases() ? aliases() : "";
     for (size_t at = 0; at <= list.size();) {

@@ -26,6 +26,8 @@ class Backend {
   const std::string& name() const { return name_; }
   // Other backend names this library answers for (NereidBackendAliases).
   const std::vector<std::string>& aliases() const { return aliases_; }
+  // Whether it runs KIND_GPU instances (NereidBackendSupportsGpu).
+  bool supports_gpu() const { return supports_gpu_; }
 
   NereidError* (*model_initialize)(NereidModel*) = nullptr;
   NereidError* (*model_finalize)(NereidModel*) = nullptr;
@@ -37,6 +39,7 @@ class Backend {
   Backend() = default;
   std::string name_;
   std::vector<std::string> aliases_;
+  bool supports_gpu_ = false;
   void* handle_ = nullptr;
   NereidError* (*backend_finalize_)() = nullptr;
 };

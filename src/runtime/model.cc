@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "config/config_validator.h"
 #include "config/model_files.h"
+#include "gpu/cuda_driver.h"
 #include "nereid/backend_util.h"
 #include "scheduler/default_scheduler.h"
 #include "scheduler/dynamic_batcher.h"
@@ -49,6 +50,12 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(const std::string& name, int64_t
 
   // The backend may have auto-completed the config; defaults and validation apply to the result.
   FillConfigDefaults(name, &model->config_);
+  const auto& driver = gpu::CudaDriver::Get();
+  RETURN_IF_ERROR(ResolveInstanceGroups(
+      name,
+      GpuAvailability{driver.device_count(), driver.unavailable_reason(),
+                      model->backend_->supports_gpu(), model->backend_->name()},
+      locator, &model->config_));
   RETURN_IF_ERROR(ValidateModelConfig(model->config_, name, locator));
   model->config_json_ = ModelConfigToJson(model->config_);
 
@@ -93,8 +100,7 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
                    Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
                            allow_auto_complete));
   // Placement as Triton's instance_group says: 'count' instances of a CPU group, 'count' per
-  // listed GPU of a GPU group (the validator has resolved KIND_AUTO and refuses GPUs this build
-  // cannot drive).
+  // listed GPU of a GPU group (ResolveInstanceGroups has resolved KIND_AUTO and checked the GPUs).
   std::vector<BatchExecutor*> instances;
   for (const auto& group : model->config_.instance_group()) {
     const bool gpu = group.kind() == inference::ModelInstanceGroup::KIND_GPU;

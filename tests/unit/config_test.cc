@@ -89,10 +89,54 @@ output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])");
   EXPECT_NE(dup.message().find("declared twice"), std::string::npos);
 }
 
-TEST(ConfigTest, GpuInstancesAreRefusedUntilGpuSupportLands) {
-  Status s = ParseAndValidate(std::string(kGood) + "instance_group [ { kind: KIND_GPU } ]\n");
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("KIND_GPU"), std::string::npos);
+// Instance placement as Triton resolves it, for a machine with 'gpus' GPUs and a backend that does
+// or does not run on them.
+StatusOr<inference::ModelConfig> Resolve(const std::string& groups, int gpus, bool backend_gpu) {
+  auto parsed = Parse(std::string(kGood) + groups);
+  if (!parsed.ok()) return parsed.status();
+  FillConfigDefaults("m", &parsed->config);
+  RETURN_IF_ERROR(ResolveInstanceGroups(
+      "m", GpuAvailability{gpus, gpus == 0 ? "no CUDA driver" : "", backend_gpu, "native"},
+      parsed->locator, &parsed->config));
+  return parsed->config;
+}
+
+TEST(ConfigTest, KindAutoPicksTheGpusWhenTheBackendRunsOnThem) {
+  using Group = inference::ModelInstanceGroup;
+  auto on_gpu = Resolve("", 2, true);  // no instance_group: one KIND_AUTO group
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().message();
+  EXPECT_EQ(on_gpu->instance_group(0).kind(), Group::KIND_GPU);
+  EXPECT_EQ(on_gpu->instance_group(0).gpus_size(), 2);
+  auto no_gpu = Resolve("instance_group [ { kind: KIND_AUTO count: 2 } ]\n", 0, true);
+  ASSERT_TRUE(no_gpu.ok());
+  EXPECT_EQ(no_gpu->instance_group(0).kind(), Group::KIND_CPU);
+  auto cpu_backend = Resolve("", 4, false);
+  ASSERT_TRUE(cpu_backend.ok());
+  EXPECT_EQ(cpu_backend->instance_group(0).kind(), Group::KIND_CPU);
+  auto listed = Resolve("instance_group [ { kind: KIND_GPU gpus: [ 1 ] } ]\n", 2, true);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->instance_group(0).gpus_size(), 1);
+  EXPECT_EQ(listed->instance_group(0).gpus(0), 1);
+}
+
+TEST(ConfigTest, GpuInstancesNeedGpusAndABackendThatRunsOnThem) {
+  auto none = Resolve("instance_group [ { kind: KIND_GPU } ]\n", 0, true);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("m/config.pbtxt:6"), std::string::npos)
+      << none.status().message();
+  EXPECT_NE(none.status().message().find("no GPU is available (no CUDA driver)"), std::string::npos)
+      << none.status().message();
+  auto missing = Resolve("instance_group [ { kind: KIND_GPU gpus: [ 0, 3 ] } ]\n", 2, true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("instance_group[0].gpus"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("GPU 3 does not exist: this machine has 2 GPUs"),
+            std::string::npos)
+      << missing.status().message();
+  auto cpu_only = Resolve("instance_group [ { kind: KIND_GPU } ]\n", 1, false);
+  ASSERT_FALSE(cpu_only.ok());
+  EXPECT_NE(cpu_only.status().message().find("backend 'native' runs no KIND_GPU instances"),
+            std::string::npos)
+      << cpu_only.status().message();
 }
 
 // One case per class of config Triton rejects: the snippet is appended to a valid config (or

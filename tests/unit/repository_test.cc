@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "memory/memory_pool.h"
 #include "repository/model_repository.h"
 #include "test_repository.h"
 
@@ -259,6 +260,34 @@ TEST(RepositoryTest, RequestValidationErrors) {
   Infer(*model, std::vector<int32_t>(12, 1), std::vector<int32_t>(12, 1), &s);  // batch 3 > 2
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("batch-size must be <= 2"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace nereid
+
+namespace nereid {
+namespace {
+
+TEST(RegionPoolTest, BestFitAndCoalescing) {
+  RegionPool pool(4096, 256);
+  auto a = pool.Allocate(100), b = pool.Allocate(512), c = pool.Allocate(256);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(*a, 0u);
+  EXPECT_EQ(*b, 256u);
+  EXPECT_EQ(*c, 768u);
+  EXPECT_EQ(pool.used(), 1024u);
+  EXPECT_FALSE(pool.Allocate(4096));  // does not fit beside what is used
+  pool.Free(*b);
+  auto d = pool.Allocate(200);  // best fit: the 512-byte hole, not the tail
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, 256u);
+  pool.Free(*a), pool.Free(*c), pool.Free(*d);
+  pool.Free(12345);  // unknown offsets are ignored
+  EXPECT_EQ(pool.used(), 0u);
+  auto all = pool.Allocate(4096);  // every hole coalesced back into one block
+  ASSERT_TRUE(all);
+  EXPECT_EQ(*all, 0u);
+  EXPECT_FALSE(pool.Allocate(1));
 }
 
 }  // namespace
