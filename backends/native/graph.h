@@ -45,13 +45,24 @@ class Graph {
   Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
              const std::vector<std::string>& fetch, std::vector<Tensor>* results) const;
 
- private:
+  // The structure, for compilers of other targets (the GPU engine).
   struct Node {
     OpNode op;
     OpFn fn;
     std::vector<int> inputs;  // value ids; -1 for an omitted optional input
     std::vector<int> outputs;
   };
+  const std::vector<Node>& nodes() const { return nodes_; }
+  size_t value_count() const { return value_ids_.size(); }
+  // The value id of a graph input or output name; -1 when unknown.
+  int FindValue(const std::string& name) const {
+    auto it = value_ids_.find(name);
+    return it == value_ids_.end() ? -1 : it->second;
+  }
+  // The initializer with this value id; an invalid tensor when it is not one.
+  const Tensor& constant(int id) const { return constants_[id]; }
+
+ private:
   Graph() = default;
   int ValueId(const std::string& name);
   // Folds a Relu or Sigmoid that alone reads a Gemm's output into that Gemm (OpNode::activation);

@@ -11,10 +11,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cpu/gemm.h"
 #include "graph.h"
+#ifdef NEREID_NATIVE_GPU
+#include "gpu_engine.h"
+#endif
 #include "nereid/backend.h"
 
 namespace nereid::native {
@@ -58,6 +62,18 @@ struct ModelState {
   int64_t max_batch_size = 0;
   std::map<std::string, IoSpec> inputs;
   std::map<std::string, IoSpec> outputs;
+  std::string precision = "fp32";  // config parameter "precision" (the GPU engine's float math)
+#ifdef NEREID_NATIVE_GPU
+  // The graph compiled for each device, shared by that device's instances.
+  std::mutex gpu_mu;
+  std::map<int, std::shared_ptr<const GpuModel>> gpu_models;
+#endif
+};
+
+struct InstanceState {
+#ifdef NEREID_NATIVE_GPU
+  GpuInstancePtr gpu;  // set for KIND_GPU instances
+#endif
 };
 
 std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, const char* key) {
@@ -227,6 +243,17 @@ Status InitializeModel(NereidModel* model) {
   state->inputs = ReadIo(config, "input");
   state->outputs = ReadIo(config, "output");
   RETURN_IF_ERROR(CheckAgainstGraph(*state));
+
+  if (config.HasMember("parameters") && config["parameters"].IsObject() &&
+      config["parameters"].HasMember("precision"))
+    state->precision = StringField(config["parameters"]["precision"], "string_value");
+#ifdef NEREID_NATIVE_GPU
+  RETURN_IF_ERROR(ParsePrecision(state->precision).status());
+#else
+  if (state->precision != "fp32")
+    return InvalidArgument("model '" + state->name + "': parameter 'precision' is '" +
+                           state->precision + "', but this build has no GPU engine (fp32 only)");
+#endif
 
   const std::string backend = StringField(config, "backend");
   Log(NEREID_LOG_INFO, "model '" + state->name + "'" +
@@ -398,9 +425,99 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   return Status::Ok();
 }
 
+#ifdef NEREID_NATIVE_GPU
+Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceState& state) {
+  const int device = NereidInstanceDeviceId(instance);
+  const std::string who = "model '" + m.name + "' instance '" + NereidInstanceName(instance) + "'";
+  for (const auto* specs : {&m.inputs, &m.outputs})
+    for (const auto& [name, spec] : *specs)
+      if (spec.has_reshape)
+        return Unsupported(who + ": '" + name + "' has a reshape, which the GPU engine lacks");
+  std::shared_ptr<const GpuModel> compiled;
+  {
+    std::lock_guard lock(m.gpu_mu);
+    auto it = m.gpu_models.find(device);
+    if (it == m.gpu_models.end()) {
+      ASSIGN_OR_RETURN(Precision precision, ParsePrecision(m.precision));
+      auto made = CompileForGpu(*m.graph, device, precision);
+      if (!made.ok())
+        return Status(made.status().code(), who + " (KIND_GPU): " + made.status().message());
+      it = m.gpu_models.emplace(device, std::move(made).value()).first;
+      Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) +
+                               ": native GPU engine, " + Describe(*it->second) +
+                               "; a CUDA graph per batch size");
+    }
+    compiled = it->second;
+  }
+  auto gpu = CreateGpuInstance(std::move(compiled));
+  if (!gpu.ok()) return Status(gpu.status().code(), who + ": " + gpu.status().message());
+  state.gpu = std::move(gpu).value();
+  return Status::Ok();
+}
+
+// The GPU path of ExecuteBatch: each request's rows are gathered straight into the instance's
+// pinned staging buffers, the graph runs on the device, and each request's rows of every output it
+// asked for are copied into its response.
+Status ExecuteBatchGpu(const ModelState& m, GpuInstance& gpu, NereidRequest** requests,
+                       uint32_t count, std::vector<Status>& failed) {
+  std::vector<GpuFeed> feeds;
+  std::vector<int64_t> rows(count, 0);
+  int64_t total_rows = 0;
+  const uint32_t inputs = NereidRequestInputCount(requests[0]);
+  for (uint32_t i = 0; i < inputs; ++i) {
+    NereidTensor first;
+    RETURN_IF_ERROR(FromError(NereidRequestInput(requests[0], i, &first)));
+    GpuFeed feed;
+    feed.name = first.name;
+    int64_t input_rows = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      NereidTensor t;
+      RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &t)));
+      if (t.memory_type == NEREID_MEMORY_GPU)
+        return Unsupported("input '" + feed.name + "' in GPU memory: not supported yet");
+      const int64_t n = t.dims_count > 0 ? t.shape[0] : 1;
+      if (i == 0) rows[r] = n;
+      if (n != rows[r])
+        return InvalidArgument("inputs of one request must agree on their first dimension");
+      input_rows += n;
+      feed.parts.emplace_back(t.data, t.byte_size);
+    }
+    total_rows = input_rows;
+    feeds.push_back(std::move(feed));
+  }
+  std::vector<GpuResult> results;
+  uint64_t start = 0, end = 0;
+  RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, &results, &start, &end));
+  int64_t row = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    NereidRequestSetComputeTimes(requests[r], start, end);
+    for (const std::string& name : backend::RequestedOutputs(requests[r])) {
+      const GpuResult* result = nullptr;
+      for (const auto& g : results)
+        if (g.name == name) result = &g;
+      if (result == nullptr || !failed[r].ok()) continue;
+      const size_t row_bytes = result->bytes / static_cast<size_t>(total_rows);
+      std::vector<int64_t> shape = result->shape;
+      shape[0] = rows[r];
+      auto buffer = backend::AllocateOutput(requests[r], name, result->type, shape,
+                                            row_bytes * static_cast<size_t>(rows[r]));
+      if (!buffer.ok()) {
+        failed[r] = buffer.status();
+        continue;
+      }
+      std::memcpy(buffer->data, result->data + row_bytes * static_cast<size_t>(row),
+                  row_bytes * static_cast<size_t>(rows[r]));
+    }
+    row += rows[r];
+  }
+  return Status::Ok();
+}
+#endif
+
 }  // namespace
 }  // namespace nereid::native
 
+using nereid::native::InstanceState;
 using nereid::native::ModelState;
 namespace backend = nereid::backend;
 
@@ -426,9 +543,33 @@ NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
   return nullptr;
 }
 
-// The graph is immutable and Run keeps all scratch on its own stack, so instances need no state.
-NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance*) { return nullptr; }
-NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance*) { return nullptr; }
+#ifdef NEREID_NATIVE_GPU
+NEREID_EXPORT int NereidBackendSupportsGpu(void) { return 1; }
+#endif
+
+// CPU instances need no state (the graph is immutable and Run keeps all scratch on its own stack);
+// GPU instances own a stream, device buffers and captured graphs.
+NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
+  return backend::Guard([&]() -> backend::Status {
+    auto state = std::make_unique<InstanceState>();
+    if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
+#ifdef NEREID_NATIVE_GPU
+      auto* model = static_cast<ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+      RETURN_IF_ERROR(nereid::native::InitializeGpuInstance(*model, instance, *state));
+#else
+      return backend::Unsupported("the native backend was built without CUDA");
+#endif
+    }
+    NereidInstanceSetState(instance, state.release());
+    return backend::Status::Ok();
+  });
+}
+
+NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
+  delete static_cast<InstanceState*>(NereidInstanceState(instance));
+  NereidInstanceSetState(instance, nullptr);
+  return nullptr;
+}
 
 // Synchronous: every request is complete when Execute returns.
 NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
@@ -436,8 +577,15 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
   const auto* state =
       static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
   std::vector<backend::Status> failed(count);
-  NereidError* error =
-      backend::Guard([&] { return nereid::native::ExecuteBatch(*state, requests, count, failed); });
+  [[maybe_unused]] auto* instance_state =
+      static_cast<InstanceState*>(NereidInstanceState(instance));
+  NereidError* error = backend::Guard([&] {
+#ifdef NEREID_NATIVE_GPU
+    if (instance_state != nullptr && instance_state->gpu)
+      return nereid::native::ExecuteBatchGpu(*state, *instance_state->gpu, requests, count, failed);
+#endif
+    return nereid::native::ExecuteBatch(*state, requests, count, failed);
+  });
   if (error != nullptr) return error;  // the server fails the whole batch
   for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
   return nullptr;

@@ -1,0 +1,616 @@
+#include "gpu_engine.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "cuda/elementwise.h"
+#include "cuda/epilogue.h"
+#include "cuda/gemm.h"
+#include "nereid/backend_util.h"
+#include "nereid/half.h"
+
+namespace nereid::native {
+namespace kc = kernels::cuda;
+
+StatusOr<Precision> ParsePrecision(const std::string& name) {
+  if (name.empty() || name == "fp32") return Precision::kFp32;
+  if (name == "tf32") return Precision::kTf32;
+  if (name == "bf16") return Precision::kBf16;
+  if (name == "fp16") return Precision::kFp16;
+  return InvalidArgument("parameter 'precision' must be fp32, tf32, bf16 or fp16, got '" + name +
+                         "'");
+}
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+Status CudaError(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Internal(what + ": " + cudaGetErrorString(e));
+}
+#define CUDA_RETURN(expr, what) RETURN_IF_ERROR(CudaError((expr), (what)))
+
+const char* const kGpuOps = "Gemm, MatMul, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu, Identity";
+
+}  // namespace
+
+struct ValueSpec {
+  bool defined = false;
+  kc::ElemType type = kc::ElemType::kF32;  // storage on the device
+  DataType logical = DataType::kInvalid;   // the graph's type
+  std::vector<int64_t> dims;               // per row (the shape after the rows dimension)
+  int64_t row_elems = 0;
+  int alias = -1;  // Identity: the value whose buffer this one shares
+};
+
+struct Operand {
+  int value = -1;                  // a value, or
+  const void* constant = nullptr;  // a constant on the device
+  int64_t count = 0;               // the constant's elements (its broadcast period)
+};
+
+struct Step {
+  enum Kind { kGemm, kBinary, kUnary, kConvert } kind = kGemm;
+  int in = -1, out = -1;
+  // kGemm
+  const void* w = nullptr;
+  const float* bias = nullptr;
+  float alpha = 1.f;
+  int64_t n = 0, k = 0;
+  kc::Activation act = kc::Activation::kNone;
+  // kBinary
+  kc::BinaryOp op = kc::BinaryOp::kAdd;
+  Operand a, b;
+};
+
+struct IoSpec {
+  std::string name;
+  int value = -1;  // the device buffer the host copies to or from (in the graph's type)
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> dims;
+  size_t row_bytes = 0;
+};
+
+class GpuModel {
+ public:
+  ~GpuModel() {
+    if (!weights.empty()) cudaSetDevice(device);
+    for (void* p : weights) cudaFree(p);
+  }
+  int device = 0;
+  Precision precision = Precision::kFp32;
+  kc::ElemType float_type = kc::ElemType::kF32;
+  std::vector<ValueSpec> values;
+  std::vector<Step> steps;
+  std::vector<IoSpec> inputs, outputs;
+  std::vector<void*> weights;
+  size_t weight_bytes = 0;
+  int gemms = 0, elementwise = 0;
+
+  int Resolve(int id) const {
+    while (id >= 0 && values[id].alias >= 0) id = values[id].alias;
+    return id;
+  }
+  int AddValue(ValueSpec spec) {
+    values.push_back(std::move(spec));
+    return static_cast<int>(values.size()) - 1;
+  }
+  // Copies host bytes to a new device allocation owned by the model.
+  StatusOr<const void*> Upload(const void* data, size_t bytes) {
+    void* p = nullptr;
+    CUDA_RETURN(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (weights)");
+    weights.push_back(p);
+    weight_bytes += bytes;
+    CUDA_RETURN(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+    return static_cast<const void*>(p);
+  }
+  // Uploads float values converted to 'type'.
+  StatusOr<const void*> UploadFloats(const std::vector<float>& v, kc::ElemType type) {
+    if (type == kc::ElemType::kF32) return Upload(v.data(), v.size() * 4);
+    std::vector<uint16_t> half(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      half[i] = type == kc::ElemType::kBF16 ? FloatToBf16(v[i]) : FloatToHalf(v[i]);
+    return Upload(half.data(), half.size() * 2);
+  }
+};
+
+namespace {
+
+StatusOr<kc::ElemType> StorageType(DataType t, kc::ElemType float_type, const std::string& what) {
+  switch (t) {
+    case DataType::kFp32:
+      return float_type;
+    case DataType::kInt32:
+      return kc::ElemType::kI32;
+    case DataType::kInt64:
+      return kc::ElemType::kI64;
+    default:
+      return Unsupported(what + " is " + std::string(DataTypeName(t)) +
+                         ": the GPU engine runs FP32, INT32 and INT64 tensors");
+  }
+}
+
+std::vector<float> FloatsOf(const Tensor& t) {
+  std::vector<float> v(t.elements());
+  const size_t size = DataTypeSize(t.type());
+  for (int64_t i = 0; i < t.elements(); ++i)
+    v[i] = static_cast<float>(ElementAsDouble(t.type(), t.raw() + i * size));
+  return v;
+}
+
+// A constant as an operand of a binary op whose other operand has per-row 'dims': its shape,
+// without leading 1s, must be a suffix of [rows, dims...] that stays inside one row.
+bool BroadcastsOverRow(const std::vector<int64_t>& constant, const std::vector<int64_t>& dims) {
+  size_t first = 0;
+  while (first < constant.size() && constant[first] == 1) ++first;
+  const size_t rank = constant.size() - first;
+  if (rank > dims.size()) return false;
+  for (size_t i = 0; i < rank; ++i)
+    if (constant[first + i] != dims[dims.size() - rank + i]) return false;
+  return true;
+}
+
+Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
+  const std::string& op = node.op.op_type();
+  const std::string who = "node '" + node.op.name() + "' (" + op + ")";
+  auto value = [&](int id) -> StatusOr<const ValueSpec*> {
+    if (id < 0 || graph.constant(id).valid() || !m.values[m.Resolve(id)].defined)
+      return Unsupported(who +
+                         ": the GPU engine needs this input computed from the model's "
+                         "inputs, not a constant or an optional input");
+    return &m.values[m.Resolve(id)];
+  };
+  if (node.outputs.size() != 1 || node.outputs[0] < 0)
+    return Unsupported(who + ": one output expected");
+  const int out = node.outputs[0];
+
+  if (op == "Gemm" || op == "MatMul") {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    const Tensor& b =
+        node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+    if (x->logical != DataType::kFp32 || !b.valid() || b.type() != DataType::kFp32 ||
+        b.shape().size() != 2 || x->dims.size() != 1)
+      return Unsupported(who + ": the GPU engine runs FP32 [rows, K] x constant 2-D FP32 weights");
+    const bool gemm = op == "Gemm";
+    if (gemm && node.op.AttrInt("transA", 0) != 0)
+      return Unsupported(who + ": transA is not supported on the GPU");
+    const bool trans_b = gemm && node.op.AttrInt("transB", 0) != 0;
+    const int64_t k = x->dims[0];
+    const int64_t n = trans_b ? b.shape()[0] : b.shape()[1];
+    if ((trans_b ? b.shape()[1] : b.shape()[0]) != k)
+      return InvalidArgument(who + ": weight shape " + ShapeString(b.shape()) +
+                             " does not fit an input of " + std::to_string(k) + " columns");
+    // Weights stored n x k (a Linear layer's layout) in the model's precision.
+    std::vector<float> w = FloatsOf(b);
+    if (!trans_b) {
+      std::vector<float> t(w.size());
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < n; ++j) t[j * k + i] = w[i * n + j];
+      w.swap(t);
+    }
+    Step s;
+    s.kind = Step::kGemm;
+    s.in = m.Resolve(node.inputs[0]);
+    s.n = n, s.k = k;
+    ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
+    s.alpha = gemm ? node.op.AttrFloat("alpha", 1.f) : 1.f;
+    if (gemm && node.inputs.size() > 2 && node.inputs[2] >= 0) {
+      const Tensor& c = graph.constant(node.inputs[2]);
+      if (!c.valid() || c.elements() != n)
+        return Unsupported(who + ": C must be a constant bias of " + std::to_string(n) +
+                           " elements on the GPU");
+      std::vector<float> bias = FloatsOf(c);
+      const float beta = node.op.AttrFloat("beta", 1.f);
+      for (float& v : bias) v *= beta;
+      ASSIGN_OR_RETURN(const void* dbias, m.UploadFloats(bias, kc::ElemType::kF32));
+      s.bias = static_cast<const float*>(dbias);
+    }
+    s.act = node.op.activation == OpNode::Activation::kRelu      ? kc::Activation::kRelu
+            : node.op.activation == OpNode::Activation::kSigmoid ? kc::Activation::kSigmoid
+                                                                 : kc::Activation::kNone;
+    m.values[out] = ValueSpec{true, m.float_type, DataType::kFp32, {n}, n, -1};
+    s.out = out;
+    m.steps.push_back(s);
+    ++m.gemms;
+    return Status::Ok();
+  }
+
+  static const std::map<std::string, kc::BinaryOp> kBinary = {{"Add", kc::BinaryOp::kAdd},
+                                                              {"Sub", kc::BinaryOp::kSub},
+                                                              {"Mul", kc::BinaryOp::kMul},
+                                                              {"Div", kc::BinaryOp::kDiv}};
+  if (auto it = kBinary.find(op); it != kBinary.end()) {
+    if (node.inputs.size() != 2) return InvalidArgument(who + ": two inputs expected");
+    const int ia = node.inputs[0], ib = node.inputs[1];
+    const bool ca = ia >= 0 && graph.constant(ia).valid(),
+               cb = ib >= 0 && graph.constant(ib).valid();
+    if (ca && cb) return Unsupported(who + ": both operands constant");
+    const ValueSpec* shape_of = nullptr;
+    ASSIGN_OR_RETURN(shape_of, value(ca ? ib : ia));
+    Step s;
+    s.kind = Step::kBinary;
+    s.op = it->second;
+    for (int side = 0; side < 2; ++side) {
+      const int id = side == 0 ? ia : ib;
+      Operand& operand = side == 0 ? s.a : s.b;
+      if (side == 0 ? ca : cb) {
+        const Tensor& c = graph.constant(id);
+        if (c.type() != shape_of->logical || !BroadcastsOverRow(c.shape(), shape_of->dims))
+          return Unsupported(who + ": constant of shape " + ShapeString(c.shape()) +
+                             " does not broadcast over rows of " + ShapeString(shape_of->dims) +
+                             " on the GPU");
+        if (c.type() == DataType::kFp32) {
+          ASSIGN_OR_RETURN(operand.constant, m.UploadFloats(FloatsOf(c), shape_of->type));
+        } else {
+          ASSIGN_OR_RETURN(operand.constant, m.Upload(c.raw(), c.bytes()));
+        }
+        operand.count = c.elements();
+      } else {
+        ASSIGN_OR_RETURN(const ValueSpec* v, value(id));
+        if (v->logical != shape_of->logical || v->dims != shape_of->dims)
+          return Unsupported(who + ": operands of shapes " + ShapeString(v->dims) + " and " +
+                             ShapeString(shape_of->dims) +
+                             " per row; the GPU engine broadcasts only constants");
+        operand.value = m.Resolve(id);
+      }
+    }
+    ValueSpec result = *shape_of;
+    result.alias = -1;
+    m.values[out] = result;
+    s.out = out;
+    m.steps.push_back(s);
+    ++m.elementwise;
+    return Status::Ok();
+  }
+
+  static const std::map<std::string, kc::Activation> kUnary = {
+      {"Relu", kc::Activation::kRelu},
+      {"Sigmoid", kc::Activation::kSigmoid},
+      {"Tanh", kc::Activation::kTanh},
+      {"Gelu", kc::Activation::kGelu}};
+  if (auto it = kUnary.find(op); it != kUnary.end()) {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    if (x->logical != DataType::kFp32) return Unsupported(who + ": FP32 only on the GPU");
+    if (op == "Gelu" && node.op.HasAttr("approximate") && node.op.AttrInt("approximate", 0) != 0)
+      return Unsupported(who + ": the tanh approximation of Gelu is not on the GPU");
+    Step s;
+    s.kind = Step::kUnary;
+    s.act = it->second;
+    s.in = m.Resolve(node.inputs[0]);
+    ValueSpec result = *x;
+    result.alias = -1;
+    m.values[out] = result;
+    s.out = out;
+    m.steps.push_back(s);
+    ++m.elementwise;
+    return Status::Ok();
+  }
+
+  if (op == "Identity") {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    ValueSpec alias = *x;
+    alias.alias = m.Resolve(node.inputs[0]);
+    m.values[out] = alias;
+    return Status::Ok();
+  }
+  return Unsupported(who + " has no GPU kernel (GPU ops: " + kGpuOps + ")");
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
+                                                        Precision precision) {
+  CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  auto m = std::make_shared<GpuModel>();
+  m->device = device;
+  m->precision = precision;
+  m->float_type = precision == Precision::kBf16   ? kc::ElemType::kBF16
+                  : precision == Precision::kFp16 ? kc::ElemType::kF16
+                                                  : kc::ElemType::kF32;
+  m->values.resize(graph.value_count());
+  for (const ValueInfo& v : graph.inputs()) {
+    const std::string what = "input '" + v.name + "'";
+    if (v.has_default) return Unsupported(what + " is optional: not supported on the GPU");
+    std::vector<int64_t> dims(v.dims.begin() + (v.dims.empty() ? 0 : 1), v.dims.end());
+    if (v.dims.empty() || std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 1; }))
+      return Unsupported(what + " has shape " + ShapeString(v.dims) +
+                         ": the GPU engine needs [rows, fixed dims...]");
+    ASSIGN_OR_RETURN(kc::ElemType type, StorageType(v.type, m->float_type, what));
+    const int id = graph.FindValue(v.name);
+    const int64_t row_elems = ElementCount(dims.data(), dims.size());
+    m->values[id] = ValueSpec{true, type, v.type, dims, row_elems, -1};
+    IoSpec io{v.name, id, v.type, dims, static_cast<size_t>(row_elems) * DataTypeSize(v.type)};
+    if (v.type == DataType::kFp32 && type != kc::ElemType::kF32) {
+      io.value = m->AddValue(ValueSpec{true, kc::ElemType::kF32, v.type, dims, row_elems, -1});
+      Step s;
+      s.kind = Step::kConvert;
+      s.in = io.value, s.out = id;
+      m->steps.push_back(s);
+    }
+    m->inputs.push_back(io);
+  }
+  for (const auto& node : graph.nodes()) RETURN_IF_ERROR(CompileNode(graph, node, *m));
+  for (const ValueInfo& v : graph.outputs()) {
+    const int id = m->Resolve(graph.FindValue(v.name));
+    if (id < 0 || !m->values[id].defined)
+      return Unsupported("output '" + v.name + "' is not computed from the inputs on the GPU");
+    const ValueSpec spec = m->values[id];
+    IoSpec io{v.name, id, spec.logical, spec.dims,
+              static_cast<size_t>(spec.row_elems) * DataTypeSize(spec.logical)};
+    if (spec.logical == DataType::kFp32 && spec.type != kc::ElemType::kF32) {
+      io.value = m->AddValue(
+          ValueSpec{true, kc::ElemType::kF32, spec.logical, spec.dims, spec.row_elems, -1});
+      Step s;
+      s.kind = Step::kConvert;
+      s.in = id, s.out = io.value;
+      m->steps.push_back(s);
+    }
+    m->outputs.push_back(io);
+  }
+  return std::shared_ptr<const GpuModel>(std::move(m));
+}
+
+std::string Describe(const GpuModel& m) {
+  char mib[32];
+  std::snprintf(mib, sizeof(mib), "%.1f", static_cast<double>(m.weight_bytes) / (1 << 20));
+  return std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
+         " elementwise op(s); " + PrecisionName(m.precision) + ", " + mib +
+         " MiB of weights on GPU " + std::to_string(m.device);
+}
+
+class GpuInstance {
+ public:
+  explicit GpuInstance(std::shared_ptr<const GpuModel> model) : m_(std::move(model)) {}
+  ~GpuInstance() {
+    cudaSetDevice(m_->device);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    DropGraphs();
+    ReleaseBuffers();
+    cublas_.reset();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status Init() {
+    CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
+    CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cublas_ = std::make_unique<kc::CublasGemm>();
+    if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
+    return Grow(1);
+  }
+
+  Status Run(int64_t rows, const std::vector<GpuFeed>& feeds, std::vector<GpuResult>* results,
+             uint64_t* start_ns, uint64_t* end_ns) {
+    if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
+    CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
+    RETURN_IF_ERROR(Grow(rows));
+    *start_ns = NereidNowNs();
+    // Host -> staging: each request's part lands at its rows (this is also the batch gather).
+    for (size_t i = 0; i < m_->inputs.size(); ++i) {
+      const IoSpec& io = m_->inputs[i];
+      const GpuFeed* feed = nullptr;
+      for (const auto& f : feeds)
+        if (f.name == io.name) feed = &f;
+      if (feed == nullptr) return InvalidArgument("input '" + io.name + "' is missing");
+      const size_t want = static_cast<size_t>(rows) * io.row_bytes;
+      uint8_t* dst = static_cast<uint8_t*>(staging_in_[i].data);
+      size_t at = 0;
+      for (const auto& [data, bytes] : feed->parts) {
+        if (at + bytes > want) break;
+        std::memcpy(dst + at, data, bytes);
+        at += bytes;
+      }
+      if (at != want)
+        return InvalidArgument("input '" + io.name + "' has the wrong size for " +
+                               std::to_string(rows) + " rows");
+    }
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true));
+    RETURN_IF_ERROR(LaunchGraph(rows));
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false));
+    CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
+    *end_ns = NereidNowNs();
+    results->clear();
+    for (size_t i = 0; i < m_->outputs.size(); ++i) {
+      const IoSpec& io = m_->outputs[i];
+      GpuResult r;
+      r.name = io.name;
+      r.type = io.type;
+      r.shape = {rows};
+      r.shape.insert(r.shape.end(), io.dims.begin(), io.dims.end());
+      r.data = static_cast<const uint8_t*>(staging_out_[i].data);
+      r.bytes = static_cast<size_t>(rows) * io.row_bytes;
+      results->push_back(std::move(r));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  void* Buf(int id) const { return buffers_[m_->Resolve(id)].data; }
+
+  Status Allocate(NereidMemoryType type, size_t bytes, NereidBuffer* out) {
+    RETURN_IF_ERROR(backend::FromError(
+        NereidMemoryAllocate(type, m_->device, std::max<size_t>(bytes, 1), out)));
+    return Status::Ok();
+  }
+
+  void ReleaseBuffers() {
+    for (auto* list : {&buffers_, &staging_in_, &staging_out_})
+      for (auto& b : *list)
+        if (b.data != nullptr) NereidMemoryRelease(b.data);
+    if (acc_.data != nullptr) NereidMemoryRelease(acc_.data);
+    buffers_.clear(), staging_in_.clear(), staging_out_.clear();
+    acc_ = NereidBuffer{};
+  }
+
+  void DropGraphs() {
+    for (auto& [rows, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  // Sizes every buffer for at least 'rows' rows (doubling), dropping graphs captured for the old
+  // buffers.
+  Status Grow(int64_t rows) {
+    if (rows <= capacity_) return Status::Ok();
+    const int64_t capacity = std::max(rows, capacity_ * 2);
+    cudaStreamSynchronize(stream_);
+    DropGraphs();
+    ReleaseBuffers();
+    capacity_ = 0;
+    buffers_.assign(m_->values.size(), NereidBuffer{});
+    for (size_t id = 0; id < m_->values.size(); ++id) {
+      const ValueSpec& v = m_->values[id];
+      if (!v.defined || v.alias >= 0) continue;
+      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU,
+                               static_cast<size_t>(capacity * v.row_elems) * kc::ElemSize(v.type),
+                               &buffers_[id]));
+    }
+    int64_t acc = 1;
+    for (const Step& s : m_->steps)
+      if (s.kind == Step::kGemm) acc = std::max(acc, s.n * capacity);
+    RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
+    bool pinned = true;
+    for (int dir = 0; dir < 2; ++dir) {
+      const auto& ios = dir == 0 ? m_->inputs : m_->outputs;
+      auto& staging = dir == 0 ? staging_in_ : staging_out_;
+      staging.assign(ios.size(), NereidBuffer{});
+      for (size_t i = 0; i < ios.size(); ++i) {
+        RETURN_IF_ERROR(
+            Allocate(NEREID_MEMORY_CPU_PINNED, capacity * ios[i].row_bytes, &staging[i]));
+        pinned = pinned && staging[i].memory_type == NEREID_MEMORY_CPU_PINNED;
+      }
+    }
+    // Copies from page-locked staging are captured in the graph; from pageable memory they run as
+    // separate (driver-staged) copies around it.
+    copies_in_graph_ = pinned;
+    capacity_ = capacity;
+    return Status::Ok();
+  }
+
+  Status EnqueueCopies(int64_t rows, bool to_device) {
+    const auto& ios = to_device ? m_->inputs : m_->outputs;
+    for (size_t i = 0; i < ios.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
+      void* host = (to_device ? staging_in_ : staging_out_)[i].data;
+      void* device = Buf(ios[i].value);
+      CUDA_RETURN(to_device ? cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_)
+                            : cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_),
+                  to_device ? "copy to the GPU" : "copy from the GPU");
+    }
+    return Status::Ok();
+  }
+
+  Status EnqueueSteps(int64_t rows) {
+    for (const Step& s : m_->steps) {
+      const ValueSpec& out = m_->values[s.out];
+      const int64_t count = rows * out.row_elems;
+      switch (s.kind) {
+        case Step::kGemm: {
+          kc::GemmProblem p;
+          p.m = rows, p.n = s.n, p.k = s.k;
+          p.ab_type = m_->float_type;
+          p.x = Buf(s.in), p.w = s.w, p.y = Buf(s.out);
+          p.out_type = out.type;
+          p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
+          p.tf32 = m_->precision == Precision::kTf32;
+          if (rows <= kc::kSmallMMax && kc::SmallMSupported(p)) {
+            CUDA_RETURN(kc::GemmSmallM(p, stream_), "GEMM kernel");
+          } else if (std::string e = cublas_->Run(p, static_cast<float*>(acc_.data)); !e.empty()) {
+            return Internal(e);
+          }
+          break;
+        }
+        case Step::kBinary: {
+          auto ptr = [&](const Operand& o) {
+            return o.value >= 0 ? static_cast<const void*>(Buf(o.value)) : o.constant;
+          };
+          auto n = [&](const Operand& o) { return o.value >= 0 ? count : o.count; };
+          CUDA_RETURN(kc::Binary(s.op, out.type, ptr(s.a), n(s.a), ptr(s.b), n(s.b), Buf(s.out),
+                                 count, stream_),
+                      "elementwise kernel");
+          break;
+        }
+        case Step::kUnary:
+          CUDA_RETURN(kc::Unary(s.act, out.type, Buf(s.in), Buf(s.out), count, stream_),
+                      "activation kernel");
+          break;
+        case Step::kConvert:
+          CUDA_RETURN(
+              kc::Convert(m_->values[s.in].type, Buf(s.in), out.type, Buf(s.out), count, stream_),
+              "conversion kernel");
+          break;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Replays the graph captured for 'rows' (capturing it on first use).
+  Status LaunchGraph(int64_t rows) {
+    auto it = graphs_.find(rows);
+    if (it == graphs_.end()) {
+      constexpr size_t kMaxGraphs = 1024;  // beyond this many row counts, run without capturing
+      if (graphs_.size() >= kMaxGraphs) {
+        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true));
+        RETURN_IF_ERROR(EnqueueSteps(rows));
+        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false));
+        return Status::Ok();
+      }
+      CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                  "cudaStreamBeginCapture");
+      Status enqueued = Status::Ok();
+      if (copies_in_graph_) enqueued = EnqueueCopies(rows, true);
+      if (enqueued.ok()) enqueued = EnqueueSteps(rows);
+      if (enqueued.ok() && copies_in_graph_) enqueued = EnqueueCopies(rows, false);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+      RETURN_IF_ERROR(enqueued);
+      CUDA_RETURN(ended, "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      CUDA_RETURN(made, "cudaGraphInstantiate");
+      it = graphs_.emplace(rows, exec).first;
+    }
+    CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    return Status::Ok();
+  }
+
+  std::shared_ptr<const GpuModel> m_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kc::CublasGemm> cublas_;
+  int64_t capacity_ = 0;
+  std::vector<NereidBuffer> buffers_, staging_in_, staging_out_;
+  NereidBuffer acc_{};
+  bool copies_in_graph_ = false;
+  std::map<int64_t, cudaGraphExec_t> graphs_;
+};
+
+StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {
+  GpuInstancePtr instance(new GpuInstance(std::move(model)));
+  RETURN_IF_ERROR(instance->Init());
+  return instance;
+}
+
+Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
+                std::vector<GpuResult>* results, uint64_t* compute_start_ns,
+                uint64_t* compute_end_ns) {
+  return instance.Run(rows, feeds, results, compute_start_ns, compute_end_ns);
+}
+
+void DestroyGpuInstance(GpuInstance* instance) { delete instance; }
+
+}  // namespace nereid::native

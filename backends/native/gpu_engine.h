@@ -1,0 +1,67 @@
+// The native engine on a GPU: a Graph compiled for one device (GpuModel: weights resident in device
+// memory in the model's precision, a list of kernel launches whose shapes follow the row count),
+// and per instance a stream, a cuBLAS handle, device buffers for every value, staging buffers from
+// the server's pinned pool, and one CUDA graph captured per row count and replayed after that.
+//
+// Graphs it compiles: every input [rows, fixed dims...] (rows is the batch, or the variable first
+// dimension of a model without batching), nodes Gemm and MatMul with constant weights, Add, Sub,
+// Mul, Div (equal shapes or a trailing/constant operand), Relu, Sigmoid, Tanh, Gelu, Identity;
+// float tensors as FP32, integer tensors as INT32 or INT64. Anything else fails at load, naming
+// the op.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph.h"
+#include "nereid/backend.h"
+
+namespace nereid::native {
+
+// How float math runs on the GPU (config parameter "precision"): fp32 exact, tf32 (fp32 storage,
+// TF32 tensor cores), bf16 and fp16 (weights and activations stored at 16 bits, fp32 accumulation,
+// fp32 at the model's inputs and outputs).
+enum class Precision { kFp32, kTf32, kBf16, kFp16 };
+StatusOr<Precision> ParsePrecision(const std::string& name);
+const char* PrecisionName(Precision p);
+
+class GpuModel;
+class GpuInstance;
+
+// Compiles 'graph' for 'device' (uploading its weights). Shared by the instances on that device.
+StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
+                                                        Precision precision);
+// A short description for the load log ("3 GEMMs, 0 elementwise; bf16 weights, 12.5 MiB").
+std::string Describe(const GpuModel& model);
+
+// One input of a run: the host bytes of each request's part, in batch order.
+struct GpuFeed {
+  std::string name;
+  std::vector<std::pair<const void*, size_t>> parts;
+};
+
+// One output of a run, in host memory until the next Run of the same instance.
+struct GpuResult {
+  std::string name;
+  DataType type;
+  std::vector<int64_t> shape;  // rows first
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+};
+
+void DestroyGpuInstance(GpuInstance* instance);
+struct GpuInstanceDeleter {
+  void operator()(GpuInstance* i) const { DestroyGpuInstance(i); }
+};
+using GpuInstancePtr = std::unique_ptr<GpuInstance, GpuInstanceDeleter>;
+
+StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model);
+// Runs 'rows' rows through the graph; results point into the instance's staging memory.
+// 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
+Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
+                std::vector<GpuResult>* results, uint64_t* compute_start_ns,
+                uint64_t* compute_end_ns);
+
+}  // namespace nereid::native
