@@ -14,6 +14,7 @@
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
 #include "gpu/cuda_driver.h"
+#include "gpu/nvml.h"
 #include "main/config_command.h"
 #include "main/server_options.h"
 #include "memory/memory_pool.h"
@@ -67,6 +68,9 @@ int Serve(const std::vector<std::string>& args) {
     LOG_INFO << "GPU " << d.ordinal << ": " << d.name << ", compute capability " << d.compute_major
              << "." << d.compute_minor << ", " << (d.total_memory >> 20) << " MiB";
   if (!driver.available()) LOG_INFO << "no GPUs: " << driver.unavailable_reason();
+  // NVML opened now, so nv_energy_consumption counts from the server's start.
+  if (options.allow_metrics && options.http.gpu_metrics && nereid::gpu::Nvml::Get().available())
+    LOG_INFO << "GPU metrics through NVML";
   nereid::BackendManager backends(nereid::BackendDirectory(options));
   nereid::ModelRepository repository(options.repository, &backends);
   nereid::Status s = repository.LoadStartupModels();

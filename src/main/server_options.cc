@@ -30,7 +30,6 @@ const char* const kAcceptedIgnored[] = {"id",
                                         "log-format",
                                         "grpc-infer-allocation-pool-size",
                                         "metrics-interval-ms",
-                                        "allow-gpu-metrics",
                                         "allow-cpu-metrics",
                                         "repository-poll-secs"};
 
@@ -76,6 +75,8 @@ Options (names follow tritonserver):
                               statistics, trace, logging
   --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
   --metrics-port=PORT         default 8002 (0 picks a free port)
+  --allow-gpu-metrics=BOOL    per-GPU nv_gpu_* metrics through NVML (default true; none without
+                              a GPU driver)
   --pinned-memory-pool-byte-size=BYTES  page-locked host pool for staging between host and GPU
                               (default 268435456; 0: pageable memory). Used only with GPUs
   --cuda-memory-pool-byte-size=DEVICE:BYTES  device memory pool of one GPU (default 67108864 per
@@ -134,6 +135,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       o.repository.startup_models.push_back(v);
     } else if (flag == "exit-on-error") {
       ASSIGN_OR_RETURN(o.exit_on_error, boolean());
+    } else if (flag == "allow-gpu-metrics") {
+      ASSIGN_OR_RETURN(o.http.gpu_metrics, boolean());
     } else if (flag == "pinned-memory-pool-byte-size") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.memory.pinned_bytes, ParseNumber<size_t>(flag, v, 0, size_t{1} << 40));

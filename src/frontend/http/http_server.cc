@@ -544,7 +544,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       if (req.method() != bhttp::verb::get)
         return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
       return SendBody(bhttp::status::ok,
-                      RenderPrometheus(server_->api_->repository().LoadedModels()),
+                      RenderPrometheus(server_->api_->repository().LoadedModels(),
+                                       server_->options_.gpu_metrics),
                       "text/plain; version=0.0.4; charset=utf-8");
     }
     const Route route = std::move(route_);  // matched by OnHeader

@@ -20,7 +20,8 @@ struct HttpOptions {
   uint16_t port = 8000;
   int threads = 0;                        // 0: one per hardware thread, at least 2
   uint64_t max_input_size = 64ull << 20;  // --http-max-input-size (Triton's default 64 MiB)
-  int metrics_port = -1;  // Prometheus /metrics listener; -1: none, 0: any free port
+  int metrics_port = -1;    // Prometheus /metrics listener; -1: none, 0: any free port
+  bool gpu_metrics = true;  // --allow-gpu-metrics: the nv_gpu_* families (where NVML is)
   // How long a keep-alive connection may stay idle, and how long a request may take to arrive once
   // its first bytes came (--http-read-timeout-secs; checked once a second).
   std::chrono::seconds read_timeout{60};

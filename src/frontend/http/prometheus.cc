@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "gpu/nvml.h"
 #include "memory/buffer.h"
 #include "runtime/model.h"
 
@@ -25,9 +26,33 @@ void PerModel(std::ostringstream& out, const std::vector<std::shared_ptr<Model>>
   for (const auto& m : models) out << name << Labels(*m) << " " << value(*m) << "\n";
 }
 
+// Triton's GPU families, one sample per GPU labelled with its UUID; none where NVML is absent.
+void RenderGpuMetrics(std::ostringstream& out) {
+  const std::vector<gpu::GpuSample> gpus = gpu::Nvml::Get().Sample();
+  if (gpus.empty()) return;
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    Family(out, name, type, help);
+    for (const auto& g : gpus)
+      out << name << "{gpu_uuid=\"" << g.uuid << "\"} " << value(g) << "\n";
+  };
+  family("nv_gpu_utilization", "gauge", "GPU utilization rate [0.0 - 1.0)",
+         [](const gpu::GpuSample& g) { return g.utilization; });
+  family("nv_gpu_memory_total_bytes", "gauge", "GPU total memory, in bytes",
+         [](const gpu::GpuSample& g) { return g.memory_total; });
+  family("nv_gpu_memory_used_bytes", "gauge", "GPU used memory, in bytes",
+         [](const gpu::GpuSample& g) { return g.memory_used; });
+  family("nv_gpu_power_usage", "gauge", "GPU power usage in watts",
+         [](const gpu::GpuSample& g) { return g.power_watts; });
+  family("nv_gpu_power_limit", "gauge", "GPU power management limit in watts",
+         [](const gpu::GpuSample& g) { return g.power_limit_watts; });
+  family("nv_energy_consumption", "counter",
+         "GPU energy consumption in joules since the server started",
+         [](const gpu::GpuSample& g) { return g.energy_joules; });
+}
+
 }  // namespace
 
-std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models) {
+std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models, bool gpu) {
   std::ostringstream out;
   auto load = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   PerModel(out, models, "nv_inference_request_success", "counter",
@@ -98,6 +123,7 @@ std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models) 
   Family(out, "nereid_tensor_copies", "counter", "Tensor copies made by the server");
   out << "nereid_tensor_copies{direction=\"input\"} " << copies.input_copies << "\n";
   out << "nereid_tensor_copies{direction=\"output\"} " << copies.output_copies << "\n";
+  if (gpu) RenderGpuMetrics(out);
   return out.str();
 }
 

@@ -10,6 +10,7 @@ namespace nereid {
 
 class Model;
 
-std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models);
+// 'gpu': add the per-GPU families (nv_gpu_*, nv_energy_consumption) read through NVML.
+std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models, bool gpu);
 
 }  // namespace nereid
