@@ -16,10 +16,16 @@ strip -o "$STAGE/bin/nereid" build/nereid
 strip -o "$STAGE/bin/nereid-perf" build/nereid-perf
 strip -o "$STAGE/bin/bench_gemm" build/bench_gemm
 strip -o "$STAGE/bin/backends/libnereid_backend_native.so" build/backends/libnereid_backend_native.so
-# Every shared library the binaries link, except glibc's and the C++ runtime (newer on the device).
-for bin in build/nereid build/nereid-perf build/backends/libnereid_backend_native.so build/bench_gemm; do
+BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so build/bench_gemm)
+# GPU=1: the GPU tests and benchmarks too (scripts/gpu_device_run.sh runs them).
+if [ -n "${GPU:-}" ]; then
+  for b in nereid_gpu_tests bench_gpu; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
+fi
+# Every shared library the binaries link, except glibc's, the C++ runtime (newer on the device)
+# and cuBLAS (600 MB; the device's CUDA 13 has it).
+for bin in "${BINS[@]}"; do
   ldd "$bin" | awk '{print $3}' | grep '^/' |
-    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcublas|libcublasLt)\.so' |
     xargs -r -I{} cp -L {} "$STAGE/lib/"
 done
 if [ ! -x /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer ]; then

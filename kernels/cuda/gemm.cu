@@ -197,7 +197,7 @@ std::string CublasGemm::Run(const GemmProblem& p, float* acc) {
   void* out = direct ? p.y : acc;
   const float beta = 0.f;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if (p.ab_type == ElemType::kF32) compute = p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
+  if (p.ab_type == ElemType::kF32) compute = p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major y (m x n) is column-major y^T (n x m) = w (n x k, i.e. column-major k x n, transposed)
   // times x^T (column-major k x m).
   cublasStatus_t status = cublasGemmEx(

@@ -1,0 +1,257 @@
+// GPU benchmarks of kernels/cuda, each side by side with its reference in one run (ratios):
+//   gemm:     Nereid's GEMMs vs cuBLAS (bf16, fp16, tf32), square and serving shapes, with the HBM
+//             roofline for small M (bytes each input read once / measured copy bandwidth)
+//   epilogue: GEMM + bias + GELU fused into the GEMM vs cuBLAS followed by the epilogue kernel
+//   copy:     pinned vs pageable host memory, host->device and device->host, 4 KiB .. 256 MiB
+// Timing: CUDA events around 'reps' launches after warm-up, median of 7 such samples; inputs
+// rotated among enough copies to exceed the L2 cache; random data, never zeros.
+// Usage: bench_gpu [gemm] [epilogue] [copy]   (default: all)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/elementwise.h"
+#include "cuda/epilogue.h"
+#include "cuda/gemm.h"
+
+namespace kc = nereid::kernels::cuda;
+
+#define CHECK(expr)                                                                              \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+namespace {
+
+cudaStream_t stream;
+
+// Median over 7 samples of the mean time of 'reps' calls of fn(i), in microseconds.
+double TimeUs(const std::function<void(int)>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<double> samples;
+  int call = 0;
+  for (int s = 0; s < 7; ++s) {
+    CHECK(cudaEventRecord(a, stream));
+    for (int r = 0; r < reps; ++r) fn(call++);
+    CHECK(cudaEventRecord(b, stream));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    samples.push_back(1000.0 * ms / reps);
+  }
+  CHECK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(samples.begin(), samples.end());
+  return samples[3];
+}
+
+void* RandomDevice(size_t elements, kc::ElemType type, uint64_t seed) {
+  std::vector<float> v(elements);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& x : v) x = d(rng);
+  void *f32 = nullptr, *out = nullptr;
+  CHECK(cudaMalloc(&f32, elements * 4));
+  CHECK(cudaMemcpy(f32, v.data(), elements * 4, cudaMemcpyHostToDevice));
+  if (type == kc::ElemType::kF32) return f32;
+  CHECK(cudaMalloc(&out, elements * kc::ElemSize(type)));
+  CHECK(kc::Convert(kc::ElemType::kF32, f32, type, out, elements, nullptr));
+  CHECK(cudaDeviceSynchronize());
+  cudaFree(f32);
+  return out;
+}
+
+// Device-to-device copy bandwidth (bytes read + written per second): the HBM ceiling.
+double CopyBandwidthGBs() {
+  const size_t bytes = size_t{2} << 30;
+  void *a, *b;
+  CHECK(cudaMalloc(&a, bytes));
+  CHECK(cudaMalloc(&b, bytes));
+  CHECK(cudaMemset(a, 1, bytes));
+  const double us = TimeUs(
+      [&](int) { CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); }, 5);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (us * 1e3);
+}
+
+struct Operands {
+  std::vector<void*> x, w;
+  void* y = nullptr;
+  float* acc = nullptr;
+  float* bias = nullptr;
+};
+
+Operands MakeOperands(int64_t m, int64_t n, int64_t k, kc::ElemType ab, int copies) {
+  Operands o;
+  for (int c = 0; c < copies; ++c) {
+    o.x.push_back(RandomDevice(m * k, ab, 100 + c));
+    o.w.push_back(RandomDevice(n * k, ab, 200 + c));
+  }
+  CHECK(cudaMalloc(&o.y, m * n * 4));
+  CHECK(cudaMalloc(&o.acc, m * n * 4));
+  o.bias = static_cast<float*>(RandomDevice(n, kc::ElemType::kF32, 300));
+  return o;
+}
+
+void Free(Operands& o) {
+  for (void* p : o.x) cudaFree(p);
+  for (void* p : o.w) cudaFree(p);
+  cudaFree(o.y), cudaFree(o.acc), cudaFree(o.bias);
+}
+
+const char* Name(kc::ElemType t, bool tf32) { return tf32 ? "tf32" : kc::ElemTypeName(t); }
+
+void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
+  std::printf(
+      "\n== GEMM: y = x w^T, Nereid vs cuBLAS (cublasGemmEx), fp32 accumulation, fp32 out\n");
+  std::printf("%-6s %6s %6s %6s | %10s %9s | %10s %9s | %7s | %9s\n", "type", "M", "N", "K",
+              "cuBLAS us", "TFLOP/s", "Nereid us", "TFLOP/s", "ratio", "HBM roof");
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::vector<Shape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}};
+  for (int64_t m : {1, 8, 16, 32, 64, 256}) shapes.push_back({m, 4096, 4096});
+  for (int64_t m : {1, 32, 256})  // recommend_model's layers
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 1024}, {1024, 2048}, {1000, 1024}})
+      shapes.push_back({m, n, k});
+  for (auto [type, tf32] : {std::pair{kc::ElemType::kBF16, false},
+                            {kc::ElemType::kF16, false},
+                            {kc::ElemType::kF32, true}}) {
+    for (const Shape& s : shapes) {
+      const size_t wbytes = s.n * s.k * kc::ElemSize(type);
+      const int copies = static_cast<int>(
+          std::clamp<size_t>((size_t{256} << 20) / std::max<size_t>(wbytes, 1), 1, 8));
+      Operands o = MakeOperands(s.m, s.n, s.k, type, copies);
+      kc::GemmProblem p;
+      p.m = s.m, p.n = s.n, p.k = s.k, p.ab_type = type, p.tf32 = tf32, p.y = o.y;
+      auto with = [&](int i) {
+        p.x = o.x[i % copies], p.w = o.w[i % copies];
+        return p;
+      };
+      const int reps = s.m * s.n * s.k > (int64_t{1} << 33) ? 5 : 50;
+      const double cublas_us = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
+      const double flops = 2.0 * s.m * s.n * s.k;
+      double ours_us = 0;
+      if (kc::SmallMSupported(with(0)))
+        ours_us = TimeUs([&](int i) { CHECK(kc::GemmSmallM(with(i), stream)); }, reps);
+      const double bytes = wbytes + s.m * s.k * kc::ElemSize(type) + s.m * s.n * 4.0;
+      const double best = ours_us > 0 ? std::min(ours_us, cublas_us) : cublas_us;
+      char roof[32] = "";
+      if (s.m <= 16)
+        std::snprintf(roof, sizeof(roof), "%.0f%%", 100.0 * bytes / (best * 1e3) / hbm_gbs);
+      if (ours_us > 0)
+        std::printf("%-6s %6ld %6ld %6ld | %10.2f %9.1f | %10.2f %9.1f | %6.2fx | %9s\n",
+                    Name(type, tf32), s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, ours_us,
+                    flops / ours_us / 1e6, cublas_us / ours_us, roof);
+      else
+        std::printf("%-6s %6ld %6ld %6ld | %10.2f %9.1f | %10s %9s | %7s | %9s\n", Name(type, tf32),
+                    s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, "cuBLAS", "", "1.00x", roof);
+      Free(o);
+    }
+  }
+}
+
+void BenchEpilogue(kc::CublasGemm& cublas) {
+  std::printf(
+      "\n== GEMM + bias + GELU: fused (Nereid) vs cuBLAS then the epilogue kernel (bf16)\n");
+  std::printf("%6s %6s %6s | %12s %10s | %7s\n", "M", "N", "K", "cuBLAS+epi us", "fused us",
+              "ratio");
+  for (int64_t m : {1, 4, 8, 16}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {2048, 1024}}) {
+      const int copies = 8;
+      Operands o = MakeOperands(m, n, k, kc::ElemType::kBF16, copies);
+      kc::GemmProblem p;
+      p.m = m, p.n = n, p.k = k, p.ab_type = kc::ElemType::kBF16, p.y = o.y, p.bias = o.bias;
+      p.act = kc::Activation::kGelu;
+      auto with = [&](int i) {
+        p.x = o.x[i % copies], p.w = o.w[i % copies];
+        return p;
+      };
+      const double split = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, 50);
+      const double fused = TimeUs([&](int i) { CHECK(kc::GemmSmallM(with(i), stream)); }, 50);
+      std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx\n", m, n, k, split, fused,
+                  split / fused);
+      Free(o);
+    }
+  }
+}
+
+void BenchCopies() {
+  std::printf("\n== Host<->device copies: pinned vs pageable (cudaMemcpyAsync + sync), GB/s\n");
+  std::printf("%10s | %9s %9s %6s | %9s %9s %6s\n", "bytes", "H2D pin", "H2D page", "ratio",
+              "D2H pin", "D2H page", "ratio");
+  const size_t max_bytes = size_t{256} << 20;
+  void *pinned = nullptr, *device = nullptr;
+  CHECK(cudaHostAlloc(&pinned, max_bytes, cudaHostAllocPortable));
+  std::vector<uint8_t> pageable(max_bytes);
+  std::mt19937 rng(1);
+  for (size_t i = 0; i < max_bytes; i += 4096) pageable[i] = static_cast<uint8_t>(rng());
+  std::memcpy(pinned, pageable.data(), max_bytes);
+  CHECK(cudaMalloc(&device, max_bytes));
+  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+    const int reps = bytes < (size_t{1} << 20) ? 200 : bytes < (size_t{64} << 20) ? 20 : 3;
+    auto time = [&](void* host, bool h2d) {
+      return TimeUs(
+          [&](int) {
+            CHECK(h2d ? cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream)
+                      : cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+            CHECK(cudaStreamSynchronize(stream));
+          },
+          reps);
+    };
+    const double hp = time(pinned, true), hq = time(pageable.data(), true);
+    const double dp = time(pinned, false), dq = time(pageable.data(), false);
+    auto gbs = [&](double us) { return bytes / (us * 1e3); };
+    std::printf("%10zu | %9.2f %9.2f %5.2fx | %9.2f %9.2f %5.2fx\n", bytes, gbs(hp), gbs(hq),
+                hq / hp, gbs(dp), gbs(dq), dq / dp);
+  }
+  cudaFreeHost(pinned);
+  cudaFree(device);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> sections(argv + 1, argv + argc);
+  auto want = [&](const char* s) {
+    return sections.empty() || std::find(sections.begin(), sections.end(), s) != sections.end();
+  };
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_gpu: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double hbm = CopyBandwidthGBs();
+  std::printf("device: %s, %d SMs, L2 %d MiB; device-to-device copy %.0f GB/s (the HBM ceiling)\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, hbm);
+  kc::CublasGemm cublas;
+  if (std::string e = cublas.Init(stream); !e.empty()) {
+    std::fprintf(stderr, "%s\n", e.c_str());
+    return 1;
+  }
+  if (want("gemm")) BenchGemm(cublas, hbm);
+  if (want("epilogue")) BenchEpilogue(cublas);
+  if (want("copy")) BenchCopies();
+  return 0;
+}

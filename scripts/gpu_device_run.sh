@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything GPU in one device call: the GPU unit tests (kernels against float64 references), the
+# GPU end-to-end tests (tests/e2e/test_gpu.py with the real tritonclient), the kernel benchmarks
+# (bench/bench_gpu.cc) and the serving benchmark (bench/gpu_serving.py), then one summary table.
+# Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
+#                docs/gpu.md says how)
+# Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
+# SECTIONS (default "tests e2e bench serving") picks parts; logs go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+C=.devcarry
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+[ -x "$C/bin/nereid" ] || tar -C "$C" -xJf "$C/bundle.tar.xz"
+# cuBLAS is not carried: take the device's (CUDA toolkit, else PyTorch's wheel).
+CUBLAS=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/$C/lib:$(dirname "${CUBLAS:-/nonexistent/x}"):${LD_LIBRARY_PATH:-}"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+SECTIONS="${SECTIONS:-tests e2e bench serving}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv,noheader | sed 's/^/gpu: /'
+echo "cuBLAS from: ${CUBLAS:-not found}"
+declare -A RESULT
+if [[ " $SECTIONS " == *" tests "* ]]; then
+  echo "== GPU unit tests (nereid_gpu_tests)"
+  "$C/bin/nereid_gpu_tests" --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
+  RESULT[tests]=$(grep -E '^\[  (PASSED|FAILED)' "$OUT/gpu_tests.txt" | tr '\n' ' ')
+fi
+if [[ " $SECTIONS " == *" e2e "* ]]; then
+  echo "== GPU end-to-end tests (tests/e2e/test_gpu.py)"
+  NEREID_BINARY="$PWD/$C/bin/nereid" python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_gpu.py \
+    > "$OUT/e2e_gpu.txt" 2>&1
+  grep -E "max abs diff" "$OUT/e2e_gpu.txt" | sort | uniq | sed 's/^/  /' | head -40
+  tail -25 "$OUT/e2e_gpu.txt"
+  RESULT[e2e]=$(tail -1 "$OUT/e2e_gpu.txt")
+fi
+if [[ " $SECTIONS " == *" bench "* ]]; then
+  echo "== kernel benchmarks (bench_gpu)"
+  "$C/bin/bench_gpu" 2>&1 | tee "$OUT/bench_gpu.txt"
+fi
+if [[ " $SECTIONS " == *" serving "* ]]; then
+  echo "== serving benchmark (bench/gpu_serving.py)"
+  PA="$PWD/$C/bin/perf_analyzer"; [ -x "$PA" ] || PA=""
+  python3 bench/gpu_serving.py "$PWD/$C/bin/nereid" $PA --out "$OUT" 2>&1 | tee "$OUT/serving.txt"
+fi
+echo
+echo "== summary"
+printf '%-10s %s\n' "unit" "${RESULT[tests]:-not run}" "e2e" "${RESULT[e2e]:-not run}"

@@ -1,0 +1,257 @@
+"""GPU serving end to end: KIND_GPU models of examples/models_gpu on the native engine's GPU path,
+driven by the real tritonclient over HTTP and gRPC, checked against float64 numpy references.
+Without a GPU (CI) only the refusals run; the rest skips with the reason. scripts/gpu_device_run.sh
+runs this file on the device machine."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, Server
+
+
+def gpu_count():
+    """GPUs the CUDA driver reports (0 without a driver), as the server will see them."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0, "no CUDA driver (libcuda.so.1 not found)"
+    if cuda.cuInit(0) != 0:
+        return 0, "cuInit failed"
+    count = ctypes.c_int(0)
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    return count.value, "" if count.value else "no CUDA devices"
+
+
+GPUS, NO_GPU_REASON = gpu_count()
+needs_gpu = pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}")
+
+# ||out - ref||_inf allowed per precision for recommend_model's sigmoid scores (in [0, 1]).
+TOLERANCE = {"fp32": 1e-5, "tf32": 3e-3, "bf16": 3e-2, "fp16": 5e-3}
+
+
+def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16"), extra=None):
+    """examples/models_gpu with its models generated, plus recommend_model_<precision> variants and
+    a KIND_CPU copy of recommend_model for comparison."""
+    repo = os.path.join(root, "models_gpu")
+    shutil.copytree(os.path.join(ROOT, "examples", "models_gpu"), repo,
+                    ignore=shutil.ignore_patterns("*.onnx", "item_labels.txt"))
+    subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"),
+                           "--out", repo], stdout=subprocess.DEVNULL)
+    with open(os.path.join(repo, "recommend_model", "config.pbtxt")) as f:
+        base = f.read()
+    onnx_path = os.path.join(repo, "recommend_model", "1", "model.onnx")
+    variants = {f"recommend_{p}": re.sub(r'string_value: "\w+"', f'string_value: "{p}"', base)
+                for p in precisions}
+    variants["recommend_cpu"] = base.replace("KIND_GPU, count: 2", "KIND_CPU, count: 1").replace(
+        'parameters { key: "precision" value { string_value: "tf32" } }', "")
+    variants.update(extra or {})
+    for name, config in variants.items():
+        os.makedirs(os.path.join(repo, name, "1"))
+        shutil.copy(onnx_path, os.path.join(repo, name, "1", "model.onnx"))
+        shutil.copy(os.path.join(repo, "recommend_model", "item_labels.txt"), os.path.join(repo, name))
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write(re.sub(r'name: "recommend_model"', f'name: "{name}"', config))
+    return repo
+
+
+def recommend_reference(repo, x):
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(os.path.join(repo, "recommend_model", "1", "model.onnx"))
+    w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    h = x.astype(np.float64)
+    for i in range(3):
+        h = h @ w[f"fc{i}.weight"].T + w[f"fc{i}.bias"]
+        if i < 2:
+            h = np.maximum(h, 0)
+    return 1 / (1 + np.exp(-h))
+
+
+def matmul_reference(repo, x):
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(os.path.join(repo, "matmul_model", "1", "model.onnx"))
+    return x.astype(np.float64) @ numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+
+
+def infer(client, protocol, model, inputs, outputs=None):
+    if protocol == "http":
+        import tritonclient.http as mod
+    else:
+        import tritonclient.grpc as mod
+    tensors = []
+    for name, array in inputs.items():
+        t = mod.InferInput(name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT32")
+        t.set_data_from_numpy(array)
+        tensors.append(t)
+    result = client.infer(model, tensors)
+    return {name: result.as_numpy(name) for name in (outputs or [])}
+
+
+# ---- without a GPU: the refusals (these run in CI) ----
+
+@pytest.mark.skipif(GPUS > 0, reason="this machine has a GPU")
+def test_kind_gpu_without_a_gpu_fails_to_load_with_the_reason(tmp_path):
+    repo = write_repo(str(tmp_path), precisions=())
+    s = Server(repo, "--exit-on-error=false", "--strict-readiness=false")
+    try:
+        import tritonclient.http as httpclient
+        client = httpclient.InferenceServerClient(s.url)
+        assert not client.is_model_ready("recommend_model")
+        assert client.is_model_ready("recommend_cpu")  # the CPU copy still serves
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        reason = index["recommend_model"]["reason"]
+        assert "config.pbtxt:23" in reason and "instance_group[0].kind" in reason, reason
+        assert "no GPU is available" in reason, reason
+        metrics = urllib.request.urlopen(f"http://localhost:{s.metrics_port}/metrics").read().decode()
+        assert "nv_gpu_utilization" not in metrics
+    finally:
+        assert s.stop() == 0
+
+
+# ---- on a GPU ----
+
+@pytest.fixture(scope="module")
+def gpu_repo(tmp_path_factory):
+    return write_repo(str(tmp_path_factory.mktemp("gpu")))
+
+
+@pytest.fixture(scope="module")
+def gpu_server(gpu_repo):
+    if GPUS == 0:
+        pytest.skip(f"GPU tests skipped: {NO_GPU_REASON}")
+    s = Server(gpu_repo, "--log-verbose=0")
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def protocol_client(request, gpu_server):
+    if request.param == "http":
+        import tritonclient.http as mod
+        client = mod.InferenceServerClient(gpu_server.url, concurrency=16)
+    else:
+        import tritonclient.grpc as mod
+        client = mod.InferenceServerClient(gpu_server.grpc_url)
+    yield request.param, client
+    client.close()
+
+
+@needs_gpu
+def test_models_load_on_the_gpu(gpu_server):
+    import tritonclient.http as httpclient
+    client = httpclient.InferenceServerClient(gpu_server.url)
+    config = client.get_model_config("recommend_model")
+    assert config["instance_group"][0]["kind"] == "KIND_GPU"
+    assert config["instance_group"][0]["gpus"] == list(range(GPUS))
+    log = gpu_server.read_log()
+    assert "native GPU engine" in log, log
+
+
+@needs_gpu
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16", "fp16"])
+@pytest.mark.parametrize("batch", [1, 7, 32, 256])
+def test_recommend_model_matches_float64(protocol_client, gpu_repo, precision, batch):
+    protocol, client = protocol_client
+    x = np.random.default_rng().standard_normal((batch, 1024)).astype(np.float32)
+    out = infer(client, protocol, f"recommend_{precision}", {"input__0": x}, ["output__0"])["output__0"]
+    err = np.abs(out.astype(np.float64) - recommend_reference(gpu_repo, x)).max()
+    print(f"recommend_model {precision} batch {batch} {protocol}: max abs diff {err:.2e}")
+    assert out.shape == (batch, 1000) and np.isfinite(out).all()
+    assert err <= TOLERANCE[precision], f"{precision}: max abs diff {err}"
+
+
+@needs_gpu
+def test_simple_int32_exact(protocol_client):
+    protocol, client = protocol_client
+    rng = np.random.default_rng()
+    a = rng.integers(-2**30, 2**30, (8, 16), dtype=np.int32)
+    b = rng.integers(-2**30, 2**30, (8, 16), dtype=np.int32)
+    out = infer(client, protocol, "simple", {"INPUT0": a, "INPUT1": b}, ["OUTPUT0", "OUTPUT1"])
+    np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+
+@needs_gpu
+@pytest.mark.parametrize("rows", [1, 100, 3000, 17])
+def test_matmul_rows_vary(protocol_client, gpu_repo, rows):
+    protocol, client = protocol_client
+    x = np.random.default_rng().standard_normal((rows, 1024)).astype(np.float32)
+    out = infer(client, protocol, "matmul_model", {"input__0": x}, ["output__0"])["output__0"]
+    ref = matmul_reference(gpu_repo, x)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+
+
+@needs_gpu
+def test_concurrent_requests_are_batched_and_correct(gpu_server, gpu_repo):
+    import tritonclient.http as httpclient
+    errors = []
+
+    def worker():
+        client = httpclient.InferenceServerClient(gpu_server.url)
+        rng = np.random.default_rng()
+        for _ in range(20):
+            x = rng.standard_normal((int(rng.integers(1, 5)), 1024)).astype(np.float32)
+            out = infer(client, "http", "recommend_fp32", {"input__0": x}, ["output__0"])["output__0"]
+            if np.abs(out - recommend_reference(gpu_repo, x)).max() > TOLERANCE["fp32"]:
+                errors.append("wrong result")
+        client.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    stats = httpclient.InferenceServerClient(gpu_server.url).get_inference_statistics("recommend_fp32")
+    s = stats["model_stats"][0]
+    assert s["inference_count"] >= 16 * 20
+    assert s["execution_count"] < s["inference_count"]  # some requests ran together
+
+
+@needs_gpu
+def test_gpu_metrics(gpu_server):
+    metrics = urllib.request.urlopen(f"http://localhost:{gpu_server.metrics_port}/metrics").read().decode()
+    for family in ["nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
+                   "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"]:
+        assert re.search(family + r'\{gpu_uuid="GPU-[0-9a-f-]+"\} [0-9.e+]+', metrics), family
+    total = float(re.search(r'nv_gpu_memory_total_bytes\{[^}]*\} ([0-9.e+]+)', metrics).group(1))
+    assert total > 1e9
+
+
+@needs_gpu
+def test_pageable_staging_gives_the_same_results(gpu_repo):
+    s = Server(gpu_repo, "--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0")
+    try:
+        import tritonclient.grpc as grpcclient
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        x = np.random.default_rng().standard_normal((32, 1024)).astype(np.float32)
+        out = infer(client, "grpc", "recommend_fp32", {"input__0": x}, ["output__0"])["output__0"]
+        assert np.abs(out - recommend_reference(gpu_repo, x)).max() <= TOLERANCE["fp32"]
+    finally:
+        assert s.stop() == 0
+
+
+@needs_gpu
+def test_missing_gpu_id_fails_with_file_and_line(tmp_path):
+    config = open(os.path.join(ROOT, "examples", "models_gpu", "matmul_model", "config.pbtxt")).read()
+    repo = write_repo(str(tmp_path), precisions=(), extra={
+        "recommend_far": 'name: "recommend_model"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+                         f"instance_group [ {{ kind: KIND_GPU gpus: [ {GPUS + 5} ] }} ]\n"})
+    s = Server(repo, "--exit-on-error=false", "--strict-readiness=false")
+    try:
+        import tritonclient.http as httpclient
+        index = {m["name"]: m for m in httpclient.InferenceServerClient(s.url).get_model_repository_index()}
+        reason = index["recommend_far"]["reason"]
+        assert f"GPU {GPUS + 5} does not exist" in reason and "config.pbtxt:4" in reason, reason
+    finally:
+        assert s.stop() == 0
+    assert config  # the example config itself is untouched
