@@ -1,5 +1,6 @@
 // nereid: the server binary. `nereid serve [options]` (or bare options, as tritonserver takes
 // them).
+#include <execinfo.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -23,6 +24,25 @@
 namespace {
 
 // A server with many connections needs many descriptors: take the hard limit.
+// A crash writes its signal and the stack (addresses resolvable with addr2line against the
+// unstripped build) to stderr before the default action ends the process.
+void OnFatalSignal(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  char line[64];
+  const int len = std::snprintf(line, sizeof(line), "fatal signal %d; stack:\n", sig);
+  if (len > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(len));
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void InstallCrashHandler() {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // sanitizers report their own
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, OnFatalSignal);
+#endif
+}
+
 void RaiseFileLimit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
@@ -59,6 +79,7 @@ int Serve(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   RaiseFileLimit();
+  InstallCrashHandler();
   if (nereid::Status pools = nereid::ConfigureMemoryPools(options.memory); !pools.ok()) {
     LOG_ERROR << pools.message();
     return 1;
