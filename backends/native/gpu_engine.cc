@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <set>
 
@@ -184,6 +185,8 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
     const Tensor& b =
         node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+    if (b.valid() && b.raw() == nullptr)
+      return Internal(who + ": the weights were released (the graph was loaded for the CPU)");
     if (x->logical != DataType::kFp32 || !b.valid() || b.type() != DataType::kFp32 ||
         b.shape().size() != 2 || x->dims.size() != 1)
       return Unsupported(who + ": the GPU engine runs FP32 [rows, K] x constant 2-D FP32 weights");
@@ -374,6 +377,11 @@ std::string Describe(const GpuModel& m) {
          " MiB of weights on GPU " + std::to_string(m.device);
 }
 
+struct GemmChoice {
+  bool custom = false;  // Nereid's small-M kernel instead of cuBLAS
+  kc::SmallMVariant variant = kc::SmallMVariant::kWarpRows2;
+};
+
 class GpuInstance {
  public:
   explicit GpuInstance(std::shared_ptr<const GpuModel> model) : m_(std::move(model)) {}
@@ -391,8 +399,11 @@ class GpuInstance {
     CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
-    return Grow(1);
+    RETURN_IF_ERROR(Tune());
+    return Status::Ok();
   }
+
+  std::string tuning() const { return Choices(); }
 
   Status Run(int64_t rows, const std::vector<GpuFeed>& feeds, std::vector<GpuResult>* results,
              uint64_t* start_ns, uint64_t* end_ns) {
@@ -520,18 +531,10 @@ class GpuInstance {
       const int64_t count = rows * out.row_elems;
       switch (s.kind) {
         case Step::kGemm: {
-          kc::GemmProblem p;
-          p.m = rows, p.n = s.n, p.k = s.k;
-          p.ab_type = m_->float_type;
-          p.x = Buf(s.in), p.w = s.w, p.y = Buf(s.out);
-          p.out_type = out.type;
-          p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
-          p.tf32 = m_->precision == Precision::kTf32;
-          if (rows <= kc::kSmallMMax && kc::SmallMSupported(p)) {
-            CUDA_RETURN(kc::GemmSmallM(p, stream_), "GEMM kernel");
-          } else if (std::string e = cublas_->Run(p, static_cast<float*>(acc_.data)); !e.empty()) {
-            return Internal(e);
-          }
+          const GemmChoice* choice = rows <= kc::kSmallMMax && !choices_.empty()
+                                         ? &choices_[&s - m_->steps.data()][rows]
+                                         : nullptr;
+          RETURN_IF_ERROR(RunGemm(s, rows, choice));
           break;
         }
         case Step::kBinary: {
@@ -556,6 +559,98 @@ class GpuInstance {
       }
     }
     return Status::Ok();
+  }
+
+  kc::GemmProblem Problem(const Step& s, int64_t rows) const {
+    kc::GemmProblem p;
+    p.m = rows, p.n = s.n, p.k = s.k;
+    p.ab_type = m_->float_type;
+    p.x = Buf(s.in), p.w = s.w, p.y = Buf(s.out);
+    p.out_type = m_->values[s.out].type;
+    p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
+    p.tf32 = m_->precision == Precision::kTf32;
+    return p;
+  }
+
+  // One GEMM: Nereid's small-M kernel where tuning found it faster for this layer and row count,
+  // cuBLAS (with the epilogue kernel) otherwise.
+  Status RunGemm(const Step& s, int64_t rows, const GemmChoice* choice) {
+    const kc::GemmProblem p = Problem(s, rows);
+    if (choice != nullptr && choice->custom)
+      return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "GEMM kernel");
+    if (std::string e = cublas_->Run(p, static_cast<float*>(acc_.data)); !e.empty())
+      return Internal(e);
+    return Status::Ok();
+  }
+
+  // Times, for every GEMM of the graph and every row count up to kSmallMMax, each small-M variant
+  // against cuBLAS on this device (ten launches each after two warm-ups, on non-zero data) and
+  // keeps the fastest: cuBLAS stays wherever the custom kernels do not win.
+  Status Tune() {
+    RETURN_IF_ERROR(Grow(kc::kSmallMMax));
+    // A small non-zero pattern (about 0.0115 as fp32, bf16 or fp16): never time on zeros.
+    for (size_t id = 0; id < m_->values.size(); ++id) {
+      const ValueSpec& v = m_->values[id];
+      if (buffers_[id].data == nullptr) continue;
+      CUDA_RETURN(cudaMemsetAsync(
+                      buffers_[id].data, 0x3C,
+                      static_cast<size_t>(capacity_ * v.row_elems) * kc::ElemSize(v.type), stream_),
+                  "cudaMemset");
+    }
+    cudaEvent_t start, stop;
+    CUDA_RETURN(cudaEventCreate(&start), "cudaEventCreate");
+    CUDA_RETURN(cudaEventCreate(&stop), "cudaEventCreate");
+    auto time = [&](const Step& s, int64_t rows, const GemmChoice* choice) -> StatusOr<float> {
+      for (int i = 0; i < 2; ++i) RETURN_IF_ERROR(RunGemm(s, rows, choice));
+      CUDA_RETURN(cudaEventRecord(start, stream_), "cudaEventRecord");
+      for (int i = 0; i < 10; ++i) RETURN_IF_ERROR(RunGemm(s, rows, choice));
+      CUDA_RETURN(cudaEventRecord(stop, stream_), "cudaEventRecord");
+      CUDA_RETURN(cudaEventSynchronize(stop), "GEMM tuning");
+      float ms = 0;
+      CUDA_RETURN(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      return ms;
+    };
+    Status status = Status::Ok();
+    choices_.assign(m_->steps.size(), {});
+    for (size_t i = 0; i < m_->steps.size() && status.ok(); ++i) {
+      const Step& s = m_->steps[i];
+      if (s.kind != Step::kGemm) continue;
+      for (int64_t rows = 1; rows <= kc::kSmallMMax && status.ok(); ++rows) {
+        if (!kc::SmallMSupported(Problem(s, rows))) continue;
+        auto best = time(s, rows, nullptr);
+        if (!best.ok()) {
+          status = best.status();
+          break;
+        }
+        for (auto variant : kc::kSmallMVariants) {
+          GemmChoice candidate{true, variant};
+          auto t = time(s, rows, &candidate);
+          if (!t.ok()) {
+            status = t.status();
+            break;
+          }
+          if (*t < *best) *best = *t, choices_[i][rows] = candidate;
+        }
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return status;
+  }
+
+  // For the load log: per GEMM, the row counts Nereid's own kernel runs.
+  std::string Choices() const {
+    std::string out;
+    int gemm = 0;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      if (m_->steps[i].kind != Step::kGemm) continue;
+      std::string rows;
+      for (int64_t r = 1; r <= kc::kSmallMMax; ++r)
+        if (choices_[i][r].custom) rows += (rows.empty() ? "" : ",") + std::to_string(r);
+      out += (out.empty() ? "" : "; ") + std::string("GEMM ") + std::to_string(gemm++) + ": " +
+             (rows.empty() ? "cuBLAS" : "own kernel at rows " + rows + ", else cuBLAS");
+    }
+    return out;
   }
 
   // Replays the graph captured for 'rows' (capturing it on first use).
@@ -597,6 +692,8 @@ class GpuInstance {
   NereidBuffer acc_{};
   bool copies_in_graph_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;
+  // Per step (GEMMs only) and row count 0..kSmallMMax: which implementation Tune() picked.
+  std::vector<std::array<GemmChoice, kc::kSmallMMax + 1>> choices_;
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {
@@ -612,5 +709,7 @@ Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>&
 }
 
 void DestroyGpuInstance(GpuInstance* instance) { delete instance; }
+
+std::string GemmTuning(const GpuInstance& instance) { return instance.tuning(); }
 
 }  // namespace nereid::native

@@ -57,7 +57,11 @@ struct GpuInstanceDeleter {
 };
 using GpuInstancePtr = std::unique_ptr<GpuInstance, GpuInstanceDeleter>;
 
+// Creates the instance's stream, cuBLAS handle and buffers, and times Nereid's small-M GEMM kernels
+// against cuBLAS for each layer and row count up to 16 on this device (a few milliseconds).
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model);
+// Which GEMM implementation the instance runs per layer and row count (for the load log).
+std::string GemmTuning(const GpuInstance& instance);
 // Runs 'rows' rows through the graph; results point into the instance's staging memory.
 // 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,

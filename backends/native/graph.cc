@@ -30,15 +30,16 @@ int Graph::ValueId(const std::string& name) {
   return it->second;
 }
 
-StatusOr<std::unique_ptr<Graph>> Graph::Load(const std::string& path) {
+StatusOr<std::unique_ptr<Graph>> Graph::Load(const std::string& path, GraphOptions options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open ONNX model file " + path);
   auto model = std::make_unique<onnx::ModelProto>();
   if (!model->ParseFromIstream(&in)) return InvalidArgument("cannot parse ONNX model file " + path);
-  return FromProto(std::move(model));
+  return FromProto(std::move(model), options);
 }
 
-StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelProto> model) {
+StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelProto> model,
+                                                  GraphOptions options) {
   std::unique_ptr<Graph> g(new Graph());
   g->model_ = std::move(model);
   const onnx::GraphProto& graph = g->model_->graph();
@@ -97,6 +98,7 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   }
   // Constant weights of Gemm/MatMul are packed once, here, into the GEMM's panel layout.
   for (Node& node : g->nodes_) {
+    if (!options.pack_weights) break;
     const std::string& op = node.op.op_type();
     if ((op != "Gemm" && op != "MatMul") || node.inputs.size() < 2 || node.inputs[1] < 0) continue;
     const int id = node.inputs[1];

@@ -29,11 +29,18 @@ struct ValueInfo {
   bool has_shape = false;  // false when the graph states no shape (dims is then empty)
 };
 
+struct GraphOptions {
+  // Pack constant GEMM weights for the CPU kernels and release the originals (CPU execution). The
+  // GPU compiler loads with false: it needs the weights as the file has them.
+  bool pack_weights = true;
+};
+
 class Graph {
  public:
   // Fails with the list of unsupported ops when any node's op is not implemented.
-  static StatusOr<std::unique_ptr<Graph>> Load(const std::string& path);
-  static StatusOr<std::unique_ptr<Graph>> FromProto(std::unique_ptr<onnx::ModelProto> model);
+  static StatusOr<std::unique_ptr<Graph>> Load(const std::string& path, GraphOptions options = {});
+  static StatusOr<std::unique_ptr<Graph>> FromProto(std::unique_ptr<onnx::ModelProto> model,
+                                                    GraphOptions options = {});
   ~Graph();
 
   const std::vector<ValueInfo>& inputs() const { return inputs_; }

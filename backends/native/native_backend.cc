@@ -63,6 +63,7 @@ struct ModelState {
   std::map<std::string, IoSpec> inputs;
   std::map<std::string, IoSpec> outputs;
   std::string precision = "fp32";  // config parameter "precision" (the GPU engine's float math)
+  std::string path;                // the ONNX file
 #ifdef NEREID_NATIVE_GPU
   // The graph compiled for each device, shared by that device's instances.
   std::mutex gpu_mu;
@@ -224,6 +225,7 @@ Status InitializeModel(NereidModel* model) {
   std::string file = StringField(config, "default_model_filename");
   if (file.empty()) file = "model.onnx";
   const std::string path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
+  state->path = path;
   auto graph = Graph::Load(path);
   if (!graph.ok())
     return Status(graph.status().code(),
@@ -439,7 +441,11 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
     auto it = m.gpu_models.find(device);
     if (it == m.gpu_models.end()) {
       ASSIGN_OR_RETURN(Precision precision, ParsePrecision(m.precision));
-      auto made = CompileForGpu(*m.graph, device, precision);
+      // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the
+      // file's weights from a graph of its own, dropped once they are on the device.
+      auto unpacked = Graph::Load(m.path, GraphOptions{.pack_weights = false});
+      if (!unpacked.ok()) return unpacked.status();
+      auto made = CompileForGpu(**unpacked, device, precision);
       if (!made.ok())
         return Status(made.status().code(), who + " (KIND_GPU): " + made.status().message());
       it = m.gpu_models.emplace(device, std::move(made).value()).first;
@@ -452,6 +458,7 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
   auto gpu = CreateGpuInstance(std::move(compiled));
   if (!gpu.ok()) return Status(gpu.status().code(), who + ": " + gpu.status().message());
   state.gpu = std::move(gpu).value();
+  Log(NEREID_LOG_INFO, who + " on GPU " + std::to_string(device) + ": " + GemmTuning(*state.gpu));
   return Status::Ok();
 }
 

@@ -11,13 +11,12 @@ namespace nereid::kernels::cuda {
 namespace {
 
 // ---- GemmSmallM ---------------------------------------------------------------------------------
-// One warp computes kRows consecutive output columns (rows of w) for all m rows of x. Each lane
+// Variants kWarpRows2/4: one warp computes kRows consecutive output columns (rows of w) for all m rows of x. Each lane
 // walks k in 16-byte vectors, 32 lanes apart, so a warp reads 512 contiguous bytes of a w row per
 // step and every byte of w once; x (m x k, small) comes through L1 and is reused for the kRows rows.
 // The m x kRows dot products are reduced across the warp with shuffles, and lane j < kRows*M writes
 // one element of y with the epilogue applied.
 constexpr int kWarps = 4;
-constexpr int kRows = 2;
 
 template <typename T>
 struct Vec {
@@ -31,7 +30,7 @@ struct Vec {
   }
 };
 
-template <typename T, int M, Activation A, typename OutT>
+template <typename T, int M, int kRows, Activation A, typename OutT>
 __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(int m, int64_t n, int64_t k,
                                                             const T* __restrict__ x,
                                                             const T* __restrict__ w, float alpha,
@@ -91,38 +90,136 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(int m, int64_t n, in
     }
 }
 
-template <typename T, typename OutT>
-cudaError_t LaunchSmallM(const GemmProblem& p, cudaStream_t stream) {
-  const int64_t warps = (p.n + kRows - 1) / kRows;
-  const unsigned grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+// Variant kSharedX: the block (8 warps) stages x[:, k0:k0+kt] in shared memory once per tile, so
+// the m rows of x are read from device memory once per block instead of once per warp; each warp
+// then streams kRows rows of w against the staged tile.
+constexpr int kSharedWarps = 8;
+constexpr size_t kSharedXBytes = 32 << 10;
+
+template <typename T, int M, int kRows, Activation A, typename OutT>
+__global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
+    int m, int64_t n, int64_t k, int64_t kt, const T* __restrict__ x, const T* __restrict__ w,
+    float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
+  constexpr int V = Vec<T>::kCount;
+  extern __shared__ uint4 shared_raw[];
+  T* xs = reinterpret_cast<T*>(shared_raw);  // M x kt
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * kSharedWarps + (threadIdx.x >> 5)) * kRows;
+  const bool active = row0 < n;
+  float acc[kRows][M];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+  const T* wr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) wr[r] = w + (row0 + r < n ? row0 + r : (active ? row0 : 0)) * k;
+
+  for (int64_t k0 = 0; k0 < k; k0 += kt) {
+    const int64_t len = k - k0 < kt ? k - k0 : kt;
+    const int64_t vecs = len / V;
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < m * vecs; idx += blockDim.x) {
+      const int64_t i = idx / vecs, c = idx % vecs;
+      reinterpret_cast<uint4*>(xs + i * kt)[c] =
+          __ldg(reinterpret_cast<const uint4*>(x + i * k + k0) + c);
+    }
+    __syncthreads();
+    if (!active) continue;
+#pragma unroll 2
+    for (int64_t base = static_cast<int64_t>(lane) * V; base < len; base += 32 * V) {
+      Vec<T> wv[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) wv[r].Load(wr[r] + k0 + base);
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        if (i < m) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(xs + i * kt + base);
+          const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[r][i] = fmaf(wv[r].v[j], ToFloat(e[j]), acc[r][i]);
+        }
+      }
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1)
+        acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int64_t col = row0 + r;
+      if (lane == (r * M + i) % 32 && i < m && col < n) {
+        float v = alpha * acc[r][i];
+        if (bias != nullptr) v += bias[col];
+        v = Activate<A>(v);
+        if (residual != nullptr) v += ToFloat(residual[i * n + col]);
+        y[i * n + col] = FromFloat<OutT>(v);
+      }
+    }
+}
+
+template <typename T, int M, int kRows, typename OutT, Activation A>
+void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream) {
   const auto* x = static_cast<const T*>(p.x);
   const auto* w = static_cast<const T*>(p.w);
   const auto* res = static_cast<const OutT*>(p.residual);
   auto* y = static_cast<OutT*>(p.y);
   const int m = static_cast<int>(p.m);
+  const int64_t warps = (p.n + kRows - 1) / kRows;
+  if (variant == SmallMVariant::kSharedX) {
+    constexpr int64_t V = 16 / sizeof(T);
+    int64_t kt = static_cast<int64_t>(kSharedXBytes / (M * sizeof(T))) / (32 * V) * (32 * V);
+    const int64_t k_round = (p.k + 32 * V - 1) / (32 * V) * (32 * V);
+    kt = kt < k_round ? kt : k_round;
+    const unsigned grid = static_cast<unsigned>((warps + kSharedWarps - 1) / kSharedWarps);
+    SmallMSharedKernel<T, M, kRows, A, OutT><<<grid, kSharedWarps * 32, M * kt * sizeof(T), stream>>>(
+        m, p.n, p.k, kt, x, w, p.alpha, p.bias, res, y);
+  } else {
+    const unsigned grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+    SmallMKernel<T, M, kRows, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha,
+                                                                        p.bias, res, y);
+  }
+}
+
+template <typename T, typename OutT>
+cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
   auto launch = [&](auto a) {
     constexpr Activation A = decltype(a)::value;
-    if (m <= 1)
-      SmallMKernel<T, 1, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
-    else if (m <= 2)
-      SmallMKernel<T, 2, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
-    else if (m <= 4)
-      SmallMKernel<T, 4, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
-    else if (m <= 8)
-      SmallMKernel<T, 8, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
-    else
-      SmallMKernel<T, 16, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
+    const int64_t m = p.m;
+    if (variant == SmallMVariant::kWarpRows2) {
+      if (m <= 1) LaunchVariant<T, 1, 2, OutT, A>(variant, p, stream);
+      else if (m <= 2) LaunchVariant<T, 2, 2, OutT, A>(variant, p, stream);
+      else if (m <= 4) LaunchVariant<T, 4, 2, OutT, A>(variant, p, stream);
+      else if (m <= 8) LaunchVariant<T, 8, 2, OutT, A>(variant, p, stream);
+      else LaunchVariant<T, 16, 2, OutT, A>(variant, p, stream);
+    } else {
+      if (m <= 1) LaunchVariant<T, 1, 4, OutT, A>(variant, p, stream);
+      else if (m <= 2) LaunchVariant<T, 2, 4, OutT, A>(variant, p, stream);
+      else if (m <= 4) LaunchVariant<T, 4, 4, OutT, A>(variant, p, stream);
+      else if (m <= 8) LaunchVariant<T, 8, 4, OutT, A>(variant, p, stream);
+      else LaunchVariant<T, 16, 4, OutT, A>(variant, p, stream);
+    }
   };
   NEREID_DISPATCH_ACTIVATION(p.act, launch);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchSmallMOut(const GemmProblem& p, cudaStream_t stream) {
+cudaError_t LaunchSmallMOut(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
   switch (p.out_type) {
-    case ElemType::kF32: return LaunchSmallM<T, float>(p, stream);
-    case ElemType::kBF16: return LaunchSmallM<T, __nv_bfloat16>(p, stream);
-    case ElemType::kF16: return LaunchSmallM<T, __half>(p, stream);
+    case ElemType::kF32: return LaunchSmallM<T, float>(p, variant, stream);
+    case ElemType::kBF16: return LaunchSmallM<T, __nv_bfloat16>(p, variant, stream);
+    case ElemType::kF16: return LaunchSmallM<T, __half>(p, variant, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -151,12 +248,21 @@ bool SmallMSupported(const GemmProblem& p) {
          p.k % vec == 0 && Aligned16(p.x) && Aligned16(p.w);
 }
 
-cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream) {
+const char* SmallMVariantName(SmallMVariant v) {
+  switch (v) {
+    case SmallMVariant::kWarpRows2: return "warp-rows-2";
+    case SmallMVariant::kWarpRows4: return "warp-rows-4";
+    case SmallMVariant::kSharedX: return "shared-x";
+  }
+  return "?";
+}
+
+cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream, SmallMVariant variant) {
   if (!SmallMSupported(p)) return cudaErrorInvalidValue;
   switch (p.ab_type) {
-    case ElemType::kF32: return LaunchSmallMOut<float>(p, stream);
-    case ElemType::kBF16: return LaunchSmallMOut<__nv_bfloat16>(p, stream);
-    case ElemType::kF16: return LaunchSmallMOut<__half>(p, stream);
+    case ElemType::kF32: return LaunchSmallMOut<float>(p, variant, stream);
+    case ElemType::kBF16: return LaunchSmallMOut<__nv_bfloat16>(p, variant, stream);
+    case ElemType::kF16: return LaunchSmallMOut<__half>(p, variant, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -35,7 +35,15 @@ constexpr int64_t kSmallMMax = 16;
 // Whether GemmSmallM can run 'p' (m <= kSmallMMax, k a multiple of one 16-byte vector, 16-byte
 // aligned x and w).
 bool SmallMSupported(const GemmProblem& p);
-cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream);
+// kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1; kSharedX: x staged in
+// shared memory per block and tile of k, each warp streaming 4 rows of w (fewer x reads for m > 1).
+// Which wins depends on the shape: the engine times them against cuBLAS per layer and row count.
+enum class SmallMVariant { kWarpRows2, kWarpRows4, kSharedX };
+constexpr SmallMVariant kSmallMVariants[] = {SmallMVariant::kWarpRows2, SmallMVariant::kWarpRows4,
+                                             SmallMVariant::kSharedX};
+const char* SmallMVariantName(SmallMVariant v);
+cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream,
+                       SmallMVariant variant = SmallMVariant::kWarpRows2);
 
 class CublasGemm {
  public:

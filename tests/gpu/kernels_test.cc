@@ -167,7 +167,8 @@ std::vector<GemmCase> GemmCases(bool small_m_only) {
       small_m_only ? std::vector<std::array<int64_t, 3>>{{1, 1000, 1024},
                                                          {3, 257, 512},
                                                          {8, 64, 4096},
-                                                         {16, 130, 136}}
+                                                         {16, 130, 136},
+                                                         {5, 33, 8192}}
                    : std::vector<std::array<int64_t, 3>>{
                          {1, 1000, 1024}, {33, 129, 72}, {64, 256, 512}, {257, 100, 96}};
   int variant = 0;
@@ -185,11 +186,13 @@ std::vector<GemmCase> GemmCases(bool small_m_only) {
 
 TEST(CudaGemm, SmallMMatchesFloat64Reference) {
   NEREID_REQUIRE_GPU();
-  for (const auto& c : GemmCases(true))
-    CheckGemm(c, [&](GemmProblem& p) {
-      ASSERT_TRUE(kernels::cuda::SmallMSupported(p)) << Describe(c);
-      ASSERT_EQ(kernels::cuda::GemmSmallM(p, nullptr), cudaSuccess) << Describe(c);
-    });
+  for (auto variant : kernels::cuda::kSmallMVariants)
+    for (const auto& c : GemmCases(true))
+      CheckGemm(c, [&](GemmProblem& p) {
+        ASSERT_TRUE(kernels::cuda::SmallMSupported(p)) << Describe(c);
+        ASSERT_EQ(kernels::cuda::GemmSmallM(p, nullptr, variant), cudaSuccess)
+            << Describe(c) << " " << kernels::cuda::SmallMVariantName(variant);
+      });
 }
 
 TEST(CudaGemm, CublasWithEpilogueMatchesFloat64Reference) {
