@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Gathers what the device machine needs into .devcarry/ (ignored by git, named in the run's carry):
-# bundle.tar.xz with the stripped binaries (nereid, the native backend, bench_gemm), the Debian shared
+# bundle.tar.xz with the stripped binaries (nereid, the native backend, bench_gemm or with GPU=1 the
+# GPU tests and benchmarks), the Debian shared
 # libraries they link (OpenBLAS for bench_gemm's reference included) and perf_analyzer from PyPI (its
 # wheel needs glibc 2.38: fine there, not here), compressed because a device call carries 64 MiB at
 # most; plus the example models. TRITON=1 adds PyTriton's tritonserver with the Python backend and its
@@ -14,13 +15,12 @@ trap 'rm -rf "$STAGE"' EXIT
 rm -rf .devcarry && mkdir -p .devcarry/models "$STAGE/bin/backends" "$STAGE/lib"
 strip -o "$STAGE/bin/nereid" build/nereid
 strip -o "$STAGE/bin/nereid-perf" build/nereid-perf
-strip -o "$STAGE/bin/bench_gemm" build/bench_gemm
 strip -o "$STAGE/bin/backends/libnereid_backend_native.so" build/backends/libnereid_backend_native.so
-BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so build/bench_gemm)
-# GPU=1: the GPU tests and benchmarks too (scripts/gpu_device_run.sh runs them).
-if [ -n "${GPU:-}" ]; then
-  for b in nereid_gpu_tests bench_gpu; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
-fi
+BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
+# GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
+# scripts/gpu_device_run.sh.
+if [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu); else EXTRA=(bench_gemm); fi
+for b in "${EXTRA[@]}"; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
 # Every shared library the binaries link, except glibc's, the C++ runtime (newer on the device)
 # and cuBLAS (600 MB; the device's CUDA 13 has it).
 for bin in "${BINS[@]}"; do

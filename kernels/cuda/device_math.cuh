@@ -44,6 +44,18 @@ __device__ __forceinline__ float Activate(float x) {
   return x;
 }
 
+// The activation chosen at run time (epilogues: applied once per output, so a switch costs nothing
+// and saves a kernel instantiation per activation).
+__device__ __forceinline__ float ActivateAny(Activation a, float x) {
+  switch (a) {
+    case Activation::kRelu: return Activate<Activation::kRelu>(x);
+    case Activation::kSigmoid: return Activate<Activation::kSigmoid>(x);
+    case Activation::kTanh: return Activate<Activation::kTanh>(x);
+    case Activation::kGelu: return Activate<Activation::kGelu>(x);
+    default: return x;
+  }
+}
+
 }  // namespace nereid::kernels::cuda
 
 // Expands F with each activation as a compile-time constant: DISPATCH_ACTIVATION(act, F) calls

@@ -30,8 +30,8 @@ struct Vec {
   }
 };
 
-template <typename T, int M, int kRows, Activation A, typename OutT>
-__global__ __launch_bounds__(kWarps * 32) void SmallMKernel(int m, int64_t n, int64_t k,
+template <typename T, int M, int kRows, typename OutT>
+__global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int m, int64_t n, int64_t k,
                                                             const T* __restrict__ x,
                                                             const T* __restrict__ w, float alpha,
                                                             const float* __restrict__ bias,
@@ -83,7 +83,7 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(int m, int64_t n, in
       if (lane == (r * M + i) % 32 && i < m && col < n) {
         float v = alpha * acc[r][i];
         if (bias != nullptr) v += bias[col];
-        v = Activate<A>(v);
+        v = ActivateAny(act, v);
         if (residual != nullptr) v += ToFloat(residual[i * n + col]);
         y[i * n + col] = FromFloat<OutT>(v);
       }
@@ -96,9 +96,9 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(int m, int64_t n, in
 constexpr int kSharedWarps = 8;
 constexpr size_t kSharedXBytes = 32 << 10;
 
-template <typename T, int M, int kRows, Activation A, typename OutT>
+template <typename T, int M, int kRows, typename OutT>
 __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
-    int m, int64_t n, int64_t k, int64_t kt, const T* __restrict__ x, const T* __restrict__ w,
+    Activation act, int m, int64_t n, int64_t k, int64_t kt, const T* __restrict__ x, const T* __restrict__ w,
     float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
   constexpr int V = Vec<T>::kCount;
   extern __shared__ uint4 shared_raw[];
@@ -161,14 +161,14 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
       if (lane == (r * M + i) % 32 && i < m && col < n) {
         float v = alpha * acc[r][i];
         if (bias != nullptr) v += bias[col];
-        v = Activate<A>(v);
+        v = ActivateAny(act, v);
         if (residual != nullptr) v += ToFloat(residual[i * n + col]);
         y[i * n + col] = FromFloat<OutT>(v);
       }
     }
 }
 
-template <typename T, int M, int kRows, typename OutT, Activation A>
+template <typename T, int M, int kRows, typename OutT>
 void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream) {
   const auto* x = static_cast<const T*>(p.x);
   const auto* w = static_cast<const T*>(p.w);
@@ -182,46 +182,41 @@ void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t str
     const int64_t k_round = (p.k + 32 * V - 1) / (32 * V) * (32 * V);
     kt = kt < k_round ? kt : k_round;
     const unsigned grid = static_cast<unsigned>((warps + kSharedWarps - 1) / kSharedWarps);
-    SmallMSharedKernel<T, M, kRows, A, OutT><<<grid, kSharedWarps * 32, M * kt * sizeof(T), stream>>>(
-        m, p.n, p.k, kt, x, w, p.alpha, p.bias, res, y);
+    SmallMSharedKernel<T, M, kRows, OutT><<<grid, kSharedWarps * 32, M * kt * sizeof(T), stream>>>(
+        p.act, m, p.n, p.k, kt, x, w, p.alpha, p.bias, res, y);
   } else {
     const unsigned grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    SmallMKernel<T, M, kRows, A, OutT><<<grid, kWarps * 32, 0, stream>>>(m, p.n, p.k, x, w, p.alpha,
+    SmallMKernel<T, M, kRows, OutT><<<grid, kWarps * 32, 0, stream>>>(p.act, m, p.n, p.k, x, w, p.alpha,
                                                                         p.bias, res, y);
   }
 }
 
 template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
-  auto launch = [&](auto a) {
-    constexpr Activation A = decltype(a)::value;
-    const int64_t m = p.m;
-    if (variant == SmallMVariant::kWarpRows2) {
-      if (m <= 1) LaunchVariant<T, 1, 2, OutT, A>(variant, p, stream);
-      else if (m <= 2) LaunchVariant<T, 2, 2, OutT, A>(variant, p, stream);
-      else if (m <= 4) LaunchVariant<T, 4, 2, OutT, A>(variant, p, stream);
-      else if (m <= 8) LaunchVariant<T, 8, 2, OutT, A>(variant, p, stream);
-      else LaunchVariant<T, 16, 2, OutT, A>(variant, p, stream);
-    } else {
-      if (m <= 1) LaunchVariant<T, 1, 4, OutT, A>(variant, p, stream);
-      else if (m <= 2) LaunchVariant<T, 2, 4, OutT, A>(variant, p, stream);
-      else if (m <= 4) LaunchVariant<T, 4, 4, OutT, A>(variant, p, stream);
-      else if (m <= 8) LaunchVariant<T, 8, 4, OutT, A>(variant, p, stream);
-      else LaunchVariant<T, 16, 4, OutT, A>(variant, p, stream);
-    }
-  };
-  NEREID_DISPATCH_ACTIVATION(p.act, launch);
+  const int64_t m = p.m;
+  if (variant == SmallMVariant::kWarpRows2) {
+    if (m <= 1) LaunchVariant<T, 1, 2, OutT>(variant, p, stream);
+    else if (m <= 2) LaunchVariant<T, 2, 2, OutT>(variant, p, stream);
+    else if (m <= 4) LaunchVariant<T, 4, 2, OutT>(variant, p, stream);
+    else if (m <= 8) LaunchVariant<T, 8, 2, OutT>(variant, p, stream);
+    else LaunchVariant<T, 16, 2, OutT>(variant, p, stream);
+  } else {
+    if (m <= 1) LaunchVariant<T, 1, 4, OutT>(variant, p, stream);
+    else if (m <= 2) LaunchVariant<T, 2, 4, OutT>(variant, p, stream);
+    else if (m <= 4) LaunchVariant<T, 4, 4, OutT>(variant, p, stream);
+    else if (m <= 8) LaunchVariant<T, 8, 4, OutT>(variant, p, stream);
+    else LaunchVariant<T, 16, 4, OutT>(variant, p, stream);
+  }
   return cudaGetLastError();
 }
 
+// Outputs in fp32 or in the operands' own type (what the engine chains between layers).
 template <typename T>
 cudaError_t LaunchSmallMOut(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
-  switch (p.out_type) {
-    case ElemType::kF32: return LaunchSmallM<T, float>(p, variant, stream);
-    case ElemType::kBF16: return LaunchSmallM<T, __nv_bfloat16>(p, variant, stream);
-    case ElemType::kF16: return LaunchSmallM<T, __half>(p, variant, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  if (p.out_type == ElemType::kF32) return LaunchSmallM<T, float>(p, variant, stream);
+  if constexpr (!std::is_same_v<T, float>)
+    if (p.out_type == p.ab_type) return LaunchSmallM<T, T>(p, variant, stream);
+  return cudaErrorInvalidValue;
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -244,7 +239,8 @@ bool SmallMSupported(const GemmProblem& p) {
   const bool float_types = p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 ||
                            p.ab_type == ElemType::kF16;
   const int64_t vec = 16 / static_cast<int64_t>(ElemSize(p.ab_type));
-  return float_types && p.m >= 1 && p.m <= kSmallMMax && p.n >= 1 && p.k >= vec &&
+  const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
+  return float_types && out_ok && p.m >= 1 && p.m <= kSmallMMax && p.n >= 1 && p.k >= vec &&
          p.k % vec == 0 && Aligned16(p.x) && Aligned16(p.w);
 }
 

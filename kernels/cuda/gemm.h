@@ -33,7 +33,7 @@ struct GemmProblem {
 // The largest m GemmSmallM takes.
 constexpr int64_t kSmallMMax = 16;
 // Whether GemmSmallM can run 'p' (m <= kSmallMMax, k a multiple of one 16-byte vector, 16-byte
-// aligned x and w).
+// aligned x and w, y in fp32 or in the operands' type).
 bool SmallMSupported(const GemmProblem& p);
 // kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1; kSharedX: x staged in
 // shared memory per block and tile of k, each warp streaming 4 rows of w (fewer x reads for m > 1).
