@@ -15,6 +15,7 @@ Usage: python3 bench/gpu_serving.py NEREID_BINARY [PERF_ANALYZER] [--out DIR]
 import argparse
 import csv
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def server_compute(server, model, batch, iters=300):
 
 def throughput(perf_analyzer, nereid_perf, url, model, concurrency, out_dir, shape=None):
     """(inferences/s, p50 us) over HTTP."""
-    csv_path = os.path.join(out_dir, f"pa_{model}_c{concurrency}.csv")
+    csv_path = os.path.join(tempfile.mkdtemp(), f"pa_{model}_c{concurrency}.csv")
     if perf_analyzer:
         cmd = [perf_analyzer, "-m", model, "-u", url, "-i", "http", "--concurrency-range",
                str(concurrency), "--measurement-interval", "3000", "--stability-percentage", "50",
@@ -142,7 +143,6 @@ def main():
     simple_cpu = open(os.path.join(ROOT, "examples", "models", "simple", "config.pbtxt")).read()
     repo = write_repo(root, precisions=("fp32", "tf32", "bf16"))
     os.makedirs(os.path.join(repo, "simple_cpu", "1"))
-    import shutil
     shutil.copy(os.path.join(repo, "simple", "1", "model.onnx"), os.path.join(repo, "simple_cpu", "1"))
     with open(os.path.join(repo, "simple_cpu", "config.pbtxt"), "w") as f:
         f.write(simple_cpu.replace('name: "simple"', 'name: "simple_cpu"'))
@@ -171,6 +171,7 @@ def main():
               f"KIND_GPU / KIND_CPU recommend: {rows['recommend_tf32'][0] / rows['recommend_cpu'][0]:.1f}x")
     finally:
         server.stop()
+        shutil.copy(server.log_path, os.path.join(args.out, "server.log"))
 
     print()
     print("== 3. matmul_model on KIND_GPU, 1024 rows (4 MiB in and out), concurrency 4: pinned vs pageable staging")

@@ -405,34 +405,57 @@ class GpuInstance {
 
   std::string tuning() const { return Choices(); }
 
-  Status Run(int64_t rows, const std::vector<GpuFeed>& feeds, std::vector<GpuResult>* results,
+  Status Run(int64_t rows, const std::vector<GpuFeed>& feeds,
+             const std::vector<void*>& destinations, std::vector<GpuResult>* results,
              uint64_t* start_ns, uint64_t* end_ns) {
     if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     RETURN_IF_ERROR(Grow(rows));
     *start_ns = NereidNowNs();
-    // Host -> staging: each request's part lands at its rows (this is also the batch gather).
-    for (size_t i = 0; i < m_->inputs.size(); ++i) {
+    // Which copies go straight between request memory and the device (bit i: input i; bit
+    // inputs + o: output o); the others pass through staging. A graph is captured per row count
+    // and mask.
+    constexpr size_t kDirectMin = 64 << 10;
+    const size_t ni = m_->inputs.size();
+    uint64_t direct = 0;
+    direct_src_.assign(ni, nullptr);
+    direct_dst_.assign(m_->outputs.size(), nullptr);
+    for (size_t i = 0; i < ni; ++i) {
       const IoSpec& io = m_->inputs[i];
       const GpuFeed* feed = nullptr;
       for (const auto& f : feeds)
         if (f.name == io.name) feed = &f;
       if (feed == nullptr) return InvalidArgument("input '" + io.name + "' is missing");
       const size_t want = static_cast<size_t>(rows) * io.row_bytes;
+      if (feed->parts.size() == 1 && feed->parts[0].pinned && feed->parts[0].bytes == want &&
+          want >= kDirectMin && i < 32) {
+        direct |= uint64_t{1} << i;
+        direct_src_[i] = feed->parts[0].data;
+        continue;
+      }
+      // Host -> staging: each request's part lands at its rows (this is also the batch gather).
       uint8_t* dst = static_cast<uint8_t*>(staging_in_[i].data);
       size_t at = 0;
-      for (const auto& [data, bytes] : feed->parts) {
-        if (at + bytes > want) break;
-        std::memcpy(dst + at, data, bytes);
-        at += bytes;
+      for (const GpuPart& part : feed->parts) {
+        if (at + part.bytes > want) break;
+        std::memcpy(dst + at, part.data, part.bytes);
+        at += part.bytes;
       }
       if (at != want)
         return InvalidArgument("input '" + io.name + "' has the wrong size for " +
                                std::to_string(rows) + " rows");
     }
-    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true));
-    RETURN_IF_ERROR(LaunchGraph(rows));
-    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false));
+    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size() && ni + o < 64; ++o)
+      if (destinations[o] != nullptr &&
+          static_cast<size_t>(rows) * m_->outputs[o].row_bytes >= kDirectMin) {
+        direct |= uint64_t{1} << (ni + o);
+        direct_dst_[o] = destinations[o];
+      }
+    RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
+    RETURN_IF_ERROR(LaunchGraph(rows, direct));
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
+    RETURN_IF_ERROR(EnqueueDirect(rows, direct, false));
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
     *end_ns = NereidNowNs();
     results->clear();
@@ -443,11 +466,19 @@ class GpuInstance {
       r.type = io.type;
       r.shape = {rows};
       r.shape.insert(r.shape.end(), io.dims.begin(), io.dims.end());
-      r.data = static_cast<const uint8_t*>(staging_out_[i].data);
+      r.in_destination = direct_dst_[i] != nullptr;
+      r.data =
+          static_cast<const uint8_t*>(r.in_destination ? direct_dst_[i] : staging_out_[i].data);
       r.bytes = static_cast<size_t>(rows) * io.row_bytes;
       results->push_back(std::move(r));
     }
     return Status::Ok();
+  }
+
+  std::vector<GpuOutputInfo> outputs() const {
+    std::vector<GpuOutputInfo> out;
+    for (const IoSpec& io : m_->outputs) out.push_back({io.name, io.type, io.dims, io.row_bytes});
+    return out;
   }
 
  private:
@@ -469,7 +500,7 @@ class GpuInstance {
   }
 
   void DropGraphs() {
-    for (auto& [rows, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     graphs_.clear();
   }
 
@@ -512,9 +543,29 @@ class GpuInstance {
     return Status::Ok();
   }
 
-  Status EnqueueCopies(int64_t rows, bool to_device) {
+  // The copies between request memory and the device chosen for this run (outside any graph).
+  Status EnqueueDirect(int64_t rows, uint64_t direct, bool to_device) {
+    const size_t ni = m_->inputs.size();
     const auto& ios = to_device ? m_->inputs : m_->outputs;
     for (size_t i = 0; i < ios.size(); ++i) {
+      if (!(direct >> (to_device ? i : ni + i) & 1)) continue;
+      const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
+      void* device = Buf(ios[i].value);
+      CUDA_RETURN(
+          to_device
+              ? cudaMemcpyAsync(device, direct_src_[i], bytes, cudaMemcpyHostToDevice, stream_)
+              : cudaMemcpyAsync(direct_dst_[i], device, bytes, cudaMemcpyDeviceToHost, stream_),
+          to_device ? "copy to the GPU" : "copy from the GPU");
+    }
+    return Status::Ok();
+  }
+
+  // The staging copies (those not direct in this run).
+  Status EnqueueCopies(int64_t rows, bool to_device, uint64_t direct) {
+    const size_t ni = m_->inputs.size();
+    const auto& ios = to_device ? m_->inputs : m_->outputs;
+    for (size_t i = 0; i < ios.size(); ++i) {
+      if (direct >> (to_device ? i : ni + i) & 1) continue;
       const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
       void* host = (to_device ? staging_in_ : staging_out_)[i].data;
       void* device = Buf(ios[i].value);
@@ -653,23 +704,25 @@ class GpuInstance {
     return out;
   }
 
-  // Replays the graph captured for 'rows' (capturing it on first use).
-  Status LaunchGraph(int64_t rows) {
-    auto it = graphs_.find(rows);
+  // Replays the graph captured for 'rows' and this run's direct copies (capturing it on first
+  // use).
+  Status LaunchGraph(int64_t rows, uint64_t direct) {
+    const auto key = std::make_pair(rows, direct);
+    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       constexpr size_t kMaxGraphs = 1024;  // beyond this many row counts, run without capturing
       if (graphs_.size() >= kMaxGraphs) {
-        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true));
+        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
         RETURN_IF_ERROR(EnqueueSteps(rows));
-        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false));
+        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
         return Status::Ok();
       }
       CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                   "cudaStreamBeginCapture");
       Status enqueued = Status::Ok();
-      if (copies_in_graph_) enqueued = EnqueueCopies(rows, true);
+      if (copies_in_graph_) enqueued = EnqueueCopies(rows, true, direct);
       if (enqueued.ok()) enqueued = EnqueueSteps(rows);
-      if (enqueued.ok() && copies_in_graph_) enqueued = EnqueueCopies(rows, false);
+      if (enqueued.ok() && copies_in_graph_) enqueued = EnqueueCopies(rows, false, direct);
       cudaGraph_t graph = nullptr;
       const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
       RETURN_IF_ERROR(enqueued);
@@ -678,7 +731,7 @@ class GpuInstance {
       const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
       CUDA_RETURN(made, "cudaGraphInstantiate");
-      it = graphs_.emplace(rows, exec).first;
+      it = graphs_.emplace(key, exec).first;
     }
     CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
     return Status::Ok();
@@ -691,7 +744,9 @@ class GpuInstance {
   std::vector<NereidBuffer> buffers_, staging_in_, staging_out_;
   NereidBuffer acc_{};
   bool copies_in_graph_ = false;
-  std::map<int64_t, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
+  std::vector<const void*> direct_src_;  // per input: this run's direct source, or null
+  std::vector<void*> direct_dst_;        // per output: this run's direct destination, or null
   // Per step (GEMMs only) and row count 0..kSmallMMax: which implementation Tune() picked.
   std::vector<std::array<GemmChoice, kc::kSmallMMax + 1>> choices_;
 };
@@ -703,10 +758,12 @@ StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model
 }
 
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
-                std::vector<GpuResult>* results, uint64_t* compute_start_ns,
-                uint64_t* compute_end_ns) {
-  return instance.Run(rows, feeds, results, compute_start_ns, compute_end_ns);
+                const std::vector<void*>& destinations, std::vector<GpuResult>* results,
+                uint64_t* compute_start_ns, uint64_t* compute_end_ns) {
+  return instance.Run(rows, feeds, destinations, results, compute_start_ns, compute_end_ns);
 }
+
+std::vector<GpuOutputInfo> GpuOutputs(const GpuInstance& instance) { return instance.outputs(); }
 
 void DestroyGpuInstance(GpuInstance* instance) { delete instance; }
 

@@ -36,11 +36,27 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
 // A short description for the load log ("3 GEMMs, 0 elementwise; bf16 weights, 12.5 MiB").
 std::string Describe(const GpuModel& model);
 
-// One input of a run: the host bytes of each request's part, in batch order.
+// One request's part of an input: host bytes, page-locked or not.
+struct GpuPart {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  bool pinned = false;
+};
+
+// One input of a run: each request's part, in batch order.
 struct GpuFeed {
   std::string name;
-  std::vector<std::pair<const void*, size_t>> parts;
+  std::vector<GpuPart> parts;
 };
+
+// An output of the model as the GPU engine produces it: [rows, dims...].
+struct GpuOutputInfo {
+  std::string name;
+  DataType type;
+  std::vector<int64_t> dims;
+  size_t row_bytes = 0;
+};
+std::vector<GpuOutputInfo> GpuOutputs(const GpuInstance& instance);
 
 // One output of a run, in host memory until the next Run of the same instance.
 struct GpuResult {
@@ -49,6 +65,7 @@ struct GpuResult {
   std::vector<int64_t> shape;  // rows first
   const uint8_t* data = nullptr;
   size_t bytes = 0;
+  bool in_destination = false;  // copied into the caller's destination, not staging
 };
 
 void DestroyGpuInstance(GpuInstance* instance);
@@ -62,10 +79,14 @@ using GpuInstancePtr = std::unique_ptr<GpuInstance, GpuInstanceDeleter>;
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model);
 // Which GEMM implementation the instance runs per layer and row count (for the load log).
 std::string GemmTuning(const GpuInstance& instance);
-// Runs 'rows' rows through the graph; results point into the instance's staging memory.
-// 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
+// Runs 'rows' rows through the graph. Inputs given as one page-locked part of 64 KiB or more are
+// copied to the device straight from there, others through the instance's staging memory (which
+// also gathers a batch). 'destinations' (per model output, may be empty or hold nulls) are
+// page-locked buffers that outputs of 64 KiB or more are copied into directly; other results point
+// into staging memory until the next run. 'compute_start_ns' and 'compute_end_ns' (NereidNowNs)
+// bracket the copies and the kernels.
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
-                std::vector<GpuResult>* results, uint64_t* compute_start_ns,
-                uint64_t* compute_end_ns);
+                const std::vector<void*>& destinations, std::vector<GpuResult>* results,
+                uint64_t* compute_start_ns, uint64_t* compute_end_ns);
 
 }  // namespace nereid::native

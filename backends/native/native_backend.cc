@@ -487,22 +487,51 @@ Status ExecuteBatchGpu(const ModelState& m, GpuInstance& gpu, NereidRequest** re
       if (n != rows[r])
         return InvalidArgument("inputs of one request must agree on their first dimension");
       input_rows += n;
-      feed.parts.emplace_back(t.data, t.byte_size);
+      feed.parts.push_back({t.data, t.byte_size, t.memory_type == NEREID_MEMORY_CPU_PINNED});
     }
     total_rows = input_rows;
     feeds.push_back(std::move(feed));
   }
+  // A request alone in its batch gets its outputs allocated first, in pinned memory, for the
+  // device to copy them straight into.
+  const std::vector<GpuOutputInfo> outputs = GpuOutputs(gpu);
+  std::vector<void*> destinations(outputs.size(), nullptr);
+  std::vector<bool> allocated(outputs.size(), false);
+  std::vector<void*> allocated_data(outputs.size(), nullptr);
+  if (count == 1) {
+    for (const std::string& name : backend::RequestedOutputs(requests[0]))
+      for (size_t o = 0; o < outputs.size(); ++o) {
+        if (outputs[o].name != name) continue;
+        std::vector<int64_t> shape = {total_rows};
+        shape.insert(shape.end(), outputs[o].dims.begin(), outputs[o].dims.end());
+        auto buffer =
+            backend::AllocateOutput(requests[0], name, outputs[o].type, shape,
+                                    outputs[o].row_bytes * total_rows, NEREID_MEMORY_CPU_PINNED);
+        if (!buffer.ok()) return buffer.status();
+        allocated[o] = true;
+        destinations[o] = buffer->data;
+        if (buffer->memory_type != NEREID_MEMORY_CPU_PINNED) destinations[o] = nullptr;
+        allocated_data[o] = buffer->data;
+      }
+  }
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;
-  RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, &results, &start, &end));
+  RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, destinations, &results, &start, &end));
   int64_t row = 0;
   for (uint32_t r = 0; r < count; ++r) {
     NereidRequestSetComputeTimes(requests[r], start, end);
     for (const std::string& name : backend::RequestedOutputs(requests[r])) {
       const GpuResult* result = nullptr;
-      for (const auto& g : results)
-        if (g.name == name) result = &g;
+      size_t index = 0;
+      for (size_t o = 0; o < results.size(); ++o)
+        if (results[o].name == name) result = &results[o], index = o;
       if (result == nullptr || !failed[r].ok()) continue;
+      if (count == 1 && allocated[index]) {
+        // Already allocated: the device wrote it there, or it is copied there from staging.
+        if (!result->in_destination)
+          std::memcpy(allocated_data[index], result->data, result->bytes);
+        continue;
+      }
       const size_t row_bytes = result->bytes / static_cast<size_t>(total_rows);
       std::vector<int64_t> shape = result->shape;
       shape[0] = rows[r];

@@ -159,6 +159,12 @@ std::vector<PoolUsage> MemoryPoolUsage() {
   return out;
 }
 
+bool PinnedPoolAvailable() {
+  Pools& pools = ThePools();
+  std::lock_guard lock(pools.mu);
+  return pools.pinned != nullptr;
+}
+
 StatusOr<Buffer> AllocatePinned(size_t bytes) {
   Pools& pools = ThePools();
   Region* region;

@@ -58,6 +58,9 @@ struct PoolUsage {
 };
 std::vector<PoolUsage> MemoryPoolUsage();
 
+// Whether the pinned pool exists (GPUs present and --pinned-memory-pool-byte-size > 0).
+bool PinnedPoolAvailable();
+
 // Allocations from the pools (with their fallbacks), used by DefaultAllocator().
 StatusOr<Buffer> AllocatePinned(size_t bytes);
 StatusOr<Buffer> AllocateDevice(size_t bytes, int64_t device);

@@ -27,6 +27,7 @@
 #include "frontend/http/infer_codec.h"
 #include "frontend/http/prometheus.h"
 #include "frontend/http/receive_body.h"
+#include "memory/memory_pool.h"
 
 namespace nereid::http {
 namespace {
@@ -212,6 +213,14 @@ Buffer BodyBuffer(size_t n, int64_t json_size) {
   const size_t pad =
       json_size > 0 && static_cast<size_t>(json_size) <= n ? (64 - json_size % 64) % 64 : 0;
   const size_t total = pad + n;
+  // With GPUs, bodies carrying binary tensors of 64 KiB or more come from the pinned pool, so the
+  // GPU engine copies them to the device straight from here (no staging copy).
+  if (json_size > 0 && n - static_cast<size_t>(json_size) >= (size_t{64} << 10) &&
+      PinnedPoolAvailable()) {
+    auto pinned = AllocatePinned(total);
+    if (pinned.ok() && pinned->location().type == MemoryType::kCpuPinned)
+      return Buffer(pinned->data() + pad, n, pinned->location(), pinned->owner());
+  }
   if (total >= (size_t{1} << 20)) {
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -188,6 +188,7 @@ Status DecodeRaw(const Buffer& body, const inference::ModelConfig& config,
                            " bytes does not fit input '" + in.name + "'");
   in.data = body.data();
   in.byte_size = body.size();
+  in.location = body.location();
   request->inputs.push_back(std::move(in));
   request->binary_outputs_by_default = true;
   request->payload = body.owner();
@@ -342,6 +343,7 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
                                std::to_string(body.size() - offset) + " (truncated request?)");
       in.data = body.data() + offset;
       in.byte_size = static_cast<size_t>(binary_size);
+      in.location = body.location();  // pinned when the body came from the pinned pool
       offset += static_cast<size_t>(binary_size);
     } else {
       auto data = Member(v, "data");
