@@ -3,8 +3,8 @@ side, printed as tables):
 
 1. recommend_model per batch, host input to host output: PyTorch with a CUDA graph and pinned
    staging (the reference a user would pick instead) next to Nereid's server-side compute per
-   execution (statistics extension: compute_infer ns / count, one request in flight), batch 1, 32,
-   256, precisions fp32, tf32, bf16.
+   execution (statistics extension: compute_infer ns / count, one request in flight, over HTTP
+   and over gRPC), batch 1, 32, 256, precisions fp32, tf32, bf16.
 2. Throughput over HTTP at concurrency 64 (perf_analyzer, else nereid-perf): recommend_model on
    KIND_GPU, the same model on a KIND_CPU instance group, and the same server's `simple`.
 3. matmul_model on KIND_GPU with pinned staging vs pageable (--pinned-memory-pool-byte-size=0),
@@ -79,18 +79,23 @@ def torch_reference(onnx_path, batches, precisions, iters=300):
     return results
 
 
-def server_compute(server, model, batch, iters=300):
-    """Mean server-side compute per execution (us), one request in flight over gRPC."""
-    import tritonclient.grpc as grpcclient
-    client = grpcclient.InferenceServerClient(server.grpc_url)
+def server_compute(server, model, batch, protocol, iters=300):
+    """Mean server-side compute per execution (us), one request in flight (binary tensors)."""
+    if protocol == "grpc":
+        import tritonclient.grpc as mod
+        client = mod.InferenceServerClient(server.grpc_url)
+    else:
+        import tritonclient.http as mod
+        client = mod.InferenceServerClient(server.url)
     x = np.random.default_rng().standard_normal((batch, 1024)).astype(np.float32)
-    t = grpcclient.InferInput("input__0", [batch, 1024], "FP32")
+    t = mod.InferInput("input__0", [batch, 1024], "FP32")
     t.set_data_from_numpy(x)
     for _ in range(30):
         client.infer(model, [t])
 
     def snapshot():
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        s = (client.get_inference_statistics(model, as_json=True) if protocol == "grpc"
+             else client.get_inference_statistics(model))["model_stats"][0]
         c = s["inference_stats"]["compute_infer"]
         return int(c.get("ns", 0)), int(c.get("count", 0)), int(s.get("execution_count", 0))
 
@@ -153,12 +158,15 @@ def main():
     torch_us = torch_reference(os.path.join(repo, "recommend_model", "1", "model.onnx"), batches, precisions)
     server = Server(repo)
     try:
-        print(f"{'precision':>9} {'batch':>6} | {'PyTorch':>9} | {'Nereid':>9} | {'ratio':>6}")
+        print(f"{'precision':>9} {'batch':>6} | {'PyTorch':>9} | {'Nereid HTTP':>11} {'ratio':>6} | "
+              f"{'Nereid gRPC':>11} {'ratio':>6}")
         for p in precisions:
             for b in batches:
-                ours = server_compute(server, f"recommend_{p}", b)
+                http = server_compute(server, f"recommend_{p}", b, "http")
+                grpc = server_compute(server, f"recommend_{p}", b, "grpc")
                 ref = torch_us[(p, b)]
-                print(f"{p:>9} {b:>6} | {ref:9.1f} | {ours:9.1f} | {ref / ours:5.2f}x")
+                print(f"{p:>9} {b:>6} | {ref:9.1f} | {http:11.1f} {ref / http:5.2f}x | "
+                      f"{grpc:11.1f} {ref / grpc:5.2f}x")
         print()
         print("== 2. HTTP throughput at concurrency 64 (same server)")
         print(f"{'model':>22} | {'infer/s':>9} | {'p50 us':>8}")
