@@ -167,6 +167,17 @@ bool BroadcastsOverRow(const std::vector<int64_t>& constant, const std::vector<i
   return true;
 }
 
+// An elementwise step whose output 'out' has the shape and type of 'like'.
+Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out) {
+  ValueSpec result = like;
+  result.alias = -1;
+  m.values[out] = result;
+  s.out = out;
+  m.steps.push_back(s);
+  ++m.elementwise;
+  return Status::Ok();
+}
+
 Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
   const std::string& op = node.op.op_type();
   const std::string who = "node '" + node.op.name() + "' (" + op + ")";
@@ -273,13 +284,7 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
         operand.value = m.Resolve(id);
       }
     }
-    ValueSpec result = *shape_of;
-    result.alias = -1;
-    m.values[out] = result;
-    s.out = out;
-    m.steps.push_back(s);
-    ++m.elementwise;
-    return Status::Ok();
+    return AddElementwise(m, s, *shape_of, out);
   }
 
   static const std::map<std::string, kc::Activation> kUnary = {
@@ -296,13 +301,7 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     s.kind = Step::kUnary;
     s.act = it->second;
     s.in = m.Resolve(node.inputs[0]);
-    ValueSpec result = *x;
-    result.alias = -1;
-    m.values[out] = result;
-    s.out = out;
-    m.steps.push_back(s);
-    ++m.elementwise;
-    return Status::Ok();
+    return AddElementwise(m, s, *x, out);
   }
 
   if (op == "Identity") {

@@ -11,11 +11,11 @@ namespace nereid::kernels::cuda {
 namespace {
 
 // ---- GemmSmallM ---------------------------------------------------------------------------------
-// Variants kWarpRows2/4: one warp computes kRows consecutive output columns (rows of w) for all m rows of x. Each lane
-// walks k in 16-byte vectors, 32 lanes apart, so a warp reads 512 contiguous bytes of a w row per
-// step and every byte of w once; x (m x k, small) comes through L1 and is reused for the kRows rows.
-// The m x kRows dot products are reduced across the warp with shuffles, and lane j < kRows*M writes
-// one element of y with the epilogue applied.
+// Variants kWarpRows2/4: one warp computes kRows consecutive output columns (rows of w) for all m
+// rows of x. Each lane walks k in 16-byte vectors, 32 lanes apart, so a warp reads 512 contiguous
+// bytes of a w row per step and every byte of w once; x (m x k, small) comes through L1 and is
+// reused for the kRows rows. The m x kRows dot products are reduced across the warp with shuffles,
+// and lane j < kRows*M writes one element of y with the epilogue applied.
 constexpr int kWarps = 4;
 
 template <typename T>
@@ -30,9 +30,39 @@ struct Vec {
   }
 };
 
+// The end of every small-M kernel: each of the warp's kRows x M dot products summed across the
+// lanes (butterfly: afterwards every lane holds every sum), then lane (r * M + i) % 32 applies the
+// epilogue and stores y[i, row0 + r].
+template <int M, int kRows, typename OutT>
+__device__ __forceinline__ void ReduceAndStore(float (&acc)[kRows][M], int lane, int64_t row0,
+                                               int m, int64_t n, float alpha,
+                                               const float* __restrict__ bias, Activation act,
+                                               const OutT* residual, OutT* y) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1)
+        acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int64_t col = row0 + r;
+      if (lane == (r * M + i) % 32 && i < m && col < n) {
+        float v = alpha * acc[r][i];
+        if (bias != nullptr) v += bias[col];
+        v = ActivateAny(act, v);
+        if (residual != nullptr) v += ToFloat(residual[i * n + col]);
+        y[i * n + col] = FromFloat<OutT>(v);
+      }
+    }
+}
+
 template <typename T, int M, int kRows, typename OutT>
-__global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int m, int64_t n, int64_t k,
-                                                            const T* __restrict__ x,
+__global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int m, int64_t n,
+                                                            int64_t k, const T* __restrict__ x,
                                                             const T* __restrict__ w, float alpha,
                                                             const float* __restrict__ bias,
                                                             const OutT* residual, OutT* y) {
@@ -67,27 +97,7 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int 
       }
     }
   }
-  // Butterfly reduction: afterwards every lane holds every sum.
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1)
-        acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const int64_t col = row0 + r;
-      if (lane == (r * M + i) % 32 && i < m && col < n) {
-        float v = alpha * acc[r][i];
-        if (bias != nullptr) v += bias[col];
-        v = ActivateAny(act, v);
-        if (residual != nullptr) v += ToFloat(residual[i * n + col]);
-        y[i * n + col] = FromFloat<OutT>(v);
-      }
-    }
+  ReduceAndStore<M, kRows>(acc, lane, row0, m, n, alpha, bias, act, residual, y);
 }
 
 // Variant kSharedX: the block (8 warps) stages x[:, k0:k0+kt] in shared memory once per tile, so
@@ -98,8 +108,9 @@ constexpr size_t kSharedXBytes = 32 << 10;
 
 template <typename T, int M, int kRows, typename OutT>
 __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
-    Activation act, int m, int64_t n, int64_t k, int64_t kt, const T* __restrict__ x, const T* __restrict__ w,
-    float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
+    Activation act, int m, int64_t n, int64_t k, int64_t kt, const T* __restrict__ x,
+    const T* __restrict__ w, float alpha, const float* __restrict__ bias, const OutT* residual,
+    OutT* y) {
   constexpr int V = Vec<T>::kCount;
   extern __shared__ uint4 shared_raw[];
   T* xs = reinterpret_cast<T*>(shared_raw);  // M x kt
@@ -146,26 +157,7 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
     }
   }
   if (!active) return;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1)
-        acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const int64_t col = row0 + r;
-      if (lane == (r * M + i) % 32 && i < m && col < n) {
-        float v = alpha * acc[r][i];
-        if (bias != nullptr) v += bias[col];
-        v = ActivateAny(act, v);
-        if (residual != nullptr) v += ToFloat(residual[i * n + col]);
-        y[i * n + col] = FromFloat<OutT>(v);
-      }
-    }
+  ReduceAndStore<M, kRows>(acc, lane, row0, m, n, alpha, bias, act, residual, y);
 }
 
 template <typename T, int M, int kRows, typename OutT>
@@ -186,8 +178,8 @@ void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t str
         p.act, m, p.n, p.k, kt, x, w, p.alpha, p.bias, res, y);
   } else {
     const unsigned grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    SmallMKernel<T, M, kRows, OutT><<<grid, kWarps * 32, 0, stream>>>(p.act, m, p.n, p.k, x, w, p.alpha,
-                                                                        p.bias, res, y);
+    SmallMKernel<T, M, kRows, OutT>
+        <<<grid, kWarps * 32, 0, stream>>>(p.act, m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
   }
 }
 
@@ -195,17 +187,27 @@ template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
   const int64_t m = p.m;
   if (variant == SmallMVariant::kWarpRows2) {
-    if (m <= 1) LaunchVariant<T, 1, 2, OutT>(variant, p, stream);
-    else if (m <= 2) LaunchVariant<T, 2, 2, OutT>(variant, p, stream);
-    else if (m <= 4) LaunchVariant<T, 4, 2, OutT>(variant, p, stream);
-    else if (m <= 8) LaunchVariant<T, 8, 2, OutT>(variant, p, stream);
-    else LaunchVariant<T, 16, 2, OutT>(variant, p, stream);
+    if (m <= 1)
+      LaunchVariant<T, 1, 2, OutT>(variant, p, stream);
+    else if (m <= 2)
+      LaunchVariant<T, 2, 2, OutT>(variant, p, stream);
+    else if (m <= 4)
+      LaunchVariant<T, 4, 2, OutT>(variant, p, stream);
+    else if (m <= 8)
+      LaunchVariant<T, 8, 2, OutT>(variant, p, stream);
+    else
+      LaunchVariant<T, 16, 2, OutT>(variant, p, stream);
   } else {
-    if (m <= 1) LaunchVariant<T, 1, 4, OutT>(variant, p, stream);
-    else if (m <= 2) LaunchVariant<T, 2, 4, OutT>(variant, p, stream);
-    else if (m <= 4) LaunchVariant<T, 4, 4, OutT>(variant, p, stream);
-    else if (m <= 8) LaunchVariant<T, 8, 4, OutT>(variant, p, stream);
-    else LaunchVariant<T, 16, 4, OutT>(variant, p, stream);
+    if (m <= 1)
+      LaunchVariant<T, 1, 4, OutT>(variant, p, stream);
+    else if (m <= 2)
+      LaunchVariant<T, 2, 4, OutT>(variant, p, stream);
+    else if (m <= 4)
+      LaunchVariant<T, 4, 4, OutT>(variant, p, stream);
+    else if (m <= 8)
+      LaunchVariant<T, 8, 4, OutT>(variant, p, stream);
+    else
+      LaunchVariant<T, 16, 4, OutT>(variant, p, stream);
   }
   return cudaGetLastError();
 }
@@ -223,9 +225,12 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 cudaDataType_t CudaType(ElemType t) {
   switch (t) {
-    case ElemType::kBF16: return CUDA_R_16BF;
-    case ElemType::kF16: return CUDA_R_16F;
-    default: return CUDA_R_32F;
+    case ElemType::kBF16:
+      return CUDA_R_16BF;
+    case ElemType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -236,8 +241,8 @@ std::string CublasError(const char* what, cublasStatus_t status) {
 }  // namespace
 
 bool SmallMSupported(const GemmProblem& p) {
-  const bool float_types = p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 ||
-                           p.ab_type == ElemType::kF16;
+  const bool float_types =
+      p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16;
   const int64_t vec = 16 / static_cast<int64_t>(ElemSize(p.ab_type));
   const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
   return float_types && out_ok && p.m >= 1 && p.m <= kSmallMMax && p.n >= 1 && p.k >= vec &&
@@ -246,9 +251,12 @@ bool SmallMSupported(const GemmProblem& p) {
 
 const char* SmallMVariantName(SmallMVariant v) {
   switch (v) {
-    case SmallMVariant::kWarpRows2: return "warp-rows-2";
-    case SmallMVariant::kWarpRows4: return "warp-rows-4";
-    case SmallMVariant::kSharedX: return "shared-x";
+    case SmallMVariant::kWarpRows2:
+      return "warp-rows-2";
+    case SmallMVariant::kWarpRows4:
+      return "warp-rows-4";
+    case SmallMVariant::kSharedX:
+      return "shared-x";
   }
   return "?";
 }
@@ -256,10 +264,14 @@ const char* SmallMVariantName(SmallMVariant v) {
 cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream, SmallMVariant variant) {
   if (!SmallMSupported(p)) return cudaErrorInvalidValue;
   switch (p.ab_type) {
-    case ElemType::kF32: return LaunchSmallMOut<float>(p, variant, stream);
-    case ElemType::kBF16: return LaunchSmallMOut<__nv_bfloat16>(p, variant, stream);
-    case ElemType::kF16: return LaunchSmallMOut<__half>(p, variant, stream);
-    default: return cudaErrorInvalidValue;
+    case ElemType::kF32:
+      return LaunchSmallMOut<float>(p, variant, stream);
+    case ElemType::kBF16:
+      return LaunchSmallMOut<__nv_bfloat16>(p, variant, stream);
+    case ElemType::kF16:
+      return LaunchSmallMOut<__half>(p, variant, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -287,8 +299,8 @@ std::string CublasGemm::Init(cudaStream_t stream) {
 }
 
 int64_t CublasGemm::AccumulatorFloats(const GemmProblem& p) {
-  const bool direct = p.out_type == ElemType::kF32 && p.bias == nullptr &&
-                      p.residual == nullptr && p.act == Activation::kNone;
+  const bool direct = p.out_type == ElemType::kF32 && p.bias == nullptr && p.residual == nullptr &&
+                      p.act == Activation::kNone;
   return direct ? 0 : p.m * p.n;
 }
 
@@ -299,18 +311,19 @@ std::string CublasGemm::Run(const GemmProblem& p, float* acc) {
   void* out = direct ? p.y : acc;
   const float beta = 0.f;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if (p.ab_type == ElemType::kF32) compute = p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  // Row-major y (m x n) is column-major y^T (n x m) = w (n x k, i.e. column-major k x n, transposed)
-  // times x^T (column-major k x m).
-  cublasStatus_t status = cublasGemmEx(
-      handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
-      static_cast<int>(p.k), &p.alpha, p.w, CudaType(p.ab_type), static_cast<int>(p.k), p.x,
-      CudaType(p.ab_type), static_cast<int>(p.k), &beta, out, CUDA_R_32F, static_cast<int>(p.n),
-      compute, CUBLAS_GEMM_DEFAULT);
+  if (p.ab_type == ElemType::kF32)
+    compute = p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // Row-major y (m x n) is column-major y^T (n x m) = w (n x k, i.e. column-major k x n,
+  // transposed) times x^T (column-major k x m).
+  cublasStatus_t status =
+      cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
+                   static_cast<int>(p.k), &p.alpha, p.w, CudaType(p.ab_type), static_cast<int>(p.k),
+                   p.x, CudaType(p.ab_type), static_cast<int>(p.k), &beta, out, CUDA_R_32F,
+                   static_cast<int>(p.n), compute, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS) return CublasError("cublasGemmEx", status);
   if (direct) return "";
-  if (cudaError_t e = BiasActivation(acc, p.m, p.n, p.bias, p.act, p.residual, p.out_type, p.y,
-                                     stream_);
+  if (cudaError_t e =
+          BiasActivation(acc, p.m, p.n, p.bias, p.act, p.residual, p.out_type, p.y, stream_);
       e != cudaSuccess)
     return std::string("epilogue kernel: ") + cudaGetErrorString(e);
   return "";
