@@ -405,7 +405,7 @@ class GpuInstance {
   std::string tuning() const { return Choices(); }
 
   Status Run(int64_t rows, const std::vector<GpuFeed>& feeds,
-             const std::vector<void*>& destinations, std::vector<GpuResult>* results,
+             const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
              uint64_t* start_ns, uint64_t* end_ns) {
     if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
@@ -417,7 +417,7 @@ class GpuInstance {
     constexpr size_t kDirectMin = 64 << 10;
     const size_t ni = m_->inputs.size();
     uint64_t direct = 0;
-    direct_src_.assign(ni, nullptr);
+    direct_src_.assign(ni, {});
     direct_dst_.assign(m_->outputs.size(), nullptr);
     for (size_t i = 0; i < ni; ++i) {
       const IoSpec& io = m_->inputs[i];
@@ -426,30 +426,36 @@ class GpuInstance {
         if (f.name == io.name) feed = &f;
       if (feed == nullptr) return InvalidArgument("input '" + io.name + "' is missing");
       const size_t want = static_cast<size_t>(rows) * io.row_bytes;
-      if (feed->parts.size() == 1 && feed->parts[0].pinned && feed->parts[0].bytes == want &&
-          want >= kDirectMin && i < 32) {
+      size_t total = 0;
+      bool on_device = false;
+      for (const GpuPart& part : feed->parts) total += part.bytes, on_device |= part.device;
+      if (total != want)
+        return InvalidArgument("input '" + io.name + "' has the wrong size for " +
+                               std::to_string(rows) + " rows");
+      const bool large_pinned =
+          feed->parts.size() == 1 && feed->parts[0].pinned && want >= kDirectMin;
+      if ((on_device || large_pinned) && i < 32) {
         direct |= uint64_t{1} << i;
-        direct_src_[i] = feed->parts[0].data;
+        direct_src_[i] = feed->parts;
         continue;
       }
+      if (on_device) return Unsupported("more than 32 inputs in device memory");
       // Host -> staging: each request's part lands at its rows (this is also the batch gather).
       uint8_t* dst = static_cast<uint8_t*>(staging_in_[i].data);
       size_t at = 0;
       for (const GpuPart& part : feed->parts) {
-        if (at + part.bytes > want) break;
         std::memcpy(dst + at, part.data, part.bytes);
         at += part.bytes;
       }
-      if (at != want)
-        return InvalidArgument("input '" + io.name + "' has the wrong size for " +
-                               std::to_string(rows) + " rows");
     }
-    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size() && ni + o < 64; ++o)
-      if (destinations[o] != nullptr &&
-          static_cast<size_t>(rows) * m_->outputs[o].row_bytes >= kDirectMin) {
+    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size(); ++o) {
+      const GpuDestination& d = destinations[o];
+      if (d.data == nullptr || ni + o >= 64) continue;
+      if (d.device || static_cast<size_t>(rows) * m_->outputs[o].row_bytes >= kDirectMin) {
         direct |= uint64_t{1} << (ni + o);
-        direct_dst_[o] = destinations[o];
+        direct_dst_[o] = d.data;
       }
+    }
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
     RETURN_IF_ERROR(LaunchGraph(rows, direct));
@@ -542,19 +548,27 @@ class GpuInstance {
     return Status::Ok();
   }
 
-  // The copies between request memory and the device chosen for this run (outside any graph).
+  // The copies between request memory (host or device) and the device buffers chosen for this
+  // run, outside any graph: inputs part by part at their rows, outputs whole.
   Status EnqueueDirect(int64_t rows, uint64_t direct, bool to_device) {
     const size_t ni = m_->inputs.size();
     const auto& ios = to_device ? m_->inputs : m_->outputs;
     for (size_t i = 0; i < ios.size(); ++i) {
       if (!(direct >> (to_device ? i : ni + i) & 1)) continue;
-      const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
-      void* device = Buf(ios[i].value);
-      CUDA_RETURN(
-          to_device
-              ? cudaMemcpyAsync(device, direct_src_[i], bytes, cudaMemcpyHostToDevice, stream_)
-              : cudaMemcpyAsync(direct_dst_[i], device, bytes, cudaMemcpyDeviceToHost, stream_),
-          to_device ? "copy to the GPU" : "copy from the GPU");
+      uint8_t* device = static_cast<uint8_t*>(Buf(ios[i].value));
+      if (to_device) {
+        size_t at = 0;
+        for (const GpuPart& part : direct_src_[i]) {
+          CUDA_RETURN(
+              cudaMemcpyAsync(device + at, part.data, part.bytes, cudaMemcpyDefault, stream_),
+              "copy to the GPU");
+          at += part.bytes;
+        }
+      } else {
+        const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
+        CUDA_RETURN(cudaMemcpyAsync(direct_dst_[i], device, bytes, cudaMemcpyDefault, stream_),
+                    "copy from the GPU");
+      }
     }
     return Status::Ok();
   }
@@ -745,8 +759,8 @@ class GpuInstance {
   NereidBuffer acc_{};
   bool copies_in_graph_ = false;
   std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
-  std::vector<const void*> direct_src_;  // per input: this run's direct source, or null
-  std::vector<void*> direct_dst_;        // per output: this run's direct destination, or null
+  std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
+  std::vector<void*> direct_dst_;  // per output: this run's direct destination, or null
   // Per step (GEMMs only) and row count 0..kSmallMMax: which implementation Tune() picked.
   std::vector<std::array<GemmChoice, kc::kSmallMMax + 1>> choices_;
 };
@@ -758,7 +772,7 @@ StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model
 }
 
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
-                const std::vector<void*>& destinations, std::vector<GpuResult>* results,
+                const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
                 uint64_t* compute_start_ns, uint64_t* compute_end_ns) {
   return instance.Run(rows, feeds, destinations, results, compute_start_ns, compute_end_ns);
 }

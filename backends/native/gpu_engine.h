@@ -36,11 +36,19 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
 // A short description for the load log ("3 GEMMs, 0 elementwise; bf16 weights, 12.5 MiB").
 std::string Describe(const GpuModel& model);
 
-// One request's part of an input: host bytes, page-locked or not.
+// One request's part of an input: host bytes (page-locked or not) or device memory (a client's
+// CUDA shared-memory region).
 struct GpuPart {
   const void* data = nullptr;
   size_t bytes = 0;
   bool pinned = false;
+  bool device = false;
+};
+
+// Where the caller wants an output: page-locked host memory, or device memory (a CUDA region).
+struct GpuDestination {
+  void* data = nullptr;
+  bool device = false;
 };
 
 // One input of a run: each request's part, in batch order.
@@ -79,14 +87,14 @@ using GpuInstancePtr = std::unique_ptr<GpuInstance, GpuInstanceDeleter>;
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model);
 // Which GEMM implementation the instance runs per layer and row count (for the load log).
 std::string GemmTuning(const GpuInstance& instance);
-// Runs 'rows' rows through the graph. Inputs given as one page-locked part of 64 KiB or more are
-// copied to the device straight from there, others through the instance's staging memory (which
-// also gathers a batch). 'destinations' (per model output, may be empty or hold nulls) are
-// page-locked buffers that outputs of 64 KiB or more are copied into directly; other results point
-// into staging memory until the next run. 'compute_start_ns' and 'compute_end_ns' (NereidNowNs)
-// bracket the copies and the kernels.
+// Runs 'rows' rows through the graph. Inputs given as one page-locked part of 64 KiB or more, or
+// in device memory, are copied to the device straight from there (part by part), others through
+// the instance's staging memory (which also gathers a batch). 'destinations' (per model output,
+// may be empty or hold nulls): device memory always, and page-locked buffers for outputs of 64 KiB
+// or more, are written directly; other results point into staging memory until the next run.
+// 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
-                const std::vector<void*>& destinations, std::vector<GpuResult>* results,
+                const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
                 uint64_t* compute_start_ns, uint64_t* compute_end_ns);
 
 }  // namespace nereid::native

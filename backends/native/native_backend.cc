@@ -465,8 +465,8 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
 // The GPU path of ExecuteBatch: each request's rows are gathered straight into the instance's
 // pinned staging buffers, the graph runs on the device, and each request's rows of every output it
 // asked for are copied into its response.
-Status ExecuteBatchGpu(const ModelState& m, GpuInstance& gpu, NereidRequest** requests,
-                       uint32_t count, std::vector<Status>& failed) {
+Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstance& gpu,
+                       NereidRequest** requests, uint32_t count, std::vector<Status>& failed) {
   std::vector<GpuFeed> feeds;
   std::vector<int64_t> rows(count, 0);
   int64_t total_rows = 0;
@@ -480,22 +480,25 @@ Status ExecuteBatchGpu(const ModelState& m, GpuInstance& gpu, NereidRequest** re
     for (uint32_t r = 0; r < count; ++r) {
       NereidTensor t;
       RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &t)));
-      if (t.memory_type == NEREID_MEMORY_GPU)
-        return Unsupported("input '" + feed.name + "' in GPU memory: not supported yet");
+      if (t.memory_type == NEREID_MEMORY_GPU && t.device_id != NereidInstanceDeviceId(instance))
+        return Unsupported("input '" + feed.name + "' is in the memory of GPU " +
+                           std::to_string(t.device_id) + ", this instance runs on GPU " +
+                           std::to_string(NereidInstanceDeviceId(instance)));
       const int64_t n = t.dims_count > 0 ? t.shape[0] : 1;
       if (i == 0) rows[r] = n;
       if (n != rows[r])
         return InvalidArgument("inputs of one request must agree on their first dimension");
       input_rows += n;
-      feed.parts.push_back({t.data, t.byte_size, t.memory_type == NEREID_MEMORY_CPU_PINNED});
+      feed.parts.push_back({t.data, t.byte_size, t.memory_type == NEREID_MEMORY_CPU_PINNED,
+                            t.memory_type == NEREID_MEMORY_GPU});
     }
     total_rows = input_rows;
     feeds.push_back(std::move(feed));
   }
-  // A request alone in its batch gets its outputs allocated first, in pinned memory, for the
-  // device to copy them straight into.
+  // A request alone in its batch gets its outputs allocated first, for the device to write them
+  // straight there: its CUDA shared-memory region, else pinned host memory.
   const std::vector<GpuOutputInfo> outputs = GpuOutputs(gpu);
-  std::vector<void*> destinations(outputs.size(), nullptr);
+  std::vector<GpuDestination> destinations(outputs.size());
   std::vector<bool> allocated(outputs.size(), false);
   std::vector<void*> allocated_data(outputs.size(), nullptr);
   if (count == 1) {
@@ -504,14 +507,20 @@ Status ExecuteBatchGpu(const ModelState& m, GpuInstance& gpu, NereidRequest** re
         if (outputs[o].name != name) continue;
         std::vector<int64_t> shape = {total_rows};
         shape.insert(shape.end(), outputs[o].dims.begin(), outputs[o].dims.end());
-        auto buffer =
-            backend::AllocateOutput(requests[0], name, outputs[o].type, shape,
-                                    outputs[o].row_bytes * total_rows, NEREID_MEMORY_CPU_PINNED);
-        if (!buffer.ok()) return buffer.status();
+        NereidBuffer buffer{};
+        RETURN_IF_ERROR(FromError(NereidRequestOutputAllocate(
+            requests[0], name.c_str(), static_cast<NereidDataType>(outputs[o].type), shape.data(),
+            static_cast<uint32_t>(shape.size()), outputs[o].row_bytes * total_rows,
+            NEREID_MEMORY_GPU, NereidInstanceDeviceId(instance), &buffer)));
         allocated[o] = true;
-        destinations[o] = buffer->data;
-        if (buffer->memory_type != NEREID_MEMORY_CPU_PINNED) destinations[o] = nullptr;
-        allocated_data[o] = buffer->data;
+        allocated_data[o] = buffer.data;
+        if (buffer.memory_type == NEREID_MEMORY_GPU) {
+          if (buffer.device_id != NereidInstanceDeviceId(instance))
+            return Unsupported("output '" + name + "' goes to a region on another GPU");
+          destinations[o] = {buffer.data, true};
+        } else if (buffer.memory_type == NEREID_MEMORY_CPU_PINNED) {
+          destinations[o] = {buffer.data, false};
+        }
       }
   }
   std::vector<GpuResult> results;
@@ -618,7 +627,8 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
   NereidError* error = backend::Guard([&] {
 #ifdef NEREID_NATIVE_GPU
     if (instance_state != nullptr && instance_state->gpu)
-      return nereid::native::ExecuteBatchGpu(*state, *instance_state->gpu, requests, count, failed);
+      return nereid::native::ExecuteBatchGpu(*state, instance, *instance_state->gpu, requests,
+                                             count, failed);
 #endif
     return nereid::native::ExecuteBatch(*state, requests, count, failed);
   });

@@ -346,14 +346,14 @@ Status ResolveInstanceGroups(const std::string& model_name, const GpuAvailabilit
       }
     }
     if (group->kind() != Group::KIND_GPU) continue;
+    if (gpus.count == 0) {  // said first: true whatever the backend
+      check.Fail({{"instance_group", i}, {"kind"}}, field + ".kind", "KIND_GPU, but " + none);
+      continue;
+    }
     if (!gpus.backend_supports_gpu) {
       check.Fail(
           {{"instance_group", i}, {"kind"}}, field + ".kind",
           "KIND_GPU, but backend '" + gpus.backend + "' runs no KIND_GPU instances; use KIND_CPU");
-      continue;
-    }
-    if (gpus.count == 0) {
-      check.Fail({{"instance_group", i}, {"kind"}}, field + ".kind", "KIND_GPU, but " + none);
       continue;
     }
     if (group->gpus_size() == 0) all_gpus(group);

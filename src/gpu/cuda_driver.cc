@@ -41,6 +41,7 @@ struct CudaDriver::Api {
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
 
   template <typename F>
   bool Bind(F& fn, const char* name) {
@@ -77,7 +78,8 @@ CudaDriver::CudaDriver() {
       api->Bind(api->cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2") &&
       api->Bind(api->cuIpcCloseMemHandle, "cuIpcCloseMemHandle") &&
       api->Bind(api->cuMemcpyDtoH, "cuMemcpyDtoH_v2") &&
-      api->Bind(api->cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+      api->Bind(api->cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
+      api->Bind(api->cuMemGetAddressRange, "cuMemGetAddressRange_v2");
   if (!bound) {
     reason_ = "the CUDA driver lacks an entry point the server needs";
     return;
@@ -168,6 +170,14 @@ StatusOr<uint64_t> CudaDriver::IpcOpen(int device, const uint8_t (&handle)[kIpcH
 
 void CudaDriver::IpcClose(int device, uint64_t ptr) {
   if (ptr != 0 && MakeCurrent(device).ok()) api_->cuIpcCloseMemHandle(ptr);
+}
+
+StatusOr<uint64_t> CudaDriver::BytesToEndOfAllocation(int device, uint64_t ptr) {
+  RETURN_IF_ERROR(MakeCurrent(device));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  RETURN_IF_ERROR(Check(api_->cuMemGetAddressRange(&base, &size, ptr), "cuMemGetAddressRange"));
+  return static_cast<uint64_t>(base + size - ptr);
 }
 
 Status CudaDriver::CopyToHost(int device, void* dst, uint64_t src, size_t bytes) {

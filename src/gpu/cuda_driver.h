@@ -44,6 +44,8 @@ class CudaDriver {
   // Maps another process's allocation (a cudaIpcMemHandle_t) into this one on 'device'.
   StatusOr<uint64_t> IpcOpen(int device, const uint8_t (&handle)[kIpcHandleBytes]);
   void IpcClose(int device, uint64_t ptr);
+  // The bytes from 'ptr' to the end of the device allocation holding it.
+  StatusOr<uint64_t> BytesToEndOfAllocation(int device, uint64_t ptr);
   // Synchronous copies between host and device memory.
   Status CopyToHost(int device, void* dst, uint64_t src, size_t bytes);
   Status CopyToDevice(int device, uint64_t dst, const void* src, size_t bytes);

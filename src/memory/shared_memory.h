@@ -22,23 +22,38 @@ struct SharedMemoryRegionStatus {
   uint64_t byte_size = 0;
 };
 
+struct CudaSharedMemoryRegionStatus {
+  std::string name;
+  int64_t device_id = 0;
+  uint64_t byte_size = 0;
+};
+
+// System regions (shm_open) and CUDA regions (cudaIpcMemHandle_t of another process's device
+// allocation) share one namespace, as in Triton: a request names either by its region name.
 class SharedMemoryRegistry {
  public:
   // Maps 'byte_size' bytes at 'offset' of the POSIX shared-memory object 'key'.
   Status Register(const std::string& name, const std::string& key, uint64_t offset,
                   uint64_t byte_size);
-  // Unregisters one region, or every region when 'name' is empty.
+  // Unregisters one system region, or every system region when 'name' is empty.
   Status Unregister(const std::string& name);
-  // One region's status, or every region's when 'name' is empty.
+  // One system region's status, or every system region's when 'name' is empty.
   StatusOr<std::vector<SharedMemoryRegionStatus>> GetStatus(const std::string& name) const;
+  // Opens 'raw_handle' (the 64 bytes of a cudaIpcMemHandle_t) on GPU 'device_id'; the allocation
+  // must hold at least 'byte_size' bytes.
+  Status RegisterCuda(const std::string& name, const std::string& raw_handle, int64_t device_id,
+                      uint64_t byte_size);
+  Status UnregisterCuda(const std::string& name);  // every CUDA region when 'name' is empty
+  StatusOr<std::vector<CudaSharedMemoryRegionStatus>> GetCudaStatus(const std::string& name) const;
   // 'byte_size' bytes at 'offset' inside region 'name', checked against its bounds; the buffer
-  // keeps the mapping alive.
+  // keeps the mapping alive. A CUDA region's buffer is device memory (MemoryType::kGpu).
   StatusOr<Buffer> Get(const std::string& name, uint64_t offset, uint64_t byte_size) const;
 
   static constexpr size_t kMaxRegions = 4096;
 
  private:
   struct Region;
+  Status Erase(const std::string& name, bool cuda);
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Region>> regions_;
 };

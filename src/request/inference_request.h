@@ -59,6 +59,9 @@ struct InferOutput {
   Buffer buffer;  // raw little-endian elements; BYTES are length-prefixed
   bool binary = false;
   bool in_shared_memory = false;  // written into the client's region: not sent in the body
+  // A CUDA region the backend did not write itself: 'buffer' (host) is copied there when the
+  // response is finished.
+  Buffer device_destination;
 
   const uint8_t* bytes() const { return buffer.data(); }
   size_t byte_size() const { return buffer.size(); }

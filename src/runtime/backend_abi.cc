@@ -215,12 +215,26 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
                        " bytes) should be at least " + std::to_string(byte_size) +
                        " bytes to hold the results");
     const nereid::Buffer& d = wanted->destination;
-    out.buffer = nereid::Buffer(d.data(), byte_size, d.location(), d.owner());
+    nereid::Buffer region(d.data(), byte_size, d.location(), d.owner());
     out.in_shared_memory = true;
+    if (d.location().type == nereid::MemoryType::kGpu && preferred != NEREID_MEMORY_GPU) {
+      // A CUDA region, and a backend that writes host memory: it writes a pinned buffer, copied
+      // into the region when the response is finished.
+      auto host = nereid::DefaultAllocator().Allocate(
+          byte_size, nereid::MemoryLocation{nereid::MemoryType::kCpuPinned, 0});
+      if (!host.ok()) return nereid::ErrorFromStatus(host.status());
+      out.buffer = std::move(host).value();
+      out.device_destination = std::move(region);
+    } else {
+      out.buffer = std::move(region);
+    }
   } else {
+    // Outputs go to clients: device memory only into a CUDA region, else host memory (pinned when
+    // the backend asks for device memory, so its copy back is fast).
+    const NereidMemoryType where =
+        preferred == NEREID_MEMORY_GPU ? NEREID_MEMORY_CPU_PINNED : preferred;
     auto allocated = nereid::DefaultAllocator().Allocate(
-        byte_size,
-        nereid::MemoryLocation{static_cast<nereid::MemoryType>(preferred), preferred_device_id});
+        byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(where), 0});
     if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
     out.buffer = std::move(allocated).value();
   }

@@ -254,6 +254,9 @@ Status Model::Validate(InferenceRequest& request) const {
     if (elements < 0)
       return InvalidArgument("input '" + input.name + "' has shape " + ShapeString(input.shape) +
                              ", whose element count does not fit in 64 bits");
+    if (input.datatype == DataType::kBytes && !input.location.host_addressable())
+      return InvalidArgument("input '" + input.name +
+                             "': BYTES tensors in CUDA shared memory are not supported");
     if (input.datatype == DataType::kBytes) {
       const int64_t found = backend::CountBytesElements(input.data, input.byte_size);
       if (found != elements)

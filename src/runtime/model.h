@@ -65,6 +65,12 @@ class Model {
   // Requests accepted and not completed: queued, executing, or held by the backend.
   size_t Pending() const;
   bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
+  // Every instance is a KIND_GPU instance (device inputs can then go to the backend as they are).
+  bool all_instances_gpu() const {
+    for (const auto& group : config_.instance_group())
+      if (group.kind() != inference::ModelInstanceGroup::KIND_GPU) return false;
+    return config_.instance_group_size() > 0;
+  }
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }

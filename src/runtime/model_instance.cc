@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common/logging.h"
+#include "gpu/cuda_driver.h"
 #include "metrics/model_stats.h"
 #include "nereid/backend_util.h"
 #include "runtime/backend_abi.h"
@@ -121,6 +122,15 @@ Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceRe
     }
     InferOutput out = std::move(*it);
     out.binary = wanted.binary;
+    if (!out.device_destination.empty()) {
+      const Buffer& d = out.device_destination;
+      RETURN_IF_ERROR(gpu::CudaDriver::Get().CopyToDevice(static_cast<int>(d.location().device),
+                                                          reinterpret_cast<uint64_t>(d.data()),
+                                                          out.buffer.data(), out.buffer.size()));
+      CountCopy(CopyKind::kOutput, out.buffer.size());
+      out.buffer = d;
+      out.device_destination = Buffer();
+    }
     ordered.push_back(std::move(out));
   }
   response.outputs = std::move(ordered);

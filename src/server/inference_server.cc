@@ -1,6 +1,7 @@
 #include "server/inference_server.h"
 
 #include "common/logging.h"
+#include "gpu/cuda_driver.h"
 #include "metrics/model_stats.h"
 #include "runtime/model.h"
 #include "runtime/server_info.h"
@@ -123,6 +124,18 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
           if (deliver) deliver(std::move(response));
         };
   }
+  // Inputs in a client's CUDA region reach GPU instances as device memory; a model with CPU
+  // instances gets them copied to the host first (counted).
+  if (!model->all_instances_gpu())
+    for (InferInput& in : request->inputs) {
+      if (in.location.type != MemoryType::kGpu) continue;
+      std::vector<uint8_t> host(in.byte_size);
+      RETURN_IF_ERROR(
+          gpu::CudaDriver::Get().CopyToHost(static_cast<int>(in.location.device), host.data(),
+                                            reinterpret_cast<uint64_t>(in.data), in.byte_size));
+      in.Own(std::move(host));
+      CountCopy(CopyKind::kInput, in.byte_size);
+    }
   return model->Enqueue(request);
 }
 

@@ -255,3 +255,60 @@ def test_missing_gpu_id_fails_with_file_and_line(tmp_path):
     finally:
         assert s.stop() == 0
     assert config  # the example config itself is untouched
+
+
+@needs_gpu
+@pytest.mark.parametrize("model", ["recommend_fp32", "recommend_cpu"])
+def test_cuda_shared_memory_inputs_and_outputs(protocol_client, gpu_repo, model):
+    """Triton's CUDA shared-memory flow with tritonclient.utils.cuda_shared_memory: the input read
+    from and the output written into the client's device allocations, for a KIND_GPU model (device
+    to device) and a KIND_CPU one (the server copies through the host)."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+    protocol, client = protocol_client
+    mod = __import__(f"tritonclient.{protocol}", fromlist=["InferInput"])
+    tag = f"{model}_{protocol}"
+    batch = 5
+    x = np.random.default_rng().standard_normal((batch, 1024)).astype(np.float32)
+    out_bytes = batch * 1000 * 4
+    in_handle = cudashm.create_shared_memory_region(f"in_{tag}", x.nbytes, 0)
+    out_handle = cudashm.create_shared_memory_region(f"out_{tag}", out_bytes, 0)
+    try:
+        cudashm.set_shared_memory_region(in_handle, [x])
+        client.register_cuda_shared_memory(f"in_{tag}", cudashm.get_raw_handle(in_handle), 0, x.nbytes)
+        client.register_cuda_shared_memory(f"out_{tag}", cudashm.get_raw_handle(out_handle), 0, out_bytes)
+        status = client.get_cuda_shared_memory_status()
+        names = [r["name"] for r in status] if protocol == "http" else list(status.regions)
+        assert f"in_{tag}" in names and f"out_{tag}" in names
+        inp = mod.InferInput("input__0", [batch, 1024], "FP32")
+        inp.set_shared_memory(f"in_{tag}", x.nbytes)
+        out = mod.InferRequestedOutput("output__0")
+        out.set_shared_memory(f"out_{tag}", out_bytes)
+        result = client.infer(model, [inp], outputs=[out])
+        assert result.get_output("output__0") is not None
+        y = cudashm.get_contents_as_numpy(out_handle, np.float32, [batch, 1000])
+        err = np.abs(y.astype(np.float64) - recommend_reference(gpu_repo, x)).max()
+        assert err <= TOLERANCE["fp32"] * 10, err
+        # A region smaller than the output is refused with Triton's message.
+        small = mod.InferRequestedOutput("output__0")
+        small.set_shared_memory(f"out_{tag}", 16)
+        with pytest.raises(Exception, match="should be at least"):
+            client.infer(model, [inp], outputs=[small])
+    finally:
+        client.unregister_cuda_shared_memory(f"in_{tag}")
+        client.unregister_cuda_shared_memory(f"out_{tag}")
+        cudashm.destroy_shared_memory_region(in_handle)
+        cudashm.destroy_shared_memory_region(out_handle)
+
+
+@needs_gpu
+def test_cuda_shared_memory_handle_larger_than_its_allocation_is_refused(gpu_server):
+    import tritonclient.http as httpclient
+    import tritonclient.utils.cuda_shared_memory as cudashm
+    from tritonclient.utils import InferenceServerException
+    client = httpclient.InferenceServerClient(gpu_server.url)
+    handle = cudashm.create_shared_memory_region("small", 4096, 0)
+    try:
+        with pytest.raises(InferenceServerException, match="larger than the allocation"):
+            client.register_cuda_shared_memory("small", cudashm.get_raw_handle(handle), 0, 1 << 30)
+    finally:
+        cudashm.destroy_shared_memory_region(handle)

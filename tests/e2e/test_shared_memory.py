@@ -150,3 +150,59 @@ def test_region_shrunk_after_registering_is_refused_not_a_crash(server, regions)
         assert client.is_server_live()
     finally:
         client.unregister_system_shared_memory()
+
+
+# ---- CUDA shared memory: what runs without a GPU (the device run covers the data path in
+# tests/e2e/test_gpu.py) ----
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cuda_shared_memory_registration_errors_are_clear(server, protocol):
+    import base64
+    module, client = make_client(server, protocol)
+    handle = base64.b64encode(bytes(range(64)))  # what cuda_shared_memory.get_raw_handle returns
+    # No region yet: status of one is 404 / NOT_FOUND, of all an empty list; unregister succeeds.
+    with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory region: 'nope'"):
+        client.get_cuda_shared_memory_status("nope")
+    status = client.get_cuda_shared_memory_status()
+    assert (status if protocol == "http" else list(status.regions)) == []
+    client.unregister_cuda_shared_memory("nope")
+    client.unregister_cuda_shared_memory()
+    # A handle that does not name a device allocation on this machine (here: no GPU at all, or
+    # bytes that are not a live handle) is refused with the reason; nothing is registered.
+    with pytest.raises(InferenceServerException, match="failed to register CUDA shared memory region 'r'"):
+        client.register_cuda_shared_memory("r", handle, 0, 64)
+    with pytest.raises(InferenceServerException, match="does not exist"):
+        client.register_cuda_shared_memory("r", handle, 7, 64)
+    # A handle of the wrong length is refused before the driver sees it.
+    with pytest.raises(InferenceServerException, match="64 bytes of a cudaIpcMemHandle_t, got 3"):
+        client.register_cuda_shared_memory("r", base64.b64encode(b"abc"), 0, 64)
+    with pytest.raises(InferenceServerException, match="byte_size must be positive"):
+        client.register_cuda_shared_memory("r", handle, 0, 0)
+    status = client.get_cuda_shared_memory_status()
+    assert (status if protocol == "http" else list(status.regions)) == []
+
+
+def test_cuda_shared_memory_register_body_is_checked(server):
+    import json
+    import urllib.error
+    import urllib.request
+
+    def post(body):
+        req = urllib.request.Request(f"http://{server.url}/v2/cudasharedmemory/region/x/register",
+                                     data=body.encode(), method="POST")
+        try:
+            urllib.request.urlopen(req)
+            return 200, ""
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())["error"]
+
+    assert post('{"raw_handle": {"b64": "!!!!"}, "device_id": 0, "byte_size": 4}') == (
+        400, "'raw_handle.b64' is not valid base64")
+    code, error = post('{"raw_handle": "AAAA", "device_id": 0, "byte_size": 4}')
+    assert code == 400 and "raw_handle" in error
+    code, error = post('{"raw_handle": {"b64": "AAAA"}, "byte_size": 4}')
+    assert code == 400 and "device_id" in error
+    code, error = post('{"raw_handle": {"b64": "AAAA"}, "device_id": -1, "byte_size": 4}')
+    assert code == 400, error
+    code, error = post('[1, 2]')
+    assert code == 400, error

@@ -562,23 +562,34 @@ class GrpcServer::Impl final : public ServiceBase {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, api_->shared_memory().Unregister(request->name()));
   }
-  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(grpc::CallbackServerContext* ctx,
-                                                   const pb::CudaSharedMemoryStatusRequest*,
-                                                   pb::CudaSharedMemoryStatusResponse*) override {
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryStatusRequest* request,
+      pb::CudaSharedMemoryStatusResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
-    return Done(ctx, SharedMemoryUnsupported());
+    auto regions = api_->shared_memory().GetCudaStatus(request->name());
+    if (!regions.ok()) return Done(ctx, regions.status());
+    for (const auto& r : *regions) {
+      auto& out = (*response->mutable_regions())[r.name];
+      out.set_name(r.name);
+      out.set_device_id(static_cast<uint64_t>(r.device_id));
+      out.set_byte_size(r.byte_size);
+    }
+    return Done(ctx, Status::Ok());
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
-      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryRegisterRequest*,
+      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryRegisterRequest* request,
       pb::CudaSharedMemoryRegisterResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
-    return Done(ctx, SharedMemoryUnsupported());
+    if (request->device_id() > 1024) return Done(ctx, InvalidArgument("invalid 'device_id'"));
+    return Done(ctx,
+                api_->shared_memory().RegisterCuda(request->name(), request->raw_handle(),
+                                                   request->device_id(), request->byte_size()));
   }
   grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
-      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryUnregisterRequest*,
+      grpc::CallbackServerContext* ctx, const pb::CudaSharedMemoryUnregisterRequest* request,
       pb::CudaSharedMemoryUnregisterResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
-    return Done(ctx, SharedMemoryUnsupported());
+    return Done(ctx, api_->shared_memory().UnregisterCuda(request->name()));
   }
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
                                          const pb::TraceSettingRequest*,
@@ -678,10 +689,6 @@ class GrpcServer::Impl final : public ServiceBase {
   }
 
  private:
-  static Status SharedMemoryUnsupported() {
-    return Unsupported("CUDA shared memory is not supported by this build (no GPU support)");
-  }
-
   // Triton's restricted protocols: a call to a restricted group needs the metadata
   // "triton-grpc-protocol-<key>" with the configured value.
   Status Allowed(grpc::CallbackServerContext* ctx, ApiGroup group) const {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/base64.h"
 #include "common/cpus.h"
 #include "common/logging.h"
 #include "frontend/http/compression.h"
@@ -931,11 +932,60 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         });
   }
 
-  // The system shared-memory extension (CUDA shared memory comes with the GPU build).
-  void SharedMemory(const Route& route, const std::string& body) {
-    if (route.cuda)
+  // The CUDA shared-memory extension: regions are another process's device allocations, named by
+  // a cudaIpcMemHandle_t (base64 in the JSON body).
+  void CudaSharedMemory(const Route& route, const std::string& body) {
+    SharedMemoryRegistry& shm = server_->api_->shared_memory();
+    if (route.action == "status") {
+      auto regions = shm.GetCudaStatus(route.model);
+      if (!regions.ok()) return SendStatus(regions.status());
+      rapidjson::StringBuffer buffer;
+      rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+      w.StartArray();
+      for (const auto& r : *regions) {
+        w.StartObject();
+        w.Key("name");
+        w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
+        w.Key("device_id");
+        w.Int64(r.device_id);
+        w.Key("byte_size");
+        w.Uint64(r.byte_size);
+        w.EndObject();
+      }
+      w.EndArray();
+      return SendBody(bhttp::status::ok, buffer.GetString());
+    }
+    if (route.action == "unregister") {
+      Status s = shm.UnregisterCuda(route.model);
+      if (!s.ok()) return SendStatus(s);
+      return SendBody(bhttp::status::ok, "", nullptr);
+    }
+    simdjson::dom::parser parser;
+    auto doc = ParseObject(parser, body, "register");
+    if (!doc.ok()) return SendStatus(doc.status());
+    auto b64 = (*doc)["raw_handle"]["b64"];
+    if (b64.error() || !b64.is_string())
       return SendError(bhttp::status::bad_request,
-                       "CUDA shared memory is not supported by this build (no GPU support)");
+                       "CUDA shared memory register needs 'raw_handle': {\"b64\": \"...\"}");
+    const auto handle = DecodeBase64(b64.get_string().value_unsafe());
+    if (!handle)
+      return SendError(bhttp::status::bad_request, "'raw_handle.b64' is not valid base64");
+    if ((*doc)["byte_size"].error() || (*doc)["device_id"].error())
+      return SendError(bhttp::status::bad_request,
+                       "CUDA shared memory register needs 'device_id' and 'byte_size'");
+    auto device = UintMember(*doc, "device_id", "CUDA shared memory");
+    if (!device.ok()) return SendStatus(device.status());
+    auto byte_size = UintMember(*doc, "byte_size", "CUDA shared memory");
+    if (!byte_size.ok()) return SendStatus(byte_size.status());
+    if (*device > 1024) return SendError(bhttp::status::bad_request, "invalid 'device_id'");
+    Status s = shm.RegisterCuda(route.model, *handle, static_cast<int64_t>(*device), *byte_size);
+    if (!s.ok()) return SendStatus(s);
+    SendBody(bhttp::status::ok, "", nullptr);
+  }
+
+  // The system shared-memory extension.
+  void SharedMemory(const Route& route, const std::string& body) {
+    if (route.cuda) return CudaSharedMemory(route, body);
     SharedMemoryRegistry& shm = server_->api_->shared_memory();
     if (route.action == "status") {
       auto regions = shm.GetStatus(route.model);
