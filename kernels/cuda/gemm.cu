@@ -183,32 +183,27 @@ void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t str
   }
 }
 
+// The kernel instantiated for the smallest M (1, 2, 4, 8, 16) that holds p.m rows.
+template <typename T, int kRows, typename OutT>
+void LaunchForM(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream) {
+  if (p.m <= 1)
+    LaunchVariant<T, 1, kRows, OutT>(variant, p, stream);
+  else if (p.m <= 2)
+    LaunchVariant<T, 2, kRows, OutT>(variant, p, stream);
+  else if (p.m <= 4)
+    LaunchVariant<T, 4, kRows, OutT>(variant, p, stream);
+  else if (p.m <= 8)
+    LaunchVariant<T, 8, kRows, OutT>(variant, p, stream);
+  else
+    LaunchVariant<T, 16, kRows, OutT>(variant, p, stream);
+}
+
 template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
-  const int64_t m = p.m;
-  if (variant == SmallMVariant::kWarpRows2) {
-    if (m <= 1)
-      LaunchVariant<T, 1, 2, OutT>(variant, p, stream);
-    else if (m <= 2)
-      LaunchVariant<T, 2, 2, OutT>(variant, p, stream);
-    else if (m <= 4)
-      LaunchVariant<T, 4, 2, OutT>(variant, p, stream);
-    else if (m <= 8)
-      LaunchVariant<T, 8, 2, OutT>(variant, p, stream);
-    else
-      LaunchVariant<T, 16, 2, OutT>(variant, p, stream);
-  } else {
-    if (m <= 1)
-      LaunchVariant<T, 1, 4, OutT>(variant, p, stream);
-    else if (m <= 2)
-      LaunchVariant<T, 2, 4, OutT>(variant, p, stream);
-    else if (m <= 4)
-      LaunchVariant<T, 4, 4, OutT>(variant, p, stream);
-    else if (m <= 8)
-      LaunchVariant<T, 8, 4, OutT>(variant, p, stream);
-    else
-      LaunchVariant<T, 16, 4, OutT>(variant, p, stream);
-  }
+  if (variant == SmallMVariant::kWarpRows2)
+    LaunchForM<T, 2, OutT>(variant, p, stream);
+  else
+    LaunchForM<T, 4, OutT>(variant, p, stream);
   return cudaGetLastError();
 }
 

@@ -932,34 +932,44 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         });
   }
 
+  using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+  // A shared-memory status answer: one object per region with its name, the kind's own fields,
+  // and byte_size.
+  template <typename Region, typename Fields>
+  void SendRegions(StatusOr<std::vector<Region>> regions, Fields fields) {
+    if (!regions.ok()) return SendStatus(regions.status());
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartArray();
+    for (const auto& r : *regions) {
+      w.StartObject();
+      w.Key("name");
+      w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
+      fields(w, r);
+      w.Key("byte_size");
+      w.Uint64(r.byte_size);
+      w.EndObject();
+    }
+    w.EndArray();
+    SendBody(bhttp::status::ok, buffer.GetString());
+  }
+
+  void SendOkOrError(const Status& s) {
+    if (!s.ok()) return SendStatus(s);
+    SendBody(bhttp::status::ok, "", nullptr);
+  }
+
   // The CUDA shared-memory extension: regions are another process's device allocations, named by
   // a cudaIpcMemHandle_t (base64 in the JSON body).
   void CudaSharedMemory(const Route& route, const std::string& body) {
     SharedMemoryRegistry& shm = server_->api_->shared_memory();
-    if (route.action == "status") {
-      auto regions = shm.GetCudaStatus(route.model);
-      if (!regions.ok()) return SendStatus(regions.status());
-      rapidjson::StringBuffer buffer;
-      rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-      w.StartArray();
-      for (const auto& r : *regions) {
-        w.StartObject();
-        w.Key("name");
-        w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
+    if (route.action == "status")
+      return SendRegions(shm.GetCudaStatus(route.model), [](JsonWriter& w, const auto& r) {
         w.Key("device_id");
         w.Int64(r.device_id);
-        w.Key("byte_size");
-        w.Uint64(r.byte_size);
-        w.EndObject();
-      }
-      w.EndArray();
-      return SendBody(bhttp::status::ok, buffer.GetString());
-    }
-    if (route.action == "unregister") {
-      Status s = shm.UnregisterCuda(route.model);
-      if (!s.ok()) return SendStatus(s);
-      return SendBody(bhttp::status::ok, "", nullptr);
-    }
+      });
+    if (route.action == "unregister") return SendOkOrError(shm.UnregisterCuda(route.model));
     simdjson::dom::parser parser;
     auto doc = ParseObject(parser, body, "register");
     if (!doc.ok()) return SendStatus(doc.status());
@@ -987,32 +997,14 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void SharedMemory(const Route& route, const std::string& body) {
     if (route.cuda) return CudaSharedMemory(route, body);
     SharedMemoryRegistry& shm = server_->api_->shared_memory();
-    if (route.action == "status") {
-      auto regions = shm.GetStatus(route.model);
-      if (!regions.ok()) return SendStatus(regions.status());
-      rapidjson::StringBuffer buffer;
-      rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-      w.StartArray();
-      for (const auto& r : *regions) {
-        w.StartObject();
-        w.Key("name");
-        w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
+    if (route.action == "status")
+      return SendRegions(shm.GetStatus(route.model), [](JsonWriter& w, const auto& r) {
         w.Key("key");
         w.String(r.key.c_str(), static_cast<rapidjson::SizeType>(r.key.size()));
         w.Key("offset");
         w.Uint64(r.offset);
-        w.Key("byte_size");
-        w.Uint64(r.byte_size);
-        w.EndObject();
-      }
-      w.EndArray();
-      return SendBody(bhttp::status::ok, buffer.GetString());
-    }
-    if (route.action == "unregister") {
-      Status s = shm.Unregister(route.model);
-      if (!s.ok()) return SendStatus(s);
-      return SendBody(bhttp::status::ok, "", nullptr);
-    }
+      });
+    if (route.action == "unregister") return SendOkOrError(shm.Unregister(route.model));
     simdjson::dom::parser parser;
     auto doc = ParseObject(parser, body, "register");
     if (!doc.ok()) return SendStatus(doc.status());
