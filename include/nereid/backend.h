@@ -218,8 +218,10 @@ uint32_t NereidRequestOutputCount(const NereidRequest* request);
 const char* NereidRequestOutputName(const NereidRequest* request, uint32_t index);
 /* Allocates the buffer for one output of the response being built; the server owns it and sends
  * it. The server places it in 'preferred' memory when it can (a client's shared-memory region when
- * the client asked for one, pinned memory, a device) and says where in 'buffer'; the backend writes
- * there. For BYTES outputs 'byte_size' is the serialized size (a 4-byte little-endian length before
+ * the client asked for one, pinned memory) and says where in 'buffer'; the backend writes there.
+ * Device memory is given only for a client's CUDA region and only when 'preferred' is GPU (otherwise
+ * the backend writes pinned host memory that the server copies into the region); a GPU preference
+ * without a CUDA region gets pinned host memory. For BYTES outputs 'byte_size' is the serialized size (a 4-byte little-endian length before
  * each element). Allocating one output twice for one response is an error. */
 NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* name,
                                          NereidDataType datatype, const int64_t* shape,
