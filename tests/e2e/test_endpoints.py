@@ -67,7 +67,7 @@ def test_model_ready(server, client):
     ("/v2/models/simple/versions/x/config", 400),
     ("/v2/nothing/here", 404),
     ("/v2/models/no_such_model/stats", 404),
-    ("/v2/cudasharedmemory/status", 400),
+    ("/v2/cudasharedmemory/region/never_registered/status", 404),
     ("/v2/systemsharedmemory/region/never_registered/status", 404),
 ])
 def test_errors_use_triton_status_codes_and_json_bodies(server, path, status):

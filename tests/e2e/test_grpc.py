@@ -169,8 +169,9 @@ def test_statistics_index_logging_and_unimplemented(gclient):
     assert {"simple", "recommend_model"} <= names
     settings = gclient.update_log_settings({"log_verbose_level": 0})
     assert settings.settings["log_info"].bool_param is True
+    assert list(gclient.get_cuda_shared_memory_status().regions) == []
     with pytest.raises(InferenceServerException, match="not supported"):
-        gclient.get_cuda_shared_memory_status()
+        gclient.get_trace_settings()
     with pytest.raises(InferenceServerException, match="EXPLICIT"):
         gclient.load_model("simple")
 
