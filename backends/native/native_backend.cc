@@ -252,9 +252,12 @@ Status InitializeModel(NereidModel* model) {
 #ifdef NEREID_NATIVE_GPU
   RETURN_IF_ERROR(ParsePrecision(state->precision).status());
 #else
-  if (state->precision != "fp32")
-    return InvalidArgument("model '" + state->name + "': parameter 'precision' is '" +
-                           state->precision + "', but this build has no GPU engine (fp32 only)");
+  // Without the GPU engine the parameter changes nothing (CPU math is fp32), but it must be valid.
+  if (state->precision != "fp32" && state->precision != "tf32" && state->precision != "bf16" &&
+      state->precision != "fp16")
+    return InvalidArgument("model '" + state->name +
+                           "': parameter 'precision' must be fp32, tf32, bf16 or fp16, got '" +
+                           state->precision + "'");
 #endif
 
   const std::string backend = StringField(config, "backend");
