@@ -502,7 +502,6 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
   // straight there: its CUDA shared-memory region, else pinned host memory.
   const std::vector<GpuOutputInfo> outputs = GpuOutputs(gpu);
   std::vector<GpuDestination> destinations(outputs.size());
-  std::vector<bool> allocated(outputs.size(), false);
   std::vector<void*> allocated_data(outputs.size(), nullptr);
   if (count == 1) {
     for (const std::string& name : backend::RequestedOutputs(requests[0]))
@@ -515,7 +514,6 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
             requests[0], name.c_str(), static_cast<NereidDataType>(outputs[o].type), shape.data(),
             static_cast<uint32_t>(shape.size()), outputs[o].row_bytes * total_rows,
             NEREID_MEMORY_GPU, NereidInstanceDeviceId(instance), &buffer)));
-        allocated[o] = true;
         allocated_data[o] = buffer.data;
         if (buffer.memory_type == NEREID_MEMORY_GPU) {
           if (buffer.device_id != NereidInstanceDeviceId(instance))
@@ -538,7 +536,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
       for (size_t o = 0; o < results.size(); ++o)
         if (results[o].name == name) result = &results[o], index = o;
       if (result == nullptr || !failed[r].ok()) continue;
-      if (count == 1 && allocated[index]) {
+      if (allocated_data[index] != nullptr) {  // a request alone in its batch
         // Already allocated: the device wrote it there, or it is copied there from staging.
         if (!result->in_destination)
           std::memcpy(allocated_data[index], result->data, result->bytes);

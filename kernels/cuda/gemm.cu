@@ -70,11 +70,7 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int 
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
   if (row0 >= n) return;
-  float acc[kRows][M];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+  float acc[kRows][M] = {};
 
   const T* wr[kRows];
 #pragma unroll
@@ -118,11 +114,7 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * kSharedWarps + (threadIdx.x >> 5)) * kRows;
   const bool active = row0 < n;
-  float acc[kRows][M];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+  float acc[kRows][M] = {};
   const T* wr[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wr[r] = w + (row0 + r < n ? row0 + r : (active ? row0 : 0)) * k;

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <new>
 
-#include "common/logging.h"
 #include "memory/memory_pool.h"
 
 namespace nereid {
@@ -80,12 +79,7 @@ class ServerAllocator final : public Allocator {
     if (bytes > kMaxAllocation)
       return InvalidArgument("cannot allocate " + std::to_string(bytes) + " bytes");
     if (preferred.type == MemoryType::kCpuPinned) return AllocatePinned(bytes);
-    if (preferred.type == MemoryType::kGpu) {
-      auto device = AllocateDevice(bytes, preferred.device);
-      if (device.ok()) return device;
-      LOG_WARNING << "device memory for " << bytes << " bytes on GPU " << preferred.device << ": "
-                  << device.status().message() << "; using host memory";
-    }
+    if (preferred.type == MemoryType::kGpu) return AllocateDevice(bytes, preferred.device);
     return heap_.Allocate(bytes, preferred);
   }
 

@@ -64,8 +64,8 @@ class PinnedAllocator final : public Allocator {
   StatusOr<Buffer> Allocate(size_t bytes, MemoryLocation preferred) override;
 };
 
-// The server's allocator for outputs: pinned memory when asked for, the heap otherwise (device
-// memory comes with the GPU build).
+// The server's allocator: pinned memory from the pinned pool, device memory from the device's CUDA
+// pool (memory_pool.h, each with its fallback), the heap otherwise.
 Allocator& DefaultAllocator();
 
 // Where tensor bytes are copied by the server (not by a backend, not by the kernel's socket read).

@@ -284,8 +284,6 @@ NereidError* NereidMemoryAllocate(NereidMemoryType type, int64_t device_id, uint
   auto allocated = nereid::DefaultAllocator().Allocate(
       byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(type), device_id});
   if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
-  if (type == NEREID_MEMORY_GPU && allocated->location().type != nereid::MemoryType::kGpu)
-    return Error(NEREID_ERROR_UNAVAILABLE, "no device memory on GPU " + std::to_string(device_id));
   buffer->data = allocated->data();
   buffer->memory_type = static_cast<NereidMemoryType>(allocated->location().type);
   buffer->device_id = allocated->location().device;
