@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/onnx_value_info.h"
 #include "cpu/gemm.h"
 #include "ops.h"
 #include "tensor.h"
@@ -19,15 +20,7 @@ class ModelProto;
 
 namespace nereid::native {
 
-struct ValueInfo {
-  std::string name;
-  DataType type = DataType::kInvalid;
-  std::vector<int64_t> dims;  // -1 where the graph leaves a dimension symbolic or unknown
-  // A graph input that is also an initializer: a request may send it (overriding the model's
-  // value) or leave it out (the initializer is used). Triton serves these as optional inputs.
-  bool has_default = false;
-  bool has_shape = false;  // false when the graph states no shape (dims is then empty)
-};
+using ValueInfo = backend::onnx::ValueInfo;
 
 struct GraphOptions {
   // Pack constant GEMM weights for the CPU kernels and release the originals (CPU execution). The

@@ -27,7 +27,8 @@ the backend's auto-complete, label files. It prints each error with file, line a
 config as config.pbtxt text (with auto-completed inputs, outputs and max_batch_size).
 
 Server flags that change what a load does apply here too: --strict-model-config,
---disable-auto-complete-config, --backend-directory=PATH. Flags take the --flag=value form.
+--disable-auto-complete-config, --backend-directory=PATH, --onnx-engine. Flags take the --flag=value
+form.
 )";
 
 // True when 'dir' looks like one model rather than a repository: it has a config.pbtxt or a

@@ -48,6 +48,8 @@ Options (names follow tritonserver):
   --strict-model-config=BOOL  config.pbtxt must be complete: no auto-complete (default false)
   --disable-auto-complete-config  same as --strict-model-config=true
   --backend-directory=PATH    where libnereid_backend_<name>.so live (default: next to the binary)
+  --onnx-engine=ENGINE        what runs models configured for onnxruntime: onnxruntime (default),
+                              native, or auto (native when it runs every op, else onnxruntime)
   --allow-http=BOOL           serve HTTP (default true)
   --http-address=ADDR         default 0.0.0.0
   --http-port=PORT            default 8000 (0 picks a free port)
@@ -156,6 +158,19 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "strict-model-config") {
       ASSIGN_OR_RETURN(bool strict, boolean());
       o.repository.auto_complete = !strict;
+    } else if (flag == "onnx-engine") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      using Engine = RepositoryOptions::OnnxEngine;
+      if (v == "onnxruntime") {
+        o.repository.onnx_engine = Engine::kOnnxRuntime;
+      } else if (v == "native") {
+        o.repository.onnx_engine = Engine::kNative;
+      } else if (v == "auto") {
+        o.repository.onnx_engine = Engine::kAuto;
+      } else {
+        return InvalidArgument("--onnx-engine must be onnxruntime, native or auto, got '" + v +
+                               "'");
+      }
     } else if (flag == "disable-auto-complete-config") {
       ASSIGN_OR_RETURN(bool disable, boolean());
       o.repository.auto_complete = !disable;

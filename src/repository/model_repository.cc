@@ -217,8 +217,31 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
   }
   ASSIGN_OR_RETURN(std::string backend_name,
                    ResolveBackend(&config, plan.model_dir, plan.versions));
-  ASSIGN_OR_RETURN(plan.backend, backends_->Get(backend_name));
+  using Engine = RepositoryOptions::OnnxEngine;
+  if (backend_name == "onnxruntime" && options_.onnx_engine != Engine::kOnnxRuntime) {
+    ASSIGN_OR_RETURN(plan.backend, backends_->Get("native"));
+    if (options_.onnx_engine == Engine::kAuto) {
+      auto ort = backends_->Get("onnxruntime");
+      if (ort.ok() && *ort != plan.backend) plan.fallback = *ort;
+    }
+  } else {
+    ASSIGN_OR_RETURN(plan.backend, backends_->Get(backend_name));
+  }
   return plan;
+}
+
+StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(const std::string& name,
+                                                                int64_t version,
+                                                                const Plan& plan) const {
+  auto model = Model::Create(name, version, plan.model_dir, plan.parsed.config, plan.parsed.locator,
+                             plan.backend, options_.auto_complete);
+  if (model.ok() || !plan.fallback || model.status().code() != Status::Code::kUnsupported)
+    return model;
+  LOG_INFO << "model '" << name << "': the " << plan.backend->name() << " engine cannot run it ("
+           << model.status().message() << "); " << plan.fallback->name()
+           << " runs it (--onnx-engine=auto)";
+  return Model::Create(name, version, plan.model_dir, plan.parsed.config, plan.parsed.locator,
+                       plan.fallback, options_.auto_complete);
 }
 
 ModelRepository::CheckResult ModelRepository::Check(const std::string& name) const {
@@ -229,9 +252,13 @@ ModelRepository::CheckResult ModelRepository::Check(const std::string& name) con
     return result;
   }
   // The newest version stands for the model: its file is what auto-complete reads.
-  auto config =
-      Model::CompleteConfig(name, plan->versions.back(), plan->model_dir, plan->parsed.config,
-                            plan->parsed.locator, plan->backend, options_.auto_complete);
+  auto complete = [&](const std::shared_ptr<Backend>& backend) {
+    return Model::CompleteConfig(name, plan->versions.back(), plan->model_dir, plan->parsed.config,
+                                 plan->parsed.locator, backend, options_.auto_complete);
+  };
+  auto config = complete(plan->backend);
+  if (!config.ok() && plan->fallback && config.status().code() == Status::Code::kUnsupported)
+    config = complete(plan->fallback);
   if (!config.ok()) {
     result.errors.push_back(config.status().message());
     return result;
@@ -252,8 +279,7 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
   for (int64_t v : versions) {
-    auto model = Model::Create(name, v, plan.model_dir, config, plan.parsed.locator, plan.backend,
-                               options_.auto_complete);
+    auto model = CreateVersion(name, v, plan);
     VersionEntry entry;
     if (model.ok()) {
       entry.state = "READY";

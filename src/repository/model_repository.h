@@ -27,6 +27,11 @@ struct RepositoryOptions {
   // Backends may fill in what config.pbtxt leaves out (inputs, outputs, max_batch_size);
   // --strict-model-config / --disable-auto-complete-config turn it off.
   bool auto_complete = true;
+  // Which engine runs a model configured for onnxruntime (--onnx-engine): ONNX Runtime; the
+  // native engine; or the native engine when it supports every op of the model (and its instance
+  // kind), else ONNX Runtime. A config with backend: "native" always gets the native engine.
+  enum class OnnxEngine { kOnnxRuntime, kNative, kAuto };
+  OnnxEngine onnx_engine = OnnxEngine::kOnnxRuntime;
 };
 
 struct IndexEntry {
@@ -98,10 +103,15 @@ class ModelRepository {
     ParsedModelConfig parsed;
     std::vector<int64_t> versions;
     std::shared_ptr<Backend> backend;
+    // --onnx-engine=auto: the backend that runs the model when 'backend' cannot (UNSUPPORTED).
+    std::shared_ptr<Backend> fallback;
   };
   StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
                           std::vector<std::string>* config_errors) const;
   Status LoadModel(const std::string& name, const std::string& config_json);
+  // Model::Create with the plan's backend, then its fallback when the first cannot run the model.
+  StatusOr<std::shared_ptr<Model>> CreateVersion(const std::string& name, int64_t version,
+                                                 const Plan& plan) const;
   static void Retire(std::vector<std::shared_ptr<Model>>& retired);
   StatusOr<std::string> FindModelDir(const std::string& name) const;
 

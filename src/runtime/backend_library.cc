@@ -92,15 +92,24 @@ StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) 
   namespace fs = std::filesystem;
   const std::string prefix = "libnereid_backend_";
   std::error_code ec;
-  if (fs::exists(fs::path(directory_) / (prefix + name + ".so"), ec)) return LoadLocked(name);
-  // No library of that name: one that declares the name as an alias serves it.
+  // The library of that name serves it when it loads; when it is missing or cannot start (the
+  // onnxruntime backend without an ONNX Runtime library), a library that declares the name as an
+  // alias serves it instead.
+  std::string named_failure;
+  if (fs::exists(fs::path(directory_) / (prefix + name + ".so"), ec)) {
+    auto named = LoadLocked(name);
+    if (named.ok()) return named;
+    named_failure = named.status().message();
+    LOG_WARNING << named_failure << "; looking for another backend that serves '" << name << "'";
+  }
   std::vector<std::string> installed;
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
     const std::string file = entry.path().filename().string();
     if (file.rfind(prefix, 0) != 0 || file.size() <= prefix.size() + 3 ||
         file.substr(file.size() - 3) != ".so")
       continue;
-    installed.push_back(file.substr(prefix.size(), file.size() - prefix.size() - 3));
+    std::string candidate = file.substr(prefix.size(), file.size() - prefix.size() - 3);
+    if (candidate != name) installed.push_back(std::move(candidate));
   }
   std::sort(installed.begin(), installed.end());
   for (const auto& candidate : installed) {
@@ -111,14 +120,17 @@ StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) 
     }
     const auto& aliases = (*backend)->aliases();
     if (std::find(aliases.begin(), aliases.end(), name) != aliases.end()) {
-      LOG_INFO << "backend '" << name << "' is served by '" << candidate
-               << "' (no libnereid_backend_" << name << ".so is installed)";
+      LOG_INFO << "backend '" << name << "' is served by '" << candidate << "' ("
+               << (named_failure.empty() ? "no libnereid_backend_" + name + ".so is installed"
+                                         : "libnereid_backend_" + name + ".so did not start")
+               << ")";
       loaded_[name] = *backend;
       return *backend;
     }
   }
   std::string list;
   for (const auto& b : installed) list += (list.empty() ? "" : ", ") + b;
+  if (!named_failure.empty()) return Unavailable(named_failure);
   return Unsupported("backend '" + name + "' is not available (installed in " + directory_ + ": " +
                      (list.empty() ? "none" : list) + ")");
 }

@@ -163,7 +163,8 @@ def exported(path):
 
 
 def test_backend_libraries_export_only_the_abi():
-    for lib in ("libnereid_backend_native.so", "libnereid_backend_repeat.so"):
+    for lib in ("libnereid_backend_native.so", "libnereid_backend_repeat.so",
+                "libnereid_backend_onnxruntime.so"):
         names = exported(os.path.join(BUILD, "backends", lib))
         assert names and all(n.startswith("Nereid") for n in names), (lib, names)
     server_names = [n for n in exported(BINARY) if n.startswith("Nereid")]
@@ -174,9 +175,11 @@ def test_backend_libraries_export_only_the_abi():
 def test_native_backend_compiles_against_include_only():
     commands = json.load(open(os.path.join(BUILD, "compile_commands.json")))
     src = os.path.join(ROOT, "src")
-    engine = [c for c in commands if os.sep + os.path.join("backends", "native") + os.sep in c["file"]
-              or os.sep + os.path.join("examples", "backends") + os.sep in c["file"]]
-    assert len(engine) >= 5
+    engine = [c for c in commands
+              if any(os.sep + d + os.sep in c["file"] for d in (
+                  os.path.join("backends", "native"), os.path.join("backends", "onnxruntime"),
+                  os.path.join("examples", "backends")))]
+    assert len(engine) >= 6
     for c in engine:
         flags = c.get("command") or " ".join(c.get("arguments", []))
         assert f"-I{src} " not in flags + " " and f"-isystem {src} " not in flags + " ", c["file"]

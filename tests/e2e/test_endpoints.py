@@ -115,7 +115,8 @@ def test_keep_alive_serves_many_requests_on_one_connection(server):
 def test_load_log_lists_config_fields_not_acted_on(server):
     log = server.read_log()
     assert "model 'identity_fp32': config fields accepted but not acted on yet: optimization" in log
-    assert "model 'recommend_model' (configured for onnxruntime) runs on the native engine" in log
+    assert "model 'recommend_model' runs on the native engine" in log
+    assert "model 'simple' runs on ONNX Runtime" in log
 
 
 @pytest.mark.parametrize("body, fragment", [

@@ -244,7 +244,7 @@ def test_pageable_staging_gives_the_same_results(gpu_repo):
 def test_missing_gpu_id_fails_with_file_and_line(tmp_path):
     config = open(os.path.join(ROOT, "examples", "models_gpu", "matmul_model", "config.pbtxt")).read()
     repo = write_repo(str(tmp_path), precisions=(), extra={
-        "recommend_far": 'name: "recommend_model"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+        "recommend_far": 'name: "recommend_model"\nbackend: "native"\nmax_batch_size: 8\n'
                          f"instance_group [ {{ kind: KIND_GPU gpus: [ {GPUS + 5} ] }} ]\n"})
     s = Server(repo, "--exit-on-error=false", "--strict-readiness=false")
     try:

@@ -1,0 +1,777 @@
+// The ONNX Runtime backend: serves models configured for Triton's onnxruntime backend
+// (platform "onnxruntime_onnx", backend "onnxruntime", or a lone model.onnx) on ONNX Runtime's CPU
+// execution provider, through ORT's C API. The runtime is not linked: NereidBackendInitialize
+// loads libonnxruntime.so (docs/onnxruntime.md says where it looks), so the server runs without it
+// and falls back to the native engine when it is missing.
+//
+// One ORT session per instance (Triton's layout: each instance has its own intra-op thread pool).
+// Inputs are handed to ORT in place when a request runs alone; a batch of requests is joined once.
+// Outputs whose shape the graph fixes are allocated in the response first and ORT writes straight
+// into them; other outputs are copied from ORT's tensors into the responses.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/onnx_config.h"
+#include "nereid/backend.h"
+#include "ort_api.h"
+
+namespace nereid::onnxruntime {
+namespace {
+
+namespace onnx = backend::onnx;
+using backend::DataType;
+using backend::FromError;
+using backend::Status;
+using backend::StatusOr;
+
+void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
+
+// ---- The runtime: the loaded library, its API table and the process-wide environment -----------
+
+struct Runtime {
+  void* handle = nullptr;
+  const ort::Api* api = nullptr;
+  ort::OrtEnv* env = nullptr;
+  ort::OrtAllocator* allocator = nullptr;  // ORT's default CPU allocator (not owned)
+  ort::OrtMemoryInfo* cpu = nullptr;       // describes host buffers handed to ORT
+  std::string version;
+  std::string path;
+};
+Runtime* g_ort = nullptr;
+
+const ort::Api& Api() { return *g_ort->api; }
+
+// Takes an OrtStatus (NULL is success) and returns it as a Status, prefixed with 'context'.
+Status Check(ort::OrtStatus* status, const std::string& context) {
+  if (status == nullptr) return Status::Ok();
+  const int code = Api().GetErrorCode(status);
+  std::string message = context + ": " + Api().GetErrorMessage(status);
+  Api().ReleaseStatus(status);
+  switch (code) {
+    case 2:  // ORT_INVALID_ARGUMENT
+      return backend::InvalidArgument(message);
+    case 3:  // ORT_NO_SUCHFILE
+      return backend::NotFound(message);
+    case 9:  // ORT_NOT_IMPLEMENTED
+      return backend::Unsupported(message);
+    default:
+      return backend::Internal(message);
+  }
+}
+
+// ORT objects owned by unique_ptrs that release them through the API table.
+template <typename T, void (*const ort::Api::*Release)(T*) noexcept>
+struct Releaser {
+  void operator()(T* p) const {
+    if (p != nullptr) (Api().*Release)(p);
+  }
+};
+using SessionPtr =
+    std::unique_ptr<ort::OrtSession, Releaser<ort::OrtSession, &ort::Api::ReleaseSession>>;
+using OptionsPtr =
+    std::unique_ptr<ort::OrtSessionOptions,
+                    Releaser<ort::OrtSessionOptions, &ort::Api::ReleaseSessionOptions>>;
+using ValuePtr = std::unique_ptr<ort::OrtValue, Releaser<ort::OrtValue, &ort::Api::ReleaseValue>>;
+using TypeInfoPtr =
+    std::unique_ptr<ort::OrtTypeInfo, Releaser<ort::OrtTypeInfo, &ort::Api::ReleaseTypeInfo>>;
+using ShapeInfoPtr = std::unique_ptr<
+    ort::OrtTensorTypeAndShapeInfo,
+    Releaser<ort::OrtTensorTypeAndShapeInfo, &ort::Api::ReleaseTensorTypeAndShapeInfo>>;
+
+// ORT's log lines go to the server log.
+void LogFromOrt(void*, ort::LoggingLevel severity, const char* category, const char*,
+                const char* location, const char* message) {
+  const NereidLogLevel level = severity >= ort::kError     ? NEREID_LOG_ERROR
+                               : severity == ort::kWarning ? NEREID_LOG_WARNING
+                                                           : NEREID_LOG_VERBOSE;
+  NereidLog(
+      level, location ? location : "onnxruntime", 0,
+      (std::string("onnxruntime [") + (category ? category : "") + "] " + (message ? message : ""))
+          .c_str());
+}
+
+// Where libonnxruntime.so is looked for, in order: $NEREID_ONNXRUNTIME_LIBRARY; the folder
+// 'onnxruntime' next to this backend (the build copies the PyPI wheel's library there); the
+// dynamic loader's search path.
+std::vector<std::string> LibraryCandidates() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("NEREID_ONNXRUNTIME_LIBRARY"); env && *env)
+    candidates.emplace_back(env);
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&LibraryCandidates), &self) && self.dli_fname) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(self.dli_fname).parent_path() / "onnxruntime";
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("libonnxruntime.so", 0) == 0) found.push_back(entry.path().string());
+    }
+    std::sort(found.begin(), found.end());  // libonnxruntime.so before libonnxruntime.so.1.x
+    candidates.insert(candidates.end(), found.begin(), found.end());
+  }
+  candidates.emplace_back("libonnxruntime.so.1");
+  candidates.emplace_back("libonnxruntime.so");
+  return candidates;
+}
+
+Status LoadRuntime() {
+  auto runtime = std::make_unique<Runtime>();
+  std::string tried;
+  for (const std::string& candidate : LibraryCandidates()) {
+    runtime->handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (runtime->handle != nullptr) {
+      runtime->path = candidate;
+      break;
+    }
+    tried += "\n  " + candidate + ": " + dlerror();
+  }
+  if (runtime->handle == nullptr)
+    return backend::Unavailable(
+        "the ONNX Runtime library was not found (set NEREID_ONNXRUNTIME_LIBRARY to "
+        "libonnxruntime.so; `pip install onnxruntime` ships one in onnxruntime/capi/). Tried:" +
+        tried);
+  using GetApiBase = const ort::ApiBase* (*)();
+  auto get_base = reinterpret_cast<GetApiBase>(dlsym(runtime->handle, "OrtGetApiBase"));
+  if (get_base == nullptr)
+    return backend::Unavailable(runtime->path + " does not export OrtGetApiBase");
+  const ort::ApiBase* base = get_base();
+  runtime->version = base->GetVersionString();
+  runtime->api = base->GetApi(ort::kApiVersion);
+  if (runtime->api == nullptr)
+    return backend::Unavailable("ONNX Runtime " + runtime->version + " at " + runtime->path +
+                                " does not offer C API version " +
+                                std::to_string(ort::kApiVersion) + " (1.13 or newer is needed)");
+  g_ort = runtime.get();
+  Status status = Check(
+      Api().CreateEnvWithCustomLogger(&LogFromOrt, nullptr, ort::kWarning, "nereid", &runtime->env),
+      "creating the ONNX Runtime environment");
+  if (status.ok())
+    status = Check(Api().GetAllocatorWithDefaultOptions(&runtime->allocator),
+                   "getting ONNX Runtime's CPU allocator");
+  if (status.ok())
+    status =
+        Check(Api().CreateCpuMemoryInfo(ort::kDeviceAllocator, ort::kMemTypeDefault, &runtime->cpu),
+              "describing host memory for ONNX Runtime");
+  if (!status.ok()) {
+    g_ort = nullptr;
+    return status;
+  }
+  Log(NEREID_LOG_INFO, "ONNX Runtime " + runtime->version + " loaded from " + runtime->path);
+  runtime.release();
+  return Status::Ok();
+}
+
+// ---- Types
+// ----------------------------------------------------------------------------------------
+
+DataType FromOrt(ort::ElementType t) {
+  switch (t) {
+    case ort::kFloat:
+      return DataType::kFp32;
+    case ort::kUint8:
+      return DataType::kUint8;
+    case ort::kInt8:
+      return DataType::kInt8;
+    case ort::kUint16:
+      return DataType::kUint16;
+    case ort::kInt16:
+      return DataType::kInt16;
+    case ort::kInt32:
+      return DataType::kInt32;
+    case ort::kInt64:
+      return DataType::kInt64;
+    case ort::kString:
+      return DataType::kBytes;
+    case ort::kBool:
+      return DataType::kBool;
+    case ort::kFloat16:
+      return DataType::kFp16;
+    case ort::kDouble:
+      return DataType::kFp64;
+    case ort::kUint32:
+      return DataType::kUint32;
+    case ort::kUint64:
+      return DataType::kUint64;
+    case ort::kBfloat16:
+      return DataType::kBf16;
+    default:
+      return DataType::kInvalid;
+  }
+}
+
+ort::ElementType ToOrt(DataType t) {
+  switch (t) {
+    case DataType::kFp32:
+      return ort::kFloat;
+    case DataType::kUint8:
+      return ort::kUint8;
+    case DataType::kInt8:
+      return ort::kInt8;
+    case DataType::kUint16:
+      return ort::kUint16;
+    case DataType::kInt16:
+      return ort::kInt16;
+    case DataType::kInt32:
+      return ort::kInt32;
+    case DataType::kInt64:
+      return ort::kInt64;
+    case DataType::kBytes:
+      return ort::kString;
+    case DataType::kBool:
+      return ort::kBool;
+    case DataType::kFp16:
+      return ort::kFloat16;
+    case DataType::kFp64:
+      return ort::kDouble;
+    case DataType::kUint32:
+      return ort::kUint32;
+    case DataType::kUint64:
+      return ort::kUint64;
+    case DataType::kBf16:
+      return ort::kBfloat16;
+    default:
+      return ort::kUndefined;
+  }
+}
+
+// ---- Sessions -----------------------------------------------------------------------------------
+
+// Triton's ONNX Runtime backend settings (config parameters and optimization.graph.level).
+struct SessionSettings {
+  int intra_op_threads = 0;  // 0: ORT's default (one per physical core)
+  int inter_op_threads = 0;
+  ort::ExecutionMode mode = ort::kSequential;
+  ort::GraphOptimizationLevel level = ort::kEnableAll;
+  int mem_arena = -1;    // -1: ORT's default
+  int mem_pattern = -1;  // -1: ORT's default
+  std::string device_allocator_for_initializers;
+  std::string Describe() const {
+    const char* level_name = level == ort::kEnableAll        ? "all"
+                             : level == ort::kEnableExtended ? "extended"
+                             : level == ort::kEnableBasic    ? "basic"
+                                                             : "disabled";
+    return "intra_op_thread_count " + std::to_string(intra_op_threads) +
+           ", inter_op_thread_count " + std::to_string(inter_op_threads) + ", execution_mode " +
+           (mode == ort::kParallel ? "parallel" : "sequential") + ", graph optimization " +
+           level_name;
+  }
+};
+
+StatusOr<int> IntParameter(const std::string& model, const rapidjson::Value& config,
+                           const char* key, int min, int max, int fallback) {
+  const std::string text = onnx::Parameter(config, key);
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < min || value > max)
+    return backend::InvalidArgument("model '" + model + "': parameter '" + key +
+                                    "' must be an integer from " + std::to_string(min) + " to " +
+                                    std::to_string(max) + ", got '" + text + "'");
+  return static_cast<int>(value);
+}
+
+StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson::Value& config) {
+  SessionSettings s;
+  ASSIGN_OR_RETURN(s.intra_op_threads,
+                   IntParameter(model, config, "intra_op_thread_count", 0, 1024, 0));
+  ASSIGN_OR_RETURN(s.inter_op_threads,
+                   IntParameter(model, config, "inter_op_thread_count", 0, 1024, 0));
+  ASSIGN_OR_RETURN(int mode, IntParameter(model, config, "execution_mode", 0, 1, 0));
+  s.mode = mode == 1 ? ort::kParallel : ort::kSequential;
+  ASSIGN_OR_RETURN(s.mem_arena, IntParameter(model, config, "enable_mem_arena", 0, 1, -1));
+  ASSIGN_OR_RETURN(s.mem_pattern, IntParameter(model, config, "enable_mem_pattern", 0, 1, -1));
+  s.device_allocator_for_initializers =
+      onnx::Parameter(config, "session.use_device_allocator_for_initializers");
+  // Triton's levels: -1 basic, 1 basic and extended, 2 none; 0 (or absent) all.
+  if (config.HasMember("optimization") && config["optimization"].IsObject() &&
+      config["optimization"].HasMember("graph") && config["optimization"]["graph"].IsObject() &&
+      config["optimization"]["graph"].HasMember("level")) {
+    const auto& level = config["optimization"]["graph"]["level"];
+    const int64_t v = level.IsInt64() ? level.GetInt64() : 0;
+    if (v == -1) {
+      s.level = ort::kEnableBasic;
+    } else if (v == 1) {
+      s.level = ort::kEnableExtended;
+    } else if (v == 2) {
+      s.level = ort::kDisableAll;
+    } else if (v != 0) {
+      return backend::InvalidArgument(
+          "model '" + model +
+          "': optimization.graph.level must be -1 (basic), 0 (all), 1 "
+          "(basic and extended) or 2 (none) for the onnxruntime backend, got " +
+          std::to_string(v));
+    }
+  }
+  return s;
+}
+
+StatusOr<SessionPtr> OpenSession(const std::string& model, const std::string& path,
+                                 const SessionSettings& s) {
+  const std::string who = "model '" + model + "'";
+  ort::OrtSessionOptions* raw = nullptr;
+  RETURN_IF_ERROR(Check(Api().CreateSessionOptions(&raw), who));
+  OptionsPtr options(raw);
+  RETURN_IF_ERROR(Check(Api().SetIntraOpNumThreads(raw, s.intra_op_threads), who));
+  RETURN_IF_ERROR(Check(Api().SetInterOpNumThreads(raw, s.inter_op_threads), who));
+  RETURN_IF_ERROR(Check(Api().SetSessionExecutionMode(raw, s.mode), who));
+  RETURN_IF_ERROR(Check(Api().SetSessionGraphOptimizationLevel(raw, s.level), who));
+  RETURN_IF_ERROR(Check(Api().SetSessionLogId(raw, model.c_str()), who));
+  if (s.mem_arena == 1) RETURN_IF_ERROR(Check(Api().EnableCpuMemArena(raw), who));
+  if (s.mem_arena == 0) RETURN_IF_ERROR(Check(Api().DisableCpuMemArena(raw), who));
+  if (s.mem_pattern == 1) RETURN_IF_ERROR(Check(Api().EnableMemPattern(raw), who));
+  if (s.mem_pattern == 0) RETURN_IF_ERROR(Check(Api().DisableMemPattern(raw), who));
+  if (!s.device_allocator_for_initializers.empty())
+    RETURN_IF_ERROR(
+        Check(Api().AddSessionConfigEntry(raw, "session.use_device_allocator_for_initializers",
+                                          s.device_allocator_for_initializers.c_str()),
+              who));
+  ort::OrtSession* session = nullptr;
+  RETURN_IF_ERROR(Check(Api().CreateSession(g_ort->env, path.c_str(), raw, &session),
+                        who + ": ONNX Runtime cannot load " + path));
+  return SessionPtr(session);
+}
+
+// One input or output of a session, as the config checks see it.
+StatusOr<onnx::ValueInfo> DescribeValue(const ort::OrtSession* session, size_t index, bool input) {
+  onnx::ValueInfo v;
+  char* name = nullptr;
+  RETURN_IF_ERROR(Check(input ? Api().SessionGetInputName(session, index, g_ort->allocator, &name)
+                              : Api().SessionGetOutputName(session, index, g_ort->allocator, &name),
+                        "reading the graph's names"));
+  v.name = name;
+  Api().AllocatorFree(g_ort->allocator, name);
+  ort::OrtTypeInfo* raw = nullptr;
+  RETURN_IF_ERROR(Check(input ? Api().SessionGetInputTypeInfo(session, index, &raw)
+                              : Api().SessionGetOutputTypeInfo(session, index, &raw),
+                        "reading the type of '" + v.name + "'"));
+  TypeInfoPtr info(raw);
+  ort::OnnxType kind = ort::kTypeUnknown;
+  RETURN_IF_ERROR(Check(Api().GetOnnxTypeFromTypeInfo(raw, &kind), v.name));
+  const std::string what = std::string(input ? "input '" : "output '") + v.name + "'";
+  if (kind != ort::kTypeTensor)
+    return backend::Unsupported(what +
+                                " is not a tensor (sequences, maps and optionals are not "
+                                "served)");
+  const ort::OrtTensorTypeAndShapeInfo* tensor = nullptr;
+  RETURN_IF_ERROR(Check(Api().CastTypeInfoToTensorInfo(raw, &tensor), v.name));
+  ort::ElementType element = ort::kUndefined;
+  RETURN_IF_ERROR(Check(Api().GetTensorElementType(tensor, &element), v.name));
+  v.type = FromOrt(element);
+  if (v.type == DataType::kInvalid)
+    return backend::Unsupported(what + " has ONNX element type " + std::to_string(element) +
+                                ", which has no Triton data type");
+  size_t rank = 0;
+  RETURN_IF_ERROR(Check(Api().GetDimensionsCount(tensor, &rank), v.name));
+  v.dims.resize(rank);
+  RETURN_IF_ERROR(Check(Api().GetDimensions(tensor, v.dims.data(), rank), v.name));
+  for (int64_t& d : v.dims)
+    if (d < 0) d = -1;     // symbolic or unknown
+  v.has_shape = rank > 0;  // ORT reports an unknown shape like a scalar: nothing to compare
+  return v;
+}
+
+// ---- Model and instance state
+// ---------------------------------------------------------------------
+
+struct ModelState : onnx::ModelIo {
+  std::string path;
+  SessionSettings settings;
+  std::vector<onnx::ValueInfo> graph_inputs;
+  std::vector<onnx::ValueInfo> graph_outputs;
+  std::mutex mu;
+  SessionPtr spare;  // the session opened at load, taken by the first instance
+};
+
+struct InstanceState {
+  SessionPtr session;
+};
+
+std::string ModelFilePath(NereidModel* model, const rapidjson::Value& config) {
+  namespace fs = std::filesystem;
+  std::string file = onnx::StringField(config, "default_model_filename");
+  if (file.empty()) file = "model.onnx";
+  fs::path path = fs::path(NereidModelVersionPath(model)) / file;
+  // Triton also accepts a folder model.onnx/ holding model.onnx and its external weights.
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) path /= "model.onnx";
+  return path.string();
+}
+
+Status InitializeModel(NereidModel* model) {
+  const std::string name = NereidModelName(model);
+  rapidjson::Document config;
+  config.Parse(NereidModelConfigJson(model));
+  if (config.HasParseError() || !config.IsObject())
+    return backend::Internal("model config JSON is malformed");
+  auto state = std::make_unique<ModelState>();
+  state->path = ModelFilePath(model, config);
+  if (!std::filesystem::exists(state->path))
+    return backend::NotFound("model '" + name + "': no model file at " + state->path);
+  ASSIGN_OR_RETURN(state->settings, ReadSettings(name, config));
+  ASSIGN_OR_RETURN(state->spare, OpenSession(name, state->path, state->settings));
+  size_t inputs = 0, outputs = 0;
+  RETURN_IF_ERROR(Check(Api().SessionGetInputCount(state->spare.get(), &inputs), name));
+  RETURN_IF_ERROR(Check(Api().SessionGetOutputCount(state->spare.get(), &outputs), name));
+  for (size_t i = 0; i < inputs; ++i) {
+    auto v = DescribeValue(state->spare.get(), i, true);
+    if (!v.ok()) return Status(v.status().code(), "model '" + name + "': " + v.status().message());
+    state->graph_inputs.push_back(std::move(v).value());
+  }
+  for (size_t i = 0; i < outputs; ++i) {
+    auto v = DescribeValue(state->spare.get(), i, false);
+    if (!v.ok()) return Status(v.status().code(), "model '" + name + "': " + v.status().message());
+    state->graph_outputs.push_back(std::move(v).value());
+  }
+  if (onnx::AutoComplete(state->graph_inputs, state->graph_outputs, config)) {
+    RETURN_IF_ERROR(FromError(NereidModelSetConfigJson(model, onnx::ToJson(config).c_str())));
+    Log(NEREID_LOG_INFO, "model '" + name +
+                             "': auto-completed inputs/outputs/max_batch_size from " +
+                             std::filesystem::path(state->path).filename().string());
+  }
+  static_cast<onnx::ModelIo&>(*state) = onnx::ReadModelIo(name, config);
+  RETURN_IF_ERROR(onnx::CheckAgainstGraph(*state, state->graph_inputs, state->graph_outputs));
+  Log(NEREID_LOG_INFO, "model '" + name + "' runs on ONNX Runtime " + g_ort->version +
+                           " (CPU execution provider; " + state->settings.Describe() + ")");
+  NereidModelSetState(model, state.release());
+  return Status::Ok();
+}
+
+Status InitializeInstance(NereidInstance* instance) {
+  auto* model = static_cast<ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+  auto state = std::make_unique<InstanceState>();
+  {
+    std::lock_guard lock(model->mu);
+    state->session = std::move(model->spare);
+  }
+  if (!state->session) {
+    ASSIGN_OR_RETURN(state->session, OpenSession(model->name, model->path, model->settings));
+  }
+  NereidInstanceSetState(instance, state.release());
+  return Status::Ok();
+}
+
+// ---- Execution
+// ------------------------------------------------------------------------------------
+
+// A BYTES tensor (4-byte little-endian length before each element) as ORT strings. ORT's strings
+// are C strings: an element is cut at its first NUL byte.
+StatusOr<ValuePtr> StringTensor(const std::string& name, const std::vector<int64_t>& shape,
+                                const uint8_t* data, size_t size) {
+  std::vector<std::string> elements;
+  const bool ok = backend::ForEachBytesElement(data, size, [&](std::string_view e, size_t) {
+    elements.emplace_back(e);
+    return true;
+  });
+  if (!ok || static_cast<int64_t>(elements.size()) != backend::ElementCount(shape))
+    return backend::InvalidArgument("input '" + name + "' does not hold " +
+                                    backend::ShapeString(shape) + " BYTES elements");
+  ort::OrtValue* value = nullptr;
+  RETURN_IF_ERROR(Check(Api().CreateTensorAsOrtValue(g_ort->allocator, shape.data(), shape.size(),
+                                                     ort::kString, &value),
+                        "input '" + name + "'"));
+  ValuePtr owned(value);
+  std::vector<const char*> pointers;
+  pointers.reserve(elements.size());
+  for (const auto& e : elements) pointers.push_back(e.c_str());
+  RETURN_IF_ERROR(Check(Api().FillStringTensor(value, pointers.data(), pointers.size()),
+                        "input '" + name + "'"));
+  return owned;
+}
+
+// A tensor over host bytes that stay owned by the caller (ORT neither frees nor copies them).
+StatusOr<ValuePtr> BorrowedTensor(const std::string& name, DataType type,
+                                  const std::vector<int64_t>& shape, void* data, size_t bytes) {
+  ort::OrtValue* value = nullptr;
+  RETURN_IF_ERROR(Check(Api().CreateTensorWithDataAsOrtValue(g_ort->cpu, data, bytes, shape.data(),
+                                                             shape.size(), ToOrt(type), &value),
+                        "'" + name + "'"));
+  return ValuePtr(value);
+}
+
+// An ORT result: type, shape and host bytes (BYTES serialized as the protocol sends them).
+struct Result {
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+  std::vector<uint8_t> serialized;  // BYTES only
+};
+
+StatusOr<Result> ReadResult(const std::string& name, ort::OrtValue* value) {
+  Result r;
+  ort::OrtTensorTypeAndShapeInfo* raw = nullptr;
+  RETURN_IF_ERROR(Check(Api().GetTensorTypeAndShape(value, &raw), "output '" + name + "'"));
+  ShapeInfoPtr info(raw);
+  ort::ElementType element = ort::kUndefined;
+  size_t rank = 0, count = 0;
+  RETURN_IF_ERROR(Check(Api().GetTensorElementType(raw, &element), name));
+  RETURN_IF_ERROR(Check(Api().GetDimensionsCount(raw, &rank), name));
+  r.shape.resize(rank);
+  RETURN_IF_ERROR(Check(Api().GetDimensions(raw, r.shape.data(), rank), name));
+  RETURN_IF_ERROR(Check(Api().GetTensorShapeElementCount(raw, &count), name));
+  r.type = FromOrt(element);
+  if (r.type == DataType::kInvalid)
+    return backend::Internal("output '" + name + "' has an ONNX type with no Triton data type");
+  if (r.type == DataType::kBytes) {
+    size_t total = 0;
+    RETURN_IF_ERROR(Check(Api().GetStringTensorDataLength(value, &total), name));
+    std::string content(total, '\0');
+    std::vector<size_t> offsets(count);
+    if (count > 0)
+      RETURN_IF_ERROR(Check(
+          Api().GetStringTensorContent(value, content.data(), total, offsets.data(), count), name));
+    r.serialized.reserve(total + 4 * count);
+    for (size_t i = 0; i < count; ++i) {
+      const size_t end = i + 1 < count ? offsets[i + 1] : total;
+      backend::AppendBytesElement(r.serialized,
+                                  std::string_view(content).substr(offsets[i], end - offsets[i]));
+    }
+    r.data = r.serialized.data();
+    r.bytes = r.serialized.size();
+    return r;
+  }
+  void* data = nullptr;
+  RETURN_IF_ERROR(Check(Api().GetTensorMutableData(value, &data), name));
+  r.data = static_cast<const uint8_t*>(data);
+  r.bytes = count * backend::DataTypeSize(r.type);
+  return r;
+}
+
+// Runs 'count' requests as one ORT run: inputs joined along the batch dimension (the scheduler
+// only batches requests whose other dimensions agree), outputs split back by rows. A failure of
+// one request's output lands in 'failed[r]'; a returned error fails them all.
+Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest** requests,
+                    uint32_t count, std::vector<Status>& failed) {
+  const bool batching = m.max_batch_size > 0;
+  if (count > 1 && !batching)
+    return backend::Internal("a batch of requests for a model without batching");
+  std::vector<int64_t> rows(count, 1);
+  std::vector<std::string> input_names;
+  std::vector<ValuePtr> input_values;
+  std::vector<std::vector<uint8_t>> joined;  // batches' inputs, alive until the run ends
+  const uint32_t inputs = NereidRequestInputCount(requests[0]);
+  for (uint32_t i = 0; i < inputs; ++i) {
+    NereidTensor first;
+    RETURN_IF_ERROR(FromError(NereidRequestInput(requests[0], i, &first)));
+    const auto type = static_cast<DataType>(first.datatype);
+    if (first.memory_type == NEREID_MEMORY_GPU)
+      return backend::Unsupported("input '" + std::string(first.name) +
+                                  "' is in GPU memory; the onnxruntime backend reads host memory");
+    std::vector<NereidTensor> parts(count);
+    parts[0] = first;
+    int64_t total_rows = 0;
+    size_t total_bytes = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      if (r > 0)
+        RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &parts[r])));
+      if (batching && parts[r].dims_count > 0) rows[r] = parts[r].shape[0];
+      total_rows += rows[r];
+      total_bytes += parts[r].byte_size;
+    }
+    std::vector<int64_t> shape(first.shape, first.shape + first.dims_count);
+    if (batching && !shape.empty()) shape[0] = total_rows;
+    auto spec = m.inputs.find(first.name);
+    if (spec != m.inputs.end() && spec->second.has_reshape)
+      shape = onnx::BatchPrefixed(shape, batching, spec->second.reshape);
+    if (type != DataType::kBytes)
+      RETURN_IF_ERROR(onnx::FitShape(first.name, type, total_bytes, shape));
+    const uint8_t* data = static_cast<const uint8_t*>(first.data);
+    if (count > 1) {
+      auto& buffer = joined.emplace_back(total_bytes);
+      size_t at = 0;
+      for (const auto& part : parts) {
+        if (part.byte_size) std::memcpy(buffer.data() + at, part.data, part.byte_size);
+        at += part.byte_size;
+      }
+      data = buffer.data();
+    }
+    ValuePtr value;
+    if (type == DataType::kBytes) {
+      ASSIGN_OR_RETURN(value, StringTensor(first.name, shape, data, total_bytes));
+    } else {
+      // The server aligned host inputs to their element size; ORT reads them where they are.
+      ASSIGN_OR_RETURN(
+          value, BorrowedTensor(first.name, type, shape, const_cast<uint8_t*>(data), total_bytes));
+    }
+    input_names.emplace_back(first.name);
+    input_values.push_back(std::move(value));
+  }
+  int64_t total_rows = 0;
+  for (int64_t r : rows) total_rows += r;
+
+  // Every output any request asked for, computed once.
+  std::vector<std::vector<std::string>> wanted(count);
+  std::vector<std::string> fetch;
+  for (uint32_t r = 0; r < count; ++r) {
+    wanted[r] = backend::RequestedOutputs(requests[r]);
+    for (const std::string& name : wanted[r])
+      if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
+  }
+  // A request alone in its batch gets outputs of a shape the graph fixes allocated in its response
+  // now, and ORT writes them there.
+  std::vector<ValuePtr> output_values(fetch.size());
+  std::vector<bool> in_response(fetch.size(), false);
+  if (count == 1) {
+    for (size_t o = 0; o < fetch.size(); ++o) {
+      const onnx::ValueInfo* g = onnx::Find(m.graph_outputs, fetch[o]);
+      auto spec = m.outputs.find(fetch[o]);
+      if (g == nullptr || !g->has_shape || g->type == DataType::kBytes ||
+          (spec != m.outputs.end() && spec->second.has_reshape))
+        continue;
+      std::vector<int64_t> shape = g->dims;
+      if (batching) shape[0] = total_rows;
+      if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; })) continue;
+      const int64_t bytes = backend::TensorByteSize(g->type, shape);
+      if (bytes < 0) continue;
+      auto buffer = backend::AllocateOutput(requests[0], fetch[o], g->type, shape,
+                                            static_cast<uint64_t>(bytes));
+      if (!buffer.ok()) {
+        failed[0] = buffer.status();
+        return Status::Ok();
+      }
+      ASSIGN_OR_RETURN(output_values[o], BorrowedTensor(fetch[o], g->type, shape, buffer->data,
+                                                        static_cast<size_t>(bytes)));
+      in_response[o] = true;
+    }
+  }
+
+  std::vector<const char*> in_names, out_names;
+  std::vector<const ort::OrtValue*> in_values;
+  for (size_t i = 0; i < input_names.size(); ++i) {
+    in_names.push_back(input_names[i].c_str());
+    in_values.push_back(input_values[i].get());
+  }
+  std::vector<ort::OrtValue*> outs(fetch.size(), nullptr);
+  for (size_t o = 0; o < fetch.size(); ++o) {
+    out_names.push_back(fetch[o].c_str());
+    outs[o] = output_values[o].release();  // ORT fills the empty slots; we own all afterwards
+  }
+  const uint64_t compute_start = NereidNowNs();
+  ort::OrtStatus* run =
+      Api().Run(instance.session.get(), nullptr, in_names.data(), in_values.data(), in_names.size(),
+                out_names.data(), out_names.size(), outs.data());
+  const uint64_t compute_end = NereidNowNs();
+  for (size_t o = 0; o < fetch.size(); ++o) output_values[o].reset(outs[o]);
+  RETURN_IF_ERROR(Check(run, "model '" + m.name + "'"));
+  for (uint32_t r = 0; r < count; ++r)
+    NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
+
+  for (size_t i = 0; i < fetch.size(); ++i) {
+    if (in_response[i]) continue;  // ORT wrote it into the response
+    if (!output_values[i])
+      return backend::Internal("ONNX Runtime gave no output '" + fetch[i] + "'");
+    ASSIGN_OR_RETURN(Result result, ReadResult(fetch[i], output_values[i].get()));
+    if (batching && (result.shape.empty() || result.shape[0] != total_rows))
+      return backend::Internal("output '" + fetch[i] + "' has shape " +
+                               backend::ShapeString(result.shape) + " but the batch has " +
+                               std::to_string(total_rows) + " rows");
+    const int64_t elements = backend::ElementCount(result.shape);
+    std::vector<size_t> row_offsets;  // BYTES: byte offset of each row
+    if (result.type == DataType::kBytes)
+      row_offsets =
+          onnx::BytesRowOffsets(result.data, result.bytes, elements, batching ? total_rows : 1);
+    const size_t row_bytes =
+        result.type == DataType::kBytes
+            ? 0
+            : result.bytes / static_cast<size_t>(std::max<int64_t>(batching ? total_rows : 1, 1));
+    int64_t row = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      const int64_t first_row = row;
+      row += rows[r];
+      if (std::find(wanted[r].begin(), wanted[r].end(), fetch[i]) == wanted[r].end()) continue;
+      if (!failed[r].ok()) continue;
+      std::vector<int64_t> shape = result.shape;
+      if (batching) shape[0] = rows[r];
+      size_t begin = 0, end = result.bytes;
+      if (batching && result.type == DataType::kBytes) {
+        begin = row_offsets[std::min<size_t>(first_row, row_offsets.size() - 1)];
+        end = row_offsets[std::min<size_t>(row, row_offsets.size() - 1)];
+      } else if (batching) {
+        begin = static_cast<size_t>(first_row) * row_bytes;
+        end = static_cast<size_t>(row) * row_bytes;
+      }
+      auto spec = m.outputs.find(fetch[i]);
+      if (spec != m.outputs.end() && spec->second.has_reshape) {
+        shape = onnx::BatchPrefixed({rows[r]}, batching, spec->second.dims);
+        const int64_t per_row = elements / std::max<int64_t>(batching ? total_rows : 1, 1);
+        backend::FillVariableDimension(shape, per_row * (batching ? rows[r] : 1));
+      }
+      auto buffer = backend::AllocateOutput(requests[r], fetch[i], result.type, shape, end - begin);
+      if (!buffer.ok()) {
+        failed[r] = buffer.status();
+        continue;
+      }
+      if (end > begin) std::memcpy(buffer->data, result.data + begin, end - begin);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace nereid::onnxruntime
+
+namespace ortb = nereid::onnxruntime;
+namespace backend = nereid::backend;
+
+extern "C" {
+
+NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
+
+// Fails (UNAVAILABLE) when no ONNX Runtime library loads: the server then serves onnxruntime
+// configs on the native engine, which answers for "onnxruntime" as an alias.
+NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
+  return backend::Guard([]() -> backend::Status {
+    RETURN_IF_ERROR(backend::CheckServerVersion());
+    return ortb::LoadRuntime();
+  });
+}
+
+// The environment and the library stay: ORT's own static state is torn down at process exit.
+NEREID_EXPORT NereidError* NereidBackendFinalize(void) { return nullptr; }
+
+NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
+  return backend::Guard([&] { return ortb::InitializeModel(model); });
+}
+
+NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
+  delete static_cast<ortb::ModelState*>(NereidModelState(model));
+  NereidModelSetState(model, nullptr);
+  return nullptr;
+}
+
+NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
+  return backend::Guard([&] { return ortb::InitializeInstance(instance); });
+}
+
+NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
+  delete static_cast<ortb::InstanceState*>(NereidInstanceState(instance));
+  NereidInstanceSetState(instance, nullptr);
+  return nullptr;
+}
+
+// Synchronous: every request is complete when Execute returns.
+NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
+                                                 uint32_t count) {
+  const auto* model =
+      static_cast<const ortb::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+  auto* state = static_cast<ortb::InstanceState*>(NereidInstanceState(instance));
+  std::vector<backend::Status> failed(count);
+  NereidError* error =
+      backend::Guard([&] { return ortb::ExecuteBatch(*model, *state, requests, count, failed); });
+  if (error != nullptr) return error;  // the server fails the whole batch
+  for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
+  return nullptr;
+}
+
+}  // extern "C"

