@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving") picks parts; logs go to $OUT.
+# SECTIONS (default "tests e2e bench serving"; "scaling" needs two GPUs) picks parts; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=.devcarry
@@ -46,6 +46,17 @@ if [[ " $SECTIONS " == *" serving "* ]]; then
   PA="$PWD/$C/bin/perf_analyzer"; [ -x "$PA" ] || PA=""
   python3 bench/gpu_serving.py "$PWD/$C/bin/nereid" $PA --out "$OUT" 2>&1 | tee "$OUT/serving.txt"
 fi
+if [[ " $SECTIONS " == *" scaling "* ]]; then
+  echo "== instances on one GPU vs two (bench/gpu_scaling.py; nvidia-h200-x2)"
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    python3 bench/gpu_scaling.py "$PWD/$C/bin/nereid" "$PWD/$C/bin/nereid-perf" --out "$OUT" 2>&1 |
+      tee "$OUT/scaling.txt"
+    RESULT[scaling]=$(grep "^scaling:" "$OUT/scaling.txt")
+  else
+    RESULT[scaling]="skipped: one GPU"
+  fi
+fi
 echo
 echo "== summary"
-printf '%-10s %s\n' "unit" "${RESULT[tests]:-not run}" "e2e" "${RESULT[e2e]:-not run}"
+printf '%-10s %s\n' "unit" "${RESULT[tests]:-not run}" "e2e" "${RESULT[e2e]:-not run}" \
+  "scaling" "${RESULT[scaling]:-not run}"
