@@ -278,10 +278,9 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
     for (uint32_t r = 0; r < count; ++r) {
       NereidTensor t;
       RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &t)));
-      if (t.memory_type == NEREID_MEMORY_GPU && t.device_id != NereidInstanceDeviceId(instance))
-        return Unsupported("input '" + feed.name + "' is in the memory of GPU " +
-                           std::to_string(t.device_id) + ", this instance runs on GPU " +
-                           std::to_string(NereidInstanceDeviceId(instance)));
+      // Device memory of any GPU is read with one cudaMemcpyAsync (cudaMemcpyDefault): from
+      // another GPU's region (a CUDA shared-memory region on GPU 0 read by an instance on GPU 1)
+      // the driver copies peer to peer, or stages it through the host where peers are off.
       const int64_t n = t.dims_count > 0 ? t.shape[0] : 1;
       if (i == 0) rows[r] = n;
       if (n != rows[r])
@@ -311,9 +310,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
             NEREID_MEMORY_GPU, NereidInstanceDeviceId(instance), &buffer)));
         allocated_data[o] = buffer.data;
         if (buffer.memory_type == NEREID_MEMORY_GPU) {
-          if (buffer.device_id != NereidInstanceDeviceId(instance))
-            return Unsupported("output '" + name + "' goes to a region on another GPU");
-          destinations[o] = {buffer.data, true};
+          destinations[o] = {buffer.data, true};  // on any GPU: copied as inputs are, above
         } else if (buffer.memory_type == NEREID_MEMORY_CPU_PINNED) {
           destinations[o] = {buffer.data, false};
         }
