@@ -219,3 +219,27 @@ def test_grpc_errors_keep_other_requests_served(ort_server):
     with pytest.raises(InferenceServerException):
         c.infer("add_model", [i])
     assert (infer_float(ort_server.grpc_url, "add_model", np.ones((3, 4), np.float32), grpc=True) == 2).all()
+
+
+def test_external_weights_outside_the_model_directory_are_refused(tmp_path):
+    """A model whose external-data initializer points outside its own directory fails to load (ONNX
+    Runtime validates the path; the file stays unread) and the server keeps serving."""
+    secret = tmp_path / "outside.bin"
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "../../../outside.bin"), ("offset", "0"), ("length", "16")):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    repo = tmp_path / "models"
+    (repo / "escape" / "1").mkdir(parents=True)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "escape",
+                              [float_io("x", (4,))], [float_io("y", (4,))], [w])
+    (repo / "escape" / "1" / "model.onnx").write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    (repo / "escape" / "config.pbtxt").write_text('backend: "onnxruntime"\n')
+    s = Server(str(repo), "--exit-on-error=false", "--strict-readiness=false")
+    try:
+        assert "escapes model directory" in load_errors(s)["escape"]
+        assert httpclient.InferenceServerClient(s.url).is_server_live()
+    finally:
+        assert s.stop() == 0
