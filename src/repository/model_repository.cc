@@ -1,6 +1,7 @@
 #include "repository/model_repository.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -84,20 +85,26 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
     } else if (!platform.empty()) {
       return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform + "'");
     } else {
-      const std::string file = config->default_model_filename().empty()
-                                   ? "model.onnx"
-                                   : config->default_model_filename();
-      for (int64_t v : versions) {
-        if (fs::exists(fs::path(model_dir) / std::to_string(v) / file) && file.size() > 5 &&
-            file.substr(file.size() - 5) == ".onnx") {
-          backend = "onnxruntime";
-          break;
-        }
-      }
+      // The model file names the backend: model.onnx (or any .onnx) ONNX Runtime, model.py Python,
+      // model.pt PyTorch.
+      static const std::pair<const char*, const char*> kFiles[] = {
+          {".onnx", "onnxruntime"}, {".py", "python"}, {".pt", "pytorch"}};
+      const std::vector<std::string> files =
+          config->default_model_filename().empty()
+              ? std::vector<std::string>{"model.onnx", "model.py", "model.pt"}
+              : std::vector<std::string>{config->default_model_filename()};
+      for (const std::string& file : files)
+        for (int64_t v : versions)
+          for (const auto& [suffix, name] : kFiles)
+            if (backend.empty() && file.size() > strlen(suffix) &&
+                file.compare(file.size() - strlen(suffix), std::string::npos, suffix) == 0 &&
+                fs::exists(fs::path(model_dir) / std::to_string(v) / file))
+              backend = name;
       if (backend.empty())
-        return InvalidArgument("model '" + config->name() +
-                               "': config.pbtxt names no 'backend' or 'platform' and no model.onnx "
-                               "was found to infer one");
+        return InvalidArgument(
+            "model '" + config->name() +
+            "': config.pbtxt names no 'backend' or 'platform' and no model.onnx, "
+            "model.py or model.pt was found to infer one");
     }
     // Triton's auto-complete fills both fields for ONNX models.
     config->set_backend(backend);
@@ -204,10 +211,15 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
 
   const std::vector<int64_t> available = VersionsOnDisk(plan.model_dir);
   ASSIGN_OR_RETURN(plan.versions, SelectVersions(config.version_policy(), available, name));
+  ASSIGN_OR_RETURN(std::string backend_name,
+                   ResolveBackend(&config, plan.model_dir, plan.versions));
   // The model file of each version must lie inside the model directory (a symlink may not lead
   // out of it). A missing file is left to the backend, which names what it looked for.
-  const std::string model_file =
-      config.default_model_filename().empty() ? "model.onnx" : config.default_model_filename();
+  std::string model_file = config.default_model_filename();
+  if (model_file.empty())
+    model_file = backend_name == "python"    ? "model.py"
+                 : backend_name == "pytorch" ? "model.pt"
+                                             : "model.onnx";
   for (int64_t v : plan.versions) {
     auto file = ResolveModelFile(plan.model_dir, fs::path(plan.model_dir) / std::to_string(v),
                                  model_file, "default_model_filename");
@@ -215,8 +227,6 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
       return InvalidArgument("model '" + name + "' version " + std::to_string(v) + ": " +
                              file.status().message());
   }
-  ASSIGN_OR_RETURN(std::string backend_name,
-                   ResolveBackend(&config, plan.model_dir, plan.versions));
   using Engine = RepositoryOptions::OnnxEngine;
   if (backend_name == "onnxruntime" && options_.onnx_engine != Engine::kOnnxRuntime) {
     ASSIGN_OR_RETURN(plan.backend, backends_->Get("native"));

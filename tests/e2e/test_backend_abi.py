@@ -164,7 +164,7 @@ def exported(path):
 
 def test_backend_libraries_export_only_the_abi():
     for lib in ("libnereid_backend_native.so", "libnereid_backend_repeat.so",
-                "libnereid_backend_onnxruntime.so"):
+                "libnereid_backend_onnxruntime.so", "libnereid_backend_python.so"):
         names = exported(os.path.join(BUILD, "backends", lib))
         assert names and all(n.startswith("Nereid") for n in names), (lib, names)
     server_names = [n for n in exported(BINARY) if n.startswith("Nereid")]

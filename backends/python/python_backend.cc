@@ -1,0 +1,694 @@
+// The Python backend: runs Triton Python models (`backend: "python"`, a model.py defining
+// TritonPythonModel) unchanged. Each instance is a stub process (stub/nereid_python_stub.py) in the
+// interpreter the config or the environment names; tensors travel through two memfd regions shared
+// with it, messages over a Unix socket (the framing is in the stub's docstring). A reader thread
+// per instance receives the stub's messages: replies, a decoupled model's responses (sent from any
+// thread, at any time) and log lines. A stub that dies fails its in-flight requests with the reason
+// and is started again for the next batch; no other instance or model is affected.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nereid/backend_util.h"
+
+extern char** environ;
+
+namespace nereid::python {
+namespace {
+
+using backend::DataType;
+using backend::FromError;
+using backend::Status;
+using backend::StatusOr;
+
+void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
+
+std::string Json(const rapidjson::Value& v) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  v.Accept(writer);
+  return buffer.GetString();
+}
+std::string StringField(const rapidjson::Value& v, const char* key) {
+  return v.IsObject() && v.HasMember(key) && v[key].IsString() ? v[key].GetString() : "";
+}
+
+// ---- Framed messages over the socket ------------------------------------------------------------
+
+struct Message {
+  rapidjson::Document header;
+  std::string payload;
+  std::string op() const { return StringField(header, "op"); }
+};
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteFrame(int fd, const std::string& header) {
+  const uint32_t sizes[2] = {static_cast<uint32_t>(header.size()), 0};
+  return WriteAll(fd, sizes, sizeof(sizes)) && WriteAll(fd, header.data(), header.size());
+}
+
+// The stub's frames are bounded: a header of at most 64 MiB, a payload of at most 4 GiB.
+std::optional<Message> ReadFrame(int fd) {
+  uint32_t sizes[2];
+  if (!ReadAll(fd, sizes, sizeof(sizes)) || sizes[0] > (64u << 20)) return std::nullopt;
+  std::string header(sizes[0], '\0');
+  Message m;
+  m.payload.resize(sizes[1]);
+  if (!ReadAll(fd, header.data(), header.size()) ||
+      (sizes[1] && !ReadAll(fd, m.payload.data(), m.payload.size())))
+    return std::nullopt;
+  m.header.Parse(header.c_str());
+  if (m.header.HasParseError() || !m.header.IsObject()) return std::nullopt;
+  return m;
+}
+
+// ---- Shared regions
+// -------------------------------------------------------------------------------
+
+// A memfd mapped here; the input region is written by the backend, the output region by the stub.
+struct Region {
+  int fd = -1;
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  ~Region() {
+    if (data) munmap(data, size);
+    if (fd >= 0) close(fd);
+  }
+  Status Map(size_t bytes, bool grow) {
+    if (bytes <= size && data) return Status::Ok();
+    if (grow && ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+      return backend::Internal(std::string("growing a shared region: ") + strerror(errno));
+    if (data) munmap(data, size);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      data = nullptr, size = 0;
+      return backend::Internal(std::string("mapping a shared region: ") + strerror(errno));
+    }
+    data = static_cast<uint8_t*>(p), size = bytes;
+    return Status::Ok();
+  }
+};
+
+// ---- Model
+// ---------------------------------------------------------------------------------------
+
+struct ModelState {
+  std::string name;
+  std::string version;
+  std::string repository;  // the model's directory
+  std::string model_py;
+  std::string python;  // the interpreter
+  std::string stub_path;
+  bool decoupled = false;
+  std::map<std::string, DataType> output_types;  // from the config
+};
+
+std::string StubPath() {
+  Dl_info self{};
+  dladdr(reinterpret_cast<void*>(&StubPath), &self);
+  return (std::filesystem::path(self.dli_fname ? self.dli_fname : ".").parent_path() / "python" /
+          "nereid_python_stub.py")
+      .string();
+}
+
+// One stub process with its socket and regions.
+struct Process {
+  std::atomic<pid_t> pid{-1};
+  int sock = -1;
+  Region input, output;
+  ~Process() {
+    if (sock >= 0) close(sock);
+    if (const pid_t child = pid.exchange(-1); child > 0) {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+    }
+  }
+  // How the process ended, for messages ("exit status 1", "signal 9").
+  std::string Reap() {
+    const pid_t child = pid.exchange(-1);
+    if (child <= 0) return "not running";
+    int status = 0;
+    if (waitpid(child, &status, 0) != child) return "unknown status";
+    if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+    return "exit status " + std::to_string(WEXITSTATUS(status));
+  }
+};
+
+StatusOr<std::unique_ptr<Process>> Spawn(const ModelState& m) {
+  auto p = std::make_unique<Process>();
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+    return backend::Internal(std::string("socketpair: ") + strerror(errno));
+  p->sock = pair[0];
+  p->input.fd = memfd_create("nereid-python-in", MFD_CLOEXEC);
+  p->output.fd = memfd_create("nereid-python-out", MFD_CLOEXEC);
+  if (p->input.fd < 0 || p->output.fd < 0) {
+    close(pair[1]);
+    return backend::Internal(std::string("memfd_create: ") + strerror(errno));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pair[1], 3);
+  posix_spawn_file_actions_adddup2(&actions, p->input.fd, 4);
+  posix_spawn_file_actions_adddup2(&actions, p->output.fd, 5);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 6);
+  std::vector<char*> argv = {const_cast<char*>(m.python.c_str()),
+                             const_cast<char*>(m.stub_path.c_str()), nullptr};
+  pid_t child = -1;
+  const int rc = posix_spawnp(&child, m.python.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pair[1]);
+  p->pid = rc == 0 ? child : -1;
+  if (rc != 0) {
+    return backend::Unavailable("model '" + m.name + "': cannot start the Python interpreter '" +
+                                m.python + "': " + strerror(rc) +
+                                " (set the config parameter python_interpreter or NEREID_PYTHON)");
+  }
+  return p;
+}
+
+// A stub's reply to a request of ours: its error, when it has one.
+Status ReplyStatus(const ModelState& m, const Message& reply, const std::string& what) {
+  if (reply.header.HasMember("error") && reply.header["error"].IsString())
+    return backend::Internal("model '" + m.name + "': " + what +
+                             " failed: " + reply.header["error"].GetString());
+  return Status::Ok();
+}
+
+void LogFromStub(const ModelState& m, const Message& message) {
+  const int level = message.header.HasMember("level") && message.header["level"].IsInt()
+                        ? message.header["level"].GetInt()
+                        : 0;
+  NereidLog(level == 1   ? NEREID_LOG_WARNING
+            : level == 2 ? NEREID_LOG_ERROR
+            : level == 3 ? NEREID_LOG_VERBOSE
+                         : NEREID_LOG_INFO,
+            m.model_py.c_str(), 0, StringField(message.header, "message").c_str());
+}
+
+// ---- Instances
+// -----------------------------------------------------------------------------------
+
+NereidErrorCode ErrorCode(int triton_code) {
+  switch (triton_code) {
+    case 2:
+      return NEREID_ERROR_NOT_FOUND;
+    case 3:
+      return NEREID_ERROR_INVALID_ARG;
+    case 4:
+      return NEREID_ERROR_UNAVAILABLE;
+    case 5:
+      return NEREID_ERROR_UNSUPPORTED;
+    case 7:
+      return NEREID_ERROR_CANCELLED;
+    default:
+      return NEREID_ERROR_INTERNAL;
+  }
+}
+
+class Instance {
+ public:
+  Instance(const ModelState* model, NereidInstance* handle) : m_(model), handle_(handle) {}
+  ~Instance() { Stop(); }
+
+  // Starts the stub and runs the model's initialize().
+  Status Start() {
+    ASSIGN_OR_RETURN(process_, Spawn(*m_));
+    {
+      std::lock_guard lock(mu_);
+      dead_ = false;
+      reply_.reset();
+    }
+    reader_ = std::thread([this, sock = process_->sock] { ReadLoop(sock); });
+    rapidjson::Document h(rapidjson::kObjectType);
+    auto& a = h.GetAllocator();
+    h.AddMember("op", "initialize", a);
+    h.AddMember("model_py", rapidjson::Value(m_->model_py.c_str(), a), a);
+    rapidjson::Value args(rapidjson::kObjectType);
+    auto put = [&](const char* k, const std::string& v) {
+      args.AddMember(rapidjson::Value(k, a), rapidjson::Value(v.c_str(), a), a);
+    };
+    put("model_config", NereidModelConfigJson(NereidInstanceModel(handle_)));
+    put("model_instance_kind",
+        NereidInstanceGetKind(handle_) == NEREID_INSTANCE_GPU ? "GPU" : "CPU");
+    put("model_instance_name", NereidInstanceName(handle_));
+    put("model_instance_device_id", std::to_string(NereidInstanceDeviceId(handle_)));
+    put("model_repository", m_->repository);
+    put("model_version", m_->version);
+    put("model_name", m_->name);
+    h.AddMember("args", args, a);
+    ASSIGN_OR_RETURN(Message reply, Call(Json(h), "initialize()"));
+    RETURN_IF_ERROR(ReplyStatus(*m_, reply, "initialize()"));
+    Log(NEREID_LOG_INFO, "model '" + m_->name + "' instance '" + NereidInstanceName(handle_) +
+                             "': Python stub started (pid " + std::to_string(process_->pid) + ", " +
+                             m_->python + ")");
+    return Status::Ok();
+  }
+
+  // finalize() (30 s at most), then the process ends; decoupled requests still open fail.
+  void Stop() {
+    if (process_ && !Dead()) {
+      auto reply = Call("{\"op\":\"finalize\"}", "finalize()", std::chrono::seconds(30));
+      if (!reply.ok()) Log(NEREID_LOG_WARNING, reply.status().message());
+    }
+    if (process_) {
+      shutdown(process_->sock, SHUT_RDWR);
+      if (const pid_t child = process_->pid.load(); child > 0) kill(child, SIGKILL);
+    }
+    if (reader_.joinable()) reader_.join();
+    FailOpen("the instance was unloaded");
+    process_.reset();
+  }
+
+  bool Dead() {
+    std::lock_guard lock(mu_);
+    return dead_;
+  }
+
+  Status Execute(NereidRequest** requests, uint32_t count) {
+    if (!process_ || Dead()) {
+      if (process_) {
+        if (reader_.joinable()) reader_.join();
+        process_.reset();
+        Log(NEREID_LOG_WARNING, "model '" + m_->name + "' instance '" +
+                                    NereidInstanceName(handle_) +
+                                    "': starting its Python stub again");
+      }
+      RETURN_IF_ERROR(Start());
+    }
+    // Inputs into the input region, 64-byte aligned, described in the header.
+    rapidjson::Document h(rapidjson::kObjectType);
+    auto& a = h.GetAllocator();
+    h.AddMember("op", "execute", a);
+    h.AddMember("id", ++execution_, a);
+    rapidjson::Value list(rapidjson::kArrayType);
+    size_t offset = 0;
+    std::vector<NereidTensor> tensors;
+    std::vector<std::pair<size_t, size_t>> places;  // where each tensor goes
+    std::vector<uint64_t> handles(count);
+    for (uint32_t r = 0; r < count; ++r) {
+      rapidjson::Value req(rapidjson::kObjectType);
+      handles[r] = ++next_handle_;
+      req.AddMember("handle", handles[r], a);
+      req.AddMember("id", rapidjson::Value(NereidRequestId(requests[r]), a), a);
+      req.AddMember("flags", NereidRequestFlags(requests[r]), a);
+      rapidjson::Value inputs(rapidjson::kArrayType);
+      for (uint32_t i = 0; i < NereidRequestInputCount(requests[r]); ++i) {
+        NereidTensor t;
+        RETURN_IF_ERROR(FromError(NereidRequestInput(requests[r], i, &t)));
+        offset = (offset + 63) & ~size_t{63};
+        rapidjson::Value in(rapidjson::kObjectType);
+        in.AddMember("name", rapidjson::Value(t.name, a), a);
+        in.AddMember(
+            "datatype",
+            rapidjson::Value(
+                std::string(backend::DataTypeName(static_cast<DataType>(t.datatype))).c_str(), a),
+            a);
+        rapidjson::Value shape(rapidjson::kArrayType);
+        for (uint32_t d = 0; d < t.dims_count; ++d) shape.PushBack(t.shape[d], a);
+        in.AddMember("shape", shape, a);
+        in.AddMember("offset", static_cast<uint64_t>(offset), a);
+        in.AddMember("size", t.byte_size, a);
+        inputs.PushBack(in, a);
+        tensors.push_back(t);
+        places.emplace_back(offset, t.byte_size);
+        offset += t.byte_size;
+      }
+      req.AddMember("inputs", inputs, a);
+      rapidjson::Value outputs(rapidjson::kArrayType);
+      for (const std::string& name : backend::RequestedOutputs(requests[r]))
+        outputs.PushBack(rapidjson::Value(name.c_str(), a), a);
+      req.AddMember("outputs", outputs, a);
+      req.AddMember("parameters", Parameters(requests[r], a), a);
+      list.PushBack(req, a);
+    }
+    h.AddMember("requests", list, a);
+    h.AddMember("input_size", static_cast<uint64_t>(offset), a);
+    RETURN_IF_ERROR(process_->input.Map(std::max<size_t>(offset, 4096), true));
+    for (size_t t = 0; t < tensors.size(); ++t)
+      if (places[t].second)
+        std::memcpy(process_->input.data + places[t].first, tensors[t].data, places[t].second);
+    if (m_->decoupled) {
+      std::lock_guard lock(mu_);
+      for (uint32_t r = 0; r < count; ++r) open_[handles[r]] = requests[r];
+    }
+    const uint64_t start = NereidNowNs();
+    auto reply = Call(Json(h), "execute()");
+    const uint64_t end = NereidNowNs();
+    for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
+    if (m_->decoupled) {
+      // Responses went (or go) through the sender; an execute() that raised ends the requests it
+      // left open with its error.
+      Status failed = reply.ok() ? ReplyStatus(*m_, *reply, "execute()") : reply.status();
+      std::vector<NereidRequest*> left;
+      {
+        std::lock_guard lock(mu_);
+        if (!failed.ok())
+          for (uint64_t handle : handles)
+            if (auto it = open_.find(handle); it != open_.end()) {
+              left.push_back(it->second);
+              open_.erase(it);
+            }
+      }
+      for (NereidRequest* req : left) backend::Complete(req, failed);
+      return Status::Ok();
+    }
+    if (!reply.ok()) return reply.status();  // the server fails the whole batch
+    RETURN_IF_ERROR(ReplyStatus(*m_, *reply, "execute()"));
+    const auto& responses = reply->header["responses"];
+    const uint64_t output_size = reply->header["output_size"].GetUint64();
+    if (output_size > 0) RETURN_IF_ERROR(process_->output.Map(output_size, false));
+    for (uint32_t r = 0; r < count; ++r)
+      backend::Complete(requests[r], FillResponse(requests[r], responses[r], process_->output.data,
+                                                  process_->output.size));
+    return Status::Ok();
+  }
+
+ private:
+  static rapidjson::Value Parameters(NereidRequest* request,
+                                     rapidjson::Document::AllocatorType& a) {
+    rapidjson::Value params(rapidjson::kObjectType);
+    for (uint32_t i = 0; i < NereidRequestParameterCount(request); ++i) {
+      NereidParameter p;
+      if (NereidError* e = NereidRequestParameter(request, i, &p)) {
+        NereidErrorDelete(e);
+        continue;
+      }
+      rapidjson::Value key(p.name, a);
+      if (p.type == NEREID_PARAMETER_BOOL)
+        params.AddMember(key, p.bool_value != 0, a);
+      else if (p.type == NEREID_PARAMETER_INT64)
+        params.AddMember(key, p.int_value, a);
+      else if (p.type == NEREID_PARAMETER_DOUBLE)
+        params.AddMember(key, p.double_value, a);
+      else
+        params.AddMember(key, rapidjson::Value(p.string_value, a), a);
+    }
+    return params;
+  }
+
+  // Writes one response's outputs (described in 'response', bytes in 'data') into the request.
+  Status FillResponse(NereidRequest* request, const rapidjson::Value& response, const uint8_t* data,
+                      size_t size) {
+    if (response.HasMember("error") && response["error"].IsObject()) {
+      const auto& e = response["error"];
+      return Status(
+          FromError(NereidErrorNew(ErrorCode(e["code"].GetInt()), e["message"].GetString())));
+    }
+    const auto& outputs = response["outputs"];
+    for (const std::string& name : backend::RequestedOutputs(request)) {
+      const rapidjson::Value* found = nullptr;
+      for (const auto& o : outputs.GetArray())
+        if (StringField(o, "name") == name) found = &o;
+      if (found == nullptr)
+        return backend::Internal("model '" + m_->name +
+                                 "': the response of execute() has no "
+                                 "output '" +
+                                 name + "'");
+      const DataType type = backend::DataTypeFromName(StringField(*found, "datatype"));
+      auto declared = m_->output_types.find(name);
+      if (declared != m_->output_types.end() && declared->second != type)
+        return backend::Internal("model '" + m_->name + "': output '" + name + "' is " +
+                                 std::string(backend::DataTypeName(declared->second)) +
+                                 " in the config, but execute() returned " +
+                                 StringField(*found, "datatype") +
+                                 " (make the numpy array's dtype match)");
+      std::vector<int64_t> shape;
+      for (const auto& d : (*found)["shape"].GetArray()) shape.push_back(d.GetInt64());
+      const uint64_t at = (*found)["offset"].GetUint64(), n = (*found)["size"].GetUint64();
+      if (at > size || n > size - at)
+        return backend::Internal("model '" + m_->name + "': output '" + name +
+                                 "' lies outside the shared region");
+      auto buffer = backend::AllocateOutput(request, name, type, shape, n);
+      if (!buffer.ok()) return buffer.status();
+      if (n) std::memcpy(buffer->data, data + at, n);
+    }
+    return Status::Ok();
+  }
+
+  // Sends one request to the stub and waits for its reply (or the stub's end).
+  StatusOr<Message> Call(const std::string& header, const std::string& what,
+                         std::chrono::seconds timeout = std::chrono::hours(24 * 365)) {
+    std::unique_lock lock(mu_);
+    reply_.reset();
+    if (dead_ || !process_) return Died(what);
+    lock.unlock();
+    if (!WriteFrame(process_->sock, header)) {
+      lock.lock();
+      cv_.wait(lock, [&] { return dead_; });
+      return Died(what);
+    }
+    lock.lock();
+    if (!cv_.wait_for(lock, timeout, [&] { return reply_.has_value() || dead_; }))
+      return backend::Unavailable("model '" + m_->name + "': " + what + " did not answer in " +
+                                  std::to_string(timeout.count()) + " s");
+    if (!reply_) return Died(what);
+    Message m = std::move(*reply_);
+    reply_.reset();
+    return m;
+  }
+
+  Status Died(const std::string& what) {
+    return backend::Unavailable("model '" + m_->name + "' instance '" +
+                                NereidInstanceName(handle_) + "': its Python stub ended during " +
+                                what + " (" + death_ + "); it is started again for the next batch");
+  }
+
+  void ReadLoop(int sock) {
+    for (;;) {
+      std::optional<Message> m = ReadFrame(sock);
+      if (!m) break;
+      const std::string op = m->op();
+      if (op == "log") {
+        LogFromStub(*m_, *m);
+      } else if (op == "response") {
+        OnResponse(*m);
+      } else {
+        std::lock_guard lock(mu_);
+        reply_ = std::move(*m);
+        cv_.notify_all();
+      }
+    }
+    std::string how = process_->Reap();
+    {
+      std::lock_guard lock(mu_);
+      death_ = how;
+      dead_ = true;
+      cv_.notify_all();
+    }
+    FailOpen("its Python stub ended (" + how + ")");
+  }
+
+  // A decoupled model's response (its tensors in the frame's payload).
+  void OnResponse(const Message& m) {
+    const uint64_t handle = m.header["handle"].GetUint64();
+    const bool final = m.header["final"].GetBool();
+    NereidRequest* request = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto it = open_.find(handle);
+      if (it == open_.end()) return;  // already failed or completed
+      request = it->second;
+      const bool error = m.header["error"].IsObject();
+      if (final || error) open_.erase(it);
+    }
+    Status s = FillResponse(request, m.header, reinterpret_cast<const uint8_t*>(m.payload.data()),
+                            m.payload.size());
+    if (!s.ok() || final || m.header["error"].IsObject()) {
+      backend::Complete(request, s);
+      return;
+    }
+    if (NereidError* e = NereidRequestSend(request, 0)) NereidErrorDelete(e);
+  }
+
+  void FailOpen(const std::string& why) {
+    std::map<uint64_t, NereidRequest*> open;
+    {
+      std::lock_guard lock(mu_);
+      open.swap(open_);
+    }
+    for (auto& [handle, request] : open)
+      backend::Complete(request, backend::Unavailable("model '" + m_->name + "': " + why));
+  }
+
+  const ModelState* m_;
+  NereidInstance* handle_;
+  std::unique_ptr<Process> process_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Message> reply_;
+  bool dead_ = false;
+  std::string death_;
+  std::map<uint64_t, NereidRequest*> open_;  // decoupled requests not finished yet
+  uint64_t next_handle_ = 0;
+  uint64_t execution_ = 0;
+};
+
+// ---- Model load: auto_complete_config in a stub of its own
+// -----------------------------------------
+
+Status AutoComplete(ModelState& m, NereidModel* model) {
+  ASSIGN_OR_RETURN(auto process, Spawn(m));
+  rapidjson::Document h(rapidjson::kObjectType);
+  auto& a = h.GetAllocator();
+  h.AddMember("op", "auto_complete", a);
+  h.AddMember("model_py", rapidjson::Value(m.model_py.c_str(), a), a);
+  h.AddMember("config", rapidjson::Value(NereidModelConfigJson(model), a), a);
+  if (!WriteFrame(process->sock, Json(h)))
+    return backend::Unavailable("model '" + m.name + "': the Python stub ended at start (" +
+                                process->Reap() + ")");
+  for (;;) {
+    std::optional<Message> reply = ReadFrame(process->sock);
+    if (!reply)
+      return backend::Unavailable("model '" + m.name + "': the Python stub ended while loading " +
+                                  m.model_py + " (" + process->Reap() +
+                                  "; its output is in the server log)");
+    if (reply->op() == "log") {
+      LogFromStub(m, *reply);
+      continue;
+    }
+    RETURN_IF_ERROR(ReplyStatus(m, *reply, "loading model.py / auto_complete_config()"));
+    const std::string config = StringField(reply->header, "config");
+    if (config != NereidModelConfigJson(model))
+      RETURN_IF_ERROR(FromError(NereidModelSetConfigJson(model, config.c_str())));
+    process->Reap();
+    return Status::Ok();
+  }
+}
+
+Status InitializeModel(NereidModel* model) {
+  auto m = std::make_unique<ModelState>();
+  m->name = NereidModelName(model);
+  m->version = std::to_string(NereidModelVersion(model));
+  const std::filesystem::path version_dir = NereidModelVersionPath(model);
+  m->repository = version_dir.parent_path().string();
+  rapidjson::Document config;
+  config.Parse(NereidModelConfigJson(model));
+  if (config.HasParseError() || !config.IsObject())
+    return backend::Internal("model config JSON is malformed");
+  std::string file = StringField(config, "default_model_filename");
+  if (file.empty()) file = "model.py";
+  m->model_py = (version_dir / file).string();
+  if (!std::filesystem::exists(m->model_py))
+    return backend::NotFound("model '" + m->name + "': no " + file + " in " + version_dir.string());
+  m->stub_path = StubPath();
+  if (!std::filesystem::exists(m->stub_path))
+    return backend::Internal("the Python stub is missing: " + m->stub_path);
+  m->python = "python3";
+  if (const char* env = std::getenv("NEREID_PYTHON"); env && *env) m->python = env;
+  if (config.HasMember("parameters") && config["parameters"].IsObject() &&
+      config["parameters"].HasMember("python_interpreter"))
+    m->python = StringField(config["parameters"]["python_interpreter"], "string_value");
+  RETURN_IF_ERROR(AutoComplete(*m, model));
+  config.Parse(NereidModelConfigJson(model));  // as auto-completed
+  m->decoupled = config.HasMember("model_transaction_policy") &&
+                 config["model_transaction_policy"].IsObject() &&
+                 config["model_transaction_policy"].HasMember("decoupled") &&
+                 config["model_transaction_policy"]["decoupled"].IsBool() &&
+                 config["model_transaction_policy"]["decoupled"].GetBool();
+  if (config.HasMember("output") && config["output"].IsArray())
+    for (const auto& o : config["output"].GetArray()) {
+      std::string type = StringField(o, "data_type");
+      type = type == "TYPE_STRING" ? "BYTES" : type.substr(type.rfind('_') + 1);
+      m->output_types[StringField(o, "name")] = backend::DataTypeFromName(type);
+    }
+  Log(NEREID_LOG_INFO, "model '" + m->name + "' runs " + m->model_py + " in Python stubs (" +
+                           m->python + (m->decoupled ? ", decoupled" : "") + ")");
+  NereidModelSetState(model, m.release());
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace nereid::python
+
+namespace py = nereid::python;
+namespace backend = nereid::backend;
+
+extern "C" {
+
+NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
+
+NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
+  return backend::Guard([] { return backend::CheckServerVersion(); });
+}
+
+NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
+  return backend::Guard([&] { return py::InitializeModel(model); });
+}
+
+NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
+  delete static_cast<py::ModelState*>(NereidModelState(model));
+  NereidModelSetState(model, nullptr);
+  return nullptr;
+}
+
+NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
+  return backend::Guard([&]() -> backend::Status {
+    auto* model =
+        static_cast<const py::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+    auto state = std::make_unique<py::Instance>(model, instance);
+    RETURN_IF_ERROR(state->Start());
+    NereidInstanceSetState(instance, state.release());
+    return backend::Status::Ok();
+  });
+}
+
+NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
+  delete static_cast<py::Instance*>(NereidInstanceState(instance));
+  NereidInstanceSetState(instance, nullptr);
+  return nullptr;
+}
+
+// Non-decoupled models: every request is complete when Execute returns. Decoupled ones: requests
+// complete when the model sends their final response (from any thread of the stub).
+NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
+                                                 uint32_t count) {
+  auto* state = static_cast<py::Instance*>(NereidInstanceState(instance));
+  return backend::Guard([&] { return state->Execute(requests, count); });
+}
+
+}  // extern "C"

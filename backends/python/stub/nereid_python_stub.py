@@ -1,0 +1,258 @@
+"""The stub process of Nereid's Python backend: one per model instance, running a Triton model.py
+(`TritonPythonModel`) in its own interpreter. The backend (backends/python/python_backend.cc)
+starts it with three descriptors:
+
+  3  a Unix stream socket: framed messages, each <u32 header length><u32 payload length><JSON
+     header><payload bytes>, little endian
+  4  the input region (memfd, written by the backend): input tensors of the batch being executed
+  5  the output region (memfd, written here with pwrite, grown with ftruncate): output tensors of the
+     batch's responses
+
+Messages in: auto_complete, initialize, execute, finalize. Out: *_done replies, `response` (a
+decoupled model's response sender; its tensors travel in the frame's payload, since they may be
+sent from any thread at any time), and `log`. docs/python-backend.md describes the contract.
+"""
+import asyncio
+import importlib.util
+import json
+import mmap
+import os
+import socket
+import struct
+import sys
+import threading
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+SOCKET_FD, INPUT_FD, OUTPUT_FD = 3, 4, 5
+
+
+class Channel:
+    def __init__(self):
+        self.sock = socket.socket(fileno=SOCKET_FD)
+        self.lock = threading.Lock()
+
+    def send(self, header, payload=b""):
+        data = json.dumps(header).encode()
+        with self.lock:
+            self.sock.sendall(struct.pack("<II", len(data), len(payload)) + data)
+            if payload:
+                self.sock.sendall(payload)
+
+    def _exact(self, n):
+        chunks, got = [], 0
+        while got < n:
+            chunk = self.sock.recv(min(n - got, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def recv(self):
+        header_len, payload_len = struct.unpack("<II", self._exact(8))
+        header = json.loads(self._exact(header_len))
+        return header, (self._exact(payload_len) if payload_len else b"")
+
+
+def tensor_bytes(tensor):
+    """(datatype, shape, bytes-like) of a pb_utils.Tensor as the protocol carries it."""
+    array = tensor.as_numpy()
+    datatype = tensor.triton_dtype()
+    if datatype == "BYTES":
+        return datatype, list(array.shape), pb_utils.serialize_byte_tensor(array)
+    return datatype, list(array.shape), memoryview(np.ascontiguousarray(array)).cast("B")
+
+
+def error_of(error):
+    if error is None:
+        return None
+    if isinstance(error, pb_utils.TritonError):
+        return {"message": error.message(), "code": error.code()}
+    return {"message": str(error), "code": pb_utils.TritonError.INTERNAL}
+
+
+class Stub:
+    def __init__(self):
+        self.channel = Channel()
+        self.model = None
+        self.decoupled = False
+        self.input_map = None
+        self.input_size = 0
+        self.output_capacity = 0
+        self.loop = None
+        pb_utils.Logger._send = lambda level, message: self.channel.send(
+            {"op": "log", "level": level, "message": message})
+
+    # ---- model.py ------------------------------------------------------------------------------
+    @staticmethod
+    def load_class(model_py):
+        sys.path.insert(0, os.path.dirname(model_py))  # model.py may import its neighbours
+        spec = importlib.util.spec_from_file_location("model", model_py)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "TritonPythonModel"):
+            raise pb_utils.TritonModelException(f"{model_py} defines no class TritonPythonModel")
+        return module.TritonPythonModel
+
+    def auto_complete(self, header):
+        cls = self.load_class(header["model_py"])
+        config = pb_utils.ModelConfig(json.loads(header["config"]))
+        if hasattr(cls, "auto_complete_config"):
+            config = cls.auto_complete_config(config)
+            if not isinstance(config, pb_utils.ModelConfig):
+                raise pb_utils.TritonModelException(
+                    "auto_complete_config must return the pb_utils.ModelConfig it was given")
+        return {"config": json.dumps(config.as_dict())}
+
+    def initialize(self, header):
+        cls = self.load_class(header["model_py"])
+        self.model = cls()
+        args = header["args"]
+        self.decoupled = bool(json.loads(args["model_config"]).get(
+            "model_transaction_policy", {}).get("decoupled", False))
+        if hasattr(self.model, "initialize"):
+            result = self.model.initialize(args)
+            if asyncio.iscoroutine(result):
+                self.run_coroutine(result)
+        return {}
+
+    def run_coroutine(self, coroutine):
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        return self.loop.run_until_complete(coroutine)
+
+    # ---- execute -------------------------------------------------------------------------------
+    def map_inputs(self, size):
+        if size > self.input_size or self.input_map is None:
+            self.input_map = mmap.mmap(INPUT_FD, max(size, mmap.PAGESIZE))
+            self.input_size = max(size, mmap.PAGESIZE)
+
+    def input_tensor(self, spec):
+        buf = memoryview(self.input_map)[spec["offset"]:spec["offset"] + spec["size"]]
+        if spec["datatype"] == "BYTES":
+            array = pb_utils.deserialize_bytes_tensor(buf, spec["shape"])
+        else:
+            array = np.frombuffer(buf, dtype=pb_utils.triton_to_numpy_type(spec["datatype"]))
+            array = array.reshape(spec["shape"])
+            if self.decoupled:  # a decoupled model may keep its inputs past execute()
+                array = array.copy()
+        return pb_utils.Tensor(spec["name"], array, spec["datatype"])
+
+    def execute(self, header):
+        self.map_inputs(header["input_size"])
+        requests = []
+        for r in header["requests"]:
+            sender = ResponseSender(self, r["handle"]) if self.decoupled else None
+            requests.append(pb_utils.InferenceRequest(
+                _nereid=True, inputs=[self.input_tensor(i) for i in r["inputs"]],
+                request_id=r["id"], flags=r["flags"], correlation_id=r.get("correlation_id", 0),
+                parameters=r["parameters"], requested_output_names=r["outputs"], sender=sender,
+                cancelled=lambda: False))
+        result = self.model.execute(requests)
+        if asyncio.iscoroutine(result):
+            result = self.run_coroutine(result)
+        if self.decoupled:
+            return {}
+        if not isinstance(result, (list, tuple)) or len(result) != len(requests):
+            raise pb_utils.TritonModelException(
+                f"execute() must return a list of {len(requests)} InferenceResponse objects, one "
+                f"per request; it returned {type(result).__name__}"
+                + (f" of length {len(result)}" if isinstance(result, (list, tuple)) else ""))
+        responses, offset = [], 0
+        for response in result:
+            if not isinstance(response, pb_utils.InferenceResponse):
+                raise pb_utils.TritonModelException(
+                    f"execute() returned a {type(response).__name__} where an InferenceResponse "
+                    "belongs")
+            entry = {"error": error_of(response.error()), "outputs": []}
+            if response.error() is None:
+                for tensor in response.output_tensors():
+                    datatype, shape, data = tensor_bytes(tensor)
+                    offset = (offset + 63) & ~63
+                    size = len(data) if isinstance(data, bytes) else data.nbytes
+                    if offset + size > self.output_capacity:
+                        self.output_capacity = max(offset + size, 2 * self.output_capacity, 1 << 20)
+                        os.ftruncate(OUTPUT_FD, self.output_capacity)
+                    if size:
+                        os.pwrite(OUTPUT_FD, data, offset)
+                    entry["outputs"].append({"name": tensor.name(), "datatype": datatype,
+                                             "shape": shape, "offset": offset, "size": size})
+                    offset += size
+            responses.append(entry)
+        return {"responses": responses, "output_size": self.output_capacity}
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def serve(self):
+        handlers = {"auto_complete": self.auto_complete, "initialize": self.initialize,
+                    "execute": self.execute}
+        while True:
+            try:
+                header, _ = self.channel.recv()
+            except EOFError:
+                return
+            op = header["op"]
+            if op == "finalize":
+                if self.model is not None and hasattr(self.model, "finalize"):
+                    try:
+                        self.model.finalize()
+                    except Exception:  # noqa: BLE001 - a failing finalize is logged, not fatal
+                        traceback.print_exc()
+                self.channel.send({"op": "finalize_done"})
+                return
+            reply = {"op": op + "_done", "id": header.get("id")}
+            try:
+                reply.update(handlers[op](header))
+            except Exception as e:  # noqa: BLE001 - every model error becomes the reply's error
+                traceback.print_exc()
+                reply["error"] = f"{type(e).__name__}: {e}"
+            self.channel.send(reply)
+            if op == "auto_complete":
+                return
+
+
+class ResponseSender:
+    """request.get_response_sender() of a decoupled model: send() from any thread, any number of
+    times, the last with flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL."""
+
+    def __init__(self, stub, handle):
+        self._stub = stub
+        self._handle = handle
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response=None, flags=0):
+        with self._lock:
+            if self._closed:
+                raise pb_utils.TritonModelException(
+                    "this request's final response was already sent")
+            final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if response is None and not final:
+                raise pb_utils.TritonModelException("send() needs a response or the FINAL flag")
+            header = {"op": "response", "handle": self._handle, "final": final, "error": None,
+                      "outputs": []}
+            payload = bytearray()
+            if response is not None:
+                header["error"] = error_of(response.error())
+                if response.error() is None:
+                    for tensor in response.output_tensors():
+                        datatype, shape, data = tensor_bytes(tensor)
+                        header["outputs"].append({"name": tensor.name(), "datatype": datatype,
+                                                  "shape": shape, "offset": len(payload),
+                                                  "size": len(data) if isinstance(data, bytes) else data.nbytes})
+                        payload += data
+            self._stub.channel.send(header, bytes(payload))
+            self._closed = final
+
+    def is_cancelled(self):
+        return False
+
+
+if __name__ == "__main__":
+    Stub().serve()

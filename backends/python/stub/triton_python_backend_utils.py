@@ -1,0 +1,292 @@
+"""Nereid's implementation of the `triton_python_backend_utils` module a Triton Python model imports
+(`import triton_python_backend_utils as pb_utils`), written to Triton's documented Python-backend
+API: Tensor, InferenceRequest (as execute() receives it), InferenceResponse, the response sender of
+decoupled models, TritonError, TritonModelException, ModelConfig for auto_complete_config, Logger and
+the config helpers. The stub process (nereid_python_stub.py) drives it; docs/python-backend.md."""
+import json
+
+import numpy as np
+
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
+
+# KServe datatype <-> numpy dtype. BF16 has no numpy type: its raw bits travel as uint16.
+_TO_NUMPY = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+             "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+             "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+             "BYTES": np.object_, "BF16": np.uint16}
+
+
+def triton_to_numpy_type(datatype):
+    """A KServe datatype ("FP32") or config type ("TYPE_FP32", "TYPE_STRING") as a numpy type."""
+    name = datatype[5:] if datatype.startswith("TYPE_") else datatype
+    return _TO_NUMPY["BYTES" if name == "STRING" else name]
+
+
+def triton_string_to_numpy(triton_type_string):
+    return triton_to_numpy_type(triton_type_string)
+
+
+def numpy_to_triton_type(np_type):
+    np_type = np.dtype(np_type).type if np_type is not np.object_ else np.object_
+    if np_type in (np.object_, np.bytes_, np.str_):
+        return "BYTES"
+    for name, t in _TO_NUMPY.items():
+        if t is np_type and name != "BF16":
+            return name
+    raise TritonModelException(f"numpy type {np_type} has no Triton datatype")
+
+
+def serialize_byte_tensor(array):
+    """BYTES elements as the protocol carries them: a 4-byte little-endian length before each."""
+    parts = []
+    for element in np.asarray(array, dtype=np.object_).ravel(order="C"):
+        b = element if isinstance(element, bytes) else str(element).encode("utf-8")
+        parts.append(len(b).to_bytes(4, "little"))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(buffer, shape=None):
+    out, at, view = [], 0, memoryview(buffer)
+    while at + 4 <= len(view):
+        n = int.from_bytes(view[at:at + 4], "little")
+        out.append(bytes(view[at + 4:at + 4 + n]))
+        at += 4 + n
+    array = np.array(out, dtype=np.object_)
+    return array.reshape(shape) if shape is not None else array
+
+
+class TritonError(Exception):
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message, code=INTERNAL):
+        super().__init__(message)
+        self._message = str(message)
+        self._code = code
+
+    def message(self):
+        return self._message
+
+    def code(self):
+        return self._code
+
+
+class TritonModelException(Exception):
+    pass
+
+
+class Tensor:
+    """A named tensor: pb_utils.Tensor(name, numpy_array)."""
+
+    def __init__(self, name, data, datatype=None):
+        if not isinstance(data, np.ndarray):
+            raise TritonModelException(f"tensor '{name}': data must be a numpy array")
+        if data.dtype.kind in ("U", "S"):
+            data = data.astype(np.object_)
+        self._name = name
+        self._array = data
+        self._datatype = datatype or numpy_to_triton_type(data.dtype.type)
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        return self._array
+
+    def shape(self):
+        return list(self._array.shape)
+
+    def triton_dtype(self):
+        return self._datatype
+
+    def is_cpu(self):
+        return True
+
+    def to_dlpack(self):
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name, capsule):
+        return Tensor(name, np.from_dlpack(capsule))
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        self._outputs = list(output_tensors or [])
+        self._error = error
+        self._parameters = parameters or {}
+
+    def output_tensors(self):
+        return self._outputs
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+    def parameters(self):
+        return json.dumps(self._parameters)
+
+
+class InferenceRequest:
+    """A request as execute() receives it. (Creating one to call another model, BLS, is not
+    available yet: docs/python-backend.md.)"""
+
+    def __init__(self, *args, **kwargs):
+        if not kwargs.get("_nereid"):
+            raise TritonModelException(
+                "pb_utils.InferenceRequest(...).exec() (BLS) is not supported by Nereid yet")
+        self._inputs = kwargs["inputs"]
+        self._request_id = kwargs["request_id"]
+        self._flags = kwargs["flags"]
+        self._correlation_id = kwargs["correlation_id"]
+        self._parameters = kwargs["parameters"]
+        self._requested = kwargs["requested_output_names"]
+        self._sender = kwargs["sender"]
+        self._cancelled = kwargs["cancelled"]
+
+    def inputs(self):
+        return self._inputs
+
+    def request_id(self):
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def flags(self):
+        return self._flags
+
+    def parameters(self):
+        return json.dumps(self._parameters)
+
+    def requested_output_names(self):
+        return list(self._requested)
+
+    def get_response_sender(self):
+        if self._sender is None:
+            raise TritonModelException("get_response_sender() needs a decoupled model "
+                                       "(model_transaction_policy { decoupled: true })")
+        return self._sender
+
+    def is_cancelled(self):
+        return self._cancelled()
+
+    def set_release_flags(self, flags):
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException("request rescheduling is not supported by Nereid yet")
+
+
+def get_input_tensor_by_name(request, name):
+    for t in request.inputs():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_output_tensor_by_name(response, name):
+    for t in response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+def _config_entry(model_config, key, name):
+    if isinstance(model_config, str):
+        model_config = json.loads(model_config)
+    for entry in model_config.get(key, []):
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    return _config_entry(model_config, "input", name)
+
+
+def get_output_config_by_name(model_config, name):
+    return _config_entry(model_config, "output", name)
+
+
+class ModelConfig:
+    """What auto_complete_config(auto_complete_model_config) gets and returns."""
+
+    def __init__(self, config):
+        self._config = config
+
+    def as_dict(self):
+        return json.loads(json.dumps(self._config))
+
+    def set_max_batch_size(self, max_batch_size):
+        current = int(self._config.get("max_batch_size", 0))
+        if current > 0 and max_batch_size != current and max_batch_size > 0 and current > max_batch_size:
+            raise TritonModelException(
+                f"max_batch_size {current} in the config exceeds the {max_batch_size} the model sets")
+        if current == 0:
+            self._config["max_batch_size"] = int(max_batch_size)
+
+    def set_dynamic_batching(self):
+        self._config.setdefault("dynamic_batching", {})
+
+    def set_model_transaction_policy(self, policy):
+        self._config["model_transaction_policy"] = dict(policy)
+
+    def _add(self, key, entry):
+        for field in ("name", "data_type", "dims"):
+            if field not in entry:
+                raise TritonModelException(f"{key} entry {entry} has no '{field}'")
+        for existing in self._config.setdefault(key, []):
+            if existing["name"] == entry["name"]:
+                if (existing.get("data_type") != entry["data_type"] or
+                        [int(d) for d in existing.get("dims", [])] != [int(d) for d in entry["dims"]]):
+                    raise TritonModelException(
+                        f"{key} '{entry['name']}' already exists with a different data_type or dims")
+                return
+        self._config[key].append({k: (list(v) if k == "dims" else v) for k, v in entry.items()})
+
+    def add_input(self, entry):
+        self._add("input", entry)
+
+    def add_output(self, entry):
+        self._add("output", entry)
+
+
+class Logger:
+    """pb_utils.Logger.log_info("...") and friends: lines in the server's log."""
+    INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
+    _send = None  # set by the stub
+
+    @staticmethod
+    def log(message, level=0):
+        if Logger._send is not None:
+            Logger._send(level, str(message))
+
+    @staticmethod
+    def log_info(message):
+        Logger.log(message, Logger.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger.log(message, Logger.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger.log(message, Logger.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger.log(message, Logger.VERBOSE)

@@ -1,0 +1,380 @@
+"""The Python backend: model.py files written to Triton's documented Python-backend API, served
+unchanged (backends/python, docs/python-backend.md): add/sub with dynamic batching, a numpy
+preprocessing model with strings, auto_complete_config, a decoupled model sending N responses (from
+execute and from a thread), errors of every kind, and stubs that die mid-request or mid-load."""
+import json
+import os
+import queue
+import signal
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import Server
+
+MODELS = {
+    "add_sub": ('''
+name: "add_sub"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+''', '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = json.loads(args["model_config"])
+        self.dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(self.model_config, "OUTPUT0")["data_type"])
+        self.batches = []
+        pb_utils.Logger.log_info(
+            f"add_sub initialized: {args['model_name']} v{args['model_version']} "
+            f"{args['model_instance_kind']} {args['model_instance_name']}")
+
+    def execute(self, requests):
+        self.batches.append(len(requests))
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            params = json.loads(request.parameters())
+            if params.get("fail"):
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "asked to fail", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            out = [pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtype)),
+                   pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtype))]
+            responses.append(pb_utils.InferenceResponse(output_tensors=out))
+        return responses
+
+    def finalize(self):
+        pb_utils.Logger.log_info(f"add_sub finalized after batches {self.batches}")
+'''),
+    "preprocess": ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "IMAGE" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] },
+        { name: "CAPTION" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "PIXELS" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] },
+         { name: "WORDS" data_type: TYPE_STRING dims: [ -1 ] } ]
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            image = pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy()
+            caption = pb_utils.get_input_tensor_by_name(request, "CAPTION").as_numpy()
+            pixels = ((image.astype(np.float32) / 255 - MEAN) / STD).transpose(2, 0, 1)
+            words = np.array([w.decode().upper().encode() for w in caption], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("PIXELS", np.ascontiguousarray(pixels)),
+                pb_utils.Tensor("WORDS", words)]))
+        return responses
+'''),
+    "auto": ('''
+backend: "python"
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_INT32", "dims": [2]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_INT32", "dims": [2]})
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 10)]) for r in requests]
+'''),
+    "repeat": ('''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+        { name: "THREAD" data_type: TYPE_BOOL dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+''', '''
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            in_thread = bool(pb_utils.get_input_tensor_by_name(request, "THREAD").as_numpy()[0])
+            sender = request.get_response_sender()
+            if in_thread:
+                threading.Thread(target=self.send_all, args=(sender, values.copy(), 0.01)).start()
+            else:
+                self.send_all(sender, values, 0)
+        return None
+
+    @staticmethod
+    def send_all(sender, values, delay):
+        import time
+        for i, v in enumerate(values):
+            time.sleep(delay)
+            sender.send(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array([v], np.int32)),
+                pb_utils.Tensor("IDX", np.array([i], np.uint32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''),
+    "faulty": ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+''', '''
+import os
+import signal
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        mode = pb_utils.get_input_tensor_by_name(requests[0], "MODE").as_numpy()[0].decode()
+        if mode == "raise":
+            raise ValueError("the model raised this")
+        if mode == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "count":
+            return []
+        if mode == "dtype":
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.ones(1, np.float64))])]
+        if mode == "missing":
+            return [pb_utils.InferenceResponse([])]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([os.getpid()], np.float32))])]
+'''),
+}
+
+
+def write(repo, name, config, code):
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(textwrap.dedent(config).lstrip())
+    (repo / name / "1" / "model.py").write_text(textwrap.dedent(code).lstrip())
+
+
+@pytest.fixture(scope="module")
+def py_server(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("python") / "models"
+    for name, (config, code) in MODELS.items():
+        write(repo, name, config, code)
+    s = Server(str(repo), env={"NEREID_PYTHON": sys.executable})
+    yield s
+    assert s.stop() == 0, s.read_log()
+    assert "add_sub finalized after batches" in open(s.log_path).read()
+
+
+def add_sub_inputs(mod, a, b):
+    inputs = [mod.InferInput("INPUT0", list(a.shape), "FP32"), mod.InferInput("INPUT1", list(b.shape), "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return inputs
+
+
+@pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_add_sub(py_server, mod):
+    url = py_server.url if mod is httpclient else py_server.grpc_url
+    c = mod.InferenceServerClient(url)
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.full((2, 4), 0.5, np.float32)
+    r = c.infer("add_sub", add_sub_inputs(mod, a, b))
+    assert (r.as_numpy("OUTPUT0") == a + b).all() and (r.as_numpy("OUTPUT1") == a - b).all()
+    r = c.infer("add_sub", add_sub_inputs(mod, a, b), outputs=[mod.InferRequestedOutput("OUTPUT1")])
+    assert r.as_numpy("OUTPUT0") is None and (r.as_numpy("OUTPUT1") == a - b).all()
+    assert "add_sub initialized: add_sub v1 CPU add_sub_0_0" in py_server.read_log()
+
+
+def test_dynamic_batching_hands_execute_several_requests(py_server):
+    c = httpclient.InferenceServerClient(py_server.url, concurrency=8)
+    pending = []
+    for k in range(8):
+        a = np.full((1, 4), k, np.float32)
+        pending.append((k, c.async_infer("add_sub", add_sub_inputs(httpclient, a, a))))
+    for k, p in pending:
+        assert (p.get_result().as_numpy("OUTPUT0") == 2 * k).all()
+    stats = c.get_inference_statistics("add_sub")["model_stats"][0]
+    assert stats["execution_count"] < stats["inference_count"]
+
+
+def test_triton_error_per_request_with_its_code(py_server):
+    c = httpclient.InferenceServerClient(py_server.url)
+    a = np.ones((1, 4), np.float32)
+    with pytest.raises(InferenceServerException, match="asked to fail") as e:
+        c.infer("add_sub", add_sub_inputs(httpclient, a, a), parameters={"fail": True})
+    assert e.value.status() == "400"  # TritonError.INVALID_ARG
+
+
+def test_numpy_preprocessing_with_strings(py_server):
+    c = grpcclient.InferenceServerClient(py_server.grpc_url)
+    image = np.random.default_rng(1).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    caption = np.array([b"a", b"red", b"fox"], dtype=np.object_)
+    inputs = [grpcclient.InferInput("IMAGE", [5, 7, 3], "UINT8"),
+              grpcclient.InferInput("CAPTION", [3], "BYTES")]
+    inputs[0].set_data_from_numpy(image)
+    inputs[1].set_data_from_numpy(caption)
+    r = c.infer("preprocess", inputs)
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    want = ((image.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1)
+    assert np.abs(r.as_numpy("PIXELS") - want).max() < 1e-6
+    assert list(r.as_numpy("WORDS")) == [b"A", b"RED", b"FOX"]
+
+
+def test_auto_complete_config_from_model_py(py_server):
+    c = httpclient.InferenceServerClient(py_server.url)
+    config = c.get_model_config("auto")
+    assert config["max_batch_size"] == 4 and "dynamic_batching" in config
+    assert config["input"][0]["name"] == "X" and config["output"][0]["data_type"] == "TYPE_INT32"
+    x = np.array([[1, 2]], np.int32)
+    i = httpclient.InferInput("X", [1, 2], "INT32")
+    i.set_data_from_numpy(x)
+    assert (c.infer("auto", [i]).as_numpy("Y") == x * 10).all()
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["from_execute", "from_a_thread"])
+def test_decoupled_model_sends_n_responses(py_server, in_thread):
+    results = queue.Queue()
+    c = grpcclient.InferenceServerClient(py_server.grpc_url)
+    c.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        values = np.array([4, 8, 15, 16, 23], np.int32)
+        inputs = [grpcclient.InferInput("IN", [5], "INT32"), grpcclient.InferInput("THREAD", [1], "BOOL")]
+        inputs[0].set_data_from_numpy(values)
+        inputs[1].set_data_from_numpy(np.array([in_thread]))
+        c.async_stream_infer("repeat", inputs, request_id="r1")
+        got = []
+        for _ in range(5):
+            result, error = results.get(timeout=10)
+            assert error is None, error
+            got.append((int(result.as_numpy("IDX")[0]), int(result.as_numpy("OUT")[0])))
+        assert got == list(enumerate(values.tolist()))
+    finally:
+        c.stop_stream()
+
+
+def faulty(c, mode):
+    i = httpclient.InferInput("MODE", [1], "BYTES")
+    i.set_data_from_numpy(np.array([mode.encode()], dtype=np.object_))
+    return c.infer("faulty", [i])
+
+
+@pytest.mark.parametrize("mode,message", [
+    ("raise", "ValueError: the model raised this"),
+    ("count", "execute\\(\\) must return a list of 1 InferenceResponse objects"),
+    ("dtype", "output 'OUT' is FP32 in the config, but execute\\(\\) returned FP64"),
+    ("missing", "has no output 'OUT'"),
+])
+def test_model_errors_are_clear_and_the_model_keeps_serving(py_server, mode, message):
+    c = httpclient.InferenceServerClient(py_server.url)
+    with pytest.raises(InferenceServerException, match=message):
+        faulty(c, mode)
+    assert faulty(c, "ok").as_numpy("OUT").shape == (1,)
+
+
+def test_a_stub_killed_mid_request_fails_it_and_is_restarted(py_server):
+    c = httpclient.InferenceServerClient(py_server.url)
+    pid_before = int(faulty(c, "ok").as_numpy("OUT")[0])
+    with pytest.raises(InferenceServerException, match="Python stub ended during execute.*signal 9"):
+        faulty(c, "crash")
+    pid_after = int(faulty(c, "ok").as_numpy("OUT")[0])
+    assert pid_after != pid_before
+    a = np.ones((1, 4), np.float32)  # the other models never noticed
+    assert (c.infer("add_sub", add_sub_inputs(httpclient, a, a)).as_numpy("OUTPUT0") == 2).all()
+    assert "faulty' instance 'faulty_0_0': starting its Python stub again" in py_server.read_log()
+
+
+def test_a_stub_killed_mid_load_fails_the_load_and_the_server_keeps_serving(tmp_path):
+    pid_file = tmp_path / "pid"
+    repo = tmp_path / "models"
+    write(repo, "slow", '''
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        ''', f'''
+        import os, time
+        import triton_python_backend_utils as pb_utils
+
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                open({str(pid_file)!r}, "w").write(str(os.getpid()))
+                time.sleep(60)
+
+            def execute(self, requests):
+                return []
+        ''')
+    write(repo, "add_sub", *MODELS["add_sub"])
+    s = Server(str(repo), "--model-control-mode=explicit", "--load-model=add_sub",
+               env={"NEREID_PYTHON": sys.executable})
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        outcome = {}
+        loader = threading.Thread(target=lambda: outcome.setdefault(
+            "error", _load(httpclient.InferenceServerClient(s.url, network_timeout=60), "slow")))
+        loader.start()
+        deadline = time.time() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.time() < deadline
+            time.sleep(0.05)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        loader.join(timeout=30)
+        assert "Python stub ended during initialize() (killed by signal 9)" in outcome["error"]
+        assert not c.is_model_ready("slow")
+        a = np.ones((1, 4), np.float32)
+        assert (c.infer("add_sub", add_sub_inputs(httpclient, a, a)).as_numpy("OUTPUT0") == 2).all()
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def _load(client, name):
+    try:
+        client.load_model(name)
+        return ""
+    except InferenceServerException as e:
+        return str(e)
+
+
+def test_missing_interpreter_is_a_clear_load_error(tmp_path):
+    repo = tmp_path / "models"
+    write(repo, "add_sub", *MODELS["add_sub"])
+    cfg = repo / "add_sub" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + 'parameters { key: "python_interpreter" value { string_value: "/nonexistent/python" } }\n')
+    s = Server(str(repo), "--exit-on-error=false", "--strict-readiness=false")
+    try:
+        index = httpclient.InferenceServerClient(s.url).get_model_repository_index()
+        reason = [m for m in index if m["name"] == "add_sub"][0]["reason"]
+        assert "cannot start the Python interpreter '/nonexistent/python'" in reason, reason
+    finally:
+        assert s.stop() == 0
