@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 .venv/bin/python examples/generate_models.py
+# Python models (backend: "python") run in .venv's interpreter, which has numpy.
+export NEREID_PYTHON="${NEREID_PYTHON:-$PWD/.venv/bin/python}"
 exec build/nereid serve --model-repository=examples/models "$@"
