@@ -85,10 +85,21 @@ bool ReadAll(int fd, void* data, size_t n) {
   return true;
 }
 
-bool WriteFrame(int fd, const std::string& header) {
-  const uint32_t sizes[2] = {static_cast<uint32_t>(header.size()), 0};
-  return WriteAll(fd, sizes, sizeof(sizes)) && WriteAll(fd, header.data(), header.size());
-}
+// The backend's end of a stub's socket. Shared with the callbacks of the stub's BLS requests,
+// which may answer after the instance is gone (their writes then fail quietly).
+struct Channel {
+  int fd = -1;
+  std::mutex write_mu;
+  explicit Channel(int socket) : fd(socket) {}
+  ~Channel() { close(fd); }
+  bool Write(const std::string& header, const std::string& payload = "") {
+    const uint32_t sizes[2] = {static_cast<uint32_t>(header.size()),
+                               static_cast<uint32_t>(payload.size())};
+    std::lock_guard lock(write_mu);
+    return WriteAll(fd, sizes, sizeof(sizes)) && WriteAll(fd, header.data(), header.size()) &&
+           (payload.empty() || WriteAll(fd, payload.data(), payload.size()));
+  }
+};
 
 // The stub's frames are bounded: a header of at most 64 MiB, a payload of at most 4 GiB.
 std::optional<Message> ReadFrame(int fd) {
@@ -157,10 +168,9 @@ std::string StubPath() {
 // One stub process with its socket and regions.
 struct Process {
   std::atomic<pid_t> pid{-1};
-  int sock = -1;
+  std::shared_ptr<Channel> channel;
   Region input, output;
   ~Process() {
-    if (sock >= 0) close(sock);
     if (const pid_t child = pid.exchange(-1); child > 0) {
       kill(child, SIGKILL);
       waitpid(child, nullptr, 0);
@@ -182,7 +192,7 @@ StatusOr<std::unique_ptr<Process>> Spawn(const ModelState& m) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
     return backend::Internal(std::string("socketpair: ") + strerror(errno));
-  p->sock = pair[0];
+  p->channel = std::make_shared<Channel>(pair[0]);
   p->input.fd = memfd_create("nereid-python-in", MFD_CLOEXEC);
   p->output.fd = memfd_create("nereid-python-out", MFD_CLOEXEC);
   if (p->input.fd < 0 || p->output.fd < 0) {
@@ -262,7 +272,7 @@ class Instance {
       dead_ = false;
       reply_.reset();
     }
-    reader_ = std::thread([this, sock = process_->sock] { ReadLoop(sock); });
+    reader_ = std::thread([this, channel = process_->channel] { ReadLoop(channel); });
     rapidjson::Document h(rapidjson::kObjectType);
     auto& a = h.GetAllocator();
     h.AddMember("op", "initialize", a);
@@ -295,7 +305,7 @@ class Instance {
       if (!reply.ok()) Log(NEREID_LOG_WARNING, reply.status().message());
     }
     if (process_) {
-      shutdown(process_->sock, SHUT_RDWR);
+      shutdown(process_->channel->fd, SHUT_RDWR);
       if (const pid_t child = process_->pid.load(); child > 0) kill(child, SIGKILL);
     }
     if (reader_.joinable()) reader_.join();
@@ -476,7 +486,7 @@ class Instance {
     reply_.reset();
     if (dead_ || !process_) return Died(what);
     lock.unlock();
-    if (!WriteFrame(process_->sock, header)) {
+    if (!process_->channel->Write(header)) {
       lock.lock();
       cv_.wait(lock, [&] { return dead_; });
       return Died(what);
@@ -497,13 +507,15 @@ class Instance {
                                 what + " (" + death_ + "); it is started again for the next batch");
   }
 
-  void ReadLoop(int sock) {
+  void ReadLoop(const std::shared_ptr<Channel>& channel) {
     for (;;) {
-      std::optional<Message> m = ReadFrame(sock);
+      std::optional<Message> m = ReadFrame(channel->fd);
       if (!m) break;
       const std::string op = m->op();
       if (op == "log") {
         LogFromStub(*m_, *m);
+      } else if (op == "infer") {
+        Bls(channel, *m);
       } else if (op == "response") {
         OnResponse(*m);
       } else {
@@ -544,6 +556,106 @@ class Instance {
     if (NereidError* e = NereidRequestSend(request, 0)) NereidErrorDelete(e);
   }
 
+  // A BLS request of the model (pb_utils.InferenceRequest(...).exec()): sent into the server;
+  // each response goes back to the stub as an 'infer_response' with its tensors in the payload.
+  struct BlsCall {
+    std::shared_ptr<Channel> channel;
+    uint64_t call = 0;
+  };
+
+  static void Bls(const std::shared_ptr<Channel>& channel, const Message& m) {
+    auto call = std::make_unique<BlsCall>(BlsCall{channel, m.header["call"].GetUint64()});
+    NereidInferRequest* request = nullptr;
+    const std::string id = StringField(m.header, "id");
+    NereidError* error =
+        NereidInferRequestNew(StringField(m.header, "model").c_str(),
+                              m.header["version"].GetInt64(), id.c_str(), &request);
+    for (const auto& in : m.header["inputs"].GetArray()) {
+      if (error) break;
+      std::vector<int64_t> shape;
+      for (const auto& d : in["shape"].GetArray()) shape.push_back(d.GetInt64());
+      const uint64_t at = in["offset"].GetUint64(), n = in["size"].GetUint64();
+      if (at > m.payload.size() || n > m.payload.size() - at) {
+        error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "BLS input outside its message");
+        break;
+      }
+      error = NereidInferRequestAddInput(
+          request, StringField(in, "name").c_str(),
+          static_cast<NereidDataType>(backend::DataTypeFromName(StringField(in, "datatype"))),
+          shape.data(), static_cast<uint32_t>(shape.size()), m.payload.data() + at, n);
+    }
+    for (const auto& out : m.header["outputs"].GetArray())
+      if (!error) error = NereidInferRequestAddOutput(request, out.GetString());
+    if (!error) error = NereidInferAsync(request, &BlsResponse, call.get());
+    if (!error) {
+      call.release();  // the callback frees it with the final response
+      return;
+    }
+    if (request) NereidInferRequestDelete(request);
+    rapidjson::Document h(rapidjson::kObjectType);
+    auto& a = h.GetAllocator();
+    h.AddMember("op", "infer_response", a);
+    h.AddMember("call", call->call, a);
+    h.AddMember("final", true, a);
+    h.AddMember("error", ErrorJson(error, a), a);
+    h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
+    NereidErrorDelete(error);
+    channel->Write(Json(h));
+  }
+
+  static rapidjson::Value ErrorJson(const NereidError* e, rapidjson::Document::AllocatorType& a) {
+    // NereidErrorCode -> pb_utils.TritonError code
+    static const int kCodes[] = {1, 3, 2, 4, 5, 1, 7};
+    const int code = NereidErrorGetCode(e);
+    rapidjson::Value v(rapidjson::kObjectType);
+    v.AddMember("message", rapidjson::Value(NereidErrorGetMessage(e), a), a);
+    v.AddMember("code", code >= 0 && code <= 6 ? kCodes[code] : 1, a);
+    return v;
+  }
+
+  static void BlsResponse(void* user, NereidInferResponse* response) {
+    auto* call = static_cast<BlsCall*>(user);
+    const bool final = NereidInferResponseIsFinal(response) != 0;
+    rapidjson::Document h(rapidjson::kObjectType);
+    auto& a = h.GetAllocator();
+    h.AddMember("op", "infer_response", a);
+    h.AddMember("call", call->call, a);
+    h.AddMember("final", final, a);
+    std::string payload;
+    rapidjson::Value outputs(rapidjson::kArrayType);
+    if (NereidError* e = NereidInferResponseError(response)) {
+      h.AddMember("error", ErrorJson(e, a), a);
+      NereidErrorDelete(e);
+    } else {
+      h.AddMember("error", rapidjson::Value(), a);
+      for (uint32_t i = 0; i < NereidInferResponseOutputCount(response); ++i) {
+        NereidTensor t;
+        if (NereidError* e = NereidInferResponseOutput(response, i, &t)) {
+          NereidErrorDelete(e);
+          continue;
+        }
+        rapidjson::Value o(rapidjson::kObjectType);
+        o.AddMember("name", rapidjson::Value(t.name, a), a);
+        o.AddMember(
+            "datatype",
+            rapidjson::Value(
+                std::string(backend::DataTypeName(static_cast<DataType>(t.datatype))).c_str(), a),
+            a);
+        rapidjson::Value shape(rapidjson::kArrayType);
+        for (uint32_t d = 0; d < t.dims_count; ++d) shape.PushBack(t.shape[d], a);
+        o.AddMember("shape", shape, a);
+        o.AddMember("offset", static_cast<uint64_t>(payload.size()), a);
+        o.AddMember("size", t.byte_size, a);
+        outputs.PushBack(o, a);
+        payload.append(static_cast<const char*>(t.data), t.byte_size);
+      }
+    }
+    h.AddMember("outputs", outputs, a);
+    NereidInferResponseDelete(response);
+    call->channel->Write(Json(h), payload);
+    if (final) delete call;
+  }
+
   void FailOpen(const std::string& why) {
     std::map<uint64_t, NereidRequest*> open;
     {
@@ -578,11 +690,11 @@ Status AutoComplete(ModelState& m, NereidModel* model) {
   h.AddMember("op", "auto_complete", a);
   h.AddMember("model_py", rapidjson::Value(m.model_py.c_str(), a), a);
   h.AddMember("config", rapidjson::Value(NereidModelConfigJson(model), a), a);
-  if (!WriteFrame(process->sock, Json(h)))
+  if (!process->channel->Write(Json(h)))
     return backend::Unavailable("model '" + m.name + "': the Python stub ended at start (" +
                                 process->Reap() + ")");
   for (;;) {
-    std::optional<Message> reply = ReadFrame(process->sock);
+    std::optional<Message> reply = ReadFrame(process->channel->fd);
     if (!reply)
       return backend::Unavailable("model '" + m.name + "': the Python stub ended while loading " +
                                   m.model_py + " (" + process->Reap() +

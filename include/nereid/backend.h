@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 1u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 2u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -239,6 +239,42 @@ void NereidRequestSetComputeTimes(NereidRequest* request, uint64_t start_ns, uin
  * far is sent (for a decoupled model: as its final response, or only the final flag when nothing
  * is pending); otherwise the error is (and the server takes 'error'). Exactly once per request. */
 void NereidRequestComplete(NereidRequest* request, NereidError* error);
+
+/* ---------------------------------------------------------------------------------------------
+ * Inference from a backend (since 2.2): a backend sends requests to any model of this server, as
+ * Triton's BLS does. Build a request, submit it with NereidInferAsync; the callback receives each
+ * response (one for an ordinary model, several for a decoupled one, the last marked final) on
+ * whichever thread completes it, and owns it (NereidInferResponseDelete). Thread-safe.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct NereidInferRequest NereidInferRequest;
+typedef struct NereidInferResponse NereidInferResponse;
+typedef void (*NereidInferCallback)(void* user, NereidInferResponse* response);
+
+/* A request for 'model' ('version' -1: the newest ready one); 'id' may be NULL. */
+NereidError* NereidInferRequestNew(const char* model, int64_t version, const char* id,
+                                   NereidInferRequest** request);
+/* Adds an input; its bytes are copied (BYTES: 4-byte little-endian length before each element). */
+NereidError* NereidInferRequestAddInput(NereidInferRequest* request, const char* name,
+                                        NereidDataType datatype, const int64_t* shape,
+                                        uint32_t dims_count, const void* data, uint64_t byte_size);
+/* Asks for one output; a request that asks for none gets every output of the model. */
+NereidError* NereidInferRequestAddOutput(NereidInferRequest* request, const char* name);
+/* Frees a request that was not submitted. */
+void NereidInferRequestDelete(NereidInferRequest* request);
+/* Submits the request (the server takes it on success; on an error the caller still owns it and
+ * the callback is never called). */
+NereidError* NereidInferAsync(NereidInferRequest* request, NereidInferCallback callback, void* user);
+
+/* The response's error as a new error the caller owns, or NULL when it succeeded. */
+NereidError* NereidInferResponseError(const NereidInferResponse* response);
+/* Nonzero for the request's last response. */
+int NereidInferResponseIsFinal(const NereidInferResponse* response);
+uint32_t NereidInferResponseOutputCount(const NereidInferResponse* response);
+/* A view of one output (host memory), valid until NereidInferResponseDelete. */
+NereidError* NereidInferResponseOutput(const NereidInferResponse* response, uint32_t index,
+                                       NereidTensor* tensor);
+void NereidInferResponseDelete(NereidInferResponse* response);
 
 /* ---------------------------------------------------------------------------------------------
  * Backend exports. Required unless marked optional.

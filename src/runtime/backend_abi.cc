@@ -301,4 +301,132 @@ void NereidMemoryRelease(void* data) {
   BackendBuffers().erase(it);
 }
 
+// ---- Inference from a backend (BLS)
+// ----------------------------------------------------------------
+
+struct NereidInferRequest {
+  std::unique_ptr<nereid::InferenceRequest> request;
+};
+struct NereidInferResponse {
+  std::unique_ptr<nereid::InferenceResponse> response;
+};
+
+namespace {
+std::mutex infer_handler_mu;
+nereid::BackendInferHandler& InferHandler() {
+  static auto* handler = new nereid::BackendInferHandler();
+  return *handler;
+}
+}  // namespace
+
+NereidError* NereidInferRequestNew(const char* model, int64_t version, const char* id,
+                                   NereidInferRequest** request) {
+  if (model == nullptr || request == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidInferRequestNew: model and request are required");
+  auto r = std::make_unique<NereidInferRequest>();
+  r->request = std::make_unique<nereid::InferenceRequest>();
+  r->request->model_name = model;
+  r->request->model_version = version;
+  if (id != nullptr) r->request->id = id;
+  r->request->binary_outputs_by_default = true;
+  r->request->times.received_ns = nereid::SteadyNowNs();
+  *request = r.release();
+  return nullptr;
+}
+
+NereidError* NereidInferRequestAddInput(NereidInferRequest* request, const char* name,
+                                        NereidDataType datatype, const int64_t* shape,
+                                        uint32_t dims_count, const void* data, uint64_t byte_size) {
+  if (request == nullptr || name == nullptr || (dims_count > 0 && shape == nullptr) ||
+      (byte_size > 0 && data == nullptr))
+    return Error(NEREID_ERROR_INVALID_ARG,
+                 "NereidInferRequestAddInput: a required argument is NULL");
+  nereid::InferInput in;
+  in.name = name;
+  in.datatype = static_cast<nereid::DataType>(datatype);
+  in.shape.assign(shape, shape + dims_count);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  in.Own(std::vector<uint8_t>(bytes, bytes + byte_size));
+  request->request->inputs.push_back(std::move(in));
+  return nullptr;
+}
+
+NereidError* NereidInferRequestAddOutput(NereidInferRequest* request, const char* name) {
+  if (request == nullptr || name == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG,
+                 "NereidInferRequestAddOutput: a required argument is NULL");
+  nereid::RequestedOutput out;
+  out.name = name;
+  out.binary = true;
+  request->request->outputs.push_back(std::move(out));
+  return nullptr;
+}
+
+void NereidInferRequestDelete(NereidInferRequest* request) { delete request; }
+
+NereidError* NereidInferAsync(NereidInferRequest* request, NereidInferCallback callback,
+                              void* user) {
+  if (request == nullptr || callback == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidInferAsync: request and callback are required");
+  nereid::BackendInferHandler handler;
+  {
+    std::lock_guard lock(infer_handler_mu);
+    handler = InferHandler();
+  }
+  if (!handler) return Error(NEREID_ERROR_UNAVAILABLE, "the server is not serving requests");
+  request->request->on_complete = [callback, user](std::unique_ptr<nereid::InferenceResponse> r) {
+    auto* response = new NereidInferResponse{std::move(r)};
+    callback(user, response);
+  };
+  std::unique_ptr<nereid::InferenceRequest> r = std::move(request->request);
+  nereid::Status s = handler(r);
+  if (!s.ok()) {
+    r->on_complete = nullptr;
+    request->request = std::move(r);  // still the caller's
+    return nereid::ErrorFromStatus(s);
+  }
+  delete request;
+  return nullptr;
+}
+
+NereidError* NereidInferResponseError(const NereidInferResponse* response) {
+  return response->response->status.ok() ? nullptr
+                                         : nereid::ErrorFromStatus(response->response->status);
+}
+
+int NereidInferResponseIsFinal(const NereidInferResponse* response) {
+  return response->response->final ? 1 : 0;
+}
+
+uint32_t NereidInferResponseOutputCount(const NereidInferResponse* response) {
+  return static_cast<uint32_t>(response->response->outputs.size());
+}
+
+NereidError* NereidInferResponseOutput(const NereidInferResponse* response, uint32_t index,
+                                       NereidTensor* tensor) {
+  const auto& outputs = response->response->outputs;
+  if (tensor == nullptr || index >= outputs.size())
+    return Error(NEREID_ERROR_INVALID_ARG,
+                 "NereidInferResponseOutput: no output " + std::to_string(index));
+  const nereid::InferOutput& out = outputs[index];
+  tensor->name = out.name.c_str();
+  tensor->datatype = static_cast<NereidDataType>(out.datatype);
+  tensor->shape = out.shape.data();
+  tensor->dims_count = static_cast<uint32_t>(out.shape.size());
+  tensor->data = out.bytes();
+  tensor->byte_size = out.byte_size();
+  tensor->memory_type = NEREID_MEMORY_CPU;
+  tensor->device_id = 0;
+  return nullptr;
+}
+
+void NereidInferResponseDelete(NereidInferResponse* response) { delete response; }
+
 }  // extern "C"
+
+namespace nereid {
+void SetBackendInferHandler(BackendInferHandler handler) {
+  std::lock_guard lock(infer_handler_mu);
+  InferHandler() = std::move(handler);
+}
+}  // namespace nereid

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,11 @@ struct BackendRequest {
     return reinterpret_cast<BackendRequest*>(const_cast<NereidRequest*>(r));
   }
 };
+
+// How NereidInferAsync reaches the server's request path: routes the request to its model and
+// enqueues it (main installs InferenceServer's; null while no server runs: requests are refused).
+using BackendInferHandler = std::function<Status(std::unique_ptr<InferenceRequest>&)>;
+void SetBackendInferHandler(BackendInferHandler handler);
 
 // Converts a backend-owned error into a Status and frees it (NULL -> Ok).
 Status StatusFromBackend(NereidError* error);

@@ -176,6 +176,84 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse([])]
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([os.getpid()], np.float32))])]
 '''),
+    "bls": ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Calls other models of the server (BLS): the ONNX model double_onnx, add_sub, repeat."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            mode = pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0].decode()
+            if mode == "onnx":  # x -> double_onnx -> y = 2x
+                r = pb_utils.InferenceRequest(model_name="double_onnx", requested_output_names=["y"],
+                                              inputs=[pb_utils.Tensor("x", x.reshape(1, 4))]).exec()
+                if r.has_error():
+                    raise pb_utils.TritonModelException(r.error().message())
+                y = pb_utils.get_output_tensor_by_name(r, "y").as_numpy().reshape(4)
+            elif mode == "chain":  # add_sub(2x, x).OUTPUT0 = 3x
+                two = pb_utils.InferenceRequest(model_name="double_onnx", requested_output_names=["y"],
+                                                inputs=[pb_utils.Tensor("x", x.reshape(1, 4))]).exec()
+                twox = pb_utils.get_output_tensor_by_name(two, "y").as_numpy()
+                r = pb_utils.InferenceRequest(
+                    model_name="add_sub", requested_output_names=["OUTPUT0"],
+                    inputs=[pb_utils.Tensor("INPUT0", twox),
+                            pb_utils.Tensor("INPUT1", x.reshape(1, 4))]).exec()
+                y = pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy().reshape(4)
+            elif mode == "decoupled":  # every value repeat sends back, in order
+                values = []
+                for r in pb_utils.InferenceRequest(
+                        model_name="repeat", requested_output_names=["OUT"],
+                        inputs=[pb_utils.Tensor("IN", x.astype(np.int32)),
+                                pb_utils.Tensor("THREAD", np.array([False]))]).exec(decoupled=True):
+                    if r.output_tensors():
+                        values.append(pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()[0])
+                y = np.array(values, np.float32)
+            else:  # a model that does not exist: its error comes back in the response
+                r = pb_utils.InferenceRequest(model_name="no_such_model", requested_output_names=["y"],
+                                              inputs=[pb_utils.Tensor("x", x)]).exec()
+                responses.append(pb_utils.InferenceResponse(error=r.error()))
+                continue
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y.astype(np.float32))]))
+        return responses
+'''),
+    "bls_async": ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+''', '''
+import asyncio
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy().reshape(1, 4)
+            # two models at once: double_onnx(x) + add_sub(x, x).OUTPUT1 (= 0) -> 2x
+            a, b = await asyncio.gather(
+                pb_utils.InferenceRequest(model_name="double_onnx", requested_output_names=["y"],
+                                          inputs=[pb_utils.Tensor("x", x)]).async_exec(),
+                pb_utils.InferenceRequest(model_name="add_sub", requested_output_names=["OUTPUT1"],
+                                          inputs=[pb_utils.Tensor("INPUT0", x),
+                                                  pb_utils.Tensor("INPUT1", x)]).async_exec())
+            y = (pb_utils.get_output_tensor_by_name(a, "y").as_numpy()
+                 + pb_utils.get_output_tensor_by_name(b, "OUTPUT1").as_numpy())
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y.reshape(4))]))
+        return responses
+'''),
 }
 
 
@@ -190,6 +268,15 @@ def py_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("python") / "models"
     for name, (config, code) in MODELS.items():
         write(repo, name, config, code)
+    # The ONNX model the BLS models call (ONNX Runtime backend): y = x + x.
+    from onnx import TensorProto, helper
+    (repo / "double_onnx" / "1").mkdir(parents=True)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "double",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])])
+    (repo / "double_onnx" / "1" / "model.onnx").write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    (repo / "double_onnx" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
     s = Server(str(repo), env={"NEREID_PYTHON": sys.executable})
     yield s
     assert s.stop() == 0, s.read_log()
@@ -378,3 +465,30 @@ def test_missing_interpreter_is_a_clear_load_error(tmp_path):
         assert "cannot start the Python interpreter '/nonexistent/python'" in reason, reason
     finally:
         assert s.stop() == 0
+
+
+def bls(c, mode, x):
+    inputs = [httpclient.InferInput("X", [4], "FP32"), httpclient.InferInput("MODE", [1], "BYTES")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(np.array([mode.encode()], dtype=np.object_))
+    return c.infer("bls", inputs).as_numpy("Y")
+
+
+def test_bls_calls_an_onnx_model_and_chains_models(py_server):
+    c = httpclient.InferenceServerClient(py_server.url)
+    x = np.array([1, 2, 3, 4], np.float32)
+    assert (bls(c, "onnx", x) == 2 * x).all()
+    assert (bls(c, "chain", x) == 3 * x).all()
+    assert (bls(c, "decoupled", x) == x).all()  # repeat's responses, collected in order
+    with pytest.raises(InferenceServerException, match="no_such_model"):
+        bls(c, "missing", x)
+    stats = c.get_inference_statistics("double_onnx")["model_stats"][0]
+    assert stats["inference_count"] >= 2  # the BLS calls were real inferences of the ONNX model
+
+
+def test_async_bls_runs_two_models_at_once(py_server):
+    c = grpcclient.InferenceServerClient(py_server.grpc_url)
+    x = np.array([0.5, -1, 2, 8], np.float32)
+    i = grpcclient.InferInput("X", [4], "FP32")
+    i.set_data_from_numpy(x)
+    assert (c.infer("bls_async", [i]).as_numpy("Y") == 2 * x).all()

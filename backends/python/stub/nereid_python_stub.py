@@ -8,15 +8,19 @@ starts it with three descriptors:
   5  the output region (memfd, written here with pwrite, grown with ftruncate): output tensors of the
      batch's responses
 
-Messages in: auto_complete, initialize, execute, finalize. Out: *_done replies, `response` (a
-decoupled model's response sender; its tensors travel in the frame's payload, since they may be
-sent from any thread at any time), and `log`. docs/python-backend.md describes the contract.
+Messages in: auto_complete, initialize, execute, finalize, and `infer_response` (answers to the
+model's BLS requests). Out: *_done replies, `response` (a decoupled model's response sender),
+`infer` (a BLS request: pb_utils.InferenceRequest(...).exec()) and `log`. Tensors of `response`,
+`infer` and `infer_response` travel in the frame's payload, since they may be sent from any thread
+at any time. A receiver thread reads the socket: replies to BLS calls go to the waiting call, the
+rest to the main loop. docs/python-backend.md describes the contract.
 """
 import asyncio
 import importlib.util
 import json
 import mmap
 import os
+import queue
 import socket
 import struct
 import sys
@@ -78,9 +82,64 @@ def error_of(error):
     return {"message": str(error), "code": pb_utils.TritonError.INTERNAL}
 
 
+def tensors_from_payload(specs, payload):
+    tensors = []
+    for spec in specs:
+        buf = memoryview(payload)[spec["offset"]:spec["offset"] + spec["size"]]
+        if spec["datatype"] == "BYTES":
+            array = pb_utils.deserialize_bytes_tensor(buf, spec["shape"])
+        else:
+            array = np.frombuffer(buf, dtype=pb_utils.triton_to_numpy_type(spec["datatype"]))
+            array = array.reshape(spec["shape"]).copy()
+        tensors.append(pb_utils.Tensor(spec["name"], array, spec["datatype"]))
+    return tensors
+
+
+class Receiver(threading.Thread):
+    """Reads every frame: BLS answers go to their call's callback, the rest to 'control'."""
+
+    def __init__(self, channel):
+        super().__init__(daemon=True)
+        self.channel = channel
+        self.control = queue.Queue()
+        self.calls = {}
+        self.lock = threading.Lock()
+        self.next_call = 0
+
+    def register(self, callback):
+        with self.lock:
+            self.next_call += 1
+            self.calls[self.next_call] = callback
+            return self.next_call
+
+    def run(self):
+        while True:
+            try:
+                header, payload = self.channel.recv()
+            except (EOFError, OSError):
+                self.control.put((None, None))
+                with self.lock:
+                    calls, self.calls = self.calls, {}
+                for callback in calls.values():
+                    callback({"final": True, "error": {"message": "the server closed the stub",
+                                                       "code": pb_utils.TritonError.UNAVAILABLE},
+                              "outputs": []}, b"")
+                return
+            if header["op"] == "infer_response":
+                with self.lock:
+                    callback = (self.calls.pop(header["call"], None) if header["final"]
+                                else self.calls.get(header["call"]))
+                if callback is not None:
+                    callback(header, payload)
+            else:
+                self.control.put((header, payload))
+
+
 class Stub:
     def __init__(self):
         self.channel = Channel()
+        self.receiver = Receiver(self.channel)
+        pb_utils._bls_submit = self.bls_submit
         self.model = None
         self.decoupled = False
         self.input_map = None
@@ -150,11 +209,10 @@ class Stub:
         requests = []
         for r in header["requests"]:
             sender = ResponseSender(self, r["handle"]) if self.decoupled else None
-            requests.append(pb_utils.InferenceRequest(
-                _nereid=True, inputs=[self.input_tensor(i) for i in r["inputs"]],
-                request_id=r["id"], flags=r["flags"], correlation_id=r.get("correlation_id", 0),
-                parameters=r["parameters"], requested_output_names=r["outputs"], sender=sender,
-                cancelled=lambda: False))
+            requests.append(pb_utils.InferenceRequest._incoming(
+                inputs=[self.input_tensor(i) for i in r["inputs"]], request_id=r["id"],
+                flags=r["flags"], correlation_id=r.get("correlation_id", 0),
+                parameters=r["parameters"], requested_output_names=r["outputs"], sender=sender))
         result = self.model.execute(requests)
         if asyncio.iscoroutine(result):
             result = self.run_coroutine(result)
@@ -189,13 +247,38 @@ class Stub:
         return {"responses": responses, "output_size": self.output_capacity}
 
     # ---- the loop ------------------------------------------------------------------------------
+    # ---- BLS -----------------------------------------------------------------------------------
+    def bls_submit(self, request, on_response):
+        """Sends a pb_utils.InferenceRequest into the server; on_response(InferenceResponse, final)
+        is called from the receiver thread for each response."""
+        def deliver(header, payload):
+            error = header.get("error")
+            response = pb_utils.InferenceResponse(
+                output_tensors=[] if error else tensors_from_payload(header["outputs"], payload),
+                error=pb_utils.TritonError(error["message"], error["code"]) if error else None)
+            on_response(response, header["final"])
+
+        call = self.receiver.register(deliver)
+        specs, payload = [], bytearray()
+        for tensor in request.inputs():
+            datatype, shape, data = tensor_bytes(tensor)
+            size = len(data) if isinstance(data, bytes) else data.nbytes
+            specs.append({"name": tensor.name(), "datatype": datatype, "shape": shape,
+                          "offset": len(payload), "size": size})
+            payload += data
+        self.channel.send({"op": "infer", "call": call, "model": request.model_name(),
+                           "version": int(request.model_version()), "id": request.request_id(),
+                           "inputs": specs, "outputs": request.requested_output_names()},
+                          bytes(payload))
+
+    # ---- the loop ------------------------------------------------------------------------------
     def serve(self):
         handlers = {"auto_complete": self.auto_complete, "initialize": self.initialize,
                     "execute": self.execute}
+        self.receiver.start()
         while True:
-            try:
-                header, _ = self.channel.recv()
-            except EOFError:
+            header, _ = self.receiver.control.get()
+            if header is None:
                 return
             op = header["op"]
             if op == "finalize":

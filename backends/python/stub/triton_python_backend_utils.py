@@ -4,6 +4,7 @@ API: Tensor, InferenceRequest (as execute() receives it), InferenceResponse, the
 decoupled models, TritonError, TritonModelException, ModelConfig for auto_complete_config, Logger and
 the config helpers. The stub process (nereid_python_stub.py) drives it; docs/python-backend.md."""
 import json
+import queue
 
 import numpy as np
 
@@ -143,24 +144,39 @@ class InferenceResponse:
 
 
 class InferenceRequest:
-    """A request as execute() receives it. (Creating one to call another model, BLS, is not
-    available yet: docs/python-backend.md.)"""
+    """A request: as execute() receives it, or built by the model to call another model of the
+    server (BLS): InferenceRequest(model_name=..., requested_output_names=[...], inputs=[...])
+    then .exec() or await .async_exec()."""
 
-    def __init__(self, *args, **kwargs):
-        if not kwargs.get("_nereid"):
-            raise TritonModelException(
-                "pb_utils.InferenceRequest(...).exec() (BLS) is not supported by Nereid yet")
-        self._inputs = kwargs["inputs"]
-        self._request_id = kwargs["request_id"]
-        self._flags = kwargs["flags"]
-        self._correlation_id = kwargs["correlation_id"]
-        self._parameters = kwargs["parameters"]
-        self._requested = kwargs["requested_output_names"]
-        self._sender = kwargs["sender"]
-        self._cancelled = kwargs["cancelled"]
+    def __init__(self, model_name=None, requested_output_names=None, inputs=None, request_id="",
+                 correlation_id=0, model_version=-1, flags=0, timeout=0, preferred_memory=None,
+                 trace=None, parameters=None):
+        self._model_name = model_name
+        self._requested = list(requested_output_names or [])
+        self._inputs = list(inputs or [])
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._model_version = model_version
+        self._flags = flags
+        self._parameters = parameters or {}
+        self._sender = None
+
+    @classmethod
+    def _incoming(cls, inputs, request_id, flags, correlation_id, parameters,
+                  requested_output_names, sender):
+        r = cls(inputs=inputs, request_id=request_id, correlation_id=correlation_id, flags=flags,
+                parameters=parameters, requested_output_names=requested_output_names)
+        r._sender = sender
+        return r
 
     def inputs(self):
         return self._inputs
+
+    def model_name(self):
+        return self._model_name
+
+    def model_version(self):
+        return self._model_version
 
     def request_id(self):
         return self._request_id
@@ -184,11 +200,66 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self):
-        return self._cancelled()
+        return False
 
     def set_release_flags(self, flags):
         if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
             raise TritonModelException("request rescheduling is not supported by Nereid yet")
+
+    # ---- BLS -----------------------------------------------------------------------------------
+    def _check_bls(self):
+        if _bls_submit is None or not self._model_name:
+            raise TritonModelException("InferenceRequest.exec() needs model_name, and runs inside "
+                                       "a model's initialize() or execute()")
+
+    def exec(self, decoupled=False):
+        """Runs the request in the server and waits: the InferenceResponse (check has_error()), or
+        with decoupled=True an iterator over every response of a decoupled model (the last may be
+        empty: it carries only the final flag)."""
+        self._check_bls()
+        responses = queue.Queue()
+        _bls_submit(self, lambda response, final: responses.put((response, final)))
+        if decoupled:
+            return _drain(responses)
+        collected = []
+        while True:
+            response, final = responses.get()
+            collected.append(response)
+            if final:
+                break
+        with_data = [r for r in collected if r.has_error() or r.output_tensors()]
+        return with_data[0] if with_data else collected[-1]
+
+    async def async_exec(self, decoupled=False):
+        """exec() for `async def execute`: awaits the response without blocking the event loop."""
+        import asyncio
+        self._check_bls()
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        collected = []
+
+        def on_response(response, final):
+            collected.append(response)
+            if final:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        _bls_submit(self, on_response)
+        await done
+        if decoupled:
+            return iter(collected)
+        with_data = [r for r in collected if r.has_error() or r.output_tensors()]
+        return with_data[0] if with_data else collected[-1]
+
+
+def _drain(responses):
+    while True:
+        response, final = responses.get()
+        yield response
+        if final:
+            return
+
+
+_bls_submit = None  # set by the stub: sends a request into the server
 
 
 def get_input_tensor_by_name(request, name):
