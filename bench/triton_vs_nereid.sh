@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side by side with NVIDIA Triton: PyPI's nvidia-pytriton ships a real `tritonserver` (with the Python
-# backend only). Serves `simple` from Triton (Python backend) and from Nereid (native engine), and drives
+# backend only). Serves `simple` from Triton (Python backend) and from Nereid (its ONNX Runtime backend,
+# or with NEREID_BACKEND=python the same model.py on Nereid's Python backend), and drives
 # both with the same load generator runs over HTTP and gRPC at concurrency 1, 8, 64: perf_analyzer when
 # PERF_ANALYZER names its binary (it needs glibc >= 2.38, so not on Debian 12: scripts/device_cpu_bench.sh
 # runs it this way on the device host), else `nereid-perf`.
@@ -15,6 +16,7 @@ NEREID="${NEREID:-build/nereid}"
 MODELS="${MODELS:-examples/models}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 PERF_ANALYZER="${PERF_ANALYZER:-}"
+NEREID_BACKEND="${NEREID_BACKEND:-onnx}"
 if [ -z "${SKIP_BUILD:-}" ]; then
   scripts/install-deps.sh >/dev/null
   scripts/build.sh >/dev/null
@@ -41,6 +43,15 @@ cp -r "$TRITON_HOME/backends/python" "$WORK/backends/python"
 cp "$TRITON_HOME/python_backend_stubs/$PYVER/triton_python_backend_stub" "$WORK/backends/python/"
 cp bench/triton_simple/model.py "$WORK/triton/simple/1/model.py"
 sed -e 's/^platform: .*/backend: "python"/' "$MODELS/simple/config.pbtxt" > "$WORK/triton/simple/config.pbtxt"
+NEREID_MODELS="$MODELS"
+if [ "$NEREID_BACKEND" = python ]; then
+  # The very same model directory (config.pbtxt and model.py) on Nereid's Python backend, its stubs
+  # in an interpreter with numpy (NEREID_PYTHON; default: $PYTHON).
+  NEREID_MODELS="$WORK/nereid"
+  mkdir -p "$NEREID_MODELS"
+  cp -r "$WORK/triton/simple" "$NEREID_MODELS/simple"
+  export NEREID_PYTHON="${NEREID_PYTHON:-$(readlink -f "$PYTHON")}"
+fi
 
 . bench/common.sh
 T_HTTP=$(free_port); T_GRPC=$(free_port); N_HTTP=$(free_port); N_GRPC=$(free_port)
@@ -49,14 +60,14 @@ LD_LIBRARY_PATH="$TRITON_LIBS:${LD_LIBRARY_PATH:-}" \
   ${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$TRITON_HOME/bin/tritonserver" --model-repository="$WORK/triton" --backend-directory="$WORK/backends" \
   --http-port="$T_HTTP" --grpc-port="$T_GRPC" --allow-metrics=false --log-info=false > "$WORK/triton.log" 2>&1 &
 PIDS+=($!)
-${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$NEREID" serve --model-repository="$MODELS" --http-port="$N_HTTP" --grpc-port="$N_GRPC" \
+${SERVER_RUN[@]+"${SERVER_RUN[@]}"} "$NEREID" serve --model-repository="$NEREID_MODELS" --http-port="$N_HTTP" --grpc-port="$N_GRPC" \
   --allow-metrics=false --log-info=false > "$WORK/nereid.log" 2>&1 &
 PIDS+=($!)
 for p in $T_HTTP $N_HTTP; do
   wait_ready "http://localhost:$p/v2/models/simple/ready" || { cat "$WORK"/*.log; exit 1; }
 done
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "Triton: tritonserver from PyTriton $TRITON_VERSION, Python backend; Nereid: native engine"
+echo "Triton: tritonserver from PyTriton $TRITON_VERSION, Python backend; Nereid: $([ "$NEREID_BACKEND" = python ] && echo "Python backend, the same model.py (stubs in $NEREID_PYTHON)" || echo "examples/models/simple (ONNX Runtime backend)")"
 echo "servers on cores ${SERVER_CPUS:-any}, load generator on ${CLIENT_CPUS:-any}: $([ -n "$PERF_ANALYZER" ] && echo "perf_analyzer (sync)" || echo "nereid-perf")"
 for proto in http grpc; do
   for server in triton nereid; do

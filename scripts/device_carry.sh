@@ -16,6 +16,8 @@ rm -rf .devcarry && mkdir -p .devcarry/models "$STAGE/bin/backends" "$STAGE/lib"
 strip -o "$STAGE/bin/nereid" build/nereid
 strip -o "$STAGE/bin/nereid-perf" build/nereid-perf
 strip -o "$STAGE/bin/backends/libnereid_backend_native.so" build/backends/libnereid_backend_native.so
+strip -o "$STAGE/bin/backends/libnereid_backend_python.so" build/backends/libnereid_backend_python.so
+mkdir -p "$STAGE/bin/backends/python" && cp build/backends/python/*.py "$STAGE/bin/backends/python/"
 BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
 # GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
 # scripts/gpu_device_run.sh.

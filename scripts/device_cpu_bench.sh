@@ -61,6 +61,17 @@ if [[ " $SECTIONS " == *" triton "* ]]; then
     TRITON_VERSION="$(cat "$C/triton.version")" SERVER_CPUS=0-3 CLIENT_CPUS=4-15 \
     MEASURE_MS="${MEASURE_MS:-4000}" bench/triton_vs_nereid.sh 2>&1 | tee "$OUT/triton_vs_nereid.txt"
 fi
+if [[ " $SECTIONS " == *" triton_python "* ]]; then
+  echo
+  echo "== Triton's Python backend vs Nereid's Python backend, the same model.py, driven by perf_analyzer"
+  TRITON_DIR=/tmp/nereid-triton
+  [ -x "$TRITON_DIR/pytriton/tritonserver/bin/tritonserver" ] ||
+    { mkdir -p "$TRITON_DIR" && tar -C "$TRITON_DIR" -xJf "$C/triton.tar.xz"; }
+  NEREID_BACKEND=python SKIP_BUILD=1 NEREID="$NEREID" MODELS="$PWD/$C/models" PYTHON=python3 PERF_ANALYZER="$PA" \
+    TRITON_HOME="$TRITON_DIR/pytriton/tritonserver" TRITON_LIBS="$TRITON_DIR/nvidia_pytriton.libs" \
+    TRITON_VERSION="$(cat "$C/triton.version")" SERVER_CPUS=0-3 CLIENT_CPUS=4-15 \
+    MEASURE_MS="${MEASURE_MS:-4000}" bench/triton_vs_nereid.sh 2>&1 | tee "$OUT/triton_python_vs_nereid.txt"
+fi
 [[ " $SECTIONS " == *" batching "* ]] || exit 0
 echo
 echo "== batching benchmark (recommend_model; server on cores 0-3, client on 4-15)"
