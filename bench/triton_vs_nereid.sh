@@ -50,7 +50,7 @@ if [ "$NEREID_BACKEND" = python ]; then
   NEREID_MODELS="$WORK/nereid"
   mkdir -p "$NEREID_MODELS"
   cp -r "$WORK/triton/simple" "$NEREID_MODELS/simple"
-  export NEREID_PYTHON="${NEREID_PYTHON:-$(readlink -f "$PYTHON")}"
+  export NEREID_PYTHON="${NEREID_PYTHON:-$(realpath -s "$(command -v "$PYTHON")")}"  # a venv stays a venv
 fi
 
 . bench/common.sh

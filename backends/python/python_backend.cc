@@ -272,7 +272,10 @@ class Instance {
       dead_ = false;
       reply_.reset();
     }
-    reader_ = std::thread([this, channel = process_->channel] { ReadLoop(channel); });
+    // A decoupled model's responses (and its BLS calls) may come at any time: a reader thread
+    // takes them. Otherwise the thread waiting for a reply reads the socket itself (no hop).
+    if (m_->decoupled)
+      reader_ = std::thread([this, channel = process_->channel] { ReadLoop(channel); });
     rapidjson::Document h(rapidjson::kObjectType);
     auto& a = h.GetAllocator();
     h.AddMember("op", "initialize", a);
@@ -482,6 +485,7 @@ class Instance {
   // Sends one request to the stub and waits for its reply (or the stub's end).
   StatusOr<Message> Call(const std::string& header, const std::string& what,
                          std::chrono::seconds timeout = std::chrono::hours(24 * 365)) {
+    if (!m_->decoupled) return CallInline(header, what, timeout);
     std::unique_lock lock(mu_);
     reply_.reset();
     if (dead_ || !process_) return Died(what);
@@ -499,6 +503,41 @@ class Instance {
     Message m = std::move(*reply_);
     reply_.reset();
     return m;
+  }
+
+  // Call() for models whose stub speaks only when asked: writes the request and reads frames on
+  // this thread until the reply (log lines and BLS requests on the way are handled here too).
+  StatusOr<Message> CallInline(const std::string& header, const std::string& what,
+                               std::chrono::seconds timeout) {
+    if (Dead() || !process_) return Died(what);
+    const std::shared_ptr<Channel>& channel = process_->channel;
+    if (timeout < std::chrono::hours(24)) {
+      timeval tv{static_cast<time_t>(timeout.count()), 0};
+      setsockopt(channel->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    }
+    if (channel->Write(header)) {
+      for (;;) {
+        std::optional<Message> m = ReadFrame(channel->fd);
+        if (!m) break;
+        const std::string op = m->op();
+        if (op == "log") {
+          LogFromStub(*m_, *m);
+        } else if (op == "infer") {
+          Bls(channel, *m);
+        } else {
+          return std::move(*m);
+        }
+      }
+    }
+    // The stub is gone (or silent past the timeout: then it is killed).
+    if (const pid_t child = process_->pid.load(); child > 0) kill(child, SIGKILL);
+    const std::string how = process_->Reap();
+    {
+      std::lock_guard lock(mu_);
+      death_ = how;
+      dead_ = true;
+    }
+    return Died(what);
   }
 
   Status Died(const std::string& what) {

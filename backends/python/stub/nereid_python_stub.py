@@ -5,22 +5,23 @@ starts it with three descriptors:
   3  a Unix stream socket: framed messages, each <u32 header length><u32 payload length><JSON
      header><payload bytes>, little endian
   4  the input region (memfd, written by the backend): input tensors of the batch being executed
-  5  the output region (memfd, written here with pwrite, grown with ftruncate): output tensors of the
-     batch's responses
+  5  the output region (memfd, mapped and written here, grown with ftruncate): output tensors of
+     the batch's responses
 
 Messages in: auto_complete, initialize, execute, finalize, and `infer_response` (answers to the
 model's BLS requests). Out: *_done replies, `response` (a decoupled model's response sender),
 `infer` (a BLS request: pb_utils.InferenceRequest(...).exec()) and `log`. Tensors of `response`,
 `infer` and `infer_response` travel in the frame's payload, since they may be sent from any thread
-at any time. A receiver thread reads the socket: replies to BLS calls go to the waiting call, the
-rest to the main loop. docs/python-backend.md describes the contract.
+at any time. Only the main thread reads the socket (no thread hop on the request path): between
+requests in its loop, and while a model's BLS call made on the main thread waits (exec() reads
+frames until its answer is there; async_exec() has the event loop watch the socket). Answers to
+calls made on other threads are handed to them. docs/python-backend.md describes the contract.
 """
 import asyncio
 import importlib.util
 import json
 import mmap
 import os
-import queue
 import socket
 import struct
 import sys
@@ -95,56 +96,22 @@ def tensors_from_payload(specs, payload):
     return tensors
 
 
-class Receiver(threading.Thread):
-    """Reads every frame: BLS answers go to their call's callback, the rest to 'control'."""
-
-    def __init__(self, channel):
-        super().__init__(daemon=True)
-        self.channel = channel
-        self.control = queue.Queue()
-        self.calls = {}
-        self.lock = threading.Lock()
-        self.next_call = 0
-
-    def register(self, callback):
-        with self.lock:
-            self.next_call += 1
-            self.calls[self.next_call] = callback
-            return self.next_call
-
-    def run(self):
-        while True:
-            try:
-                header, payload = self.channel.recv()
-            except (EOFError, OSError):
-                self.control.put((None, None))
-                with self.lock:
-                    calls, self.calls = self.calls, {}
-                for callback in calls.values():
-                    callback({"final": True, "error": {"message": "the server closed the stub",
-                                                       "code": pb_utils.TritonError.UNAVAILABLE},
-                              "outputs": []}, b"")
-                return
-            if header["op"] == "infer_response":
-                with self.lock:
-                    callback = (self.calls.pop(header["call"], None) if header["final"]
-                                else self.calls.get(header["call"]))
-                if callback is not None:
-                    callback(header, payload)
-            else:
-                self.control.put((header, payload))
-
-
 class Stub:
     def __init__(self):
         self.channel = Channel()
-        self.receiver = Receiver(self.channel)
+        self.control = []  # requests from the backend read while a BLS call waited
+        self.calls = {}  # BLS call id -> callback(header, payload)
+        self.calls_lock = threading.Lock()
+        self.next_call = 0
+        self.main = threading.main_thread()
         pb_utils._bls_submit = self.bls_submit
+        pb_utils._bls_wait = self.bls_wait
         self.model = None
         self.decoupled = False
         self.input_map = None
         self.input_size = 0
         self.output_capacity = 0
+        self.output_map = None
         self.loop = None
         pb_utils.Logger._send = lambda level, message: self.channel.send(
             {"op": "log", "level": level, "message": message})
@@ -185,7 +152,12 @@ class Stub:
     def run_coroutine(self, coroutine):
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
-        return self.loop.run_until_complete(coroutine)
+        # BLS answers arrive on the socket while the loop runs: the loop reads them.
+        self.loop.add_reader(SOCKET_FD, self.read_one)
+        try:
+            return self.loop.run_until_complete(coroutine)
+        finally:
+            self.loop.remove_reader(SOCKET_FD)
 
     # ---- execute -------------------------------------------------------------------------------
     def map_inputs(self, size):
@@ -238,19 +210,41 @@ class Stub:
                     if offset + size > self.output_capacity:
                         self.output_capacity = max(offset + size, 2 * self.output_capacity, 1 << 20)
                         os.ftruncate(OUTPUT_FD, self.output_capacity)
+                        self.output_map = mmap.mmap(OUTPUT_FD, self.output_capacity)
                     if size:
-                        os.pwrite(OUTPUT_FD, data, offset)
+                        self.output_map[offset:offset + size] = data
                     entry["outputs"].append({"name": tensor.name(), "datatype": datatype,
                                              "shape": shape, "offset": offset, "size": size})
                     offset += size
             responses.append(entry)
         return {"responses": responses, "output_size": self.output_capacity}
 
-    # ---- the loop ------------------------------------------------------------------------------
     # ---- BLS -----------------------------------------------------------------------------------
+    def read_one(self):
+        """Reads one frame (main thread only): a BLS answer goes to its call, anything else waits
+        for the main loop."""
+        header, payload = self.channel.recv()
+        if header["op"] != "infer_response":
+            self.control.append((header, payload))
+            return
+        with self.calls_lock:
+            callback = (self.calls.pop(header["call"], None) if header["final"]
+                        else self.calls.get(header["call"]))
+        if callback is not None:
+            callback(header, payload)
+
+    def bls_wait(self, done):
+        """Waits for done() on the main thread by reading the socket; returns False elsewhere (the
+        caller then blocks on its own queue, which the main thread fills)."""
+        if threading.current_thread() is not self.main:
+            return False
+        while not done():
+            self.read_one()
+        return True
+
     def bls_submit(self, request, on_response):
         """Sends a pb_utils.InferenceRequest into the server; on_response(InferenceResponse, final)
-        is called from the receiver thread for each response."""
+        is called for each response."""
         def deliver(header, payload):
             error = header.get("error")
             response = pb_utils.InferenceResponse(
@@ -258,7 +252,10 @@ class Stub:
                 error=pb_utils.TritonError(error["message"], error["code"]) if error else None)
             on_response(response, header["final"])
 
-        call = self.receiver.register(deliver)
+        with self.calls_lock:
+            self.next_call += 1
+            call = self.next_call
+            self.calls[call] = deliver
         specs, payload = [], bytearray()
         for tensor in request.inputs():
             datatype, shape, data = tensor_bytes(tensor)
@@ -275,11 +272,15 @@ class Stub:
     def serve(self):
         handlers = {"auto_complete": self.auto_complete, "initialize": self.initialize,
                     "execute": self.execute}
-        self.receiver.start()
         while True:
-            header, _ = self.receiver.control.get()
-            if header is None:
-                return
+            if self.control:
+                header, _ = self.control.pop(0)
+            else:
+                try:
+                    self.read_one()
+                except (EOFError, OSError):
+                    return
+                continue
             op = header["op"]
             if op == "finalize":
                 if self.model is not None and hasattr(self.model, "finalize"):

@@ -33,13 +33,21 @@ def triton_string_to_numpy(triton_type_string):
     return triton_to_numpy_type(triton_type_string)
 
 
+_FROM_NUMPY = {np.dtype(t): name for name, t in _TO_NUMPY.items() if name not in ("BF16", "BYTES")}
+_FROM_NUMPY.update({np.dtype(np.object_): "BYTES"})
+
+
 def numpy_to_triton_type(np_type):
-    np_type = np.dtype(np_type).type if np_type is not np.object_ else np.object_
-    if np_type in (np.object_, np.bytes_, np.str_):
-        return "BYTES"
-    for name, t in _TO_NUMPY.items():
-        if t is np_type and name != "BF16":
+    try:
+        dtype = np.dtype(np_type)
+    except TypeError:
+        dtype = None
+    if dtype is not None:
+        name = _FROM_NUMPY.get(dtype)
+        if name is not None:
             return name
+        if dtype.kind in ("S", "U", "O"):
+            return "BYTES"
     raise TritonModelException(f"numpy type {np_type} has no Triton datatype")
 
 
@@ -99,7 +107,7 @@ class Tensor:
             data = data.astype(np.object_)
         self._name = name
         self._array = data
-        self._datatype = datatype or numpy_to_triton_type(data.dtype.type)
+        self._datatype = datatype or _FROM_NUMPY.get(data.dtype) or numpy_to_triton_type(data.dtype)
 
     def name(self):
         return self._name
@@ -218,9 +226,17 @@ class InferenceRequest:
         empty: it carries only the final flag)."""
         self._check_bls()
         responses = queue.Queue()
-        _bls_submit(self, lambda response, final: responses.put((response, final)))
+        finished = []
+
+        def on_response(response, final):
+            responses.put((response, final))
+            if final:
+                finished.append(True)
+
+        _bls_submit(self, on_response)
         if decoupled:
-            return _drain(responses)
+            return _drain(responses, finished)
+        _bls_wait(lambda: finished)  # on the main thread: reads the answer itself
         collected = []
         while True:
             response, final = responses.get()
@@ -251,8 +267,9 @@ class InferenceRequest:
         return with_data[0] if with_data else collected[-1]
 
 
-def _drain(responses):
+def _drain(responses, finished):
     while True:
+        _bls_wait(lambda: finished or not responses.empty())
         response, final = responses.get()
         yield response
         if final:
@@ -260,6 +277,7 @@ def _drain(responses):
 
 
 _bls_submit = None  # set by the stub: sends a request into the server
+_bls_wait = None  # set by the stub: on its main thread, reads the socket until a condition holds
 
 
 def get_input_tensor_by_name(request, name):
