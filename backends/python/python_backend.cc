@@ -391,8 +391,10 @@ class Instance {
     const uint64_t start = NereidNowNs();
     auto reply = Call(Json(h), "execute()");
     const uint64_t end = NereidNowNs();
-    for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
     if (m_->decoupled) {
+      // A decoupled request may already be complete (its final response sent from a thread): the
+      // handles of 'requests' are not touched again here, and the execution's time stands for
+      // the compute time.
       // Responses went (or go) through the sender; an execute() that raised ends the requests it
       // left open with its error.
       Status failed = reply.ok() ? ReplyStatus(*m_, *reply, "execute()") : reply.status();
@@ -409,6 +411,7 @@ class Instance {
       for (NereidRequest* req : left) backend::Complete(req, failed);
       return Status::Ok();
     }
+    for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
     if (!reply.ok()) return reply.status();  // the server fails the whole batch
     RETURN_IF_ERROR(ReplyStatus(*m_, *reply, "execute()"));
     const auto& responses = reply->header["responses"];
