@@ -7,6 +7,7 @@
 // and is started again for the next batch; no other instance or model is affected.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -116,8 +117,16 @@ std::optional<Message> ReadFrame(int fd) {
   return m;
 }
 
-// ---- Shared regions
-// -------------------------------------------------------------------------------
+// Polls 'fd' for up to 'spin_us' microseconds; returns when it is readable or the time is up.
+void SpinUntilReadable(int fd, int spin_us) {
+  if (spin_us <= 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+  }
+}
+
+// ---- Shared regions -----------------------------------------------------------------------------
 
 // A memfd mapped here; the input region is written by the backend, the output region by the stub.
 struct Region {
@@ -143,8 +152,7 @@ struct Region {
   }
 };
 
-// ---- Model
-// ---------------------------------------------------------------------------------------
+// ---- Model --------------------------------------------------------------------------------------
 
 struct ModelState {
   std::string name;
@@ -155,6 +163,10 @@ struct ModelState {
   std::string stub_path;
   bool decoupled = false;
   std::map<std::string, DataType> output_types;  // from the config
+  // How long each side polls the socket before sleeping on it (config parameter stub_spin_us):
+  // a reply or the next request usually comes within tens of microseconds, and a sleeping
+  // thread's wake-up costs about as much.
+  int spin_us = 50;
 };
 
 std::string StubPath() {
@@ -239,8 +251,7 @@ void LogFromStub(const ModelState& m, const Message& message) {
             m.model_py.c_str(), 0, StringField(message.header, "message").c_str());
 }
 
-// ---- Instances
-// -----------------------------------------------------------------------------------
+// ---- Instances ----------------------------------------------------------------------------------
 
 NereidErrorCode ErrorCode(int triton_code) {
   switch (triton_code) {
@@ -280,6 +291,7 @@ class Instance {
     auto& a = h.GetAllocator();
     h.AddMember("op", "initialize", a);
     h.AddMember("model_py", rapidjson::Value(m_->model_py.c_str(), a), a);
+    h.AddMember("spin_us", m_->spin_us, a);
     rapidjson::Value args(rapidjson::kObjectType);
     auto put = [&](const char* k, const std::string& v) {
       args.AddMember(rapidjson::Value(k, a), rapidjson::Value(v.c_str(), a), a);
@@ -520,6 +532,7 @@ class Instance {
     }
     if (channel->Write(header)) {
       for (;;) {
+        SpinUntilReadable(channel->fd, m_->spin_us);
         std::optional<Message> m = ReadFrame(channel->fd);
         if (!m) break;
         const std::string op = m->op();
@@ -722,8 +735,7 @@ class Instance {
   uint64_t execution_ = 0;
 };
 
-// ---- Model load: auto_complete_config in a stub of its own
-// -----------------------------------------
+// ---- Model load: auto_complete_config in a stub of its own --------------------------------------
 
 Status AutoComplete(ModelState& m, NereidModel* model) {
   ASSIGN_OR_RETURN(auto process, Spawn(m));
@@ -777,6 +789,16 @@ Status InitializeModel(NereidModel* model) {
   if (config.HasMember("parameters") && config["parameters"].IsObject() &&
       config["parameters"].HasMember("python_interpreter"))
     m->python = StringField(config["parameters"]["python_interpreter"], "string_value");
+  if (config.HasMember("parameters") && config["parameters"].IsObject() &&
+      config["parameters"].HasMember("stub_spin_us")) {
+    const std::string v = StringField(config["parameters"]["stub_spin_us"], "string_value");
+    char* end = nullptr;
+    const long spin = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || spin < 0 || spin > 100000)
+      return backend::InvalidArgument(
+          "model '" + m->name + "': parameter 'stub_spin_us' must be 0..100000, got '" + v + "'");
+    m->spin_us = static_cast<int>(spin);
+  }
   RETURN_IF_ERROR(AutoComplete(*m, model));
   config.Parse(NereidModelConfigJson(model));  // as auto-completed
   m->decoupled = config.HasMember("model_transaction_policy") &&
