@@ -258,4 +258,44 @@ inline std::vector<size_t> BytesRowOffsets(const uint8_t* data, size_t size, int
   return offsets;
 }
 
+// One input of a batch of requests: every request's part, the batch's rows per request, and the
+// shape of the joined tensor (batch dimension summed, the config's reshape applied), checked
+// against the bytes it will hold.
+struct BatchInput {
+  NereidTensor first{};
+  std::vector<NereidTensor> parts;
+  std::vector<int64_t> shape;
+  size_t total_bytes = 0;
+};
+
+// Gathers input 'index' of requests[0] (by name in the others) and fills 'rows' (per request).
+inline StatusOr<BatchInput> GatherInput(const ModelIo& m, NereidRequest** requests, uint32_t count,
+                                        uint32_t index, std::vector<int64_t>& rows) {
+  const bool batching = m.max_batch_size > 0;
+  BatchInput in;
+  RETURN_IF_ERROR(FromError(NereidRequestInput(requests[0], index, &in.first)));
+  const auto type = static_cast<DataType>(in.first.datatype);
+  in.parts.resize(count);
+  in.parts[0] = in.first;
+  int64_t total_rows = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    if (r > 0)
+      RETURN_IF_ERROR(
+          FromError(NereidRequestInputByName(requests[r], in.first.name, &in.parts[r])));
+    if (batching && in.parts[r].dims_count > 0) rows[r] = in.parts[r].shape[0];
+    total_rows += rows[r];
+    in.total_bytes += in.parts[r].byte_size;
+  }
+  in.shape.assign(in.first.shape, in.first.shape + in.first.dims_count);
+  if (batching && !in.shape.empty()) in.shape[0] = total_rows;
+  auto spec = m.inputs.find(in.first.name);
+  if (spec != m.inputs.end() && spec->second.has_reshape)
+    in.shape = BatchPrefixed(in.shape, batching, spec->second.reshape);
+  // The server checked each request's bytes against its shape; the backend checks again that
+  // what it is about to read (after any reshape) is exactly what it was given.
+  if (type != DataType::kBytes)
+    RETURN_IF_ERROR(FitShape(in.first.name, type, in.total_bytes, in.shape));
+  return in;
+}
+
 }  // namespace nereid::backend::onnx

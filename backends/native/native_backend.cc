@@ -26,7 +26,6 @@ using backend::ToError;
 
 using backend::onnx::BatchPrefixed;
 using backend::onnx::BytesRowOffsets;
-using backend::onnx::FitShape;
 using backend::onnx::IoSpec;
 using backend::onnx::StringField;
 
@@ -115,28 +114,13 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   std::vector<std::shared_ptr<std::vector<uint8_t>>> keepalive;
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
-    NereidTensor first;
-    RETURN_IF_ERROR(FromError(NereidRequestInput(requests[0], i, &first)));
+    ASSIGN_OR_RETURN(backend::onnx::BatchInput in,
+                     backend::onnx::GatherInput(m, requests, count, i, rows));
+    const NereidTensor& first = in.first;
     const auto type = static_cast<DataType>(first.datatype);
-    std::vector<NereidTensor> parts(count);
-    parts[0] = first;
-    int64_t total_rows = 0;
-    size_t total_bytes = 0;
-    for (uint32_t r = 0; r < count; ++r) {
-      if (r > 0)
-        RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &parts[r])));
-      if (batching && parts[r].dims_count > 0) rows[r] = parts[r].shape[0];
-      total_rows += rows[r];
-      total_bytes += parts[r].byte_size;
-    }
-    std::vector<int64_t> shape(first.shape, first.shape + first.dims_count);
-    if (batching && !shape.empty()) shape[0] = total_rows;
-    auto spec = m.inputs.find(first.name);
-    if (spec != m.inputs.end() && spec->second.has_reshape)
-      shape = BatchPrefixed(shape, batching, spec->second.reshape);
-    // The server checked each request's bytes against its shape; the backend checks again that
-    // what it is about to read (after any reshape) is exactly what it was given.
-    if (type != DataType::kBytes) RETURN_IF_ERROR(FitShape(first.name, type, total_bytes, shape));
+    const std::vector<int64_t>& shape = in.shape;
+    const size_t total_bytes = in.total_bytes;
+    const std::vector<NereidTensor>& parts = in.parts;
     const size_t align = std::max<size_t>(DataTypeSize(type), 1);
     if (count == 1 &&
         (type == DataType::kBytes || reinterpret_cast<uintptr_t>(first.data) % align == 0)) {

@@ -562,35 +562,19 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
   std::vector<std::vector<uint8_t>> joined;  // batches' inputs, alive until the run ends
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
-    NereidTensor first;
-    RETURN_IF_ERROR(FromError(NereidRequestInput(requests[0], i, &first)));
+    ASSIGN_OR_RETURN(onnx::BatchInput in, onnx::GatherInput(m, requests, count, i, rows));
+    const NereidTensor& first = in.first;
     const auto type = static_cast<DataType>(first.datatype);
+    const std::vector<int64_t>& shape = in.shape;
+    const size_t total_bytes = in.total_bytes;
     if (first.memory_type == NEREID_MEMORY_GPU)
       return backend::Unsupported("input '" + std::string(first.name) +
                                   "' is in GPU memory; the onnxruntime backend reads host memory");
-    std::vector<NereidTensor> parts(count);
-    parts[0] = first;
-    int64_t total_rows = 0;
-    size_t total_bytes = 0;
-    for (uint32_t r = 0; r < count; ++r) {
-      if (r > 0)
-        RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], first.name, &parts[r])));
-      if (batching && parts[r].dims_count > 0) rows[r] = parts[r].shape[0];
-      total_rows += rows[r];
-      total_bytes += parts[r].byte_size;
-    }
-    std::vector<int64_t> shape(first.shape, first.shape + first.dims_count);
-    if (batching && !shape.empty()) shape[0] = total_rows;
-    auto spec = m.inputs.find(first.name);
-    if (spec != m.inputs.end() && spec->second.has_reshape)
-      shape = onnx::BatchPrefixed(shape, batching, spec->second.reshape);
-    if (type != DataType::kBytes)
-      RETURN_IF_ERROR(onnx::FitShape(first.name, type, total_bytes, shape));
     const uint8_t* data = static_cast<const uint8_t*>(first.data);
     if (count > 1) {
       auto& buffer = joined.emplace_back(total_bytes);
       size_t at = 0;
-      for (const auto& part : parts) {
+      for (const auto& part : in.parts) {
         if (part.byte_size) std::memcpy(buffer.data() + at, part.data, part.byte_size);
         at += part.byte_size;
       }

@@ -55,6 +55,21 @@ std::string StringField(const rapidjson::Value& v, const char* key) {
   return v.IsObject() && v.HasMember(key) && v[key].IsString() ? v[key].GetString() : "";
 }
 
+// A tensor's description in a message: name, datatype, shape, and where its bytes are.
+rapidjson::Value TensorJson(const NereidTensor& t, size_t offset,
+                            rapidjson::Document::AllocatorType& a) {
+  rapidjson::Value v(rapidjson::kObjectType);
+  v.AddMember("name", rapidjson::Value(t.name, a), a);
+  const std::string datatype(backend::DataTypeName(static_cast<DataType>(t.datatype)));
+  v.AddMember("datatype", rapidjson::Value(datatype.c_str(), a), a);
+  rapidjson::Value shape(rapidjson::kArrayType);
+  for (uint32_t d = 0; d < t.dims_count; ++d) shape.PushBack(t.shape[d], a);
+  v.AddMember("shape", shape, a);
+  v.AddMember("offset", static_cast<uint64_t>(offset), a);
+  v.AddMember("size", t.byte_size, a);
+  return v;
+}
+
 // ---- Framed messages over the socket ------------------------------------------------------------
 
 struct Message {
@@ -365,19 +380,7 @@ class Instance {
         NereidTensor t;
         RETURN_IF_ERROR(FromError(NereidRequestInput(requests[r], i, &t)));
         offset = (offset + 63) & ~size_t{63};
-        rapidjson::Value in(rapidjson::kObjectType);
-        in.AddMember("name", rapidjson::Value(t.name, a), a);
-        in.AddMember(
-            "datatype",
-            rapidjson::Value(
-                std::string(backend::DataTypeName(static_cast<DataType>(t.datatype))).c_str(), a),
-            a);
-        rapidjson::Value shape(rapidjson::kArrayType);
-        for (uint32_t d = 0; d < t.dims_count; ++d) shape.PushBack(t.shape[d], a);
-        in.AddMember("shape", shape, a);
-        in.AddMember("offset", static_cast<uint64_t>(offset), a);
-        in.AddMember("size", t.byte_size, a);
-        inputs.PushBack(in, a);
+        inputs.PushBack(TensorJson(t, offset, a), a);
         tensors.push_back(t);
         places.emplace_back(offset, t.byte_size);
         offset += t.byte_size;
@@ -689,19 +692,7 @@ class Instance {
           NereidErrorDelete(e);
           continue;
         }
-        rapidjson::Value o(rapidjson::kObjectType);
-        o.AddMember("name", rapidjson::Value(t.name, a), a);
-        o.AddMember(
-            "datatype",
-            rapidjson::Value(
-                std::string(backend::DataTypeName(static_cast<DataType>(t.datatype))).c_str(), a),
-            a);
-        rapidjson::Value shape(rapidjson::kArrayType);
-        for (uint32_t d = 0; d < t.dims_count; ++d) shape.PushBack(t.shape[d], a);
-        o.AddMember("shape", shape, a);
-        o.AddMember("offset", static_cast<uint64_t>(payload.size()), a);
-        o.AddMember("size", t.byte_size, a);
-        outputs.PushBack(o, a);
+        outputs.PushBack(TensorJson(t, payload.size(), a), a);
         payload.append(static_cast<const char*>(t.data), t.byte_size);
       }
     }
