@@ -8,6 +8,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -296,6 +297,20 @@ inline StatusOr<BatchInput> GatherInput(const ModelIo& m, NereidRequest** reques
   if (type != DataType::kBytes)
     RETURN_IF_ERROR(FitShape(in.first.name, type, in.total_bytes, in.shape));
   return in;
+}
+
+// The outputs each request asked for ('wanted', per request) and their union, in first-asked order:
+// what one execution of the batch computes.
+inline std::vector<std::string> OutputsToFetch(NereidRequest** requests, uint32_t count,
+                                               std::vector<std::vector<std::string>>& wanted) {
+  wanted.assign(count, {});
+  std::vector<std::string> fetch;
+  for (uint32_t r = 0; r < count; ++r) {
+    wanted[r] = RequestedOutputs(requests[r]);
+    for (const std::string& name : wanted[r])
+      if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
+  }
+  return fetch;
 }
 
 }  // namespace nereid::backend::onnx

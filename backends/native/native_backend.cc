@@ -147,13 +147,8 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   }
 
   // Every output any request asked for, computed once.
-  std::vector<std::vector<std::string>> wanted(count);
-  std::vector<std::string> fetch;
-  for (uint32_t r = 0; r < count; ++r) {
-    wanted[r] = backend::RequestedOutputs(requests[r]);
-    for (const std::string& name : wanted[r])
-      if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
-  }
+  std::vector<std::vector<std::string>> wanted;
+  const std::vector<std::string> fetch = backend::onnx::OutputsToFetch(requests, count, wanted);
   std::vector<Tensor> results;
   const uint64_t compute_start = NereidNowNs();
   RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));

@@ -595,13 +595,8 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
   for (int64_t r : rows) total_rows += r;
 
   // Every output any request asked for, computed once.
-  std::vector<std::vector<std::string>> wanted(count);
-  std::vector<std::string> fetch;
-  for (uint32_t r = 0; r < count; ++r) {
-    wanted[r] = backend::RequestedOutputs(requests[r]);
-    for (const std::string& name : wanted[r])
-      if (std::find(fetch.begin(), fetch.end(), name) == fetch.end()) fetch.push_back(name);
-  }
+  std::vector<std::vector<std::string>> wanted;
+  const std::vector<std::string> fetch = backend::onnx::OutputsToFetch(requests, count, wanted);
   // A request alone in its batch gets outputs of a shape the graph fixes allocated in its response
   // now, and ORT writes them there.
   std::vector<ValuePtr> output_values(fetch.size());

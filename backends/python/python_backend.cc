@@ -538,14 +538,7 @@ class Instance {
         SpinUntilReadable(channel->fd, m_->spin_us);
         std::optional<Message> m = ReadFrame(channel->fd);
         if (!m) break;
-        const std::string op = m->op();
-        if (op == "log") {
-          LogFromStub(*m_, *m);
-        } else if (op == "infer") {
-          Bls(channel, *m);
-        } else {
-          return std::move(*m);
-        }
+        if (!HandleUnasked(channel, *m)) return std::move(*m);
       }
     }
     // The stub is gone (or silent past the timeout: then it is killed).
@@ -559,6 +552,19 @@ class Instance {
     return Died(what);
   }
 
+  // What a stub sends unasked, whoever reads it: log lines and BLS requests. False for the rest.
+  bool HandleUnasked(const std::shared_ptr<Channel>& channel, const Message& m) {
+    const std::string op = m.op();
+    if (op == "log") {
+      LogFromStub(*m_, m);
+    } else if (op == "infer") {
+      Bls(channel, m);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   Status Died(const std::string& what) {
     return backend::Unavailable("model '" + m_->name + "' instance '" +
                                 NereidInstanceName(handle_) + "': its Python stub ended during " +
@@ -569,12 +575,8 @@ class Instance {
     for (;;) {
       std::optional<Message> m = ReadFrame(channel->fd);
       if (!m) break;
-      const std::string op = m->op();
-      if (op == "log") {
-        LogFromStub(*m_, *m);
-      } else if (op == "infer") {
-        Bls(channel, *m);
-      } else if (op == "response") {
+      if (HandleUnasked(channel, *m)) continue;
+      if (m->op() == "response") {
         OnResponse(*m);
       } else {
         std::lock_guard lock(mu_);
