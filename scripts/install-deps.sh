@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libonnx-dev libonnx-testdata libopenblas-dev libgtest-dev
   libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
   python3 python3-venv python3-pip curl
+  libtorch-dev python3-torch python3-numpy
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

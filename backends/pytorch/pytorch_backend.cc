@@ -1,0 +1,348 @@
+// The PyTorch backend: TorchScript models (`platform: "pytorch_libtorch"`, a model.pt saved with
+// torch.jit.save) on libtorch, as Triton's pytorch backend serves them. Inputs bind to forward()'s
+// arguments by Triton's naming convention (INPUT__0, INPUT__1, ... by index) or by name (the
+// config's input names are forward()'s argument names); outputs OUTPUT__<i> are element i of what
+// forward() returns (a tensor, or a tuple or list of tensors), other names go by config order.
+// Each instance loads its own module on its device (KIND_CPU, or KIND_GPU where libtorch has CUDA).
+#include <rapidjson/document.h>
+#include <torch/cuda.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/onnx_config.h"
+#include "nereid/backend.h"
+
+namespace nereid::pytorch {
+namespace {
+
+namespace io = backend::onnx;  // the config's inputs/outputs and the batching helpers
+using backend::DataType;
+using backend::FromError;
+using backend::Status;
+using backend::StatusOr;
+
+void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
+
+std::optional<c10::ScalarType> TorchType(DataType t) {
+  switch (t) {
+    case DataType::kFp32: return torch::kFloat;
+    case DataType::kFp64: return torch::kDouble;
+    case DataType::kFp16: return torch::kHalf;
+    case DataType::kBf16: return torch::kBFloat16;
+    case DataType::kInt8: return torch::kChar;
+    case DataType::kUint8: return torch::kByte;
+    case DataType::kInt16: return torch::kShort;
+    case DataType::kInt32: return torch::kInt;
+    case DataType::kInt64: return torch::kLong;
+    case DataType::kBool: return torch::kBool;
+    default: return std::nullopt;
+  }
+}
+
+// "<prefix>__<n>" -> n (Triton's naming convention), else -1.
+int ConventionIndex(const std::string& name) {
+  const size_t at = name.rfind("__");
+  if (at == std::string::npos || at + 2 >= name.size()) return -1;
+  int n = 0;
+  for (size_t i = at + 2; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || n > 100000) return -1;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+
+struct ModelState : io::ModelIo {
+  std::string path;
+  std::vector<std::string> input_order;   // config order
+  std::vector<std::string> output_order;  // config order
+  std::map<std::string, size_t> argument;  // input name -> forward() argument position
+  std::map<std::string, size_t> element;   // output name -> element of forward()'s result
+  bool inference_mode = true;              // parameter INFERENCE_MODE
+};
+
+struct InstanceState {
+  torch::jit::Module module;
+  torch::Device device = torch::kCPU;
+};
+
+std::vector<std::string> Names(const rapidjson::Value& config, const char* key) {
+  std::vector<std::string> names;
+  if (config.HasMember(key) && config[key].IsArray())
+    for (const auto& v : config[key].GetArray()) names.push_back(io::StringField(v, "name"));
+  return names;
+}
+
+StatusOr<torch::jit::Module> Load(const std::string& name, const std::string& path,
+                                  const torch::Device& device) {
+  try {
+    torch::jit::Module module = torch::jit::load(path, device);
+    module.eval();
+    return module;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return backend::InvalidArgument("model '" + name + "': libtorch cannot load " + path + ": " +
+                                    what);
+  }
+}
+
+// Binds the config's inputs to forward()'s arguments and its outputs to the result's elements.
+Status Bind(ModelState& m, torch::jit::Module& module) {
+  const auto& schema = module.get_method("forward").function().getSchema();
+  std::vector<std::string> args;
+  for (size_t i = 1; i < schema.arguments().size(); ++i)  // 0 is self
+    args.push_back(schema.arguments()[i].name());
+  std::string arg_list;
+  for (const auto& a : args) arg_list += (arg_list.empty() ? "" : ", ") + a;
+  const bool by_index = std::all_of(m.input_order.begin(), m.input_order.end(),
+                                    [](const std::string& n) { return ConventionIndex(n) >= 0; });
+  for (const std::string& name : m.input_order) {
+    size_t position = 0;
+    if (by_index) {
+      position = static_cast<size_t>(ConventionIndex(name));
+    } else {
+      auto it = std::find(args.begin(), args.end(), name);
+      if (it == args.end())
+        return backend::InvalidArgument(
+            "model '" + m.name + "': input '" + name + "' is neither named <name>__<index> nor an "
+            "argument of forward() (its arguments: " + arg_list + ")");
+      position = static_cast<size_t>(it - args.begin());
+    }
+    if (position >= args.size())
+      return backend::InvalidArgument("model '" + m.name + "': input '" + name + "' is argument " +
+                                      std::to_string(position) + ", but forward() takes " +
+                                      std::to_string(args.size()) + " (" + arg_list + ")");
+    m.argument[name] = position;
+  }
+  if (m.argument.size() != args.size())
+    return backend::InvalidArgument("model '" + m.name + "': forward() takes " +
+                                    std::to_string(args.size()) + " arguments (" + arg_list +
+                                    ") but config.pbtxt declares " +
+                                    std::to_string(m.argument.size()) + " inputs");
+  for (size_t i = 0; i < m.output_order.size(); ++i) {
+    const int n = ConventionIndex(m.output_order[i]);
+    m.element[m.output_order[i]] = n >= 0 ? static_cast<size_t>(n) : i;
+  }
+  return Status::Ok();
+}
+
+Status InitializeModel(NereidModel* model) {
+  auto m = std::make_unique<ModelState>();
+  rapidjson::Document config;
+  config.Parse(NereidModelConfigJson(model));
+  if (config.HasParseError() || !config.IsObject())
+    return backend::Internal("model config JSON is malformed");
+  static_cast<io::ModelIo&>(*m) = io::ReadModelIo(NereidModelName(model), config);
+  m->input_order = Names(config, "input");
+  m->output_order = Names(config, "output");
+  if (m->input_order.empty() || m->output_order.empty())
+    return backend::InvalidArgument(
+        "model '" + m->name + "': a TorchScript model does not describe its inputs and outputs; "
+        "config.pbtxt must list them (INPUT__0 ... / OUTPUT__0 ... or forward()'s argument names)");
+  for (const auto* specs : {&m->inputs, &m->outputs})
+    for (const auto& [name, spec] : *specs)
+      if (!TorchType(spec.type))
+        return backend::Unsupported("model '" + m->name + "': '" + name + "' is " +
+                                    io::ConfigTypeName(spec.type) +
+                                    ", which the pytorch backend does not serve");
+  std::string file = io::StringField(config, "default_model_filename");
+  if (file.empty()) file = "model.pt";
+  m->path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
+  if (!std::filesystem::exists(m->path))
+    return backend::NotFound("model '" + m->name + "': no model file at " + m->path);
+  const std::string mode = io::Parameter(config, "INFERENCE_MODE");
+  if (!mode.empty()) m->inference_mode = mode == "true" || mode == "1";
+  ASSIGN_OR_RETURN(torch::jit::Module module, Load(m->name, m->path, torch::kCPU));
+  RETURN_IF_ERROR(Bind(*m, module));
+  Log(NEREID_LOG_INFO, "model '" + m->name + "' runs on libtorch " + TORCH_VERSION +
+                           " (TorchScript " + file + ", inputs bound " +
+                           (ConventionIndex(m->input_order[0]) >= 0 ? "by index" : "by name") +
+                           ")");
+  NereidModelSetState(model, m.release());
+  return Status::Ok();
+}
+
+Status InitializeInstance(NereidInstance* instance) {
+  const auto* m = static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+  auto state = std::make_unique<InstanceState>();
+  if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
+    if (!torch::cuda::is_available())
+      return backend::Unavailable("model '" + m->name + "': KIND_GPU, but this libtorch has no "
+                                  "CUDA device");
+    state->device = torch::Device(torch::kCUDA, NereidInstanceDeviceId(instance));
+  }
+  ASSIGN_OR_RETURN(state->module, Load(m->name, m->path, state->device));
+  NereidInstanceSetState(instance, state.release());
+  return Status::Ok();
+}
+
+Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** requests,
+                    uint32_t count, std::vector<Status>& failed) {
+  const bool batching = m.max_batch_size > 0;
+  if (count > 1 && !batching) return backend::Internal("a batch for a model without batching");
+  std::vector<int64_t> rows(count, 1);
+  std::vector<torch::jit::IValue> args(m.argument.size());
+  const uint32_t inputs = NereidRequestInputCount(requests[0]);
+  for (uint32_t i = 0; i < inputs; ++i) {
+    ASSIGN_OR_RETURN(io::BatchInput in, io::GatherInput(m, requests, count, i, rows));
+    auto position = m.argument.find(in.first.name);
+    if (position == m.argument.end()) continue;
+    const auto type = *TorchType(static_cast<DataType>(in.first.datatype));
+    torch::Tensor t;
+    if (count == 1) {  // the request's bytes, in place
+      t = torch::from_blob(const_cast<void*>(in.first.data), in.shape,
+                           torch::TensorOptions().dtype(type));
+    } else {
+      t = torch::empty(in.shape, torch::TensorOptions().dtype(type));
+      auto* dst = static_cast<uint8_t*>(t.data_ptr());
+      for (const auto& part : in.parts) {
+        if (part.byte_size) std::memcpy(dst, part.data, part.byte_size);
+        dst += part.byte_size;
+      }
+    }
+    args[position->second] = s.device.is_cpu() ? t : t.to(s.device);
+  }
+  std::vector<std::vector<std::string>> wanted;
+  const std::vector<std::string> fetch = io::OutputsToFetch(requests, count, wanted);
+
+  std::vector<torch::Tensor> results;
+  const uint64_t start = NereidNowNs();
+  try {
+    std::optional<c10::InferenceMode> inference;
+    std::optional<torch::NoGradGuard> no_grad;
+    if (m.inference_mode) inference.emplace();
+    else no_grad.emplace();
+    torch::jit::IValue out = const_cast<torch::jit::Module&>(s.module).forward(args);
+    if (out.isTensor()) {
+      results.push_back(out.toTensor());
+    } else if (out.isTuple()) {
+      for (const auto& e : out.toTupleRef().elements()) results.push_back(e.toTensor());
+    } else if (out.isTensorList()) {
+      for (const auto& e : out.toTensorVector()) results.push_back(e);
+    } else if (out.isList()) {
+      for (const auto& e : out.toListRef()) results.push_back(e.toTensor());
+    } else {
+      return backend::Unsupported("model '" + m.name + "': forward() returned " +
+                                  out.tagKind() + "; a tensor or a tuple/list of tensors is served");
+    }
+    for (auto& r : results) r = r.contiguous().to(torch::kCPU);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return backend::InvalidArgument("model '" + m.name + "': forward() failed: " + what);
+  }
+  const uint64_t end = NereidNowNs();
+  for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
+
+  int64_t total_rows = 0;
+  for (int64_t r : rows) total_rows += r;
+  for (const std::string& name : fetch) {
+    const size_t index = m.element.at(name);
+    if (index >= results.size())
+      return backend::Internal("model '" + m.name + "': output '" + name + "' is element " +
+                               std::to_string(index) + " of forward()'s result, which has " +
+                               std::to_string(results.size()));
+    const torch::Tensor& t = results[index];
+    const io::IoSpec& spec = m.outputs.at(name);
+    if (t.scalar_type() != *TorchType(spec.type))
+      return backend::Internal("model '" + m.name + "': output '" + name + "' is " +
+                               io::ConfigTypeName(spec.type) + " in config.pbtxt but forward() "
+                               "returned " + std::string(c10::toString(t.scalar_type())));
+    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+    if (batching && (shape.empty() || shape[0] != total_rows))
+      return backend::Internal("model '" + m.name + "': output '" + name + "' has " +
+                               std::to_string(shape.empty() ? 0 : shape[0]) +
+                               " rows, the batch has " + std::to_string(total_rows));
+    const size_t bytes = t.numel() * t.element_size();
+    const size_t row_bytes = batching ? bytes / static_cast<size_t>(std::max<int64_t>(total_rows, 1))
+                                      : bytes;
+    int64_t row = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      const int64_t first = row;
+      row += rows[r];
+      if (std::find(wanted[r].begin(), wanted[r].end(), name) == wanted[r].end()) continue;
+      if (!failed[r].ok()) continue;
+      if (batching) shape[0] = rows[r];
+      const size_t n = batching ? row_bytes * static_cast<size_t>(rows[r]) : bytes;
+      auto buffer = backend::AllocateOutput(requests[r], name, spec.type, shape, n);
+      if (!buffer.ok()) {
+        failed[r] = buffer.status();
+        continue;
+      }
+      if (n)
+        std::memcpy(buffer->data,
+                    static_cast<const uint8_t*>(t.data_ptr()) +
+                        (batching ? row_bytes * static_cast<size_t>(first) : 0),
+                    n);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace nereid::pytorch
+
+namespace pt = nereid::pytorch;
+namespace backend = nereid::backend;
+
+extern "C" {
+
+NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
+
+NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
+  return backend::Guard([] { return backend::CheckServerVersion(); });
+}
+
+// KIND_GPU where this libtorch was built with CUDA and sees a device.
+NEREID_EXPORT int NereidBackendSupportsGpu(void) {
+  try {
+    return torch::cuda::is_available() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
+  return backend::Guard([&] { return pt::InitializeModel(model); });
+}
+
+NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
+  delete static_cast<pt::ModelState*>(NereidModelState(model));
+  NereidModelSetState(model, nullptr);
+  return nullptr;
+}
+
+NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
+  return backend::Guard([&] { return pt::InitializeInstance(instance); });
+}
+
+NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
+  delete static_cast<pt::InstanceState*>(NereidInstanceState(instance));
+  NereidInstanceSetState(instance, nullptr);
+  return nullptr;
+}
+
+// Synchronous: every request is complete when Execute returns.
+NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
+                                                 uint32_t count) {
+  const auto* model =
+      static_cast<const pt::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+  auto* state = static_cast<pt::InstanceState*>(NereidInstanceState(instance));
+  std::vector<backend::Status> failed(count);
+  NereidError* error =
+      backend::Guard([&] { return pt::ExecuteBatch(*model, *state, requests, count, failed); });
+  if (error != nullptr) return error;
+  for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
+  return nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,164 @@
+"""The PyTorch backend (backends/pytorch): TorchScript models exported with torch (Debian's
+python3-torch, /usr/bin/python3) served through libtorch with Triton's configs and naming
+conventions, outputs equal to torch's own on the same inputs, over HTTP and gRPC."""
+import os
+import subprocess
+import textwrap
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import BINARY, Server
+
+LIBRARY = os.path.join(os.path.dirname(BINARY), "backends", "libnereid_backend_pytorch.so")
+TORCH_PYTHON = os.environ.get("NEREID_TORCH_PYTHON", "/usr/bin/python3")
+
+
+def torch_available():
+    if not os.path.exists(LIBRARY) or not os.path.exists(TORCH_PYTHON):
+        return False
+    return subprocess.run([TORCH_PYTHON, "-c", "import torch, numpy"], capture_output=True).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not torch_available(),
+    reason="no PyTorch backend in this build (sanitizer build or no libtorch-dev) or no torch in "
+           f"{TORCH_PYTHON} (Debian's python3-torch)")
+
+# Exports the models with torch and writes torch's own outputs for fixed inputs next to them.
+EXPORT = r'''
+import sys, numpy as np, torch
+out = sys.argv[1]
+torch.manual_seed(0)
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    def forward(self, x):
+        return torch.softmax(self.net(x), dim=-1)
+
+class AddSub(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b, a - b
+
+mlp = torch.jit.script(Mlp().eval())
+mlp.save(f"{out}/mlp.pt")
+torch.jit.script(AddSub()).save(f"{out}/addsub.pt")
+x = torch.from_numpy(np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32))
+with torch.no_grad():
+    np.save(f"{out}/mlp_in.npy", x.numpy())
+    np.save(f"{out}/mlp_out.npy", mlp(x).numpy())
+'''
+
+
+@pytest.fixture(scope="module")
+def torch_repo(tmp_path_factory):
+    base = tmp_path_factory.mktemp("torch")
+    (base / "export.py").write_text(EXPORT)  # torch.jit.script reads the models' source
+    out = subprocess.run([TORCH_PYTHON, str(base / "export.py"), str(base)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    repo = base / "models"
+    for name, file, config in (
+        ("mlp", "mlp.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 8
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 8 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+            dynamic_batching { max_queue_delay_microseconds: 20000 }
+            '''),
+        ("addsub", "addsub.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "a" data_type: TYPE_INT32 dims: [ 16 ] },
+                    { name: "b" data_type: TYPE_INT32 dims: [ 16 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] },
+                     { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+            '''),
+        ("wrong_names", "addsub.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "x" data_type: TYPE_INT32 dims: [ 16 ] },
+                    { name: "y" data_type: TYPE_INT32 dims: [ 16 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+            '''),
+        ("wrong_type", "addsub.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 16 ] },
+                    { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+            ''')):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.pt").write_bytes((base / file).read_bytes())
+        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config).lstrip())
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "model.pt").write_bytes(b"not a TorchScript archive")
+    (repo / "broken" / "config.pbtxt").write_text((repo / "addsub" / "config.pbtxt").read_text())
+    return base
+
+
+@pytest.fixture(scope="module")
+def torch_server(torch_repo):
+    s = Server(str(torch_repo / "models"), "--exit-on-error=false", "--strict-readiness=false")
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+@pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_torchscript_mlp_equals_torch(torch_server, torch_repo, mod):
+    x = np.load(torch_repo / "mlp_in.npy")
+    want = np.load(torch_repo / "mlp_out.npy")
+    c = mod.InferenceServerClient(torch_server.url if mod is httpclient else torch_server.grpc_url)
+    i = mod.InferInput("INPUT__0", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    got = c.infer("mlp", [i]).as_numpy("OUTPUT__0")
+    diff = float(np.abs(got - want).max())
+    print(f"mlp max abs diff vs torch: {diff:.1e}")
+    assert got.shape == (5, 4) and diff <= 1e-6
+
+
+def test_batched_requests_equal_torch_row_by_row(torch_server, torch_repo):
+    x = np.load(torch_repo / "mlp_in.npy")
+    want = np.load(torch_repo / "mlp_out.npy")
+    c = httpclient.InferenceServerClient(torch_server.url, concurrency=5)
+    pending = []
+    for row in range(5):
+        i = httpclient.InferInput("INPUT__0", [1, 8], "FP32")
+        i.set_data_from_numpy(x[row:row + 1])
+        pending.append((row, c.async_infer("mlp", [i])))
+    for row, p in pending:
+        assert np.abs(p.get_result().as_numpy("OUTPUT__0")[0] - want[row]).max() <= 1e-6
+    stats = c.get_inference_statistics("mlp")["model_stats"][0]
+    assert stats["execution_count"] < stats["inference_count"]
+
+
+def test_named_inputs_bind_to_forward_arguments(torch_server):
+    c = grpcclient.InferenceServerClient(torch_server.grpc_url)
+    a = np.arange(16, dtype=np.int32)
+    b = np.full(16, 3, np.int32)
+    inputs = [grpcclient.InferInput("a", [16], "INT32"), grpcclient.InferInput("b", [16], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    r = c.infer("addsub", inputs)
+    assert (r.as_numpy("OUTPUT__0") == a + b).all() and (r.as_numpy("OUTPUT__1") == a - b).all()
+    assert "model 'addsub' runs on libtorch" in torch_server.read_log()
+
+
+def test_bad_models_fail_to_load_with_the_reason(torch_server):
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(torch_server.url).get_model_repository_index()}
+    assert "neither named <name>__<index> nor an argument of forward() (its arguments: a, b)" in index["wrong_names"]["reason"]
+    assert "libtorch cannot load" in index["broken"]["reason"]
+
+
+def test_output_type_mismatch_is_a_clear_error(torch_server):
+    c = httpclient.InferenceServerClient(torch_server.url)
+    inputs = [httpclient.InferInput(n, [16], "FP32") for n in ("INPUT__0", "INPUT__1")]
+    for i in inputs:
+        i.set_data_from_numpy(np.ones(16, np.float32))
+    with pytest.raises(InferenceServerException, match="is TYPE_INT32 in config.pbtxt but forward\\(\\) returned Float"):
+        c.infer("wrong_type", inputs)
