@@ -38,7 +38,9 @@ if [ ! -x /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer ]; then
 fi
 cp /tmp/perf_analyzer_wheel/perf_analyzer/bin/perf_analyzer "$STAGE/bin/"
 chmod +x "$STAGE"/bin/*
-tar -C "$STAGE" -cf - bin lib | xz -T0 -6 > .devcarry/bundle.tar.xz
+# rapidjson's headers: the device builds the PyTorch backend against its own PyTorch (gpu_device_run.sh).
+mkdir -p "$STAGE/include" && cp -r /usr/include/rapidjson "$STAGE/include/"
+tar -C "$STAGE" -cf - bin lib include | xz -T0 -6 > .devcarry/bundle.tar.xz
 for model in ${MODELS:-simple recommend_model}; do cp -r "examples/models/$model" .devcarry/models/; done
 if [ -n "${TRITON:-}" ]; then
   . bench/triton_env.sh

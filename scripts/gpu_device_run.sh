@@ -46,6 +46,23 @@ if [[ " $SECTIONS " == *" serving "* ]]; then
   PA="$PWD/$C/bin/perf_analyzer"; [ -x "$PA" ] || PA=""
   python3 bench/gpu_serving.py "$PWD/$C/bin/nereid" $PA --out "$OUT" 2>&1 | tee "$OUT/serving.txt"
 fi
+if [[ " $SECTIONS " == *" pytorch "* ]]; then
+  echo "== PyTorch backend, built here against this machine's PyTorch (tests/e2e/test_pytorch.py)"
+  TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  ABI=$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
+  CUDA_LIB=(); [ -e "$TORCH_DIR/lib/libtorch_cuda.so" ] && CUDA_LIB=(-Wl,--no-as-needed -ltorch_cuda -Wl,--as-needed)
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+  g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="$ABI" \
+    -Iinclude -Ibackends -I"$C/include" -isystem "$TORCH_DIR/include" \
+    -isystem "$TORCH_DIR/include/torch/csrc/api/include" backends/pytorch/pytorch_backend.cc \
+    -L"$TORCH_DIR/lib" "${CUDA_LIB[@]}" -ltorch -ltorch_cpu -lc10 -Wl,-rpath,"$TORCH_DIR/lib" \
+    -Wl,--version-script=include/nereid/backend.map -o "$C/bin/backends/libnereid_backend_pytorch.so" \
+    2>&1 | tail -20
+  NEREID_TORCH_PYTHON="$(command -v python3)" NEREID_BINARY="$PWD/$C/bin/nereid" \
+    python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_pytorch.py > "$OUT/pytorch.txt" 2>&1
+  grep -E "max abs diff|passed|failed|Error" "$OUT/pytorch.txt" | head -20
+  RESULT[pytorch]=$(tail -1 "$OUT/pytorch.txt")
+fi
 if [[ " $SECTIONS " == *" scaling "* ]]; then
   echo "== instances on one GPU vs two (bench/gpu_scaling.py; nvidia-h200-x2)"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
@@ -59,4 +76,4 @@ fi
 echo
 echo "== summary"
 printf '%-10s %s\n' "unit" "${RESULT[tests]:-not run}" "e2e" "${RESULT[e2e]:-not run}" \
-  "scaling" "${RESULT[scaling]:-not run}"
+  "scaling" "${RESULT[scaling]:-not run}" "pytorch" "${RESULT[pytorch]:-not run}"

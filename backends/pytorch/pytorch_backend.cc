@@ -181,6 +181,8 @@ Status InitializeInstance(NereidInstance* instance) {
     state->device = torch::Device(torch::kCUDA, NereidInstanceDeviceId(instance));
   }
   ASSIGN_OR_RETURN(state->module, Load(m->name, m->path, state->device));
+  Log(NEREID_LOG_INFO, "model '" + m->name + "' instance '" + NereidInstanceName(instance) +
+                           "' on " + state->device.str());
   NereidInstanceSetState(instance, state.release());
   return Status::Ok();
 }

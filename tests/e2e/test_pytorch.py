@@ -52,6 +52,7 @@ x = torch.from_numpy(np.random.default_rng(1).standard_normal((5, 8)).astype(np.
 with torch.no_grad():
     np.save(f"{out}/mlp_in.npy", x.numpy())
     np.save(f"{out}/mlp_out.npy", mlp(x).numpy())
+open(f"{out}/cuda", "w").write("1" if torch.cuda.is_available() else "0")
 '''
 
 
@@ -96,6 +97,11 @@ def torch_repo(tmp_path_factory):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.pt").write_bytes((base / file).read_bytes())
         (repo / name / "config.pbtxt").write_text(textwrap.dedent(config).lstrip())
+    if (base / "cuda").read_text() == "1":  # the device machine: the same MLP on KIND_GPU
+        (repo / "mlp_gpu" / "1").mkdir(parents=True)
+        (repo / "mlp_gpu" / "1" / "model.pt").write_bytes((base / "mlp.pt").read_bytes())
+        (repo / "mlp_gpu" / "config.pbtxt").write_text(
+            (repo / "mlp" / "config.pbtxt").read_text() + "instance_group [ { kind: KIND_GPU } ]\n")
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "1" / "model.pt").write_bytes(b"not a TorchScript archive")
     (repo / "broken" / "config.pbtxt").write_text((repo / "addsub" / "config.pbtxt").read_text())
@@ -162,3 +168,19 @@ def test_output_type_mismatch_is_a_clear_error(torch_server):
         i.set_data_from_numpy(np.ones(16, np.float32))
     with pytest.raises(InferenceServerException, match="is TYPE_INT32 in config.pbtxt but forward\\(\\) returned Float"):
         c.infer("wrong_type", inputs)
+
+
+def test_kind_gpu_equals_torch(torch_server, torch_repo):
+    if (torch_repo / "cuda").read_text() != "1":
+        pytest.skip("torch sees no CUDA device here (the device machine runs this)")
+    x = np.load(torch_repo / "mlp_in.npy")
+    want = np.load(torch_repo / "mlp_out.npy")
+    for mod, url in ((httpclient, torch_server.url), (grpcclient, torch_server.grpc_url)):
+        c = mod.InferenceServerClient(url)
+        i = mod.InferInput("INPUT__0", list(x.shape), "FP32")
+        i.set_data_from_numpy(x)
+        got = c.infer("mlp_gpu", [i]).as_numpy("OUTPUT__0")
+        diff = float(np.abs(got - want).max())
+        print(f"mlp on KIND_GPU max abs diff vs torch on the CPU: {diff:.1e}")
+        assert diff <= 1e-5
+    assert "model 'mlp_gpu' instance 'mlp_gpu_0_0' on cuda:0" in torch_server.read_log()
