@@ -5,6 +5,15 @@
 // per instance receives the stub's messages: replies, a decoupled model's responses (sent from any
 // thread, at any time) and log lines. A stub that dies fails its in-flight requests with the reason
 // and is started again for the next batch; no other instance or model is affected.
+// The stub runs the model's own code, which can write anything to its socket: a message that is not
+// what the protocol says must not stop the server. rapidjson's checks throw instead of asserting,
+// and every reader of the stub's messages catches (the stub is then treated as broken).
+#include <stdexcept>
+#define RAPIDJSON_ASSERT(x)                                                                \
+  do {                                                                                     \
+    if (!(x)) throw std::runtime_error("malformed message from the Python stub (" #x ")"); \
+  } while (0)
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -320,7 +329,9 @@ class Instance {
     put("model_version", m_->version);
     put("model_name", m_->name);
     h.AddMember("args", args, a);
-    ASSIGN_OR_RETURN(Message reply, Call(Json(h), "initialize()"));
+    const uint64_t id = ++call_id_;
+    h.AddMember("id", id, a);
+    ASSIGN_OR_RETURN(Message reply, Call(Json(h), id, "initialize()"));
     RETURN_IF_ERROR(ReplyStatus(*m_, reply, "initialize()"));
     Log(NEREID_LOG_INFO, "model '" + m_->name + "' instance '" + NereidInstanceName(handle_) +
                              "': Python stub started (pid " + std::to_string(process_->pid) + ", " +
@@ -331,7 +342,9 @@ class Instance {
   // finalize() (30 s at most), then the process ends; decoupled requests still open fail.
   void Stop() {
     if (process_ && !Dead()) {
-      auto reply = Call("{\"op\":\"finalize\"}", "finalize()", std::chrono::seconds(30));
+      const uint64_t id = ++call_id_;
+      auto reply = Call("{\"op\":\"finalize\",\"id\":" + std::to_string(id) + "}", id, "finalize()",
+                        std::chrono::seconds(30));
       if (!reply.ok()) Log(NEREID_LOG_WARNING, reply.status().message());
     }
     if (process_) {
@@ -363,7 +376,8 @@ class Instance {
     rapidjson::Document h(rapidjson::kObjectType);
     auto& a = h.GetAllocator();
     h.AddMember("op", "execute", a);
-    h.AddMember("id", ++execution_, a);
+    const uint64_t id = ++call_id_;
+    h.AddMember("id", id, a);
     rapidjson::Value list(rapidjson::kArrayType);
     size_t offset = 0;
     std::vector<NereidTensor> tensors;
@@ -404,7 +418,7 @@ class Instance {
       for (uint32_t r = 0; r < count; ++r) open_[handles[r]] = requests[r];
     }
     const uint64_t start = NereidNowNs();
-    auto reply = Call(Json(h), "execute()");
+    auto reply = Call(Json(h), id, "execute()");
     const uint64_t end = NereidNowNs();
     if (m_->decoupled) {
       // A decoupled request may already be complete (its final response sent from a thread): the
@@ -430,11 +444,15 @@ class Instance {
     if (!reply.ok()) return reply.status();  // the server fails the whole batch
     RETURN_IF_ERROR(ReplyStatus(*m_, *reply, "execute()"));
     const auto& responses = reply->header["responses"];
+    if (!responses.IsArray() || responses.Size() != count)
+      return backend::Internal("model '" + m_->name +
+                               "': the stub's reply holds no response per "
+                               "request");
     const uint64_t output_size = reply->header["output_size"].GetUint64();
     if (output_size > 0) RETURN_IF_ERROR(process_->output.Map(output_size, false));
     for (uint32_t r = 0; r < count; ++r)
-      backend::Complete(requests[r], FillResponse(requests[r], responses[r], process_->output.data,
-                                                  process_->output.size));
+      backend::Complete(requests[r], SafeFill(requests[r], responses[r], process_->output.data,
+                                              process_->output.size));
     return Status::Ok();
   }
 
@@ -500,10 +518,33 @@ class Instance {
     return Status::Ok();
   }
 
+  // FillResponse, with a malformed description (a model writing to the stub's socket) as the
+  // request's error: each request is completed exactly once, whatever the stub sent.
+  Status SafeFill(NereidRequest* request, const rapidjson::Value& response, const uint8_t* data,
+                  size_t size) {
+    try {
+      return FillResponse(request, response, data, size);
+    } catch (const std::exception& e) {
+      return backend::Internal("model '" + m_->name + "': " + e.what());
+    }
+  }
+
   // Sends one request to the stub and waits for its reply (or the stub's end).
-  StatusOr<Message> Call(const std::string& header, const std::string& what,
+  // Whether 'm' is the reply to call 'id'. Anything else (the model's code can write to the
+  // stub's socket) is logged and dropped, so a stray frame never answers the wrong call.
+  bool IsReply(const Message& m, uint64_t id) {
+    if (m.header.HasMember("id") && m.header["id"].IsUint64() && m.header["id"].GetUint64() == id &&
+        m.op().size() > 5 && m.op().compare(m.op().size() - 5, 5, "_done") == 0)
+      return true;
+    Log(NEREID_LOG_WARNING, "model '" + m_->name +
+                                "': an unexpected message from its Python stub ('" + m.op() +
+                                "') was ignored");
+    return false;
+  }
+
+  StatusOr<Message> Call(const std::string& header, uint64_t id, const std::string& what,
                          std::chrono::seconds timeout = std::chrono::hours(24 * 365)) {
-    if (!m_->decoupled) return CallInline(header, what, timeout);
+    if (!m_->decoupled) return CallInline(header, id, what, timeout);
     std::unique_lock lock(mu_);
     reply_.reset();
     if (dead_ || !process_) return Died(what);
@@ -514,18 +555,21 @@ class Instance {
       return Died(what);
     }
     lock.lock();
-    if (!cv_.wait_for(lock, timeout, [&] { return reply_.has_value() || dead_; }))
-      return backend::Unavailable("model '" + m_->name + "': " + what + " did not answer in " +
-                                  std::to_string(timeout.count()) + " s");
-    if (!reply_) return Died(what);
-    Message m = std::move(*reply_);
-    reply_.reset();
-    return m;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (!cv_.wait_until(lock, deadline, [&] { return reply_.has_value() || dead_; }))
+        return backend::Unavailable("model '" + m_->name + "': " + what + " did not answer in " +
+                                    std::to_string(timeout.count()) + " s");
+      if (!reply_) return Died(what);
+      Message m = std::move(*reply_);
+      reply_.reset();
+      if (IsReply(m, id)) return m;
+    }
   }
 
   // Call() for models whose stub speaks only when asked: writes the request and reads frames on
   // this thread until the reply (log lines and BLS requests on the way are handled here too).
-  StatusOr<Message> CallInline(const std::string& header, const std::string& what,
+  StatusOr<Message> CallInline(const std::string& header, uint64_t id, const std::string& what,
                                std::chrono::seconds timeout) {
     if (Dead() || !process_) return Died(what);
     const std::shared_ptr<Channel>& channel = process_->channel;
@@ -538,7 +582,7 @@ class Instance {
         SpinUntilReadable(channel->fd, m_->spin_us);
         std::optional<Message> m = ReadFrame(channel->fd);
         if (!m) break;
-        if (!HandleUnasked(channel, *m)) return std::move(*m);
+        if (!HandleUnasked(channel, *m) && IsReply(*m, id)) return std::move(*m);
       }
     }
     // The stub is gone (or silent past the timeout: then it is killed).
@@ -575,10 +619,18 @@ class Instance {
     for (;;) {
       std::optional<Message> m = ReadFrame(channel->fd);
       if (!m) break;
-      if (HandleUnasked(channel, *m)) continue;
-      if (m->op() == "response") {
-        OnResponse(*m);
-      } else {
+      try {
+        if (HandleUnasked(channel, *m)) continue;
+        if (m->op() == "response") {
+          OnResponse(*m);
+          continue;
+        }
+      } catch (const std::exception& e) {
+        Log(NEREID_LOG_ERROR, "model '" + m_->name + "': " + e.what() + "; stopping its stub");
+        if (const pid_t child = process_->pid.load(); child > 0) kill(child, SIGKILL);
+        break;
+      }
+      {
         std::lock_guard lock(mu_);
         reply_ = std::move(*m);
         cv_.notify_all();
@@ -607,8 +659,8 @@ class Instance {
       const bool error = m.header["error"].IsObject();
       if (final || error) open_.erase(it);
     }
-    Status s = FillResponse(request, m.header, reinterpret_cast<const uint8_t*>(m.payload.data()),
-                            m.payload.size());
+    Status s = SafeFill(request, m.header, reinterpret_cast<const uint8_t*>(m.payload.data()),
+                        m.payload.size());
     if (!s.ok() || final || m.header["error"].IsObject()) {
       backend::Complete(request, s);
       return;
@@ -725,7 +777,7 @@ class Instance {
   std::string death_;
   std::map<uint64_t, NereidRequest*> open_;  // decoupled requests not finished yet
   uint64_t next_handle_ = 0;
-  uint64_t execution_ = 0;
+  uint64_t call_id_ = 0;  // each request to the stub has its own; its reply carries it
 };
 
 // ---- Model load: auto_complete_config in a stub of its own --------------------------------------

@@ -174,6 +174,11 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.ones(1, np.float64))])]
         if mode == "missing":
             return [pb_utils.InferenceResponse([])]
+        if mode in ("forge", "garbage"):  # the model writes to the stub's socket itself
+            import json, struct
+            header = (json.dumps({"op": "execute_done", "id": 123456, "responses": "x"}).encode()
+                      if mode == "forge" else b"{not json")
+            os.write(3, struct.pack("<II", len(header), 0) + header)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([os.getpid()], np.float32))])]
 '''),
     "bls": ('''
@@ -492,3 +497,15 @@ def test_async_bls_runs_two_models_at_once(py_server):
     i = grpcclient.InferInput("X", [4], "FP32")
     i.set_data_from_numpy(x)
     assert (c.infer("bls_async", [i]).as_numpy("Y") == 2 * x).all()
+
+
+def test_frames_forged_by_model_code_do_not_confuse_the_server(py_server):
+    """A model's code can write to its stub's socket: a well-formed frame that answers nothing is
+    logged and ignored (the request still gets its real answer); a malformed one ends the stub,
+    fails that request, and the next request gets a new stub. The server keeps serving."""
+    c = httpclient.InferenceServerClient(py_server.url)
+    assert faulty(c, "forge").as_numpy("OUT").shape == (1,)
+    assert "an unexpected message from its Python stub ('execute_done') was ignored" in py_server.read_log()
+    with pytest.raises(InferenceServerException, match="Python stub ended during execute"):
+        faulty(c, "garbage")
+    assert faulty(c, "ok").as_numpy("OUT").shape == (1,)

@@ -298,7 +298,7 @@ class Stub:
                         self.model.finalize()
                     except Exception:  # noqa: BLE001 - a failing finalize is logged, not fatal
                         traceback.print_exc()
-                self.channel.send({"op": "finalize_done"})
+                self.channel.send({"op": "finalize_done", "id": header.get("id")})
                 return
             reply = {"op": op + "_done", "id": header.get("id")}
             try:
