@@ -188,9 +188,10 @@ struct ModelState {
   bool decoupled = false;
   std::map<std::string, DataType> output_types;  // from the config
   // How long each side polls the socket before sleeping on it (config parameter stub_spin_us):
-  // a reply or the next request usually comes within tens of microseconds, and a sleeping
-  // thread's wake-up costs about as much.
-  int spin_us = 50;
+  // the reply, or under steady load the next request, usually comes within a few hundred
+  // microseconds, and waking a sleeping process costs up to ~100 us on a virtual machine. The
+  // price is CPU: a stub busy-waits up to this long after each message.
+  int spin_us = 300;
 };
 
 std::string StubPath() {
