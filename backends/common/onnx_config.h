@@ -313,4 +313,58 @@ inline std::vector<std::string> OutputsToFetch(NereidRequest** requests, uint32_
   return fetch;
 }
 
+// Splits one output of a batch run back into the requests: each request that asked for 'name'
+// (and has not failed) gets its rows of 'data' in a response buffer, its shape the result's with
+// its own row count, or the config's reshape. BYTES results are split at element boundaries. An
+// allocation that fails lands in 'failed[r]'; a result without the batch's rows fails them all.
+inline Status ScatterOutput(const ModelIo& m, NereidRequest** requests, uint32_t count,
+                            const std::vector<int64_t>& rows,
+                            const std::vector<std::vector<std::string>>& wanted,
+                            const std::string& name, DataType type,
+                            const std::vector<int64_t>& result_shape, const uint8_t* data,
+                            size_t bytes, std::vector<Status>& failed) {
+  const bool batching = m.max_batch_size > 0;
+  int64_t total_rows = 0;
+  for (int64_t r : rows) total_rows += r;
+  if (batching && (result_shape.empty() || result_shape[0] != total_rows))
+    return Internal("output '" + name + "' has shape " + ShapeString(result_shape) +
+                    " but the batch has " + std::to_string(total_rows) + " rows");
+  const int64_t divisor = std::max<int64_t>(batching ? total_rows : 1, 1);
+  const int64_t elements = ElementCount(result_shape);
+  std::vector<size_t> row_offsets;  // BYTES: byte offset of each row
+  if (type == DataType::kBytes) row_offsets = BytesRowOffsets(data, bytes, elements, divisor);
+  const size_t row_bytes = type == DataType::kBytes ? 0 : bytes / static_cast<size_t>(divisor);
+  auto spec = m.outputs.find(name);
+  const bool reshape = spec != m.outputs.end() && spec->second.has_reshape;
+  int64_t row = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    const int64_t first_row = row;
+    row += rows[r];
+    if (std::find(wanted[r].begin(), wanted[r].end(), name) == wanted[r].end()) continue;
+    if (!failed[r].ok()) continue;
+    std::vector<int64_t> shape = result_shape;
+    if (batching) shape[0] = rows[r];
+    size_t begin = 0, end = bytes;
+    if (batching && type == DataType::kBytes) {
+      begin = row_offsets[std::min<size_t>(first_row, row_offsets.size() - 1)];
+      end = row_offsets[std::min<size_t>(row, row_offsets.size() - 1)];
+    } else if (batching) {
+      begin = static_cast<size_t>(first_row) * row_bytes;
+      end = static_cast<size_t>(row) * row_bytes;
+    }
+    if (reshape) {
+      shape = BatchPrefixed({rows[r]}, batching, spec->second.dims);
+      // if no dimension fits, the allocation below refuses
+      FillVariableDimension(shape, elements / divisor * (batching ? rows[r] : 1));
+    }
+    auto buffer = AllocateOutput(requests[r], name, type, shape, end - begin);
+    if (!buffer.ok()) {
+      failed[r] = buffer.status();
+      continue;
+    }
+    if (end > begin) std::memcpy(buffer->data, data + begin, end - begin);
+  }
+  return Status::Ok();
+}
+
 }  // namespace nereid::backend::onnx

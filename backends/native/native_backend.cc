@@ -24,8 +24,6 @@ namespace {
 using backend::FromError;
 using backend::ToError;
 
-using backend::onnx::BatchPrefixed;
-using backend::onnx::BytesRowOffsets;
 using backend::onnx::IoSpec;
 using backend::onnx::StringField;
 
@@ -156,51 +154,10 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   for (uint32_t r = 0; r < count; ++r)
     NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
 
-  int64_t total_rows = 0;
-  for (int64_t r : rows) total_rows += r;
-  for (size_t i = 0; i < fetch.size(); ++i) {
-    const Tensor& result = results[i];
-    if (batching && (result.shape().empty() || result.shape()[0] != total_rows))
-      return Internal("output '" + fetch[i] + "' has shape " + ShapeString(result.shape()) +
-                      " but the batch has " + std::to_string(total_rows) + " rows");
-    std::vector<size_t> row_offsets;  // BYTES: byte offset of each row
-    if (result.type() == DataType::kBytes)
-      row_offsets = BytesRowOffsets(result.raw(), result.bytes(), result.elements(),
-                                    batching ? total_rows : 1);
-    const size_t row_bytes = result.type() == DataType::kBytes
-                                 ? 0
-                                 : result.bytes() / std::max<int64_t>(batching ? total_rows : 1, 1);
-    int64_t row = 0;
-    for (uint32_t r = 0; r < count; ++r) {
-      const int64_t first_row = row;
-      row += rows[r];
-      if (std::find(wanted[r].begin(), wanted[r].end(), fetch[i]) == wanted[r].end()) continue;
-      std::vector<int64_t> shape = result.shape();
-      if (batching) shape[0] = rows[r];
-      const size_t begin = result.type() == DataType::kBytes
-                               ? row_offsets[std::min<size_t>(first_row, row_offsets.size() - 1)]
-                               : static_cast<size_t>(first_row) * row_bytes;
-      const size_t end = result.type() == DataType::kBytes
-                             ? row_offsets[std::min<size_t>(row, row_offsets.size() - 1)]
-                             : static_cast<size_t>(row) * row_bytes;
-      const size_t size = batching ? end - begin : result.bytes();
-      auto spec = m.outputs.find(fetch[i]);
-      if (spec != m.outputs.end() && spec->second.has_reshape) {
-        shape = BatchPrefixed({rows[r]}, batching, spec->second.dims);
-        const int64_t elements = ElementCount(result.shape().data(), result.shape().size()) /
-                                 std::max<int64_t>(batching ? total_rows : 1, 1) *
-                                 (batching ? rows[r] : 1);
-        FillVariableDimension(shape, elements);  // if none fits, the allocation below refuses
-      }
-      if (!failed[r].ok()) continue;
-      auto buffer = backend::AllocateOutput(requests[r], fetch[i], result.type(), shape, size);
-      if (!buffer.ok()) {
-        failed[r] = buffer.status();
-        continue;
-      }
-      std::memcpy(buffer->data, result.raw() + (batching ? begin : 0), size);
-    }
-  }
+  for (size_t i = 0; i < fetch.size(); ++i)
+    RETURN_IF_ERROR(backend::onnx::ScatterOutput(m, requests, count, rows, wanted, fetch[i],
+                                                 results[i].type(), results[i].shape(),
+                                                 results[i].raw(), results[i].bytes(), failed));
   return Status::Ok();
 }
 

@@ -651,48 +651,8 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
     if (!output_values[i])
       return backend::Internal("ONNX Runtime gave no output '" + fetch[i] + "'");
     ASSIGN_OR_RETURN(Result result, ReadResult(fetch[i], output_values[i].get()));
-    if (batching && (result.shape.empty() || result.shape[0] != total_rows))
-      return backend::Internal("output '" + fetch[i] + "' has shape " +
-                               backend::ShapeString(result.shape) + " but the batch has " +
-                               std::to_string(total_rows) + " rows");
-    const int64_t elements = backend::ElementCount(result.shape);
-    std::vector<size_t> row_offsets;  // BYTES: byte offset of each row
-    if (result.type == DataType::kBytes)
-      row_offsets =
-          onnx::BytesRowOffsets(result.data, result.bytes, elements, batching ? total_rows : 1);
-    const size_t row_bytes =
-        result.type == DataType::kBytes
-            ? 0
-            : result.bytes / static_cast<size_t>(std::max<int64_t>(batching ? total_rows : 1, 1));
-    int64_t row = 0;
-    for (uint32_t r = 0; r < count; ++r) {
-      const int64_t first_row = row;
-      row += rows[r];
-      if (std::find(wanted[r].begin(), wanted[r].end(), fetch[i]) == wanted[r].end()) continue;
-      if (!failed[r].ok()) continue;
-      std::vector<int64_t> shape = result.shape;
-      if (batching) shape[0] = rows[r];
-      size_t begin = 0, end = result.bytes;
-      if (batching && result.type == DataType::kBytes) {
-        begin = row_offsets[std::min<size_t>(first_row, row_offsets.size() - 1)];
-        end = row_offsets[std::min<size_t>(row, row_offsets.size() - 1)];
-      } else if (batching) {
-        begin = static_cast<size_t>(first_row) * row_bytes;
-        end = static_cast<size_t>(row) * row_bytes;
-      }
-      auto spec = m.outputs.find(fetch[i]);
-      if (spec != m.outputs.end() && spec->second.has_reshape) {
-        shape = onnx::BatchPrefixed({rows[r]}, batching, spec->second.dims);
-        const int64_t per_row = elements / std::max<int64_t>(batching ? total_rows : 1, 1);
-        backend::FillVariableDimension(shape, per_row * (batching ? rows[r] : 1));
-      }
-      auto buffer = backend::AllocateOutput(requests[r], fetch[i], result.type, shape, end - begin);
-      if (!buffer.ok()) {
-        failed[r] = buffer.status();
-        continue;
-      }
-      if (end > begin) std::memcpy(buffer->data, result.data + begin, end - begin);
-    }
+    RETURN_IF_ERROR(onnx::ScatterOutput(m, requests, count, rows, wanted, fetch[i], result.type,
+                                        result.shape, result.data, result.bytes, failed));
   }
   return Status::Ok();
 }

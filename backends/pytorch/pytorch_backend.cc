@@ -34,17 +34,28 @@ void Log(NereidLogLevel level, const std::string& message) { backend::Log(level,
 
 std::optional<c10::ScalarType> TorchType(DataType t) {
   switch (t) {
-    case DataType::kFp32: return torch::kFloat;
-    case DataType::kFp64: return torch::kDouble;
-    case DataType::kFp16: return torch::kHalf;
-    case DataType::kBf16: return torch::kBFloat16;
-    case DataType::kInt8: return torch::kChar;
-    case DataType::kUint8: return torch::kByte;
-    case DataType::kInt16: return torch::kShort;
-    case DataType::kInt32: return torch::kInt;
-    case DataType::kInt64: return torch::kLong;
-    case DataType::kBool: return torch::kBool;
-    default: return std::nullopt;
+    case DataType::kFp32:
+      return torch::kFloat;
+    case DataType::kFp64:
+      return torch::kDouble;
+    case DataType::kFp16:
+      return torch::kHalf;
+    case DataType::kBf16:
+      return torch::kBFloat16;
+    case DataType::kInt8:
+      return torch::kChar;
+    case DataType::kUint8:
+      return torch::kByte;
+    case DataType::kInt16:
+      return torch::kShort;
+    case DataType::kInt32:
+      return torch::kInt;
+    case DataType::kInt64:
+      return torch::kLong;
+    case DataType::kBool:
+      return torch::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -62,8 +73,8 @@ int ConventionIndex(const std::string& name) {
 
 struct ModelState : io::ModelIo {
   std::string path;
-  std::vector<std::string> input_order;   // config order
-  std::vector<std::string> output_order;  // config order
+  std::vector<std::string> input_order;    // config order
+  std::vector<std::string> output_order;   // config order
   std::map<std::string, size_t> argument;  // input name -> forward() argument position
   std::map<std::string, size_t> element;   // output name -> element of forward()'s result
   bool inference_mode = true;              // parameter INFERENCE_MODE
@@ -112,9 +123,10 @@ Status Bind(ModelState& m, torch::jit::Module& module) {
     } else {
       auto it = std::find(args.begin(), args.end(), name);
       if (it == args.end())
-        return backend::InvalidArgument(
-            "model '" + m.name + "': input '" + name + "' is neither named <name>__<index> nor an "
-            "argument of forward() (its arguments: " + arg_list + ")");
+        return backend::InvalidArgument("model '" + m.name + "': input '" + name +
+                                        "' is neither named <name>__<index> nor an "
+                                        "argument of forward() (its arguments: " +
+                                        arg_list + ")");
       position = static_cast<size_t>(it - args.begin());
     }
     if (position >= args.size())
@@ -124,10 +136,9 @@ Status Bind(ModelState& m, torch::jit::Module& module) {
     m.argument[name] = position;
   }
   if (m.argument.size() != args.size())
-    return backend::InvalidArgument("model '" + m.name + "': forward() takes " +
-                                    std::to_string(args.size()) + " arguments (" + arg_list +
-                                    ") but config.pbtxt declares " +
-                                    std::to_string(m.argument.size()) + " inputs");
+    return backend::InvalidArgument(
+        "model '" + m.name + "': forward() takes " + std::to_string(args.size()) + " arguments (" +
+        arg_list + ") but config.pbtxt declares " + std::to_string(m.argument.size()) + " inputs");
   for (size_t i = 0; i < m.output_order.size(); ++i) {
     const int n = ConventionIndex(m.output_order[i]);
     m.element[m.output_order[i]] = n >= 0 ? static_cast<size_t>(n) : i;
@@ -146,7 +157,8 @@ Status InitializeModel(NereidModel* model) {
   m->output_order = Names(config, "output");
   if (m->input_order.empty() || m->output_order.empty())
     return backend::InvalidArgument(
-        "model '" + m->name + "': a TorchScript model does not describe its inputs and outputs; "
+        "model '" + m->name +
+        "': a TorchScript model does not describe its inputs and outputs; "
         "config.pbtxt must list them (INPUT__0 ... / OUTPUT__0 ... or forward()'s argument names)");
   for (const auto* specs : {&m->inputs, &m->outputs})
     for (const auto& [name, spec] : *specs)
@@ -176,7 +188,8 @@ Status InitializeInstance(NereidInstance* instance) {
   auto state = std::make_unique<InstanceState>();
   if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
     if (!torch::cuda::is_available())
-      return backend::Unavailable("model '" + m->name + "': KIND_GPU, but this libtorch has no "
+      return backend::Unavailable("model '" + m->name +
+                                  "': KIND_GPU, but this libtorch has no "
                                   "CUDA device");
     state->device = torch::Device(torch::kCUDA, NereidInstanceDeviceId(instance));
   }
@@ -187,8 +200,8 @@ Status InitializeInstance(NereidInstance* instance) {
   return Status::Ok();
 }
 
-Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** requests,
-                    uint32_t count, std::vector<Status>& failed) {
+Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** requests, uint32_t count,
+                    std::vector<Status>& failed) {
   const bool batching = m.max_batch_size > 0;
   if (count > 1 && !batching) return backend::Internal("a batch for a model without batching");
   std::vector<int64_t> rows(count, 1);
@@ -221,8 +234,10 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
   try {
     std::optional<c10::InferenceMode> inference;
     std::optional<torch::NoGradGuard> no_grad;
-    if (m.inference_mode) inference.emplace();
-    else no_grad.emplace();
+    if (m.inference_mode)
+      inference.emplace();
+    else
+      no_grad.emplace();
     torch::jit::IValue out = const_cast<torch::jit::Module&>(s.module).forward(args);
     if (out.isTensor()) {
       results.push_back(out.toTensor());
@@ -233,8 +248,8 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     } else if (out.isList()) {
       for (const auto& e : out.toListRef()) results.push_back(e.toTensor());
     } else {
-      return backend::Unsupported("model '" + m.name + "': forward() returned " +
-                                  out.tagKind() + "; a tensor or a tuple/list of tensors is served");
+      return backend::Unsupported("model '" + m.name + "': forward() returned " + out.tagKind() +
+                                  "; a tensor or a tuple/list of tensors is served");
     }
     for (auto& r : results) r = r.contiguous().to(torch::kCPU);
   } catch (const std::exception& e) {
@@ -245,8 +260,6 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
   const uint64_t end = NereidNowNs();
   for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
 
-  int64_t total_rows = 0;
-  for (int64_t r : rows) total_rows += r;
   for (const std::string& name : fetch) {
     const size_t index = m.element.at(name);
     if (index >= results.size())
@@ -257,35 +270,14 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     const io::IoSpec& spec = m.outputs.at(name);
     if (t.scalar_type() != *TorchType(spec.type))
       return backend::Internal("model '" + m.name + "': output '" + name + "' is " +
-                               io::ConfigTypeName(spec.type) + " in config.pbtxt but forward() "
-                               "returned " + std::string(c10::toString(t.scalar_type())));
-    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-    if (batching && (shape.empty() || shape[0] != total_rows))
-      return backend::Internal("model '" + m.name + "': output '" + name + "' has " +
-                               std::to_string(shape.empty() ? 0 : shape[0]) +
-                               " rows, the batch has " + std::to_string(total_rows));
-    const size_t bytes = t.numel() * t.element_size();
-    const size_t row_bytes = batching ? bytes / static_cast<size_t>(std::max<int64_t>(total_rows, 1))
-                                      : bytes;
-    int64_t row = 0;
-    for (uint32_t r = 0; r < count; ++r) {
-      const int64_t first = row;
-      row += rows[r];
-      if (std::find(wanted[r].begin(), wanted[r].end(), name) == wanted[r].end()) continue;
-      if (!failed[r].ok()) continue;
-      if (batching) shape[0] = rows[r];
-      const size_t n = batching ? row_bytes * static_cast<size_t>(rows[r]) : bytes;
-      auto buffer = backend::AllocateOutput(requests[r], name, spec.type, shape, n);
-      if (!buffer.ok()) {
-        failed[r] = buffer.status();
-        continue;
-      }
-      if (n)
-        std::memcpy(buffer->data,
-                    static_cast<const uint8_t*>(t.data_ptr()) +
-                        (batching ? row_bytes * static_cast<size_t>(first) : 0),
-                    n);
-    }
+                               io::ConfigTypeName(spec.type) +
+                               " in config.pbtxt but forward() "
+                               "returned " +
+                               std::string(c10::toString(t.scalar_type())));
+    RETURN_IF_ERROR(io::ScatterOutput(m, requests, count, rows, wanted, name, spec.type,
+                                      std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+                                      static_cast<const uint8_t*>(t.data_ptr()),
+                                      t.numel() * t.element_size(), failed));
   }
   return Status::Ok();
 }
