@@ -66,6 +66,22 @@ StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolic
   return chosen;
 }
 
+namespace {
+// Model files and the backends they imply: model<extension> is also each backend's default file.
+struct ModelFileKind {
+  const char* extension;
+  const char* backend;
+};
+constexpr ModelFileKind kModelFiles[] = {
+    {".onnx", "onnxruntime"}, {".py", "python"}, {".pt", "pytorch"}};
+
+std::string DefaultModelFile(const std::string& backend) {
+  for (const auto& f : kModelFiles)
+    if (backend == f.backend) return std::string("model") + f.extension;
+  return "model.onnx";  // the native engine and other ONNX-reading backends
+}
+}  // namespace
+
 StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
                                      const std::vector<int64_t>& versions) {
   std::string backend = config->backend();
@@ -85,21 +101,21 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
     } else if (!platform.empty()) {
       return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform + "'");
     } else {
-      // The model file names the backend: model.onnx (or any .onnx) ONNX Runtime, model.py Python,
-      // model.pt PyTorch.
-      static const std::pair<const char*, const char*> kFiles[] = {
-          {".onnx", "onnxruntime"}, {".py", "python"}, {".pt", "pytorch"}};
-      const std::vector<std::string> files =
-          config->default_model_filename().empty()
-              ? std::vector<std::string>{"model.onnx", "model.py", "model.pt"}
-              : std::vector<std::string>{config->default_model_filename()};
+      // The model file names the backend (any *.onnx, *.py, *.pt; model.<ext> by default).
+      std::vector<std::string> files;
+      if (!config->default_model_filename().empty())
+        files.push_back(config->default_model_filename());
+      else
+        for (const auto& f : kModelFiles) files.push_back(std::string("model") + f.extension);
       for (const std::string& file : files)
-        for (int64_t v : versions)
-          for (const auto& [suffix, name] : kFiles)
-            if (backend.empty() && file.size() > strlen(suffix) &&
-                file.compare(file.size() - strlen(suffix), std::string::npos, suffix) == 0 &&
-                fs::exists(fs::path(model_dir) / std::to_string(v) / file))
-              backend = name;
+        for (const auto& f : kModelFiles) {
+          const size_t n = strlen(f.extension);
+          if (!backend.empty() || file.size() <= n ||
+              file.compare(file.size() - n, std::string::npos, f.extension) != 0)
+            continue;
+          for (int64_t v : versions)
+            if (fs::exists(fs::path(model_dir) / std::to_string(v) / file)) backend = f.backend;
+        }
       if (backend.empty())
         return InvalidArgument(
             "model '" + config->name() +
@@ -216,10 +232,7 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
   // The model file of each version must lie inside the model directory (a symlink may not lead
   // out of it). A missing file is left to the backend, which names what it looked for.
   std::string model_file = config.default_model_filename();
-  if (model_file.empty())
-    model_file = backend_name == "python"    ? "model.py"
-                 : backend_name == "pytorch" ? "model.pt"
-                                             : "model.onnx";
+  if (model_file.empty()) model_file = DefaultModelFile(backend_name);
   for (int64_t v : plan.versions) {
     auto file = ResolveModelFile(plan.model_dir, fs::path(plan.model_dir) / std::to_string(v),
                                  model_file, "default_model_filename");
