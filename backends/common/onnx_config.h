@@ -128,7 +128,7 @@ inline bool AutoComplete(const std::vector<ValueInfo>& graph_inputs,
   return true;
 }
 
-inline std::string ToJson(const rapidjson::Document& config) {
+inline std::string ToJson(const rapidjson::Value& config) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
   config.Accept(writer);

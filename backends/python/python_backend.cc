@@ -1,10 +1,11 @@
 // The Python backend: runs Triton Python models (`backend: "python"`, a model.py defining
 // TritonPythonModel) unchanged. Each instance is a stub process (stub/nereid_python_stub.py) in the
 // interpreter the config or the environment names; tensors travel through two memfd regions shared
-// with it, messages over a Unix socket (the framing is in the stub's docstring). A reader thread
-// per instance receives the stub's messages: replies, a decoupled model's responses (sent from any
-// thread, at any time) and log lines. A stub that dies fails its in-flight requests with the reason
-// and is started again for the next batch; no other instance or model is affected.
+// with it, messages over a Unix socket (the framing is in the stub's docstring). For an ordinary
+// model the thread waiting for a reply reads the socket itself; a decoupled model's instance has a
+// reader thread, since its responses come from any thread at any time. A stub that dies fails its
+// in-flight requests with the reason and is started again for the next batch; no other instance or
+// model is affected.
 // The stub runs the model's own code, which can write anything to its socket: a message that is not
 // what the protocol says must not stop the server. rapidjson's checks throw instead of asserting,
 // and every reader of the stub's messages catches (the stub is then treated as broken).
@@ -18,8 +19,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -40,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/onnx_config.h"
 #include "nereid/backend_util.h"
 
 extern char** environ;
@@ -51,18 +51,10 @@ using backend::DataType;
 using backend::FromError;
 using backend::Status;
 using backend::StatusOr;
+using backend::onnx::StringField;
+constexpr auto Json = backend::onnx::ToJson;
 
 void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
-
-std::string Json(const rapidjson::Value& v) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
-  v.Accept(writer);
-  return buffer.GetString();
-}
-std::string StringField(const rapidjson::Value& v, const char* key) {
-  return v.IsObject() && v.HasMember(key) && v[key].IsString() ? v[key].GetString() : "";
-}
 
 // A tensor's description in a message: name, datatype, shape, and where its bytes are.
 rapidjson::Value TensorJson(const NereidTensor& t, size_t offset,
@@ -832,12 +824,12 @@ Status InitializeModel(NereidModel* model) {
     return backend::Internal("the Python stub is missing: " + m->stub_path);
   m->python = "python3";
   if (const char* env = std::getenv("NEREID_PYTHON"); env && *env) m->python = env;
-  if (config.HasMember("parameters") && config["parameters"].IsObject() &&
-      config["parameters"].HasMember("python_interpreter"))
-    m->python = StringField(config["parameters"]["python_interpreter"], "string_value");
-  if (config.HasMember("parameters") && config["parameters"].IsObject() &&
-      config["parameters"].HasMember("stub_spin_us")) {
-    const std::string v = StringField(config["parameters"]["stub_spin_us"], "string_value");
+  // A parameter given empty is an error below (no interpreter, no spin value), not the default.
+  const bool has_parameters = config.HasMember("parameters") && config["parameters"].IsObject();
+  if (has_parameters && config["parameters"].HasMember("python_interpreter"))
+    m->python = backend::onnx::Parameter(config, "python_interpreter");
+  if (has_parameters && config["parameters"].HasMember("stub_spin_us")) {
+    const std::string v = backend::onnx::Parameter(config, "stub_spin_us");
     char* end = nullptr;
     const long spin = std::strtol(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || spin < 0 || spin > 100000)
@@ -847,17 +839,9 @@ Status InitializeModel(NereidModel* model) {
   }
   RETURN_IF_ERROR(AutoComplete(*m, model));
   config.Parse(NereidModelConfigJson(model));  // as auto-completed
-  m->decoupled = config.HasMember("model_transaction_policy") &&
-                 config["model_transaction_policy"].IsObject() &&
-                 config["model_transaction_policy"].HasMember("decoupled") &&
-                 config["model_transaction_policy"]["decoupled"].IsBool() &&
-                 config["model_transaction_policy"]["decoupled"].GetBool();
-  if (config.HasMember("output") && config["output"].IsArray())
-    for (const auto& o : config["output"].GetArray()) {
-      std::string type = StringField(o, "data_type");
-      type = type == "TYPE_STRING" ? "BYTES" : type.substr(type.rfind('_') + 1);
-      m->output_types[StringField(o, "name")] = backend::DataTypeFromName(type);
-    }
+  m->decoupled = NereidModelIsDecoupled(model) != 0;
+  for (const auto& [output, spec] : backend::onnx::ReadIo(config, "output"))
+    m->output_types[output] = spec.type;
   Log(NEREID_LOG_INFO, "model '" + m->name + "' runs " + m->model_py + " in Python stubs (" +
                            m->python + (m->decoupled ? ", decoupled" : "") + ")");
   NereidModelSetState(model, m.release());

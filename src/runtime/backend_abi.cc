@@ -301,8 +301,7 @@ void NereidMemoryRelease(void* data) {
   BackendBuffers().erase(it);
 }
 
-// ---- Inference from a backend (BLS)
-// ----------------------------------------------------------------
+// ---- Inference from a backend (BLS) -------------------------------------------------------------
 
 struct NereidInferRequest {
   std::unique_ptr<nereid::InferenceRequest> request;
