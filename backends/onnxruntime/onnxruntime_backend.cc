@@ -35,7 +35,7 @@ using backend::StatusOr;
 
 void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
 
-// ---- The runtime: the loaded library, its API table and the process-wide environment -----------
+// ---- The runtime: the loaded library, its API table and the process-wide environment ------------
 
 struct Runtime {
   void* handle = nullptr;
@@ -171,8 +171,7 @@ Status LoadRuntime() {
   return Status::Ok();
 }
 
-// ---- Types
-// ----------------------------------------------------------------------------------------
+// ---- Types --------------------------------------------------------------------------------------
 
 DataType FromOrt(ort::ElementType t) {
   switch (t) {
@@ -381,8 +380,7 @@ StatusOr<onnx::ValueInfo> DescribeValue(const ort::OrtSession* session, size_t i
   return v;
 }
 
-// ---- Model and instance state
-// ---------------------------------------------------------------------
+// ---- Model and instance state -------------------------------------------------------------------
 
 struct ModelState : onnx::ModelIo {
   std::string path;
@@ -461,8 +459,7 @@ Status InitializeInstance(NereidInstance* instance) {
   return Status::Ok();
 }
 
-// ---- Execution
-// ------------------------------------------------------------------------------------
+// ---- Execution ----------------------------------------------------------------------------------
 
 // A BYTES tensor (4-byte little-endian length before each element) as ORT strings. ORT's strings
 // are C strings: an element is cut at its first NUL byte.
