@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -120,6 +121,8 @@ void Free(Operands& o) {
 const char* Name(kc::ElemType t, bool tf32) { return tf32 ? "tf32" : kc::ElemTypeName(t); }
 
 void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
+  // BENCH_GPU_VERBOSE=1: every candidate's time, not only the best.
+  const bool verbose = std::getenv("BENCH_GPU_VERBOSE") != nullptr;
   std::printf(
       "\n== GEMM: y = x w^T, Nereid vs cuBLAS (cublasGemmEx), fp32 accumulation, fp32 out\n");
   std::printf("%-6s %6s %6s %6s | %10s %9s | %10s %9s | %7s | %9s %s\n", "type", "M", "N", "K",
@@ -151,11 +154,19 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
       const double flops = 2.0 * s.m * s.n * s.k;
       double ours_us = 0;
       const char* variant = "";
-      if (kc::SmallMSupported(with(0)))
-        for (auto v : kc::kSmallMVariants) {
-          const double us = TimeUs([&](int i) { CHECK(kc::GemmSmallM(with(i), stream, v)); }, reps);
-          if (ours_us == 0 || us < ours_us) ours_us = us, variant = kc::SmallMVariantName(v);
-        }
+      auto consider = [&](const char* name, const std::function<cudaError_t(int)>& launch) {
+        const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
+        if (verbose)
+          std::printf("    %-16s %10.2f us %9.1f TFLOP/s\n", name, us, 2e-6 * s.m * s.n * s.k / us);
+        if (ours_us == 0 || us < ours_us) ours_us = us, variant = name;
+      };
+      for (auto v : kc::kSmallMVariants)
+        if (kc::SmallMSupported(with(0), v))
+          consider(kc::SmallMVariantName(v),
+                   [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
+      if (kc::Sm90Supported(with(0)))
+        for (auto t : kc::kSm90Tiles)
+          consider(kc::Sm90TileName(t), [&](int i) { return kc::GemmSm90(with(i), stream, t); });
       const double bytes = wbytes + s.m * s.k * kc::ElemSize(type) + s.m * s.n * 4.0;
       const double best = ours_us > 0 ? ours_us : cublas_us;  // the roofline of our own kernel
       char roof[32] = "";
@@ -175,31 +186,64 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
 
 void BenchEpilogue(kc::CublasGemm& cublas) {
   std::printf(
-      "\n== GEMM + bias + GELU: fused (Nereid) vs cuBLAS then the epilogue kernel (bf16)\n");
-  std::printf("%6s %6s %6s | %12s %10s | %7s\n", "M", "N", "K", "cuBLAS+epi us", "fused us",
-              "ratio");
-  for (int64_t m : {1, 4, 8, 16}) {
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {2048, 1024}}) {
-      const int copies = 8;
-      Operands o = MakeOperands(m, n, k, kc::ElemType::kBF16, copies);
+      "\n== GEMM + bias + GELU: fused (Nereid) vs cuBLAS then the epilogue kernel (bf16 in, "
+      "bf16 out)\n");
+  std::printf("%6s %6s %6s | %12s %10s | %7s %s\n", "M", "N", "K", "cuBLAS+epi us", "fused us",
+              "ratio", "kernel");
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t m : {1, 4, 8, 16, 64})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {2048, 1024}})
+      shapes.push_back({m, n, k});
+  for (int64_t m : {256, 1024, 4096}) shapes.push_back({m, 4096, 4096});
+  for (const Shape& s : shapes) {
+    const int copies = s.m >= 1024 ? 2 : 8;
+    Operands o = MakeOperands(s.m, s.n, s.k, kc::ElemType::kBF16, copies);
+    kc::GemmProblem p;
+    p.m = s.m, p.n = s.n, p.k = s.k, p.ab_type = kc::ElemType::kBF16, p.y = o.y, p.bias = o.bias;
+    p.out_type = kc::ElemType::kBF16;
+    p.act = kc::Activation::kGelu;
+    auto with = [&](int i) {
+      p.x = o.x[i % copies], p.w = o.w[i % copies];
+      return p;
+    };
+    const int reps = s.m >= 1024 ? 10 : 50;
+    const double split = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
+    double fused = 0;
+    const char* kernel = "";
+    auto consider = [&](const char* name, const std::function<cudaError_t(int)>& launch) {
+      const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
+      if (fused == 0 || us < fused) fused = us, kernel = name;
+    };
+    for (auto v : kc::kSmallMVariants)
+      if (kc::SmallMSupported(with(0), v))
+        consider(kc::SmallMVariantName(v),
+                 [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
+    if (kc::Sm90Supported(with(0)))
+      for (auto t : kc::kSm90Tiles)
+        consider(kc::Sm90TileName(t), [&](int i) { return kc::GemmSm90(with(i), stream, t); });
+    std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx %s\n", s.m, s.n, s.k, split, fused,
+                split / fused, kernel);
+    Free(o);
+  }
+}
+
+// Only Nereid's Hopper GEMM at the square shapes, each tile once (for profiling runs).
+void BenchSm90() {
+  for (int64_t size : {4096, 8192})
+    for (auto tile : kc::kSm90Tiles) {
+      Operands o = MakeOperands(size, size, size, kc::ElemType::kBF16, 1);
       kc::GemmProblem p;
-      p.m = m, p.n = n, p.k = k, p.ab_type = kc::ElemType::kBF16, p.y = o.y, p.bias = o.bias;
-      p.act = kc::Activation::kGelu;
-      auto with = [&](int i) {
-        p.x = o.x[i % copies], p.w = o.w[i % copies];
-        return p;
-      };
-      const double split = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, 50);
-      double fused = 0;
-      for (auto v : kc::kSmallMVariants) {
-        const double us = TimeUs([&](int i) { CHECK(kc::GemmSmallM(with(i), stream, v)); }, 50);
-        fused = fused == 0 ? us : std::min(fused, us);
-      }
-      std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx\n", m, n, k, split, fused,
-                  split / fused);
+      p.m = p.n = p.k = size, p.ab_type = kc::ElemType::kBF16, p.x = o.x[0], p.w = o.w[0];
+      p.y = o.y;
+      if (!kc::Sm90Supported(p)) return;
+      const double us = TimeUs([&](int) { CHECK(kc::GemmSm90(p, stream, tile)); }, 3);
+      std::printf("sm90 bf16 %ld^3 %s: %.1f us, %.1f TFLOP/s\n", size, kc::Sm90TileName(tile), us,
+                  2e-6 * size * size * size / us);
       Free(o);
     }
-  }
 }
 
 void BenchCopies() {
@@ -259,6 +303,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (want("gemm")) BenchGemm(cublas, hbm);
+  if (!sections.empty() && want("sm90")) BenchSm90();
   if (want("epilogue")) BenchEpilogue(cublas);
   if (want("copy")) BenchCopies();
   return 0;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <set>
 
 #include "cuda/elementwise.h"
@@ -376,10 +378,36 @@ std::string Describe(const GpuModel& m) {
          " MiB of weights on GPU " + std::to_string(m.device);
 }
 
+// Which implementation runs a GEMM at a row count: cuBLAS, one of Nereid's small-M kernels, or
+// Nereid's Hopper kernel with one of its tiles.
 struct GemmChoice {
-  bool custom = false;  // Nereid's small-M kernel instead of cuBLAS
+  enum class Impl { kCublas, kSmallM, kSm90 } impl = Impl::kCublas;
   kc::SmallMVariant variant = kc::SmallMVariant::kWarpRows2;
+  kc::Sm90Tile tile = kc::Sm90Tile::k128x256;
+
+  std::string Name() const {
+    switch (impl) {
+      case Impl::kSmallM:
+        return kc::SmallMVariantName(variant);
+      case Impl::kSm90:
+        return kc::Sm90TileName(tile);
+      default:
+        return "cuBLAS";
+    }
+  }
+  bool operator==(const GemmChoice& o) const { return Name() == o.Name(); }
 };
+
+// The row counts GEMMs are tuned at: every count up to 16, then buckets about 1.5x apart (24, 32,
+// 48, 64, 96, ...); a batch runs with the choice made for the smallest bucket that holds it.
+int64_t TuneBucket(int64_t rows) {
+  int64_t b = 16;
+  if (rows <= b) return rows < 1 ? 1 : rows;
+  while (b < rows) b = (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4;
+  return b;
+}
+// Buckets tuned when an instance starts; larger ones on first use.
+constexpr int64_t kEagerTuneRows = 64;
 
 class GpuInstance {
  public:
@@ -398,7 +426,9 @@ class GpuInstance {
     CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
-    RETURN_IF_ERROR(Tune());
+    choices_.assign(m_->steps.size(), {});
+    for (int64_t rows = 1; rows <= kEagerTuneRows; rows = TuneBucket(rows + 1))
+      RETURN_IF_ERROR(Tune(rows));
     return Status::Ok();
   }
 
@@ -410,6 +440,10 @@ class GpuInstance {
     if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     RETURN_IF_ERROR(Grow(rows));
+    if (const int64_t bucket = TuneBucket(rows); tuned_.count(bucket) == 0) {
+      RETURN_IF_ERROR(Grow(bucket));
+      RETURN_IF_ERROR(Tune(bucket));
+    }
     *start_ns = NereidNowNs();
     // Which copies go straight between request memory and the device (bit i: input i; bit
     // inputs + o: output o); the others pass through staging. A graph is captured per row count
@@ -595,10 +629,8 @@ class GpuInstance {
       const int64_t count = rows * out.row_elems;
       switch (s.kind) {
         case Step::kGemm: {
-          const GemmChoice* choice = rows <= kc::kSmallMMax && !choices_.empty()
-                                         ? &choices_[&s - m_->steps.data()][rows]
-                                         : nullptr;
-          RETURN_IF_ERROR(RunGemm(s, rows, choice));
+          RETURN_IF_ERROR(
+              RunGemm(s, rows, Choice(static_cast<size_t>(&s - m_->steps.data()), rows)));
           break;
         }
         case Step::kBinary: {
@@ -636,22 +668,30 @@ class GpuInstance {
     return p;
   }
 
-  // One GEMM: Nereid's small-M kernel where tuning found it faster for this layer and row count,
-  // cuBLAS (with the epilogue kernel) otherwise.
+  // The implementation tuning picked for GEMM step 'step' at 'rows' (cuBLAS where none was).
+  const GemmChoice* Choice(size_t step, int64_t rows) const {
+    if (step >= choices_.size()) return nullptr;
+    auto it = choices_[step].find(TuneBucket(rows));
+    return it == choices_[step].end() ? nullptr : &it->second;
+  }
+
+  // One GEMM on the implementation 'choice' names (cuBLAS with the epilogue kernel when null).
   Status RunGemm(const Step& s, int64_t rows, const GemmChoice* choice) {
     const kc::GemmProblem p = Problem(s, rows);
-    if (choice != nullptr && choice->custom)
+    if (choice != nullptr && choice->impl == GemmChoice::Impl::kSmallM)
       return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "GEMM kernel");
+    if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
+      return CudaError(kc::GemmSm90(p, stream_, choice->tile), "GEMM kernel");
     if (std::string e = cublas_->Run(p, static_cast<float*>(acc_.data)); !e.empty())
       return Internal(e);
     return Status::Ok();
   }
 
-  // Times, for every GEMM of the graph and every row count up to kSmallMMax, each small-M variant
-  // against cuBLAS on this device (20 launches each after 3 warm-ups, on non-zero data) and keeps
-  // the fastest: cuBLAS stays wherever the custom kernels do not win by 5%.
-  Status Tune() {
-    RETURN_IF_ERROR(Grow(kc::kSmallMMax));
+  // Times, for every GEMM of the graph at 'rows' rows (a TuneBucket), each of Nereid's kernels
+  // that can run it against cuBLAS on this device (20 launches each after 3 warm-ups, on non-zero
+  // data) and keeps the fastest: cuBLAS stays wherever the custom kernels do not win by 5%.
+  Status Tune(int64_t rows) {
+    RETURN_IF_ERROR(Grow(rows));
     // A small non-zero pattern (about 0.0115 as fp32, bf16 or fp16): never time on zeros.
     for (size_t id = 0; id < m_->values.size(); ++id) {
       const ValueSpec& v = m_->values[id];
@@ -664,10 +704,10 @@ class GpuInstance {
     cudaEvent_t start, stop;
     CUDA_RETURN(cudaEventCreate(&start), "cudaEventCreate");
     CUDA_RETURN(cudaEventCreate(&stop), "cudaEventCreate");
-    auto time = [&](const Step& s, int64_t rows, const GemmChoice* choice) -> StatusOr<float> {
-      for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(RunGemm(s, rows, choice));
+    auto time = [&](const Step& s, const GemmChoice& choice) -> StatusOr<float> {
+      for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
       CUDA_RETURN(cudaEventRecord(start, stream_), "cudaEventRecord");
-      for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(RunGemm(s, rows, choice));
+      for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
       CUDA_RETURN(cudaEventRecord(stop, stream_), "cudaEventRecord");
       CUDA_RETURN(cudaEventSynchronize(stop), "GEMM tuning");
       float ms = 0;
@@ -675,45 +715,54 @@ class GpuInstance {
       return ms;
     };
     Status status = Status::Ok();
-    choices_.assign(m_->steps.size(), {});
     for (size_t i = 0; i < m_->steps.size() && status.ok(); ++i) {
       const Step& s = m_->steps[i];
       if (s.kind != Step::kGemm) continue;
-      for (int64_t rows = 1; rows <= kc::kSmallMMax && status.ok(); ++rows) {
-        if (!kc::SmallMSupported(Problem(s, rows))) continue;
-        auto best = time(s, rows, nullptr);
-        if (!best.ok()) {
-          status = best.status();
+      const kc::GemmProblem p = Problem(s, rows);
+      std::vector<GemmChoice> candidates;
+      for (auto variant : kc::kSmallMVariants)
+        if (kc::SmallMSupported(p, variant))
+          candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
+      if (kc::Sm90Supported(p))
+        for (auto tile : kc::kSm90Tiles) candidates.push_back({GemmChoice::Impl::kSm90, {}, tile});
+      GemmChoice chosen;
+      auto best = time(s, chosen);
+      for (size_t c = 0; c < candidates.size() && best.ok(); ++c) {
+        auto t = time(s, candidates[c]);
+        if (!t.ok()) {
+          best = t.status();
           break;
         }
-        for (auto variant : kc::kSmallMVariants) {
-          GemmChoice candidate{true, variant};
-          auto t = time(s, rows, &candidate);
-          if (!t.ok()) {
-            status = t.status();
-            break;
-          }
-          // Our kernel must win clearly (5%): a tie stays with cuBLAS.
-          if (*t < *best * 0.95f) *best = *t, choices_[i][rows] = candidate;
-        }
+        // Our kernel must win clearly (5%): a tie stays with cuBLAS.
+        if (*t < *best * 0.95f) *best = *t, chosen = candidates[c];
       }
+      if (!best.ok()) status = best.status();
+      choices_[i][rows] = chosen;
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
+    if (status.ok()) tuned_.insert(rows);
     return status;
   }
 
-  // For the load log: per GEMM, the row counts Nereid's own kernel runs.
+  // For the load log: per GEMM, the implementation per range of tuned row counts.
   std::string Choices() const {
     std::string out;
     int gemm = 0;
     for (size_t i = 0; i < choices_.size(); ++i) {
       if (m_->steps[i].kind != Step::kGemm) continue;
-      std::string rows;
-      for (int64_t r = 1; r <= kc::kSmallMMax; ++r)
-        if (choices_[i][r].custom) rows += (rows.empty() ? "" : ",") + std::to_string(r);
-      out += (out.empty() ? "" : "; ") + std::string("GEMM ") + std::to_string(gemm++) + ": " +
-             (rows.empty() ? "cuBLAS" : "own kernel at rows " + rows + ", else cuBLAS");
+      std::string ranges;
+      const auto& by_rows = choices_[i];
+      for (auto it = by_rows.begin(); it != by_rows.end();) {
+        auto last = it;
+        int64_t first_rows = it == by_rows.begin() ? 1 : std::prev(it)->first + 1;
+        while (std::next(last) != by_rows.end() && std::next(last)->second == it->second) ++last;
+        ranges += (ranges.empty() ? "" : ", ") + std::string("rows ") + std::to_string(first_rows) +
+                  "-" + std::to_string(last->first) + " " + it->second.Name();
+        it = std::next(last);
+      }
+      out +=
+          (out.empty() ? "" : "; ") + std::string("GEMM ") + std::to_string(gemm++) + ": " + ranges;
     }
     return out;
   }
@@ -761,8 +810,9 @@ class GpuInstance {
   std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
   std::vector<void*> direct_dst_;  // per output: this run's direct destination, or null
-  // Per step (GEMMs only) and row count 0..kSmallMMax: which implementation Tune() picked.
-  std::vector<std::array<GemmChoice, kc::kSmallMMax + 1>> choices_;
+  // Per step (GEMMs only), by tuned row count (TuneBucket): which implementation Tune() picked.
+  std::vector<std::map<int64_t, GemmChoice>> choices_;
+  std::set<int64_t> tuned_;  // the row counts Tune() has run for
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {

@@ -152,6 +152,158 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
   ReduceAndStore<M, kRows>(acc, lane, row0, m, n, alpha, bias, act, residual, y);
 }
 
+// ---- GemmSmallM on the tensor cores (kTensorCore16/32) --------------------------------------
+// y^T = w x^T as mma.sync tiles: 16 rows of w are the MMA's rows (A), 8 rows of x its columns (B).
+// A "chunk" of k is what four lanes cover with one 16-byte load each (32 bf16/fp16, 16 fp32). The
+// MMA's k order is free as long as A and B agree, so lane (g, t) of the warp takes w rows g and
+// g + 8 and x row g at k = chunk + 16t/elem .. +16 bytes, and those registers are the fragments as
+// they stand: m16n8k16 (bf16/fp16) or m16n8k8 (tf32) twice per chunk, no shuffles, no shared
+// memory on the way in. The block's 8 warps split the chunks; partial sums meet in shared memory.
+constexpr int kTcWarps = 8;
+
+template <typename T>
+__device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const uint4& w_hi,
+                                         const uint4& xv) {
+  // Halves of the 16-byte loads: (x, y) feed the first MMA, (z, w) the second.
+  const uint32_t a0[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y}, b0[2] = {xv.x, xv.y};
+  const uint32_t a1[4] = {w_lo.z, w_hi.z, w_lo.w, w_hi.w}, b1[2] = {xv.z, xv.w};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t* a = half == 0 ? a0 : a1;
+    const uint32_t* b = half == 0 ? b0 : b1;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else if constexpr (std::is_same_v<T, __half>) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else {
+      asm volatile(
+          "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+  }
+}
+
+// Streamed once: no L1 allocation.
+__device__ __forceinline__ uint4 LoadStream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// kRT: 16-row tiles of w per block; kNT: 8-row tiles of x (m <= 8 kNT).
+template <typename T, int kRT, int kNT, typename OutT>
+__global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
+    Activation act, int m, int n, int k, const T* __restrict__ x, const T* __restrict__ w,
+    float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
+  constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
+  constexpr int kChunk = 4 * V;
+  constexpr int U = 4;  // chunks in flight per warp
+  __shared__ float partial[kTcWarps][kRT][kNT][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * 16 * kRT;
+  const int chunks = k / kChunk;
+
+  const T* wp[kRT][2];
+#pragma unroll
+  for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = min(n0 + rt * 16 + g + 8 * h, n - 1);  // past n: computed, never stored
+      wp[rt][h] = w + static_cast<int64_t>(row) * k + V * t;
+    }
+  const T* xp[kNT];
+  bool x_ok[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    x_ok[nt] = nt * 8 + g < m;
+    xp[nt] = x + static_cast<int64_t>(x_ok[nt] ? nt * 8 + g : 0) * k + V * t;
+  }
+
+  float acc[kRT][kNT][4] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int c0 = warp; c0 < chunks; c0 += kTcWarps * U) {
+    uint4 wv[U][kRT][2], xv[U][kNT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * kTcWarps;
+      const bool ok = c < chunks;
+      const int64_t off = static_cast<int64_t>(c) * kChunk;
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[u][rt][h] = ok ? LoadStream(wp[rt][h] + off) : zero;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        xv[u][nt] = ok && x_ok[nt] ? __ldg(reinterpret_cast<const uint4*>(xp[nt] + off)) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          MmaChunk<T>(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
+  }
+
+#pragma unroll
+  for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) partial[warp][rt][nt][r][lane] = acc[rt][nt][r];
+  __syncthreads();
+  // C fragment of m16n8: register r of lane (g, t) is w row g + 8 (r / 2), x row 2t + r % 2.
+  constexpr int kValues = kRT * kNT * 4 * 32;
+  for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) {
+    const int src = i % 32, r = i / 32 % 4, nt = i / 128 % kNT, rt = i / (128 * kNT);
+    float sum = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kTcWarps; ++wi) sum += partial[wi][rt][nt][r][src];
+    const int col = n0 + rt * 16 + src / 4 + 8 * (r / 2);
+    const int row = nt * 8 + 2 * (src % 4) + r % 2;
+    if (row >= m || col >= n) continue;
+    float v = alpha * sum;
+    if (bias != nullptr) v += bias[col];
+    v = ActivateAny(act, v);
+    const int64_t at = static_cast<int64_t>(row) * n + col;
+    if (residual != nullptr) v += ToFloat(residual[at]);
+    y[at] = FromFloat<OutT>(v);
+  }
+}
+
+template <typename T, int kRT, int kNT, typename OutT>
+void LaunchTensorCoreKernel(const GemmProblem& p, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT));
+  SmallMTensorCoreKernel<T, kRT, kNT, OutT><<<grid, kTcWarps * 32, 0, stream>>>(
+      p.act, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
+      static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.alpha, p.bias,
+      static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
+}
+
+template <typename T, int kRT, typename OutT>
+void LaunchTensorCore(const GemmProblem& p, cudaStream_t stream) {
+  if (p.m <= 8)
+    LaunchTensorCoreKernel<T, kRT, 1, OutT>(p, stream);
+  else if (p.m <= 16)
+    LaunchTensorCoreKernel<T, kRT, 2, OutT>(p, stream);
+  else if (p.m <= 32)
+    LaunchTensorCoreKernel<T, kRT, 4, OutT>(p, stream);
+  else  // 33..64: one row tile, so the partial sums stay within 32 KiB of shared memory
+    LaunchTensorCoreKernel<T, 1, 8, OutT>(p, stream);
+}
+
 template <typename T, int M, int kRows, typename OutT>
 void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream) {
   const auto* x = static_cast<const T*>(p.x);
@@ -192,7 +344,15 @@ void LaunchForM(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream
 
 template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
-  if (variant == SmallMVariant::kWarpRows2)
+  if (variant == SmallMVariant::kTensorCore16 || variant == SmallMVariant::kTensorCore32) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!p.tf32) return cudaErrorInvalidValue;  // exact fp32 stays on the CUDA cores
+    }
+    if (variant == SmallMVariant::kTensorCore16)
+      LaunchTensorCore<T, 1, OutT>(p, stream);
+    else
+      LaunchTensorCore<T, 2, OutT>(p, stream);
+  } else if (variant == SmallMVariant::kWarpRows2)
     LaunchForM<T, 2, OutT>(variant, p, stream);
   else
     LaunchForM<T, 4, OutT>(variant, p, stream);
@@ -227,13 +387,19 @@ std::string CublasError(const char* what, cublasStatus_t status) {
 
 }  // namespace
 
-bool SmallMSupported(const GemmProblem& p) {
+bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
   const bool float_types =
       p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16;
-  const int64_t vec = 16 / static_cast<int64_t>(ElemSize(p.ab_type));
+  const bool tensor_core = v == SmallMVariant::kTensorCore16 || v == SmallMVariant::kTensorCore32;
+  // Tensor-core chunks are four 16-byte vectors of k; the CUDA-core kernels step one vector.
+  const int64_t vec = 16 / static_cast<int64_t>(ElemSize(p.ab_type)) * (tensor_core ? 4 : 1);
   const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
-  return float_types && out_ok && p.m >= 1 && p.m <= kSmallMMax && p.n >= 1 && p.k >= vec &&
-         p.k % vec == 0 && Aligned16(p.x) && Aligned16(p.w);
+  const bool type_ok = tensor_core ? p.ab_type != ElemType::kF32 || p.tf32 : true;
+  constexpr int64_t kIntMax = 0x7fffffff;
+  return float_types && type_ok && out_ok && p.m >= 1 &&
+         p.m <= (tensor_core ? kSmallMMax : kSmallMCudaCoreMax) && p.n >= 1 && p.n <= kIntMax &&
+         p.k >= vec && p.k <= kIntMax && p.k % vec == 0 && p.n * p.k <= (int64_t{1} << 62) &&
+         Aligned16(p.x) && Aligned16(p.w);
 }
 
 const char* SmallMVariantName(SmallMVariant v) {
@@ -244,12 +410,16 @@ const char* SmallMVariantName(SmallMVariant v) {
       return "warp-rows-4";
     case SmallMVariant::kSharedX:
       return "shared-x";
+    case SmallMVariant::kTensorCore16:
+      return "tensor-core-16";
+    case SmallMVariant::kTensorCore32:
+      return "tensor-core-32";
   }
   return "?";
 }
 
 cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream, SmallMVariant variant) {
-  if (!SmallMSupported(p)) return cudaErrorInvalidValue;
+  if (!SmallMSupported(p, variant)) return cudaErrorInvalidValue;
   switch (p.ab_type) {
     case ElemType::kF32:
       return LaunchSmallMOut<float>(p, variant, stream);

@@ -4,6 +4,11 @@
 //
 //  - GemmSmallM: Nereid's own kernel for serving batches (m <= 16): each warp streams rows of w
 //    once, 16 bytes per load, with the epilogue fused into its stores.
+//  - GemmSmallM kTensorCore16/32: the same streaming of w on the tensor cores (mma.sync), for
+//    m <= 64: w's rows are the MMA's rows and x's rows its columns, with k permuted inside each
+//    16-byte load so every load feeds the MMA fragments directly.
+//  - GemmSm90: Nereid's Hopper GEMM (sm_90a: TMA, wgmma, a persistent warp-specialized grid) for
+//    shapes that fill the GPU, epilogue fused.
 //  - CublasGemm: cuBLAS (cublasGemmEx) with the epilogue as a second kernel; the fallback for
 //    every shape the custom kernels do not cover, and the reference in bench/bench_gpu_gemm.cu.
 #pragma once
@@ -30,20 +35,36 @@ struct GemmProblem {
   bool tf32 = false;  // kF32 operands on the tensor cores (TF32) instead of exact fp32
 };
 
-// The largest m GemmSmallM takes.
-constexpr int64_t kSmallMMax = 16;
-// Whether GemmSmallM can run 'p' (m <= kSmallMMax, k a multiple of one 16-byte vector, 16-byte
-// aligned x and w, y in fp32 or in the operands' type).
-bool SmallMSupported(const GemmProblem& p);
-// kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1; kSharedX: x staged in
-// shared memory per block and tile of k, each warp streaming 4 rows of w (fewer x reads for m > 1).
-// Which wins depends on the shape: the engine times them against cuBLAS per layer and row count.
-enum class SmallMVariant { kWarpRows2, kWarpRows4, kSharedX };
+// kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1 (CUDA cores, m <= 16);
+// kSharedX: x staged in shared memory per block and tile of k, each warp streaming 4 rows of w
+// (fewer x reads for m > 1; m <= 16); kTensorCore16/32: a block of 8 warps streams 16 or 32 rows of
+// w on the tensor cores, the warps splitting k (bf16, fp16 and tf32 only; m <= 64, k a multiple of
+// 32 bf16/fp16 or 16 fp32). Which wins depends on the shape: the engine times them against cuBLAS
+// per layer and row count.
+enum class SmallMVariant { kWarpRows2, kWarpRows4, kSharedX, kTensorCore16, kTensorCore32 };
 constexpr SmallMVariant kSmallMVariants[] = {SmallMVariant::kWarpRows2, SmallMVariant::kWarpRows4,
-                                             SmallMVariant::kSharedX};
+                                             SmallMVariant::kSharedX, SmallMVariant::kTensorCore16,
+                                             SmallMVariant::kTensorCore32};
+// The largest m any GemmSmallM variant takes, and the largest the CUDA-core variants take.
+constexpr int64_t kSmallMMax = 64;
+constexpr int64_t kSmallMCudaCoreMax = 16;
+// Whether GemmSmallM 'v' can run 'p' (m within the variant's limit, k a multiple of its vector,
+// 16-byte aligned x and w, y in fp32 or in the operands' type).
+bool SmallMSupported(const GemmProblem& p, SmallMVariant v);
 const char* SmallMVariantName(SmallMVariant v);
 cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream,
                        SmallMVariant variant = SmallMVariant::kWarpRows2);
+
+// GemmSm90's output tile: 128 x 256 (fewer operand reads per FLOP) or 128 x 128 (twice the
+// tiles, for shapes whose 128 x 256 tiles leave SMs idle).
+enum class Sm90Tile { k128x256, k128x128 };
+constexpr Sm90Tile kSm90Tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128};
+const char* Sm90TileName(Sm90Tile t);
+// Whether GemmSm90 can run 'p' on the current device: an sm_90a build on a compute capability 9.0
+// GPU, bf16/fp16 operands or fp32 with tf32, k * element size a multiple of 16 bytes, 16-byte
+// aligned x and w, y in fp32 or the operands' type.
+bool Sm90Supported(const GemmProblem& p);
+cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, Sm90Tile tile = Sm90Tile::k128x256);
 
 class CublasGemm {
  public:

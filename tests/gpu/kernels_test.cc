@@ -161,16 +161,29 @@ void CheckGemm(const GemmCase& c, const std::function<void(GemmProblem&)>& run) 
   EXPECT_LE(err, Tolerance(c.ab, c.out, c.tf32)) << Describe(c);
 }
 
-std::vector<GemmCase> GemmCases(bool small_m_only) {
+enum class ShapeSet { kSmallM, kTensorCoreSmallM, kGeneral, kSm90 };
+
+std::vector<GemmCase> GemmCases(ShapeSet set) {
+  using Shapes = std::vector<std::array<int64_t, 3>>;
+  Shapes shapes;
+  switch (set) {
+    case ShapeSet::kSmallM:
+      shapes = {{1, 1000, 1024}, {3, 257, 512}, {8, 64, 4096}, {16, 130, 136}, {5, 33, 8192}};
+      break;
+    case ShapeSet::kTensorCoreSmallM:  // every x-tile count (m <= 8, 16, 32, 64), ragged n
+      shapes = {{1, 1000, 1024}, {7, 257, 512},   {16, 64, 4096},
+                {29, 130, 160},  {64, 2048, 256}, {41, 33, 8192}};
+      break;
+    case ShapeSet::kGeneral:
+      shapes = {{1, 1000, 1024}, {33, 129, 72}, {64, 256, 512}, {257, 100, 96}};
+      break;
+    case ShapeSet::kSm90:  // ragged edges in every dimension, k shorter than one block, and more
+                           // tiles than SMs (the persistent loop)
+      shapes = {{1, 1000, 1024},   {77, 129, 136},   {128, 256, 64},  {257, 300, 520},
+                {300, 1000, 1024}, {2304, 2048, 64}, {384, 512, 2048}};
+      break;
+  }
   std::vector<GemmCase> cases;
-  const std::vector<std::array<int64_t, 3>> shapes =
-      small_m_only ? std::vector<std::array<int64_t, 3>>{{1, 1000, 1024},
-                                                         {3, 257, 512},
-                                                         {8, 64, 4096},
-                                                         {16, 130, 136},
-                                                         {5, 33, 8192}}
-                   : std::vector<std::array<int64_t, 3>>{
-                         {1, 1000, 1024}, {33, 129, 72}, {64, 256, 512}, {257, 100, 96}};
   int variant = 0;
   for (const auto& s : shapes)
     for (ElemType ab : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
@@ -184,15 +197,44 @@ std::vector<GemmCase> GemmCases(bool small_m_only) {
   return cases;
 }
 
+bool TensorCoreVariant(kernels::cuda::SmallMVariant v) {
+  return v == kernels::cuda::SmallMVariant::kTensorCore16 ||
+         v == kernels::cuda::SmallMVariant::kTensorCore32;
+}
+
 TEST(CudaGemm, SmallMMatchesFloat64Reference) {
   NEREID_REQUIRE_GPU();
-  for (auto variant : kernels::cuda::kSmallMVariants)
-    for (const auto& c : GemmCases(true))
+  for (auto variant : kernels::cuda::kSmallMVariants) {
+    const bool tc = TensorCoreVariant(variant);
+    int ran = 0;
+    for (const auto& c : GemmCases(tc ? ShapeSet::kTensorCoreSmallM : ShapeSet::kSmallM)) {
+      // Exact fp32 never runs on the tensor cores; every other case must be supported.
+      if (tc && c.ab == ElemType::kF32 && !c.tf32) continue;
+      ++ran;
       CheckGemm(c, [&](GemmProblem& p) {
-        ASSERT_TRUE(kernels::cuda::SmallMSupported(p)) << Describe(c);
+        ASSERT_TRUE(kernels::cuda::SmallMSupported(p, variant)) << Describe(c);
         ASSERT_EQ(kernels::cuda::GemmSmallM(p, nullptr, variant), cudaSuccess)
             << Describe(c) << " " << kernels::cuda::SmallMVariantName(variant);
       });
+    }
+    EXPECT_GT(ran, 10) << kernels::cuda::SmallMVariantName(variant);
+  }
+}
+
+TEST(CudaGemm, Sm90MatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
+  for (auto tile : kernels::cuda::kSm90Tiles)
+    for (const auto& c : GemmCases(ShapeSet::kSm90)) {
+      if (c.ab == ElemType::kF32 && !c.tf32) continue;
+      CheckGemm(c, [&](GemmProblem& p) {
+        ASSERT_TRUE(kernels::cuda::Sm90Supported(p)) << Describe(c);
+        ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, tile), cudaSuccess)
+            << Describe(c) << " " << kernels::cuda::Sm90TileName(tile);
+      });
+    }
 }
 
 TEST(CudaGemm, CublasWithEpilogueMatchesFloat64Reference) {
@@ -202,7 +244,7 @@ TEST(CudaGemm, CublasWithEpilogueMatchesFloat64Reference) {
   {
     CublasGemm gemm;
     ASSERT_EQ(gemm.Init(stream), "");
-    for (const auto& c : GemmCases(false))
+    for (const auto& c : GemmCases(ShapeSet::kGeneral))
       CheckGemm(c, [&](GemmProblem& p) {
         DeviceBuffer acc(std::max<int64_t>(CublasGemm::AccumulatorFloats(p), 1) * 4);
         ASSERT_EQ(gemm.Run(p, static_cast<float*>(acc.get())), "") << Describe(c);
@@ -213,17 +255,41 @@ TEST(CudaGemm, CublasWithEpilogueMatchesFloat64Reference) {
 }
 
 TEST(CudaGemm, SmallMRefusesWhatItCannotRun) {
+  using kernels::cuda::SmallMSupported;
+  using kernels::cuda::SmallMVariant;
   GemmProblem p;
   p.m = 17, p.n = 8, p.k = 64, p.ab_type = ElemType::kBF16;
   alignas(16) static char buf[16];
   p.x = p.w = buf;
-  EXPECT_FALSE(kernels::cuda::SmallMSupported(p));  // m over the limit
+  EXPECT_FALSE(SmallMSupported(p, SmallMVariant::kWarpRows2));  // m over the CUDA-core limit
+  EXPECT_TRUE(SmallMSupported(p, SmallMVariant::kTensorCore16));
+  p.m = 65;
+  EXPECT_FALSE(SmallMSupported(p, SmallMVariant::kTensorCore32));  // m over the limit
   p.m = 4, p.k = 60;
-  EXPECT_FALSE(kernels::cuda::SmallMSupported(p));  // k not a multiple of 8 bf16
+  EXPECT_FALSE(SmallMSupported(p, SmallMVariant::kWarpRows4));  // k not a multiple of 8 bf16
+  p.k = 48;
+  EXPECT_TRUE(SmallMSupported(p, SmallMVariant::kSharedX));
+  EXPECT_FALSE(SmallMSupported(p, SmallMVariant::kTensorCore16));  // nor of 32 bf16
   p.k = 64, p.x = buf + 2;
-  EXPECT_FALSE(kernels::cuda::SmallMSupported(p));  // misaligned
+  EXPECT_FALSE(SmallMSupported(p, SmallMVariant::kWarpRows2));  // misaligned
   p.x = buf;
-  EXPECT_TRUE(kernels::cuda::SmallMSupported(p));
+  EXPECT_TRUE(SmallMSupported(p, SmallMVariant::kWarpRows2));
+  p.ab_type = ElemType::kF32;
+  EXPECT_FALSE(SmallMSupported(p, SmallMVariant::kTensorCore16));  // exact fp32
+  p.tf32 = true;
+  EXPECT_TRUE(SmallMSupported(p, SmallMVariant::kTensorCore16));
+}
+
+TEST(CudaGemm, Sm90RefusesWhatItCannotRun) {
+  GemmProblem p;
+  p.m = 256, p.n = 256, p.k = 64, p.ab_type = ElemType::kF32;
+  alignas(16) static char buf[16];
+  p.x = p.w = buf;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // exact fp32
+  p.ab_type = ElemType::kBF16, p.k = 12;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // rows of 24 bytes: TMA needs multiples of 16
+  p.k = 64, p.w = buf + 8;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // misaligned
 }
 
 }  // namespace

@@ -1,0 +1,445 @@
+// GemmSm90: Nereid's GEMM for Hopper (sm_90a) at shapes that fill the GPU.
+//
+// A persistent grid (one block per SM) walks the output tiles (128 x BN) in groups of 8 tile-rows
+// so that neighbouring blocks share operands in L2. Each block has three warpgroups:
+//  - the producer (one thread) loads 128-byte-wide K blocks of x and w with TMA into a ring of
+//    shared-memory stages, swizzled (128B) the way wgmma reads them, each stage guarded by a "full"
+//    and an "empty" mbarrier;
+//  - two consumers each own 64 rows of the tile and issue wgmma.mma_async (64 x BN x K-step) on the
+//    staged operands, keeping one stage's MMAs in flight while releasing the stage before;
+//  - after the tile's last K block the consumers apply the epilogue (alpha, bias, activation,
+//    residual, conversion) from their accumulator registers straight to global memory, while the
+//    producer already fills the stages for their next tile.
+// Operands are K-major on both sides (x is m x k, w is n x k), which is what wgmma wants for every
+// type, tf32 included; TMA zero-fills whatever lies past m, n or k, so edges need no special case.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/device_math.cuh"
+#include "cuda/gemm.h"
+#include "cuda/wgmma.cuh"
+
+namespace nereid::kernels::cuda {
+namespace {
+
+constexpr int kBM = 128;        // tile rows (two consumer warpgroups of 64)
+constexpr int kRowBytes = 128;  // one K block of one row: the span of the 128-byte swizzle
+constexpr int kGroupM = 8;      // tile-rows walked together (L2 reuse)
+constexpr int kThreads = 384;   // producer + two consumers
+
+template <int BN>
+constexpr int Stages() {
+  return BN == 256 ? 4 : 6;  // 48 or 32 KiB per stage; 192 KiB either way
+}
+// The epilogue passes each consumer warp's 16 x BN accumulators through shared memory in chunks of
+// 16 x kEpiCols (rows padded to kEpiStride floats), so one rolled loop per chunk applies the
+// epilogue with coalesced stores: unrolled per register, the epilogue's code (activations
+// included) grew the kernel past 300 KiB and instruction fetch, not the tensor cores, set its pace.
+constexpr int kEpiCols = 64;
+constexpr int kEpiStride = kEpiCols + 2;
+constexpr int kConsumerWarps = 8;
+constexpr size_t kEpiBytes = size_t{kConsumerWarps} * 16 * kEpiStride * sizeof(float);
+template <int BN>
+constexpr size_t SmemBytes() {
+  // + 1024 to align the stages to the swizzle atom, + the epilogue buffer, + the barriers.
+  return static_cast<size_t>(Stages<BN>()) * (kBM + BN) * kRowBytes + 1024 + kEpiBytes +
+         2 * Stages<BN>() * 8;
+}
+static_assert(SmemBytes<256>() <= 232448 && SmemBytes<128>() <= 232448,
+              "over Hopper's 227 KiB of shared memory per block");
+
+struct Sm90Args {
+  int m, n, k;
+  float alpha;
+  const float* bias;
+  const void* residual;
+  void* y;
+  Activation act;
+};
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void BarInit(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count));
+}
+__device__ __forceinline__ void BarExpectTx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
+}
+// Waits until the barrier's phase with the given parity has completed.
+__device__ __forceinline__ void BarWait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(SmemAddr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// TMA: the box at (c0 = k offset, c1 = row offset) of 'map' into shared memory, completing 'bar'.
+__device__ __forceinline__ void TmaLoad(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
+                                        int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(SmemAddr(bar))
+      : "memory");
+}
+
+// wgmma's shared-memory matrix descriptor for a K-major operand in 128-byte-swizzled rows: start
+// address, leading offset (unused with this swizzle), stride 1024 bytes between 8-row groups.
+__device__ __forceinline__ uint64_t SmemDesc(const void* p) {
+  const uint64_t addr = SmemAddr(p);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from touching accumulators across the asynchronous MMAs.
+template <int R>
+__device__ __forceinline__ void FenceOperands(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void TileCoords(int tile, int tiles_m, int tiles_n, int* tm, int* tn) {
+  const int per_group = kGroupM * tiles_n;
+  const int first = tile / per_group * kGroupM;
+  const int rows = min(tiles_m - first, kGroupM);
+  const int in = tile % per_group;
+  *tm = first + in % rows;
+  *tn = in / rows;
+}
+
+template <typename OutT>
+__device__ __forceinline__ float Epilogue(const Sm90Args& a, int row, int col, float acc) {
+  float v = a.alpha * acc;
+  if (a.bias != nullptr) v += a.bias[col];
+  v = ActivateAny(a.act, v);
+  if (a.residual != nullptr)
+    v += ToFloat(static_cast<const OutT*>(a.residual)[static_cast<int64_t>(row) * a.n + col]);
+  return v;
+}
+
+// y[0], y[1] = v0, v1 in one store (y aligned to two elements).
+template <typename OutT>
+__device__ __forceinline__ void StoreTwo(OutT* y, float v0, float v1) {
+  if constexpr (std::is_same_v<OutT, float>) {
+    *reinterpret_cast<float2*>(y) = make_float2(v0, v1);
+  } else {
+    OutT pair[2] = {FromFloat<OutT>(v0), FromFloat<OutT>(v1)};
+    *reinterpret_cast<uint32_t*>(y) = *reinterpret_cast<const uint32_t*>(pair);
+  }
+}
+
+// Two neighbouring outputs of one row (col even); paired stores where n keeps them aligned.
+template <typename OutT>
+__device__ __forceinline__ void StorePair(const Sm90Args& a, int row, int col, float v0, float v1) {
+  if (row >= a.m || col >= a.n) return;
+  OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(row) * a.n + col;
+  const float e0 = Epilogue<OutT>(a, row, col, v0);
+  if (col + 1 < a.n && (a.n & 1) == 0) {
+    StoreTwo(y, e0, Epilogue<OutT>(a, row, col + 1, v1));
+    return;
+  }
+  y[0] = FromFloat<OutT>(e0);
+  if (col + 1 < a.n) y[1] = FromFloat<OutT>(Epilogue<OutT>(a, row, col + 1, v1));
+}
+
+template <typename T, int BN, typename OutT>
+__global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant__ CUtensorMap map_x,
+                                                          const __grid_constant__ CUtensorMap map_w,
+                                                          const Sm90Args a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Mma = sm90::Wgmma<T, BN>;
+  constexpr int kStages = Stages<BN>();
+  constexpr int kBK = kRowBytes / static_cast<int>(sizeof(T));
+  constexpr int kStepBytes = Mma::kStep * static_cast<int>(sizeof(T));
+  constexpr uint32_t kStageBytes = (kBM + BN) * kRowBytes;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                                   ~static_cast<uintptr_t>(1023));
+  uint8_t* const a_tiles = smem;                              // kStages x kBM rows
+  uint8_t* const b_tiles = smem + kStages * kBM * kRowBytes;  // kStages x BN rows
+  float* const epi = reinterpret_cast<float*>(b_tiles + kStages * BN * kRowBytes);
+  uint64_t* const full = reinterpret_cast<uint64_t*>(epi + kEpiBytes / sizeof(float));
+  uint64_t* const empty = full + kStages;
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarInit(&full[s], 1);
+      BarInit(&empty[s], 8);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int tiles_m = (a.m + kBM - 1) / kBM, tiles_n = (a.n + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int kblocks = (a.k + kBK - 1) / kBK;
+  int stage = 0;
+  unsigned phase = 0;
+
+  if (warpgroup == 0) {  // producer
+    if (threadIdx.x != 0) return;
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int tm, tn;
+      TileCoords(tile, tiles_m, tiles_n, &tm, &tn);
+      for (int kb = 0; kb < kblocks; ++kb) {
+        BarWait(&empty[stage], phase ^ 1);
+        BarExpectTx(&full[stage], kStageBytes);
+        TmaLoad(a_tiles + stage * kBM * kRowBytes, &map_x, &full[stage], kb * kBK, tm * kBM);
+        TmaLoad(b_tiles + stage * BN * kRowBytes, &map_w, &full[stage], kb * kBK, tn * BN);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  const int half = warpgroup - 1;  // which 64 rows of the tile
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  float d[BN / 2];
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tm, tn;
+    TileCoords(tile, tiles_m, tiles_n, &tm, &tn);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+    int previous = -1;
+    for (int kb = 0; kb < kblocks; ++kb) {
+      BarWait(&full[stage], phase);
+      const uint8_t* at = a_tiles + stage * kBM * kRowBytes + half * 64 * kRowBytes;
+      const uint8_t* bt = b_tiles + stage * BN * kRowBytes;
+      WgmmaFence();
+#pragma unroll
+      for (int s = 0; s < kRowBytes / kStepBytes; ++s)
+        Mma::Run(d, SmemDesc(at + s * kStepBytes), SmemDesc(bt + s * kStepBytes));
+      WgmmaCommit();
+      WgmmaWait<1>();  // the previous stage's MMAs are done: hand it back to the producer
+      if (previous >= 0 && lane == 0) BarArrive(&empty[previous]);
+      previous = stage;
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    WgmmaWait<0>();
+    FenceOperands(d);
+    if (previous >= 0 && lane == 0) BarArrive(&empty[previous]);
+
+    // Accumulator layout of wgmma m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8);
+    // register 4j + 2r + c is column 8j + 2(lane%4) + c of row + 8r. Per chunk of kEpiCols
+    // columns, the warp parks its values in its slice of 'epi', then each lane takes two
+    // neighbouring columns down the 16 rows.
+    float* const slice = epi + (threadIdx.x / 32 - 4) * 16 * kEpiStride;
+    // Paired stores need y's rows to keep pairs aligned (n even).
+    const bool linear = a.act == Activation::kNone && a.residual == nullptr && (a.n & 1) == 0;
+    const int row0 = tm * kBM + half * 64 + warp * 16;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int c = 0; c < BN / kEpiCols; ++c) {
+#pragma unroll
+      for (int jj = 0; jj < kEpiCols / 8; ++jj) {
+        const int j = c * (kEpiCols / 8) + jj;
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<float2*>(slice + (g + 8 * r) * kEpiStride + 8 * jj + 2 * t) =
+              make_float2(d[4 * j + 2 * r], d[4 * j + 2 * r + 1]);
+      }
+      __syncwarp();
+      const int col = tn * BN + c * kEpiCols + 2 * lane;
+      const int rows = min(16, a.m - row0);
+      if (linear && col + 1 < a.n) {
+        // alpha and bias only, both columns in range: the common case, without the general
+        // path's per-element checks.
+        const float b0 = a.bias != nullptr ? a.bias[col] : 0.f;
+        const float b1 = a.bias != nullptr ? a.bias[col + 1] : 0.f;
+        OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(row0) * a.n + col;
+#pragma unroll 4
+        for (int r = 0; r < rows; ++r) {
+          const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
+          StoreTwo(y + static_cast<int64_t>(r) * a.n, fmaf(a.alpha, v.x, b0),
+                   fmaf(a.alpha, v.y, b1));
+        }
+      } else {
+#pragma unroll 1
+        for (int r = 0; r < rows; ++r) {
+          const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
+          StorePair<OutT>(a, row0 + r, col, v.x, v.y);
+        }
+      }
+      __syncwarp();
+    }
+  }
+#endif
+}
+
+// ---- host side ----------------------------------------------------------------------------------
+
+using EncodeTiledFn = PFN_cuTensorMapEncodeTiled_v12000;
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link-time libcuda): null
+// where there is no driver.
+EncodeTiledFn Encoder() {
+  static const EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return EncodeTiledFn{nullptr};
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+constexpr int kMaxDevices = 64;
+
+// Per device: compute capability 9.0 and the SM count (0: not a Hopper GPU we can use).
+int HopperSmCount() {
+  static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, -1 not Hopper, else SMs
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0, minor = 0, sms = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    v = major == 9 && minor == 0 && sms > 0 ? sms : -1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v > 0 ? v : 0;
+}
+
+CUtensorMapDataType TmaType(ElemType t) {
+  switch (t) {
+    case ElemType::kBF16:
+      return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case ElemType::kF16:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    default:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  }
+}
+
+// A rows x k row-major operand read in boxes of box_rows x (128 bytes of k), 128B-swizzled.
+bool MakeMap(CUtensorMap* map, const void* base, ElemType t, int64_t rows, int64_t k,
+             int box_rows) {
+  const auto elem = static_cast<cuuint64_t>(ElemSize(t));
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * elem};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kRowBytes / elem),
+                             static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return Encoder()(map, TmaType(t), 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, int BN, typename OutT>
+cudaError_t Launch(const GemmProblem& p, int sms, cudaStream_t stream) {
+  CUtensorMap map_x, map_w;
+  if (!MakeMap(&map_x, p.x, p.ab_type, p.m, p.k, kBM) ||
+      !MakeMap(&map_w, p.w, p.ab_type, p.n, p.k, BN))
+    return cudaErrorInvalidValue;
+  auto* kernel = &Sm90Kernel<T, BN, OutT>;
+  constexpr size_t kSmem = SmemBytes<BN>();
+  // Per device: the attribute belongs to the function in the current context.
+  static std::atomic<bool> configured[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (!configured[dev].load(std::memory_order_acquire)) {
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kSmem));
+        e != cudaSuccess)
+      return e;
+    configured[dev].store(true, std::memory_order_release);
+  }
+  const int64_t tiles = ((p.m + kBM - 1) / kBM) * ((p.n + BN - 1) / BN);
+  const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);
+  const Sm90Args args{static_cast<int>(p.m),
+                      static_cast<int>(p.n),
+                      static_cast<int>(p.k),
+                      p.alpha,
+                      p.bias,
+                      p.residual,
+                      p.y,
+                      p.act};
+  kernel<<<grid, kThreads, kSmem, stream>>>(map_x, map_w, args);
+  return cudaGetLastError();
+}
+
+template <typename T, typename OutT>
+cudaError_t LaunchTile(const GemmProblem& p, Sm90Tile tile, int sms, cudaStream_t stream) {
+  return tile == Sm90Tile::k128x256 ? Launch<T, 256, OutT>(p, sms, stream)
+                                    : Launch<T, 128, OutT>(p, sms, stream);
+}
+
+template <typename T>
+cudaError_t LaunchOut(const GemmProblem& p, Sm90Tile tile, int sms, cudaStream_t stream) {
+  if (p.out_type == ElemType::kF32) return LaunchTile<T, float>(p, tile, sms, stream);
+  if constexpr (!std::is_same_v<T, float>)
+    if (p.out_type == p.ab_type) return LaunchTile<T, T>(p, tile, sms, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+const char* Sm90TileName(Sm90Tile t) {
+  return t == Sm90Tile::k128x256 ? "sm90-128x256" : "sm90-128x128";
+}
+
+bool Sm90Supported(const GemmProblem& p) {
+  const bool types = p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16 ||
+                     (p.ab_type == ElemType::kF32 && p.tf32);
+  const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
+  const int64_t elem = static_cast<int64_t>(ElemSize(p.ab_type));
+  constexpr int64_t kMax = int64_t{1} << 30;
+  const auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+#if !defined(NEREID_CUDA_SM90A)
+  return false;  // the kernel is compiled only for sm_90a (NEREID_CUDA_ARCHITECTURES)
+#endif
+  return types && out_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 && p.m < kMax && p.n < kMax &&
+         p.k < kMax && (p.k * elem) % 16 == 0 && aligned(p.x) && aligned(p.w) &&
+         Encoder() != nullptr && HopperSmCount() > 0;
+}
+
+cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, Sm90Tile tile) {
+  if (!Sm90Supported(p)) return cudaErrorInvalidValue;
+  const int sms = HopperSmCount();
+  switch (p.ab_type) {
+    case ElemType::kBF16:
+      return LaunchOut<__nv_bfloat16>(p, tile, sms, stream);
+    case ElemType::kF16:
+      return LaunchOut<__half>(p, tile, sms, stream);
+    case ElemType::kF32:
+      return LaunchOut<float>(p, tile, sms, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace nereid::kernels::cuda
