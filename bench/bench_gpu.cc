@@ -120,6 +120,29 @@ void Free(Operands& o) {
 
 const char* Name(kc::ElemType t, bool tf32) { return tf32 ? "tf32" : kc::ElemTypeName(t); }
 
+using Consider = std::function<void(const char*, const std::function<cudaError_t(int)>&)>;
+
+// Every GemmSm90 configuration that can run the problem 'with(i)' returns (the K splits with a
+// workspace of their own), handed to 'consider'.
+void ConsiderSm90(const std::function<kc::GemmProblem(int)>& with, const Consider& consider) {
+  for (const auto& config : kc::kSm90Configs) {
+    kc::GemmProblem p0 = with(0);
+    const int64_t floats = kc::Sm90WorkspaceFloats(p0, config);
+    float* workspace = nullptr;
+    if (floats > 0) CHECK(cudaMalloc(&workspace, floats * 4));
+    p0.workspace = workspace, p0.workspace_floats = floats;
+    if (kc::Sm90Supported(p0, config)) {
+      const std::string name = config.Name();
+      consider(name.c_str(), [&](int i) {
+        kc::GemmProblem p = with(i);
+        p.workspace = workspace, p.workspace_floats = floats;
+        return kc::GemmSm90(p, stream, config);
+      });
+    }
+    if (workspace != nullptr) CHECK(cudaFree(workspace));
+  }
+}
+
 void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
   // BENCH_GPU_VERBOSE=1: every candidate's time, not only the best.
   const bool verbose = std::getenv("BENCH_GPU_VERBOSE") != nullptr;
@@ -153,7 +176,7 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
       const double cublas_us = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
       const double flops = 2.0 * s.m * s.n * s.k;
       double ours_us = 0;
-      const char* variant = "";
+      std::string variant;
       auto consider = [&](const char* name, const std::function<cudaError_t(int)>& launch) {
         const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
         if (verbose)
@@ -164,9 +187,7 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
         if (kc::SmallMSupported(with(0), v))
           consider(kc::SmallMVariantName(v),
                    [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
-      if (kc::Sm90Supported(with(0)))
-        for (auto t : kc::kSm90Tiles)
-          consider(kc::Sm90TileName(t), [&](int i) { return kc::GemmSm90(with(i), stream, t); });
+      ConsiderSm90(with, consider);
       const double bytes = wbytes + s.m * s.k * kc::ElemSize(type) + s.m * s.n * 4.0;
       const double best = ours_us > 0 ? ours_us : cublas_us;  // the roofline of our own kernel
       char roof[32] = "";
@@ -175,7 +196,7 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
       if (ours_us > 0)
         std::printf("%-6s %6ld %6ld %6ld | %10.2f %9.1f | %10.2f %9.1f | %6.2fx | %9s %s\n",
                     Name(type, tf32), s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, ours_us,
-                    flops / ours_us / 1e6, cublas_us / ours_us, roof, variant);
+                    flops / ours_us / 1e6, cublas_us / ours_us, roof, variant.c_str());
       else
         std::printf("%-6s %6ld %6ld %6ld | %10.2f %9.1f | %10s %9s | %7s | %9s\n", Name(type, tf32),
                     s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, "cuBLAS", "", "1.00x", roof);
@@ -212,7 +233,7 @@ void BenchEpilogue(kc::CublasGemm& cublas) {
     const int reps = s.m >= 1024 ? 10 : 50;
     const double split = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
     double fused = 0;
-    const char* kernel = "";
+    std::string kernel;
     auto consider = [&](const char* name, const std::function<cudaError_t(int)>& launch) {
       const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
       if (fused == 0 || us < fused) fused = us, kernel = name;
@@ -221,11 +242,9 @@ void BenchEpilogue(kc::CublasGemm& cublas) {
       if (kc::SmallMSupported(with(0), v))
         consider(kc::SmallMVariantName(v),
                  [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
-    if (kc::Sm90Supported(with(0)))
-      for (auto t : kc::kSm90Tiles)
-        consider(kc::Sm90TileName(t), [&](int i) { return kc::GemmSm90(with(i), stream, t); });
+    ConsiderSm90(with, consider);
     std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx %s\n", s.m, s.n, s.k, split, fused,
-                split / fused, kernel);
+                split / fused, kernel.c_str());
     Free(o);
   }
 }
@@ -233,14 +252,15 @@ void BenchEpilogue(kc::CublasGemm& cublas) {
 // Only Nereid's Hopper GEMM at the square shapes, each tile once (for profiling runs).
 void BenchSm90() {
   for (int64_t size : {4096, 8192})
-    for (auto tile : kc::kSm90Tiles) {
+    for (auto tile : {kc::Sm90Tile::k128x256, kc::Sm90Tile::k128x128}) {
       Operands o = MakeOperands(size, size, size, kc::ElemType::kBF16, 1);
       kc::GemmProblem p;
       p.m = p.n = p.k = size, p.ab_type = kc::ElemType::kBF16, p.x = o.x[0], p.w = o.w[0];
       p.y = o.y;
-      if (!kc::Sm90Supported(p)) return;
-      const double us = TimeUs([&](int) { CHECK(kc::GemmSm90(p, stream, tile)); }, 3);
-      std::printf("sm90 bf16 %ld^3 %s: %.1f us, %.1f TFLOP/s\n", size, kc::Sm90TileName(tile), us,
+      const kc::Sm90Config config{tile, 1};
+      if (!kc::Sm90Supported(p, config)) return;
+      const double us = TimeUs([&](int) { CHECK(kc::GemmSm90(p, stream, config)); }, 3);
+      std::printf("sm90 bf16 %ld^3 %s: %.1f us, %.1f TFLOP/s\n", size, config.Name().c_str(), us,
                   2e-6 * size * size * size / us);
       Free(o);
     }

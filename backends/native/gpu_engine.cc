@@ -383,14 +383,14 @@ std::string Describe(const GpuModel& m) {
 struct GemmChoice {
   enum class Impl { kCublas, kSmallM, kSm90 } impl = Impl::kCublas;
   kc::SmallMVariant variant = kc::SmallMVariant::kWarpRows2;
-  kc::Sm90Tile tile = kc::Sm90Tile::k128x256;
+  kc::Sm90Config sm90{};
 
   std::string Name() const {
     switch (impl) {
       case Impl::kSmallM:
         return kc::SmallMVariantName(variant);
       case Impl::kSm90:
-        return kc::Sm90TileName(tile);
+        return sm90.Name();
       default:
         return "cuBLAS";
     }
@@ -560,10 +560,14 @@ class GpuInstance {
                                static_cast<size_t>(capacity * v.row_elems) * kc::ElemSize(v.type),
                                &buffers_[id]));
     }
+    // cuBLAS's accumulators (rows x n), or the partial sums of a K-split GemmSm90 (up to 4 splits,
+    // tuned only for up to 512 rows: beyond that the tiles alone fill the GPU).
     int64_t acc = 1;
     for (const Step& s : m_->steps)
-      if (s.kind == Step::kGemm) acc = std::max(acc, s.n * capacity);
+      if (s.kind == Step::kGemm)
+        acc = std::max({acc, s.n * capacity, 4 * s.n * std::min<int64_t>(capacity, 512)});
     RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
+    acc_floats_ = acc;
     bool pinned = true;
     for (int dir = 0; dir < 2; ++dir) {
       const auto& ios = dir == 0 ? m_->inputs : m_->outputs;
@@ -665,6 +669,7 @@ class GpuInstance {
     p.out_type = m_->values[s.out].type;
     p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
     p.tf32 = m_->precision == Precision::kTf32;
+    p.workspace = static_cast<float*>(acc_.data), p.workspace_floats = acc_floats_;
     return p;
   }
 
@@ -681,7 +686,7 @@ class GpuInstance {
     if (choice != nullptr && choice->impl == GemmChoice::Impl::kSmallM)
       return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "GEMM kernel");
     if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
-      return CudaError(kc::GemmSm90(p, stream_, choice->tile), "GEMM kernel");
+      return CudaError(kc::GemmSm90(p, stream_, choice->sm90), "GEMM kernel");
     if (std::string e = cublas_->Run(p, static_cast<float*>(acc_.data)); !e.empty())
       return Internal(e);
     return Status::Ok();
@@ -723,8 +728,9 @@ class GpuInstance {
       for (auto variant : kc::kSmallMVariants)
         if (kc::SmallMSupported(p, variant))
           candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
-      if (kc::Sm90Supported(p))
-        for (auto tile : kc::kSm90Tiles) candidates.push_back({GemmChoice::Impl::kSm90, {}, tile});
+      for (const auto& config : kc::kSm90Configs)
+        if (kc::Sm90Supported(p, config))
+          candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
       GemmChoice chosen;
       auto best = time(s, chosen);
       for (size_t c = 0; c < candidates.size() && best.ok(); ++c) {
@@ -806,6 +812,7 @@ class GpuInstance {
   int64_t capacity_ = 0;
   std::vector<NereidBuffer> buffers_, staging_in_, staging_out_;
   NereidBuffer acc_{};
+  int64_t acc_floats_ = 0;
   bool copies_in_graph_ = false;
   std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none

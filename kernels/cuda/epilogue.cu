@@ -7,14 +7,16 @@ namespace nereid::kernels::cuda {
 namespace {
 
 template <typename OutT, Activation A>
-__global__ void BiasActivationKernel(const float* acc, int64_t rows, int64_t cols,
-                                     const float* __restrict__ bias, const OutT* residual,
-                                     OutT* out) {
+__global__ void BiasActivationKernel(const float* acc, int splits, float alpha, int64_t rows,
+                                     int64_t cols, const float* __restrict__ bias,
+                                     const OutT* residual, OutT* out) {
   const int64_t count = rows * cols;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
     float v = acc[i];
+    for (int s = 1; s < splits; ++s) v += acc[s * count + i];
+    v *= alpha;
     if (bias != nullptr) v += bias[i % cols];
     v = Activate<A>(v);
     if (residual != nullptr) v += ToFloat(residual[i]);
@@ -23,30 +25,44 @@ __global__ void BiasActivationKernel(const float* acc, int64_t rows, int64_t col
 }
 
 template <typename OutT>
-void Launch(const float* acc, int64_t rows, int64_t cols, const float* bias, Activation act,
-            const void* residual, void* out, cudaStream_t stream) {
+void Launch(const float* acc, int splits, float alpha, int64_t rows, int64_t cols,
+            const float* bias, Activation act, const void* residual, void* out,
+            cudaStream_t stream) {
   auto launch = [&](auto a) {
     BiasActivationKernel<OutT, decltype(a)::value><<<GridFor(rows * cols), 256, 0, stream>>>(
-        acc, rows, cols, bias, static_cast<const OutT*>(residual), static_cast<OutT*>(out));
+        acc, splits, alpha, rows, cols, bias, static_cast<const OutT*>(residual),
+        static_cast<OutT*>(out));
   };
   NEREID_DISPATCH_ACTIVATION(act, launch);
 }
 
 }  // namespace
 
+cudaError_t SplitEpilogue(const float* acc, int splits, float alpha, int64_t rows, int64_t cols,
+                          const float* bias, Activation act, const void* residual,
+                          ElemType out_type, void* out, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  if (splits < 1) return cudaErrorInvalidValue;
+  switch (out_type) {
+    case ElemType::kF32:
+      Launch<float>(acc, splits, alpha, rows, cols, bias, act, residual, out, stream);
+      break;
+    case ElemType::kBF16:
+      Launch<__nv_bfloat16>(acc, splits, alpha, rows, cols, bias, act, residual, out, stream);
+      break;
+    case ElemType::kF16:
+      Launch<__half>(acc, splits, alpha, rows, cols, bias, act, residual, out, stream);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
 cudaError_t BiasActivation(const float* acc, int64_t rows, int64_t cols, const float* bias,
                            Activation act, const void* residual, ElemType out_type, void* out,
                            cudaStream_t stream) {
-  if (rows * cols == 0) return cudaSuccess;
-  switch (out_type) {
-    case ElemType::kF32: Launch<float>(acc, rows, cols, bias, act, residual, out, stream); break;
-    case ElemType::kBF16:
-      Launch<__nv_bfloat16>(acc, rows, cols, bias, act, residual, out, stream);
-      break;
-    case ElemType::kF16: Launch<__half>(acc, rows, cols, bias, act, residual, out, stream); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return SplitEpilogue(acc, 1, 1.f, rows, cols, bias, act, residual, out_type, out, stream);
 }
 
 }  // namespace nereid::kernels::cuda

@@ -13,4 +13,10 @@ cudaError_t BiasActivation(const float* acc, int64_t rows, int64_t cols, const f
                            Activation act, const void* residual, ElemType out_type, void* out,
                            cudaStream_t stream);
 
+// The same after a split-K GEMM: acc holds 'splits' partial sums of rows x cols each (split s at
+// acc + s * rows * cols), y = act(alpha * sum + bias) + residual.
+cudaError_t SplitEpilogue(const float* acc, int splits, float alpha, int64_t rows, int64_t cols,
+                          const float* bias, Activation act, const void* residual,
+                          ElemType out_type, void* out, cudaStream_t stream);
+
 }  // namespace nereid::kernels::cuda

@@ -33,6 +33,9 @@ struct GemmProblem {
   const void* residual = nullptr;  // m x n of out_type, or null
   Activation act = Activation::kNone;
   bool tf32 = false;  // kF32 operands on the tensor cores (TF32) instead of exact fp32
+  // Scratch for kernels that need it (GemmSm90 with K splits: Sm90WorkspaceFloats).
+  float* workspace = nullptr;
+  int64_t workspace_floats = 0;
 };
 
 // kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1 (CUDA cores, m <= 16);
@@ -56,15 +59,27 @@ cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream,
                        SmallMVariant variant = SmallMVariant::kWarpRows2);
 
 // GemmSm90's output tile: 128 x 256 (fewer operand reads per FLOP) or 128 x 128 (twice the
-// tiles, for shapes whose 128 x 256 tiles leave SMs idle).
+// tiles, for shapes whose 128 x 256 tiles leave SMs idle); and K split 'splits' ways (partial sums
+// in p.workspace, then summed by the epilogue kernel), for shapes with fewer tiles than SMs.
 enum class Sm90Tile { k128x256, k128x128 };
-constexpr Sm90Tile kSm90Tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128};
-const char* Sm90TileName(Sm90Tile t);
+constexpr int kSm90MaxSplits = 8;
+struct Sm90Config {
+  Sm90Tile tile = Sm90Tile::k128x256;
+  int splits = 1;
+  std::string Name() const;
+};
+constexpr Sm90Config kSm90Configs[] = {{Sm90Tile::k128x256, 1},
+                                       {Sm90Tile::k128x128, 1},
+                                       {Sm90Tile::k128x128, 2},
+                                       {Sm90Tile::k128x128, 4},
+                                       {Sm90Tile::k128x256, 2}};
+// Workspace floats 'c' needs for 'p' (splits x m x n when split).
+int64_t Sm90WorkspaceFloats(const GemmProblem& p, const Sm90Config& c);
 // Whether GemmSm90 can run 'p' on the current device: an sm_90a build on a compute capability 9.0
 // GPU, bf16/fp16 operands or fp32 with tf32, k * element size a multiple of 16 bytes, 16-byte
-// aligned x and w, y in fp32 or the operands' type.
-bool Sm90Supported(const GemmProblem& p);
-cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, Sm90Tile tile = Sm90Tile::k128x256);
+// aligned x and w, y in fp32 or the operands' type, and the workspace a split needs.
+bool Sm90Supported(const GemmProblem& p, const Sm90Config& c = {});
+cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, const Sm90Config& c = {});
 
 class CublasGemm {
  public:

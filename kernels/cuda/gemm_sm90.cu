@@ -16,9 +16,11 @@
 #include <cudaTypedefs.h>
 
 #include <atomic>
+#include <string>
 #include <type_traits>
 
 #include "cuda/device_math.cuh"
+#include "cuda/epilogue.h"
 #include "cuda/gemm.h"
 #include "cuda/wgmma.cuh"
 
@@ -58,6 +60,8 @@ struct Sm90Args {
   const void* residual;
   void* y;
   Activation act;
+  int splits;      // K split this many ways: raw partial sums to 'partial', summed by SplitEpilogue
+  float* partial;  // splits x m x n floats when splits > 1
 };
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -132,16 +136,6 @@ __device__ __forceinline__ void TileCoords(int tile, int tiles_m, int tiles_n, i
   *tn = in / rows;
 }
 
-template <typename OutT>
-__device__ __forceinline__ float Epilogue(const Sm90Args& a, int row, int col, float acc) {
-  float v = a.alpha * acc;
-  if (a.bias != nullptr) v += a.bias[col];
-  v = ActivateAny(a.act, v);
-  if (a.residual != nullptr)
-    v += ToFloat(static_cast<const OutT*>(a.residual)[static_cast<int64_t>(row) * a.n + col]);
-  return v;
-}
-
 // y[0], y[1] = v0, v1 in one store (y aligned to two elements).
 template <typename OutT>
 __device__ __forceinline__ void StoreTwo(OutT* y, float v0, float v1) {
@@ -153,18 +147,32 @@ __device__ __forceinline__ void StoreTwo(OutT* y, float v0, float v1) {
   }
 }
 
-// Two neighbouring outputs of one row (col even); paired stores where n keeps them aligned.
-template <typename OutT>
-__device__ __forceinline__ void StorePair(const Sm90Args& a, int row, int col, float v0, float v1) {
-  if (row >= a.m || col >= a.n) return;
-  OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(row) * a.n + col;
-  const float e0 = Epilogue<OutT>(a, row, col, v0);
-  if (col + 1 < a.n && (a.n & 1) == 0) {
-    StoreTwo(y, e0, Epilogue<OutT>(a, row, col + 1, v1));
-    return;
+// One lane's two columns (col, col + 1) down 'rows' rows of a parked chunk: y = act(alpha * acc +
+// bias) + residual. The activation is a template parameter so the loop stays small and branch-free.
+template <typename OutT, Activation A>
+__device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows, int64_t row0,
+                                          int col, int64_t n, float alpha, const float* bias,
+                                          const OutT* residual, OutT* y) {
+  if (col >= n) return;
+  const bool second = col + 1 < n, paired = second && (n & 1) == 0;
+  const float b0 = bias != nullptr ? bias[col] : 0.f;
+  const float b1 = bias != nullptr && second ? bias[col + 1] : 0.f;
+#pragma unroll 2
+  for (int r = 0; r < rows; ++r) {
+    const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
+    const int64_t at = (row0 + r) * n + col;
+    float e0 = Activate<A>(fmaf(alpha, v.x, b0)), e1 = Activate<A>(fmaf(alpha, v.y, b1));
+    if (residual != nullptr) {
+      e0 += ToFloat(residual[at]);
+      if (second) e1 += ToFloat(residual[at + 1]);
+    }
+    if (paired) {
+      StoreTwo(y + at, e0, e1);
+    } else {
+      y[at] = FromFloat<OutT>(e0);
+      if (second) y[at + 1] = FromFloat<OutT>(e1);
+    }
   }
-  y[0] = FromFloat<OutT>(e0);
-  if (col + 1 < a.n) y[1] = FromFloat<OutT>(Epilogue<OutT>(a, row, col + 1, v1));
 }
 
 template <typename T, int BN, typename OutT>
@@ -199,6 +207,9 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
   const int tiles_m = (a.m + kBM - 1) / kBM, tiles_n = (a.n + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int kblocks = (a.k + kBK - 1) / kBK;
+  // Work units: (tile, K split); a split past the end of k gets no blocks and writes zeros.
+  const int units = tiles * a.splits;
+  const int split_blocks = (kblocks + a.splits - 1) / a.splits;
   int stage = 0;
   unsigned phase = 0;
 
@@ -206,10 +217,11 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
     if (threadIdx.x != 0) return;
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       int tm, tn;
-      TileCoords(tile, tiles_m, tiles_n, &tm, &tn);
-      for (int kb = 0; kb < kblocks; ++kb) {
+      TileCoords(unit / a.splits, tiles_m, tiles_n, &tm, &tn);
+      const int kb_end = min(kblocks, (unit % a.splits + 1) * split_blocks);
+      for (int kb = unit % a.splits * split_blocks; kb < kb_end; ++kb) {
         BarWait(&empty[stage], phase ^ 1);
         BarExpectTx(&full[stage], kStageBytes);
         TmaLoad(a_tiles + stage * kBM * kRowBytes, &map_x, &full[stage], kb * kBK, tm * kBM);
@@ -224,13 +236,15 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
   const int half = warpgroup - 1;  // which 64 rows of the tile
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   float d[BN / 2];
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     int tm, tn;
-    TileCoords(tile, tiles_m, tiles_n, &tm, &tn);
+    TileCoords(unit / a.splits, tiles_m, tiles_n, &tm, &tn);
+    const int split = unit % a.splits;
+    const int kb_end = min(kblocks, (split + 1) * split_blocks);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
     int previous = -1;
-    for (int kb = 0; kb < kblocks; ++kb) {
+    for (int kb = split * split_blocks; kb < kb_end; ++kb) {
       BarWait(&full[stage], phase);
       const uint8_t* at = a_tiles + stage * kBM * kRowBytes + half * 64 * kRowBytes;
       const uint8_t* bt = b_tiles + stage * BN * kRowBytes;
@@ -253,9 +267,8 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
     // columns, the warp parks its values in its slice of 'epi', then each lane takes two
     // neighbouring columns down the 16 rows.
     float* const slice = epi + (threadIdx.x / 32 - 4) * 16 * kEpiStride;
-    // Paired stores need y's rows to keep pairs aligned (n even).
-    const bool linear = a.act == Activation::kNone && a.residual == nullptr && (a.n & 1) == 0;
-    const int row0 = tm * kBM + half * 64 + warp * 16;
+    const int64_t row0 = tm * kBM + half * 64 + warp * 16;
+    const int rows = static_cast<int>(min(static_cast<int64_t>(16), a.m - row0));
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int c = 0; c < BN / kEpiCols; ++c) {
@@ -269,24 +282,33 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
       }
       __syncwarp();
       const int col = tn * BN + c * kEpiCols + 2 * lane;
-      const int rows = min(16, a.m - row0);
-      if (linear && col + 1 < a.n) {
-        // alpha and bias only, both columns in range: the common case, without the general
-        // path's per-element checks.
-        const float b0 = a.bias != nullptr ? a.bias[col] : 0.f;
-        const float b1 = a.bias != nullptr ? a.bias[col + 1] : 0.f;
-        OutT* y = static_cast<OutT*>(a.y) + static_cast<int64_t>(row0) * a.n + col;
-#pragma unroll 4
-        for (int r = 0; r < rows; ++r) {
-          const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
-          StoreTwo(y + static_cast<int64_t>(r) * a.n, fmaf(a.alpha, v.x, b0),
-                   fmaf(a.alpha, v.y, b1));
-        }
+      if (a.splits > 1) {
+        ChunkRows<float, Activation::kNone>(slice, lane, rows, row0, col, a.n, 1.f, nullptr,
+                                            nullptr,
+                                            a.partial + static_cast<int64_t>(split) * a.m * a.n);
       } else {
-#pragma unroll 1
-        for (int r = 0; r < rows; ++r) {
-          const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
-          StorePair<OutT>(a, row0 + r, col, v.x, v.y);
+        const auto* res = static_cast<const OutT*>(a.residual);
+        auto* y = static_cast<OutT*>(a.y);
+        switch (a.act) {
+          case Activation::kRelu:
+            ChunkRows<OutT, Activation::kRelu>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
+                                               res, y);
+            break;
+          case Activation::kSigmoid:
+            ChunkRows<OutT, Activation::kSigmoid>(slice, lane, rows, row0, col, a.n, a.alpha,
+                                                  a.bias, res, y);
+            break;
+          case Activation::kTanh:
+            ChunkRows<OutT, Activation::kTanh>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
+                                               res, y);
+            break;
+          case Activation::kGelu:
+            ChunkRows<OutT, Activation::kGelu>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
+                                               res, y);
+            break;
+          default:
+            ChunkRows<OutT, Activation::kNone>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
+                                               res, y);
         }
       }
       __syncwarp();
@@ -360,7 +382,7 @@ bool MakeMap(CUtensorMap* map, const void* base, ElemType t, int64_t rows, int64
 }
 
 template <typename T, int BN, typename OutT>
-cudaError_t Launch(const GemmProblem& p, int sms, cudaStream_t stream) {
+cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t stream) {
   CUtensorMap map_x, map_w;
   if (!MakeMap(&map_x, p.x, p.ab_type, p.m, p.k, kBM) ||
       !MakeMap(&map_w, p.w, p.ab_type, p.n, p.k, BN))
@@ -378,65 +400,72 @@ cudaError_t Launch(const GemmProblem& p, int sms, cudaStream_t stream) {
       return e;
     configured[dev].store(true, std::memory_order_release);
   }
-  const int64_t tiles = ((p.m + kBM - 1) / kBM) * ((p.n + BN - 1) / BN);
-  const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);
-  const Sm90Args args{static_cast<int>(p.m),
-                      static_cast<int>(p.n),
-                      static_cast<int>(p.k),
-                      p.alpha,
-                      p.bias,
-                      p.residual,
-                      p.y,
-                      p.act};
+  const int64_t units = ((p.m + kBM - 1) / kBM) * ((p.n + BN - 1) / BN) * splits;
+  const unsigned grid = static_cast<unsigned>(units < sms ? units : sms);
+  Sm90Args args{};
+  args.m = static_cast<int>(p.m), args.n = static_cast<int>(p.n), args.k = static_cast<int>(p.k);
+  args.alpha = p.alpha, args.bias = p.bias, args.residual = p.residual, args.y = p.y;
+  args.act = p.act, args.splits = splits, args.partial = p.workspace;
   kernel<<<grid, kThreads, kSmem, stream>>>(map_x, map_w, args);
-  return cudaGetLastError();
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || splits == 1) return e;
+  return SplitEpilogue(p.workspace, splits, p.alpha, p.m, p.n, p.bias, p.act, p.residual,
+                       p.out_type, p.y, stream);
 }
 
 template <typename T, typename OutT>
-cudaError_t LaunchTile(const GemmProblem& p, Sm90Tile tile, int sms, cudaStream_t stream) {
-  return tile == Sm90Tile::k128x256 ? Launch<T, 256, OutT>(p, sms, stream)
-                                    : Launch<T, 128, OutT>(p, sms, stream);
+cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
+  return c.tile == Sm90Tile::k128x256 ? Launch<T, 256, OutT>(p, c.splits, sms, stream)
+                                      : Launch<T, 128, OutT>(p, c.splits, sms, stream);
 }
 
 template <typename T>
-cudaError_t LaunchOut(const GemmProblem& p, Sm90Tile tile, int sms, cudaStream_t stream) {
-  if (p.out_type == ElemType::kF32) return LaunchTile<T, float>(p, tile, sms, stream);
+cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
+  if (p.out_type == ElemType::kF32) return LaunchTile<T, float>(p, c, sms, stream);
   if constexpr (!std::is_same_v<T, float>)
-    if (p.out_type == p.ab_type) return LaunchTile<T, T>(p, tile, sms, stream);
+    if (p.out_type == p.ab_type) return LaunchTile<T, T>(p, c, sms, stream);
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-const char* Sm90TileName(Sm90Tile t) {
-  return t == Sm90Tile::k128x256 ? "sm90-128x256" : "sm90-128x128";
+std::string Sm90Config::Name() const {
+  std::string name = tile == Sm90Tile::k128x256 ? "sm90-128x256" : "sm90-128x128";
+  if (splits > 1) name += "-k" + std::to_string(splits);
+  return name;
 }
 
-bool Sm90Supported(const GemmProblem& p) {
+int64_t Sm90WorkspaceFloats(const GemmProblem& p, const Sm90Config& c) {
+  return c.splits > 1 ? c.splits * p.m * p.n : 0;
+}
+
+bool Sm90Supported(const GemmProblem& p, const Sm90Config& c) {
+#if !defined(NEREID_CUDA_SM90A)
+  return false;  // the kernel is compiled only for sm_90a (NEREID_CUDA_ARCHITECTURES)
+#endif
   const bool types = p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16 ||
                      (p.ab_type == ElemType::kF32 && p.tf32);
   const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
   const int64_t elem = static_cast<int64_t>(ElemSize(p.ab_type));
   constexpr int64_t kMax = int64_t{1} << 30;
   const auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
-#if !defined(NEREID_CUDA_SM90A)
-  return false;  // the kernel is compiled only for sm_90a (NEREID_CUDA_ARCHITECTURES)
-#endif
-  return types && out_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 && p.m < kMax && p.n < kMax &&
-         p.k < kMax && (p.k * elem) % 16 == 0 && aligned(p.x) && aligned(p.w) &&
+  const bool split_ok =
+      c.splits == 1 || (c.splits >= 2 && c.splits <= kSm90MaxSplits && p.workspace != nullptr &&
+                        p.workspace_floats >= Sm90WorkspaceFloats(p, c));
+  return types && out_ok && split_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 && p.m < kMax &&
+         p.n < kMax && p.k < kMax && (p.k * elem) % 16 == 0 && aligned(p.x) && aligned(p.w) &&
          Encoder() != nullptr && HopperSmCount() > 0;
 }
 
-cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, Sm90Tile tile) {
-  if (!Sm90Supported(p)) return cudaErrorInvalidValue;
+cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, const Sm90Config& c) {
+  if (!Sm90Supported(p, c)) return cudaErrorInvalidValue;
   const int sms = HopperSmCount();
   switch (p.ab_type) {
     case ElemType::kBF16:
-      return LaunchOut<__nv_bfloat16>(p, tile, sms, stream);
+      return LaunchOut<__nv_bfloat16>(p, c, sms, stream);
     case ElemType::kF16:
-      return LaunchOut<__half>(p, tile, sms, stream);
+      return LaunchOut<__half>(p, c, sms, stream);
     case ElemType::kF32:
-      return LaunchOut<float>(p, tile, sms, stream);
+      return LaunchOut<float>(p, c, sms, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -226,13 +226,18 @@ TEST(CudaGemm, Sm90MatchesFloat64Reference) {
   int major = 0;
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
-  for (auto tile : kernels::cuda::kSm90Tiles)
+  for (const auto& config : kernels::cuda::kSm90Configs)
     for (const auto& c : GemmCases(ShapeSet::kSm90)) {
       if (c.ab == ElemType::kF32 && !c.tf32) continue;
       CheckGemm(c, [&](GemmProblem& p) {
-        ASSERT_TRUE(kernels::cuda::Sm90Supported(p)) << Describe(c);
-        ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, tile), cudaSuccess)
-            << Describe(c) << " " << kernels::cuda::Sm90TileName(tile);
+        const int64_t floats = kernels::cuda::Sm90WorkspaceFloats(p, config);
+        DeviceBuffer workspace(std::max<int64_t>(floats, 1) * 4);
+        p.workspace = static_cast<float*>(workspace.get()), p.workspace_floats = floats;
+        ASSERT_TRUE(kernels::cuda::Sm90Supported(p, config)) << Describe(c);
+        ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, config), cudaSuccess)
+            << Describe(c) << " " << config.Name();
+        // The workspace is freed on return: finish with it first.
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       });
     }
 }
@@ -290,6 +295,11 @@ TEST(CudaGemm, Sm90RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // rows of 24 bytes: TMA needs multiples of 16
   p.k = 64, p.w = buf + 8;
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // misaligned
+  p.w = buf;
+  const kernels::cuda::Sm90Config split{kernels::cuda::Sm90Tile::k128x128, 2};
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p, split));  // a split without a workspace
+  p.workspace = reinterpret_cast<float*>(buf), p.workspace_floats = 256 * 256;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p, split));  // ... or with one too small
 }
 
 }  // namespace
