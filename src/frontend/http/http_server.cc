@@ -28,6 +28,7 @@
 #include "frontend/http/infer_codec.h"
 #include "frontend/http/prometheus.h"
 #include "frontend/http/receive_body.h"
+#include "frontend/http/timeouts.h"
 #include "memory/memory_pool.h"
 
 namespace nereid::http {
@@ -51,10 +52,6 @@ constexpr uint32_t kHeaderLimit = 60 << 10;
 constexpr size_t kReadBufferLimit = 64 << 10;
 
 std::string_view SV(boost::beast::string_view s) { return {s.data(), s.size()}; }
-
-uint64_t Ns(std::chrono::seconds s) {
-  return static_cast<uint64_t>(std::chrono::nanoseconds(s).count());
-}
 
 // The route of a request path, split the way Triton's HTTP server matches its URLs.
 struct Route {
@@ -357,25 +354,31 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // read timeout, or writing for longer than the write timeout, is checked on its own strand and
   // closed there if it is idle past the timeout or its request has been arriving for too long.
   void CheckTimeouts(uint64_t now) override {
-    const uint64_t read_since = read_since_ns_.load(std::memory_order_relaxed);
-    const uint64_t write_since = write_since_ns_.load(std::memory_order_relaxed);
-    const bool reading = read_since != 0 && now - read_since > Ns(server_->options_.read_timeout);
-    const bool writing =
-        write_since != 0 && now - write_since > Ns(server_->options_.write_timeout);
+    const auto& options = server_->options_;
+    const bool reading = PastTimeout(now, read_since_ns_.load(std::memory_order_relaxed),
+                                     options.read_timeout);
+    const bool writing = PastTimeout(now, write_since_ns_.load(std::memory_order_relaxed),
+                                     options.write_timeout);
     if (!reading && !writing) return;
-    net::post(stream_.get_executor(), [self = shared_from_this(), now, reading] {
+    // Decided again on the connection's strand with the time then: the read or write the sweep saw
+    // may have ended, and the next one begun, in between.
+    net::post(stream_.get_executor(), [self = shared_from_this(), reading] {
+      const auto& o = self->server_->options_;
+      const uint64_t at = SteadyNowNs();
       if (reading) {
-        if (self->read_since_ns_.load(std::memory_order_relaxed) == 0) return;  // read finished
+        if (!PastTimeout(at, self->read_since_ns_.load(std::memory_order_relaxed), o.read_timeout))
+          return;  // the read finished, or a new one started
         if (self->parser_ && self->parser_->got_some()) {
           // A request is arriving: its own clock starts at the first sweep that sees it.
           if (self->request_started_ns_ == 0) {
-            self->request_started_ns_ = now;
+            self->request_started_ns_ = at;
             return;
           }
-          if (now - self->request_started_ns_ <= Ns(self->server_->options_.read_timeout)) return;
+          if (!PastTimeout(at, self->request_started_ns_, o.read_timeout)) return;
         }
-      } else if (self->write_since_ns_.load(std::memory_order_relaxed) == 0) {
-        return;  // the write finished
+      } else if (!PastTimeout(at, self->write_since_ns_.load(std::memory_order_relaxed),
+                              o.write_timeout)) {
+        return;  // the write finished, or a new one started
       }
       self->Abort();
     });
