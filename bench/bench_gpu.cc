@@ -120,27 +120,41 @@ void Free(Operands& o) {
 
 const char* Name(kc::ElemType t, bool tf32) { return tf32 ? "tf32" : kc::ElemTypeName(t); }
 
-using Consider = std::function<void(const char*, const std::function<cudaError_t(int)>&)>;
-
-// Every GemmSm90 configuration that can run the problem 'with(i)' returns (the K splits with a
-// workspace of their own), handed to 'consider'.
-void ConsiderSm90(const std::function<kc::GemmProblem(int)>& with, const Consider& consider) {
+// The fastest of Nereid's kernels for the problem with(i) returns (i picks the operand copy):
+// every small-M variant and GemmSm90 configuration that can run it (K splits with a workspace of
+// their own), each timed over 'reps' calls; 'verbose' prints every candidate.
+struct Fastest {
+  double us = 0;  // 0: none can run it
+  std::string name;
+};
+Fastest FastestOurs(const std::function<kc::GemmProblem(int)>& with, int reps, bool verbose) {
+  Fastest best;
+  const kc::GemmProblem p0 = with(0);
+  auto consider = [&](const std::string& name, const std::function<cudaError_t(int)>& launch) {
+    const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
+    if (verbose)
+      std::printf("    %-16s %10.2f us %9.1f TFLOP/s\n", name.c_str(), us,
+                  2e-6 * p0.m * p0.n * p0.k / us);
+    if (best.us == 0 || us < best.us) best = {us, name};
+  };
+  for (auto v : kc::kSmallMVariants)
+    if (kc::SmallMSupported(p0, v))
+      consider(kc::SmallMVariantName(v), [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
   for (const auto& config : kc::kSm90Configs) {
-    kc::GemmProblem p0 = with(0);
-    const int64_t floats = kc::Sm90WorkspaceFloats(p0, config);
+    kc::GemmProblem p = p0;
+    const int64_t floats = kc::Sm90WorkspaceFloats(p, config);
     float* workspace = nullptr;
     if (floats > 0) CHECK(cudaMalloc(&workspace, floats * 4));
-    p0.workspace = workspace, p0.workspace_floats = floats;
-    if (kc::Sm90Supported(p0, config)) {
-      const std::string name = config.Name();
-      consider(name.c_str(), [&](int i) {
-        kc::GemmProblem p = with(i);
-        p.workspace = workspace, p.workspace_floats = floats;
-        return kc::GemmSm90(p, stream, config);
+    p.workspace = workspace, p.workspace_floats = floats;
+    if (kc::Sm90Supported(p, config))
+      consider(config.Name(), [&](int i) {
+        kc::GemmProblem q = with(i);
+        q.workspace = workspace, q.workspace_floats = floats;
+        return kc::GemmSm90(q, stream, config);
       });
-    }
     if (workspace != nullptr) CHECK(cudaFree(workspace));
   }
+  return best;
 }
 
 void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
@@ -175,19 +189,8 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
       const int reps = s.m * s.n * s.k > (int64_t{1} << 33) ? 5 : 50;
       const double cublas_us = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
       const double flops = 2.0 * s.m * s.n * s.k;
-      double ours_us = 0;
-      std::string variant;
-      auto consider = [&](const char* name, const std::function<cudaError_t(int)>& launch) {
-        const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
-        if (verbose)
-          std::printf("    %-16s %10.2f us %9.1f TFLOP/s\n", name, us, 2e-6 * s.m * s.n * s.k / us);
-        if (ours_us == 0 || us < ours_us) ours_us = us, variant = name;
-      };
-      for (auto v : kc::kSmallMVariants)
-        if (kc::SmallMSupported(with(0), v))
-          consider(kc::SmallMVariantName(v),
-                   [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
-      ConsiderSm90(with, consider);
+      const Fastest ours = FastestOurs(with, reps, verbose);
+      const double ours_us = ours.us;
       const double bytes = wbytes + s.m * s.k * kc::ElemSize(type) + s.m * s.n * 4.0;
       const double best = ours_us > 0 ? ours_us : cublas_us;  // the roofline of our own kernel
       char roof[32] = "";
@@ -196,7 +199,7 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
       if (ours_us > 0)
         std::printf("%-6s %6ld %6ld %6ld | %10.2f %9.1f | %10.2f %9.1f | %6.2fx | %9s %s\n",
                     Name(type, tf32), s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, ours_us,
-                    flops / ours_us / 1e6, cublas_us / ours_us, roof, variant.c_str());
+                    flops / ours_us / 1e6, cublas_us / ours_us, roof, ours.name.c_str());
       else
         std::printf("%-6s %6ld %6ld %6ld | %10.2f %9.1f | %10s %9s | %7s | %9s\n", Name(type, tf32),
                     s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, "cuBLAS", "", "1.00x", roof);
@@ -232,19 +235,9 @@ void BenchEpilogue(kc::CublasGemm& cublas) {
     };
     const int reps = s.m >= 1024 ? 10 : 50;
     const double split = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
-    double fused = 0;
-    std::string kernel;
-    auto consider = [&](const char* name, const std::function<cudaError_t(int)>& launch) {
-      const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
-      if (fused == 0 || us < fused) fused = us, kernel = name;
-    };
-    for (auto v : kc::kSmallMVariants)
-      if (kc::SmallMSupported(with(0), v))
-        consider(kc::SmallMVariantName(v),
-                 [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
-    ConsiderSm90(with, consider);
-    std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx %s\n", s.m, s.n, s.k, split, fused,
-                split / fused, kernel.c_str());
+    const Fastest fused = FastestOurs(with, reps, false);
+    std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx %s\n", s.m, s.n, s.k, split, fused.us,
+                split / fused.us, fused.name.c_str());
     Free(o);
   }
 }
