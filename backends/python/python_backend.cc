@@ -23,6 +23,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,17 +80,6 @@ struct Message {
   std::string op() const { return StringField(header, "op"); }
 };
 
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
 bool ReadAll(int fd, void* data, size_t n) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
@@ -109,12 +99,31 @@ struct Channel {
   std::mutex write_mu;
   explicit Channel(int socket) : fd(socket) {}
   ~Channel() { close(fd); }
+  // One frame in one system call where the socket takes it whole (the stub wakes once per frame).
   bool Write(const std::string& header, const std::string& payload = "") {
-    const uint32_t sizes[2] = {static_cast<uint32_t>(header.size()),
-                               static_cast<uint32_t>(payload.size())};
+    uint32_t sizes[2] = {static_cast<uint32_t>(header.size()),
+                         static_cast<uint32_t>(payload.size())};
+    iovec parts[3] = {{sizes, sizeof(sizes)},
+                      {const_cast<char*>(header.data()), header.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
     std::lock_guard lock(write_mu);
-    return WriteAll(fd, sizes, sizeof(sizes)) && WriteAll(fd, header.data(), header.size()) &&
-           (payload.empty() || WriteAll(fd, payload.data(), payload.size()));
+    size_t first = 0;
+    while (first < 3) {
+      msghdr msg{};
+      msg.msg_iov = parts + first;
+      msg.msg_iovlen = 3 - first;
+      const ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      // Skip what went out: whole parts, then the start of the next.
+      size_t left = static_cast<size_t>(w);
+      while (first < 3 && left >= parts[first].iov_len) left -= parts[first++].iov_len;
+      if (first < 3) {
+        parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + left;
+        parts[first].iov_len -= left;
+      }
+    }
+    return true;
   }
 };
 
@@ -199,6 +208,7 @@ struct Process {
   std::atomic<pid_t> pid{-1};
   std::shared_ptr<Channel> channel;
   Region input, output;
+  int64_t receive_timeout_s = -1;  // the SO_RCVTIMEO last set on the channel
   ~Process() {
     if (const pid_t child = pid.exchange(-1); child > 0) {
       kill(child, SIGKILL);
@@ -365,22 +375,29 @@ class Instance {
       }
       RETURN_IF_ERROR(Start());
     }
-    // Inputs into the input region, 64-byte aligned, described in the header.
-    rapidjson::Document h(rapidjson::kObjectType);
-    auto& a = h.GetAllocator();
-    h.AddMember("op", "execute", a);
+    // Inputs into the input region, 64-byte aligned. The header (docs/python-backend.md) is binary
+    // for what changes with every call (call id, request handles and ids) followed by a JSON
+    // description of the requests' tensors, outputs, flags and parameters, which repeats from
+    // call to call and which the stub parses once per distinct text.
     const uint64_t id = ++call_id_;
-    h.AddMember("id", id, a);
-    rapidjson::Value list(rapidjson::kArrayType);
+    rapidjson::Document h(rapidjson::kArrayType);
+    auto& a = h.GetAllocator();
     size_t offset = 0;
     std::vector<NereidTensor> tensors;
     std::vector<std::pair<size_t, size_t>> places;  // where each tensor goes
     std::vector<uint64_t> handles(count);
+    std::string header = "E";
+    auto put = [&header](const auto& v) {
+      header.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    };
+    put(count), put(id);
     for (uint32_t r = 0; r < count; ++r) {
-      rapidjson::Value req(rapidjson::kObjectType);
       handles[r] = ++next_handle_;
-      req.AddMember("handle", handles[r], a);
-      req.AddMember("id", rapidjson::Value(NereidRequestId(requests[r]), a), a);
+      const char* request_id = NereidRequestId(requests[r]);
+      const uint32_t id_size = static_cast<uint32_t>(std::strlen(request_id));
+      put(handles[r]), put(id_size);
+      header.append(request_id, id_size);
+      rapidjson::Value req(rapidjson::kObjectType);
       req.AddMember("flags", NereidRequestFlags(requests[r]), a);
       rapidjson::Value inputs(rapidjson::kArrayType);
       for (uint32_t i = 0; i < NereidRequestInputCount(requests[r]); ++i) {
@@ -398,10 +415,10 @@ class Instance {
         outputs.PushBack(rapidjson::Value(name.c_str(), a), a);
       req.AddMember("outputs", outputs, a);
       req.AddMember("parameters", Parameters(requests[r], a), a);
-      list.PushBack(req, a);
+      h.PushBack(req, a);
     }
-    h.AddMember("requests", list, a);
-    h.AddMember("input_size", static_cast<uint64_t>(offset), a);
+    put(static_cast<uint64_t>(offset));
+    header += Json(h);
     RETURN_IF_ERROR(process_->input.Map(std::max<size_t>(offset, 4096), true));
     for (size_t t = 0; t < tensors.size(); ++t)
       if (places[t].second)
@@ -411,7 +428,7 @@ class Instance {
       for (uint32_t r = 0; r < count; ++r) open_[handles[r]] = requests[r];
     }
     const uint64_t start = NereidNowNs();
-    auto reply = Call(Json(h), id, "execute()");
+    auto reply = Call(header, id, "execute()");
     const uint64_t end = NereidNowNs();
     if (m_->decoupled) {
       // A decoupled request may already be complete (its final response sent from a thread): the
@@ -566,9 +583,12 @@ class Instance {
                                std::chrono::seconds timeout) {
     if (Dead() || !process_) return Died(what);
     const std::shared_ptr<Channel>& channel = process_->channel;
-    if (timeout < std::chrono::hours(24)) {
-      timeval tv{static_cast<time_t>(timeout.count()), 0};
+    // 0 (SO_RCVTIMEO's "no timeout") for a day or more; set when it changes, not per call.
+    const int64_t seconds = timeout < std::chrono::hours(24) ? timeout.count() : 0;
+    if (seconds != process_->receive_timeout_s) {
+      timeval tv{static_cast<time_t>(seconds), 0};
       setsockopt(channel->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      process_->receive_timeout_s = seconds;
     }
     if (channel->Write(header)) {
       for (;;) {

@@ -2,8 +2,9 @@
 (`TritonPythonModel`) in its own interpreter. The backend (backends/python/python_backend.cc)
 starts it with three descriptors:
 
-  3  a Unix stream socket: framed messages, each <u32 header length><u32 payload length><JSON
-     header><payload bytes>, little endian
+  3  a Unix stream socket: framed messages, each <u32 header length><u32 payload length><header>
+     <payload bytes>, little endian; the header is JSON, except an execute call's, which starts
+     with "E" (Channel._execute_header)
   4  the input region (memfd, written by the backend): input tensors of the batch being executed
   5  the output region (memfd, mapped and written here, grown with ftruncate): output tensors of
      the batch's responses
@@ -47,6 +48,7 @@ class Channel:
         self.poller = select.poll()
         self.poller.register(SOCKET_FD, select.POLLIN)
         self.spin_ns = 0  # how long recv() polls before it sleeps (set by initialize)
+        self.described = {}  # execute headers' JSON text -> parsed
 
     def send(self, header, payload=b""):
         data = json.dumps(header).encode()
@@ -72,7 +74,29 @@ class Channel:
                 pass
         header_len, payload_len = struct.unpack("<II", self._exact(8))
         frame = self._exact(header_len + payload_len)
+        if frame[:1] == b"E":
+            return self._execute_header(frame, header_len), frame[header_len:]
         return json.loads(frame[:header_len]), frame[header_len:]
+
+    def _execute_header(self, frame, header_len):
+        """An execute call's header: <"E"><u32 requests><u64 call id>, per request <u64 handle><u32
+        id length><id>, then <u64 input size> and the JSON list describing the requests (parsed
+        once per distinct text: it repeats while the clients send the same shapes)."""
+        count, call = struct.unpack_from("<IQ", frame, 1)
+        pos, heads = 13, []
+        for _ in range(count):
+            handle, size = struct.unpack_from("<QI", frame, pos)
+            heads.append((handle, frame[pos + 12:pos + 12 + size].decode()))
+            pos += 12 + size
+        (input_size,) = struct.unpack_from("<Q", frame, pos)
+        text = frame[pos + 8:header_len]
+        described = self.described.get(text)
+        if described is None:
+            if len(self.described) >= 64:
+                self.described.clear()
+            described = self.described[text] = json.loads(text)
+        return {"op": "execute", "id": call, "input_size": input_size,
+                "requests": [dict(d, handle=h, id=i) for d, (h, i) in zip(described, heads)]}
 
 
 def tensor_bytes(tensor):
