@@ -355,10 +355,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // closed there if it is idle past the timeout or its request has been arriving for too long.
   void CheckTimeouts(uint64_t now) override {
     const auto& options = server_->options_;
-    const bool reading = PastTimeout(now, read_since_ns_.load(std::memory_order_relaxed),
-                                     options.read_timeout);
-    const bool writing = PastTimeout(now, write_since_ns_.load(std::memory_order_relaxed),
-                                     options.write_timeout);
+    const bool reading =
+        PastTimeout(now, read_since_ns_.load(std::memory_order_relaxed), options.read_timeout);
+    const bool writing =
+        PastTimeout(now, write_since_ns_.load(std::memory_order_relaxed), options.write_timeout);
     if (!reading && !writing) return;
     // Decided again on the connection's strand with the time then: the read or write the sweep saw
     // may have ended, and the next one begun, in between.
