@@ -427,9 +427,12 @@ class Instance {
       std::lock_guard lock(mu_);
       for (uint32_t r = 0; r < count; ++r) open_[handles[r]] = requests[r];
     }
+    if (!m_->decoupled)
+      for (uint32_t r = 0; r < count; ++r) executing_.emplace_back(handles[r], requests[r]);
     const uint64_t start = NereidNowNs();
     auto reply = Call(header, id, "execute()");
     const uint64_t end = NereidNowNs();
+    executing_.clear();
     if (m_->decoupled) {
       // A decoupled request may already be complete (its final response sent from a thread): the
       // handles of 'requests' are not touched again here, and the execution's time stands for
@@ -616,10 +619,41 @@ class Instance {
       LogFromStub(*m_, m);
     } else if (op == "infer") {
       Bls(channel, m);
+    } else if (op == "is_cancelled") {
+      AnswerCancelled(channel, m);
     } else {
       return false;
     }
     return true;
+  }
+
+  // request.is_cancelled() / sender.is_cancelled(): whether the client cancelled (or went away
+  // from) the request with this handle, answered like a BLS call. A decoupled request is looked
+  // up among the open ones under the lock that completing it takes; an ordinary one among the
+  // batch this thread is executing (its stub asks only while execute() runs). Unknown or finished:
+  // not cancelled.
+  void AnswerCancelled(const std::shared_ptr<Channel>& channel, const Message& m) {
+    const auto& h = m.header;
+    if (!h.HasMember("call") || !h["call"].IsUint64() || !h.HasMember("handle") ||
+        !h["handle"].IsUint64())
+      return;
+    const uint64_t handle = h["handle"].GetUint64();
+    bool cancelled = false;
+    if (m_->decoupled) {
+      std::lock_guard lock(mu_);
+      auto it = open_.find(handle);
+      cancelled = it != open_.end() && NereidRequestIsCancelled(it->second) != 0;
+    } else {
+      for (const auto& [running, request] : executing_)
+        if (running == handle) cancelled = NereidRequestIsCancelled(request) != 0;
+    }
+    rapidjson::Document reply(rapidjson::kObjectType);
+    auto& a = reply.GetAllocator();
+    reply.AddMember("op", "infer_response", a);
+    reply.AddMember("call", h["call"].GetUint64(), a);
+    reply.AddMember("final", true, a);
+    reply.AddMember("cancelled", cancelled, a);
+    channel->Write(Json(reply));
   }
 
   Status Died(const std::string& what) {
@@ -789,6 +823,9 @@ class Instance {
   bool dead_ = false;
   std::string death_;
   std::map<uint64_t, NereidRequest*> open_;  // decoupled requests not finished yet
+  // The batch an ordinary model is executing (handle, request): touched only by the executing
+  // thread, which also answers the stub's is_cancelled() queries (CallInline).
+  std::vector<std::pair<uint64_t, NereidRequest*>> executing_;
   uint64_t next_handle_ = 0;
   uint64_t call_id_ = 0;  // each request to the stub has its own; its reply carries it
 };

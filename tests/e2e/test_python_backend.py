@@ -149,6 +149,62 @@ class TritonPythonModel:
                 pb_utils.Tensor("IDX", np.array([i], np.uint32))]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 '''),
+    "until_cancelled": ('''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "REPORT" data_type: TYPE_BOOL dims: [ 1 ] } ]
+output [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+''', '''
+import threading
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """REPORT false: a response every 20 ms from a thread until the client cancels (at most 10 s).
+    REPORT true: one response, how many streams ended by cancellation so far, and whether this
+    request itself reads as cancelled (it must not)."""
+
+    def initialize(self, args):
+        self.cancelled_streams = 0
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            if bool(pb_utils.get_input_tensor_by_name(request, "REPORT").as_numpy()[0]):
+                n = self.cancelled_streams * 10 + int(request.is_cancelled())
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([n], np.int32))]),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                threading.Thread(target=self.stream, args=(sender,)).start()
+        return None
+
+    def stream(self, sender):
+        for i in range(500):
+            if sender.is_cancelled():
+                self.cancelled_streams += 1
+                break
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("N", np.array([i], np.int32))]))
+            time.sleep(0.02)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''),
+    "cancel_state": ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "CANCELLED" data_type: TYPE_BOOL dims: [ 1 ] } ]
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "CANCELLED", np.array([r.is_cancelled()]))]) for r in requests]
+'''),
     "faulty": ('''
 backend: "python"
 max_batch_size: 0
@@ -373,6 +429,37 @@ def test_decoupled_model_sends_n_responses(py_server, in_thread):
         assert got == list(enumerate(values.tolist()))
     finally:
         c.stop_stream()
+
+
+def test_is_cancelled_is_false_for_a_live_request(py_server):
+    x = httpclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], np.int32))
+    c = httpclient.InferenceServerClient(py_server.url)
+    assert c.infer("cancel_state", [x]).as_numpy("CANCELLED").tolist() == [False]
+
+
+def test_a_decoupled_model_sees_its_stream_cancelled(py_server):
+    def stream(report, cancel_after):
+        results = queue.Queue()
+        c = grpcclient.InferenceServerClient(py_server.grpc_url)
+        c.start_stream(callback=lambda result, error: results.put((result, error)))
+        i = grpcclient.InferInput("REPORT", [1], "BOOL")
+        i.set_data_from_numpy(np.array([report]))
+        c.async_stream_infer("until_cancelled", [i])
+        got = []
+        for _ in range(cancel_after):
+            result, error = results.get(timeout=10)
+            assert error is None, error
+            got.append(int(result.as_numpy("N")[0]))
+        c.stop_stream(cancel_requests=True)
+        return got
+
+    assert stream(False, 3) == [0, 1, 2]  # then cancelled by the client
+    # The model's thread notices within a few of its 20 ms steps and stops sending.
+    deadline = time.time() + 10
+    while (report := stream(True, 1)[0]) < 10 and time.time() < deadline:
+        time.sleep(0.05)
+    assert report == 10, report  # one stream ended by cancellation; the report itself is live
 
 
 def faulty(c, mode):

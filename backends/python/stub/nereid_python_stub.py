@@ -139,6 +139,7 @@ class Stub:
         self.main = threading.main_thread()
         pb_utils._bls_submit = self.bls_submit
         pb_utils._bls_wait = self.bls_wait
+        pb_utils._is_cancelled = self.query_cancelled
         self.model = None
         self.decoupled = False
         self.input_map = None
@@ -218,7 +219,8 @@ class Stub:
             requests.append(pb_utils.InferenceRequest._incoming(
                 inputs=[self.input_tensor(i) for i in r["inputs"]], request_id=r["id"],
                 flags=r["flags"], correlation_id=r.get("correlation_id", 0),
-                parameters=r["parameters"], requested_output_names=r["outputs"], sender=sender))
+                parameters=r["parameters"], requested_output_names=r["outputs"], sender=sender,
+                handle=r["handle"]))
         result = self.model.execute(requests)
         if asyncio.iscoroutine(result):
             result = self.run_coroutine(result)
@@ -302,6 +304,25 @@ class Stub:
                            "inputs": specs, "outputs": request.requested_output_names()},
                           bytes(payload))
 
+    def query_cancelled(self, handle):
+        """Whether the client cancelled the request with this handle: asked of the server like a BLS
+        call (the main thread reads the answer itself; another thread gets it handed over)."""
+        answered = threading.Event()
+        answer = []
+
+        def deliver(header, payload):
+            answer.append(bool(header.get("cancelled")))
+            answered.set()
+
+        with self.calls_lock:
+            self.next_call += 1
+            call = self.next_call
+            self.calls[call] = deliver
+        self.channel.send({"op": "is_cancelled", "call": call, "handle": handle})
+        if not self.bls_wait(answered.is_set):
+            answered.wait()
+        return answer[0]
+
     # ---- the loop ------------------------------------------------------------------------------
     def serve(self):
         handlers = {"auto_complete": self.auto_complete, "initialize": self.initialize,
@@ -369,7 +390,9 @@ class ResponseSender:
             self._closed = final
 
     def is_cancelled(self):
-        return False
+        """Whether the client cancelled the request (a gRPC stream cancelled, a client gone): the
+        model may stop sending and end with the final flag."""
+        return self._stub.query_cancelled(self._handle)
 
 
 if __name__ == "__main__":

@@ -168,13 +168,15 @@ class InferenceRequest:
         self._flags = flags
         self._parameters = parameters or {}
         self._sender = None
+        self._handle = None  # the server's handle of an incoming request
 
     @classmethod
     def _incoming(cls, inputs, request_id, flags, correlation_id, parameters,
-                  requested_output_names, sender):
+                  requested_output_names, sender, handle=None):
         r = cls(inputs=inputs, request_id=request_id, correlation_id=correlation_id, flags=flags,
                 parameters=parameters, requested_output_names=requested_output_names)
         r._sender = sender
+        r._handle = handle
         return r
 
     def inputs(self):
@@ -208,7 +210,12 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self):
-        return False
+        """Whether the client cancelled this request (or went away): a long-running execute() or a
+        decoupled model's sender thread may stop early. Asks the server; False for requests the
+        model built itself."""
+        if self._handle is None or _is_cancelled is None:
+            return False
+        return _is_cancelled(self._handle)
 
     def set_release_flags(self, flags):
         if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
@@ -278,6 +285,7 @@ def _drain(responses, finished):
 
 _bls_submit = None  # set by the stub: sends a request into the server
 _bls_wait = None  # set by the stub: on its main thread, reads the socket until a condition holds
+_is_cancelled = None  # set by the stub: asks the server whether a request was cancelled
 
 
 def get_input_tensor_by_name(request, name):

@@ -794,6 +794,11 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     MaybeFinishLocked();
   }
 
+  // The client cancelled the stream (stop_stream(cancel_requests=True), a deadline, a broken
+  // connection): its requests read as cancelled at once, so a model streaming responses can stop;
+  // OnDone comes only after those requests have completed.
+  void OnCancel() override { cancel_->cancelled.store(true, std::memory_order_relaxed); }
+
   void OnDone() override {
     bool destroy = false;
     {
