@@ -1,7 +1,8 @@
 """The Python backend: model.py files written to Triton's documented Python-backend API, served
 unchanged (backends/python, docs/python-backend.md): add/sub with dynamic batching, a numpy
 preprocessing model with strings, auto_complete_config, a decoupled model sending N responses (from
-execute and from a thread), errors of every kind, and stubs that die mid-request or mid-load."""
+execute and from a thread), is_cancelled() (a decoupled stream cancelled by its client), BLS,
+errors of every kind, and stubs that die mid-request or mid-load."""
 import json
 import os
 import queue
