@@ -4,16 +4,25 @@
 // config's input names are forward()'s argument names); outputs OUTPUT__<i> are element i of what
 // forward() returns (a tensor, or a tuple or list of tensors), other names go by config order.
 // Each instance loads its own module on its device (KIND_CPU, or KIND_GPU where libtorch has CUDA).
+#include <ATen/Parallel.h>
 #include <rapidjson/document.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/version.h>
+#if __has_include( \
+    <c10/cuda/CUDACachingAllocator.h>) && __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define NEREID_TORCH_CUDA_ALLOCATOR 1
+#endif
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,19 +80,114 @@ int ConventionIndex(const std::string& name) {
   return n;
 }
 
+// Triton's libtorch parameters (config.pbtxt `parameters`), read at load.
+struct Options {
+  bool inference_mode = true;       // INFERENCE_MODE (c10::InferenceMode, else NoGradGuard)
+  bool optimized_execution = true;  // DISABLE_OPTIMIZED_EXECUTION inverted
+  std::optional<bool> jit_executor, jit_profiling;  // ENABLE_JIT_EXECUTOR / _PROFILING
+  bool cache_cleaning = false;                      // ENABLE_CACHE_CLEANING (GPU instances)
+  bool weight_sharing = false;                      // ENABLE_WEIGHT_SHARING
+};
+
 struct ModelState : io::ModelIo {
   std::string path;
   std::vector<std::string> input_order;    // config order
   std::vector<std::string> output_order;   // config order
   std::map<std::string, size_t> argument;  // input name -> forward() argument position
   std::map<std::string, size_t> element;   // output name -> element of forward()'s result
-  bool inference_mode = true;              // parameter INFERENCE_MODE
+  Options options;
+  // ENABLE_WEIGHT_SHARING: one module per device, shared by that device's instances.
+  std::mutex shared_mu;
+  std::map<std::string, std::shared_ptr<torch::jit::Module>> shared;
 };
 
 struct InstanceState {
-  torch::jit::Module module;
+  std::shared_ptr<torch::jit::Module> module;
   torch::Device device = torch::kCPU;
 };
+
+// A boolean parameter: absent -> 'fallback'; true/false/1/0/yes/no (any case); else an error.
+StatusOr<bool> BoolParameter(const rapidjson::Value& config, const std::string& model,
+                             const char* key, bool fallback) {
+  std::string v = io::Parameter(config, key);
+  if (v.empty()) return fallback;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return backend::InvalidArgument("model '" + model + "': parameter '" + key +
+                                  "' must be true or false, got '" + io::Parameter(config, key) +
+                                  "'");
+}
+
+// A thread count parameter: absent -> 0; else 1..4096.
+StatusOr<int> ThreadsParameter(const rapidjson::Value& config, const std::string& model,
+                               const char* key) {
+  const std::string v = io::Parameter(config, key);
+  if (v.empty()) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (*end != '\0' || n < 1 || n > 4096)
+    return backend::InvalidArgument("model '" + model + "': parameter '" + key +
+                                    "' must be a thread count (1..4096), got '" + v + "'");
+  return static_cast<int>(n);
+}
+
+// INTRA_OP_THREAD_COUNT, INTER_OP_THREAD_COUNT and DISABLE_CUDNN set libtorch's process-wide
+// state: as in Triton, the first model that sets a thread count decides it.
+Status ApplyGlobalParameters(const rapidjson::Value& config, const std::string& model) {
+  static std::mutex mu;
+  static bool intra_set = false, inter_set = false;
+  ASSIGN_OR_RETURN(int intra, ThreadsParameter(config, model, "INTRA_OP_THREAD_COUNT"));
+  ASSIGN_OR_RETURN(int inter, ThreadsParameter(config, model, "INTER_OP_THREAD_COUNT"));
+  ASSIGN_OR_RETURN(bool no_cudnn, BoolParameter(config, model, "DISABLE_CUDNN", false));
+  std::lock_guard lock(mu);
+  if (intra > 0 && !intra_set) {
+    at::set_num_threads(intra);
+    intra_set = true;
+    Log(NEREID_LOG_INFO,
+        "libtorch intra-op threads: " + std::to_string(intra) + " (model '" + model + "')");
+  }
+  if (inter > 0 && !inter_set) {
+    inter_set = true;
+    try {  // libtorch refuses once its inter-op pool has started
+      at::set_num_interop_threads(inter);
+      Log(NEREID_LOG_INFO,
+          "libtorch inter-op threads: " + std::to_string(inter) + " (model '" + model + "')");
+    } catch (const std::exception& e) {
+      Log(NEREID_LOG_WARNING, "model '" + model +
+                                  "': INTER_OP_THREAD_COUNT not applied (libtorch's inter-op "
+                                  "pool is already running)");
+    }
+  }
+  if (no_cudnn) at::globalContext().setUserEnabledCuDNN(false);
+  return Status::Ok();
+}
+
+Status ReadOptions(const rapidjson::Value& config, const std::string& model, Options& o) {
+  ASSIGN_OR_RETURN(o.inference_mode, BoolParameter(config, model, "INFERENCE_MODE", true));
+  ASSIGN_OR_RETURN(bool disable,
+                   BoolParameter(config, model, "DISABLE_OPTIMIZED_EXECUTION", false));
+  o.optimized_execution = !disable;
+  if (!io::Parameter(config, "ENABLE_JIT_EXECUTOR").empty()) {
+    ASSIGN_OR_RETURN(bool v, BoolParameter(config, model, "ENABLE_JIT_EXECUTOR", true));
+    o.jit_executor = v;
+  }
+  if (!io::Parameter(config, "ENABLE_JIT_PROFILING").empty()) {
+    ASSIGN_OR_RETURN(bool v, BoolParameter(config, model, "ENABLE_JIT_PROFILING", true));
+    o.jit_profiling = v;
+  }
+  ASSIGN_OR_RETURN(o.cache_cleaning, BoolParameter(config, model, "ENABLE_CACHE_CLEANING", false));
+  ASSIGN_OR_RETURN(o.weight_sharing, BoolParameter(config, model, "ENABLE_WEIGHT_SHARING", false));
+  return ApplyGlobalParameters(config, model);
+}
+
+// TYPE_STRING travels as List[str] (TorchScript has no string tensors), so, as in Triton, only
+// where the tensor is one-dimensional: dims [-1] or [n] without batching, dims [1] with it (one
+// string per row).
+bool StringShapeServed(const io::IoSpec& spec, bool batching) {
+  if (spec.dims.size() != 1) return false;
+  return batching ? spec.dims[0] == 1 : true;
+}
 
 std::vector<std::string> Names(const rapidjson::Value& config, const char* key) {
   std::vector<std::string> names;
@@ -161,18 +265,26 @@ Status InitializeModel(NereidModel* model) {
         "': a TorchScript model does not describe its inputs and outputs; "
         "config.pbtxt must list them (INPUT__0 ... / OUTPUT__0 ... or forward()'s argument names)");
   for (const auto* specs : {&m->inputs, &m->outputs})
-    for (const auto& [name, spec] : *specs)
+    for (const auto& [name, spec] : *specs) {
+      if (spec.type == DataType::kBytes) {
+        if (!StringShapeServed(spec, m->max_batch_size > 0))
+          return backend::Unsupported(
+              "model '" + m->name + "': '" + name +
+              "' is TYPE_STRING, which TorchScript takes as List[str]: it must be "
+              "one-dimensional (dims [-1] or [n] without batching, dims [1] with it)");
+        continue;
+      }
       if (!TorchType(spec.type))
         return backend::Unsupported("model '" + m->name + "': '" + name + "' is " +
                                     io::ConfigTypeName(spec.type) +
                                     ", which the pytorch backend does not serve");
+    }
   std::string file = io::StringField(config, "default_model_filename");
   if (file.empty()) file = "model.pt";
   m->path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   if (!std::filesystem::exists(m->path))
     return backend::NotFound("model '" + m->name + "': no model file at " + m->path);
-  const std::string mode = io::Parameter(config, "INFERENCE_MODE");
-  if (!mode.empty()) m->inference_mode = mode == "true" || mode == "1";
+  RETURN_IF_ERROR(ReadOptions(config, m->name, m->options));
   ASSIGN_OR_RETURN(torch::jit::Module module, Load(m->name, m->path, torch::kCPU));
   RETURN_IF_ERROR(Bind(*m, module));
   Log(NEREID_LOG_INFO, "model '" + m->name + "' runs on libtorch " + TORCH_VERSION +
@@ -193,9 +305,25 @@ Status InitializeInstance(NereidInstance* instance) {
                                   "CUDA device");
     state->device = torch::Device(torch::kCUDA, NereidInstanceDeviceId(instance));
   }
-  ASSIGN_OR_RETURN(state->module, Load(m->name, m->path, state->device));
+  auto* shared_model = const_cast<ModelState*>(m);
+  bool shared = false;
+  if (m->options.weight_sharing) {
+    std::lock_guard lock(shared_model->shared_mu);
+    auto& module = shared_model->shared[state->device.str()];
+    if (module) {
+      shared = true;
+    } else {
+      ASSIGN_OR_RETURN(torch::jit::Module loaded, Load(m->name, m->path, state->device));
+      module = std::make_shared<torch::jit::Module>(std::move(loaded));
+    }
+    state->module = module;
+  } else {
+    ASSIGN_OR_RETURN(torch::jit::Module loaded, Load(m->name, m->path, state->device));
+    state->module = std::make_shared<torch::jit::Module>(std::move(loaded));
+  }
   Log(NEREID_LOG_INFO, "model '" + m->name + "' instance '" + NereidInstanceName(instance) +
-                           "' on " + state->device.str());
+                           "' on " + state->device.str() +
+                           (shared ? " (weights shared with another instance)" : ""));
   NereidInstanceSetState(instance, state.release());
   return Status::Ok();
 }
@@ -211,6 +339,19 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     ASSIGN_OR_RETURN(io::BatchInput in, io::GatherInput(m, requests, count, i, rows));
     auto position = m.argument.find(in.first.name);
     if (position == m.argument.end()) continue;
+    if (static_cast<DataType>(in.first.datatype) == DataType::kBytes) {
+      c10::List<std::string> strings;
+      for (const auto& part : in.parts)
+        if (!backend::ForEachBytesElement(static_cast<const uint8_t*>(part.data), part.byte_size,
+                                          [&](std::string_view e, size_t) {
+                                            strings.push_back(std::string(e));
+                                            return true;
+                                          }))
+          return backend::InvalidArgument("input '" + std::string(in.first.name) +
+                                          "': malformed BYTES tensor data");
+      args[position->second] = strings;
+      continue;
+    }
     const auto type = *TorchType(static_cast<DataType>(in.first.datatype));
     torch::Tensor t;
     if (count == 1) {  // the request's bytes, in place
@@ -229,29 +370,60 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
   std::vector<std::vector<std::string>> wanted;
   const std::vector<std::string> fetch = io::OutputsToFetch(requests, count, wanted);
 
-  std::vector<torch::Tensor> results;
+  // Each element of forward()'s result: a tensor, or a list of strings (a TYPE_STRING output).
+  struct Result {
+    torch::Tensor tensor;
+    std::optional<std::vector<std::string>> strings;
+  };
+  std::vector<Result> results;
+  auto add = [&](const torch::jit::IValue& e) {
+    if (e.isTensor()) {
+      results.push_back({e.toTensor().contiguous().to(torch::kCPU), std::nullopt});
+    } else if (e.isList() && std::all_of(e.toListRef().begin(), e.toListRef().end(),
+                                         [](const auto& v) { return v.isString(); })) {
+      std::vector<std::string> strings;
+      for (const auto& v : e.toListRef()) strings.push_back(v.toStringRef());
+      results.push_back({torch::Tensor(), std::move(strings)});
+    } else {
+      throw std::runtime_error("an element of forward()'s result is " + e.tagKind() +
+                               "; tensors and lists of strings are served");
+    }
+  };
   const uint64_t start = NereidNowNs();
   try {
     std::optional<c10::InferenceMode> inference;
     std::optional<torch::NoGradGuard> no_grad;
-    if (m.inference_mode)
+    if (m.options.inference_mode)
       inference.emplace();
     else
       no_grad.emplace();
-    torch::jit::IValue out = const_cast<torch::jit::Module&>(s.module).forward(args);
+    torch::jit::GraphOptimizerEnabledGuard optimizer(m.options.optimized_execution);
+    if (m.options.jit_executor) torch::jit::getExecutorMode() = *m.options.jit_executor;
+    if (m.options.jit_profiling) torch::jit::getProfilingMode() = *m.options.jit_profiling;
+    torch::jit::IValue out = s.module->forward(args);
     if (out.isTensor()) {
-      results.push_back(out.toTensor());
+      add(out);
     } else if (out.isTuple()) {
-      for (const auto& e : out.toTupleRef().elements()) results.push_back(e.toTensor());
+      for (const auto& e : out.toTupleRef().elements()) add(e);
     } else if (out.isTensorList()) {
-      for (const auto& e : out.toTensorVector()) results.push_back(e);
+      for (const auto& e : out.toTensorVector())
+        results.push_back({e.contiguous().to(torch::kCPU), std::nullopt});
     } else if (out.isList()) {
-      for (const auto& e : out.toListRef()) results.push_back(e.toTensor());
+      // A list of tensors (several outputs), or a list of strings (one TYPE_STRING output).
+      const auto& list = out.toListRef();
+      if (!list.empty() && list[0].isString())
+        add(out);
+      else
+        for (const auto& e : list) add(e);
     } else {
       return backend::Unsupported("model '" + m.name + "': forward() returned " + out.tagKind() +
-                                  "; a tensor or a tuple/list of tensors is served");
+                                  "; a tensor, a list of strings, or a tuple/list of them is "
+                                  "served");
     }
-    for (auto& r : results) r = r.contiguous().to(torch::kCPU);
+#ifdef NEREID_TORCH_CUDA_ALLOCATOR
+    if (m.options.cache_cleaning && s.device.is_cuda())
+      c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
@@ -266,8 +438,29 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
       return backend::Internal("model '" + m.name + "': output '" + name + "' is element " +
                                std::to_string(index) + " of forward()'s result, which has " +
                                std::to_string(results.size()));
-    const torch::Tensor& t = results[index];
     const io::IoSpec& spec = m.outputs.at(name);
+    if (spec.type == DataType::kBytes || results[index].strings) {
+      if (spec.type != DataType::kBytes || !results[index].strings)
+        return backend::Internal("model '" + m.name + "': output '" + name + "' is " +
+                                 io::ConfigTypeName(spec.type) + " in config.pbtxt but forward() " +
+                                 (results[index].strings ? "returned a list of strings"
+                                                         : "returned a tensor, not List[str]"));
+      const auto& strings = *results[index].strings;
+      std::string bytes;
+      for (const std::string& e : strings) {
+        const uint32_t n = static_cast<uint32_t>(e.size());
+        const char len[4] = {static_cast<char>(n), static_cast<char>(n >> 8),
+                             static_cast<char>(n >> 16), static_cast<char>(n >> 24)};
+        bytes.append(len, 4).append(e);
+      }
+      std::vector<int64_t> shape{static_cast<int64_t>(strings.size())};
+      if (batching) shape.push_back(1);  // dims [1]: one string per row
+      RETURN_IF_ERROR(io::ScatterOutput(m, requests, count, rows, wanted, name, spec.type, shape,
+                                        reinterpret_cast<const uint8_t*>(bytes.data()),
+                                        bytes.size(), failed));
+      continue;
+    }
+    const torch::Tensor& t = results[index].tensor;
     if (t.scalar_type() != *TorchType(spec.type))
       return backend::Internal("model '" + m.name + "': output '" + name + "' is " +
                                io::ConfigTypeName(spec.type) +

@@ -1,6 +1,8 @@
 """The PyTorch backend (backends/pytorch): TorchScript models exported with torch (Debian's
 python3-torch, /usr/bin/python3) served through libtorch with Triton's configs and naming
-conventions, outputs equal to torch's own on the same inputs, over HTTP and gRPC."""
+conventions, outputs equal to torch's own on the same inputs, over HTTP and gRPC; strings as
+List[str]; Triton's libtorch parameters."""
+import json
 import os
 import subprocess
 import textwrap
@@ -45,6 +47,18 @@ class AddSub(torch.nn.Module):
     def forward(self, a, b):
         return a + b, a - b
 
+from typing import List, Tuple
+
+class Words(torch.nn.Module):
+    """TYPE_STRING through List[str]: the words upper-cased, and their lengths."""
+    def forward(self, words: List[str]) -> Tuple[List[str], torch.Tensor]:
+        return [w.upper() for w in words], torch.tensor([len(w) for w in words], dtype=torch.int64)
+
+words = torch.jit.script(Words())
+words.save(f"{out}/words.pt")
+import json
+upper, lengths = words(["nereid", "", "héllo wörld"])  # TorchScript's own answer (ASCII upper())
+json.dump({"upper": upper, "lengths": lengths.tolist()}, open(f"{out}/words.json", "w"))
 mlp = torch.jit.script(Mlp().eval())
 mlp.save(f"{out}/mlp.pt")
 torch.jit.script(AddSub()).save(f"{out}/addsub.pt")
@@ -79,6 +93,46 @@ def torch_repo(tmp_path_factory):
                     { name: "b" data_type: TYPE_INT32 dims: [ 16 ] } ]
             output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] },
                      { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+            '''),
+        ("words", "words.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "INPUT__0" data_type: TYPE_STRING dims: [ -1 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ -1 ] },
+                     { name: "OUTPUT__1" data_type: TYPE_INT64 dims: [ -1 ] } ]
+            '''),
+        ("words_batched", "words.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 4
+            input [ { name: "INPUT__0" data_type: TYPE_STRING dims: [ 1 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ 1 ] },
+                     { name: "OUTPUT__1" data_type: TYPE_INT64 dims: [ 1 ] } ]
+            '''),
+        ("words_2d", "words.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "INPUT__0" data_type: TYPE_STRING dims: [ 2, 2 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ -1 ] },
+                     { name: "OUTPUT__1" data_type: TYPE_INT64 dims: [ -1 ] } ]
+            '''),
+        ("mlp_tuned", "mlp.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 8
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 8 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+            instance_group [ { kind: KIND_CPU count: 2 } ]
+            parameters [ { key: "DISABLE_OPTIMIZED_EXECUTION" value { string_value: "true" } },
+                         { key: "ENABLE_JIT_PROFILING" value { string_value: "false" } },
+                         { key: "INFERENCE_MODE" value { string_value: "False" } },
+                         { key: "INTRA_OP_THREAD_COUNT" value { string_value: "2" } },
+                         { key: "ENABLE_WEIGHT_SHARING" value { string_value: "true" } } ]
+            '''),
+        ("bad_parameter", "mlp.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 8
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 8 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+            parameters [ { key: "DISABLE_OPTIMIZED_EXECUTION" value { string_value: "maybe" } } ]
             '''),
         ("wrong_names", "addsub.pt", '''
             platform: "pytorch_libtorch"
@@ -159,6 +213,40 @@ def test_bad_models_fail_to_load_with_the_reason(torch_server):
     index = {m["name"]: m for m in httpclient.InferenceServerClient(torch_server.url).get_model_repository_index()}
     assert "neither named <name>__<index> nor an argument of forward() (its arguments: a, b)" in index["wrong_names"]["reason"]
     assert "libtorch cannot load" in index["broken"]["reason"]
+
+
+@pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_strings_travel_as_lists_of_str(torch_server, torch_repo, mod):
+    c = mod.InferenceServerClient(torch_server.url if mod is httpclient else torch_server.grpc_url)
+    words = np.array(["nereid", "", "héllo wörld"], dtype=np.object_)
+    i = mod.InferInput("INPUT__0", [3], "BYTES")
+    i.set_data_from_numpy(words)
+    r = c.infer("words", [i])
+    want = json.loads((torch_repo / "words.json").read_text())  # the scripted module's own output
+    assert [w.decode() for w in r.as_numpy("OUTPUT__0")] == want["upper"]
+    assert r.as_numpy("OUTPUT__1").tolist() == want["lengths"]
+    # With batching, dims [1]: one string per row, shape [rows, 1] back.
+    i = mod.InferInput("INPUT__0", [2, 1], "BYTES")
+    i.set_data_from_numpy(np.array([["ab"], ["cde"]], dtype=np.object_))
+    r = c.infer("words_batched", [i])
+    assert r.as_numpy("OUTPUT__0").shape == (2, 1)
+    assert [w.decode() for w in r.as_numpy("OUTPUT__0").ravel()] == ["AB", "CDE"]
+    assert r.as_numpy("OUTPUT__1").ravel().tolist() == [2, 3]
+
+
+def test_libtorch_parameters(torch_server, torch_repo):
+    x = np.load(torch_repo / "mlp_in.npy")
+    want = np.load(torch_repo / "mlp_out.npy")
+    c = httpclient.InferenceServerClient(torch_server.url)
+    i = httpclient.InferInput("INPUT__0", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    assert np.abs(c.infer("mlp_tuned", [i]).as_numpy("OUTPUT__0") - want).max() <= 1e-6
+    log = torch_server.read_log()
+    assert "libtorch intra-op threads: 2" in log
+    assert "(weights shared with another instance)" in log
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert "parameter 'DISABLE_OPTIMIZED_EXECUTION' must be true or false, got 'maybe'" in index["bad_parameter"]["reason"]
+    assert "TYPE_STRING, which TorchScript takes as List[str]: it must be one-dimensional" in index["words_2d"]["reason"]
 
 
 def test_output_type_mismatch_is_a_clear_error(torch_server):
