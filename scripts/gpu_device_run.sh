@@ -50,7 +50,7 @@ if [[ " $SECTIONS " == *" pytorch "* ]]; then
   echo "== PyTorch backend, built here against this machine's PyTorch (tests/e2e/test_pytorch.py)"
   TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   ABI=$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
-  CUDA_LIB=(); [ -e "$TORCH_DIR/lib/libtorch_cuda.so" ] && CUDA_LIB=(-Wl,--no-as-needed -ltorch_cuda -Wl,--as-needed)
+  CUDA_LIB=(); [ -e "$TORCH_DIR/lib/libtorch_cuda.so" ] && CUDA_LIB=(-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed)
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
   g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="$ABI" \
     -Iinclude -Ibackends -I"$C/include" -isystem "$TORCH_DIR/include" \
