@@ -86,7 +86,7 @@ class Channel:
         pos, heads = 13, []
         for _ in range(count):
             handle, size = struct.unpack_from("<QI", frame, pos)
-            heads.append((handle, frame[pos + 12:pos + 12 + size].decode()))
+            heads.append((handle, frame[pos + 12:pos + 12 + size].decode(errors="replace")))
             pos += 12 + size
         (input_size,) = struct.unpack_from("<Q", frame, pos)
         text = frame[pos + 8:header_len]
