@@ -427,6 +427,7 @@ class GpuInstance {
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
     choices_.assign(m_->steps.size(), {});
+    RETURN_IF_ERROR(Grow(kEagerTuneRows));  // once, rather than bucket by bucket
     for (int64_t rows = 1; rows <= kEagerTuneRows; rows = TuneBucket(rows + 1))
       RETURN_IF_ERROR(Tune(rows));
     return Status::Ok();
@@ -440,10 +441,8 @@ class GpuInstance {
     if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     RETURN_IF_ERROR(Grow(rows));
-    if (const int64_t bucket = TuneBucket(rows); tuned_.count(bucket) == 0) {
-      RETURN_IF_ERROR(Grow(bucket));
+    if (const int64_t bucket = TuneBucket(rows); tuned_.count(bucket) == 0)
       RETURN_IF_ERROR(Tune(bucket));
-    }
     *start_ns = NereidNowNs();
     // Which copies go straight between request memory and the device (bit i: input i; bit
     // inputs + o: output o); the others pass through staging. A graph is captured per row count
@@ -732,6 +731,10 @@ class GpuInstance {
         if (kc::Sm90Supported(p, config))
           candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
       GemmChoice chosen;
+      if (candidates.empty()) {  // cuBLAS alone: nothing to time it against
+        choices_[i][rows] = chosen;
+        continue;
+      }
       auto best = time(s, chosen);
       for (size_t c = 0; c < candidates.size() && best.ok(); ++c) {
         auto t = time(s, candidates[c]);
