@@ -9,6 +9,8 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -59,6 +61,22 @@ inline std::string Parameter(const rapidjson::Value& config, const char* key) {
       !config["parameters"].HasMember(key))
     return "";
   return StringField(config["parameters"][key], "string_value");
+}
+
+// An integer config parameter: 'fallback' where absent (or empty), else a whole number from 'min'
+// to 'max' or an error naming the model and the parameter.
+inline StatusOr<int> IntParameter(const std::string& model, const rapidjson::Value& config,
+                                  const char* key, int min, int max, int fallback) {
+  const std::string text = Parameter(config, key);
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < min || value > max)
+    return InvalidArgument("model '" + model + "': parameter '" + key +
+                           "' must be an integer from " + std::to_string(min) + " to " +
+                           std::to_string(max) + ", got '" + text + "'");
+  return static_cast<int>(value);
 }
 
 inline std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, const char* key) {

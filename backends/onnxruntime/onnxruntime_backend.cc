@@ -266,21 +266,8 @@ struct SessionSettings {
   }
 };
 
-StatusOr<int> IntParameter(const std::string& model, const rapidjson::Value& config,
-                           const char* key, int min, int max, int fallback) {
-  const std::string text = onnx::Parameter(config, key);
-  if (text.empty()) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || *end != '\0' || value < min || value > max)
-    return backend::InvalidArgument("model '" + model + "': parameter '" + key +
-                                    "' must be an integer from " + std::to_string(min) + " to " +
-                                    std::to_string(max) + ", got '" + text + "'");
-  return static_cast<int>(value);
-}
-
 StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson::Value& config) {
+  using onnx::IntParameter;
   SessionSettings s;
   ASSIGN_OR_RETURN(s.intra_op_threads,
                    IntParameter(model, config, "intra_op_thread_count", 0, 1024, 0));

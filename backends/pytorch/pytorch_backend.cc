@@ -106,30 +106,17 @@ struct InstanceState {
   torch::Device device = torch::kCPU;
 };
 
-// A boolean parameter: absent -> 'fallback'; true/false/1/0/yes/no (any case); else an error.
-StatusOr<bool> BoolParameter(const rapidjson::Value& config, const std::string& model,
-                             const char* key, bool fallback) {
+// A boolean parameter: absent -> nullopt; true/false/1/0/yes/no (any case); else an error.
+StatusOr<std::optional<bool>> BoolParameter(const rapidjson::Value& config,
+                                            const std::string& model, const char* key) {
   std::string v = io::Parameter(config, key);
-  if (v.empty()) return fallback;
+  if (v.empty()) return std::optional<bool>();
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
+  if (v == "true" || v == "1" || v == "yes") return std::optional<bool>(true);
+  if (v == "false" || v == "0" || v == "no") return std::optional<bool>(false);
   return backend::InvalidArgument("model '" + model + "': parameter '" + key +
                                   "' must be true or false, got '" + io::Parameter(config, key) +
                                   "'");
-}
-
-// A thread count parameter: absent -> 0; else 1..4096.
-StatusOr<int> ThreadsParameter(const rapidjson::Value& config, const std::string& model,
-                               const char* key) {
-  const std::string v = io::Parameter(config, key);
-  if (v.empty()) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
-  if (*end != '\0' || n < 1 || n > 4096)
-    return backend::InvalidArgument("model '" + model + "': parameter '" + key +
-                                    "' must be a thread count (1..4096), got '" + v + "'");
-  return static_cast<int>(n);
 }
 
 // INTRA_OP_THREAD_COUNT, INTER_OP_THREAD_COUNT and DISABLE_CUDNN set libtorch's process-wide
@@ -137,9 +124,9 @@ StatusOr<int> ThreadsParameter(const rapidjson::Value& config, const std::string
 Status ApplyGlobalParameters(const rapidjson::Value& config, const std::string& model) {
   static std::mutex mu;
   static bool intra_set = false, inter_set = false;
-  ASSIGN_OR_RETURN(int intra, ThreadsParameter(config, model, "INTRA_OP_THREAD_COUNT"));
-  ASSIGN_OR_RETURN(int inter, ThreadsParameter(config, model, "INTER_OP_THREAD_COUNT"));
-  ASSIGN_OR_RETURN(bool no_cudnn, BoolParameter(config, model, "DISABLE_CUDNN", false));
+  ASSIGN_OR_RETURN(int intra, io::IntParameter(model, config, "INTRA_OP_THREAD_COUNT", 1, 4096, 0));
+  ASSIGN_OR_RETURN(int inter, io::IntParameter(model, config, "INTER_OP_THREAD_COUNT", 1, 4096, 0));
+  ASSIGN_OR_RETURN(std::optional<bool> no_cudnn, BoolParameter(config, model, "DISABLE_CUDNN"));
   std::lock_guard lock(mu);
   if (intra > 0 && !intra_set) {
     at::set_num_threads(intra);
@@ -159,25 +146,22 @@ Status ApplyGlobalParameters(const rapidjson::Value& config, const std::string& 
                                   "pool is already running)");
     }
   }
-  if (no_cudnn) at::globalContext().setUserEnabledCuDNN(false);
+  if (no_cudnn.value_or(false)) at::globalContext().setUserEnabledCuDNN(false);
   return Status::Ok();
 }
 
 Status ReadOptions(const rapidjson::Value& config, const std::string& model, Options& o) {
-  ASSIGN_OR_RETURN(o.inference_mode, BoolParameter(config, model, "INFERENCE_MODE", true));
-  ASSIGN_OR_RETURN(bool disable,
-                   BoolParameter(config, model, "DISABLE_OPTIMIZED_EXECUTION", false));
-  o.optimized_execution = !disable;
-  if (!io::Parameter(config, "ENABLE_JIT_EXECUTOR").empty()) {
-    ASSIGN_OR_RETURN(bool v, BoolParameter(config, model, "ENABLE_JIT_EXECUTOR", true));
-    o.jit_executor = v;
-  }
-  if (!io::Parameter(config, "ENABLE_JIT_PROFILING").empty()) {
-    ASSIGN_OR_RETURN(bool v, BoolParameter(config, model, "ENABLE_JIT_PROFILING", true));
-    o.jit_profiling = v;
-  }
-  ASSIGN_OR_RETURN(o.cache_cleaning, BoolParameter(config, model, "ENABLE_CACHE_CLEANING", false));
-  ASSIGN_OR_RETURN(o.weight_sharing, BoolParameter(config, model, "ENABLE_WEIGHT_SHARING", false));
+  ASSIGN_OR_RETURN(auto inference_mode, BoolParameter(config, model, "INFERENCE_MODE"));
+  ASSIGN_OR_RETURN(auto no_optimization,
+                   BoolParameter(config, model, "DISABLE_OPTIMIZED_EXECUTION"));
+  ASSIGN_OR_RETURN(o.jit_executor, BoolParameter(config, model, "ENABLE_JIT_EXECUTOR"));
+  ASSIGN_OR_RETURN(o.jit_profiling, BoolParameter(config, model, "ENABLE_JIT_PROFILING"));
+  ASSIGN_OR_RETURN(auto cache_cleaning, BoolParameter(config, model, "ENABLE_CACHE_CLEANING"));
+  ASSIGN_OR_RETURN(auto weight_sharing, BoolParameter(config, model, "ENABLE_WEIGHT_SHARING"));
+  o.inference_mode = inference_mode.value_or(true);
+  o.optimized_execution = !no_optimization.value_or(false);
+  o.cache_cleaning = cache_cleaning.value_or(false);
+  o.weight_sharing = weight_sharing.value_or(false);
   return ApplyGlobalParameters(config, model);
 }
 
@@ -305,22 +289,21 @@ Status InitializeInstance(NereidInstance* instance) {
                                   "CUDA device");
     state->device = torch::Device(torch::kCUDA, NereidInstanceDeviceId(instance));
   }
+  // With ENABLE_WEIGHT_SHARING the module comes from (or goes to) the model's slot for this
+  // device; otherwise the instance loads its own.
   auto* shared_model = const_cast<ModelState*>(m);
-  bool shared = false;
+  std::unique_lock<std::mutex> lock(shared_model->shared_mu, std::defer_lock);
+  std::shared_ptr<torch::jit::Module>* slot = &state->module;
   if (m->options.weight_sharing) {
-    std::lock_guard lock(shared_model->shared_mu);
-    auto& module = shared_model->shared[state->device.str()];
-    if (module) {
-      shared = true;
-    } else {
-      ASSIGN_OR_RETURN(torch::jit::Module loaded, Load(m->name, m->path, state->device));
-      module = std::make_shared<torch::jit::Module>(std::move(loaded));
-    }
-    state->module = module;
-  } else {
-    ASSIGN_OR_RETURN(torch::jit::Module loaded, Load(m->name, m->path, state->device));
-    state->module = std::make_shared<torch::jit::Module>(std::move(loaded));
+    lock.lock();
+    slot = &shared_model->shared[state->device.str()];
   }
+  const bool shared = *slot != nullptr;
+  if (!shared) {
+    ASSIGN_OR_RETURN(torch::jit::Module loaded, Load(m->name, m->path, state->device));
+    *slot = std::make_shared<torch::jit::Module>(std::move(loaded));
+  }
+  state->module = *slot;
   Log(NEREID_LOG_INFO, "model '" + m->name + "' instance '" + NereidInstanceName(instance) +
                            "' on " + state->device.str() +
                            (shared ? " (weights shared with another instance)" : ""));
