@@ -647,12 +647,8 @@ class Instance {
       for (const auto& [running, request] : executing_)
         if (running == handle) cancelled = NereidRequestIsCancelled(request) != 0;
     }
-    rapidjson::Document reply(rapidjson::kObjectType);
-    auto& a = reply.GetAllocator();
-    reply.AddMember("op", "infer_response", a);
-    reply.AddMember("call", h["call"].GetUint64(), a);
-    reply.AddMember("final", true, a);
-    reply.AddMember("cancelled", cancelled, a);
+    rapidjson::Document reply = Answer(h["call"].GetUint64(), true);
+    reply.AddMember("cancelled", cancelled, reply.GetAllocator());
     channel->Write(Json(reply));
   }
 
@@ -715,6 +711,17 @@ class Instance {
     if (NereidError* e = NereidRequestSend(request, 0)) NereidErrorDelete(e);
   }
 
+  // The header of an answer to a question the stub asked with a call id (a BLS response, an
+  // is_cancelled() answer): 'final' ends the call.
+  static rapidjson::Document Answer(uint64_t call, bool final) {
+    rapidjson::Document h(rapidjson::kObjectType);
+    auto& a = h.GetAllocator();
+    h.AddMember("op", "infer_response", a);
+    h.AddMember("call", call, a);
+    h.AddMember("final", final, a);
+    return h;
+  }
+
   // A BLS request of the model (pb_utils.InferenceRequest(...).exec()): sent into the server;
   // each response goes back to the stub as an 'infer_response' with its tensors in the payload.
   struct BlsCall {
@@ -751,11 +758,8 @@ class Instance {
       return;
     }
     if (request) NereidInferRequestDelete(request);
-    rapidjson::Document h(rapidjson::kObjectType);
+    rapidjson::Document h = Answer(call->call, true);
     auto& a = h.GetAllocator();
-    h.AddMember("op", "infer_response", a);
-    h.AddMember("call", call->call, a);
-    h.AddMember("final", true, a);
     h.AddMember("error", ErrorJson(error, a), a);
     h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
     NereidErrorDelete(error);
@@ -775,11 +779,8 @@ class Instance {
   static void BlsResponse(void* user, NereidInferResponse* response) {
     auto* call = static_cast<BlsCall*>(user);
     const bool final = NereidInferResponseIsFinal(response) != 0;
-    rapidjson::Document h(rapidjson::kObjectType);
+    rapidjson::Document h = Answer(call->call, final);
     auto& a = h.GetAllocator();
-    h.AddMember("op", "infer_response", a);
-    h.AddMember("call", call->call, a);
-    h.AddMember("final", final, a);
     std::string payload;
     rapidjson::Value outputs(rapidjson::kArrayType);
     if (NereidError* e = NereidInferResponseError(response)) {

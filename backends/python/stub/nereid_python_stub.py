@@ -278,6 +278,14 @@ class Stub:
             self.read_one()
         return True
 
+    def new_call(self, deliver):
+        """A call id for a question to the server; deliver(header, payload) gets its answers
+        (read_one hands them over)."""
+        with self.calls_lock:
+            self.next_call += 1
+            self.calls[self.next_call] = deliver
+            return self.next_call
+
     def bls_submit(self, request, on_response):
         """Sends a pb_utils.InferenceRequest into the server; on_response(InferenceResponse, final)
         is called for each response."""
@@ -288,10 +296,7 @@ class Stub:
                 error=pb_utils.TritonError(error["message"], error["code"]) if error else None)
             on_response(response, header["final"])
 
-        with self.calls_lock:
-            self.next_call += 1
-            call = self.next_call
-            self.calls[call] = deliver
+        call = self.new_call(deliver)
         specs, payload = [], bytearray()
         for tensor in request.inputs():
             datatype, shape, data = tensor_bytes(tensor)
@@ -314,10 +319,7 @@ class Stub:
             answer.append(bool(header.get("cancelled")))
             answered.set()
 
-        with self.calls_lock:
-            self.next_call += 1
-            call = self.next_call
-            self.calls[call] = deliver
+        call = self.new_call(deliver)
         self.channel.send({"op": "is_cancelled", "call": call, "handle": handle})
         if not self.bls_wait(answered.is_set):
             answered.wait()
