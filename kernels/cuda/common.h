@@ -18,6 +18,9 @@ size_t ElemSize(ElemType t);
 const char* ElemTypeName(ElemType t);
 const char* ActivationName(Activation a);
 
+// Whether 'p' is 16-byte aligned (what vector loads and TMA need).
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // Blocks of 256 threads, each thread handling 'per_thread' elements, capped so a grid-stride loop
 // covers the rest.
 inline unsigned GridFor(int64_t n, int per_thread = 4) {

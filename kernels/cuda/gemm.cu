@@ -368,8 +368,6 @@ cudaError_t LaunchSmallMOut(const GemmProblem& p, SmallMVariant variant, cudaStr
   return cudaErrorInvalidValue;
 }
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 cudaDataType_t CudaType(ElemType t) {
   switch (t) {
     case ElemType::kBF16:

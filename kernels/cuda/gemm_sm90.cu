@@ -447,12 +447,11 @@ bool Sm90Supported(const GemmProblem& p, const Sm90Config& c) {
   const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
   const int64_t elem = static_cast<int64_t>(ElemSize(p.ab_type));
   constexpr int64_t kMax = int64_t{1} << 30;
-  const auto aligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
   const bool split_ok =
       c.splits == 1 || (c.splits >= 2 && c.splits <= kSm90MaxSplits && p.workspace != nullptr &&
                         p.workspace_floats >= Sm90WorkspaceFloats(p, c));
   return types && out_ok && split_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 && p.m < kMax &&
-         p.n < kMax && p.k < kMax && (p.k * elem) % 16 == 0 && aligned(p.x) && aligned(p.w) &&
+         p.n < kMax && p.k < kMax && (p.k * elem) % 16 == 0 && Aligned16(p.x) && Aligned16(p.w) &&
          Encoder() != nullptr && HopperSmCount() > 0;
 }
 
