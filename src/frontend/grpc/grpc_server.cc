@@ -228,8 +228,9 @@ Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
       if (t.has_contents())
         return InvalidArgument("input '" + in.name + "' has both contents and raw_input_contents");
       const std::string_view bytes = parsed.raw[i];
-      in.data = reinterpret_cast<const uint8_t*>(bytes.data());
-      in.byte_size = bytes.size();
+      // The request keeps 'parsed' (and so the bytes) alive: no owner needed here.
+      in.Borrow(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                parsed.raw_location[i], nullptr);
     } else {
       std::vector<uint8_t> bytes;
       RETURN_IF_ERROR(ContentsToBytes(t.contents(), in.datatype, in.name, bytes));

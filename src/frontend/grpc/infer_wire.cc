@@ -4,6 +4,7 @@
 #include <string>
 
 #include "memory/buffer.h"
+#include "memory/memory_pool.h"
 
 namespace nereid::grpc_frontend {
 namespace {
@@ -51,8 +52,9 @@ class SliceReader {
     return false;
   }
 
-  // 'n' bytes: a view into the current slice when they lie in it, else gathered into 'storage'.
-  bool Span(uint64_t n, std::string_view* view, std::shared_ptr<uint8_t[]>* storage) {
+  // 'n' bytes: a view into the current slice when they lie in it, else gathered into 'storage'
+  // (pinned memory for 64 KiB and more when the pinned pool exists).
+  bool Span(uint64_t n, std::string_view* view, Buffer* storage) {
     if (n > remaining_) return false;
     if (n == 0) return (*view = {}, true);
     const grpc::Slice& s = slices_[index_];
@@ -61,14 +63,22 @@ class SliceReader {
       Advance(n);
       return true;
     }
-    *storage = AllocateAligned(n);
-    uint8_t* dst = storage->get();
+    if (n >= (uint64_t{64} << 10) && PinnedPoolAvailable()) {
+      if (StatusOr<Buffer> pinned = AllocatePinned(n); pinned.ok())
+        *storage = std::move(pinned).value();
+    }
+    if (storage->data() == nullptr) {
+      std::shared_ptr<uint8_t[]> heap = AllocateAligned(n);
+      uint8_t* data = heap.get();
+      *storage = Buffer(data, n, MemoryLocation{}, std::move(heap));
+    }
+    uint8_t* dst = storage->data();
     Consume(n, [&](const uint8_t* p, size_t k) {
       std::memcpy(dst, p, k);
       dst += k;
     });
     CountCopy(CopyKind::kInput, n);
-    *view = std::string_view(reinterpret_cast<const char*>(storage->get()), n);
+    *view = std::string_view(reinterpret_cast<const char*>(storage->data()), n);
     return true;
   }
 
@@ -130,10 +140,11 @@ StatusOr<std::shared_ptr<ParsedInferRequest>> ParseInferRequest(const grpc::Byte
     if (field == kRawInputContents && wire == kLengthDelimited) {
       uint64_t n;
       std::string_view view;
-      std::shared_ptr<uint8_t[]> storage;
+      Buffer storage;
       if (!reader.Varint(&n) || !reader.Span(n, &view, &storage)) return Malformed();
       parsed->raw.push_back(view);
-      if (storage) parsed->gathered.push_back(std::move(storage));
+      parsed->raw_location.push_back(storage.location());
+      if (storage.owner()) parsed->gathered.push_back(storage.owner());
       continue;
     }
     PutVarint(rest, tag);

@@ -20,13 +20,15 @@ namespace nereid::grpc_frontend {
 
 // A received ModelInferRequest: the message without its raw_input_contents, and each raw input
 // as a contiguous span into the received slices (or, when an input straddled two slices, into a
-// gathered copy). Keeps the bytes alive.
+// gathered copy: from the pinned pool for 64 KiB and more when there are GPUs, so that a GPU
+// instance copies it to the device straight from there). Keeps the bytes alive.
 struct ParsedInferRequest {
   inference::ModelInferRequest message;
   std::vector<std::string_view> raw;
+  std::vector<MemoryLocation> raw_location;  // one per raw input
 
   std::vector<grpc::Slice> slices;
-  std::vector<std::shared_ptr<uint8_t[]>> gathered;
+  std::vector<std::shared_ptr<const void>> gathered;
 };
 StatusOr<std::shared_ptr<ParsedInferRequest>> ParseInferRequest(const grpc::ByteBuffer& buffer);
 
