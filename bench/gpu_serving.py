@@ -32,7 +32,7 @@ os.environ.setdefault("NEREID_BINARY", "")
 
 def torch_reference(onnx_path, batches, precisions, iters=300):
     """us per batch, host to host: pinned input -> device -> 3 layers -> pinned output, replayed
-    from a CUDA graph, timed by wall clock around replay + synchronize (median)."""
+    from a CUDA graph, timed by wall clock around replay + synchronize: (median, mean)."""
     import onnx
     import torch
     from onnx import numpy_helper
@@ -74,7 +74,7 @@ def torch_reference(onnx_path, batches, precisions, iters=300):
                 graph.replay()
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) * 1e6)
-            results[(precision, batch)] = statistics.median(times)
+            results[(precision, batch)] = (statistics.median(times), statistics.fmean(times))
     torch.backends.cuda.matmul.allow_tf32 = False
     return results
 
@@ -121,7 +121,11 @@ def throughput(perf_analyzer, nereid_perf, url, model, concurrency, out_dir, sha
             with open(csv_path) as f:
                 row = next(csv.DictReader(f))
             return float(row["Inferences/Second"]), float(row["p50 latency"])
-        print(f"perf_analyzer failed on {model}: {r.stdout[-400:]} {r.stderr[-400:]}")
+        log = os.path.join(out_dir, f"pa_failed_{model}_c{concurrency}.txt")
+        with open(log, "w") as f:
+            f.write(r.stdout + "\n--- stderr\n" + r.stderr)
+        print(f"perf_analyzer failed on {model} (exit {r.returncode}; {log}): {r.stderr[-300:]!r}; "
+              "nereid-perf measures instead")
     cmd = [nereid_perf, "-m", model, "-u", url, "--concurrency-range", str(concurrency), "-p", "3000",
            "-q", "-f", csv_path]
     if shape:
@@ -155,18 +159,25 @@ def main():
     batches, precisions = [1, 32, 256], ["fp32", "tf32", "bf16"]
 
     print("== 1. recommend_model per batch, host to host (us): PyTorch CUDA graph + pinned vs Nereid server compute")
+    print("   (the statistics extension gives Nereid's mean; ratios are PyTorch's mean over Nereid's)")
     torch_us = torch_reference(os.path.join(repo, "recommend_model", "1", "model.onnx"), batches, precisions)
-    server = Server(repo)
+    server = Server(repo, "--log-verbose=1")  # the GPU engine's per-phase lines (below)
     try:
-        print(f"{'precision':>9} {'batch':>6} | {'PyTorch':>9} | {'Nereid HTTP':>11} {'ratio':>6} | "
-              f"{'Nereid gRPC':>11} {'ratio':>6}")
+        print(f"{'precision':>9} {'batch':>6} | {'PyTorch p50':>11} {'mean':>7} | {'Nereid HTTP':>11} "
+              f"{'ratio':>6} | {'Nereid gRPC':>11} {'ratio':>6}")
         for p in precisions:
             for b in batches:
                 http = server_compute(server, f"recommend_{p}", b, "http")
                 grpc = server_compute(server, f"recommend_{p}", b, "grpc")
-                ref = torch_us[(p, b)]
-                print(f"{p:>9} {b:>6} | {ref:9.1f} | {http:11.1f} {ref / http:5.2f}x | "
-                      f"{grpc:11.1f} {ref / grpc:5.2f}x")
+                median, mean = torch_us[(p, b)]
+                print(f"{p:>9} {b:>6} | {median:11.1f} {mean:7.1f} | {http:11.1f} {mean / http:5.2f}x | "
+                      f"{grpc:11.1f} {mean / grpc:5.2f}x")
+        print("   where Nereid's runs spend their time (server log, every 100 runs of a row count; "
+              "HTTP's runs come first, then gRPC's):")
+        with open(server.log_path) as f:
+            for line in f:
+                if "GPU runs of" in line:
+                    print("   " + line.split("] ", 1)[-1].rstrip())
         print()
         print("== 2. HTTP throughput at concurrency 64 (same server)")
         print(f"{'model':>22} | {'infer/s':>9} | {'p50 us':>8}")

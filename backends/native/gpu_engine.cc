@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -489,13 +490,16 @@ class GpuInstance {
         direct_dst_[o] = d.data;
       }
     }
+    const uint64_t gathered_ns = NereidNowNs();
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
     RETURN_IF_ERROR(LaunchGraph(rows, direct));
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, false));
+    const uint64_t enqueued_ns = NereidNowNs();
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
     *end_ns = NereidNowNs();
+    NotePhases(rows, direct, {*start_ns, gathered_ns, enqueued_ns, *end_ns});
     results->clear();
     for (size_t i = 0; i < m_->outputs.size(); ++i) {
       const IoSpec& io = m_->outputs[i];
@@ -535,6 +539,28 @@ class GpuInstance {
     if (acc_.data != nullptr) NereidMemoryRelease(acc_.data);
     buffers_.clear(), staging_in_.clear(), staging_out_.clear();
     acc_ = NereidBuffer{};
+  }
+
+  // Where runs' time goes on the host clock, per row count, logged at verbose level
+  // (--log-verbose=1) every 100 runs of that count: inputs copied into staging (the batch
+  // gather), the copies and graph launch enqueued, the wait for the device.
+  struct Phases {
+    uint64_t runs = 0, gather_ns = 0, enqueue_ns = 0, wait_ns = 0;
+  };
+  void NotePhases(int64_t rows, uint64_t direct, std::array<uint64_t, 4> t) {
+    Phases& p = phases_[rows];
+    ++p.runs, p.gather_ns += t[1] - t[0], p.enqueue_ns += t[2] - t[1], p.wait_ns += t[3] - t[2];
+    if (p.runs < 100) return;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "GPU runs of %lld row(s), mean of %llu: inputs to staging %.1f us, copies and "
+                  "graph enqueued %.1f us, device wait %.1f us (direct copies mask 0x%llx, copies "
+                  "%s the graph)",
+                  static_cast<long long>(rows), static_cast<unsigned long long>(p.runs),
+                  p.gather_ns / 1e3 / p.runs, p.enqueue_ns / 1e3 / p.runs, p.wait_ns / 1e3 / p.runs,
+                  static_cast<unsigned long long>(direct), copies_in_graph_ ? "in" : "around");
+    NereidLog(NEREID_LOG_VERBOSE, __FILE__, __LINE__, line);
+    phases_.erase(rows);
   }
 
   void DropGraphs() {
@@ -822,7 +848,8 @@ class GpuInstance {
   std::vector<void*> direct_dst_;  // per output: this run's direct destination, or null
   // Per step (GEMMs only), by tuned row count (TuneBucket): which implementation Tune() picked.
   std::vector<std::map<int64_t, GemmChoice>> choices_;
-  std::set<int64_t> tuned_;  // the row counts Tune() has run for
+  std::set<int64_t> tuned_;           // the row counts Tune() has run for
+  std::map<int64_t, Phases> phases_;  // by row count, since it was last logged
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {
