@@ -51,6 +51,10 @@ if [[ " $SECTIONS " == *" pytorch "* ]]; then
   TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
   ABI=$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
   CUDA_LIB=(); [ -e "$TORCH_DIR/lib/libtorch_cuda.so" ] && CUDA_LIB=(-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed)
+  # c10's CUDA headers include cuda_runtime.h: the toolkit's, else the one in PyTorch's wheels.
+  for d in /usr/local/cuda/include "$TORCH_DIR/../nvidia/cuda_runtime/include" "$TORCH_DIR/../nvidia/cu13/include"; do
+    [ -e "$d/cuda_runtime.h" ] && CUDA_LIB=(-isystem "$d" "${CUDA_LIB[@]}") && break
+  done
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
   g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="$ABI" \
     -Iinclude -Ibackends -I"$C/include" -isystem "$TORCH_DIR/include" \

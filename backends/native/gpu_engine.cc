@@ -419,12 +419,15 @@ class GpuInstance {
     DropGraphs();
     ReleaseBuffers();
     cublas_.reset();
+    for (cudaEvent_t e : events_)
+      if (e != nullptr) cudaEventDestroy(e);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   Status Init() {
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (cudaEvent_t& e : events_) CUDA_RETURN(cudaEventCreate(&e), "cudaEventCreate");
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
     choices_.assign(m_->steps.size(), {});
@@ -491,15 +494,21 @@ class GpuInstance {
       }
     }
     const uint64_t gathered_ns = NereidNowNs();
+    const bool sample = ++runs_ % 8 == 0;  // device-side phases, timed by events on every 8th run
+    auto mark = [&](int i) { return sample ? cudaEventRecord(events_[i], stream_) : cudaSuccess; };
+    CUDA_RETURN(mark(0), "cudaEventRecord");
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
+    CUDA_RETURN(mark(1), "cudaEventRecord");
     RETURN_IF_ERROR(LaunchGraph(rows, direct));
+    CUDA_RETURN(mark(2), "cudaEventRecord");
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, false));
+    CUDA_RETURN(mark(3), "cudaEventRecord");
     const uint64_t enqueued_ns = NereidNowNs();
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
     *end_ns = NereidNowNs();
-    NotePhases(rows, direct, {*start_ns, gathered_ns, enqueued_ns, *end_ns});
+    NotePhases(rows, direct, {*start_ns, gathered_ns, enqueued_ns, *end_ns}, sample);
     results->clear();
     for (size_t i = 0; i < m_->outputs.size(); ++i) {
       const IoSpec& io = m_->outputs[i];
@@ -541,23 +550,34 @@ class GpuInstance {
     acc_ = NereidBuffer{};
   }
 
-  // Where runs' time goes on the host clock, per row count, logged at verbose level
-  // (--log-verbose=1) every 100 runs of that count: inputs copied into staging (the batch
-  // gather), the copies and graph launch enqueued, the wait for the device.
+  // Where runs' time goes, per row count, logged at verbose level (--log-verbose=1) every 100
+  // runs of that count. On the host clock: inputs copied into staging (the batch gather), the
+  // copies and graph launch enqueued, the wait for the device. On the device (CUDA events, every
+  // 8th run): the copies in before the graph, the graph, the copies out after it.
   struct Phases {
     uint64_t runs = 0, gather_ns = 0, enqueue_ns = 0, wait_ns = 0;
+    uint64_t sampled = 0;
+    double in_ms = 0, graph_ms = 0, out_ms = 0;
   };
-  void NotePhases(int64_t rows, uint64_t direct, std::array<uint64_t, 4> t) {
+  void NotePhases(int64_t rows, uint64_t direct, std::array<uint64_t, 4> t, bool sampled) {
     Phases& p = phases_[rows];
     ++p.runs, p.gather_ns += t[1] - t[0], p.enqueue_ns += t[2] - t[1], p.wait_ns += t[3] - t[2];
+    float ms[3] = {0, 0, 0};
+    if (sampled && cudaEventElapsedTime(&ms[0], events_[0], events_[1]) == cudaSuccess &&
+        cudaEventElapsedTime(&ms[1], events_[1], events_[2]) == cudaSuccess &&
+        cudaEventElapsedTime(&ms[2], events_[2], events_[3]) == cudaSuccess)
+      ++p.sampled, p.in_ms += ms[0], p.graph_ms += ms[1], p.out_ms += ms[2];
     if (p.runs < 100) return;
-    char line[256];
+    const double n = static_cast<double>(std::max<uint64_t>(p.sampled, 1));
+    char line[384];
     std::snprintf(line, sizeof(line),
                   "GPU runs of %lld row(s), mean of %llu: inputs to staging %.1f us, copies and "
-                  "graph enqueued %.1f us, device wait %.1f us (direct copies mask 0x%llx, copies "
-                  "%s the graph)",
+                  "graph enqueued %.1f us, device wait %.1f us; on the device: copies in %.1f us, "
+                  "graph %.1f us, copies out %.1f us (direct copies mask 0x%llx, copies %s the "
+                  "graph)",
                   static_cast<long long>(rows), static_cast<unsigned long long>(p.runs),
                   p.gather_ns / 1e3 / p.runs, p.enqueue_ns / 1e3 / p.runs, p.wait_ns / 1e3 / p.runs,
+                  p.in_ms * 1e3 / n, p.graph_ms * 1e3 / n, p.out_ms * 1e3 / n,
                   static_cast<unsigned long long>(direct), copies_in_graph_ ? "in" : "around");
     NereidLog(NEREID_LOG_VERBOSE, __FILE__, __LINE__, line);
     phases_.erase(rows);
@@ -848,8 +868,10 @@ class GpuInstance {
   std::vector<void*> direct_dst_;  // per output: this run's direct destination, or null
   // Per step (GEMMs only), by tuned row count (TuneBucket): which implementation Tune() picked.
   std::vector<std::map<int64_t, GemmChoice>> choices_;
-  std::set<int64_t> tuned_;           // the row counts Tune() has run for
-  std::map<int64_t, Phases> phases_;  // by row count, since it was last logged
+  std::set<int64_t> tuned_;              // the row counts Tune() has run for
+  std::map<int64_t, Phases> phases_;     // by row count, since it was last logged
+  std::array<cudaEvent_t, 4> events_{};  // the device-side phase marks (NotePhases)
+  uint64_t runs_ = 0;
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {
