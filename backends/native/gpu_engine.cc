@@ -570,15 +570,16 @@ class GpuInstance {
     if (p.runs < 100) return;
     const double n = static_cast<double>(std::max<uint64_t>(p.sampled, 1));
     char line[384];
-    std::snprintf(line, sizeof(line),
-                  "GPU runs of %lld row(s), mean of %llu: inputs to staging %.1f us, copies and "
-                  "graph enqueued %.1f us, device wait %.1f us; on the device: copies in %.1f us, "
-                  "graph %.1f us, copies out %.1f us (direct copies mask 0x%llx, copies %s the "
-                  "graph)",
-                  static_cast<long long>(rows), static_cast<unsigned long long>(p.runs),
-                  p.gather_ns / 1e3 / p.runs, p.enqueue_ns / 1e3 / p.runs, p.wait_ns / 1e3 / p.runs,
-                  p.in_ms * 1e3 / n, p.graph_ms * 1e3 / n, p.out_ms * 1e3 / n,
-                  static_cast<unsigned long long>(direct), copies_in_graph_ ? "in" : "around");
+    std::snprintf(
+        line, sizeof(line),
+        "GPU runs of %lld row(s), mean of %llu: inputs to staging %.1f us, copies and "
+        "graph enqueued %.1f us, device wait %.1f us; on the device: copies in %.1f us, "
+        "graph %.1f us, copies out %.1f us (direct copies mask 0x%llx, staging copies %s the "
+        "graph)",
+        static_cast<long long>(rows), static_cast<unsigned long long>(p.runs),
+        p.gather_ns / 1e3 / p.runs, p.enqueue_ns / 1e3 / p.runs, p.wait_ns / 1e3 / p.runs,
+        p.in_ms * 1e3 / n, p.graph_ms * 1e3 / n, p.out_ms * 1e3 / n,
+        static_cast<unsigned long long>(direct), copies_in_graph_ ? "in" : "around");
     NereidLog(NEREID_LOG_VERBOSE, __FILE__, __LINE__, line);
     phases_.erase(rows);
   }
