@@ -628,6 +628,18 @@ class GpuInstance {
     // Copies from page-locked staging are captured in the graph; from pageable memory they run as
     // separate (driver-staged) copies around it.
     copies_in_graph_ = pinned;
+    // Where the device sees page-locked staging (the same address under unified addressing): small
+    // copies then run as a kernel reading or writing it (kc::CopyBytes) instead of a copy node.
+    for (int dir = 0; dir < 2; ++dir) {
+      const auto& staging = dir == 0 ? staging_in_ : staging_out_;
+      auto& mapped = dir == 0 ? mapped_in_ : mapped_out_;
+      mapped.assign(staging.size(), nullptr);
+      for (size_t i = 0; i < staging.size() && pinned; ++i)
+        if (cudaHostGetDevicePointer(&mapped[i], staging[i].data, 0) != cudaSuccess) {
+          cudaGetLastError();  // not mapped: copy nodes serve
+          mapped[i] = nullptr;
+        }
+    }
     capacity_ = capacity;
     return Status::Ok();
   }
@@ -666,6 +678,14 @@ class GpuInstance {
       const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
       void* host = (to_device ? staging_in_ : staging_out_)[i].data;
       void* device = Buf(ios[i].value);
+      void* mapped = (to_device ? mapped_in_ : mapped_out_)[i];
+      constexpr size_t kKernelCopyMax = 64 << 10;  // beyond this the copy engine is faster
+      if (mapped != nullptr && bytes <= kKernelCopyMax) {
+        CUDA_RETURN(to_device ? kc::CopyBytes(device, mapped, bytes, stream_)
+                              : kc::CopyBytes(mapped, device, bytes, stream_),
+                    to_device ? "copy to the GPU" : "copy from the GPU");
+        continue;
+      }
       CUDA_RETURN(to_device ? cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_)
                             : cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_),
                   to_device ? "copy to the GPU" : "copy from the GPU");
@@ -861,6 +881,7 @@ class GpuInstance {
   std::unique_ptr<kc::CublasGemm> cublas_;
   int64_t capacity_ = 0;
   std::vector<NereidBuffer> buffers_, staging_in_, staging_out_;
+  std::vector<void*> mapped_in_, mapped_out_;  // the staging buffers' device addresses, or null
   NereidBuffer acc_{};
   int64_t acc_floats_ = 0;
   bool copies_in_graph_ = false;

@@ -7,33 +7,48 @@ namespace nereid::kernels::cuda {
 
 size_t ElemSize(ElemType t) {
   switch (t) {
-    case ElemType::kF32: return 4;
-    case ElemType::kBF16: return 2;
-    case ElemType::kF16: return 2;
-    case ElemType::kI32: return 4;
-    case ElemType::kI64: return 8;
+    case ElemType::kF32:
+      return 4;
+    case ElemType::kBF16:
+      return 2;
+    case ElemType::kF16:
+      return 2;
+    case ElemType::kI32:
+      return 4;
+    case ElemType::kI64:
+      return 8;
   }
   return 0;
 }
 
 const char* ElemTypeName(ElemType t) {
   switch (t) {
-    case ElemType::kF32: return "fp32";
-    case ElemType::kBF16: return "bf16";
-    case ElemType::kF16: return "fp16";
-    case ElemType::kI32: return "int32";
-    case ElemType::kI64: return "int64";
+    case ElemType::kF32:
+      return "fp32";
+    case ElemType::kBF16:
+      return "bf16";
+    case ElemType::kF16:
+      return "fp16";
+    case ElemType::kI32:
+      return "int32";
+    case ElemType::kI64:
+      return "int64";
   }
   return "?";
 }
 
 const char* ActivationName(Activation a) {
   switch (a) {
-    case Activation::kNone: return "none";
-    case Activation::kRelu: return "relu";
-    case Activation::kSigmoid: return "sigmoid";
-    case Activation::kTanh: return "tanh";
-    case Activation::kGelu: return "gelu";
+    case Activation::kNone:
+      return "none";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSigmoid:
+      return "sigmoid";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kGelu:
+      return "gelu";
   }
   return "?";
 }
@@ -50,10 +65,14 @@ __device__ __forceinline__ T Apply(T x, T y) {
   } else {
     const float fx = ToFloat(x), fy = ToFloat(y);
     float r;
-    if constexpr (Op == BinaryOp::kAdd) r = fx + fy;
-    else if constexpr (Op == BinaryOp::kSub) r = fx - fy;
-    else if constexpr (Op == BinaryOp::kMul) r = fx * fy;
-    else r = fx / fy;
+    if constexpr (Op == BinaryOp::kAdd)
+      r = fx + fy;
+    else if constexpr (Op == BinaryOp::kSub)
+      r = fx - fy;
+    else if constexpr (Op == BinaryOp::kMul)
+      r = fx * fy;
+    else
+      r = fx / fy;
     return FromFloat<T>(r);
   }
 }
@@ -79,16 +98,20 @@ cudaError_t LaunchBinary(BinaryOp op, const void* a, int64_t a_count, const void
   const unsigned grid = GridFor(count);
   switch (op) {
     case BinaryOp::kAdd:
-      BinaryKernel<T, BinaryOp::kAdd><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      BinaryKernel<T, BinaryOp::kAdd>
+          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
       break;
     case BinaryOp::kSub:
-      BinaryKernel<T, BinaryOp::kSub><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      BinaryKernel<T, BinaryOp::kSub>
+          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
       break;
     case BinaryOp::kMul:
-      BinaryKernel<T, BinaryOp::kMul><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      BinaryKernel<T, BinaryOp::kMul>
+          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
       break;
     case BinaryOp::kDiv:
-      BinaryKernel<T, BinaryOp::kDiv><<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+      BinaryKernel<T, BinaryOp::kDiv>
+          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
       break;
   }
   return cudaGetLastError();
@@ -136,7 +159,8 @@ cudaError_t LaunchConvert(const void* in, ElemType to, void* out, int64_t count,
     case ElemType::kF16:
       ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<__half*>(out), count);
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -149,24 +173,53 @@ cudaError_t Binary(BinaryOp op, ElemType type, const void* a, int64_t a_count, c
   if (a_count <= 0 || b_count <= 0 || count % a_count != 0 || count % b_count != 0)
     return cudaErrorInvalidValue;
   switch (type) {
-    case ElemType::kF32: return LaunchBinary<float>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kF32:
+      return LaunchBinary<float>(op, a, a_count, b, b_count, out, count, stream);
     case ElemType::kBF16:
       return LaunchBinary<__nv_bfloat16>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kF16: return LaunchBinary<__half>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kI32: return LaunchBinary<int32_t>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kI64: return LaunchBinary<int64_t>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kF16:
+      return LaunchBinary<__half>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kI32:
+      return LaunchBinary<int32_t>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kI64:
+      return LaunchBinary<int64_t>(op, a, a_count, b, b_count, out, count, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+template <typename T>
+__global__ void CopyKernel(const T* __restrict__ in, T* __restrict__ out, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride)
+    out[i] = in[i];
+}
+
+cudaError_t CopyBytes(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  const auto count = static_cast<int64_t>(bytes);
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0) {
+    CopyKernel<<<GridFor(count / 16), 256, 0, stream>>>(static_cast<const uint4*>(src),
+                                                        static_cast<uint4*>(dst), count / 16);
+  } else {
+    CopyKernel<<<GridFor(count), 256, 0, stream>>>(static_cast<const uint8_t*>(src),
+                                                   static_cast<uint8_t*>(dst), count);
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t Unary(Activation act, ElemType type, const void* in, void* out, int64_t count,
                   cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (type) {
-    case ElemType::kF32: return LaunchUnary<float>(act, in, out, count, stream);
-    case ElemType::kBF16: return LaunchUnary<__nv_bfloat16>(act, in, out, count, stream);
-    case ElemType::kF16: return LaunchUnary<__half>(act, in, out, count, stream);
-    default: return cudaErrorInvalidValue;
+    case ElemType::kF32:
+      return LaunchUnary<float>(act, in, out, count, stream);
+    case ElemType::kBF16:
+      return LaunchUnary<__nv_bfloat16>(act, in, out, count, stream);
+    case ElemType::kF16:
+      return LaunchUnary<__half>(act, in, out, count, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -174,10 +227,14 @@ cudaError_t Convert(ElemType from, const void* in, ElemType to, void* out, int64
                     cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (from) {
-    case ElemType::kF32: return LaunchConvert<float>(in, to, out, count, stream);
-    case ElemType::kBF16: return LaunchConvert<__nv_bfloat16>(in, to, out, count, stream);
-    case ElemType::kF16: return LaunchConvert<__half>(in, to, out, count, stream);
-    default: return cudaErrorInvalidValue;
+    case ElemType::kF32:
+      return LaunchConvert<float>(in, to, out, count, stream);
+    case ElemType::kBF16:
+      return LaunchConvert<__nv_bfloat16>(in, to, out, count, stream);
+    case ElemType::kF16:
+      return LaunchConvert<__half>(in, to, out, count, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

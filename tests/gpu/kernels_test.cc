@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <random>
 
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
@@ -83,6 +85,39 @@ TEST(CudaElementwise, IntegerDivisionByZeroIsZero) {
   CUDA_OK(kernels::cuda::Binary(BinaryOp::kDiv, ElemType::kI32, a.get(), 3, b.get(), 3, out.get(),
                                 3, nullptr));
   EXPECT_EQ(Decode(out.Read(), ElemType::kI32), (std::vector<double>{0, -3, 0}));
+}
+
+// CopyBytes between device memory and mapped page-locked host memory, at aligned and unaligned
+// addresses and sizes: every byte lands, nothing beyond.
+TEST(CudaElementwise, CopyBytesThroughMappedHostMemory) {
+  NEREID_REQUIRE_GPU();
+  constexpr size_t kMax = 70000;
+  uint8_t* host = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&host), kMax + 64, cudaHostAllocMapped),
+            cudaSuccess);
+  void* mapped = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&mapped, host, 0), cudaSuccess);
+  DeviceBuffer device(kMax + 64);
+  std::mt19937 rng(seed_counter++);
+  for (auto [offset, bytes] :
+       {std::pair<size_t, size_t>{0, 4096}, {0, 65536}, {3, 1001}, {16, 69984}, {1, 1}}) {
+    std::vector<uint8_t> want(bytes);
+    for (auto& b : want) b = static_cast<uint8_t>(rng());
+    std::memcpy(host + offset, want.data(), bytes);
+    CUDA_OK(cudaMemset(device.get(), 0xAB, kMax + 64));
+    CUDA_OK(kernels::cuda::CopyBytes(static_cast<uint8_t*>(device.get()) + offset,
+                                     static_cast<uint8_t*>(mapped) + offset, bytes, nullptr));
+    std::vector<uint8_t> got = device.Read();
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + offset)) << bytes;
+    EXPECT_EQ(got[offset + bytes], 0xAB) << "wrote past the end, " << bytes << " bytes";
+    std::memset(host, 0xCD, kMax + 64);
+    CUDA_OK(kernels::cuda::CopyBytes(static_cast<uint8_t*>(mapped) + offset,
+                                     static_cast<uint8_t*>(device.get()) + offset, bytes, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), host + offset)) << bytes;
+    EXPECT_EQ(host[offset + bytes], 0xCD) << "wrote past the end, " << bytes << " bytes";
+  }
+  cudaFreeHost(host);
 }
 
 TEST(CudaElementwise, RejectsShapesThatDoNotBroadcast) {
