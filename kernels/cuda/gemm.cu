@@ -30,14 +30,22 @@ struct Vec {
   }
 };
 
-// The end of every small-M kernel: each of the warp's kRows x M dot products summed across the
-// lanes (butterfly: afterwards every lane holds every sum), then lane (r * M + i) % 32 applies the
-// epilogue and stores y[i, row0 + r].
-template <int M, int kRows, typename OutT>
-__device__ __forceinline__ void ReduceAndStore(float (&acc)[kRows][M], int lane, int64_t row0,
-                                               int m, int64_t n, float alpha,
-                                               const float* __restrict__ bias, Activation act,
-                                               const OutT* residual, OutT* y) {
+// The epilogue of one element of y: y[i, col] = act(alpha * sum + bias[col]) + residual[i, col].
+template <typename OutT>
+__device__ __forceinline__ void StoreOne(float sum, int i, int64_t col, int64_t n, float alpha,
+                                         const float* __restrict__ bias, Activation act,
+                                         const OutT* residual, OutT* y) {
+  float v = alpha * sum;
+  if (bias != nullptr) v += bias[col];
+  v = ActivateAny(act, v);
+  if (residual != nullptr) v += ToFloat(residual[i * n + col]);
+  y[i * n + col] = FromFloat<OutT>(v);
+}
+
+// Each of the warp's kRows x M dot products summed across the lanes (butterfly: afterwards every
+// lane holds every sum).
+template <int M, int kRows>
+__device__ __forceinline__ void WarpReduce(float (&acc)[kRows][M]) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -45,19 +53,49 @@ __device__ __forceinline__ void ReduceAndStore(float (&acc)[kRows][M], int lane,
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1)
         acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], offset);
+}
+
+// The end of the warp-per-rows kernels: the sums reduced across the warp, then lane
+// (r * M + i) % 32 applies the epilogue and stores y[i, row0 + r].
+template <int M, int kRows, typename OutT>
+__device__ __forceinline__ void ReduceAndStore(float (&acc)[kRows][M], int lane, int64_t row0,
+                                               int m, int64_t n, float alpha,
+                                               const float* __restrict__ bias, Activation act,
+                                               const OutT* residual, OutT* y) {
+  WarpReduce<M, kRows>(acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       const int64_t col = row0 + r;
-      if (lane == (r * M + i) % 32 && i < m && col < n) {
-        float v = alpha * acc[r][i];
-        if (bias != nullptr) v += bias[col];
-        v = ActivateAny(act, v);
-        if (residual != nullptr) v += ToFloat(residual[i * n + col]);
-        y[i * n + col] = FromFloat<OutT>(v);
+      if (lane == (r * M + i) % 32 && i < m && col < n)
+        StoreOne(acc[r][i], i, col, n, alpha, bias, act, residual, y);
+    }
+}
+
+// This thread's share of the kRows x M dot products: k walked in 16-byte vectors from 'start',
+// 'step' elements apart (32 vectors for a warp alone, 128 for a block of 4 splitting k).
+template <typename T, int M, int kRows>
+__device__ __forceinline__ void Accumulate(float (&acc)[kRows][M], const T* const (&wr)[kRows],
+                                           const T* __restrict__ x, int m, int64_t k, int64_t start,
+                                           int64_t step) {
+#pragma unroll 2
+  for (int64_t base = start; base < k; base += step) {
+    Vec<T> wv[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wv[r].Load(wr[r] + base);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i < m) {
+        Vec<T> xv;
+        xv.Load(x + i * k + base);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int e = 0; e < Vec<T>::kCount; ++e) acc[r][i] = fmaf(wv[r].v[e], xv.v[e], acc[r][i]);
       }
     }
+  }
 }
 
 template <typename T, int M, int kRows, typename OutT>
@@ -71,29 +109,47 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int 
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
   if (row0 >= n) return;
   float acc[kRows][M] = {};
-
   const T* wr[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wr[r] = w + (row0 + r < n ? row0 + r : row0) * k;
-
-#pragma unroll 2
-  for (int64_t base = static_cast<int64_t>(lane) * V; base < k; base += 32 * V) {
-    Vec<T> wv[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) wv[r].Load(wr[r] + base);
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      if (i < m) {
-        Vec<T> xv;
-        xv.Load(x + i * k + base);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int e = 0; e < V; ++e) acc[r][i] = fmaf(wv[r].v[e], xv.v[e], acc[r][i]);
-      }
-    }
-  }
+  Accumulate<T, M, kRows>(acc, wr, x, m, k, static_cast<int64_t>(lane) * V, 32 * V);
   ReduceAndStore<M, kRows>(acc, lane, row0, m, n, alpha, bias, act, residual, y);
+}
+
+// Variant kSplitK2: the block's 4 warps share 2 rows of w and split k between them (the block walks
+// k 128 vectors wide), so a GEMM with few output columns keeps 4x the warps, and the loads they
+// have in flight, on every SM (what streaming w at HBM speed needs); the warps' partial sums meet
+// in shared memory and warp 0 applies the epilogue.
+template <typename T, int M, int kRows, typename OutT>
+__global__ __launch_bounds__(kWarps * 32) void SmallMSplitKernel(
+    Activation act, int m, int64_t n, int64_t k, const T* __restrict__ x, const T* __restrict__ w,
+    float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
+  constexpr int V = Vec<T>::kCount;
+  __shared__ float partial[kWarps][kRows][M];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  float acc[kRows][M] = {};
+  const T* wr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) wr[r] = w + (row0 + r < n ? row0 + r : row0) * k;
+  Accumulate<T, M, kRows>(acc, wr, x, m, k, static_cast<int64_t>(threadIdx.x) * V, kWarps * 32 * V);
+  WarpReduce<M, kRows>(acc);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int i = 0; i < M; ++i) partial[warp][r][i] = acc[r][i];
+  __syncthreads();
+  if (warp != 0) return;
+  for (int idx = lane; idx < kRows * M; idx += 32) {
+    const int r = idx / M, i = idx % M;
+    const int64_t col = row0 + r;
+    if (i >= m || col >= n) continue;
+    float sum = 0;
+#pragma unroll
+    for (int q = 0; q < kWarps; ++q) sum += partial[q][r][i];
+    StoreOne(sum, i, col, n, alpha, bias, act, residual, y);
+  }
 }
 
 // Variant kSharedX: the block (8 warps) stages x[:, k0:k0+kt] in shared memory once per tile, so
@@ -312,7 +368,10 @@ void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t str
   auto* y = static_cast<OutT*>(p.y);
   const int m = static_cast<int>(p.m);
   const int64_t warps = (p.n + kRows - 1) / kRows;
-  if (variant == SmallMVariant::kSharedX) {
+  if (variant == SmallMVariant::kSplitK2) {
+    SmallMSplitKernel<T, M, kRows, OutT><<<static_cast<unsigned>(warps), kWarps * 32, 0, stream>>>(
+        p.act, m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
+  } else if (variant == SmallMVariant::kSharedX) {
     constexpr int64_t V = 16 / sizeof(T);
     int64_t kt = static_cast<int64_t>(kSharedXBytes / (M * sizeof(T))) / (32 * V) * (32 * V);
     const int64_t k_round = (p.k + 32 * V - 1) / (32 * V) * (32 * V);
@@ -352,7 +411,7 @@ cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream
       LaunchTensorCore<T, 1, OutT>(p, stream);
     else
       LaunchTensorCore<T, 2, OutT>(p, stream);
-  } else if (variant == SmallMVariant::kWarpRows2)
+  } else if (variant == SmallMVariant::kWarpRows2 || variant == SmallMVariant::kSplitK2)
     LaunchForM<T, 2, OutT>(variant, p, stream);
   else
     LaunchForM<T, 4, OutT>(variant, p, stream);
@@ -412,6 +471,8 @@ const char* SmallMVariantName(SmallMVariant v) {
       return "tensor-core-16";
     case SmallMVariant::kTensorCore32:
       return "tensor-core-32";
+    case SmallMVariant::kSplitK2:
+      return "split-k-2";
   }
   return "?";
 }

@@ -44,10 +44,19 @@ struct GemmProblem {
 // w on the tensor cores, the warps splitting k (bf16, fp16 and tf32 only; m <= 64, k a multiple of
 // 32 bf16/fp16 or 16 fp32). Which wins depends on the shape: the engine times them against cuBLAS
 // per layer and row count.
-enum class SmallMVariant { kWarpRows2, kWarpRows4, kSharedX, kTensorCore16, kTensorCore32 };
-constexpr SmallMVariant kSmallMVariants[] = {SmallMVariant::kWarpRows2, SmallMVariant::kWarpRows4,
-                                             SmallMVariant::kSharedX, SmallMVariant::kTensorCore16,
-                                             SmallMVariant::kTensorCore32};
+// kSplitK2: a block of 4 warps streams 2 rows of w, the warps splitting k (CUDA cores, m <= 16; 4x
+// the loads in flight of kWarpRows2 for GEMMs with few output columns).
+enum class SmallMVariant {
+  kWarpRows2,
+  kWarpRows4,
+  kSharedX,
+  kTensorCore16,
+  kTensorCore32,
+  kSplitK2
+};
+constexpr SmallMVariant kSmallMVariants[] = {
+    SmallMVariant::kWarpRows2,    SmallMVariant::kWarpRows4,    SmallMVariant::kSharedX,
+    SmallMVariant::kTensorCore16, SmallMVariant::kTensorCore32, SmallMVariant::kSplitK2};
 // The largest m any GemmSmallM variant takes, and the largest the CUDA-core variants take.
 constexpr int64_t kSmallMMax = 64;
 constexpr int64_t kSmallMCudaCoreMax = 16;
