@@ -456,7 +456,6 @@ class GpuInstance {
     uint64_t direct = 0;
     direct_src_.assign(ni, {});
     direct_dst_.assign(m_->outputs.size(), nullptr);
-    direct_dst_device_.assign(m_->outputs.size(), false);
     for (size_t i = 0; i < ni; ++i) {
       const IoSpec& io = m_->inputs[i];
       const GpuFeed* feed = nullptr;
@@ -492,7 +491,6 @@ class GpuInstance {
       if (d.device || static_cast<size_t>(rows) * m_->outputs[o].row_bytes >= kDirectMin) {
         direct |= uint64_t{1} << (ni + o);
         direct_dst_[o] = d.data;
-        direct_dst_device_[o] = d.device;
       }
     }
     const uint64_t gathered_ns = NereidNowNs();
@@ -657,37 +655,16 @@ class GpuInstance {
       if (to_device) {
         size_t at = 0;
         for (const GpuPart& part : direct_src_[i]) {
-          RETURN_IF_ERROR(Copy(device + at, part.data, part.bytes, part.pinned, true));
+          CUDA_RETURN(
+              cudaMemcpyAsync(device + at, part.data, part.bytes, cudaMemcpyDefault, stream_),
+              "copy to the GPU");
           at += part.bytes;
         }
       } else {
         const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
-        RETURN_IF_ERROR(Copy(direct_dst_[i], device, bytes, !direct_dst_device_[i], false));
+        CUDA_RETURN(cudaMemcpyAsync(direct_dst_[i], device, bytes, cudaMemcpyDefault, stream_),
+                    "copy from the GPU");
       }
-    }
-    return Status::Ok();
-  }
-
-  // One copy between request memory and the device, on the stream: page-locked host memory up to
-  // kKernelCopyMax through a kernel on its mapped address (no copy-engine latency), the rest
-  // (device memory of any GPU, larger copies) with cudaMemcpyAsync.
-  static constexpr size_t kKernelCopyMax = 256 << 10;
-  Status Copy(void* dst, const void* src, size_t bytes, bool host_pinned, bool to_device) {
-    const void* host = to_device ? src : dst;
-    void* mapped = nullptr;
-    if (host_pinned && bytes <= kKernelCopyMax) {
-      if (cudaHostGetDevicePointer(&mapped, const_cast<void*>(host), 0) != cudaSuccess) {
-        cudaGetLastError();  // not mapped: the copy engine serves
-        mapped = nullptr;
-      }
-    }
-    const char* what = to_device ? "copy to the GPU" : "copy from the GPU";
-    if (mapped != nullptr) {
-      CUDA_RETURN(to_device ? kc::CopyBytes(dst, mapped, bytes, stream_)
-                            : kc::CopyBytes(mapped, src, bytes, stream_),
-                  what);
-    } else {
-      CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), what);
     }
     return Status::Ok();
   }
@@ -702,6 +679,7 @@ class GpuInstance {
       void* host = (to_device ? staging_in_ : staging_out_)[i].data;
       void* device = Buf(ios[i].value);
       void* mapped = (to_device ? mapped_in_ : mapped_out_)[i];
+      constexpr size_t kKernelCopyMax = 64 << 10;  // beyond this the copy engine is faster
       if (mapped != nullptr && bytes <= kKernelCopyMax) {
         CUDA_RETURN(to_device ? kc::CopyBytes(device, mapped, bytes, stream_)
                               : kc::CopyBytes(mapped, device, bytes, stream_),
@@ -909,8 +887,7 @@ class GpuInstance {
   bool copies_in_graph_ = false;
   std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
-  std::vector<void*> direct_dst_;        // per output: this run's direct destination, or null
-  std::vector<bool> direct_dst_device_;  // per output: whether that destination is device memory
+  std::vector<void*> direct_dst_;  // per output: this run's direct destination, or null
   // Per step (GEMMs only), by tuned row count (TuneBucket): which implementation Tune() picked.
   std::vector<std::map<int64_t, GemmChoice>> choices_;
   std::set<int64_t> tuned_;              // the row counts Tune() has run for

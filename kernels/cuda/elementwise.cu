@@ -199,12 +199,11 @@ cudaError_t CopyBytes(void* dst, const void* src, size_t bytes, cudaStream_t str
   if (bytes == 0) return cudaSuccess;
   const auto count = static_cast<int64_t>(bytes);
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0) {
-    // One vector per thread: every load is in flight at once (host memory is ~1 us away).
-    CopyKernel<<<GridFor(count / 16, 1), 256, 0, stream>>>(static_cast<const uint4*>(src),
-                                                           static_cast<uint4*>(dst), count / 16);
+    CopyKernel<<<GridFor(count / 16), 256, 0, stream>>>(static_cast<const uint4*>(src),
+                                                        static_cast<uint4*>(dst), count / 16);
   } else {
-    CopyKernel<<<GridFor(count, 1), 256, 0, stream>>>(static_cast<const uint8_t*>(src),
-                                                      static_cast<uint8_t*>(dst), count);
+    CopyKernel<<<GridFor(count), 256, 0, stream>>>(static_cast<const uint8_t*>(src),
+                                                   static_cast<uint8_t*>(dst), count);
   }
   return cudaGetLastError();
 }
