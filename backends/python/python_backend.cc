@@ -357,6 +357,7 @@ class Instance {
     if (reader_.joinable()) reader_.join();
     FailOpen("the instance was unloaded");
     process_.reset();
+    ReleaseMetrics();
   }
 
   bool Dead() {
@@ -369,6 +370,7 @@ class Instance {
       if (process_) {
         if (reader_.joinable()) reader_.join();
         process_.reset();
+        ReleaseMetrics();
         Log(NEREID_LOG_WARNING, "model '" + m_->name + "' instance '" +
                                     NereidInstanceName(handle_) +
                                     "': starting its Python stub again");
@@ -621,10 +623,127 @@ class Instance {
       Bls(channel, m);
     } else if (op == "is_cancelled") {
       AnswerCancelled(channel, m);
+    } else if (op.rfind("metric", 0) == 0) {
+      Metric(channel, m);
     } else {
       return false;
     }
     return true;
+  }
+
+  // pb_utils.MetricFamily / Metric (custom metrics): the stub names its families and metrics by
+  // ids of its own; this instance holds the server's handles under them until the stub deletes
+  // them or ends. 'metric_family_new', 'metric_new' and a metric's value() are answered like a BLS
+  // call (an error as 'error'); the stub checks kinds itself, so increments, sets and
+  // observations that fail here (a family deleted meanwhile) are dropped silently.
+  void Metric(const std::shared_ptr<Channel>& channel, const Message& m) {
+    const auto& h = m.header;
+    const std::string op = m.op();
+    const uint64_t id = h.HasMember("id") && h["id"].IsUint64() ? h["id"].GetUint64() : 0;
+    const bool asked = h.HasMember("call") && h["call"].IsUint64();
+    NereidError* error = nullptr;
+    double value = 0;
+    {
+      std::lock_guard lock(metrics_mu_);
+      if (op == "metric_family_new") {
+        const int kind = h.HasMember("kind") && h["kind"].IsInt() ? h["kind"].GetInt() : -1;
+        NereidMetricFamily* family = nullptr;
+        if (families_.size() >= CustomMetricsLimit() || families_.count(id))
+          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "too many metric families");
+        else
+          error = NereidMetricFamilyNew(static_cast<NereidMetricKind>(kind),
+                                        StringField(h, "name").c_str(),
+                                        StringField(h, "description").c_str(), &family);
+        if (error == nullptr) families_[id] = family;
+      } else if (op == "metric_family_delete") {
+        if (auto it = families_.find(id); it != families_.end()) {
+          NereidMetricFamilyDelete(it->second);
+          families_.erase(it);
+        }
+      } else if (op == "metric_new") {
+        error = NewMetric(h, id);
+      } else if (op == "metric_delete") {
+        if (auto it = metrics_.find(id); it != metrics_.end()) {
+          NereidMetricDelete(it->second);
+          metrics_.erase(it);
+        }
+      } else if (op == "metric") {
+        auto it = metrics_.find(id);
+        const std::string what = StringField(h, "what");
+        const double v = h.HasMember("value") && h["value"].IsNumber() ? h["value"].GetDouble() : 0;
+        if (it == metrics_.end())
+          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "no such metric");
+        else if (what == "increment")
+          error = NereidMetricIncrement(it->second, v);
+        else if (what == "set")
+          error = NereidMetricSet(it->second, v);
+        else if (what == "observe")
+          error = NereidMetricObserve(it->second, v);
+        else if (what == "value")
+          error = NereidMetricValue(it->second, &value);
+        else
+          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "unknown metric operation");
+      }
+    }
+    if (asked) {
+      rapidjson::Document reply = Answer(h["call"].GetUint64(), true);
+      auto& a = reply.GetAllocator();
+      if (error != nullptr)
+        reply.AddMember("error", rapidjson::Value(NereidErrorGetMessage(error), a), a);
+      else
+        reply.AddMember("value", value, a);
+      channel->Write(Json(reply));
+    }
+    if (error != nullptr) NereidErrorDelete(error);
+  }
+
+  static size_t CustomMetricsLimit() { return 4096; }  // handles per stub
+
+  NereidError* NewMetric(const rapidjson::Value& h, uint64_t id) {
+    const uint64_t family_id =
+        h.HasMember("family") && h["family"].IsUint64() ? h["family"].GetUint64() : 0;
+    auto family = families_.find(family_id);
+    if (family == families_.end())
+      return NereidErrorNew(NEREID_ERROR_INVALID_ARG,
+                            "Invalid metric operation as the corresponding 'MetricFamily' has "
+                            "been deleted.");
+    if (metrics_.size() >= CustomMetricsLimit() || metrics_.count(id))
+      return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "too many metrics");
+    std::vector<std::string> names, values;
+    if (h.HasMember("labels") && h["labels"].IsObject())
+      for (const auto& label : h["labels"].GetObject()) {
+        if (!label.value.IsString())
+          return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "label values must be strings");
+        names.emplace_back(label.name.GetString(), label.name.GetStringLength());
+        values.emplace_back(label.value.GetString(), label.value.GetStringLength());
+      }
+    std::vector<const char*> name_ptrs, value_ptrs;
+    for (size_t i = 0; i < names.size(); ++i)
+      name_ptrs.push_back(names[i].c_str()), value_ptrs.push_back(values[i].c_str());
+    std::vector<double> buckets;
+    const bool has_buckets = h.HasMember("buckets") && h["buckets"].IsArray();
+    if (has_buckets)
+      for (const auto& b : h["buckets"].GetArray()) {
+        if (!b.IsNumber())
+          return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "buckets must be numbers");
+        buckets.push_back(b.GetDouble());
+      }
+    NereidMetric* metric = nullptr;
+    static const double kNoBuckets = 0;  // non-NULL: "given, and empty"
+    NereidError* error = NereidMetricNew(
+        family->second, name_ptrs.data(), value_ptrs.data(), static_cast<uint32_t>(names.size()),
+        has_buckets ? (buckets.empty() ? &kNoBuckets : buckets.data()) : nullptr,
+        static_cast<uint32_t>(buckets.size()), &metric);
+    if (error == nullptr) metrics_[id] = metric;
+    return error;
+  }
+
+  // The stub's metrics go with it (it ended, or the instance is unloaded): metrics first.
+  void ReleaseMetrics() {
+    std::lock_guard lock(metrics_mu_);
+    for (auto& [id, metric] : metrics_) NereidMetricDelete(metric);
+    for (auto& [id, family] : families_) NereidMetricFamilyDelete(family);
+    metrics_.clear(), families_.clear();
   }
 
   // request.is_cancelled() / sender.is_cancelled(): whether the client cancelled (or went away
@@ -828,7 +947,10 @@ class Instance {
   // thread, which also answers the stub's is_cancelled() queries (CallInline).
   std::vector<std::pair<uint64_t, NereidRequest*>> executing_;
   uint64_t next_handle_ = 0;
-  uint64_t call_id_ = 0;  // each request to the stub has its own; its reply carries it
+  uint64_t call_id_ = 0;   // each request to the stub has its own; its reply carries it
+  std::mutex metrics_mu_;  // the stub's custom metrics, by the stub's ids
+  std::map<uint64_t, NereidMetricFamily*> families_;
+  std::map<uint64_t, NereidMetric*> metrics_;
 };
 
 // ---- Model load: auto_complete_config in a stub of its own --------------------------------------

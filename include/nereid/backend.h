@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 2u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 3u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -219,10 +219,11 @@ const char* NereidRequestOutputName(const NereidRequest* request, uint32_t index
 /* Allocates the buffer for one output of the response being built; the server owns it and sends
  * it. The server places it in 'preferred' memory when it can (a client's shared-memory region when
  * the client asked for one, pinned memory) and says where in 'buffer'; the backend writes there.
- * Device memory is given only for a client's CUDA region and only when 'preferred' is GPU (otherwise
- * the backend writes pinned host memory that the server copies into the region); a GPU preference
- * without a CUDA region gets pinned host memory. For BYTES outputs 'byte_size' is the serialized size (a 4-byte little-endian length before
- * each element). Allocating one output twice for one response is an error. */
+ * Device memory is given only for a client's CUDA region and only when 'preferred' is GPU
+ * (otherwise the backend writes pinned host memory that the server copies into the region); a GPU
+ * preference without a CUDA region gets pinned host memory. For BYTES outputs 'byte_size' is the
+ * serialized size (a 4-byte little-endian length before each element). Allocating one output twice
+ * for one response is an error. */
 NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* name,
                                          NereidDataType datatype, const int64_t* shape,
                                          uint32_t dims_count, uint64_t byte_size,
@@ -264,7 +265,8 @@ NereidError* NereidInferRequestAddOutput(NereidInferRequest* request, const char
 void NereidInferRequestDelete(NereidInferRequest* request);
 /* Submits the request (the server takes it on success; on an error the caller still owns it and
  * the callback is never called). */
-NereidError* NereidInferAsync(NereidInferRequest* request, NereidInferCallback callback, void* user);
+NereidError* NereidInferAsync(NereidInferRequest* request, NereidInferCallback callback,
+                              void* user);
 
 /* The response's error as a new error the caller owns, or NULL when it succeeded. */
 NereidError* NereidInferResponseError(const NereidInferResponse* response);
@@ -275,6 +277,42 @@ uint32_t NereidInferResponseOutputCount(const NereidInferResponse* response);
 NereidError* NereidInferResponseOutput(const NereidInferResponse* response, uint32_t index,
                                        NereidTensor* tensor);
 void NereidInferResponseDelete(NereidInferResponse* response);
+
+/* ---------------------------------------------------------------------------------------------
+ * Custom metrics (since 2.3), Triton's custom metrics API: families of counters, gauges or
+ * histograms, each metric one set of labels, shown on the metrics endpoint. Two families of one
+ * name and kind are one family (another kind under a taken name is refused); two metrics of one
+ * family and labels are one metric. A family lives while any handle to it does; once it is gone,
+ * its metrics refuse every operation. Names follow Prometheus ([a-zA-Z_:][a-zA-Z0-9_:]*, not
+ * starting with "nv_"). Thread-safe.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct NereidMetricFamily NereidMetricFamily;
+typedef struct NereidMetric NereidMetric;
+typedef enum {
+  NEREID_METRIC_COUNTER = 0,
+  NEREID_METRIC_GAUGE = 1,
+  NEREID_METRIC_HISTOGRAM = 2
+} NereidMetricKind;
+
+NereidError* NereidMetricFamilyNew(NereidMetricKind kind, const char* name, const char* description,
+                                   NereidMetricFamily** family);
+void NereidMetricFamilyDelete(NereidMetricFamily* family);
+/* A metric of 'family' with 'label_count' labels (names and values as parallel arrays). A
+ * histogram's 'buckets' are its upper bounds in ascending order ('bucket_count' may be 0; a
+ * histogram needs 'buckets' non-NULL); other kinds ignore them. */
+NereidError* NereidMetricNew(NereidMetricFamily* family, const char* const* label_names,
+                             const char* const* label_values, uint32_t label_count,
+                             const double* buckets, uint32_t bucket_count, NereidMetric** metric);
+void NereidMetricDelete(NereidMetric* metric);
+/* Counters: value >= 0; gauges: any value. */
+NereidError* NereidMetricIncrement(NereidMetric* metric, double value);
+/* Gauges only. */
+NereidError* NereidMetricSet(NereidMetric* metric, double value);
+/* Histograms only. */
+NereidError* NereidMetricObserve(NereidMetric* metric, double value);
+/* Counters and gauges. */
+NereidError* NereidMetricValue(NereidMetric* metric, double* value);
 
 /* ---------------------------------------------------------------------------------------------
  * Backend exports. Required unless marked optional.

@@ -5,9 +5,11 @@
 
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "common/logging.h"
+#include "metrics/custom_metrics.h"
 #include "nereid/backend_util.h"
 #include "runtime/backend_library.h"
 #include "runtime/model.h"
@@ -420,6 +422,85 @@ NereidError* NereidInferResponseOutput(const NereidInferResponse* response, uint
 }
 
 void NereidInferResponseDelete(NereidInferResponse* response) { delete response; }
+
+// ---- custom metrics (metrics/custom_metrics.h) ----
+
+struct NereidMetricFamily {
+  std::unique_ptr<nereid::CustomMetrics::FamilyHandle> handle;
+};
+struct NereidMetric {
+  std::unique_ptr<nereid::CustomMetrics::MetricHandle> handle;
+};
+
+NereidError* NereidMetricFamilyNew(NereidMetricKind kind, const char* name, const char* description,
+                                   NereidMetricFamily** family) {
+  if (name == nullptr || family == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricFamilyNew: name and family are required");
+  auto handle = nereid::CustomMetrics::Get().NewFamily(static_cast<nereid::MetricKind>(kind), name,
+                                                       description ? description : "");
+  if (!handle.ok()) return nereid::ErrorFromStatus(handle.status());
+  *family = new NereidMetricFamily{std::move(handle).value()};
+  return nullptr;
+}
+
+void NereidMetricFamilyDelete(NereidMetricFamily* family) {
+  if (family == nullptr) return;
+  nereid::CustomMetrics::Get().DeleteFamily(std::move(family->handle));
+  delete family;
+}
+
+NereidError* NereidMetricNew(NereidMetricFamily* family, const char* const* label_names,
+                             const char* const* label_values, uint32_t label_count,
+                             const double* buckets, uint32_t bucket_count, NereidMetric** metric) {
+  if (family == nullptr || metric == nullptr ||
+      (label_count > 0 && (!label_names || !label_values)))
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricNew: family, labels and metric required");
+  if (label_count > nereid::CustomMetrics::kMaxLabels ||
+      bucket_count > nereid::CustomMetrics::kMaxBuckets)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricNew: too many labels or buckets");
+  std::vector<std::pair<std::string, std::string>> labels;
+  for (uint32_t i = 0; i < label_count; ++i) {
+    if (label_names[i] == nullptr || label_values[i] == nullptr)
+      return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricNew: a label name or value is NULL");
+    labels.emplace_back(label_names[i], label_values[i]);
+  }
+  std::optional<std::vector<double>> bounds;
+  if (buckets != nullptr) bounds.emplace(buckets, buckets + bucket_count);
+  auto handle = nereid::CustomMetrics::Get().NewMetric(*family->handle, labels, bounds);
+  if (!handle.ok()) return nereid::ErrorFromStatus(handle.status());
+  *metric = new NereidMetric{std::move(handle).value()};
+  return nullptr;
+}
+
+void NereidMetricDelete(NereidMetric* metric) {
+  if (metric == nullptr) return;
+  nereid::CustomMetrics::Get().DeleteMetric(std::move(metric->handle));
+  delete metric;
+}
+
+NereidError* NereidMetricIncrement(NereidMetric* metric, double value) {
+  if (metric == nullptr) return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricIncrement: no metric");
+  return nereid::ErrorFromStatus(nereid::CustomMetrics::Get().Increment(*metric->handle, value));
+}
+
+NereidError* NereidMetricSet(NereidMetric* metric, double value) {
+  if (metric == nullptr) return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricSet: no metric");
+  return nereid::ErrorFromStatus(nereid::CustomMetrics::Get().Set(*metric->handle, value));
+}
+
+NereidError* NereidMetricObserve(NereidMetric* metric, double value) {
+  if (metric == nullptr) return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricObserve: no metric");
+  return nereid::ErrorFromStatus(nereid::CustomMetrics::Get().Observe(*metric->handle, value));
+}
+
+NereidError* NereidMetricValue(NereidMetric* metric, double* value) {
+  if (metric == nullptr || value == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidMetricValue: metric and value are required");
+  auto v = nereid::CustomMetrics::Get().Value(*metric->handle);
+  if (!v.ok()) return nereid::ErrorFromStatus(v.status());
+  *value = *v;
+  return nullptr;
+}
 
 }  // extern "C"
 

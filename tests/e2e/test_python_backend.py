@@ -2,7 +2,8 @@
 unchanged (backends/python, docs/python-backend.md): add/sub with dynamic batching, a numpy
 preprocessing model with strings, auto_complete_config, a decoupled model sending N responses (from
 execute and from a thread), is_cancelled() (a decoupled stream cancelled by its client), BLS,
-errors of every kind, and stubs that die mid-request or mid-load."""
+errors of every kind, stubs that die mid-request or mid-load, and custom metrics
+(pb_utils.MetricFamily / Metric on the metrics endpoint)."""
 import json
 import os
 import queue
@@ -316,6 +317,99 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y.reshape(4))]))
         return responses
 '''),
+    "metrics": ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+''', r'''
+import json
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+Family = pb_utils.MetricFamily
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.requests = Family(name="nereid_test_requests_total",
+                               description="Requests seen by the metrics model", kind=Family.COUNTER)
+        self.counter = self.requests.Metric(
+            labels={"model": args["model_name"], "version": args["model_version"]})
+        self.queue = Family("nereid_test_queue", "A gauge\nwith a newline", Family.GAUGE)
+        self.gauge = self.queue.Metric(labels={"path": 'a"b\\c'})
+        self.latency = Family("nereid_test_latency_seconds", "Latency", Family.HISTOGRAM)
+        self.histogram = self.latency.Metric(labels={"model": "m"},
+                                             buckets=[0.1, 1.0, 2.5, 5.0, 10.0])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            case = json.loads(request.parameters()).get("case", "count")
+            result = getattr(self, "case_" + case)()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", np.array([str(result).encode()], dtype=object))]))
+        return responses
+
+    def case_count(self):
+        self.counter.increment(1)
+        return self.counter.value()
+
+    def case_pid(self):
+        return os.getpid()
+
+    def case_observe(self):
+        for v in (0.05, 1.5, 6.0):
+            self.histogram.observe(v)
+        self.gauge.set(42.5)
+        return "ok"
+
+    def case_rules(self):
+        failures = []
+
+        def raises(what, fn, text=""):
+            try:
+                fn()
+            except pb_utils.TritonModelException as e:
+                if text not in str(e):
+                    failures.append(f"{what}: raised '{e}', expected '{text}'")
+                return
+            failures.append(f"{what}: did not raise")
+
+        raises("counter decrement", lambda: self.counter.increment(-1), "non-negative")
+        raises("counter set", lambda: self.counter.set(1), "not supported for a counter")
+        raises("counter observe", lambda: self.counter.observe(1))
+        raises("histogram value", lambda: self.histogram.value())
+        raises("histogram increment", lambda: self.histogram.increment(1))
+        raises("histogram set", lambda: self.histogram.set(1))
+        raises("histogram without buckets", lambda: self.latency.Metric(labels={"x": "1"}))
+        raises("unsorted buckets", lambda: self.latency.Metric(buckets=[2.5, 0.1]), "ascending")
+        raises("repeated buckets", lambda: self.latency.Metric(buckets=[1, 1, 2]), "ascending")
+        self.empty = self.latency.Metric(labels={"empty": "buckets"}, buckets=[])
+        raises("another kind under a taken name",
+               lambda: Family("nereid_test_queue", "x", Family.COUNTER), "already exists")
+        raises("a bad name", lambda: Family("2bad name", "x", Family.GAUGE), "Prometheus")
+        raises("the server's prefix", lambda: Family("nv_mine", "x", Family.GAUGE), "nv_")
+        raises("a bad label", lambda: self.queue.Metric(labels={"bad-label": "x"}), "label name")
+        g = self.queue.Metric(labels={"path": "gauge-rules"})
+        g.increment(2023.0)
+        g.increment(-23.5)
+        if g.value() != 1999.5:
+            failures.append(f"gauge after increments: {g.value()}")
+        g.set(999.9)
+        if g.value() != 999.9:
+            failures.append(f"gauge after set: {g.value()}")
+        twin = Family("nereid_test_queue", "another description", Family.GAUGE)
+        same = twin.Metric(labels={"path": "gauge-rules"})
+        if same.value() != 999.9:
+            failures.append(f"one name and kind is one family: {same.value()}")
+        short_lived = Family("nereid_test_short_lived", "gone soon", Family.COUNTER)
+        orphan = short_lived.Metric()
+        del short_lived
+        raises("a metric of a deleted family", lambda: orphan.increment(1), "has been deleted")
+        return "ok" if not failures else "; ".join(failures)
+'''),
 }
 
 
@@ -597,3 +691,65 @@ def test_frames_forged_by_model_code_do_not_confuse_the_server(py_server):
     with pytest.raises(InferenceServerException, match="Python stub ended during execute"):
         faulty(c, "garbage")
     assert faulty(c, "ok").as_numpy("OUT").shape == (1,)
+
+
+def metrics_case(c, case):
+    i = httpclient.InferInput("IN", [1], "INT32")
+    i.set_data_from_numpy(np.array([0], np.int32))
+    return c.infer("metrics", [i], parameters={"case": case}).as_numpy("OUT")[0].decode()
+
+
+def scrape(server):
+    import urllib.request
+    return urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
+
+
+def test_custom_metrics_counter_gauge_and_histogram(py_server):
+    """pb_utils.MetricFamily / Metric as Triton documents them: the samples on the metrics
+    endpoint with their labels (escaped), a counter's value read back, a histogram's buckets
+    cumulative with +Inf, sum and count."""
+    c = httpclient.InferenceServerClient(py_server.url)
+    first = float(metrics_case(c, "count"))
+    assert float(metrics_case(c, "count")) == first + 1
+    assert metrics_case(c, "observe") == "ok"
+    text = scrape(py_server)
+    lines = set(text.splitlines())
+    assert "# TYPE nereid_test_requests_total counter" in lines
+    assert f'nereid_test_requests_total{{model="metrics",version="1"}} {int(first) + 1}' in lines
+    assert "# HELP nereid_test_queue A gauge\\nwith a newline" in lines
+    assert 'nereid_test_queue{path="a\\"b\\\\c"} 42.5' in lines
+    assert "# TYPE nereid_test_latency_seconds histogram" in lines
+    labels = 'model="m"'
+    for le, n in [("0.1", 1), ("1", 1), ("2.5", 2), ("5", 2), ("10", 3), ("+Inf", 3)]:
+        assert f'nereid_test_latency_seconds_bucket{{{labels},le="{le}"}} {n}' in lines, le
+    assert f"nereid_test_latency_seconds_count{{{labels}}} 3" in lines
+    assert f"nereid_test_latency_seconds_sum{{{labels}}} 7.55" in lines
+
+
+def test_custom_metrics_refuse_what_triton_refuses(py_server):
+    """Kinds checked per operation, bucket lists checked, one name and kind shared, another kind
+    under a taken name refused, Prometheus names only, and a metric whose family was deleted
+    refuses to work."""
+    c = httpclient.InferenceServerClient(py_server.url)
+    assert metrics_case(c, "rules") == "ok"
+    lines = set(scrape(py_server).splitlines())
+    assert 'nereid_test_latency_seconds_bucket{empty="buckets",le="+Inf"} 0' in lines
+    assert "# HELP nereid_test_queue A gauge\\nwith a newline" in lines  # the first description
+    assert not any("nereid_test_short_lived" in line for line in lines)  # its family was deleted
+
+
+def test_custom_metrics_go_with_their_stub(py_server):
+    """A stub that dies takes its metrics with it; the restarted stub registers them afresh."""
+    c = httpclient.InferenceServerClient(py_server.url)
+    metrics_case(c, "count")
+    os.kill(int(metrics_case(c, "pid")), signal.SIGKILL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            assert float(metrics_case(c, "count")) == 1.0  # a new stub, a new counter
+            break
+        except InferenceServerException:  # the request that met the dead stub
+            time.sleep(0.1)
+    else:
+        raise AssertionError("the metrics model did not come back")
+    assert 'nereid_test_requests_total{model="metrics",version="1"} 1' in scrape(py_server).splitlines()

@@ -173,6 +173,8 @@ class Stub:
 
     def initialize(self, header):
         self.channel.spin_ns = int(header.get("spin_us", 0)) * 1000
+        pb_utils._metrics_call = self.metrics_call
+        pb_utils._metrics_send = self.channel.send
         cls = self.load_class(header["model_py"])
         self.model = cls()
         args = header["args"]
@@ -309,21 +311,33 @@ class Stub:
                            "inputs": specs, "outputs": request.requested_output_names()},
                           bytes(payload))
 
-    def query_cancelled(self, handle):
-        """Whether the client cancelled the request with this handle: asked of the server like a BLS
-        call (the main thread reads the answer itself; another thread gets it handed over)."""
+    def ask(self, header):
+        """Sends the server a question and returns its answer's header: the main thread reads the
+        answer itself; another thread gets it handed over by the main thread."""
         answered = threading.Event()
         answer = []
 
-        def deliver(header, payload):
-            answer.append(bool(header.get("cancelled")))
+        def deliver(reply, payload):
+            answer.append(reply)
             answered.set()
 
         call = self.new_call(deliver)
-        self.channel.send({"op": "is_cancelled", "call": call, "handle": handle})
+        self.channel.send(dict(header, call=call))
         if not self.bls_wait(answered.is_set):
             answered.wait()
         return answer[0]
+
+    def query_cancelled(self, handle):
+        """Whether the client cancelled the request with this handle (request.is_cancelled())."""
+        return bool(self.ask({"op": "is_cancelled", "handle": handle}).get("cancelled"))
+
+    def metrics_call(self, header):
+        """A custom-metrics message the server answers (pb_utils.MetricFamily, Metric, value());
+        its error raised as a TritonModelException."""
+        answer = self.ask(header)
+        if answer.get("error"):
+            raise pb_utils.TritonModelException(answer["error"])
+        return answer
 
     # ---- the loop ------------------------------------------------------------------------------
     def serve(self):

@@ -362,6 +362,112 @@ class ModelConfig:
         self._add("output", entry)
 
 
+# ---- custom metrics ------------------------------------------------------------------------------
+# Set by an instance's stub once initialize() begins: _metrics_call(header) sends a message the
+# server answers (the answer's header; TritonModelException on an error), _metrics_send(header) one
+# it does not. Families and metrics are named by ids of this process.
+_metrics_call = None
+_metrics_send = None
+_metrics_next_id = 0
+_metrics_families = set()  # ids of the families not deleted yet
+
+
+def _metrics_id():
+    global _metrics_next_id
+    _metrics_next_id += 1
+    return _metrics_next_id
+
+
+def _metrics_tell(header):
+    try:
+        if _metrics_send is not None:
+            _metrics_send(header)
+    except Exception:  # the stub is going away (interpreter shutdown): the server cleans up
+        pass
+
+
+class MetricFamily:
+    """A family of custom metrics on the server's metrics endpoint: MetricFamily(name, description,
+    kind) with kind COUNTER, GAUGE or HISTOGRAM; its Metric(labels={...}, buckets=[...]) are the
+    samples. Two families of one name and kind are one family on the endpoint."""
+    COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+
+    def __init__(self, name, description, kind):
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException(
+                "MetricFamily kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM")
+        if _metrics_call is None:
+            raise TritonModelException(
+                "custom metrics can be created in initialize(), execute() and finalize()")
+        self._id = None
+        identifier = _metrics_id()
+        _metrics_call({"op": "metric_family_new", "id": identifier, "name": str(name),
+                       "description": str(description), "kind": kind})
+        self._id, self._kind = identifier, kind
+        _metrics_families.add(identifier)
+
+    def Metric(self, labels=None, buckets=None):
+        return Metric(self, labels, buckets)
+
+    def __del__(self):
+        if getattr(self, "_id", None) in _metrics_families:
+            _metrics_families.discard(self._id)
+            _metrics_tell({"op": "metric_family_delete", "id": self._id})
+
+
+class Metric:
+    """One metric of a family (one set of labels): increment() for counters (never negative) and
+    gauges, set() for gauges, observe() for histograms, value() for counters and gauges. It does
+    not keep its family alive: once the family is deleted, every operation raises."""
+
+    def __init__(self, family, labels=None, buckets=None):
+        self._id = None
+        if not isinstance(family, MetricFamily) or family._id is None:
+            raise TritonModelException("a Metric needs a MetricFamily")
+        if family._kind == MetricFamily.HISTOGRAM and buckets is None:
+            raise TritonModelException("a histogram metric needs 'buckets' (ascending upper bounds)")
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Metric labels must be a dict of strings")
+        self._family, self._kind = family._id, family._kind
+        identifier = _metrics_id()
+        _metrics_call({"op": "metric_new", "id": identifier, "family": family._id,
+                       "labels": {str(k): str(v) for k, v in (labels or {}).items()},
+                       "buckets": None if buckets is None else [float(b) for b in buckets]})
+        self._id = identifier
+
+    def _check(self, operation, kinds):
+        if self._family not in _metrics_families:
+            raise TritonModelException(
+                "Invalid metric operation as the corresponding 'MetricFamily' has been deleted.")
+        if self._kind not in kinds:
+            names = {MetricFamily.COUNTER: "counter", MetricFamily.GAUGE: "gauge",
+                     MetricFamily.HISTOGRAM: "histogram"}
+            raise TritonModelException(f"{operation}() is not supported for a {names[self._kind]}")
+
+    def increment(self, value):
+        self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        value = float(value)
+        if self._kind == MetricFamily.COUNTER and not value >= 0:
+            raise TritonModelException("a counter can only be incremented by a non-negative number")
+        _metrics_tell({"op": "metric", "id": self._id, "what": "increment", "value": value})
+
+    def set(self, value):
+        self._check("set", (MetricFamily.GAUGE,))
+        _metrics_tell({"op": "metric", "id": self._id, "what": "set", "value": float(value)})
+
+    def observe(self, value):
+        self._check("observe", (MetricFamily.HISTOGRAM,))
+        _metrics_tell({"op": "metric", "id": self._id, "what": "observe", "value": float(value)})
+
+    def value(self):
+        self._check("value", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        return _metrics_call({"op": "metric", "id": self._id, "what": "value"})["value"]
+
+    def __del__(self):
+        if getattr(self, "_id", None) is not None:
+            _metrics_tell({"op": "metric_delete", "id": self._id})
+
+
 class Logger:
     """pb_utils.Logger.log_info("...") and friends: lines in the server's log."""
     INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3

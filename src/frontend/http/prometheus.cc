@@ -4,6 +4,7 @@
 
 #include "gpu/nvml.h"
 #include "memory/buffer.h"
+#include "metrics/custom_metrics.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -124,6 +125,7 @@ std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models, 
   out << "nereid_tensor_copies{direction=\"input\"} " << copies.input_copies << "\n";
   out << "nereid_tensor_copies{direction=\"output\"} " << copies.output_copies << "\n";
   if (gpu) RenderGpuMetrics(out);
+  CustomMetrics::Get().Render(out);  // families the backends registered (Python's pb_utils metrics)
   return out.str();
 }
 
