@@ -334,7 +334,8 @@ Family = pb_utils.MetricFamily
 class TritonPythonModel:
     def initialize(self, args):
         self.requests = Family(name="nereid_test_requests_total",
-                               description="Requests seen by the metrics model", kind=Family.COUNTER)
+                               description="Requests seen by the metrics model",
+                               kind=pb_utils.COUNTER)  # the module's constant, as older examples
         self.counter = self.requests.Metric(
             labels={"model": args["model_name"], "version": args["model_version"]})
         self.queue = Family("nereid_test_queue", "A gauge\nwith a newline", Family.GAUGE)

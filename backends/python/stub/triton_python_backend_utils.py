@@ -415,6 +415,10 @@ class MetricFamily:
             _metrics_tell({"op": "metric_family_delete", "id": self._id})
 
 
+# The kinds as module constants too (pb_utils.COUNTER in Triton's own custom_metrics example).
+COUNTER, GAUGE, HISTOGRAM = MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM
+
+
 class Metric:
     """One metric of a family (one set of labels): increment() for counters (never negative) and
     gauges, set() for gauges, observe() for histograms, value() for counters and gauges. It does
