@@ -683,6 +683,8 @@ class Instance {
           error = NereidMetricValue(it->second, &value);
         else
           error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "unknown metric operation");
+      } else {
+        error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, ("unknown message '" + op + "'").c_str());
       }
     }
     if (asked) {
