@@ -494,7 +494,10 @@ class GpuInstance {
       }
     }
     const uint64_t gathered_ns = NereidNowNs();
-    const bool sample = ++runs_ % 8 == 0;  // device-side phases, timed by events on every 8th run
+    // The phases are measured only while verbose lines reach the log (NotePhases); the device
+    // side by events on every 8th such run.
+    const bool phases = NereidLogEnabled(NEREID_LOG_VERBOSE) != 0;
+    const bool sample = phases && ++runs_ % 8 == 0;
     auto mark = [&](int i) { return sample ? cudaEventRecord(events_[i], stream_) : cudaSuccess; };
     CUDA_RETURN(mark(0), "cudaEventRecord");
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
@@ -508,7 +511,7 @@ class GpuInstance {
     const uint64_t enqueued_ns = NereidNowNs();
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
     *end_ns = NereidNowNs();
-    NotePhases(rows, direct, {*start_ns, gathered_ns, enqueued_ns, *end_ns}, sample);
+    if (phases) NotePhases(rows, direct, {*start_ns, gathered_ns, enqueued_ns, *end_ns}, sample);
     results->clear();
     for (size_t i = 0; i < m_->outputs.size(); ++i) {
       const IoSpec& io = m_->outputs[i];
@@ -551,9 +554,10 @@ class GpuInstance {
   }
 
   // Where runs' time goes, per row count, logged at verbose level (--log-verbose=1) every 100
-  // runs of that count. On the host clock: inputs copied into staging (the batch gather), the
-  // copies and graph launch enqueued, the wait for the device. On the device (CUDA events, every
-  // 8th run): the copies in before the graph, the graph, the copies out after it.
+  // runs of that count (nothing is measured while verbose logging is off). On the host clock:
+  // inputs copied into staging (the batch gather), the copies and graph launch enqueued, the wait
+  // for the device. On the device (CUDA events, every 8th run): the copies in before the graph, the
+  // graph, the copies out after it.
   struct Phases {
     uint64_t runs = 0, gather_ns = 0, enqueue_ns = 0, wait_ns = 0;
     uint64_t sampled = 0;

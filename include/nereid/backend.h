@@ -160,6 +160,8 @@ void NereidErrorDelete(NereidError* error);
 
 /* Writes one line to the server log. */
 void NereidLog(NereidLogLevel level, const char* file, int line, const char* message);
+/* Nonzero when lines of 'level' reach the log now (since 2.3): for work done only to log. */
+int NereidLogEnabled(NereidLogLevel level);
 
 /* Memory for the backend's own use (since 2.1): staging buffers in CPU_PINNED memory from the
  * server's pinned pool (--pinned-memory-pool-byte-size), device buffers in GPU memory from the

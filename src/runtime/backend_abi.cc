@@ -74,17 +74,26 @@ NereidErrorCode NereidErrorGetCode(const NereidError* error) { return error->cod
 const char* NereidErrorGetMessage(const NereidError* error) { return error->message.c_str(); }
 void NereidErrorDelete(NereidError* error) { delete error; }
 
-void NereidLog(NereidLogLevel level, const char* file, int line, const char* message) {
-  nereid::LogLevel l = level == NEREID_LOG_WARNING   ? nereid::LogLevel::kWarning
-                       : level == NEREID_LOG_ERROR   ? nereid::LogLevel::kError
-                       : level == NEREID_LOG_VERBOSE ? nereid::LogLevel::kVerbose
-                                                     : nereid::LogLevel::kInfo;
+int NereidLogEnabled(NereidLogLevel level) {
   const auto& settings = nereid::GlobalLogSettings();
-  const bool enabled = l == nereid::LogLevel::kVerbose   ? NEREID_VLOG_ON(1)
-                       : l == nereid::LogLevel::kWarning ? settings.warning.load()
-                       : l == nereid::LogLevel::kError   ? settings.error.load()
-                                                         : settings.info.load();
-  if (!enabled) return;
+  switch (level) {
+    case NEREID_LOG_VERBOSE:
+      return NEREID_VLOG_ON(1);
+    case NEREID_LOG_WARNING:
+      return settings.warning.load();
+    case NEREID_LOG_ERROR:
+      return settings.error.load();
+    default:
+      return settings.info.load();
+  }
+}
+
+void NereidLog(NereidLogLevel level, const char* file, int line, const char* message) {
+  if (!NereidLogEnabled(level)) return;
+  const nereid::LogLevel l = level == NEREID_LOG_WARNING   ? nereid::LogLevel::kWarning
+                             : level == NEREID_LOG_ERROR   ? nereid::LogLevel::kError
+                             : level == NEREID_LOG_VERBOSE ? nereid::LogLevel::kVerbose
+                                                           : nereid::LogLevel::kInfo;
   nereid::LogLine(l, file ? file : "backend", line, message ? message : "");
 }
 
