@@ -648,7 +648,7 @@ class Instance {
       if (op == "metric_family_new") {
         const int kind = h.HasMember("kind") && h["kind"].IsInt() ? h["kind"].GetInt() : -1;
         NereidMetricFamily* family = nullptr;
-        if (families_.size() >= CustomMetricsLimit() || families_.count(id))
+        if (families_.size() >= kMaxMetricHandles || families_.count(id))
           error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "too many metric families");
         else
           error = NereidMetricFamilyNew(static_cast<NereidMetricKind>(kind),
@@ -699,8 +699,6 @@ class Instance {
     if (error != nullptr) NereidErrorDelete(error);
   }
 
-  static size_t CustomMetricsLimit() { return 4096; }  // handles per stub
-
   NereidError* NewMetric(const rapidjson::Value& h, uint64_t id) {
     const uint64_t family_id =
         h.HasMember("family") && h["family"].IsUint64() ? h["family"].GetUint64() : 0;
@@ -709,7 +707,7 @@ class Instance {
       return NereidErrorNew(NEREID_ERROR_INVALID_ARG,
                             "Invalid metric operation as the corresponding 'MetricFamily' has "
                             "been deleted.");
-    if (metrics_.size() >= CustomMetricsLimit() || metrics_.count(id))
+    if (metrics_.size() >= kMaxMetricHandles || metrics_.count(id))
       return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "too many metrics");
     std::vector<std::string> names, values;
     if (h.HasMember("labels") && h["labels"].IsObject())
@@ -949,8 +947,9 @@ class Instance {
   // thread, which also answers the stub's is_cancelled() queries (CallInline).
   std::vector<std::pair<uint64_t, NereidRequest*>> executing_;
   uint64_t next_handle_ = 0;
-  uint64_t call_id_ = 0;   // each request to the stub has its own; its reply carries it
-  std::mutex metrics_mu_;  // the stub's custom metrics, by the stub's ids
+  uint64_t call_id_ = 0;  // each request to the stub has its own; its reply carries it
+  static constexpr size_t kMaxMetricHandles = 4096;  // families, and metrics, per stub
+  std::mutex metrics_mu_;                            // the stub's custom metrics, by the stub's ids
   std::map<uint64_t, NereidMetricFamily*> families_;
   std::map<uint64_t, NereidMetric*> metrics_;
 };

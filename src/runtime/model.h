@@ -64,6 +64,9 @@ class Model {
   Backend& backend() const { return *backend_; }
   // Requests accepted and not completed: queued, executing, or held by the backend.
   size_t Pending() const;
+  // Whether requests wait besides the one being completed (which Pending() still counts): the
+  // frontends then hand a response's sending off the instance thread instead of doing it there.
+  bool OthersPending() const { return Pending() > 1; }
   bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
   // Every instance is a KIND_GPU instance (device inputs can then go to the backend as they are).
   bool all_instances_gpu() const {

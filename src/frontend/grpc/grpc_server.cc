@@ -710,7 +710,7 @@ class GrpcServer::Impl final : public ServiceBase {
     // instance thread hands the response to the Handoff thread (see there).
     r->on_complete = [this, reactor, raw_response,
                       model = r->model.get()](std::unique_ptr<InferenceResponse> result) {
-      if (model->Pending() <= 1) return FinishInfer(reactor, raw_response, *result);
+      if (!model->OthersPending()) return FinishInfer(reactor, raw_response, *result);
       std::shared_ptr<InferenceResponse> shared(std::move(result));
       handoff_.Post(
           [reactor, raw_response, shared] { FinishInfer(reactor, raw_response, *shared); });

@@ -817,7 +817,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       // small models). With more requests waiting, the instance thread is worth more: hand the
       // write to the connection's strand. Either way the write's completion and the next read
       // run there.
-      if (model->Pending() <= 1) return self->SendInferResponse(*r, response_encoding);
+      if (!model->OthersPending()) return self->SendInferResponse(*r, response_encoding);
       net::post(self->stream_.get_executor(),
                 [self, response_encoding, r = std::move(r)]() mutable {
                   self->SendInferResponse(*r, response_encoding);
