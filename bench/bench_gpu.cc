@@ -3,9 +3,14 @@
 //             roofline for small M (bytes each input read once / measured copy bandwidth)
 //   epilogue: GEMM + bias + GELU fused into the GEMM vs cuBLAS followed by the epilogue kernel
 //   copy:     pinned vs pageable host memory, host->device and device->host, 4 KiB .. 256 MiB
+//   copyfresh: DMA from pinned memory the CPU has just written (and flushed), vs untouched
+//   launch:   host cost of graph launches, back to back and after the thread slept
+//   runshapes: a serving run's copies and graph issued three ways (around, nodes, staging)
 // Timing: CUDA events around 'reps' launches after warm-up, median of 7 such samples; inputs
-// rotated among enough copies to exceed the L2 cache; random data, never zeros.
-// Usage: bench_gpu [gemm] [epilogue] [copy]   (default: all)
+// rotated among enough copies to exceed the L2 cache; random data, never zeros. GEMMs (ours and
+// cuBLAS alike) are timed as a CUDA graph of the 'reps' launches, as the engine runs them, so the
+// host's launch cost (cuBLAS's heuristics included) is out of both sides.
+// Usage: bench_gpu [gemm] [epilogue] [copy] [copyfresh] [launch] [runshapes]   (default: all)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,7 +23,12 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
@@ -60,6 +70,41 @@ double TimeUs(const std::function<void(int)>& fn, int reps) {
   CHECK(cudaGetLastError());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  std::sort(samples.begin(), samples.end());
+  return samples[3];
+}
+
+// As TimeUs, but the 'reps' calls are captured once into a CUDA graph and the graph is replayed:
+// the device time of back-to-back kernels, without the host's launch cost.
+double TimeGraphUs(const std::function<void(int)>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < reps; ++r) fn(r);
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaGraphLaunch(exec, stream));  // upload and warm
+  CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<double> samples;
+  for (int s = 0; s < 7; ++s) {
+    CHECK(cudaEventRecord(a, stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(b, stream));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    samples.push_back(1000.0 * ms / reps);
+  }
+  CHECK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  CHECK(cudaGraphExecDestroy(exec));
   std::sort(samples.begin(), samples.end());
   return samples[3];
 }
@@ -132,7 +177,7 @@ Fastest FastestOurs(const std::function<kc::GemmProblem(int)>& with, int reps, b
   Fastest best;
   const kc::GemmProblem p0 = with(0);
   auto consider = [&](const std::string& name, const std::function<cudaError_t(int)>& launch) {
-    const double us = TimeUs([&](int i) { CHECK(launch(i)); }, reps);
+    const double us = TimeGraphUs([&](int i) { CHECK(launch(i)); }, reps);
     if (verbose)
       std::printf("    %-16s %10.2f us %9.1f TFLOP/s\n", name.c_str(), us,
                   2e-6 * p0.m * p0.n * p0.k / us);
@@ -188,7 +233,7 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
         return p;
       };
       const int reps = s.m * s.n * s.k > (int64_t{1} << 33) ? 5 : 50;
-      const double cublas_us = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
+      const double cublas_us = TimeGraphUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
       const double flops = 2.0 * s.m * s.n * s.k;
       const Fastest ours = FastestOurs(with, reps, verbose);
       const double ours_us = ours.us;
@@ -235,7 +280,7 @@ void BenchEpilogue(kc::CublasGemm& cublas) {
       return p;
     };
     const int reps = s.m >= 1024 ? 10 : 50;
-    const double split = TimeUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
+    const double split = TimeGraphUs([&](int i) { cublas.Run(with(i), o.acc); }, reps);
     const Fastest fused = FastestOurs(with, reps, false);
     std::printf("%6ld %6ld %6ld | %12.2f %10.2f | %6.2fx %s\n", s.m, s.n, s.k, split, fused.us,
                 split / fused.us, fused.name.c_str());
@@ -296,10 +341,34 @@ void BenchCopies() {
 // 1 MiB copies as a server makes them, device time of the copy alone (events around it): from the
 // same pinned buffer every time (a benchmark's habit), from a buffer the CPU has just written (a
 // request body), from a different 1 MiB of a 256 MiB pinned region each time (a pool), and both.
+// Writes the lines of [p, p + bytes) back to memory and drops them from the CPU's caches
+// (clflushopt where the CPU has it, else clflush).
+#if defined(__x86_64__)
+__attribute__((target("clflushopt"))) void FlushLinesOpt(const uint8_t* p, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflushopt(const_cast<uint8_t*>(p) + i);
+  _mm_sfence();
+}
+bool HasClflushopt() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
+}
+#endif
+void FlushLines(const uint8_t* p, size_t bytes) {
+#if defined(__x86_64__)
+  static const bool opt = HasClflushopt();
+  if (opt) return FlushLinesOpt(p, bytes);
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(p + i);
+  _mm_mfence();
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 void BenchCopyFresh() {
   std::printf(
-      "\n== 1 MiB copies from/to pinned memory: same buffer vs just written by the CPU vs a "
-      "new place in a 256 MiB region (device time of the copy, median us)\n");
+      "\n== 1 MiB copies from/to pinned memory: same buffer vs just written by the CPU (then "
+      "flushed from its caches or not) vs a new place in a 256 MiB region (device time of the "
+      "copy, median us; host us of the flush)\n");
   const size_t bytes = size_t{1} << 20, region = size_t{256} << 20;
   uint8_t* pinned = nullptr;
   void* device = nullptr;
@@ -310,15 +379,31 @@ void BenchCopyFresh() {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  std::printf("%-34s | %9s | %9s\n", "case", "H2D us", "D2H us");
-  for (int c = 0; c < 4; ++c) {
-    const bool written = c & 1, moving = c & 2;
+  std::printf("%-40s | %9s | %9s | %9s\n", "case", "H2D us", "D2H us", "flush us");
+  struct Case {
+    const char* name;
+    bool written, moving, flushed;
+  };
+  const Case cases[] = {{"same buffer", false, false, false},
+                        {"same buffer, CPU-written", true, false, false},
+                        {"same buffer, CPU-written, flushed", true, false, true},
+                        {"new place each time", false, true, false},
+                        {"new place, CPU-written", true, true, false}};
+  for (const Case& c : cases) {
     double us[2];
+    double flush_us = 0;
     for (int h2d = 1; h2d >= 0; --h2d) {
-      std::vector<double> samples;
+      std::vector<double> samples, flushes;
       for (int r = 0; r < 60; ++r) {
-        uint8_t* host = pinned + (moving ? (static_cast<size_t>(r) * bytes) % region : 0);
-        if (written) std::memcpy(host, source.data(), bytes);
+        uint8_t* host = pinned + (c.moving ? (static_cast<size_t>(r) * bytes) % region : 0);
+        if (c.written) std::memcpy(host, source.data(), bytes);
+        if (c.flushed) {
+          const auto t0 = std::chrono::steady_clock::now();
+          FlushLines(host, bytes);
+          flushes.push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                  .count());
+        }
         CHECK(cudaEventRecord(a, stream));
         CHECK(h2d ? cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream)
                   : cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
@@ -330,10 +415,12 @@ void BenchCopyFresh() {
       }
       std::sort(samples.begin(), samples.end());
       us[h2d] = samples[samples.size() / 2];
+      if (!flushes.empty()) {
+        std::sort(flushes.begin(), flushes.end());
+        flush_us = flushes[flushes.size() / 2];
+      }
     }
-    const char* names[] = {"same buffer", "same buffer, CPU-written", "new place each time",
-                           "new place, CPU-written"};
-    std::printf("%-34s | %9.1f | %9.1f\n", names[c], us[1], us[0]);
+    std::printf("%-40s | %9.1f | %9.1f | %9.1f\n", c.name, us[1], us[0], flush_us);
   }
   cudaEventDestroy(a), cudaEventDestroy(b);
   cudaFreeHost(pinned);
@@ -362,25 +449,134 @@ void BenchLaunch() {
     if (copies) CHECK(cudaMemcpyAsync(host, b, n * 4, cudaMemcpyDeviceToHost, stream));
     CHECK(cudaStreamEndCapture(stream, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    double launch = 0, total = 0;
-    const int reps = 500;
-    for (int r = -20; r < reps; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      CHECK(cudaGraphLaunch(exec, stream));
-      const auto t1 = std::chrono::steady_clock::now();
-      CHECK(cudaStreamSynchronize(stream));
-      const auto t2 = std::chrono::steady_clock::now();
-      if (r < 0) continue;
-      launch += std::chrono::duration<double, std::micro>(t1 - t0).count();
-      total += std::chrono::duration<double, std::micro>(t2 - t0).count();
+    // Back to back, and with the thread asleep 200 us between runs (as an instance thread
+    // waiting for its next request is).
+    for (int idle = 0; idle < 2; ++idle) {
+      double launch = 0, total = 0;
+      const int reps = 500;
+      for (int r = -20; r < reps; ++r) {
+        if (idle) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        const auto t0 = std::chrono::steady_clock::now();
+        CHECK(cudaGraphLaunch(exec, stream));
+        const auto t1 = std::chrono::steady_clock::now();
+        CHECK(cudaStreamSynchronize(stream));
+        const auto t2 = std::chrono::steady_clock::now();
+        if (r < 0) continue;
+        launch += std::chrono::duration<double, std::micro>(t1 - t0).count();
+        total += std::chrono::duration<double, std::micro>(t2 - t0).count();
+      }
+      std::printf("%-40s %-22s | launch %6.1f us | to synchronized %6.1f us\n",
+                  copies ? "3 kernels + 4 KiB pinned copy in and out" : "3 kernels",
+                  idle ? "after 200 us asleep" : "back to back", launch / reps, total / reps);
     }
-    std::printf("%-40s | launch %6.1f us | to synchronized %6.1f us\n",
-                copies ? "3 kernels + 4 KiB pinned copy in and out" : "3 kernels", launch / reps,
-                total / reps);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
   cudaFreeHost(host), cudaFree(a), cudaFree(b);
+}
+
+// One run shaped like the GPU engine's at 32 and 256 rows: an input copied in from page-locked
+// request memory (just written by the CPU), a graph of three small kernels, an output copied out
+// to page-locked response memory, then synchronize; host wall time per run (mean of 300),
+// back to back and with the thread asleep 200 us before each run. Three ways to issue it:
+//   around:  cudaMemcpyAsync in, cudaGraphLaunch, cudaMemcpyAsync out (three submissions)
+//   nodes:   the copies are memcpy nodes of the graph, pointed at this run's memory with
+//            cudaGraphExecMemcpyNodeSetParams1D, then one launch
+//   staging: the CPU copies the input into the instance's staging, the graph (with copy nodes
+//            from and to the staging) runs, and the CPU copies the output to the response.
+void BenchRunShapes() {
+  std::printf(
+      "\n== A run's copies and graph, host wall time per run (us, mean of 300): copies around "
+      "the graph vs memcpy nodes updated per run vs CPU staging\n");
+  std::printf("%10s %-20s | %8s %8s %8s\n", "bytes", "thread", "around", "nodes", "staging");
+  const int64_t n = 1024;
+  void *ka = nullptr, *kb = nullptr;
+  CHECK(cudaMalloc(&ka, n * 4));
+  CHECK(cudaMalloc(&kb, n * 4));
+  cudaGraph_t kernels;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < 3; ++k)
+    CHECK(kc::Unary(kc::Activation::kRelu, kc::ElemType::kF32, k % 2 ? kb : ka, k % 2 ? ka : kb, n,
+                    stream));
+  CHECK(cudaStreamEndCapture(stream, &kernels));
+  cudaGraphExec_t kernels_exec;
+  CHECK(cudaGraphInstantiate(&kernels_exec, kernels, 0));
+  for (size_t bytes : {size_t{128} << 10, size_t{1} << 20}) {
+    uint8_t *src[2], *dst[2], *stage_in, *stage_out;
+    for (int i = 0; i < 2; ++i) {
+      CHECK(cudaHostAlloc(reinterpret_cast<void**>(&src[i]), bytes, cudaHostAllocPortable));
+      CHECK(cudaHostAlloc(reinterpret_cast<void**>(&dst[i]), bytes, cudaHostAllocPortable));
+    }
+    CHECK(cudaHostAlloc(reinterpret_cast<void**>(&stage_in), bytes, cudaHostAllocPortable));
+    CHECK(cudaHostAlloc(reinterpret_cast<void**>(&stage_out), bytes, cudaHostAllocPortable));
+    std::vector<uint8_t> fresh(bytes, 3);
+    void *din = nullptr, *dout = nullptr;
+    CHECK(cudaMalloc(&din, bytes));
+    CHECK(cudaMalloc(&dout, bytes));
+    // The graph with copy nodes: in -> kernels -> out.
+    auto with_copies = [&](const void* from, void* to, cudaGraphNode_t* in, cudaGraphNode_t* out) {
+      cudaGraph_t g;
+      CHECK(cudaGraphCreate(&g, 0));
+      cudaGraphNode_t child;
+      CHECK(cudaGraphAddMemcpyNode1D(in, g, nullptr, 0, din, from, bytes, cudaMemcpyDefault));
+      CHECK(cudaGraphAddChildGraphNode(&child, g, in, 1, kernels));
+      CHECK(cudaGraphAddMemcpyNode1D(out, g, &child, 1, to, dout, bytes, cudaMemcpyDefault));
+      cudaGraphExec_t e;
+      CHECK(cudaGraphInstantiate(&e, g, 0));
+      return std::make_pair(g, e);
+    };
+    cudaGraphNode_t node_in, node_out, stage_node_in, stage_node_out;
+    auto [nodes_graph, nodes_exec] = with_copies(src[0], dst[0], &node_in, &node_out);
+    auto [stage_graph, stage_exec] =
+        with_copies(stage_in, stage_out, &stage_node_in, &stage_node_out);
+    for (int idle = 0; idle < 2; ++idle) {
+      double us[3] = {0, 0, 0};
+      for (int way = 0; way < 3; ++way) {
+        const int reps = 300;
+        for (int r = -20; r < reps; ++r) {
+          const int i = r & 1;
+          std::memcpy(src[i], fresh.data(), bytes);  // the request just arrived
+          if (idle) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          const auto t0 = std::chrono::steady_clock::now();
+          if (way == 0) {
+            CHECK(cudaMemcpyAsync(din, src[i], bytes, cudaMemcpyDefault, stream));
+            CHECK(cudaGraphLaunch(kernels_exec, stream));
+            CHECK(cudaMemcpyAsync(dst[i], dout, bytes, cudaMemcpyDefault, stream));
+            CHECK(cudaStreamSynchronize(stream));
+          } else if (way == 1) {
+            CHECK(cudaGraphExecMemcpyNodeSetParams1D(nodes_exec, node_in, din, src[i], bytes,
+                                                     cudaMemcpyDefault));
+            CHECK(cudaGraphExecMemcpyNodeSetParams1D(nodes_exec, node_out, dst[i], dout, bytes,
+                                                     cudaMemcpyDefault));
+            CHECK(cudaGraphLaunch(nodes_exec, stream));
+            CHECK(cudaStreamSynchronize(stream));
+          } else {
+            std::memcpy(stage_in, src[i], bytes);
+            CHECK(cudaGraphLaunch(stage_exec, stream));
+            CHECK(cudaStreamSynchronize(stream));
+            std::memcpy(dst[i], stage_out, bytes);
+          }
+          if (r >= 0)
+            us[way] +=
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                    .count();
+        }
+        us[way] /= reps;
+      }
+      std::printf("%10zu %-20s | %8.1f %8.1f %8.1f\n", bytes,
+                  idle ? "after 200 us asleep" : "back to back", us[0], us[1], us[2]);
+    }
+    for (auto [g, e] :
+         {std::make_pair(nodes_graph, nodes_exec), std::make_pair(stage_graph, stage_exec)}) {
+      cudaGraphExecDestroy(e);
+      cudaGraphDestroy(g);
+    }
+    for (int i = 0; i < 2; ++i) cudaFreeHost(src[i]), cudaFreeHost(dst[i]);
+    cudaFreeHost(stage_in), cudaFreeHost(stage_out), cudaFree(din), cudaFree(dout);
+  }
+  cudaGraphExecDestroy(kernels_exec);
+  cudaGraphDestroy(kernels);
+  cudaFree(ka), cudaFree(kb);
 }
 
 }  // namespace
@@ -412,5 +608,6 @@ int main(int argc, char** argv) {
   if (want("copy")) BenchCopies();
   if (want("copyfresh")) BenchCopyFresh();
   if (want("launch")) BenchLaunch();
+  if (want("runshapes")) BenchRunShapes();
   return 0;
 }

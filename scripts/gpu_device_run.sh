@@ -5,7 +5,8 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; "scaling" needs two GPUs) picks parts; logs go to $OUT.
+# SECTIONS (default "tests e2e bench serving"; "scaling" needs two GPUs) picks parts, BENCH the
+# sections of bench_gpu; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=.devcarry
@@ -39,7 +40,8 @@ if [[ " $SECTIONS " == *" e2e "* ]]; then
 fi
 if [[ " $SECTIONS " == *" bench "* ]]; then
   echo "== kernel benchmarks (bench_gpu)"
-  "$C/bin/bench_gpu" 2>&1 | tee "$OUT/bench_gpu.txt"
+  # BENCH="gemm epilogue ..." picks bench_gpu's sections (default: all).
+  "$C/bin/bench_gpu" ${BENCH:-} 2>&1 | tee "$OUT/bench_gpu.txt"
 fi
 if [[ " $SECTIONS " == *" serving "* ]]; then
   echo "== serving benchmark (bench/gpu_serving.py)"

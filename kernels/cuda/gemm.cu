@@ -1,6 +1,8 @@
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include "cuda/device_math.cuh"
@@ -228,20 +230,17 @@ __device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const
     const uint32_t* a = half == 0 ? a0 : a1;
     const uint32_t* b = half == 0 ? b0 : b1;
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
           "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
           : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     } else if constexpr (std::is_same_v<T, __half>) {
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
           "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
           : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     } else {
-      asm volatile(
-          "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+      asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
           "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
           : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -252,13 +251,17 @@ __device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const
 // Streamed once: no L1 allocation.
 __device__ __forceinline__ uint4 LoadStream(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
   return v;
 }
 
-// kRT: 16-row tiles of w per block; kNT: 8-row tiles of x (m <= 8 kNT).
+// kRT: 16-row tiles of w per block; kNT: 8-row tiles of x (m <= 8 kNT). gridDim.y > 1 splits the
+// chunks of k over the blocks of a thread-block cluster (1 x gridDim.y x 1): each block sums its
+// warps' partials in its own shared memory, the cluster synchronizes, and each block then reads
+// its share of the values from every block's shared memory (in rank order, so the sum is
+// deterministic) and applies the epilogue.
 template <typename T, int kRT, int kNT, typename OutT>
 __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
     Activation act, int m, int n, int k, const T* __restrict__ x, const T* __restrict__ w,
@@ -270,6 +273,10 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * 16 * kRT;
   const int chunks = k / kChunk;
+  const int splits = static_cast<int>(gridDim.y);
+  const int per_split = (chunks + splits - 1) / splits;
+  const int c_begin = static_cast<int>(blockIdx.y) * per_split;
+  const int c_end = min(chunks, c_begin + per_split);
 
   const T* wp[kRT][2];
 #pragma unroll
@@ -289,20 +296,33 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
 
   float acc[kRT][kNT][4] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int c0 = warp; c0 < chunks; c0 += kTcWarps * U) {
+  for (int c0 = c_begin + warp; c0 < c_end; c0 += kTcWarps * U) {
     uint4 wv[U][kRT][2], xv[U][kNT];
+    // Every load is issued, unconditionally and all U chunks at once (a chunk past the end
+    // re-reads the warp's first one, then counts as zeros): loads under branches were sunk to
+    // their MMAs by the compiler, leaving about half the bytes in flight.
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kTcWarps;
-      const bool ok = c < chunks;
-      const int64_t off = static_cast<int64_t>(c) * kChunk;
+      const bool ok = c < c_end;
+      const int64_t off = static_cast<int64_t>(ok ? c : c0) * kChunk;
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wv[u][rt][h] = ok ? LoadStream(wp[rt][h] + off) : zero;
+        for (int h = 0; h < 2; ++h) wv[u][rt][h] = LoadStream(wp[rt][h] + off);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
-        xv[u][nt] = ok && x_ok[nt] ? __ldg(reinterpret_cast<const uint4*>(xp[nt] + off)) : zero;
+        xv[u][nt] = __ldg(reinterpret_cast<const uint4*>(xp[nt] + off));
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool ok = c0 + u * kTcWarps < c_end;
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[u][rt][h] = ok ? wv[u][rt][h] : zero;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) xv[u][nt] = ok && x_ok[nt] ? xv[u][nt] : zero;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -320,44 +340,76 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
 #pragma unroll
       for (int r = 0; r < 4; ++r) partial[warp][rt][nt][r][lane] = acc[rt][nt][r];
   __syncthreads();
-  // C fragment of m16n8: register r of lane (g, t) is w row g + 8 (r / 2), x row 2t + r % 2.
+  // Value i is register r = i / 32 % 4 of lane src = i % 32 for tiles nt = i / 128 % kNT and
+  // rt = i / (128 kNT); in the C fragment of m16n8 that is w row g + 8 (r / 2), x row 2t + r % 2.
   constexpr int kValues = kRT * kNT * 4 * 32;
-  for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) {
+  auto store = [&](int i, float sum) {
     const int src = i % 32, r = i / 32 % 4, nt = i / 128 % kNT, rt = i / (128 * kNT);
-    float sum = 0.f;
-#pragma unroll
-    for (int wi = 0; wi < kTcWarps; ++wi) sum += partial[wi][rt][nt][r][src];
     const int col = n0 + rt * 16 + src / 4 + 8 * (r / 2);
     const int row = nt * 8 + 2 * (src % 4) + r % 2;
-    if (row >= m || col >= n) continue;
+    if (row >= m || col >= n) return;
     float v = alpha * sum;
     if (bias != nullptr) v += bias[col];
     v = ActivateAny(act, v);
     const int64_t at = static_cast<int64_t>(row) * n + col;
     if (residual != nullptr) v += ToFloat(residual[at]);
     y[at] = FromFloat<OutT>(v);
+  };
+  auto block_sum = [&](int i) {
+    float sum = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kTcWarps; ++wi) sum += (&partial[wi][0][0][0][0])[i];
+    return sum;
+  };
+  if (splits == 1) {
+    for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) store(i, block_sum(i));
+    return;
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // In place: value i of warp 0's slice is read and written by one thread only.
+  float* const reduced = &partial[0][0][0][0][0];
+  for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) reduced[i] = block_sum(i);
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's sums are in its shared memory
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int i = threadIdx.x + rank * kTcWarps * 32; i < kValues; i += kTcWarps * 32 * splits) {
+    float sum = 0.f;
+    for (int q = 0; q < splits; ++q) sum += cluster.map_shared_rank(reduced, q)[i];
+    store(i, sum);
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
 }
 
+// Launched as a cluster of 'splits' blocks along y when splits > 1.
 template <typename T, int kRT, int kNT, typename OutT>
-void LaunchTensorCoreKernel(const GemmProblem& p, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT));
-  SmallMTensorCoreKernel<T, kRT, kNT, OutT><<<grid, kTcWarps * 32, 0, stream>>>(
-      p.act, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
-      static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.alpha, p.bias,
-      static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
+cudaError_t LaunchTensorCoreKernel(const GemmProblem& p, int splits, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT)),
+                        static_cast<unsigned>(splits), 1);
+  config.blockDim = dim3(kTcWarps * 32, 1, 1);
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = splits > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, &SmallMTensorCoreKernel<T, kRT, kNT, OutT>, p.act,
+                            static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
+                            static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.alpha, p.bias,
+                            static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
 }
 
 template <typename T, int kRT, typename OutT>
-void LaunchTensorCore(const GemmProblem& p, cudaStream_t stream) {
-  if (p.m <= 8)
-    LaunchTensorCoreKernel<T, kRT, 1, OutT>(p, stream);
-  else if (p.m <= 16)
-    LaunchTensorCoreKernel<T, kRT, 2, OutT>(p, stream);
-  else if (p.m <= 32)
-    LaunchTensorCoreKernel<T, kRT, 4, OutT>(p, stream);
-  else  // 33..64: one row tile, so the partial sums stay within 32 KiB of shared memory
-    LaunchTensorCoreKernel<T, 1, 8, OutT>(p, stream);
+cudaError_t LaunchTensorCore(const GemmProblem& p, int splits, cudaStream_t stream) {
+  if (p.m <= 8) return LaunchTensorCoreKernel<T, kRT, 1, OutT>(p, splits, stream);
+  if (p.m <= 16) return LaunchTensorCoreKernel<T, kRT, 2, OutT>(p, splits, stream);
+  if (p.m <= 32) return LaunchTensorCoreKernel<T, kRT, 4, OutT>(p, splits, stream);
+  // 33..64: one row tile, so the partial sums stay within 32 KiB of shared memory
+  return LaunchTensorCoreKernel<T, 1, 8, OutT>(p, splits, stream);
 }
 
 template <typename T, int M, int kRows, typename OutT>
@@ -403,18 +455,22 @@ void LaunchForM(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream
 
 template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
-  if (variant == SmallMVariant::kTensorCore16 || variant == SmallMVariant::kTensorCore32) {
+  if (SmallMTensorCore(variant)) {
     if constexpr (std::is_same_v<T, float>) {
       if (!p.tf32) return cudaErrorInvalidValue;  // exact fp32 stays on the CUDA cores
     }
-    if (variant == SmallMVariant::kTensorCore16)
-      LaunchTensorCore<T, 1, OutT>(p, stream);
-    else
-      LaunchTensorCore<T, 2, OutT>(p, stream);
-  } else if (variant == SmallMVariant::kWarpRows2 || variant == SmallMVariant::kSplitK2)
+    const int splits = SmallMClusterSplits(variant);
+    const bool rows16 =
+        variant == SmallMVariant::kTensorCore16 || variant == SmallMVariant::kTensorCore16K2 ||
+        variant == SmallMVariant::kTensorCore16K4 || variant == SmallMVariant::kTensorCore16K8;
+    const cudaError_t e = rows16 ? LaunchTensorCore<T, 1, OutT>(p, splits, stream)
+                                 : LaunchTensorCore<T, 2, OutT>(p, splits, stream);
+    if (e != cudaSuccess) return e;
+  } else if (variant == SmallMVariant::kWarpRows2 || variant == SmallMVariant::kSplitK2) {
     LaunchForM<T, 2, OutT>(variant, p, stream);
-  else
+  } else {
     LaunchForM<T, 4, OutT>(variant, p, stream);
+  }
   return cudaGetLastError();
 }
 
@@ -425,6 +481,27 @@ cudaError_t LaunchSmallMOut(const GemmProblem& p, SmallMVariant variant, cudaStr
   if constexpr (!std::is_same_v<T, float>)
     if (p.out_type == p.ab_type) return LaunchSmallM<T, T>(p, variant, stream);
   return cudaErrorInvalidValue;
+}
+
+// Whether the current device launches thread-block clusters (compute capability 9.0 and later),
+// cached per device.
+bool ClusterLaunch() {
+#if !defined(NEREID_CUDA_SM90A)
+  return false;  // the cluster path is compiled only into the sm_90a build
+#endif
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int supported = 0;
+    if (cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, dev) != cudaSuccess)
+      supported = 0;
+    v = supported != 0 ? 1 : -1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v > 0;
 }
 
 cudaDataType_t CudaType(ElemType t) {
@@ -447,7 +524,7 @@ std::string CublasError(const char* what, cublasStatus_t status) {
 bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
   const bool float_types =
       p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16;
-  const bool tensor_core = v == SmallMVariant::kTensorCore16 || v == SmallMVariant::kTensorCore32;
+  const bool tensor_core = SmallMTensorCore(v);
   // Tensor-core chunks are four 16-byte vectors of k; the CUDA-core kernels step one vector.
   const int64_t vec = 16 / static_cast<int64_t>(ElemSize(p.ab_type)) * (tensor_core ? 4 : 1);
   const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
@@ -456,7 +533,39 @@ bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
   return float_types && type_ok && out_ok && p.m >= 1 &&
          p.m <= (tensor_core ? kSmallMMax : kSmallMCudaCoreMax) && p.n >= 1 && p.n <= kIntMax &&
          p.k >= vec && p.k <= kIntMax && p.k % vec == 0 && p.n * p.k <= (int64_t{1} << 62) &&
-         Aligned16(p.x) && Aligned16(p.w);
+         Aligned16(p.x) && Aligned16(p.w) && (SmallMClusterSplits(v) == 1 || ClusterLaunch());
+}
+
+bool SmallMTensorCore(SmallMVariant v) {
+  switch (v) {
+    case SmallMVariant::kTensorCore16:
+    case SmallMVariant::kTensorCore32:
+    case SmallMVariant::kTensorCore16K2:
+    case SmallMVariant::kTensorCore16K4:
+    case SmallMVariant::kTensorCore16K8:
+    case SmallMVariant::kTensorCore32K2:
+    case SmallMVariant::kTensorCore32K4:
+    case SmallMVariant::kTensorCore32K8:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int SmallMClusterSplits(SmallMVariant v) {
+  switch (v) {
+    case SmallMVariant::kTensorCore16K2:
+    case SmallMVariant::kTensorCore32K2:
+      return 2;
+    case SmallMVariant::kTensorCore16K4:
+    case SmallMVariant::kTensorCore32K4:
+      return 4;
+    case SmallMVariant::kTensorCore16K8:
+    case SmallMVariant::kTensorCore32K8:
+      return 8;
+    default:
+      return 1;
+  }
 }
 
 const char* SmallMVariantName(SmallMVariant v) {
@@ -473,6 +582,18 @@ const char* SmallMVariantName(SmallMVariant v) {
       return "tensor-core-32";
     case SmallMVariant::kSplitK2:
       return "split-k-2";
+    case SmallMVariant::kTensorCore16K2:
+      return "tensor-core-16-k2";
+    case SmallMVariant::kTensorCore16K4:
+      return "tensor-core-16-k4";
+    case SmallMVariant::kTensorCore16K8:
+      return "tensor-core-16-k8";
+    case SmallMVariant::kTensorCore32K2:
+      return "tensor-core-32-k2";
+    case SmallMVariant::kTensorCore32K4:
+      return "tensor-core-32-k4";
+    case SmallMVariant::kTensorCore32K8:
+      return "tensor-core-32-k8";
   }
   return "?";
 }

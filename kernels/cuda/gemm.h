@@ -42,8 +42,10 @@ struct GemmProblem {
 // kSharedX: x staged in shared memory per block and tile of k, each warp streaming 4 rows of w
 // (fewer x reads for m > 1; m <= 16); kTensorCore16/32: a block of 8 warps streams 16 or 32 rows of
 // w on the tensor cores, the warps splitting k (bf16, fp16 and tf32 only; m <= 64, k a multiple of
-// 32 bf16/fp16 or 16 fp32). Which wins depends on the shape: the engine times them against cuBLAS
-// per layer and row count.
+// 32 bf16/fp16 or 16 fp32); the -K2/-K4/-K8 forms split k further over a thread-block cluster of 2,
+// 4 or 8 blocks (Hopper), whose partial sums meet in distributed shared memory, so GEMMs with few
+// output columns keep enough blocks and loads in flight to stream w at HBM speed. Which wins
+// depends on the shape: the engine times them against cuBLAS per layer and row count.
 // kSplitK2: a block of 4 warps streams 2 rows of w, the warps splitting k (CUDA cores, m <= 16; 4x
 // the loads in flight of kWarpRows2 for GEMMs with few output columns).
 enum class SmallMVariant {
@@ -52,16 +54,29 @@ enum class SmallMVariant {
   kSharedX,
   kTensorCore16,
   kTensorCore32,
-  kSplitK2
+  kSplitK2,
+  kTensorCore16K2,
+  kTensorCore16K4,
+  kTensorCore16K8,
+  kTensorCore32K2,
+  kTensorCore32K4,
+  kTensorCore32K8,
 };
 constexpr SmallMVariant kSmallMVariants[] = {
-    SmallMVariant::kWarpRows2,    SmallMVariant::kWarpRows4,    SmallMVariant::kSharedX,
-    SmallMVariant::kTensorCore16, SmallMVariant::kTensorCore32, SmallMVariant::kSplitK2};
+    SmallMVariant::kWarpRows2,      SmallMVariant::kWarpRows4,      SmallMVariant::kSharedX,
+    SmallMVariant::kTensorCore16,   SmallMVariant::kTensorCore32,   SmallMVariant::kSplitK2,
+    SmallMVariant::kTensorCore16K2, SmallMVariant::kTensorCore16K4, SmallMVariant::kTensorCore16K8,
+    SmallMVariant::kTensorCore32K2, SmallMVariant::kTensorCore32K4, SmallMVariant::kTensorCore32K8};
+// Whether 'v' runs on the tensor cores (the kTensorCore* family), and over how many blocks of a
+// cluster it splits k (1 for every other variant).
+bool SmallMTensorCore(SmallMVariant v);
+int SmallMClusterSplits(SmallMVariant v);
 // The largest m any GemmSmallM variant takes, and the largest the CUDA-core variants take.
 constexpr int64_t kSmallMMax = 64;
 constexpr int64_t kSmallMCudaCoreMax = 16;
 // Whether GemmSmallM 'v' can run 'p' (m within the variant's limit, k a multiple of its vector,
-// 16-byte aligned x and w, y in fp32 or in the operands' type).
+// 16-byte aligned x and w, y in fp32 or in the operands' type; cluster splits need a GPU with
+// thread-block clusters, compute capability 9.0 or later).
 bool SmallMSupported(const GemmProblem& p, SmallMVariant v);
 const char* SmallMVariantName(SmallMVariant v);
 cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream,
