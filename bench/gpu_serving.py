@@ -68,9 +68,15 @@ def torch_reference(onnx_path, batches, precisions, iters=300):
             for _ in range(20):
                 graph.replay()
             torch.cuda.synchronize()
-            times, fresh_times = [], []
+            times, fresh_times, idle_times = [], [], []
             fresh = [torch.randn(batch, 1024) for _ in range(2)]
             for i in range(iters):
+                # As a server's instance thread has it between requests: asleep (not timed).
+                time.sleep(0.0002)
+                t0 = time.perf_counter()
+                graph.replay()
+                torch.cuda.synchronize()
+                idle_times.append((time.perf_counter() - t0) * 1e6)
                 t0 = time.perf_counter()
                 graph.replay()
                 torch.cuda.synchronize()
@@ -83,7 +89,8 @@ def torch_reference(onnx_path, batches, precisions, iters=300):
                 torch.cuda.synchronize()
                 fresh_times.append((time.perf_counter() - t0) * 1e6)
             results[(precision, batch)] = (statistics.median(times), statistics.fmean(times),
-                                           statistics.fmean(fresh_times))
+                                           statistics.fmean(fresh_times),
+                                           statistics.fmean(idle_times))
     torch.backends.cuda.matmul.allow_tf32 = False
     return results
 
@@ -169,18 +176,19 @@ def main():
 
     print("== 1. recommend_model per batch, host to host (us): PyTorch CUDA graph + pinned vs Nereid server compute")
     print("   (the statistics extension gives Nereid's mean; ratios are PyTorch's mean over Nereid's;")
-    print("   'fresh': PyTorch's mean when the CPU rewrites its pinned input before each replay)")
+    print("   'fresh': PyTorch's mean when the CPU rewrites its pinned input before each replay;")
+    print("   'idle': its mean when the thread sleeps 200 us before each replay, as a server's does)")
     torch_us = torch_reference(os.path.join(repo, "recommend_model", "1", "model.onnx"), batches, precisions)
     server = Server(repo, "--log-verbose=1")  # the GPU engine's per-phase lines (below)
     try:
-        print(f"{'precision':>9} {'batch':>6} | {'PyTorch p50':>11} {'mean':>7} {'fresh':>7} | "
+        print(f"{'precision':>9} {'batch':>6} | {'PyTorch p50':>11} {'mean':>7} {'fresh':>7} {'idle':>7} | "
               f"{'Nereid HTTP':>11} {'ratio':>6} | {'Nereid gRPC':>11} {'ratio':>6}")
         for p in precisions:
             for b in batches:
                 http = server_compute(server, f"recommend_{p}", b, "http")
                 grpc = server_compute(server, f"recommend_{p}", b, "grpc")
-                median, mean, fresh = torch_us[(p, b)]
-                print(f"{p:>9} {b:>6} | {median:11.1f} {mean:7.1f} {fresh:7.1f} | {http:11.1f} "
+                median, mean, fresh, idle = torch_us[(p, b)]
+                print(f"{p:>9} {b:>6} | {median:11.1f} {mean:7.1f} {fresh:7.1f} {idle:7.1f} | {http:11.1f} "
                       f"{mean / http:5.2f}x | {grpc:11.1f} {mean / grpc:5.2f}x")
         print("   where Nereid's runs spend their time (server log, every 100 runs of a row count; "
               "HTTP's runs come first, then gRPC's):")

@@ -82,8 +82,8 @@ struct GpuInstanceDeleter {
 };
 using GpuInstancePtr = std::unique_ptr<GpuInstance, GpuInstanceDeleter>;
 
-// Creates the instance's stream, cuBLAS handle and buffers, and times Nereid's small-M GEMM kernels
-// against cuBLAS for each layer and row count up to 16 on this device (a few milliseconds).
+// Creates the instance's stream, cuBLAS handle and buffers, and times Nereid's GEMM kernels
+// against cuBLAS for each layer and row count up to 64 on this device (well under a second).
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model);
 // Which GEMM implementation the instance runs per layer and row count (for the load log).
 std::string GemmTuning(const GpuInstance& instance);

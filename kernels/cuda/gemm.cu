@@ -248,6 +248,16 @@ __device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const
   }
 }
 
+// The four fp32 values of 'v' rounded to the nearest tf32 (the MMA itself would truncate them).
+__device__ __forceinline__ uint32_t RoundTf32(uint32_t bits) {
+  uint32_t out;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(out) : "f"(__uint_as_float(bits)));
+  return out;
+}
+__device__ __forceinline__ void RoundTf32(uint4& v) {
+  v = make_uint4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
+}
+
 // Streamed once: no L1 allocation.
 __device__ __forceinline__ uint4 LoadStream(const void* p) {
   uint4 v;
@@ -323,6 +333,14 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
         for (int h = 0; h < 2; ++h) wv[u][rt][h] = ok ? wv[u][rt][h] : zero;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) xv[u][nt] = ok && x_ok[nt] ? xv[u][nt] : zero;
+      if constexpr (std::is_same_v<T, float>) {  // fp32 bits rounded to tf32, as cuBLAS does
+#pragma unroll
+        for (int rt = 0; rt < kRT; ++rt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) RoundTf32(wv[u][rt][h]);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) RoundTf32(xv[u][nt]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)

@@ -170,6 +170,22 @@ def test_recommend_model_matches_float64(protocol_client, gpu_repo, precision, b
 
 
 @needs_gpu
+@pytest.mark.parametrize("model", ["recommend_tf32", "recommend_bf16"])
+@pytest.mark.parametrize("batch", [32, 256])
+def test_direct_copies_follow_each_request(protocol_client, gpu_repo, model, batch):
+    # Inputs and outputs of 64 KiB and more are copied straight between each request's memory and
+    # the device, around the graph captured by the first request of that size: every request must
+    # see its own data, never the memory of the one that captured the graph.
+    protocol, client = protocol_client
+    rng = np.random.default_rng()
+    for _ in range(4):
+        x = rng.standard_normal((batch, 1024)).astype(np.float32)
+        out = infer(client, protocol, model, {"input__0": x}, ["output__0"])["output__0"]
+        err = np.abs(out.astype(np.float64) - recommend_reference(gpu_repo, x)).max()
+        assert err <= TOLERANCE[model.split("_")[1]], f"{model} batch {batch}: max abs diff {err}"
+
+
+@needs_gpu
 def test_simple_int32_exact(protocol_client):
     protocol, client = protocol_client
     rng = np.random.default_rng()
