@@ -198,6 +198,13 @@ def test_cuda_shared_memory_register_body_is_checked(server):
 
     assert post('{"raw_handle": {"b64": "!!!!"}, "device_id": 0, "byte_size": 4}') == (
         400, "'raw_handle.b64' is not valid base64")
+    # Triton's C++ client and perf_analyzer encode the handle with libb64: a line break after 72
+    # characters and one at the end. It decodes; the bytes are then refused as no live handle.
+    import base64
+    b64 = base64.b64encode(bytes(range(64))).decode()
+    code, error = post(json.dumps({"raw_handle": {"b64": b64[:72] + "\n" + b64[72:] + "\n"},
+                                   "device_id": 0, "byte_size": 64}))
+    assert "base64" not in error and "failed to register CUDA shared memory region 'x'" in error, error
     code, error = post('{"raw_handle": "AAAA", "device_id": 0, "byte_size": 4}')
     assert code == 400 and "raw_handle" in error
     code, error = post('{"raw_handle": {"b64": "AAAA"}, "byte_size": 4}')
