@@ -49,18 +49,15 @@ namespace {
 
 cudaStream_t stream;
 
-// Median over 7 samples of the mean time of 'reps' calls of fn(i), in microseconds.
-double TimeUs(const std::function<void(int)>& fn, int reps) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  CHECK(cudaStreamSynchronize(stream));
+// Median over 7 samples of 'sample()', each timed by CUDA events and divided by 'reps', in us.
+double MedianUs(const std::function<void()>& sample, int reps) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   std::vector<double> samples;
-  int call = 0;
   for (int s = 0; s < 7; ++s) {
     CHECK(cudaEventRecord(a, stream));
-    for (int r = 0; r < reps; ++r) fn(call++);
+    sample();
     CHECK(cudaEventRecord(b, stream));
     CHECK(cudaEventSynchronize(b));
     float ms = 0;
@@ -72,6 +69,18 @@ double TimeUs(const std::function<void(int)>& fn, int reps) {
   cudaEventDestroy(b);
   std::sort(samples.begin(), samples.end());
   return samples[3];
+}
+
+// Median over 7 samples of the mean time of 'reps' calls of fn(i), in microseconds.
+double TimeUs(const std::function<void(int)>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  CHECK(cudaStreamSynchronize(stream));
+  int call = 0;
+  return MedianUs(
+      [&] {
+        for (int r = 0; r < reps; ++r) fn(call++);
+      },
+      reps);
 }
 
 // As TimeUs, but the 'reps' calls are captured once into a CUDA graph and the graph is replayed:
@@ -88,25 +97,9 @@ double TimeGraphUs(const std::function<void(int)>& fn, int reps) {
   CHECK(cudaGraphDestroy(graph));
   CHECK(cudaGraphLaunch(exec, stream));  // upload and warm
   CHECK(cudaStreamSynchronize(stream));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<double> samples;
-  for (int s = 0; s < 7; ++s) {
-    CHECK(cudaEventRecord(a, stream));
-    CHECK(cudaGraphLaunch(exec, stream));
-    CHECK(cudaEventRecord(b, stream));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    samples.push_back(1000.0 * ms / reps);
-  }
-  CHECK(cudaGetLastError());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const double us = MedianUs([&] { CHECK(cudaGraphLaunch(exec, stream)); }, reps);
   CHECK(cudaGraphExecDestroy(exec));
-  std::sort(samples.begin(), samples.end());
-  return samples[3];
+  return us;
 }
 
 void* RandomDevice(size_t elements, kc::ElemType type, uint64_t seed) {

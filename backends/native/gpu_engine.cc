@@ -784,18 +784,10 @@ class GpuInstance {
     CUDA_RETURN(cudaEventCreate(&stop), "cudaEventCreate");
     auto time = [&](const Step& s, const GemmChoice& choice) -> StatusOr<float> {
       for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
-      CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                  "cudaStreamBeginCapture");
-      Status enqueued = Status::Ok();
-      for (int i = 0; i < 20 && enqueued.ok(); ++i) enqueued = RunGemm(s, rows, &choice);
-      cudaGraph_t graph = nullptr;
-      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-      RETURN_IF_ERROR(enqueued);
-      CUDA_RETURN(ended, "cudaStreamEndCapture");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      CUDA_RETURN(made, "cudaGraphInstantiate");
+      ASSIGN_OR_RETURN(cudaGraphExec_t exec, Capture([&] {
+                         for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
+                         return Status::Ok();
+                       }));
       float best_ms = -1;
       cudaError_t e = cudaGraphLaunch(exec, stream_);  // uploads the graph
       for (int replay = 0; replay < 3 && e == cudaSuccess; ++replay) {
@@ -871,6 +863,24 @@ class GpuInstance {
     return out;
   }
 
+  // What 'enqueue' puts on the stream, captured and instantiated as a CUDA graph.
+  template <typename Enqueue>
+  StatusOr<cudaGraphExec_t> Capture(const Enqueue& enqueue) {
+    CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                "cudaStreamBeginCapture");
+    const Status enqueued = enqueue();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (!enqueued.ok() && graph != nullptr) cudaGraphDestroy(graph);
+    RETURN_IF_ERROR(enqueued);
+    CUDA_RETURN(ended, "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_RETURN(made, "cudaGraphInstantiate");
+    return exec;
+  }
+
   // Replays the graph captured for 'rows' and this run's direct copies (capturing it on first
   // use).
   Status LaunchGraph(int64_t rows, uint64_t direct) {
@@ -884,20 +894,12 @@ class GpuInstance {
         if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
         return Status::Ok();
       }
-      CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                  "cudaStreamBeginCapture");
-      Status enqueued = Status::Ok();
-      if (copies_in_graph_) enqueued = EnqueueCopies(rows, true, direct);
-      if (enqueued.ok()) enqueued = EnqueueSteps(rows);
-      if (enqueued.ok() && copies_in_graph_) enqueued = EnqueueCopies(rows, false, direct);
-      cudaGraph_t graph = nullptr;
-      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-      RETURN_IF_ERROR(enqueued);
-      CUDA_RETURN(ended, "cudaStreamEndCapture");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      CUDA_RETURN(made, "cudaGraphInstantiate");
+      ASSIGN_OR_RETURN(cudaGraphExec_t exec, Capture([&] {
+                         if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
+                         RETURN_IF_ERROR(EnqueueSteps(rows));
+                         if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
+                         return Status::Ok();
+                       }));
       it = graphs_.emplace(key, exec).first;
     }
     CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
