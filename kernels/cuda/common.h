@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace nereid::kernels::cuda {
@@ -20,6 +21,23 @@ const char* ActivationName(Activation a);
 
 // Whether 'p' is 16-byte aligned (what vector loads and TMA need).
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Per-device facts the kernels' entry points check on every call, worked out once per device.
+constexpr int kMaxDevices = 64;
+// 'compute(device)' for the current device, computed on first use and then read from 'cache'
+// (compute must not return 0, which marks "not yet known"). 0 where there is no current device
+// or its id is kMaxDevices or more.
+template <typename Compute>
+int PerDevice(std::atomic<int> (&cache)[kMaxDevices], const Compute& compute) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = compute(dev);
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
 
 // Blocks of 256 threads, each thread handling 'per_thread' elements, capped so a grid-stride loop
 // covers the rest.

@@ -471,6 +471,36 @@ void LaunchForM(SmallMVariant variant, const GemmProblem& p, cudaStream_t stream
     LaunchVariant<T, 16, kRows, OutT>(variant, p, stream);
 }
 
+// What each variant is: its name, the rows of w one block streams on the tensor cores (0: a
+// CUDA-core variant), and over how many blocks of a cluster it splits k.
+struct VariantTraits {
+  SmallMVariant variant;
+  const char* name;
+  int tc_rows;
+  int splits;
+};
+constexpr VariantTraits kVariantTraits[] = {
+    {SmallMVariant::kWarpRows2, "warp-rows-2", 0, 1},
+    {SmallMVariant::kWarpRows4, "warp-rows-4", 0, 1},
+    {SmallMVariant::kSharedX, "shared-x", 0, 1},
+    {SmallMVariant::kSplitK2, "split-k-2", 0, 1},
+    {SmallMVariant::kTensorCore16, "tensor-core-16", 16, 1},
+    {SmallMVariant::kTensorCore32, "tensor-core-32", 32, 1},
+    {SmallMVariant::kTensorCore16K2, "tensor-core-16-k2", 16, 2},
+    {SmallMVariant::kTensorCore16K4, "tensor-core-16-k4", 16, 4},
+    {SmallMVariant::kTensorCore16K8, "tensor-core-16-k8", 16, 8},
+    {SmallMVariant::kTensorCore32K2, "tensor-core-32-k2", 32, 2},
+    {SmallMVariant::kTensorCore32K4, "tensor-core-32-k4", 32, 4},
+    {SmallMVariant::kTensorCore32K8, "tensor-core-32-k8", 32, 8},
+};
+constexpr VariantTraits kUnknownVariant{SmallMVariant::kWarpRows2, "?", 0, 1};
+
+const VariantTraits& Traits(SmallMVariant v) {
+  for (const VariantTraits& t : kVariantTraits)
+    if (t.variant == v) return t;
+  return kUnknownVariant;
+}
+
 template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
   if (SmallMTensorCore(variant)) {
@@ -478,11 +508,9 @@ cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream
       if (!p.tf32) return cudaErrorInvalidValue;  // exact fp32 stays on the CUDA cores
     }
     const int splits = SmallMClusterSplits(variant);
-    const bool rows16 =
-        variant == SmallMVariant::kTensorCore16 || variant == SmallMVariant::kTensorCore16K2 ||
-        variant == SmallMVariant::kTensorCore16K4 || variant == SmallMVariant::kTensorCore16K8;
-    const cudaError_t e = rows16 ? LaunchTensorCore<T, 1, OutT>(p, splits, stream)
-                                 : LaunchTensorCore<T, 2, OutT>(p, splits, stream);
+    const cudaError_t e = Traits(variant).tc_rows == 16
+                              ? LaunchTensorCore<T, 1, OutT>(p, splits, stream)
+                              : LaunchTensorCore<T, 2, OutT>(p, splits, stream);
     if (e != cudaSuccess) return e;
   } else if (variant == SmallMVariant::kWarpRows2 || variant == SmallMVariant::kSplitK2) {
     LaunchForM<T, 2, OutT>(variant, p, stream);
@@ -507,19 +535,13 @@ bool ClusterLaunch() {
 #if !defined(NEREID_CUDA_SM90A)
   return false;  // the cluster path is compiled only into the sm_90a build
 #endif
-  constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    int supported = 0;
-    if (cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, dev) != cudaSuccess)
-      supported = 0;
-    v = supported != 0 ? 1 : -1;
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v > 0;
+  return PerDevice(cache, [](int dev) {
+           int supported = 0;
+           const bool asked =
+               cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, dev) == cudaSuccess;
+           return asked && supported != 0 ? 1 : -1;
+         }) > 0;
 }
 
 cudaDataType_t CudaType(ElemType t) {
@@ -554,67 +576,11 @@ bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
          Aligned16(p.x) && Aligned16(p.w) && (SmallMClusterSplits(v) == 1 || ClusterLaunch());
 }
 
-bool SmallMTensorCore(SmallMVariant v) {
-  switch (v) {
-    case SmallMVariant::kTensorCore16:
-    case SmallMVariant::kTensorCore32:
-    case SmallMVariant::kTensorCore16K2:
-    case SmallMVariant::kTensorCore16K4:
-    case SmallMVariant::kTensorCore16K8:
-    case SmallMVariant::kTensorCore32K2:
-    case SmallMVariant::kTensorCore32K4:
-    case SmallMVariant::kTensorCore32K8:
-      return true;
-    default:
-      return false;
-  }
-}
+bool SmallMTensorCore(SmallMVariant v) { return Traits(v).tc_rows > 0; }
 
-int SmallMClusterSplits(SmallMVariant v) {
-  switch (v) {
-    case SmallMVariant::kTensorCore16K2:
-    case SmallMVariant::kTensorCore32K2:
-      return 2;
-    case SmallMVariant::kTensorCore16K4:
-    case SmallMVariant::kTensorCore32K4:
-      return 4;
-    case SmallMVariant::kTensorCore16K8:
-    case SmallMVariant::kTensorCore32K8:
-      return 8;
-    default:
-      return 1;
-  }
-}
+int SmallMClusterSplits(SmallMVariant v) { return Traits(v).splits; }
 
-const char* SmallMVariantName(SmallMVariant v) {
-  switch (v) {
-    case SmallMVariant::kWarpRows2:
-      return "warp-rows-2";
-    case SmallMVariant::kWarpRows4:
-      return "warp-rows-4";
-    case SmallMVariant::kSharedX:
-      return "shared-x";
-    case SmallMVariant::kTensorCore16:
-      return "tensor-core-16";
-    case SmallMVariant::kTensorCore32:
-      return "tensor-core-32";
-    case SmallMVariant::kSplitK2:
-      return "split-k-2";
-    case SmallMVariant::kTensorCore16K2:
-      return "tensor-core-16-k2";
-    case SmallMVariant::kTensorCore16K4:
-      return "tensor-core-16-k4";
-    case SmallMVariant::kTensorCore16K8:
-      return "tensor-core-16-k8";
-    case SmallMVariant::kTensorCore32K2:
-      return "tensor-core-32-k2";
-    case SmallMVariant::kTensorCore32K4:
-      return "tensor-core-32-k4";
-    case SmallMVariant::kTensorCore32K8:
-      return "tensor-core-32-k8";
-  }
-  return "?";
-}
+const char* SmallMVariantName(SmallMVariant v) { return Traits(v).name; }
 
 cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream, SmallMVariant variant) {
   if (!SmallMSupported(p, variant)) return cudaErrorInvalidValue;

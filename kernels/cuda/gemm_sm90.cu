@@ -336,22 +336,16 @@ EncodeTiledFn Encoder() {
   return fn;
 }
 
-constexpr int kMaxDevices = 64;
-
 // Per device: compute capability 9.0 and the SM count (0: not a Hopper GPU we can use).
 int HopperSmCount() {
   static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, -1 not Hopper, else SMs
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 0;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
+  const int v = PerDevice(cache, [](int dev) {
     int major = 0, minor = 0, sms = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    v = major == 9 && minor == 0 && sms > 0 ? sms : -1;
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
+    return major == 9 && minor == 0 && sms > 0 ? sms : -1;
+  });
   return v > 0 ? v : 0;
 }
 
