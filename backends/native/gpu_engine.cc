@@ -765,8 +765,8 @@ class GpuInstance {
   // Times, for every GEMM of the graph at 'rows' rows (a TuneBucket), each of Nereid's kernels
   // that can run it against cuBLAS on this device and keeps the fastest: cuBLAS stays wherever the
   // custom kernels do not win by 5%. Each candidate is timed as it runs when serving, inside a CUDA
-  // graph: 20 launches captured once, the graph replayed 3 times (CUDA events, the fastest replay
-  // counts), on non-zero data. Timed eagerly instead, cuBLAS's host cost per call (its heuristics)
+  // graph: 20 launches captured once, the graph uploaded, then replayed 3 times (CUDA events, the
+  // fastest replay counts), on non-zero data. Timed eagerly instead, cuBLAS's host cost per call (its heuristics)
   // would count against it although a graph replay never pays it.
   Status Tune(int64_t rows) {
     RETURN_IF_ERROR(Grow(rows));
@@ -789,7 +789,7 @@ class GpuInstance {
                          return Status::Ok();
                        }));
       float best_ms = -1;
-      cudaError_t e = cudaGraphLaunch(exec, stream_);  // uploads the graph
+      cudaError_t e = cudaGraphUpload(exec, stream_);  // so no timed replay pays the upload
       for (int replay = 0; replay < 3 && e == cudaSuccess; ++replay) {
         float ms = 0;
         if ((e = cudaEventRecord(start, stream_)) != cudaSuccess ||
