@@ -23,6 +23,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,11 +82,40 @@ struct Message {
   std::string op() const { return StringField(header, "op"); }
 };
 
-bool ReadAll(int fd, void* data, size_t n) {
+using Deadline = std::chrono::steady_clock::time_point;
+constexpr Deadline kNever = Deadline::max();
+
+// Waits until 'fd' is readable: false when the process behind 'pidfd' has exited with nothing
+// left to read (a process it forked may still hold the socket open, so its end never comes), or
+// when 'deadline' passes.
+bool WaitReadable(int fd, int pidfd, Deadline deadline) {
+  for (;;) {
+    int timeout_ms = -1;
+    if (deadline != kNever) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      timeout_ms = static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
+    }
+    pollfd p[2] = {{fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    const int n = poll(p, pidfd >= 0 ? 2 : 1, timeout_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (p[0].revents) return true;  // data, or the socket's end
+    if (n > 0) return false;        // only the process ended
+  }
+}
+
+// Reads exactly 'n' bytes; blocks only when nothing is there yet (the usual case reads at once).
+bool ReadAll(int fd, void* data, size_t n, int pidfd, Deadline deadline) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    const ssize_t r = recv(fd, p, n, 0);
+    const ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!WaitReadable(fd, pidfd, deadline)) return false;
+      continue;
+    }
     if (r <= 0) return false;
     p += r;
     n -= static_cast<size_t>(r);
@@ -127,15 +158,17 @@ struct Channel {
   }
 };
 
-// The stub's frames are bounded: a header of at most 64 MiB, a payload of at most 4 GiB.
-std::optional<Message> ReadFrame(int fd) {
+// The stub's frames are bounded: a header of at most 64 MiB, a payload of at most 4 GiB. Nothing
+// when the stub (the process behind 'pidfd') ended, broke the framing, or let 'deadline' pass.
+std::optional<Message> ReadFrame(int fd, int pidfd, Deadline deadline = kNever) {
   uint32_t sizes[2];
-  if (!ReadAll(fd, sizes, sizeof(sizes)) || sizes[0] > (64u << 20)) return std::nullopt;
+  if (!ReadAll(fd, sizes, sizeof(sizes), pidfd, deadline) || sizes[0] > (64u << 20))
+    return std::nullopt;
   std::string header(sizes[0], '\0');
   Message m;
   m.payload.resize(sizes[1]);
-  if (!ReadAll(fd, header.data(), header.size()) ||
-      (sizes[1] && !ReadAll(fd, m.payload.data(), m.payload.size())))
+  if (!ReadAll(fd, header.data(), header.size(), pidfd, deadline) ||
+      (sizes[1] && !ReadAll(fd, m.payload.data(), m.payload.size(), pidfd, deadline)))
     return std::nullopt;
   m.header.Parse(header.c_str());
   if (m.header.HasParseError() || !m.header.IsObject()) return std::nullopt;
@@ -162,6 +195,15 @@ struct Region {
     if (data) munmap(data, size);
     if (fd >= 0) close(fd);
   }
+  // A region grown past this for one large batch gives its memory back afterwards (both sides
+  // map it again at the size the next batch needs).
+  static constexpr size_t kKeepBytes = size_t{64} << 20;
+  void ShrinkIfLarge() {
+    if (size <= kKeepBytes || fd < 0) return;
+    if (data) munmap(data, size);
+    data = nullptr, size = 0;
+    if (ftruncate(fd, 0) != 0) Log(NEREID_LOG_WARNING, "shrinking a shared region failed");
+  }
   Status Map(size_t bytes, bool grow) {
     if (bytes <= size && data) return Status::Ok();
     if (grow && ftruncate(fd, static_cast<off_t>(bytes)) != 0)
@@ -179,7 +221,26 @@ struct Region {
 
 // ---- Model --------------------------------------------------------------------------------------
 
+// Every stub process of one model, so that NereidModelAbort can kill them all (a load stuck in
+// model.py's import, an execute() that never returns) and no new one starts after it.
+struct Stubs {
+  std::mutex mu;
+  std::set<pid_t> pids;
+  bool aborted = false;
+  void Abort() {
+    std::lock_guard lock(mu);
+    aborted = true;
+    for (pid_t pid : pids) kill(pid, SIGKILL);
+  }
+};
+
+// The stub registries of the models being loaded or loaded, by handle (NereidModelAbort may come
+// while NereidModelInitialize still runs, before the model's state is set).
+std::mutex g_stubs_mu;
+std::map<NereidModel*, std::shared_ptr<Stubs>> g_stubs;
+
 struct ModelState {
+  std::shared_ptr<Stubs> stubs = std::make_shared<Stubs>();
   std::string name;
   std::string version;
   std::string repository;  // the model's directory
@@ -206,21 +267,29 @@ std::string StubPath() {
 // One stub process with its socket and regions.
 struct Process {
   std::atomic<pid_t> pid{-1};
+  int pidfd = -1;  // readable once the process has exited (-1 where the kernel has no pidfd)
+  std::shared_ptr<Stubs> stubs;
   std::shared_ptr<Channel> channel;
   Region input, output;
-  int64_t receive_timeout_s = -1;  // the SO_RCVTIMEO last set on the channel
   ~Process() {
-    if (const pid_t child = pid.exchange(-1); child > 0) {
-      kill(child, SIGKILL);
-      waitpid(child, nullptr, 0);
-    }
+    if (const pid_t child = pid.load(); child > 0) kill(child, SIGKILL);
+    Reap();
   }
-  // How the process ended, for messages ("exit status 1", "signal 9").
+  std::optional<Message> Read(Deadline deadline = kNever) {
+    return ReadFrame(channel->fd, pidfd, deadline);
+  }
+  // Waits for the process to end; how it ended, for messages ("exit status 1", "signal 9").
   std::string Reap() {
     const pid_t child = pid.exchange(-1);
     if (child <= 0) return "not running";
+    {
+      std::lock_guard lock(stubs->mu);
+      stubs->pids.erase(child);
+    }
     int status = 0;
-    if (waitpid(child, &status, 0) != child) return "unknown status";
+    const pid_t reaped = waitpid(child, &status, 0);
+    if (pidfd >= 0) close(pidfd), pidfd = -1;
+    if (reaped != child) return "unknown status";
     if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
     return "exit status " + std::to_string(WEXITSTATUS(status));
   }
@@ -247,14 +316,29 @@ StatusOr<std::unique_ptr<Process>> Spawn(const ModelState& m) {
   std::vector<char*> argv = {const_cast<char*>(m.python.c_str()),
                              const_cast<char*>(m.stub_path.c_str()), nullptr};
   pid_t child = -1;
-  const int rc = posix_spawnp(&child, m.python.c_str(), &actions, nullptr, argv.data(), environ);
+  int rc = 0;
+  p->stubs = m.stubs;
+  {
+    std::lock_guard lock(m.stubs->mu);
+    if (m.stubs->aborted) {
+      rc = -1;
+    } else {
+      rc = posix_spawnp(&child, m.python.c_str(), &actions, nullptr, argv.data(), environ);
+      if (rc == 0) m.stubs->pids.insert(child);
+    }
+  }
   posix_spawn_file_actions_destroy(&actions);
   close(pair[1]);
   p->pid = rc == 0 ? child : -1;
+  if (rc == 0) p->pidfd = static_cast<int>(syscall(SYS_pidfd_open, child, 0));
+  if (rc < 0)
+    return backend::Unavailable("model '" + m.name +
+                                "' was aborted (a load past its timeout, or an unload whose "
+                                "requests did not finish): no new Python stub starts");
   if (rc != 0) {
     return backend::Unavailable("model '" + m.name + "': cannot start the Python interpreter '" +
                                 m.python + "': " + strerror(rc) +
-                                " (set the config parameter python_interpreter or NEREID_PYTHON)");
+                                " (set NEREID_PYTHON in the server's environment)");
   }
   return p;
 }
@@ -468,6 +552,8 @@ class Instance {
     for (uint32_t r = 0; r < count; ++r)
       backend::Complete(requests[r], SafeFill(requests[r], responses[r], process_->output.data,
                                               process_->output.size));
+    process_->input.ShrinkIfLarge();
+    process_->output.ShrinkIfLarge();  // the stub notices (fstat) before it writes again
     return Status::Ok();
   }
 
@@ -588,19 +674,20 @@ class Instance {
                                std::chrono::seconds timeout) {
     if (Dead() || !process_) return Died(what);
     const std::shared_ptr<Channel>& channel = process_->channel;
-    // 0 (SO_RCVTIMEO's "no timeout") for a day or more; set when it changes, not per call.
-    const int64_t seconds = timeout < std::chrono::hours(24) ? timeout.count() : 0;
-    if (seconds != process_->receive_timeout_s) {
-      timeval tv{static_cast<time_t>(seconds), 0};
-      setsockopt(channel->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-      process_->receive_timeout_s = seconds;
-    }
+    const Deadline deadline =
+        timeout < std::chrono::hours(24) ? std::chrono::steady_clock::now() + timeout : kNever;
     if (channel->Write(header)) {
       for (;;) {
         SpinUntilReadable(channel->fd, m_->spin_us);
-        std::optional<Message> m = ReadFrame(channel->fd);
+        std::optional<Message> m = process_->Read(deadline);
         if (!m) break;
-        if (!HandleUnasked(channel, *m) && IsReply(*m, id)) return std::move(*m);
+        try {
+          if (!HandleUnasked(channel, *m) && IsReply(*m, id)) return std::move(*m);
+        } catch (const std::exception& e) {
+          // A message the protocol does not allow: the stub cannot be trusted to go on.
+          Log(NEREID_LOG_ERROR, "model '" + m_->name + "': " + e.what() + "; stopping its stub");
+          break;
+        }
       }
     }
     // The stub is gone (or silent past the timeout: then it is killed).
@@ -779,7 +866,7 @@ class Instance {
 
   void ReadLoop(const std::shared_ptr<Channel>& channel) {
     for (;;) {
-      std::optional<Message> m = ReadFrame(channel->fd);
+      std::optional<Message> m = process_->Read();
       if (!m) break;
       try {
         if (HandleUnasked(channel, *m)) continue;
@@ -821,8 +908,13 @@ class Instance {
       const bool error = m.header["error"].IsObject();
       if (final || error) open_.erase(it);
     }
-    Status s = SafeFill(request, m.header, reinterpret_cast<const uint8_t*>(m.payload.data()),
-                        m.payload.size());
+    // send(flags=FINAL) with no response (Triton's idiom for "no more") carries no outputs.
+    const bool flag_only = final && !m.header["error"].IsObject() &&
+                           m.header["outputs"].IsArray() && m.header["outputs"].Empty();
+    Status s = flag_only ? Status::Ok()
+                         : SafeFill(request, m.header,
+                                    reinterpret_cast<const uint8_t*>(m.payload.data()),
+                                    m.payload.size());
     if (!s.ok() || final || m.header["error"].IsObject()) {
       backend::Complete(request, s);
       return;
@@ -848,9 +940,37 @@ class Instance {
     uint64_t call = 0;
   };
 
+  // Bls() with a malformed request (fields of the wrong type) answered as the call's error, so
+  // the model's exec() returns instead of waiting for ever.
   static void Bls(const std::shared_ptr<Channel>& channel, const Message& m) {
+    if (!m.header.HasMember("call") || !m.header["call"].IsUint64())
+      throw std::runtime_error("a BLS request without its call id");
+    try {
+      BlsUnchecked(channel, m);
+    } catch (const std::exception& e) {
+      rapidjson::Document h = Answer(m.header["call"].GetUint64(), true);
+      auto& a = h.GetAllocator();
+      rapidjson::Value error(rapidjson::kObjectType);
+      error.AddMember("message",
+                      rapidjson::Value((std::string("malformed BLS request: ") + e.what()).c_str(), a),
+                      a);
+      error.AddMember("code", 3, a);  // INVALID_ARG
+      h.AddMember("error", error, a);
+      h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
+      channel->Write(Json(h));
+    }
+  }
+
+  static void BlsUnchecked(const std::shared_ptr<Channel>& channel, const Message& m) {
     auto call = std::make_unique<BlsCall>(BlsCall{channel, m.header["call"].GetUint64()});
     NereidInferRequest* request = nullptr;
+    // Freed on every way out but a successful submission (a malformed field throws).
+    struct Unsent {
+      NereidInferRequest*& request;
+      ~Unsent() {
+        if (request) NereidInferRequestDelete(request);
+      }
+    } unsent{request};
     const std::string id = StringField(m.header, "id");
     NereidError* error =
         NereidInferRequestNew(StringField(m.header, "model").c_str(),
@@ -869,14 +989,41 @@ class Instance {
           static_cast<NereidDataType>(backend::DataTypeFromName(StringField(in, "datatype"))),
           shape.data(), static_cast<uint32_t>(shape.size()), m.payload.data() + at, n);
     }
-    for (const auto& out : m.header["outputs"].GetArray())
+    if (!error && m.header.HasMember("timeout") && m.header["timeout"].GetUint64() > 0)
+      error = NereidInferRequestSetTimeout(request, m.header["timeout"].GetUint64());
+    if (m.header.HasMember("parameters"))
+      for (const auto& p : m.header["parameters"].GetObject()) {
+        if (error) break;
+        NereidParameter parameter{};
+        parameter.name = p.name.GetString();
+        std::string text;
+        if (p.value.IsBool()) {
+          parameter.type = NEREID_PARAMETER_BOOL, parameter.bool_value = p.value.GetBool();
+        } else if (p.value.IsInt64()) {
+          parameter.type = NEREID_PARAMETER_INT64, parameter.int_value = p.value.GetInt64();
+        } else if (p.value.IsNumber()) {
+          parameter.type = NEREID_PARAMETER_DOUBLE, parameter.double_value = p.value.GetDouble();
+        } else if (p.value.IsString()) {
+          parameter.type = NEREID_PARAMETER_STRING, parameter.string_value = p.value.GetString();
+        } else {
+          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG,
+                                 "BLS parameters must be bool, int, float or str values");
+          break;
+        }
+        error = NereidInferRequestAddParameter(request, &parameter);
+      }
+    for (const auto& out : m.header["outputs"].GetArray()) {
+      if (!error && !out.IsString())
+        error = NereidErrorNew(NEREID_ERROR_INVALID_ARG,
+                               "requested_output_names must be strings (output names)");
       if (!error) error = NereidInferRequestAddOutput(request, out.GetString());
+    }
     if (!error) error = NereidInferAsync(request, &BlsResponse, call.get());
     if (!error) {
-      call.release();  // the callback frees it with the final response
+      request = nullptr;  // the server's now
+      call.release();     // the callback frees it with the final response
       return;
     }
-    if (request) NereidInferRequestDelete(request);
     rapidjson::Document h = Answer(call->call, true);
     auto& a = h.GetAllocator();
     h.AddMember("error", ErrorJson(error, a), a);
@@ -967,7 +1114,7 @@ Status AutoComplete(ModelState& m, NereidModel* model) {
     return backend::Unavailable("model '" + m.name + "': the Python stub ended at start (" +
                                 process->Reap() + ")");
   for (;;) {
-    std::optional<Message> reply = ReadFrame(process->channel->fd);
+    std::optional<Message> reply = process->Read();
     if (!reply)
       return backend::Unavailable("model '" + m.name + "': the Python stub ended while loading " +
                                   m.model_py + " (" + process->Reap() +
@@ -987,6 +1134,10 @@ Status AutoComplete(ModelState& m, NereidModel* model) {
 
 Status InitializeModel(NereidModel* model) {
   auto m = std::make_unique<ModelState>();
+  {
+    std::lock_guard lock(g_stubs_mu);
+    m->stubs = g_stubs[model];  // NereidModelInitialize registered it
+  }
   m->name = NereidModelName(model);
   m->version = std::to_string(NereidModelVersion(model));
   const std::filesystem::path version_dir = NereidModelVersionPath(model);
@@ -1003,12 +1154,16 @@ Status InitializeModel(NereidModel* model) {
   m->stub_path = StubPath();
   if (!std::filesystem::exists(m->stub_path))
     return backend::Internal("the Python stub is missing: " + m->stub_path);
+  // The interpreter is the server's choice (its environment), never a config's: a config can come
+  // from any client allowed to load models, and naming a program there would let it run anything.
   m->python = "python3";
   if (const char* env = std::getenv("NEREID_PYTHON"); env && *env) m->python = env;
-  // A parameter given empty is an error below (no interpreter, no spin value), not the default.
   const bool has_parameters = config.HasMember("parameters") && config["parameters"].IsObject();
   if (has_parameters && config["parameters"].HasMember("python_interpreter"))
-    m->python = backend::onnx::Parameter(config, "python_interpreter");
+    return backend::InvalidArgument(
+        "model '" + m->name +
+        "': parameter 'python_interpreter' is not accepted: the Python interpreter is the "
+        "server's own (environment NEREID_PYTHON), never chosen by a model config");
   if (has_parameters && config["parameters"].HasMember("stub_spin_us")) {
     const std::string v = backend::onnx::Parameter(config, "stub_spin_us");
     char* end = nullptr;
@@ -1044,13 +1199,35 @@ NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
 }
 
 NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
-  return backend::Guard([&] { return py::InitializeModel(model); });
+  {
+    std::lock_guard lock(py::g_stubs_mu);
+    py::g_stubs[model] = std::make_shared<py::Stubs>();
+  }
+  NereidError* error = backend::Guard([&] { return py::InitializeModel(model); });
+  if (error != nullptr) {
+    std::lock_guard lock(py::g_stubs_mu);
+    py::g_stubs.erase(model);
+  }
+  return error;
 }
 
 NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
   delete static_cast<py::ModelState*>(NereidModelState(model));
   NereidModelSetState(model, nullptr);
+  std::lock_guard lock(py::g_stubs_mu);
+  py::g_stubs.erase(model);
   return nullptr;
+}
+
+// Kills every stub of the model (its loading one included): what waits on them returns at once
+// with the stub's death as its error, and no new stub starts.
+NEREID_EXPORT void NereidModelAbort(NereidModel* model) {
+  std::shared_ptr<py::Stubs> stubs;
+  {
+    std::lock_guard lock(py::g_stubs_mu);
+    if (auto it = py::g_stubs.find(model); it != py::g_stubs.end()) stubs = it->second;
+  }
+  if (stubs) stubs->Abort();
 }
 
 NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {

@@ -1,5 +1,5 @@
-/* Nereid backend C ABI, version 2.1 (2.1 added NereidMemoryAllocate/Release and
- * NereidBackendSupportsGpu).
+/* Nereid backend C ABI, version 2.4 (NEREID_BACKEND_API_VERSION below; each addition says "since"
+ * the minor version that brought it).
  *
  * A backend is a shared library named libnereid_backend_<name>.so that exports the functions in the
  * "Backend exports" section. The server exports the functions in the "Server API" section; a
@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 3u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 4u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -263,6 +263,14 @@ NereidError* NereidInferRequestAddInput(NereidInferRequest* request, const char*
                                         uint32_t dims_count, const void* data, uint64_t byte_size);
 /* Asks for one output; a request that asks for none gets every output of the model. */
 NereidError* NereidInferRequestAddOutput(NereidInferRequest* request, const char* name);
+/* Since 2.4. A request that has not started executing 'timeout_us' microseconds after it was
+ * created fails with "Request timeout expired" (UNAVAILABLE); the model's queue policy also sees
+ * it as the request's timeout, as Triton's does. 0: no timeout. */
+NereidError* NereidInferRequestSetTimeout(NereidInferRequest* request, uint64_t timeout_us);
+/* Since 2.4. Adds a request parameter (copied), which the called model's backend sees as the
+ * client's parameters. */
+NereidError* NereidInferRequestAddParameter(NereidInferRequest* request,
+                                            const NereidParameter* parameter);
 /* Frees a request that was not submitted. */
 void NereidInferRequestDelete(NereidInferRequest* request);
 /* Submits the request (the server takes it on success; on an error the caller still owns it and
@@ -341,6 +349,14 @@ NEREID_EXPORT int NereidBackendSupportsGpu(void);
  * model. */
 NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model);
 NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model);
+/* Optional (since 2.4). The server gave up waiting on this model: a load past its timeout, or an
+ * unload whose requests did not finish in time. Make whatever its threads wait on give up (kill
+ * its processes, cancel its work) so that NereidModelInitialize, NereidInstanceInitialize and
+ * NereidInstanceExecute return soon, completing their requests with errors; later calls may fail
+ * at once. The server still finalizes what initialized. Called from any thread, at any time
+ * between NereidModelInitialize's start and NereidModelFinalize, concurrently with the other
+ * functions of this model; must not block. */
+NEREID_EXPORT void NereidModelAbort(NereidModel* model);
 
 /* Create one execution instance of a model. Called after NereidModelInitialize succeeded. */
 NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance);

@@ -156,6 +156,7 @@ int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
   if (!drained) {
     LOG_ERROR << "exit timeout of " << exit_timeout_secs << " s passed with " << http->InFlight()
               << " HTTP request(s) unanswered; exiting without them";
+    repository.AbortAll();  // their processes (Python stubs) go with the server
     std::fflush(nullptr);
     std::_Exit(1);  // instance threads may still be running those requests: do not wait for them
   }

@@ -45,6 +45,10 @@ Options (names follow tritonserver):
   --strict-readiness=BOOL     /v2/health/ready requires every model to be ready (default true)
   --exit-on-error=BOOL        a model failing to load at start-up stops the server (default true)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
+  --model-load-timeout-secs=N a model load not finished after N s fails, and its backend is told
+                              to abort it (default 600; Nereid's own)
+  --model-unload-timeout-secs=N  an unloaded model's requests may finish for N s; then they are
+                              aborted (a Python model's stubs killed) (default 30; Nereid's own)
   --strict-model-config=BOOL  config.pbtxt must be complete: no auto-complete (default false)
   --disable-auto-complete-config  same as --strict-model-config=true
   --backend-directory=PATH    where libnereid_backend_<name>.so live (default: next to the binary)
@@ -152,6 +156,11 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(int device, ParseNumber<int>(flag, v.substr(0, colon), 0, 1023));
       ASSIGN_OR_RETURN(o.memory.cuda_bytes[device],
                        ParseNumber<size_t>(flag, v.substr(colon + 1), 0, size_t{1} << 40));
+    } else if (flag == "model-load-timeout-secs" || flag == "model-unload-timeout-secs") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(int secs, ParseNumber<int>(flag, v, 1, 24 * 3600));
+      (flag == "model-load-timeout-secs" ? o.repository.load_timeout
+                                         : o.repository.unload_timeout) = std::chrono::seconds(secs);
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));

@@ -1,6 +1,7 @@
 #include "repository/model_repository.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -133,7 +134,24 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
 ModelRepository::ModelRepository(RepositoryOptions options, BackendManager* backends)
     : options_(std::move(options)), backends_(backends) {}
 
-ModelRepository::~ModelRepository() { StopAll(); }
+ModelRepository::~ModelRepository() {
+  StopAll();
+  // Loads and retirements still running are bounded by their timeouts; one that outlives them
+  // all (a backend that ignores NereidModelAbort) is left to the process's exit.
+  const auto deadline = std::chrono::steady_clock::now() + options_.unload_timeout +
+                        2 * Model::kAbortGrace;
+  std::lock_guard<std::mutex> lock(tasks_mu_);
+  for (auto& task : tasks_) {
+    while (!task.done->load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (task.done->load()) {
+      task.thread.join();
+    } else {
+      LOG_ERROR << "a model load or unload is still running at exit; leaving it";
+      task.thread.detach();
+    }
+  }
+}
 
 std::set<std::string> ModelRepository::ModelsOnDisk() const {
   std::set<std::string> names;
@@ -146,9 +164,26 @@ std::set<std::string> ModelRepository::ModelsOnDisk() const {
   return names;
 }
 
+Status CheckModelName(const std::string& name) {
+  // A name becomes a directory name: one path component, no NUL (which would end the path early
+  // in every system call), short enough for the file system.
+  constexpr size_t kMaxName = 255;
+  if (name.size() > kMaxName)
+    return InvalidArgument("invalid model name of " + std::to_string(name.size()) +
+                           " characters: at most " + std::to_string(kMaxName));
+  if (name.empty() || name == "." || name == ".." ||
+      name.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
+    std::string shown;
+    for (char c : name) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+    return InvalidArgument("invalid model name '" + shown +
+                           "': a model name is one directory name (no '/', '\\', NUL, '.' or "
+                           "'..')");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::string> ModelRepository::FindModelDir(const std::string& name) const {
-  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-    return InvalidArgument("invalid model name '" + name + "'");
+  RETURN_IF_ERROR(CheckModelName(name));
   std::vector<std::string> found;
   for (const auto& path : options_.paths)
     if (fs::is_directory(fs::path(path) / name)) found.push_back((fs::path(path) / name).string());
@@ -178,15 +213,57 @@ Status ModelRepository::LoadStartupModels() {
 }
 
 Status ModelRepository::Load(const std::string& name, const std::string& config_json) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
-  Status s = LoadModel(name, config_json);
-  if (!s.ok() && FindModelDir(name).ok()) {
+  RETURN_IF_ERROR(FindModelDir(name).status());
+  auto attempt = std::make_shared<LoadAttempt>();
+  uint64_t generation = 0;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    // Versions that were serving keep serving (LoadModel swaps only a complete success in); the
-    // reason is recorded for the index and for requests to a model that has none.
-    models_[name].reason = s.message();
+    if (stopping_) return Unavailable("failed to load '" + name + "': the server is shutting down");
+    generation = ++models_[name].generation;
+    loading_.insert(attempt);
   }
-  return s;
+  // The load runs on a thread of its own, so that one that hangs (a model.py blocking at import,
+  // a backend that never returns) costs its caller no more than the load timeout.
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  Background([this, name, config_json, generation, attempt, outcome] {
+    Status s = LoadModel(name, config_json, generation, attempt);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      loading_.erase(attempt);
+    }
+    std::lock_guard<std::mutex> lock(outcome->mu);
+    outcome->status = std::move(s);
+    outcome->done = true;
+    outcome->cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(outcome->mu);
+    if (outcome->cv.wait_for(lock, options_.load_timeout, [&] { return outcome->done; }))
+      return outcome->status;
+  }
+  const std::string reason =
+      "failed to load '" + name + "': the load did not finish within " +
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.load_timeout)
+                         .count()) +
+      " s (--model-load-timeout-secs); it was aborted";
+  std::vector<std::weak_ptr<Model>> started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attempt->abandoned = true;
+    started = attempt->started;
+    ModelEntry& m = models_[name];
+    if (m.generation == generation) m.reason = reason;
+  }
+  for (auto& weak : started)
+    if (auto model = weak.lock()) model->Abort();
+  LOG_ERROR << reason;
+  return Unavailable(reason);
 }
 
 StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
@@ -253,18 +330,31 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
   return plan;
 }
 
-StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(const std::string& name,
-                                                                int64_t version,
-                                                                const Plan& plan) const {
-  auto model = Model::Create(name, version, plan.model_dir, plan.parsed.config, plan.parsed.locator,
-                             plan.backend, options_.auto_complete);
+StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(
+    const std::string& name, int64_t version, const Plan& plan,
+    const std::shared_ptr<LoadAttempt>& attempt) {
+  // Each model the load starts is known to its attempt, so that a load past its timeout can abort
+  // it (a model started after that is aborted at once).
+  const Model::StartedHook started = [this, attempt](const std::shared_ptr<Model>& model) {
+    bool abandoned = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      attempt->started.push_back(model);
+      abandoned = attempt->abandoned;
+    }
+    if (abandoned) model->Abort();
+  };
+  auto create = [&](const std::shared_ptr<Backend>& backend) {
+    return Model::Create(name, version, plan.model_dir, plan.parsed.config, plan.parsed.locator,
+                         backend, options_.auto_complete, &SteadyClock::Get(), started);
+  };
+  auto model = create(plan.backend);
   if (model.ok() || !plan.fallback || model.status().code() != Status::Code::kUnsupported)
     return model;
   LOG_INFO << "model '" << name << "': the " << plan.backend->name() << " engine cannot run it ("
            << model.status().message() << "); " << plan.fallback->name()
            << " runs it (--onnx-engine=auto)";
-  return Model::Create(name, version, plan.model_dir, plan.parsed.config, plan.parsed.locator,
-                       plan.fallback, options_.auto_complete);
+  return create(plan.fallback);
 }
 
 ModelRepository::CheckResult ModelRepository::Check(const std::string& name) const {
@@ -290,10 +380,24 @@ ModelRepository::CheckResult ModelRepository::Check(const std::string& name) con
   return result;
 }
 
-Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json) {
-  ASSIGN_OR_RETURN(Plan plan, PlanLoad(name, config_json, nullptr));
-  const inference::ModelConfig& config = plan.parsed.config;
-  const std::vector<int64_t>& versions = plan.versions;
+Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json,
+                                  uint64_t generation,
+                                  const std::shared_ptr<LoadAttempt>& attempt) {
+  // Whether this load still speaks for the model: no later load or unload began, the caller has
+  // not given up on it, the server is not stopping. With mu_ held.
+  auto current = [&](const ModelEntry& m) {
+    return m.generation == generation && !attempt->abandoned && !stopping_;
+  };
+  auto plan = PlanLoad(name, config_json, nullptr);
+  if (!plan.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Versions that were serving keep serving; the reason is recorded for the index and for
+    // requests to a model that has none.
+    if (ModelEntry& m = models_[name]; current(m)) m.reason = plan.status().message();
+    return plan.status();
+  }
+  const inference::ModelConfig& config = plan->parsed.config;
+  const std::vector<int64_t>& versions = plan->versions;
   const std::vector<std::string> ignored = IgnoredConfigFields(config);
   if (!ignored.empty())
     LOG_WARNING << "model '" << name
@@ -302,7 +406,7 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
   for (int64_t v : versions) {
-    auto model = CreateVersion(name, v, plan);
+    auto model = CreateVersion(name, v, *plan, attempt);
     VersionEntry entry;
     if (model.ok()) {
       entry.state = "READY";
@@ -318,12 +422,17 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   }
 
   std::vector<std::shared_ptr<Model>> retired;
+  bool overtaken = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ModelEntry& m = models_[name];
     bool serving = false;
     for (const auto& [v, old] : m.versions) serving = serving || old.model != nullptr;
-    if (!first_error.empty() && serving) {
+    if (!current(m)) {
+      overtaken = true;
+      for (auto& [v, entry] : loaded)
+        if (entry.model) retired.push_back(entry.model);
+    } else if (!first_error.empty() && serving) {
       // A failed reload leaves what was serving untouched (Triton does the same); the versions
       // that did load are dropped with it.
       for (auto& [v, entry] : loaded)
@@ -333,32 +442,76 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
         if (old.model) retired.push_back(old.model);
       m.versions = std::move(loaded);
     }
-    m.reason = first_error;
+    if (!overtaken) m.reason = first_error;
   }
-  Retire(retired);  // outside the lock
+  Retire(std::move(retired));
+  if (overtaken)
+    return Unavailable("the load of '" + name + "' was overtaken (timed out, or a later load or "
+                       "unload began); what it built is stopped");
   if (!first_error.empty()) return InvalidArgument(first_error);
   return Status::Ok();
 }
 
-// A model out of the map can still be holding requests, and a frontend that looked it up just
-// before the swap may still hand it one. Once 'retired' holds the only reference, nobody can: only
-// then is it stopped (Stop drains what it accepted), so a reload or unload fails no request that
-// found the model. A reference kept past the deadline is logged and the model stopped anyway.
-void ModelRepository::Retire(std::vector<std::shared_ptr<Model>>& retired) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (auto& model : retired) {
-    while (model.use_count() > 1 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (model.use_count() > 1)
-      LOG_WARNING << "model '" << model->name() << "' version " << model->version()
-                  << " is still referenced 60 s after it was retired; stopping it";
-    model->Stop();
+void ModelRepository::Background(std::function<void()> task) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::lock_guard<std::mutex> lock(tasks_mu_);
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = tasks_.erase(it);
+    } else {
+      ++it;
+    }
   }
-  retired.clear();
+  tasks_.push_back({std::thread([task = std::move(task), done] {
+                      try {
+                        task();
+                      } catch (const std::exception& e) {
+                        LOG_ERROR << "model control task failed: " << e.what();
+                      }
+                      done->store(true);
+                    }),
+                    done});
+}
+
+namespace {
+// Models whose threads never returned: kept alive for ever, since those threads use them.
+void Abandon(std::shared_ptr<Model> model) {
+  static std::mutex mu;
+  static auto* abandoned = new std::vector<std::shared_ptr<Model>>();
+  std::lock_guard<std::mutex> lock(mu);
+  abandoned->push_back(std::move(model));
+}
+}  // namespace
+
+// A model out of the map can still be holding requests, and a frontend that looked it up just
+// before the swap may still hand it one. Once every reference but 'retired's belongs to a request
+// it accepted, nobody new can: only then is it stopped (Stop drains what it accepted), so a
+// reload or unload fails no request that found the model. Every wait is bounded by the unload
+// timeout; past it the model is aborted, and one whose threads never return is abandoned.
+std::shared_ptr<std::atomic<bool>> ModelRepository::Retire(
+    std::vector<std::shared_ptr<Model>> retired) {
+  auto done = std::make_shared<std::atomic<bool>>(retired.empty());
+  if (retired.empty()) return done;
+  Background([retired = std::move(retired), done, timeout = options_.unload_timeout]() mutable {
+    for (auto& model : retired) {
+      const auto start = std::chrono::steady_clock::now();
+      while (model.use_count() > 1 + static_cast<long>(model->Pending()) &&
+             std::chrono::steady_clock::now() - start < timeout)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+      if (!model->Stop(timeout > spent ? timeout - spent : std::chrono::milliseconds(0)))
+        Abandon(std::move(model));
+    }
+    retired.clear();
+    done->store(true);
+  });
+  return done;
 }
 
 Status ModelRepository::Unload(const std::string& name) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  RETURN_IF_ERROR(CheckModelName(name));
   std::vector<std::shared_ptr<Model>> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -368,6 +521,7 @@ Status ModelRepository::Unload(const std::string& name) {
         return NotFound("failed to unload '" + name + "': model not found");
       return Status::Ok();  // present on disk but not loaded: nothing to do, as in Triton
     }
+    ++it->second.generation;  // a load still running discards what it builds
     for (auto& [v, entry] : it->second.versions) {
       if (entry.model) retired.push_back(entry.model);
       entry.model.reset();
@@ -376,8 +530,17 @@ Status ModelRepository::Unload(const std::string& name) {
     }
     it->second.reason.clear();
   }
-  Retire(retired);
-  LOG_INFO << "successfully unloaded '" << name << "'";
+  auto stopped = Retire(std::move(retired));
+  const auto deadline = std::chrono::steady_clock::now() + kUnloadWait;
+  while (!stopped->load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (stopped->load())
+    LOG_INFO << "successfully unloaded '" << name << "'";
+  else
+    LOG_WARNING << "'" << name << "' is out of service and still stopping after "
+                << kUnloadWait.count() << " s; it goes on in the background (at most "
+                << std::chrono::duration_cast<std::chrono::seconds>(options_.unload_timeout).count()
+                << " s, --model-unload-timeout-secs, then it is aborted)";
   return Status::Ok();
 }
 
@@ -497,14 +660,32 @@ bool ModelRepository::Ready() const {
 }
 
 void ModelRepository::StopAll() {
-  std::vector<std::shared_ptr<Model>> all;
+  std::vector<std::shared_ptr<std::atomic<bool>>> stopped;
+  std::vector<std::weak_ptr<Model>> loading;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (const auto& attempt : loading_) {
+      attempt->abandoned = true;
+      loading.insert(loading.end(), attempt->started.begin(), attempt->started.end());
+    }
     for (auto& [name, m] : models_)
       for (auto& [v, entry] : m.versions)
-        if (entry.model) all.push_back(entry.model);
+        if (entry.model) {
+          std::vector<std::shared_ptr<Model>> one{std::move(entry.model)};
+          entry.state = "UNAVAILABLE";
+          entry.reason = "unloaded";
+          stopped.push_back(Retire(std::move(one)));  // Background takes tasks_mu_, not mu_
+        }
   }
-  for (auto& model : all) model->Stop();
+  for (auto& weak : loading)
+    if (auto model = weak.lock()) model->Abort();  // loads still running end soon
+  for (auto& flag : stopped)
+    while (!flag->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+void ModelRepository::AbortAll() {
+  for (auto& model : LoadedModels()) model->Abort();
 }
 
 }  // namespace nereid

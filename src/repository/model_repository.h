@@ -4,11 +4,15 @@
 // loading.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -32,6 +36,11 @@ struct RepositoryOptions {
   // kind), else ONNX Runtime. A config with backend: "native" always gets the native engine.
   enum class OnnxEngine { kOnnxRuntime, kNative, kAuto };
   OnnxEngine onnx_engine = OnnxEngine::kOnnxRuntime;
+  // A load that has not finished after this long fails (its backend is told to abort it); an
+  // unloaded model whose requests have not finished after unload_timeout is aborted too
+  // (--model-load-timeout-secs, --model-unload-timeout-secs).
+  std::chrono::milliseconds load_timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds unload_timeout{std::chrono::seconds(30)};
 };
 
 struct IndexEntry {
@@ -69,7 +78,10 @@ class ModelRepository {
   std::vector<IndexEntry> Index(bool ready_only) const;
   // (Re)loads a model; 'config_json' replaces config.pbtxt when not empty. Explicit mode only.
   Status Load(const std::string& name, const std::string& config_json);
+  // Takes the model out of service at once; answers when it has stopped, or after kUnloadWait
+  // while it goes on stopping in the background (bounded by unload_timeout, then aborted).
   Status Unload(const std::string& name);
+  static constexpr std::chrono::seconds kUnloadWait{5};
   // What a load of 'name' would find, without serving it: every config error (file, line,
   // field), or the config the model would run with (auto-completed by its backend, newest
   // version). For `nereid config check` and `nereid config generate`.
@@ -82,7 +94,10 @@ class ModelRepository {
   std::set<std::string> ModelsOnDisk() const;
   // Server readiness: with strict readiness, every model asked for is ready.
   bool Ready() const;
+  // Stops every model (each bounded by unload_timeout, then aborted), all at once.
   void StopAll();
+  // NereidModelAbort on every loaded model, for an exit that cannot wait (their processes go).
+  void AbortAll();
 
  private:
   struct VersionEntry {
@@ -93,6 +108,15 @@ class ModelRepository {
   struct ModelEntry {
     std::map<int64_t, VersionEntry> versions;
     std::string reason;  // model-level failure (bad config, no versions, ...)
+    // Bumped by every load and unload: a load commits only while it is still the latest (a load
+    // that outlived its timeout, or one overtaken by an unload, discards what it built).
+    uint64_t generation = 0;
+  };
+  // One load in progress: the models it has started (to abort them when it takes too long) and
+  // whether its caller has given up on it.
+  struct LoadAttempt {
+    std::vector<std::weak_ptr<Model>> started;  // weak: a retired model's references are counted
+    bool abandoned = false;
   };
 
   // The steps of a load before any model object exists: the config read (config.pbtxt, the
@@ -108,18 +132,32 @@ class ModelRepository {
   };
   StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
                           std::vector<std::string>* config_errors) const;
-  Status LoadModel(const std::string& name, const std::string& config_json);
+  Status LoadModel(const std::string& name, const std::string& config_json, uint64_t generation,
+                   const std::shared_ptr<LoadAttempt>& attempt);
   // Model::Create with the plan's backend, then its fallback when the first cannot run the model.
   StatusOr<std::shared_ptr<Model>> CreateVersion(const std::string& name, int64_t version,
-                                                 const Plan& plan) const;
-  static void Retire(std::vector<std::shared_ptr<Model>>& retired);
+                                                 const Plan& plan,
+                                                 const std::shared_ptr<LoadAttempt>& attempt);
+  // Stops the models on a thread of their own (each bounded by unload_timeout, then aborted; a
+  // model whose threads never return is kept alive for ever). The returned flag turns true when
+  // all are stopped.
+  std::shared_ptr<std::atomic<bool>> Retire(std::vector<std::shared_ptr<Model>> retired);
+  // Runs 'task' on a thread the destructor waits for; finished ones are joined as new ones start.
+  void Background(std::function<void()> task);
   StatusOr<std::string> FindModelDir(const std::string& name) const;
 
   RepositoryOptions options_;
   BackendManager* backends_;
-  std::mutex load_mu_;  // serializes load/unload; never held while serving inference
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // never held while a backend runs
   std::map<std::string, ModelEntry> models_;
+  bool stopping_ = false;  // StopAll has begun: loads finishing now discard what they built
+  std::set<std::shared_ptr<LoadAttempt>> loading_;  // loads running (StopAll aborts them)
+  struct Task {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex tasks_mu_;
+  std::vector<Task> tasks_;
 };
 
 // The backend name a config asks for: "backend", else the one Triton's "platform" implies, else
@@ -127,6 +165,9 @@ class ModelRepository {
 // models. Exposed for unit tests.
 StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
                                      const std::vector<int64_t>& versions);
+
+// Ok when 'name' can name a model directory: one path component, no NUL, at most 255 bytes.
+Status CheckModelName(const std::string& name);
 
 // The versions a policy selects from those present on disk, ascending.
 StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolicy& policy,

@@ -122,6 +122,8 @@ struct InferenceRequest {
   // Schedule policy extension: 0 means the model's default priority level / timeout.
   uint64_t priority = 0;
   uint64_t timeout_us = 0;
+  // Its caller stops waiting then (a BLS timeout): not started by then, it fails (0: never).
+  uint64_t deadline_ns = 0;
   std::vector<RequestParameter> parameters;  // every parameter the client sent, for backends
   uint32_t flags = 0;                        // NEREID_REQUEST_FLAG_* (sequences: later)
   std::shared_ptr<CancelFlag> cancel;        // null: cannot be cancelled

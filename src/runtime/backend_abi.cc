@@ -372,6 +372,45 @@ NereidError* NereidInferRequestAddOutput(NereidInferRequest* request, const char
   return nullptr;
 }
 
+NereidError* NereidInferRequestSetTimeout(NereidInferRequest* request, uint64_t timeout_us) {
+  if (request == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidInferRequestSetTimeout: request is NULL");
+  constexpr uint64_t kMaxUs = uint64_t{1} << 40;  // ~12 days; keeps the arithmetic in range
+  nereid::InferenceRequest& r = *request->request;
+  r.timeout_us = std::min(timeout_us, kMaxUs);
+  r.deadline_ns = timeout_us == 0 ? 0 : r.times.received_ns + r.timeout_us * 1000;
+  return nullptr;
+}
+
+NereidError* NereidInferRequestAddParameter(NereidInferRequest* request,
+                                            const NereidParameter* parameter) {
+  if (request == nullptr || parameter == nullptr || parameter->name == nullptr ||
+      (parameter->type == NEREID_PARAMETER_STRING && parameter->string_value == nullptr))
+    return Error(NEREID_ERROR_INVALID_ARG,
+                 "NereidInferRequestAddParameter: a required argument is NULL");
+  using Type = nereid::RequestParameter::Type;
+  nereid::RequestParameter p;
+  p.name = parameter->name;
+  switch (parameter->type) {
+    case NEREID_PARAMETER_BOOL:
+      p.type = Type::kBool, p.bool_value = parameter->bool_value != 0;
+      break;
+    case NEREID_PARAMETER_INT64:
+      p.type = Type::kInt64, p.int_value = parameter->int_value;
+      break;
+    case NEREID_PARAMETER_DOUBLE:
+      p.type = Type::kDouble, p.double_value = parameter->double_value;
+      break;
+    case NEREID_PARAMETER_STRING:
+      p.type = Type::kString, p.string_value = parameter->string_value;
+      break;
+    default:
+      return Error(NEREID_ERROR_INVALID_ARG, "NereidInferRequestAddParameter: unknown type");
+  }
+  request->request->parameters.push_back(std::move(p));
+  return nullptr;
+}
+
 void NereidInferRequestDelete(NereidInferRequest* request) { delete request; }
 
 NereidError* NereidInferAsync(NereidInferRequest* request, NereidInferCallback callback,

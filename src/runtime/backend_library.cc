@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "common/logging.h"
@@ -42,6 +43,7 @@ StatusOr<std::shared_ptr<Backend>> Backend::Load(const std::string& name, const 
       Symbol<decltype(backend->instance_finalize)>(handle, "NereidInstanceFinalize");
   backend->instance_execute =
       Symbol<decltype(backend->instance_execute)>(handle, "NereidInstanceExecute");
+  backend->model_abort = Symbol<decltype(backend->model_abort)>(handle, "NereidModelAbort");
   if (!backend->model_initialize || !backend->model_finalize || !backend->instance_initialize ||
       !backend->instance_finalize || !backend->instance_execute)
     return Internal("backend '" + name + "' is missing a required Nereid* entry point");
@@ -86,6 +88,15 @@ StatusOr<std::shared_ptr<Backend>> BackendManager::LoadLocked(const std::string&
 }
 
 StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) {
+  // The name becomes part of a library's file name: letters, digits, '_' and '-' only, so that a
+  // config (which a client may send) picks among the installed backends and never names a path.
+  const bool plain = !name.empty() && name.size() <= 64 &&
+                     std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                       return std::isalnum(c) || c == '_' || c == '-';
+                     });
+  if (!plain)
+    return InvalidArgument("invalid backend name '" + name.substr(0, 64) +
+                           "': letters, digits, '_' and '-' only");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = loaded_.find(name);
   if (it != loaded_.end()) return it->second;

@@ -34,6 +34,7 @@ class Backend {
   NereidError* (*instance_initialize)(NereidInstance*) = nullptr;
   NereidError* (*instance_finalize)(NereidInstance*) = nullptr;
   NereidError* (*instance_execute)(NereidInstance*, NereidRequest**, uint32_t) = nullptr;
+  void (*model_abort)(NereidModel*) = nullptr;  // optional (NereidModelAbort)
 
  private:
   Backend() = default;

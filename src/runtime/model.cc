@@ -31,7 +31,8 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(const std::string& name, int64_t
                                                 inference::ModelConfig config,
                                                 const ConfigLocator& locator,
                                                 std::shared_ptr<Backend> backend,
-                                                bool allow_auto_complete) {
+                                                bool allow_auto_complete,
+                                                const StartedHook& started) {
   std::shared_ptr<Model> model(new Model());
   model->name_ = name;
   model->version_ = version;
@@ -41,6 +42,7 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(const std::string& name, int64_t
   model->backend_ = std::move(backend);
   model->allow_auto_complete_ = allow_auto_complete;
 
+  if (started) started(model);
   model->in_initialize_ = true;
   Status init = StatusFromBackend(
       model->backend_->model_initialize(reinterpret_cast<NereidModel*>(model.get())));
@@ -95,10 +97,11 @@ StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t 
                                                inference::ModelConfig config,
                                                const ConfigLocator& locator,
                                                std::shared_ptr<Backend> backend,
-                                               bool allow_auto_complete, const Clock* clock) {
+                                               bool allow_auto_complete, const Clock* clock,
+                                               const StartedHook& started) {
   ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                    Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
-                           allow_auto_complete));
+                           allow_auto_complete, started));
   // Placement as Triton's instance_group says: 'count' instances of a CPU group, 'count' per
   // listed GPU of a GPU group (ResolveInstanceGroups has resolved KIND_AUTO and checked the GPUs).
   std::vector<BatchExecutor*> instances;
@@ -147,15 +150,53 @@ size_t Model::Pending() const {
   return pending;
 }
 
-void Model::Stop() {
-  if (stopped_.exchange(true)) return;
-  if (scheduler_) scheduler_->Stop();
-  for (auto& instance : instances_) instance->Finalize();
+void Model::Abort() {
+  if (backend_ && backend_->model_abort) backend_->model_abort(reinterpret_cast<NereidModel*>(this));
+}
+
+bool Model::Stop(std::chrono::milliseconds timeout) {
+  if (stopped_.exchange(true)) return true;
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  const auto deadline =
+      timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() -
+                                                                       now)
+          ? Clock::time_point::max()
+          : now + timeout;
+  // Every wait below ends at the deadline; past it, the backend is told to give up once, and
+  // what still waits gets the grace period.
+  bool aborted = false;
+  auto wait = [&](auto&& done) {
+    if (done(deadline)) return true;
+    if (!aborted) {
+      aborted = true;
+      LOG_WARNING << "model '" << name_ << "' version " << version_ << ": requests still running "
+                  << "when the unload timeout passed; aborting them";
+      Abort();
+    }
+    return done(Clock::now() + kAbortGrace);
+  };
+  if (scheduler_ &&
+      !wait([&](Clock::time_point until) { return scheduler_->StopUntil(until); })) {
+    scheduler_->Abandon();
+    LOG_ERROR << "model '" << name_ << "' version " << version_
+              << ": an instance thread did not return after the abort; it is abandoned, with "
+                 "what it uses";
+    return false;
+  }
+  bool finalized_all = true;
+  for (auto& instance : instances_) {
+    if (!wait([&](Clock::time_point until) { return instance->WaitIdle(until); }))
+      finalized_all = false;
+    instance->Finalize();  // logs and skips an instance with requests outstanding
+  }
+  if (!finalized_all) return false;
   instances_.clear();
   if (model_initialized_) {
     Status s = StatusFromBackend(backend_->model_finalize(reinterpret_cast<NereidModel*>(this)));
     if (!s.ok()) LOG_WARNING << "model '" << name_ << "' finalize: " << s.message();
   }
+  return true;
 }
 
 const std::vector<std::string>* Model::Labels(const std::string& output) const {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,10 +31,14 @@ class Model {
  public:
   // Loads a model version: runs the backend's model initialization (which may auto-complete the
   // config), validates the final config, creates the instances and the scheduler.
+  // 'started', when given, sees the model before its backend is called (whoever may need to
+  // Abort() a load that hangs).
+  using StartedHook = std::function<void(const std::shared_ptr<Model>&)>;
   static StatusOr<std::shared_ptr<Model>> Create(
       const std::string& name, int64_t version, const std::string& model_dir,
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
-      bool allow_auto_complete = true, const Clock* clock = &SteadyClock::Get());
+      bool allow_auto_complete = true, const Clock* clock = &SteadyClock::Get(),
+      const StartedHook& started = nullptr);
   // The steps of Create before any instance starts (the backend's model initialization and its
   // auto-complete, defaults, validation, label files), for `nereid config check/generate`:
   // returns the config the model would run with.
@@ -47,8 +53,16 @@ class Model {
   // Validates the request against the config and hands it to the scheduler. On error the caller
   // still owns the request.
   Status Enqueue(std::unique_ptr<InferenceRequest>& request);
-  // Finishes everything accepted, then finalizes instances and the backend model. Idempotent.
-  void Stop();
+  // Finishes everything accepted, then finalizes instances and the backend model. Waits up to
+  // 'timeout' for accepted requests to finish; past it the backend is told to abort
+  // (NereidModelAbort) and given kAbortGrace more; threads that still do not return are abandoned
+  // (logged). False when something was abandoned: the caller must then keep the model alive for
+  // ever, since those threads use it. Idempotent (a second call returns true at once).
+  bool Stop(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+  static constexpr std::chrono::seconds kAbortGrace{5};
+  // NereidModelAbort, where the backend has it: the server gives up waiting on this model (a load
+  // past its timeout). Any thread, any time.
+  void Abort();
 
   const std::string& name() const { return name_; }
   int64_t version() const { return version_; }
@@ -91,7 +105,8 @@ class Model {
                                                   inference::ModelConfig config,
                                                   const ConfigLocator& locator,
                                                   std::shared_ptr<Backend> backend,
-                                                  bool allow_auto_complete);
+                                                  bool allow_auto_complete,
+                                                  const StartedHook& started = nullptr);
 
   std::string name_;
   int64_t version_ = 0;

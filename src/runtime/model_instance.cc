@@ -30,13 +30,16 @@ Status ModelInstance::Initialize() {
   return Status::Ok();
 }
 
+bool ModelInstance::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_until(lock, deadline, [&] { return outstanding_ == 0; });
+}
+
 void ModelInstance::Finalize() {
   if (!initialized_) return;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!idle_.wait_for(lock, std::chrono::seconds(60), [&] { return outstanding_ == 0; })) {
-      // A backend that never completes its requests: its instance state stays allocated rather
-      // than being freed under a thread that may still use it.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (outstanding_ != 0) {
       LOG_ERROR << "instance '" << name_ << "': " << outstanding_
                 << " request(s) never completed by backend '" << model_->backend().name()
                 << "'; not finalizing the instance";
@@ -68,6 +71,11 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
     if (start - request->times.received_ns > kCancelCheckAfterNs && request->cancelled()) {
       model_->stats().RecordFailure(FailureReason::kCanceled, start - request->times.received_ns);
       CompleteWithError(std::move(request), Cancelled("request cancelled"));
+      continue;
+    }
+    if (request->deadline_ns != 0 && start > request->deadline_ns) {
+      model_->stats().RecordFailure(FailureReason::kRejected, start - request->times.received_ns);
+      CompleteWithError(std::move(request), Unavailable("Request timeout expired"));
       continue;
     }
     request->times.compute_start_ns = start;

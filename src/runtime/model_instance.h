@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -25,8 +26,11 @@ class ModelInstance : public BatchExecutor {
       : model_(model), name_(std::move(name)), kind_(kind), device_id_(device_id) {}
 
   Status Initialize();
-  // Waits until every request handed to the backend is completed, then finalizes the backend's
-  // instance.
+  // Waits until 'deadline' for every request handed to the backend to be completed: true when
+  // they all are.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  // Finalizes the backend's instance when no request is outstanding; otherwise leaves its state
+  // allocated rather than freeing it under a thread that may still use it (logged).
   void Finalize();
   // Hands the batch to the backend. Requests the backend completes before returning count in the
   // summary's latencies; the others complete later.

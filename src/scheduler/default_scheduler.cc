@@ -55,7 +55,12 @@ void InstanceThreadsScheduler::StartThreads(const std::vector<BatchExecutor*>& i
   threads_.reserve(instances.size());
   try {
     for (BatchExecutor* instance : instances)
-      threads_.emplace_back([this, instance] { Run(instance); });
+      threads_.emplace_back([this, instance] {
+        Run(instance);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++finished_;
+        finished_cv_.notify_all();
+      });
   } catch (const std::system_error& e) {
     // Out of threads: stop the ones that started (the caller sees start_status and gives up).
     start_status_ =
@@ -65,15 +70,32 @@ void InstanceThreadsScheduler::StartThreads(const std::vector<BatchExecutor*>& i
   }
 }
 
-void InstanceThreadsScheduler::Stop() {
+void InstanceThreadsScheduler::Stop() { StopUntil(std::chrono::steady_clock::time_point::max()); }
+
+bool InstanceThreadsScheduler::StopUntil(std::chrono::steady_clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
+    cv_.notify_all();
+    const auto all_finished = [&] { return finished_ >= threads_.size(); };
+    if (deadline == std::chrono::steady_clock::time_point::max())
+      finished_cv_.wait(lock, all_finished);
+    else if (!finished_cv_.wait_until(lock, deadline, all_finished))
+      return false;
   }
-  cv_.notify_all();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
+  finished_ = 0;
+  return true;
+}
+
+void InstanceThreadsScheduler::Abandon() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& t : threads_)
+    if (t.joinable()) t.detach();
+  threads_.clear();
+  finished_ = 0;
 }
 
 size_t InstanceThreadsScheduler::Pending() const {

@@ -3,6 +3,7 @@
 // forms batches. Enqueue never blocks on inference.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,12 @@ class Scheduler {
   virtual Status Enqueue(std::unique_ptr<InferenceRequest>& request) = 0;
   // Stops accepting, finishes every request already accepted, joins the instance threads.
   virtual void Stop() = 0;
+  // Stop() that waits only until 'deadline': true when every thread has finished (and is joined).
+  // False leaves the threads running (an Execute that does not return); call again to wait more,
+  // or Abandon() to stop waiting for them for good.
+  virtual bool StopUntil(std::chrono::steady_clock::time_point deadline) = 0;
+  // Detaches threads that never finished: the caller keeps what they use alive for ever.
+  virtual void Abandon() = 0;
   // Requests accepted and not yet completed.
   virtual size_t Pending() const = 0;
   // Whether the scheduler could start (its threads); a model whose scheduler failed never serves.
@@ -47,6 +54,8 @@ class Scheduler {
 class InstanceThreadsScheduler : public Scheduler {
  public:
   void Stop() override;
+  bool StopUntil(std::chrono::steady_clock::time_point deadline) override;
+  void Abandon() override;
   size_t Pending() const override;
   Status start_status() const override { return start_status_; }
 
@@ -63,6 +72,8 @@ class InstanceThreadsScheduler : public Scheduler {
 
  private:
   std::vector<std::thread> threads_;
+  size_t finished_ = 0;  // threads whose Run has returned (under mu_)
+  std::condition_variable finished_cv_;
   Status start_status_;
 };
 

@@ -9,17 +9,9 @@
 
 namespace nereid {
 
-InferenceServer::InferenceServer(ModelRepository* repository)
-    : repository_(repository), control_thread_([this] { ControlLoop(); }) {}
+InferenceServer::InferenceServer(ModelRepository* repository) : repository_(repository) {}
 
-InferenceServer::~InferenceServer() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  control_thread_.join();
-}
+InferenceServer::~InferenceServer() = default;
 
 namespace {
 DurationSnapshot Snap(const DurationStat& d) {
@@ -139,20 +131,11 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   return model->Enqueue(request);
 }
 
-void InferenceServer::RunControl(std::function<Status()> task, std::function<void(Status)> done) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    control_.push_back([task = std::move(task), done = std::move(done)] {
-      Status s;
-      try {
-        s = task();
-      } catch (const std::exception& e) {
-        s = Internal(std::string("repository control failed: ") + e.what());
-      }
-      done(std::move(s));
-    });
-  }
-  cv_.notify_one();
+void InferenceServer::RunControl(const std::string& model, size_t bytes,
+                                 std::function<Status()> task, std::function<void(Status)> done) {
+  // A name no model can have is refused before it takes a place in a lane.
+  if (Status named = CheckModelName(model); !named.ok()) return done(std::move(named));
+  control_.Run(model, bytes, std::move(task), std::move(done));
 }
 
 Status InferenceServer::LoadModel(const std::string& name, const std::string& config_json) {
@@ -161,32 +144,6 @@ Status InferenceServer::LoadModel(const std::string& name, const std::string& co
 
 Status InferenceServer::UnloadModel(const std::string& name) { return repository_->Unload(name); }
 
-void InferenceServer::WaitForControlIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return control_.empty() && !running_; });
-}
-
-void InferenceServer::ControlLoop() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !control_.empty(); });
-      if (control_.empty()) return;
-      task = std::move(control_.front());
-      control_.pop_front();
-      running_ = true;
-    }
-    try {
-      task();
-    } catch (...) {
-      LOG_ERROR << "a repository control task threw";
-    }
-    task = nullptr;  // what it captured goes before anyone is told the executor is idle
-    std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
-    if (control_.empty()) idle_.notify_all();
-  }
-}
+void InferenceServer::WaitForControlIdle() { control_.WaitIdle(); }
 
 }  // namespace nereid

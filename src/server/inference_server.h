@@ -1,16 +1,13 @@
 // InferenceServer: the protocol-neutral server API that HTTP, gRPC (and later ensembles and BLS)
 // call. It owns what is shared across protocols: the model repository it serves, the system
-// shared-memory registry, and the one executor that runs repository control (load/unload are slow
-// and never run on an I/O or gRPC thread). Frontends only translate between wire and this API.
+// shared-memory registry, and where repository control runs (ModelControl: load/unload are slow,
+// never run on an I/O or gRPC thread, and one model's never waits on another's). Frontends only
+// translate between wire and this API.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/logging.h"
@@ -18,6 +15,7 @@
 #include "memory/shared_memory.h"
 #include "repository/model_repository.h"
 #include "request/inference_request.h"
+#include "server/model_control.h"
 
 namespace nereid {
 
@@ -52,7 +50,7 @@ struct ModelStatistics {
 class InferenceServer {
  public:
   explicit InferenceServer(ModelRepository* repository);
-  ~InferenceServer();  // finishes queued control tasks, joins the executor
+  ~InferenceServer();  // finishes the control requests waiting
   InferenceServer(const InferenceServer&) = delete;
   InferenceServer& operator=(const InferenceServer&) = delete;
 
@@ -85,8 +83,11 @@ class InferenceServer {
   std::vector<std::pair<std::string, LogSettingValue>> LogSettings() const;
 
   // ---- repository control ----
-  // Runs 'task' on the control executor and hands its result to 'done' (on that executor).
-  void RunControl(std::function<Status()> task, std::function<void(Status)> done);
+  // Runs 'task' in the control lane of 'model' and hands its result to 'done' (on that lane's
+  // thread, or at once on this one when the request is refused); 'bytes' is what it holds while
+  // waiting (ModelControl).
+  void RunControl(const std::string& model, size_t bytes, std::function<Status()> task,
+                  std::function<void(Status)> done);
   // Blocks until no control task is queued or running (a frontend stopping waits here, so that no
   // task's 'done' reaches it after it is gone).
   void WaitForControlIdle();
@@ -97,17 +98,9 @@ class InferenceServer {
   Status CheckRepositoryControl() const;
 
  private:
-  void ControlLoop();
-
   ModelRepository* repository_;
   SharedMemoryRegistry shared_memory_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> control_;
-  bool running_ = false;  // a task is executing
-  std::condition_variable idle_;
-  bool stopping_ = false;
-  std::thread control_thread_;
+  ModelControl control_;
 };
 
 }  // namespace nereid

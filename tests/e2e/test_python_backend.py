@@ -644,9 +644,8 @@ def _load(client, name):
 def test_missing_interpreter_is_a_clear_load_error(tmp_path):
     repo = tmp_path / "models"
     write(repo, "add_sub", *MODELS["add_sub"])
-    cfg = repo / "add_sub" / "config.pbtxt"
-    cfg.write_text(cfg.read_text() + 'parameters { key: "python_interpreter" value { string_value: "/nonexistent/python" } }\n')
-    s = Server(str(repo), "--exit-on-error=false", "--strict-readiness=false")
+    s = Server(str(repo), "--exit-on-error=false", "--strict-readiness=false",
+               env={"NEREID_PYTHON": "/nonexistent/python"})
     try:
         index = httpclient.InferenceServerClient(s.url).get_model_repository_index()
         reason = [m for m in index if m["name"] == "add_sub"][0]["reason"]

@@ -139,6 +139,7 @@ class Stub:
         self.main = threading.main_thread()
         pb_utils._bls_submit = self.bls_submit
         pb_utils._bls_wait = self.bls_wait
+        pb_utils._bls_forget = self.forget_call
         pb_utils._is_cancelled = self.query_cancelled
         self.model = None
         self.decoupled = False
@@ -233,6 +234,9 @@ class Stub:
                 f"execute() must return a list of {len(requests)} InferenceResponse objects, one "
                 f"per request; it returned {type(result).__name__}"
                 + (f" of length {len(result)}" if isinstance(result, (list, tuple)) else ""))
+        if self.output_capacity and os.fstat(OUTPUT_FD).st_size < self.output_capacity:
+            # The server gave the pages of a large output back: map anew when needed.
+            self.output_map, self.output_capacity = None, 0
         responses, offset = [], 0
         for response in result:
             if not isinstance(response, pb_utils.InferenceResponse):
@@ -271,14 +275,26 @@ class Stub:
         if callback is not None:
             callback(header, payload)
 
-    def bls_wait(self, done):
-        """Waits for done() on the main thread by reading the socket; returns False elsewhere (the
-        caller then blocks on its own queue, which the main thread fills)."""
+    def bls_wait(self, done, deadline=None):
+        """Waits for done() on the main thread by reading the socket, until the time.monotonic()
+        'deadline' at most; returns False elsewhere (the caller then blocks on its own queue,
+        which the main thread fills)."""
         if threading.current_thread() is not self.main:
             return False
         while not done():
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return True
+                if not self.channel.poller.poll(max(1, int(left * 1000))):
+                    continue
             self.read_one()
         return True
+
+    def forget_call(self, call):
+        """Drops the callback of a call its caller gave up on (a BLS timeout)."""
+        with self.calls_lock:
+            self.calls.pop(call, None)
 
     def new_call(self, deliver):
         """A call id for a question to the server; deliver(header, payload) gets its answers
@@ -308,8 +324,11 @@ class Stub:
             payload += data
         self.channel.send({"op": "infer", "call": call, "model": request.model_name(),
                            "version": int(request.model_version()), "id": request.request_id(),
-                           "inputs": specs, "outputs": request.requested_output_names()},
+                           "inputs": specs, "outputs": request.requested_output_names(),
+                           "timeout": request.timeout(),
+                           "parameters": json.loads(request.parameters())},
                           bytes(payload))
+        return call
 
     def ask(self, header):
         """Sends the server a question and returns its answer's header: the main thread reads the
@@ -411,5 +430,19 @@ class ResponseSender:
         return self._stub.query_cancelled(self._handle)
 
 
+def exit_with_the_server():
+    """Ends this process when the server's end of the socket closes (the server exited or was
+    killed), even while the model's code is stuck in execute(): no stub outlives its server."""
+    def watch():
+        poller = select.poll()
+        poller.register(SOCKET_FD, select.POLLRDHUP)
+        while True:
+            for _, events in poller.poll():
+                if events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    os._exit(0)
+    threading.Thread(target=watch, name="nereid-parent-watch", daemon=True).start()
+
+
 if __name__ == "__main__":
+    exit_with_the_server()
     Stub().serve()

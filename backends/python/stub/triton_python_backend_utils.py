@@ -5,6 +5,7 @@ decoupled models, TritonError, TritonModelException, ModelConfig for auto_comple
 the config helpers. The stub process (nereid_python_stub.py) drives it; docs/python-backend.md."""
 import json
 import queue
+import time
 
 import numpy as np
 
@@ -159,8 +160,20 @@ class InferenceRequest:
     def __init__(self, model_name=None, requested_output_names=None, inputs=None, request_id="",
                  correlation_id=0, model_version=-1, flags=0, timeout=0, preferred_memory=None,
                  trace=None, parameters=None):
+        requested = list(requested_output_names or [])
+        for name in requested:
+            if not isinstance(name, str):
+                raise TypeError("requested_output_names must be a list of str (output names), "
+                                f"got {type(name).__name__} {name!r}")
+        if not isinstance(timeout, int) or timeout < 0:
+            raise TypeError(f"timeout must be a non-negative int (microseconds), got {timeout!r}")
+        if parameters is not None and not isinstance(parameters, (dict, str)):
+            raise TypeError("parameters must be a dict (or its JSON text)")
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters)
         self._model_name = model_name
-        self._requested = list(requested_output_names or [])
+        self._requested = requested
+        self._timeout = timeout
         self._inputs = list(inputs or [])
         self._request_id = request_id
         self._correlation_id = correlation_id
@@ -203,6 +216,9 @@ class InferenceRequest:
     def requested_output_names(self):
         return list(self._requested)
 
+    def timeout(self):
+        return self._timeout
+
     def get_response_sender(self):
         if self._sender is None:
             raise TritonModelException("get_response_sender() needs a decoupled model "
@@ -240,13 +256,19 @@ class InferenceRequest:
             if final:
                 finished.append(True)
 
-        _bls_submit(self, on_response)
+        call = _bls_submit(self, on_response)
+        deadline = time.monotonic() + self._timeout / 1e6 if self._timeout else None
         if decoupled:
-            return _drain(responses, finished)
-        _bls_wait(lambda: finished)  # on the main thread: reads the answer itself
+            return _drain(responses, finished, call, deadline)
         collected = []
+        # On the main thread _bls_wait reads the answer itself; elsewhere the main thread hands it
+        # over through 'responses'.
+        _bls_wait(lambda: finished, deadline)
         while True:
-            response, final = responses.get()
+            try:
+                response, final = responses.get(timeout=_left(deadline))
+            except queue.Empty:
+                return _timed_out(call)
             collected.append(response)
             if final:
                 break
@@ -266,18 +288,35 @@ class InferenceRequest:
             if final:
                 loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 
-        _bls_submit(self, on_response)
-        await done
+        call = _bls_submit(self, on_response)
+        try:
+            await asyncio.wait_for(done, self._timeout / 1e6 if self._timeout else None)
+        except asyncio.TimeoutError:
+            return _timed_out(call)
         if decoupled:
             return iter(collected)
         with_data = [r for r in collected if r.has_error() or r.output_tensors()]
         return with_data[0] if with_data else collected[-1]
 
 
-def _drain(responses, finished):
+def _left(deadline):
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _timed_out(call):
+    """The response of a BLS call whose timeout passed; its late answers are dropped."""
+    _bls_forget(call)
+    return InferenceResponse(error=TritonError("Request timeout expired", TritonError.UNAVAILABLE))
+
+
+def _drain(responses, finished, call, deadline):
     while True:
-        _bls_wait(lambda: finished or not responses.empty())
-        response, final = responses.get()
+        _bls_wait(lambda: finished or not responses.empty(), deadline)
+        try:
+            response, final = responses.get(timeout=_left(deadline))
+        except queue.Empty:
+            yield _timed_out(call)
+            return
         yield response
         if final:
             return
@@ -285,6 +324,7 @@ def _drain(responses, finished):
 
 _bls_submit = None  # set by the stub: sends a request into the server
 _bls_wait = None  # set by the stub: on its main thread, reads the socket until a condition holds
+_bls_forget = None  # set by the stub: drops a call's answers still to come
 _is_cancelled = None  # set by the stub: asks the server whether a request was cancelled
 
 
@@ -477,10 +517,16 @@ class Logger:
     INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
     _send = None  # set by the stub
 
+    MAX_MESSAGE = 1 << 20  # characters; a longer message is cut (the server's frames are bounded)
+
     @staticmethod
     def log(message, level=0):
         if Logger._send is not None:
-            Logger._send(level, str(message))
+            text = str(message)
+            if len(text) > Logger.MAX_MESSAGE:
+                text = (text[:Logger.MAX_MESSAGE]
+                        + f"... ({len(text) - Logger.MAX_MESSAGE} more characters cut)")
+            Logger._send(level, text)
 
     @staticmethod
     def log_info(message):

@@ -569,16 +569,18 @@ class GrpcServer::Impl final : public ServiceBase {
         return Done(ctx, Unsupported("loading model files from the request is not supported yet"));
       }
     }
-    return Control(ctx, [this, name = request->model_name(), config] {
-      return api_->LoadModel(name, config);
-    });
+    return Control(ctx, request->model_name(), config.size(),
+                   [this, name = request->model_name(), config] {
+                     return api_->LoadModel(name, config);
+                   });
   }
 
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
                                                   const pb::RepositoryModelUnloadRequest* request,
                                                   pb::RepositoryModelUnloadResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
-    return Control(ctx, [this, name = request->model_name()] { return api_->UnloadModel(name); });
+    return Control(ctx, request->model_name(), 0,
+                   [this, name = request->model_name()] { return api_->UnloadModel(name); });
   }
 
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
@@ -777,10 +779,11 @@ class GrpcServer::Impl final : public ServiceBase {
 
   // Load/unload are slow: run them off gRPC's threads and finish the RPC when done.
   template <typename Fn>
-  grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, Fn fn) {
+  grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx, const std::string& model,
+                                    size_t bytes, Fn fn) {
     if (Status allowed = api_->CheckRepositoryControl(); !allowed.ok()) return Done(ctx, allowed);
     auto* reactor = ctx->DefaultReactor();
-    api_->RunControl(fn, [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    api_->RunControl(model, bytes, fn, [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
     return reactor;
   }
 

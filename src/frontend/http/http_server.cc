@@ -924,6 +924,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     auto self = shared_from_this();
     InferenceServer* api = server_->api_;
     api->RunControl(
+        route.model, config_json.size(),
         [api, load, name = route.model, config_json] {
           return load ? api->LoadModel(name, config_json) : api->UnloadModel(name);
         },
