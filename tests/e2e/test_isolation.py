@@ -1,0 +1,491 @@
+"""Isolation of models from each other and from the host (issue 20): no config picks a program,
+model names cannot reach outside the repository, and one stuck model (an execute() that never
+returns, a decoupled request never finished, a model.py blocking at import, a malformed BLS call,
+a stub that died behind a forked child) never freezes model control for the others, its unload
+returns, and SIGTERM leaves no stub behind."""
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import Server
+from test_python_backend import MODELS, add_sub_inputs, write
+
+SCALAR_IO = '''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+'''
+
+# execute() blocks for ever when X < 0; otherwise Y = X. The stub's pid is logged at start.
+HANGS = (SCALAR_IO, '''
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pb_utils.Logger.log_info(f"hangs stub pid {os.getpid()}")
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            while x[0] < 0:
+                time.sleep(1)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return out
+''')
+
+# Decoupled: sends one response and never the final flag.
+NEVER_FINAL = ('''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+''', '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            r.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return None
+''')
+
+# Decoupled: N responses, then Triton's documented flag-only final.
+FLAG_FINAL = ('''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            n = int(pb_utils.get_input_tensor_by_name(r, "X").as_numpy()[0])
+            for i in range(n):
+                sender.send(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("Y", np.array([i], np.float32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+''')
+
+BLOCKS_AT_IMPORT = (SCALAR_IO, '''
+import time
+time.sleep(3600)
+''')
+
+# BLS cases chosen by the request parameter "case"; the answer is a string in Y.
+BLS = ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+''', '''
+import json, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def answer(text):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([text.encode()], object))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            case = json.loads(r.parameters()).get("case", "")
+            x = pb_utils.Tensor("X", np.array([1], np.float32))
+            if case == "echo":
+                out.append(answer(r.parameters()))
+            elif case == "bad_outputs":
+                try:
+                    pb_utils.InferenceRequest(model_name="echo_params", inputs=[x],
+                                              requested_output_names=[7])
+                    out.append(answer("accepted"))
+                except TypeError as e:
+                    out.append(answer("TypeError: " + str(e)))
+            elif case == "self_timeout":
+                start = time.monotonic()
+                resp = pb_utils.InferenceRequest(
+                    model_name="bls", inputs=[x], requested_output_names=["Y"],
+                    timeout=1000000, parameters={"case": "echo"}).exec()
+                err = resp.error().message() if resp.has_error() else "no error"
+                out.append(answer(f"{time.monotonic() - start:.2f} {err}"))
+            elif case == "params":
+                resp = pb_utils.InferenceRequest(
+                    model_name="echo_params", inputs=[x], requested_output_names=["Y"],
+                    parameters={"case": "echo", "n": 3, "flag": True}).exec()
+                out.append(resp if not resp.has_error() else answer(resp.error().message()))
+            elif case == "decoupled":
+                got = []
+                for resp in pb_utils.InferenceRequest(
+                        model_name="flag_final", inputs=[pb_utils.Tensor("X", np.array([3], np.float32))],
+                        requested_output_names=["Y"]).exec(decoupled=True):
+                    if resp.has_error():
+                        got.append("error: " + resp.error().message())
+                    elif resp.output_tensors():
+                        got.append(str(int(pb_utils.get_output_tensor_by_name(resp, "Y").as_numpy()[0])))
+                out.append(answer(",".join(got)))
+            else:
+                out.append(answer("unknown case"))
+        return out
+''')
+
+ECHO_PARAMS = ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_STRING dims: [ 1 ] } ]
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", np.array([r.parameters().encode()], object))]) for r in requests]
+''')
+
+# A model whose forked worker keeps the stub's socket open: "die" makes the stub exit.
+FORKS = (SCALAR_IO, '''
+import multiprocessing, os, time
+import triton_python_backend_utils as pb_utils
+
+
+def linger():
+    time.sleep(3600)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        multiprocessing.set_start_method("fork", force=True)
+        self.worker = multiprocessing.Process(target=linger, daemon=False)
+        self.worker.start()
+        pb_utils.Logger.log_info(f"forks worker pid {self.worker.pid}")
+
+    def execute(self, requests):
+        x = pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()
+        if x[0] < 0:
+            os._exit(3)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)])]
+''')
+
+# Y holds X[0] MiB of bytes (a large output).
+BIG_OUTPUT = ('''
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+''', '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        n = int(pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()[0])
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.ones(n << 20, np.uint8))])]
+''')
+
+
+def scalar(mod, value):
+    i = mod.InferInput("X", [1], "FP32")
+    i.set_data_from_numpy(np.array([value], np.float32))
+    return [i]
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def logged_pid(server, marker):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        for line in server.read_log().splitlines():
+            if marker in line:
+                return int(line.split(marker)[1].split()[0])
+        time.sleep(0.05)
+    raise AssertionError(f"'{marker}' never logged")
+
+
+def timed(fn):
+    start = time.monotonic()
+    try:
+        fn()
+        error = ""
+    except InferenceServerException as e:
+        error = str(e)
+    return time.monotonic() - start, error
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    r = tmp_path / "models"
+    write(r, "add_sub", *MODELS["add_sub"])
+    for name, model in {"hangs": HANGS, "never_final": NEVER_FINAL, "flag_final": FLAG_FINAL,
+                        "blocks_at_import": BLOCKS_AT_IMPORT, "bls": BLS,
+                        "echo_params": ECHO_PARAMS, "forks": FORKS,
+                        "big_output": BIG_OUTPUT}.items():
+        write(r, name, *model)
+    return r
+
+
+def serve(repo, *models, args=()):
+    return Server(str(repo), "--model-control-mode=explicit", "--model-load-timeout-secs=4",
+                  "--model-unload-timeout-secs=2", *[f"--load-model={m}" for m in models], *args,
+                  env={"NEREID_PYTHON": sys.executable})
+
+
+def test_no_config_override_runs_a_program(repository):
+    stub = os.path.join(os.path.dirname(os.environ.get("NEREID_BINARY") or os.path.join(
+        os.path.dirname(__file__), "..", "..", "build", "nereid")), "backends", "python",
+        "nereid_python_stub.py")
+    assert os.path.exists(stub), stub
+    s = Server(repository, "--model-control-mode=explicit", "--load-model=simple")
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        hostile = ('{"backend":"python","default_model_filename":"model.onnx","parameters":'
+                   '{"python_interpreter":{"string_value":"/bin/rm"}}}')
+        with pytest.raises(InferenceServerException, match="'python_interpreter' is not accepted"):
+            c.load_model("simple", config=hostile)
+        assert os.path.exists(stub), "the stub file was deleted"
+        with pytest.raises(InferenceServerException, match="invalid backend name"):
+            c.load_model("simple", config='{"backend":"../../../tmp/evil"}')
+        assert c.is_model_ready("simple")  # what was serving keeps serving
+    finally:
+        assert s.stop() == 0
+
+
+def test_model_names_cannot_reach_outside_the_repository(repository):
+    s = Server(repository, "--model-control-mode=explicit")
+    try:
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        before = len(g.get_model_repository_index().models)
+        for name in ["simple\0ghost1", "simple\0ghost2", "..\0", "a/b", "..", "x" * 5000]:
+            with pytest.raises(InferenceServerException, match="invalid model name") as e:
+                g.load_model(name)
+            assert "StatusCode.INVALID_ARGUMENT" in str(e.value)
+        assert len(g.get_model_repository_index().models) == before
+        h = httpclient.InferenceServerClient(s.url)
+        with pytest.raises(InferenceServerException, match="invalid model name") as e:
+            h.load_model("x" * 5000)
+        assert "400" in str(e.value) or "invalid model name of 5000" in str(e.value)
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_hung_execute_never_freezes_model_control(repo):
+    s = serve(repo, "hangs", "add_sub")
+    try:
+        c = httpclient.InferenceServerClient(s.url, network_timeout=60)
+        pid = logged_pid(s, "hangs stub pid ")
+        stuck = grpcclient.InferenceServerClient(s.grpc_url)
+        stuck.async_infer("hangs", scalar(grpcclient, -1), callback=lambda result, error: None)
+        time.sleep(0.5)
+        # Another model loads, unloads and serves while 'hangs' is stuck in execute().
+        assert timed(lambda: c.load_model("echo_params"))[0] < 5
+        assert timed(lambda: c.unload_model("add_sub"))[0] < 3
+        assert timed(lambda: c.load_model("add_sub"))[0] < 5
+        a = np.ones((1, 4), np.float32)
+        assert (c.infer("add_sub", add_sub_inputs(httpclient, a, a)).as_numpy("OUTPUT0") == 2).all()
+        # The stuck model's unload returns (timeout 2 s, then its stub is killed).
+        took, error = timed(lambda: c.unload_model("hangs"))
+        assert error == "" and took < 7, (took, error)
+        deadline = time.time() + 10
+        while pid_alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid), "the stuck stub was not killed"
+        assert "aborting them" in s.read_log()
+        assert timed(lambda: c.load_model("hangs"))[0] < 5  # and it loads again
+        assert c.infer("hangs", scalar(httpclient, 2)).as_numpy("Y")[0] == 2
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def test_a_decoupled_request_never_finished_does_not_hold_its_unload(repo):
+    s = serve(repo, "never_final")
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        got = []
+        g.start_stream(callback=lambda result, error: got.append((result, error)))
+        g.async_stream_infer("never_final", scalar(grpcclient, 1))
+        deadline = time.time() + 10
+        while not got and time.time() < deadline:
+            time.sleep(0.05)
+        assert got and got[0][1] is None
+        g.stop_stream(cancel_requests=True)  # the client goes away; the model never finishes
+        took, error = timed(lambda: c.unload_model("never_final"))
+        assert error == "" and took < 7, (took, error)
+        assert timed(lambda: c.load_model("add_sub"))[0] < 5
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def test_a_model_blocking_at_import_times_out_and_others_load(repo):
+    s = serve(repo)
+    try:
+        c = httpclient.InferenceServerClient(s.url, network_timeout=60)
+        outcome = {}
+        loader = threading.Thread(target=lambda: outcome.setdefault(
+            "load", timed(lambda: httpclient.InferenceServerClient(
+                s.url, network_timeout=60).load_model("blocks_at_import"))))
+        loader.start()
+        time.sleep(0.5)
+        assert timed(lambda: c.load_model("add_sub"))[0] < 3  # not behind the stuck one
+        assert timed(lambda: c.unload_model("add_sub"))[0] < 3
+        loader.join(timeout=30)
+        took, error = outcome["load"]
+        assert "did not finish within 4 s" in error and took < 8, (took, error)
+        index = {m["name"]: m for m in c.get_model_repository_index()}
+        assert "did not finish within 4 s" in index["blocks_at_import"]["reason"]
+        assert not c.is_model_ready("blocks_at_import")
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def test_queued_control_requests_are_bounded(repo):
+    s = serve(repo, args=["--http-max-input-size=67108864"])
+    try:
+        loader = threading.Thread(target=lambda: timed(lambda: httpclient.InferenceServerClient(
+            s.url, network_timeout=60).load_model("blocks_at_import")))
+        loader.start()
+        time.sleep(0.5)
+        big = '{"backend":"python","parameters":{"pad":{"string_value":"' + "x" * (20 << 20) + '"}}}'
+        results = [None] * 10
+
+        def one(i):
+            results[i] = timed(lambda: httpclient.InferenceServerClient(
+                s.url, network_timeout=60).load_model("blocks_at_import", config=big))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        refused = [r for r in results if "too many model control requests are waiting" in r[1]]
+        assert len(refused) >= 6, results  # 64 MiB of waiting configs at most: three 20 MiB ones
+        assert all(r[0] < 5 for r in refused)
+        loader.join(timeout=60)
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def test_sigterm_with_a_hung_execute_leaves_no_stub(repo):
+    s = serve(repo, "hangs", args=["--exit-timeout-secs=2"])
+    pid = logged_pid(s, "hangs stub pid ")
+    c = httpclient.InferenceServerClient(s.url, network_timeout=60)
+    c.async_infer("hangs", scalar(httpclient, -1))
+    time.sleep(0.5)
+    s.proc.terminate()
+    s.proc.wait(timeout=30)
+    deadline = time.time() + 3
+    while pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pid), "the stub outlived its server"
+
+
+def test_a_stub_whose_forked_worker_holds_its_socket_is_noticed(repo):
+    s = serve(repo, "forks")
+    try:
+        c = httpclient.InferenceServerClient(s.url, network_timeout=30)
+        worker = logged_pid(s, "forks worker pid ")
+        took, error = timed(lambda: c.infer("forks", scalar(httpclient, -1)))
+        assert "Python stub ended during execute() (exit status 3)" in error and took < 5, (took, error)
+        assert c.infer("forks", scalar(httpclient, 5)).as_numpy("Y")[0] == 5  # restarted
+        os.kill(worker, signal.SIGKILL)
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def test_decoupled_flag_only_final_over_grpc_stream_and_bls(repo):
+    s = serve(repo, "flag_final", "bls", "echo_params")
+    try:
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        got = []
+        done = threading.Event()
+
+        def on(result, error):
+            got.append((result, error))
+            if error is not None or result.get_response().parameters[
+                    "triton_final_response"].bool_param:
+                done.set()
+        g.start_stream(callback=on)
+        g.async_stream_infer("flag_final", scalar(grpcclient, 3), enable_empty_final_response=True)
+        assert done.wait(10)
+        g.stop_stream()
+        assert all(e is None for _, e in got), [str(e) for _, e in got]
+        values = [int(r.as_numpy("Y")[0]) for r, _ in got if r.as_numpy("Y") is not None]
+        assert values == [0, 1, 2]
+        c = httpclient.InferenceServerClient(s.url)
+        assert bls_case(c, "decoupled") == "0,1,2"
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def bls_case(c, case):
+    return c.infer("bls", scalar(httpclient, 1), parameters={"case": case}).as_numpy("Y")[0].decode()
+
+
+def test_bls_timeout_parameters_and_malformed_calls(repo):
+    s = serve(repo, "bls", "echo_params")
+    try:
+        c = httpclient.InferenceServerClient(s.url, network_timeout=30)
+        assert bls_case(c, "bad_outputs").startswith("TypeError: requested_output_names")
+        took, text = timed(lambda: None)[0], bls_case(c, "self_timeout")
+        seconds, error = text.split(" ", 1)
+        assert 0.9 < float(seconds) < 3 and error == "Request timeout expired", text
+        echoed = bls_case(c, "params")
+        assert '"n": 3' in echoed and '"flag": true' in echoed and '"case": "echo"' in echoed, echoed
+        assert bls_case(c, "bad_outputs").startswith("TypeError")  # the model still serves
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+def memfd_mapped(pid, name):
+    total = 0
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            if name in line:
+                lo, hi = line.split()[0].split("-")
+                total += int(hi, 16) - int(lo, 16)
+    return total
+
+
+def test_a_large_output_gives_its_shared_memory_back(repo):
+    s = serve(repo, "big_output")
+    try:
+        c = httpclient.InferenceServerClient(s.url, network_timeout=60)
+        assert c.infer("big_output", scalar(httpclient, 100)).as_numpy("Y").size == 100 << 20
+        assert memfd_mapped(s.proc.pid, "nereid-python-out") < (64 << 20)
+        assert c.infer("big_output", scalar(httpclient, 1)).as_numpy("Y").size == 1 << 20
+        assert c.infer("big_output", scalar(httpclient, 90)).as_numpy("Y").size == 90 << 20
+    finally:
+        assert s.stop() == 0, s.read_log()
