@@ -489,3 +489,54 @@ def test_a_large_output_gives_its_shared_memory_back(repo):
         assert c.infer("big_output", scalar(httpclient, 90)).as_numpy("Y").size == 90 << 20
     finally:
         assert s.stop() == 0, s.read_log()
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0
+
+
+def test_grpc_streams_whose_client_never_reads_stay_bounded(repository):
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    s = Server(repository)
+    try:
+        def request(i):
+            r = service_pb2.ModelInferRequest(model_name="identity_fp32", id=str(i))
+            t = r.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16384])
+            r.raw_input_contents.append(np.full(16384, i, np.float32).tobytes())  # 64 KiB
+            return r
+        before = rss_mb(s.proc.pid)
+        channels, calls, sent = [], [], []
+        for _ in range(20):
+            channel = grpc.insecure_channel(s.grpc_url)
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            count = [0]
+
+            def requests(count=count):
+                for i in range(500):
+                    count[0] += 1
+                    yield request(i)
+            calls.append(stub.ModelStreamInfer(requests()))  # responses never read
+            channels.append(channel)
+            sent.append(count)
+        time.sleep(8)
+        grown = rss_mb(s.proc.pid) - before
+        # Unbounded, the server held every response: 20 x 500 x 64 KiB = 640 MB.
+        assert grown < 250, f"RSS grew {grown:.0f} MB"
+        assert all(c[0] < 500 for c in sent), "no stream was slowed down"
+        # A client that starts reading gets every response.
+        got = [int(np.frombuffer(r.infer_response.raw_output_contents[0], np.float32)[0])
+               for _, r in zip(range(500), calls[0])]
+        assert sorted(got) == list(range(500))
+        for call in calls:
+            call.cancel()
+        for channel in channels:
+            channel.close()
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        assert g.is_model_ready("identity_fp32")
+    finally:
+        assert s.stop() == 0, s.read_log()

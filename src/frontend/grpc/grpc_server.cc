@@ -799,9 +799,20 @@ namespace {
 // One ModelStreamInfer stream: reads requests as they come, enqueues each, and writes each response
 // (or its error, in error_message) as it completes, one write at a time. Lives until the stream is
 // done and every request it enqueued has completed.
+// What a stream may hold for a client that does not read: past kPauseBytes of responses waiting
+// (or kPauseRequests requests unanswered) the stream stops reading requests until half of it is
+// gone, so a client that only sends is slowed by gRPC's flow control; past kCancelBytes (one
+// decoupled request answering without end) the stream is cancelled and what waits dropped.
 class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit StreamReactor(GrpcServer::Impl* server) : server_(server) { StartRead(&next_); }
+  static constexpr size_t kPauseBytes = size_t{4} << 20;
+  static constexpr int kPauseRequests = 256;
+  static constexpr size_t kCancelBytes = size_t{256} << 20;
+
+  StreamReactor(GrpcServer::Impl* server, grpc::CallbackServerContext* ctx)
+      : server_(server), ctx_(ctx) {
+    StartRead(&next_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -812,13 +823,16 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     }
     auto parsed = ParseInferRequest(next_);
     next_.Clear();
+    bool read_next = false;
     {
       // Counted before the next read starts: if that read ends the stream at once, the reactor
       // must not finish (and be deleted) while this request is still being handled.
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
+      read_next = !OverLimitLocked();
+      paused_ = !read_next;
     }
-    StartRead(&next_);
+    if (read_next) StartRead(&next_);
     if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
     std::shared_ptr<ParsedInferRequest> parsed_request = std::move(parsed).value();
     const pb::ModelInferRequest* message = &parsed_request->message;
@@ -854,16 +868,26 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
+    pending_bytes_ -= pending_.front().Length();
     pending_.pop_front();
     if (!ok) broken_ = true;
     WriteNextLocked();
+    ResumeLocked();
     MaybeFinishLocked();
   }
 
   // The client cancelled the stream (stop_stream(cancel_requests=True), a deadline, a broken
   // connection): its requests read as cancelled at once, so a model streaming responses can stop;
   // OnDone comes only after those requests have completed.
-  void OnCancel() override { cancel_->cancelled.store(true, std::memory_order_relaxed); }
+  void OnCancel() override {
+    cancel_->cancelled.store(true, std::memory_order_relaxed);
+    // A paused stream reads again: that read fails at once, which ends the stream (Finish).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (paused_ && !reads_done_) {
+      paused_ = false;
+      StartRead(&next_);
+    }
+  }
 
   void OnDone() override {
     bool destroy = false;
@@ -900,14 +924,41 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       std::lock_guard<std::mutex> lock(mu_);
       if (last) --in_flight_;
       if (response && !done_ && !broken_) {
+        pending_bytes_ += response->Length();
         pending_.push_back(std::move(*response));
         WriteNextLocked();
+        if (pending_bytes_ > kCancelBytes) {
+          // Only the write in progress stays (gRPC owns its buffer until it completes).
+          while (pending_.size() > 1) {
+            pending_bytes_ -= pending_.back().Length();
+            pending_.pop_back();
+          }
+          broken_ = true;
+          cancel_->cancelled.store(true, std::memory_order_relaxed);
+          LOG_WARNING << "a gRPC stream's client left more than " << (kCancelBytes >> 20)
+                      << " MiB of responses unread: the stream is cancelled";
+          ctx_->TryCancel();
+        }
       }
+      ResumeLocked();
       MaybeFinishLocked();
       destroy = done_ && in_flight_ == 0 && !deleted_;
       if (destroy) deleted_ = true;
     }
     if (destroy) delete this;
+  }
+
+  bool OverLimitLocked() const {
+    return pending_bytes_ >= kPauseBytes || in_flight_ >= kPauseRequests;
+  }
+
+  // Reads again once what waits has fallen to half the limits.
+  void ResumeLocked() {
+    if (!paused_ || done_ || reads_done_ || pending_bytes_ > kPauseBytes / 2 ||
+        in_flight_ > kPauseRequests / 2)
+      return;
+    paused_ = false;
+    StartRead(&next_);
   }
 
   void WriteNextLocked() {
@@ -923,10 +974,13 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   }
 
   GrpcServer::Impl* server_;
+  grpc::CallbackServerContext* ctx_;
   std::shared_ptr<CancelFlag> cancel_ = std::make_shared<CancelFlag>();
   grpc::ByteBuffer next_;
   std::mutex mu_;
   std::deque<grpc::ByteBuffer> pending_;
+  size_t pending_bytes_ = 0;
+  bool paused_ = false;  // reading stopped until what waits drains (OverLimitLocked)
   int in_flight_ = 0;
   bool reads_done_ = false, writing_ = false, finished_ = false, broken_ = false, done_ = false;
   bool deleted_ = false;
@@ -944,7 +998,7 @@ class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcServer::Impl::ModelStreamInfer(
     grpc::CallbackServerContext* ctx) {
   if (Status a = Allowed(ctx, ApiGroup::kInference); !a.ok()) return new RefusedStream(ToGrpc(a));
-  return new StreamReactor(this);
+  return new StreamReactor(this, ctx);
 }
 
 namespace {
