@@ -59,9 +59,10 @@ struct InferOutput {
   Buffer buffer;  // raw little-endian elements; BYTES are length-prefixed
   bool binary = false;
   bool in_shared_memory = false;  // written into the client's region: not sent in the body
-  // A CUDA region the backend did not write itself: 'buffer' (host) is copied there when the
-  // response is finished.
-  Buffer device_destination;
+  // A client region the backend did not write itself (a CUDA region and a backend writing host
+  // memory, or a region overlapping one of the request's inputs): 'buffer' is copied there when
+  // the response is finished.
+  Buffer destination;
 
   const uint8_t* bytes() const { return buffer.data(); }
   size_t byte_size() const { return buffer.size(); }

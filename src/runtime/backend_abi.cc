@@ -189,6 +189,22 @@ const char* NereidRequestOutputName(const NereidRequest* request, uint32_t index
   return index < outputs.size() ? outputs[index].name.c_str() : nullptr;
 }
 
+namespace {
+// Whether [data, data + size) in 'where' shares a byte with one of the request's inputs.
+bool OverlapsAnInput(const nereid::InferenceRequest& request, const uint8_t* data, uint64_t size,
+                     const nereid::MemoryLocation& where) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  for (const auto& in : request.inputs) {
+    if (in.byte_size == 0 || size == 0 || in.location.host_addressable() != where.host_addressable())
+      continue;
+    if (!where.host_addressable() && in.location.device != where.device) continue;
+    const auto in_begin = reinterpret_cast<uintptr_t>(in.data);
+    if (begin < in_begin + in.byte_size && in_begin < begin + size) return true;
+  }
+  return false;
+}
+}  // namespace
+
 NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* name,
                                          NereidDataType datatype, const int64_t* shape,
                                          uint32_t dims_count, uint64_t byte_size,
@@ -228,14 +244,20 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
     const nereid::Buffer& d = wanted->destination;
     nereid::Buffer region(d.data(), byte_size, d.location(), d.owner());
     out.in_shared_memory = true;
-    if (d.location().type == nereid::MemoryType::kGpu && preferred != NEREID_MEMORY_GPU) {
-      // A CUDA region, and a backend that writes host memory: it writes a pinned buffer, copied
-      // into the region when the response is finished.
-      auto host = nereid::DefaultAllocator().Allocate(
+    const bool device_from_host =
+        d.location().type == nereid::MemoryType::kGpu && preferred != NEREID_MEMORY_GPU;
+    // Written in place, an output that shares bytes with an input would clobber that input while
+    // the model still reads it (ONNX Runtime writes outputs during the run): it is written to a
+    // buffer of the server's and copied into the region when the response is finished.
+    const bool aliases_input = OverlapsAnInput(*r->request, d.data(), byte_size, d.location());
+    if (device_from_host || aliases_input) {
+      // The backend writes a pinned host buffer (for a CUDA region too: the buffer's memory type
+      // tells the backend).
+      auto staged = nereid::DefaultAllocator().Allocate(
           byte_size, nereid::MemoryLocation{nereid::MemoryType::kCpuPinned, 0});
-      if (!host.ok()) return nereid::ErrorFromStatus(host.status());
-      out.buffer = std::move(host).value();
-      out.device_destination = std::move(region);
+      if (!staged.ok()) return nereid::ErrorFromStatus(staged.status());
+      out.buffer = std::move(staged).value();
+      out.destination = std::move(region);
     } else {
       out.buffer = std::move(region);
     }

@@ -130,14 +130,18 @@ Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceRe
     }
     InferOutput out = std::move(*it);
     out.binary = wanted.binary;
-    if (!out.device_destination.empty()) {
-      const Buffer& d = out.device_destination;
-      RETURN_IF_ERROR(gpu::CudaDriver::Get().CopyToDevice(static_cast<int>(d.location().device),
-                                                          reinterpret_cast<uint64_t>(d.data()),
-                                                          out.buffer.data(), out.buffer.size()));
+    if (!out.destination.empty()) {
+      const Buffer& d = out.destination;
+      if (d.location().type == MemoryType::kGpu) {
+        RETURN_IF_ERROR(gpu::CudaDriver::Get().CopyToDevice(static_cast<int>(d.location().device),
+                                                            reinterpret_cast<uint64_t>(d.data()),
+                                                            out.buffer.data(), out.buffer.size()));
+      } else {
+        std::memcpy(d.data(), out.buffer.data(), out.buffer.size());
+      }
       CountCopy(CopyKind::kOutput, out.buffer.size());
       out.buffer = d;
-      out.device_destination = Buffer();
+      out.destination = Buffer();
     }
     ordered.push_back(std::move(out));
   }

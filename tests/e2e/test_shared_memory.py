@@ -213,3 +213,46 @@ def test_cuda_shared_memory_register_body_is_checked(server):
     assert code == 400, error
     code, error = post('[1, 2]')
     assert code == 400, error
+
+
+def test_an_output_region_overlapping_an_input_region_gives_the_right_answer(tmp_path):
+    """ONNX Runtime writes outputs during the run: an output placed over the input's bytes would
+    clobber them before the second node reads them. The server writes such an output to a buffer
+    of its own and copies it into the region afterwards, as Triton does."""
+    from onnx import TensorProto, helper
+    from conftest import Server
+    repo = tmp_path / "models"
+    (repo / "neg_and_double" / "1").mkdir(parents=True)
+    graph = helper.make_graph(
+        # DOUBLE = 2 (X + (NEG - NEG)): X is read again after NEG is written.
+        [helper.make_node("Neg", ["X"], ["NEG"]), helper.make_node("Sub", ["NEG", "NEG"], ["ZERO"]),
+         helper.make_node("Add", ["X", "ZERO"], ["XZ"]),
+         helper.make_node("Add", ["XZ", "XZ"], ["DOUBLE"])],
+        "neg_and_double", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("NEG", TensorProto.FLOAT, [8]),
+         helper.make_tensor_value_info("DOUBLE", TensorProto.FLOAT, [8])])
+    (repo / "neg_and_double" / "1" / "model.onnx").write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    (repo / "neg_and_double" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 0\n')
+    s = Server(str(repo))
+    x = np.arange(1, 9, dtype=np.float32)
+    region = shm.create_shared_memory_region("overlap", "/nereid_overlap", 64)
+    try:
+        client = httpclient.InferenceServerClient(s.url)
+        client.register_system_shared_memory("overlap", "/nereid_overlap", 64)
+        for _ in range(3):
+            shm.set_shared_memory_region(region, [x])
+            inp = httpclient.InferInput("X", [8], "FP32")
+            inp.set_shared_memory("overlap", 32)
+            neg, double = httpclient.InferRequestedOutput("NEG"), httpclient.InferRequestedOutput("DOUBLE")
+            neg.set_shared_memory("overlap", 32)            # over the input itself
+            double.set_shared_memory("overlap", 32, offset=32)
+            client.infer("neg_and_double", [inp], outputs=[neg, double])
+            np.testing.assert_array_equal(shm.get_contents_as_numpy(region, np.float32, [8]), -x)
+            np.testing.assert_array_equal(
+                shm.get_contents_as_numpy(region, np.float32, [8], offset=32), 2 * x)
+        client.unregister_system_shared_memory()
+    finally:
+        shm.destroy_shared_memory_region(region)
+        assert s.stop() == 0, s.read_log()
