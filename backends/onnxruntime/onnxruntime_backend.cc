@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -374,9 +375,21 @@ struct ModelState : onnx::ModelIo {
   SessionSettings settings;
   std::vector<onnx::ValueInfo> graph_inputs;
   std::vector<onnx::ValueInfo> graph_outputs;
+  // Per graph output, whether a run has produced the shape the graph declares (1), another one
+  // (-1: a graph that declares [4] and reshapes to [2, 2]), or not yet run (0). Only outputs
+  // that matched are written by ORT straight into the response, whose shape is fixed before the
+  // run; the others are returned as ORT produced them, as Triton does.
+  mutable std::map<std::string, std::atomic<int>> declared_shape_holds;
   std::mutex mu;
   SessionPtr spare;  // the session opened at load, taken by the first instance
 };
+
+// The graph's declared shape of an output with the batch's rows in place of the batch dimension.
+std::vector<int64_t> DeclaredShape(const onnx::ValueInfo& g, bool batching, int64_t rows) {
+  std::vector<int64_t> shape = g.dims;
+  if (batching && !shape.empty()) shape[0] = rows;
+  return shape;
+}
 
 struct InstanceState {
   SessionPtr session;
@@ -416,6 +429,7 @@ Status InitializeModel(NereidModel* model) {
   for (size_t i = 0; i < outputs; ++i) {
     auto v = DescribeValue(state->spare.get(), i, false);
     if (!v.ok()) return Status(v.status().code(), "model '" + name + "': " + v.status().message());
+    state->declared_shape_holds[v->name];
     state->graph_outputs.push_back(std::move(v).value());
   }
   if (onnx::AutoComplete(state->graph_inputs, state->graph_outputs, config)) {
@@ -590,10 +604,10 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
       const onnx::ValueInfo* g = onnx::Find(m.graph_outputs, fetch[o]);
       auto spec = m.outputs.find(fetch[o]);
       if (g == nullptr || !g->has_shape || g->type == DataType::kBytes ||
-          (spec != m.outputs.end() && spec->second.has_reshape))
+          (spec != m.outputs.end() && spec->second.has_reshape) ||
+          m.declared_shape_holds.at(fetch[o]).load(std::memory_order_relaxed) != 1)
         continue;
-      std::vector<int64_t> shape = g->dims;
-      if (batching) shape[0] = total_rows;
+      const std::vector<int64_t> shape = DeclaredShape(*g, batching, total_rows);
       if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; })) continue;
       const int64_t bytes = backend::TensorByteSize(g->type, shape);
       if (bytes < 0) continue;
@@ -626,6 +640,9 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
                 out_names.data(), out_names.size(), outs.data());
   const uint64_t compute_end = NereidNowNs();
   for (size_t o = 0; o < fetch.size(); ++o) output_values[o].reset(outs[o]);
+  if (run != nullptr)  // perhaps a declared shape that does not hold for these inputs
+    for (size_t o = 0; o < fetch.size(); ++o)
+      if (in_response[o]) m.declared_shape_holds.at(fetch[o]).store(-1);
   RETURN_IF_ERROR(Check(run, "model '" + m.name + "'"));
   for (uint32_t r = 0; r < count; ++r)
     NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
@@ -635,6 +652,13 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
     if (!output_values[i])
       return backend::Internal("ONNX Runtime gave no output '" + fetch[i] + "'");
     ASSIGN_OR_RETURN(Result result, ReadResult(fetch[i], output_values[i].get()));
+    if (const onnx::ValueInfo* g = onnx::Find(m.graph_outputs, fetch[i]); g && g->has_shape) {
+      std::atomic<int>& holds = m.declared_shape_holds.at(fetch[i]);
+      if (DeclaredShape(*g, batching, total_rows) != result.shape)
+        holds.store(-1);
+      else if (holds.load(std::memory_order_relaxed) == 0)
+        holds.store(1);
+    }
     RETURN_IF_ERROR(onnx::ScatterOutput(m, requests, count, rows, wanted, fetch[i], result.type,
                                         result.shape, result.data, result.bytes, failed));
   }

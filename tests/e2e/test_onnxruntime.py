@@ -243,3 +243,31 @@ def test_external_weights_outside_the_model_directory_are_refused(tmp_path):
         assert httpclient.InferenceServerClient(s.url).is_server_live()
     finally:
         assert s.stop() == 0
+
+
+def test_an_output_shape_other_than_the_declared_one_is_returned_as_produced(tmp_path):
+    """A graph that declares its output [4] and reshapes to [2, 2]: Triton returns [2, 2]."""
+    repo = tmp_path / "models"
+    (repo / "reshapes" / "1").mkdir(parents=True)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 2])
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["X", "shape"], ["Y"])], "reshapes",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])], initializer=[shape])
+    (repo / "reshapes" / "1" / "model.onnx").write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    (repo / "reshapes" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    s = Server(str(repo))
+    try:
+        for mod, url in [(httpclient, s.url), (grpcclient, s.grpc_url)]:
+            c = mod.InferenceServerClient(url)
+            for _ in range(3):
+                x = mod.InferInput("X", [4], "FP32")
+                x.set_data_from_numpy(np.arange(4, dtype=np.float32))
+                y = c.infer("reshapes", [x]).as_numpy("Y")
+                assert y.shape == (2, 2) and (y.ravel() == np.arange(4)).all()
+    finally:
+        assert s.stop() == 0, s.read_log()
