@@ -180,6 +180,32 @@ std::vector<std::string> Names(const rapidjson::Value& config, const char* key) 
   return names;
 }
 
+// A libtorch error in one line: its first line, and for TorchScript's "The following operation
+// failed in the TorchScript interpreter" (a traceback follows) the last line too, which holds
+// the model's own exception and message ("builtins.ValueError: ..."). At most ~1000 characters.
+std::string TorchMessage(const std::string& what) {
+  auto trim = [](std::string_view line) {
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+      line.remove_suffix(1);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front())))
+      line.remove_prefix(1);
+    return line;
+  };
+  std::string_view text(what);
+  const std::string_view first = trim(text.substr(0, text.find('\n')));
+  std::string_view last;
+  for (size_t end = text.size(); end > 0 && last.empty();) {
+    const size_t start = text.rfind('\n', end - 1);
+    const size_t from = start == std::string_view::npos ? 0 : start + 1;
+    last = trim(text.substr(from, end - from));
+    end = start == std::string_view::npos ? 0 : start;
+  }
+  std::string message(first);
+  if (!last.empty() && last != first) message += (message.empty() ? "" : " ... ") + std::string(last);
+  if (message.size() > 1000) message = message.substr(0, 1000) + "...";
+  return message;
+}
+
 StatusOr<torch::jit::Module> Load(const std::string& name, const std::string& path,
                                   const torch::Device& device) {
   try {
@@ -187,10 +213,8 @@ StatusOr<torch::jit::Module> Load(const std::string& name, const std::string& pa
     module.eval();
     return module;
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
     return backend::InvalidArgument("model '" + name + "': libtorch cannot load " + path + ": " +
-                                    what);
+                                    TorchMessage(e.what()));
   }
 }
 
@@ -337,10 +361,12 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     }
     const auto type = *TorchType(static_cast<DataType>(in.first.datatype));
     torch::Tensor t;
-    if (count == 1) {  // the request's bytes, in place
+    if (count == 1 && !s.device.is_cpu()) {  // read in place by the copy to the device
       t = torch::from_blob(const_cast<void*>(in.first.data), in.shape,
                            torch::TensorOptions().dtype(type));
     } else {
+      // A copy on the CPU: forward() may write its inputs in place (x.mul_(2)), and the request's
+      // bytes may be a client's shared-memory region, which the server only reads.
       t = torch::empty(in.shape, torch::TensorOptions().dtype(type));
       auto* dst = static_cast<uint8_t*>(t.data_ptr());
       for (const auto& part : in.parts) {
@@ -408,9 +434,8 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
       c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    return backend::InvalidArgument("model '" + m.name + "': forward() failed: " + what);
+    return backend::InvalidArgument("model '" + m.name +
+                                    "': forward() failed: " + TorchMessage(e.what()));
   }
   const uint64_t end = NereidNowNs();
   for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);

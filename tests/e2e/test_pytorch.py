@@ -54,6 +54,19 @@ class Words(torch.nn.Module):
     def forward(self, words: List[str]) -> Tuple[List[str], torch.Tensor]:
         return [w.upper() for w in words], torch.tensor([len(w) for w in words], dtype=torch.int64)
 
+class InPlace(torch.nn.Module):
+    """Doubles its input in place (x.mul_), as some real models do."""
+    def forward(self, x):
+        return x.mul_(2)
+
+class Raises(torch.nn.Module):
+    def forward(self, x):
+        if bool(x.sum() < 0):
+            raise ValueError("negative sums are not served by this model")
+        return x
+
+torch.jit.script(InPlace()).save(f"{out}/inplace.pt")
+torch.jit.script(Raises()).save(f"{out}/raises.pt")
 words = torch.jit.script(Words())
 words.save(f"{out}/words.pt")
 import json
@@ -126,6 +139,18 @@ def torch_repo(tmp_path_factory):
                          { key: "INFERENCE_MODE" value { string_value: "False" } },
                          { key: "INTRA_OP_THREAD_COUNT" value { string_value: "2" } },
                          { key: "ENABLE_WEIGHT_SHARING" value { string_value: "true" } } ]
+            '''),
+        ("inplace", "inplace.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+            '''),
+        ("raises", "raises.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 0
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
             '''),
         ("bad_parameter", "mlp.pt", '''
             platform: "pytorch_libtorch"
@@ -272,3 +297,29 @@ def test_kind_gpu_equals_torch(torch_server, torch_repo):
         print(f"mlp on KIND_GPU max abs diff vs torch on the CPU: {diff:.1e}")
         assert diff <= 1e-5
     assert "model 'mlp_gpu' instance 'mlp_gpu_0_0' on cuda:0" in torch_server.read_log()
+
+
+def test_an_in_place_forward_never_writes_the_clients_shared_memory(torch_server):
+    import tritonclient.utils.shared_memory as shm
+    c = httpclient.InferenceServerClient(torch_server.url)
+    x = np.array([1, 2, 3, 4], np.float32)
+    region = shm.create_shared_memory_region("inplace_in", "/nereid_inplace_in", 16)
+    try:
+        shm.set_shared_memory_region(region, [x])
+        c.register_system_shared_memory("inplace_in", "/nereid_inplace_in", 16)
+        for _ in range(3):  # three identical requests, three identical answers
+            i = httpclient.InferInput("INPUT__0", [4], "FP32")
+            i.set_shared_memory("inplace_in", 16)
+            assert (c.infer("inplace", [i]).as_numpy("OUTPUT__0") == 2 * x).all()
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(region, np.float32, [4]), x)
+        c.unregister_system_shared_memory()
+    finally:
+        shm.destroy_shared_memory_region(region)
+
+
+def test_a_torchscript_exception_keeps_the_models_message(torch_server):
+    c = httpclient.InferenceServerClient(torch_server.url)
+    i = httpclient.InferInput("INPUT__0", [4], "FP32")
+    i.set_data_from_numpy(-np.ones(4, np.float32))
+    with pytest.raises(InferenceServerException, match="negative sums are not served by this model"):
+        c.infer("raises", [i])
