@@ -267,6 +267,38 @@ struct SessionSettings {
   }
 };
 
+// Each instance has its own session with its own thread pools, so thread counts multiply with
+// instances: a config (which a client may send) could otherwise start millions of threads. The
+// threads one model may start are bounded by a multiple of the CPUs this process may run on.
+Status CheckThreadBudget(const std::string& model, const rapidjson::Value& config,
+                         const SessionSettings& s) {
+  cpu_set_t set;
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int64_t budget = std::max<int64_t>(64, int64_t{8} * cpus);
+  int64_t instances = 0;
+  if (config.HasMember("instance_group") && config["instance_group"].IsArray())
+    for (const auto& group : config["instance_group"].GetArray()) {
+      const int64_t count = group.HasMember("count") && group["count"].IsInt64()
+                                ? std::max<int64_t>(group["count"].GetInt64(), 1)
+                                : 1;
+      instances += std::min<int64_t>(count, budget + 1);
+    }
+  instances = std::max<int64_t>(instances, 1);
+  // 0 is ORT's default: a pool of one thread per core.
+  const int64_t per_instance =
+      (s.intra_op_threads ? s.intra_op_threads : cpus) +
+      (s.inter_op_threads ? s.inter_op_threads : s.mode == ort::kParallel ? cpus : 0);
+  if (instances * per_instance > budget)
+    return backend::InvalidArgument(
+        "model '" + model + "': " + std::to_string(instances) + " instance(s) x " +
+        std::to_string(per_instance) +
+        " ONNX Runtime threads (intra_op_thread_count, inter_op_thread_count in parallel "
+        "execution_mode) is more than the " +
+        std::to_string(budget) + " threads a model may start on " + std::to_string(cpus) +
+        " CPU(s); lower the thread counts or the instance count");
+  return Status::Ok();
+}
+
 StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson::Value& config) {
   using onnx::IntParameter;
   SessionSettings s;
@@ -276,6 +308,7 @@ StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson
                    IntParameter(model, config, "inter_op_thread_count", 0, 1024, 0));
   ASSIGN_OR_RETURN(int mode, IntParameter(model, config, "execution_mode", 0, 1, 0));
   s.mode = mode == 1 ? ort::kParallel : ort::kSequential;
+  RETURN_IF_ERROR(CheckThreadBudget(model, config, s));
   ASSIGN_OR_RETURN(s.mem_arena, IntParameter(model, config, "enable_mem_arena", 0, 1, -1));
   ASSIGN_OR_RETURN(s.mem_pattern, IntParameter(model, config, "enable_mem_pattern", 0, 1, -1));
   s.device_allocator_for_initializers =

@@ -271,3 +271,30 @@ def test_an_output_shape_other_than_the_declared_one_is_returned_as_produced(tmp
                 assert y.shape == (2, 2) and (y.ravel() == np.arange(4)).all()
     finally:
         assert s.stop() == 0, s.read_log()
+
+
+def test_thread_counts_that_multiply_past_the_budget_are_refused(tmp_path):
+    repo = tmp_path / "models"
+    (repo / "double" / "1").mkdir(parents=True)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "double",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    (repo / "double" / "1" / "model.onnx").write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    (repo / "double" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 0\n')
+    s = Server(str(repo), "--model-control-mode=explicit", "--load-model=double")
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        hostile = ('{"platform":"onnxruntime_onnx","instance_group":[{"kind":"KIND_CPU","count":1000}],'
+                   '"parameters":{"intra_op_thread_count":{"string_value":"1024"},'
+                   '"inter_op_thread_count":{"string_value":"1024"},"execution_mode":{"string_value":"1"}}}')
+        with pytest.raises(InferenceServerException, match="ONNX Runtime threads .* is more than the"):
+            c.load_model("double", config=hostile)
+        two = hostile.replace('"count":1000', '"count":2').replace("1024", "96")
+        with pytest.raises(InferenceServerException, match="2 instance\\(s\\) x 192 ONNX Runtime threads"):
+            c.load_model("double", config=two)
+        modest = two.replace('"96"', '"1"')
+        c.load_model("double", config=modest)  # 2 x 2 threads: fine
+        assert c.is_model_ready("double")
+    finally:
+        assert s.stop() == 0, s.read_log()
