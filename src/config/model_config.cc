@@ -155,12 +155,12 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
       "name",           "platform",         "backend",
       "version_policy", "max_batch_size",   "input",
       "output",         "instance_group",   "default_model_filename",
-      "parameters",     "dynamic_batching",
+      "parameters",     "dynamic_batching", "model_transaction_policy",
   };
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
       {"input", {"name", "data_type", "dims", "reshape", "optional"}},
       {"output", {"name", "data_type", "dims", "reshape", "label_filename"}},
-      {"instance_group", {"name", "kind", "count"}},
+      {"instance_group", {"name", "kind", "count", "gpus"}},
   };
   std::vector<std::string> ignored;
   std::vector<const pb::FieldDescriptor*> fields;

@@ -149,6 +149,33 @@ TEST(InferCodecTest, EncodesJsonAndBinaryOutputs) {
   EXPECT_EQ(ErrorJson("a \"quoted\" msg"), R"({"error":"a \"quoted\" msg"})");
 }
 
+TEST(InferCodecTest, BytesThatAreNotUtf8CannotBeJson) {
+  auto response = [](std::string element, bool binary) {
+    InferenceResponse r;
+    InferOutput o;
+    o.name = "S";
+    o.datatype = DataType::kBytes;
+    o.shape = {1};
+    o.binary = binary;
+    const auto n = static_cast<uint32_t>(element.size());
+    std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(&n),
+                               reinterpret_cast<const uint8_t*>(&n) + 4);
+    bytes.insert(bytes.end(), element.begin(), element.end());
+    o.SetBytes(std::move(bytes));
+    r.outputs = {o};
+    return r;
+  };
+  for (const char* valid : {"plain", "h\xc3\xa9llo", "\xe2\x82\xac", "\xf0\x9f\x98\x80", ""})
+    EXPECT_TRUE(CheckJsonOutputs(response(valid, false)).ok()) << valid;
+  for (const char* invalid : {"\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                              "a\x80" "b", "\xe2\x82"}) {
+    Status s = CheckJsonOutputs(response(invalid, false));
+    EXPECT_FALSE(s.ok()) << invalid;
+    EXPECT_NE(s.message().find("not valid UTF-8"), std::string::npos) << s.message();
+    EXPECT_TRUE(CheckJsonOutputs(response(invalid, true)).ok());  // binary: any bytes
+  }
+}
+
 TEST(CompressionTest, RoundTripsAndBoundsInflation) {
   const std::string text(100000, 'a');
   for (Encoding e : {Encoding::kGzip, Encoding::kDeflate}) {

@@ -829,6 +829,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   void SendInferResponse(const InferenceResponse& r, Encoding encoding) {
     if (!r.status.ok()) return SendStatus(r.status);
+    if (Status json = CheckJsonOutputs(r); !json.ok()) return SendStatus(json);
     EncodedResponse encoded = EncodeInferResponse(r);
     bhttp::response<GatherBody> res{bhttp::status::ok, version_};
     if (encoded.has_binary) {

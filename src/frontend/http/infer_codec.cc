@@ -490,6 +490,43 @@ void WriteData(Writer& w, const InferOutput& out) {
 
 }  // namespace
 
+namespace {
+bool ValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    size_t n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : 4;
+    if (n == 4 || static_cast<size_t>(end - p) <= n) return false;
+    uint32_t code = n == 0 ? c : c & (0x3f >> n);
+    for (size_t i = 1; i <= n; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      code = (code << 6) | (p[i] & 0x3f);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (code < kMin[n] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+}  // namespace
+
+Status CheckJsonOutputs(const InferenceResponse& response) {
+  for (const auto& out : response.outputs) {
+    if (out.binary || out.in_shared_memory || out.datatype != DataType::kBytes) continue;
+    bool valid = true;
+    backend::ForEachBytesElement(out.bytes(), out.byte_size(), [&](std::string_view e, size_t) {
+      valid = ValidUtf8(e);
+      return valid;
+    });
+    if (!valid)
+      return InvalidArgument("output '" + out.name +
+                             "' holds BYTES that are not valid UTF-8, which a JSON response "
+                             "cannot carry; ask for it as binary data (\"binary_data\": true)");
+  }
+  return Status::Ok();
+}
+
 EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);

@@ -41,6 +41,9 @@ struct EncodedResponse {
   std::string Flatten() const;
 };
 EncodedResponse EncodeInferResponse(const InferenceResponse& response);
+// Ok when every output the response carries as JSON can be JSON: a BYTES element that is not
+// valid UTF-8 cannot (the client can ask for that output as binary data instead).
+Status CheckJsonOutputs(const InferenceResponse& response);
 
 // Parses untrusted JSON (simdjson: exact numbers, robust against hostile input). The element lives
 // until the parser parses again.
