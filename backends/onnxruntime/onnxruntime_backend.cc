@@ -285,9 +285,11 @@ Status CheckThreadBudget(const std::string& model, const rapidjson::Value& confi
     }
   instances = std::max<int64_t>(instances, 1);
   // 0 is ORT's default: a pool of one thread per core.
-  const int64_t per_instance =
-      (s.intra_op_threads ? s.intra_op_threads : cpus) +
-      (s.inter_op_threads ? s.inter_op_threads : s.mode == ort::kParallel ? cpus : 0);
+  int64_t per_instance = s.intra_op_threads ? s.intra_op_threads : cpus;
+  if (s.inter_op_threads)
+    per_instance += s.inter_op_threads;
+  else if (s.mode == ort::kParallel)
+    per_instance += cpus;
   if (instances * per_instance > budget)
     return backend::InvalidArgument(
         "model '" + model + "': " + std::to_string(instances) + " instance(s) x " +

@@ -911,10 +911,10 @@ class Instance {
     // send(flags=FINAL) with no response (Triton's idiom for "no more") carries no outputs.
     const bool flag_only = final && !m.header["error"].IsObject() &&
                            m.header["outputs"].IsArray() && m.header["outputs"].Empty();
-    Status s = flag_only ? Status::Ok()
-                         : SafeFill(request, m.header,
-                                    reinterpret_cast<const uint8_t*>(m.payload.data()),
-                                    m.payload.size());
+    Status s = flag_only
+                   ? Status::Ok()
+                   : SafeFill(request, m.header, reinterpret_cast<const uint8_t*>(m.payload.data()),
+                              m.payload.size());
     if (!s.ok() || final || m.header["error"].IsObject()) {
       backend::Complete(request, s);
       return;
@@ -951,9 +951,9 @@ class Instance {
       rapidjson::Document h = Answer(m.header["call"].GetUint64(), true);
       auto& a = h.GetAllocator();
       rapidjson::Value error(rapidjson::kObjectType);
-      error.AddMember("message",
-                      rapidjson::Value((std::string("malformed BLS request: ") + e.what()).c_str(), a),
-                      a);
+      error.AddMember(
+          "message",
+          rapidjson::Value((std::string("malformed BLS request: ") + e.what()).c_str(), a), a);
       error.AddMember("code", 3, a);  // INVALID_ARG
       h.AddMember("error", error, a);
       h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);

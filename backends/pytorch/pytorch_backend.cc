@@ -201,7 +201,8 @@ std::string TorchMessage(const std::string& what) {
     end = start == std::string_view::npos ? 0 : start;
   }
   std::string message(first);
-  if (!last.empty() && last != first) message += (message.empty() ? "" : " ... ") + std::string(last);
+  if (!last.empty() && last != first)
+    message += (message.empty() ? "" : " ... ") + std::string(last);
   if (message.size() > 1000) message = message.substr(0, 1000) + "...";
   return message;
 }

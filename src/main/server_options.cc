@@ -160,7 +160,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(int secs, ParseNumber<int>(flag, v, 1, 24 * 3600));
       (flag == "model-load-timeout-secs" ? o.repository.load_timeout
-                                         : o.repository.unload_timeout) = std::chrono::seconds(secs);
+                                         : o.repository.unload_timeout) =
+          std::chrono::seconds(secs);
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));

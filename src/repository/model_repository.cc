@@ -138,8 +138,8 @@ ModelRepository::~ModelRepository() {
   StopAll();
   // Loads and retirements still running are bounded by their timeouts; one that outlives them
   // all (a backend that ignores NereidModelAbort) is left to the process's exit.
-  const auto deadline = std::chrono::steady_clock::now() + options_.unload_timeout +
-                        2 * Model::kAbortGrace;
+  const auto deadline =
+      std::chrono::steady_clock::now() + options_.unload_timeout + 2 * Model::kAbortGrace;
   std::lock_guard<std::mutex> lock(tasks_mu_);
   for (auto& task : tasks_) {
     while (!task.done->load() && std::chrono::steady_clock::now() < deadline)
@@ -249,8 +249,8 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   }
   const std::string reason =
       "failed to load '" + name + "': the load did not finish within " +
-      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.load_timeout)
-                         .count()) +
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(options_.load_timeout).count()) +
       " s (--model-load-timeout-secs); it was aborted";
   std::vector<std::weak_ptr<Model>> started;
   {
@@ -446,7 +446,8 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   }
   Retire(std::move(retired));
   if (overtaken)
-    return Unavailable("the load of '" + name + "' was overtaken (timed out, or a later load or "
+    return Unavailable("the load of '" + name +
+                       "' was overtaken (timed out, or a later load or "
                        "unload began); what it built is stopped");
   if (!first_error.empty()) return InvalidArgument(first_error);
   return Status::Ok();

@@ -195,7 +195,8 @@ bool OverlapsAnInput(const nereid::InferenceRequest& request, const uint8_t* dat
                      const nereid::MemoryLocation& where) {
   const auto begin = reinterpret_cast<uintptr_t>(data);
   for (const auto& in : request.inputs) {
-    if (in.byte_size == 0 || size == 0 || in.location.host_addressable() != where.host_addressable())
+    if (in.byte_size == 0 || size == 0 ||
+        in.location.host_addressable() != where.host_addressable())
       continue;
     if (!where.host_addressable() && in.location.device != where.device) continue;
     const auto in_begin = reinterpret_cast<uintptr_t>(in.data);

@@ -26,13 +26,10 @@ std::string ExpectedShape(const Dims& dims, bool batching) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Model>> Model::Prepare(const std::string& name, int64_t version,
-                                                const std::string& model_dir,
-                                                inference::ModelConfig config,
-                                                const ConfigLocator& locator,
-                                                std::shared_ptr<Backend> backend,
-                                                bool allow_auto_complete,
-                                                const StartedHook& started) {
+StatusOr<std::shared_ptr<Model>> Model::Prepare(
+    const std::string& name, int64_t version, const std::string& model_dir,
+    inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
+    bool allow_auto_complete, const StartedHook& started) {
   std::shared_ptr<Model> model(new Model());
   model->name_ = name;
   model->version_ = version;
@@ -92,13 +89,10 @@ StatusOr<inference::ModelConfig> Model::CompleteConfig(const std::string& name, 
   return model->config_;  // the model finalizes its backend state as it goes
 }
 
-StatusOr<std::shared_ptr<Model>> Model::Create(const std::string& name, int64_t version,
-                                               const std::string& model_dir,
-                                               inference::ModelConfig config,
-                                               const ConfigLocator& locator,
-                                               std::shared_ptr<Backend> backend,
-                                               bool allow_auto_complete, const Clock* clock,
-                                               const StartedHook& started) {
+StatusOr<std::shared_ptr<Model>> Model::Create(
+    const std::string& name, int64_t version, const std::string& model_dir,
+    inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
+    bool allow_auto_complete, const Clock* clock, const StartedHook& started) {
   ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                    Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
                            allow_auto_complete, started));
@@ -151,18 +145,18 @@ size_t Model::Pending() const {
 }
 
 void Model::Abort() {
-  if (backend_ && backend_->model_abort) backend_->model_abort(reinterpret_cast<NereidModel*>(this));
+  if (backend_ && backend_->model_abort)
+    backend_->model_abort(reinterpret_cast<NereidModel*>(this));
 }
 
 bool Model::Stop(std::chrono::milliseconds timeout) {
   if (stopped_.exchange(true)) return true;
   using Clock = std::chrono::steady_clock;
   const auto now = Clock::now();
-  const auto deadline =
-      timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() -
-                                                                       now)
-          ? Clock::time_point::max()
-          : now + timeout;
+  const auto deadline = timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       Clock::time_point::max() - now)
+                            ? Clock::time_point::max()
+                            : now + timeout;
   // Every wait below ends at the deadline; past it, the backend is told to give up once, and
   // what still waits gets the grace period.
   bool aborted = false;
@@ -176,8 +170,7 @@ bool Model::Stop(std::chrono::milliseconds timeout) {
     }
     return done(Clock::now() + kAbortGrace);
   };
-  if (scheduler_ &&
-      !wait([&](Clock::time_point until) { return scheduler_->StopUntil(until); })) {
+  if (scheduler_ && !wait([&](Clock::time_point until) { return scheduler_->StopUntil(until); })) {
     scheduler_->Abandon();
     LOG_ERROR << "model '" << name_ << "' version " << version_
               << ": an instance thread did not return after the abort; it is abandoned, with "

@@ -100,13 +100,10 @@ class Model {
  private:
   Model() = default;
   Status Validate(InferenceRequest& request) const;
-  static StatusOr<std::shared_ptr<Model>> Prepare(const std::string& name, int64_t version,
-                                                  const std::string& model_dir,
-                                                  inference::ModelConfig config,
-                                                  const ConfigLocator& locator,
-                                                  std::shared_ptr<Backend> backend,
-                                                  bool allow_auto_complete,
-                                                  const StartedHook& started = nullptr);
+  static StatusOr<std::shared_ptr<Model>> Prepare(
+      const std::string& name, int64_t version, const std::string& model_dir,
+      inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
+      bool allow_auto_complete, const StartedHook& started = nullptr);
 
   std::string name_;
   int64_t version_ = 0;

@@ -22,9 +22,9 @@ void ModelControl::Run(const std::string& model, size_t bytes, std::function<Sta
     ended.swap(finished_);
     auto lane = lanes_.find(model);
     if (waiting_ >= kMaxWaiting || waiting_bytes_ + bytes > kMaxWaitingBytes) {
-      refused = Unavailable("too many model control requests are waiting (" +
-                            std::to_string(waiting_) + " holding " +
-                            std::to_string(waiting_bytes_ >> 20) + " MiB); retry later");
+      refused =
+          Unavailable("too many model control requests are waiting (" + std::to_string(waiting_) +
+                      " holding " + std::to_string(waiting_bytes_ >> 20) + " MiB); retry later");
     } else if (lane == lanes_.end() && lanes_.size() >= kMaxLanes) {
       refused = Unavailable("control requests of " + std::to_string(lanes_.size()) +
                             " models are running; retry later");

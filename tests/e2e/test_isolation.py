@@ -47,14 +47,11 @@ class TritonPythonModel:
         return out
 ''')
 
+DECOUPLED_SCALAR_IO = SCALAR_IO.replace("max_batch_size: 0\n",
+                                        "max_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n")
+
 # Decoupled: sends one response and never the final flag.
-NEVER_FINAL = ('''
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
-''', '''
+NEVER_FINAL = (DECOUPLED_SCALAR_IO, '''
 import triton_python_backend_utils as pb_utils
 
 
@@ -67,13 +64,7 @@ class TritonPythonModel:
 ''')
 
 # Decoupled: N responses, then Triton's documented flag-only final.
-FLAG_FINAL = ('''
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
-''', '''
+FLAG_FINAL = (DECOUPLED_SCALAR_IO, '''
 import numpy as np
 import triton_python_backend_utils as pb_utils
 

@@ -168,7 +168,9 @@ TEST(InferCodecTest, BytesThatAreNotUtf8CannotBeJson) {
   for (const char* valid : {"plain", "h\xc3\xa9llo", "\xe2\x82\xac", "\xf0\x9f\x98\x80", ""})
     EXPECT_TRUE(CheckJsonOutputs(response(valid, false)).ok()) << valid;
   for (const char* invalid : {"\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                              "a\x80" "b", "\xe2\x82"}) {
+                              "a\x80"
+                              "b",
+                              "\xe2\x82"}) {
     Status s = CheckJsonOutputs(response(invalid, false));
     EXPECT_FALSE(s.ok()) << invalid;
     EXPECT_NE(s.message().find("not valid UTF-8"), std::string::npos) << s.message();

@@ -61,11 +61,18 @@ TEST(ModelControlTest, OneModelsRequestsRunInOrderAndOthersDoNotWaitForThem) {
       return Status::Ok();
     };
   };
-  control.Run("a", 0, [&] { gate.Wait(); return record(0)(); }, stuck.Callback());
+  control.Run(
+      "a", 0,
+      [&] {
+        gate.Wait();
+        return record(0)();
+      },
+      stuck.Callback());
   control.Run("a", 0, record(1), stuck.Callback());
   control.Run("a", 0, record(2), stuck.Callback());
   // 'b' finishes while every request of 'a' waits behind the first.
-  control.Run("b", 0, [] { return Status::Ok(); }, other.Callback());
+  control.Run(
+      "b", 0, [] { return Status::Ok(); }, other.Callback());
   ASSERT_TRUE(other.Wait(1));
   EXPECT_TRUE(stuck.got.empty());
   gate.Open();
@@ -78,12 +85,20 @@ TEST(ModelControlTest, WaitingRequestsAreBoundedInCountAndBytes) {
   ModelControl control;
   Gate gate;
   Answers answers;
-  control.Run("a", 0, [&] { gate.Wait(); return Status::Ok(); }, answers.Callback());
+  control.Run(
+      "a", 0,
+      [&] {
+        gate.Wait();
+        return Status::Ok();
+      },
+      answers.Callback());
   // The first runs; kMaxWaiting more may wait; the next is refused at once, on this thread.
   for (size_t i = 0; i < ModelControl::kMaxWaiting; ++i)
-    control.Run("a", 1, [] { return Status::Ok(); }, answers.Callback());
+    control.Run(
+        "a", 1, [] { return Status::Ok(); }, answers.Callback());
   Status refused;
-  control.Run("a", 1, [] { return Status::Ok(); }, [&](Status s) { refused = s; });
+  control.Run(
+      "a", 1, [] { return Status::Ok(); }, [&](Status s) { refused = s; });
   EXPECT_EQ(refused.code(), Status::Code::kUnavailable);
   EXPECT_NE(refused.message().find("too many model control requests are waiting"),
             std::string::npos);
@@ -93,10 +108,18 @@ TEST(ModelControlTest, WaitingRequestsAreBoundedInCountAndBytes) {
 
   Gate second;
   Answers big;
-  control.Run("b", 0, [&] { second.Wait(); return Status::Ok(); }, big.Callback());
-  control.Run("b", ModelControl::kMaxWaitingBytes, [] { return Status::Ok(); }, big.Callback());
+  control.Run(
+      "b", 0,
+      [&] {
+        second.Wait();
+        return Status::Ok();
+      },
+      big.Callback());
+  control.Run(
+      "b", ModelControl::kMaxWaitingBytes, [] { return Status::Ok(); }, big.Callback());
   Status too_big;
-  control.Run("c", 1, [] { return Status::Ok(); }, [&](Status s) { too_big = s; });
+  control.Run(
+      "c", 1, [] { return Status::Ok(); }, [&](Status s) { too_big = s; });
   EXPECT_EQ(too_big.code(), Status::Code::kUnavailable);
   second.Open();
   ASSERT_TRUE(big.Wait(2));
@@ -105,8 +128,10 @@ TEST(ModelControlTest, WaitingRequestsAreBoundedInCountAndBytes) {
 TEST(ModelControlTest, ATaskThatThrowsIsAnErrorAndTheLaneGoesOn) {
   ModelControl control;
   Answers answers;
-  control.Run("a", 0, []() -> Status { throw std::runtime_error("boom"); }, answers.Callback());
-  control.Run("a", 0, [] { return Status::Ok(); }, answers.Callback());
+  control.Run(
+      "a", 0, []() -> Status { throw std::runtime_error("boom"); }, answers.Callback());
+  control.Run(
+      "a", 0, [] { return Status::Ok(); }, answers.Callback());
   ASSERT_TRUE(answers.Wait(2));
   EXPECT_EQ(answers.got[0].code(), Status::Code::kInternal);
   EXPECT_NE(answers.got[0].message().find("boom"), std::string::npos);

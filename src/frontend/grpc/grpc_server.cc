@@ -569,10 +569,9 @@ class GrpcServer::Impl final : public ServiceBase {
         return Done(ctx, Unsupported("loading model files from the request is not supported yet"));
       }
     }
-    return Control(ctx, request->model_name(), config.size(),
-                   [this, name = request->model_name(), config] {
-                     return api_->LoadModel(name, config);
-                   });
+    return Control(
+        ctx, request->model_name(), config.size(),
+        [this, name = request->model_name(), config] { return api_->LoadModel(name, config); });
   }
 
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
