@@ -40,6 +40,8 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(
   model->allow_auto_complete_ = allow_auto_complete;
 
   if (started) started(model);
+  if (model->aborted_.load())
+    return Unavailable("model '" + name + "': the load was aborted (past its timeout)");
   model->in_initialize_ = true;
   Status init = StatusFromBackend(
       model->backend_->model_initialize(reinterpret_cast<NereidModel*>(model.get())));
@@ -145,6 +147,7 @@ size_t Model::Pending() const {
 }
 
 void Model::Abort() {
+  aborted_.store(true);
   if (backend_ && backend_->model_abort)
     backend_->model_abort(reinterpret_cast<NereidModel*>(this));
 }

@@ -119,6 +119,7 @@ class Model {
   bool allow_auto_complete_ = true;
   bool model_initialized_ = false;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> aborted_{false};  // Abort() was called: a load not yet in the backend stops
 };
 
 }  // namespace nereid
