@@ -532,8 +532,10 @@ def test_grpc_streams_whose_client_never_reads_stay_bounded(repository):
             sent.append(count)
         time.sleep(8)
         grown = rss_mb(s.proc.pid) - before
-        # Unbounded, the server held every response: 20 x 500 x 64 KiB = 640 MB.
-        assert grown < 250, f"RSS grew {grown:.0f} MB"
+        # Unbounded, the server held every response: 20 x 500 x 64 KiB = 640 MB. (Under ASan freed
+        # memory sits in its quarantine, so RSS says nothing there.)
+        if os.environ.get("NEREID_SANITIZED") != "1":
+            assert grown < 250, f"RSS grew {grown:.0f} MB"
         assert all(c[0] < 500 for c in sent), "no stream was slowed down"
         # A client that starts reading gets every response.
         got = [int(np.frombuffer(r.infer_response.raw_output_contents[0], np.float32)[0])
