@@ -804,7 +804,7 @@ namespace {
 // decoupled request answering without end) the stream is cancelled and what waits dropped.
 class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  static constexpr size_t kPauseBytes = size_t{4} << 20;
+  static constexpr size_t kPauseBytes = size_t{1} << 20;
   static constexpr int kPauseRequests = 256;
   static constexpr size_t kCancelBytes = size_t{256} << 20;
 
