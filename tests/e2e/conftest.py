@@ -59,6 +59,21 @@ class Server:
         else:
             raise RuntimeError("nereid did not come up: " + self.read_log())
 
+    def metrics(self):
+        """The metrics endpoint's samples: {'name{labels}': value}."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                      timeout=10).read().decode()
+        return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines()
+                                         if line and not line.startswith("#"))}
+
+    def accepted(self, model, version=1):
+        """Requests the model version has accepted so far: answered successfully or still pending
+        (one scrape, so the two agree)."""
+        m = self.metrics()
+        labels = f'{{model="{model}",version="{version}"}}'
+        return int(m.get(f"nv_inference_request_success{labels}", 0) +
+                   m.get(f"nv_inference_pending_request_count{labels}", 0))
+
     def read_log(self):
         self.log.flush()
         with open(self.log_path) as f:
