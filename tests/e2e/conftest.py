@@ -3,11 +3,11 @@ example models plus one identity model per datatype, generated with the `onnx` p
 real tritonclient."""
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from itertools import count
 
 import pytest
 
@@ -19,60 +19,51 @@ import generate_models  # noqa: E402
 import models  # noqa: E402
 
 BINARY = os.environ.get("NEREID_BINARY", os.path.join(ROOT, "build", "nereid"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_SERVERS = count()  # numbers the servers' log files
 
 
 class Server:
-    """One nereid process; stops it (SIGTERM) and checks it exits cleanly."""
+    """One nereid process on ports it picks itself (port 0, read back from its log: no race with
+    another process taking a port between a test choosing it and the server binding it); stops it
+    (SIGTERM) and checks it exits cleanly."""
 
     def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
                  prefix=()):
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.grpc_port = free_port()
-        self.url = f"localhost:{self.port}"
-        self.grpc_url = f"localhost:{self.grpc_port}"
-        self.log_path = os.path.join(repository, f"..", f"server-{self.port}.log")
+        self.log_path = os.path.join(repository, "..", f"server-{next(_SERVERS)}-{os.getpid()}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [*prefix, BINARY, "serve", f"--model-repository={repository}", f"--http-port={self.port}",
-             f"--metrics-port={self.metrics_port}", f"--grpc-port={self.grpc_port}",
-             "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", *args],
+            [*prefix, BINARY, "serve", f"--model-repository={repository}", "--http-port=0",
+             "--metrics-port=0", "--grpc-port=0", "--http-address=127.0.0.1",
+             "--grpc-address=127.0.0.1", *args],
             stdout=self.log, stderr=subprocess.STDOUT,
             env=None if env is None else {**os.environ, **env})
         deadline = time.time() + 30
+        ports = {}
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nereid exited with {self.proc.returncode}: {self.read_log()}")
-            try:
-                scheme = "https" if https_context else "http"
-                urllib.request.urlopen(f"{scheme}://{self.url}/v2/health/live", timeout=1,
-                                       context=https_context)
-                break
-            except OSError:
-                time.sleep(0.05)
+            for line in self.read_log().splitlines():
+                for key, marker in (("http", "Started HTTPService at "),
+                                    ("metrics", "Started Metrics Service at "),
+                                    ("grpc", "Started GRPCInferenceService at ")):
+                    if marker in line:
+                        ports[key] = int(line.split(marker)[1].split()[0].rsplit(":", 1)[1])
+            if "http" in ports:
+                try:
+                    scheme = "https" if https_context else "http"
+                    urllib.request.urlopen(f"{scheme}://127.0.0.1:{ports['http']}/v2/health/live",
+                                           timeout=1, context=https_context)
+                    break
+                except OSError:
+                    pass
+            time.sleep(0.05)
         else:
             raise RuntimeError("nereid did not come up: " + self.read_log())
-
-    def metrics(self):
-        """The metrics endpoint's samples: {'name{labels}': value}."""
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                      timeout=10).read().decode()
-        return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines()
-                                         if line and not line.startswith("#"))}
-
-    def accepted(self, model, version=1):
-        """Requests the model version has accepted so far: answered successfully or still pending
-        (one scrape, so the two agree)."""
-        m = self.metrics()
-        labels = f'{{model="{model}",version="{version}"}}'
-        return int(m.get(f"nv_inference_request_success{labels}", 0) +
-                   m.get(f"nv_inference_pending_request_count{labels}", 0))
+        self.port = ports["http"]
+        self.metrics_port = ports.get("metrics", 0)
+        self.grpc_port = ports.get("grpc", 0)
+        self.url = f"localhost:{self.port}"
+        self.grpc_url = f"localhost:{self.grpc_port}"
 
     def read_log(self):
         self.log.flush()
@@ -89,6 +80,21 @@ class Server:
                 raise
         self.log.close()
         return self.proc.returncode
+
+    def metrics(self):
+        """The metrics endpoint's samples: {'name{labels}': value}."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                      timeout=10).read().decode()
+        return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines()
+                                         if line and not line.startswith("#"))}
+
+    def accepted(self, model, version=1):
+        """Requests the model version has accepted so far: answered successfully or still pending
+        (one scrape, so the two agree)."""
+        m = self.metrics()
+        labels = f'{{model="{model}",version="{version}"}}'
+        return int(m.get(f"nv_inference_request_success{labels}", 0) +
+                   m.get(f"nv_inference_pending_request_count{labels}", 0))
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import BINARY, Server, free_port
+from conftest import BINARY, Server
 from test_bad_input import GOOD_JSON, assert_still_serving, post
 
 OVERFLOW_ROWS = 4503599627370496  # x 1024 elements x 4 bytes = 2^64: wrapped to 0 bytes
@@ -345,8 +345,7 @@ def test_exit_on_error_stops_the_server_unless_turned_off(repository, tmp_path_f
     shutil.copytree(os.path.join(repository, "simple"), repo / "simple")
     (repo / "broken").mkdir()
     (repo / "broken" / "config.pbtxt").write_text("max_batch_size: [\n")
-    port = free_port()
-    proc = subprocess.run([BINARY, f"--model-repository={repo}", f"--http-port={port}", "--allow-grpc=false",
+    proc = subprocess.run([BINARY, f"--model-repository={repo}", "--http-port=0", "--allow-grpc=false",
                            "--allow-metrics=false"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert "broken" in proc.stderr + proc.stdout and "--exit-on-error=false" in proc.stderr + proc.stdout
