@@ -486,10 +486,11 @@ void Abandon(std::shared_ptr<Model> model) {
 }  // namespace
 
 // A model out of the map can still be holding requests, and a frontend that looked it up just
-// before the swap may still hand it one. Once every reference but 'retired's belongs to a request
-// it accepted, nobody new can: only then is it stopped (Stop drains what it accepted), so a
-// reload or unload fails no request that found the model. Every wait is bounded by the unload
-// timeout; past it the model is aborted, and one whose threads never return is abandoned.
+// before the swap may still hand it one. Once 'retired' holds the only reference, nobody can: only
+// then is it stopped, so a reload or unload fails no request that found the model. (Counting the
+// requests it holds instead is racy: a completed request leaves the count only after its
+// response is out.) Every wait is bounded by the unload timeout; past it the model is stopped
+// with what is left of it and aborted, and one whose threads never return is abandoned.
 std::shared_ptr<std::atomic<bool>> ModelRepository::Retire(
     std::vector<std::shared_ptr<Model>> retired) {
   auto done = std::make_shared<std::atomic<bool>>(retired.empty());
@@ -497,8 +498,7 @@ std::shared_ptr<std::atomic<bool>> ModelRepository::Retire(
   Background([retired = std::move(retired), done, timeout = options_.unload_timeout]() mutable {
     for (auto& model : retired) {
       const auto start = std::chrono::steady_clock::now();
-      while (model.use_count() > 1 + static_cast<long>(model->Pending()) &&
-             std::chrono::steady_clock::now() - start < timeout)
+      while (model.use_count() > 1 && std::chrono::steady_clock::now() - start < timeout)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::steady_clock::now() - start);
