@@ -90,6 +90,11 @@ def main():
             rows.append(("queued bodies", "10 x 20 MiB configs: refused at once", refused))
             rows.append(("queued bodies", "RSS growth while they wait (MB)", grown))
 
+        finally:
+            s.stop()
+        # A server of its own, so that memory the phases above freed does not hide this growth.
+        s = Server(str(repo), "--model-control-mode=explicit", "--load-model=identity_fp32")
+        try:
             import grpc
             from tritonclient.grpc import service_pb2, service_pb2_grpc
 
