@@ -599,13 +599,23 @@ class Instance {
                                  "output '" +
                                  name + "'");
       const DataType type = backend::DataTypeFromName(StringField(*found, "datatype"));
+      if (type == DataType::kInvalid)
+        return backend::Internal("model '" + m_->name + "': output '" + name +
+                                 "' has no Triton datatype");
+      // Triton's Python backend answers with the tensor's own datatype whatever the config says
+      // (its own bls_decoupled example sums int32 outputs into an int64 array for an INT32
+      // output); so does this one, with a warning, once per output.
       auto declared = m_->output_types.find(name);
-      if (declared != m_->output_types.end() && declared->second != type)
-        return backend::Internal("model '" + m_->name + "': output '" + name + "' is " +
-                                 std::string(backend::DataTypeName(declared->second)) +
-                                 " in the config, but execute() returned " +
-                                 StringField(*found, "datatype") +
-                                 " (make the numpy array's dtype match)");
+      if (declared != m_->output_types.end() && declared->second != type &&
+          !warned_types_.count(name) && warned_types_.size() < 64) {
+        warned_types_.insert(name);
+        Log(NEREID_LOG_WARNING, "model '" + m_->name + "': output '" + name + "' is " +
+                                    std::string(backend::DataTypeName(declared->second)) +
+                                    " in the config, but execute() returned " +
+                                    StringField(*found, "datatype") +
+                                    "; it is sent as " + StringField(*found, "datatype") +
+                                    ", as Triton does (make the numpy array's dtype match)");
+      }
       std::vector<int64_t> shape;
       for (const auto& d : (*found)["shape"].GetArray()) shape.push_back(d.GetInt64());
       const uint64_t at = (*found)["offset"].GetUint64(), n = (*found)["size"].GetUint64();
@@ -1090,6 +1100,7 @@ class Instance {
   bool dead_ = false;
   std::string death_;
   std::map<uint64_t, NereidRequest*> open_;  // decoupled requests not finished yet
+  std::set<std::string> warned_types_;  // outputs whose datatype differed from the config (logged)
   // The batch an ordinary model is executing (handle, request): touched only by the executing
   // thread, which also answers the stub's is_cancelled() queries (CallInline).
   std::vector<std::pair<uint64_t, NereidRequest*>> executing_;

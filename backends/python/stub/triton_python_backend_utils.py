@@ -359,6 +359,13 @@ def get_output_config_by_name(model_config, name):
     return _config_entry(model_config, "output", name)
 
 
+def using_decoupled_model_transaction_policy(model_config):
+    """Whether the config (its dict, or its JSON text) makes the model decoupled."""
+    if isinstance(model_config, str):
+        model_config = json.loads(model_config)
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
 class ModelConfig:
     """What auto_complete_config(auto_complete_model_config) gets and returns."""
 
