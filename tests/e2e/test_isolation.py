@@ -63,13 +63,18 @@ class TritonPythonModel:
         return None
 ''')
 
-# Decoupled: N responses, then Triton's documented flag-only final.
+# Decoupled: N responses, then Triton's documented flag-only final (as Triton's square example).
 FLAG_FINAL = (DECOUPLED_SCALAR_IO, '''
+import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
+            raise pb_utils.TritonModelException("this model must be decoupled")
+
     def execute(self, requests):
         for r in requests:
             sender = r.get_response_sender()
