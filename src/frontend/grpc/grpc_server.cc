@@ -242,6 +242,13 @@ Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
     RequestedOutput out;
     out.name = o.name();
     out.binary = true;
+    if (auto it = o.parameters().find("classification"); it != o.parameters().end()) {
+      ASSIGN_OR_RETURN(uint64_t k, UintParameter(it->second, "classification"));
+      if (k == 0 || k > std::numeric_limits<uint32_t>::max())
+        return InvalidArgument("output '" + out.name +
+                               "': classification must be a positive integer");
+      out.class_count = static_cast<uint32_t>(k);
+    }
     ASSIGN_OR_RETURN(std::optional<Buffer> region,
                      SharedMemoryParams(o.parameters(), "output '" + out.name + "'", shm));
     if (region) {
@@ -249,13 +256,6 @@ Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
         return InvalidArgument("Output can't set both 'shared_memory_region' and 'classification'");
       out.destination = std::move(*region);
       out.has_destination = true;
-    }
-    if (auto it = o.parameters().find("classification"); it != o.parameters().end()) {
-      ASSIGN_OR_RETURN(uint64_t k, UintParameter(it->second, "classification"));
-      if (k == 0 || k > std::numeric_limits<uint32_t>::max())
-        return InvalidArgument("output '" + out.name +
-                               "': classification must be a positive integer");
-      out.class_count = static_cast<uint32_t>(k);
     }
     r->outputs.push_back(std::move(out));
   }

@@ -382,6 +382,12 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
         if (p->type() != element_type::OBJECT)
           return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
         ASSIGN_OR_RETURN(out.binary, BoolParam(*p, "binary_data", out.binary));
+        if (auto k = Member(*p, "classification")) {
+          if (k->type() != element_type::INT64 || int64_t(*k) <= 0 || int64_t(*k) > UINT32_MAX)
+            return InvalidArgument("output '" + out.name +
+                                   "': classification must be a positive integer");
+          out.class_count = static_cast<uint32_t>(int64_t(*k));
+        }
         ASSIGN_OR_RETURN(std::optional<Buffer> region,
                          SharedMemoryParams(&*p, "output '" + out.name + "'", shm));
         if (region) {
@@ -394,12 +400,6 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
           out.destination = std::move(*region);
           out.has_destination = true;
           out.binary = false;
-        }
-        if (auto k = Member(*p, "classification")) {
-          if (k->type() != element_type::INT64 || int64_t(*k) <= 0 || int64_t(*k) > UINT32_MAX)
-            return InvalidArgument("output '" + out.name +
-                                   "': classification must be a positive integer");
-          out.class_count = static_cast<uint32_t>(int64_t(*k));
         }
       }
       request->outputs.push_back(std::move(out));
