@@ -96,6 +96,14 @@ def test_typed_contents_instead_of_raw(server):
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(bad)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "raw_input_contents" in e.value.details()
+    # Raw bytes for one input beside contents for both, as Triton's grpc_explicit_int_content_client
+    # sends them: Triton's message, before any count of raw_input_contents.
+    req.raw_input_contents.append(np.arange(8, dtype=np.int32).tobytes())
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ModelInfer(req)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ("contents field must not be specified when using raw_input_contents for 'INPUT0' for "
+            "model 'simple'") in e.value.details()
     channel.close()
 
 

@@ -201,6 +201,14 @@ Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
     r->parameters.push_back(std::move(p));
   }
   const bool raw = !parsed.raw.empty();
+  // Triton's rule and message, checked before the count (its explicit-content client examples
+  // send raw bytes for one input and contents for both).
+  if (raw)
+    for (const auto& t : message.inputs())
+      if (t.has_contents())
+        return InvalidArgument("contents field must not be specified when using "
+                               "raw_input_contents for '" +
+                               t.name() + "' for model '" + model.name() + "'");
   if (raw && parsed.raw.size() != static_cast<size_t>(message.inputs_size()))
     return InvalidArgument("expected " + std::to_string(message.inputs_size()) +
                            " raw_input_contents (one per input), got " +
@@ -225,8 +233,6 @@ Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
                                "' can't set 'shared_memory_region' together with tensor data");
       in.Borrow(region->data(), region->size(), region->location(), region->owner());
     } else if (raw) {
-      if (t.has_contents())
-        return InvalidArgument("input '" + in.name + "' has both contents and raw_input_contents");
       const std::string_view bytes = parsed.raw[i];
       // The request keeps 'parsed' (and so the bytes) alive: no owner needed here.
       in.Borrow(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
