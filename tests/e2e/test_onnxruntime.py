@@ -249,25 +249,28 @@ def test_an_output_shape_other_than_the_declared_one_is_returned_as_produced(tmp
     """A graph that declares its output [4] and reshapes to [2, 2]: Triton returns [2, 2]."""
     repo = tmp_path / "models"
     (repo / "reshapes" / "1").mkdir(parents=True)
-    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 2])
+    # The target shape is an input, so that nothing at load contradicts the declared [4].
     graph = helper.make_graph(
-        [helper.make_node("Reshape", ["X", "shape"], ["Y"])], "reshapes",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])], initializer=[shape])
+        [helper.make_node("Reshape", ["X", "S"], ["Y"])], "reshapes",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("S", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])])
     (repo / "reshapes" / "1" / "model.onnx").write_bytes(helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
     (repo / "reshapes" / "config.pbtxt").write_text(
         'platform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] },\n'
+        '        { name: "S" data_type: TYPE_INT64 dims: [ 2 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
     s = Server(str(repo))
     try:
         for mod, url in [(httpclient, s.url), (grpcclient, s.grpc_url)]:
             c = mod.InferenceServerClient(url)
             for _ in range(3):
-                x = mod.InferInput("X", [4], "FP32")
+                x, shape = mod.InferInput("X", [4], "FP32"), mod.InferInput("S", [2], "INT64")
                 x.set_data_from_numpy(np.arange(4, dtype=np.float32))
-                y = c.infer("reshapes", [x]).as_numpy("Y")
+                shape.set_data_from_numpy(np.array([2, 2], np.int64))
+                y = c.infer("reshapes", [x, shape]).as_numpy("Y")
                 assert y.shape == (2, 2) and (y.ravel() == np.arange(4)).all()
     finally:
         assert s.stop() == 0, s.read_log()
