@@ -21,6 +21,7 @@
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
 #include "runtime/backend_abi.h"
+#include "runtime/server_info.h"
 
 namespace {
 
@@ -176,6 +177,13 @@ int main(int argc, char** argv) {
   }
   if (!args.empty() && args[0] == "config")
     return nereid::ConfigMain({args.begin() + 1, args.end()});
+  if (!args.empty() && (args[0] == "--version" || args[0] == "version")) {
+    // The backend ABI's version is stated once, in include/nereid/backend.h.
+    std::cout << nereid::kServerName << " " << nereid::kServerVersion << " (backend ABI "
+              << NEREID_API_MAJOR(NEREID_BACKEND_API_VERSION) << "."
+              << NEREID_API_MINOR(NEREID_BACKEND_API_VERSION) << ")\n";
+    return 0;
+  }
   if (!args.empty() && args[0] == "serve")
     args.erase(args.begin());
   else if (!args.empty() && args[0].rfind("--", 0) != 0 && args[0] != "-h") {

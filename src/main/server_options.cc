@@ -89,7 +89,7 @@ Options (names follow tritonserver):
                               GPU; 0: direct allocations); repeatable
   --log-verbose=N             verbose logging level (0 off)
   --log-info=BOOL, --log-warning=BOOL, --log-error=BOOL
-  --help
+  --help                      (and `nereid --version`: the server's and the backend ABI's versions)
 )";
 }
 

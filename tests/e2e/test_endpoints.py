@@ -137,3 +137,15 @@ def test_bad_logging_settings_are_rejected_and_change_nothing_else(server, body,
     settings = json.loads(r.read())
     assert r.status == 200 and settings["log_file"] == "" and settings["log_info"] is True
     conn.close()
+
+
+def test_version_names_the_backend_abi():
+    import os
+    import re
+    import subprocess
+    from conftest import BINARY, ROOT
+    out = subprocess.run([BINARY, "--version"], capture_output=True, text=True, timeout=10)
+    header = open(os.path.join(ROOT, "include", "nereid", "backend.h")).read()
+    major, minor = re.search(r"NEREID_BACKEND_API_VERSION \(\((\d+)u << 16\) \| (\d+)u\)",
+                             header).groups()
+    assert out.returncode == 0 and out.stdout.strip().endswith(f"(backend ABI {major}.{minor})"), out

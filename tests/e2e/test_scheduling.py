@@ -46,22 +46,35 @@ def request(value, client=None):
     return [i]
 
 
+def slow_batch_stats(c):
+    stats = c.get_inference_statistics("slow_batch")["model_stats"][0]
+    pairs = {b["batch_size"]: b["compute_infer"]["count"] for b in stats.get("batch_stats", [])}
+    return (stats["inference_count"], stats["execution_count"],
+            stats["inference_stats"]["success"]["count"], stats["inference_stats"]["fail"]["count"],
+            stats["inference_stats"]["queue"]["ns"], pairs.get(2, 0))
+
+
 def test_waiting_requests_are_batched_and_a_full_queue_rejects(sched_server):
     c = httpclient.InferenceServerClient(sched_server.url, concurrency=4)
+    before = slow_batch_stats(c)  # what earlier tests left in the statistics
     first = c.async_infer("slow_batch", request(1))
     second = c.async_infer("slow_batch", request(2))
-    time.sleep(0.1)  # both are queued, waiting for the delay
+    deadline = time.time() + 10  # both queued, waiting for the delay: the pending gauge says so
+    while sched_server.metrics().get(
+            'nv_inference_pending_request_count{model="slow_batch",version="1"}', 0) < 2:
+        assert time.time() < deadline
+        time.sleep(0.005)
     with pytest.raises(InferenceServerException) as e:
         httpclient.InferenceServerClient(sched_server.url).infer("slow_batch", request(3))
     assert "Exceeds maximum queue size" in str(e.value) and "503" in str(e.value)
     assert (first.get_result(timeout=10).as_numpy("OUTPUT0") == 1).all()
     assert (second.get_result(timeout=10).as_numpy("OUTPUT0") == 2).all()
-    stats = c.get_inference_statistics("slow_batch")["model_stats"][0]
-    assert stats["inference_count"] == 2 and stats["execution_count"] == 1
-    assert stats["batch_stats"][0]["batch_size"] == 2
-    assert stats["inference_stats"]["success"]["count"] == 2
-    assert stats["inference_stats"]["fail"]["count"] == 1
-    assert stats["inference_stats"]["queue"]["ns"] > 0.1e9  # they waited for the delay
+    after = slow_batch_stats(c)
+    inferences, executions, success, fail, queue_ns, batches_of_two = (
+        a - b for a, b in zip(after, before))
+    assert inferences == 2 and executions == 1 and batches_of_two == 1
+    assert success == 2 and fail == 1
+    assert queue_ns > 0.1e9  # they waited for the delay
 
 
 def test_request_timeout_and_priority_parameters(sched_server):
