@@ -10,8 +10,8 @@
 #include "config/model_files.h"
 #include "gpu/cuda_driver.h"
 #include "nereid/backend_util.h"
-#include "scheduler/default_scheduler.h"
 #include "scheduler/dynamic_batcher.h"
+#include "scheduler/scheduler_factory.h"
 
 namespace nereid {
 namespace {
@@ -121,21 +121,14 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
     }
   }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
-  if (model->config_.has_dynamic_batching()) {
-    ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(model->config_));
-    if (model->config_.max_batch_size() == 0)
-      LOG_WARNING << "model '" << name << "': dynamic_batching with max_batch_size 0 only queues; "
-                  << "requests are never merged";
-    model->scheduler_ = std::make_unique<DynamicBatcher>(model->config_, std::move(instances),
-                                                         model->stats_.get(), clock, goal);
-    if (goal.goal_us > 0)
-      LOG_INFO << "model '" << name << "': latency-goal batching, p" << goal.percentile * 100
-               << " <= " << goal.goal_us << " us";
-  } else {
-    model->scheduler_ = std::make_unique<DefaultScheduler>(std::move(instances));
-  }
-  RETURN_IF_ERROR(model->scheduler_->start_status());
+  SchedulerContext context{model->config_, std::move(instances), model->stats_.get(), clock};
+  ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, SchedulerFactory::Get().Create(context));
+  model->SetScheduler(std::move(scheduler));
   return model;
+}
+
+void Model::SetScheduler(std::unique_ptr<Scheduler> scheduler) {
+  scheduler_ = std::move(scheduler);
 }
 
 Model::~Model() { Stop(); }

@@ -91,6 +91,8 @@ class Model {
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }
+  // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
+  void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 
   // Backend ABI support.
   void* backend_state = nullptr;

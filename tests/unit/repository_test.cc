@@ -8,6 +8,8 @@
 
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
+#include "scheduler/default_scheduler.h"
+#include "scheduler/scheduler_factory.h"
 #include "test_repository.h"
 
 namespace nereid {
@@ -247,6 +249,57 @@ TEST(RepositoryTest, ReloadsUnderTrafficLoseNothing) {
   for (auto& c : clients) c.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_GT(answered.load(), 0);
+}
+
+// A scheduler registered for a scheduling choice serves the models that make it, with no edit of
+// Model::Create: here one that counts the requests it hands to the default scheduler.
+class CountingScheduler : public Scheduler {
+ public:
+  CountingScheduler(std::unique_ptr<Scheduler> inner, std::atomic<int>* count)
+      : inner_(std::move(inner)), count_(count) {}
+  Status Enqueue(std::unique_ptr<InferenceRequest>& request) override {
+    ++*count_;
+    return inner_->Enqueue(request);
+  }
+  void Stop() override { inner_->Stop(); }
+  bool StopUntil(std::chrono::steady_clock::time_point deadline) override {
+    return inner_->StopUntil(deadline);
+  }
+  void Abandon() override { inner_->Abandon(); }
+  size_t Pending() const override { return inner_->Pending(); }
+
+ private:
+  std::unique_ptr<Scheduler> inner_;
+  std::atomic<int>* count_;
+};
+
+TEST(RepositoryTest, ASchedulerRegisteredForAChoiceServesItsModels) {
+  static std::atomic<int> enqueued{0};
+  enqueued = 0;  // (the test may repeat: --gtest_repeat)
+  SchedulerFactory& factory = SchedulerFactory::Get();
+  factory.Register("sequence", [](SchedulerContext& c) -> StatusOr<std::unique_ptr<Scheduler>> {
+    return std::unique_ptr<Scheduler>(std::make_unique<CountingScheduler>(
+        std::make_unique<DefaultScheduler>(std::move(c.instances)), &enqueued));
+  });
+  Fixture f;
+  f.repo.AddModel("seq", AddConfig("seq") + "sequence_batching { }\n");
+  f.repo.AddModel("plain", AddConfig("plain"));
+  f.Start();
+  {  // (StopAll waits for the models' references to go)
+    auto seq = f.repository->GetModel("seq", -1);
+    auto plain = f.repository->GetModel("plain", -1);
+    ASSERT_TRUE(seq.ok() && plain.ok()) << seq.status().message();
+    EXPECT_EQ(SchedulingChoice((*seq)->config()), "sequence");
+    auto response = Infer(**seq, {1, 2, 3, 4}, {10, 20, 30, 40});
+    ASSERT_TRUE(response && response->status.ok());
+    Infer(**plain, {1, 2, 3, 4}, {10, 20, 30, 40});
+    EXPECT_EQ(enqueued.load(), 1);  // the "sequence" model's request only
+  }
+  f.repository->StopAll();
+  // Back to the built-in choice for the other tests.
+  factory.Register("sequence", [](SchedulerContext& c) -> StatusOr<std::unique_ptr<Scheduler>> {
+    return std::unique_ptr<Scheduler>(std::make_unique<DefaultScheduler>(std::move(c.instances)));
+  });
 }
 
 TEST(RepositoryTest, RequestValidationErrors) {

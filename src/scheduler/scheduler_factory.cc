@@ -1,0 +1,74 @@
+#include "scheduler/scheduler_factory.h"
+
+#include "common/logging.h"
+#include "metrics/model_stats.h"
+#include "scheduler/default_scheduler.h"
+#include "scheduler/dynamic_batcher.h"
+
+namespace nereid {
+
+std::string SchedulingChoice(const inference::ModelConfig& config) {
+  if (config.platform() == "ensemble") return "ensemble";
+  if (config.has_sequence_batching()) return "sequence";
+  if (config.has_dynamic_batching()) return "dynamic";
+  return "default";
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<Scheduler>> MakeDefault(SchedulerContext& c) {
+  return std::unique_ptr<Scheduler>(std::make_unique<DefaultScheduler>(std::move(c.instances)));
+}
+
+StatusOr<std::unique_ptr<Scheduler>> MakeDynamic(SchedulerContext& c) {
+  const inference::ModelConfig& config = c.config;
+  ASSIGN_OR_RETURN(LatencyGoalConfig goal, ReadLatencyGoal(config));
+  if (config.max_batch_size() == 0)
+    LOG_WARNING << "model '" << config.name()
+                << "': dynamic_batching with max_batch_size 0 only queues; requests are never "
+                   "merged";
+  if (goal.goal_us > 0)
+    LOG_INFO << "model '" << config.name() << "': latency-goal batching, p" << goal.percentile * 100
+             << " <= " << goal.goal_us << " us";
+  return std::unique_ptr<Scheduler>(
+      std::make_unique<DynamicBatcher>(config, std::move(c.instances), c.stats, c.clock, goal));
+}
+
+}  // namespace
+
+SchedulerFactory& SchedulerFactory::Get() {
+  static SchedulerFactory* factory = [] {
+    auto* f = new SchedulerFactory();
+    f->Register("default", MakeDefault);
+    f->Register("dynamic", MakeDynamic);
+    // Until the sequence batcher registers itself: a config with sequence_batching (and no control
+    // inputs, which validation refuses) is served one request at a time, and the load log lists
+    // sequence_batching among the fields not acted on.
+    f->Register("sequence", MakeDefault);
+    return f;
+  }();
+  return *factory;
+}
+
+void SchedulerFactory::Register(const std::string& choice, Maker maker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  makers_[choice] = std::move(maker);
+}
+
+StatusOr<std::unique_ptr<Scheduler>> SchedulerFactory::Create(SchedulerContext& context) const {
+  const std::string choice = SchedulingChoice(context.config);
+  Maker maker;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = makers_.find(choice);
+    if (it == makers_.end())
+      return Unsupported("model '" + context.config.name() + "': no scheduler for '" + choice +
+                         "' scheduling yet");
+    maker = it->second;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, maker(context));
+  RETURN_IF_ERROR(scheduler->start_status());
+  return scheduler;
+}
+
+}  // namespace nereid
