@@ -20,19 +20,22 @@ namespace nereid {
 class ModelInstance;
 class ModelStats;
 
-// One backend execution (a batch), recorded in the statistics once: when its first request
-// completes or when Execute returns, whichever comes first, so that no request is counted before
-// the execution it ran in.
+// One backend execution (a batch), reported to the instance's execution observers once: when its
+// first request completes or when Execute returns, whichever comes first, so that no request is
+// counted before the execution it ran in.
 struct BatchExecution {
-  ModelStats* stats = nullptr;
+  const ModelInstance* instance = nullptr;
   int64_t rows = 0;
+  size_t requests = 0;
   uint64_t start_ns = 0;
   std::atomic<bool> recorded{false};
   void Record(uint64_t end_ns);
-  // Guarded by the instance's mutex: requests of this batch not yet completed, and whether Execute
-  // has returned (from then on they count as the instance's released requests).
+  // Guarded by the instance's mutex: requests of this batch not yet completed, whether Execute
+  // has returned (from then on they count as the instance's released requests), and the
+  // latencies of the requests that succeeded before it did (for the scheduler's summary).
   size_t outstanding = 0;
   bool returned = false;
+  std::vector<uint64_t> latencies_ns;
 };
 
 // One request from NereidInstanceExecute until NereidRequestComplete: the request (inputs) and the

@@ -91,6 +91,11 @@ class Model {
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }
+  // Attaches 'observer' to every instance (statistics are attached by Create). Before the model
+  // serves, or while nothing executes: the instances read their observers without a lock.
+  void AddExecutionObserver(const std::shared_ptr<ExecutionObserver>& observer) {
+    for (auto& instance : instances_) instance->AddObserver(observer);
+  }
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
   void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 

@@ -15,10 +15,6 @@
 namespace nereid {
 namespace {
 
-// While an instance thread is inside Execute: where requests completed on that thread record their
-// latency (for the dynamic batcher's latency goal).
-thread_local std::vector<uint64_t>* t_latencies = nullptr;
-
 constexpr uint64_t kCancelCheckAfterNs = 1'000'000;  // 1 ms in the queue
 
 }  // namespace
@@ -53,7 +49,10 @@ void ModelInstance::Finalize() {
 }
 
 void BatchExecution::Record(uint64_t end_ns) {
-  if (!recorded.exchange(true)) stats->RecordExecution(rows, 0, end_ns - start_ns, 0);
+  if (recorded.exchange(true)) return;
+  const ExecutionRecord record{
+      &instance->name(), instance->kind(), instance->device_id(), start_ns, end_ns, rows, requests};
+  for (const auto& observer : instance->observers()) observer->OnExecution(record);
 }
 
 ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
@@ -62,7 +61,7 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   handles.reserve(batch.size());
   const uint64_t start = SteadyNowNs();
   auto execution = std::make_shared<BatchExecution>();
-  execution->stats = &model_->stats();
+  execution->instance = this;
   execution->start_ns = start;
   for (auto& request : batch) {
     // A client that left while its request waited gets nothing computed. Only requests that waited
@@ -91,12 +90,12 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   batch.clear();
   if (handles.empty()) return summary;
   execution->rows = summary.rows;
+  execution->requests = handles.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_ += handles.size();
     execution->outstanding = handles.size();
   }
-  t_latencies = &summary.latencies_ns;
   Status batch_status = StatusFromBackend(
       model_->backend().instance_execute(reinterpret_cast<NereidInstance*>(this), handles.data(),
                                          static_cast<uint32_t>(handles.size())));
@@ -105,12 +104,12 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
     // The backend took none of the requests.
     for (NereidRequest* h : handles) Complete(BackendRequest::From(h), batch_status);
   }
-  t_latencies = nullptr;
   summary.exec_ns = end - start;
   execution->Record(end);
   {
     std::lock_guard<std::mutex> lock(mu_);
     execution->returned = true;
+    summary.latencies_ns = std::move(execution->latencies_ns);
     released_.fetch_add(execution->outstanding, std::memory_order_relaxed);
   }
   return summary;
@@ -181,6 +180,7 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;
   request.times.compute_end_ns = end;
+  const bool succeeded = status.ok();
   if (!status.ok()) {
     stats.RecordFailure(status.code() == Status::Code::kCancelled ? FailureReason::kCanceled
                                                                   : FailureReason::kBackend,
@@ -203,7 +203,6 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
     stats.RecordSuccess(request.batch_size, request_ns, r->exec_start_ns - request.times.queued_ns,
                         compute_start - r->exec_start_ns, compute_end - compute_start,
                         end > compute_end ? end - compute_end : 0, now_ms);
-    if (t_latencies != nullptr) t_latencies->push_back(request_ns);
     if (!r->final_sent) {
       auto response = std::move(r->response);
       if (decoupled && response->outputs.empty()) response->empty_final = true;
@@ -218,6 +217,7 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   owned.reset();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (succeeded && !execution->returned) execution->latencies_ns.push_back(request_ns);
     --execution->outstanding;
     if (execution->returned) released_.fetch_sub(1, std::memory_order_relaxed);
     if (--outstanding_ == 0) idle_.notify_all();

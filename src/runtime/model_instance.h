@@ -13,6 +13,7 @@
 
 #include "nereid/backend.h"
 #include "request/inference_request.h"
+#include "runtime/execution_observer.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
@@ -43,6 +44,12 @@ class ModelInstance : public BatchExecutor {
   // (the scheduler no longer counts them).
   size_t Released() const { return released_.load(std::memory_order_relaxed); }
 
+  // Adds an observer of every batch this instance executes (before it serves).
+  void AddObserver(std::shared_ptr<ExecutionObserver> observer) {
+    observers_.push_back(std::move(observer));
+  }
+  const std::vector<std::shared_ptr<ExecutionObserver>>& observers() const { return observers_; }
+
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }
   NereidInstanceKind kind() const { return kind_; }
@@ -64,6 +71,7 @@ class ModelInstance : public BatchExecutor {
   std::condition_variable idle_;
   size_t outstanding_ = 0;
   std::atomic<size_t> released_{0};
+  std::vector<std::shared_ptr<ExecutionObserver>> observers_;
 };
 
 }  // namespace nereid

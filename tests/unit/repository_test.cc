@@ -302,6 +302,39 @@ TEST(RepositoryTest, ASchedulerRegisteredForAChoiceServesItsModels) {
   });
 }
 
+TEST(RepositoryTest, AnExecutionObserverSeesEveryBatch) {
+  struct Recorder : ExecutionObserver {
+    std::mutex mu;
+    std::vector<ExecutionRecord> seen;
+    std::vector<std::string> names;  // (the record's name pointer lives only during the call)
+    void OnExecution(const ExecutionRecord& r) override {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(r);
+      names.push_back(*r.instance);
+    }
+  };
+  auto recorder = std::make_shared<Recorder>();
+  Fixture f;
+  f.repo.AddModel("add", AddConfig("add"));
+  f.Start();
+  {
+    auto model = f.repository->GetModel("add", -1);
+    ASSERT_TRUE(model.ok());
+    (*model)->AddExecutionObserver(recorder);
+    ASSERT_TRUE(Infer(**model, {1, 2, 3, 4, 5, 6, 7, 8}, {1, 1, 1, 1, 1, 1, 1, 1}));
+    ASSERT_TRUE(Infer(**model, {1, 2, 3, 4}, {1, 1, 1, 1}));
+  }
+  f.repository->StopAll();
+  std::lock_guard<std::mutex> lock(recorder->mu);
+  ASSERT_EQ(recorder->seen.size(), 2u);
+  EXPECT_EQ(recorder->seen[0].rows, 2);
+  EXPECT_EQ(recorder->seen[1].rows, 1);
+  EXPECT_EQ(recorder->seen[0].requests, 1u);
+  EXPECT_EQ(recorder->seen[0].kind, NEREID_INSTANCE_CPU);
+  EXPECT_EQ(recorder->names[0], "add_0_0");
+  EXPECT_GE(recorder->seen[0].end_ns, recorder->seen[0].start_ns);
+}
+
 TEST(RepositoryTest, RequestValidationErrors) {
   Fixture f;
   f.repo.AddModel("add", AddConfig("add", 2));

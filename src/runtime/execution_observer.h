@@ -1,0 +1,45 @@
+// ExecutionObserver: what sees every batch a ModelInstance executes (its device, when it ran, how
+// many rows and requests). Model statistics are one observer (StatsObserver); energy attribution
+// and tracing attach the same way, with no change to ModelInstance.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "metrics/model_stats.h"
+#include "nereid/backend.h"
+
+namespace nereid {
+
+struct ExecutionRecord {
+  const std::string* instance = nullptr;  // the instance's name (valid during OnExecution only)
+  NereidInstanceKind kind = NEREID_INSTANCE_CPU;
+  int32_t device = 0;
+  uint64_t start_ns = 0;  // the backend's Execute call began (SteadyNowNs)
+  uint64_t end_ns = 0;  // it returned, or the batch's first request completed, whichever came first
+  int64_t rows = 0;     // the requests' batch sizes summed
+  size_t requests = 0;
+};
+
+class ExecutionObserver {
+ public:
+  virtual ~ExecutionObserver() = default;
+  // Once per executed batch, on whichever thread ends it first (the instance's, or a backend's
+  // completing a request before Execute returned). Must not block.
+  virtual void OnExecution(const ExecutionRecord& record) = 0;
+};
+
+// The statistics extension's execution count and per-batch-size compute times.
+class StatsObserver : public ExecutionObserver {
+ public:
+  explicit StatsObserver(ModelStats* stats) : stats_(stats) {}
+  void OnExecution(const ExecutionRecord& r) override {
+    stats_->RecordExecution(r.rows, 0, r.end_ns - r.start_ns, 0);
+  }
+
+ private:
+  ModelStats* stats_;
+};
+
+}  // namespace nereid
