@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -85,13 +86,16 @@ TEST(ModelControlTest, WaitingRequestsAreBoundedInCountAndBytes) {
   ModelControl control;
   Gate gate;
   Answers answers;
+  std::promise<void> running;
   control.Run(
       "a", 0,
       [&] {
+        running.set_value();
         gate.Wait();
         return Status::Ok();
       },
       answers.Callback());
+  running.get_future().wait();  // it no longer waits: it runs
   // The first runs; kMaxWaiting more may wait; the next is refused at once, on this thread.
   for (size_t i = 0; i < ModelControl::kMaxWaiting; ++i)
     control.Run(
@@ -108,13 +112,16 @@ TEST(ModelControlTest, WaitingRequestsAreBoundedInCountAndBytes) {
 
   Gate second;
   Answers big;
+  std::promise<void> second_running;
   control.Run(
       "b", 0,
       [&] {
+        second_running.set_value();
         second.Wait();
         return Status::Ok();
       },
       big.Callback());
+  second_running.get_future().wait();
   control.Run(
       "b", ModelControl::kMaxWaitingBytes, [] { return Status::Ok(); }, big.Callback());
   Status too_big;
