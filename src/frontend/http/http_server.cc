@@ -26,7 +26,7 @@
 #include "frontend/http/compression.h"
 #include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
-#include "frontend/http/prometheus.h"
+#include "metrics/prometheus.h"
 #include "frontend/http/receive_body.h"
 #include "frontend/http/timeouts.h"
 #include "memory/memory_pool.h"

@@ -1,5 +1,6 @@
 // Prometheus text exposition of the per-model counters (Triton's metric names) and Nereid's latency
-// histograms. Rendering reads the atomics; nothing on the request path formats or locks.
+// histograms, for whichever frontend serves the metrics port (HTTP today). Rendering reads the
+// atomics; nothing on the request path formats or locks.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-#include "frontend/http/prometheus.h"
+#include "metrics/prometheus.h"
 
 #include <sstream>
 
