@@ -31,7 +31,8 @@ import tritonclient.http as httpclient  # noqa: E402
 
 import models as test_models  # noqa: E402
 from conftest import Server  # noqa: E402
-from test_isolation import BLOCKS_AT_IMPORT, HANGS, rss_mb, scalar, timed  # noqa: E402
+from test_isolation import (BLOCKS_AT_IMPORT, HANGS, rss_mb, scalar,  # noqa: E402
+                            start_big_loads, timed)
 from test_python_backend import MODELS, write  # noqa: E402
 
 
@@ -71,15 +72,7 @@ def main():
             rows.append(("stuck import", "unload add_sub", timed(lambda: c.unload_model("add_sub"))[0]))
             rows.append(("stuck import", "load add_sub", timed(lambda: c.load_model("add_sub"))[0]))
             before = rss_mb(s.proc.pid)
-            big = '{"backend":"python","parameters":{"pad":{"string_value":"' + "x" * (20 << 20) + '"}}}'
-            results = [None] * 10
-
-            def one(i):
-                results[i] = timed(lambda: httpclient.InferenceServerClient(
-                    s.url, network_timeout=120).load_model("blocks_at_import", config=big))
-            threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
-            for t in threads:
-                t.start()
+            threads, results = start_big_loads(s.url, "blocks_at_import")
             time.sleep(2)
             grown = rss_mb(s.proc.pid) - before
             for t in threads:

@@ -384,6 +384,21 @@ def test_a_model_blocking_at_import_times_out_and_others_load(repo):
         assert s.stop() == 0, s.read_log()
 
 
+def start_big_loads(url, model, count=10, mib=20):
+    """Sends 'count' loads of 'model', each with a config padded to 'mib' MiB, on threads of their
+    own: (threads, results), results[i] being timed()'s (seconds, error) once thread i is done."""
+    big = '{"backend":"python","parameters":{"pad":{"string_value":"' + "x" * (mib << 20) + '"}}}'
+    results = [None] * count
+
+    def one(i):
+        results[i] = timed(lambda: httpclient.InferenceServerClient(
+            url, network_timeout=120).load_model(model, config=big))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    return threads, results
+
+
 def test_queued_control_requests_are_bounded(repo):
     s = serve(repo, args=["--http-max-input-size=67108864"])
     try:
@@ -391,15 +406,7 @@ def test_queued_control_requests_are_bounded(repo):
             s.url, network_timeout=60).load_model("blocks_at_import")))
         loader.start()
         time.sleep(0.5)
-        big = '{"backend":"python","parameters":{"pad":{"string_value":"' + "x" * (20 << 20) + '"}}}'
-        results = [None] * 10
-
-        def one(i):
-            results[i] = timed(lambda: httpclient.InferenceServerClient(
-                s.url, network_timeout=60).load_model("blocks_at_import", config=big))
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
-        for t in threads:
-            t.start()
+        threads, results = start_big_loads(s.url, "blocks_at_import")
         for t in threads:
             t.join(timeout=60)
         refused = [r for r in results if "too many model control requests are waiting" in r[1]]
