@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, builds, runs the C++ unit tests and fuzz corpora
-# (ctest), the end-to-end tests (pytest: the real binary on free ports, driven by the real
-# tritonclient), then the sanitizer pass (scripts/sanitize.sh). See docs/testing.md.
+# Runs every test: installs what is missing, checks the formatting (scripts/lint.sh), builds, runs
+# the C++ unit tests and fuzz corpora (ctest), the end-to-end tests (pytest: the real binary on
+# ports it picks, driven by the real tritonclient), then the sanitizer pass (scripts/sanitize.sh).
+# See docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+echo "== lint (scripts/lint.sh: clang-format over C++, CUDA and proto sources)"
+scripts/lint.sh
 scripts/build.sh
 echo "== unit tests (ctest)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"

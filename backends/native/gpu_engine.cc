@@ -766,8 +766,8 @@ class GpuInstance {
   // that can run it against cuBLAS on this device and keeps the fastest: cuBLAS stays wherever the
   // custom kernels do not win by 5%. Each candidate is timed as it runs when serving, inside a CUDA
   // graph: 20 launches captured once, the graph uploaded, then replayed 3 times (CUDA events, the
-  // fastest replay counts), on non-zero data. Timed eagerly instead, cuBLAS's host cost per call (its heuristics)
-  // would count against it although a graph replay never pays it.
+  // fastest replay counts), on non-zero data. Timed eagerly instead, cuBLAS's host cost per call
+  // (its heuristics) would count against it although a graph replay never pays it.
   Status Tune(int64_t rows) {
     RETURN_IF_ERROR(Grow(rows));
     // A small non-zero pattern (about 0.0115 as fp32, bf16 or fp16): never time on zeros.

@@ -612,8 +612,8 @@ class Instance {
         Log(NEREID_LOG_WARNING, "model '" + m_->name + "': output '" + name + "' is " +
                                     std::string(backend::DataTypeName(declared->second)) +
                                     " in the config, but execute() returned " +
+                                    StringField(*found, "datatype") + "; it is sent as " +
                                     StringField(*found, "datatype") +
-                                    "; it is sent as " + StringField(*found, "datatype") +
                                     ", as Triton does (make the numpy array's dtype match)");
       }
       std::vector<int64_t> shape;

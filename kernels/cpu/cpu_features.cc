@@ -4,8 +4,8 @@ namespace nereid::kernels {
 
 bool HasAvx2Fma() {
   // __builtin_cpu_init first: callers may run before the constructors that would do it.
-  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx2")) &&
-                          __builtin_cpu_supports("fma");
+  static const bool has =
+      (__builtin_cpu_init(), __builtin_cpu_supports("avx2")) && __builtin_cpu_supports("fma");
   return has;
 }
 

@@ -135,9 +135,9 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float
 // of A folded into the FMAs; A panels packed STRIDE rows wide (MR < STRIDE: a partial panel).
 // Partial tiles store through masks.
 template <int MR, int STRIDE = MR>
-__attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const float* a, const float* b,
-                                                          float alpha, float* c, int64_t ldc,
-                                                          int64_t m, int64_t n) {
+__attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const float* a,
+                                                          const float* b, float alpha, float* c,
+                                                          int64_t ldc, int64_t m, int64_t n) {
   __m512 acc[MR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -163,7 +163,9 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
     return;
   }
   const __mmask16 m0 = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
-  const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+  const __mmask16 m1 = n >= 32   ? 0xffff
+                       : n <= 16 ? 0
+                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     if (i >= m) break;
@@ -203,8 +205,12 @@ constexpr MicroKernel kAvx512Partial[] = {
     MicroKernelAvx512<11, 12>,
 };
 constexpr MicroKernel kAvx2Partial[] = {
-    nullptr,           MicroKernelAvx2<1>, MicroKernelAvx2<2>,
-    MicroKernelAvx2<3>, MicroKernelAvx2<4>, MicroKernelAvx2<5>,
+    nullptr,
+    MicroKernelAvx2<1>,
+    MicroKernelAvx2<2>,
+    MicroKernelAvx2<3>,
+    MicroKernelAvx2<4>,
+    MicroKernelAvx2<5>,
 };
 
 bool Always() { return true; }
@@ -222,10 +228,10 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
                  BlockOfB&& packed_block);
 
 // NEREID_SGEMM_KERNEL names one; otherwise the fastest of the kernels this CPU supports, measured
-// on what the server runs: a 48 x 512 x 256 product on pre-packed B (A packed per call), best of five
-// rounds, interleaved (about a millisecond in all). AVX-512 wins where the CPU has two 512-bit FMA
-// ports; on CPUs that split 512-bit FMAs (Zen 4) the two are close and either may win. (Timing the
-// micro-kernel alone on L1-resident panels picked AVX2 on Zen 4 where the whole GEMM ran 5-25%
+// on what the server runs: a 48 x 512 x 256 product on pre-packed B (A packed per call), best of
+// five rounds, interleaved (about a millisecond in all). AVX-512 wins where the CPU has two 512-bit
+// FMA ports; on CPUs that split 512-bit FMAs (Zen 4) the two are close and either may win. (Timing
+// the micro-kernel alone on L1-resident panels picked AVX2 on Zen 4 where the whole GEMM ran 5-25%
 // faster with AVX-512.)
 const KernelConfig* Calibrate() {
   if (const char* want = std::getenv("NEREID_SGEMM_KERNEL"))
@@ -482,8 +488,7 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
           for (int i = 0; i < M; ++i) {
             const __m256 x = _mm256_set1_ps(trans_a ? a[(pc + q) * lda + i] : a[i * lda + pc + q]);
 #pragma GCC unroll 4
-            for (int v = 0; v < kVecs; ++v)
-              acc[u][i][v] = _mm256_fmadd_ps(x, bv[v], acc[u][i][v]);
+            for (int v = 0; v < kVecs; ++v) acc[u][i][v] = _mm256_fmadd_ps(x, bv[v], acc[u][i][v]);
           }
         };
         for (; p + kU <= kc; p += kU)
@@ -533,7 +538,8 @@ void SmallMPacked(int64_t m, const PackedMatrixB& b, float alpha, const float* a
 PackedMatrixB::PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb)
     : k_(k), n_(n) {
   const KernelConfig& cfg = SelectKernel();
-  kernel_ = KernelIndex(cfg);  // packed for this kernel: SgemmPacked runs it even if another is chosen later
+  kernel_ = KernelIndex(
+      cfg);  // packed for this kernel: SgemmPacked runs it even if another is chosen later
   nr_ = cfg.nr;
   kc_ = cfg.kc;
   nc_ = cfg.nc;

@@ -1,7 +1,7 @@
 // Single-precision GEMM for the native engine: C = alpha * op(A) * op(B) + beta * C, row-major.
 // Cache-blocked (BLIS-style packing of A and B panels) with an AVX-512 12x32 or AVX2/FMA 6x16
-// micro-kernel selected at run time and a portable fallback. Small-M products (batch-1 inference) take a streaming path
-// that reads B once without packing.
+// micro-kernel selected at run time and a portable fallback. Small-M products (batch-1 inference)
+// take a streaming path that reads B once without packing.
 #pragma once
 
 #include <cstdint>

@@ -48,11 +48,16 @@ __device__ __forceinline__ float Activate(float x) {
 // and saves a kernel instantiation per activation).
 __device__ __forceinline__ float ActivateAny(Activation a, float x) {
   switch (a) {
-    case Activation::kRelu: return Activate<Activation::kRelu>(x);
-    case Activation::kSigmoid: return Activate<Activation::kSigmoid>(x);
-    case Activation::kTanh: return Activate<Activation::kTanh>(x);
-    case Activation::kGelu: return Activate<Activation::kGelu>(x);
-    default: return x;
+    case Activation::kRelu:
+      return Activate<Activation::kRelu>(x);
+    case Activation::kSigmoid:
+      return Activate<Activation::kSigmoid>(x);
+    case Activation::kTanh:
+      return Activate<Activation::kTanh>(x);
+    case Activation::kGelu:
+      return Activate<Activation::kGelu>(x);
+    default:
+      return x;
   }
 }
 
@@ -60,11 +65,21 @@ __device__ __forceinline__ float ActivateAny(Activation a, float x) {
 
 // Expands F with each activation as a compile-time constant: DISPATCH_ACTIVATION(act, F) calls
 // F(std::integral_constant<Activation, act>).
-#define NEREID_DISPATCH_ACTIVATION(act, F)                                          \
-  switch (act) {                                                                    \
-    case Activation::kRelu: F(std::integral_constant<Activation, Activation::kRelu>{}); break;       \
-    case Activation::kSigmoid: F(std::integral_constant<Activation, Activation::kSigmoid>{}); break; \
-    case Activation::kTanh: F(std::integral_constant<Activation, Activation::kTanh>{}); break;       \
-    case Activation::kGelu: F(std::integral_constant<Activation, Activation::kGelu>{}); break;       \
-    default: F(std::integral_constant<Activation, Activation::kNone>{}); break;     \
+#define NEREID_DISPATCH_ACTIVATION(act, F)                           \
+  switch (act) {                                                     \
+    case Activation::kRelu:                                          \
+      F(std::integral_constant<Activation, Activation::kRelu>{});    \
+      break;                                                         \
+    case Activation::kSigmoid:                                       \
+      F(std::integral_constant<Activation, Activation::kSigmoid>{}); \
+      break;                                                         \
+    case Activation::kTanh:                                          \
+      F(std::integral_constant<Activation, Activation::kTanh>{});    \
+      break;                                                         \
+    case Activation::kGelu:                                          \
+      F(std::integral_constant<Activation, Activation::kGelu>{});    \
+      break;                                                         \
+    default:                                                         \
+      F(std::integral_constant<Activation, Activation::kNone>{});    \
+      break;                                                         \
   }

@@ -110,13 +110,13 @@ uint64_t AdaptiveDelay::DelayNs(int64_t pending, uint64_t oldest_ns) const {
   const double wait = deadline - last;  // the batcher asks at an arrival or when an instance frees
   if (wait <= 0) return delay;          // already due
   const int64_t rows_now = std::max<int64_t>(pending, 1);
-  const int64_t rows_then = std::min<int64_t>(
-      rows_now + static_cast<int64_t>(wait / interarrival_ns_), max_batch_size_);
+  const int64_t rows_then =
+      std::min<int64_t>(rows_now + static_cast<int64_t>(wait / interarrival_ns_), max_batch_size_);
   if (rows_then <= rows_now) return 0;
   const double rate_now =
       static_cast<double>(rows_now) / static_cast<double>(ExecEstimateLocked(rows_now));
-  const double rate_then = static_cast<double>(rows_then) /
-                           (wait + static_cast<double>(ExecEstimateLocked(rows_then)));
+  const double rate_then =
+      static_cast<double>(rows_then) / (wait + static_cast<double>(ExecEstimateLocked(rows_then)));
   return rate_then > kMinWaitGain * rate_now ? delay : 0;
 }
 

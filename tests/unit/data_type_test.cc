@@ -1,11 +1,11 @@
 // Shape arithmetic on untrusted shapes: element and byte counts that overflow are refused, and a
 // variable dimension is filled only when the fixed ones divide the total.
+#include "common/data_type.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <limits>
-
-#include "common/data_type.h"
 
 namespace nereid {
 namespace {

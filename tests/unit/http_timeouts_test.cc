@@ -1,7 +1,7 @@
 // The HTTP server's timeout rule (frontend/http/timeouts.h).
-#include "frontend/http/timeouts.h"
-
 #include <gtest/gtest.h>
+
+#include "frontend/http/timeouts.h"
 
 namespace nereid::http {
 namespace {

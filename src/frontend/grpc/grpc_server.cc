@@ -206,9 +206,10 @@ Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
   if (raw)
     for (const auto& t : message.inputs())
       if (t.has_contents())
-        return InvalidArgument("contents field must not be specified when using "
-                               "raw_input_contents for '" +
-                               t.name() + "' for model '" + model.name() + "'");
+        return InvalidArgument(
+            "contents field must not be specified when using "
+            "raw_input_contents for '" +
+            t.name() + "' for model '" + model.name() + "'");
   if (raw && parsed.raw.size() != static_cast<size_t>(message.inputs_size()))
     return InvalidArgument("expected " + std::to_string(message.inputs_size()) +
                            " raw_input_contents (one per input), got " +

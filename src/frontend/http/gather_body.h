@@ -4,8 +4,8 @@
 #pragma once
 
 #include <boost/asio/buffer.hpp>
-#include <boost/container/small_vector.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/container/small_vector.hpp>
 #include <boost/optional.hpp>
 #include <string>
 #include <utility>

@@ -26,10 +26,10 @@
 #include "frontend/http/compression.h"
 #include "frontend/http/gather_body.h"
 #include "frontend/http/infer_codec.h"
-#include "metrics/prometheus.h"
 #include "frontend/http/receive_body.h"
 #include "frontend/http/timeouts.h"
 #include "memory/memory_pool.h"
+#include "metrics/prometheus.h"
 
 namespace nereid::http {
 namespace {
