@@ -958,17 +958,21 @@ class Instance {
     try {
       BlsUnchecked(channel, m);
     } catch (const std::exception& e) {
-      rapidjson::Document h = Answer(m.header["call"].GetUint64(), true);
-      auto& a = h.GetAllocator();
-      rapidjson::Value error(rapidjson::kObjectType);
-      error.AddMember(
-          "message",
-          rapidjson::Value((std::string("malformed BLS request: ") + e.what()).c_str(), a), a);
-      error.AddMember("code", 3, a);  // INVALID_ARG
-      h.AddMember("error", error, a);
-      h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
-      channel->Write(Json(h));
+      AnswerWithError(channel, m.header["call"].GetUint64(),
+                      NereidErrorNew(NEREID_ERROR_INVALID_ARG,
+                                     (std::string("malformed BLS request: ") + e.what()).c_str()));
     }
+  }
+
+  // Ends BLS call 'call' with 'error' (taken) and no outputs.
+  static void AnswerWithError(const std::shared_ptr<Channel>& channel, uint64_t call,
+                              NereidError* error) {
+    rapidjson::Document h = Answer(call, true);
+    auto& a = h.GetAllocator();
+    h.AddMember("error", ErrorJson(error, a), a);
+    h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
+    NereidErrorDelete(error);
+    channel->Write(Json(h));
   }
 
   static void BlsUnchecked(const std::shared_ptr<Channel>& channel, const Message& m) {
@@ -1034,12 +1038,7 @@ class Instance {
       call.release();     // the callback frees it with the final response
       return;
     }
-    rapidjson::Document h = Answer(call->call, true);
-    auto& a = h.GetAllocator();
-    h.AddMember("error", ErrorJson(error, a), a);
-    h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
-    NereidErrorDelete(error);
-    channel->Write(Json(h));
+    AnswerWithError(channel, call->call, error);
   }
 
   static rapidjson::Value ErrorJson(const NereidError* e, rapidjson::Document::AllocatorType& a) {

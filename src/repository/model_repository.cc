@@ -140,15 +140,24 @@ ModelRepository::~ModelRepository() {
   // all (a backend that ignores NereidModelAbort) is left to the process's exit.
   const auto deadline =
       std::chrono::steady_clock::now() + options_.unload_timeout + 2 * Model::kAbortGrace;
-  std::lock_guard<std::mutex> lock(tasks_mu_);
-  for (auto& task : tasks_) {
-    while (!task.done->load() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (task.done->load()) {
-      task.thread.join();
-    } else {
-      LOG_ERROR << "a model load or unload is still running at exit; leaving it";
-      task.thread.detach();
+  // Taken out of tasks_ before waiting: a task that ends now may retire what it built, which
+  // starts another task (Background takes tasks_mu_), waited for in the next round.
+  for (;;) {
+    std::vector<Task> tasks;
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      tasks.swap(tasks_);
+    }
+    if (tasks.empty()) break;
+    for (auto& task : tasks) {
+      while (!task.done->load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (task.done->load()) {
+        task.thread.join();
+      } else {
+        LOG_ERROR << "a model load or unload is still running at exit; leaving it";
+        task.thread.detach();
+      }
     }
   }
 }
@@ -255,13 +264,11 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   std::vector<std::weak_ptr<Model>> started;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    attempt->abandoned = true;
-    started = attempt->started;
+    started = AbandonLocked(*attempt);
     ModelEntry& m = models_[name];
     if (m.generation == generation) m.reason = reason;
   }
-  for (auto& weak : started)
-    if (auto model = weak.lock()) model->Abort();
+  AbortStarted(started);
   LOG_ERROR << reason;
   return Unavailable(reason);
 }
@@ -451,6 +458,16 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
                        "unload began); what it built is stopped");
   if (!first_error.empty()) return InvalidArgument(first_error);
   return Status::Ok();
+}
+
+std::vector<std::weak_ptr<Model>> ModelRepository::AbandonLocked(LoadAttempt& attempt) {
+  attempt.abandoned = true;
+  return attempt.started;
+}
+
+void ModelRepository::AbortStarted(const std::vector<std::weak_ptr<Model>>& started) {
+  for (const auto& weak : started)
+    if (auto model = weak.lock()) model->Abort();
 }
 
 void ModelRepository::Background(std::function<void()> task) {
@@ -667,8 +684,8 @@ void ModelRepository::StopAll() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     for (const auto& attempt : loading_) {
-      attempt->abandoned = true;
-      loading.insert(loading.end(), attempt->started.begin(), attempt->started.end());
+      auto started = AbandonLocked(*attempt);
+      loading.insert(loading.end(), started.begin(), started.end());
     }
     for (auto& [name, m] : models_)
       for (auto& [v, entry] : m.versions)
@@ -679,8 +696,7 @@ void ModelRepository::StopAll() {
           stopped.push_back(Retire(std::move(one)));  // Background takes tasks_mu_, not mu_
         }
   }
-  for (auto& weak : loading)
-    if (auto model = weak.lock()) model->Abort();  // loads still running end soon
+  AbortStarted(loading);  // loads still running end soon
   for (auto& flag : stopped)
     while (!flag->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }

@@ -142,6 +142,10 @@ class ModelRepository {
   // model whose threads never return is kept alive for ever). The returned flag turns true when
   // all are stopped.
   std::shared_ptr<std::atomic<bool>> Retire(std::vector<std::shared_ptr<Model>> retired);
+  // Gives up on a load (with mu_ held): what it builds from now on is aborted at once and never
+  // committed. Returns the models it has started, for AbortStarted (outside the lock).
+  static std::vector<std::weak_ptr<Model>> AbandonLocked(LoadAttempt& attempt);
+  static void AbortStarted(const std::vector<std::weak_ptr<Model>>& started);
   // Runs 'task' on a thread the destructor waits for; finished ones are joined as new ones start.
   void Background(std::function<void()> task);
   StatusOr<std::string> FindModelDir(const std::string& name) const;

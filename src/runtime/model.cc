@@ -157,11 +157,9 @@ bool Model::Stop(std::chrono::milliseconds timeout) {
                             : now + timeout;
   // Every wait below ends at the deadline; past it, the backend is told to give up once, and
   // what still waits gets the grace period.
-  bool aborted = false;
   auto wait = [&](auto&& done) {
     if (done(deadline)) return true;
-    if (!aborted) {
-      aborted = true;
+    if (!aborted_.load()) {  // Abort() sets it
       LOG_WARNING << "model '" << name_ << "' version " << version_ << ": requests still running "
                   << "when the unload timeout passed; aborting them";
       Abort();

@@ -200,9 +200,8 @@ class TritonPythonModel:
         pb_utils.Logger.log_info("start " + "x" * (65 << 20))
 
     def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(requests[0], "X")
-                                            .__class__("Y", pb_utils.get_input_tensor_by_name(
-                                                requests[0], "X").as_numpy())])]
+        x = pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)])]
 ''')
 
 # Y holds X[0] MiB of bytes (a large output).
