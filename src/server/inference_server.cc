@@ -25,6 +25,24 @@ ServerMetadata InferenceServer::GetServerMetadata() const {
 
 bool InferenceServer::Ready() const { return repository_->Ready(); }
 
+StatusOr<std::shared_ptr<Model>> InferenceServer::ModelFor(const std::string& name, int64_t version,
+                                                           InferEndpoint endpoint) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, GetModel(name, version));
+  RETURN_IF_ERROR(CheckEndpoint(*model, endpoint));
+  return model;
+}
+
+StatusOr<std::unique_ptr<InferenceRequest>> InferenceServer::BuildRequest(
+    RequestDescription description, InferEndpoint endpoint, std::shared_ptr<Model> model) const {
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<InferenceRequest> r,
+      BuildInferenceRequest(std::move(description), endpoint, model->config(), &shared_memory_));
+  r->model_name = model->name();
+  r->model_version = model->version();
+  r->model = std::move(model);
+  return r;
+}
+
 Status InferenceServer::ModelReady(const std::string& name, int64_t version) const {
   return repository_->GetModel(name, version).status();
 }

@@ -16,6 +16,7 @@
 #include "repository/model_repository.h"
 #include "request/inference_request.h"
 #include "server/model_control.h"
+#include "server/request_builder.h"
 
 namespace nereid {
 
@@ -73,6 +74,15 @@ class InferenceServer {
   // ---- inference ----
   // The model a request names (version -1: newest ready), or NOT_FOUND / UNAVAILABLE.
   StatusOr<std::shared_ptr<Model>> GetModel(const std::string& name, int64_t version) const;
+  // The model a request to 'endpoint' names: GetModel, and refused when it cannot answer there
+  // (a decoupled model over HTTP or unary gRPC).
+  StatusOr<std::shared_ptr<Model>> ModelFor(const std::string& name, int64_t version,
+                                            InferEndpoint endpoint) const;
+  // The request a frontend decoded, put together for 'model' (from ModelFor), shared-memory
+  // tensors resolved in this server's registry (request_builder.h), and routed to it.
+  StatusOr<std::unique_ptr<InferenceRequest>> BuildRequest(RequestDescription description,
+                                                           InferEndpoint endpoint,
+                                                           std::shared_ptr<Model> model) const;
   // Validates and enqueues a routed request (request->model set). On error the caller still owns
   // the request. Its responses come through request->on_complete, with outputs the client asked
   // to classify already classified.

@@ -42,35 +42,192 @@ def inputs_json(**overrides):
     return json.dumps({"inputs": [base, {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]})
 
 
+# The request rules, written once: each case is one request in protocol-neutral form, sent over
+# HTTP (JSON, or binary sections for "raw" data) and over gRPC (contents, or raw_input_contents),
+# with the HTTP status, the gRPC code and the message both must give. An input is
+# (name, datatype, shape, data): data is ("typed", values), ("raw", bytes) or
+# ("shm", region, offset, byte_size). Cases that only one wire can express (malformed JSON, a
+# corrupt gzip body, raw_input_contents counts) are in the HTTP-only table below and test_grpc.py.
+SHM_REGION = "bad_input_table"
+ZEROS = [0] * 16
+
+
+def tensor(name="INPUT0", datatype="INT32", shape=(1, 16), data=("typed", ZEROS)):
+    return (name, datatype, list(shape), data)
+
+
+def simple(**overrides):
+    """simple's two good inputs, INPUT0 changed by 'overrides' (INPUT1 sent raw when INPUT0 is:
+    gRPC allows no mix of contents and raw_input_contents)."""
+    first = tensor(**overrides)
+    raw = first[3][0] == "raw"
+    return [first, tensor("INPUT1", data=("raw", b"\0" * 64) if raw else ("typed", ZEROS))]
+
+
+def request(inputs, outputs=(), parameters=None, model="simple", version=""):
+    return {"model": model, "version": version, "inputs": inputs, "outputs": list(outputs),
+            "parameters": parameters or {}}
+
+
+SHM_IN = ("shm", SHM_REGION, 0, 64)
+SHM_OUT = {"shared_memory_region": SHM_REGION, "shared_memory_byte_size": 64,
+           "shared_memory_offset": 64}
+NEUTRAL_CASES = {
+    "wrong_shape": (request(simple(shape=(1, 8), data=("typed", [0] * 8))),
+                    400, "INVALID_ARGUMENT", "unexpected shape"),
+    "negative_shape": (request(simple(shape=(1, -16))), 400, "INVALID_ARGUMENT",
+                       "shape entries must be non-negative"),
+    "element_count": (request(simple(data=("typed", [0] * 15))), 400, "INVALID_ARGUMENT",
+                      "unexpected number of elements for input 'INPUT0'"),
+    "raw_too_short": (request(simple(data=("raw", b"\0" * 10))), 400, "INVALID_ARGUMENT",
+                      "bytes of data"),
+    "wrong_datatype": (request(simple(datatype="FP32", data=("raw", b"\0" * 64))), 400,
+                       "INVALID_ARGUMENT", "data-type"),
+    "unknown_datatype": (request(simple(datatype="INT33")), 400, "INVALID_ARGUMENT",
+                         "input 'INPUT0' has unknown datatype 'INT33'"),
+    "batch_too_big": (request([tensor(n, shape=(9, 16), data=("raw", b"\0" * 576))
+                               for n in ("INPUT0", "INPUT1")]),
+                      400, "INVALID_ARGUMENT", "batch-size must be <= 8"),
+    "missing_input": (request([tensor()]), 400, "INVALID_ARGUMENT", "INPUT1"),
+    "unknown_input": (request(simple(name="INPUT9")), 400, "INVALID_ARGUMENT",
+                      "unexpected inference input"),
+    "unknown_output": (request(simple(), outputs=[("NOPE", {})]), 400, "INVALID_ARGUMENT",
+                       "unexpected inference output"),
+    "unknown_model": (request(simple(), model="no_such_model"), 404, "NOT_FOUND",
+                      "unknown model"),
+    "unknown_version": (request(simple(), version="9"), 404, "NOT_FOUND", "version 9"),
+    "bytes_malformed": (request([tensor(datatype="BYTES", shape=(1, 1),
+                                        data=("raw", b"\x10\x00\x00\x00abc"))],
+                                model="identity_bytes"),
+                        400, "INVALID_ARGUMENT", "malformed BYTES"),
+    "classification_not_positive": (request(simple(), outputs=[("OUTPUT0", {"classification": 0})]),
+                                    400, "INVALID_ARGUMENT",
+                                    "output 'OUTPUT0': classification must be a positive integer"),
+    "priority_negative": (request(simple(), parameters={"priority": -1}), 400, "INVALID_ARGUMENT",
+                          "parameter 'priority' must be a non-negative integer"),
+    "timeout_not_a_number": (request(simple(), parameters={"timeout": "soon"}), 400,
+                             "INVALID_ARGUMENT", "parameter 'timeout' must be a non-negative integer"),
+    "shm_unregistered": (request(simple(data=("shm", "no_such_region", 0, 64))), 404,
+                         "NOT_FOUND", "no_such_region"),
+    "shm_past_region": (request(simple(data=("shm", SHM_REGION, 64, 128))), 400,
+                        "INVALID_ARGUMENT", "shared memory"),
+    # Triton refuses both (its message says "Output" over HTTP, "output" over gRPC); this check
+    # once ran before 'classification' was read, so the request was silently accepted.
+    "shm_output_classified": (request([tensor(data=SHM_IN), tensor("INPUT1")],
+                                      outputs=[("OUTPUT0", {**SHM_OUT, "classification": 2})]),
+                              400, "INVALID_ARGUMENT",
+                              "utput can't set both 'shared_memory_region' and 'classification'"),
+}
+
+
+def http_request(r):
+    """(path, body, headers) of a neutral request."""
+    inputs, blobs = [], []
+    for name, datatype, shape, data in r["inputs"]:
+        t = {"name": name, "datatype": datatype, "shape": shape}
+        if data[0] == "typed":
+            t["data"] = data[1]
+        elif data[0] == "raw":
+            t["parameters"] = {"binary_data_size": len(data[1])}
+            blobs.append(data[1])
+        else:
+            t["parameters"] = {"shared_memory_region": data[1], "shared_memory_offset": data[2],
+                               "shared_memory_byte_size": data[3]}
+        inputs.append(t)
+    body = {"inputs": inputs}
+    if r["outputs"]:
+        body["outputs"] = [{"name": n, "parameters": p} for n, p in r["outputs"]]
+    if r["parameters"]:
+        body["parameters"] = r["parameters"]
+    text = json.dumps(body).encode()
+    headers = {"Inference-Header-Content-Length": str(len(text))} if blobs else {}
+    version = f"/versions/{r['version']}" if r["version"] else ""
+    return f"/v2/models/{r['model']}{version}/infer", text + b"".join(blobs), headers
+
+
+def set_parameter(target, key, value):
+    if isinstance(value, bool):
+        target[key].bool_param = value
+    elif isinstance(value, int):
+        target[key].int64_param = value
+    else:
+        target[key].string_param = value
+
+
+def grpc_request(r):
+    from tritonclient.grpc import service_pb2
+    m = service_pb2.ModelInferRequest(model_name=r["model"], model_version=r["version"])
+    for name, datatype, shape, data in r["inputs"]:
+        t = m.inputs.add(name=name, datatype=datatype, shape=shape)
+        if data[0] == "typed":
+            t.contents.int_contents.extend(data[1])
+        elif data[0] == "raw":
+            m.raw_input_contents.append(data[1])
+        else:
+            for key, value in zip(("shared_memory_region", "shared_memory_offset",
+                                   "shared_memory_byte_size"), data[1:]):
+                set_parameter(t.parameters, key, value)
+    for name, params in r["outputs"]:
+        o = m.outputs.add(name=name)
+        for key, value in params.items():
+            set_parameter(o.parameters, key, value)
+    for key, value in r["parameters"].items():
+        set_parameter(m.parameters, key, value)
+    return m
+
+
+@pytest.fixture(scope="module")
+def shm_region(server):
+    import tritonclient.utils.shared_memory as shm
+    handle = shm.create_shared_memory_region(SHM_REGION, f"/nereid_{SHM_REGION}", 128)
+    client = httpclient.InferenceServerClient(server.url)
+    client.register_system_shared_memory(SHM_REGION, f"/nereid_{SHM_REGION}", 128)
+    yield
+    client.unregister_system_shared_memory(SHM_REGION)
+    shm.destroy_shared_memory_region(handle)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("case", sorted(NEUTRAL_CASES))
+def test_request_rules_hold_on_both_protocols(server, shm_region, case, protocol):
+    r, status, code, fragment = NEUTRAL_CASES[case]
+    if protocol == "http":
+        path, body, headers = http_request(r)
+        got, data = post(server, path, body, headers)
+        assert got == status, data
+        message = json.loads(data)["error"]
+    else:
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            with pytest.raises(grpc.RpcError) as e:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(grpc_request(r))
+        assert e.value.code().name == code, e.value.details()
+        message = e.value.details()
+    assert fragment in message, message
+    assert_still_serving(server)
+
+
+# What only the HTTP wire can get wrong.
 CASES = {
     "malformed_json": ("simple", '{"inputs": [', {}, 400, "failed to parse"),
     "not_an_object": ("simple", "[1, 2]", {}, 400, "object"),
     "no_inputs": ("simple", "{}", {}, 400, "inputs"),
-    "wrong_shape": ("simple", inputs_json(shape=[1, 8], data=list(range(8))), {}, 400, "unexpected shape"),
-    "element_count": ("simple", inputs_json(data=list(range(15))), {}, 400, "number of elements"),
-    "wrong_datatype": ("simple", inputs_json(datatype="FP32"), {}, 400, "data-type"),
-    "unknown_datatype": ("simple", inputs_json(datatype="INT33"), {}, 400, "unknown datatype"),
-    "batch_too_big": ("simple", json.dumps({"inputs": [
-        {"name": n, "shape": [9, 16], "datatype": "INT32", "data": [0] * 144} for n in ("INPUT0", "INPUT1")]}),
-        {}, 400, "batch-size must be <= 8"),
-    "missing_input": ("simple", json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}]}), {}, 400, "INPUT1"),
-    "unknown_input": ("simple", inputs_json(name="INPUT9"), {}, 400, "unexpected inference input"),
-    "unknown_output": ("simple", json.dumps({**json.loads(GOOD_JSON), "outputs": [{"name": "NOPE"}]}), {}, 400,
-                       "unexpected inference output"),
     "string_for_int": ("simple", inputs_json(data=["x"] * 16), {}, 400, "integer"),
-    "unknown_model": ("no_such_model", GOOD_JSON, {}, 404, "unknown model"),
     "bad_encoding": ("simple", GOOD_JSON, {"Content-Encoding": "br"}, 501, "Content-Encoding"),
     "corrupt_gzip": ("simple", b"\x1f\x8b\x08\x00garbage", {"Content-Encoding": "gzip"}, 400, "decompress"),
     "bad_header_length": ("simple", GOOD_JSON, {"Inference-Header-Content-Length": "abc"}, 400,
                           "Inference-Header-Content-Length"),
     "header_length_past_body": ("simple", GOOD_JSON, {"Inference-Header-Content-Length": "100000"}, 400,
                                 "Inference-Header-Content-Length"),
+    "shm_and_data": ("simple", inputs_json(parameters={"shared_memory_region": SHM_REGION,
+                                                       "shared_memory_byte_size": 64}),
+                     {}, 400, "can't set 'shared_memory_region' together with"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_request_gets_clear_error_and_server_keeps_serving(server, case):
+def test_bad_request_gets_clear_error_and_server_keeps_serving(server, shm_region, case):
     model, body, headers, status, fragment = CASES[case]
     got, data = post(server, f"/v2/models/{model}/infer", body, headers)
     assert got == status, data

@@ -258,48 +258,26 @@ def test_an_output_region_overlapping_an_input_region_gives_the_right_answer(tmp
         assert s.stop() == 0, s.read_log()
 
 
-def test_classification_of_an_output_in_shared_memory_is_refused(server, regions):
-    """Triton refuses an output that asks for both (tritonclient does not even send it, so raw
-    requests here); the check used to run before 'classification' was read, so the request was
-    silently accepted."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    import grpc
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_one_input_in_shared_memory_and_one_sent_with_the_request(server, regions, protocol):
+    """tritonclient sends no raw_input_contents for an input in shared memory, so the raw entries
+    belong, in order, to the other inputs (Triton's rule); gRPC used to refuse this request with
+    "expected 2 raw_input_contents (one per input), got 1"."""
+    module, client = make_client(server, protocol)
     tag, a, b, inp, out = regions
-    client = httpclient.InferenceServerClient(server.url)
     client.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
-    client.register_system_shared_memory(f"out_{tag}", f"/nereid_out_{tag}", 128)
-    message = "Output can't set both 'shared_memory_region' and 'classification'"
     try:
-        shm_in = [{"shared_memory_region": f"in_{tag}", "shared_memory_byte_size": 64,
-                   "shared_memory_offset": 64 * i} for i in range(2)]
-        body = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32",
-                            "parameters": shm_in[i]} for i in range(2)],
-                "outputs": [{"name": "OUTPUT0", "parameters": {
-                    "shared_memory_region": f"out_{tag}", "shared_memory_byte_size": 64,
-                    "classification": 2}}]}
-        req = urllib.request.Request(f"http://{server.url}/v2/models/simple/infer",
-                                     data=json.dumps(body).encode())
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req)
-        assert e.value.code == 400 and message in e.value.read().decode()
-
-        request = service_pb2.ModelInferRequest(model_name="simple")
-        for i in range(2):
-            t = request.inputs.add(name=f"INPUT{i}", datatype="INT32", shape=[1, 16])
-            t.parameters["shared_memory_region"].string_param = f"in_{tag}"
-            t.parameters["shared_memory_byte_size"].int64_param = 64
-            t.parameters["shared_memory_offset"].int64_param = 64 * i
-        o = request.outputs.add(name="OUTPUT0")
-        o.parameters["shared_memory_region"].string_param = f"out_{tag}"
-        o.parameters["shared_memory_byte_size"].int64_param = 64
-        o.parameters["classification"].int64_param = 2
-        with grpc.insecure_channel(server.grpc_url) as channel:
-            with pytest.raises(grpc.RpcError) as e:
-                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in e.value.details()
+        sent = np.full((1, 16), 5, dtype=np.int32)
+        for in_region in ("INPUT0", "INPUT1"):
+            inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for i in inputs:
+                if i.name() == in_region:
+                    i.set_shared_memory(f"in_{tag}", 64, offset=0 if in_region == "INPUT0" else 64)
+                else:
+                    i.set_data_from_numpy(sent)
+            result = client.infer("simple", inputs)
+            x, y = (a, sent) if in_region == "INPUT0" else (sent, b)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + y)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), x - y)
     finally:
         client.unregister_system_shared_memory()

@@ -44,9 +44,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const int64_t header = mode == 0   ? -1
                              : mode == 2 ? 0
                                          : (body.empty() ? 0 : body[0] % (body.size() + 1));
-      nereid::InferenceRequest request;
-      (void)nereid::http::DecodeInferRequest(std::make_shared<const std::string>(std::move(body)),
-                                             header, Config(), &request);
+      nereid::RequestDescription description;
+      if (nereid::http::DecodeInferRequest(std::make_shared<const std::string>(std::move(body)),
+                                           header, &description)
+              .ok())
+        (void)nereid::BuildInferenceRequest(std::move(description), nereid::InferEndpoint::kHttp,
+                                            Config(), nullptr);
       break;
     }
     case 3: {

@@ -22,9 +22,19 @@ inference::ModelConfig OneInputConfig(int max_batch_size) {
   return c;
 }
 
+// Decodes the body and builds the request for a model configured by OneInputConfig(8), as the
+// HTTP server does (the builder's rules run too).
+Status Decode(std::shared_ptr<const std::string> body, int64_t header_length, InferenceRequest* r) {
+  RequestDescription d;
+  RETURN_IF_ERROR(DecodeInferRequest(std::move(body), header_length, &d));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<InferenceRequest> built,
+      BuildInferenceRequest(std::move(d), InferEndpoint::kHttp, OneInputConfig(8), nullptr));
+  *r = std::move(*built);
+  return Status::Ok();
+}
 Status Decode(const std::string& body, int64_t header_length, InferenceRequest* r) {
-  return DecodeInferRequest(std::make_shared<const std::string>(body), header_length,
-                            OneInputConfig(8), r);
+  return Decode(std::make_shared<const std::string>(body), header_length, r);
 }
 
 TEST(InferCodecTest, JsonTensorsFlattenNestedData) {
@@ -70,8 +80,7 @@ TEST(InferCodecTest, BinaryInputsPointIntoTheBody) {
   body.append(reinterpret_cast<const char*>(values), sizeof(values));
   auto shared = std::make_shared<const std::string>(body);
   InferenceRequest r;
-  ASSERT_TRUE(
-      DecodeInferRequest(shared, static_cast<int64_t>(json.size()), OneInputConfig(8), &r).ok());
+  ASSERT_TRUE(Decode(shared, static_cast<int64_t>(json.size()), &r).ok());
   EXPECT_EQ(r.inputs[0].data,
             reinterpret_cast<const uint8_t*>(shared->data() + json.size()));  // zero copy
   EXPECT_TRUE(r.binary_outputs_by_default);

@@ -22,6 +22,7 @@
 #include "frontend/grpc/grpc_service.grpc.pb.h"
 #include "frontend/grpc/infer_wire.h"
 #include "nereid/backend_util.h"
+#include "server/request_builder.h"
 
 namespace nereid::grpc_frontend {
 namespace {
@@ -56,15 +57,6 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(GrpcCodeFor(s.code()), s.message());
 }
 
-StatusOr<int64_t> ParseVersion(const std::string& v) {
-  if (v.empty()) return int64_t{-1};
-  int64_t version = -1;
-  auto r = std::from_chars(v.data(), v.data() + v.size(), version);
-  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || version < 0)
-    return InvalidArgument("invalid model version '" + v + "'");
-  return version;
-}
-
 StatusOr<uint64_t> UintParameter(const pb::InferParameter& p, const std::string& name) {
   switch (p.parameter_choice_case()) {
     case pb::InferParameter::kUint64Param:
@@ -89,8 +81,9 @@ void AppendAs(const Repeated& values, std::vector<uint8_t>& out) {
 
 // Typed contents -> raw little-endian bytes. INT8/INT16 and UINT8/UINT16 travel widened, as in
 // Triton.
+// 'count' is how many elements were sent.
 Status ContentsToBytes(const pb::InferTensorContents& c, DataType type, const std::string& name,
-                       std::vector<uint8_t>& out) {
+                       std::vector<uint8_t>& out, int64_t& count) {
   switch (type) {
     case DataType::kBool:
       AppendAs<uint8_t>(c.bool_contents(), out);
@@ -127,147 +120,137 @@ Status ContentsToBytes(const pb::InferTensorContents& c, DataType type, const st
       break;
     case DataType::kBytes:
       for (const std::string& s : c.bytes_contents()) backend::AppendBytesElement(out, s);
-      break;
+      count = c.bytes_contents_size();
+      return Status::Ok();
     default:
       return InvalidArgument("input '" + name + "': " + std::string(DataTypeName(type)) +
                              " data must be sent in raw_input_contents");
   }
+  count = static_cast<int64_t>(out.size() / DataTypeSize(type));
   return Status::Ok();
 }
 
-// ModelInferRequest -> InferenceRequest. Raw input data is not copied: it points into 'message',
-// which the caller keeps alive until the request completes.
-// The shared-memory parameters of an input or output: the region's bytes, or nothing when the
-// tensor does not use shared memory.
+// The shared-memory parameters of an input or output, or nothing when the tensor does not use
+// shared memory.
 using ParameterMap = google::protobuf::Map<std::string, pb::InferParameter>;
-StatusOr<std::optional<Buffer>> SharedMemoryParams(const ParameterMap& params,
-                                                   const std::string& what,
-                                                   const SharedMemoryRegistry& shm) {
+StatusOr<std::optional<SharedMemoryReference>> SharedMemoryParams(const ParameterMap& params,
+                                                                  const std::string& what) {
   auto region = params.find("shared_memory_region");
-  if (region == params.end()) return std::optional<Buffer>();
+  if (region == params.end()) return std::optional<SharedMemoryReference>();
   if (region->second.parameter_choice_case() != pb::InferParameter::kStringParam)
     return InvalidArgument(what + ": 'shared_memory_region' must be a string");
+  SharedMemoryReference ref;
+  ref.region = region->second.string_param();
   auto size = params.find("shared_memory_byte_size");
   if (size == params.end())
-    return InvalidArgument(what + " uses shared memory region '" + region->second.string_param() +
+    return InvalidArgument(what + " uses shared memory region '" + ref.region +
                            "' but gives no 'shared_memory_byte_size'");
-  ASSIGN_OR_RETURN(uint64_t byte_size, UintParameter(size->second, "shared_memory_byte_size"));
-  uint64_t offset = 0;
+  ASSIGN_OR_RETURN(ref.byte_size, UintParameter(size->second, "shared_memory_byte_size"));
   if (auto o = params.find("shared_memory_offset"); o != params.end()) {
-    ASSIGN_OR_RETURN(offset, UintParameter(o->second, "shared_memory_offset"));
+    ASSIGN_OR_RETURN(ref.offset, UintParameter(o->second, "shared_memory_offset"));
   }
-  ASSIGN_OR_RETURN(Buffer buffer, shm.Get(region->second.string_param(), offset, byte_size));
-  return std::optional<Buffer>(std::move(buffer));
+  return std::optional<SharedMemoryReference>(std::move(ref));
 }
 
-Status BuildRequest(const ParsedInferRequest& parsed, const Model& model,
-                    const SharedMemoryRegistry& shm, InferenceRequest* r) {
-  const pb::ModelInferRequest& message = parsed.message;
-  r->model_name = model.name();
-  r->model_version = model.version();
-  r->id = message.id();
-  for (const auto& [key, value] : message.parameters()) {
-    if (key == "priority") {
-      ASSIGN_OR_RETURN(r->priority, UintParameter(value, key));
-    } else if (key == "timeout") {
-      ASSIGN_OR_RETURN(r->timeout_us, UintParameter(value, key));
-    }
-    RequestParameter p;
-    p.name = key;
-    switch (value.parameter_choice_case()) {
-      case pb::InferParameter::kBoolParam:
-        p.type = RequestParameter::Type::kBool;
-        p.bool_value = value.bool_param();
-        break;
-      case pb::InferParameter::kInt64Param:
-        p.type = RequestParameter::Type::kInt64;
-        p.int_value = value.int64_param();
-        break;
-      case pb::InferParameter::kUint64Param:
-        if (value.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-          return InvalidArgument("parameter '" + key + "' is out of range");
-        p.type = RequestParameter::Type::kInt64;
-        p.int_value = static_cast<int64_t>(value.uint64_param());
-        break;
-      case pb::InferParameter::kDoubleParam:
-        p.type = RequestParameter::Type::kDouble;
-        p.double_value = value.double_param();
-        break;
-      default:
-        p.type = RequestParameter::Type::kString;
-        p.string_value = value.string_param();
-        break;
-    }
-    r->parameters.push_back(std::move(p));
+StatusOr<RequestParameter> Parameter(const std::string& key, const pb::InferParameter& value) {
+  RequestParameter p;
+  p.name = key;
+  switch (value.parameter_choice_case()) {
+    case pb::InferParameter::kBoolParam:
+      p.type = RequestParameter::Type::kBool;
+      p.bool_value = value.bool_param();
+      break;
+    case pb::InferParameter::kInt64Param:
+      p.type = RequestParameter::Type::kInt64;
+      p.int_value = value.int64_param();
+      break;
+    case pb::InferParameter::kUint64Param:
+      if (value.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return InvalidArgument("parameter '" + key + "' is out of range");
+      p.type = RequestParameter::Type::kInt64;
+      p.int_value = static_cast<int64_t>(value.uint64_param());
+      break;
+    case pb::InferParameter::kDoubleParam:
+      p.type = RequestParameter::Type::kDouble;
+      p.double_value = value.double_param();
+      break;
+    default:
+      p.type = RequestParameter::Type::kString;
+      p.string_value = value.string_param();
+      break;
   }
-  const bool raw = !parsed.raw.empty();
-  // Triton's rule and message, checked before the count (its explicit-content client examples
-  // send raw bytes for one input and contents for both).
-  if (raw)
-    for (const auto& t : message.inputs())
-      if (t.has_contents())
-        return InvalidArgument(
-            "contents field must not be specified when using "
-            "raw_input_contents for '" +
-            t.name() + "' for model '" + model.name() + "'");
-  if (raw && parsed.raw.size() != static_cast<size_t>(message.inputs_size()))
-    return InvalidArgument("expected " + std::to_string(message.inputs_size()) +
-                           " raw_input_contents (one per input), got " +
-                           std::to_string(parsed.raw.size()));
+  return p;
+}
+
+// A count parameter as a number: a value of another type reads as 0 (refused as not positive).
+int64_t CountParameter(const pb::InferParameter& p) {
+  if (p.parameter_choice_case() == pb::InferParameter::kInt64Param) return p.int64_param();
+  if (p.parameter_choice_case() == pb::InferParameter::kUint64Param)
+    return static_cast<int64_t>(
+        std::min<uint64_t>(p.uint64_param(), std::numeric_limits<int64_t>::max()));
+  return 0;
+}
+
+// ModelInferRequest -> the request description (the wire only; the server's request builder
+// does the rest). Raw input data is not copied: it points into 'parsed', which the description
+// keeps alive.
+// (The model and its version are the caller's: looked up before the tensors are read.)
+StatusOr<RequestDescription> Describe(std::shared_ptr<ParsedInferRequest> parsed) {
+  const pb::ModelInferRequest& message = parsed->message;
+  RequestDescription d;
+  d.model_name = message.model_name();
+  d.id = message.id();
+  d.binary_outputs_by_default = true;
+  for (const auto& [key, value] : message.parameters()) {
+    ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
+    d.parameters.push_back(std::move(p));
+  }
+  // raw_input_contents go, in order, to the inputs that are neither in shared memory nor given
+  // as contents (Triton's rule; tritonclient sends none for a shared-memory input).
+  const auto& raw = parsed->raw;
+  size_t next_raw = 0;
+  bool mixed = false;
   for (int i = 0; i < message.inputs_size(); ++i) {
     const auto& t = message.inputs(i);
-    InferInput in;
+    InputDescription in;
     in.name = t.name();
-    in.datatype = DataTypeFromName(t.datatype());
-    if (in.datatype == DataType::kInvalid)
-      return InvalidArgument("input '" + in.name + "' has unknown datatype '" + t.datatype() + "'");
-    for (int64_t d : t.shape()) {
-      if (d < 0)
-        return InvalidArgument("input '" + in.name + "': shape entries must be non-negative");
-      in.shape.push_back(d);
-    }
-    ASSIGN_OR_RETURN(std::optional<Buffer> region,
-                     SharedMemoryParams(t.parameters(), "input '" + in.name + "'", shm));
-    if (region) {
-      if (t.has_contents() || (raw && !parsed.raw[i].empty()))
-        return InvalidArgument("input '" + in.name +
-                               "' can't set 'shared_memory_region' together with tensor data");
-      in.Borrow(region->data(), region->size(), region->location(), region->owner());
-    } else if (raw) {
-      const std::string_view bytes = parsed.raw[i];
-      // The request keeps 'parsed' (and so the bytes) alive: no owner needed here.
-      in.Borrow(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                parsed.raw_location[i], nullptr);
-    } else {
+    in.datatype = t.datatype();
+    in.shape.assign(t.shape().begin(), t.shape().end());
+    ASSIGN_OR_RETURN(in.shared_memory,
+                     SharedMemoryParams(t.parameters(), "input '" + in.name + "'"));
+    if (t.has_contents()) {
+      const DataType type = DataTypeFromName(t.datatype());
       std::vector<uint8_t> bytes;
-      RETURN_IF_ERROR(ContentsToBytes(t.contents(), in.datatype, in.name, bytes));
-      in.Own(std::move(bytes));
+      if (type != DataType::kInvalid)  // an unknown datatype is the builder's to refuse
+        RETURN_IF_ERROR(ContentsToBytes(t.contents(), type, in.name, bytes, in.typed_count));
+      in.typed = std::move(bytes);
+      // Contents beside raw_input_contents: the builder refuses the mix with Triton's message.
+      if (!raw.empty()) in.raw = std::string_view(), mixed = true;
+    } else if (!in.shared_memory) {
+      if (next_raw == raw.size())
+        return InvalidArgument("unable to find data for input tensor '" + in.name +
+                               "' for model '" + message.model_name() + "' in request.");
+      in.raw = raw[next_raw];
+      in.raw_location = parsed->raw_location[next_raw];
+      ++next_raw;
     }
-    r->inputs.push_back(std::move(in));
+    d.inputs.push_back(std::move(in));
   }
+  if (!mixed && next_raw != raw.size())
+    return InvalidArgument("the request has " + std::to_string(raw.size()) +
+                           " raw_input_contents but only " + std::to_string(next_raw) +
+                           " of its inputs take raw data");
   for (const auto& o : message.outputs()) {
-    RequestedOutput out;
+    OutputDescription out;
     out.name = o.name();
-    out.binary = true;
-    if (auto it = o.parameters().find("classification"); it != o.parameters().end()) {
-      ASSIGN_OR_RETURN(uint64_t k, UintParameter(it->second, "classification"));
-      if (k == 0 || k > std::numeric_limits<uint32_t>::max())
-        return InvalidArgument("output '" + out.name +
-                               "': classification must be a positive integer");
-      out.class_count = static_cast<uint32_t>(k);
-    }
-    ASSIGN_OR_RETURN(std::optional<Buffer> region,
-                     SharedMemoryParams(o.parameters(), "output '" + out.name + "'", shm));
-    if (region) {
-      if (out.class_count > 0)
-        return InvalidArgument("Output can't set both 'shared_memory_region' and 'classification'");
-      out.destination = std::move(*region);
-      out.has_destination = true;
-    }
-    r->outputs.push_back(std::move(out));
+    if (auto it = o.parameters().find("classification"); it != o.parameters().end())
+      out.classification = CountParameter(it->second);
+    ASSIGN_OR_RETURN(out.shared_memory,
+                     SharedMemoryParams(o.parameters(), "output '" + out.name + "'"));
+    d.outputs.push_back(std::move(out));
   }
-  r->binary_outputs_by_default = true;
-  return Status::Ok();
+  d.payload = std::move(parsed);
+  return d;
 }
 
 // InferenceResponse -> the ModelInferResponse header (names, types, shapes). The bytes travel as
@@ -464,7 +447,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                        const pb::ModelReadyRequest* request,
                                        pb::ModelReadyResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kHealth); !a.ok()) return Done(ctx, a);
-    auto version = ParseVersion(request->version());
+    auto version = ParseModelVersion(request->version());
     response->set_ready(version.ok() && api_->ModelReady(request->name(), *version).ok());
     return Done(ctx, Status::Ok());
   }
@@ -484,7 +467,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                           const pb::ModelMetadataRequest* request,
                                           pb::ModelMetadataResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kMetadata); !a.ok()) return Done(ctx, a);
-    auto version = ParseVersion(request->version());
+    auto version = ParseModelVersion(request->version());
     if (!version.ok()) return Done(ctx, version.status());
     auto metadata = api_->GetModelMetadata(request->name(), *version);
     if (!metadata.ok()) return Done(ctx, metadata.status());
@@ -505,7 +488,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                         const pb::ModelConfigRequest* request,
                                         pb::ModelConfigResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelConfig); !a.ok()) return Done(ctx, a);
-    auto version = ParseVersion(request->version());
+    auto version = ParseModelVersion(request->version());
     if (!version.ok()) return Done(ctx, version.status());
     auto config = api_->ModelConfig(request->name(), *version);
     if (!config.ok()) return Done(ctx, config.status());
@@ -517,7 +500,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                             const pb::ModelStatisticsRequest* request,
                                             pb::ModelStatisticsResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kStatistics); !a.ok()) return Done(ctx, a);
-    auto version = ParseVersion(request->version());
+    auto version = ParseModelVersion(request->version());
     if (!version.ok()) return Done(ctx, version.status());
     auto models = api_->Statistics(request->name(), *version);
     if (!models.ok()) return Done(ctx, models.status());
@@ -699,18 +682,12 @@ class GrpcServer::Impl final : public ServiceBase {
       reactor->Finish(ToGrpc(message.status()));
       return reactor;
     }
-    auto infer = MakeRequest(**message);
+    auto infer = MakeRequest(std::move(message).value(), InferEndpoint::kGrpcUnary);
     if (!infer.ok()) {
       reactor->Finish(ToGrpc(infer.status()));
       return reactor;
     }
     std::unique_ptr<InferenceRequest> r = std::move(infer).value();
-    if (r->model->decoupled()) {
-      reactor->Finish(ToGrpc(
-          Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")));
-      return reactor;
-    }
-    r->payload = std::move(message).value();  // raw input data points into its slices
     // The context lives until Finish, which runs after completion.
     r->cancel = std::make_shared<CancelFlag>();
     r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
@@ -748,14 +725,15 @@ class GrpcServer::Impl final : public ServiceBase {
   // Builds a routed InferenceRequest (model resolved, inputs decoded) from a gRPC request.
   InferenceServer* api() const { return api_; }
 
-  StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(const ParsedInferRequest& parsed) {
+  // The request a received message asks for (the payload keeps its raw bytes alive).
+  StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(
+      std::shared_ptr<ParsedInferRequest> parsed, InferEndpoint endpoint) {
+    const pb::ModelInferRequest& message = parsed->message;
+    ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(message.model_version()));
     ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
-                     Lookup(parsed.message.model_name(), parsed.message.model_version()));
-    auto r = std::make_unique<InferenceRequest>();
-    r->times.received_ns = SteadyNowNs();
-    RETURN_IF_ERROR(BuildRequest(parsed, *model, api_->shared_memory(), r.get()));
-    r->model = std::move(model);
-    return r;
+                     api_->ModelFor(message.model_name(), version, endpoint));
+    ASSIGN_OR_RETURN(RequestDescription description, Describe(std::move(parsed)));
+    return api_->BuildRequest(std::move(description), endpoint, std::move(model));
   }
 
  private:
@@ -776,11 +754,6 @@ class GrpcServer::Impl final : public ServiceBase {
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpc(s));
     return reactor;
-  }
-
-  StatusOr<std::shared_ptr<Model>> Lookup(const std::string& name, const std::string& version) {
-    ASSIGN_OR_RETURN(int64_t v, ParseVersion(version));
-    return api_->GetModel(name, v);
   }
 
   // Load/unload are slow: run them off gRPC's threads and finish the RPC when done.
@@ -841,12 +814,11 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     if (read_next) StartRead(&next_);
     if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
     std::shared_ptr<ParsedInferRequest> parsed_request = std::move(parsed).value();
-    const pb::ModelInferRequest* message = &parsed_request->message;
-    auto request = server_->MakeRequest(*parsed_request);
+    const pb::ModelInferRequest* message = &parsed_request->message;  // kept by parsed_request
+    auto request = server_->MakeRequest(parsed_request, InferEndpoint::kGrpcStream);
     if (!request.ok())
       return Send(Error(message->model_name(), message->id(), request.status()), true);
     std::unique_ptr<InferenceRequest> r = std::move(request).value();
-    r->payload = parsed_request;  // raw input data points into its slices
     r->cancel = cancel_;
     bool empty_final = false;
     for (const auto& p : r->parameters)

@@ -758,12 +758,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void Infer(const Route& route, Request req) {
-    auto model_or = server_->api_->GetModel(route.model, route.version);
+    auto model_or = server_->api_->ModelFor(route.model, route.version, InferEndpoint::kHttp);
     if (!model_or.ok()) return SendStatus(model_or.status());
     std::shared_ptr<Model> model = std::move(model_or).value();
-    if (model->decoupled())
-      return SendStatus(
-          Unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
 
     // The body: read in place (OnHeader), or as Beast read it (inflated when compressed).
     Buffer body = std::exchange(direct_body_, Buffer());
@@ -792,14 +789,12 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     if (auto it = req.find(bhttp::field::accept_encoding); it != req.end())
       response_encoding = PickAcceptEncoding(SV(it->value()));
 
-    auto request = std::make_unique<InferenceRequest>();
-    request->times.received_ns = SteadyNowNs();
-    request->model_name = model->name();
-    request->model_version = model->version();
-    Status decoded = DecodeInferRequest(body, header_length, model->config(), request.get(),
-                                        &server_->api_->shared_memory());
-    if (!decoded.ok()) return SendStatus(decoded);
-    request->model = model;
+    RequestDescription description;
+    if (Status decoded = DecodeInferRequest(body, header_length, &description); !decoded.ok())
+      return SendStatus(decoded);
+    auto built = server_->api_->BuildRequest(std::move(description), InferEndpoint::kHttp, model);
+    if (!built.ok()) return SendStatus(built.status());
+    std::unique_ptr<InferenceRequest> request = std::move(built).value();
     // Cancellation: the connection is idle while its request is in flight (the next read starts
     // after the response), so a peek at the socket tells whether the client has gone: end of stream
     // or an error. Asked when the request is about to execute, and by backends that poll.

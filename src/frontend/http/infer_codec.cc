@@ -141,58 +141,50 @@ StatusOr<bool> BoolParam(const element& params, std::string_view key, bool fallb
 }
 
 // The shared-memory parameters of an input or output ("shared_memory_region", "_offset",
-// "_byte_size"): the region's bytes, or nothing when the tensor does not use shared memory.
-StatusOr<std::optional<Buffer>> SharedMemoryParams(const element* params, const std::string& what,
-                                                   const SharedMemoryRegistry* shm) {
-  if (params == nullptr) return std::optional<Buffer>();
+// "_byte_size"), or nothing when the tensor does not use shared memory.
+StatusOr<std::optional<SharedMemoryReference>> SharedMemoryParams(const element* params,
+                                                                  const std::string& what) {
+  if (params == nullptr) return std::optional<SharedMemoryReference>();
   auto region = Member(*params, "shared_memory_region");
-  if (!region) return std::optional<Buffer>();
+  if (!region) return std::optional<SharedMemoryReference>();
   if (region->type() != element_type::STRING)
     return InvalidArgument(what + ": 'shared_memory_region' must be a string");
+  SharedMemoryReference ref;
+  ref.region = std::string(std::string_view(*region));
   if (!Member(*params, "shared_memory_byte_size"))
-    return InvalidArgument(what + " uses shared memory region '" +
-                           std::string(std::string_view(*region)) +
+    return InvalidArgument(what + " uses shared memory region '" + ref.region +
                            "' but gives no 'shared_memory_byte_size'");
-  ASSIGN_OR_RETURN(uint64_t byte_size, UintMember(*params, "shared_memory_byte_size"));
-  ASSIGN_OR_RETURN(uint64_t offset, UintMember(*params, "shared_memory_offset"));
-  if (shm == nullptr) return Unsupported("shared memory is not available on this endpoint");
-  ASSIGN_OR_RETURN(Buffer buffer,
-                   shm->Get(std::string(std::string_view(*region)), offset, byte_size));
-  return std::optional<Buffer>(std::move(buffer));
+  ASSIGN_OR_RETURN(ref.byte_size, UintMember(*params, "shared_memory_byte_size"));
+  ASSIGN_OR_RETURN(ref.offset, UintMember(*params, "shared_memory_offset"));
+  return std::optional<SharedMemoryReference>(std::move(ref));
 }
 
-Status DecodeRaw(const Buffer& body, const inference::ModelConfig& config,
-                 InferenceRequest* request) {
-  if (config.input_size() != 1)
-    return InvalidArgument(
-        "a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
-        "exactly one input; model '" +
-        config.name() + "' has " + std::to_string(config.input_size()));
-  const auto& spec = config.input(0);
-  InferInput in;
-  in.name = spec.name();
-  in.datatype = static_cast<DataType>(spec.data_type());
-  if (in.datatype == DataType::kBytes)
-    return InvalidArgument("a raw binary request cannot carry BYTES input '" + in.name + "'");
-  const bool batching = config.max_batch_size() > 0;
-  if (batching) in.shape.push_back(-1);
-  in.shape.insert(in.shape.end(), spec.dims().begin(), spec.dims().end());
-  if (std::count(in.shape.begin(), in.shape.end(), -1) > 1)
-    return InvalidArgument(
-        "a raw binary request needs input '" + in.name +
-        "' to have at most one variable dimension (including the batch dimension)");
-  const size_t element_size = DataTypeSize(in.datatype);
-  if (element_size == 0 || body.size() % element_size != 0 ||
-      !FillVariableDimension(in.shape, static_cast<int64_t>(body.size() / element_size)))
-    return InvalidArgument("raw binary request of " + std::to_string(body.size()) +
-                           " bytes does not fit input '" + in.name + "'");
-  in.data = body.data();
-  in.byte_size = body.size();
-  in.location = body.location();
-  request->inputs.push_back(std::move(in));
-  request->binary_outputs_by_default = true;
-  request->payload = body.owner();
-  return Status::Ok();
+StatusOr<RequestParameter> Parameter(std::string_view key, const element& value) {
+  RequestParameter p;
+  p.name = std::string(key);
+  switch (value.type()) {
+    case element_type::BOOL:
+      p.type = RequestParameter::Type::kBool;
+      p.bool_value = bool(value);
+      break;
+    case element_type::INT64:
+      p.type = RequestParameter::Type::kInt64;
+      p.int_value = int64_t(value);
+      break;
+    case element_type::UINT64:
+      return InvalidArgument("parameter '" + p.name + "' is out of range");
+    case element_type::DOUBLE:
+      p.type = RequestParameter::Type::kDouble;
+      p.double_value = double(value);
+      break;
+    case element_type::STRING:
+      p.type = RequestParameter::Type::kString;
+      p.string_value = std::string(std::string_view(value));
+      break;
+    default:
+      return InvalidArgument("parameter '" + p.name + "' must be a boolean, a number or a string");
+  }
+  return p;
 }
 
 }  // namespace
@@ -217,17 +209,18 @@ StatusOr<simdjson::dom::element> ParseJson(simdjson::dom::parser& parser, std::s
 }
 
 Status DecodeInferRequest(std::shared_ptr<const std::string> text, int64_t header_length,
-                          const inference::ModelConfig& config, InferenceRequest* request,
-                          const SharedMemoryRegistry* shm) {
+                          RequestDescription* request) {
   const Buffer body(reinterpret_cast<uint8_t*>(const_cast<char*>(text->data())), text->size(),
                     MemoryLocation{}, text);
-  return DecodeInferRequest(body, header_length, config, request, shm);
+  return DecodeInferRequest(body, header_length, request);
 }
 
-Status DecodeInferRequest(const Buffer& body, int64_t header_length,
-                          const inference::ModelConfig& config, InferenceRequest* request,
-                          const SharedMemoryRegistry* shm) {
-  if (header_length == 0) return DecodeRaw(body, config, request);
+Status DecodeInferRequest(const Buffer& body, int64_t header_length, RequestDescription* request) {
+  request->payload = body.owner();
+  if (header_length == 0) {
+    request->whole_body_input = body;
+    return Status::Ok();
+  }
   const size_t json_size = header_length < 0 ? body.size() : static_cast<size_t>(header_length);
   if (json_size > body.size())
     return InvalidArgument("Inference-Header-Content-Length is " + std::to_string(json_size) +
@@ -248,34 +241,8 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
       return InvalidArgument("'parameters' must be an object");
     ASSIGN_OR_RETURN(request->binary_outputs_by_default,
                      BoolParam(*params, "binary_data_output", false));
-    ASSIGN_OR_RETURN(request->priority, UintMember(*params, "priority"));
-    ASSIGN_OR_RETURN(request->timeout_us, UintMember(*params, "timeout"));
     for (auto [key, value] : simdjson::dom::object(*params)) {
-      RequestParameter p;
-      p.name = std::string(key);
-      switch (value.type()) {
-        case element_type::BOOL:
-          p.type = RequestParameter::Type::kBool;
-          p.bool_value = bool(value);
-          break;
-        case element_type::INT64:
-          p.type = RequestParameter::Type::kInt64;
-          p.int_value = int64_t(value);
-          break;
-        case element_type::UINT64:
-          return InvalidArgument("parameter '" + p.name + "' is out of range");
-        case element_type::DOUBLE:
-          p.type = RequestParameter::Type::kDouble;
-          p.double_value = double(value);
-          break;
-        case element_type::STRING:
-          p.type = RequestParameter::Type::kString;
-          p.string_value = std::string(std::string_view(value));
-          break;
-        default:
-          return InvalidArgument("parameter '" + p.name +
-                                 "' must be a boolean, a number or a string");
-      }
+      ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
       request->parameters.push_back(std::move(p));
     }
   }
@@ -287,7 +254,7 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
   for (element v : simdjson::dom::array(*inputs)) {
     if (v.type() != element_type::OBJECT)
       return InvalidArgument("each entry of 'inputs' must be an object");
-    InferInput in;
+    InputDescription in;
     auto name = Member(v, "name");
     if (!name || name->type() != element_type::STRING)
       return InvalidArgument("an input has no 'name'");
@@ -295,73 +262,55 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
     auto datatype = Member(v, "datatype");
     if (!datatype || datatype->type() != element_type::STRING)
       return InvalidArgument("input '" + in.name + "' has no 'datatype'");
-    const std::string_view type_name(*datatype);
-    in.datatype = DataTypeFromName(type_name);
-    if (in.datatype == DataType::kInvalid)
-      return InvalidArgument("input '" + in.name + "' has unknown datatype '" +
-                             std::string(type_name) + "'");
+    in.datatype = std::string(std::string_view(*datatype));
     auto shape = Member(v, "shape");
     if (!shape || shape->type() != element_type::ARRAY)
       return InvalidArgument("input '" + in.name + "' has no 'shape' array");
     for (element d : simdjson::dom::array(*shape)) {
-      if (!(d.type() == element_type::INT64 && int64_t(d) >= 0))
+      if (d.type() != element_type::INT64)
         return InvalidArgument("input '" + in.name +
                                "': shape entries must be non-negative integers");
       in.shape.push_back(int64_t(d));
     }
-    int64_t binary_size = -1;
     auto input_params = Member(v, "parameters");
     if (input_params && input_params->type() != element_type::OBJECT)
       return InvalidArgument("input '" + in.name + "': 'parameters' must be an object");
-    ASSIGN_OR_RETURN(std::optional<Buffer> region,
-                     SharedMemoryParams(input_params ? &*input_params : nullptr,
-                                        "input '" + in.name + "'", shm));
-    if (region) {
-      if (Member(v, "data") || Member(*input_params, "binary_data_size"))
-        return InvalidArgument("input '" + in.name +
-                               "' can't set 'shared_memory_region' together with 'data' or "
-                               "'binary_data_size'");
-      in.Borrow(region->data(), region->size(), region->location(), region->owner());
-      request->inputs.push_back(std::move(in));
-      continue;
-    }
-    if (auto params = input_params; params && Member(*params, "binary_data_size")) {
-      auto size = Member(*params, "binary_data_size");
+    const element* params = input_params ? &*input_params : nullptr;
+    ASSIGN_OR_RETURN(in.shared_memory, SharedMemoryParams(params, "input '" + in.name + "'"));
+    auto data = Member(v, "data");
+    auto size = params ? Member(*params, "binary_data_size") : std::nullopt;
+    if (size) {
       if (size->type() != element_type::INT64 || int64_t(*size) < 0)
         return InvalidArgument("input '" + in.name +
                                "': binary_data_size must be a non-negative integer");
-      binary_size = int64_t(*size);
-    }
-    if (binary_size >= 0) {
+      const auto binary_size = static_cast<size_t>(int64_t(*size));
       if (header_length < 0)
         return InvalidArgument("input '" + in.name +
                                "' uses binary_data_size but the request has no "
                                "Inference-Header-Content-Length header");
-      if (body.size() - offset < static_cast<size_t>(binary_size))
+      if (body.size() - offset < binary_size)
         return InvalidArgument("input '" + in.name + "' expects " + std::to_string(binary_size) +
                                " bytes of binary data but the body ends after " +
                                std::to_string(body.size() - offset) + " (truncated request?)");
-      in.data = body.data() + offset;
-      in.byte_size = static_cast<size_t>(binary_size);
-      in.location = body.location();  // pinned when the body came from the pinned pool
-      offset += static_cast<size_t>(binary_size);
-    } else {
-      auto data = Member(v, "data");
-      if (!data)
-        return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
+      in.raw = std::string_view(reinterpret_cast<const char*>(body.data()) + offset, binary_size);
+      in.raw_location = body.location();  // pinned when the body came from the pinned pool
+      offset += binary_size;
+    } else if (data) {
       std::vector<uint8_t> bytes;
       int64_t count = 0;
-      RETURN_IF_ERROR(Flatten(in.datatype, *data, bytes, count, in.name, 0));
-      const int64_t expected = ElementCount(in.shape);
-      if (expected < 0)
-        return InvalidArgument("input '" + in.name + "' has shape " + ShapeString(in.shape) +
-                               ", whose element count does not fit in 64 bits");
-      if (count != expected)
-        return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
-                               ShapeString(in.shape) + " needs " + std::to_string(expected) +
-                               ", got " + std::to_string(count));
-      in.Own(std::move(bytes));
+      // The datatype is checked by the builder; an unknown one converts nothing here.
+      const DataType type = DataTypeFromName(in.datatype);
+      if (type != DataType::kInvalid)
+        RETURN_IF_ERROR(Flatten(type, *data, bytes, count, in.name, 0));
+      in.typed = std::move(bytes);
+      in.typed_count = count;
+    } else if (!in.shared_memory) {
+      return InvalidArgument("input '" + in.name + "' has neither 'data' nor binary_data_size");
     }
+    if (in.shared_memory && (data || size))
+      return InvalidArgument("input '" + in.name +
+                             "' can't set 'shared_memory_region' together with 'data' or "
+                             "'binary_data_size'");
     request->inputs.push_back(std::move(in));
   }
   if (offset != body.size())
@@ -375,37 +324,22 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length,
       auto name = Member(v, "name");
       if (!name || name->type() != element_type::STRING)
         return InvalidArgument("each requested output needs a 'name'");
-      RequestedOutput out;
+      OutputDescription out;
       out.name = std::string(std::string_view(*name));
-      out.binary = request->binary_outputs_by_default;
       if (auto p = Member(v, "parameters")) {
         if (p->type() != element_type::OBJECT)
           return InvalidArgument("output '" + out.name + "': 'parameters' must be an object");
-        ASSIGN_OR_RETURN(out.binary, BoolParam(*p, "binary_data", out.binary));
-        if (auto k = Member(*p, "classification")) {
-          if (k->type() != element_type::INT64 || int64_t(*k) <= 0 || int64_t(*k) > UINT32_MAX)
-            return InvalidArgument("output '" + out.name +
-                                   "': classification must be a positive integer");
-          out.class_count = static_cast<uint32_t>(int64_t(*k));
+        if (Member(*p, "binary_data")) {
+          ASSIGN_OR_RETURN(bool binary, BoolParam(*p, "binary_data", false));
+          out.binary = binary;
         }
-        ASSIGN_OR_RETURN(std::optional<Buffer> region,
-                         SharedMemoryParams(&*p, "output '" + out.name + "'", shm));
-        if (region) {
-          if (out.binary && Member(*p, "binary_data"))
-            return InvalidArgument(
-                "Output can't set both 'shared_memory_region' and 'binary_data'");
-          if (out.class_count > 0)
-            return InvalidArgument(
-                "Output can't set both 'shared_memory_region' and 'classification'");
-          out.destination = std::move(*region);
-          out.has_destination = true;
-          out.binary = false;
-        }
+        if (auto k = Member(*p, "classification"))
+          out.classification = k->type() == element_type::INT64 ? int64_t(*k) : 0;
+        ASSIGN_OR_RETURN(out.shared_memory, SharedMemoryParams(&*p, "output '" + out.name + "'"));
       }
       request->outputs.push_back(std::move(out));
     }
   }
-  request->payload = body.owner();
   return Status::Ok();
 }
 

@@ -11,24 +11,18 @@
 #include <vector>
 
 #include "common/status.h"
-#include "config/model_config.h"
-#include "memory/shared_memory.h"
 #include "request/inference_request.h"
+#include "server/request_builder.h"
 
 namespace nereid::http {
 
-// Decodes an infer request body. 'header_length' is Inference-Header-Content-Length (-1 when the
-// header is absent: the whole body is JSON; 0: a raw binary body for a single-input model). Input
-// data points into 'body', which the request keeps alive. 'config' describes the target model
-// (needed to shape a raw request).
-// Inputs and outputs that name a shared-memory region resolve in 'shm' (null: the extension is
-// not available). The request keeps 'body' alive (its owner).
-Status DecodeInferRequest(const Buffer& body, int64_t header_length,
-                          const inference::ModelConfig& config, InferenceRequest* request,
-                          const SharedMemoryRegistry* shm = nullptr);
+// Decodes an infer request body: the wire only (JSON, binary sections, a raw body); the server's
+// request builder does the rest. 'header_length' is Inference-Header-Content-Length (-1 when the
+// header is absent: the whole body is JSON; 0: a raw binary body for a single-input model).
+// Binary input data points into 'body', which the description keeps alive.
+Status DecodeInferRequest(const Buffer& body, int64_t header_length, RequestDescription* request);
 Status DecodeInferRequest(std::shared_ptr<const std::string> body, int64_t header_length,
-                          const inference::ModelConfig& config, InferenceRequest* request,
-                          const SharedMemoryRegistry* shm = nullptr);
+                          RequestDescription* request);
 
 // A response body in pieces: the JSON header, then each binary output where the backend wrote it
 // (sent with one gathered write: output bytes are not copied into the body).

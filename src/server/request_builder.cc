@@ -1,0 +1,188 @@
+#include "server/request_builder.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+
+#include "runtime/model.h"
+
+namespace nereid {
+namespace {
+
+// Triton spells this one "Output" over HTTP and "output" over gRPC.
+std::string OutputWord(InferEndpoint endpoint) {
+  return endpoint == InferEndpoint::kHttp ? "Output" : "output";
+}
+
+StatusOr<Buffer> Resolve(const SharedMemoryReference& ref, const SharedMemoryRegistry* shm) {
+  if (shm == nullptr) return Unsupported("shared memory is not available on this endpoint");
+  return shm->Get(ref.region, ref.offset, ref.byte_size);
+}
+
+// priority and timeout: non-negative integers (the parameter stays in the list for backends).
+Status ApplyScheduleParameters(const std::vector<RequestParameter>& parameters,
+                               InferenceRequest* r) {
+  for (const auto& p : parameters) {
+    uint64_t* target = p.name == "priority"  ? &r->priority
+                       : p.name == "timeout" ? &r->timeout_us
+                                             : nullptr;
+    if (target == nullptr) continue;
+    if (p.type != RequestParameter::Type::kInt64 || p.int_value < 0)
+      return InvalidArgument("parameter '" + p.name + "' must be a non-negative integer");
+    *target = static_cast<uint64_t>(p.int_value);
+  }
+  return Status::Ok();
+}
+
+// A body that is the model's only input, raw (Inference-Header-Content-Length: 0): its shape is
+// the config's, with the one variable dimension (the batch one included) taken from the size.
+Status ShapeWholeBody(const Buffer& body, const inference::ModelConfig& config,
+                      InferenceRequest* r) {
+  if (config.input_size() != 1)
+    return InvalidArgument(
+        "a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
+        "exactly one input; model '" +
+        config.name() + "' has " + std::to_string(config.input_size()));
+  const auto& spec = config.input(0);
+  InferInput in;
+  in.name = spec.name();
+  in.datatype = static_cast<DataType>(spec.data_type());
+  if (in.datatype == DataType::kBytes)
+    return InvalidArgument("a raw binary request cannot carry BYTES input '" + in.name + "'");
+  if (config.max_batch_size() > 0) in.shape.push_back(-1);
+  in.shape.insert(in.shape.end(), spec.dims().begin(), spec.dims().end());
+  if (std::count(in.shape.begin(), in.shape.end(), -1) > 1)
+    return InvalidArgument(
+        "a raw binary request needs input '" + in.name +
+        "' to have at most one variable dimension (including the batch dimension)");
+  const size_t element_size = DataTypeSize(in.datatype);
+  if (element_size == 0 || body.size() % element_size != 0 ||
+      !FillVariableDimension(in.shape, static_cast<int64_t>(body.size() / element_size)))
+    return InvalidArgument("raw binary request of " + std::to_string(body.size()) +
+                           " bytes does not fit input '" + in.name + "'");
+  in.Borrow(body.data(), body.size(), body.location(), nullptr);
+  r->inputs.push_back(std::move(in));
+  r->binary_outputs_by_default = true;
+  return Status::Ok();
+}
+
+Status BuildInput(InputDescription& d, const SharedMemoryRegistry* shm, InferenceRequest* r) {
+  InferInput in;
+  in.name = std::move(d.name);
+  in.datatype = DataTypeFromName(d.datatype);
+  if (in.datatype == DataType::kInvalid)
+    return InvalidArgument("input '" + in.name + "' has unknown datatype '" + d.datatype + "'");
+  for (int64_t dim : d.shape)
+    if (dim < 0)
+      return InvalidArgument("input '" + in.name +
+                             "': shape entries must be non-negative integers");
+  in.shape = std::move(d.shape);
+  if (d.shared_memory) {
+    if (d.raw || d.typed)
+      return InvalidArgument("input '" + in.name +
+                             "' can't set 'shared_memory_region' together with tensor data");
+    ASSIGN_OR_RETURN(Buffer region, Resolve(*d.shared_memory, shm));
+    in.Borrow(region.data(), region.size(), region.location(), region.owner());
+  } else if (d.raw && d.typed) {
+    // Triton's rule and message (a gRPC input with both contents and raw_input_contents).
+    return InvalidArgument(
+        "contents field must not be specified when using raw_input_contents "
+        "for '" +
+        in.name + "' for model '" + r->model_name + "'");
+  } else if (d.raw) {
+    // The request keeps the description's payload (and so the bytes) alive.
+    in.Borrow(reinterpret_cast<const uint8_t*>(d.raw->data()), d.raw->size(), d.raw_location,
+              nullptr);
+  } else if (d.typed) {
+    if (d.typed_count >= 0) {
+      const int64_t expected = ElementCount(in.shape);
+      if (expected < 0)
+        return InvalidArgument("input '" + in.name + "' has shape " + ShapeString(in.shape) +
+                               ", whose element count does not fit in 64 bits");
+      if (d.typed_count != expected)
+        return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
+                               ShapeString(in.shape) + " needs " + std::to_string(expected) +
+                               ", got " + std::to_string(d.typed_count));
+    }
+    in.Own(std::move(*d.typed));
+  }
+  // No data at all: the decoder said why (each wire has its own words for what is missing), or
+  // the size check of Enqueue refuses the empty tensor.
+  r->inputs.push_back(std::move(in));
+  return Status::Ok();
+}
+
+Status BuildOutput(OutputDescription& d, bool binary_by_default, InferEndpoint endpoint,
+                   const SharedMemoryRegistry* shm, InferenceRequest* r) {
+  RequestedOutput out;
+  out.name = std::move(d.name);
+  out.binary = d.binary.value_or(binary_by_default);
+  if (d.classification) {
+    if (*d.classification <= 0 || *d.classification > std::numeric_limits<uint32_t>::max())
+      return InvalidArgument("output '" + out.name +
+                             "': classification must be a positive integer");
+    out.class_count = static_cast<uint32_t>(*d.classification);
+  }
+  if (d.shared_memory) {
+    if (d.binary.value_or(false))
+      return InvalidArgument(OutputWord(endpoint) +
+                             " can't set both 'shared_memory_region' and 'binary_data'");
+    if (d.classification)
+      return InvalidArgument(OutputWord(endpoint) +
+                             " can't set both 'shared_memory_region' and 'classification'");
+    ASSIGN_OR_RETURN(out.destination, Resolve(*d.shared_memory, shm));
+    out.has_destination = true;
+    out.binary = false;
+  }
+  r->outputs.push_back(std::move(out));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<int64_t> ParseModelVersion(std::string_view text) {
+  if (text.empty()) return int64_t{-1};
+  int64_t version = -1;
+  auto r = std::from_chars(text.data(), text.data() + text.size(), version);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || version < 0)
+    return InvalidArgument("invalid model version '" + std::string(text) + "'");
+  return version;
+}
+
+Status CheckEndpoint(const Model& model, InferEndpoint endpoint) {
+  if (!model.decoupled()) return Status::Ok();
+  switch (endpoint) {
+    case InferEndpoint::kHttp:
+      return Unsupported("HTTP end point doesn't support models with decoupled transaction policy");
+    case InferEndpoint::kGrpcUnary:
+      return Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy");
+    case InferEndpoint::kGrpcStream:
+      break;
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
+    RequestDescription d, InferEndpoint endpoint, const inference::ModelConfig& config,
+    const SharedMemoryRegistry* shm) {
+  auto r = std::make_unique<InferenceRequest>();
+  r->times.received_ns = SteadyNowNs();
+  r->model_name = config.name();
+  r->id = std::move(d.id);
+  r->binary_outputs_by_default = d.binary_outputs_by_default;
+  RETURN_IF_ERROR(ApplyScheduleParameters(d.parameters, r.get()));
+  r->parameters = std::move(d.parameters);
+  if (d.whole_body_input) {
+    RETURN_IF_ERROR(ShapeWholeBody(*d.whole_body_input, config, r.get()));
+  } else {
+    r->inputs.reserve(d.inputs.size());
+    for (InputDescription& in : d.inputs) RETURN_IF_ERROR(BuildInput(in, shm, r.get()));
+  }
+  r->outputs.reserve(d.outputs.size());
+  for (OutputDescription& out : d.outputs)
+    RETURN_IF_ERROR(BuildOutput(out, r->binary_outputs_by_default, endpoint, shm, r.get()));
+  r->payload = std::move(d.payload);
+  return r;
+}
+
+}  // namespace nereid

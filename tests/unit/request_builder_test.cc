@@ -1,0 +1,172 @@
+// The request builder: the rules every protocol's request goes through once decoded (datatypes,
+// shapes, data forms, schedule parameters, outputs, shared memory), on descriptions written here
+// as a frontend would write them.
+#include "server/request_builder.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace nereid {
+namespace {
+
+inference::ModelConfig Config() {
+  inference::ModelConfig c;
+  c.set_name("m");
+  c.set_max_batch_size(8);
+  auto* in = c.add_input();
+  in->set_name("IN");
+  in->set_data_type(inference::TYPE_FP32);
+  in->add_dims(4);
+  return c;
+}
+
+InputDescription Raw(const std::string& bytes) {
+  InputDescription in;
+  in.name = "IN";
+  in.datatype = "FP32";
+  in.shape = {1, 4};
+  in.raw = bytes;
+  return in;
+}
+
+StatusOr<std::unique_ptr<InferenceRequest>> Build(
+    RequestDescription d, const SharedMemoryRegistry* shm = nullptr,
+    InferEndpoint endpoint = InferEndpoint::kGrpcUnary) {
+  return BuildInferenceRequest(std::move(d), endpoint, Config(), shm);
+}
+
+std::string Message(const StatusOr<std::unique_ptr<InferenceRequest>>& r) {
+  return r.ok() ? std::string("ok") : r.status().message();
+}
+
+TEST(RequestBuilderTest, RawBytesAreBorrowedNotCopied) {
+  const std::string bytes(16, '\1');
+  RequestDescription d;
+  d.inputs.push_back(Raw(bytes));
+  auto r = Build(std::move(d));
+  ASSERT_TRUE(r.ok()) << Message(r);
+  EXPECT_EQ((*r)->inputs[0].data, reinterpret_cast<const uint8_t*>(bytes.data()));
+  EXPECT_EQ((*r)->inputs[0].datatype, DataType::kFp32);
+  EXPECT_EQ((*r)->model_name, "m");
+}
+
+TEST(RequestBuilderTest, DataFormsDoNotMix) {
+  const std::string bytes(16, '\0');
+  RequestDescription d;
+  InputDescription in = Raw(bytes);
+  in.typed = std::vector<uint8_t>(16);
+  d.inputs.push_back(in);
+  EXPECT_EQ(Message(Build(std::move(d))),
+            "contents field must not be specified when using raw_input_contents for 'IN' for "
+            "model 'm'");
+  RequestDescription s;
+  in.typed.reset();
+  in.shared_memory = SharedMemoryReference{"r", 0, 16};
+  s.inputs.push_back(in);
+  EXPECT_EQ(Message(Build(std::move(s))),
+            "input 'IN' can't set 'shared_memory_region' together with tensor data");
+}
+
+TEST(RequestBuilderTest, TypedValuesAreCounted) {
+  RequestDescription d;
+  InputDescription in = Raw("");
+  in.raw.reset();
+  in.typed = std::vector<uint8_t>(12);
+  in.typed_count = 3;
+  d.inputs.push_back(in);
+  EXPECT_EQ(Message(Build(std::move(d))),
+            "unexpected number of elements for input 'IN': shape [1,4] needs 4, got 3");
+}
+
+TEST(RequestBuilderTest, DatatypeShapeAndScheduleParameters) {
+  RequestDescription d;
+  d.inputs.push_back(Raw(std::string(16, '\0')));
+  d.inputs[0].datatype = "FP33";
+  EXPECT_EQ(Message(Build(d)), "input 'IN' has unknown datatype 'FP33'");
+  d.inputs[0].datatype = "FP32";
+  d.inputs[0].shape = {1, -4};
+  EXPECT_EQ(Message(Build(d)), "input 'IN': shape entries must be non-negative integers");
+  d.inputs[0].shape = {1, 4};
+  RequestParameter priority;
+  priority.name = "priority";
+  priority.type = RequestParameter::Type::kInt64;
+  priority.int_value = 2;
+  d.parameters.push_back(priority);
+  RequestParameter timeout = priority;
+  timeout.name = "timeout";
+  timeout.type = RequestParameter::Type::kString;
+  d.parameters.push_back(timeout);
+  EXPECT_EQ(Message(Build(d)), "parameter 'timeout' must be a non-negative integer");
+  d.parameters.pop_back();
+  auto r = Build(d);
+  ASSERT_TRUE(r.ok()) << Message(r);
+  EXPECT_EQ((*r)->priority, 2u);
+  ASSERT_EQ((*r)->parameters.size(), 1u);  // still there for the backend
+}
+
+TEST(RequestBuilderTest, WholeBodyTakesTheConfigsShape) {
+  auto body = std::make_shared<std::vector<uint8_t>>(32);
+  RequestDescription d;
+  d.whole_body_input = Buffer(body->data(), body->size(), MemoryLocation{}, body);
+  auto r = Build(std::move(d));
+  ASSERT_TRUE(r.ok()) << Message(r);
+  EXPECT_EQ((*r)->inputs[0].shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_TRUE((*r)->binary_outputs_by_default);
+}
+
+TEST(RequestBuilderTest, OutputRules) {
+  RequestDescription d;
+  d.inputs.push_back(Raw(std::string(16, '\0')));
+  OutputDescription out;
+  out.name = "OUT";
+  out.classification = 0;
+  d.outputs.push_back(out);
+  EXPECT_EQ(Message(Build(d)), "output 'OUT': classification must be a positive integer");
+  // Checked whatever the region: the request is refused before the region is looked up.
+  d.outputs[0].classification = 3;
+  d.outputs[0].shared_memory = SharedMemoryReference{"nowhere", 0, 16};
+  EXPECT_EQ(Message(Build(d, nullptr, InferEndpoint::kHttp)),
+            "Output can't set both 'shared_memory_region' and 'classification'");
+  EXPECT_EQ(Message(Build(d, nullptr, InferEndpoint::kGrpcUnary)),
+            "output can't set both 'shared_memory_region' and 'classification'");
+  d.outputs[0].classification.reset();
+  d.outputs[0].binary = true;
+  EXPECT_EQ(Message(Build(d, nullptr, InferEndpoint::kHttp)),
+            "Output can't set both 'shared_memory_region' and 'binary_data'");
+  d.outputs[0].binary.reset();
+  EXPECT_EQ(Message(Build(d)), "shared memory is not available on this endpoint");
+}
+
+TEST(RequestBuilderTest, SharedMemoryTensorsResolveInTheRegistry) {
+  const std::string key = "/nereid_builder_test_" + std::to_string(getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64), 0);
+  close(fd);
+  SharedMemoryRegistry shm;
+  ASSERT_TRUE(shm.Register("r", key, 0, 64).ok());
+  RequestDescription d;
+  InputDescription in = Raw("");
+  in.raw.reset();
+  in.shared_memory = SharedMemoryReference{"r", 16, 16};
+  d.inputs.push_back(in);
+  OutputDescription out;
+  out.name = "OUT";
+  out.shared_memory = SharedMemoryReference{"r", 32, 32};
+  d.outputs.push_back(out);
+  auto r = Build(d, &shm);
+  ASSERT_TRUE(r.ok()) << Message(r);
+  EXPECT_EQ((*r)->inputs[0].byte_size, 16u);
+  EXPECT_TRUE((*r)->outputs[0].has_destination);
+  EXPECT_EQ((*r)->outputs[0].destination.size(), 32u);
+  d.inputs[0].shared_memory->offset = 60;
+  EXPECT_FALSE(Build(d, &shm).ok());
+  shm_unlink(key.c_str());
+}
+
+}  // namespace
+}  // namespace nereid
