@@ -1,7 +1,6 @@
 """Side by side: perf_analyzer (sync and async) and `nereid-perf` on the same server and models, from
 the CSV files scripts/device_cpu_bench.sh writes."""
 import csv
-import glob
 import os
 import sys
 

@@ -13,7 +13,6 @@ nereid-perf over HTTP at concurrency 16; the server's nv_gpu_utilization is read
 import argparse
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The house rules a machine can check. Default (what scripts/test.sh and CI run): clang-format over
 # the project's C++, CUDA and proto sources (a generated file turns it off inside itself, as
-# kernels/cuda/wgmma.cuh does). --tidy adds clang-tidy over the sources (uses
+# kernels/cuda/wgmma.cuh does), the layering check (scripts/check_layers.py) and ruff on Python
+# (ruff.toml). --tidy adds clang-tidy over the sources (uses
 # build/compile_commands.json); it is not part of CI yet, since .clang-tidy does not yet match the
 # code.
 set -euo pipefail
@@ -12,6 +13,15 @@ if ! clang-format --dry-run -Werror "${files[@]}"; then
   exit 1
 fi
 echo "lint: clang-format clean (${#files[@]} files)"
+# The layer order of docs/architecture.md: no include from src/<area>/ up to an area above it.
+python3 scripts/check_layers.py
+# Python: pyflakes' checks through ruff (ruff.toml), when the virtual environment has it.
+if [ -x .venv/bin/ruff ]; then
+  .venv/bin/ruff check -q . && echo "lint: ruff clean"
+else
+  echo "lint: .venv/bin/ruff missing (scripts/install-deps.sh installs it)" >&2
+  exit 1
+fi
 if [ "${1:-}" = "--tidy" ]; then
   mapfile -t sources < <(git ls-files 'src/*.cc' 'backends/*.cc' 'kernels/*.cc')
   clang-tidy -p build --quiet "${sources[@]}"

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-echo "== lint (scripts/lint.sh: clang-format over C++, CUDA and proto sources)"
+echo "== lint (scripts/lint.sh: clang-format, layering, ruff)"
 scripts/lint.sh
 scripts/build.sh
 echo "== unit tests (ctest)"

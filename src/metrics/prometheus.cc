@@ -5,13 +5,12 @@
 #include "gpu/nvml.h"
 #include "memory/buffer.h"
 #include "metrics/custom_metrics.h"
-#include "runtime/model.h"
 
 namespace nereid {
 namespace {
 
-std::string Labels(const Model& m, const std::string& extra = "") {
-  std::string s = "{model=\"" + m.name() + "\",version=\"" + std::to_string(m.version()) + "\"";
+std::string Labels(const ModelMetricsSource& m, const std::string& extra = "") {
+  std::string s = "{model=\"" + m.name + "\",version=\"" + std::to_string(m.version) + "\"";
   if (!extra.empty()) s += "," + extra;
   return s + "}";
 }
@@ -21,10 +20,10 @@ void Family(std::ostringstream& out, const char* name, const char* type, const c
 }
 
 template <typename Fn>
-void PerModel(std::ostringstream& out, const std::vector<std::shared_ptr<Model>>& models,
+void PerModel(std::ostringstream& out, const std::vector<ModelMetricsSource>& models,
               const char* name, const char* type, const char* help, Fn value) {
   Family(out, name, type, help);
-  for (const auto& m : models) out << name << Labels(*m) << " " << value(*m) << "\n";
+  for (const auto& m : models) out << name << Labels(m) << " " << value(m) << "\n";
 }
 
 // Triton's GPU families, one sample per GPU labelled with its UUID; none where NVML is absent.
@@ -53,65 +52,65 @@ void RenderGpuMetrics(std::ostringstream& out) {
 
 }  // namespace
 
-std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models, bool gpu) {
+std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool gpu) {
   std::ostringstream out;
   auto load = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   PerModel(out, models, "nv_inference_request_success", "counter",
            "Number of successful inference requests, all batch sizes",
-           [&](const Model& m) { return load(m.stats().success.count); });
+           [&](const ModelMetricsSource& m) { return load(m.stats->success.count); });
   Family(out, "nv_inference_request_failure", "counter",
          "Number of failed inference requests, all batch sizes");
   static const char* kReasons[] = {"REJECTED", "CANCELED", "BACKEND", "OTHER"};
   for (const auto& m : models)
     for (size_t r = 0; r < 4; ++r)
       out << "nv_inference_request_failure"
-          << Labels(*m, std::string("reason=\"") + kReasons[r] + "\"") << " "
-          << load(m->stats().failures[r]) << "\n";
+          << Labels(m, std::string("reason=\"") + kReasons[r] + "\"") << " "
+          << load(m.stats->failures[r]) << "\n";
   PerModel(out, models, "nv_inference_count", "counter",
            "Number of inferences performed (does not include cached requests)",
-           [&](const Model& m) { return load(m.stats().inference_count); });
+           [&](const ModelMetricsSource& m) { return load(m.stats->inference_count); });
   PerModel(out, models, "nv_inference_exec_count", "counter",
            "Number of model executions performed (does not include cached requests)",
-           [&](const Model& m) { return load(m.stats().execution_count); });
+           [&](const ModelMetricsSource& m) { return load(m.stats->execution_count); });
   PerModel(out, models, "nv_inference_pending_request_count", "gauge",
            "Instantaneous number of pending requests awaiting execution per-model.",
-           [&](const Model& m) { return m.Pending(); });
+           [&](const ModelMetricsSource& m) { return m.pending; });
   PerModel(out, models, "nv_inference_request_duration_us", "counter",
            "Cumulative inference request duration in microseconds (includes cached requests)",
-           [&](const Model& m) {
-             return (load(m.stats().success.ns) + load(m.stats().fail.ns)) / 1000;
+           [&](const ModelMetricsSource& m) {
+             return (load(m.stats->success.ns) + load(m.stats->fail.ns)) / 1000;
            });
   PerModel(out, models, "nv_inference_queue_duration_us", "counter",
            "Cumulative inference queuing duration in microseconds (includes cached requests)",
-           [&](const Model& m) { return load(m.stats().queue.ns) / 1000; });
+           [&](const ModelMetricsSource& m) { return load(m.stats->queue.ns) / 1000; });
   PerModel(out, models, "nv_inference_compute_input_duration_us", "counter",
            "Cumulative compute input duration in microseconds (does not include cached requests)",
-           [&](const Model& m) { return load(m.stats().compute_input.ns) / 1000; });
+           [&](const ModelMetricsSource& m) { return load(m.stats->compute_input.ns) / 1000; });
   PerModel(
       out, models, "nv_inference_compute_infer_duration_us", "counter",
       "Cumulative compute inference duration in microseconds (does not include cached requests)",
-      [&](const Model& m) { return load(m.stats().compute_infer.ns) / 1000; });
+      [&](const ModelMetricsSource& m) { return load(m.stats->compute_infer.ns) / 1000; });
   PerModel(out, models, "nv_inference_compute_output_duration_us", "counter",
            "Cumulative inference compute output duration in microseconds (does not include cached "
            "requests)",
-           [&](const Model& m) { return load(m.stats().compute_output.ns) / 1000; });
+           [&](const ModelMetricsSource& m) { return load(m.stats->compute_output.ns) / 1000; });
 
   Family(out, "nereid_inference_request_duration_us", "histogram",
          "Latency of successful requests from receipt to response, in microseconds");
   for (const auto& m : models) {
-    const auto counts = m->stats().latency.Counts();
+    const auto counts = m.stats->latency.Counts();
     uint64_t cumulative = 0;
     for (size_t i = 0; i < counts.size(); ++i) {
       cumulative += counts[i];
       const std::string le = i < LatencyHistogram::kBoundsUs.size()
                                  ? std::to_string(LatencyHistogram::kBoundsUs[i])
                                  : "+Inf";
-      out << "nereid_inference_request_duration_us_bucket" << Labels(*m, "le=\"" + le + "\"") << " "
+      out << "nereid_inference_request_duration_us_bucket" << Labels(m, "le=\"" + le + "\"") << " "
           << cumulative << "\n";
     }
-    out << "nereid_inference_request_duration_us_sum" << Labels(*m) << " "
-        << m->stats().latency.sum_us() << "\n";
-    out << "nereid_inference_request_duration_us_count" << Labels(*m) << " " << cumulative << "\n";
+    out << "nereid_inference_request_duration_us_sum" << Labels(m) << " "
+        << m.stats->latency.sum_us() << "\n";
+    out << "nereid_inference_request_duration_us_count" << Labels(m) << " " << cumulative << "\n";
   }
   // Nereid's own: tensor bytes the server copied after they arrived (input) or after the backend
   // wrote them (output). A zero-copy path leaves these still.

@@ -7,11 +7,21 @@
 #include <string>
 #include <vector>
 
+#include "metrics/model_stats.h"
+
 namespace nereid {
 
-class Model;
+// What the text shows of one model version: its counters (kept alive by 'owner'), read as they
+// are rendered, and its pending requests at the moment of the scrape.
+struct ModelMetricsSource {
+  std::string name;
+  int64_t version = 0;
+  const ModelStats* stats = nullptr;
+  size_t pending = 0;
+  std::shared_ptr<const void> owner;
+};
 
 // 'gpu': add the per-GPU families (nv_gpu_*, nv_energy_consumption) read through NVML.
-std::string RenderPrometheus(const std::vector<std::shared_ptr<Model>>& models, bool gpu);
+std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool gpu);
 
 }  // namespace nereid

@@ -3,6 +3,7 @@
 #include "common/logging.h"
 #include "gpu/cuda_driver.h"
 #include "metrics/model_stats.h"
+#include "metrics/prometheus.h"
 #include "runtime/model.h"
 #include "runtime/server_info.h"
 #include "server/classification.h"
@@ -98,6 +99,20 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::string InferenceServer::MetricsText(bool gpu) const {
+  std::vector<ModelMetricsSource> sources;
+  for (std::shared_ptr<Model>& m : repository_->LoadedModels()) {
+    ModelMetricsSource s;
+    s.name = m->name();
+    s.version = m->version();
+    s.stats = &m->stats();
+    s.pending = m->Pending();
+    s.owner = std::move(m);
+    sources.push_back(std::move(s));
+  }
+  return RenderPrometheus(sources, gpu);
 }
 
 Status InferenceServer::UpdateLogSetting(const std::string& key, const LogSettingValue& value) {

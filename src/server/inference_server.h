@@ -88,6 +88,10 @@ class InferenceServer {
   // to classify already classified.
   Status Infer(std::unique_ptr<InferenceRequest>& request);
 
+  // ---- metrics ----
+  // The Prometheus text of every loaded model ('gpu': with the per-GPU families).
+  std::string MetricsText(bool gpu) const;
+
   // ---- logging (Triton's log settings) ----
   Status UpdateLogSetting(const std::string& key, const LogSettingValue& value);
   std::vector<std::pair<std::string, LogSettingValue>> LogSettings() const;

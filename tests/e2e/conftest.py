@@ -15,7 +15,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import generate_models  # noqa: E402
 import models  # noqa: E402
 
 BINARY = os.environ.get("NEREID_BINARY", os.path.join(ROOT, "build", "nereid"))

@@ -8,7 +8,6 @@ import signal
 import socket
 import struct
 import subprocess
-import threading
 import time
 import urllib.request
 
@@ -108,7 +107,7 @@ def test_overflowing_shape_is_refused_over_grpc(server):
     for model, name, shape in [("matmul_model", "input__0", [OVERFLOW_ROWS, 1024]),
                                ("identity_fp32", "INPUT0", [1, 2**62])]:
         req = service_pb2.ModelInferRequest(model_name=model)
-        t = req.inputs.add(name=name, datatype="FP32", shape=shape)
+        req.inputs.add(name=name, datatype="FP32", shape=shape)
         req.raw_input_contents.append(b"")
         with pytest.raises(grpc.RpcError) as e:
             stub.ModelInfer(req, timeout=10)
@@ -292,6 +291,8 @@ def test_exit_timeout_bounds_the_wait(tmp_path_factory):
     code = s.proc.wait(timeout=20)
     assert time.time() - start < 5
     assert code == 1 and "exit timeout of 1 s passed with 1 HTTP request" in s.read_log()
+    with pytest.raises(Exception):  # the server went without answering it
+        pending.get_result(timeout=10)
     s.stop()
 
 

@@ -4,7 +4,6 @@ preprocessing model with strings, auto_complete_config, a decoupled model sendin
 execute and from a thread), is_cancelled() (a decoupled stream cancelled by its client), BLS,
 errors of every kind, stubs that die mid-request or mid-load, and custom metrics
 (pb_utils.MetricFamily / Metric on the metrics endpoint)."""
-import json
 import os
 import queue
 import signal

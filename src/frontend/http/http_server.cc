@@ -29,7 +29,6 @@
 #include "frontend/http/receive_body.h"
 #include "frontend/http/timeouts.h"
 #include "memory/memory_pool.h"
-#include "metrics/prometheus.h"
 
 namespace nereid::http {
 namespace {
@@ -556,9 +555,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return SendError(bhttp::status::not_found, "Not Found (the metrics port serves /metrics)");
       if (req.method() != bhttp::verb::get)
         return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
-      return SendBody(bhttp::status::ok,
-                      RenderPrometheus(server_->api_->repository().LoadedModels(),
-                                       server_->options_.gpu_metrics),
+      return SendBody(bhttp::status::ok, server_->api_->MetricsText(server_->options_.gpu_metrics),
                       "text/plain; version=0.0.4; charset=utf-8");
     }
     const Route route = std::move(route_);  // matched by OnHeader
