@@ -485,6 +485,18 @@ class Instance {
       header.append(request_id, id_size);
       rapidjson::Value req(rapidjson::kObjectType);
       req.AddMember("flags", NereidRequestFlags(requests[r]), a);
+      uint64_t correlation_number = 0;
+      const char* correlation_text = nullptr;
+      switch (NereidRequestCorrelationId(requests[r], &correlation_number, &correlation_text)) {
+        case 1:
+          req.AddMember("correlation_id", correlation_number, a);
+          break;
+        case 2:
+          req.AddMember("correlation_id", rapidjson::Value(correlation_text, a), a);
+          break;
+        default:
+          break;
+      }
       rapidjson::Value inputs(rapidjson::kArrayType);
       for (uint32_t i = 0; i < NereidRequestInputCount(requests[r]); ++i) {
         NereidTensor t;

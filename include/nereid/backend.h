@@ -1,5 +1,5 @@
-/* Nereid backend C ABI, version 2.4 (NEREID_BACKEND_API_VERSION below; each addition says "since"
- * the minor version that brought it).
+/* Nereid backend C ABI. Its version is NEREID_BACKEND_API_VERSION below, stated nowhere else
+ * (`nereid --version` prints it); each addition says "since" the minor version that brought it.
  *
  * A backend is a shared library named libnereid_backend_<name>.so that exports the functions in the
  * "Backend exports" section. The server exports the functions in the "Server API" section; a
@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 4u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 5u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -93,8 +93,7 @@ typedef enum {
   NEREID_LOG_VERBOSE = 3
 } NereidLogLevel;
 
-/* Request flags (NereidRequestFlags). Sequence batching is not served yet; the bits are reserved.
- */
+/* Request flags (NereidRequestFlags): the client's sequence_start / sequence_end. */
 #define NEREID_REQUEST_FLAG_SEQUENCE_START 1u
 #define NEREID_REQUEST_FLAG_SEQUENCE_END 2u
 
@@ -205,6 +204,10 @@ void* NereidInstanceState(const NereidInstance* instance);
  * validated against the model configuration (names, datatypes, shapes, byte sizes). */
 const char* NereidRequestId(const NereidRequest* request);
 uint32_t NereidRequestFlags(const NereidRequest* request);
+/* The sequence the request belongs to (since 2.5; Triton's correlation id, the client's sequence_id
+ * parameter): 0 when it names none; 1 with '*number' set for a numeric id; 2 with '*text' set
+ * (valid with the request, at most 128 bytes) for a string id. Either output may be NULL. */
+int NereidRequestCorrelationId(const NereidRequest* request, uint64_t* number, const char** text);
 /* True once the client cancelled or went away: the backend may stop early and complete the request
  * with NEREID_ERROR_CANCELLED. */
 int NereidRequestIsCancelled(const NereidRequest* request);

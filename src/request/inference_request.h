@@ -97,6 +97,15 @@ struct RequestParameter {
   std::string string_value;
 };
 
+// The sequence a request belongs to (Triton's correlation id, the sequence_id parameter): a number
+// or a string. Absent when the request names no sequence.
+struct CorrelationId {
+  bool present = false;
+  bool is_text = false;
+  uint64_t number = 0;
+  std::string text;
+};
+
 // Shared between a request and the frontend that sent it: set when the client cancels or leaves,
 // or answered by 'probe' (a frontend's own check, e.g. the gRPC call's IsCancelled).
 struct CancelFlag {
@@ -125,9 +134,12 @@ struct InferenceRequest {
   uint64_t timeout_us = 0;
   // Its caller stops waiting then (a BLS timeout): not started by then, it fails (0: never).
   uint64_t deadline_ns = 0;
-  std::vector<RequestParameter> parameters;  // every parameter the client sent, for backends
-  uint32_t flags = 0;                        // NEREID_REQUEST_FLAG_* (sequences: later)
-  std::shared_ptr<CancelFlag> cancel;        // null: cannot be cancelled
+  // The client's parameters for the backend: every one but those the server acts on itself
+  // (sequence_id, sequence_start, sequence_end, priority, timeout, binary_data_output, triton_*).
+  std::vector<RequestParameter> parameters;
+  uint32_t flags = 0;  // NEREID_REQUEST_FLAG_SEQUENCE_START / _END
+  CorrelationId correlation_id;
+  std::shared_ptr<CancelFlag> cancel;  // null: cannot be cancelled
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;
   RequestTimestamps times;

@@ -136,6 +136,16 @@ const char* NereidRequestId(const NereidRequest* request) {
 uint32_t NereidRequestFlags(const NereidRequest* request) {
   return AsRequest(request)->request->flags;
 }
+int NereidRequestCorrelationId(const NereidRequest* request, uint64_t* number, const char** text) {
+  const nereid::CorrelationId& id = AsRequest(request)->request->correlation_id;
+  if (!id.present) return 0;
+  if (id.is_text) {
+    if (text != nullptr) *text = id.text.c_str();
+    return 2;
+  }
+  if (number != nullptr) *number = id.number;
+  return 1;
+}
 int NereidRequestIsCancelled(const NereidRequest* request) {
   return AsRequest(request)->request->cancelled() ? 1 : 0;
 }

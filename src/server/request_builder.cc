@@ -9,6 +9,8 @@
 namespace nereid {
 namespace {
 
+constexpr size_t kMaxCorrelationIdLength = 128;  // Triton's bound on a string id
+
 // Triton spells this one "Output" over HTTP and "output" over gRPC.
 std::string OutputWord(InferEndpoint endpoint) {
   return endpoint == InferEndpoint::kHttp ? "Output" : "output";
@@ -17,21 +19,6 @@ std::string OutputWord(InferEndpoint endpoint) {
 StatusOr<Buffer> Resolve(const SharedMemoryReference& ref, const SharedMemoryRegistry* shm) {
   if (shm == nullptr) return Unsupported("shared memory is not available on this endpoint");
   return shm->Get(ref.region, ref.offset, ref.byte_size);
-}
-
-// priority and timeout: non-negative integers (the parameter stays in the list for backends).
-Status ApplyScheduleParameters(const std::vector<RequestParameter>& parameters,
-                               InferenceRequest* r) {
-  for (const auto& p : parameters) {
-    uint64_t* target = p.name == "priority"  ? &r->priority
-                       : p.name == "timeout" ? &r->timeout_us
-                                             : nullptr;
-    if (target == nullptr) continue;
-    if (p.type != RequestParameter::Type::kInt64 || p.int_value < 0)
-      return InvalidArgument("parameter '" + p.name + "' must be a non-negative integer");
-    *target = static_cast<uint64_t>(p.int_value);
-  }
-  return Status::Ok();
 }
 
 // A body that is the model's only input, raw (Inference-Header-Content-Length: 0): its shape is
@@ -170,7 +157,13 @@ StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
   r->model_name = config.name();
   r->id = std::move(d.id);
   r->binary_outputs_by_default = d.binary_outputs_by_default;
-  RETURN_IF_ERROR(ApplyScheduleParameters(d.parameters, r.get()));
+  if (d.correlation_id.is_text && d.correlation_id.text.size() > kMaxCorrelationIdLength)
+    return Unsupported("string correlation ID cannot be longer than " +
+                       std::to_string(kMaxCorrelationIdLength) + " characters");
+  r->priority = d.priority;
+  r->timeout_us = d.timeout_us;
+  r->flags = d.flags;
+  r->correlation_id = std::move(d.correlation_id);
   r->parameters = std::move(d.parameters);
   if (d.whole_body_input) {
     RETURN_IF_ERROR(ShapeWholeBody(*d.whole_body_input, config, r.get()));

@@ -3,8 +3,8 @@
 // sent, each tensor's data as the wire carried it (raw bytes, typed values the decoder converted,
 // or a shared-memory reference), parameters, requested outputs. BuildInferenceRequest does the
 // rest for every protocol: the endpoint's decoupled rule, the checks of datatypes and shapes,
-// priority and timeout, shared-memory resolution, the rules on mixing data, shared memory and
-// classification, and the requested outputs. Model::Enqueue then checks the request against the
+// the correlation id's bounds, shared-memory resolution, the rules on mixing data, shared memory
+// and classification, and the requested outputs. Model::Enqueue then checks the request against the
 // model's config.
 #pragma once
 
@@ -63,7 +63,13 @@ struct RequestDescription {
   std::string model_name;
   int64_t model_version = -1;  // -1: the newest ready version
   std::string id;
-  std::vector<RequestParameter> parameters;  // every parameter sent, in order
+  std::vector<RequestParameter> parameters;  // those for the backend, in order
+  // The parameters the server acts on, read by the decoder under its wire's rules (Triton checks
+  // their types with different messages per protocol).
+  uint64_t priority = 0;
+  uint64_t timeout_us = 0;
+  uint32_t flags = 0;  // NEREID_REQUEST_FLAG_SEQUENCE_START / _END
+  CorrelationId correlation_id;
   std::vector<InputDescription> inputs;
   std::vector<OutputDescription> outputs;
   bool binary_outputs_by_default = false;  // outputs not named, or named without binary_data

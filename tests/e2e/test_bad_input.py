@@ -103,10 +103,30 @@ NEUTRAL_CASES = {
     "classification_not_positive": (request(simple(), outputs=[("OUTPUT0", {"classification": 0})]),
                                     400, "INVALID_ARGUMENT",
                                     "output 'OUTPUT0': classification must be a positive integer"),
+    # The parameters the server acts on: Triton checks their types with other words per protocol.
     "priority_negative": (request(simple(), parameters={"priority": -1}), 400, "INVALID_ARGUMENT",
-                          "parameter 'priority' must be a non-negative integer"),
+                          {"http": "Unable to parse 'priority'",
+                           "grpc": "invalid value for 'priority', expected value >= 0."}),
     "timeout_not_a_number": (request(simple(), parameters={"timeout": "soon"}), 400,
-                             "INVALID_ARGUMENT", "parameter 'timeout' must be a non-negative integer"),
+                             "INVALID_ARGUMENT",
+                             {"http": "Unable to parse 'timeout'",
+                              "grpc": "invalid value type for 'timeout' parameter, expected "
+                                      "int64_param."}),
+    "sequence_id_bool": (request(simple(), parameters={"sequence_id": True}), 400,
+                         "INVALID_ARGUMENT",
+                         {"http": "Unable to parse 'sequence_id'",
+                          "grpc": "invalid value type for 'sequence_id' parameter, expected "
+                                  "int64_param or string_param."}),
+    "sequence_start_int": (request(simple(), parameters={"sequence_start": 1}), 400,
+                           "INVALID_ARGUMENT",
+                           {"http": "Unable to parse 'sequence_start'",
+                            "grpc": "invalid value type for 'sequence_start' parameter, expected "
+                                    "bool_param."}),
+    "triton_prefix": (request(simple(), parameters={"triton_mine": 1}), 400, "INVALID_ARGUMENT",
+                      "parameter keys starting with 'triton_' are reserved for Triton usage"),
+    "sequence_id_too_long": (request(simple(), parameters={"sequence_id": "s" * 129}), 501,
+                             "UNIMPLEMENTED",
+                             "string correlation ID cannot be longer than 128 characters"),
     "shm_unregistered": (request(simple(data=("shm", "no_such_region", 0, 64))), 404,
                          "NOT_FOUND", "no_such_region"),
     "shm_past_region": (request(simple(data=("shm", SHM_REGION, 64, 128))), 400,
@@ -204,6 +224,8 @@ def test_request_rules_hold_on_both_protocols(server, shm_region, case, protocol
                 service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(grpc_request(r))
         assert e.value.code().name == code, e.value.details()
         message = e.value.details()
+    if isinstance(fragment, dict):
+        fragment = fragment[protocol]
     assert fragment in message, message
     assert_still_serving(server)
 

@@ -21,6 +21,28 @@ from tritonclient.utils import InferenceServerException
 from conftest import Server
 
 MODELS = {
+    "sequence_echo": ('''
+name: "sequence_echo"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] } ]
+''', '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            seen = json.dumps({"id": r.correlation_id(), "flags": r.flags(),
+                               "parameters": json.loads(r.parameters())})
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("SEEN", np.array([seen.encode()], dtype=np.object_))]))
+        return out
+'''),
     "add_sub": ('''
 name: "add_sub"
 backend: "python"
@@ -457,6 +479,34 @@ def test_add_sub(py_server, mod):
     r = c.infer("add_sub", add_sub_inputs(mod, a, b), outputs=[mod.InferRequestedOutput("OUTPUT1")])
     assert r.as_numpy("OUTPUT0") is None and (r.as_numpy("OUTPUT1") == a - b).all()
     assert "add_sub initialized: add_sub v1 CPU add_sub_0_0" in py_server.read_log()
+
+
+@pytest.mark.parametrize("mod", [httpclient, grpcclient])
+def test_sequence_id_and_flags_reach_the_model(py_server, mod):
+    """The client's sequence_id (a number, or a string) and sequence_start/_end reach execute() as
+    correlation_id() and flags(); like Triton, the parameters the server acts on itself are not
+    among request.parameters()."""
+    import json
+    url = py_server.url if mod is httpclient else py_server.grpc_url
+    c = mod.InferenceServerClient(url)
+    x = mod.InferInput("X", [1], "FP32")
+    x.set_data_from_numpy(np.zeros(1, np.float32))
+
+    def seen(**kw):
+        r = c.infer("sequence_echo", [x], **kw)
+        return json.loads(r.as_numpy("SEEN")[0])
+
+    # HTTP carries any uint64; gRPC's int64_param up to 2**63 - 1 (tritonclient's own limit).
+    big = 2**64 - 5 if mod is httpclient else 2**63 - 5
+    got = seen(sequence_id=big, sequence_start=True, priority=1, timeout=10**9,
+               parameters={"custom": 7})
+    assert got == {"id": big, "flags": 1, "parameters": {"custom": 7}}
+    assert seen(sequence_id="user-42", sequence_end=True) == {"id": "user-42", "flags": 2,
+                                                               "parameters": {}}
+    assert seen() == {"id": 0, "flags": 0, "parameters": {}}
+    with pytest.raises(InferenceServerException, match="string correlation ID cannot be longer "
+                                                       "than 128 characters"):
+        c.infer("sequence_echo", [x], sequence_id="s" * 129)
 
 
 def test_dynamic_batching_hands_execute_several_requests(py_server):

@@ -10,6 +10,8 @@
 
 #include <cstring>
 
+#include "nereid/backend.h"
+
 namespace nereid {
 namespace {
 
@@ -82,7 +84,7 @@ TEST(RequestBuilderTest, TypedValuesAreCounted) {
             "unexpected number of elements for input 'IN': shape [1,4] needs 4, got 3");
 }
 
-TEST(RequestBuilderTest, DatatypeShapeAndScheduleParameters) {
+TEST(RequestBuilderTest, DatatypeShapeAndSequence) {
   RequestDescription d;
   d.inputs.push_back(Raw(std::string(16, '\0')));
   d.inputs[0].datatype = "FP33";
@@ -91,21 +93,16 @@ TEST(RequestBuilderTest, DatatypeShapeAndScheduleParameters) {
   d.inputs[0].shape = {1, -4};
   EXPECT_EQ(Message(Build(d)), "input 'IN': shape entries must be non-negative integers");
   d.inputs[0].shape = {1, 4};
-  RequestParameter priority;
-  priority.name = "priority";
-  priority.type = RequestParameter::Type::kInt64;
-  priority.int_value = 2;
-  d.parameters.push_back(priority);
-  RequestParameter timeout = priority;
-  timeout.name = "timeout";
-  timeout.type = RequestParameter::Type::kString;
-  d.parameters.push_back(timeout);
-  EXPECT_EQ(Message(Build(d)), "parameter 'timeout' must be a non-negative integer");
-  d.parameters.pop_back();
+  d.priority = 2;
+  d.flags = NEREID_REQUEST_FLAG_SEQUENCE_START;
+  d.correlation_id = CorrelationId{true, true, 0, std::string(129, 's')};
+  EXPECT_EQ(Message(Build(d)), "string correlation ID cannot be longer than 128 characters");
+  d.correlation_id.text.pop_back();
   auto r = Build(d);
   ASSERT_TRUE(r.ok()) << Message(r);
   EXPECT_EQ((*r)->priority, 2u);
-  ASSERT_EQ((*r)->parameters.size(), 1u);  // still there for the backend
+  EXPECT_EQ((*r)->flags, NEREID_REQUEST_FLAG_SEQUENCE_START);
+  EXPECT_EQ((*r)->correlation_id.text.size(), 128u);
 }
 
 TEST(RequestBuilderTest, WholeBodyTakesTheConfigsShape) {

@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
 #include "frontend/grpc/infer_wire.h"
+#include "nereid/backend.h"
 #include "nereid/backend_util.h"
 #include "server/request_builder.h"
 
@@ -152,34 +153,85 @@ StatusOr<std::optional<SharedMemoryReference>> SharedMemoryParams(const Paramete
   return std::optional<SharedMemoryReference>(std::move(ref));
 }
 
-StatusOr<RequestParameter> Parameter(const std::string& key, const pb::InferParameter& value) {
-  RequestParameter p;
-  p.name = key;
-  switch (value.parameter_choice_case()) {
-    case pb::InferParameter::kBoolParam:
-      p.type = RequestParameter::Type::kBool;
-      p.bool_value = value.bool_param();
-      break;
-    case pb::InferParameter::kInt64Param:
-      p.type = RequestParameter::Type::kInt64;
-      p.int_value = value.int64_param();
-      break;
-    case pb::InferParameter::kUint64Param:
-      if (value.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return InvalidArgument("parameter '" + key + "' is out of range");
-      p.type = RequestParameter::Type::kInt64;
-      p.int_value = static_cast<int64_t>(value.uint64_param());
-      break;
-    case pb::InferParameter::kDoubleParam:
-      p.type = RequestParameter::Type::kDouble;
-      p.double_value = value.double_param();
-      break;
-    default:
-      p.type = RequestParameter::Type::kString;
-      p.string_value = value.string_param();
-      break;
+// Request parameter keys starting with "triton_" that a client may send (Triton's list); they
+// configure the frontend and are not passed to backends.
+constexpr const char* kReservedTritonParameters[] = {"triton_enable_empty_final_response"};
+
+// One entry of the request's parameters: those the server acts on (Triton's rules and messages
+// for this protocol), or a parameter for the backend.
+Status RequestParameterEntry(const std::string& key, const pb::InferParameter& value,
+                             RequestDescription* d) {
+  using P = pb::InferParameter;
+  const auto type = value.parameter_choice_case();
+  auto wrong_type = [&](const char* expected) {
+    return InvalidArgument("invalid value type for '" + key + "' parameter, expected " + expected +
+                           ".");
+  };
+  if (key == "sequence_id") {
+    CorrelationId& id = d->correlation_id;
+    id.present = true;
+    if (type == P::kInt64Param) {
+      id.number = static_cast<uint64_t>(value.int64_param());
+    } else if (type == P::kStringParam) {
+      id.is_text = true;
+      id.text = value.string_param();
+    } else {
+      return wrong_type("int64_param or string_param");
+    }
+  } else if (key == "sequence_start" || key == "sequence_end") {
+    if (type != P::kBoolParam) return wrong_type("bool_param");
+    if (value.bool_param())
+      d->flags |= key == "sequence_start" ? NEREID_REQUEST_FLAG_SEQUENCE_START
+                                          : NEREID_REQUEST_FLAG_SEQUENCE_END;
+  } else if (key == "priority") {
+    if (type == P::kInt64Param && value.int64_param() < 0)
+      return InvalidArgument("invalid value for 'priority', expected value >= 0.");
+    if (type == P::kInt64Param)
+      d->priority = static_cast<uint64_t>(value.int64_param());
+    else if (type == P::kUint64Param)
+      d->priority = value.uint64_param();
+    else
+      return wrong_type("int64_param or uint64_param");
+  } else if (key == "timeout") {
+    if (type != P::kInt64Param) return wrong_type("int64_param");
+    if (value.int64_param() < 0)
+      return InvalidArgument("invalid value for 'timeout', expected value >= 0.");
+    d->timeout_us = static_cast<uint64_t>(value.int64_param());
+  } else if (key.rfind("triton_", 0) == 0) {
+    for (const char* reserved : kReservedTritonParameters)
+      if (key == reserved) return Status::Ok();
+    std::string allowed;
+    for (const char* reserved : kReservedTritonParameters) allowed += std::string(" ") + reserved;
+    return InvalidArgument(
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+        "following keys starting with 'triton_' are allowed:" +
+        allowed);
+  } else {
+    RequestParameter p;
+    p.name = key;
+    switch (type) {
+      case P::kBoolParam:
+        p.type = RequestParameter::Type::kBool;
+        p.bool_value = value.bool_param();
+        break;
+      case P::kInt64Param:
+        p.type = RequestParameter::Type::kInt64;
+        p.int_value = value.int64_param();
+        break;
+      case P::kDoubleParam:
+        p.type = RequestParameter::Type::kDouble;
+        p.double_value = value.double_param();
+        break;
+      case P::kStringParam:
+        p.type = RequestParameter::Type::kString;
+        p.string_value = value.string_param();
+        break;
+      default:
+        return wrong_type("int64_param, bool_param, or string_param");
+    }
+    d->parameters.push_back(std::move(p));
   }
-  return p;
+  return Status::Ok();
 }
 
 // A count parameter as a number: a value of another type reads as 0 (refused as not positive).
@@ -201,10 +253,8 @@ StatusOr<RequestDescription> Describe(std::shared_ptr<ParsedInferRequest> parsed
   d.model_name = message.model_name();
   d.id = message.id();
   d.binary_outputs_by_default = true;
-  for (const auto& [key, value] : message.parameters()) {
-    ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
-    d.parameters.push_back(std::move(p));
-  }
+  for (const auto& [key, value] : message.parameters())
+    RETURN_IF_ERROR(RequestParameterEntry(key, value, &d));
   // raw_input_contents go, in order, to the inputs that are neither in shared memory nor given
   // as contents (Triton's rule; tritonclient sends none for a shared-memory input).
   const auto& raw = parsed->raw;
@@ -821,9 +871,9 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     std::unique_ptr<InferenceRequest> r = std::move(request).value();
     r->cancel = cancel_;
     bool empty_final = false;
-    for (const auto& p : r->parameters)
-      if (p.name == "triton_enable_empty_final_response" && p.type == RequestParameter::Type::kBool)
-        empty_final = p.bool_value;
+    if (auto it = message->parameters().find("triton_enable_empty_final_response");
+        it != message->parameters().end())
+      empty_final = it->second.bool_param();  // false unless a bool_param says true
     // Decoupled models answer with any number of responses; each carries Triton's
     // "triton_final_response" flag, and an empty final one is sent only when the client asked.
     const bool decoupled = r->model->decoupled();

@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "nereid/backend.h"
 #include "nereid/backend_util.h"
 
 namespace nereid::http {
@@ -159,6 +160,55 @@ StatusOr<std::optional<SharedMemoryReference>> SharedMemoryParams(const element*
   return std::optional<SharedMemoryReference>(std::move(ref));
 }
 
+std::optional<uint64_t> AsUint(const element& v) {
+  if (v.type() == element_type::UINT64) return uint64_t(v);
+  if (v.type() == element_type::INT64 && int64_t(v) >= 0) return static_cast<uint64_t>(int64_t(v));
+  return std::nullopt;
+}
+
+StatusOr<RequestParameter> Parameter(std::string_view key, const element& value);
+
+// One member of the request's "parameters": those the server acts on (Triton's rules and
+// messages for this protocol), or a parameter for the backend.
+Status RequestParameterMember(std::string_view key, const element& value,
+                              RequestDescription* request) {
+  auto unparsable = [&](const char* expected) {
+    return InvalidArgument("Unable to parse '" + std::string(key) + "': expected " + expected);
+  };
+  if (key == "sequence_id") {
+    CorrelationId& id = request->correlation_id;
+    id.present = true;
+    if (auto n = AsUint(value)) {
+      id.number = *n;
+    } else if (value.type() == element_type::STRING) {
+      id.is_text = true;
+      id.text = std::string(std::string_view(value));
+    } else {
+      return unparsable("an unsigned integer or a string");
+    }
+  } else if (key == "sequence_start" || key == "sequence_end" || key == "binary_data_output") {
+    if (value.type() != element_type::BOOL) return unparsable("a boolean");
+    const bool on = bool(value);
+    if (key == "binary_data_output")
+      request->binary_outputs_by_default = on;
+    else if (on)
+      request->flags |= key == "sequence_start" ? NEREID_REQUEST_FLAG_SEQUENCE_START
+                                                : NEREID_REQUEST_FLAG_SEQUENCE_END;
+  } else if (key == "priority" || key == "timeout") {
+    auto n = AsUint(value);
+    if (!n) return unparsable("a non-negative integer");
+    (key == "priority" ? request->priority : request->timeout_us) = *n;
+  } else if (key.substr(0, 7) == "triton_") {
+    return InvalidArgument(
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
+        "specified.");
+  } else {
+    ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
+    request->parameters.push_back(std::move(p));
+  }
+  return Status::Ok();
+}
+
 StatusOr<RequestParameter> Parameter(std::string_view key, const element& value) {
   RequestParameter p;
   p.name = std::string(key);
@@ -239,12 +289,8 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length, RequestDesc
   if (auto params = Member(doc, "parameters")) {
     if (params->type() != element_type::OBJECT)
       return InvalidArgument("'parameters' must be an object");
-    ASSIGN_OR_RETURN(request->binary_outputs_by_default,
-                     BoolParam(*params, "binary_data_output", false));
-    for (auto [key, value] : simdjson::dom::object(*params)) {
-      ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
-      request->parameters.push_back(std::move(p));
-    }
+    for (auto [key, value] : simdjson::dom::object(*params))
+      RETURN_IF_ERROR(RequestParameterMember(key, value, request));
   }
   auto inputs = Member(doc, "inputs");
   if (!inputs || inputs->type() != element_type::ARRAY)
