@@ -31,5 +31,5 @@ fi
 ninja -C build-tsan nereid_unit_tests nereid_backend_native
 echo "== TSan: batcher and repository tests"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/nereid_unit_tests \
-  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*:ModelControl*' \
+  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*:ModelControl*:InferApi*' \
   --gtest_repeat=5 --gtest_brief=1

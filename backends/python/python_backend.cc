@@ -729,7 +729,7 @@ class Instance {
     if (op == "log") {
       LogFromStub(*m_, m);
     } else if (op == "infer") {
-      Bls(channel, m);
+      Bls(NereidInstanceModel(handle_), channel, m);
     } else if (op == "is_cancelled") {
       AnswerCancelled(channel, m);
     } else if (op.rfind("metric", 0) == 0) {
@@ -964,11 +964,11 @@ class Instance {
 
   // Bls() with a malformed request (fields of the wrong type) answered as the call's error, so
   // the model's exec() returns instead of waiting for ever.
-  static void Bls(const std::shared_ptr<Channel>& channel, const Message& m) {
+  static void Bls(NereidModel* caller, const std::shared_ptr<Channel>& channel, const Message& m) {
     if (!m.header.HasMember("call") || !m.header["call"].IsUint64())
       throw std::runtime_error("a BLS request without its call id");
     try {
-      BlsUnchecked(channel, m);
+      BlsUnchecked(caller, channel, m);
     } catch (const std::exception& e) {
       AnswerWithError(channel, m.header["call"].GetUint64(),
                       NereidErrorNew(NEREID_ERROR_INVALID_ARG,
@@ -987,7 +987,8 @@ class Instance {
     channel->Write(Json(h));
   }
 
-  static void BlsUnchecked(const std::shared_ptr<Channel>& channel, const Message& m) {
+  static void BlsUnchecked(NereidModel* caller, const std::shared_ptr<Channel>& channel,
+                           const Message& m) {
     auto call = std::make_unique<BlsCall>(BlsCall{channel, m.header["call"].GetUint64()});
     NereidInferRequest* request = nullptr;
     // Freed on every way out but a successful submission (a malformed field throws).
@@ -999,8 +1000,8 @@ class Instance {
     } unsent{request};
     const std::string id = StringField(m.header, "id");
     NereidError* error =
-        NereidInferRequestNew(StringField(m.header, "model").c_str(),
-                              m.header["version"].GetInt64(), id.c_str(), &request);
+        NereidModelInferRequestNew(caller, StringField(m.header, "model").c_str(),
+                                   m.header["version"].GetInt64(), id.c_str(), &request);
     for (const auto& in : m.header["inputs"].GetArray()) {
       if (error) break;
       std::vector<int64_t> shape;

@@ -257,7 +257,11 @@ typedef struct NereidInferRequest NereidInferRequest;
 typedef struct NereidInferResponse NereidInferResponse;
 typedef void (*NereidInferCallback)(void* user, NereidInferResponse* response);
 
-/* A request for 'model' ('version' -1: the newest ready one); 'id' may be NULL. */
+/* A request for 'model' ('version' -1: the newest ready one); 'id' may be NULL. Since 2.5 it is
+ * made on behalf of 'caller' (the calling backend's model) and goes to the server that serves
+ * that model; NereidInferRequestNew, without a caller (2.2), goes to the server started last. */
+NereidError* NereidModelInferRequestNew(NereidModel* caller, const char* model, int64_t version,
+                                        const char* id, NereidInferRequest** request);
 NereidError* NereidInferRequestNew(const char* model, int64_t version, const char* id,
                                    NereidInferRequest** request);
 /* Adds an input; its bytes are copied (BYTES: 4-byte little-endian length before each element). */

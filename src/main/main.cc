@@ -20,7 +20,6 @@
 #include "main/server_options.h"
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
-#include "runtime/backend_abi.h"
 #include "runtime/server_info.h"
 
 namespace {
@@ -109,14 +108,6 @@ int Serve(const std::vector<std::string>& args) {
   }
   // The protocol-neutral API both frontends call; outlives them (declared before them).
   nereid::InferenceServer api(&repository);
-  // Backends' own requests (NereidInferAsync, Triton's BLS) take the same path as the frontends'.
-  nereid::SetBackendInferHandler([&api](std::unique_ptr<nereid::InferenceRequest>& request) {
-    ASSIGN_OR_RETURN(request->model, api.GetModel(request->model_name, request->model_version));
-    return api.Infer(request);
-  });
-  struct ClearHandler {
-    ~ClearHandler() { nereid::SetBackendInferHandler(nullptr); }
-  } clear_handler;  // before 'api' goes
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
   if (options.allow_grpc) {
     grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(options.grpc, &api);

@@ -343,6 +343,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(
   // Each model the load starts is known to its attempt, so that a load past its timeout can abort
   // it (a model started after that is aborted at once).
   const Model::StartedHook started = [this, attempt](const std::shared_ptr<Model>& model) {
+    model->SetInferLink(infer_link_);
     bool abandoned = false;
     {
       std::lock_guard<std::mutex> lock(mu_);

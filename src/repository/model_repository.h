@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "request/infer_api.h"
 #include "runtime/backend_library.h"
 #include "runtime/model.h"
 
@@ -54,6 +55,8 @@ class ModelRepository {
  public:
   ModelRepository(RepositoryOptions options, BackendManager* backends);
   ~ModelRepository();
+  // Where this repository's models send their own requests: the server serving it sets it.
+  const std::shared_ptr<InferApiLink>& infer_link() const { return infer_link_; }
 
   // Loads what the control mode asks for at startup. Failures are recorded per model and logged;
   // they never stop the other models (the returned status only reports a broken repository path;
@@ -100,6 +103,7 @@ class ModelRepository {
   void AbortAll();
 
  private:
+  std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   struct VersionEntry {
     std::string state;  // READY, UNAVAILABLE
     std::string reason;

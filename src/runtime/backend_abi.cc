@@ -349,21 +349,21 @@ void NereidMemoryRelease(void* data) {
 
 struct NereidInferRequest {
   std::unique_ptr<nereid::InferenceRequest> request;
+  std::shared_ptr<nereid::InferApiLink> link;  // the server it goes to
 };
 struct NereidInferResponse {
   std::unique_ptr<nereid::InferenceResponse> response;
 };
 
 namespace {
-std::mutex infer_handler_mu;
-nereid::BackendInferHandler& InferHandler() {
-  static auto* handler = new nereid::BackendInferHandler();
-  return *handler;
+std::mutex default_link_mu;
+std::shared_ptr<nereid::InferApiLink>& DefaultLink() {
+  static auto* link = new std::shared_ptr<nereid::InferApiLink>();
+  return *link;
 }
-}  // namespace
 
-NereidError* NereidInferRequestNew(const char* model, int64_t version, const char* id,
-                                   NereidInferRequest** request) {
+NereidError* NewInferRequest(std::shared_ptr<nereid::InferApiLink> link, const char* model,
+                             int64_t version, const char* id, NereidInferRequest** request) {
   if (model == nullptr || request == nullptr)
     return Error(NEREID_ERROR_INVALID_ARG, "NereidInferRequestNew: model and request are required");
   auto r = std::make_unique<NereidInferRequest>();
@@ -373,8 +373,27 @@ NereidError* NereidInferRequestNew(const char* model, int64_t version, const cha
   if (id != nullptr) r->request->id = id;
   r->request->binary_outputs_by_default = true;
   r->request->times.received_ns = nereid::SteadyNowNs();
+  r->link = std::move(link);
   *request = r.release();
   return nullptr;
+}
+}  // namespace
+
+NereidError* NereidModelInferRequestNew(NereidModel* caller, const char* model, int64_t version,
+                                        const char* id, NereidInferRequest** request) {
+  if (caller == nullptr)
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidModelInferRequestNew: caller is NULL");
+  return NewInferRequest(AsModel(caller)->infer_link(), model, version, id, request);
+}
+
+NereidError* NereidInferRequestNew(const char* model, int64_t version, const char* id,
+                                   NereidInferRequest** request) {
+  std::shared_ptr<nereid::InferApiLink> link;
+  {
+    std::lock_guard lock(default_link_mu);
+    link = DefaultLink();
+  }
+  return NewInferRequest(std::move(link), model, version, id, request);
 }
 
 NereidError* NereidInferRequestAddInput(NereidInferRequest* request, const char* name,
@@ -450,18 +469,13 @@ NereidError* NereidInferAsync(NereidInferRequest* request, NereidInferCallback c
                               void* user) {
   if (request == nullptr || callback == nullptr)
     return Error(NEREID_ERROR_INVALID_ARG, "NereidInferAsync: request and callback are required");
-  nereid::BackendInferHandler handler;
-  {
-    std::lock_guard lock(infer_handler_mu);
-    handler = InferHandler();
-  }
-  if (!handler) return Error(NEREID_ERROR_UNAVAILABLE, "the server is not serving requests");
+  if (!request->link) return Error(NEREID_ERROR_UNAVAILABLE, "the server is not serving requests");
   request->request->on_complete = [callback, user](std::unique_ptr<nereid::InferenceResponse> r) {
     auto* response = new NereidInferResponse{std::move(r)};
     callback(user, response);
   };
   std::unique_ptr<nereid::InferenceRequest> r = std::move(request->request);
-  nereid::Status s = handler(r);
+  nereid::Status s = request->link->Submit(r);
   if (!s.ok()) {
     r->on_complete = nullptr;
     request->request = std::move(r);  // still the caller's
@@ -586,8 +600,8 @@ NereidError* NereidMetricValue(NereidMetric* metric, double* value) {
 }  // extern "C"
 
 namespace nereid {
-void SetBackendInferHandler(BackendInferHandler handler) {
-  std::lock_guard lock(infer_handler_mu);
-  InferHandler() = std::move(handler);
+void SetDefaultInferLink(std::shared_ptr<InferApiLink> link) {
+  std::lock_guard lock(default_link_mu);
+  DefaultLink() = std::move(link);
 }
 }  // namespace nereid

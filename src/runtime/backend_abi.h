@@ -8,6 +8,7 @@
 #include <string>
 
 #include "nereid/backend.h"
+#include "request/infer_api.h"
 #include "request/inference_request.h"
 
 struct NereidError {
@@ -56,10 +57,10 @@ struct BackendRequest {
   }
 };
 
-// How NereidInferAsync reaches the server's request path: routes the request to its model and
-// enqueues it (main installs InferenceServer's; null while no server runs: requests are refused).
-using BackendInferHandler = std::function<Status(std::unique_ptr<InferenceRequest>&)>;
-void SetBackendInferHandler(BackendInferHandler handler);
+// Where a backend's request made without a caller (NereidInferRequestNew, ABI 2.2) goes: the
+// link of the server started last (InferenceServer sets it; a request made on behalf of a model,
+// NereidModelInferRequestNew, goes to that model's own server).
+void SetDefaultInferLink(std::shared_ptr<InferApiLink> link);
 
 // Converts a backend-owned error into a Status and frees it (NULL -> Ok).
 Status StatusFromBackend(NereidError* error);

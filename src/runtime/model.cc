@@ -123,7 +123,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   auto stats_observer = std::make_shared<StatsObserver>(model->stats_.get());
   for (auto& instance : model->instances_) instance->AddObserver(stats_observer);
-  SchedulerContext context{model->config_, std::move(instances), model->stats_.get(), clock};
+  SchedulerContext context{model->config_, std::move(instances), model->stats_.get(), clock,
+                           model->infer_link_.get()};
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, SchedulerFactory::Get().Create(context));
   model->SetScheduler(std::move(scheduler));
   return model;

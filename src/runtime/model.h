@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "config/model_config.h"
 #include "metrics/model_stats.h"
+#include "request/infer_api.h"
 #include "request/inference_request.h"
 #include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
@@ -81,6 +82,10 @@ class Model {
   // Whether requests wait besides the one being completed (which Pending() still counts): the
   // frontends then hand a response's sending off the instance thread instead of doing it there.
   bool OthersPending() const { return Pending() > 1; }
+  // The server this model's backend sends its own requests to (BLS; ensemble steps next). Set by
+  // the repository that loads it, before the backend is called; unset, requests are refused.
+  const std::shared_ptr<InferApiLink>& infer_link() const { return infer_link_; }
+  void SetInferLink(std::shared_ptr<InferApiLink> link) { infer_link_ = std::move(link); }
   bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
   // Every instance is a KIND_GPU instance (device inputs can then go to the backend as they are).
   bool all_instances_gpu() const {
@@ -118,6 +123,7 @@ class Model {
   inference::ModelConfig config_;
   std::string config_json_;
   std::shared_ptr<Backend> backend_;
+  std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;

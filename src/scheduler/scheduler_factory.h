@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "config/model_config.h"
+#include "request/infer_api.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
@@ -26,6 +27,9 @@ struct SchedulerContext {
   std::vector<BatchExecutor*> instances;
   ModelStats* stats = nullptr;
   const Clock* clock = &SteadyClock::Get();
+  // The server's inference path, for a scheduler that sends requests of its own (an ensemble's
+  // steps); null where the model has none (config checks).
+  InferApiLink* infer = nullptr;
 };
 
 // The scheduling choice a config makes: "ensemble" for platform "ensemble", "sequence" with

@@ -4,15 +4,27 @@
 #include "gpu/cuda_driver.h"
 #include "metrics/model_stats.h"
 #include "metrics/prometheus.h"
+#include "runtime/backend_abi.h"
 #include "runtime/model.h"
 #include "runtime/server_info.h"
 #include "server/classification.h"
 
 namespace nereid {
 
-InferenceServer::InferenceServer(ModelRepository* repository) : repository_(repository) {}
+InferenceServer::InferenceServer(ModelRepository* repository) : repository_(repository) {
+  repository_->infer_link()->Set(this);
+  // Backends that make requests without naming their model (ABI 2.2) reach this server.
+  SetDefaultInferLink(repository_->infer_link());
+}
 
-InferenceServer::~InferenceServer() = default;
+InferenceServer::~InferenceServer() {
+  repository_->infer_link()->Set(nullptr);  // waits for submissions under way
+}
+
+Status InferenceServer::Submit(std::unique_ptr<InferenceRequest>& request) {
+  ASSIGN_OR_RETURN(request->model, GetModel(request->model_name, request->model_version));
+  return Infer(request);
+}
 
 namespace {
 DurationSnapshot Snap(const DurationStat& d) {

@@ -48,10 +48,10 @@ struct ModelStatistics {
   std::vector<Batch> batches;  // batch sizes that have executed, ascending
 };
 
-class InferenceServer {
+class InferenceServer : public InferApi {
  public:
   explicit InferenceServer(ModelRepository* repository);
-  ~InferenceServer();  // finishes the control requests waiting
+  ~InferenceServer() override;  // finishes the control requests waiting
   InferenceServer(const InferenceServer&) = delete;
   InferenceServer& operator=(const InferenceServer&) = delete;
 
@@ -87,6 +87,9 @@ class InferenceServer {
   // the request. Its responses come through request->on_complete, with outputs the client asked
   // to classify already classified.
   Status Infer(std::unique_ptr<InferenceRequest>& request);
+
+  // A backend's own request (InferApi): routed by its model name and version, then Infer.
+  Status Submit(std::unique_ptr<InferenceRequest>& request) override;
 
   // ---- metrics ----
   // The Prometheus text of every loaded model ('gpu': with the per-GPU families).
