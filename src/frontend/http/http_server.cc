@@ -1,7 +1,5 @@
 #include "frontend/http/http_server.h"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
@@ -20,11 +18,12 @@
 #include <unordered_map>
 #include <utility>
 
-#include "common/base64.h"
 #include "common/cpus.h"
 #include "common/logging.h"
 #include "frontend/http/compression.h"
 #include "frontend/http/gather_body.h"
+#include "frontend/http/http_api.h"
+#include "frontend/http/http_routes.h"
 #include "frontend/http/infer_codec.h"
 #include "frontend/http/receive_body.h"
 #include "frontend/http/timeouts.h"
@@ -39,9 +38,6 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Request = bhttp::request<ReceiveBody>;
 using Response = bhttp::response<bhttp::string_body>;
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-constexpr const char* kJson = "application/json";
 
 // A request's start line and headers together, and so any single field, stay under 60 KiB. Beast
 // stores a field's length in 16 bits and throws for 64 KiB and more; nothing may reach that throw.
@@ -51,152 +47,6 @@ constexpr uint32_t kHeaderLimit = 60 << 10;
 constexpr size_t kReadBufferLimit = 64 << 10;
 
 std::string_view SV(boost::beast::string_view s) { return {s.data(), s.size()}; }
-
-// The route of a request path, split the way Triton's HTTP server matches its URLs.
-struct Route {
-  enum Kind {
-    kNotFound,
-    kServerMetadata,
-    kHealthLive,
-    kHealthReady,
-    kModelMetadata,
-    kModelReady,
-    kModelConfig,
-    kModelInfer,
-    kModelStats,
-    kAllStats,
-    kRepoIndex,
-    kRepoLoad,
-    kRepoUnload,
-    kSharedMemory,
-    kTrace,
-    kLogging,
-    kGenerate
-  } kind = kNotFound;
-  std::string model;   // also the region name of a shared-memory route
-  std::string action;  // shared memory: status, register or unregister
-  bool cuda = false;
-  int64_t version = -1;
-  bool bad_version = false;
-};
-
-// The API group of a route, for --http-restricted-api (Triton's grouping).
-std::optional<ApiGroup> GroupOf(Route::Kind kind) {
-  switch (kind) {
-    case Route::kHealthLive:
-    case Route::kHealthReady:
-    case Route::kModelReady:
-      return ApiGroup::kHealth;
-    case Route::kServerMetadata:
-    case Route::kModelMetadata:
-      return ApiGroup::kMetadata;
-    case Route::kModelInfer:
-    case Route::kGenerate:
-      return ApiGroup::kInference;
-    case Route::kModelConfig:
-      return ApiGroup::kModelConfig;
-    case Route::kModelStats:
-    case Route::kAllStats:
-      return ApiGroup::kStatistics;
-    case Route::kRepoIndex:
-    case Route::kRepoLoad:
-    case Route::kRepoUnload:
-      return ApiGroup::kModelRepository;
-    case Route::kSharedMemory:
-      return ApiGroup::kSharedMemory;
-    case Route::kTrace:
-      return ApiGroup::kTrace;
-    case Route::kLogging:
-      return ApiGroup::kLogging;
-    case Route::kNotFound:
-      break;
-  }
-  return std::nullopt;
-}
-
-std::vector<std::string_view> SplitPath(std::string_view path) {
-  std::vector<std::string_view> parts;
-  while (!path.empty()) {
-    while (!path.empty() && path.front() == '/') path.remove_prefix(1);
-    const size_t slash = path.find('/');
-    if (!path.empty()) parts.push_back(path.substr(0, slash));
-    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash);
-  }
-  return parts;
-}
-
-Route Match(std::string_view target) {
-  Route r;
-  target = target.substr(0, target.find('?'));
-  const auto p = SplitPath(target);
-  if (p.empty() || p[0] != "v2") return r;
-  if (p.size() == 1) return r.kind = Route::kServerMetadata, r;
-  if (p[1] == "health" && p.size() == 3) {
-    if (p[2] == "live") r.kind = Route::kHealthLive;
-    if (p[2] == "ready") r.kind = Route::kHealthReady;
-    return r;
-  }
-  if (p[1] == "models") {
-    if (p.size() == 3 && p[2] == "stats") return r.kind = Route::kAllStats, r;
-    if (p.size() < 3) return r;
-    r.model = std::string(p[2]);
-    size_t i = 3;
-    if (p.size() > 4 && p[3] == "versions") {
-      const std::string_view v = p[4];
-      int64_t version = -1;
-      auto res = std::from_chars(v.data(), v.data() + v.size(), version);
-      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || version < 0)
-        r.bad_version = true;
-      r.version = version;
-      i = 5;
-    }
-    if (i == p.size()) return r.kind = Route::kModelMetadata, r;
-    if (i + 1 == p.size()) {
-      if (p[i] == "infer")
-        r.kind = Route::kModelInfer;
-      else if (p[i] == "ready")
-        r.kind = Route::kModelReady;
-      else if (p[i] == "config")
-        r.kind = Route::kModelConfig;
-      else if (p[i] == "stats")
-        r.kind = Route::kModelStats;
-      else if (p[i] == "generate" || p[i] == "generate_stream")
-        r.kind = Route::kGenerate;
-    } else if (i + 2 == p.size() && p[i] == "trace" && p[i + 1] == "setting") {
-      r.kind = Route::kTrace;
-    }
-    return r;
-  }
-  if (p[1] == "repository") {
-    if (p.size() == 3 && p[2] == "index") return r.kind = Route::kRepoIndex, r;
-    if (p.size() == 5 && p[2] == "models") {
-      r.model = std::string(p[3]);
-      if (p[4] == "load") r.kind = Route::kRepoLoad;
-      if (p[4] == "unload") r.kind = Route::kRepoUnload;
-    }
-    return r;
-  }
-  if (p[1] == "systemsharedmemory" || p[1] == "cudasharedmemory") {
-    // /v2/<kind>sharedmemory[/region/<name>]/(status|register|unregister)
-    r.cuda = p[1] == "cudasharedmemory";
-    std::string_view action;
-    if (p.size() == 3) {
-      action = p[2];
-    } else if (p.size() == 5 && p[2] == "region") {
-      r.model = std::string(p[3]);
-      action = p[4];
-    }
-    if (action == "status" || action == "register" || action == "unregister") {
-      r.kind = Route::kSharedMemory;
-      r.action = std::string(action);
-    }
-    if (action == "register" && r.model.empty()) r.kind = Route::kNotFound;
-    return r;
-  }
-  if (p[1] == "trace" && p.size() == 3 && p[2] == "setting") return r.kind = Route::kTrace, r;
-  if (p[1] == "logging" && p.size() == 2) return r.kind = Route::kLogging, r;
-  return r;
-}
 
 }  // namespace
 
@@ -230,27 +80,6 @@ Buffer BodyBuffer(size_t n, int64_t json_size) {
   std::shared_ptr<uint8_t[]> storage = AllocateAligned(total);
   uint8_t* data = storage.get() + pad;
   return Buffer(data, n, MemoryLocation{}, std::move(storage));
-}
-
-// Triton's HTTP status for each Status code: the one table of this protocol.
-int HttpStatusFor(Status::Code code) {
-  switch (code) {
-    case Status::Code::kOk:
-      return 200;
-    case Status::Code::kNotFound:
-      return 404;
-    case Status::Code::kUnsupported:
-      return 501;
-    case Status::Code::kInternal:
-      return 500;
-    case Status::Code::kUnavailable:
-      return 503;
-    case Status::Code::kInvalidArgument:
-    case Status::Code::kAlreadyExists:
-    case Status::Code::kCancelled:
-      return 400;
-  }
-  return 400;
 }
 
 class SessionBase {
@@ -531,8 +360,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     SendBody(status, ErrorJson(message));
   }
 
-  void SendStatus(const Status& s) {
-    SendBody(static_cast<bhttp::status>(HttpStatusFor(s.code())), ErrorJson(s.message()));
+  void SendStatus(const Status& s) { SendReply(StatusReply(s)); }
+
+  void SendReply(Reply r) {
+    SendBody(static_cast<bhttp::status>(r.status), std::move(r.body), r.content_type);
   }
 
   // Ends the sending side: the client reads what was sent, then sees the end of the stream.
@@ -585,10 +416,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                         nullptr);
       case Route::kServerMetadata:
         if (!need(bhttp::verb::get)) return;
-        return ServerMetadata();
+        return SendReply(ServerMetadataReply(*server_->api_));
       case Route::kModelMetadata:
         if (!need(bhttp::verb::get)) return;
-        return ModelMetadata(route);
+        return SendReply(ModelMetadataReply(*server_->api_, route));
       case Route::kModelReady: {
         if (!need(bhttp::verb::get)) return;
         Status ready = server_->api_->ModelReady(route.model, route.version);
@@ -606,20 +437,26 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
         return Infer(route, std::move(req));
       case Route::kRepoIndex:
         if (!need(bhttp::verb::post)) return;
-        return RepositoryIndex(req.body());
+        return SendReply(RepositoryIndexReply(*server_->api_, req.body()));
       case Route::kRepoLoad:
       case Route::kRepoUnload:
         if (!need(bhttp::verb::post)) return;
-        return RepositoryControl(route, req.body());
+        return RepositoryControl(
+            *server_->api_, route, req.body(), [self = shared_from_this()](Reply reply) {
+              net::post(self->stream_.get_executor(), [self, reply = std::move(reply)]() mutable {
+                self->SendReply(std::move(reply));
+              });
+            });
       case Route::kLogging:
-        return Logging(method, req.body());
+        if (method != bhttp::verb::post && !need(bhttp::verb::get)) return;
+        return SendReply(LoggingReply(*server_->api_, method == bhttp::verb::post, req.body()));
       case Route::kModelStats:
       case Route::kAllStats:
         if (!need(bhttp::verb::get)) return;
-        return Statistics(route);
+        return SendReply(StatisticsReply(*server_->api_, route));
       case Route::kSharedMemory:
         if (!need(route.action == "status" ? bhttp::verb::get : bhttp::verb::post)) return;
-        return SharedMemory(route, req.body());
+        return SendReply(SharedMemoryReply(*server_->api_, route, req.body()));
       case Route::kTrace:
         return SendError(bhttp::status::not_implemented,
                          "the trace extension is not supported yet");
@@ -629,129 +466,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       case Route::kNotFound:
         return SendError(bhttp::status::not_found, "Not Found");
     }
-  }
-
-  void ServerMetadata() {
-    const nereid::ServerMetadata md = server_->api_->GetServerMetadata();
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    w.Key("name");
-    w.String(md.name.c_str());
-    w.Key("version");
-    w.String(md.version.c_str());
-    w.Key("extensions");
-    w.StartArray();
-    for (const std::string& e : md.extensions) w.String(e.c_str());
-    w.EndArray();
-    w.EndObject();
-    SendBody(bhttp::status::ok, buffer.GetString());
-  }
-
-  static void WriteDuration(JsonWriter& w, const char* key, const DurationSnapshot& d) {
-    w.Key(key);
-    w.StartObject();
-    w.Key("count");
-    w.Uint64(d.count);
-    w.Key("ns");
-    w.Uint64(d.ns);
-    w.EndObject();
-  }
-
-  // The statistics extension, in Triton's JSON shape.
-  void Statistics(const Route& route) {
-    auto selected = server_->api_->Statistics(
-        route.kind == Route::kAllStats ? std::string() : route.model, route.version);
-    if (!selected.ok()) return SendStatus(selected.status());
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    w.Key("model_stats");
-    w.StartArray();
-    const DurationSnapshot zero;
-    for (const ModelStatistics& st : *selected) {
-      w.StartObject();
-      w.Key("name");
-      w.String(st.name.c_str());
-      w.Key("version");
-      w.String(std::to_string(st.version).c_str());
-      w.Key("last_inference");
-      w.Uint64(st.last_inference_ms);
-      w.Key("inference_count");
-      w.Uint64(st.inference_count);
-      w.Key("execution_count");
-      w.Uint64(st.execution_count);
-      w.Key("inference_stats");
-      w.StartObject();
-      WriteDuration(w, "success", st.success);
-      WriteDuration(w, "fail", st.fail);
-      WriteDuration(w, "queue", st.queue);
-      WriteDuration(w, "compute_input", st.compute_input);
-      WriteDuration(w, "compute_infer", st.compute_infer);
-      WriteDuration(w, "compute_output", st.compute_output);
-      WriteDuration(w, "cache_hit", zero);
-      WriteDuration(w, "cache_miss", zero);
-      w.EndObject();
-      w.Key("response_stats");
-      w.StartObject();
-      w.EndObject();
-      w.Key("batch_stats");
-      w.StartArray();
-      for (const auto& bs : st.batches) {
-        w.StartObject();
-        w.Key("batch_size");
-        w.Uint64(static_cast<uint64_t>(bs.batch_size));
-        WriteDuration(w, "compute_input", bs.compute_input);
-        WriteDuration(w, "compute_infer", bs.compute_infer);
-        WriteDuration(w, "compute_output", bs.compute_output);
-        w.EndObject();
-      }
-      w.EndArray();
-      w.Key("memory_usage");
-      w.StartArray();
-      w.EndArray();
-      w.EndObject();
-    }
-    w.EndArray();
-    w.EndObject();
-    SendBody(bhttp::status::ok, buffer.GetString());
-  }
-
-  void ModelMetadata(const Route& route) {
-    auto metadata = server_->api_->GetModelMetadata(route.model, route.version);
-    if (!metadata.ok()) return SendStatus(metadata.status());
-    const nereid::ModelMetadata& model = *metadata;
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    w.Key("name");
-    w.String(model.name.c_str());
-    w.Key("versions");
-    w.StartArray();
-    for (int64_t v : model.versions) w.String(std::to_string(v).c_str());
-    w.EndArray();
-    w.Key("platform");
-    w.String(model.platform.c_str());
-    for (const bool inputs : {true, false}) {
-      w.Key(inputs ? "inputs" : "outputs");
-      w.StartArray();
-      for (const TensorMetadata& t : inputs ? model.inputs : model.outputs) {
-        w.StartObject();
-        w.Key("name");
-        w.String(t.name.c_str());
-        w.Key("datatype");
-        const auto type = DataTypeName(t.datatype);
-        w.String(type.data(), static_cast<rapidjson::SizeType>(type.size()));
-        w.Key("shape");
-        w.StartArray();
-        for (int64_t d : t.shape) w.Int64(d);
-        w.EndArray();
-        w.EndObject();
-      }
-      w.EndArray();
-    }
-    w.EndObject();
-    SendBody(bhttp::status::ok, buffer.GetString());
   }
 
   void Infer(const Route& route, Request req) {
@@ -842,224 +556,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     res.body().head = std::move(encoded.json);
     res.body().tail = std::move(encoded.binary);
     Send(std::move(res));
-  }
-
-  // A control request's body, which must be a JSON object.
-  static StatusOr<simdjson::dom::element> ParseObject(simdjson::dom::parser& parser,
-                                                      const std::string& body, const char* what) {
-    ASSIGN_OR_RETURN(simdjson::dom::element doc, ParseJson(parser, body));
-    if (doc.type() != simdjson::dom::element_type::OBJECT)
-      return InvalidArgument(std::string("the ") + what + " request must be a JSON object");
-    return doc;
-  }
-
-  void RepositoryIndex(const std::string& body) {
-    bool ready_only = false;
-    if (!body.empty()) {
-      simdjson::dom::parser parser;
-      auto doc = ParseObject(parser, body, "repository index");
-      if (!doc.ok()) return SendStatus(doc.status());
-      simdjson::dom::element ready;
-      if (!doc->at_key("ready").get(ready)) {
-        if (ready.type() != simdjson::dom::element_type::BOOL)
-          return SendError(bhttp::status::bad_request, "'ready' must be a boolean");
-        ready_only = bool(ready);
-      }
-    }
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartArray();
-    for (const auto& e : server_->api_->RepositoryIndex(ready_only)) {
-      w.StartObject();
-      w.Key("name");
-      w.String(e.name.c_str());
-      if (e.version >= 0) {
-        w.Key("version");
-        w.String(std::to_string(e.version).c_str());
-      }
-      if (!e.state.empty()) {
-        w.Key("state");
-        w.String(e.state.c_str());
-        w.Key("reason");
-        w.String(e.reason.c_str());
-      }
-      w.EndObject();
-    }
-    w.EndArray();
-    SendBody(bhttp::status::ok, buffer.GetString());
-  }
-
-  void RepositoryControl(const Route& route, const std::string& body) {
-    if (Status allowed = server_->api_->CheckRepositoryControl(); !allowed.ok())
-      return SendStatus(allowed);
-    std::string config_json;
-    if (!body.empty()) {
-      simdjson::dom::parser parser;
-      auto doc = ParseObject(parser, body, "repository");
-      if (!doc.ok()) return SendStatus(doc.status());
-      simdjson::dom::object params;
-      if (!doc->at_key("parameters").get(params)) {
-        for (auto [key, value] : params) {
-          if (key == "config") {
-            std::string_view text;
-            if (value.get(text))
-              return SendError(bhttp::status::bad_request,
-                               "parameter 'config' must be a JSON string");
-            config_json = std::string(text);
-          } else if (key.substr(0, 5) == "file:") {
-            return SendError(bhttp::status::not_implemented,
-                             "loading model files from the request is not supported yet");
-          }
-        }
-      }
-    }
-    const bool load = route.kind == Route::kRepoLoad;
-    auto self = shared_from_this();
-    InferenceServer* api = server_->api_;
-    api->RunControl(
-        route.model, config_json.size(),
-        [api, load, name = route.model, config_json] {
-          return load ? api->LoadModel(name, config_json) : api->UnloadModel(name);
-        },
-        [self](Status s) {
-          net::post(self->stream_.get_executor(), [self, s] {
-            if (s.ok()) return self->SendBody(bhttp::status::ok, "", nullptr);
-            self->SendStatus(s);
-          });
-        });
-  }
-
-  using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
-
-  // A shared-memory status answer: one object per region with its name, the kind's own fields,
-  // and byte_size.
-  template <typename Region, typename Fields>
-  void SendRegions(StatusOr<std::vector<Region>> regions, Fields fields) {
-    if (!regions.ok()) return SendStatus(regions.status());
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartArray();
-    for (const auto& r : *regions) {
-      w.StartObject();
-      w.Key("name");
-      w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
-      fields(w, r);
-      w.Key("byte_size");
-      w.Uint64(r.byte_size);
-      w.EndObject();
-    }
-    w.EndArray();
-    SendBody(bhttp::status::ok, buffer.GetString());
-  }
-
-  void SendOkOrError(const Status& s) {
-    if (!s.ok()) return SendStatus(s);
-    SendBody(bhttp::status::ok, "", nullptr);
-  }
-
-  // The CUDA shared-memory extension: regions are another process's device allocations, named by
-  // a cudaIpcMemHandle_t (base64 in the JSON body).
-  void CudaSharedMemory(const Route& route, const std::string& body) {
-    SharedMemoryRegistry& shm = server_->api_->shared_memory();
-    if (route.action == "status")
-      return SendRegions(shm.GetCudaStatus(route.model), [](JsonWriter& w, const auto& r) {
-        w.Key("device_id");
-        w.Int64(r.device_id);
-      });
-    if (route.action == "unregister") return SendOkOrError(shm.UnregisterCuda(route.model));
-    simdjson::dom::parser parser;
-    auto doc = ParseObject(parser, body, "register");
-    if (!doc.ok()) return SendStatus(doc.status());
-    auto b64 = (*doc)["raw_handle"]["b64"];
-    if (b64.error() || !b64.is_string())
-      return SendError(bhttp::status::bad_request,
-                       "CUDA shared memory register needs 'raw_handle': {\"b64\": \"...\"}");
-    const auto handle = DecodeBase64(b64.get_string().value_unsafe());
-    if (!handle)
-      return SendError(bhttp::status::bad_request, "'raw_handle.b64' is not valid base64");
-    if ((*doc)["byte_size"].error() || (*doc)["device_id"].error())
-      return SendError(bhttp::status::bad_request,
-                       "CUDA shared memory register needs 'device_id' and 'byte_size'");
-    auto device = UintMember(*doc, "device_id", "CUDA shared memory");
-    if (!device.ok()) return SendStatus(device.status());
-    auto byte_size = UintMember(*doc, "byte_size", "CUDA shared memory");
-    if (!byte_size.ok()) return SendStatus(byte_size.status());
-    if (*device > 1024) return SendError(bhttp::status::bad_request, "invalid 'device_id'");
-    Status s = shm.RegisterCuda(route.model, *handle, static_cast<int64_t>(*device), *byte_size);
-    if (!s.ok()) return SendStatus(s);
-    SendBody(bhttp::status::ok, "", nullptr);
-  }
-
-  // The system shared-memory extension.
-  void SharedMemory(const Route& route, const std::string& body) {
-    if (route.cuda) return CudaSharedMemory(route, body);
-    SharedMemoryRegistry& shm = server_->api_->shared_memory();
-    if (route.action == "status")
-      return SendRegions(shm.GetStatus(route.model), [](JsonWriter& w, const auto& r) {
-        w.Key("key");
-        w.String(r.key.c_str(), static_cast<rapidjson::SizeType>(r.key.size()));
-        w.Key("offset");
-        w.Uint64(r.offset);
-      });
-    if (route.action == "unregister") return SendOkOrError(shm.Unregister(route.model));
-    simdjson::dom::parser parser;
-    auto doc = ParseObject(parser, body, "register");
-    if (!doc.ok()) return SendStatus(doc.status());
-    auto key = (*doc)["key"];
-    if (key.error() || !key.is_string())
-      return SendError(bhttp::status::bad_request, "shared memory register needs a string 'key'");
-    if ((*doc)["byte_size"].error())
-      return SendError(bhttp::status::bad_request, "shared memory register needs 'byte_size'");
-    auto offset = UintMember(*doc, "offset", "shared memory");  // absent: 0
-    if (!offset.ok()) return SendStatus(offset.status());
-    auto byte_size = UintMember(*doc, "byte_size", "shared memory");
-    if (!byte_size.ok()) return SendStatus(byte_size.status());
-    Status s = shm.Register(route.model, std::string(key.get_string().value_unsafe()), *offset,
-                            *byte_size);
-    if (!s.ok()) return SendStatus(s);
-    SendBody(bhttp::status::ok, "", nullptr);
-  }
-
-  void Logging(bhttp::verb method, const std::string& body) {
-    if (method == bhttp::verb::post) {
-      simdjson::dom::parser parser;
-      auto doc = ParseObject(parser, body, "logging");
-      if (!doc.ok()) return SendStatus(doc.status());
-      const simdjson::dom::object settings_json = doc->get_object().value_unsafe();
-      for (auto [key_view, v] : settings_json) {
-        const std::string key(key_view);
-        bool flag;
-        uint64_t number;
-        std::string_view text;
-        LogSettingValue value;
-        if (!v.get(flag))
-          value = flag;
-        else if (!v.get(number))
-          value = number;
-        else if (!v.get(text))
-          value = std::string(text);
-        else
-          return SendError(bhttp::status::bad_request,
-                           "unknown or mistyped logging setting '" + key + "'");
-        if (Status s = server_->api_->UpdateLogSetting(key, value); !s.ok()) return SendStatus(s);
-      }
-    } else if (method != bhttp::verb::get) {
-      return SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
-    }
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    for (const auto& [key, value] : server_->api_->LogSettings()) {
-      w.Key(key.c_str());
-      if (const bool* b = std::get_if<bool>(&value))
-        w.Bool(*b);
-      else if (const uint64_t* n = std::get_if<uint64_t>(&value))
-        w.Uint64(*n);
-      else
-        w.String(std::get<std::string>(value).c_str());
-    }
-    w.EndObject();
-    SendBody(bhttp::status::ok, buffer.GetString());
   }
 
   Stream stream_;

@@ -1,0 +1,375 @@
+#include "frontend/http/http_api.h"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <simdjson.h>
+
+#include <variant>
+#include <vector>
+
+#include "common/base64.h"
+#include "frontend/http/infer_codec.h"
+
+namespace nereid::http {
+
+int HttpStatusFor(Status::Code code) {
+  switch (code) {
+    case Status::Code::kOk:
+      return 200;
+    case Status::Code::kNotFound:
+      return 404;
+    case Status::Code::kUnsupported:
+      return 501;
+    case Status::Code::kInternal:
+      return 500;
+    case Status::Code::kUnavailable:
+      return 503;
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kAlreadyExists:
+    case Status::Code::kCancelled:
+      return 400;
+  }
+  return 400;
+}
+
+Reply ErrorReply(int status, const std::string& message) { return {status, ErrorJson(message)}; }
+Reply StatusReply(const Status& s) { return ErrorReply(HttpStatusFor(s.code()), s.message()); }
+Reply OkReply() { return {200, "", nullptr}; }
+
+namespace {
+
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+Reply OkOrError(const Status& s) { return s.ok() ? OkReply() : StatusReply(s); }
+
+}  // namespace
+
+Reply ServerMetadataReply(const InferenceServer& api) {
+  const nereid::ServerMetadata md = api.GetServerMetadata();
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  w.Key("name");
+  w.String(md.name.c_str());
+  w.Key("version");
+  w.String(md.version.c_str());
+  w.Key("extensions");
+  w.StartArray();
+  for (const std::string& e : md.extensions) w.String(e.c_str());
+  w.EndArray();
+  w.EndObject();
+  return {200, buffer.GetString()};
+}
+
+namespace {
+void WriteDuration(JsonWriter& w, const char* key, const DurationSnapshot& d) {
+  w.Key(key);
+  w.StartObject();
+  w.Key("count");
+  w.Uint64(d.count);
+  w.Key("ns");
+  w.Uint64(d.ns);
+  w.EndObject();
+}
+}  // namespace
+
+// The statistics extension, in Triton's JSON shape.
+Reply StatisticsReply(const InferenceServer& api, const Route& route) {
+  auto selected =
+      api.Statistics(route.kind == Route::kAllStats ? std::string() : route.model, route.version);
+  if (!selected.ok()) return StatusReply(selected.status());
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  w.Key("model_stats");
+  w.StartArray();
+  const DurationSnapshot zero;
+  for (const ModelStatistics& st : *selected) {
+    w.StartObject();
+    w.Key("name");
+    w.String(st.name.c_str());
+    w.Key("version");
+    w.String(std::to_string(st.version).c_str());
+    w.Key("last_inference");
+    w.Uint64(st.last_inference_ms);
+    w.Key("inference_count");
+    w.Uint64(st.inference_count);
+    w.Key("execution_count");
+    w.Uint64(st.execution_count);
+    w.Key("inference_stats");
+    w.StartObject();
+    WriteDuration(w, "success", st.success);
+    WriteDuration(w, "fail", st.fail);
+    WriteDuration(w, "queue", st.queue);
+    WriteDuration(w, "compute_input", st.compute_input);
+    WriteDuration(w, "compute_infer", st.compute_infer);
+    WriteDuration(w, "compute_output", st.compute_output);
+    WriteDuration(w, "cache_hit", zero);
+    WriteDuration(w, "cache_miss", zero);
+    w.EndObject();
+    w.Key("response_stats");
+    w.StartObject();
+    w.EndObject();
+    w.Key("batch_stats");
+    w.StartArray();
+    for (const auto& bs : st.batches) {
+      w.StartObject();
+      w.Key("batch_size");
+      w.Uint64(static_cast<uint64_t>(bs.batch_size));
+      WriteDuration(w, "compute_input", bs.compute_input);
+      WriteDuration(w, "compute_infer", bs.compute_infer);
+      WriteDuration(w, "compute_output", bs.compute_output);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("memory_usage");
+    w.StartArray();
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return {200, buffer.GetString()};
+}
+
+Reply ModelMetadataReply(const InferenceServer& api, const Route& route) {
+  auto metadata = api.GetModelMetadata(route.model, route.version);
+  if (!metadata.ok()) return StatusReply(metadata.status());
+  const nereid::ModelMetadata& model = *metadata;
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  w.Key("name");
+  w.String(model.name.c_str());
+  w.Key("versions");
+  w.StartArray();
+  for (int64_t v : model.versions) w.String(std::to_string(v).c_str());
+  w.EndArray();
+  w.Key("platform");
+  w.String(model.platform.c_str());
+  for (const bool inputs : {true, false}) {
+    w.Key(inputs ? "inputs" : "outputs");
+    w.StartArray();
+    for (const TensorMetadata& t : inputs ? model.inputs : model.outputs) {
+      w.StartObject();
+      w.Key("name");
+      w.String(t.name.c_str());
+      w.Key("datatype");
+      const auto type = DataTypeName(t.datatype);
+      w.String(type.data(), static_cast<rapidjson::SizeType>(type.size()));
+      w.Key("shape");
+      w.StartArray();
+      for (int64_t d : t.shape) w.Int64(d);
+      w.EndArray();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
+  return {200, buffer.GetString()};
+}
+
+// A control request's body, which must be a JSON object.
+namespace {
+StatusOr<simdjson::dom::element> ParseObject(simdjson::dom::parser& parser, const std::string& body,
+                                             const char* what) {
+  ASSIGN_OR_RETURN(simdjson::dom::element doc, ParseJson(parser, body));
+  if (doc.type() != simdjson::dom::element_type::OBJECT)
+    return InvalidArgument(std::string("the ") + what + " request must be a JSON object");
+  return doc;
+}
+}  // namespace
+
+Reply RepositoryIndexReply(const InferenceServer& api, const std::string& body) {
+  bool ready_only = false;
+  if (!body.empty()) {
+    simdjson::dom::parser parser;
+    auto doc = ParseObject(parser, body, "repository index");
+    if (!doc.ok()) return StatusReply(doc.status());
+    simdjson::dom::element ready;
+    if (!doc->at_key("ready").get(ready)) {
+      if (ready.type() != simdjson::dom::element_type::BOOL)
+        return ErrorReply(400, "'ready' must be a boolean");
+      ready_only = bool(ready);
+    }
+  }
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartArray();
+  for (const auto& e : api.RepositoryIndex(ready_only)) {
+    w.StartObject();
+    w.Key("name");
+    w.String(e.name.c_str());
+    if (e.version >= 0) {
+      w.Key("version");
+      w.String(std::to_string(e.version).c_str());
+    }
+    if (!e.state.empty()) {
+      w.Key("state");
+      w.String(e.state.c_str());
+      w.Key("reason");
+      w.String(e.reason.c_str());
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  return {200, buffer.GetString()};
+}
+
+void RepositoryControl(InferenceServer& api, const Route& route, const std::string& body,
+                       std::function<void(Reply)> done) {
+  if (Status allowed = api.CheckRepositoryControl(); !allowed.ok())
+    return done(StatusReply(allowed));
+  std::string config_json;
+  if (!body.empty()) {
+    simdjson::dom::parser parser;
+    auto doc = ParseObject(parser, body, "repository");
+    if (!doc.ok()) return done(StatusReply(doc.status()));
+    simdjson::dom::object params;
+    if (!doc->at_key("parameters").get(params)) {
+      for (auto [key, value] : params) {
+        if (key == "config") {
+          std::string_view text;
+          if (value.get(text))
+            return done(ErrorReply(400, "parameter 'config' must be a JSON string"));
+          config_json = std::string(text);
+        } else if (key.substr(0, 5) == "file:") {
+          return done(ErrorReply(501, "loading model files from the request is not supported yet"));
+        }
+      }
+    }
+  }
+  const bool load = route.kind == Route::kRepoLoad;
+  api.RunControl(
+      route.model, config_json.size(),
+      [&api, load, name = route.model, config_json] {
+        return load ? api.LoadModel(name, config_json) : api.UnloadModel(name);
+      },
+      [done](Status s) { done(OkOrError(s)); });
+}
+
+// A shared-memory status answer: one object per region with its name, the kind's own fields,
+// and byte_size.
+namespace {
+template <typename Region, typename Fields>
+Reply RegionsReply(StatusOr<std::vector<Region>> regions, Fields fields) {
+  if (!regions.ok()) return StatusReply(regions.status());
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartArray();
+  for (const auto& r : *regions) {
+    w.StartObject();
+    w.Key("name");
+    w.String(r.name.c_str(), static_cast<rapidjson::SizeType>(r.name.size()));
+    fields(w, r);
+    w.Key("byte_size");
+    w.Uint64(r.byte_size);
+    w.EndObject();
+  }
+  w.EndArray();
+  return {200, buffer.GetString()};
+}
+}  // namespace
+
+// The CUDA shared-memory extension: regions are another process's device allocations, named by
+// a cudaIpcMemHandle_t (base64 in the JSON body).
+namespace {
+Reply CudaSharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body) {
+  SharedMemoryRegistry& shm = api.shared_memory();
+  if (route.action == "status")
+    return RegionsReply(shm.GetCudaStatus(route.model), [](JsonWriter& w, const auto& r) {
+      w.Key("device_id");
+      w.Int64(r.device_id);
+    });
+  if (route.action == "unregister") return OkOrError(shm.UnregisterCuda(route.model));
+  simdjson::dom::parser parser;
+  auto doc = ParseObject(parser, body, "register");
+  if (!doc.ok()) return StatusReply(doc.status());
+  auto b64 = (*doc)["raw_handle"]["b64"];
+  if (b64.error() || !b64.is_string())
+    return ErrorReply(400, "CUDA shared memory register needs 'raw_handle': {\"b64\": \"...\"}");
+  const auto handle = DecodeBase64(b64.get_string().value_unsafe());
+  if (!handle) return ErrorReply(400, "'raw_handle.b64' is not valid base64");
+  if ((*doc)["byte_size"].error() || (*doc)["device_id"].error())
+    return ErrorReply(400, "CUDA shared memory register needs 'device_id' and 'byte_size'");
+  auto device = UintMember(*doc, "device_id", "CUDA shared memory");
+  if (!device.ok()) return StatusReply(device.status());
+  auto byte_size = UintMember(*doc, "byte_size", "CUDA shared memory");
+  if (!byte_size.ok()) return StatusReply(byte_size.status());
+  if (*device > 1024) return ErrorReply(400, "invalid 'device_id'");
+  Status s = shm.RegisterCuda(route.model, *handle, static_cast<int64_t>(*device), *byte_size);
+  if (!s.ok()) return StatusReply(s);
+  return OkReply();
+}
+}  // namespace
+
+// The system shared-memory extension.
+Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body) {
+  if (route.cuda) return CudaSharedMemoryReply(api, route, body);
+  SharedMemoryRegistry& shm = api.shared_memory();
+  if (route.action == "status")
+    return RegionsReply(shm.GetStatus(route.model), [](JsonWriter& w, const auto& r) {
+      w.Key("key");
+      w.String(r.key.c_str(), static_cast<rapidjson::SizeType>(r.key.size()));
+      w.Key("offset");
+      w.Uint64(r.offset);
+    });
+  if (route.action == "unregister") return OkOrError(shm.Unregister(route.model));
+  simdjson::dom::parser parser;
+  auto doc = ParseObject(parser, body, "register");
+  if (!doc.ok()) return StatusReply(doc.status());
+  auto key = (*doc)["key"];
+  if (key.error() || !key.is_string())
+    return ErrorReply(400, "shared memory register needs a string 'key'");
+  if ((*doc)["byte_size"].error())
+    return ErrorReply(400, "shared memory register needs 'byte_size'");
+  auto offset = UintMember(*doc, "offset", "shared memory");  // absent: 0
+  if (!offset.ok()) return StatusReply(offset.status());
+  auto byte_size = UintMember(*doc, "byte_size", "shared memory");
+  if (!byte_size.ok()) return StatusReply(byte_size.status());
+  Status s =
+      shm.Register(route.model, std::string(key.get_string().value_unsafe()), *offset, *byte_size);
+  if (!s.ok()) return StatusReply(s);
+  return OkReply();
+}
+
+Reply LoggingReply(InferenceServer& api, bool update, const std::string& body) {
+  if (update) {
+    simdjson::dom::parser parser;
+    auto doc = ParseObject(parser, body, "logging");
+    if (!doc.ok()) return StatusReply(doc.status());
+    const simdjson::dom::object settings_json = doc->get_object().value_unsafe();
+    for (auto [key_view, v] : settings_json) {
+      const std::string key(key_view);
+      bool flag;
+      uint64_t number;
+      std::string_view text;
+      LogSettingValue value;
+      if (!v.get(flag))
+        value = flag;
+      else if (!v.get(number))
+        value = number;
+      else if (!v.get(text))
+        value = std::string(text);
+      else
+        return ErrorReply(400, "unknown or mistyped logging setting '" + key + "'");
+      if (Status s = api.UpdateLogSetting(key, value); !s.ok()) return StatusReply(s);
+    }
+  }
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  for (const auto& [key, value] : api.LogSettings()) {
+    w.Key(key.c_str());
+    if (const bool* b = std::get_if<bool>(&value))
+      w.Bool(*b);
+    else if (const uint64_t* n = std::get_if<uint64_t>(&value))
+      w.Uint64(*n);
+    else
+      w.String(std::get<std::string>(value).c_str());
+  }
+  w.EndObject();
+  return {200, buffer.GetString()};
+}
+
+}  // namespace nereid::http

@@ -1,0 +1,46 @@
+// The HTTP API's requests other than inference and health, each answered from the server's
+// protocol-neutral API: a request body in, a Reply (status and JSON body) out, in Triton's JSON
+// shapes. No sockets here: the session routes a request, calls one of these and writes the Reply.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+#include "frontend/http/http_routes.h"
+#include "server/inference_server.h"
+
+namespace nereid::http {
+
+inline constexpr const char* kJson = "application/json";
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  const char* content_type = kJson;  // null: no Content-Type (an empty body)
+};
+
+// Triton's HTTP status for each Status code: the one table of this protocol.
+int HttpStatusFor(Status::Code code);
+// {"error": message} with 'status'; an error Status with its code's status.
+Reply ErrorReply(int status, const std::string& message);
+Reply StatusReply(const Status& s);
+// 200 with an empty body.
+Reply OkReply();
+
+Reply ServerMetadataReply(const InferenceServer& api);
+Reply ModelMetadataReply(const InferenceServer& api, const Route& route);
+// The statistics extension (one model version, a model, or all: kAllStats).
+Reply StatisticsReply(const InferenceServer& api, const Route& route);
+Reply RepositoryIndexReply(const InferenceServer& api, const std::string& body);
+// Load or unload (route kRepoLoad / kRepoUnload) in the model's control lane: 'done' gets the
+// Reply when it has run (on a control thread), or at once when the request is refused.
+void RepositoryControl(InferenceServer& api, const Route& route, const std::string& body,
+                       std::function<void(Reply)> done);
+// The system and CUDA shared-memory extensions: status, register, unregister.
+Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body);
+// The logging extension: 'update' (POST) applies the body's settings first; both answer with the
+// settings in force.
+Reply LoggingReply(InferenceServer& api, bool update, const std::string& body);
+
+}  // namespace nereid::http
