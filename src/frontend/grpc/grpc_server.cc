@@ -401,12 +401,108 @@ class Handoff {
   std::thread thread_;  // last: started once the members above exist
 };
 
-// Parses a raw ModelInferRequest; the message is shared so that raw input data can point into it
-// for as long as the request lives.
+// A message into gRPC's buffer (the server's own replies; the inference messages go through
+// infer_wire).
 void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
   bool own = false;
   grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out, &own);
 }
+
+namespace {
+
+StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(flag + ": cannot read '" + path + "'");
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (pem.find("-----BEGIN ") == std::string::npos)
+    return InvalidArgument(flag + ": '" + path + "' is not a PEM file");
+  return pem;
+}
+
+// Insecure, or TLS from the PEM files the --grpc-*-cert/key flags name (mutual: the client's
+// certificate is required and verified against the root certificate).
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const GrpcOptions::Ssl& ssl) {
+  if (!ssl.use_ssl && !ssl.mutual) return grpc::InsecureServerCredentials();
+  if (ssl.server_cert.empty() || ssl.server_key.empty())
+    return InvalidArgument("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key");
+  if (ssl.mutual && ssl.root_cert.empty())
+    return InvalidArgument("--grpc-use-ssl-mutual needs --grpc-root-cert");
+  grpc::SslServerCredentialsOptions tls(
+      ssl.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                 : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.private_key, ReadPem(ssl.server_key, "--grpc-server-key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(ssl.server_cert, "--grpc-server-cert"));
+  tls.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!ssl.root_cert.empty()) {
+    ASSIGN_OR_RETURN(tls.pem_root_certs, ReadPem(ssl.root_cert, "--grpc-root-cert"));
+  }
+  return grpc::SslServerCredentials(tls);
+}
+
+// The statistics extension's answer, in Triton's message.
+void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
+                    pb::ModelStatisticsResponse* response) {
+  for (const nereid::ModelStatistics& st : models) {
+    auto* out = response->add_model_stats();
+    out->set_name(st.name);
+    out->set_version(std::to_string(st.version));
+    out->set_last_inference(st.last_inference_ms);
+    out->set_inference_count(st.inference_count);
+    out->set_execution_count(st.execution_count);
+    auto* is = out->mutable_inference_stats();
+    FillDuration(st.success, is->mutable_success());
+    FillDuration(st.fail, is->mutable_fail());
+    FillDuration(st.queue, is->mutable_queue());
+    FillDuration(st.compute_input, is->mutable_compute_input());
+    FillDuration(st.compute_infer, is->mutable_compute_infer());
+    FillDuration(st.compute_output, is->mutable_compute_output());
+    is->mutable_cache_hit();
+    is->mutable_cache_miss();
+    for (const auto& stat : st.batches) {
+      auto* bs = out->add_batch_stats();
+      bs->set_batch_size(static_cast<uint64_t>(stat.batch_size));
+      FillDuration(stat.compute_input, bs->mutable_compute_input());
+      FillDuration(stat.compute_infer, bs->mutable_compute_infer());
+      FillDuration(stat.compute_output, bs->mutable_compute_output());
+    }
+  }
+}
+
+// The logging extension: applies the request's settings, answers with those in force.
+Status ApplyLogSettings(InferenceServer& api, const pb::LogSettingsRequest& request,
+                        pb::LogSettingsResponse* response) {
+  using Value = pb::LogSettingsRequest::SettingValue;
+  for (const auto& [key, v] : request.settings()) {
+    LogSettingValue value;
+    switch (v.parameter_choice_case()) {
+      case Value::kBoolParam:
+        value = v.bool_param();
+        break;
+      case Value::kUint32Param:
+        value = static_cast<uint64_t>(v.uint32_param());
+        break;
+      case Value::kStringParam:
+        value = v.string_param();
+        break;
+      default:
+        return InvalidArgument("logging setting '" + key + "' has no value");
+    }
+    RETURN_IF_ERROR(api.UpdateLogSetting(key, value));
+  }
+  auto& out = *response->mutable_settings();
+  for (const auto& [key, value] : api.LogSettings()) {
+    if (const bool* b = std::get_if<bool>(&value))
+      out[key].set_bool_param(*b);
+    else if (const uint64_t* n = std::get_if<uint64_t>(&value))
+      out[key].set_uint32_param(static_cast<uint32_t>(*n));
+    else
+      out[key].set_string_param(std::get<std::string>(value));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 class GrpcServer::Impl final : public ServiceBase {
  public:
@@ -414,7 +510,8 @@ class GrpcServer::Impl final : public ServiceBase {
 
   Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
-    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials());
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                     Credentials(options_.ssl));
     grpc::ServerBuilder builder;
     builder.AddListeningPort(options_.address + ":" + std::to_string(options_.port), credentials,
                              &bound_port_);
@@ -432,37 +529,6 @@ class GrpcServer::Impl final : public ServiceBase {
     if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
     LOG_INFO << "Started GRPCInferenceService at " << options_.address << ":" << bound_port_;
     return Status::Ok();
-  }
-
-  // Insecure, or TLS from the PEM files the --grpc-*-cert/key flags name (mutual: the client's
-  // certificate is required and verified against the root certificate).
-  StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const {
-    const GrpcOptions::Ssl& ssl = options_.ssl;
-    if (!ssl.use_ssl && !ssl.mutual) return grpc::InsecureServerCredentials();
-    if (ssl.server_cert.empty() || ssl.server_key.empty())
-      return InvalidArgument("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key");
-    if (ssl.mutual && ssl.root_cert.empty())
-      return InvalidArgument("--grpc-use-ssl-mutual needs --grpc-root-cert");
-    grpc::SslServerCredentialsOptions tls(
-        ssl.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    ASSIGN_OR_RETURN(pair.private_key, ReadPem(ssl.server_key, "--grpc-server-key"));
-    ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(ssl.server_cert, "--grpc-server-cert"));
-    tls.pem_key_cert_pairs.push_back(std::move(pair));
-    if (!ssl.root_cert.empty()) {
-      ASSIGN_OR_RETURN(tls.pem_root_certs, ReadPem(ssl.root_cert, "--grpc-root-cert"));
-    }
-    return grpc::SslServerCredentials(tls);
-  }
-
-  static StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return InvalidArgument(flag + ": cannot read '" + path + "'");
-    std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (pem.find("-----BEGIN ") == std::string::npos)
-      return InvalidArgument(flag + ": '" + path + "' is not a PEM file");
-    return pem;
   }
 
   void Stop(std::chrono::system_clock::time_point deadline) {
@@ -554,30 +620,7 @@ class GrpcServer::Impl final : public ServiceBase {
     if (!version.ok()) return Done(ctx, version.status());
     auto models = api_->Statistics(request->name(), *version);
     if (!models.ok()) return Done(ctx, models.status());
-    for (const nereid::ModelStatistics& st : *models) {
-      auto* out = response->add_model_stats();
-      out->set_name(st.name);
-      out->set_version(std::to_string(st.version));
-      out->set_last_inference(st.last_inference_ms);
-      out->set_inference_count(st.inference_count);
-      out->set_execution_count(st.execution_count);
-      auto* is = out->mutable_inference_stats();
-      FillDuration(st.success, is->mutable_success());
-      FillDuration(st.fail, is->mutable_fail());
-      FillDuration(st.queue, is->mutable_queue());
-      FillDuration(st.compute_input, is->mutable_compute_input());
-      FillDuration(st.compute_infer, is->mutable_compute_infer());
-      FillDuration(st.compute_output, is->mutable_compute_output());
-      is->mutable_cache_hit();
-      is->mutable_cache_miss();
-      for (const auto& stat : st.batches) {
-        auto* bs = out->add_batch_stats();
-        bs->set_batch_size(static_cast<uint64_t>(stat.batch_size));
-        FillDuration(stat.compute_input, bs->mutable_compute_input());
-        FillDuration(stat.compute_infer, bs->mutable_compute_infer());
-        FillDuration(stat.compute_output, bs->mutable_compute_output());
-      }
-    }
+    FillStatistics(*models, response);
     return Done(ctx, Status::Ok());
   }
 
@@ -690,34 +733,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                         const pb::LogSettingsRequest* request,
                                         pb::LogSettingsResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kLogging); !a.ok()) return Done(ctx, a);
-    using Value = pb::LogSettingsRequest::SettingValue;
-    for (const auto& [key, v] : request->settings()) {
-      LogSettingValue value;
-      switch (v.parameter_choice_case()) {
-        case Value::kBoolParam:
-          value = v.bool_param();
-          break;
-        case Value::kUint32Param:
-          value = static_cast<uint64_t>(v.uint32_param());
-          break;
-        case Value::kStringParam:
-          value = v.string_param();
-          break;
-        default:
-          return Done(ctx, InvalidArgument("logging setting '" + key + "' has no value"));
-      }
-      if (Status s = api_->UpdateLogSetting(key, value); !s.ok()) return Done(ctx, s);
-    }
-    auto& out = *response->mutable_settings();
-    for (const auto& [key, value] : api_->LogSettings()) {
-      if (const bool* b = std::get_if<bool>(&value))
-        out[key].set_bool_param(*b);
-      else if (const uint64_t* n = std::get_if<uint64_t>(&value))
-        out[key].set_uint32_param(static_cast<uint32_t>(*n));
-      else
-        out[key].set_string_param(std::get<std::string>(value));
-    }
-    return Done(ctx, Status::Ok());
+    return Done(ctx, ApplyLogSettings(*api_, *request, response));
   }
 
   // ---- inference ----
@@ -1029,46 +1045,6 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcServer::Impl::M
   return new StreamReactor(this, ctx);
 }
 
-namespace {
-
-// The accept backlog of the socket listening on 'port' (IPv4 or IPv6), or -1 if none is found. For
-// a socket in LISTEN state (st 0A), /proc/net/tcp's rx_queue is the number of connections waiting
-// to be accepted.
-int64_t ListenBacklog(int port) {
-  auto hex = [](std::string_view text, int64_t* out) {
-    return std::from_chars(text.data(), text.data() + text.size(), *out, 16).ec == std::errc();
-  };
-  int64_t backlog = -1;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state, queues;
-      if (!(fields >> slot >> local >> remote >> state >> queues) || state != "0A") continue;
-      const size_t colon = local.rfind(':');
-      const size_t sep = queues.find(':');
-      int64_t local_port = -1, queued = -1;
-      if (colon == std::string::npos || sep == std::string::npos ||
-          !hex(std::string_view(local).substr(colon + 1), &local_port) || local_port != port ||
-          !hex(std::string_view(queues).substr(sep + 1), &queued))
-        continue;
-      backlog = std::max(backlog, queued);
-    }
-  }
-  return backlog;
-}
-
-bool DescriptorsFree() {
-  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ::close(fd);
-  return true;
-}
-
-}  // namespace
-
 GrpcServer::GrpcServer(GrpcOptions options, InferenceServer* server)
     : options_(std::move(options)), api_(server), impl_(std::make_unique<Impl>(options_, server)) {}
 
@@ -1077,45 +1053,24 @@ GrpcServer::~GrpcServer() { Stop(); }
 Status GrpcServer::Start() {
   RETURN_IF_ERROR(impl_->Start());
   port_ = impl_->port();
-  watchdog_ = std::thread([this] { Watch(); });
+  watchdog_ = std::make_unique<ListenerWatchdog>(port_, [this] { return Restart(); });
   return Status::Ok();
 }
 
-void GrpcServer::Watch() {
-  try {
-    WatchLoop();
-  } catch (const std::exception& e) {  // no exception may end the process from this thread
-    LOG_ERROR << "gRPC listener watchdog stopped: " << e.what();
+bool GrpcServer::Restart() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return true;
+  if (impl_) impl_->Stop(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  GrpcOptions options = options_;
+  options.port = port_;
+  impl_ = std::make_unique<Impl>(options, api_);
+  if (Status s = impl_->Start(); !s.ok()) {
+    LOG_ERROR << "gRPC restart failed (retrying every second): " << s.message();
+    impl_.reset();
+    return false;
   }
-}
-
-void GrpcServer::WatchLoop() {
-  int stuck_secs = 0;
-  bool down = false;  // a restart failed to listen: try again every second
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
-    if (down) {
-      Status s = impl_->Start();
-      down = !s.ok();
-      if (!down) LOG_INFO << "gRPC server listening again on port " << port_;
-      continue;
-    }
-    const int64_t backlog = ListenBacklog(port_);
-    stuck_secs = backlog > 0 ? stuck_secs + 1 : 0;
-    if (stuck_secs < 3 || !DescriptorsFree()) continue;
-    LOG_WARNING << "gRPC has stopped accepting connections on port " << port_ << " (" << backlog
-                << " waiting; gRPC's listener does not recover after running out of file "
-                << "descriptors): restarting the gRPC server";
-    impl_->Stop(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    GrpcOptions options = options_;
-    options.port = port_;
-    impl_ = std::make_unique<Impl>(options, api_);
-    if (Status s = impl_->Start(); !s.ok()) {
-      LOG_ERROR << "gRPC restart failed (retrying every second): " << s.message();
-      down = true;
-    }
-    stuck_secs = 0;
-  }
+  LOG_INFO << "gRPC server listening again on port " << port_;
+  return true;
 }
 
 void GrpcServer::Stop(std::chrono::system_clock::time_point deadline) {
@@ -1123,8 +1078,7 @@ void GrpcServer::Stop(std::chrono::system_clock::time_point deadline) {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
+  watchdog_.reset();  // joins: no restart runs from here on
   if (impl_) impl_->Stop(deadline);
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "frontend/grpc/listener_watchdog.h"
 #include "frontend/restricted_api.h"
 #include "server/inference_server.h"
 
@@ -46,7 +47,7 @@ class GrpcServer {
  public:
   GrpcServer(GrpcOptions options, InferenceServer* server);
   ~GrpcServer();
-  // Listens and serves; also starts the listener watchdog (see Watch).
+  // Listens and serves; also starts the listener watchdog (listener_watchdog.h).
   Status Start();
   // Stops accepting RPCs; those in flight may finish until 'deadline', then are cancelled.
   void Stop(std::chrono::system_clock::time_point deadline = std::chrono::system_clock::now());
@@ -55,21 +56,17 @@ class GrpcServer {
   class Impl;  // public so the reactors in grpc_server.cc can reach it
 
  private:
-  // gRPC (Debian's 1.51; grpc/grpc#20418) stops accepting for good once accept4 fails with EMFILE.
-  // Once a second the watchdog reads the listening socket's accept backlog from /proc/net/tcp*:
-  // a backlog that does not drain for 3 s while descriptors are free again means the listener is
-  // dead, and the gRPC server is restarted on the same port (calls in flight are cancelled).
-  void Watch();
-  void WatchLoop();
+  // Called by the listener watchdog when gRPC has stopped accepting: a new server on the same
+  // port (calls in flight are cancelled); false when it does not listen.
+  bool Restart();
 
   GrpcOptions options_;
   InferenceServer* api_;
   int port_ = 0;
   std::mutex mu_;  // guards impl_ (a restart against Stop) and stopping_
-  std::condition_variable cv_;
   bool stopping_ = false;
   std::unique_ptr<Impl> impl_;
-  std::thread watchdog_;
+  std::unique_ptr<ListenerWatchdog> watchdog_;
 };
 
 }  // namespace nereid::grpc_frontend
