@@ -9,16 +9,12 @@
 // The stub runs the model's own code, which can write anything to its socket: a message that is not
 // what the protocol says must not stop the server. rapidjson's checks throw instead of asserting,
 // and every reader of the stub's messages catches (the stub is then treated as broken).
-#include <stdexcept>
-#define RAPIDJSON_ASSERT(x)                                                                \
-  do {                                                                                     \
-    if (!(x)) throw std::runtime_error("malformed message from the Python stub (" #x ")"); \
-  } while (0)
+#include "python/protocol.h"
+// (protocol.h first: it makes rapidjson throw on malformed stub messages instead of asserting)
 
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <rapidjson/document.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -44,145 +40,13 @@
 
 #include "common/onnx_config.h"
 #include "nereid/backend_util.h"
+#include "python/bls_proxy.h"
+#include "python/metrics_proxy.h"
 
 extern char** environ;
 
 namespace nereid::python {
 namespace {
-
-using backend::DataType;
-using backend::FromError;
-using backend::Status;
-using backend::StatusOr;
-using backend::onnx::StringField;
-constexpr auto Json = backend::onnx::ToJson;
-
-void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
-
-// A tensor's description in a message: name, datatype, shape, and where its bytes are.
-rapidjson::Value TensorJson(const NereidTensor& t, size_t offset,
-                            rapidjson::Document::AllocatorType& a) {
-  rapidjson::Value v(rapidjson::kObjectType);
-  v.AddMember("name", rapidjson::Value(t.name, a), a);
-  const std::string datatype(backend::DataTypeName(static_cast<DataType>(t.datatype)));
-  v.AddMember("datatype", rapidjson::Value(datatype.c_str(), a), a);
-  rapidjson::Value shape(rapidjson::kArrayType);
-  for (uint32_t d = 0; d < t.dims_count; ++d) shape.PushBack(t.shape[d], a);
-  v.AddMember("shape", shape, a);
-  v.AddMember("offset", static_cast<uint64_t>(offset), a);
-  v.AddMember("size", t.byte_size, a);
-  return v;
-}
-
-// ---- Framed messages over the socket ------------------------------------------------------------
-
-struct Message {
-  rapidjson::Document header;
-  std::string payload;
-  std::string op() const { return StringField(header, "op"); }
-};
-
-using Deadline = std::chrono::steady_clock::time_point;
-constexpr Deadline kNever = Deadline::max();
-
-// Waits until 'fd' is readable: false when the process behind 'pidfd' has exited with nothing
-// left to read (a process it forked may still hold the socket open, so its end never comes), or
-// when 'deadline' passes.
-bool WaitReadable(int fd, int pidfd, Deadline deadline) {
-  for (;;) {
-    int timeout_ms = -1;
-    if (deadline != kNever) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      timeout_ms = static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
-    }
-    pollfd p[2] = {{fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
-    const int n = poll(p, pidfd >= 0 ? 2 : 1, timeout_ms);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    if (p[0].revents) return true;  // data, or the socket's end
-    if (n > 0) return false;        // only the process ended
-  }
-}
-
-// Reads exactly 'n' bytes; blocks only when nothing is there yet (the usual case reads at once).
-bool ReadAll(int fd, void* data, size_t n, int pidfd, Deadline deadline) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!WaitReadable(fd, pidfd, deadline)) return false;
-      continue;
-    }
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// The backend's end of a stub's socket. Shared with the callbacks of the stub's BLS requests,
-// which may answer after the instance is gone (their writes then fail quietly).
-struct Channel {
-  int fd = -1;
-  std::mutex write_mu;
-  explicit Channel(int socket) : fd(socket) {}
-  ~Channel() { close(fd); }
-  // One frame in one system call where the socket takes it whole (the stub wakes once per frame).
-  bool Write(const std::string& header, const std::string& payload = "") {
-    uint32_t sizes[2] = {static_cast<uint32_t>(header.size()),
-                         static_cast<uint32_t>(payload.size())};
-    iovec parts[3] = {{sizes, sizeof(sizes)},
-                      {const_cast<char*>(header.data()), header.size()},
-                      {const_cast<char*>(payload.data()), payload.size()}};
-    std::lock_guard lock(write_mu);
-    size_t first = 0;
-    while (first < 3) {
-      msghdr msg{};
-      msg.msg_iov = parts + first;
-      msg.msg_iovlen = 3 - first;
-      const ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      // Skip what went out: whole parts, then the start of the next.
-      size_t left = static_cast<size_t>(w);
-      while (first < 3 && left >= parts[first].iov_len) left -= parts[first++].iov_len;
-      if (first < 3) {
-        parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + left;
-        parts[first].iov_len -= left;
-      }
-    }
-    return true;
-  }
-};
-
-// The stub's frames are bounded: a header of at most 64 MiB, a payload of at most 4 GiB. Nothing
-// when the stub (the process behind 'pidfd') ended, broke the framing, or let 'deadline' pass.
-std::optional<Message> ReadFrame(int fd, int pidfd, Deadline deadline = kNever) {
-  uint32_t sizes[2];
-  if (!ReadAll(fd, sizes, sizeof(sizes), pidfd, deadline) || sizes[0] > (64u << 20))
-    return std::nullopt;
-  std::string header(sizes[0], '\0');
-  Message m;
-  m.payload.resize(sizes[1]);
-  if (!ReadAll(fd, header.data(), header.size(), pidfd, deadline) ||
-      (sizes[1] && !ReadAll(fd, m.payload.data(), m.payload.size(), pidfd, deadline)))
-    return std::nullopt;
-  m.header.Parse(header.c_str());
-  if (m.header.HasParseError() || !m.header.IsObject()) return std::nullopt;
-  return m;
-}
-
-// Polls 'fd' for up to 'spin_us' microseconds; returns when it is readable or the time is up.
-void SpinUntilReadable(int fd, int spin_us) {
-  if (spin_us <= 0) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-  pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
-  }
-}
 
 // ---- Shared regions -----------------------------------------------------------------------------
 
@@ -441,7 +305,7 @@ class Instance {
     if (reader_.joinable()) reader_.join();
     FailOpen("the instance was unloaded");
     process_.reset();
-    ReleaseMetrics();
+    metrics_.ReleaseAll();
   }
 
   bool Dead() {
@@ -454,7 +318,7 @@ class Instance {
       if (process_) {
         if (reader_.joinable()) reader_.join();
         process_.reset();
-        ReleaseMetrics();
+        metrics_.ReleaseAll();
         Log(NEREID_LOG_WARNING, "model '" + m_->name + "' instance '" +
                                     NereidInstanceName(handle_) +
                                     "': starting its Python stub again");
@@ -729,130 +593,15 @@ class Instance {
     if (op == "log") {
       LogFromStub(*m_, m);
     } else if (op == "infer") {
-      Bls(NereidInstanceModel(handle_), channel, m);
+      ServeBls(NereidInstanceModel(handle_), channel, m);
     } else if (op == "is_cancelled") {
       AnswerCancelled(channel, m);
     } else if (op.rfind("metric", 0) == 0) {
-      Metric(channel, m);
+      metrics_.Handle(channel, m);
     } else {
       return false;
     }
     return true;
-  }
-
-  // pb_utils.MetricFamily / Metric (custom metrics): the stub names its families and metrics by
-  // ids of its own; this instance holds the server's handles under them until the stub deletes
-  // them or ends. 'metric_family_new', 'metric_new' and a metric's value() are answered like a BLS
-  // call (an error as 'error'); the stub checks kinds itself, so increments, sets and
-  // observations that fail here (a family deleted meanwhile) are dropped silently.
-  void Metric(const std::shared_ptr<Channel>& channel, const Message& m) {
-    const auto& h = m.header;
-    const std::string op = m.op();
-    const uint64_t id = h.HasMember("id") && h["id"].IsUint64() ? h["id"].GetUint64() : 0;
-    const bool asked = h.HasMember("call") && h["call"].IsUint64();
-    NereidError* error = nullptr;
-    double value = 0;
-    {
-      std::lock_guard lock(metrics_mu_);
-      if (op == "metric_family_new") {
-        const int kind = h.HasMember("kind") && h["kind"].IsInt() ? h["kind"].GetInt() : -1;
-        NereidMetricFamily* family = nullptr;
-        if (families_.size() >= kMaxMetricHandles || families_.count(id))
-          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "too many metric families");
-        else
-          error = NereidMetricFamilyNew(static_cast<NereidMetricKind>(kind),
-                                        StringField(h, "name").c_str(),
-                                        StringField(h, "description").c_str(), &family);
-        if (error == nullptr) families_[id] = family;
-      } else if (op == "metric_family_delete") {
-        if (auto it = families_.find(id); it != families_.end()) {
-          NereidMetricFamilyDelete(it->second);
-          families_.erase(it);
-        }
-      } else if (op == "metric_new") {
-        error = NewMetric(h, id);
-      } else if (op == "metric_delete") {
-        if (auto it = metrics_.find(id); it != metrics_.end()) {
-          NereidMetricDelete(it->second);
-          metrics_.erase(it);
-        }
-      } else if (op == "metric") {
-        auto it = metrics_.find(id);
-        const std::string what = StringField(h, "what");
-        const double v = h.HasMember("value") && h["value"].IsNumber() ? h["value"].GetDouble() : 0;
-        if (it == metrics_.end())
-          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "no such metric");
-        else if (what == "increment")
-          error = NereidMetricIncrement(it->second, v);
-        else if (what == "set")
-          error = NereidMetricSet(it->second, v);
-        else if (what == "observe")
-          error = NereidMetricObserve(it->second, v);
-        else if (what == "value")
-          error = NereidMetricValue(it->second, &value);
-        else
-          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "unknown metric operation");
-      } else {
-        error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, ("unknown message '" + op + "'").c_str());
-      }
-    }
-    if (asked) {
-      rapidjson::Document reply = Answer(h["call"].GetUint64(), true);
-      auto& a = reply.GetAllocator();
-      if (error != nullptr)
-        reply.AddMember("error", rapidjson::Value(NereidErrorGetMessage(error), a), a);
-      else
-        reply.AddMember("value", value, a);
-      channel->Write(Json(reply));
-    }
-    if (error != nullptr) NereidErrorDelete(error);
-  }
-
-  NereidError* NewMetric(const rapidjson::Value& h, uint64_t id) {
-    const uint64_t family_id =
-        h.HasMember("family") && h["family"].IsUint64() ? h["family"].GetUint64() : 0;
-    auto family = families_.find(family_id);
-    if (family == families_.end())
-      return NereidErrorNew(NEREID_ERROR_INVALID_ARG,
-                            "Invalid metric operation as the corresponding 'MetricFamily' has "
-                            "been deleted.");
-    if (metrics_.size() >= kMaxMetricHandles || metrics_.count(id))
-      return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "too many metrics");
-    std::vector<std::string> names, values;
-    if (h.HasMember("labels") && h["labels"].IsObject())
-      for (const auto& label : h["labels"].GetObject()) {
-        if (!label.value.IsString())
-          return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "label values must be strings");
-        names.emplace_back(label.name.GetString(), label.name.GetStringLength());
-        values.emplace_back(label.value.GetString(), label.value.GetStringLength());
-      }
-    std::vector<const char*> name_ptrs, value_ptrs;
-    for (size_t i = 0; i < names.size(); ++i)
-      name_ptrs.push_back(names[i].c_str()), value_ptrs.push_back(values[i].c_str());
-    std::vector<double> buckets;
-    const bool has_buckets = h.HasMember("buckets") && h["buckets"].IsArray();
-    if (has_buckets)
-      for (const auto& b : h["buckets"].GetArray()) {
-        if (!b.IsNumber())
-          return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "buckets must be numbers");
-        buckets.push_back(b.GetDouble());
-      }
-    NereidMetric* metric = nullptr;
-    static const double kNoBuckets = 0;  // non-NULL: "given, and empty"
-    NereidError* error = NereidMetricNew(
-        family->second, name_ptrs.data(), value_ptrs.data(), static_cast<uint32_t>(names.size()),
-        has_buckets ? (buckets.empty() ? &kNoBuckets : buckets.data()) : nullptr,
-        static_cast<uint32_t>(buckets.size()), &metric);
-    if (error == nullptr) metrics_[id] = metric;
-    return error;
-  }
-
-  // The stub's metrics go with it (it ended, or the instance is unloaded): metrics first.
-  void ReleaseMetrics() {
-    std::lock_guard lock(metrics_mu_);
-    for (auto& [id, metric] : metrics_) NereidMetricDelete(metric);
-    for (auto& [id, family] : families_) NereidMetricFamilyDelete(family);
-    metrics_.clear(), families_.clear();
   }
 
   // request.is_cancelled() / sender.is_cancelled(): whether the client cancelled (or went away
@@ -875,7 +624,7 @@ class Instance {
       for (const auto& [running, request] : executing_)
         if (running == handle) cancelled = NereidRequestIsCancelled(request) != 0;
     }
-    rapidjson::Document reply = Answer(h["call"].GetUint64(), true);
+    rapidjson::Document reply = AnswerHeader(h["call"].GetUint64(), true);
     reply.AddMember("cancelled", cancelled, reply.GetAllocator());
     channel->Write(Json(reply));
   }
@@ -944,154 +693,6 @@ class Instance {
     if (NereidError* e = NereidRequestSend(request, 0)) NereidErrorDelete(e);
   }
 
-  // The header of an answer to a question the stub asked with a call id (a BLS response, an
-  // is_cancelled() answer): 'final' ends the call.
-  static rapidjson::Document Answer(uint64_t call, bool final) {
-    rapidjson::Document h(rapidjson::kObjectType);
-    auto& a = h.GetAllocator();
-    h.AddMember("op", "infer_response", a);
-    h.AddMember("call", call, a);
-    h.AddMember("final", final, a);
-    return h;
-  }
-
-  // A BLS request of the model (pb_utils.InferenceRequest(...).exec()): sent into the server;
-  // each response goes back to the stub as an 'infer_response' with its tensors in the payload.
-  struct BlsCall {
-    std::shared_ptr<Channel> channel;
-    uint64_t call = 0;
-  };
-
-  // Bls() with a malformed request (fields of the wrong type) answered as the call's error, so
-  // the model's exec() returns instead of waiting for ever.
-  static void Bls(NereidModel* caller, const std::shared_ptr<Channel>& channel, const Message& m) {
-    if (!m.header.HasMember("call") || !m.header["call"].IsUint64())
-      throw std::runtime_error("a BLS request without its call id");
-    try {
-      BlsUnchecked(caller, channel, m);
-    } catch (const std::exception& e) {
-      AnswerWithError(channel, m.header["call"].GetUint64(),
-                      NereidErrorNew(NEREID_ERROR_INVALID_ARG,
-                                     (std::string("malformed BLS request: ") + e.what()).c_str()));
-    }
-  }
-
-  // Ends BLS call 'call' with 'error' (taken) and no outputs.
-  static void AnswerWithError(const std::shared_ptr<Channel>& channel, uint64_t call,
-                              NereidError* error) {
-    rapidjson::Document h = Answer(call, true);
-    auto& a = h.GetAllocator();
-    h.AddMember("error", ErrorJson(error, a), a);
-    h.AddMember("outputs", rapidjson::Value(rapidjson::kArrayType), a);
-    NereidErrorDelete(error);
-    channel->Write(Json(h));
-  }
-
-  static void BlsUnchecked(NereidModel* caller, const std::shared_ptr<Channel>& channel,
-                           const Message& m) {
-    auto call = std::make_unique<BlsCall>(BlsCall{channel, m.header["call"].GetUint64()});
-    NereidInferRequest* request = nullptr;
-    // Freed on every way out but a successful submission (a malformed field throws).
-    struct Unsent {
-      NereidInferRequest*& request;
-      ~Unsent() {
-        if (request) NereidInferRequestDelete(request);
-      }
-    } unsent{request};
-    const std::string id = StringField(m.header, "id");
-    NereidError* error =
-        NereidModelInferRequestNew(caller, StringField(m.header, "model").c_str(),
-                                   m.header["version"].GetInt64(), id.c_str(), &request);
-    for (const auto& in : m.header["inputs"].GetArray()) {
-      if (error) break;
-      std::vector<int64_t> shape;
-      for (const auto& d : in["shape"].GetArray()) shape.push_back(d.GetInt64());
-      const uint64_t at = in["offset"].GetUint64(), n = in["size"].GetUint64();
-      if (at > m.payload.size() || n > m.payload.size() - at) {
-        error = NereidErrorNew(NEREID_ERROR_INVALID_ARG, "BLS input outside its message");
-        break;
-      }
-      error = NereidInferRequestAddInput(
-          request, StringField(in, "name").c_str(),
-          static_cast<NereidDataType>(backend::DataTypeFromName(StringField(in, "datatype"))),
-          shape.data(), static_cast<uint32_t>(shape.size()), m.payload.data() + at, n);
-    }
-    if (!error && m.header.HasMember("timeout") && m.header["timeout"].GetUint64() > 0)
-      error = NereidInferRequestSetTimeout(request, m.header["timeout"].GetUint64());
-    if (m.header.HasMember("parameters"))
-      for (const auto& p : m.header["parameters"].GetObject()) {
-        if (error) break;
-        NereidParameter parameter{};
-        parameter.name = p.name.GetString();
-        std::string text;
-        if (p.value.IsBool()) {
-          parameter.type = NEREID_PARAMETER_BOOL, parameter.bool_value = p.value.GetBool();
-        } else if (p.value.IsInt64()) {
-          parameter.type = NEREID_PARAMETER_INT64, parameter.int_value = p.value.GetInt64();
-        } else if (p.value.IsNumber()) {
-          parameter.type = NEREID_PARAMETER_DOUBLE, parameter.double_value = p.value.GetDouble();
-        } else if (p.value.IsString()) {
-          parameter.type = NEREID_PARAMETER_STRING, parameter.string_value = p.value.GetString();
-        } else {
-          error = NereidErrorNew(NEREID_ERROR_INVALID_ARG,
-                                 "BLS parameters must be bool, int, float or str values");
-          break;
-        }
-        error = NereidInferRequestAddParameter(request, &parameter);
-      }
-    for (const auto& out : m.header["outputs"].GetArray()) {
-      if (!error && !out.IsString())
-        error = NereidErrorNew(NEREID_ERROR_INVALID_ARG,
-                               "requested_output_names must be strings (output names)");
-      if (!error) error = NereidInferRequestAddOutput(request, out.GetString());
-    }
-    if (!error) error = NereidInferAsync(request, &BlsResponse, call.get());
-    if (!error) {
-      request = nullptr;  // the server's now
-      call.release();     // the callback frees it with the final response
-      return;
-    }
-    AnswerWithError(channel, call->call, error);
-  }
-
-  static rapidjson::Value ErrorJson(const NereidError* e, rapidjson::Document::AllocatorType& a) {
-    // NereidErrorCode -> pb_utils.TritonError code
-    static const int kCodes[] = {1, 3, 2, 4, 5, 1, 7};
-    const int code = NereidErrorGetCode(e);
-    rapidjson::Value v(rapidjson::kObjectType);
-    v.AddMember("message", rapidjson::Value(NereidErrorGetMessage(e), a), a);
-    v.AddMember("code", code >= 0 && code <= 6 ? kCodes[code] : 1, a);
-    return v;
-  }
-
-  static void BlsResponse(void* user, NereidInferResponse* response) {
-    auto* call = static_cast<BlsCall*>(user);
-    const bool final = NereidInferResponseIsFinal(response) != 0;
-    rapidjson::Document h = Answer(call->call, final);
-    auto& a = h.GetAllocator();
-    std::string payload;
-    rapidjson::Value outputs(rapidjson::kArrayType);
-    if (NereidError* e = NereidInferResponseError(response)) {
-      h.AddMember("error", ErrorJson(e, a), a);
-      NereidErrorDelete(e);
-    } else {
-      h.AddMember("error", rapidjson::Value(), a);
-      for (uint32_t i = 0; i < NereidInferResponseOutputCount(response); ++i) {
-        NereidTensor t;
-        if (NereidError* e = NereidInferResponseOutput(response, i, &t)) {
-          NereidErrorDelete(e);
-          continue;
-        }
-        outputs.PushBack(TensorJson(t, payload.size(), a), a);
-        payload.append(static_cast<const char*>(t.data), t.byte_size);
-      }
-    }
-    h.AddMember("outputs", outputs, a);
-    NereidInferResponseDelete(response);
-    call->channel->Write(Json(h), payload);
-    if (final) delete call;
-  }
-
   void FailOpen(const std::string& why) {
     std::map<uint64_t, NereidRequest*> open;
     {
@@ -1118,10 +719,7 @@ class Instance {
   std::vector<std::pair<uint64_t, NereidRequest*>> executing_;
   uint64_t next_handle_ = 0;
   uint64_t call_id_ = 0;  // each request to the stub has its own; its reply carries it
-  static constexpr size_t kMaxMetricHandles = 4096;  // families, and metrics, per stub
-  std::mutex metrics_mu_;                            // the stub's custom metrics, by the stub's ids
-  std::map<uint64_t, NereidMetricFamily*> families_;
-  std::map<uint64_t, NereidMetric*> metrics_;
+  MetricsProxy metrics_;  // the stub's custom metrics
 };
 
 // ---- Model load: auto_complete_config in a stub of its own --------------------------------------
