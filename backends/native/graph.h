@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/onnx_value_info.h"
+#include "common/graph_check.h"
 #include "cpu/gemm.h"
 #include "ops.h"
 #include "tensor.h"
@@ -20,7 +20,7 @@ class ModelProto;
 
 namespace nereid::native {
 
-using ValueInfo = backend::onnx::ValueInfo;
+using ValueInfo = backend::ValueInfo;
 
 struct GraphOptions {
   // Pack constant GEMM weights for the CPU kernels and release the originals (CPU execution). The

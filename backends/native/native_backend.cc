@@ -10,7 +10,9 @@
 #include <mutex>
 #include <string>
 
-#include "common/onnx_config.h"
+#include "common/batching.h"
+#include "common/config_json.h"
+#include "common/graph_check.h"
 #include "cpu/gemm.h"
 #include "graph.h"
 #ifdef NEREID_NATIVE_GPU
@@ -24,13 +26,13 @@ namespace {
 using backend::FromError;
 using backend::ToError;
 
-using backend::onnx::IoSpec;
-using backend::onnx::StringField;
+using backend::IoSpec;
+using backend::StringField;
 
 void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
 
 // The config's inputs, outputs and batch size (ModelIo), the loaded graph, and the GPU builds.
-struct ModelState : backend::onnx::ModelIo {
+struct ModelState : backend::ModelIo {
   std::unique_ptr<Graph> graph;
   std::string precision = "fp32";  // config parameter "precision" (the GPU engine's float math)
   std::string path;                // the ONNX file
@@ -60,21 +62,19 @@ Status InitializeModel(NereidModel* model) {
   if (!graph.ok())
     return Status(graph.status().code(), "model '" + name + "': " + graph.status().message());
 
-  if (backend::onnx::AutoComplete((*graph)->inputs(), (*graph)->outputs(), config)) {
-    RETURN_IF_ERROR(
-        FromError(NereidModelSetConfigJson(model, backend::onnx::ToJson(config).c_str())));
+  if (backend::AutoComplete((*graph)->inputs(), (*graph)->outputs(), config)) {
+    RETURN_IF_ERROR(FromError(NereidModelSetConfigJson(model, backend::ToJson(config).c_str())));
     Log(NEREID_LOG_INFO,
         "model '" + name + "': auto-completed inputs/outputs/max_batch_size from " + file);
   }
   auto state = std::make_unique<ModelState>();
-  static_cast<backend::onnx::ModelIo&>(*state) = backend::onnx::ReadModelIo(name, config);
+  static_cast<backend::ModelIo&>(*state) = backend::ReadModelIo(name, config);
   state->graph = std::move(graph).value();
   state->path = path;
   RETURN_IF_ERROR(
-      backend::onnx::CheckAgainstGraph(*state, state->graph->inputs(), state->graph->outputs()));
+      backend::CheckAgainstGraph(*state, state->graph->inputs(), state->graph->outputs()));
 
-  if (const std::string precision = backend::onnx::Parameter(config, "precision");
-      !precision.empty())
+  if (const std::string precision = backend::Parameter(config, "precision"); !precision.empty())
     state->precision = precision;
 #ifdef NEREID_NATIVE_GPU
   RETURN_IF_ERROR(ParsePrecision(state->precision).status());
@@ -112,8 +112,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   std::vector<std::shared_ptr<std::vector<uint8_t>>> keepalive;
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
-    ASSIGN_OR_RETURN(backend::onnx::BatchInput in,
-                     backend::onnx::GatherInput(m, requests, count, i, rows));
+    ASSIGN_OR_RETURN(backend::BatchInput in, backend::GatherInput(m, requests, count, i, rows));
     const NereidTensor& first = in.first;
     const auto type = static_cast<DataType>(first.datatype);
     const std::vector<int64_t>& shape = in.shape;
@@ -146,7 +145,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
 
   // Every output any request asked for, computed once.
   std::vector<std::vector<std::string>> wanted;
-  const std::vector<std::string> fetch = backend::onnx::OutputsToFetch(requests, count, wanted);
+  const std::vector<std::string> fetch = backend::OutputsToFetch(requests, count, wanted);
   std::vector<Tensor> results;
   const uint64_t compute_start = NereidNowNs();
   RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));
@@ -155,9 +154,9 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
     NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
 
   for (size_t i = 0; i < fetch.size(); ++i)
-    RETURN_IF_ERROR(backend::onnx::ScatterOutput(m, requests, count, rows, wanted, fetch[i],
-                                                 results[i].type(), results[i].shape(),
-                                                 results[i].raw(), results[i].bytes(), failed));
+    RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, fetch[i],
+                                           results[i].type(), results[i].shape(), results[i].raw(),
+                                           results[i].bytes(), failed));
   return Status::Ok();
 }
 

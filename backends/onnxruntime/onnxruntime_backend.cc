@@ -21,14 +21,15 @@
 #include <string>
 #include <vector>
 
-#include "common/onnx_config.h"
+#include "common/batching.h"
+#include "common/config_json.h"
+#include "common/graph_check.h"
 #include "nereid/backend.h"
 #include "ort_api.h"
 
 namespace nereid::onnxruntime {
 namespace {
 
-namespace onnx = backend::onnx;
 using backend::DataType;
 using backend::FromError;
 using backend::Status;
@@ -302,7 +303,7 @@ Status CheckThreadBudget(const std::string& model, const rapidjson::Value& confi
 }
 
 StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson::Value& config) {
-  using onnx::IntParameter;
+  using backend::IntParameter;
   SessionSettings s;
   ASSIGN_OR_RETURN(s.intra_op_threads,
                    IntParameter(model, config, "intra_op_thread_count", 0, 1024, 0));
@@ -314,7 +315,7 @@ StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson
   ASSIGN_OR_RETURN(s.mem_arena, IntParameter(model, config, "enable_mem_arena", 0, 1, -1));
   ASSIGN_OR_RETURN(s.mem_pattern, IntParameter(model, config, "enable_mem_pattern", 0, 1, -1));
   s.device_allocator_for_initializers =
-      onnx::Parameter(config, "session.use_device_allocator_for_initializers");
+      backend::Parameter(config, "session.use_device_allocator_for_initializers");
   // Triton's levels: -1 basic, 1 basic and extended, 2 none; 0 (or absent) all.
   if (config.HasMember("optimization") && config["optimization"].IsObject() &&
       config["optimization"].HasMember("graph") && config["optimization"]["graph"].IsObject() &&
@@ -365,8 +366,9 @@ StatusOr<SessionPtr> OpenSession(const std::string& model, const std::string& pa
 }
 
 // One input or output of a session, as the config checks see it.
-StatusOr<onnx::ValueInfo> DescribeValue(const ort::OrtSession* session, size_t index, bool input) {
-  onnx::ValueInfo v;
+StatusOr<backend::ValueInfo> DescribeValue(const ort::OrtSession* session, size_t index,
+                                           bool input) {
+  backend::ValueInfo v;
   char* name = nullptr;
   RETURN_IF_ERROR(Check(input ? Api().SessionGetInputName(session, index, g_ort->allocator, &name)
                               : Api().SessionGetOutputName(session, index, g_ort->allocator, &name),
@@ -405,11 +407,11 @@ StatusOr<onnx::ValueInfo> DescribeValue(const ort::OrtSession* session, size_t i
 
 // ---- Model and instance state -------------------------------------------------------------------
 
-struct ModelState : onnx::ModelIo {
+struct ModelState : backend::ModelIo {
   std::string path;
   SessionSettings settings;
-  std::vector<onnx::ValueInfo> graph_inputs;
-  std::vector<onnx::ValueInfo> graph_outputs;
+  std::vector<backend::ValueInfo> graph_inputs;
+  std::vector<backend::ValueInfo> graph_outputs;
   // Per graph output, whether a run has produced the shape the graph declares (1), another one
   // (-1: a graph that declares [4] and reshapes to [2, 2]), or not yet run (0). Only outputs
   // that matched are written by ORT straight into the response, whose shape is fixed before the
@@ -420,7 +422,7 @@ struct ModelState : onnx::ModelIo {
 };
 
 // The graph's declared shape of an output with the batch's rows in place of the batch dimension.
-std::vector<int64_t> DeclaredShape(const onnx::ValueInfo& g, bool batching, int64_t rows) {
+std::vector<int64_t> DeclaredShape(const backend::ValueInfo& g, bool batching, int64_t rows) {
   std::vector<int64_t> shape = g.dims;
   if (batching && !shape.empty()) shape[0] = rows;
   return shape;
@@ -432,7 +434,7 @@ struct InstanceState {
 
 std::string ModelFilePath(NereidModel* model, const rapidjson::Value& config) {
   namespace fs = std::filesystem;
-  std::string file = onnx::StringField(config, "default_model_filename");
+  std::string file = backend::StringField(config, "default_model_filename");
   if (file.empty()) file = "model.onnx";
   fs::path path = fs::path(NereidModelVersionPath(model)) / file;
   // Triton also accepts a folder model.onnx/ holding model.onnx and its external weights.
@@ -467,14 +469,14 @@ Status InitializeModel(NereidModel* model) {
     state->declared_shape_holds[v->name];
     state->graph_outputs.push_back(std::move(v).value());
   }
-  if (onnx::AutoComplete(state->graph_inputs, state->graph_outputs, config)) {
-    RETURN_IF_ERROR(FromError(NereidModelSetConfigJson(model, onnx::ToJson(config).c_str())));
+  if (backend::AutoComplete(state->graph_inputs, state->graph_outputs, config)) {
+    RETURN_IF_ERROR(FromError(NereidModelSetConfigJson(model, backend::ToJson(config).c_str())));
     Log(NEREID_LOG_INFO, "model '" + name +
                              "': auto-completed inputs/outputs/max_batch_size from " +
                              std::filesystem::path(state->path).filename().string());
   }
-  static_cast<onnx::ModelIo&>(*state) = onnx::ReadModelIo(name, config);
-  RETURN_IF_ERROR(onnx::CheckAgainstGraph(*state, state->graph_inputs, state->graph_outputs));
+  static_cast<backend::ModelIo&>(*state) = backend::ReadModelIo(name, config);
+  RETURN_IF_ERROR(backend::CheckAgainstGraph(*state, state->graph_inputs, state->graph_outputs));
   Log(NEREID_LOG_INFO, "model '" + name + "' runs on ONNX Runtime " + g_ort->version +
                            " (CPU execution provider; " + state->settings.Describe() + ")");
   NereidModelSetState(model, state.release());
@@ -595,7 +597,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
   std::vector<std::vector<uint8_t>> joined;  // batches' inputs, alive until the run ends
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
-    ASSIGN_OR_RETURN(onnx::BatchInput in, onnx::GatherInput(m, requests, count, i, rows));
+    ASSIGN_OR_RETURN(backend::BatchInput in, backend::GatherInput(m, requests, count, i, rows));
     const NereidTensor& first = in.first;
     const auto type = static_cast<DataType>(first.datatype);
     const std::vector<int64_t>& shape = in.shape;
@@ -629,14 +631,14 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
 
   // Every output any request asked for, computed once.
   std::vector<std::vector<std::string>> wanted;
-  const std::vector<std::string> fetch = backend::onnx::OutputsToFetch(requests, count, wanted);
+  const std::vector<std::string> fetch = backend::OutputsToFetch(requests, count, wanted);
   // A request alone in its batch gets outputs of a shape the graph fixes allocated in its response
   // now, and ORT writes them there.
   std::vector<ValuePtr> output_values(fetch.size());
   std::vector<bool> in_response(fetch.size(), false);
   if (count == 1) {
     for (size_t o = 0; o < fetch.size(); ++o) {
-      const onnx::ValueInfo* g = onnx::Find(m.graph_outputs, fetch[o]);
+      const backend::ValueInfo* g = backend::Find(m.graph_outputs, fetch[o]);
       auto spec = m.outputs.find(fetch[o]);
       if (g == nullptr || !g->has_shape || g->type == DataType::kBytes ||
           (spec != m.outputs.end() && spec->second.has_reshape) ||
@@ -687,15 +689,15 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
     if (!output_values[i])
       return backend::Internal("ONNX Runtime gave no output '" + fetch[i] + "'");
     ASSIGN_OR_RETURN(Result result, ReadResult(fetch[i], output_values[i].get()));
-    if (const onnx::ValueInfo* g = onnx::Find(m.graph_outputs, fetch[i]); g && g->has_shape) {
+    if (const backend::ValueInfo* g = backend::Find(m.graph_outputs, fetch[i]); g && g->has_shape) {
       std::atomic<int>& holds = m.declared_shape_holds.at(fetch[i]);
       if (DeclaredShape(*g, batching, total_rows) != result.shape)
         holds.store(-1);
       else if (holds.load(std::memory_order_relaxed) == 0)
         holds.store(1);
     }
-    RETURN_IF_ERROR(onnx::ScatterOutput(m, requests, count, rows, wanted, fetch[i], result.type,
-                                        result.shape, result.data, result.bytes, failed));
+    RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, fetch[i], result.type,
+                                           result.shape, result.data, result.bytes, failed));
   }
   return Status::Ok();
 }

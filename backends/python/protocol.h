@@ -25,7 +25,7 @@
 #include <optional>
 #include <string>
 
-#include "common/onnx_config.h"
+#include "common/config_json.h"
 #include "nereid/backend_util.h"
 
 namespace nereid::python {
@@ -34,8 +34,8 @@ using backend::DataType;
 using backend::FromError;
 using backend::Status;
 using backend::StatusOr;
-using backend::onnx::StringField;
-constexpr auto Json = backend::onnx::ToJson;
+using backend::StringField;
+constexpr auto Json = backend::ToJson;
 
 inline void Log(NereidLogLevel level, const std::string& message) { backend::Log(level, message); }
 

@@ -38,7 +38,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/onnx_config.h"
+#include "common/config_json.h"
 #include "nereid/backend_util.h"
 #include "python/bls_proxy.h"
 #include "python/metrics_proxy.h"
@@ -786,7 +786,7 @@ Status InitializeModel(NereidModel* model) {
         "': parameter 'python_interpreter' is not accepted: the Python interpreter is the "
         "server's own (environment NEREID_PYTHON), never chosen by a model config");
   if (has_parameters && config["parameters"].HasMember("stub_spin_us")) {
-    const std::string v = backend::onnx::Parameter(config, "stub_spin_us");
+    const std::string v = backend::Parameter(config, "stub_spin_us");
     char* end = nullptr;
     const long spin = std::strtol(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || spin < 0 || spin > 100000)
@@ -797,7 +797,7 @@ Status InitializeModel(NereidModel* model) {
   RETURN_IF_ERROR(AutoComplete(*m, model));
   config.Parse(NereidModelConfigJson(model));  // as auto-completed
   m->decoupled = NereidModelIsDecoupled(model) != 0;
-  for (const auto& [output, spec] : backend::onnx::ReadIo(config, "output"))
+  for (const auto& [output, spec] : backend::ReadIo(config, "output"))
     m->output_types[output] = spec.type;
   Log(NEREID_LOG_INFO, "model '" + m->name + "' runs " + m->model_py + " in Python stubs (" +
                            m->python + (m->decoupled ? ", decoupled" : "") + ")");

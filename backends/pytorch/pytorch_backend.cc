@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "common/onnx_config.h"
+#include "common/batching.h"
+#include "common/config_json.h"
 #include "nereid/backend.h"
 
 namespace nereid::pytorch {
 namespace {
 
-namespace io = backend::onnx;  // the config's inputs/outputs and the batching helpers
 using backend::DataType;
 using backend::FromError;
 using backend::Status;
@@ -89,7 +89,7 @@ struct Options {
   bool weight_sharing = false;                      // ENABLE_WEIGHT_SHARING
 };
 
-struct ModelState : io::ModelIo {
+struct ModelState : backend::ModelIo {
   std::string path;
   std::vector<std::string> input_order;    // config order
   std::vector<std::string> output_order;   // config order
@@ -109,14 +109,14 @@ struct InstanceState {
 // A boolean parameter: absent -> nullopt; true/false/1/0/yes/no (any case); else an error.
 StatusOr<std::optional<bool>> BoolParameter(const rapidjson::Value& config,
                                             const std::string& model, const char* key) {
-  std::string v = io::Parameter(config, key);
+  std::string v = backend::Parameter(config, key);
   if (v.empty()) return std::optional<bool>();
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
   if (v == "true" || v == "1" || v == "yes") return std::optional<bool>(true);
   if (v == "false" || v == "0" || v == "no") return std::optional<bool>(false);
   return backend::InvalidArgument("model '" + model + "': parameter '" + key +
-                                  "' must be true or false, got '" + io::Parameter(config, key) +
-                                  "'");
+                                  "' must be true or false, got '" +
+                                  backend::Parameter(config, key) + "'");
 }
 
 // INTRA_OP_THREAD_COUNT, INTER_OP_THREAD_COUNT and DISABLE_CUDNN set libtorch's process-wide
@@ -124,8 +124,10 @@ StatusOr<std::optional<bool>> BoolParameter(const rapidjson::Value& config,
 Status ApplyGlobalParameters(const rapidjson::Value& config, const std::string& model) {
   static std::mutex mu;
   static bool intra_set = false, inter_set = false;
-  ASSIGN_OR_RETURN(int intra, io::IntParameter(model, config, "INTRA_OP_THREAD_COUNT", 1, 4096, 0));
-  ASSIGN_OR_RETURN(int inter, io::IntParameter(model, config, "INTER_OP_THREAD_COUNT", 1, 4096, 0));
+  ASSIGN_OR_RETURN(int intra,
+                   backend::IntParameter(model, config, "INTRA_OP_THREAD_COUNT", 1, 4096, 0));
+  ASSIGN_OR_RETURN(int inter,
+                   backend::IntParameter(model, config, "INTER_OP_THREAD_COUNT", 1, 4096, 0));
   ASSIGN_OR_RETURN(std::optional<bool> no_cudnn, BoolParameter(config, model, "DISABLE_CUDNN"));
   std::lock_guard lock(mu);
   if (intra > 0 && !intra_set) {
@@ -168,7 +170,7 @@ Status ReadOptions(const rapidjson::Value& config, const std::string& model, Opt
 // TYPE_STRING travels as List[str] (TorchScript has no string tensors), so, as in Triton, only
 // where the tensor is one-dimensional: dims [-1] or [n] without batching, dims [1] with it (one
 // string per row).
-bool StringShapeServed(const io::IoSpec& spec, bool batching) {
+bool StringShapeServed(const backend::IoSpec& spec, bool batching) {
   if (spec.dims.size() != 1) return false;
   return batching ? spec.dims[0] == 1 : true;
 }
@@ -176,7 +178,7 @@ bool StringShapeServed(const io::IoSpec& spec, bool batching) {
 std::vector<std::string> Names(const rapidjson::Value& config, const char* key) {
   std::vector<std::string> names;
   if (config.HasMember(key) && config[key].IsArray())
-    for (const auto& v : config[key].GetArray()) names.push_back(io::StringField(v, "name"));
+    for (const auto& v : config[key].GetArray()) names.push_back(backend::StringField(v, "name"));
   return names;
 }
 
@@ -265,7 +267,7 @@ Status InitializeModel(NereidModel* model) {
   config.Parse(NereidModelConfigJson(model));
   if (config.HasParseError() || !config.IsObject())
     return backend::Internal("model config JSON is malformed");
-  static_cast<io::ModelIo&>(*m) = io::ReadModelIo(NereidModelName(model), config);
+  static_cast<backend::ModelIo&>(*m) = backend::ReadModelIo(NereidModelName(model), config);
   m->input_order = Names(config, "input");
   m->output_order = Names(config, "output");
   if (m->input_order.empty() || m->output_order.empty())
@@ -285,10 +287,10 @@ Status InitializeModel(NereidModel* model) {
       }
       if (!TorchType(spec.type))
         return backend::Unsupported("model '" + m->name + "': '" + name + "' is " +
-                                    io::ConfigTypeName(spec.type) +
+                                    backend::ConfigTypeName(spec.type) +
                                     ", which the pytorch backend does not serve");
     }
-  std::string file = io::StringField(config, "default_model_filename");
+  std::string file = backend::StringField(config, "default_model_filename");
   if (file.empty()) file = "model.pt";
   m->path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   if (!std::filesystem::exists(m->path))
@@ -344,7 +346,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
   std::vector<torch::jit::IValue> args(m.argument.size());
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
-    ASSIGN_OR_RETURN(io::BatchInput in, io::GatherInput(m, requests, count, i, rows));
+    ASSIGN_OR_RETURN(backend::BatchInput in, backend::GatherInput(m, requests, count, i, rows));
     auto position = m.argument.find(in.first.name);
     if (position == m.argument.end()) continue;
     if (static_cast<DataType>(in.first.datatype) == DataType::kBytes) {
@@ -378,7 +380,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     args[position->second] = s.device.is_cpu() ? t : t.to(s.device);
   }
   std::vector<std::vector<std::string>> wanted;
-  const std::vector<std::string> fetch = io::OutputsToFetch(requests, count, wanted);
+  const std::vector<std::string> fetch = backend::OutputsToFetch(requests, count, wanted);
 
   // Each element of forward()'s result: a tensor, or a list of strings (a TYPE_STRING output).
   struct Result {
@@ -447,11 +449,12 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
       return backend::Internal("model '" + m.name + "': output '" + name + "' is element " +
                                std::to_string(index) + " of forward()'s result, which has " +
                                std::to_string(results.size()));
-    const io::IoSpec& spec = m.outputs.at(name);
+    const backend::IoSpec& spec = m.outputs.at(name);
     if (spec.type == DataType::kBytes || results[index].strings) {
       if (spec.type != DataType::kBytes || !results[index].strings)
         return backend::Internal("model '" + m.name + "': output '" + name + "' is " +
-                                 io::ConfigTypeName(spec.type) + " in config.pbtxt but forward() " +
+                                 backend::ConfigTypeName(spec.type) +
+                                 " in config.pbtxt but forward() " +
                                  (results[index].strings ? "returned a list of strings"
                                                          : "returned a tensor, not List[str]"));
       const auto& strings = *results[index].strings;
@@ -464,22 +467,22 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
       }
       std::vector<int64_t> shape{static_cast<int64_t>(strings.size())};
       if (batching) shape.push_back(1);  // dims [1]: one string per row
-      RETURN_IF_ERROR(io::ScatterOutput(m, requests, count, rows, wanted, name, spec.type, shape,
-                                        reinterpret_cast<const uint8_t*>(bytes.data()),
-                                        bytes.size(), failed));
+      RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, name, spec.type,
+                                             shape, reinterpret_cast<const uint8_t*>(bytes.data()),
+                                             bytes.size(), failed));
       continue;
     }
     const torch::Tensor& t = results[index].tensor;
     if (t.scalar_type() != *TorchType(spec.type))
       return backend::Internal("model '" + m.name + "': output '" + name + "' is " +
-                               io::ConfigTypeName(spec.type) +
+                               backend::ConfigTypeName(spec.type) +
                                " in config.pbtxt but forward() "
                                "returned " +
                                std::string(c10::toString(t.scalar_type())));
-    RETURN_IF_ERROR(io::ScatterOutput(m, requests, count, rows, wanted, name, spec.type,
-                                      std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
-                                      static_cast<const uint8_t*>(t.data_ptr()),
-                                      t.numel() * t.element_size(), failed));
+    RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, name, spec.type,
+                                           std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+                                           static_cast<const uint8_t*>(t.data_ptr()),
+                                           t.numel() * t.element_size(), failed));
   }
   return Status::Ok();
 }

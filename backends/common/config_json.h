@@ -1,0 +1,113 @@
+// config.pbtxt as a backend reads it: the model configuration's JSON (Triton's), its inputs and
+// outputs, parameters, and back to JSON. Shared by every backend in the tree.
+#pragma once
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nereid/backend_util.h"
+
+namespace nereid::backend {
+
+// One input or output of config.pbtxt.
+struct IoSpec {
+  std::string name;
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> dims;
+  bool has_reshape = false;
+  std::vector<int64_t> reshape;
+};
+
+// The parts of a model's config the ONNX checks read.
+struct ModelIo {
+  std::string name;
+  int64_t max_batch_size = 0;
+  std::map<std::string, IoSpec> inputs;
+  std::map<std::string, IoSpec> outputs;
+};
+
+inline DataType ConfigType(const std::string& name) {
+  if (name == "TYPE_STRING") return DataType::kBytes;
+  return name.rfind("TYPE_", 0) == 0 ? DataTypeFromName(name.substr(5)) : DataType::kInvalid;
+}
+inline std::string ConfigTypeName(DataType t) {
+  return t == DataType::kBytes ? "TYPE_STRING" : "TYPE_" + std::string(DataTypeName(t));
+}
+
+inline std::vector<int64_t> IntArray(const rapidjson::Value& obj, const char* key) {
+  std::vector<int64_t> out;
+  if (!obj.IsObject() || !obj.HasMember(key) || !obj[key].IsArray()) return out;
+  for (const auto& v : obj[key].GetArray())
+    out.push_back(v.IsInt64() ? v.GetInt64() : v.IsString() ? std::stoll(v.GetString()) : 0);
+  return out;
+}
+inline std::string StringField(const rapidjson::Value& obj, const char* key) {
+  return obj.IsObject() && obj.HasMember(key) && obj[key].IsString() ? obj[key].GetString() : "";
+}
+// A config parameter's string_value ("" when absent).
+inline std::string Parameter(const rapidjson::Value& config, const char* key) {
+  if (!config.IsObject() || !config.HasMember("parameters") || !config["parameters"].IsObject() ||
+      !config["parameters"].HasMember(key))
+    return "";
+  return StringField(config["parameters"][key], "string_value");
+}
+
+// An integer config parameter: 'fallback' where absent (or empty), else a whole number from 'min'
+// to 'max' or an error naming the model and the parameter.
+inline StatusOr<int> IntParameter(const std::string& model, const rapidjson::Value& config,
+                                  const char* key, int min, int max, int fallback) {
+  const std::string text = Parameter(config, key);
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < min || value > max)
+    return InvalidArgument("model '" + model + "': parameter '" + key +
+                           "' must be an integer from " + std::to_string(min) + " to " +
+                           std::to_string(max) + ", got '" + text + "'");
+  return static_cast<int>(value);
+}
+
+inline std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, const char* key) {
+  std::map<std::string, IoSpec> specs;
+  if (!config.HasMember(key) || !config[key].IsArray()) return specs;
+  for (const auto& v : config[key].GetArray()) {
+    IoSpec s;
+    s.name = StringField(v, "name");
+    s.type = ConfigType(StringField(v, "data_type"));
+    s.dims = IntArray(v, "dims");
+    if (v.HasMember("reshape") && v["reshape"].IsObject()) {
+      s.has_reshape = true;
+      s.reshape = IntArray(v["reshape"], "shape");
+    }
+    specs[s.name] = s;
+  }
+  return specs;
+}
+
+inline ModelIo ReadModelIo(const std::string& name, const rapidjson::Value& config) {
+  ModelIo io;
+  io.name = name;
+  io.max_batch_size = config.HasMember("max_batch_size") && config["max_batch_size"].IsInt64()
+                          ? config["max_batch_size"].GetInt64()
+                          : 0;
+  io.inputs = ReadIo(config, "input");
+  io.outputs = ReadIo(config, "output");
+  return io;
+}
+
+inline std::string ToJson(const rapidjson::Value& config) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  config.Accept(writer);
+  return buffer.GetString();
+}
+
+}  // namespace nereid::backend
