@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config clang-format
+  build-essential cmake ninja-build ccache pkg-config clang-format clang-tidy
   libboost-dev libprotobuf-dev protobuf-compiler rapidjson-dev libsimdjson-dev zlib1g-dev
   libonnx-dev libonnx-testdata libopenblas-dev libgtest-dev
   libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl

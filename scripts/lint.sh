@@ -2,9 +2,8 @@
 # The house rules a machine can check. Default (what scripts/test.sh and CI run): clang-format over
 # the project's C++, CUDA and proto sources (a generated file turns it off inside itself, as
 # kernels/cuda/wgmma.cuh does), the layering check (scripts/check_layers.py) and ruff on Python
-# (ruff.toml). --tidy adds clang-tidy over the sources (uses
-# build/compile_commands.json); it is not part of CI yet, since .clang-tidy does not yet match the
-# code.
+# (ruff.toml). clang-tidy needs a built tree: scripts/tidy.sh, which scripts/test.sh runs after
+# the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' '*.proto' | grep -v '^tests/e2e/')
@@ -21,8 +20,4 @@ if [ -x .venv/bin/ruff ]; then
 else
   echo "lint: .venv/bin/ruff missing (scripts/install-deps.sh installs it)" >&2
   exit 1
-fi
-if [ "${1:-}" = "--tidy" ]; then
-  mapfile -t sources < <(git ls-files 'src/*.cc' 'backends/*.cc' 'kernels/*.cc')
-  clang-tidy -p build --quiet "${sources[@]}"
 fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, checks the formatting (scripts/lint.sh), builds, runs
+# clang-tidy (scripts/tidy.sh), runs
 # the C++ unit tests and fuzz corpora (ctest), the end-to-end tests (pytest: the real binary on
 # ports it picks, driven by the real tritonclient), then the sanitizer pass (scripts/sanitize.sh).
 # See docs/testing.md.
@@ -9,6 +10,8 @@ scripts/install-deps.sh
 echo "== lint (scripts/lint.sh: clang-format, layering, ruff)"
 scripts/lint.sh
 scripts/build.sh
+echo "== clang-tidy (scripts/tidy.sh: the checks of .clang-tidy, against the build's compile commands)"
+scripts/tidy.sh
 echo "== unit tests (ctest)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 echo "== end-to-end tests (pytest)"

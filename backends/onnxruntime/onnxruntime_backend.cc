@@ -169,7 +169,7 @@ Status LoadRuntime() {
     return status;
   }
   Log(NEREID_LOG_INFO, "ONNX Runtime " + runtime->version + " loaded from " + runtime->path);
-  runtime.release();
+  static_cast<void>(runtime.release());  // g_ort keeps it for the process's life
   return Status::Ok();
 }
 

@@ -121,8 +121,8 @@ void BlsUnchecked(NereidModel* caller, const std::shared_ptr<Channel>& channel, 
   }
   if (!error) error = NereidInferAsync(request, &BlsResponse, call.get());
   if (!error) {
-    request = nullptr;  // the server's now
-    call.release();     // the callback frees it with the final response
+    request = nullptr;                  // the server's now
+    static_cast<void>(call.release());  // the callback frees it with the final response
     return;
   }
   AnswerWithError(channel, call->call, error);

@@ -331,8 +331,9 @@ NereidError* NereidMemoryAllocate(NereidMemoryType type, int64_t device_id, uint
   buffer->data = allocated->data();
   buffer->memory_type = static_cast<NereidMemoryType>(allocated->location().type);
   buffer->device_id = allocated->location().device;
+  void* key = allocated->data();  // read before the move below (its right side runs first)
   std::lock_guard lock(memory_mu);
-  BackendBuffers()[allocated->data()] = std::move(allocated).value();
+  BackendBuffers()[key] = std::move(allocated).value();
   return nullptr;
 }
 

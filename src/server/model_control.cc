@@ -35,10 +35,11 @@ void ModelControl::Run(const std::string& model, size_t bytes, std::function<Sta
       Lane& l = lanes_[model];
       l.waiting.push_back({bytes, std::move(task), std::move(done)});
       if (start) l.thread = std::thread([this, model] { Drain(model); });
+      done = nullptr;  // the lane's now
     }
   }
   for (auto& t : ended) t.join();
-  if (!refused.ok()) {
+  if (done) {  // refused: answered here, outside the lock
     LOG_WARNING << "model '" << model << "': " << refused.message();
     done(std::move(refused));
   }

@@ -148,7 +148,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       : stream_(std::move(socket)), server_(server), metrics_(metrics) {}
   Session(tcp::socket socket, net::ssl::context& tls, HttpServer::Impl* server) requires(kTls)
       : stream_(std::move(socket), tls), server_(server), metrics_(false) {}
-  ~Session() {
+  ~Session() override {
     Done();
     std::lock_guard<std::mutex> lock(server_->sessions_mu_);
     server_->sessions_.erase(this);

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# clang-tidy with the checks of .clang-tidy (each finding an error) over the C++ sources of src/,
+# backends/ (the PyTorch backend aside: libtorch's headers take minutes), kernels/ and tools/.
+# Needs a configured and built tree (its compile_commands.json and generated protobuf headers):
+# scripts/test.sh runs it after scripts/build.sh. BUILD_DIR picks the tree (default build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${BUILD_DIR:-build}"
+mapfile -t sources < <(git ls-files 'src/*.cc' 'backends/*.cc' 'kernels/*.cc' 'tools/*.cc' |
+  grep -v '^backends/pytorch/')
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+# Two files per process, as many processes as cores: about a minute on 2 cores.
+if ! printf '%s\n' "${sources[@]}" |
+  xargs -P "$(nproc)" -n 2 clang-tidy -p "$BUILD_DIR" --quiet >"$out" 2>&1; then
+  grep -E 'error:|warning:' "$out" | grep -v 'warnings generated' | sort -u >&2 || cat "$out" >&2
+  echo "tidy: clang-tidy found the problems above (.clang-tidy lists the checks)" >&2
+  exit 1
+fi
+echo "tidy: clang-tidy clean (${#sources[@]} files)"
