@@ -156,4 +156,65 @@ inline Status ScatterOutput(const ModelIo& m, NereidRequest** requests, uint32_t
   return Status::Ok();
 }
 
+// One batch of requests through a backend's framework, the skeleton every batching backend
+// shares: Gather checks that the model batches (when there is more than one request), gathers
+// each input across the requests and hands it to 'feed'; fetch() is every output any request
+// asked for, to compute once; Emit splits one result back into the requests that asked for it.
+// A request's own failure (an output it cannot get) lands in failed(); a returned error fails the
+// whole batch. Used with ExecuteRequests (nereid/backend_util.h) for the export.
+class Batch {
+ public:
+  // 'feed(BatchInput&)' returns a Status; the batch's rows are known once it has returned.
+  template <typename Feed>
+  static StatusOr<Batch> Gather(const ModelIo& m, NereidRequest** requests, uint32_t count,
+                                std::vector<Status>& failed, Feed&& feed) {
+    if (count > 1 && m.max_batch_size <= 0)
+      return Internal("a batch of requests for a model without batching");
+    Batch b(m, requests, count, failed);
+    const uint32_t inputs = NereidRequestInputCount(requests[0]);
+    for (uint32_t i = 0; i < inputs; ++i) {
+      ASSIGN_OR_RETURN(BatchInput in, GatherInput(m, requests, count, i, b.rows_));
+      RETURN_IF_ERROR(feed(in));
+    }
+    b.fetch_ = OutputsToFetch(requests, count, b.wanted_);
+    return b;
+  }
+
+  const std::vector<std::string>& fetch() const { return fetch_; }
+  bool batching() const { return m_->max_batch_size > 0; }
+  int64_t total_rows() const {
+    int64_t total = 0;
+    for (int64_t r : rows_) total += r;
+    return total;
+  }
+  NereidRequest* request(uint32_t r) const { return requests_[r]; }
+  uint32_t count() const { return count_; }
+  std::vector<Status>& failed() { return *failed_; }
+
+  // The framework's compute window (NereidNowNs), for the statistics of every request.
+  void SetComputeTimes(uint64_t start_ns, uint64_t end_ns) const {
+    for (uint32_t r = 0; r < count_; ++r)
+      NereidRequestSetComputeTimes(requests_[r], start_ns, end_ns);
+  }
+
+  // Splits result 'name' (of the whole batch) back into the requests (ScatterOutput).
+  Status Emit(const std::string& name, DataType type, const std::vector<int64_t>& shape,
+              const uint8_t* data, size_t bytes) {
+    return ScatterOutput(*m_, requests_, count_, rows_, wanted_, name, type, shape, data, bytes,
+                         *failed_);
+  }
+
+ private:
+  Batch(const ModelIo& m, NereidRequest** requests, uint32_t count, std::vector<Status>& failed)
+      : m_(&m), requests_(requests), count_(count), failed_(&failed), rows_(count, 1) {}
+
+  const ModelIo* m_;
+  NereidRequest** requests_;
+  uint32_t count_;
+  std::vector<Status>* failed_;
+  std::vector<int64_t> rows_;
+  std::vector<std::vector<std::string>> wanted_;
+  std::vector<std::string> fetch_;
+};
+
 }  // namespace nereid::backend

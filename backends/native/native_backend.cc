@@ -104,59 +104,42 @@ Status InitializeModel(NereidModel* model) {
 // 'failed[r]'; a returned error fails them all.
 Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t count,
                     std::vector<Status>& failed) {
-  const bool batching = m.max_batch_size > 0;
-  if (count > 1 && !batching) return Internal("a batch of requests for a model without batching");
-  std::vector<int64_t> rows(count, 1);
   std::vector<std::pair<std::string, Tensor>> feeds;
   // Joined BYTES inputs; results may be views of them, so they live until the outputs are copied.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> keepalive;
-  const uint32_t inputs = NereidRequestInputCount(requests[0]);
-  for (uint32_t i = 0; i < inputs; ++i) {
-    ASSIGN_OR_RETURN(backend::BatchInput in, backend::GatherInput(m, requests, count, i, rows));
+  auto feed = [&](const backend::BatchInput& in) -> Status {
     const NereidTensor& first = in.first;
     const auto type = static_cast<DataType>(first.datatype);
-    const std::vector<int64_t>& shape = in.shape;
-    const size_t total_bytes = in.total_bytes;
-    const std::vector<NereidTensor>& parts = in.parts;
     const size_t align = std::max<size_t>(DataTypeSize(type), 1);
     if (count == 1 &&
         (type == DataType::kBytes || reinterpret_cast<uintptr_t>(first.data) % align == 0)) {
-      feeds.emplace_back(first.name, Tensor::Borrow(type, shape, first.data, first.byte_size));
-      continue;
+      feeds.emplace_back(first.name, Tensor::Borrow(type, in.shape, first.data, first.byte_size));
+      return Status::Ok();
     }
-    Tensor joined = type == DataType::kBytes ? Tensor() : Tensor::Allocate(type, shape);
-    std::vector<uint8_t>* bytes_storage = nullptr;
+    Tensor joined = type == DataType::kBytes ? Tensor() : Tensor::Allocate(type, in.shape);
     std::shared_ptr<std::vector<uint8_t>> serialized;
-    if (type == DataType::kBytes) {
-      serialized = std::make_shared<std::vector<uint8_t>>(total_bytes);
-      bytes_storage = serialized.get();
-    }
-    uint8_t* dst = type == DataType::kBytes ? bytes_storage->data() : joined.mutable_raw();
-    for (const auto& part : parts) {
+    if (type == DataType::kBytes)
+      serialized = std::make_shared<std::vector<uint8_t>>(in.total_bytes);
+    uint8_t* dst = type == DataType::kBytes ? serialized->data() : joined.mutable_raw();
+    for (const auto& part : in.parts) {
       std::memcpy(dst, part.data, part.byte_size);
       dst += part.byte_size;
     }
     if (type == DataType::kBytes) {
-      joined = Tensor::Borrow(type, shape, bytes_storage->data(), total_bytes);
+      joined = Tensor::Borrow(type, in.shape, serialized->data(), in.total_bytes);
       keepalive.push_back(std::move(serialized));
     }
     feeds.emplace_back(first.name, std::move(joined));
-  }
-
-  // Every output any request asked for, computed once.
-  std::vector<std::vector<std::string>> wanted;
-  const std::vector<std::string> fetch = backend::OutputsToFetch(requests, count, wanted);
+    return Status::Ok();
+  };
+  ASSIGN_OR_RETURN(backend::Batch batch, backend::Batch::Gather(m, requests, count, failed, feed));
   std::vector<Tensor> results;
   const uint64_t compute_start = NereidNowNs();
-  RETURN_IF_ERROR(m.graph->Run(feeds, fetch, &results));
-  const uint64_t compute_end = NereidNowNs();
-  for (uint32_t r = 0; r < count; ++r)
-    NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
-
-  for (size_t i = 0; i < fetch.size(); ++i)
-    RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, fetch[i],
-                                           results[i].type(), results[i].shape(), results[i].raw(),
-                                           results[i].bytes(), failed));
+  RETURN_IF_ERROR(m.graph->Run(feeds, batch.fetch(), &results));
+  batch.SetComputeTimes(compute_start, NereidNowNs());
+  for (size_t i = 0; i < batch.fetch().size(); ++i)
+    RETURN_IF_ERROR(batch.Emit(batch.fetch()[i], results[i].type(), results[i].shape(),
+                               results[i].raw(), results[i].bytes()));
   return Status::Ok();
 }
 
@@ -349,10 +332,9 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
                                                  uint32_t count) {
   const auto* state =
       static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-  std::vector<backend::Status> failed(count);
   [[maybe_unused]] auto* instance_state =
       static_cast<InstanceState*>(NereidInstanceState(instance));
-  NereidError* error = backend::Guard([&] {
+  return backend::ExecuteRequests(requests, count, [&](std::vector<backend::Status>& failed) {
 #ifdef NEREID_NATIVE_GPU
     if (instance_state != nullptr && instance_state->gpu)
       return nereid::native::ExecuteBatchGpu(*state, instance, *instance_state->gpu, requests,
@@ -360,9 +342,6 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
 #endif
     return nereid::native::ExecuteBatch(*state, requests, count, failed);
   });
-  if (error != nullptr) return error;  // the server fails the whole batch
-  for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
-  return nullptr;
 }
 
 }  // extern "C"

@@ -588,26 +588,18 @@ StatusOr<Result> ReadResult(const std::string& name, ort::OrtValue* value) {
 // one request's output lands in 'failed[r]'; a returned error fails them all.
 Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest** requests,
                     uint32_t count, std::vector<Status>& failed) {
-  const bool batching = m.max_batch_size > 0;
-  if (count > 1 && !batching)
-    return backend::Internal("a batch of requests for a model without batching");
-  std::vector<int64_t> rows(count, 1);
   std::vector<std::string> input_names;
   std::vector<ValuePtr> input_values;
   std::vector<std::vector<uint8_t>> joined;  // batches' inputs, alive until the run ends
-  const uint32_t inputs = NereidRequestInputCount(requests[0]);
-  for (uint32_t i = 0; i < inputs; ++i) {
-    ASSIGN_OR_RETURN(backend::BatchInput in, backend::GatherInput(m, requests, count, i, rows));
+  auto feed = [&](const backend::BatchInput& in) -> Status {
     const NereidTensor& first = in.first;
     const auto type = static_cast<DataType>(first.datatype);
-    const std::vector<int64_t>& shape = in.shape;
-    const size_t total_bytes = in.total_bytes;
     if (first.memory_type == NEREID_MEMORY_GPU)
       return backend::Unsupported("input '" + std::string(first.name) +
                                   "' is in GPU memory; the onnxruntime backend reads host memory");
     const uint8_t* data = static_cast<const uint8_t*>(first.data);
     if (count > 1) {
-      auto& buffer = joined.emplace_back(total_bytes);
+      auto& buffer = joined.emplace_back(in.total_bytes);
       size_t at = 0;
       for (const auto& part : in.parts) {
         if (part.byte_size) std::memcpy(buffer.data() + at, part.data, part.byte_size);
@@ -617,21 +609,21 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
     }
     ValuePtr value;
     if (type == DataType::kBytes) {
-      ASSIGN_OR_RETURN(value, StringTensor(first.name, shape, data, total_bytes));
+      ASSIGN_OR_RETURN(value, StringTensor(first.name, in.shape, data, in.total_bytes));
     } else {
       // The server aligned host inputs to their element size; ORT reads them where they are.
-      ASSIGN_OR_RETURN(
-          value, BorrowedTensor(first.name, type, shape, const_cast<uint8_t*>(data), total_bytes));
+      ASSIGN_OR_RETURN(value, BorrowedTensor(first.name, type, in.shape, const_cast<uint8_t*>(data),
+                                             in.total_bytes));
     }
     input_names.emplace_back(first.name);
     input_values.push_back(std::move(value));
-  }
-  int64_t total_rows = 0;
-  for (int64_t r : rows) total_rows += r;
+    return Status::Ok();
+  };
+  ASSIGN_OR_RETURN(backend::Batch batch, backend::Batch::Gather(m, requests, count, failed, feed));
+  const bool batching = batch.batching();
+  const int64_t total_rows = batch.total_rows();
+  const std::vector<std::string>& fetch = batch.fetch();
 
-  // Every output any request asked for, computed once.
-  std::vector<std::vector<std::string>> wanted;
-  const std::vector<std::string> fetch = backend::OutputsToFetch(requests, count, wanted);
   // A request alone in its batch gets outputs of a shape the graph fixes allocated in its response
   // now, and ORT writes them there.
   std::vector<ValuePtr> output_values(fetch.size());
@@ -681,8 +673,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
     for (size_t o = 0; o < fetch.size(); ++o)
       if (in_response[o]) m.declared_shape_holds.at(fetch[o]).store(-1);
   RETURN_IF_ERROR(Check(run, "model '" + m.name + "'"));
-  for (uint32_t r = 0; r < count; ++r)
-    NereidRequestSetComputeTimes(requests[r], compute_start, compute_end);
+  batch.SetComputeTimes(compute_start, compute_end);
 
   for (size_t i = 0; i < fetch.size(); ++i) {
     if (in_response[i]) continue;  // ORT wrote it into the response
@@ -696,8 +687,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
       else if (holds.load(std::memory_order_relaxed) == 0)
         holds.store(1);
     }
-    RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, fetch[i], result.type,
-                                           result.shape, result.data, result.bytes, failed));
+    RETURN_IF_ERROR(batch.Emit(fetch[i], result.type, result.shape, result.data, result.bytes));
   }
   return Status::Ok();
 }
@@ -750,12 +740,9 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
   const auto* model =
       static_cast<const ortb::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
   auto* state = static_cast<ortb::InstanceState*>(NereidInstanceState(instance));
-  std::vector<backend::Status> failed(count);
-  NereidError* error =
-      backend::Guard([&] { return ortb::ExecuteBatch(*model, *state, requests, count, failed); });
-  if (error != nullptr) return error;  // the server fails the whole batch
-  for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
-  return nullptr;
+  return backend::ExecuteRequests(requests, count, [&](std::vector<backend::Status>& failed) {
+    return ortb::ExecuteBatch(*model, *state, requests, count, failed);
+  });
 }
 
 }  // extern "C"

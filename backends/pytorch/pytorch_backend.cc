@@ -340,15 +340,10 @@ Status InitializeInstance(NereidInstance* instance) {
 
 Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** requests, uint32_t count,
                     std::vector<Status>& failed) {
-  const bool batching = m.max_batch_size > 0;
-  if (count > 1 && !batching) return backend::Internal("a batch for a model without batching");
-  std::vector<int64_t> rows(count, 1);
   std::vector<torch::jit::IValue> args(m.argument.size());
-  const uint32_t inputs = NereidRequestInputCount(requests[0]);
-  for (uint32_t i = 0; i < inputs; ++i) {
-    ASSIGN_OR_RETURN(backend::BatchInput in, backend::GatherInput(m, requests, count, i, rows));
+  auto feed = [&](const backend::BatchInput& in) -> Status {
     auto position = m.argument.find(in.first.name);
-    if (position == m.argument.end()) continue;
+    if (position == m.argument.end()) return Status::Ok();
     if (static_cast<DataType>(in.first.datatype) == DataType::kBytes) {
       c10::List<std::string> strings;
       for (const auto& part : in.parts)
@@ -360,7 +355,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
           return backend::InvalidArgument("input '" + std::string(in.first.name) +
                                           "': malformed BYTES tensor data");
       args[position->second] = strings;
-      continue;
+      return Status::Ok();
     }
     const auto type = *TorchType(static_cast<DataType>(in.first.datatype));
     torch::Tensor t;
@@ -378,9 +373,11 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
       }
     }
     args[position->second] = s.device.is_cpu() ? t : t.to(s.device);
-  }
-  std::vector<std::vector<std::string>> wanted;
-  const std::vector<std::string> fetch = backend::OutputsToFetch(requests, count, wanted);
+    return Status::Ok();
+  };
+  ASSIGN_OR_RETURN(backend::Batch batch, backend::Batch::Gather(m, requests, count, failed, feed));
+  const bool batching = batch.batching();
+  const std::vector<std::string>& fetch = batch.fetch();
 
   // Each element of forward()'s result: a tensor, or a list of strings (a TYPE_STRING output).
   struct Result {
@@ -440,8 +437,7 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     return backend::InvalidArgument("model '" + m.name +
                                     "': forward() failed: " + TorchMessage(e.what()));
   }
-  const uint64_t end = NereidNowNs();
-  for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
+  batch.SetComputeTimes(start, NereidNowNs());
 
   for (const std::string& name : fetch) {
     const size_t index = m.element.at(name);
@@ -467,9 +463,8 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
       }
       std::vector<int64_t> shape{static_cast<int64_t>(strings.size())};
       if (batching) shape.push_back(1);  // dims [1]: one string per row
-      RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, name, spec.type,
-                                             shape, reinterpret_cast<const uint8_t*>(bytes.data()),
-                                             bytes.size(), failed));
+      RETURN_IF_ERROR(batch.Emit(name, spec.type, shape,
+                                 reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
       continue;
     }
     const torch::Tensor& t = results[index].tensor;
@@ -479,10 +474,9 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
                                " in config.pbtxt but forward() "
                                "returned " +
                                std::string(c10::toString(t.scalar_type())));
-    RETURN_IF_ERROR(backend::ScatterOutput(m, requests, count, rows, wanted, name, spec.type,
-                                           std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
-                                           static_cast<const uint8_t*>(t.data_ptr()),
-                                           t.numel() * t.element_size(), failed));
+    RETURN_IF_ERROR(
+        batch.Emit(name, spec.type, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+                   static_cast<const uint8_t*>(t.data_ptr()), t.numel() * t.element_size()));
   }
   return Status::Ok();
 }
@@ -536,12 +530,9 @@ NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, Nerei
   const auto* model =
       static_cast<const pt::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
   auto* state = static_cast<pt::InstanceState*>(NereidInstanceState(instance));
-  std::vector<backend::Status> failed(count);
-  NereidError* error =
-      backend::Guard([&] { return pt::ExecuteBatch(*model, *state, requests, count, failed); });
-  if (error != nullptr) return error;
-  for (uint32_t r = 0; r < count; ++r) backend::Complete(requests[r], failed[r]);
-  return nullptr;
+  return backend::ExecuteRequests(requests, count, [&](std::vector<backend::Status>& failed) {
+    return pt::ExecuteBatch(*model, *state, requests, count, failed);
+  });
 }
 
 }  // extern "C"

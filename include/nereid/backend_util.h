@@ -368,4 +368,17 @@ inline void Complete(NereidRequest* request, const Status& status) {
   NereidRequestComplete(request, ToError(status));
 }
 
+// NereidInstanceExecute's body, written once: runs 'execute(failed)' (a Status for the whole batch;
+// 'failed' has one Status per request, for failures of one request alone) with every exception
+// caught. An error returns to the server, which fails the whole batch (the backend took none of
+// the requests); otherwise each request completes with its own status.
+template <typename Execute>
+NereidError* ExecuteRequests(NereidRequest** requests, uint32_t count, Execute&& execute) {
+  std::vector<Status> failed(count);
+  NereidError* error = Guard([&] { return execute(failed); });
+  if (error != nullptr) return error;
+  for (uint32_t r = 0; r < count; ++r) Complete(requests[r], failed[r]);
+  return nullptr;
+}
+
 }  // namespace nereid::backend
