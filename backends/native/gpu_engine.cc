@@ -13,6 +13,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
+#include "gemm_tuner.h"
 #include "nereid/backend_util.h"
 #include "nereid/half.h"
 
@@ -379,38 +380,10 @@ std::string Describe(const GpuModel& m) {
          " MiB of weights on GPU " + std::to_string(m.device);
 }
 
-// Which implementation runs a GEMM at a row count: cuBLAS, one of Nereid's small-M kernels, or
-// Nereid's Hopper kernel with one of its tiles.
-struct GemmChoice {
-  enum class Impl { kCublas, kSmallM, kSm90 } impl = Impl::kCublas;
-  kc::SmallMVariant variant = kc::SmallMVariant::kWarpRows2;
-  kc::Sm90Config sm90{};
-
-  std::string Name() const {
-    switch (impl) {
-      case Impl::kSmallM:
-        return kc::SmallMVariantName(variant);
-      case Impl::kSm90:
-        return sm90.Name();
-      default:
-        return "cuBLAS";
-    }
-  }
-  bool operator==(const GemmChoice& o) const { return Name() == o.Name(); }
-};
-
-// The row counts GEMMs are tuned at: every count up to 16, then buckets about 1.5x apart (24, 32,
-// 48, 64, 96, ...); a batch runs with the choice made for the smallest bucket that holds it.
-int64_t TuneBucket(int64_t rows) {
-  int64_t b = 16;
-  if (rows <= b) return rows < 1 ? 1 : rows;
-  while (b < rows) b = (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4;
-  return b;
-}
 // Buckets tuned when an instance starts; larger ones on first use.
 constexpr int64_t kEagerTuneRows = 64;
 
-class GpuInstance {
+class GpuInstance final : public GemmBench {
  public:
   explicit GpuInstance(std::shared_ptr<const GpuModel> model) : m_(std::move(model)) {}
   ~GpuInstance() {
@@ -430,14 +403,17 @@ class GpuInstance {
     for (cudaEvent_t& e : events_) CUDA_RETURN(cudaEventCreate(&e), "cudaEventCreate");
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
-    choices_.assign(m_->steps.size(), {});
+    std::vector<size_t> gemms;
+    for (size_t i = 0; i < m_->steps.size(); ++i)
+      if (m_->steps[i].kind == Step::kGemm) gemms.push_back(i);
+    tuner_ = std::make_unique<GemmTuner>(m_->steps.size(), std::move(gemms));
     RETURN_IF_ERROR(Grow(kEagerTuneRows));  // once, rather than bucket by bucket
     for (int64_t rows = 1; rows <= kEagerTuneRows; rows = TuneBucket(rows + 1))
-      RETURN_IF_ERROR(Tune(rows));
+      RETURN_IF_ERROR(tuner_->Tune(*this, rows));
     return Status::Ok();
   }
 
-  std::string tuning() const { return Choices(); }
+  std::string tuning() const { return tuner_->Describe(); }
 
   Status Run(int64_t rows, const std::vector<GpuFeed>& feeds,
              const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
@@ -445,8 +421,8 @@ class GpuInstance {
     if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     RETURN_IF_ERROR(Grow(rows));
-    if (const int64_t bucket = TuneBucket(rows); tuned_.count(bucket) == 0)
-      RETURN_IF_ERROR(Tune(bucket));
+    if (const int64_t bucket = TuneBucket(rows); !tuner_->Tuned(bucket))
+      RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
     *start_ns = NereidNowNs();
     // Which copies go straight between request memory and the device (bit i: input i; bit
     // inputs + o: output o); the others pass through staging. A graph is captured per row count
@@ -704,7 +680,7 @@ class GpuInstance {
       switch (s.kind) {
         case Step::kGemm: {
           RETURN_IF_ERROR(
-              RunGemm(s, rows, Choice(static_cast<size_t>(&s - m_->steps.data()), rows)));
+              RunGemm(s, rows, tuner_->Choice(static_cast<size_t>(&s - m_->steps.data()), rows)));
           break;
         }
         case Step::kBinary: {
@@ -743,13 +719,6 @@ class GpuInstance {
     return p;
   }
 
-  // The implementation tuning picked for GEMM step 'step' at 'rows' (cuBLAS where none was).
-  const GemmChoice* Choice(size_t step, int64_t rows) const {
-    if (step >= choices_.size()) return nullptr;
-    auto it = choices_[step].find(TuneBucket(rows));
-    return it == choices_[step].end() ? nullptr : &it->second;
-  }
-
   // One GEMM on the implementation 'choice' names (cuBLAS with the epilogue kernel when null).
   Status RunGemm(const Step& s, int64_t rows, const GemmChoice* choice) {
     const kc::GemmProblem p = Problem(s, rows);
@@ -762,13 +731,9 @@ class GpuInstance {
     return Status::Ok();
   }
 
-  // Times, for every GEMM of the graph at 'rows' rows (a TuneBucket), each of Nereid's kernels
-  // that can run it against cuBLAS on this device and keeps the fastest: cuBLAS stays wherever the
-  // custom kernels do not win by 5%. Each candidate is timed as it runs when serving, inside a CUDA
-  // graph: 20 launches captured once, the graph uploaded, then replayed 3 times (CUDA events, the
-  // fastest replay counts), on non-zero data. Timed eagerly instead, cuBLAS's host cost per call
-  // (its heuristics) would count against it although a graph replay never pays it.
-  Status Tune(int64_t rows) {
+  // ---- GemmBench: what the tuner runs and times ----
+
+  Status PrepareTuning(int64_t rows) override {
     RETURN_IF_ERROR(Grow(rows));
     // A small non-zero pattern (about 0.0115 as fp32, bf16 or fp16): never time on zeros.
     for (size_t id = 0; id < m_->values.size(); ++id) {
@@ -779,88 +744,45 @@ class GpuInstance {
                       static_cast<size_t>(capacity_ * v.row_elems) * kc::ElemSize(v.type), stream_),
                   "cudaMemset");
     }
-    cudaEvent_t start, stop;
-    CUDA_RETURN(cudaEventCreate(&start), "cudaEventCreate");
-    CUDA_RETURN(cudaEventCreate(&stop), "cudaEventCreate");
-    auto time = [&](const Step& s, const GemmChoice& choice) -> StatusOr<float> {
-      for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
-      ASSIGN_OR_RETURN(cudaGraphExec_t exec, Capture([&] {
-                         for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
-                         return Status::Ok();
-                       }));
-      float best_ms = -1;
-      cudaError_t e = cudaGraphUpload(exec, stream_);  // so no timed replay pays the upload
-      for (int replay = 0; replay < 3 && e == cudaSuccess; ++replay) {
-        float ms = 0;
-        if ((e = cudaEventRecord(start, stream_)) != cudaSuccess ||
-            (e = cudaGraphLaunch(exec, stream_)) != cudaSuccess ||
-            (e = cudaEventRecord(stop, stream_)) != cudaSuccess ||
-            (e = cudaEventSynchronize(stop)) != cudaSuccess ||
-            (e = cudaEventElapsedTime(&ms, start, stop)) != cudaSuccess)
-          break;
-        if (best_ms < 0 || ms < best_ms) best_ms = ms;
-      }
-      cudaStreamSynchronize(stream_);
-      cudaGraphExecDestroy(exec);
-      CUDA_RETURN(e, "GEMM tuning");
-      return best_ms;
-    };
-    Status status = Status::Ok();
-    for (size_t i = 0; i < m_->steps.size() && status.ok(); ++i) {
-      const Step& s = m_->steps[i];
-      if (s.kind != Step::kGemm) continue;
-      const kc::GemmProblem p = Problem(s, rows);
-      std::vector<GemmChoice> candidates;
-      for (auto variant : kc::kSmallMVariants)
-        if (kc::SmallMSupported(p, variant))
-          candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
-      for (const auto& config : kc::kSm90Configs)
-        if (kc::Sm90Supported(p, config))
-          candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
-      GemmChoice chosen;
-      if (candidates.empty()) {  // cuBLAS alone: nothing to time it against
-        choices_[i][rows] = chosen;
-        continue;
-      }
-      auto best = time(s, chosen);
-      for (size_t c = 0; c < candidates.size() && best.ok(); ++c) {
-        auto t = time(s, candidates[c]);
-        if (!t.ok()) {
-          best = t.status();
-          break;
-        }
-        // Our kernel must win clearly (5%): a tie stays with cuBLAS.
-        if (*t < *best * 0.95f) *best = *t, chosen = candidates[c];
-      }
-      if (!best.ok()) status = best.status();
-      choices_[i][rows] = chosen;
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    if (status.ok()) tuned_.insert(rows);
-    return status;
+    return Status::Ok();
   }
 
-  // For the load log: per GEMM, the implementation per range of tuned row counts.
-  std::string Choices() const {
-    std::string out;
-    int gemm = 0;
-    for (size_t i = 0; i < choices_.size(); ++i) {
-      if (m_->steps[i].kind != Step::kGemm) continue;
-      std::string ranges;
-      const auto& by_rows = choices_[i];
-      for (auto it = by_rows.begin(); it != by_rows.end();) {
-        auto last = it;
-        int64_t first_rows = it == by_rows.begin() ? 1 : std::prev(it)->first + 1;
-        while (std::next(last) != by_rows.end() && std::next(last)->second == it->second) ++last;
-        ranges += (ranges.empty() ? "" : ", ") + std::string("rows ") + std::to_string(first_rows) +
-                  "-" + std::to_string(last->first) + " " + it->second.Name();
-        it = std::next(last);
-      }
-      out +=
-          (out.empty() ? "" : "; ") + std::string("GEMM ") + std::to_string(gemm++) + ": " + ranges;
+  kc::GemmProblem Problem(size_t step, int64_t rows) const override {
+    return Problem(m_->steps[step], rows);
+  }
+
+  // Each candidate is timed as it runs when serving, inside a CUDA graph: 20 launches captured
+  // once, the graph uploaded, then replayed 3 times (CUDA events, the fastest replay counts).
+  // Timed eagerly instead, cuBLAS's host cost per call (its heuristics) would count against it
+  // although a graph replay never pays it.
+  StatusOr<float> Time(size_t step, int64_t rows, const GemmChoice& choice) override {
+    const Step& s = m_->steps[step];
+    for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
+    ASSIGN_OR_RETURN(cudaGraphExec_t exec, Capture([&] {
+                       for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
+                       return Status::Ok();
+                     }));
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cudaError_t e = cudaEventCreate(&start);
+    if (e == cudaSuccess) e = cudaEventCreate(&stop);
+    if (e == cudaSuccess) e = cudaGraphUpload(exec, stream_);  // no timed replay pays the upload
+    float best_ms = -1;
+    for (int replay = 0; replay < 3 && e == cudaSuccess; ++replay) {
+      float ms = 0;
+      if ((e = cudaEventRecord(start, stream_)) != cudaSuccess ||
+          (e = cudaGraphLaunch(exec, stream_)) != cudaSuccess ||
+          (e = cudaEventRecord(stop, stream_)) != cudaSuccess ||
+          (e = cudaEventSynchronize(stop)) != cudaSuccess ||
+          (e = cudaEventElapsedTime(&ms, start, stop)) != cudaSuccess)
+        break;
+      if (best_ms < 0 || ms < best_ms) best_ms = ms;
     }
-    return out;
+    cudaStreamSynchronize(stream_);
+    cudaGraphExecDestroy(exec);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    CUDA_RETURN(e, "GEMM tuning");
+    return best_ms;
   }
 
   // What 'enqueue' puts on the stream, captured and instantiated as a CUDA graph.
@@ -917,10 +839,8 @@ class GpuInstance {
   bool copies_in_graph_ = false;
   std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
-  std::vector<void*> direct_dst_;  // per output: this run's direct destination, or null
-  // Per step (GEMMs only), by tuned row count (TuneBucket): which implementation Tune() picked.
-  std::vector<std::map<int64_t, GemmChoice>> choices_;
-  std::set<int64_t> tuned_;              // the row counts Tune() has run for
+  std::vector<void*> direct_dst_;        // per output: this run's direct destination, or null
+  std::unique_ptr<GemmTuner> tuner_;     // which implementation runs each GEMM, by row count
   std::map<int64_t, Phases> phases_;     // by row count, since it was last logged
   std::array<cudaEvent_t, 4> events_{};  // the device-side phase marks (NotePhases)
   uint64_t runs_ = 0;

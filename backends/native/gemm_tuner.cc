@@ -1,0 +1,78 @@
+#include "gemm_tuner.h"
+
+#include <iterator>
+
+namespace nereid::native {
+
+namespace kc = kernels::cuda;
+
+std::string GemmChoice::Name() const {
+  switch (impl) {
+    case Impl::kSmallM:
+      return kc::SmallMVariantName(variant);
+    case Impl::kSm90:
+      return sm90.Name();
+    default:
+      return "cuBLAS";
+  }
+}
+
+int64_t TuneBucket(int64_t rows) {
+  int64_t b = 16;
+  if (rows <= b) return rows < 1 ? 1 : rows;
+  while (b < rows) b = (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4;
+  return b;
+}
+
+backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
+  RETURN_IF_ERROR(bench.PrepareTuning(rows));
+  for (size_t step : gemm_steps_) {
+    const kc::GemmProblem p = bench.Problem(step, rows);
+    std::vector<GemmChoice> candidates;
+    for (auto variant : kc::kSmallMVariants)
+      if (kc::SmallMSupported(p, variant))
+        candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
+    for (const auto& config : kc::kSm90Configs)
+      if (kc::Sm90Supported(p, config)) candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
+    GemmChoice chosen;          // cuBLAS
+    if (!candidates.empty()) {  // else cuBLAS alone: nothing to time it against
+      ASSIGN_OR_RETURN(float best, bench.Time(step, rows, chosen));
+      for (const GemmChoice& candidate : candidates) {
+        ASSIGN_OR_RETURN(float t, bench.Time(step, rows, candidate));
+        // Our kernel must win clearly (5%): a tie stays with cuBLAS.
+        if (t < best * 0.95f) best = t, chosen = candidate;
+      }
+    }
+    choices_[step][rows] = chosen;
+  }
+  tuned_.insert(rows);
+  return backend::Status::Ok();
+}
+
+const GemmChoice* GemmTuner::Choice(size_t step, int64_t rows) const {
+  if (step >= choices_.size()) return nullptr;
+  auto it = choices_[step].find(TuneBucket(rows));
+  return it == choices_[step].end() ? nullptr : &it->second;
+}
+
+std::string GemmTuner::Describe() const {
+  std::string out;
+  int gemm = 0;
+  for (size_t step : gemm_steps_) {
+    std::string ranges;
+    const auto& by_rows = choices_[step];
+    for (auto it = by_rows.begin(); it != by_rows.end();) {
+      auto last = it;
+      const int64_t first_rows = it == by_rows.begin() ? 1 : std::prev(it)->first + 1;
+      while (std::next(last) != by_rows.end() && std::next(last)->second == it->second) ++last;
+      ranges += (ranges.empty() ? "" : ", ") + std::string("rows ") + std::to_string(first_rows) +
+                "-" + std::to_string(last->first) + " " + it->second.Name();
+      it = std::next(last);
+    }
+    out +=
+        (out.empty() ? "" : "; ") + std::string("GEMM ") + std::to_string(gemm++) + ": " + ranges;
+  }
+  return out;
+}
+
+}  // namespace nereid::native

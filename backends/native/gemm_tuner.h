@@ -1,0 +1,65 @@
+// GEMM tuning for the native engine's GPU path: for every GEMM of a graph and each row count it
+// serves (in buckets), which implementation runs it: cuBLAS, one of Nereid's small-M kernels or
+// the Hopper wgmma/TMA kernel with one of its tiles. The tuner decides and remembers; the instance
+// it tunes for runs and times the candidates (GemmBench), on its own stream and buffers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/gemm.h"
+#include "nereid/backend_util.h"
+
+namespace nereid::native {
+
+// Which implementation runs a GEMM at a row count.
+struct GemmChoice {
+  enum class Impl { kCublas, kSmallM, kSm90 } impl = Impl::kCublas;
+  kernels::cuda::SmallMVariant variant = kernels::cuda::SmallMVariant::kWarpRows2;
+  kernels::cuda::Sm90Config sm90{};
+
+  std::string Name() const;
+  bool operator==(const GemmChoice& o) const { return Name() == o.Name(); }
+};
+
+// The row counts GEMMs are tuned at: every count up to 16, then buckets about 1.5x apart (24, 32,
+// 48, 64, 96, ...); a batch runs with the choice made for the smallest bucket that holds it.
+int64_t TuneBucket(int64_t rows);
+
+// What the tuner needs of the instance whose GEMMs it tunes. GEMMs are named by their step index.
+class GemmBench {
+ public:
+  virtual ~GemmBench() = default;
+  // Buffers for 'rows' rows, filled with a small non-zero pattern (never time on zeros).
+  virtual backend::Status PrepareTuning(int64_t rows) = 0;
+  virtual kernels::cuda::GemmProblem Problem(size_t step, int64_t rows) const = 0;
+  // Milliseconds of 20 runs of GEMM 'step' at 'rows' on 'choice', timed as serving runs them.
+  virtual backend::StatusOr<float> Time(size_t step, int64_t rows, const GemmChoice& choice) = 0;
+};
+
+class GemmTuner {
+ public:
+  // 'gemm_steps': the step indices of the graph's GEMMs (of 'step_count' steps in all).
+  GemmTuner(size_t step_count, std::vector<size_t> gemm_steps)
+      : choices_(step_count), gemm_steps_(std::move(gemm_steps)) {}
+
+  bool Tuned(int64_t bucket) const { return tuned_.count(bucket) > 0; }
+  // Times every candidate of every GEMM at 'rows' (a TuneBucket) against cuBLAS and keeps the
+  // fastest; cuBLAS stays wherever Nereid's kernels do not win by 5%.
+  backend::Status Tune(GemmBench& bench, int64_t rows);
+  // The choice for GEMM 'step' at 'rows' (null: cuBLAS, nothing tuned there).
+  const GemmChoice* Choice(size_t step, int64_t rows) const;
+  // For the load log: per GEMM, the implementation per range of tuned row counts.
+  std::string Describe() const;
+
+ private:
+  std::vector<std::map<int64_t, GemmChoice>> choices_;  // per step, by tuned row count
+  std::vector<size_t> gemm_steps_;
+  std::set<int64_t> tuned_;  // the row counts Tune() has run for
+};
+
+}  // namespace nereid::native
