@@ -386,7 +386,7 @@ constexpr int64_t kEagerTuneRows = 64;
 class GpuInstance final : public GemmBench {
  public:
   explicit GpuInstance(std::shared_ptr<const GpuModel> model) : m_(std::move(model)) {}
-  ~GpuInstance() {
+  ~GpuInstance() override {
     cudaSetDevice(m_->device);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     DropGraphs();
