@@ -175,4 +175,45 @@ inline rapidjson::Document AnswerHeader(uint64_t call, bool final) {
   return h;
 }
 
+// pb_utils.TritonError's code (Triton's numbering) as the ABI's.
+inline NereidErrorCode ErrorCode(int triton_code) {
+  switch (triton_code) {
+    case 2:
+      return NEREID_ERROR_NOT_FOUND;
+    case 3:
+      return NEREID_ERROR_INVALID_ARG;
+    case 4:
+      return NEREID_ERROR_UNAVAILABLE;
+    case 5:
+      return NEREID_ERROR_UNSUPPORTED;
+    case 7:
+      return NEREID_ERROR_CANCELLED;
+    default:
+      return NEREID_ERROR_INTERNAL;
+  }
+}
+
+// A request's parameters (those for the backend) as the JSON object pb_utils reads.
+inline rapidjson::Value RequestParametersJson(NereidRequest* request,
+                                              rapidjson::Document::AllocatorType& a) {
+  rapidjson::Value params(rapidjson::kObjectType);
+  for (uint32_t i = 0; i < NereidRequestParameterCount(request); ++i) {
+    NereidParameter p;
+    if (NereidError* e = NereidRequestParameter(request, i, &p)) {
+      NereidErrorDelete(e);
+      continue;
+    }
+    rapidjson::Value key(p.name, a);
+    if (p.type == NEREID_PARAMETER_BOOL)
+      params.AddMember(key, p.bool_value != 0, a);
+    else if (p.type == NEREID_PARAMETER_INT64)
+      params.AddMember(key, p.int_value, a);
+    else if (p.type == NEREID_PARAMETER_DOUBLE)
+      params.AddMember(key, p.double_value, a);
+    else
+      params.AddMember(key, rapidjson::Value(p.string_value, a), a);
+  }
+  return params;
+}
+
 }  // namespace nereid::python

@@ -42,6 +42,7 @@
 #include "nereid/backend_util.h"
 #include "python/bls_proxy.h"
 #include "python/metrics_proxy.h"
+#include "python/outputs.h"
 
 extern char** environ;
 
@@ -228,26 +229,10 @@ void LogFromStub(const ModelState& m, const Message& message) {
 
 // ---- Instances ----------------------------------------------------------------------------------
 
-NereidErrorCode ErrorCode(int triton_code) {
-  switch (triton_code) {
-    case 2:
-      return NEREID_ERROR_NOT_FOUND;
-    case 3:
-      return NEREID_ERROR_INVALID_ARG;
-    case 4:
-      return NEREID_ERROR_UNAVAILABLE;
-    case 5:
-      return NEREID_ERROR_UNSUPPORTED;
-    case 7:
-      return NEREID_ERROR_CANCELLED;
-    default:
-      return NEREID_ERROR_INTERNAL;
-  }
-}
-
 class Instance {
  public:
-  Instance(const ModelState* model, NereidInstance* handle) : m_(model), handle_(handle) {}
+  Instance(const ModelState* model, NereidInstance* handle)
+      : m_(model), handle_(handle), outputs_(model->name, model->output_types) {}
   ~Instance() { Stop(); }
 
   // Starts the stub and runs the model's initialize().
@@ -376,7 +361,7 @@ class Instance {
       for (const std::string& name : backend::RequestedOutputs(requests[r]))
         outputs.PushBack(rapidjson::Value(name.c_str(), a), a);
       req.AddMember("outputs", outputs, a);
-      req.AddMember("parameters", Parameters(requests[r], a), a);
+      req.AddMember("parameters", RequestParametersJson(requests[r], a), a);
       h.PushBack(req, a);
     }
     put(static_cast<uint64_t>(offset));
@@ -426,96 +411,14 @@ class Instance {
     const uint64_t output_size = reply->header["output_size"].GetUint64();
     if (output_size > 0) RETURN_IF_ERROR(process_->output.Map(output_size, false));
     for (uint32_t r = 0; r < count; ++r)
-      backend::Complete(requests[r], SafeFill(requests[r], responses[r], process_->output.data,
-                                              process_->output.size));
+      backend::Complete(requests[r], outputs_.Fill(requests[r], responses[r], process_->output.data,
+                                                   process_->output.size));
     process_->input.ShrinkIfLarge();
     process_->output.ShrinkIfLarge();  // the stub notices (fstat) before it writes again
     return Status::Ok();
   }
 
  private:
-  static rapidjson::Value Parameters(NereidRequest* request,
-                                     rapidjson::Document::AllocatorType& a) {
-    rapidjson::Value params(rapidjson::kObjectType);
-    for (uint32_t i = 0; i < NereidRequestParameterCount(request); ++i) {
-      NereidParameter p;
-      if (NereidError* e = NereidRequestParameter(request, i, &p)) {
-        NereidErrorDelete(e);
-        continue;
-      }
-      rapidjson::Value key(p.name, a);
-      if (p.type == NEREID_PARAMETER_BOOL)
-        params.AddMember(key, p.bool_value != 0, a);
-      else if (p.type == NEREID_PARAMETER_INT64)
-        params.AddMember(key, p.int_value, a);
-      else if (p.type == NEREID_PARAMETER_DOUBLE)
-        params.AddMember(key, p.double_value, a);
-      else
-        params.AddMember(key, rapidjson::Value(p.string_value, a), a);
-    }
-    return params;
-  }
-
-  // Writes one response's outputs (described in 'response', bytes in 'data') into the request.
-  Status FillResponse(NereidRequest* request, const rapidjson::Value& response, const uint8_t* data,
-                      size_t size) {
-    if (response.HasMember("error") && response["error"].IsObject()) {
-      const auto& e = response["error"];
-      return Status(
-          FromError(NereidErrorNew(ErrorCode(e["code"].GetInt()), e["message"].GetString())));
-    }
-    const auto& outputs = response["outputs"];
-    for (const std::string& name : backend::RequestedOutputs(request)) {
-      const rapidjson::Value* found = nullptr;
-      for (const auto& o : outputs.GetArray())
-        if (StringField(o, "name") == name) found = &o;
-      if (found == nullptr)
-        return backend::Internal("model '" + m_->name +
-                                 "': the response of execute() has no "
-                                 "output '" +
-                                 name + "'");
-      const DataType type = backend::DataTypeFromName(StringField(*found, "datatype"));
-      if (type == DataType::kInvalid)
-        return backend::Internal("model '" + m_->name + "': output '" + name +
-                                 "' has no Triton datatype");
-      // Triton's Python backend answers with the tensor's own datatype whatever the config says
-      // (its own bls_decoupled example sums int32 outputs into an int64 array for an INT32
-      // output); so does this one, with a warning, once per output.
-      auto declared = m_->output_types.find(name);
-      if (declared != m_->output_types.end() && declared->second != type &&
-          !warned_types_.count(name) && warned_types_.size() < 64) {
-        warned_types_.insert(name);
-        Log(NEREID_LOG_WARNING, "model '" + m_->name + "': output '" + name + "' is " +
-                                    std::string(backend::DataTypeName(declared->second)) +
-                                    " in the config, but execute() returned " +
-                                    StringField(*found, "datatype") + "; it is sent as " +
-                                    StringField(*found, "datatype") +
-                                    ", as Triton does (make the numpy array's dtype match)");
-      }
-      std::vector<int64_t> shape;
-      for (const auto& d : (*found)["shape"].GetArray()) shape.push_back(d.GetInt64());
-      const uint64_t at = (*found)["offset"].GetUint64(), n = (*found)["size"].GetUint64();
-      if (at > size || n > size - at)
-        return backend::Internal("model '" + m_->name + "': output '" + name +
-                                 "' lies outside the shared region");
-      auto buffer = backend::AllocateOutput(request, name, type, shape, n);
-      if (!buffer.ok()) return buffer.status();
-      if (n) std::memcpy(buffer->data, data + at, n);
-    }
-    return Status::Ok();
-  }
-
-  // FillResponse, with a malformed description (a model writing to the stub's socket) as the
-  // request's error: each request is completed exactly once, whatever the stub sent.
-  Status SafeFill(NereidRequest* request, const rapidjson::Value& response, const uint8_t* data,
-                  size_t size) {
-    try {
-      return FillResponse(request, response, data, size);
-    } catch (const std::exception& e) {
-      return backend::Internal("model '" + m_->name + "': " + e.what());
-    }
-  }
-
   // Sends one request to the stub and waits for its reply (or the stub's end).
   // Whether 'm' is the reply to call 'id'. Anything else (the model's code can write to the
   // stub's socket) is logged and dropped, so a stray frame never answers the wrong call.
@@ -682,10 +585,10 @@ class Instance {
     // send(flags=FINAL) with no response (Triton's idiom for "no more") carries no outputs.
     const bool flag_only = final && !m.header["error"].IsObject() &&
                            m.header["outputs"].IsArray() && m.header["outputs"].Empty();
-    Status s = flag_only
-                   ? Status::Ok()
-                   : SafeFill(request, m.header, reinterpret_cast<const uint8_t*>(m.payload.data()),
-                              m.payload.size());
+    Status s = flag_only ? Status::Ok()
+                         : outputs_.Fill(request, m.header,
+                                         reinterpret_cast<const uint8_t*>(m.payload.data()),
+                                         m.payload.size());
     if (!s.ok() || final || m.header["error"].IsObject()) {
       backend::Complete(request, s);
       return;
@@ -713,7 +616,7 @@ class Instance {
   bool dead_ = false;
   std::string death_;
   std::map<uint64_t, NereidRequest*> open_;  // decoupled requests not finished yet
-  std::set<std::string> warned_types_;  // outputs whose datatype differed from the config (logged)
+  OutputWriter outputs_;                     // execute()'s outputs into the requests
   // The batch an ordinary model is executing (handle, request): touched only by the executing
   // thread, which also answers the stub's is_cancelled() queries (CallInline).
   std::vector<std::pair<uint64_t, NereidRequest*>> executing_;

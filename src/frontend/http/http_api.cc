@@ -4,10 +4,12 @@
 #include <rapidjson/writer.h>
 #include <simdjson.h>
 
+#include <charconv>
 #include <variant>
 #include <vector>
 
 #include "common/base64.h"
+#include "frontend/http/compression.h"
 #include "frontend/http/infer_codec.h"
 
 namespace nereid::http {
@@ -331,6 +333,31 @@ Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::str
       shm.Register(route.model, std::string(key.get_string().value_unsafe()), *offset, *byte_size);
   if (!s.ok()) return StatusReply(s);
   return OkReply();
+}
+
+StatusOr<std::unique_ptr<InferenceRequest>> BuildInferRequest(
+    InferenceServer& api, std::shared_ptr<Model> model, Buffer body,
+    std::optional<std::string_view> content_encoding, std::optional<std::string_view> header_length,
+    size_t max_input_size) {
+  if (content_encoding) {
+    ASSIGN_OR_RETURN(Encoding encoding, ParseContentEncoding(*content_encoding));
+    if (encoding != Encoding::kIdentity) {
+      const std::string_view compressed(reinterpret_cast<const char*>(body.data()), body.size());
+      ASSIGN_OR_RETURN(std::string inflated, Inflate(encoding, compressed, max_input_size));
+      auto text = std::make_shared<std::string>(std::move(inflated));
+      body = Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{}, text);
+    }
+  }
+  int64_t json_size = -1;
+  if (header_length) {
+    const std::string_view v = *header_length;
+    auto res = std::from_chars(v.data(), v.data() + v.size(), json_size);
+    if (res.ec != std::errc() || res.ptr != v.data() + v.size() || json_size < 0)
+      return InvalidArgument("invalid Inference-Header-Content-Length header");
+  }
+  RequestDescription description;
+  RETURN_IF_ERROR(DecodeInferRequest(body, json_size, &description));
+  return api.BuildRequest(std::move(description), InferEndpoint::kHttp, std::move(model));
 }
 
 Reply LoggingReply(InferenceServer& api, bool update, const std::string& body) {

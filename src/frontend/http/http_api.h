@@ -4,7 +4,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "frontend/http/http_routes.h"
@@ -39,6 +42,14 @@ void RepositoryControl(InferenceServer& api, const Route& route, const std::stri
                        std::function<void(Reply)> done);
 // The system and CUDA shared-memory extensions: status, register, unregister.
 Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body);
+// An inference request from its HTTP parts, for 'model' (from ModelFor): the body, inflated when
+// 'content_encoding' says so (within 'max_input_size'), with 'header_length' as its
+// Inference-Header-Content-Length (absent: the body is JSON).
+StatusOr<std::unique_ptr<InferenceRequest>> BuildInferRequest(
+    InferenceServer& api, std::shared_ptr<Model> model, Buffer body,
+    std::optional<std::string_view> content_encoding, std::optional<std::string_view> header_length,
+    size_t max_input_size);
+
 // The logging extension: 'update' (POST) applies the body's settings first; both answer with the
 // settings in force.
 Reply LoggingReply(InferenceServer& api, bool update, const std::string& body);

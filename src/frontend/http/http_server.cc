@@ -475,35 +475,20 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
     // The body: read in place (OnHeader), or as Beast read it (inflated when compressed).
     Buffer body = std::exchange(direct_body_, Buffer());
-    if (body.data() == nullptr) {
+    std::optional<std::string_view> encoding, header_length;
+    if (auto it = req.find(bhttp::field::content_encoding); it != req.end())
+      encoding = SV(it->value());
+    if (auto it = req.find("Inference-Header-Content-Length"); it != req.end())
+      header_length = SV(it->value());
+    if (body.data() == nullptr) {  // (only an uncompressed body is read in place)
       auto text = std::make_shared<std::string>(std::move(req.body()));
-      if (auto it = req.find(bhttp::field::content_encoding); it != req.end()) {
-        auto encoding = ParseContentEncoding(SV(it->value()));
-        if (!encoding.ok()) return SendStatus(encoding.status());
-        if (*encoding != Encoding::kIdentity) {
-          auto inflated = Inflate(*encoding, *text, server_->options_.max_input_size);
-          if (!inflated.ok()) return SendStatus(inflated.status());
-          *text = std::move(inflated).value();
-        }
-      }
       body = Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{}, text);
-    }
-    int64_t header_length = -1;
-    if (auto it = req.find("Inference-Header-Content-Length"); it != req.end()) {
-      const auto v = it->value();
-      auto res = std::from_chars(v.data(), v.data() + v.size(), header_length);
-      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || header_length < 0)
-        return SendError(bhttp::status::bad_request,
-                         "invalid Inference-Header-Content-Length header");
     }
     Encoding response_encoding = Encoding::kIdentity;
     if (auto it = req.find(bhttp::field::accept_encoding); it != req.end())
       response_encoding = PickAcceptEncoding(SV(it->value()));
-
-    RequestDescription description;
-    if (Status decoded = DecodeInferRequest(body, header_length, &description); !decoded.ok())
-      return SendStatus(decoded);
-    auto built = server_->api_->BuildRequest(std::move(description), InferEndpoint::kHttp, model);
+    auto built = BuildInferRequest(*server_->api_, std::move(model), std::move(body), encoding,
+                                   header_length, server_->options_.max_input_size);
     if (!built.ok()) return SendStatus(built.status());
     std::unique_ptr<InferenceRequest> request = std::move(built).value();
     // Cancellation: the connection is idle while its request is in flight (the next read starts
@@ -516,7 +501,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     };
     request->on_complete = [self = shared_from_this(), response_encoding,
-                            model = model.get()](std::unique_ptr<InferenceResponse> r) {
+                            model = request->model.get()](std::unique_ptr<InferenceResponse> r) {
       // An idle model writes the response from the completing thread: while a request is in
       // flight its connection has no other operation pending (the next read starts after this
       // write), so this is safe and saves waking an I/O thread (a quarter of the latency of
