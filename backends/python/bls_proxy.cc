@@ -15,12 +15,9 @@ struct BlsCall {
 };
 
 rapidjson::Value ErrorJson(const NereidError* e, rapidjson::Document::AllocatorType& a) {
-  // NereidErrorCode -> pb_utils.TritonError code
-  static const int kCodes[] = {1, 3, 2, 4, 5, 1, 7};
-  const int code = NereidErrorGetCode(e);
   rapidjson::Value v(rapidjson::kObjectType);
   v.AddMember("message", rapidjson::Value(NereidErrorGetMessage(e), a), a);
-  v.AddMember("code", code >= 0 && code <= 6 ? kCodes[code] : 1, a);
+  v.AddMember("code", TritonErrorCode(NereidErrorGetCode(e)), a);
   return v;
 }
 

@@ -175,22 +175,26 @@ inline rapidjson::Document AnswerHeader(uint64_t call, bool final) {
   return h;
 }
 
-// pb_utils.TritonError's code (Triton's numbering) as the ABI's.
+// pb_utils.TritonError's codes (Triton's numbering) and the ABI's, one table for both directions;
+// anything else is INTERNAL (Triton's 1).
+struct TritonCode {
+  int triton;
+  NereidErrorCode nereid;
+};
+inline constexpr TritonCode kTritonCodes[] = {{2, NEREID_ERROR_NOT_FOUND},
+                                              {3, NEREID_ERROR_INVALID_ARG},
+                                              {4, NEREID_ERROR_UNAVAILABLE},
+                                              {5, NEREID_ERROR_UNSUPPORTED},
+                                              {7, NEREID_ERROR_CANCELLED}};
 inline NereidErrorCode ErrorCode(int triton_code) {
-  switch (triton_code) {
-    case 2:
-      return NEREID_ERROR_NOT_FOUND;
-    case 3:
-      return NEREID_ERROR_INVALID_ARG;
-    case 4:
-      return NEREID_ERROR_UNAVAILABLE;
-    case 5:
-      return NEREID_ERROR_UNSUPPORTED;
-    case 7:
-      return NEREID_ERROR_CANCELLED;
-    default:
-      return NEREID_ERROR_INTERNAL;
-  }
+  for (const TritonCode& c : kTritonCodes)
+    if (c.triton == triton_code) return c.nereid;
+  return NEREID_ERROR_INTERNAL;
+}
+inline int TritonErrorCode(NereidErrorCode code) {
+  for (const TritonCode& c : kTritonCodes)
+    if (c.nereid == code) return c.triton;
+  return 1;
 }
 
 // A request's parameters (those for the backend) as the JSON object pb_utils reads.

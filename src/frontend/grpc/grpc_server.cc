@@ -275,7 +275,10 @@ StatusOr<RequestDescription> Describe(std::shared_ptr<ParsedInferRequest> parsed
         RETURN_IF_ERROR(ContentsToBytes(t.contents(), type, in.name, bytes, in.typed_count));
       in.typed = std::move(bytes);
       // Contents beside raw_input_contents: the builder refuses the mix with Triton's message.
-      if (!raw.empty()) in.raw = std::string_view(), mixed = true;
+      if (!raw.empty()) {
+        in.raw = std::string_view();  // marks the mix
+        mixed = true;
+      }
     } else if (!in.shared_memory) {
       if (next_raw == raw.size())
         return InvalidArgument("unable to find data for input tensor '" + in.name +

@@ -1,7 +1,8 @@
 #include "frontend/http/http_routes.h"
 
-#include <charconv>
 #include <vector>
+
+#include "server/request_builder.h"
 
 namespace nereid::http {
 
@@ -71,12 +72,10 @@ Route Match(std::string_view target) {
     r.model = std::string(p[2]);
     size_t i = 3;
     if (p.size() > 4 && p[3] == "versions") {
-      const std::string_view v = p[4];
-      int64_t version = -1;
-      auto res = std::from_chars(v.data(), v.data() + v.size(), version);
-      if (res.ec != std::errc() || res.ptr != v.data() + v.size() || version < 0)
-        r.bad_version = true;
-      r.version = version;
+      // (SplitPath drops empty segments, so this is never "", the newest version)
+      auto version = ParseModelVersion(p[4]);
+      r.bad_version = !version.ok();
+      r.version = version.ok() ? *version : -1;
       i = 5;
     }
     if (i == p.size()) return r.kind = Route::kModelMetadata, r;
