@@ -49,14 +49,16 @@ struct InstanceState {
 #endif
 };
 
-Status InitializeModel(NereidModel* model) {
+constexpr const char* kModelFile = "model.onnx";
+
+StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   const std::string name = NereidModelName(model);
   rapidjson::Document config;
   config.Parse(NereidModelConfigJson(model));
   if (config.HasParseError() || !config.IsObject())
     return Internal("model config JSON is malformed");
   std::string file = StringField(config, "default_model_filename");
-  if (file.empty()) file = "model.onnx";
+  if (file.empty()) file = kModelFile;
   const std::string path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   auto graph = Graph::Load(path);
   if (!graph.ok())
@@ -94,8 +96,7 @@ Status InitializeModel(NereidModel* model) {
                            std::to_string(state->graph->node_count()) +
                            " nodes are supported (opset " + std::to_string(state->graph->opset()) +
                            "); SGEMM micro-kernel " + kernels::SgemmKernelName());
-  NereidModelSetState(model, state.release());
-  return Status::Ok();
+  return state;
 }
 
 // Runs 'count' requests as one execution: inputs are concatenated along the batch dimension (the
@@ -273,75 +274,53 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
 }  // namespace
 }  // namespace nereid::native
 
-using nereid::native::InstanceState;
-using nereid::native::ModelState;
+namespace native = nereid::native;
 namespace backend = nereid::backend;
 
+struct NativeBackend {
+  using Model = native::ModelState;
+  using Instance = native::InstanceState;
+  static constexpr const char* kPlatforms = "onnxruntime_onnx";
+  static constexpr const char* kModelFile = native::kModelFile;
+  static backend::Status Initialize() { return backend::Status::Ok(); }
+  static backend::StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model) {
+    return native::InitializeModel(model);
+  }
+  // CPU instances need no state (the graph is immutable and Run keeps all scratch on its own
+  // stack); GPU instances own a stream, device buffers and captured graphs.
+  static backend::StatusOr<std::unique_ptr<Instance>> CreateInstance(
+      NereidInstance* instance, [[maybe_unused]] Model& model) {
+    auto state = std::make_unique<Instance>();
+    if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
+#ifdef NEREID_NATIVE_GPU
+      RETURN_IF_ERROR(native::InitializeGpuInstance(model, instance, *state));
+#else
+      return backend::Unsupported("the native backend was built without CUDA");
+#endif
+    }
+    return state;
+  }
+  static backend::Status Execute(const Model& model, [[maybe_unused]] Instance& instance,
+                                 [[maybe_unused]] NereidInstance* handle, NereidRequest** requests,
+                                 uint32_t count, std::vector<backend::Status>& failed) {
+#ifdef NEREID_NATIVE_GPU
+    if (instance.gpu)
+      return native::ExecuteBatchGpu(model, handle, *instance.gpu, requests, count, failed);
+#endif
+    return native::ExecuteBatch(model, requests, count, failed);
+  }
+};
+
+NEREID_BATCH_BACKEND(NativeBackend)
+
 extern "C" {
-
-NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
-
-NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
-  return backend::Guard([] { return backend::CheckServerVersion(); });
-}
 
 // Configs written for Triton's ONNX Runtime backend run here when no ONNX Runtime backend is
 // installed (and fail to load, naming the op, when the engine lacks one of the graph's ops).
 NEREID_EXPORT const char* NereidBackendAliases(void) { return "onnxruntime"; }
 
-NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
-  return backend::Guard([&] { return nereid::native::InitializeModel(model); });
-}
-
-NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
-  delete static_cast<ModelState*>(NereidModelState(model));
-  NereidModelSetState(model, nullptr);
-  return nullptr;
-}
-
 #ifdef NEREID_NATIVE_GPU
 NEREID_EXPORT int NereidBackendSupportsGpu(void) { return 1; }
 #endif
-
-// CPU instances need no state (the graph is immutable and Run keeps all scratch on its own stack);
-// GPU instances own a stream, device buffers and captured graphs.
-NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
-  return backend::Guard([&]() -> backend::Status {
-    auto state = std::make_unique<InstanceState>();
-    if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
-#ifdef NEREID_NATIVE_GPU
-      auto* model = static_cast<ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-      RETURN_IF_ERROR(nereid::native::InitializeGpuInstance(*model, instance, *state));
-#else
-      return backend::Unsupported("the native backend was built without CUDA");
-#endif
-    }
-    NereidInstanceSetState(instance, state.release());
-    return backend::Status::Ok();
-  });
-}
-
-NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
-  delete static_cast<InstanceState*>(NereidInstanceState(instance));
-  NereidInstanceSetState(instance, nullptr);
-  return nullptr;
-}
-
-// Synchronous: every request is complete when Execute returns.
-NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
-                                                 uint32_t count) {
-  const auto* state =
-      static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-  [[maybe_unused]] auto* instance_state =
-      static_cast<InstanceState*>(NereidInstanceState(instance));
-  return backend::ExecuteRequests(requests, count, [&](std::vector<backend::Status>& failed) {
-#ifdef NEREID_NATIVE_GPU
-    if (instance_state != nullptr && instance_state->gpu)
-      return nereid::native::ExecuteBatchGpu(*state, instance, *instance_state->gpu, requests,
-                                             count, failed);
-#endif
-    return nereid::native::ExecuteBatch(*state, requests, count, failed);
-  });
-}
 
 }  // extern "C"

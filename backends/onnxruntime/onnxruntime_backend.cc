@@ -443,7 +443,7 @@ std::string ModelFilePath(NereidModel* model, const rapidjson::Value& config) {
   return path.string();
 }
 
-Status InitializeModel(NereidModel* model) {
+StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   const std::string name = NereidModelName(model);
   rapidjson::Document config;
   config.Parse(NereidModelConfigJson(model));
@@ -479,12 +479,10 @@ Status InitializeModel(NereidModel* model) {
   RETURN_IF_ERROR(backend::CheckAgainstGraph(*state, state->graph_inputs, state->graph_outputs));
   Log(NEREID_LOG_INFO, "model '" + name + "' runs on ONNX Runtime " + g_ort->version +
                            " (CPU execution provider; " + state->settings.Describe() + ")");
-  NereidModelSetState(model, state.release());
-  return Status::Ok();
+  return state;
 }
 
-Status InitializeInstance(NereidInstance* instance) {
-  auto* model = static_cast<ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+StatusOr<std::unique_ptr<InstanceState>> InitializeInstance(ModelState* model) {
   auto state = std::make_unique<InstanceState>();
   {
     std::lock_guard lock(model->mu);
@@ -493,8 +491,7 @@ Status InitializeInstance(NereidInstance* instance) {
   if (!state->session) {
     ASSIGN_OR_RETURN(state->session, OpenSession(model->name, model->path, model->settings));
   }
-  NereidInstanceSetState(instance, state.release());
-  return Status::Ok();
+  return state;
 }
 
 // ---- Execution ----------------------------------------------------------------------------------
@@ -698,51 +695,27 @@ Status ExecuteBatch(const ModelState& m, InstanceState& instance, NereidRequest*
 namespace ortb = nereid::onnxruntime;
 namespace backend = nereid::backend;
 
-extern "C" {
+struct OnnxRuntimeBackend {
+  using Model = ortb::ModelState;
+  using Instance = ortb::InstanceState;
+  static constexpr const char* kPlatforms = "onnxruntime_onnx";
+  static constexpr const char* kModelFile = "model.onnx";
+  // Fails (UNAVAILABLE) when no ONNX Runtime library loads: the server then serves onnxruntime
+  // configs on the native engine, which answers for "onnxruntime" as an alias. The environment and
+  // the library stay until exit: ORT's own static state is torn down then.
+  static backend::Status Initialize() { return ortb::LoadRuntime(); }
+  static backend::StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model) {
+    return ortb::InitializeModel(model);
+  }
+  static backend::StatusOr<std::unique_ptr<Instance>> CreateInstance(NereidInstance*,
+                                                                     Model& model) {
+    return ortb::InitializeInstance(&model);
+  }
+  static backend::Status Execute(const Model& model, Instance& instance, NereidInstance*,
+                                 NereidRequest** requests, uint32_t count,
+                                 std::vector<backend::Status>& failed) {
+    return ortb::ExecuteBatch(model, instance, requests, count, failed);
+  }
+};
 
-NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
-
-// Fails (UNAVAILABLE) when no ONNX Runtime library loads: the server then serves onnxruntime
-// configs on the native engine, which answers for "onnxruntime" as an alias.
-NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
-  return backend::Guard([]() -> backend::Status {
-    RETURN_IF_ERROR(backend::CheckServerVersion());
-    return ortb::LoadRuntime();
-  });
-}
-
-// The environment and the library stay: ORT's own static state is torn down at process exit.
-NEREID_EXPORT NereidError* NereidBackendFinalize(void) { return nullptr; }
-
-NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
-  return backend::Guard([&] { return ortb::InitializeModel(model); });
-}
-
-NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
-  delete static_cast<ortb::ModelState*>(NereidModelState(model));
-  NereidModelSetState(model, nullptr);
-  return nullptr;
-}
-
-NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
-  return backend::Guard([&] { return ortb::InitializeInstance(instance); });
-}
-
-NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
-  delete static_cast<ortb::InstanceState*>(NereidInstanceState(instance));
-  NereidInstanceSetState(instance, nullptr);
-  return nullptr;
-}
-
-// Synchronous: every request is complete when Execute returns.
-NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
-                                                 uint32_t count) {
-  const auto* model =
-      static_cast<const ortb::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-  auto* state = static_cast<ortb::InstanceState*>(NereidInstanceState(instance));
-  return backend::ExecuteRequests(requests, count, [&](std::vector<backend::Status>& failed) {
-    return ortb::ExecuteBatch(*model, *state, requests, count, failed);
-  });
-}
-
-}  // extern "C"
+NEREID_BATCH_BACKEND(OnnxRuntimeBackend)

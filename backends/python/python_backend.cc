@@ -656,6 +656,8 @@ Status AutoComplete(ModelState& m, NereidModel* model) {
   }
 }
 
+constexpr const char* kModelFile = "model.py";
+
 Status InitializeModel(NereidModel* model) {
   auto m = std::make_unique<ModelState>();
   {
@@ -671,7 +673,7 @@ Status InitializeModel(NereidModel* model) {
   if (config.HasParseError() || !config.IsObject())
     return backend::Internal("model config JSON is malformed");
   std::string file = StringField(config, "default_model_filename");
-  if (file.empty()) file = "model.py";
+  if (file.empty()) file = kModelFile;
   m->model_py = (version_dir / file).string();
   if (!std::filesystem::exists(m->model_py))
     return backend::NotFound("model '" + m->name + "': no " + file + " in " + version_dir.string());
@@ -721,6 +723,9 @@ NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API
 NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
   return backend::Guard([] { return backend::CheckServerVersion(); });
 }
+
+// Takes any platform (Triton's python backend has none of its own).
+NEREID_EXPORT const char* NereidBackendModelFile(void) { return py::kModelFile; }
 
 NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
   {

@@ -261,7 +261,9 @@ Status Bind(ModelState& m, torch::jit::Module& module) {
   return Status::Ok();
 }
 
-Status InitializeModel(NereidModel* model) {
+constexpr const char* kModelFile = "model.pt";
+
+StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   auto m = std::make_unique<ModelState>();
   rapidjson::Document config;
   config.Parse(NereidModelConfigJson(model));
@@ -291,7 +293,7 @@ Status InitializeModel(NereidModel* model) {
                                     ", which the pytorch backend does not serve");
     }
   std::string file = backend::StringField(config, "default_model_filename");
-  if (file.empty()) file = "model.pt";
+  if (file.empty()) file = kModelFile;
   m->path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   if (!std::filesystem::exists(m->path))
     return backend::NotFound("model '" + m->name + "': no model file at " + m->path);
@@ -302,12 +304,11 @@ Status InitializeModel(NereidModel* model) {
                            " (TorchScript " + file + ", inputs bound " +
                            (ConventionIndex(m->input_order[0]) >= 0 ? "by index" : "by name") +
                            ")");
-  NereidModelSetState(model, m.release());
-  return Status::Ok();
+  return m;
 }
 
-Status InitializeInstance(NereidInstance* instance) {
-  const auto* m = static_cast<const ModelState*>(NereidModelState(NereidInstanceModel(instance)));
+StatusOr<std::unique_ptr<InstanceState>> InitializeInstance(NereidInstance* instance,
+                                                            ModelState* m) {
   auto state = std::make_unique<InstanceState>();
   if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
     if (!torch::cuda::is_available())
@@ -318,12 +319,11 @@ Status InitializeInstance(NereidInstance* instance) {
   }
   // With ENABLE_WEIGHT_SHARING the module comes from (or goes to) the model's slot for this
   // device; otherwise the instance loads its own.
-  auto* shared_model = const_cast<ModelState*>(m);
-  std::unique_lock<std::mutex> lock(shared_model->shared_mu, std::defer_lock);
+  std::unique_lock<std::mutex> lock(m->shared_mu, std::defer_lock);
   std::shared_ptr<torch::jit::Module>* slot = &state->module;
   if (m->options.weight_sharing) {
     lock.lock();
-    slot = &shared_model->shared[state->device.str()];
+    slot = &m->shared[state->device.str()];
   }
   const bool shared = *slot != nullptr;
   if (!shared) {
@@ -334,8 +334,7 @@ Status InitializeInstance(NereidInstance* instance) {
   Log(NEREID_LOG_INFO, "model '" + m->name + "' instance '" + NereidInstanceName(instance) +
                            "' on " + state->device.str() +
                            (shared ? " (weights shared with another instance)" : ""));
-  NereidInstanceSetState(instance, state.release());
-  return Status::Ok();
+  return state;
 }
 
 Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** requests, uint32_t count,
@@ -487,13 +486,29 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
 namespace pt = nereid::pytorch;
 namespace backend = nereid::backend;
 
+struct PyTorchBackend {
+  using Model = pt::ModelState;
+  using Instance = pt::InstanceState;
+  static constexpr const char* kPlatforms = "pytorch_libtorch";
+  static constexpr const char* kModelFile = pt::kModelFile;
+  static backend::Status Initialize() { return backend::Status::Ok(); }
+  static backend::StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model) {
+    return pt::InitializeModel(model);
+  }
+  static backend::StatusOr<std::unique_ptr<Instance>> CreateInstance(NereidInstance* instance,
+                                                                     Model& model) {
+    return pt::InitializeInstance(instance, &model);
+  }
+  static backend::Status Execute(const Model& model, Instance& instance, NereidInstance*,
+                                 NereidRequest** requests, uint32_t count,
+                                 std::vector<backend::Status>& failed) {
+    return pt::ExecuteBatch(model, instance, requests, count, failed);
+  }
+};
+
+NEREID_BATCH_BACKEND(PyTorchBackend)
+
 extern "C" {
-
-NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }
-
-NEREID_EXPORT NereidError* NereidBackendInitialize(void) {
-  return backend::Guard([] { return backend::CheckServerVersion(); });
-}
 
 // KIND_GPU where this libtorch was built with CUDA and sees a device.
 NEREID_EXPORT int NereidBackendSupportsGpu(void) {
@@ -502,37 +517,6 @@ NEREID_EXPORT int NereidBackendSupportsGpu(void) {
   } catch (...) {
     return 0;
   }
-}
-
-NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {
-  return backend::Guard([&] { return pt::InitializeModel(model); });
-}
-
-NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {
-  delete static_cast<pt::ModelState*>(NereidModelState(model));
-  NereidModelSetState(model, nullptr);
-  return nullptr;
-}
-
-NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
-  return backend::Guard([&] { return pt::InitializeInstance(instance); });
-}
-
-NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {
-  delete static_cast<pt::InstanceState*>(NereidInstanceState(instance));
-  NereidInstanceSetState(instance, nullptr);
-  return nullptr;
-}
-
-// Synchronous: every request is complete when Execute returns.
-NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance, NereidRequest** requests,
-                                                 uint32_t count) {
-  const auto* model =
-      static_cast<const pt::ModelState*>(NereidModelState(NereidInstanceModel(instance)));
-  auto* state = static_cast<pt::InstanceState*>(NereidInstanceState(instance));
-  return backend::ExecuteRequests(requests, count, [&](std::vector<backend::Status>& failed) {
-    return pt::ExecuteBatch(*model, *state, requests, count, failed);
-  });
 }
 
 }  // extern "C"

@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 5u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 6u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -345,6 +345,20 @@ NEREID_EXPORT NereidError* NereidBackendFinalize(void);
  * answers for "onnxruntime" when no ONNX Runtime backend is installed). A library named after the
  * backend always wins over an alias. */
 NEREID_EXPORT const char* NereidBackendAliases(void);
+
+/* Optional (since 2.6). The Triton platforms this backend serves, comma-separated (e.g.
+ * "onnxruntime_onnx"). A config that names a platform and no backend goes to the backend its
+ * platform's name begins with (up to the first '_', as in all of Triton's platforms), which must
+ * declare it; a config that names both must name one the backend declares. A backend without it
+ * (or with "") takes any platform its configs write. */
+NEREID_EXPORT const char* NereidBackendPlatforms(void);
+/* Optional (since 2.6). The model file a version directory holds when the config's
+ * default_model_filename is empty (e.g. "model.onnx"). A config that names neither backend nor
+ * platform goes to the backend whose file (by extension) a version directory holds; a backend with
+ * aliases claims its file for its first alias (the native engine's model.onnx names onnxruntime),
+ * and when the config has no platform it gets the backend's first declared one, as Triton's
+ * auto-complete fills it. */
+NEREID_EXPORT const char* NereidBackendModelFile(void);
 
 /* Optional (since 2.1). Nonzero when the backend runs KIND_GPU instances: the server then resolves
  * KIND_AUTO (and a config without instance_group) to the GPUs it finds. A backend without it gets

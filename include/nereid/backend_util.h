@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -381,4 +382,110 @@ NereidError* ExecuteRequests(NereidRequest** requests, uint32_t count, Execute&&
   return nullptr;
 }
 
+// ---- A batch backend's exports, written once ----------------------------------------------------
+//
+// A backend whose instances run each batch to completion inside NereidInstanceExecute describes
+// itself as one type and writes NEREID_BATCH_BACKEND(Type) once, at global scope:
+//
+//   struct MyBackend {
+//     using Model = MyModel;        // one per model version (NereidModelState)
+//     using Instance = MyInstance;  // one per instance (NereidInstanceState)
+//     static constexpr const char* kPlatforms = "";          // NereidBackendPlatforms
+//     static constexpr const char* kModelFile = "model.my";  // NereidBackendModelFile
+//     static Status Initialize();                            // once, after the version check
+//     static StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model);
+//     static StatusOr<std::unique_ptr<Instance>> CreateInstance(NereidInstance* instance,
+//                                                               Model& model);
+//     // One batch: a Status for the whole batch, 'failed' one per request (ExecuteRequests).
+//     static Status Execute(const Model& model, Instance& instance, NereidInstance* handle,
+//                           NereidRequest** requests, uint32_t count, std::vector<Status>& failed);
+//   };
+//
+// The optional exports (NereidBackendAliases, NereidBackendSupportsGpu, NereidModelAbort) are
+// written beside it; states are deleted at finalize.
+namespace batch {
+
+template <typename B>
+NereidError* BackendInitialize() {
+  return Guard([]() -> Status {
+    RETURN_IF_ERROR(CheckServerVersion());
+    return B::Initialize();
+  });
+}
+
+template <typename B>
+NereidError* ModelInitialize(NereidModel* model) {
+  return Guard([&]() -> Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<typename B::Model> state, B::LoadModel(model));
+    NereidModelSetState(model, state.release());
+    return Status::Ok();
+  });
+}
+
+template <typename B>
+NereidError* ModelFinalize(NereidModel* model) {
+  delete static_cast<typename B::Model*>(NereidModelState(model));
+  NereidModelSetState(model, nullptr);
+  return nullptr;
+}
+
+template <typename B>
+NereidError* InstanceInitialize(NereidInstance* instance) {
+  return Guard([&]() -> Status {
+    auto* model = static_cast<typename B::Model*>(NereidModelState(NereidInstanceModel(instance)));
+    ASSIGN_OR_RETURN(std::unique_ptr<typename B::Instance> state,
+                     B::CreateInstance(instance, *model));
+    NereidInstanceSetState(instance, state.release());
+    return Status::Ok();
+  });
+}
+
+template <typename B>
+NereidError* InstanceFinalize(NereidInstance* instance) {
+  delete static_cast<typename B::Instance*>(NereidInstanceState(instance));
+  NereidInstanceSetState(instance, nullptr);
+  return nullptr;
+}
+
+// Synchronous: every request is complete when it returns.
+template <typename B>
+NereidError* InstanceExecute(NereidInstance* instance, NereidRequest** requests, uint32_t count) {
+  const auto* model =
+      static_cast<const typename B::Model*>(NereidModelState(NereidInstanceModel(instance)));
+  auto* state = static_cast<typename B::Instance*>(NereidInstanceState(instance));
+  return ExecuteRequests(requests, count, [&](std::vector<Status>& failed) {
+    return B::Execute(*model, *state, instance, requests, count, failed);
+  });
+}
+
+}  // namespace batch
+
 }  // namespace nereid::backend
+
+// The required exports of a batch backend, plus its platforms and model file (see "A batch
+// backend's exports" above).
+#define NEREID_BATCH_BACKEND(B)                                                                \
+  extern "C" {                                                                                 \
+  NEREID_EXPORT uint32_t NereidBackendApiVersion(void) { return NEREID_BACKEND_API_VERSION; }  \
+  NEREID_EXPORT NereidError* NereidBackendInitialize(void) {                                   \
+    return ::nereid::backend::batch::BackendInitialize<B>();                                   \
+  }                                                                                            \
+  NEREID_EXPORT const char* NereidBackendPlatforms(void) { return B::kPlatforms; }             \
+  NEREID_EXPORT const char* NereidBackendModelFile(void) { return B::kModelFile; }             \
+  NEREID_EXPORT NereidError* NereidModelInitialize(NereidModel* model) {                       \
+    return ::nereid::backend::batch::ModelInitialize<B>(model);                                \
+  }                                                                                            \
+  NEREID_EXPORT NereidError* NereidModelFinalize(NereidModel* model) {                         \
+    return ::nereid::backend::batch::ModelFinalize<B>(model);                                  \
+  }                                                                                            \
+  NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {              \
+    return ::nereid::backend::batch::InstanceInitialize<B>(instance);                          \
+  }                                                                                            \
+  NEREID_EXPORT NereidError* NereidInstanceFinalize(NereidInstance* instance) {                \
+    return ::nereid::backend::batch::InstanceFinalize<B>(instance);                            \
+  }                                                                                            \
+  NEREID_EXPORT NereidError* NereidInstanceExecute(NereidInstance* instance,                   \
+                                                   NereidRequest** requests, uint32_t count) { \
+    return ::nereid::backend::batch::InstanceExecute<B>(instance, requests, count);            \
+  }                                                                                            \
+  }

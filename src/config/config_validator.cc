@@ -282,21 +282,6 @@ class Checker {
   std::vector<std::string> errors_;
 };
 
-// The backends Triton knows by name, and the one each platform names ("" for other platforms). A
-// known backend must be paired with its platform; another backend (native, python) takes any.
-bool KnownBackend(const std::string& backend) {
-  return backend == "onnxruntime" || backend == "pytorch" || backend == "tensorflow" ||
-         backend == "tensorrt" || backend == "openvino";
-}
-std::string BackendOfPlatform(const std::string& platform) {
-  static const std::map<std::string, std::string> kPairs = {
-      {"onnxruntime_onnx", "onnxruntime"},   {"pytorch_libtorch", "pytorch"},
-      {"tensorflow_graphdef", "tensorflow"}, {"tensorflow_savedmodel", "tensorflow"},
-      {"tensorrt_plan", "tensorrt"},         {"openvino", "openvino"}};
-  auto it = kPairs.find(platform);
-  return it == kPairs.end() ? "" : it->second;
-}
-
 }  // namespace
 
 void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* config) {
@@ -376,12 +361,6 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
     check.Fail({{"name"}}, "name",
                "config names the model '" + config.name() + "' but it lives in directory '" +
                    model_name + "'; they must match");
-  const std::string paired = BackendOfPlatform(config.platform());
-  if (KnownBackend(config.backend()) && !config.platform().empty() && paired != config.backend())
-    check.Fail({{"platform"}}, "platform",
-               "platform '" + config.platform() + "' does not go with backend '" +
-                   config.backend() + "'" +
-                   (paired.empty() ? " (unknown platform)" : " (it names '" + paired + "')"));
   if (!config.runtime().empty()) {
     const std::string& r = config.runtime();
     if (r.find('/') != std::string::npos || r.find('\\') != std::string::npos ||

@@ -93,6 +93,10 @@ int ConfigMain(const std::vector<std::string>& args) {
   // Backends log what they load at INFO; a check prints its own report.
   GlobalLogSettings().info = options->log_verbose > 0;
   BackendManager backends(BackendDirectory(*options));
+  if (Status engine = CheckEngine(backends, options->repository.onnx_engine); !engine.ok()) {
+    std::cerr << "error: " << engine.message() << "\n";
+    return 2;
+  }
   ModelRepository repository(options->repository, &backends);
   if (models.empty()) {
     for (const auto& path : options->repository.paths)

@@ -94,8 +94,13 @@ int Serve(const std::vector<std::string>& args) {
   if (options.allow_metrics && options.http.gpu_metrics && nereid::gpu::Nvml::Get().available())
     LOG_INFO << "GPU metrics through NVML";
   nereid::BackendManager backends(nereid::BackendDirectory(options));
+  nereid::Status s = nereid::CheckEngine(backends, options.repository.onnx_engine);
+  if (!s.ok()) {
+    LOG_ERROR << s.message();
+    return 1;
+  }
   nereid::ModelRepository repository(options.repository, &backends);
-  nereid::Status s = repository.LoadStartupModels();
+  s = repository.LoadStartupModels();
   if (!s.ok()) {
     LOG_ERROR << s.message();
     return 1;

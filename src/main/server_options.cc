@@ -1,5 +1,7 @@
 #include "main/server_options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <limits>
@@ -35,6 +37,15 @@ const char* const kAcceptedIgnored[] = {"id",
 
 }  // namespace
 
+// --onnx-engine: "auto" or a backend name (which main checks is installed).
+Status CheckEngineName(const std::string& v) {
+  const bool plain = !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  if (plain) return Status::Ok();
+  return InvalidArgument("--onnx-engine must be auto or a backend name, got '" + v + "'");
+}
+
 std::string ServerUsage() {
   return R"(Usage: nereid serve [options]
 
@@ -52,8 +63,10 @@ Options (names follow tritonserver):
   --strict-model-config=BOOL  config.pbtxt must be complete: no auto-complete (default false)
   --disable-auto-complete-config  same as --strict-model-config=true
   --backend-directory=PATH    where libnereid_backend_<name>.so live (default: next to the binary)
-  --onnx-engine=ENGINE        what runs models configured for onnxruntime: onnxruntime (default),
-                              native, or auto (native when it runs every op, else onnxruntime)
+  --onnx-engine=ENGINE        which library runs a model whose backend another one stands in for
+                              (the native engine for ONNX models): the backend's own (default),
+                              the stand-in's name, or auto (the stand-in where it runs every op
+                              of the model, else the backend's own); docs/onnxruntime.md
   --allow-http=BOOL           serve HTTP (default true)
   --http-address=ADDR         default 0.0.0.0
   --http-port=PORT            default 8000 (0 picks a free port)
@@ -169,18 +182,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(bool strict, boolean());
       o.repository.auto_complete = !strict;
     } else if (flag == "onnx-engine") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      using Engine = RepositoryOptions::OnnxEngine;
-      if (v == "onnxruntime") {
-        o.repository.onnx_engine = Engine::kOnnxRuntime;
-      } else if (v == "native") {
-        o.repository.onnx_engine = Engine::kNative;
-      } else if (v == "auto") {
-        o.repository.onnx_engine = Engine::kAuto;
-      } else {
-        return InvalidArgument("--onnx-engine must be onnxruntime, native or auto, got '" + v +
-                               "'");
-      }
+      ASSIGN_OR_RETURN(o.repository.onnx_engine, next());
+      RETURN_IF_ERROR(CheckEngineName(o.repository.onnx_engine));
     } else if (flag == "disable-auto-complete-config") {
       ASSIGN_OR_RETURN(bool disable, boolean());
       o.repository.auto_complete = !disable;

@@ -68,67 +68,98 @@ StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolic
 }
 
 namespace {
-// Model files and the backends they imply: model<extension> is also each backend's default file.
-struct ModelFileKind {
-  const char* extension;
-  const char* backend;
-};
-constexpr ModelFileKind kModelFiles[] = {
-    {".onnx", "onnxruntime"}, {".py", "python"}, {".pt", "pytorch"}};
 
-std::string DefaultModelFile(const std::string& backend) {
-  for (const auto& f : kModelFiles)
-    if (backend == f.backend) return std::string("model") + f.extension;
-  return "model.onnx";  // the native engine and other ONNX-reading backends
+std::string Extension(const std::string& file) {
+  const size_t dot = file.rfind('.');
+  return dot == std::string::npos ? "" : file.substr(dot);
 }
+
+std::string Joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// The backend whose model file (by extension) a selected version directory holds, and its library.
+StatusOr<std::shared_ptr<Backend>> BackendOfModelFile(const inference::ModelConfig& config,
+                                                      const std::string& model_dir,
+                                                      const std::vector<int64_t>& versions,
+                                                      BackendManager& backends) {
+  const std::vector<std::shared_ptr<Backend>> all = backends.All();
+  std::vector<std::string> files;
+  if (!config.default_model_filename().empty()) {
+    files.push_back(config.default_model_filename());
+  } else {
+    for (const auto& backend : all)
+      if (!backend->model_file().empty() &&
+          std::find(files.begin(), files.end(), backend->model_file()) == files.end())
+        files.push_back(backend->model_file());
+  }
+  for (const std::string& file : files)
+    for (int64_t v : versions) {
+      std::error_code ec;
+      if (!fs::exists(fs::path(model_dir) / std::to_string(v) / file, ec)) continue;
+      for (const auto& backend : all)
+        if (!backend->model_file().empty() && Extension(backend->model_file()) == Extension(file))
+          return backend;
+    }
+  return InvalidArgument(
+      "model '" + config.name() +
+      "': config.pbtxt names no 'backend' or 'platform' and no version "
+      "directory holds a model file that names one (looked for " +
+      (files.empty() ? std::string("none: no backend declares one") : Joined(files)) + ")");
+}
+
 }  // namespace
 
 StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
-                                     const std::vector<int64_t>& versions) {
-  std::string backend = config->backend();
-  if (backend.empty()) {
-    // Triton's platform names and the backends that serve them.
-    static const std::map<std::string, std::string> kPlatforms = {
-        {"onnxruntime_onnx", "onnxruntime"},
-        {"pytorch_libtorch", "pytorch"},
-        {"tensorflow_graphdef", "tensorflow"},
-        {"tensorflow_savedmodel", "tensorflow"},
-        {"tensorrt_plan", "tensorrt"}};
-    const std::string& platform = config->platform();
-    if (platform == "ensemble")
-      return Unsupported("model '" + config->name() + "': ensembles are not supported yet");
-    if (auto it = kPlatforms.find(platform); it != kPlatforms.end()) {
-      backend = it->second;
-    } else if (!platform.empty()) {
-      return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform + "'");
-    } else {
-      // The model file names the backend (any *.onnx, *.py, *.pt; model.<ext> by default).
-      std::vector<std::string> files;
-      if (!config->default_model_filename().empty())
-        files.push_back(config->default_model_filename());
-      else
-        for (const auto& f : kModelFiles) files.push_back(std::string("model") + f.extension);
-      for (const std::string& file : files)
-        for (const auto& f : kModelFiles) {
-          const size_t n = strlen(f.extension);
-          if (!backend.empty() || file.size() <= n ||
-              file.compare(file.size() - n, std::string::npos, f.extension) != 0)
-            continue;
-          for (int64_t v : versions)
-            if (fs::exists(fs::path(model_dir) / std::to_string(v) / file)) backend = f.backend;
-        }
-      if (backend.empty())
-        return InvalidArgument(
-            "model '" + config->name() +
-            "': config.pbtxt names no 'backend' or 'platform' and no model.onnx, "
-            "model.py or model.pt was found to infer one");
-    }
-    // Triton's auto-complete fills both fields for ONNX models.
-    config->set_backend(backend);
-    if (backend == "onnxruntime" && config->platform().empty())
-      config->set_platform("onnxruntime_onnx");
+                                     const std::vector<int64_t>& versions,
+                                     BackendManager& backends) {
+  if (!config->backend().empty()) return config->backend();
+  const std::string& platform = config->platform();
+  if (platform == "ensemble")
+    return Unsupported("model '" + config->name() + "': ensembles are not supported yet");
+  if (!platform.empty()) {
+    // Each of Triton's platforms names its backend before its first '_' (onnxruntime_onnx,
+    // pytorch_libtorch, tensorrt_plan, openvino); that backend must declare the platform.
+    const std::string named = platform.substr(0, platform.find('_'));
+    auto backend = backends.Get(named);
+    if (!backend.ok())
+      return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform +
+                             "': " + backend.status().message());
+    const auto& served = (*backend)->platforms();
+    if (std::find(served.begin(), served.end(), platform) == served.end())
+      return InvalidArgument(
+          "model '" + config->name() + "': unknown platform '" + platform + "': backend '" + named +
+          "' serves " + (served.empty() ? std::string("no declared platform") : Joined(served)));
+    config->set_backend(named);
+    return named;
   }
-  return backend;  // which library serves it is the BackendManager's business
+  ASSIGN_OR_RETURN(auto backend, BackendOfModelFile(*config, model_dir, versions, backends));
+  // Triton's auto-complete fills both fields.
+  config->set_backend(backend->claimed_name());
+  if (!backend->platforms().empty()) config->set_platform(backend->platforms().front());
+  return config->backend();
+}
+
+Status CheckEngine(BackendManager& backends, const std::string& engine) {
+  if (engine.empty() || engine == "auto") return Status::Ok();
+  auto backend = backends.Get(engine);
+  if (!backend.ok())
+    return InvalidArgument("--onnx-engine=" + engine + ": " + backend.status().message());
+  return Status::Ok();
+}
+
+Status CheckPlatform(const inference::ModelConfig& config, const ConfigLocator& locator,
+                     const Backend& backend) {
+  const auto& served = backend.platforms();
+  if (config.platform().empty() || served.empty() ||
+      std::find(served.begin(), served.end(), config.platform()) != served.end())
+    return Status::Ok();
+  return InvalidArgument("model '" + config.name() + "': " + locator.Where({{"platform"}}) +
+                         ": field 'platform': platform '" + config.platform() +
+                         "' does not go with backend '" + config.backend() + "' (it serves " +
+                         Joined(served) + ")");
 }
 
 ModelRepository::ModelRepository(RepositoryOptions options, BackendManager* backends)
@@ -312,27 +343,31 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
   const std::vector<int64_t> available = VersionsOnDisk(plan.model_dir);
   ASSIGN_OR_RETURN(plan.versions, SelectVersions(config.version_policy(), available, name));
   ASSIGN_OR_RETURN(std::string backend_name,
-                   ResolveBackend(&config, plan.model_dir, plan.versions));
+                   ResolveBackend(&config, plan.model_dir, plan.versions, *backends_));
+  ASSIGN_OR_RETURN(plan.backend, backends_->Get(backend_name));
+  // --onnx-engine: a library that stands in for this backend (declares it as an alias) runs the
+  // model instead when it is the engine asked for; with 'auto' it runs it when it can, and the
+  // backend's own library takes over when it answers UNSUPPORTED.
+  const std::string& engine = options_.onnx_engine;
+  if (!engine.empty() && engine != backend_name) {
+    if (auto stand_in = backends_->StandIn(backend_name);
+        stand_in && stand_in != plan.backend && (engine == "auto" || engine == stand_in->name())) {
+      if (engine == "auto") plan.fallback = plan.backend;
+      plan.backend = stand_in;
+    }
+  }
+  RETURN_IF_ERROR(CheckPlatform(config, parsed.locator, *plan.backend));
   // The model file of each version must lie inside the model directory (a symlink may not lead
   // out of it). A missing file is left to the backend, which names what it looked for.
   std::string model_file = config.default_model_filename();
-  if (model_file.empty()) model_file = DefaultModelFile(backend_name);
+  if (model_file.empty()) model_file = plan.backend->model_file();
   for (int64_t v : plan.versions) {
+    if (model_file.empty()) break;
     auto file = ResolveModelFile(plan.model_dir, fs::path(plan.model_dir) / std::to_string(v),
                                  model_file, "default_model_filename");
     if (!file.ok() && file.status().code() != Status::Code::kNotFound)
       return InvalidArgument("model '" + name + "' version " + std::to_string(v) + ": " +
                              file.status().message());
-  }
-  using Engine = RepositoryOptions::OnnxEngine;
-  if (backend_name == "onnxruntime" && options_.onnx_engine != Engine::kOnnxRuntime) {
-    ASSIGN_OR_RETURN(plan.backend, backends_->Get("native"));
-    if (options_.onnx_engine == Engine::kAuto) {
-      auto ort = backends_->Get("onnxruntime");
-      if (ort.ok() && *ort != plan.backend) plan.fallback = *ort;
-    }
-  } else {
-    ASSIGN_OR_RETURN(plan.backend, backends_->Get(backend_name));
   }
   return plan;
 }

@@ -32,11 +32,11 @@ struct RepositoryOptions {
   // Backends may fill in what config.pbtxt leaves out (inputs, outputs, max_batch_size);
   // --strict-model-config / --disable-auto-complete-config turn it off.
   bool auto_complete = true;
-  // Which engine runs a model configured for onnxruntime (--onnx-engine): ONNX Runtime; the
-  // native engine; or the native engine when it supports every op of the model (and its instance
-  // kind), else ONNX Runtime. A config with backend: "native" always gets the native engine.
-  enum class OnnxEngine { kOnnxRuntime, kNative, kAuto };
-  OnnxEngine onnx_engine = OnnxEngine::kOnnxRuntime;
+  // Which library runs a model whose backend another library stands in for (declares it as an
+  // alias; --onnx-engine, named for its one case today: the native engine for onnxruntime):
+  // "" the backend's own library; a backend name: that library where it stands in; "auto": the
+  // stand-in when it can run the model, else the backend's own (docs/onnxruntime.md).
+  std::string onnx_engine;
   // A load that has not finished after this long fails (its backend is told to abort it); an
   // unloaded model whose requests have not finished after unload_timeout is aborted too
   // (--model-load-timeout-secs, --model-unload-timeout-secs).
@@ -168,11 +168,21 @@ class ModelRepository {
   std::vector<Task> tasks_;
 };
 
-// The backend name a config asks for: "backend", else the one Triton's "platform" implies, else
-// what the model file found implies. Fills Triton's auto-complete of platform/backend for ONNX
-// models. Exposed for unit tests.
+// The backend a config asks for, from what the installed backends declare (NereidBackendPlatforms,
+// NereidBackendModelFile): 'backend' as written; else the backend a platform's name begins with
+// (up to its first '_'), which must declare it; else the backend whose model file a version
+// directory holds. Fills 'backend' (and 'platform', from a model file) as Triton's auto-complete
+// does. Exposed for unit tests.
 StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::string& model_dir,
-                                     const std::vector<int64_t>& versions);
+                                     const std::vector<int64_t>& versions,
+                                     BackendManager& backends);
+// Ok when 'backend' serves the config's platform (one that declares none takes any); else an
+// error naming file, line and field.
+Status CheckPlatform(const inference::ModelConfig& config, const ConfigLocator& locator,
+                     const Backend& backend);
+
+// Ok when --onnx-engine's value names an installed backend (or is "auto" or "").
+Status CheckEngine(BackendManager& backends, const std::string& engine);
 
 // Ok when 'name' can name a model directory: one path component, no NUL, at most 255 bytes.
 Status CheckModelName(const std::string& name);

@@ -10,10 +10,31 @@
 
 namespace nereid {
 
+namespace {
+
 template <typename Fn>
-static Fn Symbol(void* handle, const char* name) {
+Fn Symbol(void* handle, const char* name) {
   return reinterpret_cast<Fn>(dlsym(handle, name));
 }
+
+// "a, b,c" -> {"a", "b", "c"}: a backend's comma-separated declaration, blanks trimmed.
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    std::string item = list.substr(at, comma - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) items.push_back(std::move(item));
+    at = comma + 1;
+  }
+  return items;
+}
+
+constexpr const char* kLibraryPrefix = "libnereid_backend_";
+std::string LibraryFile(const std::string& name) { return kLibraryPrefix + name + ".so"; }
+
+}  // namespace
 
 StatusOr<std::shared_ptr<Backend>> Backend::Load(const std::string& name, const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -50,17 +71,15 @@ StatusOr<std::shared_ptr<Backend>> Backend::Load(const std::string& name, const 
   backend->backend_finalize_ = Symbol<NereidError* (*)()>(handle, "NereidBackendFinalize");
   if (auto gpu = Symbol<int (*)()>(handle, "NereidBackendSupportsGpu"))
     backend->supports_gpu_ = gpu() != 0;
-  if (auto aliases = Symbol<const char* (*)()>(handle, "NereidBackendAliases")) {
-    std::string list = aliases() ? aliases() : "";
-    for (size_t at = 0; at <= list.size();) {
-      size_t comma = std::min(list.find(',', at), list.size());
-      std::string alias = list.substr(at, comma - at);
-      alias.erase(0, alias.find_first_not_of(' '));
-      alias.erase(alias.find_last_not_of(' ') + 1);
-      if (!alias.empty()) backend->aliases_.push_back(alias);
-      at = comma + 1;
-    }
-  }
+  auto declared = [handle](const char* symbol) {
+    auto fn = Symbol<const char* (*)()>(handle, symbol);
+    const char* text = fn != nullptr ? fn() : nullptr;
+    return SplitList(text != nullptr ? text : "");
+  };
+  backend->aliases_ = declared("NereidBackendAliases");
+  backend->platforms_ = declared("NereidBackendPlatforms");
+  if (auto files = declared("NereidBackendModelFile"); !files.empty())
+    backend->model_file_ = files.front();
   if (auto init = Symbol<NereidError* (*)()>(handle, "NereidBackendInitialize")) {
     RETURN_IF_ERROR(StatusFromBackend(init()));
   }
@@ -80,11 +99,58 @@ Backend::~Backend() {
 StatusOr<std::shared_ptr<Backend>> BackendManager::LoadLocked(const std::string& name) {
   auto it = loaded_.find(name);
   if (it != loaded_.end() && it->second->name() == name) return it->second;
-  const std::string path =
-      (std::filesystem::path(directory_) / ("libnereid_backend_" + name + ".so")).string();
+  const std::string path = (std::filesystem::path(directory_) / LibraryFile(name)).string();
   ASSIGN_OR_RETURN(auto backend, Backend::Load(name, path));
   loaded_[name] = backend;
   return backend;
+}
+
+std::vector<std::string> BackendManager::Installed() const {
+  namespace fs = std::filesystem;
+  const std::string prefix = kLibraryPrefix;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(prefix, 0) != 0 || file.size() <= prefix.size() + 3 ||
+        file.substr(file.size() - 3) != ".so")
+      continue;
+    names.push_back(file.substr(prefix.size(), file.size() - prefix.size() - 3));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::shared_ptr<Backend> BackendManager::StandInLocked(const std::string& name) {
+  for (const auto& candidate : Installed()) {
+    if (candidate == name) continue;
+    auto backend = LoadLocked(candidate);
+    if (!backend.ok()) {
+      LOG_WARNING << backend.status().message();
+      continue;
+    }
+    const auto& aliases = (*backend)->aliases();
+    if (std::find(aliases.begin(), aliases.end(), name) != aliases.end()) return *backend;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<Backend> BackendManager::StandIn(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StandInLocked(name);
+}
+
+std::vector<std::shared_ptr<Backend>> BackendManager::All() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<Backend>> all;
+  for (const auto& name : Installed()) {
+    auto backend = LoadLocked(name);
+    if (backend.ok())
+      all.push_back(*std::move(backend));
+    else
+      LOG_WARNING << backend.status().message();
+  }
+  return all;
 }
 
 StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) {
@@ -100,48 +166,28 @@ StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = loaded_.find(name);
   if (it != loaded_.end()) return it->second;
-  namespace fs = std::filesystem;
-  const std::string prefix = "libnereid_backend_";
-  std::error_code ec;
   // The library of that name serves it when it loads; when it is missing or cannot start (the
   // onnxruntime backend without an ONNX Runtime library), a library that declares the name as an
   // alias serves it instead.
+  const std::vector<std::string> installed = Installed();
   std::string named_failure;
-  if (fs::exists(fs::path(directory_) / (prefix + name + ".so"), ec)) {
+  if (std::find(installed.begin(), installed.end(), name) != installed.end()) {
     auto named = LoadLocked(name);
     if (named.ok()) return named;
     named_failure = named.status().message();
     LOG_WARNING << named_failure << "; looking for another backend that serves '" << name << "'";
   }
-  std::vector<std::string> installed;
-  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
-    const std::string file = entry.path().filename().string();
-    if (file.rfind(prefix, 0) != 0 || file.size() <= prefix.size() + 3 ||
-        file.substr(file.size() - 3) != ".so")
-      continue;
-    std::string candidate = file.substr(prefix.size(), file.size() - prefix.size() - 3);
-    if (candidate != name) installed.push_back(std::move(candidate));
+  if (auto stand_in = StandInLocked(name)) {
+    LOG_INFO << "backend '" << name << "' is served by '" << stand_in->name() << "' ("
+             << (named_failure.empty() ? "no " + LibraryFile(name) + " is installed"
+                                       : LibraryFile(name) + " did not start")
+             << ")";
+    loaded_[name] = stand_in;
+    return stand_in;
   }
-  std::sort(installed.begin(), installed.end());
-  for (const auto& candidate : installed) {
-    auto backend = LoadLocked(candidate);
-    if (!backend.ok()) {
-      LOG_WARNING << backend.status().message();
-      continue;
-    }
-    const auto& aliases = (*backend)->aliases();
-    if (std::find(aliases.begin(), aliases.end(), name) != aliases.end()) {
-      LOG_INFO << "backend '" << name << "' is served by '" << candidate << "' ("
-               << (named_failure.empty() ? "no libnereid_backend_" + name + ".so is installed"
-                                         : "libnereid_backend_" + name + ".so did not start")
-               << ")";
-      loaded_[name] = *backend;
-      return *backend;
-    }
-  }
+  if (!named_failure.empty()) return Unavailable(named_failure);
   std::string list;
   for (const auto& b : installed) list += (list.empty() ? "" : ", ") + b;
-  if (!named_failure.empty()) return Unavailable(named_failure);
   return Unsupported("backend '" + name + "' is not available (installed in " + directory_ + ": " +
                      (list.empty() ? "none" : list) + ")");
 }

@@ -28,6 +28,13 @@ class Backend {
   const std::vector<std::string>& aliases() const { return aliases_; }
   // Whether it runs KIND_GPU instances (NereidBackendSupportsGpu).
   bool supports_gpu() const { return supports_gpu_; }
+  // The Triton platforms it serves (NereidBackendPlatforms); empty: it takes any.
+  const std::vector<std::string>& platforms() const { return platforms_; }
+  // The model file of a version directory when the config names none (NereidBackendModelFile);
+  // empty when it declares none.
+  const std::string& model_file() const { return model_file_; }
+  // The backend name its model file stands for: its first alias, else its own name.
+  const std::string& claimed_name() const { return aliases_.empty() ? name_ : aliases_.front(); }
 
   NereidError* (*model_initialize)(NereidModel*) = nullptr;
   NereidError* (*model_finalize)(NereidModel*) = nullptr;
@@ -40,22 +47,32 @@ class Backend {
   Backend() = default;
   std::string name_;
   std::vector<std::string> aliases_;
+  std::vector<std::string> platforms_;
+  std::string model_file_;
   bool supports_gpu_ = false;
   void* handle_ = nullptr;
   NereidError* (*backend_finalize_)() = nullptr;
 };
 
 // Resolves backend names to libraries: libnereid_backend_<name>.so when it exists, else a library
-// in the directory that declares <name> as an alias.
+// in the directory that declares <name> as an alias. Thread-safe; each library loads once.
 class BackendManager {
  public:
   explicit BackendManager(std::string directory) : directory_(std::move(directory)) {}
   StatusOr<std::shared_ptr<Backend>> Get(const std::string& name);
+  // Another library that declares 'name' as an alias (the native engine for onnxruntime), loaded;
+  // null when there is none.
+  std::shared_ptr<Backend> StandIn(const std::string& name);
+  // Every library of the directory that loads, by name (those that fail are logged and skipped).
+  std::vector<std::shared_ptr<Backend>> All();
   const std::string& directory() const { return directory_; }
 
  private:
-  std::string directory_;
+  // The <name>s of libnereid_backend_<name>.so in the directory, sorted.
+  std::vector<std::string> Installed() const;
   StatusOr<std::shared_ptr<Backend>> LoadLocked(const std::string& name);
+  std::shared_ptr<Backend> StandInLocked(const std::string& name);
+  std::string directory_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Backend>> loaded_;  // by library name and by alias
 };

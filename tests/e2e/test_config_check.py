@@ -91,6 +91,29 @@ def test_each_error_names_file_line_and_field(repository, tmp_path):
     assert run("frobnicate")[0] == 2
 
 
+def test_platforms_follow_what_the_backends_declare(repository, tmp_path):
+    """The server has no platform table: a platform goes to the backend named before its first '_',
+    which must declare it; a written backend and platform must pair; a lone file names its backend."""
+    repo = str(tmp_path)
+    onnx = simple_onnx(repository)
+    add_model(repo, "by_platform", 'name: "by_platform"\nplatform: "onnxruntime_onnx"\n'
+              "max_batch_size: 8\n" + IO, onnx)
+    add_model(repo, "mismatch", 'name: "mismatch"\nmax_batch_size: 8\nbackend: "onnxruntime"\n'
+              'platform: "pytorch_libtorch"\n' + IO, onnx)
+    add_model(repo, "not_installed", 'name: "not_installed"\nplatform: "tensorrt_plan"\n', onnx)
+    add_model(repo, "undeclared", 'name: "undeclared"\nplatform: "onnxruntime_tf"\n', onnx)
+    add_model(repo, "lone_file", None, onnx)
+    rc, out, err = run("check", repo)
+    assert rc == 1, out + err
+    assert re.search(r"^ok\s+by_platform ", out, re.M), out
+    assert re.search(r"^ok\s+lone_file ", out, re.M), out
+    assert ("mismatch/config.pbtxt:4: field 'platform': platform 'pytorch_libtorch' does not go "
+            "with backend 'onnxruntime' (it serves onnxruntime_onnx)") in out, out
+    assert "unknown platform 'tensorrt_plan': backend 'tensorrt' is not available" in out, out
+    assert "unknown platform 'onnxruntime_tf': backend 'onnxruntime' serves onnxruntime_onnx" in out
+    assert "5 model(s) checked, 3 invalid" in out, out
+
+
 def test_strict_config_needs_everything_written(repository, tmp_path):
     repo = str(tmp_path)
     add_model(repo, "bare", None, simple_onnx(repository))

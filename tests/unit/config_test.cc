@@ -248,8 +248,6 @@ TEST(ConfigTest, EachInvalidCategoryIsRejectedWithItsField) {
        "escapes the backend directory"},
       {"runtime unknown", WithIo("runtime: \"__nope__\"\n"), "runtime",
        "unable to find backend library"},
-      {"platform backend pair", WithIo("platform: \"onnxruntim\"\nbackend: \"onnxruntime\"\n"),
-       "platform", "does not go with backend 'onnxruntime'"},
       {"ensemble scheduling without ensemble",
        WithIo("ensemble_scheduling { step [ { model_name: \"a\" model_version: -1 } ] }\n"),
        "ensemble_scheduling", "platform is not 'ensemble'"},
@@ -422,26 +420,6 @@ TEST(VersionPolicyTest, LatestAllSpecific) {
   EXPECT_EQ(*SelectVersions(inference::ModelVersionPolicy(), on_disk, "m"),
             (std::vector<int64_t>{7}));
   EXPECT_FALSE(SelectVersions(latest, {}, "m").ok());
-}
-
-TEST(ResolveBackendTest, PlatformsAndBackends) {
-  inference::ModelConfig c;
-  c.set_name("m");
-  c.set_platform("onnxruntime_onnx");
-  EXPECT_EQ(*ResolveBackend(&c, "/nonexistent", {1}), "onnxruntime");
-  EXPECT_EQ(c.backend(), "onnxruntime");
-  inference::ModelConfig t;
-  t.set_name("m");
-  t.set_platform("tensorrt_plan");
-  EXPECT_EQ(*ResolveBackend(&t, "/nonexistent", {1}), "tensorrt");
-  inference::ModelConfig bad;
-  bad.set_name("m");
-  bad.set_platform("no_such_platform");
-  EXPECT_EQ(ResolveBackend(&bad, "/nonexistent", {1}).status().code(),
-            Status::Code::kInvalidArgument);
-  inference::ModelConfig none;
-  none.set_name("m");
-  EXPECT_FALSE(ResolveBackend(&none, "/nonexistent", {1}).ok());
 }
 
 }  // namespace

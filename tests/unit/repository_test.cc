@@ -376,5 +376,76 @@ TEST(RegionPoolTest, BestFitAndCoalescing) {
   EXPECT_FALSE(pool.Allocate(1));
 }
 
+// No table of backends or platforms in the server: each backend declares what it serves
+// (NereidBackendPlatforms, NereidBackendModelFile) and the resolution follows the declarations.
+TEST(ResolveBackendTest, FollowsWhatTheInstalledBackendsDeclare) {
+  BackendManager backends{NEREID_BACKEND_DIR};
+  auto resolve = [&](const std::string& platform, const std::string& dir = "/nonexistent") {
+    inference::ModelConfig c;
+    c.set_name("m");
+    c.set_platform(platform);
+    auto backend = ResolveBackend(&c, dir, {1}, backends);
+    return std::make_pair(backend.ok() ? *backend : backend.status().message(), c);
+  };
+  auto [ort, ort_config] = resolve("onnxruntime_onnx");
+  EXPECT_EQ(ort, "onnxruntime");
+  EXPECT_EQ(ort_config.backend(), "onnxruntime");
+  EXPECT_EQ(resolve("pytorch_libtorch").first, "pytorch");
+  // A platform names its backend before the first '_'; that backend must be installed and must
+  // declare the platform.
+  EXPECT_NE(
+      resolve("tensorrt_plan")
+          .first.find("unknown platform 'tensorrt_plan': backend 'tensorrt' is not available"),
+      std::string::npos)
+      << resolve("tensorrt_plan").first;
+  EXPECT_NE(resolve("onnxruntime_tf").first.find("backend 'onnxruntime' serves onnxruntime_onnx"),
+            std::string::npos)
+      << resolve("onnxruntime_tf").first;
+  EXPECT_NE(resolve("../../etc_x").first.find("invalid backend name"), std::string::npos);
+
+  // Neither field: the model file a version directory holds names the backend.
+  TempRepository repo;
+  auto infer = [&](const std::string& file) {
+    const auto dir = repo.root() / file;
+    std::filesystem::create_directories(dir / "1");
+    std::ofstream(dir / "1" / file) << "x";
+    return resolve("", dir.string());
+  };
+  auto [pt, pt_config] = infer("model.pt");
+  EXPECT_EQ(pt, "pytorch");
+  EXPECT_EQ(pt_config.platform(), "pytorch_libtorch");  // filled as Triton's auto-complete does
+  auto [py, py_config] = infer("model.py");
+  EXPECT_EQ(py, "python");
+  EXPECT_EQ(py_config.platform(), "");
+  // The native engine claims model.onnx for the backend it stands in for.
+  auto [onnx, onnx_config] = infer("model.onnx");
+  EXPECT_EQ(onnx, "onnxruntime");
+  EXPECT_EQ(onnx_config.platform(), "onnxruntime_onnx");
+  EXPECT_NE(infer("model.bin").first.find("no version directory holds a model file"),
+            std::string::npos);
+}
+
+TEST(ResolveBackendTest, APlatformMustGoWithItsBackend) {
+  BackendManager backends{NEREID_BACKEND_DIR};
+  auto parsed = ParseModelConfigText(
+      "name: \"m\"\nbackend: \"onnxruntime\"\nplatform: \"pytorch_libtorch\"\n", "m/config.pbtxt");
+  ASSERT_TRUE(parsed.ok());
+  auto ort = backends.Get("onnxruntime");
+  ASSERT_TRUE(ort.ok());
+  Status s = CheckPlatform(parsed->config, parsed->locator, **ort);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("m/config.pbtxt:3: field 'platform': platform 'pytorch_libtorch' does "
+                             "not go with backend 'onnxruntime' (it serves onnxruntime_onnx)"),
+            std::string::npos)
+      << s.message();
+  parsed->config.set_platform("onnxruntime_onnx");
+  EXPECT_TRUE(CheckPlatform(parsed->config, parsed->locator, **ort).ok());
+  // A backend that declares no platform (python) takes any.
+  auto py = backends.Get("python");
+  ASSERT_TRUE(py.ok());
+  parsed->config.set_platform("pytorch_libtorch");
+  EXPECT_TRUE(CheckPlatform(parsed->config, parsed->locator, **py).ok());
+}
+
 }  // namespace
 }  // namespace nereid
