@@ -14,6 +14,7 @@
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
 #include "gemm_tuner.h"
+#include "gpu_graphs.h"
 #include "nereid/backend_util.h"
 #include "nereid/half.h"
 
@@ -44,12 +45,6 @@ const char* PrecisionName(Precision p) {
 }
 
 namespace {
-
-Status CudaError(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal(what + ": " + cudaGetErrorString(e));
-}
-#define CUDA_RETURN(expr, what) RETURN_IF_ERROR(CudaError((expr), (what)))
 
 const char* const kGpuOps = "Gemm, MatMul, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu, Identity";
 
@@ -389,18 +384,16 @@ class GpuInstance final : public GemmBench {
   ~GpuInstance() override {
     cudaSetDevice(m_->device);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    DropGraphs();
+    graphs_.Clear();
     ReleaseBuffers();
     cublas_.reset();
-    for (cudaEvent_t e : events_)
-      if (e != nullptr) cudaEventDestroy(e);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   Status Init() {
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    for (cudaEvent_t& e : events_) CUDA_RETURN(cudaEventCreate(&e), "cudaEventCreate");
+    RETURN_IF_ERROR(phases_.Init());
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
     std::vector<size_t> gemms;
@@ -470,11 +463,8 @@ class GpuInstance final : public GemmBench {
       }
     }
     const uint64_t gathered_ns = NereidNowNs();
-    // The phases are measured only while verbose lines reach the log (NotePhases); the device
-    // side by events on every 8th such run.
-    const bool phases = NereidLogEnabled(NEREID_LOG_VERBOSE) != 0;
-    const bool sample = phases && ++runs_ % 8 == 0;
-    auto mark = [&](int i) { return sample ? cudaEventRecord(events_[i], stream_) : cudaSuccess; };
+    const bool measured = phases_.Begin();
+    auto mark = [&](int i) { return phases_.Mark(i, stream_); };
     CUDA_RETURN(mark(0), "cudaEventRecord");
     RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
@@ -487,7 +477,8 @@ class GpuInstance final : public GemmBench {
     const uint64_t enqueued_ns = NereidNowNs();
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
     *end_ns = NereidNowNs();
-    if (phases) NotePhases(rows, direct, {*start_ns, gathered_ns, enqueued_ns, *end_ns}, sample);
+    if (measured)
+      phases_.Note(rows, direct, copies_in_graph_, {*start_ns, gathered_ns, enqueued_ns, *end_ns});
     results->clear();
     for (size_t i = 0; i < m_->outputs.size(); ++i) {
       const IoSpec& io = m_->outputs[i];
@@ -529,53 +520,13 @@ class GpuInstance final : public GemmBench {
     acc_ = NereidBuffer{};
   }
 
-  // Where runs' time goes, per row count, logged at verbose level (--log-verbose=1) every 100
-  // runs of that count (nothing is measured while verbose logging is off). On the host clock:
-  // inputs copied into staging (the batch gather), the copies and graph launch enqueued, the wait
-  // for the device. On the device (CUDA events, every 8th run): the copies in before the graph, the
-  // graph, the copies out after it.
-  struct Phases {
-    uint64_t runs = 0, gather_ns = 0, enqueue_ns = 0, wait_ns = 0;
-    uint64_t sampled = 0;
-    double in_ms = 0, graph_ms = 0, out_ms = 0;
-  };
-  void NotePhases(int64_t rows, uint64_t direct, std::array<uint64_t, 4> t, bool sampled) {
-    Phases& p = phases_[rows];
-    ++p.runs, p.gather_ns += t[1] - t[0], p.enqueue_ns += t[2] - t[1], p.wait_ns += t[3] - t[2];
-    float ms[3] = {0, 0, 0};
-    if (sampled && cudaEventElapsedTime(&ms[0], events_[0], events_[1]) == cudaSuccess &&
-        cudaEventElapsedTime(&ms[1], events_[1], events_[2]) == cudaSuccess &&
-        cudaEventElapsedTime(&ms[2], events_[2], events_[3]) == cudaSuccess)
-      ++p.sampled, p.in_ms += ms[0], p.graph_ms += ms[1], p.out_ms += ms[2];
-    if (p.runs < 100) return;
-    const double n = static_cast<double>(std::max<uint64_t>(p.sampled, 1));
-    char line[384];
-    std::snprintf(
-        line, sizeof(line),
-        "GPU runs of %lld row(s), mean of %llu: inputs to staging %.1f us, copies and "
-        "graph enqueued %.1f us, device wait %.1f us; on the device: copies in %.1f us, "
-        "graph %.1f us, copies out %.1f us (direct copies mask 0x%llx, staging copies %s the "
-        "graph)",
-        static_cast<long long>(rows), static_cast<unsigned long long>(p.runs),
-        p.gather_ns / 1e3 / p.runs, p.enqueue_ns / 1e3 / p.runs, p.wait_ns / 1e3 / p.runs,
-        p.in_ms * 1e3 / n, p.graph_ms * 1e3 / n, p.out_ms * 1e3 / n,
-        static_cast<unsigned long long>(direct), copies_in_graph_ ? "in" : "around");
-    NereidLog(NEREID_LOG_VERBOSE, __FILE__, __LINE__, line);
-    phases_.erase(rows);
-  }
-
-  void DropGraphs() {
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
-  }
-
   // Sizes every buffer for at least 'rows' rows (doubling), dropping graphs captured for the old
   // buffers.
   Status Grow(int64_t rows) {
     if (rows <= capacity_) return Status::Ok();
     const int64_t capacity = std::max(rows, capacity_ * 2);
     cudaStreamSynchronize(stream_);
-    DropGraphs();
+    graphs_.Clear();
     ReleaseBuffers();
     capacity_ = 0;
     buffers_.assign(m_->values.size(), NereidBuffer{});
@@ -758,7 +709,7 @@ class GpuInstance final : public GemmBench {
   StatusOr<float> Time(size_t step, int64_t rows, const GemmChoice& choice) override {
     const Step& s = m_->steps[step];
     for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
-    ASSIGN_OR_RETURN(cudaGraphExec_t exec, Capture([&] {
+    ASSIGN_OR_RETURN(cudaGraphExec_t exec, CaptureGraph(stream_, [&] {
                        for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(RunGemm(s, rows, &choice));
                        return Status::Ok();
                      }));
@@ -785,47 +736,15 @@ class GpuInstance final : public GemmBench {
     return best_ms;
   }
 
-  // What 'enqueue' puts on the stream, captured and instantiated as a CUDA graph.
-  template <typename Enqueue>
-  StatusOr<cudaGraphExec_t> Capture(const Enqueue& enqueue) {
-    CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                "cudaStreamBeginCapture");
-    const Status enqueued = enqueue();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-    if (!enqueued.ok() && graph != nullptr) cudaGraphDestroy(graph);
-    RETURN_IF_ERROR(enqueued);
-    CUDA_RETURN(ended, "cudaStreamEndCapture");
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_RETURN(made, "cudaGraphInstantiate");
-    return exec;
-  }
-
   // Replays the graph captured for 'rows' and this run's direct copies (capturing it on first
   // use).
   Status LaunchGraph(int64_t rows, uint64_t direct) {
-    const auto key = std::make_pair(rows, direct);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      constexpr size_t kMaxGraphs = 1024;  // beyond this many row counts, run without capturing
-      if (graphs_.size() >= kMaxGraphs) {
-        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
-        RETURN_IF_ERROR(EnqueueSteps(rows));
-        if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
-        return Status::Ok();
-      }
-      ASSIGN_OR_RETURN(cudaGraphExec_t exec, Capture([&] {
-                         if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
-                         RETURN_IF_ERROR(EnqueueSteps(rows));
-                         if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
-                         return Status::Ok();
-                       }));
-      it = graphs_.emplace(key, exec).first;
-    }
-    CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-    return Status::Ok();
+    return graphs_.Launch({rows, direct}, stream_, [&] {
+      if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
+      RETURN_IF_ERROR(EnqueueSteps(rows));
+      if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
+      return Status::Ok();
+    });
   }
 
   std::shared_ptr<const GpuModel> m_;
@@ -837,13 +756,11 @@ class GpuInstance final : public GemmBench {
   NereidBuffer acc_{};
   int64_t acc_floats_ = 0;
   bool copies_in_graph_ = false;
-  std::map<std::pair<int64_t, uint64_t>, cudaGraphExec_t> graphs_;  // by (rows, direct mask)
+  GraphCache graphs_;                             // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
-  std::vector<void*> direct_dst_;        // per output: this run's direct destination, or null
-  std::unique_ptr<GemmTuner> tuner_;     // which implementation runs each GEMM, by row count
-  std::map<int64_t, Phases> phases_;     // by row count, since it was last logged
-  std::array<cudaEvent_t, 4> events_{};  // the device-side phase marks (NotePhases)
-  uint64_t runs_ = 0;
+  std::vector<void*> direct_dst_;     // per output: this run's direct destination, or null
+  std::unique_ptr<GemmTuner> tuner_;  // which implementation runs each GEMM, by row count
+  PhaseLog phases_;
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {

@@ -588,13 +588,14 @@ Status ModelRepository::Unload(const std::string& name) {
   const auto deadline = std::chrono::steady_clock::now() + kUnloadWait;
   while (!stopped->load() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  if (stopped->load())
+  if (stopped->load()) {
     LOG_INFO << "successfully unloaded '" << name << "'";
-  else
+  } else {
     LOG_WARNING << "'" << name << "' is out of service and still stopping after "
                 << kUnloadWait.count() << " s; it goes on in the background (at most "
                 << std::chrono::duration_cast<std::chrono::seconds>(options_.unload_timeout).count()
                 << " s, --model-unload-timeout-secs, then it is aborted)";
+  }
   return Status::Ok();
 }
 

@@ -399,4 +399,65 @@ Reply LoggingReply(InferenceServer& api, bool update, const std::string& body) {
   return {200, buffer.GetString()};
 }
 
+Handling HandleRoute(InferenceServer& api, const RestrictedApis& restricted,
+                     const RoutedRequest& request) {
+  const Route& route = request.route;
+  auto reply = [](Reply r) { return Handling{Handling::kReply, std::move(r)}; };
+  const Reply wrong_method = ErrorReply(405, "method not allowed for this endpoint");
+  if (const auto group = GroupOf(route.kind)) {
+    if (const auto* r = restricted.For(*group)) {
+      const auto value = request.header(r->key);
+      if (!value || *value != r->value)
+        return reply(ErrorReply(403, "This API is restricted, expecting header '" + r->key + "'"));
+    }
+  }
+  if (route.bad_version) return reply(ErrorReply(400, "invalid model version in URL"));
+  const bool get = request.method == "GET", post = request.method == "POST";
+  switch (route.kind) {
+    case Route::kHealthLive:
+      return reply(get ? OkReply() : wrong_method);
+    case Route::kHealthReady:
+      return reply(get ? Reply{api.Ready() ? 200 : 400, "", nullptr} : wrong_method);
+    case Route::kServerMetadata:
+      return reply(get ? ServerMetadataReply(api) : wrong_method);
+    case Route::kModelMetadata:
+      return reply(get ? ModelMetadataReply(api, route) : wrong_method);
+    case Route::kModelReady: {
+      if (!get) return reply(wrong_method);
+      Status ready = api.ModelReady(route.model, route.version);
+      return reply(ready.ok() ? OkReply()
+                              : ErrorReply(400, "Model version not ready: " + ready.message()));
+    }
+    case Route::kModelConfig: {
+      if (!get) return reply(wrong_method);
+      auto config = api.ModelConfigJson(route.model, route.version);
+      return reply(config.ok() ? Reply{200, std::move(config).value()}
+                               : StatusReply(config.status()));
+    }
+    case Route::kModelInfer:
+      return post ? Handling{Handling::kInfer, {}} : reply(wrong_method);
+    case Route::kRepoIndex:
+      return reply(post ? RepositoryIndexReply(api, request.body) : wrong_method);
+    case Route::kRepoLoad:
+    case Route::kRepoUnload:
+      return post ? Handling{Handling::kRepositoryControl, {}} : reply(wrong_method);
+    case Route::kLogging:
+      return reply(get || post ? LoggingReply(api, post, request.body) : wrong_method);
+    case Route::kModelStats:
+    case Route::kAllStats:
+      return reply(get ? StatisticsReply(api, route) : wrong_method);
+    case Route::kSharedMemory:
+      return reply((route.action == "status" ? get : post)
+                       ? SharedMemoryReply(api, route, request.body)
+                       : wrong_method);
+    case Route::kTrace:
+      return reply(ErrorReply(501, "the trace extension is not supported yet"));
+    case Route::kGenerate:
+      return reply(ErrorReply(501, "the generate extension is not supported yet"));
+    case Route::kNotFound:
+      break;
+  }
+  return reply(ErrorReply(404, "Not Found"));
+}
+
 }  // namespace nereid::http

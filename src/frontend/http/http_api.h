@@ -54,4 +54,23 @@ StatusOr<std::unique_ptr<InferenceRequest>> BuildInferRequest(
 // settings in force.
 Reply LoggingReply(InferenceServer& api, bool update, const std::string& body);
 
+// One request as the routing sees it: its route (Match), method ("GET", "POST", ...), a header
+// lookup (names case-insensitive; empty when absent) and its body.
+struct RoutedRequest {
+  const Route& route;
+  std::string_view method;
+  std::function<std::optional<std::string_view>(std::string_view name)> header;
+  const std::string& body;
+};
+// What the session does with a request: write 'reply', or run the asynchronous route itself
+// (inference, repository load and unload), its method and access already checked.
+struct Handling {
+  enum Kind { kReply, kInfer, kRepositoryControl } kind = kReply;
+  Reply reply;
+};
+// Every route's method and restricted-API check (--http-restricted-api), then the answer of each
+// synchronous one, in Triton's statuses and messages.
+Handling HandleRoute(InferenceServer& api, const RestrictedApis& restricted,
+                     const RoutedRequest& request);
+
 }  // namespace nereid::http

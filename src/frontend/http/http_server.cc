@@ -390,81 +390,27 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                       "text/plain; version=0.0.4; charset=utf-8");
     }
     const Route route = std::move(route_);  // matched by OnHeader
-    const auto method = req.method();
-    auto need = [&](bhttp::verb verb) {
-      if (method == verb) return true;
-      SendError(bhttp::status::method_not_allowed, "method not allowed for this endpoint");
-      return false;
-    };
-    if (const auto group = GroupOf(route.kind)) {
-      if (const auto* r = server_->options_.restricted.For(*group)) {
-        const auto it = req.find(r->key);  // header names match case-insensitively
-        if (it == req.end() || SV(it->value()) != r->value)
-          return SendError(bhttp::status::forbidden,
-                           "This API is restricted, expecting header '" + r->key + "'");
-      }
-    }
-    if (route.bad_version)
-      return SendError(bhttp::status::bad_request, "invalid model version in URL");
-    switch (route.kind) {
-      case Route::kHealthLive:
-        if (!need(bhttp::verb::get)) return;
-        return SendBody(bhttp::status::ok, "", nullptr);
-      case Route::kHealthReady:
-        if (!need(bhttp::verb::get)) return;
-        return SendBody(server_->api_->Ready() ? bhttp::status::ok : bhttp::status::bad_request, "",
-                        nullptr);
-      case Route::kServerMetadata:
-        if (!need(bhttp::verb::get)) return;
-        return SendReply(ServerMetadataReply(*server_->api_));
-      case Route::kModelMetadata:
-        if (!need(bhttp::verb::get)) return;
-        return SendReply(ModelMetadataReply(*server_->api_, route));
-      case Route::kModelReady: {
-        if (!need(bhttp::verb::get)) return;
-        Status ready = server_->api_->ModelReady(route.model, route.version);
-        if (ready.ok()) return SendBody(bhttp::status::ok, "", nullptr);
-        return SendError(bhttp::status::bad_request, "Model version not ready: " + ready.message());
-      }
-      case Route::kModelConfig: {
-        if (!need(bhttp::verb::get)) return;
-        auto config = server_->api_->ModelConfigJson(route.model, route.version);
-        if (!config.ok()) return SendStatus(config.status());
-        return SendBody(bhttp::status::ok, std::move(config).value());
-      }
-      case Route::kModelInfer:
-        if (!need(bhttp::verb::post)) return;
+    const RoutedRequest routed{route, SV(req.method_string()),
+                               [&req](std::string_view name) -> std::optional<std::string_view> {
+                                 const auto it =
+                                     req.find(beast::string_view(name.data(), name.size()));
+                                 if (it == req.end()) return std::nullopt;
+                                 return SV(it->value());
+                               },
+                               req.body()};
+    Handling handling = HandleRoute(*server_->api_, server_->options_.restricted, routed);
+    switch (handling.kind) {
+      case Handling::kReply:
+        return SendReply(std::move(handling.reply));
+      case Handling::kInfer:
         return Infer(route, std::move(req));
-      case Route::kRepoIndex:
-        if (!need(bhttp::verb::post)) return;
-        return SendReply(RepositoryIndexReply(*server_->api_, req.body()));
-      case Route::kRepoLoad:
-      case Route::kRepoUnload:
-        if (!need(bhttp::verb::post)) return;
+      case Handling::kRepositoryControl:
         return RepositoryControl(
             *server_->api_, route, req.body(), [self = shared_from_this()](Reply reply) {
               net::post(self->stream_.get_executor(), [self, reply = std::move(reply)]() mutable {
                 self->SendReply(std::move(reply));
               });
             });
-      case Route::kLogging:
-        if (method != bhttp::verb::post && !need(bhttp::verb::get)) return;
-        return SendReply(LoggingReply(*server_->api_, method == bhttp::verb::post, req.body()));
-      case Route::kModelStats:
-      case Route::kAllStats:
-        if (!need(bhttp::verb::get)) return;
-        return SendReply(StatisticsReply(*server_->api_, route));
-      case Route::kSharedMemory:
-        if (!need(route.action == "status" ? bhttp::verb::get : bhttp::verb::post)) return;
-        return SendReply(SharedMemoryReply(*server_->api_, route, req.body()));
-      case Route::kTrace:
-        return SendError(bhttp::status::not_implemented,
-                         "the trace extension is not supported yet");
-      case Route::kGenerate:
-        return SendError(bhttp::status::not_implemented,
-                         "the generate extension is not supported yet");
-      case Route::kNotFound:
-        return SendError(bhttp::status::not_found, "Not Found");
     }
   }
 
