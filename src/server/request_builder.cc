@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "runtime/model.h"
 
@@ -21,33 +24,51 @@ StatusOr<Buffer> Resolve(const SharedMemoryReference& ref, const SharedMemoryReg
   return shm->Get(ref.region, ref.offset, ref.byte_size);
 }
 
-// A body that is the model's only input, raw (Inference-Header-Content-Length: 0): its shape is
-// the config's, with the one variable dimension (the batch one included) taken from the size.
+// A body that is the model's only input, raw (Inference-Header-Content-Length: 0), shaped as
+// Triton shapes it: the config's dims behind a batch dimension of 1, the one variable dimension
+// taken from the size; BYTES only for a single element, the body being that element. Where the
+// dims have no variable dimension, Nereid also takes the batch dimension from the size (Triton
+// refuses such a body unless it holds exactly one row).
 Status ShapeWholeBody(const Buffer& body, const inference::ModelConfig& config,
                       InferenceRequest* r) {
   if (config.input_size() != 1)
     return InvalidArgument(
-        "a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
-        "exactly one input; model '" +
-        config.name() + "' has " + std::to_string(config.input_size()));
+        "Raw request must only have 1 input (found 1) to be deduced but got " +
+        std::to_string(config.input_size()) + " inputs in '" + config.name() +
+        "' model configuration");
   const auto& spec = config.input(0);
   InferInput in;
   in.name = spec.name();
   in.datatype = static_cast<DataType>(spec.data_type());
-  if (in.datatype == DataType::kBytes)
-    return InvalidArgument("a raw binary request cannot carry BYTES input '" + in.name + "'");
-  if (config.max_batch_size() > 0) in.shape.push_back(-1);
+  const bool batching = config.max_batch_size() > 0;
+  if (batching) in.shape.push_back(1);
   in.shape.insert(in.shape.end(), spec.dims().begin(), spec.dims().end());
-  if (std::count(in.shape.begin(), in.shape.end(), -1) > 1)
-    return InvalidArgument(
-        "a raw binary request needs input '" + in.name +
-        "' to have at most one variable dimension (including the batch dimension)");
-  const size_t element_size = DataTypeSize(in.datatype);
-  if (element_size == 0 || body.size() % element_size != 0 ||
-      !FillVariableDimension(in.shape, static_cast<int64_t>(body.size() / element_size)))
-    return InvalidArgument("raw binary request of " + std::to_string(body.size()) +
-                           " bytes does not fit input '" + in.name + "'");
-  in.Borrow(body.data(), body.size(), body.location(), nullptr);
+  const auto variable = std::count(in.shape.begin(), in.shape.end(), -1);
+  if (variable > 1)
+    return InvalidArgument("The shape of the raw input '" + in.name +
+                           "' can not be deduced because there are more than one variable-sized "
+                           "dimension");
+  if (in.datatype == DataType::kBytes) {
+    if (variable != 0 || ElementCount(in.shape) != 1)
+      return InvalidArgument("For BYTE datatype raw input '" + in.name +
+                             "', the model must have input shape [1]");
+    if (body.size() > std::numeric_limits<uint32_t>::max())
+      return InvalidArgument("raw BYTES input '" + in.name + "' is larger than 4 GiB");
+    // The one element, with the length prefix every BYTES tensor carries.
+    auto element = std::make_shared<std::vector<uint8_t>>(4 + body.size());
+    const auto length = static_cast<uint32_t>(body.size());
+    for (int i = 0; i < 4; ++i) (*element)[i] = static_cast<uint8_t>(length >> (8 * i));
+    if (body.size() > 0) std::memcpy(element->data() + 4, body.data(), body.size());
+    in.Borrow(element->data(), element->size(), MemoryLocation{}, element);
+  } else {
+    if (batching && variable == 0) in.shape[0] = -1;  // the batch dimension from the size
+    const size_t element_size = DataTypeSize(in.datatype);
+    if (element_size == 0 || body.size() % element_size != 0 ||
+        !FillVariableDimension(in.shape, static_cast<int64_t>(body.size() / element_size)))
+      return InvalidArgument("raw binary request of " + std::to_string(body.size()) +
+                             " bytes does not fit input '" + in.name + "'");
+    in.Borrow(body.data(), body.size(), body.location(), nullptr);
+  }
   r->inputs.push_back(std::move(in));
   r->binary_outputs_by_default = true;
   return Status::Ok();

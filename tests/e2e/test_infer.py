@@ -145,6 +145,73 @@ def test_raw_binary_request(server):
     assert np.isfinite(out).all()
 
 
+def _identity_model(repo, name, onnx_type, config_type, dims, count=1):
+    """An identity model of 'count' inputs INPUTi -> OUTPUTi with config dims 'dims' (batching on)."""
+    from onnx import helper
+    shape = ["batch"] + [d if d > 0 else f"d{i}" for i, d in enumerate(dims)]
+    nodes = [helper.make_node("Identity", [f"INPUT{i}"], [f"OUTPUT{i}"]) for i in range(count)]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info(f"INPUT{i}", onnx_type, shape) for i in range(count)],
+        [helper.make_tensor_value_info(f"OUTPUT{i}", onnx_type, shape) for i in range(count)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    os.makedirs(os.path.join(repo, name, "1"))
+    onnx.save(model, os.path.join(repo, name, "1", "model.onnx"))
+    d = ", ".join(str(x) for x in dims)
+    io = lambda kind, i: f'{{ name: "{kind}{i}" data_type: {config_type} dims: [ {d} ] }}'  # noqa: E731
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+                f'input [ {", ".join(io("INPUT", i) for i in range(count))} ]\n'
+                f'output [ {", ".join(io("OUTPUT", i) for i in range(count))} ]\n')
+
+
+def test_raw_binary_body_is_shaped_as_triton_shapes_it(tmp_path):
+    """Triton's qa/L0_http raw-binary cases (Inference-Header-Content-Length: 0), on models built as
+    its onnx_zero_* ones are: batch dimension 1, the one variable dimension from the size, a BYTES
+    input only for one element, and Triton's messages for the rest."""
+    from onnx import TensorProto
+    repo = str(tmp_path / "models")
+    _identity_model(repo, "zero_1_float32", TensorProto.FLOAT, "TYPE_FP32", [-1])
+    _identity_model(repo, "zero_1_object", TensorProto.STRING, "TYPE_STRING", [-1])
+    _identity_model(repo, "zero_1_object_1_element", TensorProto.STRING, "TYPE_STRING", [1])
+    _identity_model(repo, "zero_1_float16", TensorProto.FLOAT16, "TYPE_FP16", [-1, -1])
+    _identity_model(repo, "zero_3_float32", TensorProto.FLOAT, "TYPE_FP32", [-1], count=3)
+    s = Server(repo)
+
+    def post(model, body):
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        conn.request("POST", f"/v2/models/{model}/infer", body=body,
+                     headers={"Inference-Header-Content-Length": "0"})
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, r.getheader("Inference-Header-Content-Length"), data
+
+    try:
+        for n in (8, 32):
+            x = np.arange(n, dtype=np.float32).tobytes()
+            status, header_len, data = post("zero_1_float32", x)
+            assert status == 200, data
+            header = json.loads(data[:int(header_len)])
+            assert header["outputs"][0]["shape"] == [1, n]
+            assert data[int(header_len):] == x
+        status, header_len, data = post("zero_1_object_1_element", b"427")
+        assert status == 200, data
+        assert json.loads(data[:int(header_len)])["outputs"][0]["shape"] == [1, 1]
+        assert data[int(header_len) + 4:] == b"427"  # BYTES come back length-prefixed
+        for model, body, message in (
+                ("zero_1_object", b"427",
+                 "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"),
+                ("zero_1_float16", np.ones([2, 2], np.float16).tobytes(),
+                 "The shape of the raw input 'INPUT0' can not be deduced because there are more "
+                 "than one variable-sized dimension"),
+                ("zero_3_float32", np.arange(24, dtype=np.float32).tobytes(),
+                 "Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in")):
+            status, _, data = post(model, body)
+            assert status == 400 and message in json.loads(data)["error"], (model, data)
+    finally:
+        assert s.stop() == 0
+
+
 def test_async_infer_many_in_flight(client):
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     pending = []
