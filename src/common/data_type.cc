@@ -1,5 +1,7 @@
 #include "common/data_type.h"
 
+#include <limits>
+
 #include "nereid/backend_util.h"
 
 // The arithmetic lives once, in the header-only helpers backends use too; the core keeps its own
@@ -30,6 +32,19 @@ bool FillVariableDimension(std::vector<int64_t>& shape, int64_t elements) {
 }
 int64_t TensorByteSize(DataType type, const int64_t* shape, size_t rank) {
   return backend::TensorByteSize(B(type), shape, rank);
+}
+
+std::string SizeOverflow(const std::string& input, DataType type,
+                         const std::vector<int64_t>& shape) {
+  if (ElementCount(shape) < 0)
+    return "input '" + input + "' has shape " + ShapeString(shape) +
+           ", which causes total element count to exceed maximum size of " +
+           std::to_string(std::numeric_limits<int64_t>::max());
+  if (DataTypeSize(type) > 0 && TensorByteSize(type, shape) < 0)
+    return "byte size overflow for input '" + input + "': shape " + ShapeString(shape) + " of " +
+           std::string(DataTypeName(type)) + " holds more than " +
+           std::to_string(std::numeric_limits<int64_t>::max()) + " bytes";
+  return "";
 }
 
 }  // namespace nereid

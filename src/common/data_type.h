@@ -64,4 +64,9 @@ inline int64_t TensorByteSize(DataType type, const std::vector<int64_t>& shape) 
   return TensorByteSize(type, shape.data(), shape.size());
 }
 
+// Why an input's size cannot be computed, in Triton's words: its element count, or (for a
+// fixed-size type) its byte size, overflows int64. Empty when neither does.
+std::string SizeOverflow(const std::string& input, DataType type,
+                         const std::vector<int64_t>& shape);
+
 }  // namespace nereid

@@ -281,10 +281,10 @@ Status Model::Validate(InferenceRequest& request) const {
                                std::to_string(batch_size));
       batch_size = input.shape[0];
     }
+    if (std::string overflow = SizeOverflow(input.name, input.datatype, input.shape);
+        !overflow.empty())
+      return InvalidArgument(overflow);
     const int64_t elements = ElementCount(input.shape);
-    if (elements < 0)
-      return InvalidArgument("input '" + input.name + "' has shape " + ShapeString(input.shape) +
-                             ", whose element count does not fit in 64 bits");
     if (input.datatype == DataType::kBytes && !input.location.host_addressable())
       return InvalidArgument("input '" + input.name +
                              "': BYTES tensors in CUDA shared memory are not supported");
@@ -298,10 +298,6 @@ Status Model::Validate(InferenceRequest& request) const {
             " but its shape " + ShapeString(input.shape) + " needs " + std::to_string(elements));
     } else {
       const int64_t expected_bytes = TensorByteSize(input.datatype, input.shape);
-      if (expected_bytes < 0)
-        return InvalidArgument("input '" + input.name + "' has shape " + ShapeString(input.shape) +
-                               " of " + std::string(DataTypeName(input.datatype)) +
-                               ", whose byte size does not fit in 64 bits");
       if (input.byte_size != static_cast<uint64_t>(expected_bytes))
         return InvalidArgument("input '" + input.name + "' has " + std::to_string(input.byte_size) +
                                " bytes of data but shape " + ShapeString(input.shape) + " of " +
@@ -348,7 +344,7 @@ Status Model::Validate(InferenceRequest& request) const {
     if (spec == nullptr)
       return InvalidArgument("unexpected inference output '" + out.name + "'" + for_model);
     if (!seen.insert(out.name).second)
-      return InvalidArgument("output '" + out.name + "' is requested more than once");
+      return InvalidArgument("output '" + out.name + "' already exists in request");
     if (out.class_count > 0 && spec->data_type() == inference::TYPE_STRING)
       return InvalidArgument("classification (class_count) is not possible on BYTES output '" +
                              out.name + "'");

@@ -32,10 +32,9 @@ StatusOr<Buffer> Resolve(const SharedMemoryReference& ref, const SharedMemoryReg
 Status ShapeWholeBody(const Buffer& body, const inference::ModelConfig& config,
                       InferenceRequest* r) {
   if (config.input_size() != 1)
-    return InvalidArgument(
-        "Raw request must only have 1 input (found 1) to be deduced but got " +
-        std::to_string(config.input_size()) + " inputs in '" + config.name() +
-        "' model configuration");
+    return InvalidArgument("Raw request must only have 1 input (found 1) to be deduced but got " +
+                           std::to_string(config.input_size()) + " inputs in '" + config.name() +
+                           "' model configuration");
   const auto& spec = config.input(0);
   InferInput in;
   in.name = spec.name();
@@ -103,10 +102,9 @@ Status BuildInput(InputDescription& d, const SharedMemoryRegistry* shm, Inferenc
               nullptr);
   } else if (d.typed) {
     if (d.typed_count >= 0) {
+      if (std::string overflow = SizeOverflow(in.name, in.datatype, in.shape); !overflow.empty())
+        return InvalidArgument(overflow);
       const int64_t expected = ElementCount(in.shape);
-      if (expected < 0)
-        return InvalidArgument("input '" + in.name + "' has shape " + ShapeString(in.shape) +
-                               ", whose element count does not fit in 64 bits");
       if (d.typed_count != expected)
         return InvalidArgument("unexpected number of elements for input '" + in.name + "': shape " +
                                ShapeString(in.shape) + " needs " + std::to_string(expected) +

@@ -75,8 +75,12 @@ SHM_OUT = {"shared_memory_region": SHM_REGION, "shared_memory_byte_size": 64,
 NEUTRAL_CASES = {
     "wrong_shape": (request(simple(shape=(1, 8), data=("typed", [0] * 8))),
                     400, "INVALID_ARGUMENT", "unexpected shape"),
-    "negative_shape": (request(simple(shape=(1, -16))), 400, "INVALID_ARGUMENT",
-                       "shape entries must be non-negative"),
+    # Triton's HTTP frontend reads shape entries as unsigned integers and answers 500.
+    "negative_shape": (request(simple(shape=(1, -16))), {"http": 500, "grpc": 400},
+                       "INVALID_ARGUMENT",
+                       {"http": "Unable to parse 'shape': attempt to access JSON "
+                                "non-unsigned-integer as unsigned-integer",
+                        "grpc": "shape entries must be non-negative"}),
     "element_count": (request(simple(data=("typed", [0] * 15))), 400, "INVALID_ARGUMENT",
                       "unexpected number of elements for input 'INPUT0'"),
     "raw_too_short": (request(simple(data=("raw", b"\0" * 10))), 400, "INVALID_ARGUMENT",
@@ -211,6 +215,8 @@ def shm_region(server):
 @pytest.mark.parametrize("case", sorted(NEUTRAL_CASES))
 def test_request_rules_hold_on_both_protocols(server, shm_region, case, protocol):
     r, status, code, fragment = NEUTRAL_CASES[case]
+    if isinstance(status, dict):
+        status = status[protocol]
     if protocol == "http":
         path, body, headers = http_request(r)
         got, data = post(server, path, body, headers)
@@ -242,6 +248,15 @@ CASES = {
                           "Inference-Header-Content-Length"),
     "header_length_past_body": ("simple", GOOD_JSON, {"Inference-Header-Content-Length": "100000"}, 400,
                                 "Inference-Header-Content-Length"),
+    # Triton's limit and words (qa/L0_http test_json_recursion_depth_limit: 50 passes, 120 not).
+    "data_nested_past_100": ("identity_int64",
+                             json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 1],
+                                                     "datatype": "INT64",
+                                                     "data": json.loads("[" * 120 + "1" + "]" * 120)}]}),
+                             {}, 400, "JSON nesting depth exceeds maximum allowed limit (100)"),
+    "duplicate_output": ("simple", json.dumps({**json.loads(GOOD_JSON),
+                                               "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]}),
+                         {}, 400, "output 'OUTPUT0' already exists in request"),
     "shm_and_data": ("simple", inputs_json(parameters={"shared_memory_region": SHM_REGION,
                                                        "shared_memory_byte_size": 64}),
                      {}, 400, "can't set 'shared_memory_region' together with"),
@@ -254,6 +269,29 @@ def test_bad_request_gets_clear_error_and_server_keeps_serving(server, shm_regio
     got, data = post(server, f"/v2/models/{model}/infer", body, headers)
     assert got == status, data
     assert fragment in json.loads(data)["error"]
+    assert_still_serving(server)
+
+
+def test_data_nested_50_deep_is_served(server):
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "INT64",
+                                   "data": json.loads("[" * 50 + "7" + "]" * 50)}]})
+    status, data = post(server, "/v2/models/identity_int64/infer", body)
+    assert status == 200, data
+    assert json.loads(data)["outputs"][0]["data"] == [7]
+
+
+def test_repository_index_ready_nested_too_deep_for_the_parser(server):
+    """{"ready": [[[...true]]]} 250000 deep: refused for the type of 'ready', as Triton refuses it
+    (qa/L0_http test_repository_index_deeply_nested_json), and the server keeps serving."""
+    depth = 250000
+    status, data = post(server, "/v2/repository/index",
+                        '{"ready":' + "[" * depth + "true" + "]" * depth + "}")
+    assert status == 400, data
+    assert "Invalid value for 'ready': expected a boolean" in json.loads(data)["error"]
+    status, data = post(server, "/v2/repository/index", '{"ready": "yes"}')
+    assert status == 400 and "expected a boolean" in json.loads(data)["error"]
+    status, data = post(server, "/v2/repository/index", '{"x": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert status == 400 and "too deep" in json.loads(data)["error"], data
     assert_still_serving(server)
 
 

@@ -114,7 +114,7 @@ TEST(InferCodecTest, Errors) {
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"INT8","data":[300]}]})", -1, "in range"},
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"UINT8","data":[-1]}]})", -1, "in range"},
       {R"({"inputs":[{"name":"IN","shape":[-1],"datatype":"FP32","data":[]}]})", -1,
-       "non-negative"},
+       "non-unsigned-integer"},
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"FP32"}]})", -1, "neither"},
       {bin + std::string(8, 'x'), static_cast<int64_t>(bin.size()), "truncated"},
       {bin + std::string(20, 'x'), static_cast<int64_t>(bin.size()), "no input claims"},

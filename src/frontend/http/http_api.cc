@@ -180,20 +180,42 @@ StatusOr<simdjson::dom::element> ParseObject(simdjson::dom::parser& parser, cons
     return InvalidArgument(std::string("the ") + what + " request must be a JSON object");
   return doc;
 }
+// The index request's 'ready' (false when absent). A document nested past the parser's depth limit
+// is read lazily for that one field, so that a 'ready' of the wrong type is refused as Triton
+// refuses it (its parser has no such limit) rather than for its depth.
+StatusOr<bool> ReadyField(const std::string& body) {
+  const std::string wrong = "Invalid value for 'ready': expected a boolean";
+  simdjson::dom::parser parser;
+  auto doc = ParseObject(parser, body, "repository index");
+  if (doc.ok()) {
+    simdjson::dom::element ready;
+    if (doc->at_key("ready").get(ready)) return false;
+    if (ready.type() != simdjson::dom::element_type::BOOL) return InvalidArgument(wrong);
+    return bool(ready);
+  }
+  simdjson::dom::element probe;
+  if (parser.parse(body).get(probe) != simdjson::DEPTH_ERROR) return doc.status();
+  simdjson::ondemand::parser lazy;
+  const simdjson::padded_string padded(body);
+  simdjson::ondemand::document lazy_doc;
+  simdjson::ondemand::object object;
+  simdjson::ondemand::value ready;
+  if (lazy.iterate(padded).get(lazy_doc) || lazy_doc.get_object().get(object)) return doc.status();
+  const auto found = object.find_field_unordered("ready").get(ready);
+  if (found == simdjson::NO_SUCH_FIELD) return doc.status();  // too deep elsewhere
+  bool value = false;
+  if (found || ready.get_bool().get(value)) return InvalidArgument(wrong);
+  return doc.status();  // a boolean 'ready' in a document still too deep to read
+}
+
 }  // namespace
 
 Reply RepositoryIndexReply(const InferenceServer& api, const std::string& body) {
   bool ready_only = false;
   if (!body.empty()) {
-    simdjson::dom::parser parser;
-    auto doc = ParseObject(parser, body, "repository index");
-    if (!doc.ok()) return StatusReply(doc.status());
-    simdjson::dom::element ready;
-    if (!doc->at_key("ready").get(ready)) {
-      if (ready.type() != simdjson::dom::element_type::BOOL)
-        return ErrorReply(400, "'ready' must be a boolean");
-      ready_only = bool(ready);
-    }
+    auto ready = ReadyField(body);
+    if (!ready.ok()) return StatusReply(ready.status());
+    ready_only = *ready;
   }
   rapidjson::StringBuffer buffer;
   JsonWriter w(buffer);

@@ -280,8 +280,13 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     if (ec == bhttp::error::body_limit) {
       keep_alive_ = false;
       drain_after_send_ = true;
+      // Triton's words (whatever the body holds), with the size when the client declared it.
+      std::string declared;
+      if (parser_ && parser_->content_length())
+        declared = " of " + std::to_string(*parser_->content_length()) + " bytes";
       return SendError(bhttp::status::bad_request,
-                       "request body exceeds the limit of " +
+                       "request JSON size" + declared +
+                           " exceeds the maximum allowed input size of " +
                            std::to_string(server_->options_.max_input_size) +
                            " bytes; raise it with --http-max-input-size");
     }

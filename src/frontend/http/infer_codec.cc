@@ -116,7 +116,9 @@ Status PutElement(DataType type, const element& v, std::vector<uint8_t>& out,
 // Flattens (possibly nested) JSON arrays in row-major order.
 Status Flatten(DataType type, const element& v, std::vector<uint8_t>& out, int64_t& count,
                const std::string& input, int depth) {
-  if (depth > 64) return InvalidArgument("input '" + input + "': data nests too deeply");
+  if (depth > 100)  // Triton's limit and words
+    return InvalidArgument("input '" + input +
+                           "': JSON nesting depth exceeds maximum allowed limit (100)");
   if (v.type() == element_type::ARRAY) {
     for (element e : simdjson::dom::array(v))
       RETURN_IF_ERROR(Flatten(type, e, out, count, input, depth + 1));
@@ -313,9 +315,12 @@ Status DecodeInferRequest(const Buffer& body, int64_t header_length, RequestDesc
     if (!shape || shape->type() != element_type::ARRAY)
       return InvalidArgument("input '" + in.name + "' has no 'shape' array");
     for (element d : simdjson::dom::array(*shape)) {
-      if (d.type() != element_type::INT64)
-        return InvalidArgument("input '" + in.name +
-                               "': shape entries must be non-negative integers");
+      // Triton reads each entry as an unsigned integer and answers anything else with a 500 and
+      // these words.
+      if (d.type() != element_type::INT64 || int64_t(d) < 0)
+        return Internal(
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer");
       in.shape.push_back(int64_t(d));
     }
     auto input_params = Member(v, "parameters");
