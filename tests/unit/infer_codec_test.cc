@@ -101,6 +101,7 @@ TEST(InferCodecTest, Errors) {
     std::string body;
     int64_t header;
     const char* fragment;
+    Status::Code code = Status::Code::kInvalidArgument;
   };
   const std::string bin =
       R"({"inputs":[{"name":"IN","shape":[4],"datatype":"FP32","parameters":{"binary_data_size":16}}]})";
@@ -114,7 +115,7 @@ TEST(InferCodecTest, Errors) {
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"INT8","data":[300]}]})", -1, "in range"},
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"UINT8","data":[-1]}]})", -1, "in range"},
       {R"({"inputs":[{"name":"IN","shape":[-1],"datatype":"FP32","data":[]}]})", -1,
-       "non-unsigned-integer"},
+       "non-unsigned-integer", Status::Code::kInternal},  // Triton answers 500
       {R"({"inputs":[{"name":"IN","shape":[1],"datatype":"FP32"}]})", -1, "neither"},
       {bin + std::string(8, 'x'), static_cast<int64_t>(bin.size()), "truncated"},
       {bin + std::string(20, 'x'), static_cast<int64_t>(bin.size()), "no input claims"},
@@ -125,7 +126,7 @@ TEST(InferCodecTest, Errors) {
     InferenceRequest r;
     Status s = Decode(c.body, c.header, &r);
     ASSERT_FALSE(s.ok()) << c.body;
-    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(s.code(), c.code) << s.message();
     EXPECT_NE(s.message().find(c.fragment), std::string::npos) << s.message();
   }
 }
