@@ -31,6 +31,7 @@ struct CudaDriver::Api {
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDeviceTotalMem)(size_t*, CUdevice);
   CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceGetUuid)(unsigned char*, CUdevice) = nullptr;  // 16 bytes; optional
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
@@ -84,6 +85,9 @@ CudaDriver::CudaDriver() {
     reason_ = "the CUDA driver lacks an entry point the server needs";
     return;
   }
+  if (!api->Bind(api->cuDeviceGetUuid, "cuDeviceGetUuid_v2")) {
+    api->Bind(api->cuDeviceGetUuid, "cuDeviceGetUuid");
+  }
   api_ = api.release();
   if (Status s = Check(api_->cuInit(0), "cuInit"); !s.ok()) {
     reason_ = s.message();
@@ -113,6 +117,16 @@ CudaDriver::CudaDriver() {
     api_->cuDeviceGetAttribute(&info.compute_minor, kAttrComputeMinor, dev);
     info.name = name;
     info.total_memory = total;
+    unsigned char uuid[16] = {};
+    if (api_->cuDeviceGetUuid != nullptr && api_->cuDeviceGetUuid(uuid, dev) == 0) {
+      static const char* kHex = "0123456789abcdef";
+      info.uuid = "GPU-";
+      for (int b = 0; b < 16; ++b) {
+        if (b == 4 || b == 6 || b == 8 || b == 10) info.uuid += '-';
+        info.uuid += kHex[uuid[b] >> 4];
+        info.uuid += kHex[uuid[b] & 15];
+      }
+    }
     contexts_.push_back(ctx);
     devices.push_back(info);
   }

@@ -19,6 +19,8 @@ struct DeviceInfo {
   std::string name;
   uint64_t total_memory = 0;
   int compute_major = 0, compute_minor = 0;
+  std::string
+      uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML writes it; empty if unknown
 };
 
 // 64 bytes, as cudaIpcMemHandle_t / CUipcMemHandle.

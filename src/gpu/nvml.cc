@@ -61,6 +61,9 @@ Nvml::Nvml() {
     if (api->handle(i, &device) != 0) continue;
     unsigned long long energy = 0;
     api->energy(device, &energy);
+    char uuid[96] = {};
+    api->uuid(device, uuid, sizeof(uuid) - 1);
+    uuids_.emplace_back(uuid);
     devices_.push_back(device);
     energy_at_start_mj_.push_back(energy);
   }
@@ -91,6 +94,20 @@ std::vector<GpuSample> Nvml::Sample() {
     samples.push_back(std::move(s));
   }
   return samples;
+}
+
+std::optional<size_t> Nvml::IndexOfUuid(const std::string& uuid) const {
+  for (size_t i = 0; i < uuids_.size(); ++i)
+    if (!uuid.empty() && uuids_[i] == uuid) return i;
+  return std::nullopt;
+}
+
+bool Nvml::TotalEnergyMillijoules(size_t index, uint64_t* millijoules) const {
+  if (api_ == nullptr || index >= devices_.size()) return false;
+  unsigned long long mj = 0;
+  if (api_->energy(devices_[index], &mj) != 0) return false;
+  *millijoules = mj;
+  return true;
 }
 
 }  // namespace nereid::gpu

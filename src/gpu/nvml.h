@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,18 @@ class Nvml {
   static Nvml& Get();
   bool available() const { return api_ != nullptr; }
   std::vector<GpuSample> Sample();
+  // The NVML index of the GPU with this UUID, if NVML lists it.
+  std::optional<size_t> IndexOfUuid(const std::string& uuid) const;
+  // The GPU's total-energy counter (millijoules since the driver loaded). One read costs ~3 ms on
+  // an H200 host: the energy poller's thread only.
+  bool TotalEnergyMillijoules(size_t index, uint64_t* millijoules) const;
 
  private:
   Nvml();
   struct Api;
   Api* api_ = nullptr;
   std::vector<void*> devices_;
+  std::vector<std::string> uuids_;
   std::vector<uint64_t> energy_at_start_mj_;
 };
 

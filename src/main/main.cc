@@ -99,7 +99,12 @@ int Serve(const std::vector<std::string>& args) {
     LOG_ERROR << s.message();
     return 1;
   }
+  // Declared before the repository: models report to it until the repository's end.
+  std::unique_ptr<nereid::energy::EnergyLedger> energy;
+  if (options.energy_accounting)
+    energy = nereid::energy::MakeServerLedger(options.energy_watts_per_core);
   nereid::ModelRepository repository(options.repository, &backends);
+  repository.SetEnergyLedger(energy.get());
   s = repository.LoadStartupModels();
   if (!s.ok()) {
     LOG_ERROR << s.message();

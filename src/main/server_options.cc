@@ -55,6 +55,9 @@ Options (names follow tritonserver):
   --load-model=NAME           with explicit mode: load NAME at start ("*" for all); repeatable
   --strict-readiness=BOOL     /v2/health/ready requires every model to be ready (default true)
   --exit-on-error=BOOL        a model failing to load at start-up stops the server (default true)
+  --energy-accounting=BOOL    attribute measured joules to models (default true; docs/energy.md)
+  --energy-cpu-watts-per-core=W  the CPU estimate's watts per busy core where no RAPL counter is
+                              readable (default 10)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
   --model-load-timeout-secs=N a model load not finished after N s fails, and its backend is told
                               to abort it (default 600; Nereid's own)
@@ -175,6 +178,11 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       (flag == "model-load-timeout-secs" ? o.repository.load_timeout
                                          : o.repository.unload_timeout) =
           std::chrono::seconds(secs);
+    } else if (flag == "energy-accounting") {
+      ASSIGN_OR_RETURN(o.energy_accounting, boolean());
+    } else if (flag == "energy-cpu-watts-per-core") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.energy_watts_per_core, ParseNumber<double>(flag, v, 0.0, 1000.0));
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));

@@ -27,6 +27,10 @@ struct ServerOptions {
   int exit_timeout_secs = 30;
   // A model that fails to load at start-up stops the server (tritonserver's default).
   bool exit_on_error = true;
+  // Energy attribution (docs/energy.md): meters read by a poller thread, batches reported to it.
+  bool energy_accounting = true;
+  // The CPU estimate's watts per busy core, where no RAPL counter is readable.
+  double energy_watts_per_core = 10;
   int log_verbose = 0;
   bool log_info = true, log_warning = true, log_error = true;
   bool help = false;

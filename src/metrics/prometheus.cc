@@ -7,10 +7,26 @@
 #include "metrics/custom_metrics.h"
 
 namespace nereid {
+
+std::string PrometheusEscape(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 namespace {
 
 std::string Labels(const ModelMetricsSource& m, const std::string& extra = "") {
-  std::string s = "{model=\"" + m.name + "\",version=\"" + std::to_string(m.version) + "\"";
+  std::string s =
+      "{model=\"" + PrometheusEscape(m.name) + "\",version=\"" + std::to_string(m.version) + "\"";
   if (!extra.empty()) s += "," + extra;
   return s + "}";
 }

@@ -379,6 +379,9 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(
   // it (a model started after that is aborted at once).
   const Model::StartedHook started = [this, attempt](const std::shared_ptr<Model>& model) {
     model->SetInferLink(infer_link_);
+    if (energy_ != nullptr)
+      if (auto observer = energy_->ObserverFor(model->name(), model->version()))
+        model->AddExecutionObserver(observer);
     bool abandoned = false;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "energy/energy_ledger.h"
 #include "request/infer_api.h"
 #include "runtime/backend_library.h"
 #include "runtime/model.h"
@@ -57,6 +58,9 @@ class ModelRepository {
   ~ModelRepository();
   // Where this repository's models send their own requests: the server serving it sets it.
   const std::shared_ptr<InferApiLink>& infer_link() const { return infer_link_; }
+  // Where models loaded from now on report their batches for energy attribution (null: nowhere).
+  void SetEnergyLedger(energy::EnergyLedger* ledger) { energy_ = ledger; }
+  energy::EnergyLedger* energy_ledger() const { return energy_; }
 
   // Loads what the control mode asks for at startup. Failures are recorded per model and logged;
   // they never stop the other models (the returned status only reports a broken repository path;
@@ -104,6 +108,7 @@ class ModelRepository {
 
  private:
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
+  energy::EnergyLedger* energy_ = nullptr;
   struct VersionEntry {
     std::string state;  // READY, UNAVAILABLE
     std::string reason;

@@ -122,7 +122,10 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
   }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   auto stats_observer = std::make_shared<StatsObserver>(model->stats_.get());
-  for (auto& instance : model->instances_) instance->AddObserver(stats_observer);
+  for (auto& instance : model->instances_) {
+    instance->AddObserver(stats_observer);
+    for (const auto& observer : model->observers_) instance->AddObserver(observer);
+  }
   SchedulerContext context{model->config_, std::move(instances), model->stats_.get(), clock,
                            model->infer_link_.get()};
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, SchedulerFactory::Get().Create(context));

@@ -96,9 +96,11 @@ class Model {
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }
-  // Attaches 'observer' to every instance (statistics are attached by Create). Before the model
-  // serves, or while nothing executes: the instances read their observers without a lock.
+  // Attaches 'observer' to every instance, those Create makes later included (statistics are
+  // attached by Create). Before the model serves, or while nothing executes: the instances read
+  // their observers without a lock.
   void AddExecutionObserver(const std::shared_ptr<ExecutionObserver>& observer) {
+    observers_.push_back(observer);
     for (auto& instance : instances_) instance->AddObserver(observer);
   }
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
@@ -124,6 +126,7 @@ class Model {
   std::string config_json_;
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
+  std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;

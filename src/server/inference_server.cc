@@ -124,7 +124,9 @@ std::string InferenceServer::MetricsText(bool gpu) const {
     s.owner = std::move(m);
     sources.push_back(std::move(s));
   }
-  return RenderPrometheus(sources, gpu);
+  std::string text = RenderPrometheus(sources, gpu);
+  if (const auto* energy = repository_->energy_ledger()) text += energy->PrometheusText();
+  return text;
 }
 
 Status InferenceServer::UpdateLogSetting(const std::string& key, const LogSettingValue& value) {

@@ -1,0 +1,361 @@
+#include "energy/energy_ledger.h"
+
+#include <algorithm>
+#include <bit>
+#include <iomanip>
+#include <sstream>
+
+#include "common/logging.h"
+#include "gpu/cuda_driver.h"
+#include "metrics/prometheus.h"
+#include "request/inference_request.h"
+
+namespace nereid::energy {
+
+// ---- Ring
+// -----------------------------------------------------------------------------------------
+
+EnergyLedger::Ring::Ring(size_t capacity_pow2)
+    : slots_(new Slot[capacity_pow2]), mask_(capacity_pow2 - 1) {
+  for (size_t i = 0; i < capacity_pow2; ++i) slots_[i].sequence.store(i, std::memory_order_relaxed);
+}
+
+bool EnergyLedger::Ring::Push(const Event& e) {
+  size_t pos = head_.load(std::memory_order_relaxed);
+  for (;;) {
+    Slot& slot = slots_[pos & mask_];
+    const size_t seq = slot.sequence.load(std::memory_order_acquire);
+    const auto diff = static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos);
+    if (diff == 0) {
+      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        slot.event = e;
+        slot.sequence.store(pos + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (diff < 0) {
+      return false;  // full
+    } else {
+      pos = head_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+bool EnergyLedger::Ring::Pop(Event* e) {
+  size_t pos = tail_.load(std::memory_order_relaxed);
+  for (;;) {
+    Slot& slot = slots_[pos & mask_];
+    const size_t seq = slot.sequence.load(std::memory_order_acquire);
+    const auto diff = static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos + 1);
+    if (diff == 0) {
+      if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        *e = slot.event;
+        slot.sequence.store(pos + mask_ + 1, std::memory_order_release);
+        return true;
+      }
+    } else if (diff < 0) {
+      return false;  // empty
+    } else {
+      pos = tail_.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+// ---- Observer
+// -------------------------------------------------------------------------------------
+
+class EnergyLedger::Observer final : public ExecutionObserver {
+ public:
+  Observer(EnergyLedger* ledger, std::vector<uint32_t> entries)
+      : ledger_(ledger), entries_(std::move(entries)) {}
+  void OnExecution(const ExecutionRecord& record) override {
+    ledger_->Record(entries_[ledger_->DomainOf(record)], record);
+  }
+
+ private:
+  EnergyLedger* ledger_;
+  std::vector<uint32_t> entries_;  // by domain
+};
+
+// ---- Ledger
+// ---------------------------------------------------------------------------------------
+
+EnergyLedger::EnergyLedger(std::vector<std::unique_ptr<Meter>> meters, Options options)
+    : meters_(std::move(meters)), options_(options), ring_(1 << 16) {
+  bool have_cpu = false;
+  for (size_t m = 0; m < meters_.size(); ++m) {
+    const auto& scopes = meters_[m]->scopes();
+    for (size_t i = 0; i < scopes.size(); ++i) {
+      Domain d;
+      d.energy.scope = scopes[i];
+      d.meter = m, d.index = i;
+      if (scopes[i].gpu >= 0) {
+        if (domain_of_gpu_.size() <= static_cast<size_t>(scopes[i].gpu))
+          domain_of_gpu_.resize(scopes[i].gpu + 1, -1);
+        domain_of_gpu_[scopes[i].gpu] = static_cast<int>(domains_.size());
+      } else if (!have_cpu) {
+        cpu_domain_ = domains_.size();
+        have_cpu = true;
+      }
+      domains_.push_back(std::move(d));
+    }
+  }
+  // The first reading is each domain's origin.
+  const uint64_t now = options_.start_ns.value_or(SteadyNowNs());
+  for (auto& d : domains_) d.last_ns = now;
+}
+
+EnergyLedger::~EnergyLedger() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+void EnergyLedger::Start() {
+  if (domains_.empty() || poller_.joinable()) return;
+  poller_ = std::thread([this] { Run(); });
+}
+
+void EnergyLedger::Run() {
+  auto period = std::chrono::milliseconds(100);
+  for (const auto& m : meters_) period = std::min(period, m->period());
+  std::unique_lock lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    lock.unlock();
+    Poll(SteadyNowNs());
+    lock.lock();
+  }
+}
+
+size_t EnergyLedger::DomainOf(const ExecutionRecord& record) const {
+  if (record.kind == NEREID_INSTANCE_GPU && record.device >= 0 &&
+      static_cast<size_t>(record.device) < domain_of_gpu_.size() &&
+      domain_of_gpu_[record.device] >= 0)
+    return static_cast<size_t>(domain_of_gpu_[record.device]);
+  return cpu_domain_;
+}
+
+uint32_t EnergyLedger::EntryFor(const std::string& model, int64_t version, size_t domain) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto& t = entries_[i].totals;
+    if (entries_[i].domain == domain && t.model == model && t.version == version)
+      return static_cast<uint32_t>(i);
+  }
+  const bool overflow = entries_.size() >= options_.max_entries;
+  if (overflow)  // past the cap every new model version shares one entry per domain
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].domain == domain && entries_[i].totals.model.empty())
+        return static_cast<uint32_t>(i);
+  Entry e;
+  e.domain = domain;
+  e.totals.model = overflow ? "" : model;
+  e.totals.version = overflow ? 0 : version;
+  e.totals.scope = domains_[domain].energy.scope.name;
+  e.totals.source = domains_[domain].energy.scope.source;
+  entries_.push_back(std::move(e));
+  return static_cast<uint32_t>(entries_.size() - 1);
+}
+
+std::shared_ptr<ExecutionObserver> EnergyLedger::ObserverFor(const std::string& model,
+                                                             int64_t version) {
+  if (domains_.empty()) return nullptr;
+  std::lock_guard lock(mu_);
+  std::vector<uint32_t> entries;
+  for (size_t d = 0; d < domains_.size(); ++d) entries.push_back(EntryFor(model, version, d));
+  return std::make_shared<Observer>(this, std::move(entries));
+}
+
+void EnergyLedger::Record(uint32_t entry, const ExecutionRecord& record) {
+  Event e;
+  e.entry = entry;
+  e.rows = static_cast<uint32_t>(std::clamp<int64_t>(record.rows, 0, UINT32_MAX));
+  e.start_ns = record.start_ns;
+  e.end_ns = std::max(record.end_ns, record.start_ns);
+  if (!ring_.Push(e)) dropped_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EnergyLedger::Poll(uint64_t now_ns) {
+  // The meters first (their reads may take milliseconds), then the ledger's state.
+  std::vector<std::vector<double>> readings;
+  for (auto& m : meters_) readings.push_back(m->Read());
+  std::lock_guard lock(mu_);
+  for (auto& d : domains_) {
+    const double joules = readings[d.meter][d.index];
+    if (now_ns > d.last_ns) {
+      d.ticks.push_back({d.last_ns, now_ns, std::max(0.0, joules - d.last_joules)});
+      d.last_ns = now_ns;
+    }
+    d.last_joules = joules;
+  }
+  Event e;
+  while (ring_.Pop(&e)) {
+    Entry& entry = entries_[e.entry];
+    entry.totals.inferences += e.rows;
+    ++entry.totals.batches;
+    const int bucket = std::min(kBuckets - 1, static_cast<int>(std::bit_width(e.rows)));
+    domains_[entry.domain].batches.push_back({e.entry, bucket, e.start_ns, e.end_ns});
+  }
+  const uint64_t lag = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.lag).count());
+  for (auto& d : domains_) {
+    while (!d.ticks.empty() && d.ticks.front().end_ns + lag <= now_ns) {
+      Attribute(d, d.ticks.front());
+      d.ticks.pop_front();
+    }
+    // Batches that ended before every tick still to come are done with.
+    const uint64_t horizon = d.ticks.empty() ? d.last_ns : d.ticks.front().start_ns;
+    std::erase_if(d.batches, [&](const Batch& b) { return b.end_ns <= horizon; });
+  }
+  dropped_total_ = dropped_.load(std::memory_order_relaxed);
+}
+
+void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
+  const double seconds = (tick.end_ns - tick.start_ns) / 1e9;
+  const double power = tick.joules / seconds;
+  d.energy.metered_joules += tick.joules;
+  struct Share {
+    Entry* entry;
+    int bucket;
+    double busy;  // seconds within the tick
+  };
+  std::vector<Share> shares;
+  for (const Batch& b : d.batches) {
+    const uint64_t from = std::max(b.start_ns, tick.start_ns), to = std::min(b.end_ns, tick.end_ns);
+    if (to > from) shares.push_back({&entries_[b.entry], b.bucket, (to - from) / 1e9});
+  }
+  const bool floor = d.energy.scope.has_floor;
+  if (floor && (d.min_power < 0 || power < d.min_power)) d.min_power = power;
+  if (shares.empty()) {
+    d.energy.unattributed_idle += tick.joules;
+    if (floor) d.floor = d.floor < 0 ? power : 0.8 * d.floor + 0.2 * power;
+    d.energy.floor_watts = std::max(0.0, d.floor);
+    return;
+  }
+  const double floor_watts = !floor ? 0 : d.floor >= 0 ? d.floor : d.min_power;
+  const double idle = std::min(tick.joules, floor_watts * seconds);
+  const double active = tick.joules - idle;
+  // Calibration: a tick in which one kind of batch ran alone tells that kind's active power.
+  double busy = 0;
+  bool one_kind = true;
+  for (const Share& s : shares) {
+    busy += s.busy;
+    one_kind = one_kind && s.entry == shares[0].entry && s.bucket == shares[0].bucket;
+  }
+  if (one_kind && busy > 0) {
+    double& c = shares[0].entry->coefficient[shares[0].bucket];
+    const double observed = active / std::min(busy, seconds);
+    c = c > 0 ? 0.9 * c + 0.1 * observed : observed;
+  }
+  double total_weight = 0;
+  std::vector<double> weights(shares.size());
+  for (size_t i = 0; i < shares.size(); ++i) {
+    double c = shares[i].entry->coefficient[shares[i].bucket];
+    if (c <= 0) {  // not calibrated yet: the entry's mean over its calibrated sizes, else 1 W
+      double sum = 0;
+      int n = 0;
+      for (double k : shares[i].entry->coefficient)
+        if (k > 0) sum += k, ++n;
+      c = n > 0 ? sum / n : 1.0;
+    }
+    weights[i] = c * shares[i].busy;
+    total_weight += weights[i];
+  }
+  for (size_t i = 0; i < shares.size(); ++i) {
+    const double part = total_weight > 0 ? weights[i] / total_weight : 1.0 / shares.size();
+    shares[i].entry->totals.active_joules += active * part;
+    shares[i].entry->totals.idle_joules += idle * part;
+  }
+  d.energy.floor_watts = floor_watts;
+}
+
+std::vector<ModelEnergy> EnergyLedger::Models() const {
+  std::lock_guard lock(mu_);
+  std::vector<ModelEnergy> out;
+  for (const auto& e : entries_) out.push_back(e.totals);
+  return out;
+}
+
+std::vector<ScopeEnergy> EnergyLedger::Scopes() const {
+  std::lock_guard lock(mu_);
+  std::vector<ScopeEnergy> out;
+  for (const auto& d : domains_) {
+    out.push_back(d.energy);
+    out.back().dropped_batches = dropped_total_;
+  }
+  return out;
+}
+
+std::string EnergyLedger::PrometheusText() const {
+  const std::vector<ModelEnergy> models = Models();
+  const std::vector<ScopeEnergy> scopes = Scopes();
+  if (scopes.empty()) return "";
+  std::ostringstream out;
+  out << std::setprecision(15);  // sums of the parts match the meter's figure
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+  };
+  auto model_labels = [](const ModelEnergy& m) {
+    return "model=\"" + PrometheusEscape(m.model) + "\",version=\"" + std::to_string(m.version) +
+           "\",scope=\"" + m.scope + "\",source=\"" + m.source + "\"";
+  };
+  auto scope_labels = [](const ScopeEnergy& s) {
+    return "{scope=\"" + s.scope.name + "\",source=\"" + s.scope.source + "\"}";
+  };
+  family("nereid_energy_joules_total", "counter",
+         "Energy attributed to the model version on the scope: kind=active (above the floor) or "
+         "idle (its share of the floor while its batches ran)");
+  for (const auto& m : models) {
+    out << "nereid_energy_joules_total{" << model_labels(m) << ",kind=\"active\"} "
+        << m.active_joules << "\n";
+    out << "nereid_energy_joules_total{" << model_labels(m) << ",kind=\"idle\"} " << m.idle_joules
+        << "\n";
+  }
+  family("nereid_energy_inferences_total", "counter",
+         "Inferences (batch rows) the model version ran on the scope, the divisor of J/inference");
+  for (const auto& m : models)
+    out << "nereid_energy_inferences_total{" << model_labels(m) << "} " << m.inferences << "\n";
+  family("nereid_energy_metered_joules_total", "counter",
+         "The scope's meter reading over the attributed ticks: the sum of every model's active "
+         "and idle joules and the unattributed idle joules");
+  for (const auto& s : scopes)
+    out << "nereid_energy_metered_joules_total" << scope_labels(s) << " " << s.metered_joules
+        << "\n";
+  family("nereid_energy_unattributed_idle_joules_total", "counter",
+         "Energy of ticks in which no batch ran on the scope");
+  for (const auto& s : scopes)
+    out << "nereid_energy_unattributed_idle_joules_total" << scope_labels(s) << " "
+        << s.unattributed_idle << "\n";
+  family("nereid_energy_floor_watts", "gauge",
+         "The scope's floor power estimate (what it draws with nothing running; 0 for estimates)");
+  for (const auto& s : scopes)
+    out << "nereid_energy_floor_watts" << scope_labels(s) << " " << s.floor_watts << "\n";
+  family("nereid_energy_dropped_batches_total", "counter",
+         "Batch reports lost to a full ring (their energy went to the other batches)");
+  out << "nereid_energy_dropped_batches_total " << scopes.front().dropped_batches << "\n";
+  return out.str();
+}
+
+std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core) {
+  std::vector<std::unique_ptr<Meter>> meters;
+  std::vector<std::string> uuids;
+  for (const auto& d : gpu::CudaDriver::Get().devices()) uuids.push_back(d.uuid);
+  if (auto nvml = MakeNvmlMeter(uuids)) meters.push_back(std::move(nvml));
+  if (auto rapl = MakeRaplMeter())
+    meters.push_back(std::move(rapl));
+  else
+    meters.push_back(MakeEstimateMeter(watts_per_core));
+  for (const auto& m : meters)
+    for (const auto& s : m->scopes())
+      LOG_INFO << "energy: scope " << s.name << " measured by " << s.source
+               << (s.source == "estimate"
+                       ? " (this process's CPU time x " + std::to_string(watts_per_core) +
+                             " W per core; no RAPL counter is readable)"
+                       : "");
+  auto ledger = std::make_unique<EnergyLedger>(std::move(meters), EnergyLedger::Options{});
+  ledger->Start();
+  return ledger;
+}
+
+}  // namespace nereid::energy

@@ -1,0 +1,155 @@
+// EnergyLedger: the joules each meter counted, attributed to the model versions whose batches ran
+// while it counted. Batches reach it through an ExecutionObserver (a lock-free ring, nothing read
+// or allocated on the instance's thread); a poller thread reads the meters at their own period and
+// attributes each tick once the batches that overlap it have all been reported (a short lag):
+//  - a tick with no batch is idle energy of its scope (and refines the scope's floor power);
+//  - otherwise the floor power x the tick's length is the idle part, the rest is active, and both
+//    are split over the tick's batches by weight = busy time in the tick x the power coefficient of
+//    the batch's (model version, batch size); a tick in which only one such kind ran calibrates its
+//    coefficient (the active power while it was busy).
+// Per scope, the model versions' active + idle plus the scope's unattributed idle equal the meter's
+// joules over every attributed tick (tested).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "energy/meter.h"
+#include "runtime/execution_observer.h"
+
+namespace nereid::energy {
+
+struct ModelEnergy {
+  std::string model;
+  int64_t version = 0;
+  std::string scope, source;
+  double active_joules = 0;
+  double idle_joules = 0;   // its share of the floor power while its batches ran
+  uint64_t inferences = 0;  // rows of its batches on this scope
+  uint64_t batches = 0;
+};
+
+struct ScopeEnergy {
+  Scope scope;
+  double metered_joules = 0;     // the meter's joules over the attributed ticks
+  double unattributed_idle = 0;  // of ticks in which nothing ran
+  double floor_watts = 0;        // the current floor estimate (0 without one)
+  uint64_t dropped_batches = 0;  // reports lost to a full ring (their energy went to others)
+};
+
+class EnergyLedger {
+ public:
+  struct Options {
+    // How long after a tick ends it is attributed: batches report when they end.
+    std::chrono::milliseconds lag{300};
+    // Distinct (model, version, scope) entries; more fold into model "" (bounded cardinality).
+    size_t max_entries = 1024;
+    // The time of the meters' first read (their origin); unset: now (tests set it).
+    std::optional<uint64_t> start_ns;
+  };
+  // 'meters': GPU meters' scopes serve KIND_GPU instances of their device; the first scope without
+  // a GPU serves CPU instances (and GPU instances whose device no meter measures).
+  EnergyLedger(std::vector<std::unique_ptr<Meter>> meters, Options options);
+  ~EnergyLedger();
+  EnergyLedger(const EnergyLedger&) = delete;
+  EnergyLedger& operator=(const EnergyLedger&) = delete;
+
+  // Runs the poller until destruction. Without Start, Poll drives the ledger (tests).
+  void Start();
+  // One poller step at time 'now_ns' (the steady clock of ExecutionRecord's times).
+  void Poll(uint64_t now_ns);
+
+  // The observer of one model version's batches.
+  std::shared_ptr<ExecutionObserver> ObserverFor(const std::string& model, int64_t version);
+
+  std::vector<ModelEnergy> Models() const;
+  std::vector<ScopeEnergy> Scopes() const;
+  // Prometheus text of both (nereid_energy_* families).
+  std::string PrometheusText() const;
+
+ private:
+  struct Event {
+    uint32_t entry = 0;
+    uint32_t rows = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+  };
+  // Vyukov's bounded multi-producer queue: a push is two atomics on a preallocated slot.
+  class Ring {
+   public:
+    explicit Ring(size_t capacity_pow2);
+    bool Push(const Event& e);
+    bool Pop(Event* e);
+
+   private:
+    struct Slot {
+      std::atomic<size_t> sequence;
+      Event event;
+    };
+    std::unique_ptr<Slot[]> slots_;
+    size_t mask_;
+    alignas(64) std::atomic<size_t> head_{0};
+    alignas(64) std::atomic<size_t> tail_{0};
+  };
+  static constexpr int kBuckets = 16;  // batch sizes by powers of two
+  struct Entry {
+    ModelEnergy totals;
+    size_t domain = 0;
+    std::array<double, kBuckets> coefficient{};  // watts while busy; 0: not calibrated yet
+  };
+  struct Tick {
+    uint64_t start_ns, end_ns;
+    double joules;
+  };
+  struct Batch {
+    uint32_t entry;
+    int bucket;
+    uint64_t start_ns, end_ns;
+  };
+  struct Domain {
+    ScopeEnergy energy;
+    size_t meter = 0, index = 0;  // which meter and scope
+    double last_joules = 0;
+    uint64_t last_ns = 0;
+    double floor = -1;      // EWMA of empty ticks' power; -1 before the first
+    double min_power = -1;  // the lowest tick power seen (the floor until an empty tick)
+    std::deque<Tick> ticks;
+    std::vector<Batch> batches;
+  };
+  class Observer;
+
+  uint32_t EntryFor(const std::string& model, int64_t version, size_t domain);
+  void Record(uint32_t entry, const ExecutionRecord& record);
+  size_t DomainOf(const ExecutionRecord& record) const;
+  void Attribute(Domain& domain, const Tick& tick);
+  void Run();
+
+  std::vector<std::unique_ptr<Meter>> meters_;
+  Options options_;
+  Ring ring_;
+  std::atomic<uint64_t> dropped_{0};
+  uint64_t dropped_total_ = 0;      // dropped_, as of the last poll (under mu_)
+  std::vector<int> domain_of_gpu_;  // by CUDA ordinal; -1: the CPU domain
+  size_t cpu_domain_ = 0;
+  mutable std::mutex mu_;  // the poller's state, against snapshots and new entries
+  std::vector<Domain> domains_;
+  std::deque<Entry> entries_;  // stable addresses; index = Event::entry
+  std::thread poller_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+};
+
+// The server's ledger: NVML for the GPUs CUDA sees, RAPL for the CPU packages where readable, else
+// the CPU-time estimate at 'watts_per_core'; its poller started. Logs what measures what.
+std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core);
+
+}  // namespace nereid::energy

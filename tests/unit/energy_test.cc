@@ -1,0 +1,234 @@
+// Energy attribution with fake meters: conservation per scope, splitting across overlapping
+// batches, calibration, counter wrap and reset, RAPL zones from a fake powercap tree.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "energy/energy_counter.h"
+#include "energy/energy_ledger.h"
+#include "energy/meter.h"
+
+namespace nereid::energy {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+// A meter whose scope draws 'floor' watts plus, per running batch, its 'active' watts: the test
+// tells it what runs and it integrates.
+class FakeMeter final : public Meter {
+ public:
+  explicit FakeMeter(Scope scope) { scopes_.push_back(std::move(scope)); }
+  const std::vector<Scope>& scopes() const override { return scopes_; }
+  std::vector<double> Read() override { return {joules}; }
+  std::chrono::milliseconds period() const override { return std::chrono::milliseconds(100); }
+  double joules = 0;
+
+ private:
+  std::vector<Scope> scopes_;
+};
+
+ExecutionRecord Batch(uint64_t start_ns, uint64_t end_ns, int64_t rows,
+                      NereidInstanceKind kind = NEREID_INSTANCE_GPU, int device = 0) {
+  ExecutionRecord r;
+  static const std::string name = "i";
+  r.instance = &name;
+  r.kind = kind;
+  r.device = device;
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  r.rows = rows;
+  r.requests = 1;
+  return r;
+}
+
+double Sum(const std::vector<ModelEnergy>& models, const std::string& scope) {
+  double sum = 0;
+  for (const auto& m : models)
+    if (m.scope == scope) sum += m.active_joules + m.idle_joules;
+  return sum;
+}
+
+const ModelEnergy& Find(const std::vector<ModelEnergy>& models, const std::string& model,
+                        const std::string& scope = "gpu0") {
+  for (const auto& m : models)
+    if (m.model == model && m.scope == scope) return m;
+  static const ModelEnergy none;
+  return none;
+}
+
+struct Rig {
+  FakeMeter* gpu = nullptr;
+  FakeMeter* cpu = nullptr;
+  std::unique_ptr<EnergyLedger> ledger;
+  uint64_t t0 = 0;
+  Rig() {
+    auto g = std::make_unique<FakeMeter>(Scope{"gpu0", "nvml", 0, true});
+    auto c = std::make_unique<FakeMeter>(Scope{"process-cpu", "estimate", -1, false});
+    gpu = g.get(), cpu = c.get();
+    std::vector<std::unique_ptr<Meter>> meters;
+    meters.push_back(std::move(g));
+    meters.push_back(std::move(c));
+    EnergyLedger::Options options;
+    options.start_ns = 0;
+    ledger = std::make_unique<EnergyLedger>(std::move(meters), options);
+    t0 = 0;
+  }
+};
+
+TEST(CounterTrackerTest, CountsWrapsAndResets) {
+  CounterTracker rapl(1e-6, 1000);  // wraps at 1000 uJ
+  EXPECT_EQ(rapl.Advance(900), 0);  // the origin
+  EXPECT_DOUBLE_EQ(rapl.Advance(950), 50e-6);
+  EXPECT_DOUBLE_EQ(rapl.Advance(20), 70e-6);  // 50 to the range, 20 past it
+  EXPECT_DOUBLE_EQ(rapl.total(), 120e-6);
+  CounterTracker nvml(1e-3, 0);  // no wrap: a smaller value is a reset
+  nvml.Advance(5000);
+  EXPECT_DOUBLE_EQ(nvml.Advance(5100), 0.1);
+  EXPECT_DOUBLE_EQ(nvml.Advance(40), 0.04);  // counts from the reset
+  EXPECT_DOUBLE_EQ(nvml.total(), 0.14);
+}
+
+TEST(RaplMeterTest, ReadsPackagesNotSubZonesAndWraps) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("nereid_powercap_" + std::to_string(getpid()));
+  auto zone = [&](const std::string& name, uint64_t energy, uint64_t range) {
+    fs::create_directories(root / name);
+    std::ofstream(root / name / "energy_uj") << energy;
+    std::ofstream(root / name / "max_energy_range_uj") << range;
+  };
+  zone("intel-rapl:0", 1'000'000, 2'000'000);
+  zone("intel-rapl:0:0", 900'000, 2'000'000);  // a sub-zone: already in its package
+  zone("intel-rapl:1", 500'000, 2'000'000);
+  auto meter = MakeRaplMeter(root.string());
+  ASSERT_NE(meter, nullptr);
+  ASSERT_EQ(meter->scopes().size(), 1u);
+  EXPECT_EQ(meter->scopes()[0].source, "rapl");
+  EXPECT_EQ(meter->Read()[0], 0);
+  zone("intel-rapl:0", 1'500'000, 2'000'000);    // +0.5 J
+  zone("intel-rapl:0:0", 1'900'000, 2'000'000);  // ignored
+  zone("intel-rapl:1", 100'000, 2'000'000);      // wrapped: +1.6 J
+  EXPECT_NEAR(meter->Read()[0], 2.1, 1e-9);
+  fs::remove_all(root);
+  EXPECT_EQ(MakeRaplMeter(root.string()), nullptr);  // nothing readable: no meter
+}
+
+TEST(EnergyLedgerTest, ConservesEveryJouleOfEachScope) {
+  Rig rig;
+  auto a = rig.ledger->ObserverFor("a", 1);
+  auto b = rig.ledger->ObserverFor("b", 2);
+  std::mt19937 rng(7);
+  uint64_t now = 0;
+  double metered = 0;
+  for (int tick = 1; tick <= 100; ++tick) {
+    const uint64_t start = now;
+    now += 100 * kMs;
+    // A few batches per tick on the GPU and the CPU, some spanning the tick boundary.
+    for (int k = 0; k < 3; ++k) {
+      const uint64_t s = start + rng() % (100 * kMs);
+      const uint64_t e = s + rng() % (150 * kMs);
+      (k % 2 ? a : b)->OnExecution(Batch(s, e, 1 + rng() % 8));
+      a->OnExecution(Batch(s, e, 1, NEREID_INSTANCE_CPU));
+    }
+    const double j = 10 + rng() % 20;
+    rig.gpu->joules += j;
+    rig.cpu->joules += j / 10;
+    metered += j;
+    rig.ledger->Poll(now);
+  }
+  rig.ledger->Poll(now + 1000 * kMs);  // past the lag: every tick attributed
+  const auto models = rig.ledger->Models();
+  for (const auto& s : rig.ledger->Scopes()) {
+    EXPECT_NEAR(Sum(models, s.scope.name) + s.unattributed_idle, s.metered_joules, 1e-6)
+        << s.scope.name;
+  }
+  const auto scopes = rig.ledger->Scopes();
+  EXPECT_NEAR(scopes[0].metered_joules, metered, 1e-6);
+  EXPECT_NEAR(scopes[1].metered_joules, metered / 10, 1e-6);
+  EXPECT_EQ(Find(models, "a", "process-cpu").idle_joules, 0);  // an estimate has no floor
+}
+
+TEST(EnergyLedgerTest, SplitsOverlappingBatchesByCalibratedPower) {
+  Rig rig;
+  auto heavy = rig.ledger->ObserverFor("heavy", 1);
+  auto light = rig.ledger->ObserverFor("light", 1);
+  const double floor = 100;  // watts
+  uint64_t now = 0;
+  auto tick = [&](double active_joules) {
+    now += 100 * kMs;
+    rig.gpu->joules += floor * 0.1 + active_joules;
+    rig.ledger->Poll(now);
+  };
+  auto idle_second = [&] {  // nothing runs for 1 s: every earlier tick gets attributed
+    now += 1000 * kMs;
+    rig.gpu->joules += floor;
+    rig.ledger->Poll(now);
+  };
+  tick(0);  // an idle tick: the floor
+  // Each model alone, busy the whole tick: heavy draws 300 W above the floor, light 100 W.
+  for (int i = 0; i < 5; ++i) {
+    heavy->OnExecution(Batch(now, now + 100 * kMs, 4));
+    tick(30);
+  }
+  for (int i = 0; i < 5; ++i) {
+    light->OnExecution(Batch(now, now + 100 * kMs, 4));
+    tick(10);
+  }
+  idle_second();
+  const auto before = rig.ledger->Models();
+  const double heavy_before = Find(before, "heavy").active_joules;
+  const double light_before = Find(before, "light").active_joules;
+  EXPECT_NEAR(heavy_before, 150, 1e-6);
+  EXPECT_NEAR(light_before, 50, 1e-6);
+  // Both busy the whole of one tick: 40 J active splits 3:1 by the calibrated powers, and so does
+  // the floor's 10 J.
+  heavy->OnExecution(Batch(now, now + 100 * kMs, 4));
+  light->OnExecution(Batch(now, now + 100 * kMs, 4));
+  tick(40);
+  idle_second();
+  const auto after = rig.ledger->Models();
+  EXPECT_NEAR(Find(after, "heavy").active_joules - heavy_before, 30, 1e-6);
+  EXPECT_NEAR(Find(after, "light").active_joules - light_before, 10, 1e-6);
+  EXPECT_NEAR(Find(after, "heavy").idle_joules - Find(before, "heavy").idle_joules, 7.5, 1e-6);
+  EXPECT_NEAR(rig.ledger->Scopes()[0].floor_watts, floor, 1e-6);
+  EXPECT_EQ(Find(after, "heavy").inferences, 24u);
+}
+
+TEST(EnergyLedgerTest, ABatchSpanningTicksGetsEachTicksShare) {
+  Rig rig;
+  auto m = rig.ledger->ObserverFor("m", 1);
+  uint64_t now = 0;
+  m->OnExecution(Batch(50 * kMs, 250 * kMs, 2));  // half of tick 1, all of 2, half of 3
+  for (int i = 0; i < 3; ++i) {
+    now += 100 * kMs;
+    rig.gpu->joules += 7;
+    rig.ledger->Poll(now);
+  }
+  rig.ledger->Poll(now + 1000 * kMs);
+  const auto& e = Find(rig.ledger->Models(), "m");
+  EXPECT_NEAR(e.active_joules + e.idle_joules, 21, 1e-6);
+  EXPECT_EQ(e.inferences, 2u);
+}
+
+TEST(EnergyLedgerTest, EntriesAreBoundedAndTheTextIsPrometheus) {
+  auto meter = std::make_unique<FakeMeter>(Scope{"gpu0", "nvml", 0, true});
+  std::vector<std::unique_ptr<Meter>> meters;
+  meters.push_back(std::move(meter));
+  EnergyLedger::Options options;
+  options.max_entries = 4;
+  options.start_ns = 0;
+  EnergyLedger ledger(std::move(meters), options);
+  for (int i = 0; i < 50; ++i) ledger.ObserverFor("model\"" + std::to_string(i), 1);
+  EXPECT_EQ(ledger.Models().size(), 5u);  // 4 and the shared overflow entry
+  const std::string text = ledger.PrometheusText();
+  EXPECT_NE(
+      text.find("nereid_energy_joules_total{model=\"model\\\"0\",version=\"1\",scope=\"gpu0\","
+                "source=\"nvml\",kind=\"active\"} 0"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE nereid_energy_metered_joules_total counter"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nereid::energy
