@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "energy", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +47,14 @@ if [[ " $SECTIONS " == *" serving "* ]]; then
   echo "== serving benchmark (bench/gpu_serving.py)"
   PA="$PWD/$C/bin/perf_analyzer"; [ -x "$PA" ] || PA=""
   python3 bench/gpu_serving.py "$PWD/$C/bin/nereid" $PA --out "$OUT" 2>&1 | tee "$OUT/serving.txt"
+fi
+if [[ " $SECTIONS " == *" energy "* ]]; then
+  echo "== energy attribution on one GPU, accounting overhead (bench/energy_attribution.py)"
+  EM=/tmp/energy_models && rm -rf $EM && cp -r examples/models $EM &&
+    python3 examples/generate_models.py --out $EM > /dev/null
+  python3 bench/energy_attribution.py "$PWD/$C/bin/nereid" "$PWD/$C/bin/nereid-perf" --models $EM 2>&1 |
+    tee "$OUT/energy.txt"
+  RESULT[energy]=$(grep -E "mixed/alone" "$OUT/energy.txt" | tr '\n' ' ')
 fi
 if [[ " $SECTIONS " == *" pytorch "* ]]; then
   echo "== PyTorch backend, built here against this machine's PyTorch (tests/e2e/test_pytorch.py)"
