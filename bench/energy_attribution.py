@@ -98,8 +98,8 @@ def phase(server, perf, models):
             before[f"nereid_energy_joules_total{{{k},kind=\"idle\"}}"]
         n = after_load[f"nereid_energy_inferences_total{{{k}}}"] - before[f"nereid_energy_inferences_total{{{k}}}"]
         out[m] = (active / max(n, 1) * 1e3, idle / max(n, 1) * 1e3, n)
-    metered = sum(v for k, v in after_load.items() if k.startswith("nereid_energy_metered_joules_total")) - \
-        sum(v for k, v in before.items() if k.startswith("nereid_energy_metered_joules_total"))
+    gpu = 'nereid_energy_metered_joules_total{scope="gpu0",source="nvml"}'
+    metered = after_load[gpu] - before[gpu]
     nvml = sum(v for k, v in after_load.items() if k.startswith("nv_energy_consumption")) - \
         sum(v for k, v in before.items() if k.startswith("nv_energy_consumption"))
     time.sleep(1.0)

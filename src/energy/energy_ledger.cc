@@ -1,7 +1,6 @@
 #include "energy/energy_ledger.h"
 
 #include <algorithm>
-#include <bit>
 #include <iomanip>
 #include <sstream>
 
@@ -194,8 +193,7 @@ void EnergyLedger::Poll(uint64_t now_ns) {
     Entry& entry = entries_[e.entry];
     entry.totals.inferences += e.rows;
     ++entry.totals.batches;
-    const int bucket = std::min(kBuckets - 1, static_cast<int>(std::bit_width(e.rows)));
-    domains_[entry.domain].batches.push_back({e.entry, bucket, e.start_ns, e.end_ns});
+    domains_[entry.domain].batches.push_back({e.entry, e.start_ns, e.end_ns});
   }
   const uint64_t lag = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.lag).count());
@@ -211,23 +209,89 @@ void EnergyLedger::Poll(uint64_t now_ns) {
   dropped_total_ = dropped_.load(std::memory_order_relaxed);
 }
 
+// ---- Power fit
+// ------------------------------------------------------------------------------------
+
+namespace {
+constexpr double kForget = 0.99;    // per tick: about the last 100 ticks (10 s) weigh
+constexpr double kPrior = 1e6;      // the variance of a new slot's watts (W^2): it learns at once
+constexpr double kMinWatts = 1e-3;  // a fitted power stays positive (a weight, not a sign)
+}  // namespace
+
+EnergyLedger::PowerFit::PowerFit() { entry_.fill(-1); }
+
+int EnergyLedger::PowerFit::Slot(uint32_t entry, uint64_t tick) {
+  int free = -1, oldest = 0;
+  for (int i = 0; i < kSlots; ++i) {
+    if (entry_[i] == entry) {
+      used_[i] = tick;
+      return i;
+    }
+    if (entry_[i] < 0 && free < 0) free = i;
+    if (used_[i] < used_[oldest]) oldest = i;
+  }
+  const int slot = free >= 0 ? free : oldest;
+  entry_[slot] = entry;
+  used_[slot] = tick;
+  watts_[slot] = 0;  // set from its first tick (Update)
+  for (int i = 0; i < kSlots; ++i) p_[slot][i] = p_[i][slot] = 0;
+  p_[slot][slot] = kPrior;
+  return slot;
+}
+
+void EnergyLedger::PowerFit::Update(const std::array<double, kSlots>& x, double y) {
+  // A slot's first tick: its share of what the others' fitted powers leave, as a starting point.
+  double known = 0, fresh = 0;
+  for (int i = 0; i < kSlots; ++i) {
+    if (x[i] <= 0) continue;
+    if (watts_[i] > 0)
+      known += watts_[i] * x[i];
+    else
+      fresh += x[i];
+  }
+  for (int i = 0; i < kSlots; ++i)
+    if (x[i] > 0 && watts_[i] <= 0) watts_[i] = std::max(kMinWatts, (y - known) / fresh);
+  std::array<double, kSlots> px{};
+  double xpx = 0, predicted = 0;
+  for (int i = 0; i < kSlots; ++i) {
+    for (int j = 0; j < kSlots; ++j) px[i] += p_[i][j] * x[j];
+    predicted += watts_[i] * x[i];
+  }
+  for (int i = 0; i < kSlots; ++i) xpx += x[i] * px[i];
+  const double denominator = kForget + xpx;
+  if (denominator <= 0) return;
+  const double error = y - predicted;
+  for (int i = 0; i < kSlots; ++i) {
+    const double gain = px[i] / denominator;
+    watts_[i] = std::max(kMinWatts, watts_[i] + gain * error);
+  }
+  for (int i = 0; i < kSlots; ++i)
+    for (int j = 0; j < kSlots; ++j) p_[i][j] = (p_[i][j] - px[i] * px[j] / denominator) / kForget;
+}
+
+// ---- Attribution
+// ----------------------------------------------------------------------------------
+
 void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   const double seconds = (tick.end_ns - tick.start_ns) / 1e9;
   const double power = tick.joules / seconds;
   d.energy.metered_joules += tick.joules;
-  struct Share {
-    Entry* entry;
-    int bucket;
-    double busy;  // seconds within the tick
-  };
-  std::vector<Share> shares;
+  const uint64_t number = ++d.ticks_attributed;
+  // Busy seconds of each model version within the tick, by fit slot.
+  std::array<double, PowerFit::kSlots> busy{};
+  std::array<Entry*, PowerFit::kSlots> slot_entry{};
+  bool any = false;
   for (const Batch& b : d.batches) {
     const uint64_t from = std::max(b.start_ns, tick.start_ns), to = std::min(b.end_ns, tick.end_ns);
-    if (to > from) shares.push_back({&entries_[b.entry], b.bucket, (to - from) / 1e9});
+    if (to <= from) continue;
+    const int slot = d.fit.Slot(b.entry, number);
+    busy[slot] += (to - from) / 1e9;
+    slot_entry[slot] = &entries_[b.entry];
+    any = true;
   }
   const bool floor = d.energy.scope.has_floor;
   if (floor && (d.min_power < 0 || power < d.min_power)) d.min_power = power;
-  if (shares.empty()) {
+  if (!any) {
     d.energy.unattributed_idle += tick.joules;
     if (floor) d.floor = d.floor < 0 ? power : 0.8 * d.floor + 0.2 * power;
     d.energy.floor_watts = std::max(0.0, d.floor);
@@ -236,36 +300,23 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   const double floor_watts = !floor ? 0 : d.floor >= 0 ? d.floor : d.min_power;
   const double idle = std::min(tick.joules, floor_watts * seconds);
   const double active = tick.joules - idle;
-  // Calibration: a tick in which one kind of batch ran alone tells that kind's active power.
-  double busy = 0;
-  bool one_kind = true;
-  for (const Share& s : shares) {
-    busy += s.busy;
-    one_kind = one_kind && s.entry == shares[0].entry && s.bucket == shares[0].bucket;
-  }
-  if (one_kind && busy > 0) {
-    double& c = shares[0].entry->coefficient[shares[0].bucket];
-    const double observed = active / std::min(busy, seconds);
-    c = c > 0 ? 0.9 * c + 0.1 * observed : observed;
-  }
+  // Busy time overlapping on one device counts once per model version, capped at the tick.
+  for (double& b : busy) b = std::min(b, seconds);
+  d.fit.Update(busy, active);
   double total_weight = 0;
-  std::vector<double> weights(shares.size());
-  for (size_t i = 0; i < shares.size(); ++i) {
-    double c = shares[i].entry->coefficient[shares[i].bucket];
-    if (c <= 0) {  // not calibrated yet: the entry's mean over its calibrated sizes, else 1 W
-      double sum = 0;
-      int n = 0;
-      for (double k : shares[i].entry->coefficient)
-        if (k > 0) sum += k, ++n;
-      c = n > 0 ? sum / n : 1.0;
-    }
-    weights[i] = c * shares[i].busy;
-    total_weight += weights[i];
+  std::array<double, PowerFit::kSlots> weight{};
+  int count = 0;
+  for (int i = 0; i < PowerFit::kSlots; ++i) {
+    if (busy[i] <= 0) continue;
+    weight[i] = d.fit.watts(i) * busy[i];
+    total_weight += weight[i];
+    ++count;
   }
-  for (size_t i = 0; i < shares.size(); ++i) {
-    const double part = total_weight > 0 ? weights[i] / total_weight : 1.0 / shares.size();
-    shares[i].entry->totals.active_joules += active * part;
-    shares[i].entry->totals.idle_joules += idle * part;
+  for (int i = 0; i < PowerFit::kSlots; ++i) {
+    if (busy[i] <= 0) continue;
+    const double part = total_weight > 0 ? weight[i] / total_weight : 1.0 / count;
+    slot_entry[i]->totals.active_joules += active * part;
+    slot_entry[i]->totals.idle_joules += idle * part;
   }
   d.energy.floor_watts = floor_watts;
 }

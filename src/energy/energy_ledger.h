@@ -4,9 +4,10 @@
 // attributes each tick once the batches that overlap it have all been reported (a short lag):
 //  - a tick with no batch is idle energy of its scope (and refines the scope's floor power);
 //  - otherwise the floor power x the tick's length is the idle part, the rest is active, and both
-//    are split over the tick's batches by weight = busy time in the tick x the power coefficient of
-//    the batch's (model version, batch size); a tick in which only one such kind ran calibrates its
-//    coefficient (the active power while it was busy).
+//    are split over the tick's batches by weight = busy time in the tick x the active power of the
+//    batch's model version while busy. Those powers are fitted per scope by recursive least squares
+//    over every tick with batches (active joules = sum of power x busy seconds), so ticks where
+//    models overlap refine them too; the batch size shows in the busy time.
 // Per scope, the model versions' active + idle plus the scope's unattributed idle equal the meter's
 // joules over every attributed tick (tested).
 #pragma once
@@ -99,11 +100,27 @@ class EnergyLedger {
     alignas(64) std::atomic<size_t> head_{0};
     alignas(64) std::atomic<size_t> tail_{0};
   };
-  static constexpr int kBuckets = 16;  // batch sizes by powers of two
   struct Entry {
     ModelEnergy totals;
     size_t domain = 0;
-    std::array<double, kBuckets> coefficient{};  // watts while busy; 0: not calibrated yet
+  };
+  // The active watts of each model version busy on one scope, fitted by recursive least squares
+  // with forgetting (about the last 100 ticks count). Up to kSlots model versions at once; the one
+  // idle longest gives up its slot.
+  class PowerFit {
+   public:
+    static constexpr int kSlots = 16;
+    PowerFit();
+    int Slot(uint32_t entry, uint64_t tick);
+    double watts(int slot) const { return watts_[slot]; }
+    // One tick: 'busy' seconds per slot, 'active' joules.
+    void Update(const std::array<double, kSlots>& busy, double active);
+
+   private:
+    std::array<int64_t, kSlots> entry_;
+    std::array<uint64_t, kSlots> used_{};
+    std::array<double, kSlots> watts_{};
+    std::array<std::array<double, kSlots>, kSlots> p_{};
   };
   struct Tick {
     uint64_t start_ns, end_ns;
@@ -111,7 +128,6 @@ class EnergyLedger {
   };
   struct Batch {
     uint32_t entry;
-    int bucket;
     uint64_t start_ns, end_ns;
   };
   struct Domain {
@@ -123,6 +139,8 @@ class EnergyLedger {
     double min_power = -1;  // the lowest tick power seen (the floor until an empty tick)
     std::deque<Tick> ticks;
     std::vector<Batch> batches;
+    PowerFit fit;
+    uint64_t ticks_attributed = 0;
   };
   class Observer;
 

@@ -195,6 +195,70 @@ TEST(EnergyLedgerTest, SplitsOverlappingBatchesByCalibratedPower) {
   EXPECT_EQ(Find(after, "heavy").inferences, 24u);
 }
 
+// The device run's shape (bench/energy_attribution.py): a light model in many small batches of
+// varying size and a heavy one in few large batches, each alone and then together, on a floor far
+// above both. Each model's active energy per inference in the mix stays within 10% of its own
+// alone, because the fitted powers come from every tick, mixed ones included.
+TEST(EnergyLedgerTest, MixedModelsKeepTheirSoloEnergyPerInference) {
+  Rig rig;
+  auto light = rig.ledger->ObserverFor("light", 1);
+  auto heavy = rig.ledger->ObserverFor("heavy", 1);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> noise(-0.01, 0.01);
+  const double floor = 120, light_watts = 40, heavy_watts = 300;
+  uint64_t now = 0;
+  auto run = [&](int ticks, bool with_light, bool with_heavy) {
+    for (int t = 0; t < ticks; ++t) {
+      const uint64_t start = now;
+      double joules = floor * 0.1;
+      for (int k = 0; with_light && k < 20; ++k) {  // 1-4 rows, 0.5-2 ms each
+        const uint64_t s = start + k * 5 * kMs;
+        const uint64_t rows = 1 + rng() % 4;
+        const uint64_t e = s + rows * 500'000;
+        light->OnExecution(Batch(s, e, static_cast<int64_t>(rows)));
+        joules += light_watts * (e - s) / 1e9;
+      }
+      for (int k = 0; with_heavy && k < 2; ++k) {  // 1024 rows, 6-9 ms each
+        const uint64_t s = start + 2 * kMs + k * 50 * kMs;
+        const uint64_t e = s + (6 + rng() % 4) * kMs;
+        heavy->OnExecution(Batch(s, e, 1024));
+        joules += heavy_watts * (e - s) / 1e9;
+      }
+      now += 100 * kMs;
+      rig.gpu->joules += joules * (1 + noise(rng));
+      rig.ledger->Poll(now);
+    }
+    for (int t = 0; t < 10; ++t) {  // a second of nothing: the floor, and every tick attributed
+      now += 100 * kMs;
+      rig.gpu->joules += floor * 0.1;
+      rig.ledger->Poll(now);
+    }
+  };
+  auto per_inference = [&](const std::string& model, auto phase) {
+    const auto before = Find(rig.ledger->Models(), model);
+    phase();
+    const auto after = Find(rig.ledger->Models(), model);
+    return (after.active_joules - before.active_joules) /
+           static_cast<double>(after.inferences - before.inferences);
+  };
+  run(5, false, false);
+  const double light_alone = per_inference("light", [&] { run(100, true, false); });
+  const double heavy_alone = per_inference("heavy", [&] { run(100, false, true); });
+  double light_mixed = 0, heavy_mixed = 0;
+  const auto before = rig.ledger->Models();
+  run(100, true, true);
+  const auto after = rig.ledger->Models();
+  auto delta = [&](const std::string& m) {
+    return (Find(after, m).active_joules - Find(before, m).active_joules) /
+           static_cast<double>(Find(after, m).inferences - Find(before, m).inferences);
+  };
+  light_mixed = delta("light"), heavy_mixed = delta("heavy");
+  EXPECT_NEAR(light_mixed / light_alone, 1.0, 0.10) << light_mixed << " vs " << light_alone;
+  EXPECT_NEAR(heavy_mixed / heavy_alone, 1.0, 0.10) << heavy_mixed << " vs " << heavy_alone;
+  // And the heavy model near its true active energy: 300 W x 7.5 ms per 1024 rows.
+  EXPECT_NEAR(heavy_alone, heavy_watts * 0.0075 / 1024, 0.15 * heavy_watts * 0.0075 / 1024);
+}
+
 TEST(EnergyLedgerTest, ABatchSpanningTicksGetsEachTicksShare) {
   Rig rig;
   auto m = rig.ledger->ObserverFor("m", 1);
