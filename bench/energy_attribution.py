@@ -19,7 +19,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RATES = {"recommend_model": 2000, "matmul_model": 100}
+RATES = {"recommend_model": int(os.environ.get("RECOMMEND_RATE", 2000)),
+         "matmul_model": int(os.environ.get("MATMUL_RATE", 100))}
 PERF_ARGS = {"recommend_model": [], "matmul_model": ["--shape", "input__0:1024,1024"]}
 MEASURE_S = 10
 
