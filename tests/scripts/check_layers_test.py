@@ -36,8 +36,8 @@ def main():
                     "above it in docs/architecture.md's layer order")
         assert bad.stdout.strip() == expected, bad.stdout
         # An area the page does not list is an error too (a new folder needs its place).
-        os.mkdir(os.path.join(tmp, "src", "energy"))
-        assert "src/energy/: an area" in run(tmp).stdout
+        os.mkdir(os.path.join(tmp, "src", "unlisted"))
+        assert "src/unlisted/: an area" in run(tmp).stdout
     print("check_layers: clean tree passes, planted upward include fails")
 
 
