@@ -407,6 +407,7 @@ class GpuInstance final : public GemmBench {
   }
 
   std::string tuning() const { return tuner_->Describe(); }
+  uint64_t device_ns() const { return device_ns_; }
 
   Status Run(int64_t rows, const std::vector<GpuFeed>& feeds,
              const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
@@ -479,6 +480,7 @@ class GpuInstance final : public GemmBench {
     *end_ns = NereidNowNs();
     if (measured)
       phases_.Note(rows, direct, copies_in_graph_, {*start_ns, gathered_ns, enqueued_ns, *end_ns});
+    device_ns_ = phases_.DeviceNs();
     results->clear();
     for (size_t i = 0; i < m_->outputs.size(); ++i) {
       const IoSpec& io = m_->outputs[i];
@@ -761,6 +763,7 @@ class GpuInstance final : public GemmBench {
   std::vector<void*> direct_dst_;     // per output: this run's direct destination, or null
   std::unique_ptr<GemmTuner> tuner_;  // which implementation runs each GEMM, by row count
   PhaseLog phases_;
+  uint64_t device_ns_ = 0;  // the last run's device time
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {
@@ -768,6 +771,8 @@ StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model
   RETURN_IF_ERROR(instance->Init());
   return instance;
 }
+
+uint64_t LastDeviceNs(const GpuInstance& instance) { return instance.device_ns(); }
 
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
                 const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,

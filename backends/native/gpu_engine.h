@@ -97,5 +97,7 @@ std::string GemmTuning(const GpuInstance& instance);
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
                 const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
                 uint64_t* compute_start_ns, uint64_t* compute_end_ns);
+// The device time of the instance's last run (CUDA events around its copies and kernels).
+uint64_t LastDeviceNs(const GpuInstance& instance);
 
 }  // namespace nereid::native

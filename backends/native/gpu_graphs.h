@@ -93,8 +93,15 @@ class PhaseLog {
   bool Begin();
   // Records device mark 'i' (0: before the copies in, 1: before the graph, 2: after it, 3: after
   // the copies out) when this run is sampled.
+  // Marks 0 and 3 are recorded on every run: they bracket the run's device time (DeviceNs).
   cudaError_t Mark(int i, cudaStream_t stream) {
-    return sampled_ ? cudaEventRecord(events_[i], stream) : cudaSuccess;
+    return sampled_ || i == 0 || i == 3 ? cudaEventRecord(events_[i], stream) : cudaSuccess;
+  }
+  // After the run's stream synchronized: its device time, mark 0 to mark 3 (0 if unknown).
+  uint64_t DeviceNs() const {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, events_[0], events_[3]) != cudaSuccess) return 0;
+    return static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
   }
   // After the run's stream synchronized: 'host' holds its start, gathered, enqueued and end times.
   void Note(int64_t rows, uint64_t direct, bool copies_in_graph, std::array<uint64_t, 4> host);

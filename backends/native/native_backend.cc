@@ -238,6 +238,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstanc
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;
   RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, destinations, &results, &start, &end));
+  NereidRequestSetDeviceTime(requests[0], LastDeviceNs(gpu));
   int64_t row = 0;
   for (uint32_t r = 0; r < count; ++r) {
     NereidRequestSetComputeTimes(requests[r], start, end);

@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 6u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 7u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -241,6 +241,11 @@ NereidError* NereidRequestSend(NereidRequest* request, uint32_t flags);
 /* When the backend's own computation ran (NereidNowNs clock); statistics use it for compute_infer
  * instead of the whole Execute call. Optional. */
 void NereidRequestSetComputeTimes(NereidRequest* request, uint64_t start_ns, uint64_t end_ns);
+/* Since 2.7, optional: how long the request's batch kept the instance's device busy (e.g. CUDA
+ * events around its work on the instance's stream), for any one request of the batch, before the
+ * first of them completes. Energy attribution then counts that time rather than the host's
+ * interval around Execute, which other work on the device stretches. */
+void NereidRequestSetDeviceTime(NereidRequest* request, uint64_t busy_ns);
 /* Finishes the request; the handle is invalid afterwards. With 'error' NULL the response built so
  * far is sent (for a decoupled model: as its final response, or only the final flag when nothing
  * is pending); otherwise the error is (and the server takes 'error'). Exactly once per request. */

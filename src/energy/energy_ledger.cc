@@ -170,8 +170,12 @@ void EnergyLedger::Record(uint32_t entry, const ExecutionRecord& record) {
   Event e;
   e.entry = entry;
   e.rows = static_cast<uint32_t>(std::clamp<int64_t>(record.rows, 0, UINT32_MAX));
-  e.start_ns = record.start_ns;
   e.end_ns = std::max(record.end_ns, record.start_ns);
+  // With the device's own busy time the batch occupies the device for that long, ending when the
+  // host saw it end (the host's interval also holds staging, launch and waiting on other work).
+  e.start_ns = record.device_busy_ns > 0 && record.device_busy_ns < e.end_ns - record.start_ns
+                   ? e.end_ns - record.device_busy_ns
+                   : record.start_ns;
   if (!ring_.Push(e)) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -306,6 +306,11 @@ void NereidRequestSetComputeTimes(NereidRequest* request, uint64_t start_ns, uin
   r->compute_end_ns = end_ns;
 }
 
+void NereidRequestSetDeviceTime(NereidRequest* request, uint64_t busy_ns) {
+  BackendRequest* r = AsRequest(request);
+  if (r->execution) r->execution->device_busy_ns.store(busy_ns, std::memory_order_relaxed);
+}
+
 void NereidRequestComplete(NereidRequest* request, NereidError* error) {
   BackendRequest* r = AsRequest(request);
   r->instance->Complete(r, nereid::StatusFromBackend(error));

@@ -29,6 +29,7 @@ struct BatchExecution {
   int64_t rows = 0;
   size_t requests = 0;
   uint64_t start_ns = 0;
+  std::atomic<uint64_t> device_busy_ns{0};  // NereidRequestSetDeviceTime (0: not reported)
   std::atomic<bool> recorded{false};
   void Record(uint64_t end_ns);
   // Guarded by the instance's mutex: requests of this batch not yet completed, whether Execute

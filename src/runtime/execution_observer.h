@@ -20,6 +20,7 @@ struct ExecutionRecord {
   uint64_t end_ns = 0;  // it returned, or the batch's first request completed, whichever came first
   int64_t rows = 0;     // the requests' batch sizes summed
   size_t requests = 0;
+  uint64_t device_busy_ns = 0;  // the backend's device time for the batch; 0: not reported
 };
 
 class ExecutionObserver {

@@ -50,8 +50,14 @@ void ModelInstance::Finalize() {
 
 void BatchExecution::Record(uint64_t end_ns) {
   if (recorded.exchange(true)) return;
-  const ExecutionRecord record{
-      &instance->name(), instance->kind(), instance->device_id(), start_ns, end_ns, rows, requests};
+  const ExecutionRecord record{&instance->name(),
+                               instance->kind(),
+                               instance->device_id(),
+                               start_ns,
+                               end_ns,
+                               rows,
+                               requests,
+                               device_busy_ns.load(std::memory_order_relaxed)};
   for (const auto& observer : instance->observers()) observer->OnExecution(record);
 }
 

@@ -275,6 +275,23 @@ TEST(EnergyLedgerTest, ABatchSpanningTicksGetsEachTicksShare) {
   EXPECT_EQ(e.inferences, 2u);
 }
 
+// A batch whose backend reported its device time (NereidRequestSetDeviceTime) occupies the device
+// for that long before its end, not for the host's whole interval around it.
+TEST(EnergyLedgerTest, DeviceTimePlacesTheBatchAtTheEndOfItsHostInterval) {
+  Rig rig;
+  auto m = rig.ledger->ObserverFor("m", 1);
+  ExecutionRecord r = Batch(50 * kMs, 150 * kMs, 1);
+  r.device_busy_ns = 20 * kMs;  // on the device during [130, 150] ms
+  m->OnExecution(r);
+  for (uint64_t now : {100 * kMs, 200 * kMs, 1200 * kMs}) {
+    rig.gpu->joules += 10;
+    rig.ledger->Poll(now);
+  }
+  const auto& e = Find(rig.ledger->Models(), "m");
+  EXPECT_NEAR(e.active_joules + e.idle_joules, 10, 1e-9);            // the second tick only
+  EXPECT_NEAR(rig.ledger->Scopes()[0].unattributed_idle, 10, 1e-9);  // the first
+}
+
 TEST(EnergyLedgerTest, EntriesAreBoundedAndTheTextIsPrometheus) {
   auto meter = std::make_unique<FakeMeter>(Scope{"gpu0", "nvml", 0, true});
   std::vector<std::unique_ptr<Meter>> meters;
