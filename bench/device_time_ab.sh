@@ -1,3 +1,13 @@
+#!/usr/bin/env bash
+# A/B on the device machine: this build's native backend against another one (e.g. the commit
+# before a GPU-engine change), two servers on one GPU, recommend_model KIND_GPU over HTTP at
+# concurrency 1 and 64, alternating rounds. Prepare here: GPU=1 MODELS= scripts/device_carry.sh,
+# then the other backend, stripped and xz-compressed, as .devcarry/old/libnereid_backend_native.so.xz
+# (build it by checking out its backends/native and include/nereid/backend.h, `ninja -C build
+# nereid_backend_native`, and checking them back), and onnx + protobuf + ml_dtypes wheels for the
+# device's Python in .whl_min/. Run there: device run, carry [".devcarry", ".whl_min"],
+# command: bash bench/device_time_ab.sh
+set -uo pipefail
 C=.devcarry
 export LD_LIBRARY_PATH="$PWD/$C/lib:$(dirname $(find /usr/local/cuda*/ -name 'libcublasLt.so.13*' | head -1)):$LD_LIBRARY_PATH"
 [ -x $C/bin/nereid ] || tar -C $C -xJf $C/bundle.tar.xz
