@@ -10,6 +10,11 @@
 #include "request/inference_request.h"
 
 namespace nereid::energy {
+namespace {
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
 
 // ---- Ring
 // -----------------------------------------------------------------------------------------
@@ -121,8 +126,9 @@ void EnergyLedger::Run() {
   auto period = std::chrono::milliseconds(100);
   for (const auto& m : meters_) period = std::min(period, m->period());
   std::unique_lock lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+  for (uint64_t polls = 0; !stop_cv_.wait_for(lock, period, [this] { return stop_; }); ++polls) {
     lock.unlock();
+    if (carbon_ && polls % 50 == 0) carbon_->Refresh();  // every ~5 s
     Poll(SteadyNowNs());
     lock.lock();
   }
@@ -187,7 +193,7 @@ void EnergyLedger::Poll(uint64_t now_ns) {
   for (auto& d : domains_) {
     const double joules = readings[d.meter][d.index];
     if (now_ns > d.last_ns) {
-      d.ticks.push_back({d.last_ns, now_ns, std::max(0.0, joules - d.last_joules)});
+      d.ticks.push_back({d.last_ns, now_ns, std::max(0.0, joules - d.last_joules), WallSeconds()});
       d.last_ns = now_ns;
     }
     d.last_joules = joules;
@@ -295,8 +301,10 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   }
   const bool floor = d.energy.scope.has_floor;
   if (floor && (d.min_power < 0 || power < d.min_power)) d.min_power = power;
+  auto grams = [&](double joules) { return carbon_ ? carbon_->Grams(joules, tick.wall_end) : 0; };
   if (!any) {
     d.energy.unattributed_idle += tick.joules;
+    d.energy.unattributed_carbon += grams(tick.joules);
     if (floor) d.floor = d.floor < 0 ? power : 0.8 * d.floor + 0.2 * power;
     d.energy.floor_watts = std::max(0.0, d.floor);
     return;
@@ -321,6 +329,7 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
     const double part = total_weight > 0 ? weight[i] / total_weight : 1.0 / count;
     slot_entry[i]->totals.active_joules += active * part;
     slot_entry[i]->totals.idle_joules += idle * part;
+    slot_entry[i]->totals.carbon_grams += grams(tick.joules * part);
   }
   d.energy.floor_watts = floor_watts;
 }
@@ -386,13 +395,33 @@ std::string EnergyLedger::PrometheusText() const {
          "The scope's floor power estimate (what it draws with nothing running; 0 for estimates)");
   for (const auto& s : scopes)
     out << "nereid_energy_floor_watts" << scope_labels(s) << " " << s.floor_watts << "\n";
+  if (carbon_ && carbon_->known()) {
+    family("nereid_carbon_grams_total", "counter",
+           "Grams CO2e of the model version's active and idle joules on the scope: joules / 3.6e6 "
+           "x the grid's carbon intensity at the time x PUE");
+    for (const auto& m : models)
+      out << "nereid_carbon_grams_total{" << model_labels(m) << "} " << m.carbon_grams << "\n";
+    family("nereid_carbon_unattributed_grams_total", "counter",
+           "Grams CO2e of the scope's ticks in which nothing ran");
+    for (const auto& s : scopes)
+      out << "nereid_carbon_unattributed_grams_total" << scope_labels(s) << " "
+          << s.unattributed_carbon << "\n";
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    family("nereid_carbon_intensity_grams_per_kwh", "gauge",
+           "The grid's carbon intensity in force now (--carbon-intensity or its file)");
+    out << "nereid_carbon_intensity_grams_per_kwh " << carbon_->At(now) << "\n";
+    family("nereid_pue", "gauge", "The power usage effectiveness carbon figures include (--pue)");
+    out << "nereid_pue " << carbon_->pue() << "\n";
+  }
   family("nereid_energy_dropped_batches_total", "counter",
          "Batch reports lost to a full ring (their energy went to the other batches)");
   out << "nereid_energy_dropped_batches_total " << scopes.front().dropped_batches << "\n";
   return out.str();
 }
 
-std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core) {
+std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core,
+                                               std::shared_ptr<CarbonIntensity> carbon) {
   std::vector<std::unique_ptr<Meter>> meters;
   std::vector<std::string> uuids;
   for (const auto& d : gpu::CudaDriver::Get().devices()) uuids.push_back(d.uuid);
@@ -409,6 +438,7 @@ std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core) {
                              " W per core; no RAPL counter is readable)"
                        : "");
   auto ledger = std::make_unique<EnergyLedger>(std::move(meters), EnergyLedger::Options{});
+  if (carbon && carbon->known()) ledger->SetCarbon(std::move(carbon));
   ledger->Start();
   return ledger;
 }

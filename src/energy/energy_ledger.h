@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "energy/carbon.h"
 #include "energy/meter.h"
 #include "runtime/execution_observer.h"
 
@@ -37,14 +38,16 @@ struct ModelEnergy {
   double idle_joules = 0;   // its share of the floor power while its batches ran
   uint64_t inferences = 0;  // rows of its batches on this scope
   uint64_t batches = 0;
+  double carbon_grams = 0;  // CO2e of its active and idle joules (CarbonIntensity), 0 without one
 };
 
 struct ScopeEnergy {
   Scope scope;
-  double metered_joules = 0;     // the meter's joules over the attributed ticks
-  double unattributed_idle = 0;  // of ticks in which nothing ran
-  double floor_watts = 0;        // the current floor estimate (0 without one)
-  uint64_t dropped_batches = 0;  // reports lost to a full ring (their energy went to others)
+  double metered_joules = 0;       // the meter's joules over the attributed ticks
+  double unattributed_idle = 0;    // of ticks in which nothing ran
+  double unattributed_carbon = 0;  // grams CO2e of those ticks
+  double floor_watts = 0;          // the current floor estimate (0 without one)
+  uint64_t dropped_batches = 0;    // reports lost to a full ring (their energy went to others)
 };
 
 class EnergyLedger {
@@ -68,6 +71,9 @@ class EnergyLedger {
   void Start();
   // One poller step at time 'now_ns' (the steady clock of ExecutionRecord's times).
   void Poll(uint64_t now_ns);
+
+  // Grams CO2e from here on (before Start; null: none).
+  void SetCarbon(std::shared_ptr<CarbonIntensity> carbon) { carbon_ = std::move(carbon); }
 
   // The observer of one model version's batches.
   std::shared_ptr<ExecutionObserver> ObserverFor(const std::string& model, int64_t version);
@@ -125,6 +131,7 @@ class EnergyLedger {
   struct Tick {
     uint64_t start_ns, end_ns;
     double joules;
+    double wall_end;  // Unix seconds at the tick's end (the carbon intensity's clock)
   };
   struct Batch {
     uint32_t entry;
@@ -160,6 +167,7 @@ class EnergyLedger {
   mutable std::mutex mu_;  // the poller's state, against snapshots and new entries
   std::vector<Domain> domains_;
   std::deque<Entry> entries_;  // stable addresses; index = Event::entry
+  std::shared_ptr<CarbonIntensity> carbon_;
   std::thread poller_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
@@ -168,6 +176,8 @@ class EnergyLedger {
 
 // The server's ledger: NVML for the GPUs CUDA sees, RAPL for the CPU packages where readable, else
 // the CPU-time estimate at 'watts_per_core'; its poller started. Logs what measures what.
-std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core);
+// 'carbon': the intensity and PUE for gCO2e figures (null or unknown: none).
+std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core,
+                                               std::shared_ptr<CarbonIntensity> carbon);
 
 }  // namespace nereid::energy

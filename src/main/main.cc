@@ -102,7 +102,10 @@ int Serve(const std::vector<std::string>& args) {
   // Declared before the repository: models report to it until the repository's end.
   std::unique_ptr<nereid::energy::EnergyLedger> energy;
   if (options.energy_accounting)
-    energy = nereid::energy::MakeServerLedger(options.energy_watts_per_core);
+    energy = nereid::energy::MakeServerLedger(
+        options.energy_watts_per_core,
+        std::make_shared<nereid::energy::CarbonIntensity>(
+            options.carbon_intensity, options.carbon_intensity_file, options.pue));
   nereid::ModelRepository repository(options.repository, &backends);
   repository.SetEnergyLedger(energy.get());
   s = repository.LoadStartupModels();

@@ -58,6 +58,10 @@ Options (names follow tritonserver):
   --energy-accounting=BOOL    attribute measured joules to models (default true; docs/energy.md)
   --energy-cpu-watts-per-core=W  the CPU estimate's watts per busy core where no RAPL counter is
                               readable (default 10)
+  --carbon-intensity=G        grid carbon intensity in g CO2e per kWh, for nereid_carbon_* figures
+  --carbon-intensity-file=PATH  time-stamped intensities ("unix_seconds,g" or
+                              "YYYY-MM-DDTHH:MM:SSZ,g" per line), re-read when it changes
+  --pue=X                     power usage effectiveness the carbon figures include (default 1.0)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
   --model-load-timeout-secs=N a model load not finished after N s fails, and its backend is told
                               to abort it (default 600; Nereid's own)
@@ -183,6 +187,14 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "energy-cpu-watts-per-core") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.energy_watts_per_core, ParseNumber<double>(flag, v, 0.0, 1000.0));
+    } else if (flag == "carbon-intensity") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.carbon_intensity, ParseNumber<double>(flag, v, 0.0, 10000.0));
+    } else if (flag == "carbon-intensity-file") {
+      ASSIGN_OR_RETURN(o.carbon_intensity_file, next());
+    } else if (flag == "pue") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(o.pue, ParseNumber<double>(flag, v, 1.0, 3.0));
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));

@@ -31,6 +31,10 @@ struct ServerOptions {
   bool energy_accounting = true;
   // The CPU estimate's watts per busy core, where no RAPL counter is readable.
   double energy_watts_per_core = 10;
+  // Carbon (docs/energy.md): g CO2e/kWh (< 0: none), or a file of time-stamped intensities; PUE.
+  double carbon_intensity = -1;
+  std::string carbon_intensity_file;
+  double pue = 1.0;
   int log_verbose = 0;
   bool log_info = true, log_warning = true, log_error = true;
   bool help = false;

@@ -13,7 +13,7 @@ def metrics(server):
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
     rows = {}
     for line in text.splitlines():
-        if line.startswith("nereid_energy"):
+        if line.startswith(("nereid_energy", "nereid_carbon", "nereid_pue")):
             key, value = line.rsplit(" ", 1)
             rows[key] = float(value)
     return rows
@@ -50,6 +50,29 @@ def test_energy_is_attributed_and_conserved(repository):
         assert m[f'nereid_energy_joules_total{{{key},kind="active"}}'] > 0
         assert m[f'nereid_energy_joules_total{{{key},kind="idle"}}'] == 0  # an estimate has no floor
         assert "energy: scope process-cpu measured by estimate" in s.read_log()
+    finally:
+        assert s.stop() == 0
+
+
+def test_carbon_from_a_flag_and_a_file(repository, tmp_path):
+    intensity = tmp_path / "grid.csv"
+    intensity.write_text("# unix seconds, g CO2e per kWh\n0,500\n")
+    s = Server(repository, "--carbon-intensity-file=" + str(intensity), "--pue=1.2")
+    try:
+        infer_simple(httpclient.InferenceServerClient(s.url), 100)
+        time.sleep(0.8)
+        m = metrics(s)
+        assert m["nereid_carbon_intensity_grams_per_kwh"] == 500
+        assert m["nereid_pue"] == 1.2
+        key = 'model="simple",version="1",scope="process-cpu",source="estimate"'
+        joules = m[f'nereid_energy_joules_total{{{key},kind="active"}}']
+        grams = m[f"nereid_carbon_grams_total{{{key}}}"]
+        assert joules > 0 and abs(grams - joules / 3.6e6 * 500 * 1.2) <= 1e-9 + 1e-6 * grams
+    finally:
+        assert s.stop() == 0
+    s = Server(repository)  # no intensity given: no carbon figures
+    try:
+        assert not any(k.startswith("nereid_carbon") for k in metrics(s))
     finally:
         assert s.stop() == 0
 

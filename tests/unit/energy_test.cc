@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "energy/carbon.h"
 #include "energy/energy_counter.h"
 #include "energy/energy_ledger.h"
 #include "energy/meter.h"
@@ -50,12 +51,12 @@ double Sum(const std::vector<ModelEnergy>& models, const std::string& scope) {
   return sum;
 }
 
-const ModelEnergy& Find(const std::vector<ModelEnergy>& models, const std::string& model,
-                        const std::string& scope = "gpu0") {
+// A copy: callers pass the temporary that Models() returns.
+ModelEnergy Find(const std::vector<ModelEnergy>& models, const std::string& model,
+                 const std::string& scope = "gpu0") {
   for (const auto& m : models)
     if (m.model == model && m.scope == scope) return m;
-  static const ModelEnergy none;
-  return none;
+  return ModelEnergy{};
 }
 
 struct Rig {
@@ -309,6 +310,61 @@ TEST(EnergyLedgerTest, EntriesAreBoundedAndTheTextIsPrometheus) {
       std::string::npos)
       << text;
   EXPECT_NE(text.find("# TYPE nereid_energy_metered_joules_total counter"), std::string::npos);
+}
+
+TEST(CarbonTest, ParsesTimesAndRefusesGarbage) {
+  auto table = CarbonIntensity::Parse(
+      "# grid export\n1796148000,300\n2026-12-01T18:00:00Z, 250\n\n1764600000,400\n");
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_EQ(table->size(), 3u);
+  // Sorted by time; 2026-12-01T18:00:00Z is Unix 1796148000, the same as the second line's.
+  EXPECT_EQ((*table)[0], std::make_pair(1764600000.0, 400.0));
+  EXPECT_EQ((*table)[1], std::make_pair(1796148000.0, 250.0));
+  EXPECT_EQ((*table)[2], std::make_pair(1796148000.0, 300.0));
+  for (const char* bad : {"noon,300\n", "1796148000\n", "1796148000,-5\n", "1796148000,x\n",
+                          "2026-12-01T18:00:00,300\n"})
+    EXPECT_FALSE(CarbonIntensity::Parse(bad).ok()) << bad;
+}
+
+TEST(CarbonTest, GramsFollowTheIntensityInForceAndTheFileWhenItChanges) {
+  CarbonIntensity fixed(400, "", 1.5);
+  EXPECT_TRUE(fixed.known());
+  EXPECT_NEAR(fixed.Grams(3.6e6, 0), 600, 1e-9);  // 1 kWh x 400 g x PUE 1.5
+  EXPECT_FALSE(CarbonIntensity(-1, "", 1.0).known());
+  const std::string file = std::filesystem::temp_directory_path() /
+                           ("nereid_carbon_" + std::to_string(getpid()) + ".csv");
+  std::ofstream(file) << "100,200\n200,50\n";
+  CarbonIntensity from_file(-1, file, 1.0);
+  ASSERT_TRUE(from_file.known());
+  EXPECT_EQ(from_file.At(50), 200);  // before the first: the first
+  EXPECT_EQ(from_file.At(150), 200);
+  EXPECT_EQ(from_file.At(250), 50);
+  std::ofstream(file) << "100,999\n";
+  std::filesystem::last_write_time(
+      file, std::filesystem::last_write_time(file) + std::chrono::seconds(5));
+  from_file.Refresh();
+  EXPECT_EQ(from_file.At(250), 999);
+  std::ofstream(file) << "garbage\n";
+  std::filesystem::last_write_time(
+      file, std::filesystem::last_write_time(file) + std::chrono::seconds(10));
+  from_file.Refresh();
+  EXPECT_EQ(from_file.At(250), 999);  // a bad file keeps the previous table
+  std::filesystem::remove(file);
+}
+
+TEST(CarbonTest, TheLedgerCountsGramsPerModelAndForIdleTicks) {
+  Rig rig;
+  rig.ledger->SetCarbon(std::make_shared<CarbonIntensity>(360, "", 1.0));  // 0.1 mg per J
+  auto m = rig.ledger->ObserverFor("m", 1);
+  m->OnExecution(Batch(100 * kMs, 200 * kMs, 1));
+  for (uint64_t now : {100 * kMs, 200 * kMs, 1200 * kMs}) {
+    rig.gpu->joules += 10;
+    rig.ledger->Poll(now);
+  }
+  EXPECT_NEAR(Find(rig.ledger->Models(), "m").carbon_grams, 10 * 1e-4, 1e-12);
+  EXPECT_NEAR(rig.ledger->Scopes()[0].unattributed_carbon, 10 * 1e-4, 1e-12);
+  EXPECT_NE(rig.ledger->PrometheusText().find("nereid_carbon_intensity_grams_per_kwh 360"),
+            std::string::npos);
 }
 
 }  // namespace
