@@ -127,6 +127,9 @@ std::vector<std::string> LibraryCandidates() {
 }
 
 Status LoadRuntime() {
+  // The library stays loaded for the process: a second NereidBackendInitialize (another server
+  // in the same process, as in the unit tests) finds it there.
+  if (g_ort != nullptr) return Status::Ok();
   auto runtime = std::make_unique<Runtime>();
   std::string tried;
   for (const std::string& candidate : LibraryCandidates()) {

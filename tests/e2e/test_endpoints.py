@@ -1,6 +1,7 @@
 """Every KServe v2 endpoint with Triton's behaviour, through tritonclient.http and raw HTTP."""
 import http.client
 import json
+import os
 
 import pytest
 
@@ -49,6 +50,34 @@ def test_model_config_json_has_numeric_dims(server, client):
     status, headers, body = raw(server, "GET", "/v2/models/simple/config")
     assert status == 200 and headers["Content-Type"] == "application/json"
     assert '"dims":[16]' in body.decode()
+
+
+def test_model_names_in_urls_are_percent_decoded(server, repository, tmp_path):
+    """tritonclient quotes model names (urllib.parse.quote) and Triton decodes them: '%73imple' is
+    simple; '%2F' decodes to a '/' (no model has one), and a bad escape stays as it is."""
+    assert raw(server, "GET", "/v2/models/%73imple/ready")[0] == 200
+    assert json.loads(raw(server, "GET", "/v2/models/%73imple")[2])["name"] == "simple"
+    status, _, body = raw(server, "GET", "/v2/models/simp%2Fle")
+    assert status == 404 and b"'simp/le'" in body, body  # decoded, then no such model
+    assert raw(server, "GET", "/v2/models/simple%zz")[0] == 404  # 'simple%zz': no such model
+    # A model whose name needs quoting, through the real client.
+    import shutil
+    import numpy as np
+    import tritonclient.http as httpclient
+    from conftest import Server
+    repo = tmp_path / "models"
+    shutil.copytree(os.path.join(repository, "identity_fp32"), repo / "id fp32 \"q\"")
+    config = repo / "id fp32 \"q\"" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "identity_fp32"', 'name: "id fp32 \\"q\\""'))
+    s = Server(str(repo))
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        assert c.is_model_ready('id fp32 "q"')
+        i = httpclient.InferInput("INPUT0", [1, 3], "FP32")
+        i.set_data_from_numpy(np.ones((1, 3), np.float32))
+        assert c.infer('id fp32 "q"', [i]).as_numpy("OUTPUT0").tolist() == [[1, 1, 1]]
+    finally:
+        assert s.stop() == 0
 
 
 def test_model_ready(server, client):

@@ -44,6 +44,31 @@ def test_server_batch_size_shows_dynamic_batching(server, tmp_path):
     assert float(row["Server Batch Size"]) > 1.5, row
 
 
+def test_energy_columns_from_the_metrics_port(repository, tmp_path):
+    """--metrics-url adds the server's watts, the model's mJ/inference and inferences/J, and its
+    gCO2e per 1,000 inferences (here from the CPU estimate and a fixed intensity)."""
+    from conftest import Server
+    s = Server(repository, "--carbon-intensity=400")
+    try:
+        out = subprocess.run(
+            [PERF, "-m", "simple", "-u", s.url, "--metrics-url", f"127.0.0.1:{s.metrics_port}",
+             "--concurrency-range", "2", "-p", "1500", "--warmup", "500", "-q",
+             "-f", str(tmp_path / "r.csv"), "--json", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "mJ/inf" in out.stdout and "gCO2e/1k" in out.stdout, out.stdout
+        result = json.load(open(tmp_path / "r.json"))["results"][0]
+        assert result["watts"] > 0 and result["mj_per_inference"] > 0, result
+        assert abs(result["inferences_per_joule"] * result["mj_per_inference"] - 1e3) < 1e-6 * 1e3
+        # grams per 1,000 = J per inference x 1,000 / 3.6e6 x 400 g/kWh (PUE 1)
+        expected = result["mj_per_inference"] / 1e3 * 1e3 / 3.6e6 * 400
+        assert abs(result["grams_co2e_per_1000"] - expected) <= 1e-6 * expected, result
+        row = list(csv.DictReader(open(tmp_path / "r.csv")))[0]
+        assert float(row["mJ/Inference"]) == pytest.approx(result["mj_per_inference"])
+    finally:
+        assert s.stop() == 0
+
+
 def test_request_rate_mode_holds_the_rate(server):
     out = subprocess.run(
         [PERF, "-m", "simple", "-u", server.url, "--request-rate-range", "200",

@@ -277,7 +277,63 @@ bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json) {
 struct ServerCounters {
   bool ok = false;
   uint64_t inferences = 0, executions = 0, queue_ns = 0, compute_ns = 0;
+  bool energy_ok = false;
+  double metered_joules = 0, model_joules = 0, model_inferences = 0, model_grams = 0;
 };
+
+// The energy families of a Prometheus text: every scope's metered joules, and the model's joules,
+// inferences and grams (its version's, with -x) summed over scopes.
+void AddEnergy(const PerfOptions& o, const std::string& text, ServerCounters* s) {
+  std::string model = "model=\"";
+  for (char c : o.model) {  // as the exposition escapes it
+    if (c == '\\' || c == '"') model += '\\';
+    model += c;
+  }
+  model += '"';
+  const std::string version = o.version.empty() ? "" : "version=\"" + o.version + "\"";
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    double value = 0;
+    try {
+      value = std::stod(line.substr(space + 1));
+    } catch (const std::exception&) {
+      continue;
+    }
+    const std::string series = line.substr(0, space);
+    auto is = [&](const char* family) { return series.rfind(std::string(family) + "{", 0) == 0; };
+    const bool mine = series.find(model) != std::string::npos &&
+                      (version.empty() || series.find(version) != std::string::npos);
+    if (is("nereid_energy_metered_joules_total")) {
+      s->metered_joules += value;
+      s->energy_ok = true;
+    } else if (mine && is("nereid_energy_joules_total")) {
+      s->model_joules += value;
+    } else if (mine && is("nereid_energy_inferences_total")) {
+      s->model_inferences += value;
+    } else if (mine && is("nereid_carbon_grams_total")) {
+      s->model_grams += value;
+    }
+  }
+}
+
+ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t);
+
+// The server's counters, and its energy figures when --metrics-url names its metrics port.
+ServerCounters ReadServerWithEnergy(const PerfOptions& o, const Target& t) {
+  ServerCounters s = ReadServerCounters(o, t);
+  if (o.metrics_url.empty()) return s;
+  Target metrics;
+  const size_t colon = o.metrics_url.rfind(':');
+  metrics.host = o.metrics_url.substr(0, colon);
+  metrics.port = colon == std::string::npos ? "8002" : o.metrics_url.substr(colon + 1);
+  std::string text;
+  StatusOr<int> status = HttpGet(o, metrics, "/metrics", &text);
+  if (status.ok() && *status == 200) AddEnergy(o, text, &s);
+  return s;
+}
 
 ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
   ServerCounters s;
@@ -322,20 +378,33 @@ ServerCounters ReadServerCounters(const PerfOptions& o, const Target& t) {
 // each).
 struct ServerWindow {
   ServerCounters start, end;
+  double seconds = 0;
 };
 ServerWindow ReadServerWindow(const PerfOptions& o, const Target& t, Clock::time_point from,
                               Clock::time_point to) {
   ServerWindow w;
   std::this_thread::sleep_until(from);
-  w.start = ReadServerCounters(o, t);
+  w.start = ReadServerWithEnergy(o, t);
   std::this_thread::sleep_until(to);
-  w.end = ReadServerCounters(o, t);
+  w.end = ReadServerWithEnergy(o, t);
+  w.seconds = std::chrono::duration<double>(to - from).count();
   return w;
 }
 
 // Fills the server columns of 'r' from the counters at the window's start and end.
 void AddServerShare(const ServerWindow& w, PerfResult& r) {
   const ServerCounters &a = w.start, &b = w.end;
+  if (a.energy_ok && b.energy_ok && w.seconds > 0) {
+    r.energy = true;
+    r.watts = (b.metered_joules - a.metered_joules) / w.seconds;
+    const double joules = b.model_joules - a.model_joules;
+    const double inferences = b.model_inferences - a.model_inferences;
+    if (inferences > 0) {
+      r.mj_per_inference = joules / inferences * 1e3;
+      r.grams_per_1k = (b.model_grams - a.model_grams) / inferences * 1e3;
+    }
+    if (joules > 0) r.inferences_per_joule = inferences / joules;
+  }
   if (!a.ok || !b.ok || b.inferences <= a.inferences || b.executions <= a.executions) return;
   const double inferences = static_cast<double>(b.inferences - a.inferences);
   r.server_batch = inferences / static_cast<double>(b.executions - a.executions);
@@ -534,11 +603,17 @@ rates, like perf_analyzer (flag names follow it).
   --json-data                    send JSON tensors (default: binary tensor data)
   -f FILE                        also write CSV;   --json FILE  also write JSON
   -q                             no live progress
+  --metrics-url HOST:PORT        the server's metrics port: adds energy columns (Nereid)
 
 Latency and throughput are measured by the client. The columns batch, queue us and compute us (CSV:
 Server Batch Size, Server Queue, Server Compute Infer) come from the model's statistics, read over
 the same protocol at the window's edges: mean requests per execution, and queue and compute time
-per inference (0 when the server has no statistics extension).
+per inference (0 when the server has no statistics extension). With --metrics-url, the columns
+watts, mJ/inf, inf/J and gCO2e/1k come from Nereid's energy metrics at the same edges: the server's
+average power over the window (every metered scope, idle included), the model's joules per
+inference (its active energy and idle share, as the server attributes them), and its grams CO2e
+per 1,000 inferences (0 without --carbon-intensity on the server). The server attributes each
+100 ms tick 300 ms after it ends, so a window's figures lag the window by that much.
 )";
 }
 
@@ -616,6 +691,8 @@ StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
       ASSIGN_OR_RETURN(o.json_file, next());
     } else if (flag == "-q") {
       o.quiet = true;
+    } else if (flag == "--metrics-url") {
+      ASSIGN_OR_RETURN(o.metrics_url, next());
     } else if (flag == "-h" || flag == "--help") {
       return InvalidArgument("");
     } else {
@@ -649,22 +726,36 @@ StatusOr<std::vector<PerfResult>> RunPerf(const PerfOptions& o) {
 }
 
 std::string FormatTable(const std::vector<PerfResult>& results) {
+  const bool energy =
+      std::any_of(results.begin(), results.end(), [](const PerfResult& r) { return r.energy; });
   std::ostringstream out;
-  char line[256];
+  char line[384];
   std::snprintf(line, sizeof(line),
-                "| %-12s | %10s | %12s | %9s | %9s | %9s | %9s | %9s | %7s | %7s | %8s | %10s |\n",
+                "| %-12s | %10s | %12s | %9s | %9s | %9s | %9s | %9s | %7s | %7s | %8s | %10s |",
                 "mode", "load", "infer/s", "p50 us", "p90 us", "p95 us", "p99 us", "avg us",
                 "errors", "batch", "queue us", "compute us");
-  out << line << "|" << std::string(144, '-') << "|\n";
+  out << line;
+  if (energy) {
+    std::snprintf(line, sizeof(line), " %8s | %9s | %9s | %9s |", "watts", "mJ/inf", "inf/J",
+                  "gCO2e/1k");
+    out << line;
+  }
+  out << "\n|" << std::string(energy ? 188 : 144, '-') << "|\n";
   for (const auto& r : results) {
     std::snprintf(
         line, sizeof(line),
         "| %-12s | %10g | %12.1f | %9.0f | %9.0f | %9.0f | %9.0f | %9.0f | %7llu | %7.2f | %8.0f | "
-        "%10.0f |\n",
+        "%10.0f |",
         r.mode.c_str(), r.load, r.throughput, r.p50_us, r.p90_us, r.p95_us, r.p99_us, r.avg_us,
         static_cast<unsigned long long>(r.errors), r.server_batch, r.server_queue_us,
         r.server_compute_us);
     out << line;
+    if (energy) {
+      std::snprintf(line, sizeof(line), " %8.1f | %9.3f | %9.1f | %9.3g |", r.watts,
+                    r.mj_per_inference, r.inferences_per_joule, r.grams_per_1k);
+      out << line;
+    }
+    out << "\n";
   }
   return out.str();
 }
@@ -674,11 +765,13 @@ std::string FormatCsv(const std::vector<PerfResult>& results) {
   std::ostringstream out;
   out << (results.empty() || results[0].mode == "concurrency" ? "Concurrency" : "Request Rate")
       << ",Inferences/Second,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,Errors,"
-         "Server Queue,Server Compute Infer,Server Batch Size\n";
+         "Server Queue,Server Compute Infer,Server Batch Size,Avg Watts,mJ/Inference,"
+         "Inferences/Joule,gCO2e/1000 Inferences\n";
   for (const auto& r : results)
     out << r.load << "," << r.throughput << "," << r.p50_us << "," << r.p90_us << "," << r.p95_us
         << "," << r.p99_us << "," << r.avg_us << "," << r.errors << "," << r.server_queue_us << ","
-        << r.server_compute_us << "," << r.server_batch << "\n";
+        << r.server_compute_us << "," << r.server_batch << "," << r.watts << ","
+        << r.mj_per_inference << "," << r.inferences_per_joule << "," << r.grams_per_1k << "\n";
   return out.str();
 }
 
@@ -714,7 +807,11 @@ std::string FormatJson(const PerfOptions& o, const std::vector<PerfResult>& resu
                           {"max_us", r.max_us},
                           {"server_queue_us", r.server_queue_us},
                           {"server_compute_us", r.server_compute_us},
-                          {"server_batch_size", r.server_batch}}) {
+                          {"server_batch_size", r.server_batch},
+                          {"watts", r.watts},
+                          {"mj_per_inference", r.mj_per_inference},
+                          {"inferences_per_joule", r.inferences_per_joule},
+                          {"grams_co2e_per_1000", r.grams_per_1k}}) {
       w.Key(key);
       w.Double(v);
     }

@@ -30,6 +30,9 @@ struct PerfOptions {
   std::string csv_file;
   std::string json_file;
   bool quiet = false;
+  // --metrics-url HOST:PORT: the server's metrics port, for the energy columns (Nereid's
+  // nereid_energy_* and nereid_carbon_* families); empty: none.
+  std::string metrics_url;
 };
 
 struct PerfResult {
@@ -43,6 +46,11 @@ struct PerfResult {
   // From the server's statistics over the window (0 when it has none): mean requests per
   // execution, and the mean queue and compute time per request.
   double server_batch = 0, server_queue_us = 0, server_compute_us = 0;
+  // From the metrics port over the window (--metrics-url): the server's average power (every
+  // metered scope, idle included), the model's joules (active and idle share) per inference and
+  // inferences per joule, and its grams CO2e per 1,000 inferences (0 without an intensity).
+  bool energy = false;
+  double watts = 0, mj_per_inference = 0, inferences_per_joule = 0, grams_per_1k = 0;
 };
 
 StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args);

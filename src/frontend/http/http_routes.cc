@@ -1,5 +1,6 @@
 #include "frontend/http/http_routes.h"
 
+#include <string>
 #include <vector>
 
 #include "server/request_builder.h"
@@ -53,6 +54,33 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   return parts;
 }
 
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A name segment as the client meant it: tritonclient percent-encodes model names in URLs
+// (urllib.parse.quote), and Triton decodes them. A '%' not followed by two hex digits stays.
+// What the decoded name may hold is the model-name check's business (it refuses '/', NUL, ...).
+std::string PercentDecoded(std::string_view segment) {
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] == '%' && i + 2 < segment.size()) {
+      const int hi = HexValue(segment[i + 1]), lo = HexValue(segment[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += segment[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 Route Match(std::string_view target) {
@@ -69,7 +97,7 @@ Route Match(std::string_view target) {
   if (p[1] == "models") {
     if (p.size() == 3 && p[2] == "stats") return r.kind = Route::kAllStats, r;
     if (p.size() < 3) return r;
-    r.model = std::string(p[2]);
+    r.model = PercentDecoded(p[2]);
     size_t i = 3;
     if (p.size() > 4 && p[3] == "versions") {
       // (SplitPath drops empty segments, so this is never "", the newest version)
@@ -98,7 +126,7 @@ Route Match(std::string_view target) {
   if (p[1] == "repository") {
     if (p.size() == 3 && p[2] == "index") return r.kind = Route::kRepoIndex, r;
     if (p.size() == 5 && p[2] == "models") {
-      r.model = std::string(p[3]);
+      r.model = PercentDecoded(p[3]);
       if (p[4] == "load") r.kind = Route::kRepoLoad;
       if (p[4] == "unload") r.kind = Route::kRepoUnload;
     }
@@ -111,7 +139,7 @@ Route Match(std::string_view target) {
     if (p.size() == 3) {
       action = p[2];
     } else if (p.size() == 5 && p[2] == "region") {
-      r.model = std::string(p[3]);
+      r.model = PercentDecoded(p[3]);
       action = p[4];
     }
     if (action == "status" || action == "register" || action == "unregister") {
