@@ -120,8 +120,8 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
   if (platform == "ensemble")
     return Unsupported("model '" + config->name() + "': ensembles are not supported yet");
   if (!platform.empty()) {
-    // Each of Triton's platforms names its backend before its first '_' (onnxruntime_onnx,
-    // pytorch_libtorch, tensorrt_plan, openvino); that backend must declare the platform.
+    // Each of Triton's platforms names its backend before its first '_' (or is that name); that
+    // backend must declare the platform (docs/backend-abi.md lists the pairs).
     const std::string named = platform.substr(0, platform.find('_'));
     auto backend = backends.Get(named);
     if (!backend.ok())

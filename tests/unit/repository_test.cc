@@ -390,7 +390,12 @@ TEST(ResolveBackendTest, FollowsWhatTheInstalledBackendsDeclare) {
   auto [ort, ort_config] = resolve("onnxruntime_onnx");
   EXPECT_EQ(ort, "onnxruntime");
   EXPECT_EQ(ort_config.backend(), "onnxruntime");
-  EXPECT_EQ(resolve("pytorch_libtorch").first, "pytorch");
+  // The PyTorch backend is built only where libtorch is (not in the sanitizer builds).
+  const bool pytorch = std::filesystem::exists(std::filesystem::path(NEREID_BACKEND_DIR) /
+                                               "libnereid_backend_pytorch.so");
+  if (pytorch) {
+    EXPECT_EQ(resolve("pytorch_libtorch").first, "pytorch");
+  }
   // A platform names its backend before the first '_'; that backend must be installed and must
   // declare the platform.
   EXPECT_NE(
@@ -411,9 +416,11 @@ TEST(ResolveBackendTest, FollowsWhatTheInstalledBackendsDeclare) {
     std::ofstream(dir / "1" / file) << "x";
     return resolve("", dir.string());
   };
-  auto [pt, pt_config] = infer("model.pt");
-  EXPECT_EQ(pt, "pytorch");
-  EXPECT_EQ(pt_config.platform(), "pytorch_libtorch");  // filled as Triton's auto-complete does
+  if (pytorch) {
+    auto [pt, pt_config] = infer("model.pt");
+    EXPECT_EQ(pt, "pytorch");
+    EXPECT_EQ(pt_config.platform(), "pytorch_libtorch");  // filled as Triton's auto-complete does
+  }
   auto [py, py_config] = infer("model.py");
   EXPECT_EQ(py, "python");
   EXPECT_EQ(py_config.platform(), "");
