@@ -1,11 +1,11 @@
 #include "main/server_options.h"
 
-#include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <limits>
 #include <map>
+
+#include "runtime/backend_library.h"
 
 namespace nereid {
 namespace {
@@ -39,10 +39,7 @@ const char* const kAcceptedIgnored[] = {"id",
 
 // --onnx-engine: "auto" or a backend name (which main checks is installed).
 Status CheckEngineName(const std::string& v) {
-  const bool plain = !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
-  if (plain) return Status::Ok();
+  if (v == "auto" || IsBackendName(v)) return Status::Ok();
   return InvalidArgument("--onnx-engine must be auto or a backend name, got '" + v + "'");
 }
 
@@ -137,6 +134,11 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
         return InvalidArgument("--" + flag + " needs a value");
       return args[++i];
     };
+    // The flag's value as a number of T in [min, max].
+    auto number = [&]<typename T>(T min, T max) -> StatusOr<T> {
+      ASSIGN_OR_RETURN(std::string v, next());
+      return ParseNumber<T>(flag, v, min, max);
+    };
     auto boolean = [&]() -> StatusOr<bool> {
       if (has_value) return ParseBool(flag, value);
       if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) return ParseBool(flag, args[++i]);
@@ -164,8 +166,7 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "allow-gpu-metrics") {
       ASSIGN_OR_RETURN(o.http.gpu_metrics, boolean());
     } else if (flag == "pinned-memory-pool-byte-size") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.memory.pinned_bytes, ParseNumber<size_t>(flag, v, 0, size_t{1} << 40));
+      ASSIGN_OR_RETURN(o.memory.pinned_bytes, number(size_t{0}, size_t{1} << 40));
     } else if (flag == "cuda-memory-pool-byte-size") {
       // <device>:<bytes>, repeatable (tritonserver's form).
       ASSIGN_OR_RETURN(std::string v, next());
@@ -177,27 +178,22 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(o.memory.cuda_bytes[device],
                        ParseNumber<size_t>(flag, v.substr(colon + 1), 0, size_t{1} << 40));
     } else if (flag == "model-load-timeout-secs" || flag == "model-unload-timeout-secs") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(int secs, ParseNumber<int>(flag, v, 1, 24 * 3600));
+      ASSIGN_OR_RETURN(int secs, number(1, 24 * 3600));
       (flag == "model-load-timeout-secs" ? o.repository.load_timeout
                                          : o.repository.unload_timeout) =
           std::chrono::seconds(secs);
     } else if (flag == "energy-accounting") {
       ASSIGN_OR_RETURN(o.energy_accounting, boolean());
     } else if (flag == "energy-cpu-watts-per-core") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.energy_watts_per_core, ParseNumber<double>(flag, v, 0.0, 1000.0));
+      ASSIGN_OR_RETURN(o.energy_watts_per_core, number(0.0, 1000.0));
     } else if (flag == "carbon-intensity") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.carbon_intensity, ParseNumber<double>(flag, v, 0.0, 10000.0));
+      ASSIGN_OR_RETURN(o.carbon_intensity, number(0.0, 10000.0));
     } else if (flag == "carbon-intensity-file") {
       ASSIGN_OR_RETURN(o.carbon_intensity_file, next());
     } else if (flag == "pue") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.pue, ParseNumber<double>(flag, v, 1.0, 3.0));
+      ASSIGN_OR_RETURN(o.pue, number(1.0, 3.0));
     } else if (flag == "exit-timeout-secs") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.exit_timeout_secs, ParseNumber<int>(flag, v, 0, 24 * 3600));
+      ASSIGN_OR_RETURN(o.exit_timeout_secs, number(0, 24 * 3600));
     } else if (flag == "strict-model-config") {
       ASSIGN_OR_RETURN(bool strict, boolean());
       o.repository.auto_complete = !strict;
@@ -208,14 +204,12 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(bool disable, boolean());
       o.repository.auto_complete = !disable;
     } else if (flag == "http-read-timeout-secs" || flag == "http-write-timeout-secs") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(int secs, ParseNumber<int>(flag, v, 1, 24 * 3600));
+      ASSIGN_OR_RETURN(int secs, number(1, 24 * 3600));
       (flag == "http-read-timeout-secs" ? o.http.read_timeout : o.http.write_timeout) =
           std::chrono::seconds(secs);
     } else if (flag == "grpc-max-input-size") {
-      ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.grpc.max_input_size,
-                       ParseNumber<int64_t>(flag, v, 1, std::numeric_limits<int32_t>::max()));
+                       number(int64_t{1}, int64_t{std::numeric_limits<int32_t>::max()}));
     } else if (flag == "http-restricted-api") {
       ASSIGN_OR_RETURN(std::string v, next());
       RETURN_IF_ERROR(o.http.restricted.Add(flag, v));
@@ -251,8 +245,7 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "http-address") {
       ASSIGN_OR_RETURN(o.http.address, next());
     } else if (flag == "http-port" || flag == "grpc-port" || flag == "metrics-port") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(int port, ParseNumber<int>(flag, v, 0, 65535));
+      ASSIGN_OR_RETURN(int port, number(0, 65535));
       if (flag == "http-port")
         o.http.port = static_cast<uint16_t>(port);
       else if (flag == "grpc-port")
@@ -262,17 +255,13 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "grpc-address") {
       ASSIGN_OR_RETURN(o.grpc.address, next());
     } else if (flag == "grpc-thread-count") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.grpc.threads, ParseNumber<int>(flag, v, 1, 1024));
+      ASSIGN_OR_RETURN(o.grpc.threads, number(1, 1024));
     } else if (flag == "http-thread-count") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.http.threads, ParseNumber<int>(flag, v, 1, 1024));
+      ASSIGN_OR_RETURN(o.http.threads, number(1, 1024));
     } else if (flag == "http-max-input-size") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.http.max_input_size, ParseNumber<uint64_t>(flag, v, 1, uint64_t{1} << 40));
+      ASSIGN_OR_RETURN(o.http.max_input_size, number(uint64_t{1}, uint64_t{1} << 40));
     } else if (flag == "log-verbose") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(o.log_verbose, ParseNumber<int>(flag, v, 0, 100));
+      ASSIGN_OR_RETURN(o.log_verbose, number(0, 100));
     } else if (flag == "log-info") {
       ASSIGN_OR_RETURN(o.log_info, boolean());
     } else if (flag == "log-warning") {

@@ -153,14 +153,14 @@ std::vector<std::shared_ptr<Backend>> BackendManager::All() {
   return all;
 }
 
+bool IsBackendName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 &&
+         std::all_of(name.begin(), name.end(),
+                     [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
+}
+
 StatusOr<std::shared_ptr<Backend>> BackendManager::Get(const std::string& name) {
-  // The name becomes part of a library's file name: letters, digits, '_' and '-' only, so that a
-  // config (which a client may send) picks among the installed backends and never names a path.
-  const bool plain = !name.empty() && name.size() <= 64 &&
-                     std::all_of(name.begin(), name.end(), [](unsigned char c) {
-                       return std::isalnum(c) || c == '_' || c == '-';
-                     });
-  if (!plain)
+  if (!IsBackendName(name))
     return InvalidArgument("invalid backend name '" + name.substr(0, 64) +
                            "': letters, digits, '_' and '-' only");
   std::lock_guard<std::mutex> lock(mu_);

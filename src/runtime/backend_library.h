@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -53,6 +54,11 @@ class Backend {
   void* handle_ = nullptr;
   NereidError* (*backend_finalize_)() = nullptr;
 };
+
+// Whether 'name' can name a backend: letters, digits, '_' and '-', 1 to 64 of them. A backend name
+// becomes part of a library's file name, so a config (which a client may send) picks among the
+// installed backends and never names a path.
+bool IsBackendName(std::string_view name);
 
 // Resolves backend names to libraries: libnereid_backend_<name>.so when it exists, else a library
 // in the directory that declares <name> as an alias. Thread-safe; each library loads once.
