@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <limits>
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "nereid/backend_util.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -54,10 +55,11 @@ Status ShapeWholeBody(const Buffer& body, const inference::ModelConfig& config,
     if (body.size() > std::numeric_limits<uint32_t>::max())
       return InvalidArgument("raw BYTES input '" + in.name + "' is larger than 4 GiB");
     // The one element, with the length prefix every BYTES tensor carries.
-    auto element = std::make_shared<std::vector<uint8_t>>(4 + body.size());
-    const auto length = static_cast<uint32_t>(body.size());
-    for (int i = 0; i < 4; ++i) (*element)[i] = static_cast<uint8_t>(length >> (8 * i));
-    if (body.size() > 0) std::memcpy(element->data() + 4, body.data(), body.size());
+    std::vector<uint8_t> bytes;
+    bytes.reserve(4 + body.size());
+    backend::AppendBytesElement(
+        bytes, std::string_view(reinterpret_cast<const char*>(body.data()), body.size()));
+    auto element = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
     in.Borrow(element->data(), element->size(), MemoryLocation{}, element);
   } else {
     if (batching && variable == 0) in.shape[0] = -1;  // the batch dimension from the size
