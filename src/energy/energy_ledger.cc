@@ -16,8 +16,7 @@ double WallSeconds() {
 }
 }  // namespace
 
-// ---- Ring
-// -----------------------------------------------------------------------------------------
+// ---- Ring ---------------------------------------------------------------------------------------
 
 EnergyLedger::Ring::Ring(size_t capacity_pow2)
     : slots_(new Slot[capacity_pow2]), mask_(capacity_pow2 - 1) {
@@ -64,8 +63,7 @@ bool EnergyLedger::Ring::Pop(Event* e) {
   }
 }
 
-// ---- Observer
-// -------------------------------------------------------------------------------------
+// ---- Observer -----------------------------------------------------------------------------------
 
 class EnergyLedger::Observer final : public ExecutionObserver {
  public:
@@ -80,8 +78,7 @@ class EnergyLedger::Observer final : public ExecutionObserver {
   std::vector<uint32_t> entries_;  // by domain
 };
 
-// ---- Ledger
-// ---------------------------------------------------------------------------------------
+// ---- Ledger -------------------------------------------------------------------------------------
 
 EnergyLedger::EnergyLedger(std::vector<std::unique_ptr<Meter>> meters, Options options)
     : meters_(std::move(meters)), options_(options), ring_(1 << 16) {
@@ -202,7 +199,6 @@ void EnergyLedger::Poll(uint64_t now_ns) {
   while (ring_.Pop(&e)) {
     Entry& entry = entries_[e.entry];
     entry.totals.inferences += e.rows;
-    ++entry.totals.batches;
     domains_[entry.domain].batches.push_back({e.entry, e.start_ns, e.end_ns});
   }
   const uint64_t lag = static_cast<uint64_t>(
@@ -216,11 +212,9 @@ void EnergyLedger::Poll(uint64_t now_ns) {
     const uint64_t horizon = d.ticks.empty() ? d.last_ns : d.ticks.front().start_ns;
     std::erase_if(d.batches, [&](const Batch& b) { return b.end_ns <= horizon; });
   }
-  dropped_total_ = dropped_.load(std::memory_order_relaxed);
 }
 
-// ---- Power fit
-// ------------------------------------------------------------------------------------
+// ---- Power fit ----------------------------------------------------------------------------------
 
 namespace {
 constexpr double kForget = 0.99;    // per tick: about the last 100 ticks (10 s) weigh
@@ -279,8 +273,7 @@ void EnergyLedger::PowerFit::Update(const std::array<double, kSlots>& x, double 
     for (int j = 0; j < kSlots; ++j) p_[i][j] = (p_[i][j] - px[i] * px[j] / denominator) / kForget;
 }
 
-// ---- Attribution
-// ----------------------------------------------------------------------------------
+// ---- Attribution --------------------------------------------------------------------------------
 
 void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   const double seconds = (tick.end_ns - tick.start_ns) / 1e9;
@@ -344,10 +337,7 @@ std::vector<ModelEnergy> EnergyLedger::Models() const {
 std::vector<ScopeEnergy> EnergyLedger::Scopes() const {
   std::lock_guard lock(mu_);
   std::vector<ScopeEnergy> out;
-  for (const auto& d : domains_) {
-    out.push_back(d.energy);
-    out.back().dropped_batches = dropped_total_;
-  }
+  for (const auto& d : domains_) out.push_back(d.energy);
   return out;
 }
 
@@ -406,17 +396,15 @@ std::string EnergyLedger::PrometheusText() const {
     for (const auto& s : scopes)
       out << "nereid_carbon_unattributed_grams_total" << scope_labels(s) << " "
           << s.unattributed_carbon << "\n";
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     family("nereid_carbon_intensity_grams_per_kwh", "gauge",
            "The grid's carbon intensity in force now (--carbon-intensity or its file)");
-    out << "nereid_carbon_intensity_grams_per_kwh " << carbon_->At(now) << "\n";
+    out << "nereid_carbon_intensity_grams_per_kwh " << carbon_->At(WallSeconds()) << "\n";
     family("nereid_pue", "gauge", "The power usage effectiveness carbon figures include (--pue)");
     out << "nereid_pue " << carbon_->pue() << "\n";
   }
   family("nereid_energy_dropped_batches_total", "counter",
          "Batch reports lost to a full ring (their energy went to the other batches)");
-  out << "nereid_energy_dropped_batches_total " << scopes.front().dropped_batches << "\n";
+  out << "nereid_energy_dropped_batches_total " << dropped_.load(std::memory_order_relaxed) << "\n";
   return out.str();
 }
 

@@ -37,7 +37,6 @@ struct ModelEnergy {
   double active_joules = 0;
   double idle_joules = 0;   // its share of the floor power while its batches ran
   uint64_t inferences = 0;  // rows of its batches on this scope
-  uint64_t batches = 0;
   double carbon_grams = 0;  // CO2e of its active and idle joules (CarbonIntensity), 0 without one
 };
 
@@ -47,7 +46,6 @@ struct ScopeEnergy {
   double unattributed_idle = 0;    // of ticks in which nothing ran
   double unattributed_carbon = 0;  // grams CO2e of those ticks
   double floor_watts = 0;          // the current floor estimate (0 without one)
-  uint64_t dropped_batches = 0;    // reports lost to a full ring (their energy went to others)
 };
 
 class EnergyLedger {
@@ -161,7 +159,6 @@ class EnergyLedger {
   Options options_;
   Ring ring_;
   std::atomic<uint64_t> dropped_{0};
-  uint64_t dropped_total_ = 0;      // dropped_, as of the last poll (under mu_)
   std::vector<int> domain_of_gpu_;  // by CUDA ordinal; -1: the CPU domain
   size_t cpu_domain_ = 0;
   mutable std::mutex mu_;  // the poller's state, against snapshots and new entries

@@ -62,8 +62,8 @@ Nvml::Nvml() {
     unsigned long long energy = 0;
     api->energy(device, &energy);
     char uuid[96] = {};
-    api->uuid(device, uuid, sizeof(uuid) - 1);
-    uuids_.emplace_back(uuid);
+    if (api->uuid(device, uuid, sizeof(uuid) - 1) != 0) uuid[0] = '\0';
+    uuids_.emplace_back(uuid);  // "" when NVML gave none: the device is left out of samples
     devices_.push_back(device);
     energy_at_start_mj_.push_back(energy);
   }
@@ -77,10 +77,9 @@ std::vector<GpuSample> Nvml::Sample() {
   std::lock_guard lock(mu);
   for (size_t i = 0; i < devices_.size(); ++i) {
     nvmlDevice_t d = devices_[i];
+    if (uuids_[i].empty()) continue;
     GpuSample s;
-    char uuid[96] = {};
-    if (api_->uuid(d, uuid, sizeof(uuid) - 1) != 0) continue;
-    s.uuid = uuid;
+    s.uuid = uuids_[i];
     nvmlUtilization_t util{};
     if (api_->utilization(d, &util) == 0) s.utilization = util.gpu / 100.0;
     nvmlMemory_t mem{};

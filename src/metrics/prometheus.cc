@@ -8,20 +8,6 @@
 
 namespace nereid {
 
-std::string PrometheusEscape(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 namespace {
 
 std::string Labels(const ModelMetricsSource& m, const std::string& extra = "") {

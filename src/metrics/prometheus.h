@@ -5,9 +5,9 @@
 
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "common/prometheus_escape.h"
 #include "metrics/model_stats.h"
 
 namespace nereid {
@@ -21,9 +21,6 @@ struct ModelMetricsSource {
   size_t pending = 0;
   std::shared_ptr<const void> owner;
 };
-
-// A label value as the text format writes it: backslash, double quote and newline escaped.
-std::string PrometheusEscape(std::string_view value);
 
 // 'gpu': add the per-GPU families (nv_gpu_*, nv_energy_consumption) read through NVML.
 std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool gpu);

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/data_type.h"
+#include "common/prometheus_escape.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
 #include "nereid/backend_util.h"
 
@@ -284,12 +285,7 @@ struct ServerCounters {
 // The energy families of a Prometheus text: every scope's metered joules, and the model's joules,
 // inferences and grams (its version's, with -x) summed over scopes.
 void AddEnergy(const PerfOptions& o, const std::string& text, ServerCounters* s) {
-  std::string model = "model=\"";
-  for (char c : o.model) {  // as the exposition escapes it
-    if (c == '\\' || c == '"') model += '\\';
-    model += c;
-  }
-  model += '"';
+  const std::string model = "model=\"" + PrometheusEscape(o.model) + "\"";
   const std::string version = o.version.empty() ? "" : "version=\"" + o.version + "\"";
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
