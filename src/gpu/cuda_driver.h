@@ -19,8 +19,8 @@ struct DeviceInfo {
   std::string name;
   uint64_t total_memory = 0;
   int compute_major = 0, compute_minor = 0;
-  std::string
-      uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML writes it; empty if unknown
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML writes it; empty if unknown.
+  std::string uuid;
 };
 
 // 64 bytes, as cudaIpcMemHandle_t / CUipcMemHandle.
