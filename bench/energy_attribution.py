@@ -40,7 +40,7 @@ def repository(src):
 
 
 class Server:
-    def __init__(self, binary, repo, *args):
+    def __init__(self, binary, repo, *args, ready="matmul_model"):
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         self.proc = subprocess.Popen([binary, "serve", f"--model-repository={repo}", "--http-port=0",
                                       "--grpc-port=0", "--metrics-port=0", *args],
@@ -50,7 +50,7 @@ class Server:
             text = open(self.log.name).read()
             http = re.search(r"Started HTTPService at [^ ]+:(\d+)", text)
             metrics = re.search(r"Started Metrics Service at [^ ]+:(\d+)", text)
-            if http and metrics and "successfully loaded 'matmul_model'" in text:
+            if http and metrics and all(f"successfully loaded '{m}'" in text for m in ([ready] if isinstance(ready, str) else ready)):
                 self.http, self.metrics = int(http.group(1)), int(metrics.group(1))
                 break
             if self.proc.poll() is not None:

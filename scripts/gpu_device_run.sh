@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; also "energy", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,10 +16,13 @@ mkdir -p "$OUT"
 # cuBLAS is not carried: take the device's (CUDA toolkit, else PyTorch's wheel).
 CUBLAS=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/$C/lib:$(dirname "${CUBLAS:-/nonexistent/x}"):${LD_LIBRARY_PATH:-}"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
-    export PYTHONPATH=/tmp/site
-fi
+# The wheels carried (.whl: tritonclient and its dependencies; .whl_min: onnx only, for the models).
+for wheels in .whl .whl_min; do
+  if compgen -G "$wheels/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl &&
+      export PYTHONPATH=/tmp/site
+  fi
+done
 export PYTHONUNBUFFERED=1
 SECTIONS="${SECTIONS:-tests e2e bench serving}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv,noheader | sed 's/^/gpu: /'
@@ -56,6 +59,14 @@ if [[ " $SECTIONS " == *" energy "* ]]; then
     tee "$OUT/energy.txt"
   RESULT[energy]=$(grep -E "mixed/alone" "$OUT/energy.txt" | tr '\n' ' ')
 fi
+if [[ " $SECTIONS " == *" batching "* ]]; then
+  echo "== energy-aware batching against fixed queue delays and a PyTorch loop (bench/energy_batching.py)"
+  EM=/tmp/batching_models && rm -rf $EM && cp -r examples/models_gpu $EM &&
+    python3 examples/generate_models.py --out $EM > /dev/null
+  python3 bench/energy_batching.py "$PWD/$C/bin/nereid" "$PWD/$C/bin/nereid-perf" --models $EM 2>&1 |
+    tee "$OUT/batching.txt"
+  RESULT[batching]=$(grep -E "^load " "$OUT/batching.txt" | tr '\n' ' ')
+fi
 if [[ " $SECTIONS " == *" pytorch "* ]]; then
   echo "== PyTorch backend, built here against this machine's PyTorch (tests/e2e/test_pytorch.py)"
   TORCH_DIR=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
@@ -90,4 +101,5 @@ fi
 echo
 echo "== summary"
 printf '%-10s %s\n' "unit" "${RESULT[tests]:-not run}" "e2e" "${RESULT[e2e]:-not run}" \
-  "scaling" "${RESULT[scaling]:-not run}" "pytorch" "${RESULT[pytorch]:-not run}"
+  "scaling" "${RESULT[scaling]:-not run}" "pytorch" "${RESULT[pytorch]:-not run}" \
+  "energy" "${RESULT[energy]:-not run}" "batching" "${RESULT[batching]:-not run}"

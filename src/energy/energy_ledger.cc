@@ -65,17 +65,46 @@ bool EnergyLedger::Ring::Pop(Event* e) {
 
 // ---- Observer -----------------------------------------------------------------------------------
 
-class EnergyLedger::Observer final : public ExecutionObserver {
+class EnergyLedger::Observer final : public EnergyObserver {
  public:
-  Observer(EnergyLedger* ledger, std::vector<uint32_t> entries)
-      : ledger_(ledger), entries_(std::move(entries)) {}
+  Observer(EnergyLedger* ledger, std::vector<uint32_t> entries, std::vector<Entry*> by_domain)
+      : ledger_(ledger), entries_(std::move(entries)), by_domain_(std::move(by_domain)) {}
   void OnExecution(const ExecutionRecord& record) override {
-    ledger_->Record(entries_[ledger_->DomainOf(record)], record);
+    const size_t domain = ledger_->DomainOf(record);
+    last_domain_.store(domain, std::memory_order_relaxed);
+    ledger_->Record(entries_[domain], record);
+  }
+  double ActiveJoulesPerRow(int64_t rows) const override {
+    // The fitted power while busy x the busy time measured for batches of that size.
+    const Entry& e = *by_domain_[last_domain_.load(std::memory_order_relaxed)];
+    const std::atomic<float>* busy = e.busy_by_rows.load(std::memory_order_acquire);
+    const double watts = e.watts.load(std::memory_order_relaxed);
+    if (busy == nullptr || watts <= 0 || rows <= 0 || rows > kMaxTrackedRows) return -1;
+    const double seconds = busy[rows].load(std::memory_order_relaxed);
+    return seconds > 0 ? watts * seconds / static_cast<double>(rows) : -1;
+  }
+  RequestEnergy EstimateRequest(const ExecutionRecord& record, int64_t rows) const override {
+    const Entry& e = *by_domain_[ledger_->DomainOf(record)];
+    const uint64_t host = record.end_ns > record.start_ns ? record.end_ns - record.start_ns : 0;
+    const uint64_t busy =
+        record.device_busy_ns > 0 && record.device_busy_ns < host ? record.device_busy_ns : host;
+    const double share =
+        record.rows > 0 ? static_cast<double>(rows) / static_cast<double>(record.rows) : 1.0;
+    RequestEnergy out;
+    out.joules = busy / 1e9 * e.watts.load(std::memory_order_relaxed) * share +
+                 e.idle_per_row.load(std::memory_order_relaxed) * static_cast<double>(rows);
+    const double grams_per_joule = ledger_->grams_per_joule_.load(std::memory_order_relaxed);
+    if (grams_per_joule >= 0) out.carbon_grams = out.joules * grams_per_joule;
+    out.source = e.totals.source;
+    out.scope = e.totals.scope;
+    return out;
   }
 
  private:
   EnergyLedger* ledger_;
   std::vector<uint32_t> entries_;  // by domain
+  std::vector<Entry*> by_domain_;  // the same entries (stable: the ledger's deque only grows)
+  std::atomic<size_t> last_domain_{0};
 };
 
 // ---- Ledger -------------------------------------------------------------------------------------
@@ -150,23 +179,26 @@ uint32_t EnergyLedger::EntryFor(const std::string& model, int64_t version, size_
     for (size_t i = 0; i < entries_.size(); ++i)
       if (entries_[i].domain == domain && entries_[i].totals.model.empty())
         return static_cast<uint32_t>(i);
-  Entry e;
+  Entry& e = entries_.emplace_back();
   e.domain = domain;
   e.totals.model = overflow ? "" : model;
   e.totals.version = overflow ? 0 : version;
   e.totals.scope = domains_[domain].energy.scope.name;
   e.totals.source = domains_[domain].energy.scope.source;
-  entries_.push_back(std::move(e));
   return static_cast<uint32_t>(entries_.size() - 1);
 }
 
-std::shared_ptr<ExecutionObserver> EnergyLedger::ObserverFor(const std::string& model,
-                                                             int64_t version) {
+std::shared_ptr<EnergyObserver> EnergyLedger::ObserverFor(const std::string& model,
+                                                          int64_t version) {
   if (domains_.empty()) return nullptr;
   std::lock_guard lock(mu_);
   std::vector<uint32_t> entries;
-  for (size_t d = 0; d < domains_.size(); ++d) entries.push_back(EntryFor(model, version, d));
-  return std::make_shared<Observer>(this, std::move(entries));
+  std::vector<Entry*> by_domain;
+  for (size_t d = 0; d < domains_.size(); ++d) {
+    entries.push_back(EntryFor(model, version, d));
+    by_domain.push_back(&entries_[entries.back()]);
+  }
+  return std::make_shared<Observer>(this, std::move(entries), std::move(by_domain));
 }
 
 void EnergyLedger::Record(uint32_t entry, const ExecutionRecord& record) {
@@ -199,7 +231,13 @@ void EnergyLedger::Poll(uint64_t now_ns) {
   while (ring_.Pop(&e)) {
     Entry& entry = entries_[e.entry];
     entry.totals.inferences += e.rows;
-    domains_[entry.domain].batches.push_back({e.entry, e.start_ns, e.end_ns});
+    TrackBusy(entry, e);
+    domains_[entry.domain].batches.push_back({e.entry, e.rows, e.start_ns, e.end_ns});
+  }
+  if (carbon_) {
+    const double intensity = carbon_->At(WallSeconds());
+    grams_per_joule_.store(intensity < 0 ? -1 : intensity * carbon_->pue() / 3.6e6,
+                           std::memory_order_relaxed);
   }
   const uint64_t lag = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.lag).count());
@@ -210,8 +248,28 @@ void EnergyLedger::Poll(uint64_t now_ns) {
     }
     // Batches that ended before every tick still to come are done with.
     const uint64_t horizon = d.ticks.empty() ? d.last_ns : d.ticks.front().start_ns;
-    std::erase_if(d.batches, [&](const Batch& b) { return b.end_ns <= horizon; });
+    std::erase_if(d.batches, [&](const Batch& b) {
+      if (b.end_ns > horizon) return false;
+      Finish(b);
+      return true;
+    });
   }
+}
+
+void EnergyLedger::TrackBusy(Entry& entry, const Event& e) {
+  if (e.rows == 0 || e.rows > kMaxTrackedRows) return;
+  std::atomic<float>* busy = entry.busy_by_rows.load(std::memory_order_relaxed);
+  if (busy == nullptr) {
+    entry.busy_storage = std::make_unique<std::atomic<float>[]>(kMaxTrackedRows + 1);
+    busy = entry.busy_storage.get();
+    for (uint32_t i = 0; i <= kMaxTrackedRows; ++i) busy[i].store(0, std::memory_order_relaxed);
+    entry.busy_by_rows.store(busy, std::memory_order_release);
+  }
+  constexpr float kAlpha = 0.1f;
+  const float seconds = static_cast<float>((e.end_ns - e.start_ns) / 1e9);
+  const float before = busy[e.rows].load(std::memory_order_relaxed);
+  busy[e.rows].store(before == 0 ? seconds : (1 - kAlpha) * before + kAlpha * seconds,
+                     std::memory_order_relaxed);
 }
 
 // ---- Power fit ----------------------------------------------------------------------------------
@@ -280,22 +338,27 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   const double power = tick.joules / seconds;
   d.energy.metered_joules += tick.joules;
   const uint64_t number = ++d.ticks_attributed;
-  // Busy seconds of each model version within the tick, by fit slot.
+  // Busy seconds of each model version within the tick, by fit slot; each batch's own part.
   std::array<double, PowerFit::kSlots> busy{};
   std::array<Entry*, PowerFit::kSlots> slot_entry{};
-  bool any = false;
-  for (const Batch& b : d.batches) {
+  struct Overlap {
+    Batch* batch;
+    int slot;
+    double seconds;
+  };
+  std::vector<Overlap> overlaps;
+  for (Batch& b : d.batches) {
     const uint64_t from = std::max(b.start_ns, tick.start_ns), to = std::min(b.end_ns, tick.end_ns);
     if (to <= from) continue;
     const int slot = d.fit.Slot(b.entry, number);
     busy[slot] += (to - from) / 1e9;
     slot_entry[slot] = &entries_[b.entry];
-    any = true;
+    overlaps.push_back({&b, slot, (to - from) / 1e9});
   }
   const bool floor = d.energy.scope.has_floor;
   if (floor && (d.min_power < 0 || power < d.min_power)) d.min_power = power;
   auto grams = [&](double joules) { return carbon_ ? carbon_->Grams(joules, tick.wall_end) : 0; };
-  if (!any) {
+  if (overlaps.empty()) {
     d.energy.unattributed_idle += tick.joules;
     d.energy.unattributed_carbon += grams(tick.joules);
     if (floor) d.floor = d.floor < 0 ? power : 0.8 * d.floor + 0.2 * power;
@@ -306,31 +369,64 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   const double idle = std::min(tick.joules, floor_watts * seconds);
   const double active = tick.joules - idle;
   // Busy time overlapping on one device counts once per model version, capped at the tick.
+  const std::array<double, PowerFit::kSlots> summed = busy;
   for (double& b : busy) b = std::min(b, seconds);
   d.fit.Update(busy, active);
   double total_weight = 0;
-  std::array<double, PowerFit::kSlots> weight{};
+  std::array<double, PowerFit::kSlots> part{};
   int count = 0;
   for (int i = 0; i < PowerFit::kSlots; ++i) {
     if (busy[i] <= 0) continue;
-    weight[i] = d.fit.watts(i) * busy[i];
-    total_weight += weight[i];
+    part[i] = d.fit.watts(i) * busy[i];
+    total_weight += part[i];
     ++count;
   }
   for (int i = 0; i < PowerFit::kSlots; ++i) {
     if (busy[i] <= 0) continue;
-    const double part = total_weight > 0 ? weight[i] / total_weight : 1.0 / count;
-    slot_entry[i]->totals.active_joules += active * part;
-    slot_entry[i]->totals.idle_joules += idle * part;
-    slot_entry[i]->totals.carbon_grams += grams(tick.joules * part);
+    part[i] = total_weight > 0 ? part[i] / total_weight : 1.0 / count;
+    Entry& e = *slot_entry[i];
+    e.totals.active_joules += active * part[i];
+    e.totals.idle_joules += idle * part[i];
+    e.totals.carbon_grams += grams(tick.joules * part[i]);
+    e.watts.store(d.fit.watts(i), std::memory_order_relaxed);
+  }
+  // A model version's share goes to its batches by their busy time in the tick.
+  for (const Overlap& o : overlaps) {
+    const double of_slot = o.seconds / summed[o.slot];
+    o.batch->active += active * part[o.slot] * of_slot;
+    o.batch->idle += idle * part[o.slot] * of_slot;
+    o.batch->attributed = true;
   }
   d.energy.floor_watts = floor_watts;
+}
+
+void EnergyLedger::Finish(const Batch& batch) {
+  if (!batch.attributed || batch.rows == 0) return;
+  Entry& e = entries_[batch.entry];
+  ModelEnergy& t = e.totals;
+  const double joules = batch.active + batch.idle;
+  const double per_row = joules / batch.rows;
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(kJoulesPerInferenceBounds.begin(), kJoulesPerInferenceBounds.end(),
+                       per_row) -
+      kJoulesPerInferenceBounds.begin());
+  t.per_inference_buckets[bucket] += batch.rows;
+  t.per_inference_count += batch.rows;
+  t.per_inference_sum += joules;
+  // Recent idle joules per row: the ratio of the two averages, so that every row weighs alike.
+  constexpr double kIdleAlpha = 0.05;
+  e.recent_idle = (1 - kIdleAlpha) * e.recent_idle + kIdleAlpha * batch.idle;
+  e.recent_rows = (1 - kIdleAlpha) * e.recent_rows + kIdleAlpha * batch.rows;
+  e.idle_per_row.store(e.recent_idle / e.recent_rows, std::memory_order_relaxed);
 }
 
 std::vector<ModelEnergy> EnergyLedger::Models() const {
   std::lock_guard lock(mu_);
   std::vector<ModelEnergy> out;
-  for (const auto& e : entries_) out.push_back(e.totals);
+  for (const auto& e : entries_) {
+    ModelEnergy& m = out.emplace_back(e.totals);
+    m.active_watts = e.watts.load(std::memory_order_relaxed);
+  }
   return out;
 }
 
@@ -370,6 +466,24 @@ std::string EnergyLedger::PrometheusText() const {
          "Inferences (batch rows) the model version ran on the scope, the divisor of J/inference");
   for (const auto& m : models)
     out << "nereid_energy_inferences_total{" << model_labels(m) << "} " << m.inferences << "\n";
+  family("nereid_energy_joules_per_inference", "histogram",
+         "Each finished batch's active and idle joules per row, counted once per row (_sum: "
+         "their joules, _count: their rows)");
+  for (const auto& m : models) {
+    const std::string labels = model_labels(m);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kJoulesPerInferenceBounds.size(); ++i) {
+      cumulative += m.per_inference_buckets[i];
+      out << "nereid_energy_joules_per_inference_bucket{" << labels << ",le=\""
+          << kJoulesPerInferenceBounds[i] << "\"} " << cumulative << "\n";
+    }
+    out << "nereid_energy_joules_per_inference_bucket{" << labels << ",le=\"+Inf\"} "
+        << m.per_inference_count << "\n";
+    out << "nereid_energy_joules_per_inference_sum{" << labels << "} " << m.per_inference_sum
+        << "\n";
+    out << "nereid_energy_joules_per_inference_count{" << labels << "} "
+        << m.per_inference_count << "\n";
+  }
   family("nereid_energy_metered_joules_total", "counter",
          "The scope's meter reading over the attributed ticks: the sum of every model's active "
          "and idle joules and the unattributed idle joules");

@@ -30,6 +30,10 @@
 
 namespace nereid::energy {
 
+// The upper bounds of the J-per-inference histogram's buckets (1 and 3 per decade, 1 uJ .. 10 J).
+inline constexpr std::array<double, 15> kJoulesPerInferenceBounds = {
+    1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
+
 struct ModelEnergy {
   std::string model;
   int64_t version = 0;
@@ -38,6 +42,13 @@ struct ModelEnergy {
   double idle_joules = 0;   // its share of the floor power while its batches ran
   uint64_t inferences = 0;  // rows of its batches on this scope
   double carbon_grams = 0;  // CO2e of its active and idle joules (CarbonIntensity), 0 without one
+  // Each finished batch's (active + idle) joules per row, counted once per row: the count is the
+  // rows of the batches whose every tick has been attributed, the sum their joules. Per bucket
+  // (not cumulative), the last one past the largest bound.
+  std::array<uint64_t, kJoulesPerInferenceBounds.size() + 1> per_inference_buckets{};
+  uint64_t per_inference_count = 0;
+  double per_inference_sum = 0;
+  double active_watts = 0;  // the fitted power while its batches are busy (0: not fitted yet)
 };
 
 struct ScopeEnergy {
@@ -74,9 +85,11 @@ class EnergyLedger {
   void SetCarbon(std::shared_ptr<CarbonIntensity> carbon) { carbon_ = std::move(carbon); }
 
   // The observer of one model version's batches.
-  std::shared_ptr<ExecutionObserver> ObserverFor(const std::string& model, int64_t version);
+  std::shared_ptr<EnergyObserver> ObserverFor(const std::string& model, int64_t version);
 
   std::vector<ModelEnergy> Models() const;
+  // Whether grams CO2e are being counted (an intensity is known).
+  bool carbon_known() const { return carbon_ && carbon_->known(); }
   std::vector<ScopeEnergy> Scopes() const;
   // Prometheus text of both (nereid_energy_* families).
   std::string PrometheusText() const;
@@ -104,9 +117,19 @@ class EnergyLedger {
     alignas(64) std::atomic<size_t> head_{0};
     alignas(64) std::atomic<size_t> tail_{0};
   };
+  // Batch sizes whose busy time is kept (the latency-goal modes allow max_batch_size up to this).
+  static constexpr uint32_t kMaxTrackedRows = 4096;
   struct Entry {
     ModelEnergy totals;
     size_t domain = 0;
+    // Published by the poller for the request path and the batcher (relaxed atomics).
+    std::atomic<double> watts{0};         // fitted active power while busy
+    std::atomic<double> idle_per_row{0};  // recent batches' idle joules per row
+    double recent_idle = 0, recent_rows = 0;  // the poller's averages behind it
+    // Busy seconds of a batch by its rows (EWMA; 0: no batch of that size yet), allocated with
+    // the entry's first batch.
+    std::atomic<std::atomic<float>*> busy_by_rows{nullptr};
+    std::unique_ptr<std::atomic<float>[]> busy_storage;
   };
   // The active watts of each model version busy on one scope, fitted by recursive least squares
   // with forgetting (about the last 100 ticks count). Up to kSlots model versions at once; the one
@@ -133,7 +156,10 @@ class EnergyLedger {
   };
   struct Batch {
     uint32_t entry;
+    uint32_t rows;
     uint64_t start_ns, end_ns;
+    double active = 0, idle = 0;  // attributed so far
+    bool attributed = false;      // by at least one tick
   };
   struct Domain {
     ScopeEnergy energy;
@@ -153,6 +179,11 @@ class EnergyLedger {
   void Record(uint32_t entry, const ExecutionRecord& record);
   size_t DomainOf(const ExecutionRecord& record) const;
   void Attribute(Domain& domain, const Tick& tick);
+  // A batch every tick of which has been attributed: its joules per row into its entry's
+  // histogram, batch fit and idle share.
+  void Finish(const Batch& batch);
+  // Keeps the busy time of the event's batch size (the energy model's per-size part).
+  void TrackBusy(Entry& entry, const Event& e);
   void Run();
 
   std::vector<std::unique_ptr<Meter>> meters_;
@@ -164,7 +195,9 @@ class EnergyLedger {
   mutable std::mutex mu_;  // the poller's state, against snapshots and new entries
   std::vector<Domain> domains_;
   std::deque<Entry> entries_;  // stable addresses; index = Event::entry
+  friend class Observer;
   std::shared_ptr<CarbonIntensity> carbon_;
+  std::atomic<double> grams_per_joule_{-1};  // the intensity in force x PUE / 3.6e6; -1: none
   std::thread poller_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -381,7 +381,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(
     model->SetInferLink(infer_link_);
     if (energy_ != nullptr)
       if (auto observer = energy_->ObserverFor(model->name(), model->version()))
-        model->AddExecutionObserver(observer);
+        model->SetEnergyObserver(std::move(observer));
     bool abandoned = false;
     {
       std::lock_guard<std::mutex> lock(mu_);

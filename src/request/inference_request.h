@@ -70,6 +70,17 @@ struct InferOutput {
   void SetBytes(std::vector<uint8_t> bytes);
 };
 
+// A KServe request or response parameter.
+struct RequestParameter {
+  enum class Type { kBool, kInt64, kDouble, kString };
+  std::string name;
+  Type type = Type::kString;
+  bool bool_value = false;
+  int64_t int_value = 0;
+  double double_value = 0;
+  std::string string_value;
+};
+
 struct InferenceResponse {
   Status status;
   std::string model_name;
@@ -80,22 +91,13 @@ struct InferenceResponse {
   // response may be empty (only the flag): 'empty_final'.
   bool final = true;
   bool empty_final = false;
+  // Parameters the server adds to the response (the energy of a request that asked for it).
+  std::vector<RequestParameter> parameters;
 };
 
 // Called once per response: once for ordinary models, one or more times (the last with 'final') for
 // decoupled ones, from whichever thread completes the request.
 using ResponseCallback = std::function<void(std::unique_ptr<InferenceResponse>)>;
-
-// A KServe request parameter.
-struct RequestParameter {
-  enum class Type { kBool, kInt64, kDouble, kString };
-  std::string name;
-  Type type = Type::kString;
-  bool bool_value = false;
-  int64_t int_value = 0;
-  double double_value = 0;
-  std::string string_value;
-};
 
 // The sequence a request belongs to (Triton's correlation id, the sequence_id parameter): a number
 // or a string. Absent when the request names no sequence.
@@ -139,6 +141,7 @@ struct InferenceRequest {
   std::vector<RequestParameter> parameters;
   uint32_t flags = 0;  // NEREID_REQUEST_FLAG_SEQUENCE_START / _END
   CorrelationId correlation_id;
+  bool report_energy = false;  // the "nereid.energy" parameter: the response carries its energy
   std::shared_ptr<CancelFlag> cancel;  // null: cannot be cancelled
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;

@@ -10,6 +10,7 @@
 #include "nereid/backend.h"
 #include "request/infer_api.h"
 #include "request/inference_request.h"
+#include "runtime/execution_observer.h"
 
 struct NereidError {
   NereidErrorCode code;
@@ -31,7 +32,9 @@ struct BatchExecution {
   uint64_t start_ns = 0;
   std::atomic<uint64_t> device_busy_ns{0};  // NereidRequestSetDeviceTime (0: not reported)
   std::atomic<bool> recorded{false};
+  std::atomic<uint64_t> end_ns{0};  // as Record saw it (0 before)
   void Record(uint64_t end_ns);
+  ExecutionRecord AsRecord(uint64_t end_ns) const;
   // Guarded by the instance's mutex: requests of this batch not yet completed, whether Execute
   // has returned (from then on they count as the instance's released requests), and the
   // latencies of the requests that succeeded before it did (for the scheduler's summary).

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "metrics/model_stats.h"
 #include "nereid/backend.h"
+#include "scheduler/energy_model.h"
 
 namespace nereid {
 
@@ -29,6 +31,24 @@ class ExecutionObserver {
   // Once per executed batch, on whichever thread ends it first (the instance's, or a backend's
   // completing a request before Execute returned). Must not block.
   virtual void OnExecution(const ExecutionRecord& record) = 0;
+};
+
+// What a request that asked for its energy (the "nereid.energy" request parameter) is told with
+// its response.
+struct RequestEnergy {
+  double joules = 0;         // its rows' share of the batch's active energy and of the floor's
+  double carbon_grams = -1;  // < 0: no carbon intensity is known
+  std::string_view source;   // "nvml", "rapl" or "estimate" (the observer's, lives as long)
+  std::string_view scope;    // e.g. "gpu0", "cpu"
+};
+
+// An observer that also prices batches: the energy ledger's, one per model version. Its estimate
+// for a request is a prediction from the ledger's fitted powers at the time the request completes
+// (the meter's joules for that moment are attributed later, after the meter's next ticks).
+class EnergyObserver : public ExecutionObserver, public BatchEnergyModel {
+ public:
+  // The energy of 'rows' rows of the batch 'record' describes.
+  virtual RequestEnergy EstimateRequest(const ExecutionRecord& record, int64_t rows) const = 0;
 };
 
 // The statistics extension's execution count and per-batch-size compute times.

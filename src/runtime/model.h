@@ -103,6 +103,14 @@ class Model {
     observers_.push_back(observer);
     for (auto& instance : instances_) instance->AddObserver(observer);
   }
+  // The energy ledger's observer of this version, set before the model serves (the repository's
+  // started hook): it sees every batch, prices the requests that ask for their energy and is the
+  // energy model the scheduler's energy objective reads. Null without energy accounting.
+  void SetEnergyObserver(std::shared_ptr<EnergyObserver> observer) {
+    energy_ = observer;
+    AddExecutionObserver(observer);
+  }
+  const EnergyObserver* energy() const { return energy_.get(); }
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
   void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 
@@ -127,6 +135,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
+  std::shared_ptr<EnergyObserver> energy_;                      // outlives the scheduler
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;

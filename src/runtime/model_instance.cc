@@ -48,16 +48,16 @@ void ModelInstance::Finalize() {
   if (!s.ok()) LOG_WARNING << "instance '" << name_ << "' finalize: " << s.message();
 }
 
-void BatchExecution::Record(uint64_t end_ns) {
+ExecutionRecord BatchExecution::AsRecord(uint64_t end) const {
+  return ExecutionRecord{&instance->name(), instance->kind(), instance->device_id(),
+                         start_ns,          end,              rows,
+                         requests,          device_busy_ns.load(std::memory_order_relaxed)};
+}
+
+void BatchExecution::Record(uint64_t end) {
   if (recorded.exchange(true)) return;
-  const ExecutionRecord record{&instance->name(),
-                               instance->kind(),
-                               instance->device_id(),
-                               start_ns,
-                               end_ns,
-                               rows,
-                               requests,
-                               device_busy_ns.load(std::memory_order_relaxed)};
+  end_ns.store(end, std::memory_order_release);
+  const ExecutionRecord record = AsRecord(end);
   for (const auto& observer : instance->observers()) observer->OnExecution(record);
 }
 
@@ -162,6 +162,26 @@ void ModelInstance::Deliver(InferenceRequest& request,
   if (request.on_complete) request.on_complete(std::move(response));
 }
 
+void ModelInstance::AddEnergy(const BackendRequest& r, InferenceResponse& response) const {
+  const EnergyObserver* energy = model_->energy();
+  if (!r.request->report_energy || energy == nullptr) return;
+  // A second request of the batch may complete before the first has recorded the batch's end.
+  uint64_t end = r.execution->end_ns.load(std::memory_order_acquire);
+  if (end == 0) end = SteadyNowNs();
+  const RequestEnergy e = energy->EstimateRequest(r.execution->AsRecord(end), r.request->batch_size);
+  auto add = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
+    RequestParameter& p = response.parameters.emplace_back();
+    p.name = name;
+    p.type = type;
+    return p;
+  };
+  add("energy_joules", RequestParameter::Type::kDouble).double_value = e.joules;
+  if (e.carbon_grams >= 0)
+    add("carbon_grams", RequestParameter::Type::kDouble).double_value = e.carbon_grams;
+  add("energy_source", RequestParameter::Type::kString).string_value = e.source;
+  add("energy_scope", RequestParameter::Type::kString).string_value = e.scope;
+}
+
 void ModelInstance::Send(BackendRequest* r, bool final) {
   auto response = std::move(r->response);
   r->response = std::make_unique<InferenceResponse>();
@@ -172,6 +192,7 @@ void ModelInstance::Send(BackendRequest* r, bool final) {
   }
   response->final = final;
   r->final_sent = final;
+  if (final && response->status.ok()) AddEnergy(*r, *response);
   Deliver(*r->request, std::move(response));
 }
 
@@ -213,6 +234,7 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
       auto response = std::move(r->response);
       if (decoupled && response->outputs.empty()) response->empty_final = true;
       response->final = true;
+      AddEnergy(*r, *response);
       Deliver(request, std::move(response));
     }
   }

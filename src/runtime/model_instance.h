@@ -61,6 +61,8 @@ class ModelInstance : public BatchExecutor {
   Status FinishOutputs(const InferenceRequest& request, InferenceResponse& response,
                        bool require_all) const;
   void Deliver(InferenceRequest& request, std::unique_ptr<InferenceResponse> response);
+  // The response parameters of a request that asked for its energy (final responses only).
+  void AddEnergy(const BackendRequest& r, InferenceResponse& response) const;
 
   Model* model_;
   std::string name_;

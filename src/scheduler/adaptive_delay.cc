@@ -10,10 +10,18 @@ constexpr double kMinFactor = 0.05, kMaxFactor = 0.9;
 constexpr double kWaitWorthFraction = 0.5;
 constexpr double kMinWaitGain = 1.1;  // a wait must lift the instance's rows/s by 10%, above the
                                       // noise of execution-time estimates on a shared host
+constexpr double kMinEnergyGain = 0.02;  // the energy objective waits to save at least 2% a row
+// The next arrival is overdue after this many mean gaps: 1.5 under the throughput objective (an
+// idle instance is worth more than a late row), 4 under the energy one (with Poisson arrivals a
+// gap that long comes once in 55; waiting through shorter lulls is what saves the batches).
+constexpr double kOverdueGaps = 1.5, kEnergyOverdueGaps = 4;
 }  // namespace
 
-AdaptiveDelay::AdaptiveDelay(uint64_t goal_ns, double percentile, int64_t max_batch_size)
+AdaptiveDelay::AdaptiveDelay(uint64_t goal_ns, double percentile, int64_t max_batch_size,
+                             BatchingObjective objective, const BatchEnergyModel* energy)
     : goal_ns_(goal_ns),
+      objective_(objective),
+      energy_(energy),
       percentile_(std::clamp(percentile, 0.5, 0.9999)),
       max_batch_size_(std::max<int64_t>(max_batch_size, 1)),
       exec_ns_(static_cast<size_t>(max_batch_size_) + 1, 0.0) {}
@@ -69,15 +77,23 @@ void AdaptiveDelay::AdjustLocked() {
 
 uint64_t AdaptiveDelay::ExecEstimateLocked(int64_t batch_size) const {
   const int64_t b = std::clamp<int64_t>(batch_size, 1, max_batch_size_);
-  if (exec_ns_[b] > 0) return static_cast<uint64_t>(exec_ns_[b]);
-  // Nearest measured size; scale linearly upwards (conservative) and keep the value downwards.
-  for (int64_t d = 1; d <= max_batch_size_; ++d) {
-    if (b - d >= 1 && exec_ns_[b - d] > 0)
-      return static_cast<uint64_t>(exec_ns_[b - d] * static_cast<double>(b) /
-                                   static_cast<double>(b - d));
-    if (b + d <= max_batch_size_ && exec_ns_[b + d] > 0)
-      return static_cast<uint64_t>(exec_ns_[b + d]);
+  // The nearest smaller size measured, scaled linearly upwards: an upper bound wherever execution
+  // grows no faster than the batch. It also caps a size's own figure, which may hold a one-off
+  // (the first batch of a size can include a CUDA graph capture of milliseconds) that nothing
+  // would correct if the size, priced that high, were never waited for again.
+  double scaled = 0;
+  for (int64_t smaller = b - 1; smaller >= 1; --smaller) {
+    if (exec_ns_[smaller] > 0) {
+      scaled = exec_ns_[smaller] * static_cast<double>(b) / static_cast<double>(smaller);
+      break;
+    }
   }
+  if (exec_ns_[b] > 0) return static_cast<uint64_t>(scaled > 0 ? std::min(exec_ns_[b], scaled)
+                                                                : exec_ns_[b]);
+  if (scaled > 0) return static_cast<uint64_t>(scaled);
+  // Only larger sizes measured: the nearest one's figure.
+  for (int64_t larger = b + 1; larger <= max_batch_size_; ++larger)
+    if (exec_ns_[larger] > 0) return static_cast<uint64_t>(exec_ns_[larger]);
   return 0;
 }
 
@@ -86,33 +102,47 @@ uint64_t AdaptiveDelay::ExecEstimateNs(int64_t batch_size) const {
   return ExecEstimateLocked(batch_size);
 }
 
+double AdaptiveDelay::CostPerRowLocked(int64_t rows) const {
+  if (energy_ != nullptr) return energy_->ActiveJoulesPerRow(rows);
+  const int64_t b = std::clamp<int64_t>(rows, 1, max_batch_size_);
+  return exec_ns_[b] > 0 ? static_cast<double>(ExecEstimateLocked(b)) / static_cast<double>(b) : -1;
+}
+
 uint64_t AdaptiveDelay::DelayNs(int64_t pending, uint64_t oldest_ns) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (pending >= max_batch_size_ || interarrival_ns_ == 0 || skip_ > 0) return 0;
+  const bool energy = objective_ == BatchingObjective::kEnergy;
   const double budget = factor_ * static_cast<double>(goal_ns_);
   const double next_exec = static_cast<double>(ExecEstimateLocked(pending + 1));
   const double room = budget - next_exec;
   if (room <= 0) return 0;
-  // Waiting pays only when the next request is expected well within one execution; otherwise the
-  // idle instance is worth more now (and with closed-loop clients nobody comes until a response
-  // goes out).
-  if (interarrival_ns_ > kWaitWorthFraction * next_exec) return 0;
-  // One and a half inter-arrival times after the last arrival, another one is overdue.
+  // Waiting pays in throughput only when the next request is expected well within one execution;
+  // otherwise the idle instance is worth more now (and with closed-loop clients nobody comes until
+  // a response goes out).
+  if (!energy && interarrival_ns_ > kWaitWorthFraction * next_exec) return 0;
+  // Some inter-arrival gaps after the last arrival, another one is overdue.
   const double last = static_cast<double>(last_arrival_ns_);
-  const double expected_next = last + 1.5 * interarrival_ns_;
+  const double expected_next =
+      last + (energy ? kEnergyOverdueGaps : kOverdueGaps) * interarrival_ns_;
   const double deadline = std::min(static_cast<double>(oldest_ns) + room, expected_next);
   if (deadline <= static_cast<double>(oldest_ns)) return 0;
   const uint64_t delay = static_cast<uint64_t>(deadline - static_cast<double>(oldest_ns));
-  // ... and only when it raises this instance's throughput: the rows expected by the deadline,
-  // executed after the wait, must complete faster per unit of time than the pending rows executed
-  // now. (Where execution time grows in step with the batch, as for compute-bound models at larger
-  // batches, waiting only idles the instance.)
   const double wait = deadline - last;  // the batcher asks at an arrival or when an instance frees
   if (wait <= 0) return delay;          // already due
   const int64_t rows_now = std::max<int64_t>(pending, 1);
   const int64_t rows_then =
       std::min<int64_t>(rows_now + static_cast<int64_t>(wait / interarrival_ns_), max_batch_size_);
   if (rows_then <= rows_now) return 0;
+  if (energy) {
+    // The rows expected by the deadline must cost less each than the pending rows now. A size not
+    // measured yet is waited for: that is how it gets measured.
+    const double now_cost = CostPerRowLocked(rows_now), then_cost = CostPerRowLocked(rows_then);
+    if (now_cost < 0 || then_cost < 0) return delay;
+    return then_cost < (1 - kMinEnergyGain) * now_cost ? delay : 0;
+  }
+  // Throughput: the rows expected by the deadline, executed after the wait, must complete faster
+  // per unit of time than the pending rows executed now. (Where execution time grows in step with
+  // the batch, as for compute-bound models at larger batches, waiting only idles the instance.)
   const double rate_now =
       static_cast<double>(rows_now) / static_cast<double>(ExecEstimateLocked(rows_now));
   const double rate_then =

@@ -2,6 +2,10 @@
 // Given a latency goal it chooses the queue delay itself from what it measures: the execution time
 // per batch size, the arrival rate, and the latency requests actually see, which steers a budget
 // factor so the chosen percentile stays under the goal as load changes. Thread-safe.
+// Its objective is throughput (wait only where a larger batch raises the instance's rows per
+// second) or energy (wait wherever the measured joules per row of the larger batch are lower, as
+// long as the goal allows: on a device whose floor power is paid anyway, idling costs nothing and
+// every batch saved saves its fixed cost).
 #pragma once
 
 #include <cstdint>
@@ -9,11 +13,19 @@
 #include <mutex>
 #include <vector>
 
+#include "scheduler/energy_model.h"
+
 namespace nereid {
+
+enum class BatchingObjective { kThroughput, kEnergy };
 
 class AdaptiveDelay {
  public:
-  AdaptiveDelay(uint64_t goal_ns, double percentile, int64_t max_batch_size);
+  // 'energy': the measured joules per row by batch size (the energy objective; null: the
+  // execution time per row stands in for it, as on a device drawing constant power while busy).
+  AdaptiveDelay(uint64_t goal_ns, double percentile, int64_t max_batch_size,
+                BatchingObjective objective = BatchingObjective::kThroughput,
+                const BatchEnergyModel* energy = nullptr);
 
   void OnArrival(uint64_t now_ns);
   void OnExecution(int64_t batch_size, uint64_t exec_ns);
@@ -35,12 +47,17 @@ class AdaptiveDelay {
   uint64_t ExecEstimateNs(int64_t batch_size) const;
   double ArrivalsPerSecond() const;
   uint64_t goal_ns() const { return goal_ns_; }
+  BatchingObjective objective() const { return objective_; }
 
  private:
   uint64_t ExecEstimateLocked(int64_t batch_size) const;
+  // Joules per row of a batch of 'rows' (or its stand-in); < 0 when not measured.
+  double CostPerRowLocked(int64_t rows) const;
   void AdjustLocked();
 
   const uint64_t goal_ns_;
+  const BatchingObjective objective_;
+  const BatchEnergyModel* energy_;
   const double percentile_;
   const int64_t max_batch_size_;
   mutable std::mutex mu_;

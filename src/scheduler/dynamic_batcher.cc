@@ -29,12 +29,27 @@ StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config
                            "': parameter 'nereid.latency_goal_percentile' must be below 100");
   goal.goal_us = static_cast<uint64_t>(goal_us);
   goal.percentile = percentile / 100.0;
+  if (auto it = config.parameters().find("nereid.batching_objective");
+      it != config.parameters().end()) {
+    const std::string& v = it->second.string_value();
+    if (v == "energy")
+      goal.objective = BatchingObjective::kEnergy;
+    else if (v != "throughput")
+      return InvalidArgument("model '" + config.name() +
+                             "': parameter 'nereid.batching_objective' must be 'throughput' or "
+                             "'energy', got '" + v + "'");
+    if (goal.goal_us == 0)
+      return InvalidArgument("model '" + config.name() +
+                             "': parameter 'nereid.batching_objective' needs a latency goal "
+                             "('nereid.latency_goal_us')");
+  }
   return goal;
 }
 
 DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
                                std::vector<BatchExecutor*> instances, ModelStats* stats,
-                               const Clock* clock, LatencyGoalConfig goal)
+                               const Clock* clock, LatencyGoalConfig goal,
+                               const BatchEnergyModel* energy)
     : clock_(clock),
       stats_(stats),
       max_delay_ns_(config.dynamic_batching().max_queue_delay_microseconds() * 1000),
@@ -45,7 +60,7 @@ DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
   std::sort(limits_.preferred.begin(), limits_.preferred.end());
   if (goal.goal_us > 0)
     adaptive_ = std::make_unique<AdaptiveDelay>(goal.goal_us * 1000, goal.percentile,
-                                                limits_.max_batch_size);
+                                                limits_.max_batch_size, goal.objective, energy);
   instance_count_ = instances.size();
   StartThreads(instances);
 }
@@ -151,9 +166,10 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
       pending += c.batch_size;
       oldest = std::min(oldest, c.enqueue_ns);
     }
-    // Adaptive mode waits only when no other instance is idle: an idle instance beats a bigger
-    // batch.
-    const bool other_idle = busy_instances_ + 1 < instance_count_;
+    // Adaptive mode for throughput waits only when no other instance is idle: an idle instance
+    // beats a bigger batch. For energy it does not: two small batches cost more than one.
+    const bool other_idle = busy_instances_ + 1 < instance_count_ &&
+                            !(adaptive_ && adaptive_->objective() == BatchingObjective::kEnergy);
     const uint64_t delay = stopping_    ? 0
                            : !adaptive_ ? max_delay_ns_
                            : other_idle ? 0

@@ -26,15 +26,17 @@ class ModelStats;
 struct LatencyGoalConfig {
   uint64_t goal_us = 0;  // 0: off
   double percentile = 0.99;
+  BatchingObjective objective = BatchingObjective::kThroughput;
 };
 // Reads Nereid's latency-goal parameters from a config ("nereid.latency_goal_us",
-// "nereid.latency_goal_percentile"); errors name the bad value.
+// "nereid.latency_goal_percentile", "nereid.batching_objective"); errors name the bad value.
 StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config);
 
 class DynamicBatcher : public InstanceThreadsScheduler {
  public:
   DynamicBatcher(const inference::ModelConfig& config, std::vector<BatchExecutor*> instances,
-                 ModelStats* stats, const Clock* clock, LatencyGoalConfig goal = {});
+                 ModelStats* stats, const Clock* clock, LatencyGoalConfig goal = {},
+                 const BatchEnergyModel* energy = nullptr);
   ~DynamicBatcher() override;
 
   Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;

@@ -29,9 +29,15 @@ StatusOr<std::unique_ptr<Scheduler>> MakeDynamic(SchedulerContext& c) {
                    "merged";
   if (goal.goal_us > 0)
     LOG_INFO << "model '" << config.name() << "': latency-goal batching, p" << goal.percentile * 100
-             << " <= " << goal.goal_us << " us";
-  return std::unique_ptr<Scheduler>(
-      std::make_unique<DynamicBatcher>(config, std::move(c.instances), c.stats, c.clock, goal));
+             << " <= " << goal.goal_us << " us"
+             << (goal.objective == BatchingObjective::kEnergy
+                     ? c.energy != nullptr
+                           ? ", fewest joules per inference (measured)"
+                           : ", fewest joules per inference (execution time standing in: no "
+                             "energy accounting)"
+                     : "");
+  return std::unique_ptr<Scheduler>(std::make_unique<DynamicBatcher>(
+      config, std::move(c.instances), c.stats, c.clock, goal, c.energy));
 }
 
 }  // namespace

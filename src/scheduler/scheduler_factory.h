@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "config/model_config.h"
 #include "request/infer_api.h"
+#include "scheduler/energy_model.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
@@ -30,6 +31,9 @@ struct SchedulerContext {
   // The server's inference path, for a scheduler that sends requests of its own (an ensemble's
   // steps); null where the model has none (config checks).
   InferApiLink* infer = nullptr;
+  // What the model's batches cost (the energy ledger's measurements); null without energy
+  // accounting. Outlives the scheduler.
+  const BatchEnergyModel* energy = nullptr;
 };
 
 // The scheduling choice a config makes: "ensemble" for platform "ensemble", "sequence" with

@@ -90,6 +90,10 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
                    repository_->StatisticsModels(name, version));
   std::vector<ModelStatistics> out;
   out.reserve(models.size());
+  const energy::EnergyLedger* ledger = repository_->energy_ledger();
+  const std::vector<energy::ModelEnergy> energy =
+      ledger != nullptr ? ledger->Models() : std::vector<energy::ModelEnergy>();
+  const bool carbon = ledger != nullptr && ledger->carbon_known();
   for (const auto& m : models) {
     const ModelStats& st = m->stats();
     ModelStatistics s;
@@ -108,6 +112,21 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
       s.batches.push_back(
           {b, Snap(bs.compute_input), Snap(bs.compute_infer), Snap(bs.compute_output)});
     });
+    for (const energy::ModelEnergy& e : energy) {
+      if (e.model != s.name || e.version != s.version || e.inferences == 0) continue;
+      ModelStatistics::Energy& out_e = s.energy.emplace_back();
+      out_e.scope = e.scope;
+      out_e.source = e.source;
+      out_e.active_joules = e.active_joules;
+      out_e.idle_joules = e.idle_joules;
+      out_e.inferences = e.inferences;
+      if (e.per_inference_count > 0)
+        out_e.joules_per_inference = e.per_inference_sum / static_cast<double>(e.per_inference_count);
+      const double total = e.active_joules + e.idle_joules;
+      out_e.idle_share = total > 0 ? e.idle_joules / total : 0;
+      if (carbon) out_e.carbon_grams = e.carbon_grams;
+      out_e.active_watts = e.active_watts;
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -46,6 +46,17 @@ struct ModelStatistics {
     DurationSnapshot compute_input, compute_infer, compute_output;
   };
   std::vector<Batch> batches;  // batch sizes that have executed, ascending
+  // Nereid's extension: the energy ledger's figures per scope the version ran on (docs/energy.md).
+  struct Energy {
+    std::string scope, source;
+    double active_joules = 0, idle_joules = 0;
+    uint64_t inferences = 0;
+    double joules_per_inference = 0;  // active + idle per row of finished batches (0: none yet)
+    double idle_share = 0;            // idle / (active + idle)
+    double carbon_grams = -1;         // < 0: no carbon intensity known
+    double active_watts = 0;  // the fitted power while its batches are busy (0: not yet)
+  };
+  std::vector<Energy> energy;
 };
 
 class InferenceServer : public InferApi {

@@ -14,6 +14,8 @@ namespace nereid {
 namespace {
 
 constexpr size_t kMaxCorrelationIdLength = 128;  // Triton's bound on a string id
+// Asks for the request's energy in its response (docs/energy.md).
+constexpr const char* kEnergyParameter = "nereid.energy";
 
 // Triton spells this one "Output" over HTTP and "output" over gRPC.
 std::string OutputWord(InferEndpoint endpoint) {
@@ -185,6 +187,17 @@ StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
   r->timeout_us = d.timeout_us;
   r->flags = d.flags;
   r->correlation_id = std::move(d.correlation_id);
+  for (auto it = d.parameters.begin(); it != d.parameters.end();) {
+    if (it->name != kEnergyParameter) {
+      ++it;
+      continue;
+    }
+    if (it->type != RequestParameter::Type::kBool)
+      return InvalidArgument(std::string("parameter '") + kEnergyParameter +
+                             "' must be a boolean");
+    r->report_energy = it->bool_value;
+    it = d.parameters.erase(it);  // the server's, not the backend's
+  }
   r->parameters = std::move(d.parameters);
   if (d.whole_body_input) {
     RETURN_IF_ERROR(ShapeWholeBody(*d.whole_body_input, config, r.get()));

@@ -438,6 +438,51 @@ TEST(AdaptiveDelayTest, FeedbackKeepsThePercentileUnderTheGoal) {
   EXPECT_LE(a.budget_factor(), 0.9);
 }
 
+// A batch's energy by its size, as the energy ledger would report it.
+class FakeEnergyModel final : public BatchEnergyModel {
+ public:
+  double ActiveJoulesPerRow(int64_t rows) const override {
+    return rows < static_cast<int64_t>(per_row.size()) ? per_row[rows] : -1;
+  }
+  std::vector<double> per_row;  // by rows; < 0: not measured
+};
+
+TEST(AdaptiveDelayTest, TheEnergyObjectiveWaitsWhereLargerBatchesCostLessARow) {
+  FakeEnergyModel energy;
+  // Each batch costs 1 J whatever its size (a memory-bound model): fewer joules per row the more
+  // rows.
+  for (int b = 0; b <= 32; ++b) energy.per_row.push_back(b == 0 ? -1 : 1.0 / b);
+  AdaptiveDelay a(5'000 * kUs, 0.99, 32, BatchingObjective::kEnergy, &energy);
+  for (int b = 1; b <= 32; ++b) a.OnExecution(b, 100 * kUs);
+  uint64_t t = 0;
+  for (int i = 0; i < 50; ++i) a.OnArrival(t += 500 * kUs);  // 2,000 requests/s
+  // The throughput objective sends at once here (the next request is due after five executions);
+  // the energy objective waits for more, until 4 gaps after the last arrival (5 rows by then).
+  AdaptiveDelay throughput(5'000 * kUs, 0.99, 32);
+  for (int b = 1; b <= 32; ++b) throughput.OnExecution(b, 100 * kUs);
+  for (uint64_t i = 0, u = 0; i < 50; ++i) throughput.OnArrival(u += 500 * kUs);
+  EXPECT_EQ(throughput.DelayNs(1, t), 0u);
+  EXPECT_EQ(a.DelayNs(1, t), 2'000 * kUs);
+  // An older request waits no longer than the budget (0.5 x 5 ms) less one more execution.
+  EXPECT_EQ(a.DelayNs(1, t - 3'000 * kUs), 2'500 * kUs - 100 * kUs);
+  // Where every row costs the same (compute-bound), waiting saves nothing: no wait.
+  for (int b = 1; b <= 32; ++b) energy.per_row[b] = 0.5;
+  EXPECT_EQ(a.DelayNs(1, t), 0u);
+  // A size not measured yet is waited for: that is how it gets measured.
+  energy.per_row[5] = -1;
+  EXPECT_EQ(a.DelayNs(1, t), 2'000 * kUs);
+}
+
+TEST(AdaptiveDelayTest, AOneOffSlowBatchDoesNotPriceItsSizeOutForEver) {
+  AdaptiveDelay a(5'000 * kUs, 0.99, 32);
+  a.OnExecution(1, 200 * kUs);
+  a.OnExecution(2, 30'000 * kUs);  // its first batch captured a CUDA graph
+  EXPECT_EQ(a.ExecEstimateNs(2), 400 * kUs);  // capped by batch 1's, scaled to two rows
+  a.OnExecution(4, 300 * kUs);
+  EXPECT_EQ(a.ExecEstimateNs(4), 300 * kUs);  // measured, below the cap
+  EXPECT_EQ(a.ExecEstimateNs(8), 600 * kUs);  // not measured: batch 4's, scaled
+}
+
 TEST(LatencyGoalConfigTest, ReadsAndValidatesParameters) {
   inference::ModelConfig c;
   c.set_name("m");
@@ -448,8 +493,20 @@ TEST(LatencyGoalConfigTest, ReadsAndValidatesParameters) {
   ASSERT_TRUE(goal.ok());
   EXPECT_EQ(goal->goal_us, 5000u);
   EXPECT_DOUBLE_EQ(goal->percentile, 0.95);
+  EXPECT_EQ(goal->objective, BatchingObjective::kThroughput);
+  (*c.mutable_parameters())["nereid.batching_objective"].set_string_value("energy");
+  EXPECT_EQ(ReadLatencyGoal(c)->objective, BatchingObjective::kEnergy);
+  (*c.mutable_parameters())["nereid.batching_objective"].set_string_value("joules");
+  EXPECT_EQ(ReadLatencyGoal(c).status().message(),
+            "model 'm': parameter 'nereid.batching_objective' must be 'throughput' or 'energy', "
+            "got 'joules'");
+  (*c.mutable_parameters())["nereid.batching_objective"].set_string_value("energy");
   (*c.mutable_parameters())["nereid.latency_goal_us"].set_string_value("fast");
   EXPECT_FALSE(ReadLatencyGoal(c).ok());
+  c.mutable_parameters()->erase("nereid.latency_goal_us");
+  EXPECT_EQ(ReadLatencyGoal(c).status().message(),
+            "model 'm': parameter 'nereid.batching_objective' needs a latency goal "
+            "('nereid.latency_goal_us')");
 }
 
 }  // namespace

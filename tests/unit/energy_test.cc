@@ -367,5 +367,75 @@ TEST(CarbonTest, TheLedgerCountsGramsPerModelAndForIdleTicks) {
             std::string::npos);
 }
 
+
+// Each finished batch goes into the J-per-inference histogram once per row; the histogram's sum is
+// the energy attributed to those batches, and its count their rows.
+TEST(EnergyLedgerTest, TheHistogramCountsRowsAndSumsTheirJoules) {
+  Rig rig;
+  auto m = rig.ledger->ObserverFor("m", 1);
+  uint64_t now = 0;
+  for (int tick = 0; tick < 20; ++tick) {
+    m->OnExecution(Batch(now + 10 * kMs, now + 30 * kMs, 4));  // 4 rows
+    m->OnExecution(Batch(now + 50 * kMs, now + 60 * kMs, 1));  // 1 row
+    now += 100 * kMs;
+    rig.gpu->joules += 30;
+    rig.ledger->Poll(now);
+  }
+  rig.ledger->Poll(now + 1000 * kMs);
+  const ModelEnergy e = Find(rig.ledger->Models(), "m");
+  EXPECT_EQ(e.per_inference_count, 20u * 5);
+  EXPECT_EQ(e.inferences, 20u * 5);
+  EXPECT_NEAR(e.per_inference_sum, e.active_joules + e.idle_joules, 1e-9);
+  EXPECT_NEAR(e.per_inference_sum, 20 * 30, 1e-9);  // no tick without a batch
+  uint64_t counted = 0;
+  for (uint64_t c : e.per_inference_buckets) counted += c;
+  EXPECT_EQ(counted, e.per_inference_count);
+  // 30 J a tick over 5 rows: the 4-row batch (twice the busy time) gets 20 J (5 J a row), the
+  // one-row batch 10 J: 80 rows in the bucket up to 10 J, 20 in the one above it.
+  EXPECT_EQ(e.per_inference_buckets[kJoulesPerInferenceBounds.size() - 1], 80u);
+  EXPECT_EQ(e.per_inference_buckets[kJoulesPerInferenceBounds.size()], 20u);
+  const std::string text = rig.ledger->PrometheusText();
+  EXPECT_NE(text.find("# TYPE nereid_energy_joules_per_inference histogram"), std::string::npos);
+  EXPECT_NE(text.find("nereid_energy_joules_per_inference_bucket{model=\"m\",version=\"1\","
+                      "scope=\"gpu0\",source=\"nvml\",le=\"+Inf\"} 100"),
+            std::string::npos);
+}
+
+// The energy model the batcher reads: the fitted power x the busy time measured per batch size;
+// and a request's estimate: its rows' share of that, plus the recent idle share per row.
+TEST(EnergyLedgerTest, PricesBatchSizesAndRequestsFromWhatItMeasured) {
+  Rig rig;
+  rig.ledger->SetCarbon(std::make_shared<CarbonIntensity>(360, "", 1.0));  // 0.1 mg per J
+  auto m = rig.ledger->ObserverFor("m", 1);
+  EXPECT_LT(m->ActiveJoulesPerRow(1), 0);  // nothing measured
+  const double floor = 100;
+  uint64_t now = 0;
+  // An empty tick sets the floor; then per tick a 1-row batch busy 10 ms and an 8-row one busy
+  // 20 ms, drawing 200 W above the floor while busy.
+  now += 100 * kMs;
+  rig.gpu->joules += floor * 0.1;
+  rig.ledger->Poll(now);
+  for (int tick = 0; tick < 50; ++tick) {
+    m->OnExecution(Batch(now + 10 * kMs, now + 20 * kMs, 1));
+    m->OnExecution(Batch(now + 40 * kMs, now + 60 * kMs, 8));
+    now += 100 * kMs;
+    rig.gpu->joules += floor * 0.1 + 200 * 0.030;
+    rig.ledger->Poll(now);
+  }
+  rig.ledger->Poll(now + 1000 * kMs);
+  EXPECT_NEAR(Find(rig.ledger->Models(), "m").active_watts, 200, 1);
+  EXPECT_NEAR(m->ActiveJoulesPerRow(1), 200 * 0.010, 0.02);
+  EXPECT_NEAR(m->ActiveJoulesPerRow(8), 200 * 0.020 / 8, 0.005);
+  EXPECT_LT(m->ActiveJoulesPerRow(4), 0);  // a size never run
+  // Two rows of the 8-row batch: a quarter of its 4 J active, and two rows' idle share (10 J of
+  // floor a tick over 9 rows).
+  ExecutionRecord r = Batch(0, 20 * kMs, 8);
+  const RequestEnergy e = m->EstimateRequest(r, 2);
+  EXPECT_NEAR(e.joules, 200 * 0.020 / 4 + 2 * 10.0 / 9, 0.05);
+  EXPECT_NEAR(e.carbon_grams, e.joules * 1e-4, 1e-9);
+  EXPECT_EQ(e.source, "nvml");
+  EXPECT_EQ(e.scope, "gpu0");
+}
+
 }  // namespace
 }  // namespace nereid::energy

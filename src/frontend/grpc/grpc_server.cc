@@ -313,6 +313,15 @@ void FillResponseHeader(const InferenceResponse& r, pb::ModelInferResponse* out)
   out->set_model_name(r.model_name);
   out->set_model_version(std::to_string(r.model_version));
   out->set_id(r.id);
+  for (const auto& p : r.parameters) {
+    pb::InferParameter& v = (*out->mutable_parameters())[p.name];
+    switch (p.type) {
+      case RequestParameter::Type::kBool: v.set_bool_param(p.bool_value); break;
+      case RequestParameter::Type::kInt64: v.set_int64_param(p.int_value); break;
+      case RequestParameter::Type::kDouble: v.set_double_param(p.double_value); break;
+      case RequestParameter::Type::kString: v.set_string_param(p.string_value); break;
+    }
+  }
   for (const auto& o : r.outputs) {
     auto* t = out->add_outputs();
     t->set_name(o.name);
@@ -468,6 +477,18 @@ void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
       FillDuration(stat.compute_input, bs->mutable_compute_input());
       FillDuration(stat.compute_infer, bs->mutable_compute_infer());
       FillDuration(stat.compute_output, bs->mutable_compute_output());
+    }
+    for (const auto& e : st.energy) {
+      auto* o = out->add_energy();
+      o->set_scope(e.scope);
+      o->set_source(e.source);
+      o->set_active_joules(e.active_joules);
+      o->set_idle_joules(e.idle_joules);
+      o->set_inferences(e.inferences);
+      o->set_joules_per_inference(e.joules_per_inference);
+      o->set_idle_share(e.idle_share);
+      if (e.carbon_grams >= 0) o->set_carbon_grams(e.carbon_grams);
+      o->set_active_watts(e.active_watts);
     }
   }
 }

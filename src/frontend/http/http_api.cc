@@ -127,6 +127,35 @@ Reply StatisticsReply(const InferenceServer& api, const Route& route) {
     w.Key("memory_usage");
     w.StartArray();
     w.EndArray();
+    if (!st.energy.empty()) {
+      w.Key("energy");
+      w.StartArray();
+      for (const auto& e : st.energy) {
+        w.StartObject();
+        w.Key("scope");
+        w.String(e.scope.c_str());
+        w.Key("source");
+        w.String(e.source.c_str());
+        w.Key("active_joules");
+        w.Double(e.active_joules);
+        w.Key("idle_joules");
+        w.Double(e.idle_joules);
+        w.Key("inferences");
+        w.Uint64(e.inferences);
+        w.Key("joules_per_inference");
+        w.Double(e.joules_per_inference);
+        w.Key("idle_share");
+        w.Double(e.idle_share);
+        if (e.carbon_grams >= 0) {
+          w.Key("carbon_grams");
+          w.Double(e.carbon_grams);
+        }
+        w.Key("active_watts");
+        w.Double(e.active_watts);
+        w.EndObject();
+      }
+      w.EndArray();
+    }
     w.EndObject();
   }
   w.EndArray();

@@ -525,6 +525,23 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
     w.Key("id");
     w.String(response.id.c_str(), static_cast<rapidjson::SizeType>(response.id.size()));
   }
+  if (!response.parameters.empty()) {
+    w.Key("parameters");
+    w.StartObject();
+    for (const auto& p : response.parameters) {
+      w.Key(p.name.c_str(), static_cast<rapidjson::SizeType>(p.name.size()));
+      switch (p.type) {
+        case RequestParameter::Type::kBool: w.Bool(p.bool_value); break;
+        case RequestParameter::Type::kInt64: w.Int64(p.int_value); break;
+        case RequestParameter::Type::kDouble: w.Double(p.double_value); break;
+        case RequestParameter::Type::kString:
+          w.String(p.string_value.c_str(),
+                   static_cast<rapidjson::SizeType>(p.string_value.size()));
+          break;
+      }
+    }
+    w.EndObject();
+  }
   w.Key("outputs");
   w.StartArray();
   for (const auto& out : response.outputs) {
