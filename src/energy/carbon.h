@@ -23,6 +23,8 @@ class CarbonIntensity {
 
   // Whether any intensity is known (no carbon figures otherwise).
   bool known() const;
+  // Whether one was asked for (a value, or a file that may become readable later).
+  bool configured() const { return fixed_ >= 0 || !file_.empty(); }
   // Grams CO2e for 'joules' drawn at Unix time 'at' (seconds).
   double Grams(double joules, double at) const;
   // Re-reads the file when its modification time changed (the poller calls it every few seconds);

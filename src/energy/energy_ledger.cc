@@ -74,14 +74,15 @@ class EnergyLedger::Observer final : public EnergyObserver {
     last_domain_.store(domain, std::memory_order_relaxed);
     ledger_->Record(entries_[domain], record);
   }
-  double ActiveJoulesPerRow(int64_t rows) const override {
-    // The fitted power while busy x the busy time measured for batches of that size.
+  double JoulesPerRow(int64_t rows) const override {
     const Entry& e = *by_domain_[last_domain_.load(std::memory_order_relaxed)];
     const std::atomic<float>* busy = e.busy_by_rows.load(std::memory_order_acquire);
     const double watts = e.watts.load(std::memory_order_relaxed);
     if (busy == nullptr || watts <= 0 || rows <= 0 || rows > kMaxTrackedRows) return -1;
     const double seconds = busy[rows].load(std::memory_order_relaxed);
-    return seconds > 0 ? watts * seconds / static_cast<double>(rows) : -1;
+    if (seconds <= 0) return -1;
+    return watts * seconds / static_cast<double>(rows) +
+           e.idle_per_row.load(std::memory_order_relaxed);
   }
   RequestEnergy EstimateRequest(const ExecutionRecord& record, int64_t rows) const override {
     const Entry& e = *by_domain_[ledger_->DomainOf(record)];
@@ -406,10 +407,10 @@ void EnergyLedger::Finish(const Batch& batch) {
   ModelEnergy& t = e.totals;
   const double joules = batch.active + batch.idle;
   const double per_row = joules / batch.rows;
-  const size_t bucket = static_cast<size_t>(
-      std::lower_bound(kJoulesPerInferenceBounds.begin(), kJoulesPerInferenceBounds.end(),
-                       per_row) -
-      kJoulesPerInferenceBounds.begin());
+  const size_t bucket =
+      static_cast<size_t>(std::lower_bound(kJoulesPerInferenceBounds.begin(),
+                                           kJoulesPerInferenceBounds.end(), per_row) -
+                          kJoulesPerInferenceBounds.begin());
   t.per_inference_buckets[bucket] += batch.rows;
   t.per_inference_count += batch.rows;
   t.per_inference_sum += joules;
@@ -481,8 +482,8 @@ std::string EnergyLedger::PrometheusText() const {
         << m.per_inference_count << "\n";
     out << "nereid_energy_joules_per_inference_sum{" << labels << "} " << m.per_inference_sum
         << "\n";
-    out << "nereid_energy_joules_per_inference_count{" << labels << "} "
-        << m.per_inference_count << "\n";
+    out << "nereid_energy_joules_per_inference_count{" << labels << "} " << m.per_inference_count
+        << "\n";
   }
   family("nereid_energy_metered_joules_total", "counter",
          "The scope's meter reading over the attributed ticks: the sum of every model's active "
@@ -540,7 +541,8 @@ std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core,
                              " W per core; no RAPL counter is readable)"
                        : "");
   auto ledger = std::make_unique<EnergyLedger>(std::move(meters), EnergyLedger::Options{});
-  if (carbon && carbon->known()) ledger->SetCarbon(std::move(carbon));
+  // A file unreadable now is re-read by the poller: its figures start when it parses.
+  if (carbon && carbon->configured()) ledger->SetCarbon(std::move(carbon));
   ledger->Start();
   return ledger;
 }

@@ -123,8 +123,8 @@ class EnergyLedger {
     ModelEnergy totals;
     size_t domain = 0;
     // Published by the poller for the request path and the batcher (relaxed atomics).
-    std::atomic<double> watts{0};         // fitted active power while busy
-    std::atomic<double> idle_per_row{0};  // recent batches' idle joules per row
+    std::atomic<double> watts{0};             // fitted active power while busy
+    std::atomic<double> idle_per_row{0};      // recent batches' idle joules per row
     double recent_idle = 0, recent_rows = 0;  // the poller's averages behind it
     // Busy seconds of a batch by its rows (EWMA; 0: no batch of that size yet), allocated with
     // the entry's first batch.

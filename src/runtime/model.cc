@@ -126,9 +126,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
     instance->AddObserver(stats_observer);
     for (const auto& observer : model->observers_) instance->AddObserver(observer);
   }
-  SchedulerContext context{model->config_,         std::move(instances), model->stats_.get(),
-                           clock,                  model->infer_link_.get(),
-                           model->energy_.get()};
+  SchedulerContext context{model->config_, std::move(instances),     model->stats_.get(),
+                           clock,          model->infer_link_.get(), model->energy_.get()};
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, SchedulerFactory::Get().Create(context));
   model->SetScheduler(std::move(scheduler));
   return model;

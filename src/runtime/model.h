@@ -135,7 +135,7 @@ class Model {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
-  std::shared_ptr<EnergyObserver> energy_;                      // outlives the scheduler
+  std::shared_ptr<EnergyObserver> energy_;                     // outlives the scheduler
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;

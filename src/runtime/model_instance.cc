@@ -49,9 +49,14 @@ void ModelInstance::Finalize() {
 }
 
 ExecutionRecord BatchExecution::AsRecord(uint64_t end) const {
-  return ExecutionRecord{&instance->name(), instance->kind(), instance->device_id(),
-                         start_ns,          end,              rows,
-                         requests,          device_busy_ns.load(std::memory_order_relaxed)};
+  return ExecutionRecord{&instance->name(),
+                         instance->kind(),
+                         instance->device_id(),
+                         start_ns,
+                         end,
+                         rows,
+                         requests,
+                         device_busy_ns.load(std::memory_order_relaxed)};
 }
 
 void BatchExecution::Record(uint64_t end) {
@@ -168,7 +173,8 @@ void ModelInstance::AddEnergy(const BackendRequest& r, InferenceResponse& respon
   // A second request of the batch may complete before the first has recorded the batch's end.
   uint64_t end = r.execution->end_ns.load(std::memory_order_acquire);
   if (end == 0) end = SteadyNowNs();
-  const RequestEnergy e = energy->EstimateRequest(r.execution->AsRecord(end), r.request->batch_size);
+  const RequestEnergy e =
+      energy->EstimateRequest(r.execution->AsRecord(end), r.request->batch_size);
   auto add = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
     RequestParameter& p = response.parameters.emplace_back();
     p.name = name;

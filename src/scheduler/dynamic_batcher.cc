@@ -37,7 +37,8 @@ StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config
     else if (v != "throughput")
       return InvalidArgument("model '" + config.name() +
                              "': parameter 'nereid.batching_objective' must be 'throughput' or "
-                             "'energy', got '" + v + "'");
+                             "'energy', got '" +
+                             v + "'");
     if (goal.goal_us == 0)
       return InvalidArgument("model '" + config.name() +
                              "': parameter 'nereid.batching_objective' needs a latency goal "

@@ -10,9 +10,11 @@ namespace nereid {
 class BatchEnergyModel {
  public:
   virtual ~BatchEnergyModel() = default;
-  // Active joules per row (idle apart) of a batch of 'rows' rows, from what the model version's
-  // recent batches were attributed; < 0 while too few batch sizes have been measured to tell.
-  virtual double ActiveJoulesPerRow(int64_t rows) const = 0;
+  // Joules per row of a batch of 'rows' rows: its active energy (above the floor) per row, from
+  // the power fitted to the model version and the busy time measured for that size, plus the
+  // floor's recent share per row (which no batching changes, but which sets how much a saving in
+  // active energy is worth); < 0 while that size has not been measured.
+  virtual double JoulesPerRow(int64_t rows) const = 0;
 };
 
 }  // namespace nereid

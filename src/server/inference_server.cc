@@ -121,7 +121,8 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
       out_e.idle_joules = e.idle_joules;
       out_e.inferences = e.inferences;
       if (e.per_inference_count > 0)
-        out_e.joules_per_inference = e.per_inference_sum / static_cast<double>(e.per_inference_count);
+        out_e.joules_per_inference =
+            e.per_inference_sum / static_cast<double>(e.per_inference_count);
       const double total = e.active_joules + e.idle_joules;
       out_e.idle_share = total > 0 ? e.idle_joules / total : 0;
       if (carbon) out_e.carbon_grams = e.carbon_grams;

@@ -54,7 +54,7 @@ struct ModelStatistics {
     double joules_per_inference = 0;  // active + idle per row of finished batches (0: none yet)
     double idle_share = 0;            // idle / (active + idle)
     double carbon_grams = -1;         // < 0: no carbon intensity known
-    double active_watts = 0;  // the fitted power while its batches are busy (0: not yet)
+    double active_watts = 0;          // the fitted power while its batches are busy (0: not yet)
   };
   std::vector<Energy> energy;
 };

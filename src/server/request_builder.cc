@@ -193,8 +193,7 @@ StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
       continue;
     }
     if (it->type != RequestParameter::Type::kBool)
-      return InvalidArgument(std::string("parameter '") + kEnergyParameter +
-                             "' must be a boolean");
+      return InvalidArgument(std::string("parameter '") + kEnergyParameter + "' must be a boolean");
     r->report_energy = it->bool_value;
     it = d.parameters.erase(it);  // the server's, not the backend's
   }

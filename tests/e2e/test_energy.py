@@ -1,10 +1,16 @@
 """Energy accounting on the real binary: on a machine without a meter every model has energy series
-labelled source="estimate", the parts add up to the meter's figure, and the flag turns it off."""
+labelled source="estimate", the parts add up to the meter's figure, requests that ask get their
+energy (HTTP, gRPC, a gRPC stream), the statistics extension and the J/inference histogram carry
+it, carbon follows a flag or a file, and the flag turns it all off."""
+import queue
 import time
 import urllib.request
 
 import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from conftest import Server
 
@@ -82,5 +88,98 @@ def test_energy_accounting_can_be_turned_off(repository):
     try:
         infer_simple(httpclient.InferenceServerClient(s.url), 10)
         assert metrics(s) == {}
+    finally:
+        assert s.stop() == 0
+
+
+def simple_inputs(module):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        i = module.InferInput(name, [1, 16], "INT32")
+        i.set_data_from_numpy(a)
+        inputs.append(i)
+    return inputs
+
+
+def test_a_request_that_asks_gets_its_energy_over_http_grpc_and_a_stream(repository):
+    s = Server(repository, "--carbon-intensity=400")
+    try:
+        http = httpclient.InferenceServerClient(s.url)
+        infer_simple(http, 200)
+        time.sleep(0.8)  # the ledger has fitted the model's power by now
+        r = http.infer("simple", simple_inputs(httpclient), parameters={"nereid.energy": True})
+        p = r.get_response()["parameters"]
+        assert p["energy_source"] == "estimate" and p["energy_scope"] == "process-cpu", p
+        assert p["energy_joules"] > 0
+        assert abs(p["carbon_grams"] - p["energy_joules"] / 3.6e6 * 400) <= 1e-12 + 1e-9 * p["carbon_grams"]
+        assert (r.as_numpy("OUTPUT0") == 2 * np.arange(16)).all()
+        # Not asked: nothing added.
+        assert "parameters" not in http.infer("simple", simple_inputs(httpclient)).get_response()
+        with pytest.raises(InferenceServerException, match="parameter 'nereid.energy' must be a boolean"):
+            http.infer("simple", simple_inputs(httpclient), parameters={"nereid.energy": "yes"})
+
+        grpc = grpcclient.InferenceServerClient(s.grpc_url)
+        r = grpc.infer("simple", simple_inputs(grpcclient), parameters={"nereid.energy": True})
+        gp = r.get_response().parameters
+        assert gp["energy_joules"].double_param > 0 and gp["energy_source"].string_param == "estimate"
+        assert gp["carbon_grams"].double_param > 0
+        with pytest.raises(InferenceServerException, match="must be a boolean"):
+            grpc.infer("simple", simple_inputs(grpcclient), parameters={"nereid.energy": 1})
+
+        results = queue.Queue()
+        grpc.start_stream(callback=lambda result, error: results.put((result, error)))
+        for _ in range(3):
+            grpc.async_stream_infer("simple", simple_inputs(grpcclient),
+                                    parameters={"nereid.energy": True})
+        for _ in range(3):
+            result, error = results.get(timeout=10)
+            assert error is None, error
+            assert result.get_response().parameters["energy_joules"].double_param > 0
+        grpc.stop_stream()
+        grpc.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_statistics_and_the_histogram_carry_energy(repository):
+    s = Server(repository)
+    try:
+        http = httpclient.InferenceServerClient(s.url)
+        infer_simple(http, 150)
+        time.sleep(0.8)
+        stats = http.get_inference_statistics("simple")["model_stats"][0]
+        (e,) = stats["energy"]
+        assert e["scope"] == "process-cpu" and e["source"] == "estimate", e
+        assert e["inferences"] == 150 and e["active_joules"] > 0 and e["idle_joules"] == 0
+        assert e["idle_share"] == 0 and e["active_watts"] > 0 and "carbon_grams" not in e
+        m = metrics(s)
+        key = 'model="simple",version="1",scope="process-cpu",source="estimate"'
+        count = m[f"nereid_energy_joules_per_inference_count{{{key}}}"]
+        total = m[f"nereid_energy_joules_per_inference_sum{{{key}}}"]
+        assert count == 150 and m[f'nereid_energy_joules_per_inference_bucket{{{key},le="+Inf"}}'] == 150
+        assert abs(e["joules_per_inference"] - total / count) <= 1e-9 * total
+        # Every finished batch is in the sum: all of the model's attributed joules.
+        attributed = m[f'nereid_energy_joules_total{{{key},kind="active"}}']
+        assert abs(total - attributed) <= 1e-6 * attributed
+        # Triton's gRPC client reads the statistics message, skipping the field it does not know.
+        grpc = grpcclient.InferenceServerClient(s.grpc_url)
+        assert grpc.get_inference_statistics("simple").model_stats[0].inference_count == 150
+        grpc.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_carbon_file_that_appears_later_is_picked_up(repository, tmp_path):
+    intensity = tmp_path / "later.csv"
+    s = Server(repository, "--carbon-intensity-file=" + str(intensity))
+    try:
+        assert "nereid_carbon_intensity_grams_per_kwh" not in metrics(s)
+        intensity.write_text("0,250\n")
+        deadline = time.time() + 15  # the poller re-reads the file every ~5 s
+        while time.time() < deadline and "nereid_carbon_intensity_grams_per_kwh" not in metrics(s):
+            time.sleep(0.2)
+        assert metrics(s)["nereid_carbon_intensity_grams_per_kwh"] == 250
+        assert "is not readable" in s.read_log()
     finally:
         assert s.stop() == 0

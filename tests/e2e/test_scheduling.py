@@ -1,11 +1,14 @@
 """Scheduling through the real server: dynamic batching merges waiting requests, the schedule policy
 extension (priority, timeout), queue limits (503), statistics (Triton's JSON) and Prometheus metrics."""
 import os
+import queue
 import time
 import urllib.request
+from functools import partial
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
@@ -35,7 +38,12 @@ def sched_server(tmp_path_factory):
                                  "  default_queue_policy { max_queue_size: 2 allow_timeout_override: true } }\n")
     identity(repo, "goal", 'dynamic_batching { }\nparameters { key: "nereid.latency_goal_us" '
                            'value: { string_value: "5000" } }\n')
-    s = Server(repo)
+    identity(repo, "energy_goal", 'dynamic_batching { }\nparameters { key: "nereid.latency_goal_us" '
+                                  'value: { string_value: "20000" } }\nparameters { key: '
+                                  '"nereid.batching_objective" value: { string_value: "energy" } }\n')
+    identity(repo, "bad_objective", 'dynamic_batching { }\nparameters { key: '
+                                    '"nereid.batching_objective" value: { string_value: "green" } }\n')
+    s = Server(repo, "--exit-on-error=false")
     yield s
     assert s.stop() == 0, s.read_log()
 
@@ -92,6 +100,33 @@ def test_latency_goal_model_serves_and_says_so(sched_server):
     for k in range(20):
         assert (c.infer("goal", request(k)).as_numpy("OUTPUT0") == k).all()
     assert "model 'goal': latency-goal batching, p99 <= 5000 us" in sched_server.read_log()
+
+
+def test_energy_objective_batches_concurrent_requests_and_a_bad_one_is_refused(sched_server):
+    # gRPC's asynchronous calls leave at once (the HTTP client's take ~10 ms each here).
+    g = grpcclient.InferenceServerClient(sched_server.grpc_url)
+    for _ in range(5):
+        done = queue.Queue()
+        for k in range(8):
+            i = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+            i.set_data_from_numpy(np.full((1, 4), k, dtype=np.float32))
+            g.async_infer("energy_goal", [i], partial(lambda k, result, error: done.put((k, result, error)), k))
+        for _ in range(8):
+            k, result, error = done.get(timeout=10)
+            assert error is None and (result.as_numpy("OUTPUT0") == k).all(), error
+    g.close()
+    c = httpclient.InferenceServerClient(sched_server.url)
+    stats = c.get_inference_statistics("energy_goal")["model_stats"][0]
+    assert stats["inference_count"] == 40
+    # Sizes it has not measured yet are waited for: eight requests at once make batches.
+    assert stats["execution_count"] < 40, stats
+    log = sched_server.read_log()
+    assert ("model 'energy_goal': latency-goal batching, p99 <= 20000 us, fewest joules per "
+            "inference (measured)") in log
+    index = {m["name"]: m for m in c.get_model_repository_index()}
+    assert index["bad_objective"]["state"] == "UNAVAILABLE"
+    assert ("parameter 'nereid.batching_objective' must be 'throughput' or 'energy', got 'green'"
+            in index["bad_objective"]["reason"]), index["bad_objective"]
 
 
 def test_statistics_for_all_models_and_unknown_model(sched_server):

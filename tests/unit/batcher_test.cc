@@ -441,7 +441,7 @@ TEST(AdaptiveDelayTest, FeedbackKeepsThePercentileUnderTheGoal) {
 // A batch's energy by its size, as the energy ledger would report it.
 class FakeEnergyModel final : public BatchEnergyModel {
  public:
-  double ActiveJoulesPerRow(int64_t rows) const override {
+  double JoulesPerRow(int64_t rows) const override {
     return rows < static_cast<int64_t>(per_row.size()) ? per_row[rows] : -1;
   }
   std::vector<double> per_row;  // by rows; < 0: not measured
@@ -476,7 +476,7 @@ TEST(AdaptiveDelayTest, TheEnergyObjectiveWaitsWhereLargerBatchesCostLessARow) {
 TEST(AdaptiveDelayTest, AOneOffSlowBatchDoesNotPriceItsSizeOutForEver) {
   AdaptiveDelay a(5'000 * kUs, 0.99, 32);
   a.OnExecution(1, 200 * kUs);
-  a.OnExecution(2, 30'000 * kUs);  // its first batch captured a CUDA graph
+  a.OnExecution(2, 30'000 * kUs);             // its first batch captured a CUDA graph
   EXPECT_EQ(a.ExecEstimateNs(2), 400 * kUs);  // capped by batch 1's, scaled to two rows
   a.OnExecution(4, 300 * kUs);
   EXPECT_EQ(a.ExecEstimateNs(4), 300 * kUs);  // measured, below the cap

@@ -367,7 +367,6 @@ TEST(CarbonTest, TheLedgerCountsGramsPerModelAndForIdleTicks) {
             std::string::npos);
 }
 
-
 // Each finished batch goes into the J-per-inference histogram once per row; the histogram's sum is
 // the energy attributed to those batches, and its count their rows.
 TEST(EnergyLedgerTest, TheHistogramCountsRowsAndSumsTheirJoules) {
@@ -407,7 +406,7 @@ TEST(EnergyLedgerTest, PricesBatchSizesAndRequestsFromWhatItMeasured) {
   Rig rig;
   rig.ledger->SetCarbon(std::make_shared<CarbonIntensity>(360, "", 1.0));  // 0.1 mg per J
   auto m = rig.ledger->ObserverFor("m", 1);
-  EXPECT_LT(m->ActiveJoulesPerRow(1), 0);  // nothing measured
+  EXPECT_LT(m->JoulesPerRow(1), 0);  // nothing measured
   const double floor = 100;
   uint64_t now = 0;
   // An empty tick sets the floor; then per tick a 1-row batch busy 10 ms and an 8-row one busy
@@ -424,9 +423,10 @@ TEST(EnergyLedgerTest, PricesBatchSizesAndRequestsFromWhatItMeasured) {
   }
   rig.ledger->Poll(now + 1000 * kMs);
   EXPECT_NEAR(Find(rig.ledger->Models(), "m").active_watts, 200, 1);
-  EXPECT_NEAR(m->ActiveJoulesPerRow(1), 200 * 0.010, 0.02);
-  EXPECT_NEAR(m->ActiveJoulesPerRow(8), 200 * 0.020 / 8, 0.005);
-  EXPECT_LT(m->ActiveJoulesPerRow(4), 0);  // a size never run
+  // Active: 200 W x the size's busy time, per row; idle: 10 J of floor a tick over 9 rows.
+  EXPECT_NEAR(m->JoulesPerRow(1), 200 * 0.010 + 10.0 / 9, 0.05);
+  EXPECT_NEAR(m->JoulesPerRow(8), 200 * 0.020 / 8 + 10.0 / 9, 0.05);
+  EXPECT_LT(m->JoulesPerRow(4), 0);  // a size never run
   // Two rows of the 8-row batch: a quarter of its 4 J active, and two rows' idle share (10 J of
   // floor a tick over 9 rows).
   ExecutionRecord r = Batch(0, 20 * kMs, 8);

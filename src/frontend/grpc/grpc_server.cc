@@ -316,10 +316,18 @@ void FillResponseHeader(const InferenceResponse& r, pb::ModelInferResponse* out)
   for (const auto& p : r.parameters) {
     pb::InferParameter& v = (*out->mutable_parameters())[p.name];
     switch (p.type) {
-      case RequestParameter::Type::kBool: v.set_bool_param(p.bool_value); break;
-      case RequestParameter::Type::kInt64: v.set_int64_param(p.int_value); break;
-      case RequestParameter::Type::kDouble: v.set_double_param(p.double_value); break;
-      case RequestParameter::Type::kString: v.set_string_param(p.string_value); break;
+      case RequestParameter::Type::kBool:
+        v.set_bool_param(p.bool_value);
+        break;
+      case RequestParameter::Type::kInt64:
+        v.set_int64_param(p.int_value);
+        break;
+      case RequestParameter::Type::kDouble:
+        v.set_double_param(p.double_value);
+        break;
+      case RequestParameter::Type::kString:
+        v.set_string_param(p.string_value);
+        break;
     }
   }
   for (const auto& o : r.outputs) {

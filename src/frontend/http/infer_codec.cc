@@ -531,12 +531,17 @@ EncodedResponse EncodeInferResponse(const InferenceResponse& response) {
     for (const auto& p : response.parameters) {
       w.Key(p.name.c_str(), static_cast<rapidjson::SizeType>(p.name.size()));
       switch (p.type) {
-        case RequestParameter::Type::kBool: w.Bool(p.bool_value); break;
-        case RequestParameter::Type::kInt64: w.Int64(p.int_value); break;
-        case RequestParameter::Type::kDouble: w.Double(p.double_value); break;
+        case RequestParameter::Type::kBool:
+          w.Bool(p.bool_value);
+          break;
+        case RequestParameter::Type::kInt64:
+          w.Int64(p.int_value);
+          break;
+        case RequestParameter::Type::kDouble:
+          w.Double(p.double_value);
+          break;
         case RequestParameter::Type::kString:
-          w.String(p.string_value.c_str(),
-                   static_cast<rapidjson::SizeType>(p.string_value.size()));
+          w.String(p.string_value.c_str(), static_cast<rapidjson::SizeType>(p.string_value.size()));
           break;
       }
     }
