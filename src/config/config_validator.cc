@@ -254,6 +254,20 @@ class Checker {
     }
   }
 
+  // Triton's refusals of a response cache where a response depends on more than the inputs.
+  void CheckResponseCache(const inference::ModelConfig& config) {
+    if (!config.response_cache().enable()) return;
+    const Path at = {{"response_cache"}, {"enable"}};
+    if (config.has_sequence_batching())
+      Fail(at, "response_cache.enable",
+           "Response Cache does not currently support model " + config.name() +
+               " with sequence batching scheduler. Please disable the response cache.");
+    if (config.model_transaction_policy().decoupled())
+      Fail(at, "response_cache.enable",
+           "Response Cache does not currently support model " + config.name() +
+               " with 'decoupled' transaction policy. Please disable the response cache.");
+  }
+
   void CheckInstanceGroups(const inference::ModelConfig& config) {
     for (int i = 0; i < config.instance_group_size(); ++i) {
       const auto& group = config.instance_group(i);
@@ -402,6 +416,7 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
     check.Fail({{"ensemble_scheduling"}}, "ensemble_scheduling",
                "ensemble scheduling cannot be set for a model whose platform is not 'ensemble'");
   if (config.has_model_metrics()) check.CheckModelMetrics(config);
+  if (config.has_response_cache()) check.CheckResponseCache(config);
   check.CheckInstanceGroups(config);
   if (config.version_policy().has_specific() &&
       config.version_policy().specific().versions_size() == 0)

@@ -20,6 +20,7 @@
 #include "main/server_options.h"
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
+#include "runtime/response_cache.h"
 #include "runtime/server_info.h"
 
 namespace {
@@ -106,8 +107,20 @@ int Serve(const std::vector<std::string>& args) {
         options.energy_watts_per_core,
         std::make_shared<nereid::energy::CarbonIntensity>(
             options.carbon_intensity, options.carbon_intensity_file, options.pue));
+  auto cache_config =
+      nereid::ParseCacheConfig(options.cache_config, options.response_cache_byte_size);
+  if (!cache_config.ok()) {
+    LOG_ERROR << cache_config.status().message();
+    return 1;
+  }
+  std::unique_ptr<nereid::ResponseCache> cache;
+  if (!cache_config->implementation.empty()) {
+    cache = std::make_unique<nereid::ResponseCache>(cache_config->size);
+    LOG_INFO << "response cache: local, " << cache_config->size << " bytes";
+  }
   nereid::ModelRepository repository(options.repository, &backends);
   repository.SetEnergyLedger(energy.get());
+  repository.SetResponseCache(cache.get());
   s = repository.LoadStartupModels();
   if (!s.ok()) {
     LOG_ERROR << s.message();

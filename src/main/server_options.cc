@@ -56,6 +56,8 @@ Options (names follow tritonserver):
   --energy-cpu-watts-per-core=W  the CPU estimate's watts per busy core where no RAPL counter is
                               readable (default 10)
   --carbon-intensity=G        grid carbon intensity in g CO2e per kWh, for nereid_carbon_* figures
+  --cache-config=local,size=BYTES  the response cache, for models with response_cache enabled
+                              (--response-cache-byte-size=BYTES: Triton's older spelling)
   --carbon-intensity-file=PATH  time-stamped intensities ("unix_seconds,g" or
                               "YYYY-MM-DDTHH:MM:SSZ,g" per line), re-read when it changes
   --pue=X                     power usage effectiveness the carbon figures include (default 1.0)
@@ -192,6 +194,13 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(o.carbon_intensity_file, next());
     } else if (flag == "pue") {
       ASSIGN_OR_RETURN(o.pue, number(1.0, 3.0));
+    } else if (flag == "cache-config") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      o.cache_config.push_back(std::move(v));
+    } else if (flag == "response-cache-byte-size") {
+      ASSIGN_OR_RETURN(o.response_cache_byte_size, number(uint64_t{0}, uint64_t{1} << 50));
+    } else if (flag == "cache-dir") {
+      RETURN_IF_ERROR(next().status());  // where Triton loads cache libraries from: none here
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(o.exit_timeout_secs, number(0, 24 * 3600));
     } else if (flag == "strict-model-config") {

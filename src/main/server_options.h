@@ -34,6 +34,9 @@ struct ServerOptions {
   // Carbon (docs/energy.md): g CO2e/kWh (< 0: none), or a file of time-stamped intensities; PUE.
   double carbon_intensity = -1;
   std::string carbon_intensity_file;
+  // The response cache: --cache-config values and Triton's deprecated --response-cache-byte-size.
+  std::vector<std::string> cache_config;
+  uint64_t response_cache_byte_size = 0;
   double pue = 1.0;
   int log_verbose = 0;
   bool log_info = true, log_warning = true, log_error = true;

@@ -61,6 +61,13 @@ void ModelStats::RecordSuccess(int64_t batch_size, uint64_t request_ns, uint64_t
   latency.Observe(request_ns / 1000);
 }
 
+void ModelStats::RecordCacheHit(uint64_t request_ns, uint64_t lookup_ns, uint64_t now_ms) {
+  success.Add(request_ns);
+  cache_hit.Add(lookup_ns);
+  last_inference_ms.store(now_ms, std::memory_order_relaxed);
+  latency.Observe(request_ns / 1000);
+}
+
 void ModelStats::RecordFailure(FailureReason reason, uint64_t request_ns) {
   fail.Add(request_ns);
   failures[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);

@@ -53,8 +53,14 @@ class ModelStats {
   void RecordSuccess(int64_t batch_size, uint64_t request_ns, uint64_t queue_ns, uint64_t input_ns,
                      uint64_t infer_ns, uint64_t output_ns, uint64_t now_ms);
   void RecordFailure(FailureReason reason, uint64_t request_ns);
+  // A request answered from the response cache: a success (request time, no queue or compute
+  // time, no inference counted) and a hit of 'lookup_ns'.
+  void RecordCacheHit(uint64_t request_ns, uint64_t lookup_ns, uint64_t now_ms);
 
   DurationStat success, fail, queue, compute_input, compute_infer, compute_output;
+  // The response cache's hits (lookup time) and misses (lookup + insert time).
+  DurationStat cache_hit, cache_miss;
+  bool cache_enabled = false;  // the model caches responses (its nv_cache_* series exist)
   std::atomic<uint64_t> inference_count{0};
   std::atomic<uint64_t> execution_count{0};
   std::atomic<uint64_t> last_inference_ms{0};

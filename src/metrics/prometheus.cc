@@ -97,6 +97,25 @@ std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool
            "requests)",
            [&](const ModelMetricsSource& m) { return load(m.stats->compute_output.ns) / 1000; });
 
+  // Triton's cache families, for the models that cache responses.
+  std::vector<ModelMetricsSource> caching;
+  for (const auto& m : models)
+    if (m.stats->cache_enabled) caching.push_back(m);
+  if (!caching.empty()) {
+    PerModel(out, caching, "nv_cache_num_hits_per_model", "counter",
+             "Number of cache hits per model",
+             [&](const ModelMetricsSource& m) { return load(m.stats->cache_hit.count); });
+    PerModel(out, caching, "nv_cache_num_misses_per_model", "counter",
+             "Number of cache misses per model",
+             [&](const ModelMetricsSource& m) { return load(m.stats->cache_miss.count); });
+    PerModel(out, caching, "nv_cache_hit_duration_per_model", "counter",
+             "Total cache hit duration per model, in microseconds",
+             [&](const ModelMetricsSource& m) { return load(m.stats->cache_hit.ns) / 1000; });
+    PerModel(out, caching, "nv_cache_miss_duration_per_model", "counter",
+             "Total cache miss (insert + lookup) duration per model, in microseconds",
+             [&](const ModelMetricsSource& m) { return load(m.stats->cache_miss.ns) / 1000; });
+  }
+
   Family(out, "nereid_inference_request_duration_us", "histogram",
          "Latency of successful requests from receipt to response, in microseconds");
   for (const auto& m : models) {

@@ -379,6 +379,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(
   // it (a model started after that is aborted at once).
   const Model::StartedHook started = [this, attempt](const std::shared_ptr<Model>& model) {
     model->SetInferLink(infer_link_);
+    model->SetResponseCache(cache_);
     if (energy_ != nullptr)
       if (auto observer = energy_->ObserverFor(model->name(), model->version()))
         model->SetEnergyObserver(std::move(observer));

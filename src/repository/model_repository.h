@@ -60,6 +60,8 @@ class ModelRepository {
   const std::shared_ptr<InferApiLink>& infer_link() const { return infer_link_; }
   // Where models loaded from now on report their batches for energy attribution (null: nowhere).
   void SetEnergyLedger(energy::EnergyLedger* ledger) { energy_ = ledger; }
+  // The server's response cache (null: none), before any model loads; it outlives the models.
+  void SetResponseCache(ResponseCache* cache) { cache_ = cache; }
   energy::EnergyLedger* energy_ledger() const { return energy_; }
 
   // Loads what the control mode asks for at startup. Failures are recorded per model and logged;
@@ -109,6 +111,7 @@ class ModelRepository {
  private:
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   energy::EnergyLedger* energy_ = nullptr;
+  ResponseCache* cache_ = nullptr;
   struct VersionEntry {
     std::string state;  // READY, UNAVAILABLE
     std::string reason;

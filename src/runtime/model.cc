@@ -121,6 +121,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
     }
   }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
+  if (!model->config_.response_cache().enable()) model->cache_ = nullptr;
+  model->stats_->cache_enabled = model->cache_ != nullptr;
   auto stats_observer = std::make_shared<StatsObserver>(model->stats_.get());
   for (auto& instance : model->instances_) {
     instance->AddObserver(stats_observer);
@@ -227,6 +229,7 @@ Status Model::SetConfigJson(const std::string& json) {
 Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   request->model_version = version_;  // routed: errors from here on name this version
   Status s = Validate(*request);
+  if (s.ok() && cache_ != nullptr && AnswerFromCache(request)) return Status::Ok();
   if (s.ok()) s = scheduler_->Enqueue(request);
   if (!s.ok()) {
     const uint64_t elapsed =
@@ -236,6 +239,38 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
         elapsed);
   }
   return s;
+}
+
+bool Model::AnswerFromCache(std::unique_ptr<InferenceRequest>& request) {
+  const uint64_t start = SteadyNowNs();
+  const std::optional<ResponseCache::Key> key = ResponseCache::KeyOf(*request, name_, version_);
+  if (!key) return false;  // an input outside host memory or an output to shared memory
+  std::unique_ptr<InferenceResponse> hit = cache_->Lookup(*key, *request);
+  const uint64_t looked = SteadyNowNs();
+  if (hit) {
+    const uint64_t now_ms =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    stats_->RecordCacheHit(looked - request->times.received_ns, looked - start, now_ms);
+    hit->model_name = name_;
+    hit->model_version = version_;
+    hit->id = request->id;
+    ResponseCallback done = std::move(request->on_complete);
+    request.reset();
+    if (done) done(std::move(hit));
+    return true;
+  }
+  // A miss: the response is stored on its way out (before the server's own handling of it).
+  request->on_complete =
+      [this, key = *key, lookup_ns = looked - start,
+       done = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
+        const uint64_t insert_start = SteadyNowNs();
+        if (response->status.ok()) cache_->Insert(key, *response);
+        stats_->cache_miss.Add(lookup_ns + (SteadyNowNs() - insert_start));
+        if (done) done(std::move(response));
+      };
+  return false;
 }
 
 Status Model::Validate(InferenceRequest& request) const {

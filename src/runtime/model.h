@@ -17,6 +17,7 @@
 #include "request/inference_request.h"
 #include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
+#include "runtime/response_cache.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
@@ -111,6 +112,9 @@ class Model {
     AddExecutionObserver(observer);
   }
   const EnergyObserver* energy() const { return energy_.get(); }
+  // The server's response cache, set before the model serves; used only when the config enables
+  // response_cache (null: the server has none).
+  void SetResponseCache(ResponseCache* cache) { cache_ = cache; }
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
   void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 
@@ -122,6 +126,9 @@ class Model {
  private:
   Model() = default;
   Status Validate(InferenceRequest& request) const;
+  // Answers a validated request from the response cache (true: 'request' is done with), or, on a
+  // miss, arranges for its response to be stored.
+  bool AnswerFromCache(std::unique_ptr<InferenceRequest>& request);
   static StatusOr<std::shared_ptr<Model>> Prepare(
       const std::string& name, int64_t version, const std::string& model_dir,
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
@@ -136,6 +143,7 @@ class Model {
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
   std::shared_ptr<EnergyObserver> energy_;                     // outlives the scheduler
+  ResponseCache* cache_ = nullptr;                             // the server's; outlives the models
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;

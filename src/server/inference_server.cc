@@ -108,6 +108,8 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
     s.compute_input = Snap(st.compute_input);
     s.compute_infer = Snap(st.compute_infer);
     s.compute_output = Snap(st.compute_output);
+    s.cache_hit = Snap(st.cache_hit);
+    s.cache_miss = Snap(st.cache_miss);
     st.ForEachBatch([&](int64_t b, const ModelStats::BatchStat& bs) {
       s.batches.push_back(
           {b, Snap(bs.compute_input), Snap(bs.compute_infer), Snap(bs.compute_output)});

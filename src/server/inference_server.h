@@ -41,6 +41,7 @@ struct ModelStatistics {
   int64_t version = 0;
   uint64_t last_inference_ms = 0, inference_count = 0, execution_count = 0;
   DurationSnapshot success, fail, queue, compute_input, compute_infer, compute_output;
+  DurationSnapshot cache_hit, cache_miss;
   struct Batch {
     int64_t batch_size = 0;
     DurationSnapshot compute_input, compute_infer, compute_output;

@@ -477,8 +477,8 @@ void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
     FillDuration(st.compute_input, is->mutable_compute_input());
     FillDuration(st.compute_infer, is->mutable_compute_infer());
     FillDuration(st.compute_output, is->mutable_compute_output());
-    is->mutable_cache_hit();
-    is->mutable_cache_miss();
+    FillDuration(st.cache_hit, is->mutable_cache_hit());
+    FillDuration(st.cache_miss, is->mutable_cache_miss());
     for (const auto& stat : st.batches) {
       auto* bs = out->add_batch_stats();
       bs->set_batch_size(static_cast<uint64_t>(stat.batch_size));

@@ -85,7 +85,6 @@ Reply StatisticsReply(const InferenceServer& api, const Route& route) {
   w.StartObject();
   w.Key("model_stats");
   w.StartArray();
-  const DurationSnapshot zero;
   for (const ModelStatistics& st : *selected) {
     w.StartObject();
     w.Key("name");
@@ -106,8 +105,8 @@ Reply StatisticsReply(const InferenceServer& api, const Route& route) {
     WriteDuration(w, "compute_input", st.compute_input);
     WriteDuration(w, "compute_infer", st.compute_infer);
     WriteDuration(w, "compute_output", st.compute_output);
-    WriteDuration(w, "cache_hit", zero);
-    WriteDuration(w, "cache_miss", zero);
+    WriteDuration(w, "cache_hit", st.cache_hit);
+    WriteDuration(w, "cache_miss", st.cache_miss);
     w.EndObject();
     w.Key("response_stats");
     w.StartObject();
