@@ -30,6 +30,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from energy_attribution import Server  # noqa: E402
+from gpu_serving import mlp_graph  # noqa: E402
 
 RATES = [int(r) for r in os.environ.get("RATES", "2000 10000 20000").split()]
 DELAYS = [int(d) for d in os.environ.get("DELAYS", "0 250 500 1000 2000").split()]
@@ -147,27 +148,7 @@ def torch_loop(onnx_path, rate, batch, seconds):
     w = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in model.graph.initializer}
     torch.backends.cuda.matmul.allow_tf32 = True
     layers = [(w[f"fc{i}.weight"].cuda(), w[f"fc{i}.bias"].cuda()) for i in range(3)]
-    host_in = torch.randn(batch, 1024).pin_memory()
-    host_out = torch.empty(batch, 1000).pin_memory()
-    dev_in = torch.empty(batch, 1024, device="cuda")
-
-    def forward():
-        dev_in.copy_(host_in, non_blocking=True)
-        h = dev_in
-        for i, (wi, bi) in enumerate(layers):
-            h = torch.nn.functional.linear(h, wi, bi)
-            h = torch.relu(h) if i < 2 else torch.sigmoid(h)
-        host_out.copy_(h, non_blocking=True)
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            forward()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        forward()
+    graph, _ = mlp_graph(layers, batch, torch.float32)
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     period = batch / rate

@@ -30,6 +30,35 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 os.environ.setdefault("NEREID_BINARY", "")
 
 
+def mlp_graph(layers, batch, dtype):
+    """recommend_model's MLP ('layers': three (weight, bias) on the GPU in 'dtype') captured in a
+    CUDA graph, host to host: pinned input -> device -> the layers -> pinned output. Returns the
+    graph and its pinned input (bench/energy_batching.py replays it too)."""
+    import torch
+    host_in = torch.randn(batch, 1024).pin_memory()
+    host_out = torch.empty(batch, 1000).pin_memory()
+    dev_in = torch.empty(batch, 1024, device="cuda")
+
+    def forward():
+        dev_in.copy_(host_in, non_blocking=True)
+        h = dev_in.to(dtype)
+        for i, (wi, bi) in enumerate(layers):
+            h = torch.nn.functional.linear(h, wi, bi)
+            h = torch.relu(h) if i < 2 else torch.sigmoid(h)
+        host_out.copy_(h.float(), non_blocking=True)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            forward()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    return graph, host_in
+
+
 def torch_reference(onnx_path, batches, precisions, iters=300):
     """us per batch, host to host: pinned input -> device -> 3 layers -> pinned output, replayed
     from a CUDA graph, timed by wall clock around replay + synchronize: (median, mean)."""
@@ -44,27 +73,7 @@ def torch_reference(onnx_path, batches, precisions, iters=300):
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         layers = [(w[f"fc{i}.weight"].cuda().to(dtype), w[f"fc{i}.bias"].cuda().to(dtype)) for i in range(3)]
         for batch in batches:
-            host_in = torch.randn(batch, 1024).pin_memory()
-            host_out = torch.empty(batch, 1000).pin_memory()
-            dev_in = torch.empty(batch, 1024, device="cuda")
-
-            def forward():
-                dev_in.copy_(host_in, non_blocking=True)
-                h = dev_in.to(dtype)
-                for i, (wi, bi) in enumerate(layers):
-                    h = torch.nn.functional.linear(h, wi, bi)
-                    h = torch.relu(h) if i < 2 else torch.sigmoid(h)
-                host_out.copy_(h.float(), non_blocking=True)
-
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    forward()
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                forward()
+            graph, host_in = mlp_graph(layers, batch, dtype)
             for _ in range(20):
                 graph.replay()
             torch.cuda.synchronize()

@@ -25,13 +25,19 @@ def metrics(server):
     return rows
 
 
-def infer_simple(client, n):
+def simple_inputs(module):
+    """INPUT0 and INPUT1 of `simple` for tritonclient's http or grpc module."""
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     inputs = []
     for name in ("INPUT0", "INPUT1"):
-        i = httpclient.InferInput(name, [1, 16], "INT32")
+        i = module.InferInput(name, [1, 16], "INT32")
         i.set_data_from_numpy(a)
         inputs.append(i)
+    return inputs
+
+
+def infer_simple(client, n):
+    inputs = simple_inputs(httpclient)
     for _ in range(n):
         client.infer("simple", inputs)
 
@@ -90,16 +96,6 @@ def test_energy_accounting_can_be_turned_off(repository):
         assert metrics(s) == {}
     finally:
         assert s.stop() == 0
-
-
-def simple_inputs(module):
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        i = module.InferInput(name, [1, 16], "INT32")
-        i.set_data_from_numpy(a)
-        inputs.append(i)
-    return inputs
 
 
 def test_a_request_that_asks_gets_its_energy_over_http_grpc_and_a_stream(repository):
