@@ -20,6 +20,7 @@
 #include "main/server_options.h"
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
+#include "repository/repository_poller.h"
 #include "runtime/response_cache.h"
 #include "runtime/server_info.h"
 
@@ -132,6 +133,18 @@ int Serve(const std::vector<std::string>& args) {
               << "(--exit-on-error=false keeps serving the others)";
     return 1;
   }
+  // Poll mode: the repository's changes from here on (declared after the repository: it stops
+  // first, waiting for the loads it started).
+  std::unique_ptr<nereid::RepositoryPoller> poller;
+  if (options.repository.control_mode == nereid::ModelControlMode::kPoll &&
+      options.repository.poll_period.count() > 0) {
+    poller =
+        std::make_unique<nereid::RepositoryPoller>(&repository, options.repository.poll_period);
+    poller->Start();
+    LOG_INFO << "polling the model repository every "
+             << options.repository.poll_period.count() / 1000 << " s";
+  }
+
   // The protocol-neutral API both frontends call; outlives them (declared before them).
   nereid::InferenceServer api(&repository);
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;

@@ -32,8 +32,7 @@ const char* const kAcceptedIgnored[] = {"id",
                                         "log-format",
                                         "grpc-infer-allocation-pool-size",
                                         "metrics-interval-ms",
-                                        "allow-cpu-metrics",
-                                        "repository-poll-secs"};
+                                        "allow-cpu-metrics"};
 
 }  // namespace
 
@@ -48,7 +47,9 @@ std::string ServerUsage() {
 
 Options (names follow tritonserver):
   --model-repository=PATH     model repository (repeatable; alias --model-store)
-  --model-control-mode=MODE   none (load everything at start) or explicit (load/unload API)
+  --model-control-mode=MODE   none (load everything at start), explicit (load/unload API) or
+                              poll (load everything, then follow the repository's changes)
+  --repository-poll-secs=N    poll mode: look at the repository every N seconds (default 15)
   --load-model=NAME           with explicit mode: load NAME at start ("*" for all); repeatable
   --strict-readiness=BOOL     /v2/health/ready requires every model to be ready (default true)
   --exit-on-error=BOOL        a model failing to load at start-up stops the server (default true)
@@ -156,9 +157,10 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       else if (v == "explicit")
         o.repository.control_mode = ModelControlMode::kExplicit;
       else if (v == "poll")
-        return Unsupported("--model-control-mode=poll is not supported yet (use none or explicit)");
+        o.repository.control_mode = ModelControlMode::kPoll;
       else
-        return InvalidArgument("--model-control-mode must be none or explicit, got '" + v + "'");
+        return InvalidArgument("--model-control-mode must be none, explicit or poll, got '" + v +
+                               "'");
       explicit_mode_seen = true;
     } else if (flag == "load-model") {
       ASSIGN_OR_RETURN(std::string v, next());
@@ -194,6 +196,9 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(o.carbon_intensity_file, next());
     } else if (flag == "pue") {
       ASSIGN_OR_RETURN(o.pue, number(1.0, 3.0));
+    } else if (flag == "repository-poll-secs") {
+      ASSIGN_OR_RETURN(int64_t secs, number(int64_t{0}, int64_t{24 * 3600}));
+      o.repository.poll_period = std::chrono::seconds(secs);
     } else if (flag == "cache-config") {
       ASSIGN_OR_RETURN(std::string v, next());
       o.cache_config.push_back(std::move(v));

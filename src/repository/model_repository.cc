@@ -239,7 +239,7 @@ Status ModelRepository::LoadStartupModels() {
     if (!fs::is_directory(path))
       return NotFound("model repository path '" + path + "' is not a directory");
   std::set<std::string> wanted;
-  const bool all = options_.control_mode == ModelControlMode::kNone ||
+  const bool all = options_.control_mode != ModelControlMode::kExplicit ||
                    std::find(options_.startup_models.begin(), options_.startup_models.end(), "*") !=
                        options_.startup_models.end();
   if (all) wanted = ModelsOnDisk();
@@ -661,6 +661,8 @@ StatusOr<std::vector<std::shared_ptr<Model>>> ModelRepository::StatisticsModels(
 
 Status ModelRepository::CheckExplicitControl() const {
   if (options_.control_mode == ModelControlMode::kExplicit) return Status::Ok();
+  if (options_.control_mode == ModelControlMode::kPoll)
+    return Unavailable("explicit model load / unload is not allowed if polling is enabled");
   return Unavailable(
       "explicit model load / unload is not allowed if model control mode is not EXPLICIT "
       "(start with --model-control-mode=explicit)");

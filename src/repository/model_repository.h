@@ -23,7 +23,7 @@
 
 namespace nereid {
 
-enum class ModelControlMode { kNone, kExplicit };
+enum class ModelControlMode { kNone, kExplicit, kPoll };
 
 struct RepositoryOptions {
   std::vector<std::string> paths;
@@ -43,6 +43,9 @@ struct RepositoryOptions {
   // (--model-load-timeout-secs, --model-unload-timeout-secs).
   std::chrono::milliseconds load_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds unload_timeout{std::chrono::seconds(30)};
+  // Poll mode: how often the repository is looked at (--repository-poll-secs; 0: never after
+  // start-up).
+  std::chrono::milliseconds poll_period{std::chrono::seconds(15)};
 };
 
 struct IndexEntry {
@@ -101,6 +104,9 @@ class ModelRepository {
   CheckResult Check(const std::string& name) const;
   // Names of the model directories in the repository paths, sorted.
   std::set<std::string> ModelsOnDisk() const;
+  // The directory of model 'name' (the first repository path holding it), or NOT_FOUND.
+  StatusOr<std::string> ModelDirectory(const std::string& name) const { return FindModelDir(name); }
+  const RepositoryOptions& options() const { return options_; }
   // Server readiness: with strict readiness, every model asked for is ready.
   bool Ready() const;
   // Stops every model (each bounded by unload_timeout, then aborted), all at once.

@@ -1,13 +1,17 @@
 // Model repository: loading through the real native backend, failures isolated per model, version
 // policies, explicit load/unload, auto-complete and request validation.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
+#include "repository/repository_poller.h"
 #include "scheduler/default_scheduler.h"
 #include "scheduler/scheduler_factory.h"
 #include "test_repository.h"
@@ -452,6 +456,32 @@ TEST(ResolveBackendTest, APlatformMustGoWithItsBackend) {
   ASSERT_TRUE(py.ok());
   parsed->config.set_platform("pytorch_libtorch");
   EXPECT_TRUE(CheckPlatform(parsed->config, parsed->locator, **py).ok());
+}
+
+// Poll mode's fingerprint of a model directory: every file's path, size and modification time.
+TEST(RepositoryPollerTest, FingerprintChangesWithFilesNotWithReads) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("nereid_poll_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "1");
+  auto write = [&](const fs::path& p, const std::string& text) {
+    std::ofstream(p, std::ios::trunc) << text;
+  };
+  write(dir / "config.pbtxt", "name: \"m\"\n");
+  write(dir / "1" / "model.onnx", "weights");
+  const uint64_t first = RepositoryPoller::Fingerprint(dir.string());
+  EXPECT_EQ(RepositoryPoller::Fingerprint(dir.string()), first);
+  { std::ifstream(dir / "config.pbtxt").get(); }  // reading changes nothing
+  EXPECT_EQ(RepositoryPoller::Fingerprint(dir.string()), first);
+  write(dir / "config.pbtxt", "name: \"m\"\nmax_batch_size: 8\n");  // an edit
+  const uint64_t edited = RepositoryPoller::Fingerprint(dir.string());
+  EXPECT_NE(edited, first);
+  fs::create_directories(dir / "2");  // a new version directory
+  write(dir / "2" / "model.onnx", "weights");
+  EXPECT_NE(RepositoryPoller::Fingerprint(dir.string()), edited);
+  fs::remove_all(dir / "2");
+  EXPECT_EQ(RepositoryPoller::Fingerprint(dir.string()), edited);
+  fs::remove_all(dir);
 }
 
 }  // namespace
