@@ -115,7 +115,6 @@ Options (names follow tritonserver):
 
 StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args) {
   ServerOptions o;
-  bool explicit_mode_seen = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -161,7 +160,6 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       else
         return InvalidArgument("--model-control-mode must be none, explicit or poll, got '" + v +
                                "'");
-      explicit_mode_seen = true;
     } else if (flag == "load-model") {
       ASSIGN_OR_RETURN(std::string v, next());
       o.repository.startup_models.push_back(v);
@@ -291,8 +289,10 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
   }
   if (!o.help && o.repository.paths.empty())
     return InvalidArgument("--model-repository is required");
-  if (!explicit_mode_seen && !o.repository.startup_models.empty())
-    return InvalidArgument("--load-model needs --model-control-mode=explicit");
+  if (o.repository.control_mode != ModelControlMode::kExplicit &&
+      !o.repository.startup_models.empty())
+    return InvalidArgument(
+        "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.");
   return o;
 }
 

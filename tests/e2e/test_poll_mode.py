@@ -4,6 +4,7 @@ old model serving), one that goes is unloaded; requests sent across a reload are
 the load/unload API refuses with Triton's message."""
 import os
 import shutil
+import subprocess
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import Server
+from conftest import BINARY, Server
 
 
 def add_model(repository, repo, name):
@@ -95,3 +96,13 @@ def test_poll_mode_follows_the_repository(repository, tmp_path):
             c.unload_model("first")
     finally:
         assert s.stop() == 0
+
+
+@pytest.mark.parametrize("mode", ["poll", "none"])
+def test_load_model_needs_explicit_mode(repository, mode):
+    p = subprocess.run([BINARY, "serve", f"--model-repository={repository}", "--http-port=0",
+                        "--grpc-port=0", "--metrics-port=0", f"--model-control-mode={mode}",
+                        "--load-model=simple"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert ("Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+            in p.stdout + p.stderr)
