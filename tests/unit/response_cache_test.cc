@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 namespace nereid {
 namespace {
@@ -107,6 +109,40 @@ TEST(ResponseCacheTest, EvictsTheLeastRecentlyUsedAndRefusesWhatCannotFit) {
   EXPECT_FALSE(cache.Insert(keys[1], Response({{"y", 5000}})));
   EXPECT_EQ(cache.counters().too_large, 1u);
   EXPECT_EQ(cache.counters().entries, 2u);
+}
+
+// Threads looking up, inserting and evicting at once (TSan runs this in scripts/sanitize.sh): every
+// hit is whole and holds what was stored under its key.
+TEST(ResponseCacheTest, ConcurrentLookupsAndInsertsStayConsistent) {
+  ResponseCache cache(8 * 1200);  // room for 8 of the 32 keys: constant eviction
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  std::vector<ResponseCache::Key> keys;
+  for (int k = 0; k < 32; ++k) {
+    requests.push_back(Request({{"x", {static_cast<float>(k)}}}));
+    keys.push_back(*ResponseCache::KeyOf(*requests.back(), "m", 1));
+  }
+  std::atomic<int> bad{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        const int k = (i * 7 + t) % 32;
+        if (auto hit = cache.Lookup(keys[k], *requests[k])) {
+          ++hits;
+          // Response({"y", n}) fills its bytes with 'y'; the size says which key stored it.
+          if (hit->outputs.size() != 1 || hit->outputs[0].byte_size() != 900u + k ||
+              hit->outputs[0].bytes()[0] != 'y')
+            ++bad;
+        } else {
+          cache.Insert(keys[k], Response({{"y", 900u + k}}));
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(hits.load(), 0);
+  EXPECT_LE(cache.counters().bytes, 8u * 1200);
 }
 
 TEST(ResponseCacheTest, CacheFlagsAreReadAsTritonReadsThem) {
