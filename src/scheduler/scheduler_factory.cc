@@ -1,5 +1,9 @@
 #include "scheduler/scheduler_factory.h"
 
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+
 #include "common/logging.h"
 #include "metrics/model_stats.h"
 #include "scheduler/default_scheduler.h"
@@ -36,8 +40,24 @@ StatusOr<std::unique_ptr<Scheduler>> MakeDynamic(SchedulerContext& c) {
                            : ", fewest joules per inference (execution time standing in: no "
                              "energy accounting)"
                      : "");
-  return std::unique_ptr<Scheduler>(std::make_unique<DynamicBatcher>(
-      config, std::move(c.instances), c.stats, c.clock, goal, c.energy));
+  auto batcher = std::make_unique<DynamicBatcher>(config, std::move(c.instances), c.stats, c.clock,
+                                                  goal, c.energy);
+  // Triton's test hook (its QA's batcher tests set it): no batch is formed until N requests are
+  // queued, once; then batching goes on as configured.
+  if (const char* delay = std::getenv("TRITONSERVER_DELAY_SCHEDULER"); delay != nullptr) {
+    size_t n = 0;
+    const char* end = delay + std::strlen(delay);
+    const auto [ptr, error] = std::from_chars(delay, end, n);
+    if (error != std::errc() || ptr != end || n > 1'000'000) {
+      LOG_WARNING << "TRITONSERVER_DELAY_SCHEDULER='" << delay
+                  << "' is not a request count (0 .. 1000000): ignored";
+    } else if (n > 0) {
+      LOG_WARNING << "model '" << config.name() << "': test hook TRITONSERVER_DELAY_SCHEDULER=" << n
+                  << ": no batch until " << n << " requests are queued";
+      batcher->HoldUntilQueued(n);
+    }
+  }
+  return std::unique_ptr<Scheduler>(std::move(batcher));
 }
 
 }  // namespace

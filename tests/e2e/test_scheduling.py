@@ -148,3 +148,30 @@ def test_prometheus_metrics(sched_server):
     assert lines['nereid_inference_request_duration_us_bucket{model="goal",version="1",le="+Inf"}'] == \
         lines['nereid_inference_request_duration_us_count{model="goal",version="1"}']
     assert "# TYPE nv_inference_pending_request_count gauge" in text
+
+
+def test_triton_s_delay_scheduler_hook_holds_the_first_batch(tmp_path):
+    repo = str(tmp_path / "models")
+    identity(repo, "held", "dynamic_batching { }\n")
+    s = Server(repo, env={"TRITONSERVER_DELAY_SCHEDULER": "4"})
+    try:
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        done = queue.Queue()
+        for k in range(4):
+            i = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+            i.set_data_from_numpy(np.full((1, 4), k, dtype=np.float32))
+            g.async_infer("held", [i], partial(lambda k, result, error: done.put((k, result, error)), k))
+            time.sleep(0.05)  # one at a time: without the hook each would run alone
+        for _ in range(4):
+            k, result, error = done.get(timeout=10)
+            assert error is None and (result.as_numpy("OUTPUT0") == k).all(), error
+        c = httpclient.InferenceServerClient(s.url)
+        stats = c.get_inference_statistics("held")["model_stats"][0]
+        assert stats["execution_count"] == 1
+        assert [b["batch_size"] for b in stats["batch_stats"]] == [4]
+        assert (c.infer("held", request(9)).as_numpy("OUTPUT0") == 9).all()  # the gate stays open
+        assert c.get_inference_statistics("held")["model_stats"][0]["execution_count"] == 2
+        assert "test hook TRITONSERVER_DELAY_SCHEDULER=4" in s.read_log()
+        g.close()
+    finally:
+        assert s.stop() == 0
