@@ -126,7 +126,8 @@ TEST(ResponseCacheTest, ConcurrentLookupsAndInsertsStayConsistent) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 2000; ++i) {
-        const int k = (i * 7 + t) % 32;
+        // Each key four times in a row (hits even if the threads never overlap), then the next.
+        const int k = ((i / 4) * 7 + t) % 32;
         if (auto hit = cache.Lookup(keys[k], *requests[k])) {
           ++hits;
           // Response({"y", n}) fills its bytes with 'y'; the size says which key stored it.
