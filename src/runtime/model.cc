@@ -122,6 +122,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
   }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   if (!model->config_.response_cache().enable()) model->cache_ = nullptr;
+  static std::atomic<uint64_t> loads{0};
+  model->generation_ = ++loads;
   model->stats_->cache_enabled = model->cache_ != nullptr;
   auto stats_observer = std::make_shared<StatsObserver>(model->stats_.get());
   for (auto& instance : model->instances_) {
@@ -243,7 +245,8 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
 
 bool Model::AnswerFromCache(std::unique_ptr<InferenceRequest>& request) {
   const uint64_t start = SteadyNowNs();
-  const std::optional<ResponseCache::Key> key = ResponseCache::KeyOf(*request, name_, version_);
+  const std::optional<ResponseCache::Key> key =
+      ResponseCache::KeyOf(*request, name_, version_, generation_);
   if (!key) return false;  // an input outside host memory or an output to shared memory
   std::unique_ptr<InferenceResponse> hit = cache_->Lookup(*key, *request);
   const uint64_t looked = SteadyNowNs();

@@ -59,7 +59,8 @@ ResponseCache::ResponseCache(uint64_t capacity_bytes) : capacity_(capacity_bytes
 }
 
 std::optional<ResponseCache::Key> ResponseCache::KeyOf(const InferenceRequest& request,
-                                                       const std::string& model, int64_t version) {
+                                                       const std::string& model, int64_t version,
+                                                       uint64_t generation) {
   for (const auto& out : request.outputs)
     if (out.has_destination) return std::nullopt;
   std::vector<const InferInput*> inputs;
@@ -74,6 +75,7 @@ std::optional<ResponseCache::Key> ResponseCache::KeyOf(const InferenceRequest& r
   for (Hasher* h : {&first, &second}) {
     h->Add(model);
     h->Add(static_cast<uint64_t>(version));
+    h->Add(generation);
     for (const InferInput* in : inputs) {
       h->Add(in->name);
       h->Add(static_cast<uint64_t>(in->datatype));

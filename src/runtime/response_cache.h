@@ -38,10 +38,12 @@ class ResponseCache {
 
   explicit ResponseCache(uint64_t capacity_bytes);
 
-  // The key of a validated request to model version ('model', 'version'); nullopt when it is not
-  // cached: an input outside host memory, or an output going to shared memory.
+  // The key of a validated request to model version ('model', 'version') as loaded the
+  // 'generation'-th time (a reload that replaced the model's files never answers from what the
+  // previous load stored); nullopt when it is not cached: an input outside host memory, or an
+  // output going to shared memory.
   static std::optional<Key> KeyOf(const InferenceRequest& request, const std::string& model,
-                                  int64_t version);
+                                  int64_t version, uint64_t generation = 0);
   // The stored response holding every output 'request' names (its bytes shared), or null.
   std::unique_ptr<InferenceResponse> Lookup(const Key& key, const InferenceRequest& request);
   // Stores a copy of a successful response's outputs; false (logged once per size) when it is

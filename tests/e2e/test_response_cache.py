@@ -116,3 +116,29 @@ def test_bad_cache_flags_stop_the_server_with_triton_s_message(cache_repo, args,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert message in p.stdout + p.stderr
+
+
+def test_a_reloaded_model_never_answers_from_what_the_old_one_stored(repository, tmp_path):
+    # The same name, version and inputs, first on the identity backend (OUTPUT0 = INPUT0), then,
+    # reloaded, on simple's ONNX graph (OUTPUT0 = INPUT0 + INPUT1).
+    repo = str(tmp_path / "models")
+    shutil.copytree(os.path.join(repository, "simple"), os.path.join(repo, "swapped"))
+    path = os.path.join(repo, "swapped", "config.pbtxt")
+    onnx_config = open(path).read().replace('name: "simple"', 'name: "swapped"')
+    onnx_config += "response_cache { enable: true }\n"
+    identity_config = onnx_config.replace('platform: "onnxruntime_onnx"', 'backend: "identity"')
+    assert identity_config != onnx_config
+    open(path, "w").write(identity_config)
+    s = Server(repo, "--cache-config=local,size=1048576", "--model-control-mode=explicit",
+               "--load-model=swapped")
+    try:
+        http = httpclient.InferenceServerClient(s.url)
+        t, _ = inputs(httpclient, 5)
+        assert (http.infer("swapped", t).as_numpy("OUTPUT0") == 5).all()  # identity: stored
+        assert (http.infer("swapped", t).as_numpy("OUTPUT0") == 5).all()  # a hit
+        open(path, "w").write(onnx_config)
+        http.load_model("swapped")
+        assert (http.infer("swapped", t).as_numpy("OUTPUT0") == 10).all()  # the new model's
+        assert stats(http, "swapped")[3:] == (0, 1)  # the new load: no hit, one miss
+    finally:
+        assert s.stop() == 0
