@@ -50,10 +50,14 @@ double CarbonIntensity::At(double at) const {
   return fixed_;
 }
 
-double CarbonIntensity::Grams(double joules, double at) const {
+double CarbonIntensity::GramsPerJoule(double at) const {
   const double intensity = At(at);
-  if (intensity < 0) return 0;
-  return joules / 3.6e6 * intensity * pue_;
+  return intensity < 0 ? -1 : intensity * pue_ / 3.6e6;
+}
+
+double CarbonIntensity::Grams(double joules, double at) const {
+  const double per_joule = GramsPerJoule(at);
+  return per_joule < 0 ? 0 : joules * per_joule;
 }
 
 StatusOr<std::vector<std::pair<double, double>>> CarbonIntensity::Parse(const std::string& text) {

@@ -27,6 +27,8 @@ class CarbonIntensity {
   bool configured() const { return fixed_ >= 0 || !file_.empty(); }
   // Grams CO2e for 'joules' drawn at Unix time 'at' (seconds).
   double Grams(double joules, double at) const;
+  // Grams CO2e per joule drawn at 'at' (intensity x PUE / 3.6e6), or -1 where none is known.
+  double GramsPerJoule(double at) const;
   // Re-reads the file when its modification time changed (the poller calls it every few seconds);
   // a file that does not parse keeps the previous table and says why once.
   void Refresh();

@@ -86,9 +86,7 @@ class EnergyLedger::Observer final : public EnergyObserver {
   }
   RequestEnergy EstimateRequest(const ExecutionRecord& record, int64_t rows) const override {
     const Entry& e = *by_domain_[ledger_->DomainOf(record)];
-    const uint64_t host = record.end_ns > record.start_ns ? record.end_ns - record.start_ns : 0;
-    const uint64_t busy =
-        record.device_busy_ns > 0 && record.device_busy_ns < host ? record.device_busy_ns : host;
+    const uint64_t busy = record.BusyNs();
     const double share =
         record.rows > 0 ? static_cast<double>(rows) / static_cast<double>(record.rows) : 1.0;
     RequestEnergy out;
@@ -207,11 +205,8 @@ void EnergyLedger::Record(uint32_t entry, const ExecutionRecord& record) {
   e.entry = entry;
   e.rows = static_cast<uint32_t>(std::clamp<int64_t>(record.rows, 0, UINT32_MAX));
   e.end_ns = std::max(record.end_ns, record.start_ns);
-  // With the device's own busy time the batch occupies the device for that long, ending when the
-  // host saw it end (the host's interval also holds staging, launch and waiting on other work).
-  e.start_ns = record.device_busy_ns > 0 && record.device_busy_ns < e.end_ns - record.start_ns
-                   ? e.end_ns - record.device_busy_ns
-                   : record.start_ns;
+  // The batch occupies its device for its busy time, ending when the host saw it end.
+  e.start_ns = e.end_ns - record.BusyNs();
   if (!ring_.Push(e)) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -235,11 +230,8 @@ void EnergyLedger::Poll(uint64_t now_ns) {
     TrackBusy(entry, e);
     domains_[entry.domain].batches.push_back({e.entry, e.rows, e.start_ns, e.end_ns});
   }
-  if (carbon_) {
-    const double intensity = carbon_->At(WallSeconds());
-    grams_per_joule_.store(intensity < 0 ? -1 : intensity * carbon_->pue() / 3.6e6,
-                           std::memory_order_relaxed);
-  }
+  if (carbon_)
+    grams_per_joule_.store(carbon_->GramsPerJoule(WallSeconds()), std::memory_order_relaxed);
   const uint64_t lag = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.lag).count());
   for (auto& d : domains_) {

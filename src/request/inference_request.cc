@@ -24,6 +24,12 @@ uint64_t SteadyNowNs() {
                                    .count());
 }
 
+uint64_t UnixNowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
 void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status) {
   auto response = std::make_unique<InferenceResponse>();
   response->status = std::move(status);

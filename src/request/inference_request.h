@@ -163,5 +163,7 @@ struct InferenceRequest {
 void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status);
 
 uint64_t SteadyNowNs();
+// Milliseconds since the Unix epoch (the statistics extension's last_inference).
+uint64_t UnixNowMs();
 
 }  // namespace nereid

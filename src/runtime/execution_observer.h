@@ -23,6 +23,14 @@ struct ExecutionRecord {
   int64_t rows = 0;     // the requests' batch sizes summed
   size_t requests = 0;
   uint64_t device_busy_ns = 0;  // the backend's device time for the batch; 0: not reported
+
+  // How long the batch held its device: the backend's device time where it reported one shorter
+  // than the host's interval (which also holds staging, launch and waiting on other work), else
+  // that interval.
+  uint64_t BusyNs() const {
+    const uint64_t host = end_ns > start_ns ? end_ns - start_ns : 0;
+    return device_busy_ns > 0 && device_busy_ns < host ? device_busy_ns : host;
+  }
 };
 
 class ExecutionObserver {

@@ -251,11 +251,7 @@ bool Model::AnswerFromCache(std::unique_ptr<InferenceRequest>& request) {
   std::unique_ptr<InferenceResponse> hit = cache_->Lookup(*key, *request);
   const uint64_t looked = SteadyNowNs();
   if (hit) {
-    const uint64_t now_ms =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count());
-    stats_->RecordCacheHit(looked - request->times.received_ns, looked - start, now_ms);
+    stats_->RecordCacheHit(looked - request->times.received_ns, looked - start, UnixNowMs());
     hit->model_name = name_;
     hit->model_version = version_;
     hit->id = request->id;

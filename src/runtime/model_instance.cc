@@ -229,13 +229,9 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   } else {
     const uint64_t compute_start = r->compute_start_ns ? r->compute_start_ns : r->exec_start_ns;
     const uint64_t compute_end = r->compute_end_ns ? r->compute_end_ns : end;
-    const uint64_t now_ms =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count());
     stats.RecordSuccess(request.batch_size, request_ns, r->exec_start_ns - request.times.queued_ns,
                         compute_start - r->exec_start_ns, compute_end - compute_start,
-                        end > compute_end ? end - compute_end : 0, now_ms);
+                        end > compute_end ? end - compute_end : 0, UnixNowMs());
     if (!r->final_sent) {
       auto response = std::move(r->response);
       if (decoupled && response->outputs.empty()) response->empty_final = true;
