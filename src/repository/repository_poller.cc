@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/hash.h"
 #include "common/logging.h"
 #include "repository/model_repository.h"
 
@@ -25,8 +26,8 @@ RepositoryPoller::~RepositoryPoller() {
 }
 
 uint64_t RepositoryPoller::Fingerprint(const std::string& directory) {
-  // FNV-1a over (path, size, mtime) of every file, in a sorted order so the hash does not depend
-  // on the order the file system lists them in.
+  // A hash of (path, size, mtime) of every file, in a sorted order so that it does not depend on
+  // the order the file system lists them in.
   std::vector<std::string> entries;
   std::error_code ec;
   fs::recursive_directory_iterator it(directory, fs::directory_options::skip_permission_denied, ec);
@@ -39,12 +40,9 @@ uint64_t RepositoryPoller::Fingerprint(const std::string& directory) {
                       std::to_string(st.st_mtim.tv_nsec) + (S_ISDIR(st.st_mode) ? "/" : ""));
   }
   std::sort(entries.begin(), entries.end());
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const std::string& e : entries) {
-    for (unsigned char c : e) h = (h ^ c) * 0x100000001b3ULL;
-    h = (h ^ 0xff) * 0x100000001b3ULL;
-  }
-  return h;
+  Hasher64 h(0x706f6c6c2d763131ULL);
+  for (const std::string& e : entries) h.Add(e);  // each string's length is hashed too
+  return h.Finish();
 }
 
 std::map<std::string, uint64_t> RepositoryPoller::Snapshot() const {

@@ -2,53 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <set>
 
+#include "common/hash.h"
 #include "common/logging.h"
 
 namespace nereid {
 namespace {
-
-// A 64-bit hash of a byte stream, eight bytes a step (inputs may be megabytes; a byte-wise hash
-// would cost milliseconds), finished by a strong mix. Two seeds make two independent hashes.
-class Hasher {
- public:
-  explicit Hasher(uint64_t seed) : h_(seed) {}
-  void Add(const void* data, size_t size) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    size_t i = 0;
-    for (; i + 8 <= size; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      Word(w);
-    }
-    if (i < size) {
-      uint64_t w = 0;
-      std::memcpy(&w, p + i, size - i);
-      Word(w);
-    }
-    Word(size);  // "ab" + "c" differs from "a" + "bc"
-  }
-  void Add(uint64_t value) { Word(value); }
-  void Add(const std::string& text) { Add(text.data(), text.size()); }
-  uint64_t Finish() const {
-    uint64_t h = h_;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-  }
-
- private:
-  void Word(uint64_t w) {
-    h_ ^= w * 0x9e3779b97f4a7c15ULL;
-    h_ = (h_ << 27 | h_ >> 37) * 0x100000001b3ULL + 0x52dce729ULL;
-  }
-  uint64_t h_;
-};
 
 constexpr uint64_t kEntryOverhead = 128;  // the entry's bookkeeping, counted against the size
 
@@ -71,8 +31,8 @@ std::optional<ResponseCache::Key> ResponseCache::KeyOf(const InferenceRequest& r
   }
   std::sort(inputs.begin(), inputs.end(),
             [](const InferInput* a, const InferInput* b) { return a->name < b->name; });
-  Hasher first(0x6e65726569642d31ULL), second(0x63616368652d7632ULL);
-  for (Hasher* h : {&first, &second}) {
+  Hasher64 first(0x6e65726569642d31ULL), second(0x63616368652d7632ULL);
+  for (Hasher64* h : {&first, &second}) {
     h->Add(model);
     h->Add(static_cast<uint64_t>(version));
     h->Add(generation);
@@ -126,20 +86,26 @@ bool ResponseCache::Insert(const Key& key, const InferenceResponse& response) {
   entry.size = kEntryOverhead;
   for (const InferOutput& out : response.outputs) {
     if (out.in_shared_memory || !out.buffer.location().host_addressable()) return false;
-    Output& o = entry.outputs.emplace_back();
-    o.name = out.name;
-    o.datatype = out.datatype;
-    o.shape = out.shape;
     entry.size += out.name.size() + out.shape.size() * sizeof(int64_t) + out.byte_size();
   }
-  std::lock_guard lock(mu_);
   if (entry.size > capacity_) {
+    std::lock_guard lock(mu_);
     if (counters_.too_large++ == 0)
       LOG_WARNING << "response cache: failed to insert key " << key.hash << ": cache entry of "
                   << entry.size << " bytes is larger than total cache size (" << capacity_
                   << " bytes)";
     return false;
   }
+  // The bytes are copied before the lock is taken (a backend's output buffer may be reused once
+  // the response is sent, which happens only after this returns).
+  for (const InferOutput& out : response.outputs) {
+    Output& o = entry.outputs.emplace_back();
+    o.name = out.name;
+    o.datatype = out.datatype;
+    o.shape = out.shape;
+    o.bytes = std::make_shared<std::vector<uint8_t>>(out.bytes(), out.bytes() + out.byte_size());
+  }
+  std::lock_guard lock(mu_);
   if (auto it = index_.find(key.hash); it != index_.end()) {
     // The newest response replaces what was stored (it may hold outputs the older one lacked).
     counters_.bytes -= it->second->size;
@@ -152,17 +118,9 @@ bool ResponseCache::Insert(const Key& key, const InferenceResponse& response) {
     lru_.pop_back();
     ++counters_.evictions;
   }
-  // The bytes are copied under the lock only after the room is made: a backend's output buffer
-  // may be reused once the response is sent.
-  for (size_t i = 0; i < response.outputs.size(); ++i) {
-    const InferOutput& out = response.outputs[i];
-    entry.outputs[i].bytes =
-        std::make_shared<std::vector<uint8_t>>(out.bytes(), out.bytes() + out.byte_size());
-  }
   counters_.bytes += entry.size;
   lru_.push_front(std::move(entry));
   index_[key.hash] = lru_.begin();
-  counters_.entries = index_.size();
   return true;
 }
 

@@ -46,7 +46,7 @@ class ResponseCache {
                                   int64_t version, uint64_t generation = 0);
   // The stored response holding every output 'request' names (its bytes shared), or null.
   std::unique_ptr<InferenceResponse> Lookup(const Key& key, const InferenceRequest& request);
-  // Stores a copy of a successful response's outputs; false (logged once per size) when it is
+  // Stores a copy of a successful response's outputs; false (logged the first time) when it is
   // larger than the whole cache.
   bool Insert(const Key& key, const InferenceResponse& response);
 
