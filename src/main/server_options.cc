@@ -57,11 +57,11 @@ Options (names follow tritonserver):
   --energy-cpu-watts-per-core=W  the CPU estimate's watts per busy core where no RAPL counter is
                               readable (default 10)
   --carbon-intensity=G        grid carbon intensity in g CO2e per kWh, for nereid_carbon_* figures
-  --cache-config=local,size=BYTES  the response cache, for models with response_cache enabled
-                              (--response-cache-byte-size=BYTES: Triton's older spelling)
   --carbon-intensity-file=PATH  time-stamped intensities ("unix_seconds,g" or
                               "YYYY-MM-DDTHH:MM:SSZ,g" per line), re-read when it changes
   --pue=X                     power usage effectiveness the carbon figures include (default 1.0)
+  --cache-config=local,size=BYTES  the response cache, for models with response_cache enabled
+                              (--response-cache-byte-size=BYTES: Triton's older spelling)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
   --model-load-timeout-secs=N a model load not finished after N s fails, and its backend is told
                               to abort it (default 600; Nereid's own)

@@ -143,9 +143,8 @@ class Model {
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
   std::shared_ptr<EnergyObserver> energy_;                     // outlives the scheduler
-  ResponseCache* cache_ = nullptr;
-  uint64_t generation_ = 0;  // this load's number among the process's model loads (cache keys) //
-                             // the server's; outlives the models
+  ResponseCache* cache_ = nullptr;                             // the server's; outlives the models
+  uint64_t generation_ = 0;  // this load's number among the process's loads (cache keys)
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;
