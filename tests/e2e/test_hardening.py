@@ -440,6 +440,12 @@ def test_garbage_on_a_stream_is_answered_and_the_stream_goes_on(server):
     assert struct.unpack("<2i", ok.raw_output_contents[0]) == (7, 8)
 
 
+@pytest.mark.skipif(
+    os.environ.get("NEREID_SANITIZED") == "1",
+    reason="when gRPC's own accept hits EMFILE, Debian's libgrpc 1.51 releases a freed shared_ptr "
+    "control block (ExecCtx::Flush -> _M_release_last_use_cold); the sanitized binary's interposed "
+    "libstdc++ copy reports it (UBSan vptr). Not Nereid's code; the normal build runs this test.",
+)
 def test_out_of_file_descriptors_then_recovers(repository):
     """With 200 descriptors, 400 HTTP connections exhaust them and gRPC's accept fails too; once they
     close, both protocols serve again: HTTP's accept loop backs off instead of spinning, and gRPC's
