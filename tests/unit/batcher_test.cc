@@ -438,6 +438,20 @@ TEST(AdaptiveDelayTest, FeedbackKeepsThePercentileUnderTheGoal) {
   EXPECT_LE(a.budget_factor(), 0.9);
 }
 
+TEST(AdaptiveDelayTest, EnergyObjectiveSteersToAShareOfTheGoal) {
+  // A percentile at 90% of the goal: the throughput objective leaves its budget alone, the energy
+  // objective (which steers to 85% of the goal) lowers it.
+  AdaptiveDelay throughput(5'000 * kUs, 0.99, 32);
+  AdaptiveDelay energy(5'000 * kUs, 0.99, 32, BatchingObjective::kEnergy);
+  const double start = energy.budget_factor();
+  for (int i = 0; i < 256; ++i) {
+    throughput.OnCompletion(4'500 * kUs);
+    energy.OnCompletion(4'500 * kUs);
+  }
+  EXPECT_DOUBLE_EQ(throughput.budget_factor(), start);
+  EXPECT_LT(energy.budget_factor(), start);
+}
+
 // A batch's energy by its size, as the energy ledger would report it.
 class FakeEnergyModel final : public BatchEnergyModel {
  public:
