@@ -92,6 +92,42 @@ inline std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, cons
   return specs;
 }
 
+// The tensors the sequence batcher adds to a model's graph besides config.pbtxt's input and
+// output: each control input (shape [1] per request; its type from int32_false_true,
+// fp32_false_true, bool_false_true or CORRID's data_type) and each implicit state's input and
+// output (the state's data_type and dims).
+inline void AddSequenceTensors(const rapidjson::Value& config, ModelIo& io) {
+  if (!config.HasMember("sequence_batching") || !config["sequence_batching"].IsObject()) return;
+  const auto& sb = config["sequence_batching"];
+  if (sb.HasMember("control_input") && sb["control_input"].IsArray())
+    for (const auto& input : sb["control_input"].GetArray()) {
+      IoSpec s;
+      s.name = StringField(input, "name");
+      s.dims = {1};
+      if (input.HasMember("control") && input["control"].IsArray())
+        for (const auto& c : input["control"].GetArray()) {
+          auto has = [&](const char* key) {
+            return c.HasMember(key) && c[key].IsArray() && !c[key].Empty();
+          };
+          s.type = has("int32_false_true")  ? DataType::kInt32
+                   : has("fp32_false_true") ? DataType::kFp32
+                   : has("bool_false_true") ? DataType::kBool
+                                            : ConfigType(StringField(c, "data_type"));
+        }
+      if (!s.name.empty()) io.inputs.emplace(s.name, s);
+    }
+  if (sb.HasMember("state") && sb["state"].IsArray())
+    for (const auto& state : sb["state"].GetArray()) {
+      IoSpec s;
+      s.type = ConfigType(StringField(state, "data_type"));
+      s.dims = IntArray(state, "dims");
+      s.name = StringField(state, "input_name");
+      if (!s.name.empty()) io.inputs.emplace(s.name, s);
+      s.name = StringField(state, "output_name");
+      if (!s.name.empty()) io.outputs.emplace(s.name, s);
+    }
+}
+
 inline ModelIo ReadModelIo(const std::string& name, const rapidjson::Value& config) {
   ModelIo io;
   io.name = name;
@@ -100,6 +136,7 @@ inline ModelIo ReadModelIo(const std::string& name, const rapidjson::Value& conf
                           : 0;
   io.inputs = ReadIo(config, "input");
   io.outputs = ReadIo(config, "output");
+  AddSequenceTensors(config, io);
   return io;
 }
 

@@ -40,7 +40,11 @@ nb::StatusOr<std::unique_ptr<IdentityModel>> Load(NereidModel* handle) {
   config.Parse(NereidModelConfigJson(handle));
   if (config.HasParseError() || !config.IsObject())
     return nb::Internal("model config JSON is malformed");
-  const nb::ModelIo io = nb::ReadModelIo(m->name, config);
+  // Only config.pbtxt's own inputs and outputs pair up (as in Triton's identity backend): the
+  // sequence batcher's control tensors are inputs it is handed and ignores.
+  nb::ModelIo io = nb::ReadModelIo(m->name, config);
+  io.inputs = nb::ReadIo(config, "input");
+  io.outputs = nb::ReadIo(config, "output");
   m->max_batch_size = io.max_batch_size;
   const std::string where = "model '" + m->name + "': ";
   if (io.inputs.size() != io.outputs.size())

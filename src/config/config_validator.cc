@@ -175,6 +175,86 @@ class Checker {
 
   // Each control kind at most once, each tensor for one kind only; START, END and READY carry
   // exactly one pair of false/true values, CORRID a data type instead.
+  // Implicit state (Triton's messages).
+  void CheckSequenceStates(const inference::ModelConfig& config) {
+    const auto& sb = config.sequence_batching();
+    std::set<std::string> inputs;
+    const bool all_gpu = [&] {
+      for (const auto& g : config.instance_group())
+        if (g.kind() != inference::ModelInstanceGroup::KIND_GPU) return false;
+      return config.instance_group_size() > 0;
+    }();
+    for (int i = 0; i < sb.state_size(); ++i) {
+      const auto& st = sb.state(i);
+      const std::string field = "sequence_batching.state[" + std::to_string(i) + "]";
+      const Path at = {{"sequence_batching"}, {"state", i}};
+      const std::string name = st.input_name();
+      if (name.empty() || st.output_name().empty())
+        Fail(at, field, "a state needs an input_name and an output_name");
+      if (!inputs.insert(name).second)
+        Fail(at, field + ".input_name",
+             "State input name '" + name + "' specified more than once.");
+      if (st.data_type() == inference::TYPE_INVALID)
+        Fail(at, field + ".data_type", "state '" + name + "' needs a data_type");
+      for (int64_t d : st.dims())
+        if (d < 1 && d != -1)
+          Fail(at, field + ".dims", "state '" + name + "': dims must be positive or -1");
+      if (st.use_growable_memory() && !st.use_same_buffer_for_input_output())
+        Fail(at, field + ".use_growable_memory",
+             "In order to 'use_growable_memory', you must also enable 'use_single_buffer' for "
+             "state input name '" +
+                 name + "'.");
+      if (st.use_growable_memory() && !all_gpu)
+        Fail(at, field + ".use_growable_memory",
+             "'use_growable_memory' can only work with KIND_GPU model instances right now. Please "
+             "either change the instance type to KIND_GPU or set 'use_growable_memory' to false "
+             "for state input '" +
+                 name + "'.");
+      if (st.initial_state_size() > 1) {
+        Fail(at, field + ".initial_state",
+             "initial_state field for state input '" + name +
+                 "' must contain exactly one or zero element. Found '" +
+                 std::to_string(st.initial_state_size()) + "' elements.");
+        continue;
+      }
+      if (st.initial_state_size() == 0) continue;
+      const auto& init = st.initial_state(0);
+      const std::string ifield = field + ".initial_state[0]";
+      if (init.data_type() != st.data_type())
+        Fail(at, ifield + ".data_type",
+             "The data type used for 'initial_state' field of state '" + name +
+                 "' does not match the state data type.");
+      if (init.name().empty())
+        Fail(at, ifield + ".name",
+             "Field 'name' must be set when using initial_state for state input '" + name + "'.");
+      if (init.dims_size() != st.dims_size()) {
+        Fail(at, ifield + ".dims",
+             "Number of dimensions in 'initial_state' doesn't match the size of 'state' "
+             "dimensions for state input '" +
+                 name + "'. " + std::to_string(init.dims_size()) +
+                 " != " + std::to_string(st.dims_size()));
+      } else {
+        for (int d = 0; d < init.dims_size(); ++d) {
+          if (init.dims(d) < 0) {
+            Fail(at, ifield + ".dims",
+                 "'initial_state' field for state input name '" + name +
+                     "' contains variable dimensions.");
+            break;
+          }
+          if (st.dims(d) != -1 && st.dims(d) != init.dims(d)) {
+            Fail(at, ifield + ".dims",
+                 "'initial_state' dim for input name '" + name +
+                     "' doesn't match 'state' dim description.");
+            break;
+          }
+        }
+      }
+      if (!init.has_zero_data() && init.data_file().empty())
+        Fail(at, ifield,
+             "initial_state setting expects state'" + name + "' to have state_data set");
+    }
+  }
+
   void CheckSequenceBatching(const inference::ModelConfig& config) {
     const auto& sb = config.sequence_batching();
     std::map<int, int> kinds;  // control kind -> times seen
@@ -222,6 +302,7 @@ class Checker {
               kind + ": the false/true list must have exactly 2 entries, got " + std::to_string(n));
       }
     }
+    CheckSequenceStates(config);
     if (sb.has_oldest())
       for (int32_t p : sb.oldest().preferred_batch_size())
         if (p < 1 || p > config.max_batch_size())
@@ -431,10 +512,6 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
   if (config.batch_output_size() > 0)
     check.Fail({{"batch_output"}}, "batch_output",
                "batch outputs (scattered by input shape)" + not_yet);
-  if (config.sequence_batching().control_input_size() > 0 ||
-      config.sequence_batching().state_size() > 0)
-    check.Fail({{"sequence_batching"}}, "sequence_batching",
-               "sequence control inputs and implicit state" + not_yet);
   return check.TakeErrors();
 }
 

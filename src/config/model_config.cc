@@ -156,6 +156,7 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
       "version_policy", "max_batch_size",   "input",
       "output",         "instance_group",   "default_model_filename",
       "parameters",     "dynamic_batching", "model_transaction_policy",
+      "sequence_batching", "response_cache",
   };
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
       {"input", {"name", "data_type", "dims", "reshape", "optional"}},

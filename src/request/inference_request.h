@@ -142,6 +142,9 @@ struct InferenceRequest {
   uint32_t flags = 0;  // NEREID_REQUEST_FLAG_SEQUENCE_START / _END
   CorrelationId correlation_id;
   bool report_energy = false;  // the "nereid.energy" parameter: the response carries its energy
+  // A row the sequence batcher adds to fill a batch (READY false): executed, never answered or
+  // counted as an inference.
+  bool padding = false;
   std::shared_ptr<CancelFlag> cancel;  // null: cannot be cancelled
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;

@@ -131,7 +131,8 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
     for (const auto& observer : model->observers_) instance->AddObserver(observer);
   }
   SchedulerContext context{model->config_, std::move(instances),     model->stats_.get(),
-                           clock,          model->infer_link_.get(), model->energy_.get()};
+                           clock,          model->infer_link_.get(), model->energy_.get(),
+                           model_dir};
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, SchedulerFactory::Get().Create(context));
   model->SetScheduler(std::move(scheduler));
   return model;

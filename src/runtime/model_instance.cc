@@ -213,8 +213,10 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;
   request.times.compute_end_ns = end;
-  const bool succeeded = status.ok();
-  if (!status.ok()) {
+  const bool succeeded = status.ok() && !request.padding;
+  if (request.padding) {
+    // A sequence batcher's padding row: nobody waits for it, and it is no inference.
+  } else if (!status.ok()) {
     stats.RecordFailure(status.code() == Status::Code::kCancelled ? FailureReason::kCanceled
                                                                   : FailureReason::kBackend,
                         request_ns);

@@ -8,6 +8,7 @@
 #include "metrics/model_stats.h"
 #include "scheduler/default_scheduler.h"
 #include "scheduler/dynamic_batcher.h"
+#include "scheduler/sequence_batcher.h"
 
 namespace nereid {
 
@@ -19,6 +20,24 @@ std::string SchedulingChoice(const inference::ModelConfig& config) {
 }
 
 namespace {
+
+// Triton's test hooks (its QA's batcher tests set them): no batch is formed until N requests are
+// queued (or wait in a sequence batcher's backlog), once; then batching goes on as configured.
+size_t TestHoldCount(const char* variable, const std::string& model, const char* where) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr) return 0;
+  size_t n = 0;
+  const char* end = value + std::strlen(value);
+  const auto [ptr, error] = std::from_chars(value, end, n);
+  if (error != std::errc() || ptr != end || n > 1'000'000) {
+    LOG_WARNING << variable << "='" << value << "' is not a request count (0 .. 1000000): ignored";
+    return 0;
+  }
+  if (n > 0)
+    LOG_WARNING << "model '" << model << "': test hook " << variable << "=" << n
+                << ": no batch until " << n << " requests are " << where;
+  return n;
+}
 
 StatusOr<std::unique_ptr<Scheduler>> MakeDefault(SchedulerContext& c) {
   return std::unique_ptr<Scheduler>(std::make_unique<DefaultScheduler>(std::move(c.instances)));
@@ -42,22 +61,24 @@ StatusOr<std::unique_ptr<Scheduler>> MakeDynamic(SchedulerContext& c) {
                      : "");
   auto batcher = std::make_unique<DynamicBatcher>(config, std::move(c.instances), c.stats, c.clock,
                                                   goal, c.energy);
-  // Triton's test hook (its QA's batcher tests set it): no batch is formed until N requests are
-  // queued, once; then batching goes on as configured.
-  if (const char* delay = std::getenv("TRITONSERVER_DELAY_SCHEDULER"); delay != nullptr) {
-    size_t n = 0;
-    const char* end = delay + std::strlen(delay);
-    const auto [ptr, error] = std::from_chars(delay, end, n);
-    if (error != std::errc() || ptr != end || n > 1'000'000) {
-      LOG_WARNING << "TRITONSERVER_DELAY_SCHEDULER='" << delay
-                  << "' is not a request count (0 .. 1000000): ignored";
-    } else if (n > 0) {
-      LOG_WARNING << "model '" << config.name() << "': test hook TRITONSERVER_DELAY_SCHEDULER=" << n
-                  << ": no batch until " << n << " requests are queued";
-      batcher->HoldUntilQueued(n);
-    }
-  }
+  if (const size_t n = TestHoldCount("TRITONSERVER_DELAY_SCHEDULER", config.name(), "queued");
+      n > 0)
+    batcher->HoldUntilQueued(n);
   return std::unique_ptr<Scheduler>(std::move(batcher));
+}
+
+StatusOr<std::unique_ptr<Scheduler>> MakeSequence(SchedulerContext& c) {
+  ASSIGN_OR_RETURN(SequenceBatcherConfig sequence,
+                   ReadSequenceBatcherConfig(c.config, c.model_dir));
+  sequence.hold_until_queued =
+      TestHoldCount("TRITONSERVER_DELAY_SCHEDULER", c.config.name(), "queued");
+  sequence.hold_until_backlogged =
+      TestHoldCount("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", c.config.name(), "in the backlog");
+  LOG_INFO << "model '" << c.config.name() << "': sequence batcher ("
+           << (sequence.oldest ? "oldest" : "direct") << "), " << sequence.slots_per_instance
+           << " slot(s) per instance, idle timeout " << sequence.idle_ns / 1000 << " us";
+  return std::unique_ptr<Scheduler>(
+      std::make_unique<SequenceBatcher>(std::move(sequence), std::move(c.instances), c.stats));
 }
 
 }  // namespace
@@ -67,10 +88,7 @@ SchedulerFactory& SchedulerFactory::Get() {
     auto* f = new SchedulerFactory();
     f->Register("default", MakeDefault);
     f->Register("dynamic", MakeDynamic);
-    // Until the sequence batcher registers itself: a config with sequence_batching (and no control
-    // inputs, which validation refuses) is served one request at a time, and the load log lists
-    // sequence_batching among the fields not acted on.
-    f->Register("sequence", MakeDefault);
+    f->Register("sequence", MakeSequence);
     return f;
   }();
   return *factory;

@@ -34,6 +34,8 @@ struct SchedulerContext {
   // What the model's batches cost (the energy ledger's measurements); null without energy
   // accounting. Outlives the scheduler.
   const BatchEnergyModel* energy = nullptr;
+  // The model's directory (files a scheduler reads: a sequence's initial_state data_file).
+  std::string model_dir;
 };
 
 // The scheduling choice a config makes: "ensemble" for platform "ensemble", "sequence" with

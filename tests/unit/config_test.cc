@@ -320,13 +320,59 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
 TEST(ConfigTest, UnsupportedFeaturesAreRefusedNotIgnored) {
   for (const std::string& extra :
        {std::string("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"N\" data_type: "
-                    "TYPE_FP32 source_input: \"IN\" } ]\n"),
-        std::string("sequence_batching { control_input [ { name: \"S\" control [ { kind: "
-                    "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ] }\n")}) {
+                    "TYPE_FP32 source_input: \"IN\" } ]\n")}) {
     Status s = ParseAndValidate(WithIo(extra));
     ASSERT_FALSE(s.ok()) << extra;
     EXPECT_NE(s.message().find("not supported yet"), std::string::npos) << s.message();
   }
+  // Sequence control inputs and implicit state are served (the sequence batcher).
+  EXPECT_TRUE(ParseAndValidate(WithIo("sequence_batching { control_input [ { name: \"S\" control "
+                                      "[ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 "
+                                      "] } ] } ] }\n"))
+                  .ok());
+}
+
+TEST(ConfigTest, ImplicitStateErrorsAreTritons) {
+  const std::string head =
+      "sequence_batching { state [ { input_name: \"IS\" output_name: \"OS\" data_type: "
+      "TYPE_INT32 dims: [ 2 ] ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"initial_state: [ { data_type: TYPE_INT32 dims: [ 2 ] zero_data: true name: \"a\" }, "
+       "{ data_type: TYPE_INT32 dims: [ 2 ] zero_data: true name: \"b\" } ]",
+       "initial_state field for state input 'IS' must contain exactly one or zero element. Found "
+       "'2' elements."},
+      {"initial_state: [ { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: \"a\" } ]",
+       "The data type used for 'initial_state' field of state 'IS' does not match the state data "
+       "type."},
+      {"initial_state: [ { data_type: TYPE_INT32 dims: [ 2 ] zero_data: true } ]",
+       "Field 'name' must be set when using initial_state for state input 'IS'."},
+      {"initial_state: [ { data_type: TYPE_INT32 dims: [ 2, 1 ] zero_data: true name: \"a\" } ]",
+       "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for "
+       "state input 'IS'. 2 != 1"},
+      {"initial_state: [ { data_type: TYPE_INT32 dims: [ 3 ] zero_data: true name: \"a\" } ]",
+       "'initial_state' dim for input name 'IS' doesn't match 'state' dim description."},
+      {"initial_state: [ { data_type: TYPE_INT32 dims: [ 2 ] name: \"a\" } ]",
+       "initial_state setting expects state'IS' to have state_data set"},
+      {"use_growable_memory: true",
+       "In order to 'use_growable_memory', you must also enable 'use_single_buffer' for state "
+       "input name 'IS'."},
+  };
+  for (const auto& [extra, message] : cases) {
+    Status s = ParseAndValidate(WithIo(head + extra + " } ] }\n"));
+    ASSERT_FALSE(s.ok()) << extra;
+    EXPECT_NE(s.message().find(message), std::string::npos) << s.message();
+  }
+  Status twice = ParseAndValidate(
+      WithIo("sequence_batching { state [ { input_name: \"IS\" output_name: \"OS\" data_type: "
+             "TYPE_INT32 dims: [ 1 ] }, { input_name: \"IS\" output_name: \"OS2\" data_type: "
+             "TYPE_INT32 dims: [ 1 ] } ] }\n"));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.message().find("State input name 'IS' specified more than once."),
+            std::string::npos)
+      << twice.message();
+  EXPECT_TRUE(ParseAndValidate(WithIo(head + "initial_state: [ { data_type: TYPE_INT32 dims: [ 2 "
+                                             "] zero_data: true name: \"a\" } ] } ] }\n"))
+                  .ok());
 }
 
 // Every top-level field of Triton's ModelConfig, several nested ones: all must parse.
@@ -370,8 +416,9 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   const auto ignored = IgnoredConfigFields(parsed->config);
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "dynamic_batching"), ignored.end());
-  for (const char* f : {"optimization", "model_warmup", "response_cache", "batch_input",
-                        "model_metrics", "runtime", "metric_tags"})
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "response_cache"), ignored.end());
+  for (const char* f :
+       {"optimization", "model_warmup", "batch_input", "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
   for (const char* f :

@@ -909,7 +909,13 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       read_next = !OverLimitLocked();
       paused_ = !read_next;
     }
+    Handle(std::move(parsed));
+    // The next message is read only once this one is queued: a stream's requests reach their
+    // models in the order sent (a sequence's requests must).
     if (read_next) StartRead(&next_);
+  }
+
+  void Handle(StatusOr<std::shared_ptr<ParsedInferRequest>> parsed) {
     if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
     std::shared_ptr<ParsedInferRequest> parsed_request = std::move(parsed).value();
     const pb::ModelInferRequest* message = &parsed_request->message;  // kept by parsed_request

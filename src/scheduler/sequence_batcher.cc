@@ -1,0 +1,584 @@
+#include "scheduler/sequence_batcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "common/logging.h"
+#include "config/model_files.h"
+#include "metrics/model_stats.h"
+#include "nereid/backend.h"
+
+namespace nereid {
+namespace {
+
+using Control = inference::ModelSequenceBatching::Control;
+
+// A sequence's initial state may not exceed this (a config, which a client may send, chooses it).
+constexpr int64_t kMaxStateBytes = int64_t{256} << 20;
+
+template <typename T>
+std::vector<uint8_t> ElementBytes(T value) {
+  std::vector<uint8_t> bytes(sizeof(T));
+  std::memcpy(bytes.data(), &value, sizeof(T));
+  return bytes;
+}
+
+std::string IdText(const CorrelationId& id) {
+  return id.is_text ? id.text : std::to_string(id.number);
+}
+
+// The CORRID tensor's one element: the id in the control's type (32-bit types keep the low 32
+// bits), or for TYPE_STRING a BYTES element.
+std::vector<uint8_t> CorrelationBytes(DataType type, const CorrelationId* id) {
+  const uint64_t n = id != nullptr && !id->is_text ? id->number : 0;
+  switch (type) {
+    case DataType::kUint64:
+      return ElementBytes<uint64_t>(n);
+    case DataType::kInt64:
+      return ElementBytes<int64_t>(static_cast<int64_t>(n));
+    case DataType::kUint32:
+      return ElementBytes<uint32_t>(static_cast<uint32_t>(n));
+    case DataType::kInt32:
+      return ElementBytes<int32_t>(static_cast<int32_t>(n));
+    default: {  // BYTES
+      const std::string text = id != nullptr && id->is_text ? id->text : "";
+      std::vector<uint8_t> bytes = ElementBytes<uint32_t>(static_cast<uint32_t>(text.size()));
+      bytes.insert(bytes.end(), text.begin(), text.end());
+      return bytes;
+    }
+  }
+}
+
+// Zeros for a state of 'type' and 'shape' (a BYTES element of zero length each).
+StatusOr<std::vector<uint8_t>> Zeros(const std::string& state, DataType type,
+                                     const std::vector<int64_t>& shape) {
+  const int64_t elements = ElementCount(shape);
+  const int64_t bytes = type == DataType::kBytes
+                            ? (elements < 0 || elements > kMaxStateBytes / 4 ? -1 : elements * 4)
+                            : TensorByteSize(type, shape);
+  if (bytes < 0 || bytes > kMaxStateBytes)
+    return InvalidArgument("state '" + state + "' of shape " + ShapeString(shape) +
+                           " exceeds the " + std::to_string(kMaxStateBytes >> 20) +
+                           " MiB a sequence's state may hold");
+  return std::vector<uint8_t>(static_cast<size_t>(bytes), 0);
+}
+
+StatusOr<SequenceStateSpec> ReadState(const inference::ModelSequenceBatching::State& s,
+                                      const std::filesystem::path& model_dir) {
+  SequenceStateSpec spec;
+  spec.input_name = s.input_name();
+  spec.output_name = s.output_name();
+  spec.type = FromConfigType(s.data_type());
+  for (int64_t d : s.dims()) spec.initial_shape.push_back(d < 0 ? 1 : d);
+  if (s.initial_state_size() == 0) {
+    ASSIGN_OR_RETURN(spec.initial, Zeros(spec.input_name, spec.type, spec.initial_shape));
+    return spec;
+  }
+  const auto& init = s.initial_state(0);
+  spec.initial_shape.assign(init.dims().begin(), init.dims().end());
+  ASSIGN_OR_RETURN(std::vector<uint8_t> zeros,
+                   Zeros(spec.input_name, spec.type, spec.initial_shape));
+  if (init.has_zero_data()) {
+    spec.initial = std::move(zeros);
+    return spec;
+  }
+  const std::string field = "sequence_batching.state.initial_state.data_file";
+  ASSIGN_OR_RETURN(
+      std::filesystem::path path,
+      ResolveModelFile(model_dir, model_dir / "initial_state", init.data_file(), field));
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!in || ec)
+    return InvalidArgument("cannot read initial_state data_file '" + init.data_file() + "'");
+  if (spec.type != DataType::kBytes && size != zeros.size())
+    return InvalidArgument("initial_state setting expects " + std::to_string(zeros.size()) +
+                           " bytes, but the data provided from " + init.data_file() + "only has " +
+                           std::to_string(size) + " bytes");
+  if (size > static_cast<uint64_t>(kMaxStateBytes))
+    return InvalidArgument("initial_state data_file '" + init.data_file() + "' exceeds " +
+                           std::to_string(kMaxStateBytes >> 20) + " MiB");
+  spec.initial.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return spec;
+}
+
+}  // namespace
+
+StatusOr<SequenceBatcherConfig> ReadSequenceBatcherConfig(const inference::ModelConfig& config,
+                                                          const std::filesystem::path& model_dir) {
+  const auto& sb = config.sequence_batching();
+  SequenceBatcherConfig c;
+  c.model = config.name();
+  c.max_batch_size = config.max_batch_size();
+  c.oldest = sb.has_oldest();
+  const size_t rows = static_cast<size_t>(std::max<int64_t>(1, c.max_batch_size));
+  if (c.oldest) {
+    const auto& o = sb.oldest();
+    c.slots_per_instance =
+        o.max_candidate_sequences() > 0 ? static_cast<size_t>(o.max_candidate_sequences()) : rows;
+    c.max_queue_delay_ns = o.max_queue_delay_microseconds() * 1000;
+    c.preferred_batch_sizes.assign(o.preferred_batch_size().begin(),
+                                   o.preferred_batch_size().end());
+    if (c.preferred_batch_sizes.empty()) c.preferred_batch_sizes.push_back(int64_t(rows));
+    std::sort(c.preferred_batch_sizes.begin(), c.preferred_batch_sizes.end());
+  } else {
+    c.slots_per_instance = rows;
+    c.max_queue_delay_ns = sb.direct().max_queue_delay_microseconds() * 1000;
+    c.minimum_slot_utilization = sb.direct().minimum_slot_utilization();
+  }
+  if (sb.max_sequence_idle_microseconds() > 0)
+    c.idle_ns = sb.max_sequence_idle_microseconds() * 1000;
+  for (const auto& input : sb.control_input()) {
+    for (const auto& ctl : input.control()) {
+      SequenceControl s;
+      s.name = input.name();
+      switch (ctl.kind()) {
+        case Control::CONTROL_SEQUENCE_START:
+          s.kind = SequenceControl::Kind::kStart;
+          break;
+        case Control::CONTROL_SEQUENCE_END:
+          s.kind = SequenceControl::Kind::kEnd;
+          break;
+        case Control::CONTROL_SEQUENCE_READY:
+          s.kind = SequenceControl::Kind::kReady;
+          break;
+        default:
+          s.kind = SequenceControl::Kind::kCorrelationId;
+          break;
+      }
+      if (s.kind == SequenceControl::Kind::kCorrelationId) {
+        s.type = FromConfigType(ctl.data_type());
+      } else if (ctl.int32_false_true_size() == 2) {
+        s.type = DataType::kInt32;
+        for (int i = 0; i < 2; ++i)
+          s.false_true[i] = ElementBytes<int32_t>(ctl.int32_false_true(i));
+      } else if (ctl.fp32_false_true_size() == 2) {
+        s.type = DataType::kFp32;
+        for (int i = 0; i < 2; ++i) s.false_true[i] = ElementBytes<float>(ctl.fp32_false_true(i));
+      } else {
+        s.type = DataType::kBool;
+        for (int i = 0; i < 2; ++i)
+          s.false_true[i] =
+              ElementBytes<uint8_t>(ctl.bool_false_true_size() == 2 && ctl.bool_false_true(i));
+      }
+      c.controls.push_back(std::move(s));
+    }
+  }
+  for (const auto& state : sb.state()) {
+    auto spec = ReadState(state, model_dir);
+    if (!spec.ok())
+      return Status(spec.status().code(),
+                    "model '" + config.name() + "': " + spec.status().message());
+    c.states.push_back(std::move(spec).value());
+  }
+  return c;
+}
+
+SequenceBatcher::SequenceBatcher(SequenceBatcherConfig config,
+                                 std::vector<BatchExecutor*> instances, ModelStats* stats)
+    : config_(std::move(config)), stats_(stats) {
+  for (const auto& c : config_.controls)
+    if (c.kind == SequenceControl::Kind::kCorrelationId) correlation_control_ = &c;
+  instances_.resize(instances.size());
+  for (size_t i = 0; i < instances.size(); ++i) {
+    instances_[i].executor = instances[i];
+    instances_[i].slots.resize(config_.slots_per_instance);
+    for (size_t s = 0; s < config_.slots_per_instance; ++s) free_.emplace(s, i);
+  }
+  holding_ = config_.hold_until_queued > 0 || config_.hold_until_backlogged > 0;
+  StartThreads(instances);
+}
+
+SequenceBatcher::~SequenceBatcher() { Stop(); }
+
+size_t SequenceBatcher::ActiveSequences() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sequences_.size() - backlog_.size();
+}
+
+size_t SequenceBatcher::BackloggedSequences() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backlog_.size();
+}
+
+size_t SequenceBatcher::BackloggedRequestsLocked() const {
+  size_t n = 0;
+  for (const auto& s : backlog_) n += s->queue.size();
+  return n;
+}
+
+Status SequenceBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
+  const std::string& model = config_.model;
+  const CorrelationId& id = request->correlation_id;
+  if (!id.present || (id.is_text ? id.text.empty() : id.number == 0))
+    return InvalidArgument("inference request to model '" + model +
+                           "' must specify a non-zero or non-empty correlation ID");
+  if (request->batch_size != 1)
+    return InvalidArgument("inference request to model '" + model +
+                           "' must specify batch-size 1 due to requirements of sequence batcher");
+  if (correlation_control_ != nullptr &&
+      id.is_text != (correlation_control_->type == DataType::kBytes))
+    return InvalidArgument("sequence batching control '" + correlation_control_->name +
+                           "' data-type is '" + (id.is_text ? "BYTES" : "UINT64") +
+                           "', but model '" + model + "' expects '" +
+                           std::string(DataTypeName(correlation_control_->type)) + "'");
+  const bool start = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
+  const std::string key = (id.is_text ? "s" : "n") + IdText(id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_)
+      return Unavailable(
+          "Server is stopping, scheduler for model has stopped accepting new inference requests");
+    auto it = sequences_.find(key);
+    if (it == sequences_.end()) {
+      if (!start)
+        return InvalidArgument(
+            "inference request for sequence " + IdText(id) + " to model '" + model +
+            "' must specify the START flag on the first request of the sequence");
+      auto sequence = std::make_shared<Sequence>();
+      sequence->key = key;
+      sequence->id = id;
+      it = sequences_.emplace(key, sequence).first;
+      if (!free_.empty()) {
+        const auto [slot, instance] = *free_.begin();
+        free_.erase(free_.begin());
+        sequence->instance = static_cast<int>(instance);
+        sequence->slot = slot;
+        instances_[instance].slots[slot].sequence = sequence;
+      } else {
+        backlog_.push_back(sequence);
+      }
+    } else if (start) {
+      LOG_WARNING << "sequence " << IdText(id) << " for model '" << model
+                  << "' has a conflict. The previous sequence did not end before this sequence "
+                     "start. Previous sequence will be terminated early.";
+    }
+    const uint64_t now = SteadyNowNs();
+    request->times.queued_ns = now;
+    it->second->last_arrival_ns = now;
+    it->second->queue.push_back(std::move(request));
+    ++queued_;
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void SequenceBatcher::ReleaseSlotLocked(size_t instance, size_t slot) {
+  Slot& s = instances_[instance].slots[slot];
+  s.sequence.reset();
+  s.state.clear();
+  s.state_shape.clear();
+  if (backlog_.empty()) {
+    free_.emplace(slot, instance);
+    return;
+  }
+  std::shared_ptr<Sequence> next = std::move(backlog_.front());
+  backlog_.pop_front();
+  next->instance = static_cast<int>(instance);
+  next->slot = slot;
+  s.sequence = std::move(next);
+  cv_.notify_all();  // another instance's thread may own the slot
+}
+
+uint64_t SequenceBatcher::ExpireLocked(size_t instance, uint64_t now) {
+  uint64_t next = 0;
+  auto sooner = [&next](uint64_t t) { next = next == 0 ? t : std::min(next, t); };
+  // A sequence holding a slot with nothing queued, idle past the limit, gives the slot up; its
+  // next request without START is refused.
+  auto& slots = instances_[instance].slots;
+  for (size_t s = 0; s < slots.size(); ++s) {
+    Slot& slot = slots[s];
+    if (!slot.sequence || !slot.sequence->queue.empty()) continue;
+    const uint64_t expiry = slot.sequence->last_arrival_ns + config_.idle_ns;
+    if (expiry > now && !stopping_) {
+      sooner(expiry);
+      continue;
+    }
+    if (!stopping_)
+      LOG_VERBOSE(1) << "model '" << config_.model << "': sequence " << IdText(slot.sequence->id)
+                     << " idle for " << config_.idle_ns / 1000 << " us: slot " << s
+                     << " of instance " << instance << " released";
+    sequences_.erase(slot.sequence->key);
+    ReleaseSlotLocked(instance, s);
+  }
+  // A backlogged sequence whose requests have waited past their timeout fails as a whole.
+  for (auto it = backlog_.begin(); it != backlog_.end();) {
+    Sequence& seq = **it;
+    uint64_t expiry = 0;
+    for (const auto& r : seq.queue)
+      if (r->timeout_us > 0) {
+        const uint64_t t = r->times.queued_ns + r->timeout_us * 1000;
+        expiry = expiry == 0 ? t : std::min(expiry, t);
+      }
+    if (expiry == 0 || expiry > now) {
+      if (expiry != 0) sooner(expiry);
+      ++it;
+      continue;
+    }
+    for (auto& r : seq.queue) {
+      if (stats_ != nullptr)
+        stats_->RecordFailure(FailureReason::kRejected, now - r->times.received_ns);
+      CompleteWithError(std::move(r),
+                        Unavailable("timeout of the corresponding sequence has been expired"));
+      --queued_;
+    }
+    sequences_.erase(seq.key);
+    it = backlog_.erase(it);
+  }
+  return next;
+}
+
+uint64_t SequenceBatcher::HoldUntilLocked(const std::vector<size_t>& ready, size_t instance,
+                                          uint64_t now) const {
+  if (config_.max_queue_delay_ns == 0) return 0;
+  const auto& slots = instances_[instance].slots;
+  uint64_t oldest = now;
+  for (size_t s : ready)
+    oldest = std::min(oldest, slots[s].sequence->queue.front()->times.queued_ns);
+  const uint64_t due = oldest + config_.max_queue_delay_ns;
+  if (due <= now) return 0;
+  if (config_.oldest) {
+    // Full enough at the largest preferred size (which is max_batch_size unless set).
+    const int64_t target = std::min<int64_t>(config_.preferred_batch_sizes.back(),
+                                             std::max<int64_t>(1, config_.max_batch_size));
+    return static_cast<int64_t>(ready.size()) >= target ? 0 : due;
+  }
+  // Direct waits only when both the delay and a minimum utilization are set.
+  if (config_.minimum_slot_utilization <= 0) return 0;
+  const double used = static_cast<double>(ready.size()) /
+                      static_cast<double>(std::max<int64_t>(1, config_.max_batch_size));
+  return used >= config_.minimum_slot_utilization ? 0 : due;
+}
+
+void SequenceBatcher::AddControls(InferenceRequest& request, bool start, bool end, bool ready,
+                                  const CorrelationId* id) const {
+  const std::vector<int64_t> shape =
+      config_.max_batch_size > 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1};
+  for (const auto& c : config_.controls) {
+    InferInput& in = request.inputs.emplace_back();
+    in.name = c.name;
+    in.datatype = c.type;
+    in.shape = shape;
+    switch (c.kind) {
+      case SequenceControl::Kind::kStart:
+        in.Own(c.false_true[start ? 1 : 0]);
+        break;
+      case SequenceControl::Kind::kEnd:
+        in.Own(c.false_true[end ? 1 : 0]);
+        break;
+      case SequenceControl::Kind::kReady:
+        in.Own(c.false_true[ready ? 1 : 0]);
+        break;
+      case SequenceControl::Kind::kCorrelationId:
+        in.Own(CorrelationBytes(c.type, id));
+        break;
+    }
+  }
+}
+
+void SequenceBatcher::AddState(InferenceRequest& request, const Slot& slot, bool initial) const {
+  for (size_t i = 0; i < config_.states.size(); ++i) {
+    const SequenceStateSpec& spec = config_.states[i];
+    InferInput& in = request.inputs.emplace_back();
+    in.name = spec.input_name;
+    in.datatype = spec.type;
+    if (initial || i >= slot.state.size()) {
+      in.shape = spec.initial_shape;
+      if (config_.max_batch_size > 0) in.shape.insert(in.shape.begin(), 1);
+      in.Own(spec.initial);
+    } else {
+      in.shape = slot.state_shape[i];
+      in.Own(slot.state[i]);
+    }
+    const bool asked =
+        std::any_of(request.outputs.begin(), request.outputs.end(),
+                    [&](const RequestedOutput& o) { return o.name == spec.output_name; });
+    if (!asked) request.outputs.emplace_back().name = spec.output_name;
+  }
+}
+
+std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, size_t slot) {
+  Slot& s = instances_[instance].slots[slot];
+  std::shared_ptr<Sequence> sequence = s.sequence;
+  std::unique_ptr<InferenceRequest> request = std::move(sequence->queue.front());
+  sequence->queue.pop_front();
+  --queued_;
+  const bool start = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
+  const bool end = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
+  AddControls(*request, start, end, /*ready=*/true, &sequence->id);
+  // Outputs the client did not ask for (a state's output) are dropped from its response.
+  std::vector<std::string> asked;
+  for (const auto& o : request->outputs) asked.push_back(o.name);
+  AddState(*request, s, start);
+  ++s.in_flight;
+  request->on_complete =
+      [this, instance, slot, asked = std::move(asked),
+       done = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
+        OnComplete(instance, slot, *response, response->final);
+        if (!config_.states.empty())
+          response->outputs.erase(std::remove_if(response->outputs.begin(), response->outputs.end(),
+                                                 [&](const InferOutput& o) {
+                                                   return std::find(asked.begin(), asked.end(),
+                                                                    o.name) == asked.end();
+                                                 }),
+                                  response->outputs.end());
+        if (done) done(std::move(response));
+      };
+  if (end && sequence->queue.empty()) {
+    // The sequence is over once its END request runs: its slot goes to the backlog's oldest (whose
+    // START waits for this request to complete: one request of a slot in flight at a time).
+    sequences_.erase(sequence->key);
+    ReleaseSlotLocked(instance, slot);
+  }
+  return request;
+}
+
+void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceResponse& response,
+                                 bool final) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& s = instances_[instance].slots[slot];
+    if (response.status.ok() && !config_.states.empty() && s.sequence) {
+      s.state.resize(config_.states.size());
+      s.state_shape.resize(config_.states.size());
+      for (size_t i = 0; i < config_.states.size(); ++i)
+        for (const auto& out : response.outputs)
+          if (out.name == config_.states[i].output_name) {
+            s.state[i].assign(out.bytes(), out.bytes() + out.byte_size());
+            s.state_shape[i] = out.shape;
+          }
+    }
+    if (final && s.in_flight > 0) --s.in_flight;
+  }
+  cv_.notify_all();
+}
+
+std::unique_ptr<InferenceRequest> SequenceBatcher::PaddingLocked(size_t instance, size_t slot,
+                                                                 const InferenceRequest& like) {
+  auto pad = std::make_unique<InferenceRequest>();
+  pad->model_name = like.model_name;
+  pad->model_version = like.model_version;
+  pad->padding = true;
+  pad->batch_size = 1;
+  pad->payload = like.payload;
+  for (const auto& in : like.inputs) {
+    const bool added =
+        std::any_of(config_.controls.begin(), config_.controls.end(),
+                    [&](const SequenceControl& c) { return c.name == in.name; }) ||
+        std::any_of(config_.states.begin(), config_.states.end(),
+                    [&](const SequenceStateSpec& s) { return s.input_name == in.name; });
+    if (!added) pad->inputs.push_back(in);
+  }
+  for (const auto& out : like.outputs) pad->outputs.emplace_back().name = out.name;
+  AddControls(*pad, false, false, /*ready=*/false, nullptr);
+  AddState(*pad, instances_[instance].slots[slot], /*initial=*/true);
+  pad->times.received_ns = pad->times.queued_ns = SteadyNowNs();
+  return pad;
+}
+
+std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::FormBatchLocked(
+    size_t instance, std::vector<size_t> ready) {
+  auto& slots = instances_[instance].slots;
+  // Rows batch only when their inputs' shapes agree with the first's.
+  const InferenceRequest& first = *slots[ready.front()].sequence->queue.front();
+  auto same_shapes = [&](const InferenceRequest& r) {
+    if (r.inputs.size() != first.inputs.size()) return false;
+    for (size_t i = 0; i < r.inputs.size(); ++i)
+      if (r.inputs[i].name != first.inputs[i].name || r.inputs[i].shape != first.inputs[i].shape)
+        return false;
+    return true;
+  };
+  std::vector<std::unique_ptr<InferenceRequest>> batch;
+  if (config_.max_batch_size <= 0) {
+    batch.push_back(TakeLocked(instance, ready.front()));
+    return batch;
+  }
+  if (config_.oldest) {
+    std::sort(ready.begin(), ready.end(), [&](size_t a, size_t b) {
+      return slots[a].sequence->queue.front()->times.queued_ns <
+             slots[b].sequence->queue.front()->times.queued_ns;
+    });
+    std::vector<size_t> rows;
+    for (size_t s : ready)
+      if (static_cast<int64_t>(rows.size()) < config_.max_batch_size &&
+          same_shapes(*slots[s].sequence->queue.front()))
+        rows.push_back(s);
+    // The largest preferred size the rows fill, else all of them (the delay has passed).
+    size_t take = rows.size();
+    for (auto p = config_.preferred_batch_sizes.rbegin(); p != config_.preferred_batch_sizes.rend();
+         ++p)
+      if (static_cast<size_t>(*p) <= rows.size()) {
+        take = static_cast<size_t>(*p);
+        break;
+      }
+    for (size_t i = 0; i < take; ++i) batch.push_back(TakeLocked(instance, rows[i]));
+    return batch;
+  }
+  // Direct: row i is slot i, up to the highest slot with a request; the rows between get padding.
+  std::vector<bool> take(slots.size(), false);
+  size_t top = 0;
+  for (size_t s : ready)
+    if (same_shapes(*slots[s].sequence->queue.front())) {
+      take[s] = true;
+      top = std::max(top, s);
+    }
+  std::vector<std::unique_ptr<InferenceRequest>> rows(top + 1);
+  for (size_t s = 0; s <= top; ++s)
+    if (take[s]) rows[s] = TakeLocked(instance, s);
+  const InferenceRequest& like = *rows[top];
+  for (size_t s = 0; s <= top; ++s)
+    if (!rows[s]) rows[s] = PaddingLocked(instance, s, like);
+  return rows;
+}
+
+void SequenceBatcher::Run(BatchExecutor* executor) {
+  size_t me = 0;
+  while (me < instances_.size() && instances_[me].executor != executor) ++me;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const uint64_t now = SteadyNowNs();
+    uint64_t wake = ExpireLocked(me, now);
+    if (holding_ && queued_ >= std::max<size_t>(config_.hold_until_queued, 1) &&
+        BackloggedRequestsLocked() >= config_.hold_until_backlogged)
+      holding_ = false;
+    std::vector<size_t> ready;
+    auto& slots = instances_[me].slots;
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (ReadyLocked(slots[s])) ready.push_back(s);
+    if (!ready.empty() && (!holding_ || stopping_)) {
+      const uint64_t hold = stopping_ ? 0 : HoldUntilLocked(ready, me, now);
+      if (hold == 0) {
+        std::vector<std::unique_ptr<InferenceRequest>> batch =
+            FormBatchLocked(me, std::move(ready));
+        size_t real = 0;
+        for (const auto& r : batch) real += r->padding ? 0 : 1;
+        executing_ += real;
+        lock.unlock();
+        (void)executor->Execute(batch);
+        batch.clear();
+        lock.lock();
+        executing_ -= real;
+        continue;
+      }
+      wake = wake == 0 ? hold : std::min(wake, hold);
+    }
+    if (stopping_) {
+      // Drained: nothing of this instance's sequences is left to run (slots without requests were
+      // released above, so the backlog has moved into slots).
+      bool left = false;
+      for (const auto& s : slots) left = left || (s.sequence && !s.sequence->queue.empty());
+      if (!left) return;
+    }
+    if (wake == 0) {
+      cv_.wait(lock);
+    } else {
+      const auto at = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(wake));
+      cv_.wait_until(lock, at);
+    }
+  }
+}
+
+}  // namespace nereid
