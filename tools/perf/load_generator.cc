@@ -220,28 +220,87 @@ StatusOr<Target> BuildRequest(const PerfOptions& o) {
 
 bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json);
 
+// Where a connection stands in its current sequence (--sequence-length): each new sequence takes
+// the next id of the process, so no two connections share one.
+class SequencePosition {
+ public:
+  explicit SequencePosition(int64_t length) : length_(length) {}
+  bool active() const { return length_ > 0; }
+  // Advances to the next request: its id and whether it starts or ends its sequence.
+  void Next(uint64_t* id, bool* start, bool* end) {
+    if (step_ == 0) id_ = next_id_.fetch_add(1, std::memory_order_relaxed);
+    *id = id_;
+    *start = step_ == 0;
+    *end = step_ + 1 == length_;
+    step_ = *end ? 0 : step_ + 1;
+  }
+
+ private:
+  static inline std::atomic<uint64_t> next_id_{1};
+  const int64_t length_;
+  int64_t step_ = 0;
+  uint64_t id_ = 0;
+};
+
 class HttpInferConnection : public Connection {
  public:
-  HttpInferConnection(const Target& t, bool json)
-      : http_(t.host, t.port), request_(MakeRequest(t, json)) {}
-  int Send() override { return http_.Send(request_); }
+  HttpInferConnection(const Target& t, bool json, int64_t sequence_length)
+      : http_(t.host, t.port),
+        request_(MakeRequest(t, json)),
+        target_(t),
+        json_(json),
+        sequence_(sequence_length) {}
+  int Send() override {
+    if (sequence_.active()) {
+      // The request-level parameters close the header: '..."binary_data_output":B}}'.
+      uint64_t id = 0;
+      bool start = false, end = false;
+      sequence_.Next(&id, &start, &end);
+      const std::string& h = target_.header;
+      const std::string header = h.substr(0, h.size() - 2) + ",\"sequence_id\":" +
+                                 std::to_string(id) + ",\"sequence_start\":" +
+                                 (start ? "true" : "false") + ",\"sequence_end\":" +
+                                 (end ? "true" : "false") + "}}";
+      if (!json_) request_.set("Inference-Header-Content-Length", std::to_string(header.size()));
+      request_.body() = json_ ? header : header + target_.body.substr(h.size());
+      request_.prepare_payload();
+    }
+    return http_.Send(request_);
+  }
 
  private:
   HttpConnection http_;
   bhttp::request<bhttp::string_body> request_;
+  const Target& target_;
+  const bool json_;
+  SequencePosition sequence_;
 };
 
 // gRPC: one channel per connection, as perf_analyzer's sync mode uses.
 class GrpcInferConnection : public Connection {
  public:
-  GrpcInferConnection(const std::string& url, const inference::ModelInferRequest& message)
+  GrpcInferConnection(const std::string& url, const inference::ModelInferRequest& message,
+                      int64_t sequence_length)
       : stub_(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
             url, grpc::InsecureChannelCredentials(), ChannelArguments()))),
-        message_(message) {}
+        message_(message),
+        sequence_(sequence_length) {
+    if (sequence_.active()) own_ = message;
+  }
   int Send() override {
     grpc::ClientContext ctx;
     inference::ModelInferResponse response;
-    const grpc::Status status = stub_->ModelInfer(&ctx, message_, &response);
+    if (sequence_.active()) {
+      uint64_t id = 0;
+      bool start = false, end = false;
+      sequence_.Next(&id, &start, &end);
+      auto& params = *own_.mutable_parameters();
+      params["sequence_id"].set_int64_param(static_cast<int64_t>(id));
+      params["sequence_start"].set_bool_param(start);
+      params["sequence_end"].set_bool_param(end);
+    }
+    const grpc::Status status =
+        stub_->ModelInfer(&ctx, sequence_.active() ? own_ : message_, &response);
     if (status.ok()) return 200;
     return status.error_code() == grpc::StatusCode::UNAVAILABLE ? 503 : 400;
   }
@@ -256,11 +315,14 @@ class GrpcInferConnection : public Connection {
   }
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
   const inference::ModelInferRequest& message_;
+  inference::ModelInferRequest own_;  // with this connection's sequence parameters
+  SequencePosition sequence_;
 };
 
 std::unique_ptr<Connection> Connect(const PerfOptions& o, const Target& t) {
-  if (o.protocol == "grpc") return std::make_unique<GrpcInferConnection>(o.url, t.message);
-  return std::make_unique<HttpInferConnection>(t, o.json_data);
+  if (o.protocol == "grpc")
+    return std::make_unique<GrpcInferConnection>(o.url, t.message, o.sequence_length);
+  return std::make_unique<HttpInferConnection>(t, o.json_data, o.sequence_length);
 }
 
 bhttp::request<bhttp::string_body> MakeRequest(const Target& t, bool json) {
@@ -600,6 +662,8 @@ rates, like perf_analyzer (flag names follow it).
   -f FILE                        also write CSV;   --json FILE  also write JSON
   -q                             no live progress
   --metrics-url HOST:PORT        the server's metrics port: adds energy columns (Nereid)
+  --sequence-length N            send sequences of N requests per connection (sequence_id,
+                                 sequence_start, sequence_end) to a sequence-batching model
 
 Latency and throughput are measured by the client. The columns batch, queue us and compute us (CSV:
 Server Batch Size, Server Queue, Server Compute Infer) come from the model's statistics, read over
@@ -689,6 +753,8 @@ StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
       o.quiet = true;
     } else if (flag == "--metrics-url") {
       ASSIGN_OR_RETURN(o.metrics_url, next());
+    } else if (flag == "--sequence-length") {
+      RETURN_IF_ERROR(number(&o.sequence_length));
     } else if (flag == "-h" || flag == "--help") {
       return InvalidArgument("");
     } else {

@@ -33,6 +33,10 @@ struct PerfOptions {
   // --metrics-url HOST:PORT: the server's metrics port, for the energy columns (Nereid's
   // nereid_energy_* and nereid_carbon_* families); empty: none.
   std::string metrics_url;
+  // --sequence-length N (perf_analyzer's flag): every connection sends sequences of N requests
+  // (sequence_id, sequence_start on the first, sequence_end on the last) for sequence-batching
+  // models; 0: plain requests.
+  int64_t sequence_length = 0;
 };
 
 struct PerfResult {
