@@ -88,7 +88,7 @@ hooks() {
   case "$1" in
     test_backlog_fill_no_end) echo "3 10" ;;
     test_backlog_fill) echo "2 10" ;;
-    test_backlog_same_correlation_id) echo "2 16" ;;
+    test_backlog_same_correlation_id) echo "2 12" ;;
     test_backlog_same_correlation_id_no_end) echo "0 16" ;;
     test_half_batch) echo "0 8" ;;
     test_backlog_sequence_timeout) echo "0 4" ;;
@@ -97,13 +97,18 @@ hooks() {
 }
 run_test() {  # REPOSITORY TEST BACKLOG_HOOK DELAY_HOOK
   local log="$WORK/$2.$1.server.log"
-  TRITONSERVER_BACKLOG_DELAY_SCHEDULER=$3 TRITONSERVER_DELAY_SCHEDULER=$4 serve "$1" "$log" || return 1
+  # Exported for the server and the test alike, as test.sh does (the test reads them too).
+  unset TRITONSERVER_BACKLOG_DELAY_SCHEDULER TRITONSERVER_DELAY_SCHEDULER
+  [ -z "$4" ] || export TRITONSERVER_BACKLOG_DELAY_SCHEDULER=$3 TRITONSERVER_DELAY_SCHEDULER=$4
+  serve "$1" "$log" || return 1
   rm -f test_results.txt
   if timeout 600 "$PY" sequence_batcher_test.py "SequenceBatcherTest.$2" >"$WORK/$2.$1.client.log" 2>&1; then
     stop; return 0
   fi
   stop
-  echo "  FAIL $2 ($1):"; grep -E "Error|assert|Exception" "$WORK/$2.$1.client.log" | head -3 | sed 's/^/    /'
+  echo "  FAIL $2 ($1):"
+  grep -E "Error|assert|Exception" "$WORK/$2.$1.client.log" | head -3 | cut -c1-300 | sed 's/^/    /'
+  [ -n "${KEEP:-}" ] && cp "$WORK/$2.$1".*.log "$KEEP"/ 2>/dev/null
   return 1
 }
 
@@ -119,7 +124,7 @@ for trial in ${MODEL_TRIALS:-0 1 2 4 v}; do
     for t in ${!group}; do
       [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $t "* ]] && continue
       n=$((n + 1))
-      if [ "$group" = NO_DELAY ]; then set -- 0 0; else set -- $(hooks "$t"); fi
+      if [ "$group" = NO_DELAY ]; then set -- "" ""; else set -- $(hooks "$t"); fi
       run_test "models$trial" "$t" "$1" "$2" && pass=$((pass + 1)) || true
     done
     [ "$n" -gt 0 ] && report "models$trial $group" $pass $n

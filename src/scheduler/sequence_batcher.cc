@@ -188,7 +188,7 @@ SequenceBatcher::SequenceBatcher(SequenceBatcherConfig config,
     instances_[i].slots.resize(config_.slots_per_instance);
     for (size_t s = 0; s < config_.slots_per_instance; ++s) free_.emplace(s, i);
   }
-  holding_ = config_.hold_until_queued > 0 || config_.hold_until_backlogged > 0;
+  holding_ = config_.hold_until_queued > 0;  // the backlog's hook acts only beside it
   StartThreads(instances);
 }
 
@@ -196,7 +196,10 @@ SequenceBatcher::~SequenceBatcher() { Stop(); }
 
 size_t SequenceBatcher::ActiveSequences() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return sequences_.size() - backlog_.size();
+  size_t n = 0;
+  for (const auto& instance : instances_)
+    for (const auto& slot : instance.slots) n += slot.sequence ? 1 : 0;
+  return n;
 }
 
 size_t SequenceBatcher::BackloggedSequences() const {
@@ -226,6 +229,7 @@ Status SequenceBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
                            "', but model '" + model + "' expects '" +
                            std::string(DataTypeName(correlation_control_->type)) + "'");
   const bool start = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
+  const bool end = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
   const std::string key = (id.is_text ? "s" : "n") + IdText(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -261,9 +265,18 @@ Status SequenceBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
     it->second->last_arrival_ns = now;
     it->second->queue.push_back(std::move(request));
     ++queued_;
+    // As in Triton, the id is forgotten once its END request is queued: a START with the same id
+    // from here on begins a new sequence (in a free slot or the backlog), and a request without
+    // START is refused.
+    if (end) sequences_.erase(it);
   }
   cv_.notify_all();
   return Status::Ok();
+}
+
+void SequenceBatcher::ForgetLocked(const Sequence& sequence) {
+  auto it = sequences_.find(sequence.key);
+  if (it != sequences_.end() && it->second.get() == &sequence) sequences_.erase(it);
 }
 
 void SequenceBatcher::ReleaseSlotLocked(size_t instance, size_t slot) {
@@ -301,7 +314,7 @@ uint64_t SequenceBatcher::ExpireLocked(size_t instance, uint64_t now) {
       LOG_VERBOSE(1) << "model '" << config_.model << "': sequence " << IdText(slot.sequence->id)
                      << " idle for " << config_.idle_ns / 1000 << " us: slot " << s
                      << " of instance " << instance << " released";
-    sequences_.erase(slot.sequence->key);
+    ForgetLocked(*slot.sequence);
     ReleaseSlotLocked(instance, s);
   }
   // A backlogged sequence whose requests have waited past their timeout fails as a whole.
@@ -325,7 +338,7 @@ uint64_t SequenceBatcher::ExpireLocked(size_t instance, uint64_t now) {
                         Unavailable("timeout of the corresponding sequence has been expired"));
       --queued_;
     }
-    sequences_.erase(seq.key);
+    ForgetLocked(seq);
     it = backlog_.erase(it);
   }
   return next;
@@ -430,7 +443,7 @@ std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, s
   if (end && sequence->queue.empty()) {
     // The sequence is over once its END request runs: its slot goes to the backlog's oldest (whose
     // START waits for this request to complete: one request of a slot in flight at a time).
-    sequences_.erase(sequence->key);
+    ForgetLocked(*sequence);
     ReleaseSlotLocked(instance, slot);
   }
   return request;
@@ -541,9 +554,14 @@ void SequenceBatcher::Run(BatchExecutor* executor) {
   for (;;) {
     const uint64_t now = SteadyNowNs();
     uint64_t wake = ExpireLocked(me, now);
-    if (holding_ && queued_ >= std::max<size_t>(config_.hold_until_queued, 1) &&
-        BackloggedRequestsLocked() >= config_.hold_until_backlogged)
-      holding_ = false;
+    if (holding_) {
+      // As Triton counts: requests in the slots' queues (not the backlog's), then, when that
+      // hook is set too, requests in the backlog.
+      const size_t backlogged = BackloggedRequestsLocked();
+      if (queued_ - backlogged >= config_.hold_until_queued &&
+          backlogged >= config_.hold_until_backlogged)
+        holding_ = false;
+    }
     std::vector<size_t> ready;
     auto& slots = instances_[me].slots;
     for (size_t s = 0; s < slots.size(); ++s)

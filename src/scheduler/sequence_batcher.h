@@ -64,8 +64,9 @@ struct SequenceBatcherConfig {
   std::vector<int64_t> preferred_batch_sizes;  // Oldest, ascending
   std::vector<SequenceControl> controls;
   std::vector<SequenceStateSpec> states;
-  // Triton's test hooks: no batch is formed until this many requests are queued
-  // (TRITONSERVER_DELAY_SCHEDULER) / wait in the backlog (TRITONSERVER_BACKLOG_DELAY_SCHEDULER).
+  // Triton's test hooks: no batch is formed until this many requests are queued in slots
+  // (TRITONSERVER_DELAY_SCHEDULER) and, with that set, this many wait in the backlog
+  // (TRITONSERVER_BACKLOG_DELAY_SCHEDULER), once.
   size_t hold_until_queued = 0;
   size_t hold_until_backlogged = 0;
 };
@@ -112,6 +113,8 @@ class SequenceBatcher : public InstanceThreadsScheduler {
   bool ReadyLocked(const Slot& slot) const {
     return slot.sequence && slot.in_flight == 0 && !slot.sequence->queue.empty();
   }
+  // Drops the id's entry if it still names 'sequence' (a later START may have begun another).
+  void ForgetLocked(const Sequence& sequence);
   // Gives the slot to the oldest backlogged sequence, or back to the free pool.
   void ReleaseSlotLocked(size_t instance, size_t slot);
   // Releases this instance's slots whose sequence idled out; fails backlogged sequences whose

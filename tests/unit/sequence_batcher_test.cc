@@ -303,6 +303,39 @@ TEST(SequenceBatcherTest, BackloggedSequencePastItsTimeoutFails) {
   EXPECT_EQ(b.BackloggedSequences(), 0u);
 }
 
+TEST(SequenceBatcherTest, AnIdIsForgottenOnceItsEndIsQueued) {
+  Recorder i0(0);
+  i0.delay_ms = 50;
+  SequenceBatcher b(Config(0), {&i0}, nullptr);  // one slot
+  Answer first, last, again;
+  ASSERT_TRUE(Send(b, Request(4, 1, true, false, &first)).ok());
+  ASSERT_TRUE(Send(b, Request(4, 2, false, true, &last)).ok());
+  // The same id with START while the first sequence still holds the slot: a new sequence, which
+  // waits in the backlog (Triton's test_backlog_same_correlation_id).
+  ASSERT_TRUE(Send(b, Request(4, 10, true, false, &again)).ok());
+  EXPECT_EQ(b.BackloggedSequences(), 1u);
+  ASSERT_TRUE(first.Wait() && last.Wait() && again.Wait());
+  EXPECT_EQ(last.output, 3);
+  EXPECT_EQ(again.output, 10);  // its own initial state
+  auto after_end = Request(4, 1, false, true, nullptr);
+  EXPECT_TRUE(b.Enqueue(after_end).ok());  // the new sequence's own END
+}
+
+TEST(SequenceBatcherTest, DelayHookHoldsUntilSlotsHoldEnoughRequests) {
+  Recorder i0(0);
+  SequenceBatcherConfig c = Config(2);
+  c.hold_until_queued = 3;
+  SequenceBatcher b(c, {&i0}, nullptr);
+  Answer a, b1, b2;
+  ASSERT_TRUE(Send(b, Request(1, 1, true, false, &a)).ok());
+  ASSERT_TRUE(Send(b, Request(2, 1, true, false, &b1)).ok());
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(i0.batches(), 0u);  // two queued: held
+  ASSERT_TRUE(Send(b, Request(2, 1, false, false, &b2)).ok());
+  ASSERT_TRUE(a.Wait() && b1.Wait() && b2.Wait());
+  EXPECT_EQ(i0.Batch(0).size(), 2u);  // both sequences' first requests together
+}
+
 TEST(SequenceBatcherTest, IdleSequenceLosesItsSlot) {
   Recorder i0(0);
   SequenceBatcherConfig c = Config(1);
