@@ -530,18 +530,15 @@ std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::FormBatchLocked(
     for (size_t i = 0; i < take; ++i) batch.push_back(TakeLocked(instance, rows[i]));
     return batch;
   }
-  // Direct: row i is slot i, up to the highest slot with a request; the rows between get padding.
+  // Direct: row i is slot i, up to the highest slot with a request; rows with nothing to run, or
+  // whose request's shapes differ from the lowest slot's, get padding (Triton's null requests).
   std::vector<bool> take(slots.size(), false);
-  size_t top = 0;
-  for (size_t s : ready)
-    if (same_shapes(*slots[s].sequence->queue.front())) {
-      take[s] = true;
-      top = std::max(top, s);
-    }
+  const size_t top = ready.back();
+  for (size_t s : ready) take[s] = same_shapes(*slots[s].sequence->queue.front());
   std::vector<std::unique_ptr<InferenceRequest>> rows(top + 1);
   for (size_t s = 0; s <= top; ++s)
     if (take[s]) rows[s] = TakeLocked(instance, s);
-  const InferenceRequest& like = *rows[top];
+  const InferenceRequest& like = *rows[ready.front()];
   for (size_t s = 0; s <= top; ++s)
     if (!rows[s]) rows[s] = PaddingLocked(instance, s, like);
   return rows;
