@@ -152,11 +152,20 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
   // Fields the server acts on today, top-level and inside the repeated messages it reads; every
   // other field that is set gets reported, with its path ("input[0].format").
   static const std::set<std::string> kActedOn = {
-      "name",           "platform",         "backend",
-      "version_policy", "max_batch_size",   "input",
-      "output",         "instance_group",   "default_model_filename",
-      "parameters",     "dynamic_batching", "model_transaction_policy",
-      "sequence_batching", "response_cache",
+      "name",
+      "platform",
+      "backend",
+      "version_policy",
+      "max_batch_size",
+      "input",
+      "output",
+      "instance_group",
+      "default_model_filename",
+      "parameters",
+      "dynamic_batching",
+      "model_transaction_policy",
+      "sequence_batching",
+      "response_cache",
   };
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
       {"input", {"name", "data_type", "dims", "reshape", "optional"}},

@@ -257,10 +257,10 @@ class HttpInferConnection : public Connection {
       bool start = false, end = false;
       sequence_.Next(&id, &start, &end);
       const std::string& h = target_.header;
-      const std::string header = h.substr(0, h.size() - 2) + ",\"sequence_id\":" +
-                                 std::to_string(id) + ",\"sequence_start\":" +
-                                 (start ? "true" : "false") + ",\"sequence_end\":" +
-                                 (end ? "true" : "false") + "}}";
+      const std::string header = h.substr(0, h.size() - 2) +
+                                 ",\"sequence_id\":" + std::to_string(id) +
+                                 ",\"sequence_start\":" + (start ? "true" : "false") +
+                                 ",\"sequence_end\":" + (end ? "true" : "false") + "}}";
       if (!json_) request_.set("Inference-Header-Content-Length", std::to_string(header.size()));
       request_.body() = json_ ? header : header + target_.body.substr(h.size());
       request_.prepare_payload();
