@@ -166,6 +166,7 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
       "model_transaction_policy",
       "sequence_batching",
       "response_cache",
+      "model_warmup",
   };
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
       {"input", {"name", "data_type", "dims", "reshape", "optional"}},

@@ -10,6 +10,7 @@
 #include "config/model_files.h"
 #include "gpu/cuda_driver.h"
 #include "nereid/backend_util.h"
+#include "runtime/warmup.h"
 #include "scheduler/dynamic_batcher.h"
 #include "scheduler/scheduler_factory.h"
 
@@ -119,6 +120,15 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
         model->instances_.push_back(std::move(instance));
       }
     }
+  }
+  // Warmup runs on every instance before the model serves; its executions go to statistics of
+  // their own, dropped afterwards (and before any observer sees a batch).
+  ASSIGN_OR_RETURN(std::vector<WarmupSample> warmup, ReadWarmupSamples(model->config_, model_dir));
+  if (!warmup.empty()) {
+    model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
+    std::vector<ModelInstance*> targets;
+    for (auto& instance : model->instances_) targets.push_back(instance.get());
+    RETURN_IF_ERROR(RunWarmup(model, warmup, targets));
   }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   if (!model->config_.response_cache().enable()) model->cache_ = nullptr;

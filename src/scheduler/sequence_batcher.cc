@@ -469,25 +469,21 @@ void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceRe
   cv_.notify_all();
 }
 
-std::unique_ptr<InferenceRequest> SequenceBatcher::PaddingLocked(size_t instance, size_t slot,
-                                                                 const InferenceRequest& like) {
+std::unique_ptr<InferenceRequest> SequenceBatcher::PaddingLocked(const InferenceRequest& like) {
   auto pad = std::make_unique<InferenceRequest>();
   pad->model_name = like.model_name;
   pad->model_version = like.model_version;
   pad->padding = true;
   pad->batch_size = 1;
   pad->payload = like.payload;
-  for (const auto& in : like.inputs) {
-    const bool added =
-        std::any_of(config_.controls.begin(), config_.controls.end(),
-                    [&](const SequenceControl& c) { return c.name == in.name; }) ||
-        std::any_of(config_.states.begin(), config_.states.end(),
-                    [&](const SequenceStateSpec& s) { return s.input_name == in.name; });
-    if (!added) pad->inputs.push_back(in);
-  }
+  // Its inputs, the state included, are the representative's (so the batch's shapes agree); its
+  // controls say READY false.
+  for (const auto& in : like.inputs)
+    if (std::none_of(config_.controls.begin(), config_.controls.end(),
+                     [&](const SequenceControl& c) { return c.name == in.name; }))
+      pad->inputs.push_back(in);
   for (const auto& out : like.outputs) pad->outputs.emplace_back().name = out.name;
   AddControls(*pad, false, false, /*ready=*/false, nullptr);
-  AddState(*pad, instances_[instance].slots[slot], /*initial=*/true);
   pad->times.received_ns = pad->times.queued_ns = SteadyNowNs();
   return pad;
 }
@@ -540,7 +536,7 @@ std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::FormBatchLocked(
     if (take[s]) rows[s] = TakeLocked(instance, s);
   const InferenceRequest& like = *rows[ready.front()];
   for (size_t s = 0; s <= top; ++s)
-    if (!rows[s]) rows[s] = PaddingLocked(instance, s, like);
+    if (!rows[s]) rows[s] = PaddingLocked(like);
   return rows;
 }
 

@@ -126,8 +126,9 @@ class SequenceBatcher : public InstanceThreadsScheduler {
                                                                  std::vector<size_t> ready);
   // Pops the slot's next request and dresses it: controls, state, completion hook.
   std::unique_ptr<InferenceRequest> TakeLocked(size_t instance, size_t slot);
-  std::unique_ptr<InferenceRequest> PaddingLocked(size_t instance, size_t slot,
-                                                  const InferenceRequest& like);
+  // A padding row: a copy of 'like' (a real row of the batch), its state included, with READY
+  // false, START and END false and CORRID 0.
+  std::unique_ptr<InferenceRequest> PaddingLocked(const InferenceRequest& like);
   void AddControls(InferenceRequest& request, bool start, bool end, bool ready,
                    const CorrelationId* id) const;
   void AddState(InferenceRequest& request, const Slot& slot, bool initial) const;

@@ -244,3 +244,27 @@ def test_many_concurrent_sequences_each_accumulate(server, model):
     after = counts()
     assert after[0] - before[0] == 64 * steps
     assert after[1] == before[1]
+
+
+def test_shutdown_does_not_wait_for_ever_on_held_requests(tmp_path):
+    """A gRPC call whose request a model holds (here Triton's TRITONSERVER_DELAY_SCHEDULER hook,
+    which forms no batch until 100 requests are queued) must not keep the server from exiting:
+    gRPC's Shutdown waits for every call to finish, so past the exit timeout and a grace the
+    server exits without them (status 1), as it does for HTTP requests."""
+    repo = tmp_path / "models"
+    controls_model(repo, "seq_direct", "direct { }")
+    s = Server(str(repo), "--exit-timeout-secs=1", env={"TRITONSERVER_DELAY_SCHEDULER": "100"})
+    g = grpcclient.InferenceServerClient(s.grpc_url)
+    answers = queue.Queue()
+    for sid in (1, 2):
+        x = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        x.set_data_from_numpy(one(1))
+        g.async_infer("seq_direct", [x], lambda result, error: answers.put(error),
+                      sequence_id=sid, sequence_start=True)
+    threading.Event().wait(0.5)
+    assert answers.empty()  # held
+    assert s.stop() == 1
+    with open(s.log_path) as log:
+        assert "gRPC calls still waiting for their models; exiting without them" in log.read()
+    for _ in range(2):
+        assert answers.get(timeout=10) is not None  # each call ended with an error

@@ -1,0 +1,158 @@
+#include "runtime/warmup.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <random>
+
+#include "common/logging.h"
+#include "config/model_files.h"
+#include "nereid/backend_util.h"
+#include "runtime/model.h"
+#include "runtime/model_instance.h"
+
+namespace nereid {
+namespace {
+
+// A warmup input may not exceed this (a config, which a client may send, chooses its size).
+constexpr int64_t kMaxWarmupInputBytes = int64_t{1} << 30;
+
+StatusOr<WarmupInput> ReadInput(const std::string& name, const inference::ModelWarmup::Input& in,
+                                bool batching, const std::filesystem::path& model_dir) {
+  WarmupInput w;
+  w.name = name;
+  w.datatype = FromConfigType(in.data_type());
+  for (int64_t d : in.dims())
+    if (d < 0)
+      return InvalidArgument(
+          "warmup setting expects all variable-size dimensions are specified for input '" + name +
+          "'");
+  w.shape.assign(in.dims().begin(), in.dims().end());
+  if (batching) w.shape.insert(w.shape.begin(), 1);
+  const int64_t elements = ElementCount(w.shape);
+  const bool bytes_type = w.datatype == DataType::kBytes;
+  // BYTES: a zero-length element each (4 bytes of length) for zero and random data.
+  const int64_t size =
+      bytes_type ? (elements < 0 || elements > kMaxWarmupInputBytes / 4 ? -1 : elements * 4)
+                 : TensorByteSize(w.datatype, w.shape);
+  if (size < 0 || size > kMaxWarmupInputBytes)
+    return InvalidArgument("warmup input '" + name + "' of shape " + ShapeString(w.shape) +
+                           " exceeds " + std::to_string(kMaxWarmupInputBytes >> 20) + " MiB");
+  w.bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(size), 0);
+  switch (in.input_data_type_case()) {
+    case inference::ModelWarmup::Input::kZeroData:
+      break;
+    case inference::ModelWarmup::Input::kRandomData:
+      if (!bytes_type) {
+        std::mt19937 rng(0x5eed);
+        for (auto& b : *w.bytes) b = static_cast<uint8_t>(rng() % 128);  // finite floats too
+      }
+      break;
+    case inference::ModelWarmup::Input::kInputDataFile: {
+      const std::string& file = in.input_data_file();
+      ASSIGN_OR_RETURN(std::filesystem::path path,
+                       ResolveModelFile(model_dir, model_dir / "warmup", file,
+                                        "model_warmup.inputs.input_data_file"));
+      std::error_code ec;
+      const auto found = std::filesystem::file_size(path, ec);
+      if (ec) return InvalidArgument("cannot read warmup file '" + file + "'");
+      if (found > static_cast<uint64_t>(kMaxWarmupInputBytes))
+        return InvalidArgument("warmup file '" + file + "' exceeds " +
+                               std::to_string(kMaxWarmupInputBytes >> 20) + " MiB");
+      if (!bytes_type && found != w.bytes->size())
+        return InvalidArgument("warmup setting expects " + std::to_string(w.bytes->size()) +
+                               " bytes, but the data provided from " + file + "only has " +
+                               std::to_string(found) + " bytes");
+      std::ifstream stream(path, std::ios::binary);
+      w.bytes->assign(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
+      if (bytes_type && backend::CountBytesElements(w.bytes->data(), w.bytes->size()) != elements)
+        return InvalidArgument("warmup file '" + file + "' does not hold " +
+                               std::to_string(elements) + " length-prefixed STRING elements");
+      break;
+    }
+    default:
+      return InvalidArgument("warmup setting expects input '" + name +
+                             "' to have input_data_type set");
+  }
+  return w;
+}
+
+}  // namespace
+
+StatusOr<std::vector<WarmupSample>> ReadWarmupSamples(const inference::ModelConfig& config,
+                                                      const std::filesystem::path& model_dir) {
+  std::vector<WarmupSample> samples;
+  for (const auto& s : config.model_warmup()) {
+    WarmupSample sample;
+    sample.name = s.name();
+    sample.batch_size = s.batch_size();
+    sample.count = std::max<uint32_t>(1, s.count());
+    // Sorted by name: the map's order is not stable, and a backend may care about input order.
+    std::map<std::string, const inference::ModelWarmup::Input*> sorted;
+    for (const auto& [name, in] : s.inputs()) sorted.emplace(name, &in);
+    for (const auto& [name, in] : sorted) {
+      auto input = ReadInput(name, *in, config.max_batch_size() > 0, model_dir);
+      if (!input.ok())
+        return InvalidArgument("failed to run warmup sample '" + s.name() +
+                               "': " + input.status().message() + "; ");
+      sample.inputs.push_back(std::move(input).value());
+    }
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+Status RunWarmup(const std::shared_ptr<Model>& model, const std::vector<WarmupSample>& samples,
+                 const std::vector<ModelInstance*>& instances) {
+  for (const WarmupSample& sample : samples) {
+    if (sample.batch_size == 0) continue;
+    for (ModelInstance* instance : instances) {
+      for (uint32_t iteration = 0; iteration < sample.count; ++iteration) {
+        LOG_VERBOSE(1) << "model '" << model->name() << "' instance " << instance->name()
+                       << " is running warmup sample '" << sample.name << "' for iteration "
+                       << iteration + 1;
+        std::mutex mu;
+        std::condition_variable cv;
+        size_t open = sample.batch_size;
+        Status failed;
+        std::vector<std::unique_ptr<InferenceRequest>> batch;
+        for (uint32_t r = 0; r < sample.batch_size; ++r) {
+          auto request = std::make_unique<InferenceRequest>();
+          request->model_name = model->name();
+          request->model_version = model->version();
+          request->id = "warmup_" + sample.name;
+          request->model = model;
+          for (const WarmupInput& w : sample.inputs) {
+            InferInput& in = request->inputs.emplace_back();
+            in.name = w.name;
+            in.datatype = w.datatype;
+            in.shape = w.shape;
+            in.Borrow(w.bytes->data(), w.bytes->size(), MemoryLocation{}, w.bytes);
+          }
+          for (const auto& out : model->config().output())
+            request->outputs.emplace_back().name = out.name();
+          request->times.received_ns = request->times.queued_ns = SteadyNowNs();
+          request->on_complete = [&](std::unique_ptr<InferenceResponse> response) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!response->status.ok() && failed.ok()) failed = response->status;
+            if (response->final && open > 0 && --open == 0) cv.notify_all();
+          };
+          batch.push_back(std::move(request));
+        }
+        (void)instance->Execute(batch);
+        std::unique_lock<std::mutex> lock(mu);
+        // A backend that never completes hangs the load, which the repository's load timeout
+        // aborts; the requests (and this frame's state they point at) are waited for here.
+        cv.wait(lock, [&] { return open == 0; });
+        if (!failed.ok())
+          return InvalidArgument("failed to run warmup sample '" + sample.name +
+                                 "': " + failed.message() + "; ");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace nereid

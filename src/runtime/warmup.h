@@ -1,0 +1,41 @@
+// Model warmup (config `model_warmup`), as Triton runs it: every sample on every instance, before
+// the model is READY, straight to the instance (no scheduler). A sample of batch_size N is N
+// batch-1 requests in one execution, run `count` times (0: once; batch_size 0 skips the sample);
+// its inputs are zeros, random bytes (zeros for STRING) or a file from '<model>/warmup/'. A sample
+// that fails fails the load with Triton's message.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "config/model_config.h"
+
+namespace nereid {
+
+class Model;
+class ModelInstance;
+
+// The samples' input tensors, checked and read once (file sizes, variable dimensions).
+struct WarmupInput {
+  std::string name;
+  DataType datatype = DataType::kInvalid;
+  std::vector<int64_t> shape;  // with the batch dimension (1) when the model batches
+  std::shared_ptr<std::vector<uint8_t>> bytes;
+};
+struct WarmupSample {
+  std::string name;
+  uint32_t batch_size = 0;
+  uint32_t count = 1;
+  std::vector<WarmupInput> inputs;
+};
+StatusOr<std::vector<WarmupSample>> ReadWarmupSamples(const inference::ModelConfig& config,
+                                                      const std::filesystem::path& model_dir);
+
+// Runs every sample on every instance; the first failure is returned (INVALID_ARGUMENT:
+// "failed to run warmup sample 'S': <error>; ").
+Status RunWarmup(const std::shared_ptr<Model>& model, const std::vector<WarmupSample>& samples,
+                 const std::vector<ModelInstance*>& instances);
+
+}  // namespace nereid
