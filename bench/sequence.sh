@@ -8,6 +8,7 @@
 # Usage: bench/sequence.sh   (CONCURRENCY="1 64 1024" ROUNDS=2 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PYTHON=.venv/bin/python
 . bench/common.sh
 REPO=$(mktemp -d)
 PID=""
@@ -25,9 +26,13 @@ tensor = 'input [ { name: "%s" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
 state = ('state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 '
          'dims: [ 1 ] initial_state: [ { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true '
          'name: "z" } ] } ]')
+# IDLE_US (default 60 s): max_sequence_idle_microseconds. With Triton's default of 1 s, 1,024
+# client threads on a small machine can leave a sequence idle that long between two of its
+# requests, and its next request is refused for want of START (counted as errors).
+idle = "max_sequence_idle_microseconds: %s" % os.environ.get("IDLE_US", "60000000")
 configs = {
-    "acc_direct": "max_batch_size: 8\nsequence_batching { direct { } %s }\n" % state,
-    "acc_oldest": "max_batch_size: 64\nsequence_batching { oldest { max_candidate_sequences: 1024 } %s }\n" % state,
+    "acc_direct": "max_batch_size: 8\nsequence_batching { direct { } %s %s }\n" % (idle, state),
+    "acc_oldest": "max_batch_size: 64\nsequence_batching { oldest { max_candidate_sequences: 1024 } %s %s }\n" % (idle, state),
     "acc_plain": "max_batch_size: 64\ndynamic_batching { }\n" + tensor % "STATE_IN",
 }
 for name, extra in configs.items():

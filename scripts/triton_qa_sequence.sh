@@ -18,6 +18,7 @@ PY="$ROOT/.venv/bin/python"
 WORK=$(mktemp -d)
 PID=
 trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM  # the EXIT trap then stops the server too
 cp "$SRC"/qa/common/*.py "$WORK"/
 cp "$SRC"/qa/L0_sequence_batcher/sequence_batcher_test.py "$WORK"/
 "$PY" -m pip install -q onnx >/dev/null
@@ -70,6 +71,8 @@ serve() {  # REPOSITORY LOG
   "$ROOT/build/nereid" serve --model-repository="$WORK/$1" --log-verbose=1 >"$2" 2>&1 &
   PID=$!
   for _ in $(seq 150); do
+    # Ready, and ours: a server left on port 8000 by someone else must not answer for it.
+    kill -0 "$PID" 2>/dev/null || break
     curl -sf localhost:8000/v2/health/ready >/dev/null && return 0
     sleep 0.2
   done

@@ -16,6 +16,7 @@ PY="$ROOT/.venv/bin/python"
 WORK=$(mktemp -d)
 PID=
 trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM  # the EXIT trap then stops the server too
 M=$WORK/models
 mkdir -p "$M"
 cp -r "$SERVER_SRC"/docs/examples/model_repository/{simple_sequence,simple_dyna_sequence} "$M"/
@@ -47,6 +48,7 @@ done
 "$ROOT/build/nereid" serve --model-repository="$M" >"$WORK/server.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do
+  kill -0 "$PID" 2>/dev/null || { echo "the server did not start:"; tail -5 "$WORK/server.log"; exit 1; }
   curl -sf localhost:8000/v2/health/ready >/dev/null && break
   sleep 0.2
 done
