@@ -12,8 +12,9 @@ constexpr const char* kServerVersion = "0.1.0";
 // Only extensions that work end to end on every frontend are listed.
 inline const std::vector<std::string>& ServerExtensions() {
   static const std::vector<std::string> extensions = {
-      "classification",       "model_repository", "model_configuration", "binary_tensor_data",
-      "system_shared_memory", "schedule_policy",  "statistics",          "logging"};
+      "classification",      "sequence",           "model_repository",
+      "model_configuration", "binary_tensor_data", "system_shared_memory",
+      "schedule_policy",     "statistics",         "logging"};
   return extensions;
 }
 

@@ -16,6 +16,9 @@ namespace {
 
 using Control = inference::ModelSequenceBatching::Control;
 
+// Sequences that may wait for a slot (Triton sets no bound): past it a new START is refused with
+// UNAVAILABLE, so clients that start sequences and never end them cannot grow memory without end.
+constexpr size_t kMaxBackloggedSequences = size_t{1} << 20;
 // A sequence's initial state may not exceed this (a config, which a client may send, chooses it).
 constexpr int64_t kMaxStateBytes = int64_t{256} << 20;
 
@@ -242,6 +245,9 @@ Status SequenceBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
         return InvalidArgument(
             "inference request for sequence " + IdText(id) + " to model '" + model +
             "' must specify the START flag on the first request of the sequence");
+      if (backlog_.size() >= kMaxBackloggedSequences)
+        return Unavailable("model '" + model + "' has " + std::to_string(backlog_.size()) +
+                           " sequences waiting for a slot; try again later");
       auto sequence = std::make_shared<Sequence>();
       sequence->key = key;
       sequence->id = id;
@@ -331,11 +337,11 @@ uint64_t SequenceBatcher::ExpireLocked(size_t instance, uint64_t now) {
       ++it;
       continue;
     }
+    // Answered by Run once the lock is released (a client's callback may do anything).
     for (auto& r : seq.queue) {
       if (stats_ != nullptr)
         stats_->RecordFailure(FailureReason::kRejected, now - r->times.received_ns);
-      CompleteWithError(std::move(r),
-                        Unavailable("timeout of the corresponding sequence has been expired"));
+      expired_.push_back(std::move(r));
       --queued_;
     }
     ForgetLocked(seq);
@@ -547,6 +553,16 @@ void SequenceBatcher::Run(BatchExecutor* executor) {
   for (;;) {
     const uint64_t now = SteadyNowNs();
     uint64_t wake = ExpireLocked(me, now);
+    if (!expired_.empty()) {
+      std::vector<std::unique_ptr<InferenceRequest>> expired = std::move(expired_);
+      expired_.clear();
+      lock.unlock();
+      for (auto& r : expired)
+        CompleteWithError(std::move(r),
+                          Unavailable("timeout of the corresponding sequence has been expired"));
+      lock.lock();
+      continue;
+    }
     if (holding_) {
       // As Triton counts: requests in the slots' queues (not the backlog's), then, when that
       // hook is set too, requests in the backlog.

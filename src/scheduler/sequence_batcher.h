@@ -141,9 +141,10 @@ class SequenceBatcher : public InstanceThreadsScheduler {
   std::vector<Instance> instances_;
   std::unordered_map<std::string, std::shared_ptr<Sequence>> sequences_;
   std::deque<std::shared_ptr<Sequence>> backlog_;
-  std::set<std::pair<size_t, size_t>> free_;  // (slot, instance): lowest slot first
-  size_t queued_ = 0;                         // requests in sequences' queues
-  bool holding_ = false;                      // a test hook's hold is still on
+  std::set<std::pair<size_t, size_t>> free_;                // (slot, instance): lowest slot first
+  size_t queued_ = 0;                                       // requests in sequences' queues
+  std::vector<std::unique_ptr<InferenceRequest>> expired_;  // to fail outside the lock
+  bool holding_ = false;                                    // a test hook's hold is still on
 };
 
 }  // namespace nereid

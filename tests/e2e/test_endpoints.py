@@ -28,7 +28,8 @@ def test_server_metadata_lists_only_working_extensions(client):
     assert {"binary_tensor_data", "classification", "model_repository", "model_configuration"} <= set(md["extensions"])
     assert {"statistics", "schedule_policy", "logging"} <= set(md["extensions"])
     assert "system_shared_memory" in md["extensions"]
-    assert "cuda_shared_memory" not in md["extensions"] and "sequence" not in md["extensions"]
+    assert "cuda_shared_memory" not in md["extensions"]
+    assert "sequence" in md["extensions"]  # the sequence batcher (docs/sequence.md)
 
 
 def test_model_metadata(client):
