@@ -90,6 +90,7 @@ Options (names follow tritonserver):
   --grpc-port=PORT            default 8001 (0 picks a free port)
   --grpc-thread-count=N       cap on gRPC's callback threads (default: gRPC's own)
   --grpc-max-input-size=BYTES largest accepted request message (default 67108864)
+  --reuse-grpc-port=BOOL      let other processes listen on the gRPC port too (default false)
   --grpc-use-ssl=BOOL         serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)
   --grpc-use-ssl-mutual=BOOL  TLS with client certificates verified against --grpc-root-cert
   --grpc-server-cert=PATH, --grpc-server-key=PATH, --grpc-root-cert=PATH   PEM files
@@ -234,6 +235,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(o.http.tls.key, next());
     } else if (flag == "http-ssl-root-cert") {
       ASSIGN_OR_RETURN(o.http.tls.root_cert, next());
+    } else if (flag == "reuse-grpc-port") {
+      ASSIGN_OR_RETURN(o.grpc.reuse_port, boolean());
     } else if (flag == "grpc-use-ssl") {
       ASSIGN_OR_RETURN(o.grpc.ssl.use_ssl, boolean());
     } else if (flag == "grpc-use-ssl-mutual") {

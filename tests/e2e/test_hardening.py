@@ -491,3 +491,23 @@ def test_out_of_file_descriptors_then_recovers(repository):
         assert "accept failed" in log  # the limit was really reached
     finally:
         assert s.stop() == 0, s.read_log()
+
+
+def test_a_second_server_on_a_grpc_port_in_use_fails(repository):
+    """gRPC binds with SO_REUSEPORT unless told not to: without Triton's default (no reuse), a second
+    server on the same gRPC port would start and silently share its connections with the first."""
+    first = Server(repository)
+    try:
+        log_path = os.path.join(repository, "..", "second-grpc.log")
+        with open(log_path, "w") as log:
+            second = subprocess.run(
+                [BINARY, "serve", f"--model-repository={repository}", "--http-port=0",
+                 "--metrics-port=0", f"--grpc-port={first.grpc_port}",
+                 "--http-address=127.0.0.1", "--grpc-address=127.0.0.1"],
+                stdout=log, stderr=subprocess.STDOUT, timeout=60)
+        assert second.returncode != 0
+        with open(log_path) as log:
+            assert f"cannot listen for gRPC on 127.0.0.1:{first.grpc_port}" in log.read()
+        assert grpcclient.InferenceServerClient(first.grpc_url).is_server_live()
+    finally:
+        assert first.stop() == 0

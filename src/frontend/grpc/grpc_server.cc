@@ -353,6 +353,7 @@ void ApplyChannelArguments(grpc::ServerBuilder& builder, const GrpcOptions& opti
   // small model's p50: it drops the message-size filter, and with it the receive limit above, so
   // any client could make the server buffer a 2 GiB message.
   builder.AddChannelArgument("grpc.optimization_target", "latency");
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, options.reuse_port ? 1 : 0);
 }
 
 // The inference RPCs take raw messages: gRPC's own parsing ends a stream with status OK on a

@@ -31,6 +31,10 @@ struct GrpcOptions {
   // RESOURCE_EXHAUSTED before they are buffered whole. Responses are not limited.
   int64_t max_input_size = 64ll << 20;
   RestrictedApis restricted;  // --grpc-restricted-protocol
+  // --reuse-grpc-port (Triton's flag, default false): let several servers listen on the port
+  // (SO_REUSEPORT, connections shared among them). Off, a second server on a port in use fails
+  // to start, as it does for HTTP.
+  bool reuse_port = false;
   // TLS (Triton's --grpc-use-ssl* flags): PEM file paths, read at Start.
   struct Ssl {
     bool use_ssl = false;
