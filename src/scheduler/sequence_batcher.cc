@@ -97,14 +97,17 @@ StatusOr<SequenceStateSpec> ReadState(const inference::ModelSequenceBatching::St
   const auto size = std::filesystem::file_size(path, ec);
   if (!in || ec)
     return InvalidArgument("cannot read initial_state data_file '" + init.data_file() + "'");
-  if (spec.type != DataType::kBytes && size != zeros.size())
+  // Triton's rules: a fixed-size state takes the file's first bytes (a shorter file is an error,
+  // in Triton's words); a STRING state takes the whole file as its serialized elements.
+  if (spec.type != DataType::kBytes && size < zeros.size())
     return InvalidArgument("initial_state setting expects " + std::to_string(zeros.size()) +
                            " bytes, but the data provided from " + init.data_file() + "only has " +
-                           std::to_string(size) + " bytes");
+                           std::to_string(size) + " bytes.");
   if (size > static_cast<uint64_t>(kMaxStateBytes))
     return InvalidArgument("initial_state data_file '" + init.data_file() + "' exceeds " +
                            std::to_string(kMaxStateBytes >> 20) + " MiB");
   spec.initial.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (spec.type != DataType::kBytes) spec.initial.resize(zeros.size());
   return spec;
 }
 

@@ -268,3 +268,18 @@ def test_shutdown_does_not_wait_for_ever_on_held_requests(tmp_path):
         assert "gRPC calls still waiting for their models; exiting without them" in log.read()
     for _ in range(2):
         assert answers.get(timeout=10) is not None  # each call ended with an error
+
+
+def test_initial_state_file_shorter_than_the_state_fails_the_load(tmp_path):
+    repo = tmp_path / "models"
+    state_model(repo, "short_state", "direct { }")
+    (repo / "short_state" / "initial_state" / "hundred").write_bytes(b"\x01\x02")
+    s = Server(str(repo), "--exit-on-error=false", expect_ready=False)
+    try:
+        index = {m["name"]: m for m in httpclient.InferenceServerClient(s.url)
+                 .get_model_repository_index()}
+        assert index["short_state"]["state"] == "UNAVAILABLE"
+        assert ("initial_state setting expects 4 bytes, but the data provided from hundredonly has "
+                "2 bytes." in index["short_state"]["reason"])  # sic: Triton's words
+    finally:
+        s.stop()
