@@ -13,12 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
 MODE=${2:-}
-ROOT=$PWD
-PY="$ROOT/.venv/bin/python"
-WORK=$(mktemp -d)
-PID=
-trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
-trap 'exit 130' INT TERM  # the EXIT trap then stops the server too
+. scripts/triton_harness.sh
 cp "$SRC"/qa/common/*.py "$WORK"/
 cp "$SRC"/qa/L0_sequence_batcher/sequence_batcher_test.py "$WORK"/
 "$PY" -m pip install -q onnx >/dev/null

@@ -11,12 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER_SRC=${1:?path to a triton-inference-server/server checkout}
 CLIENT_SRC=${2:?path to a triton-inference-server/client checkout}
-ROOT=$PWD
-PY="$ROOT/.venv/bin/python"
-WORK=$(mktemp -d)
-PID=
-trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
-trap 'exit 130' INT TERM  # the EXIT trap then stops the server too
+. scripts/triton_harness.sh
 M=$WORK/models
 mkdir -p "$M"
 cp -r "$SERVER_SRC"/docs/examples/model_repository/{simple_sequence,simple_dyna_sequence} "$M"/
