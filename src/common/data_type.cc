@@ -34,6 +34,13 @@ int64_t TensorByteSize(DataType type, const int64_t* shape, size_t rank) {
   return backend::TensorByteSize(B(type), shape, rank);
 }
 
+int64_t ZeroFilledByteSize(DataType type, const std::vector<int64_t>& shape) {
+  if (type != DataType::kBytes) return TensorByteSize(type, shape);
+  const int64_t elements = ElementCount(shape);
+  if (elements < 0 || elements > std::numeric_limits<int64_t>::max() / 4) return -1;
+  return elements * 4;
+}
+
 std::string SizeOverflow(const std::string& input, DataType type,
                          const std::vector<int64_t>& shape) {
   if (ElementCount(shape) < 0)

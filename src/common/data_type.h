@@ -64,6 +64,11 @@ inline int64_t TensorByteSize(DataType type, const std::vector<int64_t>& shape) 
   return TensorByteSize(type, shape.data(), shape.size());
 }
 
+// Bytes a zero-valued tensor of 'type' and 'shape' holds: TensorByteSize for fixed-size types, and
+// for BYTES an empty element each (its 4-byte length); -1 when the shape is invalid or it
+// overflows.
+int64_t ZeroFilledByteSize(DataType type, const std::vector<int64_t>& shape);
+
 // Why an input's size cannot be computed, in Triton's words: its element count, or (for a
 // fixed-size type) its byte size, overflows int64. Empty when neither does.
 std::string SizeOverflow(const std::string& input, DataType type,

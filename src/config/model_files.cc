@@ -38,26 +38,43 @@ StatusOr<fs::path> ResolveModelFile(const fs::path& model_dir, const fs::path& b
   return real;
 }
 
-StatusOr<std::vector<std::string>> ReadLabelFile(const fs::path& model_dir, const std::string& name,
-                                                 const std::string& field) {
-  ASSIGN_OR_RETURN(fs::path path, ResolveModelFile(model_dir, model_dir, name, field));
+StatusOr<std::vector<uint8_t>> ReadModelFileBytes(const fs::path& model_dir, const fs::path& base,
+                                                  const std::string& name, const std::string& field,
+                                                  uint64_t max_bytes, const std::string& what) {
+  ASSIGN_OR_RETURN(fs::path path, ResolveModelFile(model_dir, base, name, field));
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
   if (ec) return NotFound(field + " '" + name + "' cannot be read");
-  if (size > kMaxLabelFileBytes)
-    return InvalidArgument(field + " '" + name + "' has " + std::to_string(size) +
-                           " bytes; label files are limited to " +
-                           std::to_string(kMaxLabelFileBytes));
-  std::ifstream in(path);
+  if (size > max_bytes)
+    return InvalidArgument(field + " '" + name + "' has " + std::to_string(size) + " bytes; " +
+                           what + " are limited to " + std::to_string(max_bytes));
+  std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound(field + " '" + name + "' cannot be read");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size) + 1);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  const auto read = static_cast<size_t>(in.gcount());
+  if (read > max_bytes)
+    return InvalidArgument(field + " '" + name + "' grew past the limit of " + what +
+                           " while read");
+  bytes.resize(read);
+  return bytes;
+}
+
+StatusOr<std::vector<std::string>> ReadLabelFile(const fs::path& model_dir, const std::string& name,
+                                                 const std::string& field) {
+  ASSIGN_OR_RETURN(
+      std::vector<uint8_t> bytes,
+      ReadModelFileBytes(model_dir, model_dir, name, field, kMaxLabelFileBytes, "label files"));
+  // One label per line, as std::getline splits: a last line without '\n' counts, a final '\n'
+  // ends the last line without starting another.
   std::vector<std::string> labels;
-  uint64_t read = 0;
-  for (std::string line; read <= kMaxLabelFileBytes && std::getline(in, line);) {
-    read += line.size() + 1;
-    labels.push_back(std::move(line));
-  }
-  if (read > kMaxLabelFileBytes + 1)
-    return InvalidArgument(field + " '" + name + "' grew past the label file limit while read");
+  size_t start = 0;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    if (bytes[i] == '\n') {
+      labels.emplace_back(bytes.begin() + start, bytes.begin() + i);
+      start = i + 1;
+    }
+  if (start < bytes.size()) labels.emplace_back(bytes.begin() + start, bytes.end());
   return labels;
 }
 

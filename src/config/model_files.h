@@ -26,6 +26,13 @@ StatusOr<std::filesystem::path> ResolveModelFile(const std::filesystem::path& mo
                                                  const std::filesystem::path& base,
                                                  const std::string& name, const std::string& field);
 
+// ResolveModelFile, then the file's bytes, refused past 'max_bytes' (checked before reading and
+// while reading, for a file that grows meanwhile); 'what' names such files in that error.
+StatusOr<std::vector<uint8_t>> ReadModelFileBytes(const std::filesystem::path& model_dir,
+                                                  const std::filesystem::path& base,
+                                                  const std::string& name, const std::string& field,
+                                                  uint64_t max_bytes, const std::string& what);
+
 // Labels for the classification extension: one per line, at most kMaxLabelFileBytes in all.
 constexpr uint64_t kMaxLabelFileBytes = 64ull << 20;
 StatusOr<std::vector<std::string>> ReadLabelFile(const std::filesystem::path& model_dir,

@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <fstream>
-#include <iterator>
 #include <mutex>
 #include <random>
 
@@ -31,12 +29,9 @@ StatusOr<WarmupInput> ReadInput(const std::string& name, const inference::ModelW
           "'");
   w.shape.assign(in.dims().begin(), in.dims().end());
   if (batching) w.shape.insert(w.shape.begin(), 1);
-  const int64_t elements = ElementCount(w.shape);
   const bool bytes_type = w.datatype == DataType::kBytes;
-  // BYTES: a zero-length element each (4 bytes of length) for zero and random data.
-  const int64_t size =
-      bytes_type ? (elements < 0 || elements > kMaxWarmupInputBytes / 4 ? -1 : elements * 4)
-                 : TensorByteSize(w.datatype, w.shape);
+  // BYTES: a zero-length element each for zero and random data.
+  const int64_t size = ZeroFilledByteSize(w.datatype, w.shape);
   if (size < 0 || size > kMaxWarmupInputBytes)
     return InvalidArgument("warmup input '" + name + "' of shape " + ShapeString(w.shape) +
                            " exceeds " + std::to_string(kMaxWarmupInputBytes >> 20) + " MiB");
@@ -52,24 +47,20 @@ StatusOr<WarmupInput> ReadInput(const std::string& name, const inference::ModelW
       break;
     case inference::ModelWarmup::Input::kInputDataFile: {
       const std::string& file = in.input_data_file();
-      ASSIGN_OR_RETURN(std::filesystem::path path,
-                       ResolveModelFile(model_dir, model_dir / "warmup", file,
-                                        "model_warmup.inputs.input_data_file"));
-      std::error_code ec;
-      const auto found = std::filesystem::file_size(path, ec);
-      if (ec) return InvalidArgument("cannot read warmup file '" + file + "'");
-      if (found > static_cast<uint64_t>(kMaxWarmupInputBytes))
-        return InvalidArgument("warmup file '" + file + "' exceeds " +
-                               std::to_string(kMaxWarmupInputBytes >> 20) + " MiB");
-      if (!bytes_type && found != w.bytes->size())
+      ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                       ReadModelFileBytes(model_dir, model_dir / "warmup", file,
+                                          "model_warmup.inputs.input_data_file",
+                                          kMaxWarmupInputBytes, "warmup files"));
+      if (!bytes_type && bytes.size() != w.bytes->size())
         return InvalidArgument("warmup setting expects " + std::to_string(w.bytes->size()) +
                                " bytes, but the data provided from " + file + "only has " +
-                               std::to_string(found) + " bytes");
-      std::ifstream stream(path, std::ios::binary);
-      w.bytes->assign(std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>());
-      if (bytes_type && backend::CountBytesElements(w.bytes->data(), w.bytes->size()) != elements)
+                               std::to_string(bytes.size()) + " bytes");
+      *w.bytes = std::move(bytes);
+      if (bytes_type &&
+          backend::CountBytesElements(w.bytes->data(), w.bytes->size()) != ElementCount(w.shape))
         return InvalidArgument("warmup file '" + file + "' does not hold " +
-                               std::to_string(elements) + " length-prefixed STRING elements");
+                               std::to_string(ElementCount(w.shape)) +
+                               " length-prefixed STRING elements");
       break;
     }
     default:

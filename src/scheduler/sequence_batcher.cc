@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "common/logging.h"
 #include "config/model_files.h"
 #include "metrics/model_stats.h"
 #include "nereid/backend.h"
+#include "nereid/backend_util.h"
 
 namespace nereid {
 namespace {
@@ -47,9 +46,8 @@ std::vector<uint8_t> CorrelationBytes(DataType type, const CorrelationId* id) {
     case DataType::kInt32:
       return ElementBytes<int32_t>(static_cast<int32_t>(n));
     default: {  // BYTES
-      const std::string text = id != nullptr && id->is_text ? id->text : "";
-      std::vector<uint8_t> bytes = ElementBytes<uint32_t>(static_cast<uint32_t>(text.size()));
-      bytes.insert(bytes.end(), text.begin(), text.end());
+      std::vector<uint8_t> bytes;
+      backend::AppendBytesElement(bytes, id != nullptr && id->is_text ? id->text : "");
       return bytes;
     }
   }
@@ -58,10 +56,7 @@ std::vector<uint8_t> CorrelationBytes(DataType type, const CorrelationId* id) {
 // Zeros for a state of 'type' and 'shape' (a BYTES element of zero length each).
 StatusOr<std::vector<uint8_t>> Zeros(const std::string& state, DataType type,
                                      const std::vector<int64_t>& shape) {
-  const int64_t elements = ElementCount(shape);
-  const int64_t bytes = type == DataType::kBytes
-                            ? (elements < 0 || elements > kMaxStateBytes / 4 ? -1 : elements * 4)
-                            : TensorByteSize(type, shape);
+  const int64_t bytes = ZeroFilledByteSize(type, shape);
   if (bytes < 0 || bytes > kMaxStateBytes)
     return InvalidArgument("state '" + state + "' of shape " + ShapeString(shape) +
                            " exceeds the " + std::to_string(kMaxStateBytes >> 20) +
@@ -88,25 +83,16 @@ StatusOr<SequenceStateSpec> ReadState(const inference::ModelSequenceBatching::St
     spec.initial = std::move(zeros);
     return spec;
   }
-  const std::string field = "sequence_batching.state.initial_state.data_file";
-  ASSIGN_OR_RETURN(
-      std::filesystem::path path,
-      ResolveModelFile(model_dir, model_dir / "initial_state", init.data_file(), field));
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!in || ec)
-    return InvalidArgument("cannot read initial_state data_file '" + init.data_file() + "'");
+  ASSIGN_OR_RETURN(spec.initial,
+                   ReadModelFileBytes(model_dir, model_dir / "initial_state", init.data_file(),
+                                      "sequence_batching.state.initial_state.data_file",
+                                      kMaxStateBytes, "initial state files"));
   // Triton's rules: a fixed-size state takes the file's first bytes (a shorter file is an error,
   // in Triton's words); a STRING state takes the whole file as its serialized elements.
-  if (spec.type != DataType::kBytes && size < zeros.size())
+  if (spec.type != DataType::kBytes && spec.initial.size() < zeros.size())
     return InvalidArgument("initial_state setting expects " + std::to_string(zeros.size()) +
                            " bytes, but the data provided from " + init.data_file() + "only has " +
-                           std::to_string(size) + " bytes.");
-  if (size > static_cast<uint64_t>(kMaxStateBytes))
-    return InvalidArgument("initial_state data_file '" + init.data_file() + "' exceeds " +
-                           std::to_string(kMaxStateBytes >> 20) + " MiB");
-  spec.initial.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+                           std::to_string(spec.initial.size()) + " bytes.");
   if (spec.type != DataType::kBytes) spec.initial.resize(zeros.size());
   return spec;
 }
