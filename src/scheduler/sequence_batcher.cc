@@ -244,8 +244,6 @@ Status SequenceBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
       if (!free_.empty()) {
         const auto [slot, instance] = *free_.begin();
         free_.erase(free_.begin());
-        sequence->instance = static_cast<int>(instance);
-        sequence->slot = slot;
         instances_[instance].slots[slot].sequence = sequence;
       } else {
         backlog_.push_back(sequence);
@@ -285,8 +283,6 @@ void SequenceBatcher::ReleaseSlotLocked(size_t instance, size_t slot) {
   }
   std::shared_ptr<Sequence> next = std::move(backlog_.front());
   backlog_.pop_front();
-  next->instance = static_cast<int>(instance);
-  next->slot = slot;
   s.sequence = std::move(next);
   cv_.notify_all();  // another instance's thread may own the slot
 }
@@ -387,7 +383,9 @@ void SequenceBatcher::AddControls(InferenceRequest& request, bool start, bool en
   }
 }
 
-void SequenceBatcher::AddState(InferenceRequest& request, const Slot& slot, bool initial) const {
+std::vector<std::string> SequenceBatcher::AddState(InferenceRequest& request, const Slot& slot,
+                                                   bool initial) const {
+  std::vector<std::string> added;
   for (size_t i = 0; i < config_.states.size(); ++i) {
     const SequenceStateSpec& spec = config_.states[i];
     InferInput& in = request.inputs.emplace_back();
@@ -404,8 +402,12 @@ void SequenceBatcher::AddState(InferenceRequest& request, const Slot& slot, bool
     const bool asked =
         std::any_of(request.outputs.begin(), request.outputs.end(),
                     [&](const RequestedOutput& o) { return o.name == spec.output_name; });
-    if (!asked) request.outputs.emplace_back().name = spec.output_name;
+    if (!asked) {
+      request.outputs.emplace_back().name = spec.output_name;
+      added.push_back(spec.output_name);
+    }
   }
+  return added;
 }
 
 std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, size_t slot) {
@@ -417,20 +419,18 @@ std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, s
   const bool start = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
   const bool end = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
   AddControls(*request, start, end, /*ready=*/true, &sequence->id);
-  // Outputs the client did not ask for (a state's output) are dropped from its response.
-  std::vector<std::string> asked;
-  for (const auto& o : request->outputs) asked.push_back(o.name);
-  AddState(*request, s, start);
+  // State outputs the client did not ask for are dropped from its response.
+  std::vector<std::string> added = AddState(*request, s, start);
   ++s.in_flight;
   request->on_complete =
-      [this, instance, slot, asked = std::move(asked),
+      [this, instance, slot, added = std::move(added),
        done = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
-        OnComplete(instance, slot, *response, response->final);
-        if (!config_.states.empty())
+        OnComplete(instance, slot, *response);
+        if (!added.empty())
           response->outputs.erase(std::remove_if(response->outputs.begin(), response->outputs.end(),
                                                  [&](const InferOutput& o) {
-                                                   return std::find(asked.begin(), asked.end(),
-                                                                    o.name) == asked.end();
+                                                   return std::find(added.begin(), added.end(),
+                                                                    o.name) != added.end();
                                                  }),
                                   response->outputs.end());
         if (done) done(std::move(response));
@@ -444,8 +444,7 @@ std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, s
   return request;
 }
 
-void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceResponse& response,
-                                 bool final) {
+void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceResponse& response) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     Slot& s = instances_[instance].slots[slot];
@@ -459,7 +458,7 @@ void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceRe
             s.state_shape[i] = out.shape;
           }
     }
-    if (final && s.in_flight > 0) --s.in_flight;
+    if (response.final && s.in_flight > 0) --s.in_flight;
   }
   cv_.notify_all();
 }

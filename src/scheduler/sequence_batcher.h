@@ -92,8 +92,6 @@ class SequenceBatcher : public InstanceThreadsScheduler {
     std::string key;
     CorrelationId id;
     std::deque<std::unique_ptr<InferenceRequest>> queue;
-    int instance = -1;  // -1: in the backlog
-    size_t slot = 0;
     uint64_t last_arrival_ns = 0;
   };
   struct Slot {
@@ -131,8 +129,10 @@ class SequenceBatcher : public InstanceThreadsScheduler {
   std::unique_ptr<InferenceRequest> PaddingLocked(const InferenceRequest& like);
   void AddControls(InferenceRequest& request, bool start, bool end, bool ready,
                    const CorrelationId* id) const;
-  void AddState(InferenceRequest& request, const Slot& slot, bool initial) const;
-  void OnComplete(size_t instance, size_t slot, const InferenceResponse& response, bool final);
+  // Adds the state inputs; returns the state outputs it added to what the client asked for.
+  std::vector<std::string> AddState(InferenceRequest& request, const Slot& slot,
+                                    bool initial) const;
+  void OnComplete(size_t instance, size_t slot, const InferenceResponse& response);
   size_t BackloggedRequestsLocked() const;
 
   const SequenceBatcherConfig config_;
