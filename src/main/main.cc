@@ -191,7 +191,14 @@ int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
   // to finish, and a call whose request a model still holds (a sequence held by a test hook, a
   // model that hangs) finishes only when the model answers: past the deadline and a grace, the
   // server exits without them rather than waiting for ever.
-  bool grpc_stopped = true;
+  // Requests still running when the timeout passes are abandoned: the server exits without them.
+  auto exit_without = [&](const std::string& what) {
+    LOG_ERROR << "exit timeout of " << exit_timeout_secs << " s passed with " << what
+              << "; exiting without them";
+    repository.AbortAll();  // their processes (Python stubs) go with the server
+    std::fflush(nullptr);
+    std::_Exit(1);  // instance threads may still be running those requests: do not wait for them
+  };
   if (grpc) {
     auto stopped = std::make_shared<std::promise<void>>();
     std::future<void> done = stopped->get_future();
@@ -199,20 +206,11 @@ int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
       grpc->Stop(deadline);
       stopped->set_value();
     }).detach();
-    grpc_stopped = done.wait_until(steady_deadline + kShutdownGrace) == std::future_status::ready;
+    if (done.wait_until(steady_deadline + kShutdownGrace) != std::future_status::ready)
+      exit_without("gRPC calls still waiting for their models");
   }
-  const bool drained = grpc_stopped && (!http || http->Drain(steady_deadline));
-  if (!grpc_stopped)
-    LOG_ERROR << "exit timeout of " << exit_timeout_secs << " s passed with gRPC calls still "
-              << "waiting for their models; exiting without them";
-  if (!drained) {
-    if (grpc_stopped)
-      LOG_ERROR << "exit timeout of " << exit_timeout_secs << " s passed with " << http->InFlight()
-                << " HTTP request(s) unanswered; exiting without them";
-    repository.AbortAll();  // their processes (Python stubs) go with the server
-    std::fflush(nullptr);
-    std::_Exit(1);  // instance threads may still be running those requests: do not wait for them
-  }
+  if (http && !http->Drain(steady_deadline))
+    exit_without(std::to_string(http->InFlight()) + " HTTP request(s) unanswered");
   if (http) http->Stop();
   repository.StopAll();
   LOG_INFO << "all requests answered; exiting";
