@@ -247,22 +247,25 @@ class HttpInferConnection : public Connection {
   HttpInferConnection(const Target& t, bool json, int64_t sequence_length)
       : http_(t.host, t.port),
         request_(MakeRequest(t, json)),
-        target_(t),
         json_(json),
-        sequence_(sequence_length) {}
+        sequence_(sequence_length) {
+    if (sequence_.active()) {
+      // The request-level parameters close the header ('..."binary_data_output":B}}'): the
+      // sequence's go before that, the binary tensors after the header.
+      header_head_ = t.header.substr(0, t.header.size() - 2);
+      if (!json) blobs_ = t.body.substr(t.header.size());
+    }
+  }
   int Send() override {
     if (sequence_.active()) {
-      // The request-level parameters close the header: '..."binary_data_output":B}}'.
       uint64_t id = 0;
       bool start = false, end = false;
       sequence_.Next(&id, &start, &end);
-      const std::string& h = target_.header;
-      const std::string header = h.substr(0, h.size() - 2) +
-                                 ",\"sequence_id\":" + std::to_string(id) +
-                                 ",\"sequence_start\":" + (start ? "true" : "false") +
-                                 ",\"sequence_end\":" + (end ? "true" : "false") + "}}";
-      if (!json_) request_.set("Inference-Header-Content-Length", std::to_string(header.size()));
-      request_.body() = json_ ? header : header + target_.body.substr(h.size());
+      std::string body = header_head_ + ",\"sequence_id\":" + std::to_string(id) +
+                         ",\"sequence_start\":" + (start ? "true" : "false") +
+                         ",\"sequence_end\":" + (end ? "true" : "false") + "}}";
+      if (!json_) request_.set("Inference-Header-Content-Length", std::to_string(body.size()));
+      request_.body() = std::move(body.append(blobs_));
       request_.prepare_payload();
     }
     return http_.Send(request_);
@@ -271,9 +274,9 @@ class HttpInferConnection : public Connection {
  private:
   HttpConnection http_;
   bhttp::request<bhttp::string_body> request_;
-  const Target& target_;
   const bool json_;
   SequencePosition sequence_;
+  std::string header_head_, blobs_;  // --sequence-length: the request around its parameters
 };
 
 // gRPC: one channel per connection, as perf_analyzer's sync mode uses.
