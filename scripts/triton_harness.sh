@@ -1,9 +1,32 @@
 # Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa_sequence.sh,
-# triton_sequence_examples.sh): ROOT (this checkout), PY (its venv's Python), WORK (a scratch
-# directory removed at exit) and PID (the server they start, stopped at exit, INT or TERM).
+# triton_qa_corrid.sh, triton_sequence_examples.sh): ROOT (this checkout), PY (its venv's Python),
+# WORK (a scratch directory removed at exit), PID (the server they start, stopped at exit, INT or
+# TERM), and serve / stop.
 ROOT=$PWD
 PY="$ROOT/.venv/bin/python"
 WORK=$(mktemp -d)
 PID=
 trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM  # the EXIT trap then stops the server too
+
+# serve REPOSITORY LOG [ARGS...]: starts build/nereid on Triton's default ports and waits until it
+# is ready; fails when it is not, or when the server answering on port 8000 is not this one.
+serve() {
+  local repository=$1 log=$2
+  shift 2
+  NEREID_PYTHON="$PY" "$ROOT/build/nereid" serve --model-repository="$repository" "$@" >"$log" 2>&1 &
+  PID=$!
+  for _ in $(seq 150); do
+    kill -0 "$PID" 2>/dev/null || break
+    curl -sf localhost:8000/v2/health/ready >/dev/null && return 0
+    sleep 0.2
+  done
+  echo "server on $repository did not become ready:"
+  tail -20 "$log"
+  return 1
+}
+stop() {
+  kill "$PID" 2>/dev/null
+  wait "$PID" 2>/dev/null || true
+  PID=
+}

@@ -26,21 +26,10 @@ for m in onnx_dyna_sequence_int32 plan_dyna_sequence_int32; do
     sed -i "s/kind: KIND_GPU/kind: KIND_CPU/; s/kind: KIND_CPU/kind: KIND_CPU\\ncount: 4/" config.pbtxt)
 done
 
-serve() {  # REPOSITORY
-  NEREID_PYTHON="$PY" "$ROOT/build/nereid" serve --model-repository="$WORK/$1" >"$WORK/server.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 150); do
-    kill -0 "$PID" 2>/dev/null || break
-    curl -sf localhost:8000/v2/health/ready >/dev/null && return 0
-    sleep 0.2
-  done
-  echo "server on $1 did not become ready:"; tail -5 "$WORK/server.log"; return 1
-}
-stop() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=; }
 pass=0; total=0
 run() {  # REPOSITORY TEST LABEL
   total=$((total + 1))
-  serve "$1" || return 0
+  serve "$WORK/$1" "$WORK/server.log" || return 0
   if timeout 300 "$PY" sequence_corrid_batcher_test.py "SequenceCorrIDBatcherTest.$2" >"$WORK/client.log" 2>&1; then
     pass=$((pass + 1)); echo "PASS $2 $3"
   else

@@ -62,19 +62,6 @@ for d in $DTYPES; do
   done
 done
 
-serve() {  # REPOSITORY LOG
-  "$ROOT/build/nereid" serve --model-repository="$WORK/$1" --log-verbose=1 >"$2" 2>&1 &
-  PID=$!
-  for _ in $(seq 150); do
-    # Ready, and ours: a server left on port 8000 by someone else must not answer for it.
-    kill -0 "$PID" 2>/dev/null || break
-    curl -sf localhost:8000/v2/health/ready >/dev/null && return 0
-    sleep 0.2
-  done
-  echo "server on $1 did not become ready:"; tail -20 "$2"; return 1
-}
-stop() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=; }
-
 NO_DELAY="test_simple_sequence test_length1_sequence test_batch_size test_no_sequence_start
           test_no_sequence_start2 test_no_sequence_end test_no_correlation_id"
 DELAY="test_backlog_fill test_backlog_fill_no_end test_backlog_same_correlation_id
@@ -98,7 +85,7 @@ run_test() {  # REPOSITORY TEST BACKLOG_HOOK DELAY_HOOK
   # Exported for the server and the test alike, as test.sh does (the test reads them too).
   unset TRITONSERVER_BACKLOG_DELAY_SCHEDULER TRITONSERVER_DELAY_SCHEDULER
   [ -z "$4" ] || export TRITONSERVER_BACKLOG_DELAY_SCHEDULER=$3 TRITONSERVER_DELAY_SCHEDULER=$4
-  serve "$1" "$log" || return 1
+  serve "$WORK/$1" "$log" --log-verbose=1 || return 1
   rm -f test_results.txt
   if timeout 600 "$PY" sequence_batcher_test.py "SequenceBatcherTest.$2" >"$WORK/$2.$1.client.log" 2>&1; then
     stop; return 0

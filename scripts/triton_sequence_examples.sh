@@ -40,13 +40,7 @@ for f in simple_grpc_sequence_sync_infer_client simple_http_sequence_sync_infer_
   simple_grpc_sequence_stream_infer_client simple_grpc_aio_sequence_stream_infer_client; do
   cp "$CLIENT_SRC/src/python/examples/$f.py" "$WORK"/
 done
-"$ROOT/build/nereid" serve --model-repository="$M" >"$WORK/server.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do
-  kill -0 "$PID" 2>/dev/null || { echo "the server did not start:"; tail -5 "$WORK/server.log"; exit 1; }
-  curl -sf localhost:8000/v2/health/ready >/dev/null && break
-  sleep 0.2
-done
+serve "$M" "$WORK/server.log"
 pass=0
 total=0
 cd "$WORK"
