@@ -227,8 +227,10 @@ void EnergyLedger::Poll(uint64_t now_ns) {
   while (ring_.Pop(&e)) {
     Entry& entry = entries_[e.entry];
     entry.totals.inferences += e.rows;
-    TrackBusy(entry, e);
-    domains_[entry.domain].batches.push_back({e.entry, e.rows, e.start_ns, e.end_ns});
+    const double weight = TrackBusy(entry, e);
+    Batch& b =
+        domains_[entry.domain].batches.emplace_back(Batch{e.entry, e.rows, e.start_ns, e.end_ns});
+    b.weight = weight;
   }
   if (carbon_)
     grams_per_joule_.store(carbon_->GramsPerJoule(WallSeconds()), std::memory_order_relaxed);
@@ -249,8 +251,8 @@ void EnergyLedger::Poll(uint64_t now_ns) {
   }
 }
 
-void EnergyLedger::TrackBusy(Entry& entry, const Event& e) {
-  if (e.rows == 0 || e.rows > kMaxTrackedRows) return;
+double EnergyLedger::TrackBusy(Entry& entry, const Event& e) {
+  if (e.rows == 0 || e.rows > kMaxTrackedRows) return 1;
   std::atomic<float>* busy = entry.busy_by_rows.load(std::memory_order_relaxed);
   if (busy == nullptr) {
     entry.busy_storage = std::make_unique<std::atomic<float>[]>(kMaxTrackedRows + 1);
@@ -263,6 +265,12 @@ void EnergyLedger::TrackBusy(Entry& entry, const Event& e) {
   const float before = busy[e.rows].load(std::memory_order_relaxed);
   busy[e.rows].store(before == 0 ? seconds : (1 - kAlpha) * before + kAlpha * seconds,
                      std::memory_order_relaxed);
+  // The low end: 25% of the way down to a shorter batch, 1% up to a longer one, which settles
+  // near the 4th percentile of a size's busy times.
+  if (!entry.quick_busy) entry.quick_busy = std::make_unique<float[]>(kMaxTrackedRows + 1);
+  float& quick = entry.quick_busy[e.rows];
+  quick = quick == 0 ? seconds : quick + (seconds < quick ? 0.25f : 0.01f) * (seconds - quick);
+  return seconds > 0 ? std::clamp(static_cast<double>(quick) / seconds, 0.0, 1.0) : 1.0;
 }
 
 // ---- Power fit ----------------------------------------------------------------------------------
@@ -331,7 +339,8 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   const double power = tick.joules / seconds;
   d.energy.metered_joules += tick.joules;
   const uint64_t number = ++d.ticks_attributed;
-  // Busy seconds of each model version within the tick, by fit slot; each batch's own part.
+  // Busy seconds of each model version within the tick, by fit slot, each batch's overlap weighed
+  // by its uncontended share (Batch::weight); each batch's own part.
   std::array<double, PowerFit::kSlots> busy{};
   std::array<Entry*, PowerFit::kSlots> slot_entry{};
   struct Overlap {
@@ -344,9 +353,10 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
     const uint64_t from = std::max(b.start_ns, tick.start_ns), to = std::min(b.end_ns, tick.end_ns);
     if (to <= from) continue;
     const int slot = d.fit.Slot(b.entry, number);
-    busy[slot] += (to - from) / 1e9;
+    const double weighed = (to - from) / 1e9 * b.weight;
+    busy[slot] += weighed;
     slot_entry[slot] = &entries_[b.entry];
-    overlaps.push_back({&b, slot, (to - from) / 1e9});
+    overlaps.push_back({&b, slot, weighed});
   }
   const bool floor = d.energy.scope.has_floor;
   if (floor && (d.min_power < 0 || power < d.min_power)) d.min_power = power;
@@ -385,6 +395,7 @@ void EnergyLedger::Attribute(Domain& d, const Tick& tick) {
   }
   // A model version's share goes to its batches by their busy time in the tick.
   for (const Overlap& o : overlaps) {
+    if (summed[o.slot] <= 0) continue;
     const double of_slot = o.seconds / summed[o.slot];
     o.batch->active += active * part[o.slot] * of_slot;
     o.batch->idle += idle * part[o.slot] * of_slot;

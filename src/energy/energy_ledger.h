@@ -130,6 +130,11 @@ class EnergyLedger {
     // the entry's first batch.
     std::atomic<std::atomic<float>*> busy_by_rows{nullptr};
     std::unique_ptr<std::atomic<float>[]> busy_storage;
+    // The poller's estimate of a batch's uncontended busy seconds by its rows: a tracker of the
+    // low end of what each size took (it falls fast and rises slowly). A batch that shared its
+    // device with another model's waited part of its interval; it is weighed by this time, not by
+    // its stretched interval (0: no batch of that size yet).
+    std::unique_ptr<float[]> quick_busy;
   };
   // The active watts of each model version busy on one scope, fitted by recursive least squares
   // with forgetting (about the last 100 ticks count). Up to kSlots model versions at once; the one
@@ -160,6 +165,8 @@ class EnergyLedger {
     uint64_t start_ns, end_ns;
     double active = 0, idle = 0;  // attributed so far
     bool attributed = false;      // by at least one tick
+    // Its uncontended busy time over its interval (<= 1): the share of each overlap it weighs.
+    double weight = 1;
   };
   struct Domain {
     ScopeEnergy energy;
@@ -182,8 +189,9 @@ class EnergyLedger {
   // A batch every tick of which has been attributed: its joules per row into its entry's
   // histogram, batch fit and idle share.
   void Finish(const Batch& batch);
-  // Keeps the busy time of the event's batch size (the energy model's per-size part).
-  void TrackBusy(Entry& entry, const Event& e);
+  // Keeps the busy time of the event's batch size (the energy model's per-size part); returns the
+  // batch's weight (Batch::weight).
+  double TrackBusy(Entry& entry, const Event& e);
   void Run();
 
   std::vector<std::unique_ptr<Meter>> meters_;

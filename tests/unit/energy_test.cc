@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "energy/carbon.h"
@@ -258,6 +259,76 @@ TEST(EnergyLedgerTest, MixedModelsKeepTheirSoloEnergyPerInference) {
   EXPECT_NEAR(heavy_mixed / heavy_alone, 1.0, 0.10) << heavy_mixed << " vs " << heavy_alone;
   // And the heavy model near its true active energy: 300 W x 7.5 ms per 1024 rows.
   EXPECT_NEAR(heavy_alone, heavy_watts * 0.0075 / 1024, 0.15 * heavy_watts * 0.0075 / 1024);
+}
+
+// Two models on one device stretch each other's intervals: a light batch queued behind a heavy
+// one is "busy" on its stream while it waits, drawing nothing of its own. Weighed by its stretched
+// interval, the light model took the heavy one's joules in the mix (the H200 run: 1.24x alone);
+// weighed by its uncontended time it keeps its own.
+TEST(EnergyLedgerTest, AStretchedBatchWeighsItsUncontendedTime) {
+  Rig rig;
+  auto light = rig.ledger->ObserverFor("light", 1);
+  auto heavy = rig.ledger->ObserverFor("heavy", 1);
+  std::mt19937 rng(5);
+  const double floor = 120, light_watts = 60, heavy_watts = 250;
+  uint64_t now = 0;
+  auto run = [&](int ticks, bool with_light, bool with_heavy) {
+    for (int t = 0; t < ticks; ++t) {
+      const uint64_t start = now;
+      double joules = floor * 0.1;
+      // Heavy: 8 ms batches at 10 and 60 ms into the tick.
+      for (int k = 0; with_heavy && k < 2; ++k) {
+        const uint64_t s = start + 10 * kMs + k * 50 * kMs;
+        heavy->OnExecution(Batch(s, s + 8 * kMs, 1024));
+        joules += heavy_watts * 0.008;
+      }
+      // Light: 1 ms of work every 4 ms; one that starts while a heavy batch runs waits for it.
+      for (int k = 0; with_light && k < 25; ++k) {
+        const uint64_t s = start + k * 4 * kMs;
+        uint64_t work_from = s;
+        for (int h = 0; with_heavy && h < 2; ++h) {
+          const uint64_t hs = start + 10 * kMs + h * 50 * kMs;
+          if (s >= hs && s < hs + 8 * kMs) work_from = hs + 8 * kMs;
+        }
+        const int64_t rows = 1 + static_cast<int64_t>(rng() % 2);
+        light->OnExecution(Batch(s, work_from + kMs, rows));
+        joules += light_watts * 0.001;
+      }
+      now += 100 * kMs;
+      rig.gpu->joules += joules;
+      rig.ledger->Poll(now);
+    }
+    for (int t = 0; t < 10; ++t) {
+      now += 100 * kMs;
+      rig.gpu->joules += floor * 0.1;
+      rig.ledger->Poll(now);
+    }
+  };
+  auto per_inference = [&](const std::string& model, auto phase) {
+    std::map<std::string, ModelEnergy> before;
+    for (const char* m : {"light", "heavy"}) before[m] = Find(rig.ledger->Models(), m);
+    phase();
+    std::map<std::string, double> out;
+    for (const char* m : {"light", "heavy"}) {
+      const auto after = Find(rig.ledger->Models(), m);
+      out[m] = (after.active_joules - before[m].active_joules) /
+               static_cast<double>(after.inferences - before[m].inferences);
+    }
+    return out[model];
+  };
+  run(5, false, false);
+  const double light_alone = per_inference("light", [&] { run(50, true, false); });
+  const double heavy_alone = per_inference("heavy", [&] { run(50, false, true); });
+  std::map<std::string, ModelEnergy> before;
+  for (const char* m : {"light", "heavy"}) before[m] = Find(rig.ledger->Models(), m);
+  run(50, true, true);
+  auto mixed = [&](const char* m) {
+    const auto after = Find(rig.ledger->Models(), m);
+    return (after.active_joules - before[m].active_joules) /
+           static_cast<double>(after.inferences - before[m].inferences);
+  };
+  EXPECT_NEAR(mixed("light") / light_alone, 1.0, 0.05) << mixed("light") << " vs " << light_alone;
+  EXPECT_NEAR(mixed("heavy") / heavy_alone, 1.0, 0.05) << mixed("heavy") << " vs " << heavy_alone;
 }
 
 TEST(EnergyLedgerTest, ABatchSpanningTicksGetsEachTicksShare) {
