@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 
+#include "config/ensemble_config.h"
+
 namespace nereid {
 namespace {
 
@@ -386,7 +388,8 @@ void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* c
   if (config->version_policy().has_latest() &&
       config->version_policy().latest().num_versions() == 0)
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
-  if (config->instance_group_size() == 0) {
+  // An ensemble has no instances: its steps' models have theirs.
+  if (config->instance_group_size() == 0 && config->platform() != "ensemble") {
     auto* group = config->add_instance_group();
     group->set_kind(inference::ModelInstanceGroup::KIND_AUTO);
     group->set_count(1);
@@ -496,6 +499,10 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
   if (config.has_ensemble_scheduling() && config.platform() != "ensemble")
     check.Fail({{"ensemble_scheduling"}}, "ensemble_scheduling",
                "ensemble scheduling cannot be set for a model whose platform is not 'ensemble'");
+  EnsembleStructureErrors(
+      config, [&](const Path& path, const std::string& field, const std::string& message) {
+        check.Fail(path, field, message);
+      });
   if (config.has_model_metrics()) check.CheckModelMetrics(config);
   if (config.has_response_cache()) check.CheckResponseCache(config);
   check.CheckInstanceGroups(config);

@@ -3,8 +3,10 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
+#include "gpu/cuda_driver.h"
 #include "memory/memory_pool.h"
 
 namespace nereid {
@@ -105,6 +107,19 @@ CopyCounts CopyCountsNow() {
   for (const CopySlot& slot : g_slots)
     for (int i = 0; i < 4; ++i) sum[i] += slot.counts[i].load(std::memory_order_relaxed);
   return {sum[0], sum[1], sum[2], sum[3]};
+}
+
+Status CopyIntoRegion(const Buffer& region, const uint8_t* data, size_t size) {
+  if (size > region.size()) return Internal("a copy larger than its destination region");
+  if (region.location().type == MemoryType::kGpu) {
+    RETURN_IF_ERROR(gpu::CudaDriver::Get().CopyToDevice(static_cast<int>(region.location().device),
+                                                        reinterpret_cast<uint64_t>(region.data()),
+                                                        data, size));
+  } else if (size > 0) {
+    std::memcpy(region.data(), data, size);
+  }
+  CountCopy(CopyKind::kOutput, size);
+  return Status::Ok();
 }
 
 }  // namespace nereid

@@ -79,6 +79,10 @@ struct CopyCounts {
 };
 CopyCounts CopyCountsNow();
 
+// Copies 'size' host bytes into 'region' (host memory, or a CUDA device's through the driver),
+// counted as an output copy. 'region' holds at least 'size' bytes.
+Status CopyIntoRegion(const Buffer& region, const uint8_t* data, size_t size);
+
 // Aligned heap storage for 'bytes' bytes (64-byte alignment), owned by the returned pointer.
 std::shared_ptr<uint8_t[]> AllocateAligned(size_t bytes);
 

@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "config/config_validator.h"
+#include "config/ensemble_config.h"
 #include "config/model_files.h"
 
 namespace nereid {
@@ -117,8 +118,7 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
                                      BackendManager& backends) {
   if (!config->backend().empty()) return config->backend();
   const std::string& platform = config->platform();
-  if (platform == "ensemble")
-    return Unsupported("model '" + config->name() + "': ensembles are not supported yet");
+  if (platform == "ensemble") return std::string();  // the server runs it: no backend
   if (!platform.empty()) {
     // Each of Triton's platforms names its backend before its first '_' (or is that name); that
     // backend must declare the platform (docs/backend-abi.md lists the pairs).
@@ -245,7 +245,16 @@ Status ModelRepository::LoadStartupModels() {
   if (all) wanted = ModelsOnDisk();
   for (const auto& m : options_.startup_models)
     if (m != "*") wanted.insert(m);
-  for (const auto& name : wanted) {
+  // Ensembles last: their steps' models load first (an ensemble loads a missing one itself, and
+  // one whose load was tried already is not loaded again).
+  std::vector<std::string> order, ensembles;
+  for (const auto& name : wanted) (IsEnsembleOnDisk(name) ? ensembles : order).push_back(name);
+  order.insert(order.end(), ensembles.begin(), ensembles.end());
+  for (const auto& name : order) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = models_.find(name); it != models_.end() && it->second.generation > 0) continue;
+    }
     Status s = Load(name, "");
     if (!s.ok()) LOG_ERROR << s.message();
   }
@@ -344,6 +353,7 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
   ASSIGN_OR_RETURN(plan.versions, SelectVersions(config.version_policy(), available, name));
   ASSIGN_OR_RETURN(std::string backend_name,
                    ResolveBackend(&config, plan.model_dir, plan.versions, *backends_));
+  if (backend_name.empty()) return plan;  // an ensemble
   ASSIGN_OR_RETURN(plan.backend, backends_->Get(backend_name));
   // --onnx-engine: a library that stands in for this backend (declares it as an alias) runs the
   // model instead when it is the engine asked for; with 'auto' it runs it when it can, and the
@@ -427,9 +437,82 @@ ModelRepository::CheckResult ModelRepository::Check(const std::string& name) con
   return result;
 }
 
+bool ModelRepository::IsEnsembleOnDisk(const std::string& name) const {
+  auto dir = FindModelDir(name);
+  if (!dir.ok()) return false;
+  std::ifstream in(fs::path(*dir) / "config.pbtxt");
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = ParseModelConfigText(text.str(), name + "/config.pbtxt");
+  return parsed.ok() && parsed->config.platform() == "ensemble";
+}
+
+Status ModelRepository::PrepareEnsemble(const std::string& name,
+                                        const inference::ModelConfig& config,
+                                        const std::shared_ptr<LoadAttempt>& attempt,
+                                        std::vector<std::string> chain) {
+  chain.push_back(name);
+  for (const std::string& dep : EnsembleDependencies(config)) {
+    if (std::find(chain.begin(), chain.end(), dep) != chain.end())
+      return InvalidArgument("circular dependency between ensembles: " + dep + " -> ... -> " +
+                             name + " -> " + dep);
+    if (!FindModelDir(dep).ok())
+      return InvalidArgument("ensemble " + name +
+                             " contains models that are not available or ambiguous: " + dep);
+    uint64_t generation = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ModelEntry& m = models_[dep];
+      if (m.generation == 0) generation = ++m.generation;
+    }
+    if (generation > 0) {
+      LOG_INFO << "loading '" << dep << "', a step of ensemble '" << name << "'";
+      Status s = LoadModel(dep, "", generation, attempt, chain);
+      if (!s.ok()) LOG_ERROR << s.message();
+    }
+  }
+  std::vector<std::shared_ptr<Model>> held;  // alive while their configs are read
+  std::vector<const inference::ModelConfig*> configs;
+  const auto& steps = config.ensemble_scheduling().step();
+  for (int i = 0; i < steps.size(); ++i) {
+    const std::string& dep = steps[i].model_name();
+    const int64_t version = steps[i].model_version();
+    auto model = GetModel(dep, version);
+    if (!model.ok()) {
+      const std::vector<int64_t> ready = ReadyVersions(dep);
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = models_.find(dep); it != models_.end()) reason = it->second.reason;
+      }
+      if (version >= 0 && !ready.empty())
+        return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                               "' whose required version " + std::to_string(version) +
+                               " is not loaded");
+      if (!reason.empty() && reason != "unloaded")
+        return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                               "' which is not valid. Model '" + dep +
+                               "' failed with error: " + reason);
+      if (version >= 0)
+        return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                               "' whose required version " + std::to_string(version) +
+                               " is not loaded");
+      return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                             "' which has no loaded version.");
+    }
+    if ((*model)->decoupled())
+      return Unsupported("ensemble '" + name + "': step " + std::to_string(i + 1) + "'s model '" +
+                         dep + "' is decoupled; decoupled ensemble steps are not supported yet");
+    configs.push_back(&(*model)->config());
+    held.push_back(std::move(model).value());
+  }
+  return CheckEnsembleSteps(config, configs);
+}
+
 Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json,
-                                  uint64_t generation,
-                                  const std::shared_ptr<LoadAttempt>& attempt) {
+                                  uint64_t generation, const std::shared_ptr<LoadAttempt>& attempt,
+                                  std::vector<std::string> chain) {
   // Whether this load still speaks for the model: no later load or unload began, the caller has
   // not given up on it, the server is not stopping. With mu_ held.
   auto current = [&](const ModelEntry& m) {
@@ -444,6 +527,12 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
     return plan.status();
   }
   const inference::ModelConfig& config = plan->parsed.config;
+  if (config.platform() == "ensemble")
+    if (Status s = PrepareEnsemble(name, config, attempt, std::move(chain)); !s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ModelEntry& m = models_[name]; current(m)) m.reason = s.message();
+      return s;
+    }
   const std::vector<int64_t>& versions = plan->versions;
   const std::vector<std::string> ignored = IgnoredConfigFields(config);
   if (!ignored.empty())

@@ -150,8 +150,18 @@ class ModelRepository {
   };
   StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
                           std::vector<std::string>* config_errors) const;
+  // 'chain': the ensembles whose loads wait on this one (their steps name it).
   Status LoadModel(const std::string& name, const std::string& config_json, uint64_t generation,
-                   const std::shared_ptr<LoadAttempt>& attempt);
+                   const std::shared_ptr<LoadAttempt>& attempt,
+                   std::vector<std::string> chain = {});
+  // Before an ensemble loads: its steps' models, loaded first where no load of them was tried yet
+  // (so loading an ensemble in explicit mode loads them too, as in Triton), then the ensemble
+  // checked against their configs. A cycle among ensembles is refused with Triton's message.
+  Status PrepareEnsemble(const std::string& name, const inference::ModelConfig& config,
+                         const std::shared_ptr<LoadAttempt>& attempt,
+                         std::vector<std::string> chain);
+  // Whether model 'name' on disk is an ensemble (its config.pbtxt says platform "ensemble").
+  bool IsEnsembleOnDisk(const std::string& name) const;
   // Model::Create with the plan's backend, then its fallback when the first cannot run the model.
   StatusOr<std::shared_ptr<Model>> CreateVersion(const std::string& name, int64_t version,
                                                  const Plan& plan,

@@ -43,12 +43,15 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(
   if (started) started(model);
   if (model->aborted_.load())
     return Unavailable("model '" + name + "': the load was aborted (past its timeout)");
-  model->in_initialize_ = true;
-  Status init = StatusFromBackend(
-      model->backend_->model_initialize(reinterpret_cast<NereidModel*>(model.get())));
-  model->in_initialize_ = false;
-  if (!init.ok()) return init;
-  model->model_initialized_ = true;
+  // An ensemble has no backend: its steps' models run on theirs.
+  if (model->backend_) {
+    model->in_initialize_ = true;
+    Status init = StatusFromBackend(
+        model->backend_->model_initialize(reinterpret_cast<NereidModel*>(model.get())));
+    model->in_initialize_ = false;
+    if (!init.ok()) return init;
+    model->model_initialized_ = true;
+  }
 
   // The backend may have auto-completed the config; defaults and validation apply to the result.
   FillConfigDefaults(name, &model->config_);
@@ -56,7 +59,8 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(
   RETURN_IF_ERROR(ResolveInstanceGroups(
       name,
       GpuAvailability{driver.device_count(), driver.unavailable_reason(),
-                      model->backend_->supports_gpu(), model->backend_->name()},
+                      model->backend_ && model->backend_->supports_gpu(),
+                      model->backend_ ? model->backend_->name() : model->platform()},
       locator, &model->config_));
   RETURN_IF_ERROR(ValidateModelConfig(model->config_, name, locator));
   model->config_json_ = ModelConfigToJson(model->config_);

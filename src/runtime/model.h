@@ -77,6 +77,7 @@ class Model {
     return config_.platform().empty() ? config_.backend() : config_.platform();
   }
   std::vector<TensorMetadata> Metadata(bool inputs) const;
+  // The backend that runs it (none for an ensemble: only instances call this).
   Backend& backend() const { return *backend_; }
   // Requests accepted and not completed: queued, executing, or held by the backend.
   size_t Pending() const;

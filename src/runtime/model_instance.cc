@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <numeric>
 
 #include "common/logging.h"
-#include "gpu/cuda_driver.h"
 #include "metrics/model_stats.h"
 #include "nereid/backend_util.h"
 #include "runtime/backend_abi.h"
@@ -142,14 +140,7 @@ Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceRe
     out.binary = wanted.binary;
     if (!out.destination.empty()) {
       const Buffer& d = out.destination;
-      if (d.location().type == MemoryType::kGpu) {
-        RETURN_IF_ERROR(gpu::CudaDriver::Get().CopyToDevice(static_cast<int>(d.location().device),
-                                                            reinterpret_cast<uint64_t>(d.data()),
-                                                            out.buffer.data(), out.buffer.size()));
-      } else {
-        std::memcpy(d.data(), out.buffer.data(), out.buffer.size());
-      }
-      CountCopy(CopyKind::kOutput, out.buffer.size());
+      RETURN_IF_ERROR(CopyIntoRegion(d, out.buffer.data(), out.buffer.size()));
       out.buffer = d;
       out.destination = Buffer();
     }

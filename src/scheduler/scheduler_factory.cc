@@ -8,6 +8,7 @@
 #include "metrics/model_stats.h"
 #include "scheduler/default_scheduler.h"
 #include "scheduler/dynamic_batcher.h"
+#include "scheduler/ensemble_scheduler.h"
 #include "scheduler/sequence_batcher.h"
 
 namespace nereid {
@@ -89,6 +90,7 @@ SchedulerFactory& SchedulerFactory::Get() {
     f->Register("default", MakeDefault);
     f->Register("dynamic", MakeDynamic);
     f->Register("sequence", MakeSequence);
+    f->Register("ensemble", MakeEnsembleScheduler);
     return f;
   }();
   return *factory;
