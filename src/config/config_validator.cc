@@ -388,7 +388,9 @@ void FillConfigDefaults(const std::string& model_name, inference::ModelConfig* c
   if (config->version_policy().has_latest() &&
       config->version_policy().latest().num_versions() == 0)
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
-  // An ensemble has no instances: its steps' models have theirs.
+  // An ensemble has no instances (its steps' models have theirs); its transaction policy is
+  // shown set, as Triton shows it.
+  if (config->platform() == "ensemble") config->mutable_model_transaction_policy();
   if (config->instance_group_size() == 0 && config->platform() != "ensemble") {
     auto* group = config->add_instance_group();
     group->set_kind(inference::ModelInstanceGroup::KIND_AUTO);

@@ -104,7 +104,8 @@ void EnsembleStructureErrors(const inference::ModelConfig& config, const ConfigF
     const auto& step = ensembling.step(i);
     const Path at = {{"ensemble_scheduling"}, {"step", i}};
     const std::string field = "ensemble_scheduling.step[" + std::to_string(i) + "]";
-    const std::string in_step = " in step " + std::to_string(i + 1) + " of ensemble " + quoted;
+    // Triton numbers steps from 0 in these messages.
+    const std::string in_step = " in step " + std::to_string(i) + " of ensemble " + quoted;
     if (step.model_name().empty())
       return fail(at, field + ".model_name", "must specify 'model_name'" + in_step);
     if (step.input_map().empty())
@@ -116,7 +117,7 @@ void EnsembleStructureErrors(const inference::ModelConfig& config, const ConfigF
         return fail(at, field + ".output_map",
                     "ensemble tensor '" + tensor +
                         "' can appear in an output map only once for ensemble " + quoted +
-                        " step " + std::to_string(i + 1));
+                        " step " + std::to_string(i));
   }
   const Graph g = BuildGraph(ensembling);
   for (int i = 0; i < config.input_size(); ++i)
@@ -219,7 +220,8 @@ Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
     const auto& step = step_configs[i];
     const inference::ModelConfig& m = *steps[i];
     const std::string& name = step.model_name();
-    if (ensemble.max_batch_size() > m.max_batch_size())
+    // A model that does not batch takes the ensemble's batch as part of its own shape.
+    if (m.max_batch_size() > 0 && ensemble.max_batch_size() > m.max_batch_size())
       return InvalidArgument(
           "ensemble " + ensemble.name() + " allows maximum batch size " +
           std::to_string(ensemble.max_batch_size()) + ", but it contains model " + name +
@@ -246,6 +248,40 @@ Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
       RETURN_IF_ERROR(infer(tensor, SpecOf(*spec, m)));
     }
   }
+  // Each tensor's responses come from at most one decoupled step (-1: the request itself); a step,
+  // or the ensemble's outputs, fed from two would pair responses that do not belong together.
+  std::map<std::string, int> origin;
+  for (const auto& in : ensemble.input()) origin[in.name()] = -1;
+  auto single = [&](const auto& tensors, int* from) {
+    std::set<int> origins;
+    for (const auto& [key, tensor] : tensors)
+      if (auto it = origin.find(tensor); it != origin.end() && it->second >= 0)
+        origins.insert(it->second);
+    *from = origins.empty() ? -1 : *origins.begin();
+    return origins.size() <= 1;
+  };
+  std::vector<bool> done(step_configs.size(), false);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int i = 0; i < step_configs.size() && i < static_cast<int>(steps.size()); ++i) {
+      const auto& step = step_configs[i];
+      if (done[i] || !std::all_of(step.input_map().begin(), step.input_map().end(),
+                                  [&](const auto& kv) { return origin.count(kv.second) > 0; }))
+        continue;
+      done[i] = progress = true;
+      int from = -1;
+      if (!single(step.input_map(), &from))
+        return InvalidArgument(in_e + "step of model '" + step.model_name() +
+                               "' receives inputs originated from different decoupled models");
+      if (steps[i]->model_transaction_policy().decoupled()) from = i;
+      for (const auto& [output, tensor] : step.output_map()) origin[tensor] = from;
+    }
+  }
+  std::map<std::string, std::string> outputs;
+  for (const auto& out : ensemble.output()) outputs[out.name()] = out.name();
+  if (int from = -1; !single(outputs, &from))
+    return InvalidArgument(in_e + "step of model '" + ensemble.name() +
+                           "' receives inputs originated from different decoupled models");
   return Status::Ok();
 }
 

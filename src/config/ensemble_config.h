@@ -26,8 +26,8 @@ std::vector<std::string> EnsembleDependencies(const inference::ModelConfig& conf
 
 // The ensemble against the configs of its steps' models ('steps[i]' for step i, as loaded):
 // every mapped input and output exists, every required input is mapped, each ensemble tensor has
-// one data type and a compatible shape wherever it appears, and each model batches at least as
-// much as the ensemble.
+// one data type and a compatible shape wherever it appears, and each model that batches allows at
+// least the ensemble's batch size (one that does not batch takes the batch in its shape).
 Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
                           const std::vector<const inference::ModelConfig*>& steps);
 

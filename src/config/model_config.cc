@@ -167,6 +167,7 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
       "sequence_batching",
       "response_cache",
       "model_warmup",
+      "ensemble_scheduling",
   };
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
       {"input", {"name", "data_type", "dims", "reshape", "optional"}},

@@ -501,13 +501,16 @@ Status ModelRepository::PrepareEnsemble(const std::string& name,
       return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
                              "' which has no loaded version.");
     }
-    if ((*model)->decoupled())
-      return Unsupported("ensemble '" + name + "': step " + std::to_string(i + 1) + "'s model '" +
-                         dep + "' is decoupled; decoupled ensemble steps are not supported yet");
     configs.push_back(&(*model)->config());
     held.push_back(std::move(model).value());
   }
-  return CheckEnsembleSteps(config, configs);
+  RETURN_IF_ERROR(CheckEnsembleSteps(config, configs));
+  for (size_t i = 0; i < held.size(); ++i)
+    if (held[i]->decoupled())
+      return Unsupported("ensemble '" + name + "': step " + std::to_string(i) + "'s model '" +
+                         held[i]->name() +
+                         "' is decoupled; decoupled ensemble steps are not supported yet");
+  return Status::Ok();
 }
 
 Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json,
