@@ -17,11 +17,9 @@ Status OutputWriter::FillUnchecked(NereidRequest* request, const rapidjson::Valu
     const rapidjson::Value* found = nullptr;
     for (const auto& o : outputs.GetArray())
       if (StringField(o, "name") == name) found = &o;
-    if (found == nullptr)
-      return backend::Internal("model '" + model_ +
-                               "': the response of execute() has no "
-                               "output '" +
-                               name + "'");
+    // A requested output that execute() left out is left out of the response (Triton's Python
+    // backend does the same; its ensemble QA relies on it).
+    if (found == nullptr) continue;
     const DataType type = backend::DataTypeFromName(StringField(*found, "datatype"));
     if (type == DataType::kInvalid)
       return backend::Internal("model '" + model_ + "': output '" + name +

@@ -124,17 +124,18 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   return summary;
 }
 
-Status ModelInstance::FinishOutputs(const InferenceRequest& request, InferenceResponse& response,
-                                    bool require_all) const {
+Status ModelInstance::FinishOutputs(const InferenceRequest& request,
+                                    InferenceResponse& response) const {
   std::vector<InferOutput> ordered;
   ordered.reserve(request.outputs.size());
   for (const auto& wanted : request.outputs) {
     auto it = std::find_if(response.outputs.begin(), response.outputs.end(),
                            [&](const InferOutput& o) { return o.name == wanted.name; });
     if (it == response.outputs.end()) {
-      if (!require_all) continue;
-      return Internal("backend '" + model_->backend().name() + "' did not produce output '" +
-                      wanted.name + "' for model '" + model_->name() + "'");
+      // Sent without it, as Triton sends a response its backend left an output out of.
+      LOG_VERBOSE(1) << "model '" << model_->name() << "' did not produce requested output '"
+                     << wanted.name << "'";
+      continue;
     }
     InferOutput out = std::move(*it);
     out.binary = wanted.binary;
@@ -182,7 +183,7 @@ void ModelInstance::AddEnergy(const BackendRequest& r, InferenceResponse& respon
 void ModelInstance::Send(BackendRequest* r, bool final) {
   auto response = std::move(r->response);
   r->response = std::make_unique<InferenceResponse>();
-  Status status = FinishOutputs(*r->request, *response, /*require_all=*/false);
+  Status status = FinishOutputs(*r->request, *response);
   if (!status.ok()) {
     response = std::make_unique<InferenceResponse>();
     response->status = std::move(status);
@@ -198,8 +199,7 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   InferenceRequest& request = *r->request;
   const bool decoupled = model_->decoupled();
   const uint64_t end = SteadyNowNs();
-  if (status.ok() && !(decoupled && r->final_sent))
-    status = FinishOutputs(request, *r->response, /*require_all=*/!decoupled);
+  if (status.ok() && !(decoupled && r->final_sent)) status = FinishOutputs(request, *r->response);
   ModelStats& stats = model_->stats();
   r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;

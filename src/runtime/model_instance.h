@@ -57,9 +57,9 @@ class ModelInstance : public BatchExecutor {
   void* state = nullptr;  // backend-owned
 
  private:
-  // Orders the outputs as requested and applies classification; an error when one is missing.
-  Status FinishOutputs(const InferenceRequest& request, InferenceResponse& response,
-                       bool require_all) const;
+  // Orders the outputs as requested (one the backend did not produce is left out, as in Triton)
+  // and writes those bound for a client's region there.
+  Status FinishOutputs(const InferenceRequest& request, InferenceResponse& response) const;
   void Deliver(InferenceRequest& request, std::unique_ptr<InferenceResponse> response);
   // The response parameters of a request that asked for its energy (final responses only).
   void AddEnergy(const BackendRequest& r, InferenceResponse& response) const;
