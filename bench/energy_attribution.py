@@ -22,7 +22,10 @@ ROOT = os.path.dirname(HERE)
 RATES = {"recommend_model": int(os.environ.get("RECOMMEND_RATE", 2000)),
          "matmul_model": int(os.environ.get("MATMUL_RATE", 100))}
 PERF_ARGS = {"recommend_model": [], "matmul_model": ["--shape", "input__0:1024,1024"]}
-MEASURE_S = 10
+MEASURE_S = int(os.environ.get("MEASURE_S", 10))
+# Idle seconds after each phase: the floor is estimated from ticks with nothing running, and it
+# decays for seconds after load stops (docs/energy.md); a longer gap lets every phase start alike.
+SETTLE_S = float(os.environ.get("SETTLE_S", 1))
 
 
 def repository(src):
@@ -103,31 +106,35 @@ def phase(server, perf, models):
     metered = after_load[gpu] - before[gpu]
     nvml = sum(v for k, v in after_load.items() if k.startswith("nv_energy_consumption")) - \
         sum(v for k, v in before.items() if k.startswith("nv_energy_consumption"))
-    time.sleep(1.0)
+    time.sleep(SETTLE_S)
     return out, metered, nvml
 
 
 def overhead(binary, perf, repo):
-    servers = {"on": Server(binary, repo), "off": Server(binary, repo, "--energy-accounting=false")}
+    # "on 1s": the meters read every second instead of at NVML's 100 ms (a read costs ~3 ms).
+    servers = {"on": Server(binary, repo), "on 1s": Server(binary, repo, "--energy-poll-ms=1000"),
+               "off": Server(binary, repo, "--energy-accounting=false")}
     rows = []
     try:
-        for model, extra in (("recommend_model", []), ):
+        for model, concurrency in (("recommend_model", 64), ("recommend_model", 1)):
             for r in range(3):
-                for who in ("on", "off"):
+                for who in servers:
                     res = subprocess.run([perf, "-m", model, "-u", f"127.0.0.1:{servers[who].http}",
-                                          "--concurrency-range", "64", "-p", "5000", "--warmup", "1000",
-                                          "-q", *extra], capture_output=True, text=True, timeout=120)
+                                          "--concurrency-range", str(concurrency), "-p", "5000",
+                                          "--warmup", "1000", "-q"],
+                                         capture_output=True, text=True, timeout=120)
                     line = [ln for ln in res.stdout.splitlines() if ln.startswith("| concurrency")]
                     cols = [c.strip() for c in line[-1].split("|")] if line else []
-                    rows.append((model, r + 1, who, float(cols[3]) if cols else float("nan"),
+                    rows.append((f"{model} c={concurrency}", r + 1, who,
+                                 float(cols[3]) if cols else float("nan"),
                                  float(cols[4]) if cols else float("nan")))
     finally:
         for s in servers.values():
             s.stop()
-    print("\n== energy accounting on vs off, HTTP concurrency 64 (infer/s, p50 us)")
-    print(f"{'model':<18} {'round':>5} {'accounting':>10} {'infer/s':>10} {'p50 us':>8}")
+    print("\n== energy accounting on vs off, HTTP concurrency 64 and 1 (infer/s, p50 us)")
+    print(f"{'model':<22} {'round':>5} {'accounting':>10} {'infer/s':>10} {'p50 us':>8}")
     for row in rows:
-        print(f"{row[0]:<18} {row[1]:>5} {row[2]:>10} {row[3]:>10.0f} {row[4]:>8.0f}")
+        print(f"{row[0]:<22} {row[1]:>5} {row[2]:>10} {row[3]:>10.0f} {row[4]:>8.0f}")
 
 
 def main():
@@ -137,6 +144,9 @@ def main():
     ap.add_argument("--models", default=os.path.join(ROOT, "examples", "models"))
     args = ap.parse_args()
     repo = repository(args.models)
+    if os.environ.get("ONLY_OVERHEAD"):
+        overhead(args.binary, args.perf, repo)
+        return
     server = Server(args.binary, repo)
     results = []
     try:

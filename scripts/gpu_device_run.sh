@@ -34,9 +34,12 @@ if [[ " $SECTIONS " == *" tests "* ]]; then
   RESULT[tests]=$(grep -E '^\[  (PASSED|FAILED)' "$OUT/gpu_tests.txt" | tr '\n' ' ')
 fi
 if [[ " $SECTIONS " == *" e2e "* ]]; then
-  echo "== GPU end-to-end tests (tests/e2e/test_gpu.py)"
-  NEREID_BINARY="$PWD/$C/bin/nereid" python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_gpu.py \
-    > "$OUT/e2e_gpu.txt" 2>&1
+  # E2E (default: both files) picks the test files.
+  E2E="${E2E:-tests/e2e/test_gpu.py tests/e2e/test_pipeline.py}"
+  echo "== GPU end-to-end tests ($E2E)"
+  # shellcheck disable=SC2086
+  NEREID_BINARY="$PWD/$C/bin/nereid" NEREID_PYTHON="$(command -v python3)" \
+    python3 -m pytest -q -s -p no:cacheprovider $E2E > "$OUT/e2e_gpu.txt" 2>&1
   grep -E "max abs diff" "$OUT/e2e_gpu.txt" | sort | uniq | sed 's/^/  /' | head -40
   tail -25 "$OUT/e2e_gpu.txt"
   RESULT[e2e]=$(tail -1 "$OUT/e2e_gpu.txt")

@@ -150,10 +150,13 @@ void EnergyLedger::Start() {
 void EnergyLedger::Run() {
   auto period = std::chrono::milliseconds(100);
   for (const auto& m : meters_) period = std::min(period, m->period());
+  if (options_.period.count() > 0) period = options_.period;
+  // The carbon file is looked at about every 5 s, whatever the period.
+  const uint64_t refresh = std::max<uint64_t>(1, 5000 / static_cast<uint64_t>(period.count()));
   std::unique_lock lock(stop_mu_);
   for (uint64_t polls = 0; !stop_cv_.wait_for(lock, period, [this] { return stop_; }); ++polls) {
     lock.unlock();
-    if (carbon_ && polls % 50 == 0) carbon_->Refresh();  // every ~5 s
+    if (carbon_ && polls % refresh == 0) carbon_->Refresh();
     Poll(SteadyNowNs());
     lock.lock();
   }
@@ -527,6 +530,7 @@ std::string EnergyLedger::PrometheusText() const {
 }
 
 std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core,
+                                               std::chrono::milliseconds period,
                                                std::shared_ptr<CarbonIntensity> carbon) {
   std::vector<std::unique_ptr<Meter>> meters;
   std::vector<std::string> uuids;
@@ -543,7 +547,9 @@ std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core,
                        ? " (this process's CPU time x " + std::to_string(watts_per_core) +
                              " W per core; no RAPL counter is readable)"
                        : "");
-  auto ledger = std::make_unique<EnergyLedger>(std::move(meters), EnergyLedger::Options{});
+  EnergyLedger::Options options;
+  options.period = period;
+  auto ledger = std::make_unique<EnergyLedger>(std::move(meters), options);
   // A file unreadable now is re-read by the poller: its figures start when it parses.
   if (carbon && carbon->configured()) ledger->SetCarbon(std::move(carbon));
   ledger->Start();

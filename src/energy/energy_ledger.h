@@ -68,6 +68,8 @@ class EnergyLedger {
     size_t max_entries = 1024;
     // The time of the meters' first read (their origin); unset: now (tests set it).
     std::optional<uint64_t> start_ns;
+    // How often the poller reads the meters; 0: at the fastest meter's own update period.
+    std::chrono::milliseconds period{0};
   };
   // 'meters': GPU meters' scopes serve KIND_GPU instances of their device; the first scope without
   // a GPU serves CPU instances (and GPU instances whose device no meter measures).
@@ -215,7 +217,9 @@ class EnergyLedger {
 // The server's ledger: NVML for the GPUs CUDA sees, RAPL for the CPU packages where readable, else
 // the CPU-time estimate at 'watts_per_core'; its poller started. Logs what measures what.
 // 'carbon': the intensity and PUE for gCO2e figures (null or unknown: none).
+// 'period': how often the meters are read (0: at their own update period).
 std::unique_ptr<EnergyLedger> MakeServerLedger(double watts_per_core,
+                                               std::chrono::milliseconds period,
                                                std::shared_ptr<CarbonIntensity> carbon);
 
 }  // namespace nereid::energy

@@ -107,7 +107,7 @@ int Serve(const std::vector<std::string>& args) {
   std::unique_ptr<nereid::energy::EnergyLedger> energy;
   if (options.energy_accounting)
     energy = nereid::energy::MakeServerLedger(
-        options.energy_watts_per_core,
+        options.energy_watts_per_core, std::chrono::milliseconds(options.energy_poll_ms),
         std::make_shared<nereid::energy::CarbonIntensity>(
             options.carbon_intensity, options.carbon_intensity_file, options.pue));
   auto cache_config =

@@ -31,6 +31,8 @@ struct ServerOptions {
   bool energy_accounting = true;
   // The CPU estimate's watts per busy core, where no RAPL counter is readable.
   double energy_watts_per_core = 10;
+  // How often the meters are read (0: at their own update period, 100 ms for NVML).
+  int energy_poll_ms = 0;
   // Carbon (docs/energy.md): g CO2e/kWh (< 0: none), or a file of time-stamped intensities; PUE.
   double carbon_intensity = -1;
   std::string carbon_intensity_file;

@@ -1,0 +1,117 @@
+"""A pipeline split across devices (Triton's ensemble): a Python pre-processing step on the CPU
+(uint8 pixels -> scaled float features) feeding recommend_model on KIND_GPU where there is a GPU
+(scripts/gpu_device_run.sh runs this file on the device), on KIND_CPU everywhere (CI). Over HTTP
+and gRPC, against a float64 reference; the server's tensor copies per request are printed and
+bounded (no step output is copied: only the frontend may copy client input bytes, once)."""
+import os
+import re
+import shutil
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from conftest import Server
+from test_gpu import GPUS, TOLERANCE, recommend_reference, write_repo
+
+SCALE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            raw = pb_utils.get_input_tensor_by_name(r, "RAW").as_numpy()
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("FEATURES", (raw.astype(np.float32) / 255.0))]))
+        return out
+'''
+
+SCALE_CONFIG = '''name: "scale"
+backend: "python"
+max_batch_size: 32
+input [ { name: "RAW" data_type: TYPE_UINT8 dims: [ 1024 ] } ]
+output [ { name: "FEATURES" data_type: TYPE_FP32 dims: [ 1024 ] } ]
+instance_group [ { kind: KIND_CPU, count: 2 } ]
+'''
+
+PIPELINE = '''name: "{name}"
+platform: "ensemble"
+max_batch_size: 32
+input [ {{ name: "RAW" data_type: TYPE_UINT8 dims: [ 1024 ] }} ]
+output [ {{ name: "SCORES" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "scale" model_version: -1
+     input_map {{ key: "RAW" value: "RAW" }} output_map {{ key: "FEATURES" value: "features" }} }},
+  {{ model_name: "{model}" model_version: -1
+     input_map {{ key: "input__0" value: "features" }} output_map {{ key: "output__0" value: "SCORES" }} }}
+] }}
+'''
+
+KINDS = ["cpu"] + (["gpu"] if GPUS else [])
+
+
+@pytest.fixture(scope="module")
+def pipeline_server(tmp_path_factory):
+    repo = write_repo(str(tmp_path_factory.mktemp("pipeline")), precisions=("tf32",))
+    os.makedirs(os.path.join(repo, "scale", "1"))
+    with open(os.path.join(repo, "scale", "1", "model.py"), "w") as f:
+        f.write(SCALE)
+    with open(os.path.join(repo, "scale", "config.pbtxt"), "w") as f:
+        f.write(SCALE_CONFIG)
+    for kind, model in (("cpu", "recommend_cpu"), ("gpu", "recommend_tf32")):
+        os.makedirs(os.path.join(repo, f"pipeline_{kind}", "1"))
+        with open(os.path.join(repo, f"pipeline_{kind}", "config.pbtxt"), "w") as f:
+            f.write(PIPELINE.format(name=f"pipeline_{kind}", model=model))
+    # The reference reads the ONNX file from a directory of its own; a machine without a GPU
+    # serves only what it can load.
+    reference = str(tmp_path_factory.mktemp("reference"))
+    shutil.copytree(os.path.join(repo, "recommend_model"), os.path.join(reference, "recommend_model"))
+    if not GPUS:
+        for name in os.listdir(repo):
+            if name not in ("scale", "recommend_cpu", "pipeline_cpu"):
+                shutil.rmtree(os.path.join(repo, name))
+    s = Server(repo, env={"NEREID_PYTHON": sys.executable})
+    s.reference = reference
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+def copies(server):
+    text = urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
+    return {d: int(v) for d, v in
+            re.findall(r'^nereid_tensor_copy_bytes\{direction="(\w+)"\} (\d+)$', text, re.M)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_cpu_python_step_feeds_the_model(pipeline_server, kind, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    url = pipeline_server.url if protocol == "http" else pipeline_server.grpc_url
+    client = module.InferenceServerClient(url)
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(8, 1024), dtype=np.uint8)
+    i = module.InferInput("RAW", list(raw.shape), "UINT8")
+    i.set_data_from_numpy(raw)
+    client.infer(f"pipeline_{kind}", [i])  # warm
+    before = copies(pipeline_server)
+    scores = client.infer(f"pipeline_{kind}", [i]).as_numpy("SCORES")
+    after = copies(pipeline_server)
+    reference = recommend_reference(pipeline_server.reference, raw.astype(np.float64) / 255.0)
+    error = np.abs(scores - reference).max()
+    print(f"pipeline_{kind} {protocol}: max abs diff {error:.2e}; server copies per request: "
+          f"input {after['input'] - before['input']} B, output {after['output'] - before['output']} B "
+          f"(client input {raw.nbytes} B)")
+    assert error <= TOLERANCE["tf32" if kind == "gpu" else "fp32"] * 10
+    assert after["output"] == before["output"]
+    assert after["input"] - before["input"] <= raw.nbytes
+    stats = client.get_inference_statistics(f"pipeline_{kind}")
+    if protocol == "grpc":
+        stats = {"model_stats": [{"inference_stats": {"success": {"count": s.inference_stats.success.count}}}
+                                 for s in stats.model_stats]}
+    assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 2
