@@ -1,6 +1,10 @@
 #include "repository/model_repository.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -48,10 +52,13 @@ StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelVersionPolic
     chosen = available;
   } else if (policy.has_specific()) {
     for (int64_t v : policy.specific().versions()) {
-      if (!std::binary_search(available.begin(), available.end(), v))
-        return NotFound("model '" + model_name + "': version_policy asks for version " +
-                        std::to_string(v) + " but directory '" + std::to_string(v) +
-                        "' does not exist");
+      // Triton loads the listed versions that are present and logs the others (its lifecycle QA
+      // relies on it); none present fails below.
+      if (!std::binary_search(available.begin(), available.end(), v)) {
+        LOG_ERROR << "version " << v << " is specified for model '" << model_name
+                  << "', but the version directory is not present";
+        continue;
+      }
       chosen.push_back(v);
     }
     std::sort(chosen.begin(), chosen.end());
@@ -191,6 +198,11 @@ ModelRepository::~ModelRepository() {
       }
     }
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& dir : override_dirs_) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
 }
 
 std::set<std::string> ModelRepository::ModelsOnDisk() const {
@@ -261,8 +273,80 @@ Status ModelRepository::LoadStartupModels() {
   return Status::Ok();
 }
 
-Status ModelRepository::Load(const std::string& name, const std::string& config_json) {
-  RETURN_IF_ERROR(FindModelDir(name).status());
+StatusOr<std::string> ModelRepository::WriteOverride(const std::string& name,
+                                                     const ModelFiles& files) {
+  const std::string failed = "failed to load '" + name + "', failed to poll from model repository";
+  if (files.size() > kMaxOverrideFiles)
+    return InvalidArgument(failed + ": more than " + std::to_string(kMaxOverrideFiles) +
+                           " files in one load request");
+  for (const auto& [path, bytes] : files) {
+    // Relative, inside the model: no absolute path, no '..' or '.', no empty component, no NUL,
+    // no component longer than a file name may be.
+    bool ok = !path.empty() && path.front() != '/' && path.find('\0') == std::string::npos;
+    bool too_long = false;
+    for (size_t at = 0; ok && at <= path.size();) {
+      const size_t end = std::min(path.find('/', at), path.size());
+      const std::string part = path.substr(at, end - at);
+      too_long = part.size() > 255;
+      ok = !part.empty() && part != "." && part != ".." && !too_long;
+      at = end + 1;
+    }
+    // A name the file system cannot hold is Triton's 500 (its QA asserts it); a path that
+    // leaves the model directory is the client's error.
+    if (too_long)
+      return Internal(failed + ": file override path '" + path.substr(0, 300) +
+                      "...' has a component longer than 255 bytes");
+    if (!ok)
+      return InvalidArgument(failed + ": file override path '" + path.substr(0, 300) +
+                             "' is not a relative path inside the model directory");
+  }
+  std::error_code ec;
+  const fs::path root = fs::temp_directory_path(ec);
+  if (ec) return Internal(failed + ": no temporary directory: " + ec.message());
+  std::string pattern = (root / "nereid-override-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr)
+    return Internal(failed +
+                    ": cannot create a directory for the model's files: " + std::strerror(errno));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    override_dirs_.push_back(pattern);
+  }
+  // The model directory is named after the model, as in a repository. Everything under it is
+  // created here, fresh: a directory or file that exists already is refused (no link to follow).
+  const fs::path dir = fs::path(pattern) / name;
+  if (!fs::create_directory(dir, ec) || ec)
+    return Internal(failed + ": " + (ec ? ec.message() : std::string("cannot create it")));
+  for (const auto& [path, bytes] : files) {
+    const fs::path file = dir / path;
+    fs::create_directories(file.parent_path(), ec);
+    if (ec) return Internal(failed + ": " + path + ": " + ec.message());
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd < 0) return Internal(failed + ": " + path + ": " + std::strerror(errno));
+    size_t written = 0;
+    while (written < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+      if (n <= 0 && errno != EINTR) break;
+      if (n > 0) written += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (written != bytes.size()) return Internal(failed + ": " + path + ": short write");
+  }
+  return dir.string();
+}
+
+Status ModelRepository::Load(const std::string& name, const std::string& config_json,
+                             const ModelFiles& files) {
+  RETURN_IF_ERROR(CheckModelName(name));
+  std::string override_dir;
+  if (!files.empty()) {
+    if (config_json.empty())
+      return InvalidArgument("failed to load '" + name +
+                             "', failed to poll from model repository: files were given without "
+                             "the 'config' parameter");
+    ASSIGN_OR_RETURN(override_dir, WriteOverride(name, files));
+  } else {
+    RETURN_IF_ERROR(FindModelDir(name).status());
+  }
   auto attempt = std::make_shared<LoadAttempt>();
   uint64_t generation = 0;
   {
@@ -280,8 +364,8 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
     Status status;
   };
   auto outcome = std::make_shared<Outcome>();
-  Background([this, name, config_json, generation, attempt, outcome] {
-    Status s = LoadModel(name, config_json, generation, attempt);
+  Background([this, name, config_json, generation, attempt, outcome, override_dir] {
+    Status s = LoadModel(name, config_json, generation, attempt, {}, override_dir);
     {
       std::lock_guard<std::mutex> lock(mu_);
       loading_.erase(attempt);
@@ -313,11 +397,16 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   return Unavailable(reason);
 }
 
-StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(
-    const std::string& name, const std::string& config_json,
-    std::vector<std::string>* config_errors) const {
+StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(const std::string& name,
+                                                          const std::string& config_json,
+                                                          std::vector<std::string>* config_errors,
+                                                          const std::string& override_dir) const {
   Plan plan;
-  ASSIGN_OR_RETURN(plan.model_dir, FindModelDir(name));
+  if (!override_dir.empty()) {
+    plan.model_dir = override_dir;
+  } else {
+    ASSIGN_OR_RETURN(plan.model_dir, FindModelDir(name));
+  }
   const std::string config_path = (fs::path(plan.model_dir) / "config.pbtxt").string();
   ParsedModelConfig& parsed = plan.parsed;
   if (!config_json.empty()) {
@@ -515,13 +604,13 @@ Status ModelRepository::PrepareEnsemble(const std::string& name,
 
 Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json,
                                   uint64_t generation, const std::shared_ptr<LoadAttempt>& attempt,
-                                  std::vector<std::string> chain) {
+                                  std::vector<std::string> chain, const std::string& override_dir) {
   // Whether this load still speaks for the model: no later load or unload began, the caller has
   // not given up on it, the server is not stopping. With mu_ held.
   auto current = [&](const ModelEntry& m) {
     return m.generation == generation && !attempt->abandoned && !stopping_;
   };
-  auto plan = PlanLoad(name, config_json, nullptr);
+  auto plan = PlanLoad(name, config_json, nullptr, override_dir);
   if (!plan.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     // Versions that were serving keep serving; the reason is recorded for the index and for

@@ -88,8 +88,17 @@ class ModelRepository {
   std::vector<int64_t> ReadyVersions(const std::string& name) const;
   // Every version with its state, plus models present on disk that were never loaded.
   std::vector<IndexEntry> Index(bool ready_only) const;
-  // (Re)loads a model; 'config_json' replaces config.pbtxt when not empty. Explicit mode only.
-  Status Load(const std::string& name, const std::string& config_json);
+  // The files of a load request ("file:<path>" parameters): relative paths inside the model's
+  // directory and their bytes.
+  using ModelFiles = std::vector<std::pair<std::string, std::string>>;
+  // (Re)loads a model; 'config_json' replaces config.pbtxt when not empty. With 'files', the
+  // model is loaded from a directory of its own holding them and the config (which then must be
+  // given), not from the repository (Triton's load with file overrides); the next load without
+  // files uses the repository again. Explicit mode only.
+  Status Load(const std::string& name, const std::string& config_json,
+              const ModelFiles& files = {});
+  // Limits on a load request's files (count; each path component, as the file system allows).
+  static constexpr size_t kMaxOverrideFiles = 4096;
   // Takes the model out of service at once; answers when it has stopped, or after kUnloadWait
   // while it goes on stopping in the background (bounded by unload_timeout, then aborted).
   Status Unload(const std::string& name);
@@ -149,11 +158,16 @@ class ModelRepository {
     std::shared_ptr<Backend> fallback;
   };
   StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
-                          std::vector<std::string>* config_errors) const;
+                          std::vector<std::string>* config_errors,
+                          const std::string& override_dir = "") const;
   // 'chain': the ensembles whose loads wait on this one (their steps name it).
+  // 'override_dir': the directory of a load with file overrides ("": the repository's).
   Status LoadModel(const std::string& name, const std::string& config_json, uint64_t generation,
-                   const std::shared_ptr<LoadAttempt>& attempt,
-                   std::vector<std::string> chain = {});
+                   const std::shared_ptr<LoadAttempt>& attempt, std::vector<std::string> chain = {},
+                   const std::string& override_dir = "");
+  // Writes a load request's files into a new directory of their own (no file outside it: paths
+  // are checked and nothing in it is a link); returns the model directory.
+  StatusOr<std::string> WriteOverride(const std::string& name, const ModelFiles& files);
   // Before an ensemble loads: its steps' models, loaded first where no load of them was tried yet
   // (so loading an ensemble in explicit mode loads them too, as in Triton), then the ensemble
   // checked against their configs. A cycle among ensembles is refused with Triton's message.
@@ -190,6 +204,9 @@ class ModelRepository {
   };
   std::mutex tasks_mu_;
   std::vector<Task> tasks_;
+  // Directories written for loads with file overrides, removed at the end (a model loaded from
+  // one may read its files for as long as it runs).
+  std::vector<std::string> override_dirs_;  // under mu_
 };
 
 // The backend a config asks for, from what the installed backends declare (NereidBackendPlatforms,

@@ -207,8 +207,9 @@ void InferenceServer::RunControl(const std::string& model, size_t bytes,
   control_.Run(model, bytes, std::move(task), std::move(done));
 }
 
-Status InferenceServer::LoadModel(const std::string& name, const std::string& config_json) {
-  return repository_->Load(name, config_json);
+Status InferenceServer::LoadModel(const std::string& name, const std::string& config_json,
+                                  const ModelRepository::ModelFiles& files) {
+  return repository_->Load(name, config_json, files);
 }
 
 Status InferenceServer::UnloadModel(const std::string& name) { return repository_->Unload(name); }

@@ -120,7 +120,9 @@ class InferenceServer : public InferApi {
   // Blocks until no control task is queued or running (a frontend stopping waits here, so that no
   // task's 'done' reaches it after it is gone).
   void WaitForControlIdle();
-  Status LoadModel(const std::string& name, const std::string& config_json);
+  // 'files': a load request's "file:<path>" parameters (ModelRepository::Load).
+  Status LoadModel(const std::string& name, const std::string& config_json,
+                   const ModelRepository::ModelFiles& files = {});
   Status UnloadModel(const std::string& name);
   std::vector<IndexEntry> RepositoryIndex(bool ready_only) const;
   // Whether load/unload are allowed (explicit model control mode).

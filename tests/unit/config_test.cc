@@ -462,8 +462,11 @@ TEST(VersionPolicyTest, LatestAllSpecific) {
   inference::ModelVersionPolicy specific;
   specific.mutable_specific()->add_versions(2);
   EXPECT_EQ(*SelectVersions(specific, on_disk, "m"), (std::vector<int64_t>{2}));
-  specific.mutable_specific()->add_versions(3);
-  EXPECT_FALSE(SelectVersions(specific, on_disk, "m").ok());
+  specific.mutable_specific()->add_versions(3);  // absent: left out, as Triton does
+  EXPECT_EQ(*SelectVersions(specific, on_disk, "m"), (std::vector<int64_t>{2}));
+  inference::ModelVersionPolicy absent;
+  absent.mutable_specific()->add_versions(3);
+  EXPECT_FALSE(SelectVersions(absent, on_disk, "m").ok());
   EXPECT_EQ(*SelectVersions(inference::ModelVersionPolicy(), on_disk, "m"),
             (std::vector<int64_t>{7}));
   EXPECT_FALSE(SelectVersions(latest, {}, "m").ok());

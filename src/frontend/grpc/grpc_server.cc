@@ -676,18 +676,25 @@ class GrpcServer::Impl final : public ServiceBase {
                                                 pb::RepositoryModelLoadResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
     std::string config;
+    ModelRepository::ModelFiles files;
+    size_t bytes = 0;
     for (const auto& [key, value] : request->parameters()) {
       if (key == "config") {
         if (value.parameter_choice_case() != pb::ModelRepositoryParameter::kStringParam)
           return Done(ctx, InvalidArgument("parameter 'config' must be a JSON string"));
         config = value.string_param();
       } else if (key.rfind("file:", 0) == 0) {
-        return Done(ctx, Unsupported("loading model files from the request is not supported yet"));
+        if (value.parameter_choice_case() != pb::ModelRepositoryParameter::kBytesParam)
+          return Done(ctx, InvalidArgument("parameter '" + key.substr(0, 300) +
+                                           "' must be the file's bytes (bytes_param)"));
+        bytes += value.bytes_param().size();
+        files.emplace_back(key.substr(5), value.bytes_param());
       }
     }
-    return Control(
-        ctx, request->model_name(), config.size(),
-        [this, name = request->model_name(), config] { return api_->LoadModel(name, config); });
+    return Control(ctx, request->model_name(), config.size() + bytes,
+                   [this, name = request->model_name(), config, files = std::move(files)] {
+                     return api_->LoadModel(name, config, files);
+                   });
   }
 
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,

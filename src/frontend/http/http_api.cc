@@ -273,6 +273,8 @@ void RepositoryControl(InferenceServer& api, const Route& route, const std::stri
   if (Status allowed = api.CheckRepositoryControl(); !allowed.ok())
     return done(StatusReply(allowed));
   std::string config_json;
+  ModelRepository::ModelFiles files;
+  size_t bytes = 0;
   if (!body.empty()) {
     simdjson::dom::parser parser;
     auto doc = ParseObject(parser, body, "repository");
@@ -286,16 +288,23 @@ void RepositoryControl(InferenceServer& api, const Route& route, const std::stri
             return done(ErrorReply(400, "parameter 'config' must be a JSON string"));
           config_json = std::string(text);
         } else if (key.substr(0, 5) == "file:") {
-          return done(ErrorReply(501, "loading model files from the request is not supported yet"));
+          // The file's bytes, base64 in JSON (Triton's form).
+          std::string_view text;
+          std::optional<std::string> decoded;
+          if (value.get(text) || !(decoded = DecodeBase64(text)))
+            return done(ErrorReply(400, "parameter '" + std::string(key.substr(0, 300)) +
+                                            "' must be the file's bytes as a base64 string"));
+          bytes += decoded->size();
+          files.emplace_back(std::string(key.substr(5)), std::move(*decoded));
         }
       }
     }
   }
   const bool load = route.kind == Route::kRepoLoad;
   api.RunControl(
-      route.model, config_json.size(),
-      [&api, load, name = route.model, config_json] {
-        return load ? api.LoadModel(name, config_json) : api.UnloadModel(name);
+      route.model, config_json.size() + bytes,
+      [&api, load, name = route.model, config_json, files = std::move(files)] {
+        return load ? api.LoadModel(name, config_json, files) : api.UnloadModel(name);
       },
       [done](Status s) { done(OkOrError(s)); });
 }
