@@ -172,7 +172,7 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
       {"input", {"name", "data_type", "dims", "reshape", "optional"}},
       {"output", {"name", "data_type", "dims", "reshape", "label_filename"}},
-      {"instance_group", {"name", "kind", "count", "gpus"}},
+      {"instance_group", {"name", "kind", "count", "gpus", "rate_limiter"}},
   };
   std::vector<std::string> ignored;
   std::vector<const pb::FieldDescriptor*> fields;

@@ -121,9 +121,13 @@ int Serve(const std::vector<std::string>& args) {
     cache = std::make_unique<nereid::ResponseCache>(cache_config->size);
     LOG_INFO << "response cache: local, " << cache_config->size << " bytes";
   }
+  std::unique_ptr<nereid::RateLimiter> rate_limiter;
+  if (options.rate_limit)
+    rate_limiter = std::make_unique<nereid::RateLimiter>(options.rate_limit_resources);
   nereid::ModelRepository repository(options.repository, &backends);
   repository.SetEnergyLedger(energy.get());
   repository.SetResponseCache(cache.get());
+  repository.SetRateLimiter(rate_limiter.get());
   s = repository.LoadStartupModels();
   if (!s.ok()) {
     LOG_ERROR << s.message();

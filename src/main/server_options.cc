@@ -62,6 +62,10 @@ Options (names follow tritonserver):
   --carbon-intensity-file=PATH  time-stamped intensities ("unix_seconds,g" or
                               "YYYY-MM-DDTHH:MM:SSZ,g" per line), re-read when it changes
   --pue=X                     power usage effectiveness the carbon figures include (default 1.0)
+  --rate-limit=MODE           off (default) or execution_count: instance groups' rate_limiter
+                              resources and priorities gate their executions
+  --rate-limit-resource=NAME:COUNT[:DEVICE]  a resource's count (on DEVICE, else on every device
+                              and in the global pool); repeatable; with any, unnamed ones are 0
   --cache-config=local,size=BYTES  the response cache, for models with response_cache enabled
                               (--response-cache-byte-size=BYTES: Triton's older spelling)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
@@ -202,6 +206,15 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "repository-poll-secs") {
       ASSIGN_OR_RETURN(int64_t secs, number(int64_t{0}, int64_t{24 * 3600}));
       o.repository.poll_period = std::chrono::seconds(secs);
+    } else if (flag == "rate-limit") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      if (v != "off" && v != "execution_count")
+        return InvalidArgument("--rate-limit expects off or execution_count, got '" + v + "'");
+      o.rate_limit = v == "execution_count";
+    } else if (flag == "rate-limit-resource") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(RateLimiter::Available r, RateLimiter::ParseResourceFlag(v));
+      o.rate_limit_resources.push_back(std::move(r));
     } else if (flag == "cache-config") {
       ASSIGN_OR_RETURN(std::string v, next());
       o.cache_config.push_back(std::move(v));

@@ -10,6 +10,7 @@
 #include "frontend/http/http_server.h"
 #include "memory/memory_pool.h"
 #include "repository/model_repository.h"
+#include "scheduler/rate_limiter.h"
 
 namespace nereid {
 
@@ -38,6 +39,9 @@ struct ServerOptions {
   std::string carbon_intensity_file;
   // The response cache: --cache-config values and Triton's deprecated --response-cache-byte-size.
   std::vector<std::string> cache_config;
+  // Triton's rate limiter: --rate-limit=execution_count turns it on; --rate-limit-resource values.
+  bool rate_limit = false;
+  std::vector<RateLimiter::Available> rate_limit_resources;
   uint64_t response_cache_byte_size = 0;
   double pue = 1.0;
   int log_verbose = 0;

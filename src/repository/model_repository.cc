@@ -479,6 +479,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::CreateVersion(
   const Model::StartedHook started = [this, attempt](const std::shared_ptr<Model>& model) {
     model->SetInferLink(infer_link_);
     model->SetResponseCache(cache_);
+    model->SetRateLimiter(rate_limiter_);
     if (energy_ != nullptr)
       if (auto observer = energy_->ObserverFor(model->name(), model->version()))
         model->SetEnergyObserver(std::move(observer));

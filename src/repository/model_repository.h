@@ -65,6 +65,8 @@ class ModelRepository {
   void SetEnergyLedger(energy::EnergyLedger* ledger) { energy_ = ledger; }
   // The server's response cache (null: none), before any model loads; it outlives the models.
   void SetResponseCache(ResponseCache* cache) { cache_ = cache; }
+  // The server's rate limiter (null: off), before any model loads; it outlives the models.
+  void SetRateLimiter(RateLimiter* limiter) { rate_limiter_ = limiter; }
   energy::EnergyLedger* energy_ledger() const { return energy_; }
 
   // Loads what the control mode asks for at startup. Failures are recorded per model and logged;
@@ -127,6 +129,7 @@ class ModelRepository {
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
   energy::EnergyLedger* energy_ = nullptr;
   ResponseCache* cache_ = nullptr;
+  RateLimiter* rate_limiter_ = nullptr;
   struct VersionEntry {
     std::string state;  // READY, UNAVAILABLE
     std::string reason;

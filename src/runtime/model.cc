@@ -119,6 +119,15 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
         auto instance = std::make_unique<ModelInstance>(
             model.get(), group.name() + "_" + std::to_string(index++),
             gpu ? NEREID_INSTANCE_GPU : NEREID_INSTANCE_CPU, device);
+        if (model->rate_limiter_ != nullptr && group.has_rate_limiter()) {
+          std::vector<RateLimiter::Resource> resources;
+          for (const auto& r : group.rate_limiter().resources())
+            resources.push_back({r.name(), r.global(), r.count()});
+          auto claim = model->rate_limiter_->Register(std::move(resources), gpu ? device : 0,
+                                                      group.rate_limiter().priority());
+          if (!claim.ok()) return claim.status();
+          instance->SetRateLimit(std::move(claim).value());
+        }
         RETURN_IF_ERROR(instance->Initialize());
         instances.push_back(instance.get());
         model->instances_.push_back(std::move(instance));

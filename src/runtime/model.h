@@ -116,6 +116,9 @@ class Model {
   // The server's response cache, set before the model serves; used only when the config enables
   // response_cache (null: the server has none).
   void SetResponseCache(ResponseCache* cache) { cache_ = cache; }
+  // The server's rate limiter (null: --rate-limit=off), set before the model serves: instances of
+  // groups with a rate_limiter register with it when Create makes them.
+  void SetRateLimiter(RateLimiter* limiter) { rate_limiter_ = limiter; }
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
   void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 
@@ -145,6 +148,7 @@ class Model {
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
   std::shared_ptr<EnergyObserver> energy_;                     // outlives the scheduler
   ResponseCache* cache_ = nullptr;                             // the server's; outlives the models
+  RateLimiter* rate_limiter_ = nullptr;                        // the server's; outlives the models
   uint64_t generation_ = 0;  // this load's number among the process's loads (cache keys)
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;

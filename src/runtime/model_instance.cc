@@ -68,6 +68,13 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   ExecutionSummary summary;
   std::vector<NereidRequest*> handles;
   handles.reserve(batch.size());
+  if (rate_limit_) rate_limit_->Acquire();
+  struct Held {  // released once the backend's execute has returned, whatever happens
+    RateLimiter::Client* claim;
+    ~Held() {
+      if (claim) claim->Release();
+    }
+  } held{rate_limit_.get()};
   const uint64_t start = SteadyNowNs();
   auto execution = std::make_shared<BatchExecution>();
   execution->instance = this;

@@ -14,6 +14,7 @@
 #include "nereid/backend.h"
 #include "request/inference_request.h"
 #include "runtime/execution_observer.h"
+#include "scheduler/rate_limiter.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
@@ -49,6 +50,9 @@ class ModelInstance : public BatchExecutor {
     observers_.push_back(std::move(observer));
   }
   const std::vector<std::shared_ptr<ExecutionObserver>>& observers() const { return observers_; }
+  // The rate limiter's claim of this instance (--rate-limit=execution_count): each execution
+  // waits for its resources first (queue time) and holds them while the backend executes.
+  void SetRateLimit(std::shared_ptr<RateLimiter::Client> claim) { rate_limit_ = std::move(claim); }
 
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }
@@ -74,6 +78,7 @@ class ModelInstance : public BatchExecutor {
   size_t outstanding_ = 0;
   std::atomic<size_t> released_{0};
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;
+  std::shared_ptr<RateLimiter::Client> rate_limit_;
 };
 
 }  // namespace nereid
