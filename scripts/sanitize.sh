@@ -3,8 +3,8 @@
 #   ASan+UBSan (build-asan/): every unit test, both fuzz corpora, and the end-to-end tests against
 #                             the instrumented server binary
 #   TSan (build-tsan/):       the batcher, sequence-batcher, request-queue, adaptive-delay,
-#                             repository, response-cache and energy-ledger tests (the code where
-#                             threads meet), repeated
+#                             repository, response-cache, energy-ledger and rate-limiter tests
+#                             (the code where threads meet), repeated
 # Any report fails the run (halt_on_error; UBSan reports are fatal too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +32,5 @@ fi
 ninja -C build-tsan nereid_unit_tests nereid_backend_native
 echo "== TSan: batcher and repository tests"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/nereid_unit_tests \
-  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*:ModelControl*:InferApi*:ResponseCache*:EnergyLedger*:SequenceBatcher*' \
+  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*:ModelControl*:InferApi*:ResponseCache*:EnergyLedger*:SequenceBatcher*:RateLimiter*' \
   --gtest_repeat=5 --gtest_brief=1
