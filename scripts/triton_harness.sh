@@ -1,4 +1,4 @@
-# Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa_sequence.sh,
+# Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa_sequence.sh, triton_qa_ensemble.sh, triton_qa_lifecycle.sh, triton_qa_rate_limiter.sh,
 # triton_qa_corrid.sh, triton_sequence_examples.sh): ROOT (this checkout), PY (its venv's Python),
 # WORK (a scratch directory removed at exit), PID (the server they start, stopped at exit, INT or
 # TERM), and serve / stop.
@@ -24,6 +24,13 @@ serve() {
   echo "server on $repository did not become ready:"
   tail -20 "$log"
   return 1
+}
+# qa_suite SUITE: copies Triton's qa/common and qa/SUITE (from $SRC) into $WORK/qa and prints the
+# suite's copy, where its test runs (its imports reach ../common).
+qa_suite() {
+  mkdir -p "$WORK/qa"
+  cp -r "$SRC/qa/common" "$SRC/qa/$1" "$WORK/qa/"
+  echo "$WORK/qa/$1"
 }
 stop() {
   kill "$PID" 2>/dev/null

@@ -8,9 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
 . scripts/triton_harness.sh
-mkdir -p "$WORK/qa"
-cp -r "$SRC/qa/common" "$SRC/qa/L0_simple_ensemble" "$WORK/qa/"
-T="$WORK/qa/L0_simple_ensemble"
+T=$(qa_suite L0_simple_ensemble)
 "$PY" examples/generate_models.py --out "$WORK/gen" >/dev/null
 for v in 1 2; do mkdir -p "$T/models/simple/$v" && cp "$WORK/gen/simple/1/model.onnx" "$T/models/simple/$v/"; done
 mkdir -p "$T/models/ensemble_add_sub_int32_int32_int32/1" "$T/models/ensemble_partial_add_sub/1"

@@ -9,10 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
 . scripts/triton_harness.sh
-mkdir -p "$WORK/qa"
-cp -r "$SRC/qa/common" "$SRC/qa/L0_lifecycle" "$WORK/qa/"
 "$PY" -m pip install -q onnx >/dev/null
-T="$WORK/qa/L0_lifecycle"
+T=$(qa_suite L0_lifecycle)
 (cd "$WORK/qa/common" && "$PY" gen_qa_models.py --onnx --models_dir "$WORK/gen" >/dev/null)
 mkdir -p "$T/models"
 cp -r "$WORK/gen/onnx_float32_float32_float32" "$T/models/"

@@ -11,9 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
 . scripts/triton_harness.sh
-mkdir -p "$WORK/qa"
-cp -r "$SRC/qa/common" "$SRC/qa/L0_rate_limiter" "$WORK/qa/"
-T="$WORK/qa/L0_rate_limiter"
+T=$(qa_suite L0_rate_limiter)
 M="$T/custom_models"
 mkdir -p "$M"
 cp -r "$SRC/qa/custom_models/custom_zero_1_float32" "$M/"
