@@ -226,7 +226,9 @@ Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
           "ensemble " + ensemble.name() + " allows maximum batch size " +
           std::to_string(ensemble.max_batch_size()) + ", but it contains model " + name +
           " which only allows maximum batch size to be " + std::to_string(m.max_batch_size()));
-    for (const auto& [input, tensor] : step.input_map()) {
+    for (const auto& kv : step.input_map()) {
+      const std::string& input = kv.first;
+      const std::string& tensor = kv.second;
       auto spec = std::find_if(m.input().begin(), m.input().end(),
                                [&](const auto& in) { return in.name() == input; });
       if (spec == m.input().end())
@@ -238,7 +240,9 @@ Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
       if (!in.optional() && !step.input_map().contains(in.name()))
         return InvalidArgument(in_e + "input " + in.name() + " in model " + name +
                                " is not mapped to any ensemble tensors");
-    for (const auto& [output, tensor] : step.output_map()) {
+    for (const auto& kv : step.output_map()) {
+      const std::string& output = kv.first;
+      const std::string& tensor = kv.second;
       auto spec = std::find_if(m.output().begin(), m.output().end(),
                                [&](const auto& out) { return out.name() == output; });
       if (spec == m.output().end())

@@ -527,6 +527,19 @@ ModelRepository::CheckResult ModelRepository::Check(const std::string& name) con
   return result;
 }
 
+bool ModelRepository::ReachesLocked(const std::string& from, const std::string& target,
+                                    std::set<std::string>& seen) const {
+  if (!seen.insert(from).second) return false;
+  auto it = models_.find(from);
+  if (it == models_.end()) return false;
+  for (const auto& [version, entry] : it->second.versions) {
+    if (!entry.model || entry.model->config().platform() != "ensemble") continue;
+    for (const std::string& step : EnsembleDependencies(entry.model->config()))
+      if (step == target || ReachesLocked(step, target, seen)) return true;
+  }
+  return false;
+}
+
 bool ModelRepository::IsEnsembleOnDisk(const std::string& name) const {
   auto dir = FindModelDir(name);
   if (!dir.ok()) return false;
@@ -547,6 +560,15 @@ Status ModelRepository::PrepareEnsemble(const std::string& name,
     if (std::find(chain.begin(), chain.end(), dep) != chain.end())
       return InvalidArgument("circular dependency between ensembles: " + dep + " -> ... -> " +
                              name + " -> " + dep);
+    // An ensemble loaded already may lead back here (a reload that names a model which names
+    // this one): each request would then send itself around for ever.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::set<std::string> seen;
+      if (ReachesLocked(dep, name, seen))
+        return InvalidArgument("circular dependency between ensembles: " + name + " -> ... -> " +
+                               dep + " -> " + name);
+    }
     if (!FindModelDir(dep).ok())
       return InvalidArgument("ensemble " + name +
                              " contains models that are not available or ambiguous: " + dep);

@@ -181,7 +181,9 @@ void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int in
                          "in ensemble '" + name_ + "', " + response->status.message());
     } else if (c.error.ok()) {
       std::shared_ptr<InferenceResponse> kept(std::move(response));
-      for (const auto& [name, t] : step.outputs) {
+      for (const auto& output : step.outputs) {
+        const std::string& name = output.first;
+        const int t = output.second;
         if (!c.needed[t]) continue;
         auto o = std::find_if(kept->outputs.begin(), kept->outputs.end(),
                               [&](const InferOutput& out) { return out.name == name; });

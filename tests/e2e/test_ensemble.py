@@ -248,6 +248,17 @@ def test_explicit_load_loads_the_steps_and_bad_ensembles_get_tritons_messages(re
         for name, message in expected.items():
             code, error = load_error(s, name)
             assert code == 400 and message in error, (name, error)
+        # A reload that would close a loop through ensembles already loaded (ens -> nested -> ens):
+        # refused, the old 'ens' keeps serving.
+        looped = {"name": "ens", "platform": "ensemble", "max_batch_size": 8,
+                  "input": [{"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("A", "B")],
+                  "output": [{"name": "TWICE_A", "data_type": "TYPE_INT32", "dims": [16]}],
+                  "ensemble_scheduling": {"step": [{"model_name": "nested", "model_version": -1,
+                                                    "input_map": {"X": "A", "Y": "B"},
+                                                    "output_map": {"Z": "TWICE_A"}}]}}
+        with pytest.raises(Exception, match="circular dependency between ensembles: ens -> ... -> nested -> ens"):
+            client.load_model("ens", config=json.dumps(looped))
+        assert (client.infer("nested", inputs(httpclient, a, a, names=("X", "Y"))).as_numpy("Z") == 1).all()
         # Unloading a step's model: the ensemble answers with the routing error, in Triton's form.
         client.unload_model("simple")
         with pytest.raises(Exception, match="in ensemble 'ens', .*simple"):
