@@ -266,3 +266,23 @@ def test_explicit_load_loads_the_steps_and_bad_ensembles_get_tritons_messages(re
         assert client.is_server_live()
     finally:
         assert s.stop() == 0, s.read_log()
+
+
+def test_an_ensemble_with_response_cache_answers_repeats_without_its_steps(repository, tmp_path):
+    repo = make_repository(str(tmp_path), repository)
+    with open(os.path.join(repo, "ens", "config.pbtxt"), "a") as f:
+        f.write("response_cache { enable: true }\n")
+    s = Server(repo, "--cache-config=local,size=1048576")
+    try:
+        client = httpclient.InferenceServerClient(s.url)
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        first = client.infer("ens", inputs(httpclient, a, a))
+        steps = successes(client, "simple")
+        again = client.infer("ens", inputs(httpclient, a, a))
+        assert (again.as_numpy("TWICE_A") == first.as_numpy("TWICE_A")).all()
+        assert (again.as_numpy("DOUBLE_A") == 2 * a).all()
+        assert successes(client, "simple") == steps  # answered from the cache: no step ran
+        stats = client.get_inference_statistics("ens")["model_stats"][0]["inference_stats"]
+        assert stats["cache_hit"]["count"] == 1 and stats["success"]["count"] == 2
+    finally:
+        assert s.stop() == 0, s.read_log()
