@@ -421,8 +421,10 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
   for (const char* f : {"optimization", "batch_input", "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
-  for (const char* f :
-       {"input[0].format", "instance_group[0].rate_limiter", "instance_group[0].host_policy"})
+  // The rate limiter acts on rate_limiter (with --rate-limit=execution_count).
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "instance_group[0].rate_limiter"),
+            ignored.end());
+  for (const char* f : {"input[0].format", "instance_group[0].host_policy"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input[0].reshape"), ignored.end());
 
