@@ -2,8 +2,8 @@
 # Runs the file-override cases of Triton's qa/L0_lifecycle/lifecycle_test.py, unchanged, against
 # build/nereid as its test.sh does: test_file_override and test_file_override_security on Triton's
 # generated onnx_float32_float32_float32 (versions 2 and 3; explicit mode, loaded at start).
-# test_file_override_security writes /tmp/folderXXXXXX and /tmp/escape_symlink (a link to /root)
-# and checks /root/.bashrc is untouched, as Triton's test does: run it where that is fine.
+# test_file_override_security writes /tmp/folderXXXXXX and /tmp/escape_symlink (a link to the root user's home)
+# and checks the root user's ~/.bashrc is untouched, as Triton's test does: run it where that is fine.
 # Usage: scripts/triton_qa_lifecycle.sh TRITON_SERVER_CHECKOUT
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -257,12 +257,9 @@ Status ModelRepository::LoadStartupModels() {
   if (all) wanted = ModelsOnDisk();
   for (const auto& m : options_.startup_models)
     if (m != "*") wanted.insert(m);
-  // Ensembles last: their steps' models load first (an ensemble loads a missing one itself, and
-  // one whose load was tried already is not loaded again).
-  std::vector<std::string> order, ensembles;
-  for (const auto& name : wanted) (IsEnsembleOnDisk(name) ? ensembles : order).push_back(name);
-  order.insert(order.end(), ensembles.begin(), ensembles.end());
-  for (const auto& name : order) {
+  // An ensemble loads its steps' models first (PrepareEnsemble); a model whose load was tried
+  // that way is not loaded again.
+  for (const auto& name : wanted) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = models_.find(name); it != models_.end() && it->second.generation > 0) continue;
@@ -540,17 +537,6 @@ bool ModelRepository::ReachesLocked(const std::string& from, const std::string& 
   return false;
 }
 
-bool ModelRepository::IsEnsembleOnDisk(const std::string& name) const {
-  auto dir = FindModelDir(name);
-  if (!dir.ok()) return false;
-  std::ifstream in(fs::path(*dir) / "config.pbtxt");
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = ParseModelConfigText(text.str(), name + "/config.pbtxt");
-  return parsed.ok() && parsed->config.platform() == "ensemble";
-}
-
 Status ModelRepository::PrepareEnsemble(const std::string& name,
                                         const inference::ModelConfig& config,
                                         const std::shared_ptr<LoadAttempt>& attempt,
@@ -592,24 +578,22 @@ Status ModelRepository::PrepareEnsemble(const std::string& name,
     const int64_t version = steps[i].model_version();
     auto model = GetModel(dep, version);
     if (!model.ok()) {
-      const std::vector<int64_t> ready = ReadyVersions(dep);
       std::string reason;
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (auto it = models_.find(dep); it != models_.end()) reason = it->second.reason;
       }
-      if (version >= 0 && !ready.empty())
+      const bool failed = !reason.empty() && reason != "unloaded";
+      // A missing version of a model that serves others, or of one that never failed, is the
+      // version's fault; otherwise the model's failure is the reason.
+      if (version >= 0 && (!failed || !ReadyVersions(dep).empty()))
         return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
                                "' whose required version " + std::to_string(version) +
                                " is not loaded");
-      if (!reason.empty() && reason != "unloaded")
+      if (failed)
         return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
                                "' which is not valid. Model '" + dep +
                                "' failed with error: " + reason);
-      if (version >= 0)
-        return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
-                               "' whose required version " + std::to_string(version) +
-                               " is not loaded");
       return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
                              "' which has no loaded version.");
     }

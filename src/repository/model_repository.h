@@ -180,8 +180,6 @@ class ModelRepository {
   // Whether a loaded version of 'from' is an ensemble whose steps lead to 'target' (with mu_).
   bool ReachesLocked(const std::string& from, const std::string& target,
                      std::set<std::string>& seen) const;
-  // Whether model 'name' on disk is an ensemble (its config.pbtxt says platform "ensemble").
-  bool IsEnsembleOnDisk(const std::string& name) const;
   // Model::Create with the plan's backend, then its fallback when the first cannot run the model.
   StatusOr<std::shared_ptr<Model>> CreateVersion(const std::string& name, int64_t version,
                                                  const Plan& plan,

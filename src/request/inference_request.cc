@@ -30,6 +30,14 @@ uint64_t UnixNowMs() {
                                    .count());
 }
 
+Status CheckOutputRegion(const RequestedOutput& wanted, const std::string& name, size_t byte_size) {
+  if (byte_size <= wanted.destination.size()) return Status::Ok();
+  return InvalidArgument("shared memory size specified with the request for output '" + name +
+                         "' (" + std::to_string(wanted.destination.size()) +
+                         " bytes) should be at least " + std::to_string(byte_size) +
+                         " bytes to hold the results");
+}
+
 void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status) {
   auto response = std::make_unique<InferenceResponse>();
   response->status = std::move(status);

@@ -52,6 +52,10 @@ struct RequestedOutput {
   bool has_destination = false;
 };
 
+// Whether 'byte_size' bytes of output 'name' fit the client's region of 'wanted' (Triton's
+// message when they do not).
+Status CheckOutputRegion(const RequestedOutput& wanted, const std::string& name, size_t byte_size);
+
 struct InferOutput {
   std::string name;
   DataType datatype = DataType::kInvalid;

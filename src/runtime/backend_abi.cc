@@ -246,12 +246,8 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
     if (o.name == name) wanted = &o;
   if (wanted != nullptr && wanted->has_destination) {
     // The client asked for this output in its shared-memory region: write it there.
-    if (byte_size > wanted->destination.size())
-      return Error(NEREID_ERROR_INVALID_ARG,
-                   std::string("shared memory size specified with the request for output '") +
-                       name + "' (" + std::to_string(wanted->destination.size()) +
-                       " bytes) should be at least " + std::to_string(byte_size) +
-                       " bytes to hold the results");
+    if (nereid::Status fits = nereid::CheckOutputRegion(*wanted, name, byte_size); !fits.ok())
+      return nereid::ErrorFromStatus(fits);
     const nereid::Buffer& d = wanted->destination;
     nereid::Buffer region(d.data(), byte_size, d.location(), d.owner());
     out.in_shared_memory = true;

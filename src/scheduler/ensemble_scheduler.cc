@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 
 #include "common/logging.h"
 #include "nereid/backend.h"
@@ -38,8 +37,14 @@ class EnsembleScheduler::Context {
 EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, ModelStats* stats,
                                      InferApiLink* link)
     : name_(config.name()), max_batch_size_(config.max_batch_size()), stats_(stats), link_(link) {
-  for (const auto& in : config.input()) inputs_.emplace_back(in.name(), TensorIndex(in.name()));
-  for (const auto& out : config.output()) outputs_[out.name()] = TensorIndex(out.name());
+  std::map<std::string, int> index;  // tensor name -> its index in tensors_
+  auto tensor_index = [&](const std::string& name) {
+    auto [it, fresh] = index.emplace(name, static_cast<int>(tensors_.size()));
+    if (fresh) tensors_.push_back(name);
+    return it->second;
+  };
+  for (const auto& in : config.input()) inputs_.emplace_back(in.name(), tensor_index(in.name()));
+  for (const auto& out : config.output()) outputs_[out.name()] = tensor_index(out.name());
   for (const auto& s : config.ensemble_scheduling().step()) {
     Step step;
     step.model = s.model_name();
@@ -48,9 +53,9 @@ EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, Model
     std::map<std::string, std::string> in(s.input_map().begin(), s.input_map().end());
     std::map<std::string, std::string> out(s.output_map().begin(), s.output_map().end());
     for (const auto& [model_input, tensor] : in)
-      step.inputs.emplace_back(model_input, TensorIndex(tensor));
+      step.inputs.emplace_back(model_input, tensor_index(tensor));
     for (const auto& [model_output, tensor] : out)
-      step.outputs.emplace_back(model_output, TensorIndex(tensor));
+      step.outputs.emplace_back(model_output, tensor_index(tensor));
     steps_.push_back(std::move(step));
   }
   producer_.assign(tensors_.size(), -1);
@@ -58,18 +63,14 @@ EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, Model
   for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
     for (const auto& [name, t] : steps_[i].outputs) producer_[t] = i;
     for (const auto& [name, t] : steps_[i].inputs)
-      if (std::find(readers_[t].begin(), readers_[t].end(), i) == readers_[t].end())
+      if (std::find(readers_[t].begin(), readers_[t].end(), i) == readers_[t].end()) {
         readers_[t].push_back(i);
+        ++steps_[i].tensors_read;
+      }
   }
 }
 
 EnsembleScheduler::~EnsembleScheduler() { Stop(); }
-
-int EnsembleScheduler::TensorIndex(const std::string& name) {
-  auto [it, fresh] = tensor_index_.emplace(name, static_cast<int>(tensors_.size()));
-  if (fresh) tensors_.push_back(name);
-  return it->second;
-}
 
 Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   {
@@ -95,15 +96,12 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
     const int p = producer_[todo.back()];
     todo.pop_back();
     if (p < 0 || c.waiting[p] >= 0) continue;
-    std::set<int> reads;
-    for (const auto& [name, t] : steps_[p].inputs) {
-      reads.insert(t);
+    for (const auto& [name, t] : steps_[p].inputs)
       if (!c.needed[t]) {
         c.needed[t] = 1;
         todo.push_back(t);
       }
-    }
-    c.waiting[p] = static_cast<int>(reads.size());
+    c.waiting[p] = steps_[p].tensors_read;
   }
   std::vector<int> ready;
   for (const InferInput& in : request->inputs) {
@@ -231,13 +229,7 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
     out.buffer =
         Buffer(const_cast<uint8_t*>(tensor.data), tensor.byte_size, tensor.location, tensor.keep);
     if (wanted.has_destination) {
-      if (tensor.byte_size > wanted.destination.size()) {
-        error = InvalidArgument("shared memory size specified with the request for output '" +
-                                wanted.name + "' (" + std::to_string(wanted.destination.size()) +
-                                " bytes) should be at least " + std::to_string(tensor.byte_size) +
-                                " bytes to hold the results");
-        break;
-      }
+      if (error = CheckOutputRegion(wanted, wanted.name, tensor.byte_size); !error.ok()) break;
       Buffer region(wanted.destination.data(), tensor.byte_size, wanted.destination.location(),
                     wanted.destination.owner());
       error = CopyIntoRegion(region, tensor.data, tensor.byte_size);

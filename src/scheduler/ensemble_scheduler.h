@@ -39,11 +39,11 @@ class EnsembleScheduler final : public Scheduler {
     int64_t version = -1;
     std::vector<std::pair<std::string, int>> inputs;   // model input -> tensor index
     std::vector<std::pair<std::string, int>> outputs;  // model output -> tensor index
+    int tensors_read = 0;  // distinct tensors among 'inputs' (one may feed two model inputs)
   };
   struct Tensor;
   class Context;
 
-  int TensorIndex(const std::string& name);
   // Sends step 'index' of 'context' (not under any lock: a step may complete at once).
   void Launch(const std::shared_ptr<Context>& context, int index);
   void StepDone(const std::shared_ptr<Context>& context, int index,
@@ -57,7 +57,6 @@ class EnsembleScheduler final : public Scheduler {
   ModelStats* stats_;
   InferApiLink* link_;
   std::vector<std::string> tensors_;  // by index
-  std::map<std::string, int> tensor_index_;
   std::vector<Step> steps_;
   std::vector<int> producer_;                        // by tensor: the step writing it, or -1
   std::vector<std::vector<int>> readers_;            // by tensor: the steps reading it
