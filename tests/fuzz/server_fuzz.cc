@@ -66,6 +66,12 @@ struct Harness {
   grpc::CompletionQueue cq;
 
   Harness() {
+    // The harness is never destroyed, so its repository would outlive the run in /tmp.
+    static const std::filesystem::path root = repo.root();
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(root, ignored);
+    });
     for (const auto& [name, config] : kModels) repo.AddModel(name, config, {});
     nereid::testing::WriteAddModel(repo.root() / "add" / "1" / "model.onnx");
     nereid::testing::WriteAddModel(repo.root() / "add_reshape" / "1" / "model.onnx");
