@@ -64,11 +64,24 @@ void BatchExecution::Record(uint64_t end) {
   for (const auto& observer : instance->observers()) observer->OnExecution(record);
 }
 
+void ModelInstance::AcquireTurn() {
+  if (!rate_limit_ || turn_held_) return;
+  rate_limit_->Acquire();
+  turn_held_ = true;
+}
+
+void ModelInstance::ReturnTurn() {
+  if (!turn_held_) return;
+  turn_held_ = false;
+  rate_limit_->Return();
+}
+
 ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
   ExecutionSummary summary;
   std::vector<NereidRequest*> handles;
   handles.reserve(batch.size());
-  if (rate_limit_) rate_limit_->Acquire();
+  if (rate_limit_ && !turn_held_) rate_limit_->Acquire();
+  turn_held_ = false;
   struct Held {  // released once the backend's execute has returned, whatever happens
     RateLimiter::Client* claim;
     ~Held() {

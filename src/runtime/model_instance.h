@@ -53,6 +53,9 @@ class ModelInstance : public BatchExecutor {
   // The rate limiter's claim of this instance (--rate-limit=execution_count): each execution
   // waits for its resources first (queue time) and holds them while the backend executes.
   void SetRateLimit(std::shared_ptr<RateLimiter::Client> claim) { rate_limit_ = std::move(claim); }
+  bool RateLimited() const override { return rate_limit_ != nullptr; }
+  void AcquireTurn() override;
+  void ReturnTurn() override;
 
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }
@@ -79,6 +82,7 @@ class ModelInstance : public BatchExecutor {
   std::atomic<size_t> released_{0};
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;
   std::shared_ptr<RateLimiter::Client> rate_limit_;
+  bool turn_held_ = false;  // AcquireTurn ran and no Execute or ReturnTurn yet (instance thread)
 };
 
 }  // namespace nereid

@@ -138,6 +138,19 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
   std::vector<BatchCandidate> candidates;
   std::vector<std::unique_ptr<InferenceRequest>> rejected;
   std::unique_lock<std::mutex> lock(mu_);
+  // A rate-limited instance takes its turn before it forms a batch (Triton forms it once the
+  // instance may run, so the batch holds everything that queued meanwhile) and gives back a turn
+  // that found nothing to run.
+  bool turn_held = false;
+  auto take_or_return_turn = [&](bool take) {
+    lock.unlock();
+    if (take)
+      instance->AcquireTurn();
+    else
+      instance->ReturnTurn();
+    turn_held = take;
+    lock.lock();
+  };
   for (;;) {
     const uint64_t now = clock_->NowNs();
     queue_.ExpireTimeouts(now, &rejected);
@@ -148,6 +161,10 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
       continue;
     }
     if (queue_.empty()) {
+      if (turn_held) {
+        take_or_return_turn(false);
+        continue;
+      }
       if (stopping_) return;
       cv_.wait(lock);
       continue;
@@ -176,6 +193,10 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
                            : other_idle ? 0
                                         : adaptive_->DelayNs(pending, oldest);
     const BatchDecision decision = DecideBatch(limits_, candidates, blocked, now, delay);
+    if (instance->RateLimited() && (decision.take > 0) != turn_held) {
+      take_or_return_turn(decision.take > 0);
+      continue;  // decide again with what queued meanwhile
+    }
     if (adaptive_) {
       if (decision.take == 0 && wait_started_rows_ == 0) wait_started_rows_ = pending;
       if (decision.take > 0) {
@@ -208,7 +229,8 @@ void DynamicBatcher::Run(BatchExecutor* instance) {
     const bool more = !queue_.empty();
     lock.unlock();
     if (more) cv_.notify_one();  // another idle instance may take what is left
-    const ExecutionSummary summary = instance->Execute(batch);
+    const ExecutionSummary summary = instance->Execute(batch);  // uses up the turn
+    turn_held = false;
     if (adaptive_) {
       adaptive_->OnExecution(summary.rows, summary.exec_ns);
       for (uint64_t latency : summary.latencies_ns) adaptive_->OnCompletion(latency);

@@ -153,13 +153,19 @@ void RateLimiter::Client::Acquire() {
   l.cv_.notify_all();  // another may be free as well
 }
 
-void RateLimiter::Client::Release() {
+void RateLimiter::Client::Release() { GiveBack(/*executed=*/true); }
+
+void RateLimiter::Client::Return() { GiveBack(/*executed=*/false); }
+
+void RateLimiter::Client::GiveBack(bool executed) {
   RateLimiter& l = *limiter_;
   {
     std::lock_guard<std::mutex> lock(l.mu_);
     for (const Resource& r : resources_) l.used_[Key(r.name, r.global, device_)] -= r.count;
-    ++executions_;  // counted when it ends, as Triton counts
-    returning_until_ = std::chrono::steady_clock::now() + kReturnGrace;
+    if (executed) {
+      ++executions_;  // counted when it ends, as Triton counts
+      returning_until_ = std::chrono::steady_clock::now() + kReturnGrace;
+    }
   }
   l.cv_.notify_all();
 }

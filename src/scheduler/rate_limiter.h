@@ -49,10 +49,14 @@ class RateLimiter {
     // Blocks until this instance may execute, then holds its resources until Release.
     void Acquire();
     void Release();
+    // Gives back resources acquired for an execution that did not happen (no batch was formed):
+    // not counted as an execution.
+    void Return();
 
    private:
     friend class RateLimiter;
     Client() = default;
+    void GiveBack(bool executed);
     RateLimiter* limiter_ = nullptr;
     std::vector<Resource> resources_;
     int32_t device_ = 0;

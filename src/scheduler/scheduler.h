@@ -28,6 +28,13 @@ class BatchExecutor {
  public:
   virtual ~BatchExecutor() = default;
   virtual ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) = 0;
+  // Triton's rate limiter: a scheduler that forms batches takes the instance's turn first
+  // (AcquireTurn blocks until its resources are free), so that the batch holds what queued while
+  // it waited, and gives an unused turn back (ReturnTurn). Execute uses a turn taken this way or
+  // takes one itself. Instances that are not rate limited answer false and do nothing.
+  virtual bool RateLimited() const { return false; }
+  virtual void AcquireTurn() {}
+  virtual void ReturnTurn() {}
 };
 
 class Scheduler {

@@ -4,12 +4,15 @@
 // file 20 times in a row (ctest: batcher_repeat).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "common/clock.h"
 #include "scheduler/batch_policy.h"
 #include "scheduler/dynamic_batcher.h"
+#include "scheduler/rate_limiter.h"
 #include "scheduler/request_queue.h"
 
 namespace nereid {
@@ -371,6 +374,72 @@ TEST(DynamicBatcherTest, PreserveOrderingReleasesResponsesInArrivalOrder) {
   std::vector<std::string> order;
   for (const auto& [id, s] : f.completions.done) order.push_back(id);
   EXPECT_EQ(order, (std::vector<std::string>{"r0", "r1", "r2", "r3"}));
+}
+
+// An instance under Triton's rate limiter: it takes its turn as ModelInstance does, and each
+// execution lasts 200 ms.
+class TurnTakingExecutor : public BatchExecutor {
+ public:
+  TurnTakingExecutor(std::shared_ptr<RateLimiter::Client> claim, RecordingExecutor* record,
+                     std::atomic<int>* started)
+      : claim_(std::move(claim)), record_(record), started_(started) {}
+  bool RateLimited() const override { return true; }
+  void AcquireTurn() override {
+    claim_->Acquire();
+    held_ = true;
+  }
+  void ReturnTurn() override {
+    held_ = false;
+    claim_->Return();
+  }
+  ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {
+    if (!held_) claim_->Acquire();
+    held_ = false;
+    started_->fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ExecutionSummary summary = record_->Execute(batch);
+    claim_->Release();
+    return summary;
+  }
+
+ private:
+  std::shared_ptr<RateLimiter::Client> claim_;
+  RecordingExecutor* record_;
+  std::atomic<int>* started_;
+  bool held_ = false;
+};
+
+// Two instances that cannot run together (one resource of count 1): the idle one forms its batch
+// only when it may run, so it takes the four requests that queued while the other executed, not
+// the one there when it went idle (Triton's test_single_model_dynamic_batching).
+TEST(DynamicBatcherTest, ARateLimitedInstanceFormsItsBatchOnceItMayRun) {
+  RateLimiter limiter({{"r", 1, std::nullopt}});
+  auto first = limiter.Register({{"r", false, 1}}, 0, 1);
+  auto second = limiter.Register({{"r", false, 1}}, 0, 1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ManualClock clock;
+  RecordingExecutor record;
+  Completions completions;
+  std::atomic<int> started{0};
+  TurnTakingExecutor a(*first, &record, &started), b(*second, &record, &started);
+  DynamicBatcher batcher(BatchingConfig(4, {1, 2, 3, 4}, 0), {&a, &b}, nullptr, &clock);
+  batcher.HoldUntilQueued(4);
+  auto submit = [&](int i) {
+    auto r = MakeRequest("r" + std::to_string(i));
+    r->on_complete = completions.Callback(r->id);
+    ASSERT_TRUE(batcher.Enqueue(r).ok());
+  };
+  for (int i = 0; i < 4; ++i) submit(i);
+  for (int spins = 0; started.load() == 0 && spins < 5000; ++spins)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(started.load(), 1);
+  submit(4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the idle instance sees r4 alone
+  for (int i = 5; i < 8; ++i) submit(i);
+  completions.Wait(8);
+  batcher.Stop();
+  EXPECT_EQ(record.batches, (std::vector<std::vector<std::string>>{{"r0", "r1", "r2", "r3"},
+                                                                   {"r4", "r5", "r6", "r7"}}));
 }
 
 TEST(AdaptiveDelayTest, WaitsOnlyWhenArrivalsAreLikelyAndWithinBudget) {
