@@ -346,9 +346,7 @@ class Checker {
            "Response Cache does not currently support model " + config.name() +
                " with sequence batching scheduler. Please disable the response cache.");
     if (config.model_transaction_policy().decoupled())
-      Fail(at, "response_cache.enable",
-           "Response Cache does not currently support model " + config.name() +
-               " with 'decoupled' transaction policy. Please disable the response cache.");
+      Fail(at, "response_cache.enable", DecoupledCacheError(config.name()));
   }
 
   void CheckInstanceGroups(const inference::ModelConfig& config) {
@@ -522,6 +520,11 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
     check.Fail({{"batch_output"}}, "batch_output",
                "batch outputs (scattered by input shape)" + not_yet);
   return check.TakeErrors();
+}
+
+std::string DecoupledCacheError(const std::string& model_name) {
+  return "Response Cache does not currently support model " + model_name +
+         " with 'decoupled' transaction policy. Please disable the response cache.";
 }
 
 Status ConfigErrorsStatus(const std::vector<std::string>& errors) {

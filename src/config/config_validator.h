@@ -47,6 +47,10 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
 
 // 'errors' (as ModelConfigErrors returns them) as one InvalidArgument status, joined by "; ";
 // Ok when there are none.
+// Triton's refusal of a response cache on a decoupled model (an ensemble becomes decoupled when a
+// step is).
+std::string DecoupledCacheError(const std::string& model_name);
+
 Status ConfigErrorsStatus(const std::vector<std::string>& errors);
 
 // ModelConfigErrors as one status (ConfigErrorsStatus).

@@ -537,8 +537,7 @@ bool ModelRepository::ReachesLocked(const std::string& from, const std::string& 
   return false;
 }
 
-Status ModelRepository::PrepareEnsemble(const std::string& name,
-                                        const inference::ModelConfig& config,
+Status ModelRepository::PrepareEnsemble(const std::string& name, inference::ModelConfig& config,
                                         const std::shared_ptr<LoadAttempt>& attempt,
                                         std::vector<std::string> chain) {
   chain.push_back(name);
@@ -601,11 +600,11 @@ Status ModelRepository::PrepareEnsemble(const std::string& name,
     held.push_back(std::move(model).value());
   }
   RETURN_IF_ERROR(CheckEnsembleSteps(config, configs));
-  for (size_t i = 0; i < held.size(); ++i)
-    if (held[i]->decoupled())
-      return Unsupported("ensemble '" + name + "': step " + std::to_string(i) + "'s model '" +
-                         held[i]->name() +
-                         "' is decoupled; decoupled ensemble steps are not supported yet");
+  // A decoupled step makes the ensemble decoupled (Triton's), and then it cannot cache.
+  if (std::any_of(held.begin(), held.end(), [](const auto& m) { return m->decoupled(); })) {
+    if (config.response_cache().enable()) return InvalidArgument(DecoupledCacheError(name));
+    config.mutable_model_transaction_policy()->set_decoupled(true);
+  }
   return Status::Ok();
 }
 
@@ -627,7 +626,7 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
   }
   const inference::ModelConfig& config = plan->parsed.config;
   if (config.platform() == "ensemble")
-    if (Status s = PrepareEnsemble(name, config, attempt, std::move(chain)); !s.ok()) {
+    if (Status s = PrepareEnsemble(name, plan->parsed.config, attempt, std::move(chain)); !s.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (ModelEntry& m = models_[name]; current(m)) m.reason = s.message();
       return s;

@@ -173,8 +173,9 @@ class ModelRepository {
   StatusOr<std::string> WriteOverride(const std::string& name, const ModelFiles& files);
   // Before an ensemble loads: its steps' models, loaded first where no load of them was tried yet
   // (so loading an ensemble in explicit mode loads them too, as in Triton), then the ensemble
-  // checked against their configs. A cycle among ensembles is refused with Triton's message.
-  Status PrepareEnsemble(const std::string& name, const inference::ModelConfig& config,
+  // checked against their configs (and made decoupled when a step is). A cycle among ensembles is
+  // refused with Triton's message.
+  Status PrepareEnsemble(const std::string& name, inference::ModelConfig& config,
                          const std::shared_ptr<LoadAttempt>& attempt,
                          std::vector<std::string> chain);
   // Whether a loaded version of 'from' is an ensemble whose steps lead to 'target' (with mu_).

@@ -219,7 +219,10 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   InferenceRequest& request = *r->request;
   const bool decoupled = model_->decoupled();
   const uint64_t end = SteadyNowNs();
-  if (status.ok() && !(decoupled && r->final_sent)) status = FinishOutputs(request, *r->response);
+  // A decoupled model's completion with nothing in it is the final flag alone, not a response
+  // lacking its outputs.
+  const bool flag_only = decoupled && (r->final_sent || r->response->outputs.empty());
+  if (status.ok() && !flag_only) status = FinishOutputs(request, *r->response);
   ModelStats& stats = model_->stats();
   r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;

@@ -1,7 +1,8 @@
 #include "scheduler/ensemble_scheduler.h"
 
 #include <algorithm>
-#include <optional>
+#include <chrono>
+#include <set>
 
 #include "common/logging.h"
 #include "nereid/backend.h"
@@ -9,8 +10,9 @@
 
 namespace nereid {
 
-// An ensemble tensor of one request: a view of a client's input or of a step's output buffer,
-// kept alive by 'keep' (the client's payload, or the step's response).
+// An ensemble tensor of one request at one iteration: a view of a client's input or of a step's
+// output buffer, kept alive by 'keep' (the client's payload, or the step's response). A step that
+// left an output out writes a placeholder (data null), so that what reads it still runs.
 struct EnsembleScheduler::Tensor {
   DataType datatype = DataType::kInvalid;
   std::vector<int64_t> shape;
@@ -18,25 +20,94 @@ struct EnsembleScheduler::Tensor {
   size_t byte_size = 0;
   MemoryLocation location;
   std::shared_ptr<const void> keep;
+  bool present = false;
 };
 
-// One client request on its way through the steps.
+// One client request on its way through the steps. A decoupled step writes its outputs once per
+// response: each write is the tensor's next iteration, and a step runs once per iteration for
+// which every tensor it reads exists (Triton's rule).
 class EnsembleScheduler::Context {
  public:
   std::unique_ptr<InferenceRequest> request;
+  ResponseCallback respond;  // the client's callback (decoupled ensembles call it more than once)
   uint64_t start_ns = 0;
   std::mutex mu;
-  std::vector<std::optional<Tensor>> tensors;  // by tensor index
-  std::vector<char> needed;                    // by tensor: feeds an output the client asked for
-  // By step: tensors it still waits for; -1 once sent, or when it feeds nothing asked for.
-  std::vector<int> waiting;
-  int running = 0;  // steps sent and not answered
+  // By tensor: its values by iteration, each kept until everything that reads it has (the steps
+  // that use it and, for a requested output, the response), and the iteration its next write gets.
+  struct Entry {
+    uint32_t iteration;
+    Tensor tensor;
+    int uses;
+  };
+  std::vector<std::vector<Entry>> tensors;
+  std::vector<uint32_t> next_iteration;
+  std::vector<char> needed;  // by tensor: feeds an output the client asked for
+  std::vector<char> used;    // by step: its outputs feed one
+  int running = 0;           // step requests sent and not finally answered
+  bool final_sent = false;   // decoupled: the last response went out with the final flag
   Status error;
+  std::mutex send_mu;  // decoupled: the client's responses leave in the order they were made
+
+  const Tensor* Find(int t, uint32_t iteration) const {
+    for (const Entry& e : tensors[t])
+      if (e.iteration == iteration) return &e.tensor;
+    return nullptr;
+  }
+  // One of the value's readers is done with it.
+  void Use(int t, uint32_t iteration) {
+    auto& values = tensors[t];
+    for (auto it = values.begin(); it != values.end(); ++it)
+      if (it->iteration == iteration) {
+        if (--it->uses <= 0) values.erase(it);
+        return;
+      }
+  }
+};
+
+// Triton's max_inflight_requests: step requests of one step in flight across all of the
+// ensemble's requests. A step waits for room (back-pressure on whatever produced its inputs, a
+// decoupled step's response thread included), at most kWait, then goes anyway with an error logged.
+class EnsembleScheduler::StepLimiter {
+ public:
+  explicit StepLimiter(uint32_t limit) : limit_(limit) {}
+  void Acquire(const InferenceRequest& top, const std::string& ensemble, int step) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    // A cancelled request sets no condition variable: look again every 100 ms.
+    while (in_flight_ >= limit_ && !top.cancelled()) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        LOG_ERROR << "ensemble '" << ensemble << "' could not send step " << step << " (in flight "
+                  << in_flight_ << ", max_inflight_requests " << limit_ << ") for " << kWait.count()
+                  << " s; sending it anyway";
+        break;
+      }
+      room_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    ++in_flight_;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (in_flight_ > 0) --in_flight_;
+    }
+    room_.notify_one();
+  }
+
+ private:
+  static constexpr std::chrono::seconds kWait{300};  // Triton's
+  const uint32_t limit_;
+  std::mutex mu_;
+  std::condition_variable room_;
+  uint32_t in_flight_ = 0;
 };
 
 EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, ModelStats* stats,
                                      InferApiLink* link)
-    : name_(config.name()), max_batch_size_(config.max_batch_size()), stats_(stats), link_(link) {
+    : name_(config.name()),
+      max_batch_size_(config.max_batch_size()),
+      decoupled_(config.model_transaction_policy().decoupled()),
+      stats_(stats),
+      link_(link) {
   std::map<std::string, int> index;  // tensor name -> its index in tensors_
   auto tensor_index = [&](const std::string& name) {
     auto [it, fresh] = index.emplace(name, static_cast<int>(tensors_.size()));
@@ -65,9 +136,14 @@ EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, Model
     for (const auto& [name, t] : steps_[i].inputs)
       if (std::find(readers_[t].begin(), readers_[t].end(), i) == readers_[t].end()) {
         readers_[t].push_back(i);
-        ++steps_[i].tensors_read;
+        steps_[i].reads.push_back(t);
       }
   }
+  is_output_.assign(tensors_.size(), 0);
+  for (const auto& [name, t] : outputs_) is_output_[t] = 1;
+  if (const uint32_t limit = config.ensemble_scheduling().max_inflight_requests(); limit > 0)
+    for (size_t i = 0; i < steps_.size(); ++i)
+      limiters_.push_back(std::make_unique<StepLimiter>(limit));
 }
 
 EnsembleScheduler::~EnsembleScheduler() { Stop(); }
@@ -82,8 +158,9 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   Context& c = *context;
   c.start_ns = request->times.received_ns ? request->times.received_ns : SteadyNowNs();
   c.tensors.resize(tensors_.size());
+  c.next_iteration.assign(tensors_.size(), 0);
   c.needed.assign(tensors_.size(), 0);
-  c.waiting.assign(steps_.size(), -1);
+  c.used.assign(steps_.size(), 0);
   // The steps that lead to what the client asked for (Model::Validate has filled in every
   // output when it named none), walking back from those outputs.
   std::vector<int> todo;
@@ -95,34 +172,64 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   while (!todo.empty()) {
     const int p = producer_[todo.back()];
     todo.pop_back();
-    if (p < 0 || c.waiting[p] >= 0) continue;
+    if (p < 0 || c.used[p]) continue;
+    c.used[p] = 1;
     for (const auto& [name, t] : steps_[p].inputs)
       if (!c.needed[t]) {
         c.needed[t] = 1;
         todo.push_back(t);
       }
-    c.waiting[p] = steps_[p].tensors_read;
   }
-  std::vector<int> ready;
+  std::vector<Update> updates;
   for (const InferInput& in : request->inputs) {
     auto it = std::find_if(inputs_.begin(), inputs_.end(),
                            [&](const auto& i) { return i.first == in.name; });
     if (it == inputs_.end()) continue;  // Model::Validate refused unknown inputs
-    const int t = it->second;
-    c.tensors[t] = Tensor{in.datatype,  in.shape,    in.data,
-                          in.byte_size, in.location, in.owned ? in.owned : request->payload};
-    for (int step : readers_[t])
-      if (c.waiting[step] > 0 && --c.waiting[step] == 0) ready.push_back(step);
+    updates.push_back(Write(c, it->second,
+                            Tensor{in.datatype, in.shape, in.data, in.byte_size, in.location,
+                                   in.owned ? in.owned : request->payload, true}));
   }
+  c.respond = std::move(request->on_complete);
   c.request = std::move(request);
-  for (int step : ready) c.waiting[step] = -1;
-  c.running = static_cast<int>(ready.size());
-  for (int step : ready) Launch(context, step);
-  if (ready.empty()) Finish(context);
+  std::vector<Ready> ready;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    ReadyLocked(context, updates, &ready);
+    c.running = static_cast<int>(ready.size());
+  }
+  if (ready.empty()) {
+    Finish(context);
+    return Status::Ok();
+  }
+  Launch(ready);
   return Status::Ok();
 }
 
-void EnsembleScheduler::Launch(const std::shared_ptr<Context>& context, int index) {
+EnsembleScheduler::Update EnsembleScheduler::Write(Context& c, int t, Tensor tensor) const {
+  const uint32_t iteration = c.next_iteration[t]++;
+  int uses = is_output_[t] && c.needed[t] ? 1 : 0;  // the response
+  for (int s : readers_[t]) uses += c.used[s];
+  c.tensors[t].push_back({iteration, std::move(tensor), uses});
+  return {t, iteration};
+}
+
+void EnsembleScheduler::ReadyLocked(const std::shared_ptr<Context>& context,
+                                    const std::vector<Update>& updates, std::vector<Ready>* ready) {
+  Context& c = *context;
+  std::set<std::pair<int, uint32_t>> steps;  // (step, iteration), each once
+  for (const Update& update : updates)
+    for (int s : readers_[update.first])
+      if (c.used[s] && std::all_of(steps_[s].reads.begin(), steps_[s].reads.end(),
+                                   [&](int in) { return c.Find(in, update.second) != nullptr; }))
+        steps.emplace(s, update.second);
+  for (const auto& [s, iteration] : steps) {
+    ready->push_back({s, StepRequest(context, s, iteration)});
+    for (int t : steps_[s].reads) c.Use(t, iteration);
+  }
+}
+
+std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
+    const std::shared_ptr<Context>& context, int index, uint32_t iteration) {
   const Step& step = steps_[index];
   const InferenceRequest& top = *context->request;
   auto r = std::make_unique<InferenceRequest>();
@@ -137,30 +244,38 @@ void EnsembleScheduler::Launch(const std::shared_ptr<Context>& context, int inde
   r->flags = top.flags;
   r->correlation_id = top.correlation_id;
   r->cancel = top.cancel;
-  {
-    std::lock_guard<std::mutex> lock(context->mu);
-    for (const auto& [name, t] : step.inputs) {
-      const Tensor& tensor = *context->tensors[t];
-      InferInput in;
-      in.name = name;
-      in.datatype = tensor.datatype;
-      in.shape = tensor.shape;
-      in.Borrow(tensor.data, tensor.byte_size, tensor.location, tensor.keep);
-      r->inputs.push_back(std::move(in));
-    }
-    for (const auto& [name, t] : step.outputs)
-      if (context->needed[t]) r->outputs.emplace_back().name = name;
+  for (const auto& [name, t] : step.inputs) {
+    const Tensor& tensor = *context->Find(t, iteration);
+    if (!tensor.present) continue;  // left out upstream: the model may take it as optional
+    InferInput in;
+    in.name = name;
+    in.datatype = tensor.datatype;
+    in.shape = tensor.shape;
+    in.Borrow(tensor.data, tensor.byte_size, tensor.location, tensor.keep);
+    r->inputs.push_back(std::move(in));
   }
+  for (const auto& [name, t] : step.outputs)
+    if (context->needed[t]) r->outputs.emplace_back().name = name;
   r->times.received_ns = SteadyNowNs();
   r->on_complete = [this, context, index](std::unique_ptr<InferenceResponse> response) {
     StepDone(context, index, std::move(response));
   };
-  Status s = link_->Submit(r);
-  if (!s.ok()) {  // not taken: answered here, as if the step had failed
-    auto response = std::make_unique<InferenceResponse>();
-    response->status = std::move(s);
-    StepDone(context, index, std::move(response));
+  return r;
+}
+
+void EnsembleScheduler::Launch(std::vector<Ready>& ready) {
+  for (auto& [index, r] : ready) {
+    if (!limiters_.empty()) limiters_[index]->Acquire(*r, name_, index);
+    Status s = link_->Submit(r);
+    if (!s.ok()) {  // not taken: answered here, as if the step had failed
+      auto response = std::make_unique<InferenceResponse>();
+      response->status = std::move(s);
+      ResponseCallback done = std::move(r->on_complete);
+      r.reset();
+      done(std::move(response));
+    }
   }
+  ready.clear();
 }
 
 void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int index,
@@ -168,59 +283,91 @@ void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int in
   const Step& step = steps_[index];
   // A decoupled model answers more than once; only its final answer ends the step.
   const bool final = response->final;
-  std::vector<int> ready;
+  if (final && !limiters_.empty()) limiters_[index]->Release();
+  std::vector<Ready> ready;
+  std::unique_ptr<InferenceResponse> out;  // decoupled: a response for the client
   bool finished = false;
-  {
-    std::lock_guard<std::mutex> lock(context->mu);
-    Context& c = *context;
-    if (!response->status.ok()) {
-      if (c.error.ok())
-        c.error = Status(response->status.code(),
-                         "in ensemble '" + name_ + "', " + response->status.message());
-    } else if (c.error.ok()) {
-      std::shared_ptr<InferenceResponse> kept(std::move(response));
-      for (const auto& output : step.outputs) {
-        const std::string& name = output.first;
-        const int t = output.second;
-        if (!c.needed[t]) continue;
-        auto o = std::find_if(kept->outputs.begin(), kept->outputs.end(),
-                              [&](const InferOutput& out) { return out.name == name; });
-        if (o == kept->outputs.end()) {
-          LOG_VERBOSE(1) << "in ensemble '" << name_ << "': Composing models did not output tensor "
-                         << tensors_[t];
-          continue;
-        }
-        c.tensors[t] = Tensor{o->datatype,          o->shape,
-                              o->buffer.data(),     o->buffer.size(),
-                              o->buffer.location(), std::shared_ptr<const void>(kept, o->bytes())};
-        for (int reader : readers_[t])
-          if (c.waiting[reader] > 0 && --c.waiting[reader] == 0) ready.push_back(reader);
-      }
+  std::unique_lock<std::mutex> lock(context->mu);
+  Context& c = *context;
+  if (!response->status.ok()) {
+    if (c.error.ok())
+      c.error = Status(response->status.code(),
+                       "in ensemble '" + name_ + "', " + response->status.message());
+  } else if (c.error.ok() && !response->empty_final) {
+    std::shared_ptr<InferenceResponse> kept(std::move(response));
+    std::vector<Update> updates;
+    for (const auto& output : step.outputs) {
+      const int t = output.second;
+      if (!c.needed[t]) continue;
+      auto o = std::find_if(kept->outputs.begin(), kept->outputs.end(),
+                            [&](const InferOutput& x) { return x.name == output.first; });
+      Tensor tensor;  // a placeholder unless the step wrote it
+      if (o != kept->outputs.end())
+        tensor = Tensor{o->datatype,
+                        o->shape,
+                        o->buffer.data(),
+                        o->buffer.size(),
+                        o->buffer.location(),
+                        std::shared_ptr<const void>(kept, o->bytes()),
+                        true};
+      updates.push_back(Write(c, t, std::move(tensor)));
     }
-    if (final) --c.running;
-    if (!c.error.ok()) ready.clear();
-    for (int step_index : ready) c.waiting[step_index] = -1;
-    c.running += static_cast<int>(ready.size());
-    finished = c.running == 0 && final;
+    ReadyLocked(context, updates, &ready);
+    if (decoupled_) out = DecoupledResponseLocked(c, updates);
   }
-  for (int step_index : ready) Launch(context, step_index);
+  if (final) --c.running;
+  if (!c.error.ok()) ready.clear();
+  c.running += static_cast<int>(ready.size());
+  finished = c.running == 0;
+  if (decoupled_ && (out || finished)) {
+    // Sent in order: the lock on sending is taken before the context's is let go.
+    std::unique_lock<std::mutex> sending(c.send_mu);
+    lock.unlock();
+    if (out) {
+      out->final = c.final_sent = finished && c.error.ok();
+      c.respond(std::move(out));
+    }
+    sending.unlock();
+  } else {
+    lock.unlock();
+  }
+  Launch(ready);
   if (finished) Finish(context);
 }
 
-void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
-  Context& c = *context;
-  std::unique_ptr<InferenceRequest> request = std::move(c.request);
-  Status error = c.error;
-  if (error.ok() && std::any_of(c.waiting.begin(), c.waiting.end(), [](int w) { return w > 0; }))
-    error = InvalidArgument("in ensemble '" + name_ +
-                            "', unexpected deadlock, at least one output is not set while no "
-                            "more ensemble steps can be made");
-  auto response = std::make_unique<InferenceResponse>();
-  for (const RequestedOutput& wanted : request->outputs) {
-    if (!error.ok()) break;
+std::unique_ptr<InferenceResponse> EnsembleScheduler::DecoupledResponseLocked(
+    Context& c, const std::vector<Update>& updates) {
+  // A response goes out when the update completes an iteration of every requested output.
+  for (const Update& update : updates) {
+    const int t = update.first;
+    const uint32_t iteration = update.second;
+    if (!c.needed[t] || !is_output_[t]) continue;
+    const auto& wanted = c.request->outputs;
+    if (!std::all_of(wanted.begin(), wanted.end(),
+                     [&](const auto& w) { return c.Find(outputs_.at(w.name), iteration); }))
+      continue;
+    auto response = std::make_unique<InferenceResponse>();
+    if (Status s = FillOutputs(c, iteration, *response); !s.ok()) {
+      c.error = s;
+      return nullptr;
+    }
+    for (const auto& w : wanted) c.Use(outputs_.at(w.name), iteration);
+    return response;
+  }
+  return nullptr;
+}
+
+Status EnsembleScheduler::FillOutputs(Context& c, uint32_t iteration,
+                                      InferenceResponse& response) const {
+  const InferenceRequest& request = *c.request;
+  for (const RequestedOutput& wanted : request.outputs) {
     const int t = outputs_.at(wanted.name);
-    if (!c.tensors[t]) continue;  // a step left it out: the response lacks it (Triton's)
-    const Tensor& tensor = *c.tensors[t];
+    const Tensor& tensor = *c.Find(t, iteration);
+    if (!tensor.present) {  // a step left it out: the response lacks it (Triton's)
+      LOG_VERBOSE(1) << "in ensemble '" << name_ << "': Composing models did not output tensor "
+                     << tensors_[t];
+      continue;
+    }
     InferOutput out;
     out.name = wanted.name;
     out.datatype = tensor.datatype;
@@ -229,48 +376,83 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
     out.buffer =
         Buffer(const_cast<uint8_t*>(tensor.data), tensor.byte_size, tensor.location, tensor.keep);
     if (wanted.has_destination) {
-      if (error = CheckOutputRegion(wanted, wanted.name, tensor.byte_size); !error.ok()) break;
+      RETURN_IF_ERROR(CheckOutputRegion(wanted, wanted.name, tensor.byte_size));
       Buffer region(wanted.destination.data(), tensor.byte_size, wanted.destination.location(),
                     wanted.destination.owner());
-      error = CopyIntoRegion(region, tensor.data, tensor.byte_size);
+      RETURN_IF_ERROR(CopyIntoRegion(region, tensor.data, tensor.byte_size));
       out.buffer = region;
       out.in_shared_memory = true;
     }
-    response->outputs.push_back(std::move(out));
+    response.outputs.push_back(std::move(out));
   }
+  // Every ensemble response carries the request's sequence id and flags (Triton's).
+  auto parameter = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
+    RequestParameter& p = response.parameters.emplace_back();
+    p.name = name;
+    p.type = type;
+    return p;
+  };
+  if (request.correlation_id.is_text)
+    parameter("sequence_id", RequestParameter::Type::kString).string_value =
+        request.correlation_id.text;
+  else
+    parameter("sequence_id", RequestParameter::Type::kInt64).int_value =
+        static_cast<int64_t>(request.correlation_id.number);
+  parameter("sequence_start", RequestParameter::Type::kBool).bool_value =
+      (request.flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
+  parameter("sequence_end", RequestParameter::Type::kBool).bool_value =
+      (request.flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
+  response.model_name = request.model_name;
+  response.model_version = request.model_version;
+  response.id = request.id;
+  return Status::Ok();
+}
+
+void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
+  Context& c = *context;
+  std::unique_ptr<InferenceResponse> response;
+  Status error;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    error = c.error;
+    if (error.ok() && !decoupled_) {
+      // Every requested output must exist by now; otherwise no step was left that could write it.
+      const auto& wanted = c.request->outputs;
+      if (!std::all_of(wanted.begin(), wanted.end(),
+                       [&](const auto& w) { return c.Find(outputs_.at(w.name), 0); }))
+        error = InvalidArgument("in ensemble '" + name_ +
+                                "', unexpected deadlock, at least one output is not set while no "
+                                "more ensemble steps can be made");
+      else
+        response = std::make_unique<InferenceResponse>();
+      if (response) error = FillOutputs(c, 0, *response);
+    }
+  }
+  std::unique_ptr<InferenceRequest> request = std::move(c.request);
+  request->on_complete = std::move(c.respond);
   const uint64_t now = SteadyNowNs();
   const uint64_t elapsed = now > c.start_ns ? now - c.start_ns : 0;
   if (!error.ok()) {
     stats_->RecordFailure(FailureReason::kBackend, elapsed);
+    std::lock_guard<std::mutex> sending(c.send_mu);
     CompleteWithError(std::move(request), std::move(error));
   } else {
-    // Every ensemble response carries the request's sequence id and flags (Triton's).
-    auto parameter = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
-      RequestParameter& p = response->parameters.emplace_back();
-      p.name = name;
-      p.type = type;
-      return p;
-    };
-    if (request->correlation_id.is_text)
-      parameter("sequence_id", RequestParameter::Type::kString).string_value =
-          request->correlation_id.text;
-    else
-      parameter("sequence_id", RequestParameter::Type::kInt64).int_value =
-          static_cast<int64_t>(request->correlation_id.number);
-    parameter("sequence_start", RequestParameter::Type::kBool).bool_value =
-        (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
-    parameter("sequence_end", RequestParameter::Type::kBool).bool_value =
-        (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
-    response->model_name = request->model_name;
-    response->model_version = request->model_version;
-    response->id = request->id;
     // An ensemble request is one execution of its batch size (Triton does not batch them).
     const int64_t rows = max_batch_size_ > 0 ? request->batch_size : 1;
     stats_->RecordExecution(rows, 0, elapsed, 0);
     stats_->RecordSuccess(rows, elapsed, 0, 0, elapsed, 0, UnixNowMs());
+    if (decoupled_ && !c.final_sent) {
+      // The last step's answer carried no response of the ensemble's: the flag alone ends it.
+      response = std::make_unique<InferenceResponse>();
+      response->model_name = request->model_name;
+      response->model_version = request->model_version;
+      response->id = request->id;
+      response->empty_final = true;
+    }
     ResponseCallback callback = std::move(request->on_complete);
     request.reset();
-    if (callback) callback(std::move(response));
+    std::lock_guard<std::mutex> sending(c.send_mu);
+    if (callback && response) callback(std::move(response));
   }
   Release();
 }

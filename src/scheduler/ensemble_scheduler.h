@@ -4,7 +4,10 @@
 // tensor it reads exists; steps that feed nothing the client asked for are never sent. Tensors
 // pass between steps by reference (a step's output buffer is the next step's input, no copy).
 // The ensemble answers once no step is left to run: its requested outputs, or the first step's
-// error as "in ensemble 'E', <error>".
+// error as "in ensemble 'E', <error>". With a decoupled step the ensemble is decoupled: each of
+// that step's responses is a new iteration of its outputs, the steps after it run per iteration,
+// and the ensemble answers per iteration, then with the final flag (Triton's rule).
+// max_inflight_requests bounds each step's requests in flight.
 #pragma once
 
 #include <condition_variable>
@@ -39,29 +42,54 @@ class EnsembleScheduler final : public Scheduler {
     int64_t version = -1;
     std::vector<std::pair<std::string, int>> inputs;   // model input -> tensor index
     std::vector<std::pair<std::string, int>> outputs;  // model output -> tensor index
-    int tensors_read = 0;  // distinct tensors among 'inputs' (one may feed two model inputs)
+    std::vector<int> reads;  // distinct tensors among 'inputs' (one may feed two model inputs)
   };
   struct Tensor;
   class Context;
+  class StepLimiter;
+  using Update = std::pair<int, uint32_t>;  // a tensor and the iteration just written
+  struct Ready {
+    int step;
+    std::unique_ptr<InferenceRequest> request;
+  };
 
-  // Sends step 'index' of 'context' (not under any lock: a step may complete at once).
-  void Launch(const std::shared_ptr<Context>& context, int index);
+  // Records a value of tensor 't' (with the context's lock): the tensor's next iteration.
+  Update Write(Context& c, int t, Tensor tensor) const;
+  // The step requests that 'updates' make ready: each step whose tensors all exist at an updated
+  // iteration, once per iteration (with the context's lock).
+  void ReadyLocked(const std::shared_ptr<Context>& context, const std::vector<Update>& updates,
+                   std::vector<Ready>* ready);
+  std::unique_ptr<InferenceRequest> StepRequest(const std::shared_ptr<Context>& context, int index,
+                                                uint32_t iteration);
+  // Sends them (not under any lock: a step may complete at once), each after its step's
+  // max_inflight_requests has room.
+  void Launch(std::vector<Ready>& ready);
   void StepDone(const std::shared_ptr<Context>& context, int index,
                 std::unique_ptr<InferenceResponse> response);
-  // Answers the client once nothing is left to run (with the context's lock released).
+  // Decoupled ensembles: the response that 'updates' complete (every requested output written
+  // at one iteration), if any (with the context's lock).
+  std::unique_ptr<InferenceResponse> DecoupledResponseLocked(Context& c,
+                                                             const std::vector<Update>& updates);
+  // The requested outputs at 'iteration', Triton's sequence parameters, the model's name.
+  Status FillOutputs(Context& c, uint32_t iteration, InferenceResponse& response) const;
+  // Once nothing is left to run: the response (the error, or the final flag of a decoupled one)
+  // and the statistics.
   void Finish(const std::shared_ptr<Context>& context);
   void Release();
 
   std::string name_;
   int64_t max_batch_size_ = 0;
+  bool decoupled_ = false;  // a step is decoupled: the ensemble answers once per iteration
   ModelStats* stats_;
   InferApiLink* link_;
   std::vector<std::string> tensors_;  // by index
   std::vector<Step> steps_;
-  std::vector<int> producer_;                        // by tensor: the step writing it, or -1
-  std::vector<std::vector<int>> readers_;            // by tensor: the steps reading it
-  std::vector<std::pair<std::string, int>> inputs_;  // ensemble input -> tensor
-  std::map<std::string, int> outputs_;               // ensemble output -> tensor
+  std::vector<int> producer_;                           // by tensor: the step writing it, or -1
+  std::vector<std::vector<int>> readers_;               // by tensor: the steps reading it
+  std::vector<std::pair<std::string, int>> inputs_;     // ensemble input -> tensor
+  std::map<std::string, int> outputs_;                  // ensemble output -> tensor
+  std::vector<char> is_output_;                         // by tensor
+  std::vector<std::unique_ptr<StepLimiter>> limiters_;  // by step, with max_inflight_requests
 
   mutable std::mutex mu_;
   std::condition_variable idle_;
