@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -100,6 +101,19 @@ void CountCopy(CopyKind kind, size_t bytes) {
   CopySlot& slot = MySlot();
   slot.counts[base].fetch_add(bytes, std::memory_order_relaxed);
   slot.counts[base + 1].fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+std::atomic<uint64_t> g_handoff[2];  // host, device
+}  // namespace
+
+void CountHandoff(bool device, size_t bytes) {
+  g_handoff[device ? 1 : 0].fetch_add(bytes, std::memory_order_relaxed);
+}
+
+HandoffCounts HandoffCountsNow() {
+  return {g_handoff[0].load(std::memory_order_relaxed),
+          g_handoff[1].load(std::memory_order_relaxed)};
 }
 
 CopyCounts CopyCountsNow() {

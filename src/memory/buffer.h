@@ -78,6 +78,12 @@ struct CopyCounts {
   uint64_t input_bytes = 0, input_copies = 0, output_bytes = 0, output_copies = 0;
 };
 CopyCounts CopyCountsNow();
+// Ensemble hand-offs: bytes one step's output passed to the next step, by where they were.
+void CountHandoff(bool device, size_t bytes);
+struct HandoffCounts {
+  uint64_t host_bytes = 0, device_bytes = 0;
+};
+HandoffCounts HandoffCountsNow();
 
 // Copies 'size' host bytes into 'region' (host memory, or a CUDA device's through the driver),
 // counted as an output copy. 'region' holds at least 'size' bytes.

@@ -144,6 +144,12 @@ std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool
   Family(out, "nereid_tensor_copies", "counter", "Tensor copies made by the server");
   out << "nereid_tensor_copies{direction=\"input\"} " << copies.input_copies << "\n";
   out << "nereid_tensor_copies{direction=\"output\"} " << copies.output_copies << "\n";
+  const HandoffCounts handoff = HandoffCountsNow();
+  Family(out, "nereid_ensemble_handoff_bytes", "counter",
+         "Bytes of ensemble step outputs passed to the next step, by where they were (device: "
+         "left in GPU memory for a GPU step)");
+  out << "nereid_ensemble_handoff_bytes{memory=\"host\"} " << handoff.host_bytes << "\n";
+  out << "nereid_ensemble_handoff_bytes{memory=\"device\"} " << handoff.device_bytes << "\n";
   if (gpu) RenderGpuMetrics(out);
   CustomMetrics::Get().Render(out);  // families the backends registered (Python's pb_utils metrics)
   return out.str();

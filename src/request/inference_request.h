@@ -50,6 +50,9 @@ struct RequestedOutput {
   // Shared-memory extension: the output is written here instead of the response body.
   Buffer destination;
   bool has_destination = false;
+  // Whoever reads this output takes device memory (an ensemble step feeding another model, never
+  // a client): a backend that prefers GPU memory for it gets GPU memory, and it stays there.
+  bool device_ok = false;
 };
 
 // Whether 'byte_size' bytes of output 'name' fit the client's region of 'wanted' (Triton's

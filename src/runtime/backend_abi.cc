@@ -270,11 +270,14 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
     }
   } else {
     // Outputs go to clients: device memory only into a CUDA region, else host memory (pinned when
-    // the backend asks for device memory, so its copy back is fast).
+    // the backend asks for device memory, so its copy back is fast). An output the next ensemble
+    // step reads stays on the device the backend asked for.
+    const bool on_device = preferred == NEREID_MEMORY_GPU && wanted != nullptr && wanted->device_ok;
     const NereidMemoryType where =
-        preferred == NEREID_MEMORY_GPU ? NEREID_MEMORY_CPU_PINNED : preferred;
+        preferred == NEREID_MEMORY_GPU && !on_device ? NEREID_MEMORY_CPU_PINNED : preferred;
+    const int64_t device = on_device ? std::max<int64_t>(preferred_device_id, 0) : 0;
     auto allocated = nereid::DefaultAllocator().Allocate(
-        byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(where), 0});
+        byte_size, nereid::MemoryLocation{static_cast<nereid::MemoryType>(where), device});
     if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
     out.buffer = std::move(allocated).value();
   }

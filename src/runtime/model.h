@@ -89,11 +89,12 @@ class Model {
   const std::shared_ptr<InferApiLink>& infer_link() const { return infer_link_; }
   void SetInferLink(std::shared_ptr<InferApiLink> link) { infer_link_ = std::move(link); }
   bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
-  // Every instance is a KIND_GPU instance (device inputs can then go to the backend as they are).
-  bool all_instances_gpu() const {
+  // Device inputs go to the backend as they are only where it reads device memory: the native
+  // engine with every instance a KIND_GPU one. Other models get them copied to the host first.
+  bool reads_device_inputs() const {
     for (const auto& group : config_.instance_group())
       if (group.kind() != inference::ModelInstanceGroup::KIND_GPU) return false;
-    return config_.instance_group_size() > 0;
+    return config_.instance_group_size() > 0 && config_.backend() == "native";
   }
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }

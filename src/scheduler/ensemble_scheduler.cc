@@ -247,6 +247,7 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
   for (const auto& [name, t] : step.inputs) {
     const Tensor& tensor = *context->Find(t, iteration);
     if (!tensor.present) continue;  // left out upstream: the model may take it as optional
+    if (producer_[t] >= 0) CountHandoff(tensor.location.type == MemoryType::kGpu, tensor.byte_size);
     InferInput in;
     in.name = name;
     in.datatype = tensor.datatype;
@@ -255,7 +256,11 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
     r->inputs.push_back(std::move(in));
   }
   for (const auto& [name, t] : step.outputs)
-    if (context->needed[t]) r->outputs.emplace_back().name = name;
+    if (context->needed[t]) {
+      RequestedOutput& out = r->outputs.emplace_back();
+      out.name = name;
+      out.device_ok = !is_output_[t];  // read by steps only: it may stay on a GPU
+    }
   r->times.received_ns = SteadyNowNs();
   r->on_complete = [this, context, index](std::unique_ptr<InferenceResponse> response) {
     StepDone(context, index, std::move(response));

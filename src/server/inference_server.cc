@@ -185,9 +185,9 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
           if (deliver) deliver(std::move(response));
         };
   }
-  // Inputs in a client's CUDA region reach GPU instances as device memory; a model with CPU
-  // instances gets them copied to the host first (counted).
-  if (!model->all_instances_gpu())
+  // Device inputs (a client's CUDA region, an ensemble step's output) reach the native engine's
+  // GPU instances as device memory; other models get them copied to the host first (counted).
+  if (!model->reads_device_inputs())
     for (InferInput& in : request->inputs) {
       if (in.location.type != MemoryType::kGpu) continue;
       std::vector<uint8_t> host(in.byte_size);

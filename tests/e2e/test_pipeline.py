@@ -2,7 +2,10 @@
 (uint8 pixels -> scaled float features) feeding recommend_model on KIND_GPU where there is a GPU
 (scripts/gpu_device_run.sh runs this file on the device), on KIND_CPU everywhere (CI). Over HTTP
 and gRPC, against a float64 reference; the server's tensor copies per request are printed and
-bounded (no step output is copied: only the frontend may copy client input bytes, once)."""
+bounded (no step output is copied: only the frontend may copy client input bytes, once). Then two
+native steps back to back (recommend_model -> Relu): on KIND_GPU the scores stay in device memory
+between them (nereid_ensemble_handoff_bytes{memory="device"}), on KIND_CPU they pass in host
+memory."""
 import os
 import re
 import shutil
@@ -55,6 +58,41 @@ ensemble_scheduling {{ step [
 
 KINDS = ["cpu"] + (["gpu"] if GPUS else [])
 
+RELU_CONFIG = '''name: "relu_{kind}"
+backend: "native"
+max_batch_size: 32
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
+instance_group [ {{ kind: KIND_{upper}, count: 1 }} ]
+'''
+
+TWO_NATIVE = '''name: "scores_relu_{kind}"
+platform: "ensemble"
+max_batch_size: 32
+input [ {{ name: "FEATURES" data_type: TYPE_FP32 dims: [ 1024 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "{model}" model_version: -1
+     input_map {{ key: "input__0" value: "FEATURES" }} output_map {{ key: "output__0" value: "scores" }} }},
+  {{ model_name: "relu_{kind}" model_version: -1
+     input_map {{ key: "X" value: "scores" }} output_map {{ key: "Y" value: "OUT" }} }}
+] }}
+'''
+
+
+def write_relu(repo, kind):
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["X"], ["Y"])], "relu",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 1000])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1000])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    os.makedirs(os.path.join(repo, f"relu_{kind}", "1"))
+    onnx.save(model, os.path.join(repo, f"relu_{kind}", "1", "model.onnx"))
+    with open(os.path.join(repo, f"relu_{kind}", "config.pbtxt"), "w") as f:
+        f.write(RELU_CONFIG.format(kind=kind, upper=kind.upper()))
+
 
 @pytest.fixture(scope="module")
 def pipeline_server(tmp_path_factory):
@@ -68,13 +106,17 @@ def pipeline_server(tmp_path_factory):
         os.makedirs(os.path.join(repo, f"pipeline_{kind}", "1"))
         with open(os.path.join(repo, f"pipeline_{kind}", "config.pbtxt"), "w") as f:
             f.write(PIPELINE.format(name=f"pipeline_{kind}", model=model))
+        write_relu(repo, kind)
+        os.makedirs(os.path.join(repo, f"scores_relu_{kind}", "1"))
+        with open(os.path.join(repo, f"scores_relu_{kind}", "config.pbtxt"), "w") as f:
+            f.write(TWO_NATIVE.format(kind=kind, model=model))
     # The reference reads the ONNX file from a directory of its own; a machine without a GPU
     # serves only what it can load.
     reference = str(tmp_path_factory.mktemp("reference"))
     shutil.copytree(os.path.join(repo, "recommend_model"), os.path.join(reference, "recommend_model"))
     if not GPUS:
         for name in os.listdir(repo):
-            if name not in ("scale", "recommend_cpu", "pipeline_cpu"):
+            if name not in ("scale", "recommend_cpu", "pipeline_cpu", "relu_cpu", "scores_relu_cpu"):
                 shutil.rmtree(os.path.join(repo, name))
     s = Server(repo, env={"NEREID_PYTHON": sys.executable})
     s.reference = reference
@@ -82,10 +124,13 @@ def pipeline_server(tmp_path_factory):
     assert s.stop() == 0, s.read_log()
 
 
-def copies(server):
+def copies(server, family="nereid_tensor_copy_bytes", label="direction"):
     text = urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
-    return {d: int(v) for d, v in
-            re.findall(r'^nereid_tensor_copy_bytes\{direction="(\w+)"\} (\d+)$', text, re.M)}
+    return {d: int(v) for d, v in re.findall(rf'^{family}\{{{label}="(\w+)"\}} (\d+)$', text, re.M)}
+
+
+def handoffs(server):
+    return copies(server, "nereid_ensemble_handoff_bytes", "memory")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -115,3 +160,28 @@ def test_a_cpu_python_step_feeds_the_model(pipeline_server, kind, protocol):
         stats = {"model_stats": [{"inference_stats": {"success": {"count": s.inference_stats.success.count}}}
                                  for s in stats.model_stats]}
     assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_native_steps_hand_off_where_they_run(pipeline_server, kind):
+    client = httpclient.InferenceServerClient(pipeline_server.url)
+    rng = np.random.default_rng(11)
+    features = rng.random((8, 1024), dtype=np.float32)
+    i = httpclient.InferInput("FEATURES", list(features.shape), "FP32")
+    i.set_data_from_numpy(features)
+    client.infer(f"scores_relu_{kind}", [i])  # warm
+    before, copied = handoffs(pipeline_server), copies(pipeline_server)
+    out = client.infer(f"scores_relu_{kind}", [i]).as_numpy("OUT")
+    after, copied_after = handoffs(pipeline_server), copies(pipeline_server)
+    reference = np.maximum(recommend_reference(pipeline_server.reference, features.astype(np.float64)), 0)
+    error = np.abs(out - reference).max()
+    moved = {m: after[m] - before[m] for m in ("host", "device")}
+    print(f"scores_relu_{kind}: max abs diff {error:.2e}; hand-off per request {moved}; server "
+          f"input copies {copied_after['input'] - copied['input']} B")
+    assert error <= TOLERANCE["tf32" if kind == "gpu" else "fp32"] * 10
+    scores_bytes = 8 * 1000 * 4
+    # On the GPU the scores stay in device memory; on the CPU they pass in host memory. Either
+    # way the server copies none of them (only the client's bytes, at most once).
+    assert moved == ({"host": 0, "device": scores_bytes} if kind == "gpu"
+                     else {"host": scores_bytes, "device": 0})
+    assert copied_after["input"] - copied["input"] <= features.nbytes
