@@ -1,6 +1,7 @@
 #include "repository/model_repository.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/hash.h"
 #include "common/logging.h"
 #include "config/config_validator.h"
 #include "config/ensemble_config.h"
@@ -21,6 +23,29 @@ namespace nereid {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Triton's names of status codes, as its load errors show them.
+const char* CodeName(Status::Code code) {
+  switch (code) {
+    case Status::Code::kOk:
+      return "OK";
+    case Status::Code::kInvalidArgument:
+      return "Invalid argument";
+    case Status::Code::kNotFound:
+      return "Not found";
+    case Status::Code::kUnavailable:
+      return "Unavailable";
+    case Status::Code::kUnsupported:
+      return "Unsupported";
+    case Status::Code::kInternal:
+      return "Internal";
+    case Status::Code::kAlreadyExists:
+      return "Already exists";
+    case Status::Code::kCancelled:
+      return "Cancelled";
+  }
+  return "Unknown";
+}
 
 std::vector<int64_t> VersionsOnDisk(const std::string& model_dir) {
   std::vector<int64_t> versions;
@@ -234,11 +259,38 @@ Status CheckModelName(const std::string& name) {
   return Status::Ok();
 }
 
+uint64_t ModelRepository::Fingerprint(const std::string& directory) {
+  // A hash of (path, size, mtime) of every file, in a sorted order so that it does not depend on
+  // the order the file system lists them in.
+  std::vector<std::string> entries;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(directory, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator() && entries.size() < kMaxFiles;
+       it.increment(ec)) {
+    struct stat st {};
+    if (::stat(it->path().c_str(), &st) != 0) continue;
+    entries.push_back(fs::relative(it->path(), directory, ec).string() + '\0' +
+                      std::to_string(st.st_size) + '\0' + std::to_string(st.st_mtim.tv_sec) + '.' +
+                      std::to_string(st.st_mtim.tv_nsec) + (S_ISDIR(st.st_mode) ? "/" : ""));
+  }
+  std::sort(entries.begin(), entries.end());
+  Hasher64 h(0x706f6c6c2d763131ULL);
+  for (const std::string& e : entries) h.Add(e);  // each string's length is hashed too
+  return h.Finish();
+}
+
 StatusOr<std::string> ModelRepository::FindModelDir(const std::string& name) const {
   RETURN_IF_ERROR(CheckModelName(name));
   std::vector<std::string> found;
-  for (const auto& path : options_.paths)
-    if (fs::is_directory(fs::path(path) / name)) found.push_back((fs::path(path) / name).string());
+  for (const auto& path : options_.paths) {
+    const fs::path dir = fs::path(path) / name;
+    std::error_code ec;
+    // One repository named twice (Triton's test_config_override does) is one place.
+    const bool again = std::any_of(found.begin(), found.end(), [&](const std::string& f) {
+      return fs::equivalent(f, dir, ec);
+    });
+    if (fs::is_directory(dir) && !again) found.push_back(dir.string());
+  }
   if (found.empty()) return NotFound("model '" + name + "' is not in any model repository");
   if (found.size() > 1)
     return InvalidArgument("model '" + name +
@@ -341,8 +393,25 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
                              "', failed to poll from model repository: files were given without "
                              "the 'config' parameter");
     ASSIGN_OR_RETURN(override_dir, WriteOverride(name, files));
-  } else {
-    RETURN_IF_ERROR(FindModelDir(name).status());
+  }
+  uint64_t fingerprint = 0;  // of the directory a load without file overrides reads
+  if (files.empty()) {
+    auto dir = FindModelDir(name);
+    if (!dir.ok())
+      return Status(dir.status().code(),
+                    "failed to load '" + name +
+                        "', failed to poll from model repository: " + dir.status().message());
+    fingerprint = Fingerprint(*dir);
+    // Triton's rule: a load with no config of a model serving from an unchanged directory keeps
+    // what serves (and the config a previous load gave it).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = models_.find(name);
+        config_json.empty() && it != models_.end() && it->second.fingerprint == fingerprint &&
+        std::any_of(it->second.versions.begin(), it->second.versions.end(),
+                    [](const auto& v) { return v.second.model; })) {
+      LOG_INFO << "'" << name << "' is loaded and its directory has not changed: not reloaded";
+      return Status::Ok();
+    }
   }
   auto attempt = std::make_shared<LoadAttempt>();
   uint64_t generation = 0;
@@ -361,11 +430,16 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
     Status status;
   };
   auto outcome = std::make_shared<Outcome>();
-  Background([this, name, config_json, generation, attempt, outcome, override_dir] {
+  Background([this, name, config_json, generation, attempt, outcome, override_dir, fingerprint] {
     Status s = LoadModel(name, config_json, generation, attempt, {}, override_dir);
     {
       std::lock_guard<std::mutex> lock(mu_);
       loading_.erase(attempt);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ModelEntry& m = models_[name];
+      if (m.generation == generation) m.fingerprint = s.ok() ? fingerprint : 0;
     }
     std::lock_guard<std::mutex> lock(outcome->mu);
     outcome->status = std::move(s);
@@ -374,8 +448,12 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   });
   {
     std::unique_lock<std::mutex> lock(outcome->mu);
-    if (outcome->cv.wait_for(lock, options_.load_timeout, [&] { return outcome->done; }))
-      return outcome->status;
+    if (outcome->cv.wait_for(lock, options_.load_timeout, [&] { return outcome->done; })) {
+      const Status& s = outcome->status;
+      // Triton's form of a load that ran and failed.
+      if (s.ok() || s.message().starts_with("failed to load")) return s;
+      return Status(s.code(), "load failed for model '" + name + "': " + s.message());
+    }
   }
   const std::string reason =
       "failed to load '" + name + "': the load did not finish within " +
@@ -561,7 +639,12 @@ Status ModelRepository::PrepareEnsemble(const std::string& name, inference::Mode
     {
       std::lock_guard<std::mutex> lock(mu_);
       ModelEntry& m = models_[dep];
-      if (m.generation == 0) generation = ++m.generation;
+      // Never tried, or unloaded since (Triton loads an ensemble's unloaded steps again).
+      const bool unloaded = !m.versions.empty() &&
+                            std::all_of(m.versions.begin(), m.versions.end(), [](const auto& v) {
+                              return !v.second.model && v.second.reason == "unloaded";
+                            });
+      if (m.generation == 0 || unloaded) generation = ++m.generation;
     }
     if (generation > 0) {
       LOG_INFO << "loading '" << dep << "', a step of ensemble '" << name << "'";
@@ -639,6 +722,7 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
 
   std::map<int64_t, VersionEntry> loaded;
   std::string first_error;
+  std::string version_errors;  // Triton's words for each version that failed
   for (int64_t v : versions) {
     auto model = CreateVersion(name, v, *plan, attempt);
     VersionEntry entry;
@@ -650,6 +734,9 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
       entry.state = "UNAVAILABLE";
       entry.reason = model.status().message();
       if (first_error.empty()) first_error = entry.reason;
+      version_errors += "version " + std::to_string(v) +
+                        " is at UNAVAILABLE state: " + CodeName(model.status().code()) + ": " +
+                        entry.reason + ";";
       LOG_ERROR << "failed to load '" << name << "' version " << v << ": " << entry.reason;
     }
     loaded[v] = std::move(entry);
@@ -683,7 +770,7 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
     return Unavailable("the load of '" + name +
                        "' was overtaken (timed out, or a later load or "
                        "unload began); what it built is stopped");
-  if (!first_error.empty()) return InvalidArgument(first_error);
+  if (!first_error.empty()) return InvalidArgument(version_errors);
   return Status::Ok();
 }
 
@@ -755,19 +842,32 @@ std::shared_ptr<std::atomic<bool>> ModelRepository::Retire(
   return done;
 }
 
-Status ModelRepository::Unload(const std::string& name) {
+Status ModelRepository::Unload(const std::string& name, bool dependents) {
   RETURN_IF_ERROR(CheckModelName(name));
   std::vector<std::shared_ptr<Model>> retired;
+  std::vector<std::string> steps;  // with 'dependents': the models an ensemble's steps name
+  std::vector<std::string> users;  // loaded ensembles that name this model in a step
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
-    if (it == models_.end()) {
-      if (!FindModelDir(name).ok())
-        return NotFound("failed to unload '" + name + "': model not found");
-      return Status::Ok();  // present on disk but not loaded: nothing to do, as in Triton
-    }
+    // Not loaded (or not anywhere): nothing to do, as in Triton.
+    if (it == models_.end()) return Status::Ok();
     ++it->second.generation;  // a load still running discards what it builds
+    it->second.fingerprint = 0;
+    // Ensembles whose steps name this model go with it (Triton unloads them too).
+    for (const auto& [other, entry] : models_)
+      for (const auto& [v, version] : entry.versions) {
+        if (!version.model || version.model->config().platform() != "ensemble") continue;
+        const auto deps = EnsembleDependencies(version.model->config());
+        if (std::find(deps.begin(), deps.end(), name) != deps.end() &&
+            std::find(users.begin(), users.end(), other) == users.end())
+          users.push_back(other);
+      }
     for (auto& [v, entry] : it->second.versions) {
+      if (entry.model && dependents)
+        for (std::string& dep : EnsembleDependencies(entry.model->config()))
+          if (std::find(steps.begin(), steps.end(), dep) == steps.end())
+            steps.push_back(std::move(dep));
       if (entry.model) retired.push_back(entry.model);
       entry.model.reset();
       entry.state = "UNAVAILABLE";
@@ -787,6 +887,12 @@ Status ModelRepository::Unload(const std::string& name) {
                 << std::chrono::duration_cast<std::chrono::seconds>(options_.unload_timeout).count()
                 << " s, --model-unload-timeout-secs, then it is aborted)";
   }
+  // Ensembles cannot form cycles (PrepareEnsemble refuses them), so these end.
+  for (const std::string& user : users) {
+    LOG_INFO << "unloading ensemble '" << user << "': its step model '" << name << "' was unloaded";
+    RETURN_IF_ERROR(Unload(user));
+  }
+  for (const std::string& step : steps) RETURN_IF_ERROR(Unload(step, /*dependents=*/true));
   return Status::Ok();
 }
 

@@ -103,7 +103,14 @@ class ModelRepository {
   static constexpr size_t kMaxOverrideFiles = 4096;
   // Takes the model out of service at once; answers when it has stopped, or after kUnloadWait
   // while it goes on stopping in the background (bounded by unload_timeout, then aborted).
-  Status Unload(const std::string& name);
+  // A model directory's fingerprint: a hash of every file's relative path, size and modification
+  // time below it (at most kMaxFiles files; the rest are not looked at). Poll mode compares them,
+  // and a load without overrides of a model loaded from an unchanged directory is not redone.
+  static uint64_t Fingerprint(const std::string& directory);
+  static constexpr size_t kMaxFiles = 10000;
+  // With 'dependents' (Triton's unload_dependents), an ensemble's step models are unloaded after
+  // it, and theirs after them.
+  Status Unload(const std::string& name, bool dependents = false);
   static constexpr std::chrono::seconds kUnloadWait{5};
   // What a load of 'name' would find, without serving it: every config error (file, line,
   // field), or the config the model would run with (auto-completed by its backend, newest
@@ -141,6 +148,10 @@ class ModelRepository {
     // Bumped by every load and unload: a load commits only while it is still the latest (a load
     // that outlived its timeout, or one overtaken by an unload, discards what it built).
     uint64_t generation = 0;
+    // The directory's fingerprint at the last load without file overrides that succeeded (its
+    // config may have come with the request): a plain load that finds it unchanged is a no-op,
+    // as in Triton. 0: always load.
+    uint64_t fingerprint = 0;
   };
   // One load in progress: the models it has started (to abort them when it takes too long) and
   // whether its caller has given up on it.

@@ -1,11 +1,8 @@
 #include "repository/repository_poller.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <filesystem>
 
-#include "common/hash.h"
 #include "common/logging.h"
 #include "repository/model_repository.h"
 
@@ -25,31 +22,11 @@ RepositoryPoller::~RepositoryPoller() {
   Reap(/*all=*/true);
 }
 
-uint64_t RepositoryPoller::Fingerprint(const std::string& directory) {
-  // A hash of (path, size, mtime) of every file, in a sorted order so that it does not depend on
-  // the order the file system lists them in.
-  std::vector<std::string> entries;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(directory, fs::directory_options::skip_permission_denied, ec);
-  for (; !ec && it != fs::recursive_directory_iterator() && entries.size() < kMaxFiles;
-       it.increment(ec)) {
-    struct stat st {};
-    if (::stat(it->path().c_str(), &st) != 0) continue;
-    entries.push_back(fs::relative(it->path(), directory, ec).string() + '\0' +
-                      std::to_string(st.st_size) + '\0' + std::to_string(st.st_mtim.tv_sec) + '.' +
-                      std::to_string(st.st_mtim.tv_nsec) + (S_ISDIR(st.st_mode) ? "/" : ""));
-  }
-  std::sort(entries.begin(), entries.end());
-  Hasher64 h(0x706f6c6c2d763131ULL);
-  for (const std::string& e : entries) h.Add(e);  // each string's length is hashed too
-  return h.Finish();
-}
-
 std::map<std::string, uint64_t> RepositoryPoller::Snapshot() const {
   std::map<std::string, uint64_t> now;
   for (const std::string& name : repository_->ModelsOnDisk()) {
     auto dir = repository_->ModelDirectory(name);
-    if (dir.ok()) now[name] = Fingerprint(*dir);
+    if (dir.ok()) now[name] = ModelRepository::Fingerprint(*dir);
   }
   return now;
 }

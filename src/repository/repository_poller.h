@@ -34,11 +34,6 @@ class RepositoryPoller {
   // One poll (tests): the changes since the previous one, their loads started.
   void Poll();
 
-  // A directory's fingerprint: a hash of every file's relative path, size and modification time
-  // below it (at most kMaxFiles files; the rest are not looked at). Exposed for tests.
-  static uint64_t Fingerprint(const std::string& directory);
-  static constexpr size_t kMaxFiles = 10000;
-
  private:
   std::map<std::string, uint64_t> Snapshot() const;
   void Apply(const std::string& name, bool present);

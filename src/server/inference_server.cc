@@ -212,7 +212,9 @@ Status InferenceServer::LoadModel(const std::string& name, const std::string& co
   return repository_->Load(name, config_json, files);
 }
 
-Status InferenceServer::UnloadModel(const std::string& name) { return repository_->Unload(name); }
+Status InferenceServer::UnloadModel(const std::string& name, bool dependents) {
+  return repository_->Unload(name, dependents);
+}
 
 void InferenceServer::WaitForControlIdle() { control_.WaitIdle(); }
 

@@ -123,7 +123,8 @@ class InferenceServer : public InferApi {
   // 'files': a load request's "file:<path>" parameters (ModelRepository::Load).
   Status LoadModel(const std::string& name, const std::string& config_json,
                    const ModelRepository::ModelFiles& files = {});
-  Status UnloadModel(const std::string& name);
+  // 'dependents': Triton's unload_dependents (an ensemble's step models go with it).
+  Status UnloadModel(const std::string& name, bool dependents = false);
   std::vector<IndexEntry> RepositoryIndex(bool ready_only) const;
   // Whether load/unload are allowed (explicit model control mode).
   Status CheckRepositoryControl() const;

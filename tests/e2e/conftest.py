@@ -28,6 +28,7 @@ class Server:
 
     def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
                  prefix=()):
+        self.repository = repository
         self.log_path = os.path.join(repository, "..", f"server-{next(_SERVERS)}-{os.getpid()}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(

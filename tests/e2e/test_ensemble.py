@@ -259,10 +259,23 @@ def test_explicit_load_loads_the_steps_and_bad_ensembles_get_tritons_messages(re
         with pytest.raises(Exception, match="circular dependency between ensembles: ens -> ... -> nested -> ens"):
             client.load_model("ens", config=json.dumps(looped))
         assert (client.infer("nested", inputs(httpclient, a, a, names=("X", "Y"))).as_numpy("Z") == 1).all()
-        # Unloading a step's model: the ensemble answers with the routing error, in Triton's form.
+        # Unloading a step's model unloads the ensembles that name it, nested ones too (Triton's);
+        # loading the model again does not bring them back.
         client.unload_model("simple")
-        with pytest.raises(Exception, match="in ensemble 'ens', .*simple"):
-            client.infer("ens", inputs(httpclient, a, a))
+        for name in ("ens", "nested"):
+            assert not client.is_model_ready(name)
+            with pytest.raises(Exception, match="Request for unknown model: '" + name):
+                client.infer(name, inputs(httpclient, a, a))
+        client.load_model("simple")
+        assert client.is_model_ready("simple") and not client.is_model_ready("ens")
+        # Loading the ensemble loads an unloaded step model again; unload_dependents takes it along.
+        client.unload_model("simple")
+        client.load_model("ens")
+        assert client.is_model_ready("simple") and client.is_model_ready("ens")
+        client.unload_model("ens", unload_dependents=True)
+        assert not client.is_model_ready("ens") and not client.is_model_ready("simple")
+        # Unloading a model no repository has is not an error (Triton's).
+        client.unload_model("no_such_model")
         assert client.is_server_live()
     finally:
         assert s.stop() == 0, s.read_log()

@@ -80,7 +80,8 @@ def test_poll_mode_follows_the_repository(repository, tmp_path):
         # A broken change: the model keeps serving what it had.
         with open(config, "a") as f:
             f.write("\nthis is not a config\n")
-        assert wait_until(lambda: "repository poll: model 'second': failed to parse" in s.read_log()), s.read_log()
+        assert wait_until(lambda: "repository poll: load failed for model 'second': model 'second': "
+                          "failed to parse" in s.read_log()), s.read_log()
         assert c.is_model_ready("second") and (infer(c, "second") == 6).all()
         # Goes: unloaded.
         shutil.rmtree(os.path.join(repo, "second"))

@@ -97,7 +97,9 @@ def test_model_that_cannot_load_says_why(explicit_server, model, message):
 
 def test_load_unknown_model(explicit_server):
     c = httpclient.InferenceServerClient(explicit_server.url)
-    with pytest.raises(InferenceServerException, match="not in any model repository"):
+    with pytest.raises(InferenceServerException,
+                       match="failed to load 'does_not_exist', failed to poll from model repository: "
+                             "model 'does_not_exist' is not in any model repository"):
         c.load_model("does_not_exist")
 
 
@@ -108,6 +110,17 @@ def test_load_with_config_override(explicit_server):
                                          '"output": [{"name": "output__0", "data_type": "TYPE_FP32", "dims": [-1, 1024]}],'
                                          '"instance_group": [{"kind": "KIND_CPU", "count": 3}]}')
     assert c.get_model_config("matmul_model")["instance_group"][0]["count"] == 3
+    # A load without a config finds the directory unchanged: what serves stays, override and all
+    # (Triton's rule) ...
+    c.load_model("matmul_model")
+    assert c.get_model_config("matmul_model")["instance_group"][0]["count"] == 3
+    assert "directory has not changed: not reloaded" in explicit_server.read_log()
+    # ... and once the directory changes, the load reads it again.
+    config = os.path.join(explicit_server.repository, "matmul_model", "config.pbtxt")
+    with open(config, "a") as f:
+        f.write("\n")
+    c.load_model("matmul_model")
+    assert c.get_model_config("matmul_model")["instance_group"][0]["count"] != 3
     c.unload_model("matmul_model")
 
 

@@ -701,8 +701,13 @@ class GrpcServer::Impl final : public ServiceBase {
                                                   const pb::RepositoryModelUnloadRequest* request,
                                                   pb::RepositoryModelUnloadResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
-    return Control(ctx, request->model_name(), 0,
-                   [this, name = request->model_name()] { return api_->UnloadModel(name); });
+    bool dependents = false;
+    if (auto it = request->parameters().find("unload_dependents");
+        it != request->parameters().end())
+      dependents = it->second.bool_param();
+    return Control(ctx, request->model_name(), 0, [this, name = request->model_name(), dependents] {
+      return api_->UnloadModel(name, dependents);
+    });
   }
 
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(

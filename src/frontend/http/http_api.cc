@@ -275,6 +275,7 @@ void RepositoryControl(InferenceServer& api, const Route& route, const std::stri
   std::string config_json;
   ModelRepository::ModelFiles files;
   size_t bytes = 0;
+  bool dependents = false;  // unload: Triton's unload_dependents
   if (!body.empty()) {
     simdjson::dom::parser parser;
     auto doc = ParseObject(parser, body, "repository");
@@ -287,6 +288,9 @@ void RepositoryControl(InferenceServer& api, const Route& route, const std::stri
           if (value.get(text))
             return done(ErrorReply(400, "parameter 'config' must be a JSON string"));
           config_json = std::string(text);
+        } else if (key == "unload_dependents") {
+          if (value.get(dependents))
+            return done(ErrorReply(400, "parameter 'unload_dependents' must be a boolean"));
         } else if (key.substr(0, 5) == "file:") {
           // The file's bytes, base64 in JSON (Triton's form).
           std::string_view text;
@@ -303,8 +307,8 @@ void RepositoryControl(InferenceServer& api, const Route& route, const std::stri
   const bool load = route.kind == Route::kRepoLoad;
   api.RunControl(
       route.model, config_json.size() + bytes,
-      [&api, load, name = route.model, config_json, files = std::move(files)] {
-        return load ? api.LoadModel(name, config_json, files) : api.UnloadModel(name);
+      [&api, load, name = route.model, config_json, files = std::move(files), dependents] {
+        return load ? api.LoadModel(name, config_json, files) : api.UnloadModel(name, dependents);
       },
       [done](Status s) { done(OkOrError(s)); });
 }
