@@ -1,7 +1,8 @@
 # Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa_sequence.sh,
 # triton_qa_corrid.sh, triton_sequence_examples.sh, triton_qa_ensemble.sh,
 # triton_qa_model_config.sh, triton_qa_lifecycle.sh, triton_qa_rate_limiter.sh,
-# triton_qa_response_cache.sh): ROOT (this
+# triton_qa_response_cache.sh, triton_qa_dyna_sequence.sh, triton_qa_implicit_state.sh,
+# triton_string_examples.sh): ROOT (this
 # checkout), PY (its venv's Python), WORK (a scratch directory removed at exit), PID (the server
 # they start, stopped at exit, INT or TERM), serve / stop, and qa_suite.
 ROOT=$PWD
