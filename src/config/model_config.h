@@ -54,6 +54,13 @@ StatusOr<inference::ModelConfig> ModelConfigFromJson(const std::string& json);
 std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& config);
 
 inline DataType FromConfigType(inference::DataType t) { return static_cast<DataType>(t); }
+// Whether the model's instances read device memory as it is: the native engine with every
+// instance a KIND_GPU one. Device inputs for other models are copied to the host first.
+inline bool ReadsDeviceInputs(const inference::ModelConfig& config) {
+  for (const auto& group : config.instance_group())
+    if (group.kind() != inference::ModelInstanceGroup::KIND_GPU) return false;
+  return config.instance_group_size() > 0 && config.backend() == "native";
+}
 inline inference::DataType ToConfigType(DataType t) { return static_cast<inference::DataType>(t); }
 // "TYPE_FP32" -> kFp32; TYPE_STRING is BYTES on the wire.
 std::string_view ConfigTypeName(inference::DataType t);

@@ -104,16 +104,18 @@ void CountCopy(CopyKind kind, size_t bytes) {
 }
 
 namespace {
-std::atomic<uint64_t> g_handoff[2];  // host, device
+std::atomic<uint64_t> g_handoff[2][2];  // [kind][device]
 }  // namespace
 
-void CountHandoff(bool device, size_t bytes) {
-  g_handoff[device ? 1 : 0].fetch_add(bytes, std::memory_order_relaxed);
+void CountHandoff(HandoffKind kind, bool device, size_t bytes) {
+  g_handoff[static_cast<int>(kind)][device ? 1 : 0].fetch_add(bytes, std::memory_order_relaxed);
 }
 
 HandoffCounts HandoffCountsNow() {
-  return {g_handoff[0].load(std::memory_order_relaxed),
-          g_handoff[1].load(std::memory_order_relaxed)};
+  HandoffCounts c;
+  for (int k = 0; k < 2; ++k)
+    for (int d = 0; d < 2; ++d) c.bytes[k][d] = g_handoff[k][d].load(std::memory_order_relaxed);
+  return c;
 }
 
 CopyCounts CopyCountsNow() {

@@ -78,10 +78,12 @@ struct CopyCounts {
   uint64_t input_bytes = 0, input_copies = 0, output_bytes = 0, output_copies = 0;
 };
 CopyCounts CopyCountsNow();
-// Ensemble hand-offs: bytes one step's output passed to the next step, by where they were.
-void CountHandoff(bool device, size_t bytes);
+// Tensors the server hands from one execution to the next without a client: an ensemble step's
+// output to the next step, a sequence's state to its next request; bytes by where they were.
+enum class HandoffKind { kEnsemble, kSequenceState };
+void CountHandoff(HandoffKind kind, bool device, size_t bytes);
 struct HandoffCounts {
-  uint64_t host_bytes = 0, device_bytes = 0;
+  uint64_t bytes[2][2] = {};  // [kind][device]
 };
 HandoffCounts HandoffCountsNow();
 

@@ -145,11 +145,15 @@ std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool
   out << "nereid_tensor_copies{direction=\"input\"} " << copies.input_copies << "\n";
   out << "nereid_tensor_copies{direction=\"output\"} " << copies.output_copies << "\n";
   const HandoffCounts handoff = HandoffCountsNow();
-  Family(out, "nereid_ensemble_handoff_bytes", "counter",
-         "Bytes of ensemble step outputs passed to the next step, by where they were (device: "
-         "left in GPU memory for a GPU step)");
-  out << "nereid_ensemble_handoff_bytes{memory=\"host\"} " << handoff.host_bytes << "\n";
-  out << "nereid_ensemble_handoff_bytes{memory=\"device\"} " << handoff.device_bytes << "\n";
+  Family(out, "nereid_tensor_handoff_bytes", "counter",
+         "Bytes the server handed from one execution to the next without a client (an ensemble "
+         "step's output to the next step, a sequence's state to its next request), by where they "
+         "were (device: left in GPU memory)");
+  for (int k = 0; k < 2; ++k)
+    for (int d = 0; d < 2; ++d)
+      out << "nereid_tensor_handoff_bytes{kind=\"" << (k == 0 ? "ensemble" : "sequence_state")
+          << "\",memory=\"" << (d == 1 ? "device" : "host") << "\"} " << handoff.bytes[k][d]
+          << "\n";
   if (gpu) RenderGpuMetrics(out);
   CustomMetrics::Get().Render(out);  // families the backends registered (Python's pb_utils metrics)
   return out.str();

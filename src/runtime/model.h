@@ -91,11 +91,7 @@ class Model {
   bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
   // Device inputs go to the backend as they are only where it reads device memory: the native
   // engine with every instance a KIND_GPU one. Other models get them copied to the host first.
-  bool reads_device_inputs() const {
-    for (const auto& group : config_.instance_group())
-      if (group.kind() != inference::ModelInstanceGroup::KIND_GPU) return false;
-    return config_.instance_group_size() > 0 && config_.backend() == "native";
-  }
+  bool reads_device_inputs() const { return ReadsDeviceInputs(config_); }
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }

@@ -247,7 +247,9 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
   for (const auto& [name, t] : step.inputs) {
     const Tensor& tensor = *context->Find(t, iteration);
     if (!tensor.present) continue;  // left out upstream: the model may take it as optional
-    if (producer_[t] >= 0) CountHandoff(tensor.location.type == MemoryType::kGpu, tensor.byte_size);
+    if (producer_[t] >= 0)
+      CountHandoff(HandoffKind::kEnsemble, tensor.location.type == MemoryType::kGpu,
+                   tensor.byte_size);
     InferInput in;
     in.name = name;
     in.datatype = tensor.datatype;

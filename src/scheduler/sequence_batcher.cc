@@ -106,6 +106,7 @@ StatusOr<SequenceBatcherConfig> ReadSequenceBatcherConfig(const inference::Model
   c.model = config.name();
   c.max_batch_size = config.max_batch_size();
   c.oldest = sb.has_oldest();
+  c.device_state = ReadsDeviceInputs(config);
   const size_t rows = static_cast<size_t>(std::max<int64_t>(1, c.max_batch_size));
   if (c.oldest) {
     const auto& o = sb.oldest();
@@ -396,14 +397,18 @@ std::vector<std::string> SequenceBatcher::AddState(InferenceRequest& request, co
       if (config_.max_batch_size > 0) in.shape.insert(in.shape.begin(), 1);
       in.Own(spec.initial);
     } else {
+      const Buffer& state = slot.state[i];
       in.shape = slot.state_shape[i];
-      in.Own(slot.state[i]);
+      in.Borrow(state.data(), state.size(), state.location(), state.owner());
+      CountHandoff(HandoffKind::kSequenceState, state.location().type == MemoryType::kGpu,
+                   state.size());
     }
-    const bool asked =
-        std::any_of(request.outputs.begin(), request.outputs.end(),
-                    [&](const RequestedOutput& o) { return o.name == spec.output_name; });
-    if (!asked) {
+    auto asked = std::find_if(request.outputs.begin(), request.outputs.end(),
+                              [&](const RequestedOutput& o) { return o.name == spec.output_name; });
+    if (asked == request.outputs.end()) {
+      // Not the client's: the engine may leave it on its GPU for the next request.
       request.outputs.emplace_back().name = spec.output_name;
+      request.outputs.back().device_ok = config_.device_state;
       added.push_back(spec.output_name);
     }
   }
@@ -454,7 +459,14 @@ void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceRe
       for (size_t i = 0; i < config_.states.size(); ++i)
         for (const auto& out : response.outputs)
           if (out.name == config_.states[i].output_name) {
-            s.state[i].assign(out.bytes(), out.bytes() + out.byte_size());
+            if (out.buffer.location().type == MemoryType::kGpu) {
+              s.state[i] = out.buffer;  // the server's allocation: kept, not copied
+            } else {
+              // A backend may reuse a host buffer once the response is out: copied.
+              auto owned = std::make_shared<std::vector<uint8_t>>(out.bytes(),
+                                                                  out.bytes() + out.byte_size());
+              s.state[i] = Buffer(owned->data(), owned->size(), MemoryLocation{}, owned);
+            }
             s.state_shape[i] = out.shape;
           }
     }

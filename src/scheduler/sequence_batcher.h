@@ -64,6 +64,9 @@ struct SequenceBatcherConfig {
   std::vector<int64_t> preferred_batch_sizes;  // Oldest, ascending
   std::vector<SequenceControl> controls;
   std::vector<SequenceStateSpec> states;
+  // The instances read device memory (ReadsDeviceInputs): a state the engine writes on a GPU
+  // stays there for the sequence's next request.
+  bool device_state = false;
   // Triton's test hooks: no batch is formed until this many requests are queued in slots
   // (TRITONSERVER_DELAY_SCHEDULER) and, with that set, this many wait in the backlog
   // (TRITONSERVER_BACKLOG_DELAY_SCHEDULER), once.
@@ -95,9 +98,11 @@ class SequenceBatcher : public InstanceThreadsScheduler {
     uint64_t last_arrival_ns = 0;
   };
   struct Slot {
-    std::shared_ptr<Sequence> sequence;       // null: free
-    int in_flight = 0;                        // requests run and not completed (at most one)
-    std::vector<std::vector<uint8_t>> state;  // per SequenceStateSpec; empty: initial
+    std::shared_ptr<Sequence> sequence;  // null: free
+    int in_flight = 0;                   // requests run and not completed (at most one)
+    // Per SequenceStateSpec (empty: initial): the last state, in host memory, or left in device
+    // memory where the engine wrote it (device_state).
+    std::vector<Buffer> state;
     std::vector<std::vector<int64_t>> state_shape;
   };
   struct Instance {

@@ -4,8 +4,9 @@
 and gRPC, against a float64 reference; the server's tensor copies per request are printed and
 bounded (no step output is copied: only the frontend may copy client input bytes, once). Then two
 native steps back to back (recommend_model -> Relu): on KIND_GPU the scores stay in device memory
-between them (nereid_ensemble_handoff_bytes{memory="device"}), on KIND_CPU they pass in host
-memory."""
+between them (nereid_tensor_handoff_bytes{kind="ensemble",memory="device"}), on KIND_CPU in host
+memory. And a sequence's implicit state, which on KIND_GPU stays in device memory from one request
+to the next (kind="sequence_state")."""
 import os
 import re
 import shutil
@@ -80,6 +81,35 @@ ensemble_scheduling {{ step [
 '''
 
 
+ACCUMULATOR_CONFIG = '''name: "acc_{kind}"
+backend: "native"
+max_batch_size: 1
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: 10000000
+  state [ {{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+}}
+instance_group [ {{ kind: KIND_{upper}, count: 1 }} ]
+'''
+
+
+def write_accumulator(repo, kind):
+    """OUTPUT = STATE_OUT = STATE_IN + INPUT: a running sum in implicit state."""
+    import onnx
+    from onnx import TensorProto, helper
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 16]) for n in
+          ("INPUT", "STATE_IN", "OUTPUT", "STATE_OUT")]
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]),
+         helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], "acc", io[:2], io[2:])
+    os.makedirs(os.path.join(repo, f"acc_{kind}", "1"))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+              os.path.join(repo, f"acc_{kind}", "1", "model.onnx"))
+    with open(os.path.join(repo, f"acc_{kind}", "config.pbtxt"), "w") as f:
+        f.write(ACCUMULATOR_CONFIG.format(kind=kind, upper=kind.upper()))
+
+
 def write_relu(repo, kind):
     import onnx
     from onnx import TensorProto, helper
@@ -107,6 +137,7 @@ def pipeline_server(tmp_path_factory):
         with open(os.path.join(repo, f"pipeline_{kind}", "config.pbtxt"), "w") as f:
             f.write(PIPELINE.format(name=f"pipeline_{kind}", model=model))
         write_relu(repo, kind)
+        write_accumulator(repo, kind)
         os.makedirs(os.path.join(repo, f"scores_relu_{kind}", "1"))
         with open(os.path.join(repo, f"scores_relu_{kind}", "config.pbtxt"), "w") as f:
             f.write(TWO_NATIVE.format(kind=kind, model=model))
@@ -116,7 +147,7 @@ def pipeline_server(tmp_path_factory):
     shutil.copytree(os.path.join(repo, "recommend_model"), os.path.join(reference, "recommend_model"))
     if not GPUS:
         for name in os.listdir(repo):
-            if name not in ("scale", "recommend_cpu", "pipeline_cpu", "relu_cpu", "scores_relu_cpu"):
+            if name not in ("scale", "recommend_cpu", "pipeline_cpu", "relu_cpu", "scores_relu_cpu", "acc_cpu"):
                 shutil.rmtree(os.path.join(repo, name))
     s = Server(repo, env={"NEREID_PYTHON": sys.executable})
     s.reference = reference
@@ -124,13 +155,16 @@ def pipeline_server(tmp_path_factory):
     assert s.stop() == 0, s.read_log()
 
 
-def copies(server, family="nereid_tensor_copy_bytes", label="direction"):
+def copies(server):
     text = urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
-    return {d: int(v) for d, v in re.findall(rf'^{family}\{{{label}="(\w+)"\}} (\d+)$', text, re.M)}
+    return {d: int(v) for d, v in
+            re.findall(r'^nereid_tensor_copy_bytes\{direction="(\w+)"\} (\d+)$', text, re.M)}
 
 
-def handoffs(server):
-    return copies(server, "nereid_ensemble_handoff_bytes", "memory")
+def handoffs(server, kind="ensemble"):
+    text = urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
+    return {m: int(v) for m, v in re.findall(
+        rf'^nereid_tensor_handoff_bytes\{{kind="{kind}",memory="(\w+)"\}} (\d+)$', text, re.M)}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -185,3 +219,26 @@ def test_two_native_steps_hand_off_where_they_run(pipeline_server, kind):
     assert moved == ({"host": 0, "device": scores_bytes} if kind == "gpu"
                      else {"host": scores_bytes, "device": 0})
     assert copied_after["input"] - copied["input"] <= features.nbytes
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_state_stays_where_the_engine_runs(pipeline_server, kind, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    url = pipeline_server.url if protocol == "http" else pipeline_server.grpc_url
+    client = module.InferenceServerClient(url)
+    rng = np.random.default_rng(3)
+    xs = [rng.random((1, 16), dtype=np.float32) for _ in range(4)]
+    before = handoffs(pipeline_server, "sequence_state")
+    sequence_id = 71 if protocol == "http" else 72
+    for k, x in enumerate(xs):
+        i = module.InferInput("INPUT", [1, 16], "FP32")
+        i.set_data_from_numpy(x)
+        out = client.infer(f"acc_{kind}", [i], sequence_id=sequence_id, sequence_start=k == 0,
+                           sequence_end=k == len(xs) - 1).as_numpy("OUTPUT")
+        np.testing.assert_allclose(out, np.sum(xs[:k + 1], axis=0), rtol=1e-5)
+    after = handoffs(pipeline_server, "sequence_state")
+    moved = {m: after[m] - before[m] for m in ("host", "device")}
+    print(f"acc_{kind} {protocol}: state hand-off over 3 requests {moved}")
+    # Requests 2-4 read the state the previous one wrote: 3 x 64 bytes, on the GPU in device memory.
+    assert moved == ({"host": 0, "device": 192} if kind == "gpu" else {"host": 192, "device": 0})
