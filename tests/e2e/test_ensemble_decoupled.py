@@ -204,3 +204,21 @@ def test_a_response_cache_on_a_decoupled_ensemble_is_refused(tmp_path):
         assert http.is_model_ready("repeat_decoupled")  # its steps loaded and serve
     finally:
         assert s.stop() == 0, s.read_log()
+
+
+def test_a_client_leaving_while_a_step_waits_for_room_loses_nothing_else(server):
+    """The decoupled step streams 20 values into a step limited to one request in flight (100 ms
+    each); the client cancels after the first answer. The waits end (a cancelled request does not
+    wait for room), and the ensemble then serves the next client completely."""
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    results = queue.Queue()
+    g.start_stream(callback=lambda result, error: results.put((result, error)))
+    i = grpcclient.InferInput("X", [1], "INT32")
+    i.set_data_from_numpy(np.array([1], dtype=np.int32))
+    g.async_stream_infer("limited", [i], request_id="gone", parameters={"repeat": 20})
+    result, error = results.get(timeout=60)
+    assert error is None, str(error)
+    g.stop_stream(cancel_requests=True)
+    data, _ = stream(server, "limited", np.array([3], dtype=np.int32), parameters={"repeat": 3})
+    assert sorted(int(r.as_numpy("Y")[0]) for r in data) == [3, 6, 9]
+    assert httpclient.InferenceServerClient(server.url).is_server_live()
