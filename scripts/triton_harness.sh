@@ -4,7 +4,8 @@
 # triton_qa_response_cache.sh, triton_qa_dyna_sequence.sh, triton_qa_implicit_state.sh,
 # triton_string_examples.sh): ROOT (this
 # checkout), PY (its venv's Python), WORK (a scratch directory removed at exit), PID (the server
-# they start, stopped at exit, INT or TERM), serve / stop, and qa_suite.
+# they start, stopped at exit, INT or TERM), serve / stop, qa_suite, qa_generate, and the tally of
+# cases (pass, total) with qa_case and qa_refused.
 ROOT=$PWD
 PY="$ROOT/.venv/bin/python"
 WORK=$(mktemp -d)
@@ -39,4 +40,40 @@ stop() {
   kill "$PID" 2>/dev/null
   wait "$PID" 2>/dev/null || true
   PID=
+}
+# qa_generate GENERATOR ARGS...: runs Triton's qa/common/GENERATOR (qa_suite copied it) with ARGS,
+# the models written to $WORK/gen.
+qa_generate() {
+  "$PY" -m pip install -q onnx >/dev/null
+  (cd "$WORK/qa/common" && "$PY" "$@" --models_dir "$WORK/gen" >/dev/null)
+}
+# The scripts' tally: qa_case and qa_refused count each case in total and each success in pass.
+pass=0; total=0
+# qa_case LABEL LOG COMMAND...: COMMAND (its output in LOG) must succeed. Prints PASS, or FAIL with
+# the lines of LOG that say why (VERBOSE=1: its last 30 lines too).
+qa_case() {
+  local label=$1 log=$2
+  shift 2
+  total=$((total + 1))
+  if "$@" >"$log" 2>&1; then
+    pass=$((pass + 1)); echo "PASS $label"
+  else
+    echo "FAIL $label: $(grep -E "Error|assert|FAIL" "$log" | head -3 | cut -c1-250 | tr '\n' ' ')"
+    if [ -n "${VERBOSE:-}" ]; then tail -30 "$log"; fi
+  fi
+}
+# qa_refused MESSAGE REPOSITORY ARGS...: build/nereid must fail to start on REPOSITORY with ARGS,
+# logging MESSAGE (a fixed string).
+qa_refused() {
+  local message=$1 repository=$2
+  shift 2
+  total=$((total + 1))
+  if timeout 60 "$ROOT/build/nereid" serve --model-repository="$repository" --http-port=0 \
+       --grpc-port=0 --metrics-port=0 "$@" >"$WORK/refused.log" 2>&1; then
+    echo "FAIL load error ($*): the server started"
+  elif grep -qF "$message" "$WORK/refused.log"; then
+    pass=$((pass + 1)); echo "PASS load error: $message"
+  else
+    echo "FAIL load error ($*): $(grep '^E' "$WORK/refused.log" | head -2 | cut -c1-250 | tr '\n' ' ')"
+  fi
 }

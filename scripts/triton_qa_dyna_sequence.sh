@@ -14,11 +14,10 @@ SRC=${1:?path to a triton-inference-server/server checkout}
 IMPLICIT=0
 [ "${2:-}" = implicit ] && IMPLICIT=1
 . scripts/triton_harness.sh
-"$PY" -m pip install -q onnx >/dev/null
 T=$(qa_suite L0_dyna_sequence_batcher)
 gen=gen_qa_dyna_sequence_models.py
 [ $IMPLICIT = 1 ] && gen=gen_qa_dyna_sequence_implicit_models.py
-(cd "$WORK/qa/common" && "$PY" $gen --onnx --models_dir "$WORK/gen" >/dev/null)
+qa_generate $gen --onnx
 mkdir -p "$T/models"
 for m in "$WORK"/gen/onnx*; do
   cp -r "$m" "$T/models/"
@@ -27,16 +26,9 @@ for m in "$WORK"/gen/onnx*; do
 done
 cd "$T"
 export BACKENDS=onnx IMPLICIT_STATE=$IMPLICIT
-pass=0; total=0
-run() {  # TEST
-  total=$((total + 1))
-  serve "$T/models" "$T/$1.server.log" || return 0
-  if timeout 600 "$PY" dyna_sequence_batcher_test.py "DynaSequenceBatcherTest.$1" >"$T/client.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $1"
-  else
-    echo "FAIL $1: $(grep -E "Error|assert|FAIL" "$T/client.log" | head -3 | cut -c1-250 | tr '\n' ' ')"
-    [ -n "${VERBOSE:-}" ] && tail -30 "$T/client.log"
-  fi
+run() {  # TEST, on a fresh server
+  serve "$T/models" "$T/$1.server.log" || { total=$((total + 1)); return 0; }
+  qa_case $1 "$T/client.log" timeout 600 "$PY" dyna_sequence_batcher_test.py "DynaSequenceBatcherTest.$1"
   stop
 }
 export NO_BATCHING=1

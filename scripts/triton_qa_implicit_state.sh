@@ -11,9 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
 . scripts/triton_harness.sh
-"$PY" -m pip install -q onnx >/dev/null
 T=$(qa_suite L0_implicit_state)
-(cd "$WORK/qa/common" && "$PY" gen_qa_implicit_models.py --onnx --models_dir "$WORK/gen" >/dev/null)
+qa_generate gen_qa_implicit_models.py --onnx
 M="$T/onnx_models"
 mkdir -p "$M"
 m=onnx_nobatch_sequence_int32
@@ -24,16 +23,9 @@ printf 'output [{ name: "OUTPUT_STATE" \n data_type: TYPE_INT32 \n dims: [ 1 ] }
 sed -i "s/kind: KIND_GPU/kind: KIND_CPU/" "$M"/*/config.pbtxt
 cd "$T"
 export BACKENDS=onnx
-pass=0; total=0
 serve "$M" "$T/server.log"
 for test in test_request_output_not_allowed test_request_output; do
-  total=$((total + 1))
-  if timeout 300 "$PY" implicit_state.py "ImplicitStateTest.$test" >"$T/client.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $test"
-  else
-    echo "FAIL $test: $(grep -E "Error|assert|FAIL" "$T/client.log" | head -3 | cut -c1-250 | tr '\n' ' ')"
-    [ -n "${VERBOSE:-}" ] && tail -30 "$T/client.log"
-  fi
+  qa_case $test "$T/client.log" timeout 300 "$PY" implicit_state.py "ImplicitStateTest.$test"
 done
 stop
 echo "L0_implicit_state (onnx cases): $pass/$total passed"

@@ -20,27 +20,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
 . scripts/triton_harness.sh
-"$PY" -m pip install -q onnx >/dev/null
 T=$(qa_suite L0_lifecycle)
-(cd "$WORK/qa/common" && "$PY" gen_qa_models.py --onnx --ensemble --models_dir "$WORK/gen" >/dev/null)
+qa_generate gen_qa_models.py --onnx --ensemble
 O=onnx_float32_float32_float32
 E=simple_onnx_float32_float32_float32
 I=identity_zero_1_int32
 cd "$T"
-pass=0; total=0
-run() {  # TEST [ENV=VALUE...] -- server args...
+run() {  # TEST [ENV=VALUE...] -- server args...: the test against a fresh server
   local test=$1; shift
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  total=$((total + 1))
-  serve "$T/models" "$T/server.log" "$@" || { echo "FAIL $test: no server"; return 0; }
-  if env "${envs[@]}" timeout 300 "$PY" lifecycle_test.py "LifeCycleTest.$test" >"$T/client.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $test ${envs[*]}"
-  else
-    echo "FAIL $test ${envs[*]}: $(grep -E "Error|assert|FAIL" "$T/client.log" | head -3 | cut -c1-250 | tr '\n' ' ')"
-    [ -n "${VERBOSE:-}" ] && tail -30 "$T/client.log"
-  fi
+  serve "$T/models" "$T/server.log" "$@" || { total=$((total + 1)); echo "FAIL $test: no server"; return 0; }
+  qa_case "$test ${envs[*]}" "$T/client.log" env "${envs[@]}" timeout 300 "$PY" lifecycle_test.py "LifeCycleTest.$test"
   stop
 }
 fresh() { rm -rf "$T/models" "$T"/config.pbtxt.*; mkdir -p "$T/models"; }

@@ -30,19 +30,6 @@ group "$M/custom_zero_1_float32_v2/config.pbtxt" \
   'rate_limiter { resources [{name: "resource1" count: 2 }, {name: "resource2" global: True count: 2 }] priority: 2}'
 delay "$M/custom_zero_1_float32_v2/config.pbtxt" 100
 cd "$T"
-pass=0; total=0
-fails_with() {  # MESSAGE ARGS...: the server must fail to start, logging MESSAGE
-  local message=$1; shift
-  total=$((total + 1))
-  if timeout 60 "$ROOT/build/nereid" serve --model-repository="$M" --http-port=0 --grpc-port=0 \
-       --metrics-port=0 "$@" >"$T/server.log" 2>&1; then
-    echo "FAIL load error ($*): the server started"
-  elif grep -qF "$message" "$T/server.log"; then
-    pass=$((pass + 1)); echo "PASS load error: $message"
-  else
-    echo "FAIL load error ($*): $(grep '^E' "$T/server.log" | head -2 | cut -c1-250 | tr '\n' ' ')"
-  fi
-}
 runs() {  # TEST ARGS...: the test passes against a server started with ARGS
   local test=$1; shift
   total=$((total + 1))
@@ -57,15 +44,15 @@ runs() {  # TEST ARGS...: the test passes against a server started with ARGS
   stop
 }
 R="--rate-limit=execution_count"
-fails_with 'Resource count for "resource1" is limited to 1 which will prevent scheduling of one or more model instances, the minimum required count is 4' \
+qa_refused 'Resource count for "resource1" is limited to 1 which will prevent scheduling of one or more model instances, the minimum required count is 4' "$M" \
   $R --rate-limit-resource=resource1:1
-fails_with 'Resource count for "resource1" is limited to 3 which will prevent scheduling of one or more model instances, the minimum required count is 4' \
+qa_refused 'Resource count for "resource1" is limited to 3 which will prevent scheduling of one or more model instances, the minimum required count is 4' "$M" \
   $R --rate-limit-resource=resource1:3 --rate-limit-resource=resource2:2
-fails_with 'Resource count for "resource1" is limited to 0 which will prevent scheduling of one or more model instances, the minimum required count is 4' \
+qa_refused 'Resource count for "resource1" is limited to 0 which will prevent scheduling of one or more model instances, the minimum required count is 4' "$M" \
   $R --rate-limit-resource=resource1:10:10 --rate-limit-resource=resource2:2
 cp -r "$M/custom_zero_1_float32_v2" "$M/custom_zero_1_float32_v3"
 sed -i "s/custom_zero_1_float32_v2/custom_zero_1_float32_v3/g; s/global: True/global: False/g" "$M/custom_zero_1_float32_v3/config.pbtxt"
-fails_with 'Resource "resource2" is present as both global and device-specific resource in the model configuration.' $R
+qa_refused 'Resource "resource2" is present as both global and device-specific resource in the model configuration.' "$M" $R
 rm -rf "$M/custom_zero_1_float32_v3"
 runs test_cross_model_prioritization_limited_resource $R --rate-limit-resource=resource1:4 --rate-limit-resource=resource2:2
 runs test_cross_model_prioritization_limited_resource $R
@@ -79,7 +66,7 @@ runs test_single_model $R --rate-limit-resource=resource1:6 --rate-limit-resourc
 total=$((total + 1))
 if [ "$limited" -gt "$plenty" ]; then pass=$((pass + 1)); echo "PASS limited ${limited} s > plenty ${plenty} s"
 else echo "FAIL limited ${limited} s is not longer than plenty ${plenty} s"; fi
-fails_with 'Resource count for "resource1" is limited to 3 which will prevent scheduling of one or more model instances, the minimum required count is 4' \
+qa_refused 'Resource count for "resource1" is limited to 3 which will prevent scheduling of one or more model instances, the minimum required count is 4' "$M" \
   $R --rate-limit-resource=resource1:3 --rate-limit-resource=resource2:2
 sed -i 's/.*execute_delay_ms.*/{ key: "execute_delay_ms"; value: { string_value: "1000" }}/' "$M/custom_zero_1_float32/config.pbtxt"
 printf 'dynamic_batching { preferred_batch_size: [ 1, 2, 3, 4 ]\n max_queue_delay_microseconds: 5000000 }\n' >>"$M/custom_zero_1_float32/config.pbtxt"

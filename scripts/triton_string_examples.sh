@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 SERVER_SRC=${1:?path to a triton-inference-server/server checkout}
 CLIENT_SRC=${2:?path to a triton-inference-server/client checkout}
 . scripts/triton_harness.sh
-"$PY" -m pip install -q onnx >/dev/null
+"$PY" -m pip install -q onnx >/dev/null  # the graph below
 M=$WORK/models
 mkdir -p "$M/simple_string/1"
 cp "$SERVER_SRC/docs/examples/model_repository/simple_string/config.pbtxt" "$M/simple_string/"
@@ -30,16 +30,15 @@ graph = helper.make_graph(nodes, "simple_string", [io("INPUT0"), io("INPUT1")],
 save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
 PY
 serve "$M" "$WORK/server.log"
-pass=0; total=0
-for example in simple_http_string_infer_client.py simple_grpc_string_infer_client.py \
-               simple_http_shm_string_client.py simple_grpc_shm_string_client.py; do
-  total=$((total + 1))
-  if timeout 120 "$PY" "$CLIENT_SRC/src/python/examples/$example" >"$WORK/client.log" 2>&1 &&
-     grep -q "PASS" "$WORK/client.log"; then
-    pass=$((pass + 1)); echo "PASS $example"
-  else
-    echo "FAIL $example: $(tail -3 "$WORK/client.log" | cut -c1-200 | tr '\n' ' ')"
-  fi
+example() {  # FILE: the example exits 0 and says PASS
+  local out rc=0
+  out=$(timeout 120 "$PY" "$CLIENT_SRC/src/python/examples/$1" 2>&1) || rc=$?
+  echo "$out"
+  [ $rc = 0 ] && grep -q PASS <<<"$out" || { echo "FAIL: exit status $rc"; return 1; }
+}
+for e in simple_http_string_infer_client.py simple_grpc_string_infer_client.py \
+         simple_http_shm_string_client.py simple_grpc_shm_string_client.py; do
+  qa_case $e "$WORK/client.log" example $e
 done
 stop
 echo "Triton's string client examples: $pass/$total passed"

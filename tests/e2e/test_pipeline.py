@@ -8,6 +8,7 @@ between them (nereid_tensor_handoff_bytes{kind="ensemble",memory="device"}), on 
 memory. And a sequence's implicit state, which on KIND_GPU stays in device memory from one request
 to the next (kind="sequence_state")."""
 import os
+import pathlib
 import re
 import shutil
 import sys
@@ -18,8 +19,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from onnx import helper
+
 from conftest import Server
 from test_gpu import GPUS, TOLERANCE, recommend_reference, write_repo
+from test_onnxruntime import float_io, write_model
 
 SCALE = '''
 import numpy as np
@@ -96,32 +100,17 @@ instance_group [ {{ kind: KIND_{upper}, count: 1 }} ]
 
 def write_accumulator(repo, kind):
     """OUTPUT = STATE_OUT = STATE_IN + INPUT: a running sum in implicit state."""
-    import onnx
-    from onnx import TensorProto, helper
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 16]) for n in
-          ("INPUT", "STATE_IN", "OUTPUT", "STATE_OUT")]
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]),
-         helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], "acc", io[:2], io[2:])
-    os.makedirs(os.path.join(repo, f"acc_{kind}", "1"))
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
-              os.path.join(repo, f"acc_{kind}", "1", "model.onnx"))
-    with open(os.path.join(repo, f"acc_{kind}", "config.pbtxt"), "w") as f:
-        f.write(ACCUMULATOR_CONFIG.format(kind=kind, upper=kind.upper()))
+    io = [float_io(n, ("N", 16)) for n in ("INPUT", "STATE_IN", "OUTPUT", "STATE_OUT")]
+    write_model(pathlib.Path(repo), f"acc_{kind}",
+                [helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]),
+                 helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], io[:2], io[2:],
+                ACCUMULATOR_CONFIG.format(kind=kind, upper=kind.upper()))
 
 
 def write_relu(repo, kind):
-    import onnx
-    from onnx import TensorProto, helper
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["X"], ["Y"])], "relu",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 1000])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1000])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    os.makedirs(os.path.join(repo, f"relu_{kind}", "1"))
-    onnx.save(model, os.path.join(repo, f"relu_{kind}", "1", "model.onnx"))
-    with open(os.path.join(repo, f"relu_{kind}", "config.pbtxt"), "w") as f:
-        f.write(RELU_CONFIG.format(kind=kind, upper=kind.upper()))
+    write_model(pathlib.Path(repo), f"relu_{kind}", [helper.make_node("Relu", ["X"], ["Y"])],
+                [float_io("X", ("N", 1000))], [float_io("Y", ("N", 1000))],
+                RELU_CONFIG.format(kind=kind, upper=kind.upper()))
 
 
 @pytest.fixture(scope="module")
