@@ -1,4 +1,5 @@
-# Sourced by the benchmark scripts: a free local port and waiting for a server to be ready.
+# Sourced by the benchmark scripts: a free local port, waiting for a server to be ready, Triton's
+# Python backend laid out for a run, and a model's response-cache statistics.
 # Needs PYTHON (any interpreter with the standard library: the venv's here, python3 on the device).
 free_port() {
   "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -10,4 +11,20 @@ wait_ready() {
     sleep 0.1
   done
   return 1
+}
+# triton_python_backend DIR: Triton's Python backend from TRITON_HOME into DIR/python, with the
+# stub built for PYVER (the system Python's version: the stub embeds its libpython).
+triton_python_backend() {
+  cp -r "$TRITON_HOME/backends/python" "$1/python"
+  cp "$TRITON_HOME/python_backend_stubs/$PYVER/triton_python_backend_stub" "$1/python/"
+}
+# cache_stats URL MODEL LABEL: the model's cache hits and misses from the statistics extension.
+cache_stats() {
+  curl -s "$1/v2/models/$2/stats" | "$PYTHON" -c '
+import json, sys
+s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]
+h, m = s["cache_hit"], s["cache_miss"]
+print("%s: %d hits, mean lookup %.1f us; %d misses, mean lookup + insert %.1f us"
+      % (sys.argv[1], h["count"], h["ns"] / max(h["count"], 1) / 1e3, m["count"],
+         m["ns"] / max(m["count"], 1) / 1e3))' "$3"
 }

@@ -39,9 +39,4 @@ for m in simple recommend_model; do
     done
   done
 done
-curl -s "localhost:$H/v2/models/recommend_model_cached/stats" | .venv/bin/python -c '
-import json, sys
-s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]
-h, m = s["cache_hit"], s["cache_miss"]
-print("recommend_model_cached: %d hits, mean lookup %.1f us; %d misses, mean lookup + insert %.1f us"
-      % (h["count"], h["ns"] / max(h["count"], 1) / 1e3, m["count"], m["ns"] / max(m["count"], 1) / 1e3))'
+cache_stats "localhost:$H" recommend_model_cached recommend_model_cached

@@ -19,8 +19,7 @@ WORK=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/models" "$WORK/backends"
-cp -r "$TRITON_HOME/backends/python" "$WORK/backends/python"
-cp "$TRITON_HOME/python_backend_stubs/$PYVER/triton_python_backend_stub" "$WORK/backends/python/"
+triton_python_backend "$WORK/backends"
 for m in simple simple_cached; do
   mkdir -p "$WORK/models/$m/1"
   cp bench/triton_simple/model.py "$WORK/models/$m/1/model.py"
@@ -65,12 +64,6 @@ for proto in http grpc; do
   done
 done
 for server in triton nereid; do
-  port=$([ $server = triton ] && echo $T_HTTP || echo $N_HTTP)
-  curl -s "localhost:$port/v2/models/simple_cached/stats" | "$PYTHON" -c '
-import json, sys
-s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]
-h, m = s["cache_hit"], s["cache_miss"]
-print("%s simple_cached: %d hits, mean lookup %.1f us; %d misses, mean lookup + insert %.1f us"
-      % (sys.argv[1], h["count"], h["ns"] / max(h["count"], 1) / 1e3, m["count"],
-         m["ns"] / max(m["count"], 1) / 1e3))' $server
+  cache_stats "localhost:$([ $server = triton ] && echo $T_HTTP || echo $N_HTTP)" simple_cached \
+    "$server simple_cached"
 done

@@ -39,8 +39,8 @@ WORK=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/triton/simple/1" "$WORK/backends"
-cp -r "$TRITON_HOME/backends/python" "$WORK/backends/python"
-cp "$TRITON_HOME/python_backend_stubs/$PYVER/triton_python_backend_stub" "$WORK/backends/python/"
+. bench/common.sh
+triton_python_backend "$WORK/backends"
 cp bench/triton_simple/model.py "$WORK/triton/simple/1/model.py"
 sed -e 's/^platform: .*/backend: "python"/' "$MODELS/simple/config.pbtxt" > "$WORK/triton/simple/config.pbtxt"
 NEREID_MODELS="$MODELS"
@@ -53,7 +53,6 @@ if [ "$NEREID_BACKEND" = python ]; then
   export NEREID_PYTHON="${NEREID_PYTHON:-$(realpath -s "$(command -v "$PYTHON")")}"  # a venv stays a venv
 fi
 
-. bench/common.sh
 T_HTTP=$(free_port); T_GRPC=$(free_port); N_HTTP=$(free_port); N_GRPC=$(free_port)
 # The copied stub finds PyTriton's bundled CUDA runtime through LD_LIBRARY_PATH.
 LD_LIBRARY_PATH="$TRITON_LIBS:${LD_LIBRARY_PATH:-}" \
