@@ -435,9 +435,6 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
     {
       std::lock_guard<std::mutex> lock(mu_);
       loading_.erase(attempt);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
       ModelEntry& m = models_[name];
       if (m.generation == generation) m.fingerprint = s.ok() ? fingerprint : 0;
     }
@@ -602,16 +599,24 @@ ModelRepository::CheckResult ModelRepository::Check(const std::string& name) con
   return result;
 }
 
+std::vector<std::string> ModelRepository::LoadedStepsLocked(const std::string& model) const {
+  std::vector<std::string> steps;
+  auto it = models_.find(model);
+  if (it == models_.end()) return steps;
+  for (const auto& [version, entry] : it->second.versions) {
+    if (!entry.model || entry.model->config().platform() != "ensemble") continue;
+    for (std::string& step : EnsembleDependencies(entry.model->config()))
+      if (std::find(steps.begin(), steps.end(), step) == steps.end())
+        steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
 bool ModelRepository::ReachesLocked(const std::string& from, const std::string& target,
                                     std::set<std::string>& seen) const {
   if (!seen.insert(from).second) return false;
-  auto it = models_.find(from);
-  if (it == models_.end()) return false;
-  for (const auto& [version, entry] : it->second.versions) {
-    if (!entry.model || entry.model->config().platform() != "ensemble") continue;
-    for (const std::string& step : EnsembleDependencies(entry.model->config()))
-      if (step == target || ReachesLocked(step, target, seen)) return true;
-  }
+  for (const std::string& step : LoadedStepsLocked(from))
+    if (step == target || ReachesLocked(step, target, seen)) return true;
   return false;
 }
 
@@ -855,19 +860,12 @@ Status ModelRepository::Unload(const std::string& name, bool dependents) {
     ++it->second.generation;  // a load still running discards what it builds
     it->second.fingerprint = 0;
     // Ensembles whose steps name this model go with it (Triton unloads them too).
-    for (const auto& [other, entry] : models_)
-      for (const auto& [v, version] : entry.versions) {
-        if (!version.model || version.model->config().platform() != "ensemble") continue;
-        const auto deps = EnsembleDependencies(version.model->config());
-        if (std::find(deps.begin(), deps.end(), name) != deps.end() &&
-            std::find(users.begin(), users.end(), other) == users.end())
-          users.push_back(other);
-      }
+    for (const auto& entry : models_) {
+      const auto named = LoadedStepsLocked(entry.first);
+      if (std::find(named.begin(), named.end(), name) != named.end()) users.push_back(entry.first);
+    }
+    if (dependents) steps = LoadedStepsLocked(name);
     for (auto& [v, entry] : it->second.versions) {
-      if (entry.model && dependents)
-        for (std::string& dep : EnsembleDependencies(entry.model->config()))
-          if (std::find(steps.begin(), steps.end(), dep) == steps.end())
-            steps.push_back(std::move(dep));
       if (entry.model) retired.push_back(entry.model);
       entry.model.reset();
       entry.state = "UNAVAILABLE";

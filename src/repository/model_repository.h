@@ -189,6 +189,8 @@ class ModelRepository {
   Status PrepareEnsemble(const std::string& name, inference::ModelConfig& config,
                          const std::shared_ptr<LoadAttempt>& attempt,
                          std::vector<std::string> chain);
+  // The models the steps of the loaded ensemble versions of 'model' name, each once (with mu_).
+  std::vector<std::string> LoadedStepsLocked(const std::string& model) const;
   // Whether a loaded version of 'from' is an ensemble whose steps lead to 'target' (with mu_).
   bool ReachesLocked(const std::string& from, const std::string& target,
                      std::set<std::string>& seen) const;

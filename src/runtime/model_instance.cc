@@ -80,9 +80,9 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
   ExecutionSummary summary;
   std::vector<NereidRequest*> handles;
   handles.reserve(batch.size());
-  if (rate_limit_ && !turn_held_) rate_limit_->Acquire();
-  turn_held_ = false;
-  struct Held {  // released once the backend's execute has returned, whatever happens
+  AcquireTurn();       // unless the scheduler took it before forming the batch
+  turn_held_ = false;  // this execution uses it up
+  struct Held {        // released once the backend's execute has returned, whatever happens
     RateLimiter::Client* claim;
     ~Held() {
       if (claim) claim->Release();
