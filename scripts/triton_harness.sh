@@ -2,7 +2,7 @@
 # triton_qa_corrid.sh, triton_sequence_examples.sh, triton_qa_ensemble.sh,
 # triton_qa_model_config.sh, triton_qa_lifecycle.sh, triton_qa_rate_limiter.sh,
 # triton_qa_response_cache.sh, triton_qa_dyna_sequence.sh, triton_qa_implicit_state.sh,
-# triton_string_examples.sh): ROOT (this
+# triton_string_examples.sh, triton_ensemble_examples.sh): ROOT (this
 # checkout), PY (its venv's Python), WORK (a scratch directory removed at exit), PID (the server
 # they start, stopped at exit, INT or TERM), serve / stop, qa_suite, qa_generate, and the tally of
 # cases (pass, total) with qa_case and qa_refused.

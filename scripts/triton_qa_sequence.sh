@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Runs Triton's own QA test qa/L0_sequence_batcher/sequence_batcher_test.py, unchanged, against this
-# build, the way its test.sh does for the ONNX backend: the models from Triton's generators
-# (gen_qa_sequence_models.py / gen_qa_implicit_models.py --onnx), the same config edits per model
-# trial (0: no batching x4 instances; 1, 2, 4: max_batch_size 4/2/1 with 1/2/4 instances; v:
-# variable shapes), the same TRITONSERVER_DELAY_SCHEDULER / TRITONSERVER_BACKLOG_DELAY_SCHEDULER
-# per test, one server per test. Prints pass/total per group and trial. Ensembles are left out
-# (ENSEMBLES=0: not built yet), as are the custom and python backends' trials.
+# build, the way its test.sh does: the models from Triton's generators (gen_qa_sequence_models.py /
+# gen_qa_implicit_models.py --onnx, and --ensemble for the ensembles of each sequence model), the
+# Python trials from the ONNX configs with Triton's qa/python_models/sequence_int32/model.py, the
+# same config edits per model trial (0: no batching x4 instances; 1, 2, 4: max_batch_size 4/2/1
+# with 1/2/4 instances; v: variable shapes), the same TRITONSERVER_DELAY_SCHEDULER /
+# TRITONSERVER_BACKLOG_DELAY_SCHEDULER per test, one server per test. Prints pass/total per group
+# and trial. Differences from test.sh, each because of this machine or a missing Triton backend:
+# the ensembles' nop steps (Triton's identity backend) stay on KIND_CPU (test.sh moves them to
+# KIND_GPU), the TensorRT, libtorch and custom-backend trials are left out, and the implicit-state
+# modes run the ONNX trials only (Triton's Python sequence model keeps no state and Triton builds no
+# ensembles of implicit-state models).
 # Usage: scripts/triton_qa_sequence.sh TRITON_SERVER_CHECKOUT [implicit|initial-zero|initial-file]
 # Needs a checkout of github.com/triton-inference-server/server (not vendored) and the venv from
-# scripts/install-deps.sh. MODEL_TRIALS / TESTS in the environment narrow the run.
+# scripts/install-deps.sh. MODEL_TRIALS / TESTS / BACKENDS / ENSEMBLES in the environment narrow
+# the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
@@ -16,25 +22,52 @@ MODE=${2:-}
 . scripts/triton_harness.sh
 cp "$SRC"/qa/common/*.py "$WORK"/
 cp "$SRC"/qa/L0_sequence_batcher/sequence_batcher_test.py "$WORK"/
+cp "$SRC"/qa/python_models/sequence_int32/model.py "$WORK"/python_sequence_model.py
 "$PY" -m pip install -q onnx >/dev/null
 cd "$WORK"
 export IMPLICIT_STATE=0 INITIAL_STATE_FILE=0 INITIAL_STATE_ZERO=0 USE_SINGLE_BUFFER=0
-DTYPES="int32 bool"
 case "$MODE" in
   "") "$PY" gen_qa_sequence_models.py --onnx --models_dir fixed >/dev/null
-      "$PY" gen_qa_sequence_models.py --onnx --variable --models_dir variable >/dev/null ;;
-  implicit) IMPLICIT_STATE=1; DTYPES="object int32 bool"
+      "$PY" gen_qa_sequence_models.py --onnx --variable --models_dir variable >/dev/null
+      export BACKENDS=${BACKENDS:-onnx python} ENSEMBLES=${ENSEMBLES:-1} ;;
+  implicit) IMPLICIT_STATE=1
       "$PY" gen_qa_implicit_models.py --onnx --models_dir fixed >/dev/null
       "$PY" gen_qa_implicit_models.py --onnx --variable --models_dir variable >/dev/null ;;
-  initial-zero|initial-file) IMPLICIT_STATE=1; DTYPES="object int32 bool"
+  initial-zero|initial-file) IMPLICIT_STATE=1
       [ "$MODE" = initial-zero ] && INITIAL_STATE_ZERO=1 || INITIAL_STATE_FILE=1
       "$PY" gen_qa_implicit_models.py --onnx --initial-state zero --models_dir fixed >/dev/null
       "$PY" gen_qa_implicit_models.py --onnx --initial-state zero --variable --models_dir variable >/dev/null ;;
   *) echo "unknown mode '$MODE'"; exit 2 ;;
 esac
-export BACKENDS=onnx ENSEMBLES=0 TEST_SYSTEM_SHARED_MEMORY=0 TEST_CUDA_SHARED_MEMORY=0
+export BACKENDS=${BACKENDS:-onnx} ENSEMBLES=${ENSEMBLES:-0}
+export TEST_SYSTEM_SHARED_MEMORY=0 TEST_CUDA_SHARED_MEMORY=0
+if [ "$ENSEMBLES" = 1 ]; then
+  "$PY" gen_qa_sequence_models.py --ensemble --models_dir ens_fixed >/dev/null
+  "$PY" gen_qa_sequence_models.py --ensemble --variable --models_dir ens_variable >/dev/null
+fi
 printf '\x64\x00\x00\x00' > input_state_data
 
+# test.sh's get_datatype: string state for the ONNX models only, with implicit state.
+dtypes() { if [ "$IMPLICIT_STATE" = 1 ] && [ "$1" = onnx ]; then echo "object int32 bool"; else echo "int32 bool"; fi; }
+# place SOURCE REPOSITORY: copies a model as test.sh does; a python_* model is made from its ONNX
+# twin (generate_python_models: an ensemble's names rewritten, a model given backend "python" and
+# Triton's model.py).
+place() {
+  local src=$1 name dest
+  name=$(basename "$src"); dest=$2/$name
+  if [[ "$name" == *python* ]]; then
+    src=${src//python/onnx}
+    mkdir -p "$dest/1"
+    if [[ "$name" =~ ^(simple|sequence|fan)_ ]]; then
+      sed 's/onnx/python/g' "$src/config.pbtxt" > "$dest/config.pbtxt"
+    else
+      sed 's/platform:.*/backend: "python"/; s/onnx/python/g' "$src/config.pbtxt" > "$dest/config.pbtxt"
+      cp python_sequence_model.py "$dest/1/model.py"
+    fi
+  else
+    cp -r "$src" "$dest"
+  fi
+}
 # The config edits of qa/L0_sequence_batcher/test.sh: max_batch_size and instance count per trial.
 edit() {  # DIR MAX_BATCH_SIZE COUNT
   (cd "$1" && { [ -z "$2" ] || sed -i "s/^max_batch_size:.*/max_batch_size: $2/" config.pbtxt; } &&
@@ -44,23 +77,45 @@ edit() {  # DIR MAX_BATCH_SIZE COUNT
     sed -i 's/zero_data.*/data_file:"input_state_data"/' "$1/config.pbtxt"
   fi
 }
+# models BATCHING SOURCE_DIR ENSEMBLE_DIR: the sequence models of test.sh's list for one repository
+# (BATCHING: "" or "_nobatch"), ensembles of each (not of bool) when ENSEMBLES=1.
+models() {
+  local b d e
+  for b in $BACKENDS; do
+    for d in $(dtypes "$b"); do echo "$2/${b}${1}_sequence_$d"; done
+    [ "$ENSEMBLES" = 1 ] || continue
+    for d in $(dtypes "$b"); do
+      [ "$d" = bool ] && continue
+      for e in simple sequence fan; do
+        if [ "$b" = python ]; then echo "ens_fixed/${e}_python${1}_sequence_$d"
+        else echo "$3/${e}_${b}${1}_sequence_$d"; fi
+      done
+    done
+  done
+}
 mkdir -p models0 models1 models2 models4 modelsv queue_delay_models
-for d in $DTYPES; do
+for m in $(models "" fixed ens_fixed); do
   for t in 1:4:1 2:2:2 4:1:4; do
     IFS=: read -r trial mbs count <<<"$t"
-    cp -r fixed/onnx_sequence_$d models$trial/ && edit models$trial/onnx_sequence_$d "$mbs" "$count"
+    place "$m" models$trial && edit "models$trial/$(basename "$m")" "$mbs" "$count"
   done
-  cp -r fixed/onnx_nobatch_sequence_$d models0/ && edit models0/onnx_nobatch_sequence_$d "" 4
-  cp -r variable/onnx_sequence_$d modelsv/ && edit modelsv/onnx_sequence_$d 4 1
-  q=queue_delay_models/onnx_sequence_$d
-  cp -r fixed/onnx_sequence_$d $q && edit $q 4 1
+  [[ "$(basename "$m")" =~ ^(simple|sequence|fan)_ ]] && continue  # the queue tests skip ensembles
+  q=queue_delay_models/$(basename "$m")
+  place "$m" queue_delay_models && edit "$q" 4 1
   sed -i 's/sequence_batching {/sequence_batching {\ndirect {\nmax_queue_delay_microseconds: 3000000\nminimum_slot_utilization: 0\n}/' $q/config.pbtxt
   for u in half:0.5 full:1; do
     IFS=: read -r suffix util <<<"$u"
-    cp -r $q ${q}_$suffix
-    sed -i "s/onnx_sequence_$d/onnx_sequence_${d}_$suffix/; s/minimum_slot_utilization: 0/minimum_slot_utilization: $util/" ${q}_$suffix/config.pbtxt
+    cp -r "$q" "${q}_$suffix"
+    sed -i "s/$(basename "$m")/$(basename "$m")_$suffix/; s/minimum_slot_utilization: 0/minimum_slot_utilization: $util/" "${q}_$suffix/config.pbtxt"
   done
 done
+for m in $(models _nobatch fixed ens_fixed); do place "$m" models0 && edit "models0/$(basename "$m")" "" 4; done
+for m in $(models "" variable ens_variable); do place "$m" modelsv && edit "modelsv/$(basename "$m")" 4 1; done
+if [ "$ENSEMBLES" = 1 ]; then
+  for r in models0 models1 models2 models4 modelsv; do
+    for n in ens_fixed/nop_*; do cp -r "$n" $r/ && mkdir -p "$r/$(basename "$n")/1"; done
+  done
+fi
 
 NO_DELAY="test_simple_sequence test_length1_sequence test_batch_size test_no_sequence_start
           test_no_sequence_start2 test_no_sequence_end test_no_correlation_id"
@@ -123,4 +178,6 @@ for t in $QUEUE; do
   run_test queue_delay_models "$t" 0 2 && pass=$((pass + 1)) || true
 done
 [ "$n" -gt 0 ] && report "queue_delay_models QUEUE_DELAY" $pass $n
-echo "L0_sequence_batcher (onnx${MODE:+, $MODE}): $TOTAL_PASS/$TOTAL passed"
+label="${BACKENDS// /, }${MODE:+; $MODE}"
+[ "$ENSEMBLES" = 1 ] && label="$label; ensembles"
+echo "L0_sequence_batcher ($label): $TOTAL_PASS/$TOTAL passed"

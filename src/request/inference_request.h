@@ -30,6 +30,10 @@ struct InferInput {
   size_t byte_size = 0;
   MemoryLocation location;
   std::shared_ptr<const void> owned;  // keeps converted data or a shared-memory region alive
+  // An ensemble's tensor sent to a step: whether what wrote it (the ensemble's client, or a step's
+  // model) batches (1) or not (0); -1 for every other input. The receiving model adds or strips
+  // a batch dimension of 1 where the two differ (EnsembleReshape).
+  int8_t from_batching = -1;
 
   // Takes converted bytes (not counted as a copy: the caller produced them from another form).
   void Own(std::vector<uint8_t> bytes);
@@ -98,6 +102,8 @@ struct InferenceResponse {
   // response may be empty (only the flag): 'empty_final'.
   bool final = true;
   bool empty_final = false;
+  // An ensemble step's response: whether its model batches (what its outputs' shapes lead with).
+  bool model_batches = false;
   // Parameters the server adds to the response (the energy of a request that asked for it).
   std::vector<RequestParameter> parameters;
 };
@@ -149,6 +155,7 @@ struct InferenceRequest {
   uint32_t flags = 0;  // NEREID_REQUEST_FLAG_SEQUENCE_START / _END
   CorrelationId correlation_id;
   bool report_energy = false;  // the "nereid.energy" parameter: the response carries its energy
+  bool ensemble_step = false;  // sent by an ensemble: its response says whether the model batches
   // A row the sequence batcher adds to fill a batch (READY false): executed, never answered or
   // counted as an inference.
   bool padding = false;

@@ -12,6 +12,7 @@
 #include "nereid/backend_util.h"
 #include "runtime/warmup.h"
 #include "scheduler/dynamic_batcher.h"
+#include "scheduler/ensemble_scheduler.h"
 #include "scheduler/scheduler_factory.h"
 
 namespace nereid {
@@ -254,6 +255,7 @@ Status Model::SetConfigJson(const std::string& json) {
 
 Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   request->model_version = version_;  // routed: errors from here on name this version
+  if (request->ensemble_step) FitEnsembleStep(*request);
   Status s = Validate(*request);
   if (s.ok() && cache_ != nullptr && AnswerFromCache(request)) return Status::Ok();
   if (s.ok()) s = scheduler_->Enqueue(request);
@@ -265,6 +267,25 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
         elapsed);
   }
   return s;
+}
+
+void Model::FitEnsembleStep(InferenceRequest& request) const {
+  const bool batches = config_.max_batch_size() > 0;
+  for (auto& input : request.inputs) {
+    if (input.from_batching < 0) continue;
+    for (const auto& spec : config_.input())
+      if (spec.name() == input.name) {
+        input.shape = EnsembleReshape(input.shape, input.from_batching == 1, batches,
+                                      {spec.dims().begin(), spec.dims().end()});
+        break;
+      }
+  }
+  // The ensemble reads the response's shapes knowing whether they lead with a batch dimension.
+  request.on_complete = [batches, done = std::move(request.on_complete)](
+                            std::unique_ptr<InferenceResponse> response) {
+    response->model_batches = batches;
+    if (done) done(std::move(response));
+  };
 }
 
 bool Model::AnswerFromCache(std::unique_ptr<InferenceRequest>& request) {

@@ -130,6 +130,9 @@ class Model {
   // Answers a validated request from the response cache (true: 'request' is done with), or, on a
   // miss, arranges for its response to be stored.
   bool AnswerFromCache(std::unique_ptr<InferenceRequest>& request);
+  // An ensemble's step request: its inputs' shapes fitted to this model's batching (Triton's rule,
+  // EnsembleReshape), and its responses marked with whether this model batches.
+  void FitEnsembleStep(InferenceRequest& request) const;
   static StatusOr<std::shared_ptr<Model>> Prepare(
       const std::string& name, int64_t version, const std::string& model_dir,
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,

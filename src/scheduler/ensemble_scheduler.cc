@@ -21,6 +21,7 @@ struct EnsembleScheduler::Tensor {
   MemoryLocation location;
   std::shared_ptr<const void> keep;
   bool present = false;
+  bool from_batching = false;  // its writer batches: the client of a batching ensemble, or a step
 };
 
 // One client request on its way through the steps. A decoupled step writes its outputs once per
@@ -115,7 +116,10 @@ EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, Model
     return it->second;
   };
   for (const auto& in : config.input()) inputs_.emplace_back(in.name(), tensor_index(in.name()));
-  for (const auto& out : config.output()) outputs_[out.name()] = tensor_index(out.name());
+  for (const auto& out : config.output()) {
+    outputs_[out.name()] = tensor_index(out.name());
+    output_dims_[out.name()].assign(out.dims().begin(), out.dims().end());
+  }
   for (const auto& s : config.ensemble_scheduling().step()) {
     Step step;
     step.model = s.model_name();
@@ -185,9 +189,10 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
     auto it = std::find_if(inputs_.begin(), inputs_.end(),
                            [&](const auto& i) { return i.first == in.name; });
     if (it == inputs_.end()) continue;  // Model::Validate refused unknown inputs
-    updates.push_back(Write(c, it->second,
-                            Tensor{in.datatype, in.shape, in.data, in.byte_size, in.location,
-                                   in.owned ? in.owned : request->payload, true}));
+    updates.push_back(
+        Write(c, it->second,
+              Tensor{in.datatype, in.shape, in.data, in.byte_size, in.location,
+                     in.owned ? in.owned : request->payload, true, max_batch_size_ > 0}));
   }
   c.respond = std::move(request->on_complete);
   c.request = std::move(request);
@@ -244,6 +249,7 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
   r->flags = top.flags;
   r->correlation_id = top.correlation_id;
   r->cancel = top.cancel;
+  r->ensemble_step = true;
   for (const auto& [name, t] : step.inputs) {
     const Tensor& tensor = *context->Find(t, iteration);
     if (!tensor.present) continue;  // left out upstream: the model may take it as optional
@@ -254,6 +260,7 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
     in.name = name;
     in.datatype = tensor.datatype;
     in.shape = tensor.shape;
+    in.from_batching = tensor.from_batching ? 1 : 0;
     in.Borrow(tensor.data, tensor.byte_size, tensor.location, tensor.keep);
     r->inputs.push_back(std::move(in));
   }
@@ -316,7 +323,8 @@ void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int in
                         o->buffer.size(),
                         o->buffer.location(),
                         std::shared_ptr<const void>(kept, o->bytes()),
-                        true};
+                        true,
+                        kept->model_batches};
       updates.push_back(Write(c, t, std::move(tensor)));
     }
     ReadyLocked(context, updates, &ready);
@@ -378,7 +386,8 @@ Status EnsembleScheduler::FillOutputs(Context& c, uint32_t iteration,
     InferOutput out;
     out.name = wanted.name;
     out.datatype = tensor.datatype;
-    out.shape = tensor.shape;
+    out.shape = EnsembleReshape(tensor.shape, tensor.from_batching, max_batch_size_ > 0,
+                                output_dims_.at(wanted.name));
     out.binary = wanted.binary;
     out.buffer =
         Buffer(const_cast<uint8_t*>(tensor.data), tensor.byte_size, tensor.location, tensor.keep);
@@ -485,6 +494,30 @@ bool EnsembleScheduler::StopUntil(std::chrono::steady_clock::time_point deadline
 size_t EnsembleScheduler::Pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   return in_flight_;
+}
+
+namespace {
+
+bool MatchesDims(const std::vector<int64_t>& shape, const std::vector<int64_t>& dims) {
+  if (shape.size() != dims.size()) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] != -1 && dims[i] != shape[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<int64_t> EnsembleReshape(const std::vector<int64_t>& shape, bool from_batching,
+                                     bool reader_batches, const std::vector<int64_t>& dims) {
+  if (from_batching == reader_batches) return shape;
+  if (reader_batches) {
+    if (!MatchesDims(shape, dims)) return shape;  // taken as already batched
+    std::vector<int64_t> batched{1};
+    batched.insert(batched.end(), shape.begin(), shape.end());
+    return batched;
+  }
+  if (MatchesDims(shape, dims) || shape.empty() || shape[0] != 1) return shape;
+  return {shape.begin() + 1, shape.end()};
 }
 
 StatusOr<std::unique_ptr<Scheduler>> MakeEnsembleScheduler(SchedulerContext& context) {

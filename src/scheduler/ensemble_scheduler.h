@@ -84,18 +84,26 @@ class EnsembleScheduler final : public Scheduler {
   InferApiLink* link_;
   std::vector<std::string> tensors_;  // by index
   std::vector<Step> steps_;
-  std::vector<int> producer_;                           // by tensor: the step writing it, or -1
-  std::vector<std::vector<int>> readers_;               // by tensor: the steps reading it
-  std::vector<std::pair<std::string, int>> inputs_;     // ensemble input -> tensor
-  std::map<std::string, int> outputs_;                  // ensemble output -> tensor
-  std::vector<char> is_output_;                         // by tensor
-  std::vector<std::unique_ptr<StepLimiter>> limiters_;  // by step, with max_inflight_requests
+  std::vector<int> producer_;                        // by tensor: the step writing it, or -1
+  std::vector<std::vector<int>> readers_;            // by tensor: the steps reading it
+  std::vector<std::pair<std::string, int>> inputs_;  // ensemble input -> tensor
+  std::map<std::string, int> outputs_;               // ensemble output -> tensor
+  std::map<std::string, std::vector<int64_t>> output_dims_;  // ensemble output -> config dims
+  std::vector<char> is_output_;                              // by tensor
+  std::vector<std::unique_ptr<StepLimiter>> limiters_;       // by step, with max_inflight_requests
 
   mutable std::mutex mu_;
   std::condition_variable idle_;
   size_t in_flight_ = 0;
   bool stopping_ = false;
 };
+
+// Triton's shape rule between an ensemble tensor and its reader, where one batches and the other
+// does not: a tensor from a non-batching writer that matches a batching reader's 'dims' gets a
+// batch dimension of 1; a tensor of batch 1 from a batching writer that does not match a
+// non-batching reader's 'dims' loses it. Any other shape passes as it is.
+std::vector<int64_t> EnsembleReshape(const std::vector<int64_t>& shape, bool from_batching,
+                                     bool reader_batches, const std::vector<int64_t>& dims);
 
 // The "ensemble" entry of SchedulerFactory.
 struct SchedulerContext;

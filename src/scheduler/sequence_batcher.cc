@@ -88,12 +88,21 @@ StatusOr<SequenceStateSpec> ReadState(const inference::ModelSequenceBatching::St
                                       "sequence_batching.state.initial_state.data_file",
                                       kMaxStateBytes, "initial state files"));
   // Triton's rules: a fixed-size state takes the file's first bytes (a shorter file is an error,
-  // in Triton's words); a STRING state takes the whole file as its serialized elements.
-  if (spec.type != DataType::kBytes && spec.initial.size() < zeros.size())
+  // in Triton's words). A STRING state's buffer is zeroed after the file is read, so whatever the
+  // file holds the state starts as empty strings; only a size that is no whole number of length
+  // prefixes is refused.
+  if (spec.type == DataType::kBytes) {
+    if (spec.initial.size() % sizeof(uint32_t) != 0)
+      return InvalidArgument(
+          "The total byte size must be a multiple of 4 when setting the sequence state to zero.");
+    spec.initial = std::move(zeros);
+    return spec;
+  }
+  if (spec.initial.size() < zeros.size())
     return InvalidArgument("initial_state setting expects " + std::to_string(zeros.size()) +
                            " bytes, but the data provided from " + init.data_file() + "only has " +
                            std::to_string(spec.initial.size()) + " bytes.");
-  if (spec.type != DataType::kBytes) spec.initial.resize(zeros.size());
+  spec.initial.resize(zeros.size());
   return spec;
 }
 

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import struct
 
 import numpy as np
@@ -181,3 +182,137 @@ class WordPiece:
             ids[i, :len(e)] = e
             mask[i, :len(e)] = 1
         return ids, mask
+
+
+# An image classifier as a Triton ensemble, the shape Triton's client example
+# ensemble_image_client.py expects of its preprocess_inception_ensemble: one BYTES input holding
+# an image file's bytes, decoded and resized by a Python step on the CPU, classified by
+# rapidocr's text-direction CNN (ONNX Runtime), whose output carries a label file so that
+# class_count answers "score:index:label". Images are binary PPM/PGM (P6/P5, 8-bit), decoded
+# with numpy alone; the resize is nearest-neighbour to the CNN's 48 x 192, normalized to [-1, 1]
+# as rapidocr does.
+IMAGE_DECODE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def decode(data):
+    """Binary PPM (P6) or PGM (P5), 8-bit: returns (height, width, 3) uint8."""
+    try:
+        fields, pos = [], 0
+        while len(fields) < 4 and pos < len(data):
+            if data[pos:pos + 1].isspace():
+                pos += 1
+            elif data[pos:pos + 1] == b"#":
+                pos = data.index(b"\\n", pos)
+            else:
+                end = pos
+                while end < len(data) and not data[end:end + 1].isspace():
+                    end += 1
+                fields.append(data[pos:end])
+                pos = end
+        magic, width, height, maxval = fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+        if magic not in (b"P5", b"P6") or maxval != 255 or not (0 < width <= 8192 and 0 < height <= 8192):
+            raise ValueError
+        channels = 3 if magic == b"P6" else 1
+        pixels = np.frombuffer(data, np.uint8, width * height * channels, pos + 1)
+    except (ValueError, IndexError):
+        raise ValueError("expected an 8-bit binary PPM or PGM image") from None
+    return np.broadcast_to(pixels.reshape(height, width, channels), (height, width, 3))
+
+
+def preprocess(image, height=48, width=192):
+    rows = np.arange(height) * image.shape[0] // height
+    cols = np.arange(width) * image.shape[1] // width
+    resized = image[rows][:, cols].astype(np.float32)
+    return ((resized / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            images = pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy()
+            try:
+                pixels = np.stack([preprocess(decode(bytes(i[0]))) for i in images])
+            except ValueError as e:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
+                continue
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("PIXELS", pixels)]))
+        return responses
+'''
+
+IMAGE_ENSEMBLE_CONFIGS = {
+    "image_decode": '''name: "image_decode"
+backend: "python"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "PIXELS" data_type: TYPE_FP32 dims: [ 3, 48, 192 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+''',
+    "text_direction": '''name: "text_direction"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 3, 48, 192 ] } ]
+output [ { name: "save_infer_model/scale_0.tmp_1" data_type: TYPE_FP32 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+''',
+    "preprocess_direction_ensemble": '''name: "preprocess_direction_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "DIRECTION" data_type: TYPE_FP32 dims: [ 2 ] label_filename: "direction_labels.txt" } ]
+ensemble_scheduling {
+  step [
+    { model_name: "image_decode" model_version: -1
+      input_map { key: "IMAGE" value: "IMAGE" }
+      output_map { key: "PIXELS" value: "pixels" } },
+    { model_name: "text_direction" model_version: -1
+      input_map { key: "x" value: "pixels" }
+      output_map { key: "save_infer_model/scale_0.tmp_1" value: "DIRECTION" } }
+  ]
+}
+''',
+}
+
+
+def write_image_ensemble(repo):
+    """Writes image_decode, text_direction and preprocess_direction_ensemble into 'repo'."""
+    for name, config in IMAGE_ENSEMBLE_CONFIGS.items():
+        os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write(config)
+    with open(os.path.join(repo, "image_decode", "1", "model.py"), "w") as f:
+        f.write(IMAGE_DECODE)
+    shutil.copy(model_files()["ocr_direction"], os.path.join(repo, "text_direction", "1", "model.onnx"))
+    with open(os.path.join(repo, "preprocess_direction_ensemble", "direction_labels.txt"), "w") as f:
+        f.write("0\n180\n")
+
+
+def text_image(text, flipped=False, scale=4):
+    """A binary PPM of 'text' in dark 5x7 block letters on a light background (upside down when
+    'flipped'): a line of text as the direction CNN sees in a document."""
+    glyphs = {  # 5 columns x 7 rows, one string per row
+        "A": ["01110", "10001", "10001", "11111", "10001", "10001", "10001"],
+        "E": ["11111", "10000", "10000", "11110", "10000", "10000", "11111"],
+        "H": ["10001", "10001", "10001", "11111", "10001", "10001", "10001"],
+        "L": ["10000", "10000", "10000", "10000", "10000", "10000", "11111"],
+        "N": ["10001", "11001", "10101", "10011", "10001", "10001", "10001"],
+        "O": ["01110", "10001", "10001", "10001", "10001", "10001", "01110"],
+        "R": ["11110", "10001", "10001", "11110", "10100", "10010", "10001"],
+        "T": ["11111", "00100", "00100", "00100", "00100", "00100", "00100"],
+        "D": ["11110", "10001", "10001", "10001", "10001", "10001", "11110"],
+        "I": ["01110", "00100", "00100", "00100", "00100", "00100", "01110"],
+        " ": ["00000"] * 7,
+    }
+    rows = []
+    for r in range(7):
+        rows.append([int(c) for ch in text for c in glyphs[ch][r] + "0"])
+    ink = np.kron(np.array(rows, np.uint8), np.ones((scale, scale), np.uint8))
+    image = np.full((ink.shape[0] + 4 * scale, ink.shape[1] + 4 * scale), 235, np.uint8)
+    image[2 * scale:2 * scale + ink.shape[0], 2 * scale:2 * scale + ink.shape[1]][ink == 1] = 20
+    if flipped:
+        image = image[::-1, ::-1]
+    rgb = np.repeat(image[:, :, None], 3, axis=2)
+    header = f"P6\n# {text}\n{rgb.shape[1]} {rgb.shape[0]}\n255\n".encode()
+    return header + rgb.tobytes()

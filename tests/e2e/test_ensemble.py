@@ -56,6 +56,21 @@ ensemble_scheduling { step [
 ] }
 """
 
+# An ensemble that does not batch over a model that does: Triton gives the step's inputs a batch
+# dimension of 1 and takes it off the outputs again.
+UNBATCHED = """
+name: "unbatched"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "simple" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "SUM" } }
+] }
+"""
+
 
 def write(repo, name, text, versions=(1,)):
     for v in versions:
@@ -73,6 +88,7 @@ def make_repository(root, source):
         f.write("\nversion_policy: { all { } }\n")
     write(repo, "ens", ADD_SUB.format(name="ens"))
     write(repo, "nested", NESTED)
+    write(repo, "unbatched", UNBATCHED)
     return repo
 
 
@@ -115,6 +131,18 @@ def test_ensemble_runs_its_steps_over_http_and_grpc(ensemble_server):
     # A nested ensemble: Z = 2 * X - Y.
     r = http.infer("nested", inputs(httpclient, a, b, names=("X", "Y")))
     assert (r.as_numpy("Z") == 2 * a - b).all()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_ensemble_without_batching_feeds_a_batching_step(ensemble_server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(
+        ensemble_server.url if protocol == "http" else ensemble_server.grpc_url)
+    a = np.arange(16, dtype=np.int32)
+    b = np.full(16, 5, dtype=np.int32)
+    r = client.infer("unbatched", inputs(module, a, b))
+    assert r.as_numpy("SUM").shape == (16,)  # [1, 16] from the step, [16] as configured
+    assert (r.as_numpy("SUM") == a + b).all()
 
 
 def test_steps_that_feed_nothing_asked_for_are_not_run(ensemble_server):

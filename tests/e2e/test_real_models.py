@@ -3,12 +3,14 @@ lists them), served through the ONNX Runtime backend with Triton-style configs (
 auto-complete), each compared with Python's onnxruntime on the same inputs over HTTP and gRPC."""
 import os
 import shutil
+import sys
 
 import numpy as np
 import onnxruntime
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 import real_models
 from conftest import Server
@@ -74,12 +76,13 @@ def real_repo(tmp_path_factory):
             shutil.copy(FILES[name], target)
         if config is not None:
             (repo / name / "config.pbtxt").write_text(config)
+    real_models.write_image_ensemble(str(repo))
     return repo
 
 
 @pytest.fixture(scope="module")
 def real_server(real_repo):
-    s = Server(str(real_repo))
+    s = Server(str(real_repo), env={"NEREID_PYTHON": sys.executable})  # numpy for the Python step
     yield s
     assert s.stop() == 0, s.read_log()
 
@@ -139,6 +142,53 @@ def test_real_model_matches_python_onnxruntime(real_server, real_repo, name, grp
         diff = float(np.abs(got[output].astype(np.float64) - expected).max())
         print(f"{name} {'grpc' if grpc else 'http'} {output!r}: max abs diff {diff:.1e}")
         assert diff <= 1e-5, (name, output, diff)
+
+
+LINES = ["HELLO", "NEREID TRITON", "THE OTHER LINE"]
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+def test_an_image_ensemble_reads_text_direction(real_server, real_repo, grpc):
+    """Image file bytes -> a Python step decoding and resizing them on the CPU -> rapidocr's
+    text-direction CNN (ONNX Runtime), as one ensemble (the shape of Triton's
+    ensemble_image_client.py example): the scores equal the two steps called one after the other
+    with the CNN run by Python's onnxruntime, class_count answers with the output's label file,
+    and lines of text come out upright ("0") and upside down ("180")."""
+    mod = grpcclient if grpc else httpclient
+    c = mod.InferenceServerClient(real_server.grpc_url if grpc else real_server.url)
+    images = [real_models.text_image(t, flipped) for t in LINES for flipped in (False, True)]
+    batch = np.array([[i] for i in images], dtype=np.object_)
+
+    def infer(model, output, class_count=0):
+        i = mod.InferInput("IMAGE", list(batch.shape), "BYTES")
+        i.set_data_from_numpy(batch)
+        return c.infer(model, [i], outputs=[mod.InferRequestedOutput(
+            output, class_count=class_count)]).as_numpy(output)
+
+    scores = infer("preprocess_direction_ensemble", "DIRECTION")
+    pixels = infer("image_decode", "PIXELS")
+    assert pixels.shape == (len(images), 3, 48, 192)
+    assert pixels.min() >= -1 and pixels.max() <= 1
+    want = reference(real_repo, "text_direction", {"x": pixels})["save_infer_model/scale_0.tmp_1"]
+    assert np.abs(scores - want).max() <= 1e-5
+    top = infer("preprocess_direction_ensemble", "DIRECTION", class_count=1)
+    labels = [t[0].decode().split(":") for t in top]
+    assert [int(index) for _, index, _ in labels] == list(np.argmax(want, axis=1))
+    assert [label for _, _, label in labels] == ["0", "180"] * len(LINES)
+    for (score, _, _), row in zip(labels, want):
+        assert abs(float(score) - float(row.max())) <= 1e-5
+
+
+def test_an_image_the_decoder_cannot_read_fails_that_request_only(real_server):
+    c = httpclient.InferenceServerClient(real_server.url)
+    batch = np.array([[b"GIF89a not a PPM"]], dtype=np.object_)
+    i = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
+    i.set_data_from_numpy(batch)
+    with pytest.raises(InferenceServerException, match="expected an 8-bit binary PPM or PGM image"):
+        c.infer("preprocess_direction_ensemble", [i])
+    good = np.array([[real_models.text_image("HELLO")]], dtype=np.object_)
+    i.set_data_from_numpy(good)
+    assert c.infer("preprocess_direction_ensemble", [i]).as_numpy("DIRECTION").shape == (1, 2)
 
 
 def test_auto_completed_configs_match_the_graphs(real_server):

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "config/config_validator.h"
+#include "scheduler/ensemble_scheduler.h"
 
 namespace nereid {
 namespace {
@@ -146,6 +147,21 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ])",
                                  "two");
   EXPECT_EQ(message(e, {&two_inputs, &model}),
             "in ensemble e, input INPUT1 in model m is not mapped to any ensemble tensors");
+}
+
+// Triton's shape rule between an ensemble tensor and the model reading it.
+TEST(EnsembleReshapeTest, BatchDimensionOfOneAddedOrTakenWhereBatchingDiffers) {
+  // Writer and reader agree: unchanged.
+  EXPECT_EQ(EnsembleReshape({2, 16}, true, true, {16}), (std::vector<int64_t>{2, 16}));
+  EXPECT_EQ(EnsembleReshape({16}, false, false, {16}), (std::vector<int64_t>{16}));
+  // Non-batching writer, batching reader: a shape matching the reader's dims gets a batch of 1;
+  // any other is taken as already batched.
+  EXPECT_EQ(EnsembleReshape({16}, false, true, {-1}), (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(EnsembleReshape({3, 16}, false, true, {16}), (std::vector<int64_t>{3, 16}));
+  // Batching writer, non-batching reader: batch 1 is dropped unless the whole shape already fits.
+  EXPECT_EQ(EnsembleReshape({1, 16}, true, false, {16}), (std::vector<int64_t>{16}));
+  EXPECT_EQ(EnsembleReshape({1, 16}, true, false, {1, 16}), (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(EnsembleReshape({2, 16}, true, false, {16}), (std::vector<int64_t>{2, 16}));
 }
 
 }  // namespace

@@ -4,15 +4,18 @@
 // Oldest's batches, the errors clients see, and stopping with work queued.
 #include "scheduler/sequence_batcher.h"
 
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include "nereid/backend.h"
+#include "test_repository.h"
 
 namespace nereid {
 namespace {
@@ -388,6 +391,37 @@ TEST(SequenceBatcherTest, StopFinishesWhatWasAccepted) {
   }
   auto late = Request(9, 1, true, false, nullptr);
   EXPECT_EQ(b->Enqueue(late).code(), Status::Code::kUnavailable);
+}
+
+// Triton zeroes a STRING state's buffer after reading its initial_state file: the state starts as
+// empty strings whatever the file holds (its own QA writes the int32 100 there); a size that is no
+// whole number of 4-byte length prefixes is refused in Triton's words.
+TEST(SequenceBatcherConfigTest, StringStateFromAFileStartsAsEmptyStrings) {
+  testing::TempRepository repo;
+  const auto dir = repo.root() / "m";
+  std::filesystem::create_directories(dir / "initial_state");
+  std::ofstream(dir / "initial_state" / "four", std::ios::binary).write("\x64\0\0\0", 4);
+  std::ofstream(dir / "initial_state" / "five", std::ios::binary).write("\x64\0\0\0\0", 5);
+  auto config = [](const char* file) {
+    inference::ModelConfig c;
+    const std::string text =
+        std::string(
+            "name: 'm' max_batch_size: 4 sequence_batching { state [ { input_name: 'IN_STATE' "
+            "output_name: 'OUT_STATE' data_type: TYPE_STRING dims: [ 1 ] initial_state: [ { "
+            "data_type: TYPE_STRING dims: [ 1 ] data_file: '") +
+        file + "' } ] } ] }";
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &c));
+    return c;
+  };
+  auto four = ReadSequenceBatcherConfig(config("four"), dir);
+  ASSERT_TRUE(four.ok()) << four.status().message();
+  ASSERT_EQ(four->states.size(), 1u);
+  EXPECT_EQ(four->states[0].initial, std::vector<uint8_t>(4, 0));  // one empty string
+  auto five = ReadSequenceBatcherConfig(config("five"), dir);
+  ASSERT_FALSE(five.ok());
+  EXPECT_EQ(five.status().message(),
+            "model 'm': The total byte size must be a multiple of 4 when setting the sequence "
+            "state to zero.");
 }
 
 }  // namespace
