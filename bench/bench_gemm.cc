@@ -1,7 +1,9 @@
 // GEMM benchmark: Nereid's Sgemm against OpenBLAS's cblas_sgemm, single-threaded, same inputs, same
 // process, interleaved repetitions so machine noise hits both alike. Prints a table and the ratio.
 // A second table times the pre-packed path (what the server runs for constant weights) with each
-// micro-kernel this CPU supports, side by side.
+// micro-kernel this CPU supports, side by side. A third times GemmInt8 (per-row int8 activations
+// quantized per call, int8 weights packed at load) with each of its kernels against the fp32
+// pre-packed path, the same cases interleaved.
 //   build/bench_gemm [--reps N]
 #include <cblas.h>
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "cpu/gemm.h"
+#include "cpu/gemm_int8.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -157,5 +160,52 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   nereid::kernels::UseSgemmKernel(chosen);
+
+  // INT8: GOP/s per int8 kernel beside fp32 pre-packed (the chosen SGEMM kernel), interleaved.
+  const std::string int8_chosen = nereid::kernels::GemmInt8KernelName();
+  const auto int8_kernels = nereid::kernels::GemmInt8Kernels();
+  std::printf(
+      "\nint8 GOP/s per kernel vs fp32 pre-packed GF/s (%s; int8 chosen here: %s)\n| %-26s | %14s "
+      "|",
+      chosen.c_str(), int8_chosen.c_str(), "case", "fp32");
+  for (const auto& k : int8_kernels) std::printf(" %14s | %6s |", k.c_str(), "x fp32");
+  std::printf(" %9s |\n|%s|\n", "max rel", std::string(47 + 26 * int8_kernels.size(), '-').c_str());
+  for (const Case& c : cases) {
+    const Operands ops(c, rng);
+    const auto& [a, b, ldb, flops, inner] = ops;
+    std::vector<float> w(static_cast<size_t>(c.n) * c.k);  // n x k, as a Linear layer stores it
+    for (int j = 0; j < c.n; ++j)
+      for (int l = 0; l < c.k; ++l) w[j * c.k + l] = c.tb ? b[j * c.k + l] : b[l * c.n + j];
+    const nereid::kernels::PackedMatrixB packed(true, c.k, c.n, w.data(), c.k);
+    const nereid::kernels::PackedInt8W packed8(w.data(), c.n, c.k, c.k);
+    std::vector<float> ref(static_cast<size_t>(c.m) * c.n), out(ref.size());
+    auto fp32 = [&] {
+      for (int it = 0; it < inner; ++it)
+        nereid::kernels::SgemmPacked(false, c.m, 1.f, a.data(), c.k, packed, 0.f, ref.data(), c.n);
+    };
+    fp32();
+    double best32 = 1e30, max_rel = 0;
+    std::vector<double> best(int8_kernels.size(), 1e30);
+    for (int r = 0; r < reps; ++r) {
+      best32 = std::min(best32, Seconds(fp32));
+      for (size_t i = 0; i < int8_kernels.size(); ++i) {
+        nereid::kernels::UseGemmInt8Kernel(int8_kernels[i]);
+        best[i] = std::min(best[i], Seconds([&] {
+                             for (int it = 0; it < inner; ++it)
+                               nereid::kernels::GemmInt8(c.m, a.data(), c.k, packed8, nullptr,
+                                                         out.data(), c.n);
+                           }));
+      }
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
+    max_rel = std::sqrt(num / den);
+    const double g32 = flops * inner / best32 / 1e9;
+    std::printf("| %-26s | %14.1f |", c.what, g32);
+    for (double t : best) std::printf(" %14.1f | %5.2fx |", flops * inner / t / 1e9, best32 / t);
+    std::printf(" %9.1e |\n", max_rel);
+  }
+  nereid::kernels::UseGemmInt8Kernel(int8_chosen);
   return 0;
 }

@@ -1,6 +1,8 @@
 // GPU benchmarks of kernels/cuda, each side by side with its reference in one run (ratios):
 //   gemm:     Nereid's GEMMs vs cuBLAS (bf16, fp16, tf32), square and serving shapes, with the HBM
 //             roofline for small M (bytes each input read once / measured copy bandwidth)
+//   int8:     Nereid's int8 GEMMs (per-row scales, fp32 out) vs Nereid's bf16 and cuBLASLt's int8
+//             (int32 out, no scales), the same shapes, with the HBM roofline of int8 weights
 //   epilogue: GEMM + bias + GELU fused into the GEMM vs cuBLAS followed by the epilogue kernel
 //   copy:     pinned vs pageable host memory, host->device and device->host, 4 KiB .. 256 MiB
 //   copyfresh: DMA from pinned memory the CPU has just written (and flushed), vs untouched
@@ -10,7 +12,9 @@
 // rotated among enough copies to exceed the L2 cache; random data, never zeros. GEMMs (ours and
 // cuBLAS alike) are timed as a CUDA graph of the 'reps' launches, as the engine runs them, so the
 // host's launch cost (cuBLAS's heuristics included) is out of both sides.
-// Usage: bench_gpu [gemm] [epilogue] [copy] [copyfresh] [launch] [runshapes]   (default: all)
+// Usage: bench_gpu [gemm] [int8] [epilogue] [copy] [copyfresh] [launch] [runshapes]   (default:
+// all)
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -33,6 +37,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_int8.h"
 
 namespace kc = nereid::kernels::cuda;
 
@@ -179,6 +184,8 @@ Fastest FastestOurs(const std::function<kc::GemmProblem(int)>& with, int reps, b
   for (auto v : kc::kSmallMVariants)
     if (kc::SmallMSupported(p0, v))
       consider(kc::SmallMVariantName(v), [&](int i) { return kc::GemmSmallM(with(i), stream, v); });
+  if (kc::SmallMInt8Supported(p0))
+    consider("int8-small-m", [&](int i) { return kc::GemmSmallMInt8(with(i), stream); });
   for (const auto& config : kc::kSm90Configs) {
     kc::GemmProblem p = p0;
     const int64_t floats = kc::Sm90WorkspaceFloats(p, config);
@@ -244,6 +251,178 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
                     s.m, s.n, s.k, cublas_us, flops / cublas_us / 1e6, "cuBLAS", "", "1.00x", roof);
       Free(o);
     }
+  }
+}
+
+// cuBLASLt's int8 GEMM as PyTorch's torch._int_mm calls it: int8 x int8 -> int32, no scales or
+// epilogue, in the layout int8 requires (y^T = w x^T with w transposed: "TN").
+class CublasLtInt8 {
+ public:
+  CublasLtInt8() {
+    CHECK_LT(cublasLtCreate(&handle_));
+    CHECK(cudaMalloc(&workspace_, kWorkspace));
+  }
+  ~CublasLtInt8() {
+    cublasLtDestroy(handle_);
+    cudaFree(workspace_);
+  }
+  // False when cuBLASLt has no algorithm for the shape.
+  bool Prepare(int64_t m, int64_t n, int64_t k) {
+    Release();
+    CHECK_LT(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8I, k, n, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8I, k, m, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32I, n, m, n));
+    cublasLtMatmulPreference_t pref;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = kWorkspace;
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof(ws)));
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, op_, a_, b_, c_, c_, pref, 1, &heuristic_, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return st == CUBLAS_STATUS_SUCCESS && found > 0;
+  }
+  void Run(const void* x, const void* w, int32_t* y) {
+    const int32_t alpha = 1, beta = 0;
+    CHECK_LT(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, y, c_, y, c_,
+                            &heuristic_.algo, workspace_, kWorkspace, stream));
+  }
+
+ private:
+  static void CHECK_LT(cublasStatus_t s) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cuBLASLt: status %d\n", static_cast<int>(s));
+      std::exit(1);
+    }
+  }
+  void Release() {
+    if (op_) cublasLtMatmulDescDestroy(op_);
+    for (auto* l : {a_, b_, c_})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    op_ = nullptr, a_ = b_ = c_ = nullptr;
+  }
+  static constexpr size_t kWorkspace = size_t{32} << 20;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic_{};
+};
+
+void BenchInt8(double hbm_gbs) {
+  const bool verbose = std::getenv("BENCH_GPU_VERBOSE") != nullptr;
+  std::printf(
+      "\n== INT8 GEMM: y = x_scale * w_scale * (x w^T), Nereid (fp32 out, scales fused) vs Nereid "
+      "bf16 and cuBLASLt int8 (int32 out)\n");
+  std::printf("%6s %6s %6s | %9s %8s | %9s %8s | %9s %8s | %7s %7s | %9s %9s %s\n", "M", "N", "K",
+              "bf16 us", "TFLOP/s", "Lt i8 us", "TOP/s", "i8 us", "TOP/s", "vs bf16", "vs Lt",
+              "+quant us", "HBM roof", "variant");
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::vector<Shape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}};
+  for (int64_t m : {1, 8, 16, 32, 64, 256, 1024}) shapes.push_back({m, 4096, 4096});
+  for (int64_t m : {1, 32, 256})  // recommend_model's layers
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 1024}, {1024, 2048}, {1000, 1024}})
+      shapes.push_back({m, n, k});
+  CublasLtInt8 lt;
+  for (const Shape& s : shapes) {
+    const int copies = static_cast<int>(
+        std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(s.n * s.k, 1), 1, 8));
+    const int reps = s.m * s.n * s.k > (int64_t{1} << 33) ? 5 : 50;
+    const double ops = 2.0 * s.m * s.n * s.k;
+    // bf16: the fastest of Nereid's kernels, as the gemm section times it.
+    Operands o = MakeOperands(s.m, s.n, s.k, kc::ElemType::kBF16, copies);
+    kc::GemmProblem pb;
+    pb.m = s.m, pb.n = s.n, pb.k = s.k, pb.ab_type = kc::ElemType::kBF16, pb.y = o.y;
+    const Fastest bf16 = FastestOurs(
+        [&](int i) {
+          pb.x = o.x[i % copies], pb.w = o.w[i % copies];
+          return pb;
+        },
+        reps, false);
+    // int8 operands: the same random values quantized per row.
+    std::vector<void*> xq, wq;
+    std::vector<float*> xs, ws;
+    for (int c = 0; c < copies; ++c) {
+      void* xf = RandomDevice(s.m * s.k, kc::ElemType::kF32, 100 + c);
+      void* wf = RandomDevice(s.n * s.k, kc::ElemType::kF32, 200 + c);
+      void *a, *b;
+      float *sa, *sb;
+      CHECK(cudaMalloc(&a, s.m * s.k));
+      CHECK(cudaMalloc(&b, s.n * s.k));
+      CHECK(cudaMalloc(&sa, s.m * 4));
+      CHECK(cudaMalloc(&sb, s.n * 4));
+      CHECK(kc::QuantizeRowsInt8(kc::ElemType::kF32, xf, s.m, s.k, static_cast<int8_t*>(a), sa,
+                                 stream));
+      CHECK(kc::QuantizeRowsInt8(kc::ElemType::kF32, wf, s.n, s.k, static_cast<int8_t*>(b), sb,
+                                 stream));
+      CHECK(cudaStreamSynchronize(stream));
+      cudaFree(xf), cudaFree(wf);
+      xq.push_back(a), wq.push_back(b), xs.push_back(sa), ws.push_back(sb);
+    }
+    kc::GemmProblem p;
+    p.m = s.m, p.n = s.n, p.k = s.k, p.ab_type = kc::ElemType::kI8, p.y = o.y;
+    auto with = [&](int i) {
+      p.x = xq[i % copies], p.w = wq[i % copies];
+      p.x_scale = xs[i % copies], p.w_scale = ws[i % copies];
+      return p;
+    };
+    const Fastest ours = FastestOurs(with, reps, verbose);
+    double lt_us = 0;
+    if (lt.Prepare(s.m, s.n, s.k))
+      lt_us = TimeGraphUs(
+          [&](int i) { lt.Run(xq[i % copies], wq[i % copies], reinterpret_cast<int32_t*>(o.acc)); },
+          reps);
+    // What a layer pays in serving: its activations quantized per row, then the GEMM. The bf16
+    // source stands in for the previous layer's output.
+    double with_quant_us = 0;
+    if (ours.us > 0) {
+      void* act_q = nullptr;
+      float* act_s = nullptr;
+      CHECK(cudaMalloc(&act_q, s.m * s.k));
+      CHECK(cudaMalloc(&act_s, s.m * 4));
+      kc::GemmProblem q = with(0);
+      const std::string name = ours.name;
+      with_quant_us = TimeGraphUs(
+          [&](int i) {
+            CHECK(kc::QuantizeRowsInt8(kc::ElemType::kBF16, o.x[i % copies], s.m, s.k,
+                                       static_cast<int8_t*>(act_q), act_s, stream));
+            q.x = act_q, q.x_scale = act_s, q.w = wq[i % copies], q.w_scale = ws[i % copies];
+            if (name == "int8-small-m") {
+              CHECK(kc::GemmSmallMInt8(q, stream));
+            } else {
+              for (const auto& config : kc::kSm90Configs)
+                if (config.Name() == name && config.splits == 1)
+                  CHECK(kc::GemmSm90(q, stream, config));
+            }
+          },
+          reps);
+      if (ours.name.find("-k") != std::string::npos) with_quant_us = 0;  // split: not timed here
+      cudaFree(act_q), cudaFree(act_s);
+    }
+    const double bytes = s.n * s.k + s.m * s.k + s.m * s.n * 4.0 + (s.m + s.n) * 4.0;
+    char roof[32] = "", quant[32] = "-", lt_cell[32] = "-", lt_rate[32] = "", vs_lt[32] = "-";
+    if (s.m <= 16 && ours.us > 0)
+      std::snprintf(roof, sizeof(roof), "%.0f%%", 100.0 * bytes / (ours.us * 1e3) / hbm_gbs);
+    if (with_quant_us > 0) std::snprintf(quant, sizeof(quant), "%.2f", with_quant_us);
+    if (lt_us > 0) {
+      std::snprintf(lt_cell, sizeof(lt_cell), "%.2f", lt_us);
+      std::snprintf(lt_rate, sizeof(lt_rate), "%.1f", ops / lt_us / 1e6);
+      if (ours.us > 0) std::snprintf(vs_lt, sizeof(vs_lt), "%.2fx", lt_us / ours.us);
+    }
+    std::printf("%6ld %6ld %6ld | %9.2f %8.1f | %9s %8s | %9.2f %8.1f | %6.2fx %7s | %9s %9s %s\n",
+                s.m, s.n, s.k, bf16.us, ops / bf16.us / 1e6, lt_cell, lt_rate, ours.us,
+                ours.us > 0 ? ops / ours.us / 1e6 : 0.0, ours.us > 0 ? bf16.us / ours.us : 0.0,
+                vs_lt, quant, roof, ours.name.c_str());
+    for (int c = 0; c < copies; ++c)
+      cudaFree(xq[c]), cudaFree(wq[c]), cudaFree(xs[c]), cudaFree(ws[c]);
+    Free(o);
   }
 }
 
@@ -596,6 +775,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (want("gemm")) BenchGemm(cublas, hbm);
+  if (want("int8")) BenchInt8(hbm);
   if (!sections.empty() && want("sm90")) BenchSm90();
   if (want("epilogue")) BenchEpilogue(cublas);
   if (want("copy")) BenchCopies();

@@ -6,7 +6,7 @@
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
 # SECTIONS (default "tests e2e bench serving"; also "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
-# sections of bench_gpu; logs go to $OUT.
+# sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=.devcarry
@@ -30,7 +30,7 @@ echo "cuBLAS from: ${CUBLAS:-not found}"
 declare -A RESULT
 if [[ " $SECTIONS " == *" tests "* ]]; then
   echo "== GPU unit tests (nereid_gpu_tests)"
-  "$C/bin/nereid_gpu_tests" --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
+  "$C/bin/nereid_gpu_tests" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 | tee "$OUT/gpu_tests.txt" | tail -15
   RESULT[tests]=$(grep -E '^\[  (PASSED|FAILED)' "$OUT/gpu_tests.txt" | tr '\n' ' ')
 fi
 if [[ " $SECTIONS " == *" e2e "* ]]; then

@@ -14,4 +14,10 @@ bool HasAvx512F() {
   return has;
 }
 
+bool HasAvx512Vnni() {
+  static const bool has =
+      HasAvx512F() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
 }  // namespace nereid::kernels

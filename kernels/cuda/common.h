@@ -10,7 +10,7 @@
 
 namespace nereid::kernels::cuda {
 
-enum class ElemType { kF32, kBF16, kF16, kI32, kI64 };
+enum class ElemType { kF32, kBF16, kF16, kI32, kI64, kI8 };
 // Activation applied in a fused epilogue (or on its own): ONNX Relu, Sigmoid, Tanh and Gelu (the
 // exact erf form).
 enum class Activation { kNone, kRelu, kSigmoid, kTanh, kGelu };

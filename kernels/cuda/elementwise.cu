@@ -17,6 +17,8 @@ size_t ElemSize(ElemType t) {
       return 4;
     case ElemType::kI64:
       return 8;
+    case ElemType::kI8:
+      return 1;
   }
   return 0;
 }
@@ -33,6 +35,8 @@ const char* ElemTypeName(ElemType t) {
       return "int32";
     case ElemType::kI64:
       return "int64";
+    case ElemType::kI8:
+      return "int8";
   }
   return "?";
 }
@@ -183,6 +187,8 @@ cudaError_t Binary(BinaryOp op, ElemType type, const void* a, int64_t a_count, c
       return LaunchBinary<int32_t>(op, a, a_count, b, b_count, out, count, stream);
     case ElemType::kI64:
       return LaunchBinary<int64_t>(op, a, a_count, b, b_count, out, count, stream);
+    case ElemType::kI8:  // quantized GEMM operands only
+      break;
   }
   return cudaErrorInvalidValue;
 }

@@ -23,9 +23,14 @@ namespace nereid::kernels::cuda {
 
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;
-  ElemType ab_type = ElemType::kF32;  // x and w: kF32, kBF16 or kF16
+  ElemType ab_type = ElemType::kF32;  // x and w: kF32, kBF16, kF16, or kI8 (gemm_int8.h)
   const void* x = nullptr;
   const void* w = nullptr;
+  // kI8 operands: symmetric int8 values whose real values are x[i][l] * x_scale[i] (a scale per
+  // row of x) and w[j][l] * w_scale[j] (per output channel), so that
+  // y[i][j] = epilogue(alpha * x_scale[i] * w_scale[j] * sum_l x[i][l] w[j][l]).
+  const float* x_scale = nullptr;      // m
+  const float* w_scale = nullptr;      // n
   ElemType out_type = ElemType::kF32;  // kF32, kBF16 or kF16
   void* y = nullptr;
   float alpha = 1.f;
@@ -100,8 +105,9 @@ constexpr Sm90Config kSm90Configs[] = {{Sm90Tile::k128x256, 1},
 // Workspace floats 'c' needs for 'p' (splits x m x n when split).
 int64_t Sm90WorkspaceFloats(const GemmProblem& p, const Sm90Config& c);
 // Whether GemmSm90 can run 'p' on the current device: an sm_90a build on a compute capability 9.0
-// GPU, bf16/fp16 operands or fp32 with tf32, k * element size a multiple of 16 bytes, 16-byte
-// aligned x and w, y in fp32 or the operands' type, and the workspace a split needs.
+// GPU, bf16/fp16 operands or fp32 with tf32 (y in fp32 or the operands' type), or int8 operands
+// with their scales (wgmma s8 with s32 accumulators; y in fp32 or bf16), k * element size a
+// multiple of 16 bytes, 16-byte aligned x and w, and the workspace a split needs.
 bool Sm90Supported(const GemmProblem& p, const Sm90Config& c = {});
 cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, const Sm90Config& c = {});
 

@@ -56,6 +56,8 @@ static_assert(SmemBytes<256>() <= 232448 && SmemBytes<128>() <= 232448,
 struct Sm90Args {
   int m, n, k;
   float alpha;
+  const float* x_scale;  // int8 operands: per row of x and per column of y (null otherwise)
+  const float* w_scale;
   const float* bias;
   const void* residual;
   void* y;
@@ -126,6 +128,11 @@ __device__ __forceinline__ void FenceOperands(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int R>
+__device__ __forceinline__ void FenceOperands(int (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
 
 __device__ __forceinline__ void TileCoords(int tile, int tiles_m, int tiles_n, int* tm, int* tn) {
   const int per_group = kGroupM * tiles_n;
@@ -147,21 +154,24 @@ __device__ __forceinline__ void StoreTwo(OutT* y, float v0, float v1) {
   }
 }
 
-// One lane's two columns (col, col + 1) down 'rows' rows of a parked chunk: y = act(alpha * acc +
-// bias) + residual. The activation is a template parameter so the loop stays small and branch-free.
+// One lane's two columns (col, col + 1) down 'rows' rows of a parked chunk: y = act(alpha *
+// col_scale * acc + bias) + residual (col_scale: int8 weights' per-channel scales, or null). The
+// activation is a template parameter so the loop stays small and branch-free.
 template <typename OutT, Activation A>
 __device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows, int64_t row0,
-                                          int col, int64_t n, float alpha, const float* bias,
-                                          const OutT* residual, OutT* y) {
+                                          int col, int64_t n, float alpha, const float* col_scale,
+                                          const float* bias, const OutT* residual, OutT* y) {
   if (col >= n) return;
   const bool second = col + 1 < n, paired = second && (n & 1) == 0;
   const float b0 = bias != nullptr ? bias[col] : 0.f;
   const float b1 = bias != nullptr && second ? bias[col + 1] : 0.f;
+  const float a0 = col_scale != nullptr ? alpha * col_scale[col] : alpha;
+  const float a1 = col_scale != nullptr && second ? alpha * col_scale[col + 1] : alpha;
 #pragma unroll 2
   for (int r = 0; r < rows; ++r) {
     const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
     const int64_t at = (row0 + r) * n + col;
-    float e0 = Activate<A>(fmaf(alpha, v.x, b0)), e1 = Activate<A>(fmaf(alpha, v.y, b1));
+    float e0 = Activate<A>(fmaf(a0, v.x, b0)), e1 = Activate<A>(fmaf(a1, v.y, b1));
     if (residual != nullptr) {
       e0 += ToFloat(residual[at]);
       if (second) e1 += ToFloat(residual[at + 1]);
@@ -181,6 +191,7 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
                                                           const Sm90Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = sm90::Wgmma<T, BN>;
+  using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int, float>;
   constexpr int kStages = Stages<BN>();
   constexpr int kBK = kRowBytes / static_cast<int>(sizeof(T));
   constexpr int kStepBytes = Mma::kStep * static_cast<int>(sizeof(T));
@@ -235,14 +246,14 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
   // Consumers.
   const int half = warpgroup - 1;  // which 64 rows of the tile
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  float d[BN / 2];
+  Acc d[BN / 2];
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     int tm, tn;
     TileCoords(unit / a.splits, tiles_m, tiles_n, &tm, &tn);
     const int split = unit % a.splits;
     const int kb_end = min(kblocks, (split + 1) * split_blocks);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0;
     int previous = -1;
     for (int kb = split * split_blocks; kb < kb_end; ++kb) {
       BarWait(&full[stage], phase);
@@ -270,6 +281,12 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
     const int64_t row0 = tm * kBM + half * 64 + warp * 16;
     const int rows = static_cast<int>(min(static_cast<int64_t>(16), a.m - row0));
     const int g = lane / 4, t = lane % 4;
+    // Int8: each of the lane's two rows scaled by its x_scale as the accumulators leave registers.
+    float row_scale[2] = {1.f, 1.f};
+    if (a.x_scale != nullptr)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (row0 + g + 8 * r < a.m) row_scale[r] = a.x_scale[row0 + g + 8 * r];
 #pragma unroll
     for (int c = 0; c < BN / kEpiCols; ++c) {
 #pragma unroll
@@ -278,37 +295,38 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
 #pragma unroll
         for (int r = 0; r < 2; ++r)
           *reinterpret_cast<float2*>(slice + (g + 8 * r) * kEpiStride + 8 * jj + 2 * t) =
-              make_float2(d[4 * j + 2 * r], d[4 * j + 2 * r + 1]);
+              make_float2(static_cast<float>(d[4 * j + 2 * r]) * row_scale[r],
+                          static_cast<float>(d[4 * j + 2 * r + 1]) * row_scale[r]);
       }
       __syncwarp();
       const int col = tn * BN + c * kEpiCols + 2 * lane;
       if (a.splits > 1) {
-        ChunkRows<float, Activation::kNone>(slice, lane, rows, row0, col, a.n, 1.f, nullptr,
-                                            nullptr,
+        ChunkRows<float, Activation::kNone>(slice, lane, rows, row0, col, a.n, 1.f, a.w_scale,
+                                            nullptr, nullptr,
                                             a.partial + static_cast<int64_t>(split) * a.m * a.n);
       } else {
         const auto* res = static_cast<const OutT*>(a.residual);
         auto* y = static_cast<OutT*>(a.y);
         switch (a.act) {
           case Activation::kRelu:
-            ChunkRows<OutT, Activation::kRelu>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
-                                               res, y);
+            ChunkRows<OutT, Activation::kRelu>(slice, lane, rows, row0, col, a.n, a.alpha,
+                                               a.w_scale, a.bias, res, y);
             break;
           case Activation::kSigmoid:
             ChunkRows<OutT, Activation::kSigmoid>(slice, lane, rows, row0, col, a.n, a.alpha,
-                                                  a.bias, res, y);
+                                                  a.w_scale, a.bias, res, y);
             break;
           case Activation::kTanh:
-            ChunkRows<OutT, Activation::kTanh>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
-                                               res, y);
+            ChunkRows<OutT, Activation::kTanh>(slice, lane, rows, row0, col, a.n, a.alpha,
+                                               a.w_scale, a.bias, res, y);
             break;
           case Activation::kGelu:
-            ChunkRows<OutT, Activation::kGelu>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
-                                               res, y);
+            ChunkRows<OutT, Activation::kGelu>(slice, lane, rows, row0, col, a.n, a.alpha,
+                                               a.w_scale, a.bias, res, y);
             break;
           default:
-            ChunkRows<OutT, Activation::kNone>(slice, lane, rows, row0, col, a.n, a.alpha, a.bias,
-                                               res, y);
+            ChunkRows<OutT, Activation::kNone>(slice, lane, rows, row0, col, a.n, a.alpha,
+                                               a.w_scale, a.bias, res, y);
         }
       }
       __syncwarp();
@@ -355,6 +373,8 @@ CUtensorMapDataType TmaType(ElemType t) {
       return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     case ElemType::kF16:
       return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case ElemType::kI8:
+      return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // bytes moved as they are
     default:
       return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   }
@@ -399,6 +419,7 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
   Sm90Args args{};
   args.m = static_cast<int>(p.m), args.n = static_cast<int>(p.n), args.k = static_cast<int>(p.k);
   args.alpha = p.alpha, args.bias = p.bias, args.residual = p.residual, args.y = p.y;
+  args.x_scale = p.x_scale, args.w_scale = p.w_scale;
   args.act = p.act, args.splits = splits, args.partial = p.workspace;
   kernel<<<grid, kThreads, kSmem, stream>>>(map_x, map_w, args);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || splits == 1) return e;
@@ -415,8 +436,11 @@ cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaS
 template <typename T>
 cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
   if (p.out_type == ElemType::kF32) return LaunchTile<T, float>(p, c, sms, stream);
-  if constexpr (!std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (p.out_type == ElemType::kBF16) return LaunchTile<T, __nv_bfloat16>(p, c, sms, stream);
+  } else if constexpr (!std::is_same_v<T, float>) {
     if (p.out_type == p.ab_type) return LaunchTile<T, T>(p, c, sms, stream);
+  }
   return cudaErrorInvalidValue;
 }
 
@@ -436,9 +460,12 @@ bool Sm90Supported(const GemmProblem& p, const Sm90Config& c) {
 #if !defined(NEREID_CUDA_SM90A)
   return false;  // the kernel is compiled only for sm_90a (NEREID_CUDA_ARCHITECTURES)
 #endif
+  const bool int8 = p.ab_type == ElemType::kI8;
   const bool types = p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16 ||
-                     (p.ab_type == ElemType::kF32 && p.tf32);
-  const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
+                     (p.ab_type == ElemType::kF32 && p.tf32) ||
+                     (int8 && p.x_scale != nullptr && p.w_scale != nullptr);
+  const bool out_ok = p.out_type == ElemType::kF32 ||
+                      (int8 ? p.out_type == ElemType::kBF16 : p.out_type == p.ab_type);
   const int64_t elem = static_cast<int64_t>(ElemSize(p.ab_type));
   constexpr int64_t kMax = int64_t{1} << 30;
   const bool split_ok =
@@ -459,6 +486,8 @@ cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, const Sm90Config
       return LaunchOut<__half>(p, c, sms, stream);
     case ElemType::kF32:
       return LaunchOut<float>(p, c, sms, stream);
+    case ElemType::kI8:
+      return LaunchOut<int8_t>(p, c, sms, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -1,8 +1,12 @@
 // Conformance of kernels/cuda against float64 references on the CPU: fresh random inputs for every
 // case, outputs poisoned with NaN before each run (an unwritten element fails), the error measured
-// as ||out - ref|| / ||ref|| against a tolerance stated per precision. Skipped without a GPU.
+// as ||out - ref|| / ||ref|| against a tolerance stated per precision (int8: against the exact
+// integer products of the quantized operands, and against float64 of the operands before
+// quantization). Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +16,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_int8.h"
 #include "gpu_test_util.h"
 
 namespace nereid::gpu_test {
@@ -343,6 +348,168 @@ TEST(CudaGemm, Sm90RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p, split));  // a split without a workspace
   p.workspace = reinterpret_cast<float*>(buf), p.workspace_floats = 256 * 256;
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p, split));  // ... or with one too small
+}
+
+// ---- int8 -----------------------------------------------------------------------------------
+
+// The host's symmetric per-row quantization, the arithmetic QuantizeRowsInt8 must reproduce.
+void QuantizeHost(const std::vector<float>& v, int64_t rows, int64_t k, std::vector<int8_t>* q,
+                  std::vector<float>* scale) {
+  q->resize(rows * k);
+  scale->resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    float absmax = 0.f;
+    for (int64_t l = 0; l < k; ++l) absmax = std::max(absmax, std::fabs(v[r * k + l]));
+    const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+    (*scale)[r] = absmax / 127.f;
+    for (int64_t l = 0; l < k; ++l) {
+      const float x = std::nearbyint(v[r * k + l] * inv);
+      (*q)[r * k + l] = static_cast<int8_t>(std::clamp(x, -127.f, 127.f));
+    }
+  }
+}
+
+std::vector<uint8_t> Bytes(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return {b, b + n};
+}
+
+TEST(CudaGemmInt8, QuantizeRowsMatchesTheHostBitForBit) {
+  NEREID_REQUIRE_GPU();
+  const int64_t rows = 37, k = 1000;
+  auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
+  for (int64_t l = 0; l < k; ++l) v[5 * k + l] = 0.f;  // a row of zeros: scale 0
+  v[7 * k + 3] = 40.f;                                 // an outlier sets its row's scale
+  std::vector<int8_t> want_q;
+  std::vector<float> want_scale;
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+    const auto rounded = Rounded(v, t);
+    std::vector<float> as_float(rounded.begin(), rounded.end());
+    QuantizeHost(as_float, rows, k, &want_q, &want_scale);
+    DeviceBuffer in(Encode(v, t)), q(rows * k), scale(rows * 4);
+    CUDA_OK(kernels::cuda::QuantizeRowsInt8(t, in.get(), rows, k, static_cast<int8_t*>(q.get()),
+                                            static_cast<float*>(scale.get()), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(q.Read(), Bytes(want_q.data(), want_q.size())) << kernels::cuda::ElemTypeName(t);
+    EXPECT_EQ(scale.Read(), Bytes(want_scale.data(), 4 * want_scale.size()));
+    EXPECT_EQ(want_scale[5], 0.f);
+  }
+}
+
+// One int8 case through 'run': x and w quantized per row, y against the exact integer products
+// scaled (tight) and against float64 of the unquantized operands (quantization's own error).
+void CheckGemmInt8(const GemmCase& c, const std::function<void(GemmProblem&)>& run) {
+  auto x = Random(c.m * c.k, ++seed_counter), w = Random(c.n * c.k, ++seed_counter, -0.1f, 0.1f);
+  auto bias = Random(c.n, ++seed_counter), residual = Random(c.m * c.n, ++seed_counter);
+  std::vector<int8_t> xq, wq;
+  std::vector<float> xs, ws;
+  QuantizeHost(x, c.m, c.k, &xq, &xs);
+  QuantizeHost(w, c.n, c.k, &wq, &ws);
+  DeviceBuffer dx(Bytes(xq.data(), xq.size())), dw(Bytes(wq.data(), wq.size())),
+      dxs(Bytes(xs.data(), 4 * xs.size())), dws(Bytes(ws.data(), 4 * ws.size())),
+      dbias(Encode(bias, ElemType::kF32)), dres(Encode(residual, c.out)),
+      dy(c.m * c.n * kernels::cuda::ElemSize(c.out));
+  GemmProblem p;
+  p.m = c.m, p.n = c.n, p.k = c.k, p.ab_type = ElemType::kI8, p.out_type = c.out;
+  p.x = dx.get(), p.w = dw.get(), p.y = dy.get(), p.act = c.act, p.alpha = 0.75f;
+  p.x_scale = static_cast<const float*>(dxs.get()),
+  p.w_scale = static_cast<const float*>(dws.get());
+  p.bias = c.bias ? static_cast<const float*>(dbias.get()) : nullptr;
+  p.residual = c.residual ? dres.get() : nullptr;
+  run(p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << Describe(c);
+  const auto rres = Rounded(residual, c.out);
+  std::vector<double> exact(c.m * c.n), unquantized(c.m * c.n);
+  auto finish = [&](double s, int64_t i, int64_t j) {
+    s = Act(c.act, 0.75 * s + (c.bias ? bias[j] : 0.0));
+    return s + (c.residual ? rres[i * c.n + j] : 0.0);
+  };
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) {
+      int64_t dot = 0;
+      double real = 0;
+      for (int64_t l = 0; l < c.k; ++l) {
+        dot += int64_t{xq[i * c.k + l]} * wq[j * c.k + l];
+        real += double{x[i * c.k + l]} * w[j * c.k + l];
+      }
+      exact[i * c.n + j] = finish(static_cast<double>(dot) * xs[i] * ws[j], i, j);
+      unquantized[i * c.n + j] = finish(real, i, j);
+    }
+  const auto y = Decode(dy.Read(), c.out);
+  EXPECT_LE(RelativeError(y, exact), c.out == ElemType::kF32 ? 1e-5 : 8e-3) << Describe(c);
+  EXPECT_LE(RelativeError(y, unquantized), 3e-2) << Describe(c);
+}
+
+std::vector<GemmCase> Int8Cases(const std::vector<std::array<int64_t, 3>>& shapes) {
+  std::vector<GemmCase> cases;
+  int variant = 0;
+  for (const auto& s : shapes)
+    for (ElemType out : {ElemType::kF32, ElemType::kBF16}) {
+      ++variant;
+      cases.push_back({s[0], s[1], s[2], ElemType::kI8, out, false, variant % 2 == 0,
+                       variant % 3 == 1, static_cast<Activation>(variant % 5)});
+    }
+  return cases;
+}
+
+TEST(CudaGemmInt8, SmallMMatchesTheReferences) {
+  NEREID_REQUIRE_GPU();
+  for (const auto& c : Int8Cases({{1, 1000, 1024},
+                                  {3, 257, 512},
+                                  {16, 130, 144},
+                                  {5, 33, 8192},
+                                  {9, 4097, 64},
+                                  {2, 3, 16}}))
+    CheckGemmInt8(c, [&](GemmProblem& p) {
+      ASSERT_TRUE(kernels::cuda::SmallMInt8Supported(p)) << Describe(c);
+      ASSERT_EQ(kernels::cuda::GemmSmallMInt8(p, nullptr), cudaSuccess) << Describe(c);
+    });
+}
+
+TEST(CudaGemmInt8, Sm90MatchesTheReferences) {
+  NEREID_REQUIRE_GPU();
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
+  // Ragged edges in every dimension, k shorter than one 128-byte block, more tiles than SMs.
+  const auto cases = Int8Cases({{1, 1000, 1024},
+                                {77, 129, 144},
+                                {128, 256, 64},
+                                {257, 300, 528},
+                                {300, 1000, 1024},
+                                {2304, 2048, 64},
+                                {384, 512, 2048}});
+  for (const auto& config : kernels::cuda::kSm90Configs)
+    for (const auto& c : cases)
+      CheckGemmInt8(c, [&](GemmProblem& p) {
+        const int64_t floats = kernels::cuda::Sm90WorkspaceFloats(p, config);
+        DeviceBuffer workspace(std::max<int64_t>(floats, 1) * 4);
+        p.workspace = static_cast<float*>(workspace.get()), p.workspace_floats = floats;
+        ASSERT_TRUE(kernels::cuda::Sm90Supported(p, config)) << Describe(c);
+        ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, config), cudaSuccess)
+            << Describe(c) << " " << config.Name();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      });
+}
+
+TEST(CudaGemmInt8, RefusesWhatItCannotRun) {
+  GemmProblem p;
+  alignas(16) static char buf[16];
+  static float scale[1];
+  p.m = 4, p.n = 8, p.k = 64, p.ab_type = ElemType::kI8, p.x = p.w = buf;
+  EXPECT_FALSE(kernels::cuda::SmallMInt8Supported(p));  // no scales
+  p.x_scale = p.w_scale = scale;
+  EXPECT_TRUE(kernels::cuda::SmallMInt8Supported(p));
+  p.k = 72;
+  EXPECT_FALSE(kernels::cuda::SmallMInt8Supported(p));  // k not a multiple of 16
+  p.k = 64, p.m = 17;
+  EXPECT_FALSE(kernels::cuda::SmallMInt8Supported(p));  // m over 16
+  p.m = 4, p.out_type = ElemType::kI8;
+  EXPECT_FALSE(kernels::cuda::SmallMInt8Supported(p));  // y must be floating point
+  p.out_type = ElemType::kF16;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // the wgmma path writes fp32 or bf16
+  EXPECT_EQ(kernels::cuda::QuantizeRowsInt8(ElemType::kI32, buf, 1, 4, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

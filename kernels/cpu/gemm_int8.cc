@@ -1,0 +1,281 @@
+#include "cpu/gemm_int8.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/cpu_features.h"
+
+namespace nereid::kernels {
+namespace {
+
+constexpr int64_t kPanel = 16;  // output channels per packed panel
+constexpr int kMaxRows = 4;     // rows of x per micro-kernel call
+
+enum class Kernel { kPortable = 0, kAvx2 = 1, kVnni = 2 };
+const char* const kNames[] = {"portable", "avx2", "avx512-vnni"};
+
+bool Supported(Kernel k) {
+  switch (k) {
+    case Kernel::kVnni:
+      return HasAvx512Vnni();
+    case Kernel::kAvx2:
+      return HasAvx2Fma();
+    default:
+      return true;
+  }
+}
+
+std::atomic<int>& Selected() {
+  static std::atomic<int> selected = [] {
+    if (const char* env = std::getenv("NEREID_INT8_KERNEL"))
+      for (int k = 0; k < 3; ++k)
+        if (env == std::string(kNames[k]) && Supported(static_cast<Kernel>(k))) return k;
+    for (int k = 2; k > 0; --k)
+      if (Supported(static_cast<Kernel>(k))) return k;
+    return 0;
+  }();
+  return selected;
+}
+
+int32_t Load4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// acc[r][c] for rows r < R of x (each k4 groups of 4 bytes, rows 'stride' bytes apart) against one
+// or two panels (16 channels each); 'x' is q + 128 as unsigned bytes.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void KernelVnni(const uint8_t* x,
+                                                                       int64_t stride, int64_t k4,
+                                                                       const int8_t* p0,
+                                                                       const int8_t* p1,
+                                                                       int32_t (*acc)[2 * kPanel]) {
+  __m512i a[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+  if (p1 != nullptr) {
+    for (int64_t g = 0; g < k4; ++g) {
+      const __m512i w0 = _mm512_loadu_si512(p0 + g * 64), w1 = _mm512_loadu_si512(p1 + g * 64);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i xb = _mm512_set1_epi32(Load4(x + r * stride + 4 * g));
+        a[r][0] = _mm512_dpbusd_epi32(a[r][0], xb, w0);
+        a[r][1] = _mm512_dpbusd_epi32(a[r][1], xb, w1);
+      }
+    }
+  } else {
+    for (int64_t g = 0; g < k4; ++g) {
+      const __m512i w0 = _mm512_loadu_si512(p0 + g * 64);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        a[r][0] =
+            _mm512_dpbusd_epi32(a[r][0], _mm512_set1_epi32(Load4(x + r * stride + 4 * g)), w0);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_si512(acc[r], a[r][0]);
+    _mm512_storeu_si512(acc[r] + kPanel, a[r][1]);
+  }
+}
+
+// The same for one panel with AVX2: x as signed bytes; |x| times w with x's sign, so that
+// vpmaddubsw's pairs of products stay within int16.
+template <int R>
+__attribute__((target("avx2"))) void KernelAvx2(const int8_t* x, int64_t stride, int64_t k4,
+                                                const int8_t* p0, int32_t (*acc)[2 * kPanel]) {
+  __m256i a[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < k4; ++g) {
+    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + g * 64));
+    const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + g * 64 + 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i xb = _mm256_set1_epi32(Load4(x + r * stride + 4 * g));
+      const __m256i ax = _mm256_abs_epi8(xb);
+      a[r][0] = _mm256_add_epi32(
+          a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wa, xb)), ones));
+      a[r][1] = _mm256_add_epi32(
+          a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wb, xb)), ones));
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r]), a[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r] + 8), a[r][1]);
+  }
+}
+
+void KernelPortable(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+                    int32_t (*acc)[2 * kPanel]) {
+  for (int r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < kPanel; ++c) {
+      int32_t s = 0;
+      for (int64_t g = 0; g < k4; ++g)
+        for (int t = 0; t < 4; ++t)
+          s += int32_t{x[r * stride + 4 * g + t]} * p0[g * 64 + c * 4 + t];
+      acc[r][c] = s;
+    }
+}
+
+template <typename F>
+void ForRows(int rows, const F& f) {
+  switch (rows) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    default:
+      f(std::integral_constant<int, 4>{});
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// One row: absmax, then q = clamp(round_half_even(v * inv)); the AVX2 form converts with the
+// default rounding mode (nearest, ties to even), so both give the same bits.
+float QuantizeRowPortable(const float* row, int64_t k, int8_t* q) {
+  float absmax = 0.f;
+  for (int64_t l = 0; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  for (int64_t l = 0; l < k; ++l)
+    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  return absmax / 127.f;
+}
+
+__attribute__((target("avx2,fma"))) float QuantizeRowAvx2(const float* row, int64_t k, int8_t* q) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 vmax = _mm256_setzero_ps();
+  int64_t l = 0;
+  for (; l + 8 <= k; l += 8)
+    vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(row + l)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float absmax = 0.f;
+  for (float v : lanes) absmax = std::max(absmax, v);
+  for (; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  for (l = 0; l + 8 <= k; l += 8) {
+    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + l), vinv));
+    v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i b = _mm_packs_epi16(w, w);
+    std::memcpy(q + l, &b, 8);
+  }
+  for (; l < k; ++l)
+    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  return absmax / 127.f;
+}
+
+}  // namespace
+
+void QuantizeRowsInt8(const float* in, int64_t rows, int64_t k, int64_t ld, int8_t* q,
+                      float* scale) {
+  const bool avx2 = HasAvx2Fma();
+  for (int64_t r = 0; r < rows; ++r)
+    scale[r] = avx2 ? QuantizeRowAvx2(in + r * ld, k, q + r * k)
+                    : QuantizeRowPortable(in + r * ld, k, q + r * k);
+}
+
+PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw)
+    : n_(n), k_(k), k4_((k + 3) / 4), scale_(n), offset_(n), quantized_(n * k) {
+  QuantizeRowsInt8(w, n, k, ldw, quantized_.data(), scale_.data());
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(panels * k4_ * 64, 64));
+  data_ = std::shared_ptr<int8_t[]>(static_cast<int8_t*>(std::aligned_alloc(64, bytes)),
+                                    [](int8_t* p) { std::free(p); });
+  std::memset(data_.get(), 0, bytes);
+  for (int64_t j = 0; j < n; ++j) {
+    int8_t* panel = data_.get() + (j / kPanel) * k4_ * 64 + (j % kPanel) * 4;
+    int32_t sum = 0;
+    for (int64_t l = 0; l < k; ++l) {
+      const int8_t v = quantized_[j * k + l];
+      panel[(l / 4) * 64 + l % 4] = v;
+      sum += v;
+    }
+    offset_[j] = 128 * sum;
+  }
+}
+
+void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
+              float* y, int64_t ldy) {
+  const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
+  const int64_t k = w.k(), k4 = w.k4(), stride = 4 * k4, n = w.n();
+  // x quantized per row into rows of k4 groups (zero padded; as q + 128 for vpdpbusd).
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  xq.assign(static_cast<size_t>(m * stride), 0);
+  xs.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i)
+    QuantizeRowsInt8(x + i * ldx, 1, k, ldx, xq.data() + i * stride, &xs[i]);
+  const bool vnni = kernel == Kernel::kVnni;
+  if (vnni)
+    for (auto& b : xq) b = static_cast<int8_t>(static_cast<uint8_t>(b) ^ 0x80);  // q + 128
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  alignas(64) int32_t acc[kMaxRows][2 * kPanel];
+  for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i0));
+    const int8_t* xr = xq.data() + i0 * stride;
+    const int64_t step = vnni ? 2 : 1;
+    for (int64_t p = 0; p < panels; p += step) {
+      const bool two = vnni && p + 1 < panels;
+      if (vnni) {
+        ForRows(rows, [&](auto r) {
+          KernelVnni<decltype(r)::value>(reinterpret_cast<const uint8_t*>(xr), stride, k4,
+                                         w.Panel(p), two ? w.Panel(p + 1) : nullptr, acc);
+        });
+      } else if (kernel == Kernel::kAvx2) {
+        ForRows(rows,
+                [&](auto r) { KernelAvx2<decltype(r)::value>(xr, stride, k4, w.Panel(p), acc); });
+      } else {
+        KernelPortable(rows, xr, stride, k4, w.Panel(p), acc);
+      }
+      const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, n - j0);
+      for (int r = 0; r < rows; ++r) {
+        float* yr = y + (i0 + r) * ldy + j0;
+        const float sx = xs[i0 + r];
+        for (int64_t c = 0; c < cols; ++c) {
+          const int32_t dot = acc[r][c] - (vnni ? w.offset()[j0 + c] : 0);
+          yr[c] = static_cast<float>(dot) * sx * w.scale()[j0 + c] + (bias ? bias[j0 + c] : 0.f);
+        }
+      }
+    }
+  }
+}
+
+const char* GemmInt8KernelName() { return kNames[Selected().load(std::memory_order_relaxed)]; }
+
+std::vector<std::string> GemmInt8Kernels() {
+  std::vector<std::string> out;
+  for (int k = 0; k < 3; ++k)
+    if (Supported(static_cast<Kernel>(k))) out.emplace_back(kNames[k]);
+  return out;
+}
+
+bool UseGemmInt8Kernel(const std::string& name) {
+  for (int k = 0; k < 3; ++k)
+    if (name == kNames[k] && Supported(static_cast<Kernel>(k))) {
+      Selected().store(k, std::memory_order_relaxed);
+      return true;
+    }
+  return false;
+}
+
+}  // namespace nereid::kernels

@@ -1,0 +1,62 @@
+// INT8 GEMM for the native engine's CPU path: y = x_scale[i] * w_scale[j] * (xq[i] . wq[j]) + bias,
+// with w (a Linear layer's weight, n x k) quantized once per output channel and x per row at run
+// time, both symmetric (q = round_half_even(v * 127 / absmax), clamped to [-127, 127], scale =
+// absmax / 127: the GPU path's arithmetic, bit for bit). Products accumulate exactly in int32.
+// Micro-kernels, picked at run time from what the CPU has:
+//  - avx512-vnni: vpdpbusd, 64 multiply-adds per instruction. It multiplies unsigned by signed
+//    bytes, so x goes in as q + 128 and 128 * sum(w row) comes off each sum (exact).
+//  - avx2: vpmaddubsw on |x| and w with x's sign, then vpmaddwd: pairs of products stay within
+//    int16 (2 * 127 * 127 < 32767), so nothing saturates; 4 instructions per 32 multiply-adds,
+//    which on CPUs without VNNI is about what fp32's FMAs do: int8 then saves memory, not time.
+//  - portable: plain C++.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nereid::kernels {
+
+// q (rows x k, row-major) and scale (rows) from in (rows x k, leading dimension ld).
+void QuantizeRowsInt8(const float* in, int64_t rows, int64_t k, int64_t ld, int8_t* q,
+                      float* scale);
+
+// w quantized per output channel and packed for the micro-kernels: panels of 16 channels, each
+// k4 x 16 x 4 bytes (4 consecutive k of each channel together), zero padded. Immutable; shared by
+// every instance thread.
+class PackedInt8W {
+ public:
+  // From w (n x k, row-major with leading dimension ldw).
+  PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  int64_t k4() const { return k4_; }  // k in groups of 4, rounded up
+  const int8_t* Panel(int64_t p) const { return data_.get() + p * k4_ * 64; }
+  const float* scale() const { return scale_.data(); }
+  // 128 * sum of each channel's int8 weights (what the u8 offset of avx512-vnni adds).
+  const int32_t* offset() const { return offset_.data(); }
+  // The int8 weights and scales as quantized (tests).
+  const std::vector<int8_t>& quantized() const { return quantized_; }
+
+ private:
+  int64_t n_, k_, k4_;
+  std::shared_ptr<int8_t[]> data_;
+  std::vector<float> scale_;
+  std::vector<int32_t> offset_;
+  std::vector<int8_t> quantized_;
+};
+
+// y (m x n, leading dimension ldy) = x_scale * w_scale * (x w^T) + bias (n, or null); x is m x k
+// floats (leading dimension ldx), quantized per row here.
+void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
+              float* y, int64_t ldy);
+
+// The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "portable"): the best this CPU has,
+// unless NEREID_INT8_KERNEL names one.
+const char* GemmInt8KernelName();
+std::vector<std::string> GemmInt8Kernels();
+// Makes 'name' the kernel for later calls (tests and benchmarks); false if not supported here.
+bool UseGemmInt8Kernel(const std::string& name);
+
+}  // namespace nereid::kernels

@@ -1,0 +1,181 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda/device_math.cuh"
+#include "cuda/gemm_int8.h"
+
+namespace nereid::kernels::cuda {
+namespace {
+
+constexpr int kQuantizeThreads = 256;
+
+template <typename T>
+__global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* __restrict__ in,
+                                                                       int64_t k,
+                                                                       int8_t* __restrict__ q,
+                                                                       float* __restrict__ scale) {
+  const T* row = in + blockIdx.x * k;
+  float absmax = 0.f;
+  for (int64_t i = threadIdx.x; i < k; i += kQuantizeThreads)
+    absmax = fmaxf(absmax, fabsf(ToFloat(row[i])));
+  __shared__ float warp_max[kQuantizeThreads / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) absmax = fmaxf(absmax, __shfl_xor_sync(~0u, absmax, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = absmax;
+  __syncthreads();
+  absmax = 0.f;
+#pragma unroll
+  for (int w = 0; w < kQuantizeThreads / 32; ++w) absmax = fmaxf(absmax, warp_max[w]);
+  // Exactly the host's arithmetic (IEEE division and product, rounding half to even), so a
+  // quantized row is the same bits wherever it was made.
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  if (threadIdx.x == 0) scale[blockIdx.x] = absmax / 127.f;
+  int8_t* out = q + blockIdx.x * k;
+  for (int64_t i = threadIdx.x; i < k; i += kQuantizeThreads)
+    out[i] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(ToFloat(row[i]) * inv))));
+}
+
+// Streamed once: no L1 allocation.
+__device__ __forceinline__ int4 LoadStream(const void* p) {
+  int4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+constexpr int kSmallThreads = 256;  // 8 warps splitting k
+constexpr int kWRows = 4;           // rows of w per block
+
+__device__ __forceinline__ int Dot16(const int4& a, const int4& b, int acc) {
+  acc = __dp4a(a.x, b.x, acc);
+  acc = __dp4a(a.y, b.y, acc);
+  acc = __dp4a(a.z, b.z, acc);
+  return __dp4a(a.w, b.w, acc);
+}
+
+// Block b: rows 4b .. 4b + 3 of w (columns of y) against every row of x (M >= m, a power of 2).
+template <int M, typename OutT>
+__global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
+    const int8_t* __restrict__ x, const float* __restrict__ x_scale, const int8_t* __restrict__ w,
+    const float* __restrict__ w_scale, int m, int n, int k, float alpha,
+    const float* __restrict__ bias, Activation act, const OutT* __restrict__ residual,
+    OutT* __restrict__ y) {
+  const int j0 = blockIdx.x * kWRows;
+  int acc[kWRows][M];
+#pragma unroll
+  for (int r = 0; r < kWRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = 0;
+  const int chunks = k / 16;
+  for (int c = threadIdx.x; c < chunks; c += kSmallThreads) {
+    int4 wv[kWRows];
+#pragma unroll
+    for (int r = 0; r < kWRows; ++r)
+      wv[r] = j0 + r < n ? LoadStream(w + static_cast<int64_t>(j0 + r) * k + c * 16)
+                         : make_int4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i >= m) break;
+      const int4 xv = __ldg(reinterpret_cast<const int4*>(x + static_cast<int64_t>(i) * k) + c);
+#pragma unroll
+      for (int r = 0; r < kWRows; ++r) acc[r][i] = Dot16(wv[r], xv, acc[r][i]);
+    }
+  }
+  // Each warp's sums, then the 8 warps' in shared memory, in a fixed order (deterministic).
+  __shared__ int partial[kSmallThreads / 32][kWRows * M];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kWRows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      int v = acc[r][i];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+      if (lane == 0) partial[warp][r * M + i] = v;
+    }
+  __syncthreads();
+  for (int t = threadIdx.x; t < kWRows * M; t += kSmallThreads) {
+    const int r = t / M, i = t % M, j = j0 + r;
+    if (i >= m || j >= n) continue;
+    int sum = 0;
+#pragma unroll
+    for (int wp = 0; wp < kSmallThreads / 32; ++wp) sum += partial[wp][t];
+    float v = alpha * x_scale[i] * w_scale[j] * static_cast<float>(sum);
+    if (bias != nullptr) v += bias[j];
+    v = ActivateAny(act, v);
+    const int64_t at = static_cast<int64_t>(i) * n + j;
+    if (residual != nullptr) v += ToFloat(residual[at]);
+    y[at] = FromFloat<OutT>(v);
+  }
+}
+
+template <int M, typename OutT>
+cudaError_t LaunchSmall(const GemmProblem& p, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((p.n + kWRows - 1) / kWRows);
+  SmallMInt8Kernel<M, OutT><<<blocks, kSmallThreads, 0, stream>>>(
+      static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w), p.w_scale,
+      static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), p.alpha, p.bias, p.act,
+      static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
+  return cudaGetLastError();
+}
+
+template <typename OutT>
+cudaError_t LaunchSmallOut(const GemmProblem& p, cudaStream_t stream) {
+  if (p.m <= 1) return LaunchSmall<1, OutT>(p, stream);
+  if (p.m <= 2) return LaunchSmall<2, OutT>(p, stream);
+  if (p.m <= 4) return LaunchSmall<4, OutT>(p, stream);
+  if (p.m <= 8) return LaunchSmall<8, OutT>(p, stream);
+  return LaunchSmall<16, OutT>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int64_t k, int8_t* q,
+                             float* scale, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (rows < 0 || rows > 0x7fffffff || k <= 0) return cudaErrorInvalidValue;
+  const auto blocks = static_cast<unsigned>(rows);
+  switch (in_type) {
+    case ElemType::kF32:
+      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const float*>(in), k,
+                                                                  q, scale);
+      break;
+    case ElemType::kBF16:
+      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(in), k, q, scale);
+      break;
+    case ElemType::kF16:
+      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const __half*>(in), k,
+                                                                  q, scale);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+bool SmallMInt8Supported(const GemmProblem& p) {
+  constexpr int64_t kMax = int64_t{1} << 30;
+  const bool out_ok =
+      p.out_type == ElemType::kF32 || p.out_type == ElemType::kBF16 || p.out_type == ElemType::kF16;
+  return p.ab_type == ElemType::kI8 && p.x_scale != nullptr && p.w_scale != nullptr && out_ok &&
+         p.m >= 1 && p.m <= kSmallMInt8Max && p.n >= 1 && p.n < kMax && p.k >= 16 && p.k < kMax &&
+         p.k % 16 == 0 && Aligned16(p.x) && Aligned16(p.w);
+}
+
+cudaError_t GemmSmallMInt8(const GemmProblem& p, cudaStream_t stream) {
+  if (!SmallMInt8Supported(p)) return cudaErrorInvalidValue;
+  switch (p.out_type) {
+    case ElemType::kBF16:
+      return LaunchSmallOut<__nv_bfloat16>(p, stream);
+    case ElemType::kF16:
+      return LaunchSmallOut<__half>(p, stream);
+    default:
+      return LaunchSmallOut<float>(p, stream);
+  }
+}
+
+}  // namespace nereid::kernels::cuda

@@ -1,0 +1,136 @@
+// GemmInt8 (the CPU path's int8 GEMM) with every micro-kernel this CPU has: against the exact
+// integer products of the quantized operands, and against float64 of the operands before
+// quantization (quantization's own error), at shapes that leave partial panels, row blocks and
+// groups of 4 in k.
+#include "cpu/gemm_int8.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+
+namespace nereid::kernels {
+namespace {
+
+using Shape = std::tuple<std::string, int, int, int>;
+
+class GemmInt8Test : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(UseGemmInt8Kernel(std::get<0>(GetParam()))); }
+  void TearDown() override { UseGemmInt8Kernel(default_kernel_); }
+  std::string default_kernel_ = GemmInt8KernelName();
+};
+
+double RelativeError(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+TEST_P(GemmInt8Test, MatchesTheReferences) {
+  const auto [kernel, m, n, k] = GetParam();
+  ASSERT_STREQ(GemmInt8KernelName(), kernel.c_str());
+  std::mt19937 rng(m * 131 + n * 17 + k);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  const int ldx = k + 3, ldy = n + 1;  // leading dimensions past the row
+  std::vector<float> x(m * ldx), w(n * k), bias(n), y(m * ldy, NAN);
+  for (auto* v : {&x, &w, &bias})
+    for (float& e : *v) e = dist(rng);
+  PackedInt8W packed(w.data(), n, k, k);
+  GemmInt8(m, x.data(), ldx, packed, bias.data(), y.data(), ldy);
+  std::vector<int8_t> xq(m * k);
+  std::vector<float> xs(m);
+  QuantizeRowsInt8(x.data(), m, k, ldx, xq.data(), xs.data());
+  std::vector<float> got(m * n);
+  std::vector<double> exact(m * n), real(m * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      int64_t dot = 0;
+      double r = 0;
+      for (int l = 0; l < k; ++l) {
+        dot += int64_t{xq[i * k + l]} * packed.quantized()[j * k + l];
+        r += double{x[i * ldx + l]} * w[j * k + l];
+      }
+      got[i * n + j] = y[i * ldy + j];
+      exact[i * n + j] = static_cast<double>(dot) * xs[i] * packed.scale()[j] + bias[j];
+      real[i * n + j] = r + bias[j];
+    }
+  EXPECT_LE(RelativeError(got, exact), 1e-6);
+  EXPECT_LE(RelativeError(got, real), k < 8 ? 5e-2 : 3e-2);
+  for (int i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(y[i * ldy + n])) << "wrote past the row";
+}
+
+std::vector<Shape> Shapes() {
+  std::vector<Shape> out;
+  for (const std::string& kernel : GemmInt8Kernels())
+    for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{{1, 1, 1},
+                                                                 {1, 1000, 1024},
+                                                                 {3, 15, 7},
+                                                                 {4, 16, 64},
+                                                                 {5, 17, 131},
+                                                                 {17, 33, 256},
+                                                                 {64, 100, 512}})
+      out.emplace_back(kernel, m, n, k);
+  return out;
+}
+
+std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "x" +
+                     std::to_string(std::get<2>(info.param)) + "x" +
+                     std::to_string(std::get<3>(info.param));
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKernel, GemmInt8Test, ::testing::ValuesIn(Shapes()), ShapeName);
+
+TEST(GemmInt8QuantizeTest, SymmetricPerRowWithRoundingHalfToEven) {
+  // The first row's absmax is 127 (scale 1), so each value is rounded half to even as it is; a
+  // row of zeros gets scale 0 and zeros.
+  const float in[2][4] = {{127.f, -127.f, 2.5f, 3.5f}, {0.f, 0.f, 0.f, 0.f}};
+  int8_t q[8];
+  float scale[2];
+  QuantizeRowsInt8(&in[0][0], 2, 4, 4, q, scale);
+  EXPECT_EQ(scale[0], 1.f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -127);
+  EXPECT_EQ(q[2], 2);  // 2.5 -> 2
+  EXPECT_EQ(q[3], 4);  // 3.5 -> 4
+  EXPECT_EQ(scale[1], 0.f);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(q[i], 0);
+}
+
+// The vectorized quantizer against the arithmetic the GPU uses, element by element, with values
+// that land on halves.
+TEST(GemmInt8QuantizeTest, EveryElementAsTheScalarArithmetic) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  const int k = 1003;
+  std::vector<float> row(k);
+  for (float& v : row) v = dist(rng);
+  row[0] = 1.f;  // absmax 1: inv 127
+  for (int l = 1; l < 40; ++l) row[l] = (static_cast<float>(l) - 20.5f) / 127.f;
+  std::vector<int8_t> q(k);
+  float scale;
+  QuantizeRowsInt8(row.data(), 1, k, k, q.data(), &scale);
+  EXPECT_EQ(scale, 1.f / 127.f);
+  for (int l = 0; l < k; ++l) {
+    const float want = std::clamp(std::nearbyint(row[l] * 127.f), -127.f, 127.f);
+    ASSERT_EQ(q[l], static_cast<int8_t>(want)) << l;
+  }
+}
+
+TEST(GemmInt8KernelTest, EveryCpuHasThePortableKernelAndUnknownNamesAreRefused) {
+  const auto kernels = GemmInt8Kernels();
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(), "portable"), kernels.end());
+  EXPECT_FALSE(UseGemmInt8Kernel("avx9000"));
+}
+
+}  // namespace
+}  // namespace nereid::kernels
