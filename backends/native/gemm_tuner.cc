@@ -2,6 +2,8 @@
 
 #include <iterator>
 
+#include "cuda/gemm_int8.h"
+
 namespace nereid::native {
 
 namespace kc = kernels::cuda;
@@ -12,6 +14,8 @@ std::string GemmChoice::Name() const {
       return kc::SmallMVariantName(variant);
     case Impl::kSm90:
       return sm90.Name();
+    case Impl::kSmallMInt8:
+      return "int8-small-m";
     default:
       return "cuBLAS";
   }
@@ -32,8 +36,22 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
     for (auto variant : kc::kSmallMVariants)
       if (kc::SmallMSupported(p, variant))
         candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
+    if (kc::SmallMInt8Supported(p)) candidates.push_back({GemmChoice::Impl::kSmallMInt8, {}, {}});
     for (const auto& config : kc::kSm90Configs)
       if (kc::Sm90Supported(p, config)) candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
+    if (p.ab_type == kc::ElemType::kI8) {  // no cuBLAS: the fastest of Nereid's kernels
+      if (candidates.empty())
+        return backend::Unsupported("no int8 kernel runs a GEMM of " + std::to_string(rows) +
+                                    " x " + std::to_string(p.n) + " x " + std::to_string(p.k) +
+                                    " on this GPU");
+      float best = 0;
+      for (const GemmChoice& candidate : candidates) {
+        ASSIGN_OR_RETURN(float t, bench.Time(step, rows, candidate));
+        if (&candidate == &candidates.front() || t < best)
+          best = t, choices_[step][rows] = candidate;
+      }
+      continue;
+    }
     GemmChoice chosen;          // cuBLAS
     if (!candidates.empty()) {  // else cuBLAS alone: nothing to time it against
       ASSIGN_OR_RETURN(float best, bench.Time(step, rows, chosen));

@@ -10,9 +10,11 @@
 #include <map>
 #include <set>
 
+#include "cpu/gemm_int8.h"
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_int8.h"
 #include "gemm_tuner.h"
 #include "gpu_graphs.h"
 #include "nereid/backend_util.h"
@@ -26,8 +28,9 @@ StatusOr<Precision> ParsePrecision(const std::string& name) {
   if (name == "tf32") return Precision::kTf32;
   if (name == "bf16") return Precision::kBf16;
   if (name == "fp16") return Precision::kFp16;
-  return InvalidArgument("parameter 'precision' must be fp32, tf32, bf16 or fp16, got '" + name +
-                         "'");
+  if (name == "int8") return Precision::kInt8;
+  return InvalidArgument("parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got '" +
+                         name + "'");
 }
 
 const char* PrecisionName(Precision p) {
@@ -40,6 +43,8 @@ const char* PrecisionName(Precision p) {
       return "bf16";
     case Precision::kFp16:
       return "fp16";
+    case Precision::kInt8:
+      return "int8";
   }
   return "?";
 }
@@ -70,6 +75,7 @@ struct Step {
   int in = -1, out = -1;
   // kGemm
   const void* w = nullptr;
+  const float* w_scale = nullptr;  // int8 weights: one scale per output channel (w is n x k int8)
   const float* bias = nullptr;
   float alpha = 1.f;
   int64_t n = 0, k = 0;
@@ -102,6 +108,8 @@ class GpuModel {
   std::vector<void*> weights;
   size_t weight_bytes = 0;
   int gemms = 0, elementwise = 0;
+  int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
+  int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
 
   int Resolve(int id) const {
     while (id >= 0 && values[id].alias >= 0) id = values[id].alias;
@@ -221,7 +229,20 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     s.kind = Step::kGemm;
     s.in = m.Resolve(node.inputs[0]);
     s.n = n, s.k = k;
-    ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
+    if (m.precision == Precision::kInt8 && k % 16 == 0) {
+      // Per output channel, the same arithmetic as the device's per-row quantization. A GEMM whose
+      // k is no multiple of 16 (no int8 kernel takes it) stays in bf16.
+      std::vector<int8_t> q(w.size());
+      std::vector<float> scale(static_cast<size_t>(n));
+      kernels::QuantizeRowsInt8(w.data(), n, k, k, q.data(), scale.data());
+      ASSIGN_OR_RETURN(s.w, m.Upload(q.data(), q.size()));
+      ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
+      s.w_scale = static_cast<const float*>(dscale);
+      ++m.int8_gemms;
+      m.int8_max_k = std::max(m.int8_max_k, k);
+    } else {
+      ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
+    }
     s.alpha = gemm ? node.op.AttrFloat("alpha", 1.f) : 1.f;
     if (gemm && node.inputs.size() > 2 && node.inputs[2] >= 0) {
       const Tensor& c = graph.constant(node.inputs[2]);
@@ -321,9 +342,23 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
   auto m = std::make_shared<GpuModel>();
   m->device = device;
   m->precision = precision;
-  m->float_type = precision == Precision::kBf16   ? kc::ElemType::kBF16
+  // int8: GEMM operands in int8, everything between them in bf16.
+  m->float_type = precision == Precision::kBf16 || precision == Precision::kInt8
+                      ? kc::ElemType::kBF16
                   : precision == Precision::kFp16 ? kc::ElemType::kF16
                                                   : kc::ElemType::kF32;
+  if (precision == Precision::kInt8) {
+    // Batches over 16 rows run on Hopper's int8 tensor cores, the only int8 kernel for them.
+    alignas(16) static const int8_t probe[16] = {};
+    static const float scale[1] = {1.f};
+    kc::GemmProblem p;
+    p.m = 256, p.n = 256, p.k = 64, p.ab_type = kc::ElemType::kI8, p.x = p.w = probe;
+    p.x_scale = p.w_scale = scale;
+    if (!kc::Sm90Supported(p))
+      return Unsupported(
+          "precision int8 needs a Hopper GPU (compute capability 9.0) and a build "
+          "for sm_90a: batches over 16 rows run on its int8 tensor cores");
+  }
   m->values.resize(graph.value_count());
   for (const ValueInfo& v : graph.inputs()) {
     const std::string what = "input '" + v.name + "'";
@@ -370,9 +405,13 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
 std::string Describe(const GpuModel& m) {
   char mib[32];
   std::snprintf(mib, sizeof(mib), "%.1f", static_cast<double>(m.weight_bytes) / (1 << 20));
+  std::string precision = PrecisionName(m.precision);
+  if (m.precision == Precision::kInt8)
+    precision += " (" + std::to_string(m.int8_gemms) + " of " + std::to_string(m.gemms) +
+                 " GEMMs in int8, the rest in bf16)";
   return std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
-         " elementwise op(s); " + PrecisionName(m.precision) + ", " + mib +
-         " MiB of weights on GPU " + std::to_string(m.device);
+         " elementwise op(s); " + precision + ", " + mib + " MiB of weights on GPU " +
+         std::to_string(m.device);
 }
 
 // Buckets tuned when an instance starts; larger ones on first use.
@@ -517,9 +556,10 @@ class GpuInstance final : public GemmBench {
     for (auto* list : {&buffers_, &staging_in_, &staging_out_})
       for (auto& b : *list)
         if (b.data != nullptr) NereidMemoryRelease(b.data);
-    if (acc_.data != nullptr) NereidMemoryRelease(acc_.data);
+    for (auto* b : {&acc_, &quantized_, &row_scale_})
+      if (b->data != nullptr) NereidMemoryRelease(b->data);
     buffers_.clear(), staging_in_.clear(), staging_out_.clear();
-    acc_ = NereidBuffer{};
+    acc_ = quantized_ = row_scale_ = NereidBuffer{};
   }
 
   // Sizes every buffer for at least 'rows' rows (doubling), dropping graphs captured for the old
@@ -547,6 +587,11 @@ class GpuInstance final : public GemmBench {
         acc = std::max({acc, s.n * capacity, 4 * s.n * std::min<int64_t>(capacity, 512)});
     RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
     acc_floats_ = acc;
+    if (m_->int8_gemms > 0) {  // an int8 GEMM's activations, quantized per row
+      RETURN_IF_ERROR(
+          Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity * m_->int8_max_k), &quantized_));
+      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
+    }
     bool pinned = true;
     for (int dir = 0; dir < 2; ++dir) {
       const auto& ios = dir == 0 ? m_->inputs : m_->outputs;
@@ -669,12 +714,28 @@ class GpuInstance final : public GemmBench {
     p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
     p.tf32 = m_->precision == Precision::kTf32;
     p.workspace = static_cast<float*>(acc_.data), p.workspace_floats = acc_floats_;
+    if (s.w_scale != nullptr) {
+      p.ab_type = kc::ElemType::kI8;
+      p.x = quantized_.data, p.x_scale = static_cast<const float*>(row_scale_.data);
+      p.w_scale = s.w_scale;
+    }
     return p;
   }
 
   // One GEMM on the implementation 'choice' names (cuBLAS with the epilogue kernel when null).
   Status RunGemm(const Step& s, int64_t rows, const GemmChoice* choice) {
     const kc::GemmProblem p = Problem(s, rows);
+    if (p.ab_type == kc::ElemType::kI8) {
+      CUDA_RETURN(kc::QuantizeRowsInt8(m_->values[s.in].type, Buf(s.in), rows, s.k,
+                                       static_cast<int8_t*>(quantized_.data),
+                                       static_cast<float*>(row_scale_.data), stream_),
+                  "int8 quantization");
+      if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
+        return CudaError(kc::GemmSm90(p, stream_, choice->sm90), "int8 GEMM kernel");
+      if (choice == nullptr && !kc::SmallMInt8Supported(p))
+        return CudaError(kc::GemmSm90(p, stream_), "int8 GEMM kernel");
+      return CudaError(kc::GemmSmallMInt8(p, stream_), "int8 GEMM kernel");
+    }
     if (choice != nullptr && choice->impl == GemmChoice::Impl::kSmallM)
       return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "GEMM kernel");
     if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
@@ -757,6 +818,7 @@ class GpuInstance final : public GemmBench {
   std::vector<void*> mapped_in_, mapped_out_;  // the staging buffers' device addresses, or null
   NereidBuffer acc_{};
   int64_t acc_floats_ = 0;
+  NereidBuffer quantized_{}, row_scale_{};  // int8 GEMMs: x quantized per row, and its scales
   bool copies_in_graph_ = false;
   GraphCache graphs_;                             // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none

@@ -23,7 +23,7 @@ namespace nereid::native {
 // How float math runs on the GPU (config parameter "precision"): fp32 exact, tf32 (fp32 storage,
 // TF32 tensor cores), bf16 and fp16 (weights and activations stored at 16 bits, fp32 accumulation,
 // fp32 at the model's inputs and outputs).
-enum class Precision { kFp32, kTf32, kBf16, kFp16 };
+enum class Precision { kFp32, kTf32, kBf16, kFp16, kInt8 };
 StatusOr<Precision> ParsePrecision(const std::string& name);
 const char* PrecisionName(Precision p);
 

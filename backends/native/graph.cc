@@ -108,6 +108,20 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
     const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;
     const int64_t k = trans ? w.shape()[1] : w.shape()[0], n = trans ? w.shape()[0] : w.shape()[1];
+    if (options.int8_weights && !(op == "Gemm" && node.op.AttrInt("transA", 0) != 0)) {
+      // n x k (a Linear layer's layout), then one scale per output channel.
+      std::vector<float> nk;
+      const float* rows = w.data<float>();
+      if (!trans) {
+        nk.resize(static_cast<size_t>(n * k));
+        for (int64_t l = 0; l < k; ++l)
+          for (int64_t j = 0; j < n; ++j) nk[j * k + l] = rows[l * n + j];
+        rows = nk.data();
+      }
+      g->packed_int8_.push_back(std::make_unique<kernels::PackedInt8W>(rows, n, k, k));
+      node.op.packed_int8 = g->packed_int8_.back().get();
+      continue;
+    }
     g->packed_.push_back(
         std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
     node.op.packed_b = g->packed_.back().get();
@@ -117,7 +131,7 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   // into constants_, so the protobuf's copy goes too: a model's weights are held once.
   const std::vector<int> readers = g->Readers();
   for (const Node& node : g->nodes_) {
-    if (node.op.packed_b == nullptr) continue;
+    if (node.op.packed_b == nullptr && node.op.packed_int8 == nullptr) continue;
     const int id = node.inputs[1];
     if (readers[id] != 1) continue;
     const Tensor& w = g->constants_[id];

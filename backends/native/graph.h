@@ -11,6 +11,7 @@
 
 #include "common/graph_check.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_int8.h"
 #include "ops.h"
 #include "tensor.h"
 
@@ -26,6 +27,9 @@ struct GraphOptions {
   // Pack constant GEMM weights for the CPU kernels and release the originals (CPU execution). The
   // GPU compiler loads with false: it needs the weights as the file has them.
   bool pack_weights = true;
+  // With pack_weights: quantize those weights to int8 per output channel instead (the "int8"
+  // precision; GemmInt8 runs them, activations quantized per row as they come).
+  bool int8_weights = false;
 };
 
 class Graph {
@@ -81,6 +85,7 @@ class Graph {
   std::vector<ValueInfo> inputs_;
   std::vector<ValueInfo> outputs_;
   std::vector<std::unique_ptr<kernels::PackedMatrixB>> packed_;  // referenced by nodes' OpNode
+  std::vector<std::unique_ptr<kernels::PackedInt8W>> packed_int8_;
 };
 
 }  // namespace nereid::native

@@ -60,7 +60,10 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   std::string file = StringField(config, "default_model_filename");
   if (file.empty()) file = kModelFile;
   const std::string path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
-  auto graph = Graph::Load(path);
+  std::string precision = backend::Parameter(config, "precision");
+  if (precision.empty()) precision = "fp32";
+  // int8: the CPU instances' GEMM weights quantized per output channel at load.
+  auto graph = Graph::Load(path, GraphOptions{.int8_weights = precision == "int8"});
   if (!graph.ok())
     return Status(graph.status().code(), "model '" + name + "': " + graph.status().message());
 
@@ -76,26 +79,31 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   RETURN_IF_ERROR(
       backend::CheckAgainstGraph(*state, state->graph->inputs(), state->graph->outputs()));
 
-  if (const std::string precision = backend::Parameter(config, "precision"); !precision.empty())
-    state->precision = precision;
+  state->precision = precision;
 #ifdef NEREID_NATIVE_GPU
-  RETURN_IF_ERROR(ParsePrecision(state->precision).status());
+  if (Status s = ParsePrecision(state->precision).status(); !s.ok())
+    return Status(s.code(), "model '" + state->name + "': " + s.message());
 #else
-  // Without the GPU engine the parameter changes nothing (CPU math is fp32), but it must be valid.
+  // Without the GPU engine only int8 changes the CPU's math (fp32 otherwise), but the parameter
+  // must be valid.
   if (state->precision != "fp32" && state->precision != "tf32" && state->precision != "bf16" &&
-      state->precision != "fp16")
-    return InvalidArgument("model '" + state->name +
-                           "': parameter 'precision' must be fp32, tf32, bf16 or fp16, got '" +
-                           state->precision + "'");
+      state->precision != "fp16" && state->precision != "int8")
+    return InvalidArgument(
+        "model '" + state->name +
+        "': parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got '" +
+        state->precision + "'");
 #endif
 
   const std::string backend = StringField(config, "backend");
-  Log(NEREID_LOG_INFO, "model '" + state->name + "'" +
-                           (backend == "onnxruntime" ? " (configured for onnxruntime)" : "") +
-                           " runs on the native engine: all ops of its " +
-                           std::to_string(state->graph->node_count()) +
-                           " nodes are supported (opset " + std::to_string(state->graph->opset()) +
-                           "); SGEMM micro-kernel " + kernels::SgemmKernelName());
+  Log(NEREID_LOG_INFO,
+      "model '" + state->name + "'" +
+          (backend == "onnxruntime" ? " (configured for onnxruntime)" : "") +
+          " runs on the native engine: all ops of its " +
+          std::to_string(state->graph->node_count()) + " nodes are supported (opset " +
+          std::to_string(state->graph->opset()) + "); " +
+          (precision == "int8"
+               ? std::string("int8 weights, int8 micro-kernel ") + kernels::GemmInt8KernelName()
+               : std::string("SGEMM micro-kernel ") + kernels::SgemmKernelName()));
   return state;
 }
 

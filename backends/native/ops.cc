@@ -9,6 +9,7 @@
 
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_int8.h"
 #include "nereid/half.h"
 
 namespace nereid::native {
@@ -325,7 +326,9 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
       // Packed constant weights: their original bytes may be gone (the graph keeps only the
       // packed copy), so 'b' is read only on the other paths.
       if constexpr (std::is_same_v<T, float>) {
-        if (node.packed_b != nullptr && !b_vec)
+        if (node.packed_int8 != nullptr && !b_vec)
+          kernels::GemmInt8(m, pa, k, *node.packed_int8, nullptr, pc, n);
+        else if (node.packed_b != nullptr && !b_vec)
           kernels::SgemmPacked(false, m, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
         else
           kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, b.data<T>() + ob * k * n, n, 0.f, pc,
@@ -377,7 +380,10 @@ Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
     }
     gemm_beta = 1.f;
   }
-  if (node.packed_b != nullptr)  // the original bytes of packed weights may be gone
+  if (node.packed_int8 != nullptr)  // (never with transA)
+    kernels::GemmInt8(m, a.data<float>(), a.shape()[1], *node.packed_int8, nullptr, y, n, alpha,
+                      gemm_beta != 0.f);
+  else if (node.packed_b != nullptr)  // the original bytes of packed weights may be gone
     kernels::SgemmPacked(ta, m, alpha, a.data<float>(), a.shape()[1], *node.packed_b, gemm_beta, y,
                          n);
   else

@@ -13,7 +13,8 @@ class NodeProto;
 
 namespace nereid::kernels {
 class PackedMatrixB;
-}
+class PackedInt8W;
+}  // namespace nereid::kernels
 
 namespace nereid::native {
 
@@ -32,6 +33,8 @@ class OpNode {
   Status Error(const std::string& message) const;
   // Input B (index 1) of Gemm/MatMul when it is a constant 2-D FP32 matrix, packed at load time.
   const kernels::PackedMatrixB* packed_b = nullptr;
+  // ... or, with the int8 precision, quantized per output channel (Gemm without transA, MatMul).
+  const kernels::PackedInt8W* packed_int8 = nullptr;
   // Gemm only: an activation that followed it in the graph, applied to its output while that is
   // still in cache (the graph fuses Gemm -> Relu / Sigmoid when nothing else reads the Gemm's
   // output).

@@ -215,7 +215,7 @@ PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw)
 }
 
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
-              float* y, int64_t ldy) {
+              float* y, int64_t ldy, float alpha, bool accumulate) {
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
   const int64_t k = w.k(), k4 = w.k4(), stride = 4 * k4, n = w.n();
   // x quantized per row into rows of k4 groups (zero padded; as q + 128 for vpdpbusd).
@@ -250,10 +250,12 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
       const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, n - j0);
       for (int r = 0; r < rows; ++r) {
         float* yr = y + (i0 + r) * ldy + j0;
-        const float sx = xs[i0 + r];
+        const float sx = alpha * xs[i0 + r];
         for (int64_t c = 0; c < cols; ++c) {
           const int32_t dot = acc[r][c] - (vnni ? w.offset()[j0 + c] : 0);
-          yr[c] = static_cast<float>(dot) * sx * w.scale()[j0 + c] + (bias ? bias[j0 + c] : 0.f);
+          const float v =
+              static_cast<float>(dot) * sx * w.scale()[j0 + c] + (bias ? bias[j0 + c] : 0.f);
+          yr[c] = accumulate ? yr[c] + v : v;
         }
       }
     }

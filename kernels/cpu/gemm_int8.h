@@ -47,10 +47,11 @@ class PackedInt8W {
   std::vector<int8_t> quantized_;
 };
 
-// y (m x n, leading dimension ldy) = x_scale * w_scale * (x w^T) + bias (n, or null); x is m x k
-// floats (leading dimension ldx), quantized per row here.
+// y (m x n, leading dimension ldy) = alpha * x_scale * w_scale * (x w^T) + bias (n, or null)
+// (+ y's own values when 'accumulate'); x is m x k floats (leading dimension ldx), quantized per
+// row here.
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
-              float* y, int64_t ldy);
+              float* y, int64_t ldy, float alpha = 1.f, bool accumulate = false);
 
 // The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "portable"): the best this CPU has,
 // unless NEREID_INT8_KERNEL names one.

@@ -34,10 +34,10 @@ GPUS, NO_GPU_REASON = gpu_count()
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}")
 
 # ||out - ref||_inf allowed per precision for recommend_model's sigmoid scores (in [0, 1]).
-TOLERANCE = {"fp32": 1e-5, "tf32": 3e-3, "bf16": 3e-2, "fp16": 5e-3}
+TOLERANCE = {"fp32": 1e-5, "tf32": 3e-3, "bf16": 3e-2, "fp16": 5e-3, "int8": 3e-2}
 
 
-def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16"), extra=None):
+def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16", "int8"), extra=None):
     """examples/models_gpu with its models generated, plus recommend_model_<precision> variants and
     a KIND_CPU copy of recommend_model for comparison."""
     repo = os.path.join(root, "models_gpu")
@@ -157,7 +157,7 @@ def test_models_load_on_the_gpu(gpu_server):
 
 
 @needs_gpu
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16", "fp16", "int8"])
 @pytest.mark.parametrize("batch", [1, 7, 32, 256])
 def test_recommend_model_matches_float64(protocol_client, gpu_repo, precision, batch):
     protocol, client = protocol_client
@@ -167,6 +167,13 @@ def test_recommend_model_matches_float64(protocol_client, gpu_repo, precision, b
     print(f"recommend_model {precision} batch {batch} {protocol}: max abs diff {err:.2e}")
     assert out.shape == (batch, 1000) and np.isfinite(out).all()
     assert err <= TOLERANCE[precision], f"{precision}: max abs diff {err}"
+
+
+@needs_gpu
+def test_int8_runs_every_gemm_in_int8(gpu_server):
+    # recommend_model's three GEMMs all have k a multiple of 16: none falls back to bf16.
+    assert re.search(r"model 'recommend_int8' on GPU \d+: native GPU engine, 3 GEMM\(s\), .*"
+                     r"int8 \(3 of 3 GEMMs in int8", gpu_server.read_log())
 
 
 @needs_gpu
