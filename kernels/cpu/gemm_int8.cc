@@ -230,12 +230,15 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
     for (auto& b : xq) b = static_cast<int8_t>(static_cast<uint8_t>(b) ^ 0x80);  // q + 128
   const int64_t panels = (n + kPanel - 1) / kPanel;
   alignas(64) int32_t acc[kMaxRows][2 * kPanel];
-  for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i0));
-    const int8_t* xr = xq.data() + i0 * stride;
-    const int64_t step = vnni ? 2 : 1;
-    for (int64_t p = 0; p < panels; p += step) {
-      const bool two = vnni && p + 1 < panels;
+  // Panels outside, row blocks inside: each panel of weights streams from memory once and stays
+  // in L1 while every block of rows uses it.
+  const int64_t step = vnni ? 2 : 1;
+  for (int64_t p = 0; p < panels; p += step) {
+    const bool two = vnni && p + 1 < panels;
+    const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, n - j0);
+    for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i0));
+      const int8_t* xr = xq.data() + i0 * stride;
       if (vnni) {
         ForRows(rows, [&](auto r) {
           KernelVnni<decltype(r)::value>(reinterpret_cast<const uint8_t*>(xr), stride, k4,
@@ -247,7 +250,6 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
       } else {
         KernelPortable(rows, xr, stride, k4, w.Panel(p), acc);
       }
-      const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, n - j0);
       for (int r = 0; r < rows; ++r) {
         float* yr = y + (i0 + r) * ldy + j0;
         const float sx = alpha * xs[i0 + r];

@@ -2,7 +2,9 @@
 `parameters { key: "precision" value { string_value: "int8" } }` on KIND_CPU quantizes its GEMM
 weights per output channel at load and its activations per row as they come; its scores are
 checked against float64 (max abs error, top-1 agreement with the fp32 model) over HTTP and gRPC.
-The GPU's int8 is in test_gpu.py."""
+Beside it, ONNX Runtime's own quantized models of the same graph through the onnxruntime backend:
+dynamic quantization (MatMulInteger) and static QDQ (QuantizeLinear/DequantizeLinear around each
+MatMul, calibrated on random inputs). The GPU's int8 is in test_gpu.py."""
 import os
 import re
 import shutil
@@ -15,6 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from conftest import ROOT, Server
+import precision_models
 from test_gpu import recommend_reference
 
 INT8_TOLERANCE = 3e-2  # ||scores - float64||_inf (sigmoid scores in [0, 1])
@@ -27,14 +30,8 @@ def precision_server(tmp_path_factory):
                     ignore=shutil.ignore_patterns("*.onnx", "item_labels.txt"))
     subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"),
                            "--out", repo], stdout=subprocess.DEVNULL)
-    base = os.path.join(repo, "recommend_model")
-    with open(os.path.join(base, "config.pbtxt")) as f:
-        config = f.read()
-    for name, extra in (("recommend_int8", 'parameters { key: "precision" value { string_value: "int8" } }'),
-                        ("recommend_bad", 'parameters { key: "precision" value { string_value: "int4" } }')):
-        shutil.copytree(base, os.path.join(repo, name))
-        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-            f.write(re.sub(r'name: "recommend_model"', f'name: "{name}"', config) + "\n" + extra + "\n")
+    precision_models.write_precision_models(repo)
+    precision_models.add_native_variant(repo, "recommend_bad", "int4")
     s = Server(repo, "--exit-on-error=false", expect_ready=False)
     s.repo = repo
     yield s
@@ -76,3 +73,22 @@ def test_the_load_log_says_int8_and_a_bad_precision_is_refused(precision_server)
     assert index["recommend_bad"]["state"] == "UNAVAILABLE"
     assert "parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got 'int4'" in \
         index["recommend_bad"]["reason"]
+
+
+@pytest.mark.parametrize("model", ["recommend_ort_dynamic", "recommend_ort_qdq"])
+def test_onnx_runtime_quantized_models_serve(precision_server, model):
+    """ONNX Runtime's int8 graphs run as they are: the same scores as Python's onnxruntime on the
+    same file, and close to float64 (quantization's own error, larger for static activations
+    calibrated on a few random batches)."""
+    import onnxruntime
+    s = precision_server
+    x = np.random.default_rng(6).standard_normal((32, 1024)).astype(np.float32)
+    got = scores(s.url, False, model, x)
+    session = onnxruntime.InferenceSession(os.path.join(s.repo, model, "1", "model.onnx"))
+    want = session.run(["output__0"], {"input__0": x})[0]
+    assert np.abs(got - want).max() <= 1e-6
+    err = float(np.abs(got - recommend_reference(s.repo, x)).max())
+    fp32 = scores(s.url, False, "recommend_ort", x)
+    agree = float((got.argmax(1) == fp32.argmax(1)).mean())
+    print(f"{model}: max abs diff vs float64 {err:.2e}, top-1 agreement with fp32 {agree:.3f}")
+    assert err <= 0.1
