@@ -316,9 +316,16 @@ class CublasLtInt8 {
 
 void BenchInt8(double hbm_gbs) {
   const bool verbose = std::getenv("BENCH_GPU_VERBOSE") != nullptr;
+  // BENCH_INT8_OUT=bf16: y in bf16, as the engine's int8 precision chains its layers (default
+  // fp32).
+  const char* out_env = std::getenv("BENCH_INT8_OUT");
+  const kc::ElemType out_type = out_env != nullptr && std::string(out_env) == "bf16"
+                                    ? kc::ElemType::kBF16
+                                    : kc::ElemType::kF32;
   std::printf(
-      "\n== INT8 GEMM: y = x_scale * w_scale * (x w^T), Nereid (fp32 out, scales fused) vs Nereid "
-      "bf16 and cuBLASLt int8 (int32 out)\n");
+      "\n== INT8 GEMM: y = x_scale * w_scale * (x w^T), Nereid (%s out, scales fused) vs Nereid "
+      "bf16 (fp32 out) and cuBLASLt int8 (int32 out)\n",
+      kc::ElemTypeName(out_type));
   std::printf("%6s %6s %6s | %9s %8s | %9s %8s | %9s %8s | %7s %7s | %9s %9s %s\n", "M", "N", "K",
               "bf16 us", "TFLOP/s", "Lt i8 us", "TOP/s", "i8 us", "TOP/s", "vs bf16", "vs Lt",
               "+quant us", "HBM roof", "variant");
@@ -368,6 +375,7 @@ void BenchInt8(double hbm_gbs) {
     }
     kc::GemmProblem p;
     p.m = s.m, p.n = s.n, p.k = s.k, p.ab_type = kc::ElemType::kI8, p.y = o.y;
+    p.out_type = out_type;
     auto with = [&](int i) {
       p.x = xq[i % copies], p.w = wq[i % copies];
       p.x_scale = xs[i % copies], p.w_scale = ws[i % copies];
@@ -389,24 +397,30 @@ void BenchInt8(double hbm_gbs) {
       CHECK(cudaMalloc(&act_s, s.m * 4));
       kc::GemmProblem q = with(0);
       const std::string name = ours.name;
+      float* workspace = nullptr;  // a split sm90 config's partial sums
+      for (const auto& config : kc::kSm90Configs)
+        if (config.Name() == name && config.splits > 1) {
+          q.workspace_floats = kc::Sm90WorkspaceFloats(q, config);
+          CHECK(cudaMalloc(&workspace, q.workspace_floats * 4));
+          q.workspace = workspace;
+        }
       with_quant_us = TimeGraphUs(
           [&](int i) {
             CHECK(kc::QuantizeRowsInt8(kc::ElemType::kBF16, o.x[i % copies], s.m, s.k,
                                        static_cast<int8_t*>(act_q), act_s, stream));
             q.x = act_q, q.x_scale = act_s, q.w = wq[i % copies], q.w_scale = ws[i % copies];
-            if (name == "int8-small-m") {
-              CHECK(kc::GemmSmallMInt8(q, stream));
-            } else {
-              for (const auto& config : kc::kSm90Configs)
-                if (config.Name() == name && config.splits == 1)
-                  CHECK(kc::GemmSm90(q, stream, config));
-            }
+            if (name == "int8-small-m") CHECK(kc::GemmSmallMInt8(q, stream));
+            for (auto v : kc::kSmallMVariants)
+              if (name == kc::SmallMVariantName(v)) CHECK(kc::GemmSmallM(q, stream, v));
+            for (const auto& config : kc::kSm90Configs)
+              if (config.Name() == name) CHECK(kc::GemmSm90(q, stream, config));
           },
           reps);
-      if (ours.name.find("-k") != std::string::npos) with_quant_us = 0;  // split: not timed here
+      if (workspace != nullptr) cudaFree(workspace);
       cudaFree(act_q), cudaFree(act_s);
     }
-    const double bytes = s.n * s.k + s.m * s.k + s.m * s.n * 4.0 + (s.m + s.n) * 4.0;
+    const double bytes =
+        s.n * s.k + s.m * s.k + s.m * s.n * double(kc::ElemSize(out_type)) + (s.m + s.n) * 4.0;
     char roof[32] = "", quant[32] = "-", lt_cell[32] = "-", lt_rate[32] = "", vs_lt[32] = "-";
     if (s.m <= 16 && ours.us > 0)
       std::snprintf(roof, sizeof(roof), "%.0f%%", 100.0 * bytes / (ours.us * 1e3) / hbm_gbs);

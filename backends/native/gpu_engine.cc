@@ -732,6 +732,8 @@ class GpuInstance final : public GemmBench {
                   "int8 quantization");
       if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
         return CudaError(kc::GemmSm90(p, stream_, choice->sm90), "int8 GEMM kernel");
+      if (choice != nullptr && choice->impl == GemmChoice::Impl::kSmallM)
+        return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "int8 GEMM kernel");
       if (choice == nullptr && !kc::SmallMInt8Supported(p))
         return CudaError(kc::GemmSm90(p, stream_), "int8 GEMM kernel");
       return CudaError(kc::GemmSmallMInt8(p, stream_), "int8 GEMM kernel");

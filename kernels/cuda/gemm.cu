@@ -219,6 +219,23 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
 // memory on the way in. The block's 8 warps split the chunks; partial sums meet in shared memory.
 constexpr int kTcWarps = 8;
 
+// int8: m16n8k32 takes 4 bytes per register where bf16 takes 2 elements, in the same places, so
+// the same registers are its fragments (k permuted alike in w and x); s32 accumulators.
+__device__ __forceinline__ void MmaChunkInt8(int (&c)[4], const uint4& w_lo, const uint4& w_hi,
+                                             const uint4& xv) {
+  const uint32_t a0[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y}, b0[2] = {xv.x, xv.y};
+  const uint32_t a1[4] = {w_lo.z, w_hi.z, w_lo.w, w_hi.w}, b1[2] = {xv.z, xv.w};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t* a = half == 0 ? a0 : a1;
+    const uint32_t* b = half == 0 ? b0 : b1;
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const uint4& w_hi,
                                          const uint4& xv) {
@@ -272,14 +289,18 @@ __device__ __forceinline__ uint4 LoadStream(const void* p) {
 // warps' partials in its own shared memory, the cluster synchronizes, and each block then reads
 // its share of the values from every block's shared memory (in rank order, so the sum is
 // deterministic) and applies the epilogue.
+// int8 operands (T = int8_t): exact int32 sums, scaled by x_scale[row] * w_scale[col] as stored.
 template <typename T, int kRT, int kNT, typename OutT>
 __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
     Activation act, int m, int n, int k, const T* __restrict__ x, const T* __restrict__ w,
-    float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
+    float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y,
+    const float* __restrict__ x_scale, const float* __restrict__ w_scale) {
+  constexpr bool kInt8 = std::is_same_v<T, int8_t>;
+  using Acc = std::conditional_t<kInt8, int, float>;
   constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
   constexpr int kChunk = 4 * V;
   constexpr int U = 4;  // chunks in flight per warp
-  __shared__ float partial[kTcWarps][kRT][kNT][4][32];
+  __shared__ Acc partial[kTcWarps][kRT][kNT][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * 16 * kRT;
   const int chunks = k / kChunk;
@@ -304,7 +325,7 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
     xp[nt] = x + static_cast<int64_t>(x_ok[nt] ? nt * 8 + g : 0) * k + V * t;
   }
 
-  float acc[kRT][kNT][4] = {};
+  Acc acc[kRT][kNT][4] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int c0 = c_begin + warp; c0 < c_end; c0 += kTcWarps * U) {
     uint4 wv[U][kRT][2], xv[U][kNT];
@@ -347,8 +368,12 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt)
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-          MmaChunk<T>(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
+        for (int nt = 0; nt < kNT; ++nt) {
+          if constexpr (kInt8)
+            MmaChunkInt8(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
+          else
+            MmaChunk<T>(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
+        }
   }
 
 #pragma unroll
@@ -361,12 +386,13 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
   // Value i is register r = i / 32 % 4 of lane src = i % 32 for tiles nt = i / 128 % kNT and
   // rt = i / (128 kNT); in the C fragment of m16n8 that is w row g + 8 (r / 2), x row 2t + r % 2.
   constexpr int kValues = kRT * kNT * 4 * 32;
-  auto store = [&](int i, float sum) {
+  auto store = [&](int i, Acc sum) {
     const int src = i % 32, r = i / 32 % 4, nt = i / 128 % kNT, rt = i / (128 * kNT);
     const int col = n0 + rt * 16 + src / 4 + 8 * (r / 2);
     const int row = nt * 8 + 2 * (src % 4) + r % 2;
     if (row >= m || col >= n) return;
-    float v = alpha * sum;
+    float v = alpha * static_cast<float>(sum);
+    if constexpr (kInt8) v *= x_scale[row] * w_scale[col];
     if (bias != nullptr) v += bias[col];
     v = ActivateAny(act, v);
     const int64_t at = static_cast<int64_t>(row) * n + col;
@@ -374,7 +400,7 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
     y[at] = FromFloat<OutT>(v);
   };
   auto block_sum = [&](int i) {
-    float sum = 0.f;
+    Acc sum = 0;
 #pragma unroll
     for (int wi = 0; wi < kTcWarps; ++wi) sum += (&partial[wi][0][0][0][0])[i];
     return sum;
@@ -385,14 +411,14 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // In place: value i of warp 0's slice is read and written by one thread only.
-  float* const reduced = &partial[0][0][0][0][0];
+  Acc* const reduced = &partial[0][0][0][0][0];
   for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) reduced[i] = block_sum(i);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's sums are in its shared memory
   const int rank = static_cast<int>(cluster.block_rank());
   for (int i = threadIdx.x + rank * kTcWarps * 32; i < kValues; i += kTcWarps * 32 * splits) {
-    float sum = 0.f;
+    Acc sum = 0;
     for (int q = 0; q < splits; ++q) sum += cluster.map_shared_rank(reduced, q)[i];
     store(i, sum);
   }
@@ -418,7 +444,8 @@ cudaError_t LaunchTensorCoreKernel(const GemmProblem& p, int splits, cudaStream_
   return cudaLaunchKernelEx(&config, &SmallMTensorCoreKernel<T, kRT, kNT, OutT>, p.act,
                             static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
                             static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.alpha, p.bias,
-                            static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
+                            static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y),
+                            p.x_scale, p.w_scale);
 }
 
 template <typename T, int kRT, typename OutT>
@@ -503,7 +530,13 @@ const VariantTraits& Traits(SmallMVariant v) {
 
 template <typename T, typename OutT>
 cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
-  if (SmallMTensorCore(variant)) {
+  if constexpr (std::is_same_v<T, int8_t>) {  // the tensor-core variants only
+    const int splits = SmallMClusterSplits(variant);
+    const cudaError_t e = Traits(variant).tc_rows == 16
+                              ? LaunchTensorCore<T, 1, OutT>(p, splits, stream)
+                              : LaunchTensorCore<T, 2, OutT>(p, splits, stream);
+    return e != cudaSuccess ? e : cudaGetLastError();
+  } else if (SmallMTensorCore(variant)) {
     if constexpr (std::is_same_v<T, float>) {
       if (!p.tf32) return cudaErrorInvalidValue;  // exact fp32 stays on the CUDA cores
     }
@@ -521,11 +554,15 @@ cudaError_t LaunchSmallM(const GemmProblem& p, SmallMVariant variant, cudaStream
 }
 
 // Outputs in fp32 or in the operands' own type (what the engine chains between layers).
+// Int8 operands: outputs in fp32 or bf16 (the engine's int8 precision chains bf16).
 template <typename T>
 cudaError_t LaunchSmallMOut(const GemmProblem& p, SmallMVariant variant, cudaStream_t stream) {
   if (p.out_type == ElemType::kF32) return LaunchSmallM<T, float>(p, variant, stream);
-  if constexpr (!std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (p.out_type == ElemType::kBF16) return LaunchSmallM<T, __nv_bfloat16>(p, variant, stream);
+  } else if constexpr (!std::is_same_v<T, float>) {
     if (p.out_type == p.ab_type) return LaunchSmallM<T, T>(p, variant, stream);
+  }
   return cudaErrorInvalidValue;
 }
 
@@ -562,12 +599,16 @@ std::string CublasError(const char* what, cublasStatus_t status) {
 }  // namespace
 
 bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
-  const bool float_types =
-      p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16;
   const bool tensor_core = SmallMTensorCore(v);
+  // Int8 runs on the tensor-core variants (m16n8k32), with both scales.
+  const bool int8 = p.ab_type == ElemType::kI8;
+  const bool float_types = p.ab_type == ElemType::kF32 || p.ab_type == ElemType::kBF16 ||
+                           p.ab_type == ElemType::kF16 ||
+                           (int8 && tensor_core && p.x_scale != nullptr && p.w_scale != nullptr);
   // Tensor-core chunks are four 16-byte vectors of k; the CUDA-core kernels step one vector.
   const int64_t vec = 16 / static_cast<int64_t>(ElemSize(p.ab_type)) * (tensor_core ? 4 : 1);
-  const bool out_ok = p.out_type == ElemType::kF32 || p.out_type == p.ab_type;
+  const bool out_ok = p.out_type == ElemType::kF32 ||
+                      (int8 ? p.out_type == ElemType::kBF16 : p.out_type == p.ab_type);
   const bool type_ok = tensor_core ? p.ab_type != ElemType::kF32 || p.tf32 : true;
   constexpr int64_t kIntMax = 0x7fffffff;
   return float_types && type_ok && out_ok && p.m >= 1 &&
@@ -591,6 +632,8 @@ cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream, SmallMVariant 
       return LaunchSmallMOut<__nv_bfloat16>(p, variant, stream);
     case ElemType::kF16:
       return LaunchSmallMOut<__half>(p, variant, stream);
+    case ElemType::kI8:
+      return LaunchSmallMOut<int8_t>(p, variant, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -46,13 +46,14 @@ struct GemmProblem {
 // kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1 (CUDA cores, m <= 16);
 // kSharedX: x staged in shared memory per block and tile of k, each warp streaming 4 rows of w
 // (fewer x reads for m > 1; m <= 16); kTensorCore16/32: a block of 8 warps streams 16 or 32 rows of
-// w on the tensor cores, the warps splitting k (bf16, fp16 and tf32 only; m <= 64, k a multiple of
-// 32 bf16/fp16 or 16 fp32); the -K2/-K4/-K8 forms split k further over a thread-block cluster of 2,
-// 4 or 8 blocks (Hopper), whose partial sums meet in distributed shared memory, so GEMMs with few
-// output columns keep enough blocks and loads in flight to stream w at HBM speed. Which wins
-// depends on the shape: the engine times them against cuBLAS per layer and row count.
-// kSplitK2: a block of 4 warps streams 2 rows of w, the warps splitting k (CUDA cores, m <= 16; 4x
-// the loads in flight of kWarpRows2 for GEMMs with few output columns).
+// w on the tensor cores, the warps splitting k (bf16, fp16, tf32, and int8 with its scales on
+// m16n8k32; m <= 64, k a multiple of 32 bf16/fp16, 16 fp32 or 64 int8); the -K2/-K4/-K8 forms split
+// k further over a thread-block cluster of 2, 4 or 8 blocks (Hopper), whose partial sums meet in
+// distributed shared memory, so GEMMs with few output columns keep enough blocks and loads in
+// flight to stream w at HBM speed. Which wins depends on the shape: the engine times them against
+// cuBLAS per layer and row count. kSplitK2: a block of 4 warps streams 2 rows of w, the warps
+// splitting k (CUDA cores, m <= 16; 4x the loads in flight of kWarpRows2 for GEMMs with few output
+// columns).
 enum class SmallMVariant {
   kWarpRows2,
   kWarpRows4,

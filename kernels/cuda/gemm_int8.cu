@@ -47,7 +47,6 @@ __device__ __forceinline__ int4 LoadStream(const void* p) {
 }
 
 constexpr int kSmallThreads = 256;  // 8 warps splitting k
-constexpr int kWRows = 4;           // rows of w per block
 
 __device__ __forceinline__ int Dot16(const int4& a, const int4& b, int acc) {
   acc = __dp4a(a.x, b.x, acc);
@@ -56,8 +55,10 @@ __device__ __forceinline__ int Dot16(const int4& a, const int4& b, int acc) {
   return __dp4a(a.w, b.w, acc);
 }
 
-// Block b: rows 4b .. 4b + 3 of w (columns of y) against every row of x (M >= m, a power of 2).
-template <int M, typename OutT>
+// Block b: rows kWRows * b .. of w (columns of y) against every row of x (M >= m, a power of 2).
+// Few rows of x take 8 rows of w per block (twice the loads in flight per thread), more take 4
+// (registers: kWRows x M accumulators per thread).
+template <int M, typename OutT, int kWRows = M <= 4 ? 8 : 4>
 __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
     const int8_t* __restrict__ x, const float* __restrict__ x_scale, const int8_t* __restrict__ w,
     const float* __restrict__ w_scale, int m, int n, int k, float alpha,
@@ -114,6 +115,7 @@ __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
 
 template <int M, typename OutT>
 cudaError_t LaunchSmall(const GemmProblem& p, cudaStream_t stream) {
+  constexpr int kWRows = M <= 4 ? 8 : 4;
   const auto blocks = static_cast<unsigned>((p.n + kWRows - 1) / kWRows);
   SmallMInt8Kernel<M, OutT><<<blocks, kSmallThreads, 0, stream>>>(
       static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w), p.w_scale,

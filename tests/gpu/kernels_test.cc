@@ -466,6 +466,38 @@ TEST(CudaGemmInt8, SmallMMatchesTheReferences) {
     });
 }
 
+TEST(CudaGemmInt8, TensorCoreSmallMMatchesTheReferences) {
+  NEREID_REQUIRE_GPU();
+  // Every x-tile count (m <= 8, 16, 32, 64), ragged n, k in fewer chunks than a cluster's blocks.
+  const auto cases = Int8Cases({{1, 1000, 1024},
+                                {7, 257, 512},
+                                {16, 64, 4096},
+                                {29, 130, 192},
+                                {64, 2048, 256},
+                                {41, 33, 8192}});
+  for (auto variant : kernels::cuda::kSmallMVariants) {
+    if (!kernels::cuda::SmallMTensorCore(variant)) continue;
+    if (kernels::cuda::SmallMClusterSplits(variant) > 1) {
+      alignas(16) static char probe[16];
+      static float scale[1];
+      GemmProblem q;
+      q.m = 1, q.n = 64, q.k = 1024, q.ab_type = ElemType::kI8, q.x = q.w = probe;
+      q.x_scale = q.w_scale = scale;
+      if (!kernels::cuda::SmallMSupported(q, variant)) {
+        std::printf("  %s skipped: no thread-block clusters on this GPU or build\n",
+                    kernels::cuda::SmallMVariantName(variant));
+        continue;
+      }
+    }
+    for (const auto& c : cases)
+      CheckGemmInt8(c, [&](GemmProblem& p) {
+        ASSERT_TRUE(kernels::cuda::SmallMSupported(p, variant)) << Describe(c);
+        ASSERT_EQ(kernels::cuda::GemmSmallM(p, nullptr, variant), cudaSuccess)
+            << Describe(c) << " " << kernels::cuda::SmallMVariantName(variant);
+      });
+  }
+}
+
 TEST(CudaGemmInt8, Sm90MatchesTheReferences) {
   NEREID_REQUIRE_GPU();
   int major = 0;
@@ -508,6 +540,12 @@ TEST(CudaGemmInt8, RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::cuda::SmallMInt8Supported(p));  // y must be floating point
   p.out_type = ElemType::kF16;
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // the wgmma path writes fp32 or bf16
+  p.out_type = ElemType::kF32;
+  using kernels::cuda::SmallMVariant;
+  EXPECT_TRUE(kernels::cuda::SmallMSupported(p, SmallMVariant::kTensorCore16));
+  EXPECT_FALSE(kernels::cuda::SmallMSupported(p, SmallMVariant::kWarpRows2));  // no CUDA-core int8
+  p.k = 96;
+  EXPECT_FALSE(kernels::cuda::SmallMSupported(p, SmallMVariant::kTensorCore16));  // k % 64
   EXPECT_EQ(kernels::cuda::QuantizeRowsInt8(ElemType::kI32, buf, 1, 4, nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
 }
