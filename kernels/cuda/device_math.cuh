@@ -35,6 +35,15 @@ __device__ __forceinline__ __half FromFloat(float v) {
   return __float2half_rn(v);
 }
 
+// 16 bytes read once (weights streamed through): no L1 allocation.
+__device__ __forceinline__ uint4 LoadStream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 template <Activation A>
 __device__ __forceinline__ float Activate(float x) {
   if constexpr (A == Activation::kRelu) return x > 0.f ? x : 0.f;

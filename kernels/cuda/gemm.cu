@@ -219,25 +219,10 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
 // memory on the way in. The block's 8 warps split the chunks; partial sums meet in shared memory.
 constexpr int kTcWarps = 8;
 
-// int8: m16n8k32 takes 4 bytes per register where bf16 takes 2 elements, in the same places, so
-// the same registers are its fragments (k permuted alike in w and x); s32 accumulators.
-__device__ __forceinline__ void MmaChunkInt8(int (&c)[4], const uint4& w_lo, const uint4& w_hi,
-                                             const uint4& xv) {
-  const uint32_t a0[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y}, b0[2] = {xv.x, xv.y};
-  const uint32_t a1[4] = {w_lo.z, w_hi.z, w_lo.w, w_hi.w}, b1[2] = {xv.z, xv.w};
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const uint32_t* a = half == 0 ? a0 : a1;
-    const uint32_t* b = half == 0 ? b0 : b1;
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const uint4& w_hi,
+// int8 (Acc int): m16n8k32 takes 4 bytes per register where bf16 takes 2 elements, in the same
+// places, so the same registers are its fragments (k permuted alike in w and x), s32 accumulators.
+template <typename T, typename Acc>
+__device__ __forceinline__ void MmaChunk(Acc (&c)[4], const uint4& w_lo, const uint4& w_hi,
                                          const uint4& xv) {
   // Halves of the 16-byte loads: (x, y) feed the first MMA, (z, w) the second.
   const uint32_t a0[4] = {w_lo.x, w_hi.x, w_lo.y, w_hi.y}, b0[2] = {xv.x, xv.y};
@@ -246,7 +231,12 @@ __device__ __forceinline__ void MmaChunk(float (&c)[4], const uint4& w_lo, const
   for (int half = 0; half < 2; ++half) {
     const uint32_t* a = half == 0 ? a0 : a1;
     const uint32_t* b = half == 0 ? b0 : b1;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<T, int8_t>) {
+      asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+          : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
           "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
           : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -273,15 +263,6 @@ __device__ __forceinline__ uint32_t RoundTf32(uint32_t bits) {
 }
 __device__ __forceinline__ void RoundTf32(uint4& v) {
   v = make_uint4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
-}
-
-// Streamed once: no L1 allocation.
-__device__ __forceinline__ uint4 LoadStream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
 }
 
 // kRT: 16-row tiles of w per block; kNT: 8-row tiles of x (m <= 8 kNT). gridDim.y > 1 splits the
@@ -368,12 +349,8 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt)
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          if constexpr (kInt8)
-            MmaChunkInt8(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
-          else
-            MmaChunk<T>(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
-        }
+        for (int nt = 0; nt < kNT; ++nt)
+          MmaChunk<T>(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
   }
 
 #pragma unroll

@@ -37,22 +37,13 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* 
     out[i] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(ToFloat(row[i]) * inv))));
 }
 
-// Streamed once: no L1 allocation.
-__device__ __forceinline__ int4 LoadStream(const void* p) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 constexpr int kSmallThreads = 256;  // 8 warps splitting k
 
-__device__ __forceinline__ int Dot16(const int4& a, const int4& b, int acc) {
-  acc = __dp4a(a.x, b.x, acc);
-  acc = __dp4a(a.y, b.y, acc);
-  acc = __dp4a(a.z, b.z, acc);
-  return __dp4a(a.w, b.w, acc);
+__device__ __forceinline__ int Dot16(const uint4& a, const uint4& b, int acc) {
+  acc = __dp4a(static_cast<int>(a.x), static_cast<int>(b.x), acc);
+  acc = __dp4a(static_cast<int>(a.y), static_cast<int>(b.y), acc);
+  acc = __dp4a(static_cast<int>(a.z), static_cast<int>(b.z), acc);
+  return __dp4a(static_cast<int>(a.w), static_cast<int>(b.w), acc);
 }
 
 // Block b: rows kWRows * b .. of w (columns of y) against every row of x (M >= m, a power of 2).
@@ -72,15 +63,15 @@ __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
     for (int i = 0; i < M; ++i) acc[r][i] = 0;
   const int chunks = k / 16;
   for (int c = threadIdx.x; c < chunks; c += kSmallThreads) {
-    int4 wv[kWRows];
+    uint4 wv[kWRows];
 #pragma unroll
     for (int r = 0; r < kWRows; ++r)
       wv[r] = j0 + r < n ? LoadStream(w + static_cast<int64_t>(j0 + r) * k + c * 16)
-                         : make_int4(0, 0, 0, 0);
+                         : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       if (i >= m) break;
-      const int4 xv = __ldg(reinterpret_cast<const int4*>(x + static_cast<int64_t>(i) * k) + c);
+      const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(i) * k) + c);
 #pragma unroll
       for (int r = 0; r < kWRows; ++r) acc[r][i] = Dot16(wv[r], xv, acc[r][i]);
     }

@@ -202,6 +202,18 @@ void CheckGemm(const GemmCase& c, const std::function<void(GemmProblem&)>& run) 
   EXPECT_LE(err, Tolerance(c.ab, c.out, c.tf32)) << Describe(c);
 }
 
+// GemmSm90 on 'p' with 'config', its K-split workspace allocated here, finished before return.
+void RunSm90(GemmProblem& p, const kernels::cuda::Sm90Config& config, const GemmCase& c) {
+  const int64_t floats = kernels::cuda::Sm90WorkspaceFloats(p, config);
+  DeviceBuffer workspace(std::max<int64_t>(floats, 1) * 4);
+  p.workspace = static_cast<float*>(workspace.get()), p.workspace_floats = floats;
+  ASSERT_TRUE(kernels::cuda::Sm90Supported(p, config)) << Describe(c);
+  ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, config), cudaSuccess)
+      << Describe(c) << " " << config.Name();
+  // The workspace is freed on return: finish with it first.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 enum class ShapeSet { kSmallM, kTensorCoreSmallM, kGeneral, kSm90 };
 
 std::vector<GemmCase> GemmCases(ShapeSet set) {
@@ -277,16 +289,7 @@ TEST(CudaGemm, Sm90MatchesFloat64Reference) {
   for (const auto& config : kernels::cuda::kSm90Configs)
     for (const auto& c : GemmCases(ShapeSet::kSm90)) {
       if (c.ab == ElemType::kF32 && !c.tf32) continue;
-      CheckGemm(c, [&](GemmProblem& p) {
-        const int64_t floats = kernels::cuda::Sm90WorkspaceFloats(p, config);
-        DeviceBuffer workspace(std::max<int64_t>(floats, 1) * 4);
-        p.workspace = static_cast<float*>(workspace.get()), p.workspace_floats = floats;
-        ASSERT_TRUE(kernels::cuda::Sm90Supported(p, config)) << Describe(c);
-        ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, config), cudaSuccess)
-            << Describe(c) << " " << config.Name();
-        // The workspace is freed on return: finish with it first.
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      });
+      CheckGemm(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
     }
 }
 
@@ -513,15 +516,7 @@ TEST(CudaGemmInt8, Sm90MatchesTheReferences) {
                                 {384, 512, 2048}});
   for (const auto& config : kernels::cuda::kSm90Configs)
     for (const auto& c : cases)
-      CheckGemmInt8(c, [&](GemmProblem& p) {
-        const int64_t floats = kernels::cuda::Sm90WorkspaceFloats(p, config);
-        DeviceBuffer workspace(std::max<int64_t>(floats, 1) * 4);
-        p.workspace = static_cast<float*>(workspace.get()), p.workspace_floats = floats;
-        ASSERT_TRUE(kernels::cuda::Sm90Supported(p, config)) << Describe(c);
-        ASSERT_EQ(kernels::cuda::GemmSm90(p, nullptr, config), cudaSuccess)
-            << Describe(c) << " " << config.Name();
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      });
+      CheckGemmInt8(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
 }
 
 TEST(CudaGemmInt8, RefusesWhatItCannotRun) {
