@@ -515,8 +515,7 @@ TEST(CudaGemmInt8, Sm90MatchesTheReferences) {
                                 {2304, 2048, 64},
                                 {384, 512, 2048}});
   for (const auto& config : kernels::cuda::kSm90Configs)
-    for (const auto& c : cases)
-      CheckGemmInt8(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
+    for (const auto& c : cases) CheckGemmInt8(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
 }
 
 TEST(CudaGemmInt8, RefusesWhatItCannotRun) {
