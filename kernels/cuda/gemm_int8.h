@@ -8,9 +8,9 @@
 // it stores y:
 //  - GemmSm90 (gemm.h) runs it on Hopper's int8 tensor cores (wgmma s8) for shapes that fill the
 //    GPU;
-//  - GemmSmallMInt8 here streams w once for serving batches (m <= 16): each block takes 16 rows of
-//    w (m <= 2), 8 (m <= 4) or 4, its 8 warps split k, 16 bytes per load, and dp4a sums 4 products
-//    per instruction, so the kernel moves a quarter of fp32's weight bytes and half of bf16's.
+//  - GemmSmallMInt8 here streams w once for serving batches (m <= 16): each block takes 8 rows of
+//    w (m <= 4) or 4, its 8 warps split k, 16 bytes per load, and dp4a sums 4 products per
+//    instruction, so the kernel moves a quarter of fp32's weight bytes and half of bf16's.
 #pragma once
 
 #include "cuda/gemm.h"
