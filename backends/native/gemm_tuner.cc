@@ -39,26 +39,19 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
     if (kc::SmallMInt8Supported(p)) candidates.push_back({GemmChoice::Impl::kSmallMInt8, {}, {}});
     for (const auto& config : kc::kSm90Configs)
       if (kc::Sm90Supported(p, config)) candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
-    if (p.ab_type == kc::ElemType::kI8) {  // no cuBLAS: the fastest of Nereid's kernels
-      if (candidates.empty())
-        return backend::Unsupported("no int8 kernel runs a GEMM of " + std::to_string(rows) +
-                                    " x " + std::to_string(p.n) + " x " + std::to_string(p.k) +
-                                    " on this GPU");
-      float best = 0;
-      for (const GemmChoice& candidate : candidates) {
-        ASSIGN_OR_RETURN(float t, bench.Time(step, rows, candidate));
-        if (&candidate == &candidates.front() || t < best)
-          best = t, choices_[step][rows] = candidate;
-      }
-      continue;
-    }
-    GemmChoice chosen;          // cuBLAS
+    // Int8 has no cuBLAS: the first of Nereid's kernels is the one to beat.
+    const bool int8 = p.ab_type == kc::ElemType::kI8;
+    if (int8 && candidates.empty())
+      return backend::Unsupported("no int8 kernel runs a GEMM of " + std::to_string(rows) + " x " +
+                                  std::to_string(p.n) + " x " + std::to_string(p.k) +
+                                  " on this GPU");
+    GemmChoice chosen = int8 ? candidates.front() : GemmChoice{};  // else cuBLAS
     if (!candidates.empty()) {  // else cuBLAS alone: nothing to time it against
       ASSIGN_OR_RETURN(float best, bench.Time(step, rows, chosen));
-      for (const GemmChoice& candidate : candidates) {
-        ASSIGN_OR_RETURN(float t, bench.Time(step, rows, candidate));
-        // Our kernel must win clearly (5%): a tie stays with cuBLAS.
-        if (t < best * 0.95f) best = t, chosen = candidate;
+      for (size_t i = int8 ? 1 : 0; i < candidates.size(); ++i) {
+        ASSIGN_OR_RETURN(float t, bench.Time(step, rows, candidates[i]));
+        // Against cuBLAS our kernel must win clearly (5%): a tie stays with cuBLAS.
+        if (t < best * (int8 ? 1.f : 0.95f)) best = t, chosen = candidates[i];
       }
     }
     choices_[step][rows] = chosen;

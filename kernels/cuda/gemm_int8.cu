@@ -46,10 +46,12 @@ __device__ __forceinline__ int Dot16(const uint4& a, const uint4& b, int acc) {
   return __dp4a(static_cast<int>(a.w), static_cast<int>(b.w), acc);
 }
 
+// Rows of w per block for M rows of x: few rows of x take 8 (twice the loads in flight per
+// thread), more take 4 (registers: kWRows x M accumulators per thread).
+constexpr int WRowsFor(int m) { return m <= 4 ? 8 : 4; }
+
 // Block b: rows kWRows * b .. of w (columns of y) against every row of x (M >= m, a power of 2).
-// Few rows of x take 8 rows of w per block (twice the loads in flight per thread), more take 4
-// (registers: kWRows x M accumulators per thread).
-template <int M, typename OutT, int kWRows = M <= 4 ? 8 : 4>
+template <int M, typename OutT, int kWRows = WRowsFor(M)>
 __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
     const int8_t* __restrict__ x, const float* __restrict__ x_scale, const int8_t* __restrict__ w,
     const float* __restrict__ w_scale, int m, int n, int k, float alpha,
@@ -106,7 +108,7 @@ __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
 
 template <int M, typename OutT>
 cudaError_t LaunchSmall(const GemmProblem& p, cudaStream_t stream) {
-  constexpr int kWRows = M <= 4 ? 8 : 4;
+  constexpr int kWRows = WRowsFor(M);
   const auto blocks = static_cast<unsigned>((p.n + kWRows - 1) / kWRows);
   SmallMInt8Kernel<M, OutT><<<blocks, kSmallThreads, 0, stream>>>(
       static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w), p.w_scale,

@@ -181,14 +181,14 @@ TensorSpec SpecOf(const Tensor& t, const inference::ModelConfig& model) {
   return s;
 }
 
-bool Matches(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+}  // namespace
+
+bool DimsMatch(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i] != -1 && b[i] != -1 && a[i] != b[i]) return false;
   return true;
 }
-
-}  // namespace
 
 Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
                           const std::vector<const inference::ModelConfig*>& steps) {
@@ -205,7 +205,7 @@ Status CheckEnsembleSteps(const inference::ModelConfig& ensemble,
                              " is inferred from model " + s.model);
     // Batching and non-batching models may share a tensor: the dims alone, or the whole shape
     // with the batch dimension, must agree.
-    if (!Matches(first.dims, s.dims) && !Matches(first.full, s.full))
+    if (!DimsMatch(first.dims, s.dims) && !DimsMatch(first.full, s.full))
       return InvalidArgument(in_e + "ensemble tensor " + tensor +
                              ": inconsistent shape: " + ShapeString(first.full) +
                              " is inferred from model " + first.model + " while " +

@@ -24,6 +24,9 @@ void EnsembleStructureErrors(const inference::ModelConfig& config, const ConfigF
 // The models an ensemble's steps name, each once, in step order.
 std::vector<std::string> EnsembleDependencies(const inference::ModelConfig& config);
 
+// Whether two shapes agree, -1 on either side matching any size.
+bool DimsMatch(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
 // The ensemble against the configs of its steps' models ('steps[i]' for step i, as loaded):
 // every mapped input and output exists, every required input is mapped, each ensemble tensor has
 // one data type and a compatible shape wherever it appears, and each model that batches allows at

@@ -30,10 +30,10 @@ struct InferInput {
   size_t byte_size = 0;
   MemoryLocation location;
   std::shared_ptr<const void> owned;  // keeps converted data or a shared-memory region alive
-  // An ensemble's tensor sent to a step: whether what wrote it (the ensemble's client, or a step's
-  // model) batches (1) or not (0); -1 for every other input. The receiving model adds or strips
-  // a batch dimension of 1 where the two differ (EnsembleReshape).
-  int8_t from_batching = -1;
+  // An ensemble step's input (InferenceRequest::ensemble_step): whether what wrote it (the
+  // ensemble's client, or a step's model) batches. The receiving model adds or strips a batch
+  // dimension of 1 where the two differ (EnsembleReshape).
+  bool from_batching = false;
 
   // Takes converted bytes (not counted as a copy: the caller produced them from another form).
   void Own(std::vector<uint8_t> bytes);

@@ -272,10 +272,9 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
 void Model::FitEnsembleStep(InferenceRequest& request) const {
   const bool batches = config_.max_batch_size() > 0;
   for (auto& input : request.inputs) {
-    if (input.from_batching < 0) continue;
     for (const auto& spec : config_.input())
       if (spec.name() == input.name) {
-        input.shape = EnsembleReshape(input.shape, input.from_batching == 1, batches,
+        input.shape = EnsembleReshape(input.shape, input.from_batching, batches,
                                       {spec.dims().begin(), spec.dims().end()});
         break;
       }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/logging.h"
+#include "config/ensemble_config.h"
 #include "nereid/backend.h"
 #include "scheduler/scheduler_factory.h"
 
@@ -260,7 +261,7 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
     in.name = name;
     in.datatype = tensor.datatype;
     in.shape = tensor.shape;
-    in.from_batching = tensor.from_batching ? 1 : 0;
+    in.from_batching = tensor.from_batching;
     in.Borrow(tensor.data, tensor.byte_size, tensor.location, tensor.keep);
     r->inputs.push_back(std::move(in));
   }
@@ -496,27 +497,16 @@ size_t EnsembleScheduler::Pending() const {
   return in_flight_;
 }
 
-namespace {
-
-bool MatchesDims(const std::vector<int64_t>& shape, const std::vector<int64_t>& dims) {
-  if (shape.size() != dims.size()) return false;
-  for (size_t i = 0; i < dims.size(); ++i)
-    if (dims[i] != -1 && dims[i] != shape[i]) return false;
-  return true;
-}
-
-}  // namespace
-
 std::vector<int64_t> EnsembleReshape(const std::vector<int64_t>& shape, bool from_batching,
                                      bool reader_batches, const std::vector<int64_t>& dims) {
   if (from_batching == reader_batches) return shape;
   if (reader_batches) {
-    if (!MatchesDims(shape, dims)) return shape;  // taken as already batched
+    if (!DimsMatch(shape, dims)) return shape;  // taken as already batched
     std::vector<int64_t> batched{1};
     batched.insert(batched.end(), shape.begin(), shape.end());
     return batched;
   }
-  if (MatchesDims(shape, dims) || shape.empty() || shape[0] != 1) return shape;
+  if (DimsMatch(shape, dims) || shape.empty() || shape[0] != 1) return shape;
   return {shape.begin() + 1, shape.end()};
 }
 
