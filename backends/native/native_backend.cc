@@ -15,6 +15,7 @@
 #include "common/graph_check.h"
 #include "cpu/gemm.h"
 #include "graph.h"
+#include "variants.h"
 #ifdef NEREID_NATIVE_GPU
 #include "gpu_engine.h"
 #endif
@@ -36,20 +37,182 @@ struct ModelState : backend::ModelIo {
   std::unique_ptr<Graph> graph;
   std::string precision = "fp32";  // config parameter "precision" (the GPU engine's float math)
   std::string path;                // the ONNX file
+  // Precision variants ("nereid.precision_variants"; docs/precision.md): the server picks one per
+  // execution. Without them 'precision' alone. 'graph' is then fp32 and 'int8_graph' serves the
+  // int8 variant of CPU instances.
+  std::vector<std::string> variants;
+  std::vector<bool> admitted;
+  std::unique_ptr<Graph> int8_graph;
+  // The precisions instances run: the variants, or 'precision'.
+  std::vector<std::string> Precisions() const {
+    return variants.empty() ? std::vector<std::string>{precision} : variants;
+  }
+  const Graph& CpuGraph(uint32_t variant) const {
+    return variant < variants.size() && variants[variant] == "int8" ? *int8_graph : *graph;
+  }
 #ifdef NEREID_NATIVE_GPU
-  // The graph compiled for each device, shared by that device's instances.
+  // The graph compiled per device and precision, shared by that device's instances.
   std::mutex gpu_mu;
-  std::map<int, std::shared_ptr<const GpuModel>> gpu_models;
+  std::map<std::pair<int, std::string>, std::shared_ptr<const GpuModel>> gpu_models;
 #endif
 };
 
 struct InstanceState {
 #ifdef NEREID_NATIVE_GPU
-  GpuInstancePtr gpu;  // set for KIND_GPU instances
+  std::vector<GpuInstancePtr> gpus;  // KIND_GPU instances: one per precision (null: refused)
 #endif
 };
 
+constexpr const char* kPrecisions[] = {"fp32", "tf32", "bf16", "fp16", "int8"};
+
 constexpr const char* kModelFile = "model.onnx";
+
+#ifdef NEREID_NATIVE_GPU
+// The model compiled for 'device' in 'precision' (compiled once, shared by the device's instances).
+StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
+                                                      const std::string& precision_name) {
+  std::lock_guard lock(m.gpu_mu);
+  auto it = m.gpu_models.find({device, precision_name});
+  if (it != m.gpu_models.end()) return it->second;
+  ASSIGN_OR_RETURN(Precision precision, ParsePrecision(precision_name));
+  // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the file's
+  // weights from a graph of its own, dropped once they are on the device.
+  auto unpacked = Graph::Load(m.path, GraphOptions{.pack_weights = false});
+  if (!unpacked.ok()) return unpacked.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> made,
+                   CompileForGpu(**unpacked, device, precision));
+  Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) + " in " +
+                           precision_name + ": native GPU engine, " + Describe(*made) +
+                           "; a CUDA graph per batch size");
+  m.gpu_models.emplace(std::make_pair(device, precision_name), made);
+  return made;
+}
+
+// The calibration inputs through 'precision' on 'device', outputs in 'fetch' order.
+StatusOr<std::vector<Tensor>> RunCalibrationOnGpu(
+    ModelState& m, int device, const std::string& precision,
+    const std::vector<std::pair<std::string, Tensor>>& inputs,
+    const std::vector<std::string>& fetch) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> compiled, GpuModelFor(m, device, precision));
+  ASSIGN_OR_RETURN(GpuInstancePtr gpu, CreateGpuInstance(std::move(compiled)));
+  std::vector<GpuFeed> feeds;
+  for (const auto& [name, t] : inputs)
+    feeds.push_back({name, {{t.raw(), t.bytes(), false, false}}});
+  std::vector<GpuResult> results;
+  uint64_t start = 0, end = 0;
+  RETURN_IF_ERROR(
+      RunOnGpu(*gpu, inputs.front().second.shape()[0], feeds, {}, &results, &start, &end));
+  std::vector<Tensor> out;
+  for (const std::string& name : fetch) {
+    const GpuResult* r = nullptr;
+    for (const GpuResult& c : results)
+      if (c.name == name) r = &c;
+    if (r == nullptr) return Internal("the GPU engine produced no output '" + name + "'");
+    Tensor t = Tensor::Allocate(r->type, r->shape);
+    std::memcpy(t.mutable_raw(), r->data, std::min(t.bytes(), r->bytes));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+#endif
+
+// The first KIND_GPU group's first GPU (-1: none): where the accuracy guard measures the variants
+// (a model whose instances run on the CPU is measured there).
+int GuardDevice(const rapidjson::Value& config) {
+  if (!config.HasMember("instance_group") || !config["instance_group"].IsArray()) return -1;
+  for (const auto& group : config["instance_group"].GetArray()) {
+    if (StringField(group, "kind") != "KIND_GPU") continue;
+    if (group.HasMember("gpus") && group["gpus"].IsArray() && !group["gpus"].Empty() &&
+        group["gpus"][0].IsInt())
+      return group["gpus"][0].GetInt();
+    return 0;
+  }
+  return -1;
+}
+
+// Measures every declared variant against fp32 on the calibration inputs, refuses those that
+// miss the guard (logged), and declares them all to the server.
+Status GuardVariants(NereidModel* model, ModelState& m, const rapidjson::Value& config) {
+  AccuracyGuard guard;
+  if (std::string text = backend::Parameter(config, "nereid.accuracy_guard"); !text.empty()) {
+    auto parsed = ParseAccuracyGuard(text);
+    if (!parsed.ok())
+      return InvalidArgument("model '" + m.name + "': " + parsed.status().message());
+    guard = *parsed;
+  }
+  std::string subdir = backend::Parameter(config, "nereid.calibration");
+  const bool named = !subdir.empty();
+  if (!named) subdir = "calibration";
+  const std::filesystem::path model_dir =
+      std::filesystem::path(NereidModelVersionPath(model)).parent_path();
+  const bool present = std::filesystem::is_directory(model_dir / subdir);
+  std::vector<std::pair<std::string, Tensor>> inputs;
+  if (guard.any() || named || present) {
+    std::vector<std::pair<std::string, DataType>> wanted;
+    for (const ValueInfo& in : m.graph->inputs()) wanted.emplace_back(in.name, in.type);
+    auto read = ReadCalibration(model_dir, subdir, wanted);
+    if (!read.ok())
+      return Status(read.status().code(), "model '" + m.name + "': " + read.status().message());
+    inputs = std::move(read).value();
+  }
+  std::vector<std::string> fetch;
+  for (const ValueInfo& out : m.graph->outputs()) fetch.push_back(out.name);
+  std::vector<Tensor> reference;
+  if (!inputs.empty()) RETURN_IF_ERROR(m.graph->Run(inputs, fetch, &reference));
+  const int device = GuardDevice(config);
+  std::vector<NereidVariant> declared(m.variants.size());
+  std::vector<std::string> details(m.variants.size());
+  m.admitted.assign(m.variants.size(), true);
+  for (size_t v = 0; v < m.variants.size(); ++v) {
+    NereidVariant& d = declared[v];
+    d = NereidVariant{m.variants[v].c_str(), 1, -1, -1, -1, nullptr};
+    if (inputs.empty()) continue;  // nothing to measure on: admitted unmeasured
+    std::vector<Tensor> outputs;
+    Status ran = Status::Ok();
+    if (device >= 0) {
+#ifdef NEREID_NATIVE_GPU
+      auto got = RunCalibrationOnGpu(m, device, m.variants[v], inputs, fetch);
+      if (got.ok()) outputs = std::move(got).value();
+      ran = got.status();
+#else
+      ran = Unsupported("the native backend was built without CUDA");
+#endif
+    } else {
+      ran = m.CpuGraph(static_cast<uint32_t>(v)).Run(inputs, fetch, &outputs);
+    }
+    std::string failure;
+    if (!ran.ok()) {
+      failure = "it cannot run: " + ran.message();
+    } else {
+      const Accuracy a = Compare(reference, outputs);
+      d.top1_agreement = a.top1_agreement;
+      d.max_abs_error = a.max_abs_error;
+      d.max_rel_error = a.max_rel_error;
+      failure = GuardFailure(guard, a);
+    }
+    char measured[160];
+    std::snprintf(measured, sizeof(measured),
+                  "top-1 agreement %.4f, max abs error %.3g, max rel error %.3g on %lld "
+                  "calibration rows",
+                  d.top1_agreement, d.max_abs_error, d.max_rel_error,
+                  static_cast<long long>(inputs.front().second.shape()[0]));
+    if (failure.empty()) {
+      Log(NEREID_LOG_INFO, "model '" + m.name + "' variant " + m.variants[v] +
+                               " admitted: " + measured +
+                               (device >= 0 ? " (GPU " + std::to_string(device) + ")" : ""));
+    } else {
+      m.admitted[v] = false;
+      d.admitted = 0;
+      details[v] = failure;
+      d.detail = details[v].c_str();
+      Log(NEREID_LOG_WARNING, "model '" + m.name + "' variant " + m.variants[v] +
+                                  " refused by the accuracy guard: " + failure + " (" + measured +
+                                  ")");
+    }
+  }
+  return FromError(
+      NereidModelSetVariants(model, declared.data(), static_cast<uint32_t>(declared.size())));
+}
 
 StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   const std::string name = NereidModelName(model);
@@ -61,7 +224,21 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   if (file.empty()) file = kModelFile;
   const std::string path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   std::string precision = backend::Parameter(config, "precision");
+  std::vector<std::string> variants;
+  if (std::string list = backend::Parameter(config, "nereid.precision_variants"); !list.empty()) {
+    auto parsed = ParseVariantList(list, {std::begin(kPrecisions), std::end(kPrecisions)});
+    if (!parsed.ok()) return InvalidArgument("model '" + name + "': " + parsed.status().message());
+    if (!precision.empty())
+      return InvalidArgument("model '" + name +
+                             "': set 'precision' or 'nereid.precision_variants', "
+                             "not both");
+    variants = std::move(parsed).value();
+  }
   if (precision.empty()) precision = "fp32";
+  if (std::find(std::begin(kPrecisions), std::end(kPrecisions), precision) == std::end(kPrecisions))
+    return InvalidArgument(
+        "model '" + name +
+        "': parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got '" + precision + "'");
   // int8: the CPU instances' GEMM weights quantized per output channel at load.
   auto graph = Graph::Load(path, GraphOptions{.int8_weights = precision == "int8"});
   if (!graph.ok())
@@ -78,21 +255,14 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   state->path = path;
   RETURN_IF_ERROR(
       backend::CheckAgainstGraph(*state, state->graph->inputs(), state->graph->outputs()));
-
   state->precision = precision;
-#ifdef NEREID_NATIVE_GPU
-  if (Status s = ParsePrecision(state->precision).status(); !s.ok())
-    return Status(s.code(), "model '" + state->name + "': " + s.message());
-#else
-  // Without the GPU engine only int8 changes the CPU's math (fp32 otherwise), but the parameter
-  // must be valid.
-  if (state->precision != "fp32" && state->precision != "tf32" && state->precision != "bf16" &&
-      state->precision != "fp16" && state->precision != "int8")
-    return InvalidArgument(
-        "model '" + state->name +
-        "': parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got '" +
-        state->precision + "'");
-#endif
+  state->variants = std::move(variants);
+  if (std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
+    auto int8 = Graph::Load(path, GraphOptions{.int8_weights = true});
+    if (!int8.ok()) return int8.status();
+    state->int8_graph = std::move(int8).value();
+  }
+  if (!state->variants.empty()) RETURN_IF_ERROR(GuardVariants(model, *state, config));
 
   const std::string backend = StringField(config, "backend");
   Log(NEREID_LOG_INFO,
@@ -103,7 +273,10 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
           std::to_string(state->graph->opset()) + "); " +
           (precision == "int8"
                ? std::string("int8 weights, int8 micro-kernel ") + kernels::GemmInt8KernelName()
-               : std::string("SGEMM micro-kernel ") + kernels::SgemmKernelName()));
+               : std::string("SGEMM micro-kernel ") + kernels::SgemmKernelName() +
+                     (state->int8_graph
+                          ? std::string(", int8 micro-kernel ") + kernels::GemmInt8KernelName()
+                          : std::string())));
   return state;
 }
 
@@ -111,8 +284,8 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
 // scheduler only batches requests whose other dimensions agree), outputs split back by rows. A
 // single request borrows its inputs without copying. A failure of one request's output lands in
 // 'failed[r]'; a returned error fails them all.
-Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t count,
-                    std::vector<Status>& failed) {
+Status ExecuteBatch(const ModelState& m, const Graph& graph, NereidRequest** requests,
+                    uint32_t count, std::vector<Status>& failed) {
   std::vector<std::pair<std::string, Tensor>> feeds;
   // Joined BYTES inputs; results may be views of them, so they live until the outputs are copied.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> keepalive;
@@ -144,7 +317,7 @@ Status ExecuteBatch(const ModelState& m, NereidRequest** requests, uint32_t coun
   ASSIGN_OR_RETURN(backend::Batch batch, backend::Batch::Gather(m, requests, count, failed, feed));
   std::vector<Tensor> results;
   const uint64_t compute_start = NereidNowNs();
-  RETURN_IF_ERROR(m.graph->Run(feeds, batch.fetch(), &results));
+  RETURN_IF_ERROR(graph.Run(feeds, batch.fetch(), &results));
   batch.SetComputeTimes(compute_start, NereidNowNs());
   for (size_t i = 0; i < batch.fetch().size(); ++i)
     RETURN_IF_ERROR(batch.Emit(batch.fetch()[i], results[i].type(), results[i].shape(),
@@ -160,30 +333,22 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
     for (const auto& [name, spec] : *specs)
       if (spec.has_reshape)
         return Unsupported(who + ": '" + name + "' has a reshape, which the GPU engine lacks");
-  std::shared_ptr<const GpuModel> compiled;
-  {
-    std::lock_guard lock(m.gpu_mu);
-    auto it = m.gpu_models.find(device);
-    if (it == m.gpu_models.end()) {
-      ASSIGN_OR_RETURN(Precision precision, ParsePrecision(m.precision));
-      // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the
-      // file's weights from a graph of its own, dropped once they are on the device.
-      auto unpacked = Graph::Load(m.path, GraphOptions{.pack_weights = false});
-      if (!unpacked.ok()) return unpacked.status();
-      auto made = CompileForGpu(**unpacked, device, precision);
-      if (!made.ok())
-        return Status(made.status().code(), who + " (KIND_GPU): " + made.status().message());
-      it = m.gpu_models.emplace(device, std::move(made).value()).first;
-      Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) +
-                               ": native GPU engine, " + Describe(*it->second) +
-                               "; a CUDA graph per batch size");
+  const std::vector<std::string> precisions = m.Precisions();
+  for (size_t v = 0; v < precisions.size(); ++v) {
+    if (v < m.admitted.size() && !m.admitted[v]) {
+      state.gpus.emplace_back();  // refused by the guard: never chosen
+      continue;
     }
-    compiled = it->second;
+    auto compiled = GpuModelFor(m, device, precisions[v]);
+    if (!compiled.ok())
+      return Status(compiled.status().code(), who + " (KIND_GPU): " + compiled.status().message());
+    auto gpu = CreateGpuInstance(std::move(compiled).value());
+    if (!gpu.ok()) return Status(gpu.status().code(), who + ": " + gpu.status().message());
+    Log(NEREID_LOG_INFO, who + " on GPU " + std::to_string(device) +
+                             (precisions.size() > 1 ? " (" + precisions[v] + ")" : "") + ": " +
+                             GemmTuning(**gpu));
+    state.gpus.push_back(std::move(gpu).value());
   }
-  auto gpu = CreateGpuInstance(std::move(compiled));
-  if (!gpu.ok()) return Status(gpu.status().code(), who + ": " + gpu.status().message());
-  state.gpu = std::move(gpu).value();
-  Log(NEREID_LOG_INFO, who + " on GPU " + std::to_string(device) + ": " + GemmTuning(*state.gpu));
   return Status::Ok();
 }
 
@@ -312,11 +477,16 @@ struct NativeBackend {
   static backend::Status Execute(const Model& model, [[maybe_unused]] Instance& instance,
                                  [[maybe_unused]] NereidInstance* handle, NereidRequest** requests,
                                  uint32_t count, std::vector<backend::Status>& failed) {
+    const uint32_t variant = NereidInstanceVariant(handle);
 #ifdef NEREID_NATIVE_GPU
-    if (instance.gpu)
-      return native::ExecuteBatchGpu(model, handle, *instance.gpu, requests, count, failed);
+    if (!instance.gpus.empty()) {
+      if (variant >= instance.gpus.size() || !instance.gpus[variant])
+        return backend::Internal("precision variant " + std::to_string(variant) + " is not loaded");
+      return native::ExecuteBatchGpu(model, handle, *instance.gpus[variant], requests, count,
+                                     failed);
+    }
 #endif
-    return native::ExecuteBatch(model, requests, count, failed);
+    return native::ExecuteBatch(model, model.CpuGraph(variant), requests, count, failed);
   }
 };
 

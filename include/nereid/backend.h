@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 7u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 8u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -183,6 +183,24 @@ const char* NereidModelConfigJson(const NereidModel* model);
 NereidError* NereidModelSetConfigJson(NereidModel* model, const char* json);
 /* Whether the model is decoupled (model_transaction_policy { decoupled: true }). */
 int NereidModelIsDecoupled(const NereidModel* model);
+/* Precision variants (since 2.8, Nereid's extension). From NereidModelInitialize a backend
+ * declares the variants its instances can run one model in (e.g. "tf32", "bf16", "int8"), each
+ * with its accuracy against the model's reference precision as the backend measured it on the
+ * model's calibration inputs, and whether it passed the model's accuracy guard. The server profiles
+ * the admitted ones (latency and energy per batch size) before the model is READY and picks one per
+ * execution by its policy (docs/precision.md); the backend runs the batch in
+ * NereidInstanceVariant's. The first admitted variant is the most accurate and the default. */
+typedef struct NereidVariant {
+  const char* name; /* copied */
+  int admitted;     /* passed the accuracy guard */
+  double
+      top1_agreement; /* share of calibration rows whose arg-max matches the reference; < 0: n/a */
+  double max_abs_error; /* over every calibration output element; < 0: not measured */
+  double max_rel_error; /* |error| / max(|reference|, 1e-6); < 0: not measured */
+  const char* detail;   /* why it was refused, or NULL; copied */
+} NereidVariant;
+NereidError* NereidModelSetVariants(NereidModel* model, const NereidVariant* variants,
+                                    uint32_t count);
 /* One opaque pointer per model for the backend's own state; the backend frees it in Finalize. */
 void NereidModelSetState(NereidModel* model, void* state);
 void* NereidModelState(const NereidModel* model);
@@ -197,6 +215,9 @@ const char* NereidInstanceName(const NereidInstance* instance);
 NereidInstanceKind NereidInstanceGetKind(const NereidInstance* instance);
 /* The GPU of a GPU instance; 0 for CPU instances. */
 int32_t NereidInstanceDeviceId(const NereidInstance* instance);
+/* During NereidInstanceExecute (since 2.8): the index, among the variants the model declared with
+ * NereidModelSetVariants, of the one this execution runs in; 0 when none were declared. */
+uint32_t NereidInstanceVariant(const NereidInstance* instance);
 void NereidInstanceSetState(NereidInstance* instance, void* state);
 void* NereidInstanceState(const NereidInstance* instance);
 

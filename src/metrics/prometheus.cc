@@ -133,6 +133,23 @@ std::string RenderPrometheus(const std::vector<ModelMetricsSource>& models, bool
         << m.stats->latency.sum_us() << "\n";
     out << "nereid_inference_request_duration_us_count" << Labels(m) << " " << cumulative << "\n";
   }
+  // Nereid's own: the precision variant each model with variants runs in (docs/precision.md).
+  bool variants = false;
+  for (const auto& m : models) variants = variants || !m.variants.empty();
+  if (variants) {
+    Family(out, "nereid_model_variant_active", "gauge",
+           "1 for the precision variant the model version runs in now, 0 for its others");
+    for (const auto& m : models)
+      for (const std::string& v : m.variants)
+        out << "nereid_model_variant_active" << Labels(m, "variant=\"" + PrometheusEscape(v) + "\"")
+            << " " << (v == m.active_variant ? 1 : 0) << "\n";
+    Family(out, "nereid_model_variant_switches_total", "counter",
+           "Times the variant policy changed the model version's precision variant");
+    for (const auto& m : models)
+      if (!m.variants.empty())
+        out << "nereid_model_variant_switches_total" << Labels(m) << " " << m.variant_switches
+            << "\n";
+  }
   // Nereid's own: tensor bytes the server copied after they arrived (input) or after the backend
   // wrote them (output). A zero-copy path leaves these still.
   const CopyCounts copies = CopyCountsNow();

@@ -19,6 +19,10 @@ struct ModelMetricsSource {
   int64_t version = 0;
   const ModelStats* stats = nullptr;
   size_t pending = 0;
+  // Precision variants (admitted ones), the one active and how often it changed; none: no rows.
+  std::vector<std::string> variants;
+  std::string active_variant;
+  uint64_t variant_switches = 0;
   std::shared_ptr<const void> owner;
 };
 

@@ -109,6 +109,20 @@ NereidError* NereidModelSetConfigJson(NereidModel* model, const char* json) {
   if (json == nullptr) return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "config JSON is NULL");
   return nereid::ErrorFromStatus(AsModel(model)->SetConfigJson(json));
 }
+NereidError* NereidModelSetVariants(NereidModel* model, const NereidVariant* variants,
+                                    uint32_t count) {
+  if (variants == nullptr && count > 0)
+    return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "variants is NULL");
+  std::vector<nereid::VariantInfo> infos;
+  for (uint32_t i = 0; i < count; ++i) {
+    const NereidVariant& v = variants[i];
+    if (v.name == nullptr || *v.name == '\0')
+      return NereidErrorNew(NEREID_ERROR_INVALID_ARG, "a variant has no name");
+    infos.push_back({v.name, v.admitted != 0, v.top1_agreement, v.max_abs_error, v.max_rel_error,
+                     v.detail != nullptr ? v.detail : ""});
+  }
+  return nereid::ErrorFromStatus(AsModel(model)->SetVariants(std::move(infos)));
+}
 int NereidModelIsDecoupled(const NereidModel* model) { return AsModel(model)->decoupled() ? 1 : 0; }
 void NereidModelSetState(NereidModel* model, void* state) { AsModel(model)->backend_state = state; }
 void* NereidModelState(const NereidModel* model) { return AsModel(model)->backend_state; }
@@ -124,6 +138,9 @@ NereidInstanceKind NereidInstanceGetKind(const NereidInstance* instance) {
 }
 int32_t NereidInstanceDeviceId(const NereidInstance* instance) {
   return AsInstance(instance)->device_id();
+}
+uint32_t NereidInstanceVariant(const NereidInstance* instance) {
+  return AsInstance(instance)->variant();
 }
 void NereidInstanceSetState(NereidInstance* instance, void* state) {
   AsInstance(instance)->state = state;

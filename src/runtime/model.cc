@@ -144,6 +144,17 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
     for (auto& instance : model->instances_) targets.push_back(instance.get());
     RETURN_IF_ERROR(RunWarmup(model, warmup, targets));
   }
+  if (!model->declared_variants_.empty() && !model->instances_.empty()) {
+    // Measured before any observer sees a batch: the profile's executions count nowhere.
+    bool gpu = false;
+    for (auto& instance : model->instances_) gpu = gpu || instance->kind() == NEREID_INSTANCE_GPU;
+    ASSIGN_OR_RETURN(VariantSettings settings, ReadVariantSettings(model->config_, gpu));
+    if (model->stats_ == nullptr)
+      model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
+    model->variants_ =
+        std::make_unique<VariantController>(name, version, model->declared_variants_, settings);
+    RETURN_IF_ERROR(model->variants_->ProfileAndStart(model, model->instances_.front().get()));
+  }
   model->stats_ = std::make_unique<ModelStats>(model->config_.max_batch_size());
   if (!model->config_.response_cache().enable()) model->cache_ = nullptr;
   static std::atomic<uint64_t> loads{0};
@@ -182,6 +193,7 @@ void Model::Abort() {
 
 bool Model::Stop(std::chrono::milliseconds timeout) {
   if (stopped_.exchange(true)) return true;
+  if (variants_) variants_->Stop();  // its thread only reads the policy's inputs
   using Clock = std::chrono::steady_clock;
   const auto now = Clock::now();
   const auto deadline = timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -241,6 +253,23 @@ std::vector<TensorMetadata> Model::Metadata(bool inputs) const {
   return out;
 }
 
+Status Model::SetVariants(std::vector<VariantInfo> variants) {
+  if (!in_initialize_)
+    return Internal("NereidModelSetVariants may only be called during NereidModelInitialize");
+  bool any = false;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    any = any || variants[i].admitted;
+    for (size_t j = 0; j < i; ++j)
+      if (variants[j].name == variants[i].name)
+        return InvalidArgument("model '" + name_ + "': variant '" + variants[i].name +
+                               "' is declared twice");
+  }
+  if (!variants.empty() && !any)
+    return InvalidArgument("model '" + name_ + "': no precision variant passed the accuracy guard");
+  declared_variants_ = std::move(variants);
+  return Status::Ok();
+}
+
 Status Model::SetConfigJson(const std::string& json) {
   if (!in_initialize_)
     return Internal("NereidModelSetConfigJson may only be called during NereidModelInitialize");
@@ -258,6 +287,7 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   if (request->ensemble_step) FitEnsembleStep(*request);
   Status s = Validate(*request);
   if (s.ok() && cache_ != nullptr && AnswerFromCache(request)) return Status::Ok();
+  if (s.ok() && variants_) variants_->OnArrival(request->batch_size);
   if (s.ok()) s = scheduler_->Enqueue(request);
   if (!s.ok()) {
     const uint64_t elapsed =

@@ -18,6 +18,7 @@
 #include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
 #include "runtime/response_cache.h"
+#include "runtime/variant_controller.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
@@ -119,6 +120,12 @@ class Model {
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
   void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 
+  // Precision variants (NereidModelSetVariants, during the backend's model initialization); the
+  // controller that picks one per execution exists once the model serves with any declared.
+  Status SetVariants(std::vector<VariantInfo> variants);
+  const VariantController* variants() const { return variants_.get(); }
+  VariantController* variants() { return variants_.get(); }
+
   // Backend ABI support.
   void* backend_state = nullptr;
   Status SetConfigJson(const std::string& json);
@@ -153,6 +160,8 @@ class Model {
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelStats> stats_;
+  std::vector<VariantInfo> declared_variants_;
+  std::unique_ptr<VariantController> variants_;
   std::map<std::string, std::vector<std::string>> labels_;
   bool in_initialize_ = false;
   bool allow_auto_complete_ = true;

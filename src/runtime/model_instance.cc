@@ -125,6 +125,10 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
     outstanding_ += handles.size();
     execution->outstanding = handles.size();
   }
+  if (forced_variant_ >= 0)
+    variant_ = static_cast<uint32_t>(forced_variant_);
+  else if (const VariantController* v = model_->variants())
+    variant_ = v->active();
   Status batch_status = StatusFromBackend(
       model_->backend().instance_execute(reinterpret_cast<NereidInstance*>(this), handles.data(),
                                          static_cast<uint32_t>(handles.size())));
@@ -248,6 +252,7 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
     stats.RecordSuccess(request.batch_size, request_ns, r->exec_start_ns - request.times.queued_ns,
                         compute_start - r->exec_start_ns, compute_end - compute_start,
                         end > compute_end ? end - compute_end : 0, UnixNowMs());
+    if (VariantController* v = model_->variants()) v->OnCompletion(end, request_ns);
     if (!r->final_sent) {
       auto response = std::move(r->response);
       if (decoupled && response->outputs.empty()) response->empty_final = true;

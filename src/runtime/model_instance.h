@@ -57,6 +57,11 @@ class ModelInstance : public BatchExecutor {
   void AcquireTurn() override;
   void ReturnTurn() override;
 
+  // The variant (an index among those the model declared) of the execution running now; a
+  // forced one (>= 0) overrides the model's policy (its profiling, before the model serves).
+  uint32_t variant() const { return variant_; }
+  void ForceVariant(int32_t variant) { forced_variant_ = variant; }
+
   Model* model() const { return model_; }
   const std::string& name() const { return name_; }
   NereidInstanceKind kind() const { return kind_; }
@@ -82,6 +87,8 @@ class ModelInstance : public BatchExecutor {
   std::atomic<size_t> released_{0};
   std::vector<std::shared_ptr<ExecutionObserver>> observers_;
   std::shared_ptr<RateLimiter::Client> rate_limit_;
+  uint32_t variant_ = 0;         // instance thread
+  int32_t forced_variant_ = -1;  // instance thread (profiling) or before it serves
   bool turn_held_ = false;  // AcquireTurn ran and no Execute or ReturnTurn yet (instance thread)
 };
 

@@ -95,6 +95,46 @@ StatusOr<std::vector<WarmupSample>> ReadWarmupSamples(const inference::ModelConf
   return samples;
 }
 
+Status RunSampleOnce(const std::shared_ptr<Model>& model, const WarmupSample& sample,
+                     ModelInstance* instance) {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t open = sample.batch_size;
+  Status failed;
+  std::vector<std::unique_ptr<InferenceRequest>> batch;
+  for (uint32_t r = 0; r < sample.batch_size; ++r) {
+    auto request = std::make_unique<InferenceRequest>();
+    request->model_name = model->name();
+    request->model_version = model->version();
+    request->id = "warmup_" + sample.name;
+    request->model = model;
+    for (const WarmupInput& w : sample.inputs) {
+      InferInput& in = request->inputs.emplace_back();
+      in.name = w.name;
+      in.datatype = w.datatype;
+      in.shape = w.shape;
+      in.Borrow(w.bytes->data(), w.bytes->size(), MemoryLocation{}, w.bytes);
+    }
+    if (!sample.inputs.empty() && model->config().max_batch_size() > 0)
+      request->batch_size = sample.inputs.front().shape.front();
+    for (const auto& out : model->config().output())
+      request->outputs.emplace_back().name = out.name();
+    request->times.received_ns = request->times.queued_ns = SteadyNowNs();
+    request->on_complete = [&](std::unique_ptr<InferenceResponse> response) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!response->status.ok() && failed.ok()) failed = response->status;
+      if (response->final && open > 0 && --open == 0) cv.notify_all();
+    };
+    batch.push_back(std::move(request));
+  }
+  (void)instance->Execute(batch);
+  std::unique_lock<std::mutex> lock(mu);
+  // A backend that never completes hangs the load, which the repository's load timeout aborts;
+  // the requests (and this frame's state they point at) are waited for here.
+  cv.wait(lock, [&] { return open == 0; });
+  return failed;
+}
+
 Status RunWarmup(const std::shared_ptr<Model>& model, const std::vector<WarmupSample>& samples,
                  const std::vector<ModelInstance*>& instances) {
   for (const WarmupSample& sample : samples) {
@@ -104,42 +144,9 @@ Status RunWarmup(const std::shared_ptr<Model>& model, const std::vector<WarmupSa
         LOG_VERBOSE(1) << "model '" << model->name() << "' instance " << instance->name()
                        << " is running warmup sample '" << sample.name << "' for iteration "
                        << iteration + 1;
-        std::mutex mu;
-        std::condition_variable cv;
-        size_t open = sample.batch_size;
-        Status failed;
-        std::vector<std::unique_ptr<InferenceRequest>> batch;
-        for (uint32_t r = 0; r < sample.batch_size; ++r) {
-          auto request = std::make_unique<InferenceRequest>();
-          request->model_name = model->name();
-          request->model_version = model->version();
-          request->id = "warmup_" + sample.name;
-          request->model = model;
-          for (const WarmupInput& w : sample.inputs) {
-            InferInput& in = request->inputs.emplace_back();
-            in.name = w.name;
-            in.datatype = w.datatype;
-            in.shape = w.shape;
-            in.Borrow(w.bytes->data(), w.bytes->size(), MemoryLocation{}, w.bytes);
-          }
-          for (const auto& out : model->config().output())
-            request->outputs.emplace_back().name = out.name();
-          request->times.received_ns = request->times.queued_ns = SteadyNowNs();
-          request->on_complete = [&](std::unique_ptr<InferenceResponse> response) {
-            std::lock_guard<std::mutex> lock(mu);
-            if (!response->status.ok() && failed.ok()) failed = response->status;
-            if (response->final && open > 0 && --open == 0) cv.notify_all();
-          };
-          batch.push_back(std::move(request));
-        }
-        (void)instance->Execute(batch);
-        std::unique_lock<std::mutex> lock(mu);
-        // A backend that never completes hangs the load, which the repository's load timeout
-        // aborts; the requests (and this frame's state they point at) are waited for here.
-        cv.wait(lock, [&] { return open == 0; });
-        if (!failed.ok())
+        if (Status s = RunSampleOnce(model, sample, instance); !s.ok())
           return InvalidArgument("failed to run warmup sample '" + sample.name +
-                                 "': " + failed.message() + "; ");
+                                 "': " + s.message() + "; ");
       }
     }
   }

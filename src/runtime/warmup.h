@@ -33,6 +33,11 @@ struct WarmupSample {
 StatusOr<std::vector<WarmupSample>> ReadWarmupSamples(const inference::ModelConfig& config,
                                                       const std::filesystem::path& model_dir);
 
+// Runs the sample once on 'instance' (its batch_size requests in one execution); the first
+// request's error, if any. A request's batch size is its inputs' first dimension when the model
+// batches.
+Status RunSampleOnce(const std::shared_ptr<Model>& model, const WarmupSample& sample,
+                     ModelInstance* instance);
 // Runs every sample on every instance; the first failure is returned (INVALID_ARGUMENT:
 // "failed to run warmup sample 'S': <error>; ").
 Status RunWarmup(const std::shared_ptr<Model>& model, const std::vector<WarmupSample>& samples,

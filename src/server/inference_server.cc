@@ -130,6 +130,7 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
       if (carbon) out_e.carbon_grams = e.carbon_grams;
       out_e.active_watts = e.active_watts;
     }
+    if (const VariantController* v = m->variants()) s.variants_json = v->Json();
     out.push_back(std::move(s));
   }
   return out;
@@ -143,6 +144,12 @@ std::string InferenceServer::MetricsText(bool gpu) const {
     s.version = m->version();
     s.stats = &m->stats();
     s.pending = m->Pending();
+    if (const VariantController* v = m->variants()) {
+      for (const VariantInfo& info : v->declared())
+        if (info.admitted) s.variants.push_back(info.name);
+      s.active_variant = v->declared()[v->active()].name;
+      s.variant_switches = v->switches();
+    }
     s.owner = std::move(m);
     sources.push_back(std::move(s));
   }

@@ -58,6 +58,9 @@ struct ModelStatistics {
     double active_watts = 0;          // the fitted power while its batches are busy (0: not yet)
   };
   std::vector<Energy> energy;
+  // Nereid's extension: the precision variants, their guard results, measured table and policy
+  // state (VariantController::Json); empty for a model without variants.
+  std::string variants_json;
 };
 
 class InferenceServer : public InferApi {

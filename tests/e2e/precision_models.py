@@ -66,6 +66,25 @@ def write_precision_models(repo, batching=""):
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
 
 
+def add_variants_model(repo, name, parameters, calibration_rows=64):
+    """recommend_model as 'name' with precision variants: 'parameters' maps nereid.* keys to
+    values; 'calibration_rows' > 0 writes calibration/input__0.npy (standard normal rows)."""
+    base = os.path.join(repo, "recommend_model")
+    shutil.copytree(base, os.path.join(repo, name))
+    with open(os.path.join(base, "config.pbtxt")) as f:
+        config = f.read()
+    config = re.sub(r'name: "recommend_model"', f'name: "{name}"', config)
+    config = re.sub(r'parameters \{ key: "precision".*\n', "", config)
+    for key, value in parameters.items():
+        config += f'\nparameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config + "\n")
+    if calibration_rows > 0:
+        os.makedirs(os.path.join(repo, name, "calibration"))
+        x = np.random.default_rng(11).standard_normal((calibration_rows, 1024)).astype(np.float32)
+        np.save(os.path.join(repo, name, "calibration", "input__0.npy"), x)
+
+
 if __name__ == "__main__":  # python precision_models.py REPO [DYNAMIC_BATCHING_BLOCK]
     import sys
     write_precision_models(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")

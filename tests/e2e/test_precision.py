@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 
 import numpy as np
 import pytest
@@ -32,6 +33,23 @@ def precision_server(tmp_path_factory):
                            "--out", repo], stdout=subprocess.DEVNULL)
     precision_models.write_precision_models(repo)
     precision_models.add_native_variant(repo, "recommend_bad", "int4")
+    variants = {"nereid.precision_variants": "fp32,int8"}
+    # Both admitted; the article's rule runs int8 while the load is low.
+    precision_models.add_variants_model(repo, "recommend_variants", {
+        **variants, "nereid.accuracy_guard": "max_abs=0.05,max_rel=0.1",
+        "nereid.variant_policy": "low_load_low_precision", "nereid.variant_dwell_ms": "0"})
+    # int8 misses a guard of 99.9% top-1 agreement on random weights: refused, fp32 serves.
+    precision_models.add_variants_model(repo, "recommend_guarded", {
+        **variants, "nereid.accuracy_guard": "top1=0.999",
+        "nereid.variant_policy": "low_load_low_precision"})
+    for name, params, rows in [
+            ("variants_unknown", {"nereid.precision_variants": "fp32,int4"}, 64),
+            ("variants_no_calibration", {**variants, "nereid.accuracy_guard": "max_abs=1"}, 0),
+            ("variants_escape", {**variants, "nereid.calibration": "../../recommend_model"}, 64),
+            ("variants_and_precision", {**variants, "precision": "int8"}, 64),
+            ("variants_budget_on_cpu", {**variants, "nereid.power_budget_w": "300"}, 64),
+            ("variants_bad_guard", {**variants, "nereid.accuracy_guard": "top1=2"}, 64)]:
+        precision_models.add_variants_model(repo, name, params, rows)
     s = Server(repo, "--exit-on-error=false", expect_ready=False)
     s.repo = repo
     yield s
@@ -92,3 +110,110 @@ def test_onnx_runtime_quantized_models_serve(precision_server, model):
     agree = float((got.argmax(1) == fp32.argmax(1)).mean())
     print(f"{model}: max abs diff vs float64 {err:.2e}, top-1 agreement with fp32 {agree:.3f}")
     assert err <= 0.1
+
+
+def stats_variants(url, model):
+    st = httpclient.InferenceServerClient(url).get_inference_statistics(model)
+    return st["model_stats"][0]["variants"]
+
+
+def wait_for_variant(url, model, name, timeout=10):
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = stats_variants(url, model)
+        if v["active"] == name:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"{model} never ran {name}: {v}")
+
+
+def test_variants_are_measured_at_load_and_switch_without_reload(precision_server):
+    """Both variants pass the guard (measured on the model's calibration set and shown by the
+    statistics extension with their measured table); the article's rule moves to int8 at low
+    load, and from then on the model's answers are the int8 model's, bit for bit."""
+    s = precision_server
+    v = wait_for_variant(s.url, "recommend_variants", "int8")
+    by_name = {x["name"]: x for x in v["variants"]}
+    assert by_name["fp32"]["admitted"] and by_name["int8"]["admitted"]
+    assert by_name["fp32"]["max_abs_error"] == 0 and by_name["fp32"]["top1_agreement"] == 1
+    assert 0 < by_name["int8"]["max_abs_error"] <= 0.05
+    assert 0.5 < by_name["int8"]["top1_agreement"] <= 1
+    for x in by_name.values():
+        assert [c["batch_size"] for c in x["table"]] == [1, 2, 4, 8, 16, 32]
+        assert all(c["exec_us"] > 0 for c in x["table"])
+    assert v["policy"]["rule"] == "low_load_low_precision"
+    assert v["switches"] >= 1
+    x = np.random.default_rng(8).standard_normal((16, 1024)).astype(np.float32)
+    for grpc in (False, True):
+        url = s.grpc_url if grpc else s.url
+        got = scores(url, grpc, "recommend_variants", x)
+        assert np.array_equal(got, scores(url, grpc, "recommend_int8", x))
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics").read().decode()
+    assert re.search(r'nereid_model_variant_active\{model="recommend_variants",version="1",'
+                     r'variant="int8"\} 1', metrics), metrics
+    assert 'variant="fp32"} 0' in metrics
+    assert re.search(r"model 'recommend_variants' version 1 switches variant fp32 -> int8",
+                     s.read_log())
+
+
+def test_switches_under_load_lose_nothing(precision_server):
+    """Concurrent clients raise the load past half of fp32's capacity and back: the article's rule
+    switches variants while requests are in flight; every request is answered, each with the fp32
+    or the int8 model's scores."""
+    import concurrent.futures
+    import time
+    s = precision_server
+    x = np.random.default_rng(9).standard_normal((4, 1024)).astype(np.float32)
+    want = [scores(s.url, False, m, x) for m in ("recommend_model", "recommend_int8")]
+    before = stats_variants(s.url, "recommend_variants")["switches"]
+
+    def client(seconds):
+        c = httpclient.InferenceServerClient(s.url)
+        i = httpclient.InferInput("input__0", list(x.shape), "FP32")
+        i.set_data_from_numpy(x)
+        n = 0
+        end = time.time() + seconds
+        while time.time() < end:
+            got = c.infer("recommend_variants", [i]).as_numpy("output__0")
+            assert any(np.abs(got - w).max() <= 1e-5 for w in want)
+            n += 1
+        return n
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answered = sum(pool.map(client, [4] * 8))
+    time.sleep(1.5)  # the load is gone: back to int8
+    after = stats_variants(s.url, "recommend_variants")
+    print(f"{answered} answered, switches {before} -> {after['switches']}")
+    assert answered > 0
+    st = httpclient.InferenceServerClient(s.url).get_inference_statistics("recommend_variants")
+    assert st["model_stats"][0]["inference_stats"]["fail"]["count"] == 0
+    assert after["switches"] >= before
+
+
+def test_the_guard_refuses_a_variant_and_bad_settings_fail_the_load(precision_server):
+    s = precision_server
+    log = s.read_log()
+    assert re.search(r"model 'recommend_guarded' variant int8 refused by the accuracy guard: "
+                     r"top-1 agreement 0\.\d+ < 0\.999", log), log
+    v = stats_variants(s.url, "recommend_guarded")
+    assert v["active"] == "fp32"
+    int8 = [x for x in v["variants"] if x["name"] == "int8"][0]
+    assert not int8["admitted"] and "top-1 agreement" in int8["detail"] and "table" not in int8
+    x = np.random.default_rng(10).standard_normal((8, 1024)).astype(np.float32)
+    assert np.abs(scores(s.url, False, "recommend_guarded", x) -
+                  scores(s.url, False, "recommend_model", x)).max() <= 1e-5
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(s.url)
+             .get_model_repository_index()}
+    expected = {
+        "variants_unknown": "'int4' is no precision (fp32, tf32, bf16, fp16, int8)",
+        "variants_no_calibration": "needs calibration inputs in 'calibration/'",
+        "variants_escape": "must be a relative path inside the model's directory",
+        "variants_and_precision": "set 'precision' or 'nereid.precision_variants', not both",
+        "variants_budget_on_cpu": "'nereid.power_budget_w' needs KIND_GPU instances",
+        "variants_bad_guard": "unknown or out-of-range 'top1=2'",
+    }
+    for name, reason in expected.items():
+        assert index[name]["state"] == "UNAVAILABLE", index[name]
+        assert reason in index[name]["reason"], index[name]
+    assert index["recommend_variants"]["state"] == "READY"

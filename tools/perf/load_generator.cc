@@ -581,23 +581,78 @@ PerfResult RunConcurrency(const PerfOptions& o, const Target& t, int concurrency
   return r;
 }
 
+// Every 1-second window since 'start' (by completion time) as CSV rows.
+void WriteWindows(const std::string& file, const std::vector<std::pair<double, double>>& phases,
+                  std::vector<Sample>& samples, Clock::time_point start) {
+  std::FILE* out = std::fopen(file.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", file.c_str());
+    return;
+  }
+  std::fprintf(out, "second,rate,answered,errors,p50_us,p99_us\n");
+  std::map<int64_t, std::vector<uint32_t>> ok;
+  std::map<int64_t, uint64_t> errors;
+  int64_t last = 0;
+  for (const Sample& s : samples) {
+    const auto second = std::chrono::duration_cast<std::chrono::seconds>(s.done - start).count();
+    if (second < 0) continue;
+    last = std::max<int64_t>(last, second);
+    if (s.ok)
+      ok[second].push_back(s.latency_us);
+    else
+      ++errors[second];
+  }
+  for (int64_t second = 0; second <= last; ++second) {
+    double rate = 0, edge = 0;
+    for (const auto& [r, seconds] : phases) {
+      edge += seconds;
+      if (static_cast<double>(second) < edge) {
+        rate = r;
+        break;
+      }
+    }
+    std::vector<uint32_t>& lat = ok[second];
+    std::sort(lat.begin(), lat.end());
+    auto pct = [&](double p) {
+      return lat.empty()
+                 ? 0.0
+                 : static_cast<double>(lat[std::min(
+                       lat.size() - 1,
+                       static_cast<size_t>(std::ceil(p * static_cast<double>(lat.size()))) - 1)]);
+    };
+    std::fprintf(out, "%lld,%g,%zu,%llu,%.0f,%.0f\n", static_cast<long long>(second), rate,
+                 lat.size(), static_cast<unsigned long long>(errors[second]), pct(0.5), pct(0.99));
+  }
+  std::fclose(out);
+}
+
 PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
   const auto start = Clock::now() + std::chrono::milliseconds(20);
-  const auto total = std::chrono::milliseconds(o.warmup_ms + o.measurement_ms);
+  // The phases: one at 'rate' (warm-up and window), or the --rate-schedule's.
+  std::vector<std::pair<double, double>> phases = o.rate_schedule;
+  if (phases.empty())
+    phases.emplace_back(rate, static_cast<double>(o.warmup_ms + o.measurement_ms) / 1e3);
   // The schedule: send times fixed in advance (constant or Poisson gaps).
   std::vector<Clock::time_point> schedule;
   std::mt19937_64 rng(42);
-  std::exponential_distribution<double> gap(rate);
-  double at = 0;
-  while (at < std::chrono::duration<double>(total).count()) {
-    schedule.push_back(start + std::chrono::nanoseconds(static_cast<int64_t>(at * 1e9)));
-    at += o.distribution == "poisson" ? gap(rng) : 1.0 / rate;
+  double at = 0, phase_end = 0;
+  for (const auto& [phase_rate, seconds] : phases) {
+    std::exponential_distribution<double> gap(phase_rate);
+    phase_end += seconds;
+    while (at < phase_end) {
+      schedule.push_back(start + std::chrono::nanoseconds(static_cast<int64_t>(at * 1e9)));
+      at += o.distribution == "poisson" ? gap(rng) : 1.0 / phase_rate;
+    }
   }
+  const auto total = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(phase_end));
   std::atomic<size_t> next{0};
   Recorder recorder;
   std::vector<std::thread> threads;
-  const auto from = start + std::chrono::milliseconds(o.warmup_ms);
-  const auto to = from + std::chrono::milliseconds(o.measurement_ms);
+  const auto from =
+      o.rate_schedule.empty() ? start + std::chrono::milliseconds(o.warmup_ms) : start;
+  const auto to = o.rate_schedule.empty() ? from + std::chrono::milliseconds(o.measurement_ms)
+                                          : start + total + std::chrono::seconds(2);
   ServerWindow server;
   threads.emplace_back([&] { server = ReadServerWindow(o, t, from, to); });
   for (int i = 0; i < o.max_threads; ++i) {
@@ -615,6 +670,7 @@ PerfResult RunRequestRate(const PerfOptions& o, const Target& t, double rate) {
   for (auto& th : threads) th.join();
   PerfResult r = Summarize("request_rate", rate, recorder.samples, from, to, o.batch_size);
   AddServerShare(server, r);
+  if (!o.windows_file.empty()) WriteWindows(o.windows_file, phases, recorder.samples, start);
   return r;
 }
 
@@ -657,6 +713,10 @@ rates, like perf_analyzer (flag names follow it).
   --concurrency-range S[:E[:T]]  closed loop at each concurrency (T may be xN; default 1)
   --request-rate-range S[:E[:T]] open loop at each rate in requests/second
   --request-distribution D       constant (default) or poisson, for request rates
+  --rate-schedule R:S,R:S,...    one open-loop run stepping through rates (R requests/s for S
+                                 seconds each; no warm-up)
+  --windows-file FILE            CSV per 1-second window of a request-rate run: answered,
+                                 errors, p50 and p99 latency
   --max-threads N                connections for request-rate mode (default 32)
   -p, --measurement-interval MS  measurement window per step (default 5000)
   --warmup MS                    unmeasured warm-up per step (default 1000)
@@ -727,6 +787,26 @@ StatusOr<PerfOptions> ParsePerfOptions(const std::vector<std::string>& args) {
     } else if (flag == "--request-rate-range") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(o.request_rate, ParseRange("request-rate-range", v));
+    } else if (flag == "--rate-schedule") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      std::stringstream ss(v);
+      for (std::string phase; std::getline(ss, phase, ',');) {
+        const size_t colon = phase.find(':');
+        char* end = nullptr;
+        const double r = std::strtod(phase.c_str(), &end);
+        const double secs =
+            colon == std::string::npos ? 0 : std::strtod(phase.c_str() + colon + 1, nullptr);
+        if (colon == std::string::npos || end != phase.c_str() + colon || !(r > 0) || !(secs > 0) ||
+            secs > 86400 || r > 1e7)
+          return InvalidArgument("--rate-schedule expects RATE:SECONDS[,RATE:SECONDS...], got '" +
+                                 v + "'");
+        o.rate_schedule.emplace_back(r, secs);
+      }
+      if (o.rate_schedule.empty() || o.rate_schedule.size() > 1000)
+        return InvalidArgument("--rate-schedule needs 1 to 1000 phases");
+      o.request_rate = {o.rate_schedule.front().first};
+    } else if (flag == "--windows-file") {
+      ASSIGN_OR_RETURN(o.windows_file, next());
     } else if (flag == "--request-distribution") {
       ASSIGN_OR_RETURN(o.distribution, next());
       if (o.distribution != "constant" && o.distribution != "poisson")

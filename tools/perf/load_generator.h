@@ -37,6 +37,12 @@ struct PerfOptions {
   // (sequence_id, sequence_start on the first, sequence_end on the last) for sequence-batching
   // models; 0: plain requests.
   int64_t sequence_length = 0;
+  // --rate-schedule R:S,R:S,...: one open-loop run whose rate steps through the phases (requests
+  // per second for S seconds each), no warm-up; measured over the whole run.
+  std::vector<std::pair<double, double>> rate_schedule;
+  // --windows-file FILE: CSV of every 1-second window of a request-rate run (by completion time):
+  // second, intended rate, answered, errors, p50 and p99 latency.
+  std::string windows_file;
 };
 
 struct PerfResult {

@@ -126,6 +126,10 @@ Reply StatisticsReply(const InferenceServer& api, const Route& route) {
     w.Key("memory_usage");
     w.StartArray();
     w.EndArray();
+    if (!st.variants_json.empty()) {
+      w.Key("variants");
+      w.RawValue(st.variants_json.c_str(), st.variants_json.size(), rapidjson::kObjectType);
+    }
     if (!st.energy.empty()) {
       w.Key("energy");
       w.StartArray();
