@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; also "precision", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +53,11 @@ if [[ " $SECTIONS " == *" precision "* ]]; then
   echo "== recommend_model in tf32, bf16 and int8 at saturation (bench/precision.sh)"
   DEVICE=gpu NEREID="$PWD/$C/bin/nereid" PERF="$PWD/$C/bin/nereid-perf" PYTHON=python3 \
     bench/precision.sh 2>&1 | tee "$OUT/precision.txt"
+fi
+if [[ " $SECTIONS " == *" policy "* ]]; then
+  echo "== the precision-variant policy under a load step (bench/precision_policy.py)"
+  python3 bench/precision_policy.py "$PWD/$C/bin/nereid" "$PWD/$C/bin/nereid-perf" --out "$OUT" 2>&1 |
+    tee "$OUT/policy.txt"
 fi
 if [[ " $SECTIONS " == *" serving "* ]]; then
   echo "== serving benchmark (bench/gpu_serving.py)"

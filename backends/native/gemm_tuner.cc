@@ -1,6 +1,8 @@
 #include "gemm_tuner.h"
 
 #include <iterator>
+#include <map>
+#include <tuple>
 
 #include "cuda/gemm_int8.h"
 
@@ -30,8 +32,16 @@ int64_t TuneBucket(int64_t rows) {
 
 backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
   RETURN_IF_ERROR(bench.PrepareTuning(rows));
+  // GEMMs of one shape and types (a layer repeated, a weight shared) are timed once.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, GemmChoice> by_shape;
   for (size_t step : gemm_steps_) {
     const kc::GemmProblem p = bench.Problem(step, rows);
+    const auto shape = std::make_tuple(p.m, p.n, p.k, static_cast<int>(p.ab_type),
+                                       static_cast<int>(p.out_type), p.tf32);
+    if (auto seen = by_shape.find(shape); seen != by_shape.end()) {
+      choices_[step][rows] = seen->second;
+      continue;
+    }
     std::vector<GemmChoice> candidates;
     for (auto variant : kc::kSmallMVariants)
       if (kc::SmallMSupported(p, variant))
@@ -55,6 +65,7 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
       }
     }
     choices_[step][rows] = chosen;
+    by_shape.emplace(shape, chosen);
   }
   tuned_.insert(rows);
   return backend::Status::Ok();

@@ -54,6 +54,9 @@ struct ModelState : backend::ModelIo {
   // The graph compiled per device and precision, shared by that device's instances.
   std::mutex gpu_mu;
   std::map<std::pair<int, std::string>, std::shared_ptr<const GpuModel>> gpu_models;
+  // The file's weights as the GPU compiler reads them, kept while variants are being compiled
+  // (one parse for all of them), dropped once an instance has them all.
+  std::unique_ptr<Graph> unpacked;
 #endif
 };
 
@@ -77,12 +80,16 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
   ASSIGN_OR_RETURN(Precision precision, ParsePrecision(precision_name));
   // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the file's
   // weights from a graph of its own, dropped once they are on the device.
-  auto unpacked = Graph::Load(m.path, GraphOptions{.pack_weights = false});
-  if (!unpacked.ok()) return unpacked.status();
+  if (!m.unpacked) {
+    auto unpacked = Graph::Load(m.path, GraphOptions{.pack_weights = false});
+    if (!unpacked.ok()) return unpacked.status();
+    m.unpacked = std::move(unpacked).value();
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> made,
-                   CompileForGpu(**unpacked, device, precision));
-  Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) + " in " +
-                           precision_name + ": native GPU engine, " + Describe(*made) +
+                   CompileForGpu(*m.unpacked, device, precision));
+  Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) +
+                           (m.variants.empty() ? "" : " (variant " + precision_name + ")") +
+                           ": native GPU engine, " + Describe(*made) +
                            "; a CUDA graph per batch size");
   m.gpu_models.emplace(std::make_pair(device, precision_name), made);
   return made;
@@ -257,7 +264,14 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
       backend::CheckAgainstGraph(*state, state->graph->inputs(), state->graph->outputs()));
   state->precision = precision;
   state->variants = std::move(variants);
-  if (std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
+  // The CPU's int8 graph serves CPU instances and the guard where it measures on the CPU.
+  bool cpu_instances = !config.HasMember("instance_group") || !config["instance_group"].IsArray() ||
+                       config["instance_group"].Empty();
+  if (!cpu_instances)
+    for (const auto& group : config["instance_group"].GetArray())
+      cpu_instances = cpu_instances || StringField(group, "kind") != "KIND_GPU";
+  if (cpu_instances &&
+      std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
     auto int8 = Graph::Load(path, GraphOptions{.int8_weights = true});
     if (!int8.ok()) return int8.status();
     state->int8_graph = std::move(int8).value();
@@ -349,6 +363,8 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
                              GemmTuning(**gpu));
     state.gpus.push_back(std::move(gpu).value());
   }
+  std::lock_guard lock(m.gpu_mu);
+  m.unpacked.reset();
   return Status::Ok();
 }
 

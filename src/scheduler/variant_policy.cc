@@ -58,8 +58,9 @@ VariantPrediction VariantPolicy::Predict(size_t variant, double rows_per_s, doub
   const double u = std::min(p.utilization, 1.0);
   if (chosen->watts >= 0)
     p.watts = options_.idle_watts >= 0
-                  ? options_.idle_watts + u * std::max(0.0, chosen->watts - options_.idle_watts)
-                  : u * chosen->watts;
+                  ? options_.idle_watts +
+                        power_scale_ * u * std::max(0.0, chosen->watts - options_.idle_watts)
+                  : power_scale_ * u * chosen->watts;
   if (p.watts >= 0 && rows_per_s > 0) p.joules_per_row = p.watts / rows_per_s;
   if (options_.power_budget_w > 0 && p.watts >= 0)
     p.meets_power = p.watts <= options_.power_budget_w * margin;
@@ -92,7 +93,8 @@ size_t VariantPolicy::Choose(const VariantWindow& w, std::string* why) const {
     return v;
   }
   // None meets them all: with a power budget, the lowest power among those that meet the latency
-  // goal; else (or if none does) the least busy. Variants cooling off count only when all are.
+  // goal; else (or if none does) the least busy; ties go to the less accurate variant (the one
+  // the declared order says is cheaper). Variants cooling off count only when all are.
   size_t best = n;
   double best_key = std::numeric_limits<double>::infinity();
   for (int pass = 0; pass < 2 && best == n; ++pass)
@@ -102,7 +104,7 @@ size_t VariantPolicy::Choose(const VariantWindow& w, std::string* why) const {
       const double key = options_.power_budget_w > 0 && p.meets_latency && p.watts >= 0
                              ? p.watts
                              : 1e12 + p.utilization;
-      if (key < best_key) best_key = key, best = v;
+      if (key <= best_key) best_key = key, best = v;  // ties: the cheaper, later one
     }
   if (best == n) best = n - 1;
   std::snprintf(text, sizeof(text), "%.0f rows/s: no variant meets every goal; %s comes closest",
@@ -117,15 +119,25 @@ VariantPolicy::Decision VariantPolicy::OnWindow(const VariantWindow& w) {
   const bool hot = options_.power_budget_w > 0 && w.watts > options_.power_budget_w;
   if (options_.rule == VariantRule::kGoal && (late || hot))
     failed_until_[active_] = w.now_ns + options_.cooloff_ns;
+  // What the window drew above the floor against what the table predicted for the active variant.
+  if (w.watts >= 0 && w.rows_per_s > 0 && options_.idle_watts >= 0) {
+    const VariantPrediction p = Predict(active_, w.rows_per_s);
+    const double predicted = (p.watts - options_.idle_watts) / power_scale_;
+    if (p.watts >= 0 && predicted > 1) {
+      const double ratio = std::clamp((w.watts - options_.idle_watts) / predicted, 0.25, 4.0);
+      power_scale_ = 0.5 * power_scale_ + 0.5 * ratio;
+    }
+  }
   std::string why;
   const size_t chosen = Choose(w, &why);
-  const bool dwelt = !switched_once_ || w.now_ns - last_switch_ns_ >= options_.dwell_ns;
+  const uint64_t dwell =
+      (late || hot) && chosen > active_ ? options_.dwell_ns / 4 : options_.dwell_ns;
+  const bool dwelt = !switched_once_ || w.now_ns - last_switch_ns_ >= dwell;
   if (chosen != active_ && dwelt) {
-    char text[160];
-    std::snprintf(text, sizeof(text), "%s -> %s (%s%s): ", variants_[active_].name.c_str(),
-                  variants_[chosen].name.c_str(), late ? "measured p99 over the goal; " : "",
-                  hot ? "measured power over the budget; " : "");
-    d.reason = std::string(text) + why;
+    d.reason = variants_[active_].name + " -> " + variants_[chosen].name + ": ";
+    if (late) d.reason += "measured p99 over the goal; ";
+    if (hot) d.reason += "measured power over the budget; ";
+    d.reason += why;
     active_ = chosen;
     last_switch_ns_ = w.now_ns;
     switched_once_ = true;

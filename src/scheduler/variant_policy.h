@@ -6,8 +6,11 @@
 // The goal rule (the default): the most accurate variant whose prediction at the window's load
 // meets the latency goal, the power budget and the joules-per-inference goal. Moving to a more
 // accurate variant needs the goals met with a margin; a window whose measured p99 or power breaks
-// a goal counts its variant as failing (for a cool-off) whatever the prediction said; no switch
-// comes sooner than the dwell time after the last. The article rule ("low precision at low load"):
+// a goal counts its variant as failing (for a cool-off) whatever the prediction said, and may move
+// off it after a quarter of the dwell time; other switches wait the whole dwell. The power the
+// table predicts is corrected by what the windows measure (a running ratio of measured to
+// predicted active power: the table is measured back to back, serving batches the way the batcher
+// forms them). The article rule ("low precision at low load"):
 // the least accurate variant while the most accurate one would be under half busy, else the most
 // accurate, with the same dwell.
 #pragma once
@@ -78,6 +81,8 @@ class VariantPolicy {
 
   VariantPrediction Predict(size_t variant, double rows_per_s, double margin = 1) const;
   size_t active() const { return active_; }
+  // Measured / predicted active power (above the floor), a running average; 1 until measured.
+  double power_scale() const { return power_scale_; }
   const std::vector<VariantProfile>& variants() const { return variants_; }
   const VariantPolicyOptions& options() const { return options_; }
 
@@ -89,6 +94,7 @@ class VariantPolicy {
   size_t active_ = 0;
   uint64_t last_switch_ns_ = 0;
   bool switched_once_ = false;
+  double power_scale_ = 1;
   std::vector<uint64_t> failed_until_;  // per variant: cool-off end after a broken goal
 };
 

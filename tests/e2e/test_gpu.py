@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -335,3 +336,57 @@ def test_cuda_shared_memory_handle_larger_than_its_allocation_is_refused(gpu_ser
             client.register_cuda_shared_memory("small", cudashm.get_raw_handle(handle), 0, 1 << 30)
     finally:
         cudashm.destroy_shared_memory_region(handle)
+
+
+def test_precision_variants_on_the_gpu(tmp_path):
+    """tf32, bf16 and int8 variants of recommend_model on KIND_GPU: the guard measures each on the
+    GPU against fp32 (int8 refused by a strict relative-error guard), the server's table holds
+    each admitted variant's time and NVML power per batch size, and under the goal policy with a
+    power budget no variant can meet (1 W) the measured power moves it off tf32 to the cheapest
+    admitted variant, where it stays; answers within that precision's tolerance."""
+    if GPUS == 0:
+        pytest.skip(f"GPU tests skipped: {NO_GPU_REASON}")
+    import tritonclient.http as httpclient
+    repo = write_repo(str(tmp_path), precisions=())
+    name = "recommend_variants"
+    with open(os.path.join(repo, "recommend_model", "config.pbtxt")) as f:
+        config = re.sub(r'parameters \{ key: "precision".*\n', "", f.read())
+    config = config.replace('name: "recommend_model"', f'name: "{name}"')
+    for key, value in {"nereid.precision_variants": "tf32,bf16,int8",
+                       "nereid.accuracy_guard": "max_rel=0.008",
+                       "nereid.power_budget_w": "1", "nereid.variant_dwell_ms": "0",
+                       "nereid.variant_profile_ms": "150"}.items():
+        config += f'\nparameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+    os.makedirs(os.path.join(repo, name, "1"))
+    os.makedirs(os.path.join(repo, name, "calibration"))
+    shutil.copy(os.path.join(repo, "recommend_model", "1", "model.onnx"),
+                os.path.join(repo, name, "1", "model.onnx"))
+    shutil.copy(os.path.join(repo, "recommend_model", "item_labels.txt"), os.path.join(repo, name))
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config + "\n")
+    x = np.random.default_rng(2).standard_normal((64, 1024)).astype(np.float32)
+    np.save(os.path.join(repo, name, "calibration", "input__0.npy"), x)
+    s = Server(repo, "--log-verbose=0")
+    try:
+        log = s.read_log()
+        assert re.search(r"model 'recommend_variants' variant int8 refused by the accuracy guard: "
+                         r"max rel error", log), log
+        assert re.search(r"model 'recommend_variants' variant bf16 admitted: .*\(GPU 0\)", log), log
+        c = httpclient.InferenceServerClient(s.url)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            v = c.get_inference_statistics(name)["model_stats"][0]["variants"]
+            if v["active"] == "bf16":
+                break
+            time.sleep(0.1)
+        assert v["active"] == "bf16", v
+        admitted = [x for x in v["variants"] if x["admitted"]]
+        assert [x["name"] for x in admitted] == ["tf32", "bf16"]
+        for a in admitted:
+            assert all(cell["watts"] > 0 and cell["exec_us"] > 0 for cell in a["table"]), a
+        i = httpclient.InferInput("input__0", [8, 1024], "FP32")
+        i.set_data_from_numpy(x[:8])
+        got = c.infer(name, [i]).as_numpy("output__0")
+        assert np.abs(got - recommend_reference(repo, x[:8])).max() <= TOLERANCE["bf16"]
+    finally:
+        assert s.stop() == 0, s.read_log()
