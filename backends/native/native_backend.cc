@@ -179,8 +179,8 @@ Status GuardVariants(NereidModel* model, ModelState& m, const rapidjson::Value& 
     if (device >= 0) {
 #ifdef NEREID_NATIVE_GPU
       auto got = RunCalibrationOnGpu(m, device, m.variants[v], inputs, fetch);
-      if (got.ok()) outputs = std::move(got).value();
       ran = got.status();
+      if (ran.ok()) outputs = std::move(got).value();
 #else
       ran = Unsupported("the native backend was built without CUDA");
 #endif
