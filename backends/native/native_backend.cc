@@ -54,8 +54,8 @@ struct ModelState : backend::ModelIo {
   // The graph compiled per device and precision, shared by that device's instances.
   std::mutex gpu_mu;
   std::map<std::pair<int, std::string>, std::shared_ptr<const GpuModel>> gpu_models;
-  // The file's weights as the GPU compiler reads them, kept while variants are being compiled
-  // (one parse for all of them), dropped once an instance has them all.
+  // The file's weights as the GPU compiler reads them, kept while a device still lacks one of
+  // the precisions its instances run (one parse for all of them).
   std::unique_ptr<Graph> unpacked;
 #endif
 };
@@ -92,6 +92,12 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
                            ": native GPU engine, " + Describe(*made) +
                            "; a CUDA graph per batch size");
   m.gpu_models.emplace(std::make_pair(device, precision_name), made);
+  const std::vector<std::string> precisions = m.Precisions();
+  bool all = true;
+  for (size_t v = 0; v < precisions.size(); ++v)
+    all = all && ((v < m.admitted.size() && !m.admitted[v]) ||
+                  m.gpu_models.count({device, precisions[v]}) > 0);
+  if (all) m.unpacked.reset();
   return made;
 }
 
@@ -135,6 +141,16 @@ int GuardDevice(const rapidjson::Value& config) {
     return 0;
   }
   return -1;
+}
+
+// Whether any instance group runs on the CPU (no groups: the server's default, KIND_AUTO).
+bool HasCpuInstances(const rapidjson::Value& config) {
+  if (!config.HasMember("instance_group") || !config["instance_group"].IsArray() ||
+      config["instance_group"].Empty())
+    return true;
+  for (const auto& group : config["instance_group"].GetArray())
+    if (StringField(group, "kind") != "KIND_GPU") return true;
+  return false;
 }
 
 // Measures every declared variant against fp32 on the calibration inputs, refuses those that
@@ -265,12 +281,7 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   state->precision = precision;
   state->variants = std::move(variants);
   // The CPU's int8 graph serves CPU instances and the guard where it measures on the CPU.
-  bool cpu_instances = !config.HasMember("instance_group") || !config["instance_group"].IsArray() ||
-                       config["instance_group"].Empty();
-  if (!cpu_instances)
-    for (const auto& group : config["instance_group"].GetArray())
-      cpu_instances = cpu_instances || StringField(group, "kind") != "KIND_GPU";
-  if (cpu_instances &&
+  if (HasCpuInstances(config) &&
       std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
     auto int8 = Graph::Load(path, GraphOptions{.int8_weights = true});
     if (!int8.ok()) return int8.status();
@@ -363,8 +374,6 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
                              GemmTuning(**gpu));
     state.gpus.push_back(std::move(gpu).value());
   }
-  std::lock_guard lock(m.gpu_mu);
-  m.unpacked.reset();
   return Status::Ok();
 }
 

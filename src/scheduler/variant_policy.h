@@ -8,9 +8,9 @@
 // accurate variant needs the goals met with a margin; a window whose measured p99 or power breaks
 // a goal counts its variant as failing (for a cool-off) whatever the prediction said, and may move
 // off it after a quarter of the dwell time; other switches wait the whole dwell. The power the
-// table predicts is corrected by what the windows measure (a running ratio of measured to
-// predicted active power: the table is measured back to back, serving batches the way the batcher
-// forms them). The article rule ("low precision at low load"):
+// table predicts is scaled by a running ratio of measured to predicted active power (the table is
+// measured with batches back to back; serving runs the batches the batcher forms). The article
+// rule ("low precision at low load"):
 // the least accurate variant while the most accurate one would be under half busy, else the most
 // accurate, with the same dwell.
 #pragma once
