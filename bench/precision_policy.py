@@ -7,7 +7,8 @@ of static tf32's measured capacity (PHASE seconds each, default 10). One server 
 order, all in one invocation: static tf32, bf16, int8 (`precision`), then the variants
 `tf32,bf16,int8` under the goal policy (p99 goal GOAL_MS, default 25), the same with a power budget
 (BUDGET_W, default: 75% of what static tf32 drew in the 90% phase), and the article's rule
-("low precision at low load").
+("low precision at low load"). RUNS (default "tf32 bf16 int8 goal budget article") picks the runs and
+their order; a budget run needs tf32's run before it, or BUDGET_W.
 
 Energy: NVML's total-energy counter of the GPU the model runs on (a METER; the whole device, idle
 included), read at the run's edges and every 100 ms for the per-second power windows. Latency: the
@@ -138,7 +139,9 @@ def run(args, name, extra, schedule, power, goal_ms, budget):
         f.write(CONFIG + extra)
     log_path = os.path.join(args.out, f"policy_{name}.log")
     with open(log_path, "w") as log:
+        started = time.time()
         proc, h, m = serve(args.nereid, repo, log)
+        load_s = time.time() - started
         try:
             windows = os.path.join(args.out, f"policy_{name}_windows.csv")
             sched = ",".join(f"{r:.1f}:{s}" for r, s in schedule)
@@ -164,7 +167,7 @@ def run(args, name, extra, schedule, power, goal_ms, budget):
     log = open(log_path).read()
     switches = re.findall(r"switches variant (.*)", log)
     return {
-        "run": name, "answered": answered, "errors": errors,
+        "run": name, "answered": answered, "errors": errors, "load_s": load_s,
         "joules": joules, "seconds": dt, "mj_per_inf": joules / max(1, answered * ROWS) * 1e3,
         "p99_met": met, "windows": len(timed),
         "under_budget": (sum(w <= budget for w in watts) / len(watts)) if budget else None,
@@ -232,31 +235,47 @@ def main():
         print(f"{r['run']:<15}{r['answered']:>9}{r['errors']:>7}{r['joules']:>9.0f}"
               f"{r['joules'] / results[0]['joules']:>8.2f}{r['mj_per_inf']:>8.3f}"
               f"{100 * r['p99_met']:>7.0f}%{ub:>9}{r['max_window_w']:>7.0f}  "
-              f"{len(r['switches'])}", flush=True)
+              f"{len(r['switches'])} (load {r['load_s']:.0f} s)", flush=True)
         json.dump(results, open(os.path.join(args.out, "policy.json"), "w"), indent=1)
 
-    for prec in ("tf32", "bf16", "int8"):
-        report(run(args, f"static_{prec}", param("precision", prec), schedule, power, goal_ms, 0))
-    tf32 = results[0]
-    # The budget: below what tf32 draws at 90% (its mean over the middle phase's windows).
-    ph = int(args.phase)
-    high_w = float(np.mean(tf32["watts"][ph + 1:2 * ph])) if len(tf32["watts"]) >= 2 * ph else 0
-    budget = float(os.environ.get("BUDGET_W", 0)) or round(0.75 * high_w)
+    runs = os.environ.get("RUNS", "tf32 bf16 int8 goal budget article").split()
     variants = (param("nereid.precision_variants", "tf32,bf16,int8") +
                 param("nereid.accuracy_guard", "max_rel=0.05") +
                 param("nereid.latency_goal_us", str(int(goal_ms * 1000))))
-    print(f"tf32 draws {high_w:.0f} W at 90%; budget {budget:.0f} W (policy_budget)", flush=True)
-    report(run(args, "policy_goal", variants, schedule, power, goal_ms, 0))
-    report(run(args, "policy_budget", variants + param("nereid.power_budget_w", str(budget)) +
-               param("nereid.batching_objective", "energy"), schedule, power, goal_ms, budget))
-    report(run(args, "article_rule",
-               variants + param("nereid.variant_policy", "low_load_low_precision"),
-               schedule, power, goal_ms, 0))
+    budget = float(os.environ.get("BUDGET_W", 0))
+    ph = int(args.phase)
+    for name in runs:  # in the order given
+        if name in ("tf32", "bf16", "int8"):
+            report(run(args, f"static_{name}", param("precision", name), schedule, power,
+                       goal_ms, 0))
+            if name == "tf32" and not budget and len(results[-1]["watts"]) >= 2 * ph:
+                # The budget: below what tf32 draws at 90% (its mean over the middle phase).
+                high_w = float(np.mean(results[-1]["watts"][ph + 1:2 * ph]))
+                budget = round(0.75 * high_w)
+                print(f"tf32 draws {high_w:.0f} W at 90%; budget {budget:.0f} W", flush=True)
+        elif name == "goal":
+            report(run(args, "policy_goal", variants, schedule, power, goal_ms, 0))
+        elif name == "budget":
+            if budget <= 0:
+                raise SystemExit("the budget run needs static tf32's run before it, or BUDGET_W")
+            report(run(args, "policy_budget",
+                       variants + param("nereid.power_budget_w", str(budget)) +
+                       param("nereid.batching_objective", "energy"), schedule, power, goal_ms,
+                       budget))
+        elif name == "article":
+            report(run(args, "article_rule",
+                       variants + param("nereid.variant_policy", "low_load_low_precision"),
+                       schedule, power, goal_ms, 0))
+        else:
+            raise SystemExit(f"unknown run '{name}' in RUNS")
     power.stop = True
     for r in results:
         for s in r["switches"]:
             print(f"  {r['run']}: {s}")
-    guard = results[3]["variants"]
+        if r["under_budget"] is not None:
+            print(f"  {r['run']}: watts per 1 s window: " +
+                  " ".join(f"{w:.0f}" for w in r["watts"]))
+    guard = next((r["variants"] for r in results if r["variants"]), None)
     if guard:
         for v in guard["variants"]:
             print(f"  guard {v['name']}: admitted {v['admitted']}, top-1 {v['top1_agreement']}, "

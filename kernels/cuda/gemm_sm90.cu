@@ -1,11 +1,12 @@
 // GemmSm90: Nereid's GEMM for Hopper (sm_90a) at shapes that fill the GPU.
 //
-// A persistent grid (one block per SM) walks the output tiles (128 x BN) in groups of 8 tile-rows
-// so that neighbouring blocks share operands in L2. Each block has three warpgroups:
+// A persistent grid (one block per SM) walks the output tiles (BM x BN, BM 128 or 64) in groups of
+// 8 tile-rows so that neighbouring blocks share operands in L2. Each block has 1 + BM / 64
+// warpgroups:
 //  - the producer (one thread) loads 128-byte-wide K blocks of x and w with TMA into a ring of
 //    shared-memory stages, swizzled (128B) the way wgmma reads them, each stage guarded by a "full"
 //    and an "empty" mbarrier;
-//  - two consumers each own 64 rows of the tile and issue wgmma.mma_async (64 x BN x K-step) on the
+//  - the consumers each own 64 rows of the tile and issue wgmma.mma_async (64 x BN x K-step) on the
 //    staged operands, keeping one stage's MMAs in flight while releasing the stage before;
 //  - after the tile's last K block the consumers apply the epilogue (alpha, bias, activation,
 //    residual, conversion) from their accumulator registers straight to global memory, while the
@@ -27,14 +28,23 @@
 namespace nereid::kernels::cuda {
 namespace {
 
-constexpr int kBM = 128;        // tile rows (two consumer warpgroups of 64)
 constexpr int kRowBytes = 128;  // one K block of one row: the span of the 128-byte swizzle
 constexpr int kGroupM = 8;      // tile-rows walked together (L2 reuse)
-constexpr int kThreads = 384;   // producer + two consumers
 
-template <int BN>
+// Tile rows BM: one consumer warpgroup per 64 rows, after the producer's warpgroup.
+template <int BM>
+constexpr int Threads() {
+  return 128 * (1 + BM / 64);
+}
+template <int BM>
+constexpr int ConsumerWarps() {
+  return BM / 16;
+}
+// As many stages as fit in 192 KiB, at most 8: 128 x 256 4, 128 x 128 6, 64 x 256 4, 64 x 128 8.
+template <int BM, int BN>
 constexpr int Stages() {
-  return BN == 256 ? 4 : 6;  // 48 or 32 KiB per stage; 192 KiB either way
+  const int fit = 192 * 1024 / ((BM + BN) * kRowBytes);
+  return fit < 8 ? fit : 8;
 }
 // The epilogue passes each consumer warp's 16 x BN accumulators through shared memory in chunks of
 // 16 x kEpiCols (rows padded to kEpiStride floats), so one rolled loop per chunk applies the
@@ -42,15 +52,18 @@ constexpr int Stages() {
 // included) grew the kernel past 300 KiB and instruction fetch, not the tensor cores, set its pace.
 constexpr int kEpiCols = 64;
 constexpr int kEpiStride = kEpiCols + 2;
-constexpr int kConsumerWarps = 8;
-constexpr size_t kEpiBytes = size_t{kConsumerWarps} * 16 * kEpiStride * sizeof(float);
-template <int BN>
+template <int BM>
+constexpr size_t EpiBytes() {
+  return size_t{ConsumerWarps<BM>()} * 16 * kEpiStride * sizeof(float);
+}
+template <int BM, int BN>
 constexpr size_t SmemBytes() {
   // + 1024 to align the stages to the swizzle atom, + the epilogue buffer, + the barriers.
-  return static_cast<size_t>(Stages<BN>()) * (kBM + BN) * kRowBytes + 1024 + kEpiBytes +
-         2 * Stages<BN>() * 8;
+  return static_cast<size_t>(Stages<BM, BN>()) * (BM + BN) * kRowBytes + 1024 + EpiBytes<BM>() +
+         2 * Stages<BM, BN>() * 8;
 }
-static_assert(SmemBytes<256>() <= 232448 && SmemBytes<128>() <= 232448,
+static_assert(SmemBytes<128, 256>() <= 232448 && SmemBytes<128, 128>() <= 232448 &&
+                  SmemBytes<64, 256>() <= 232448 && SmemBytes<64, 128>() <= 232448,
               "over Hopper's 227 KiB of shared memory per block");
 
 struct Sm90Args {
@@ -185,37 +198,37 @@ __device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows
   }
 }
 
-template <typename T, int BN, typename OutT>
-__global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant__ CUtensorMap map_x,
-                                                          const __grid_constant__ CUtensorMap map_w,
-                                                          const Sm90Args a) {
+template <typename T, int BM, int BN, typename OutT>
+__global__ __launch_bounds__(Threads<BM>(), 1) void Sm90Kernel(
+    const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+    const Sm90Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = sm90::Wgmma<T, BN>;
   using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int, float>;
-  constexpr int kStages = Stages<BN>();
+  constexpr int kStages = Stages<BM, BN>();
   constexpr int kBK = kRowBytes / static_cast<int>(sizeof(T));
   constexpr int kStepBytes = Mma::kStep * static_cast<int>(sizeof(T));
-  constexpr uint32_t kStageBytes = (kBM + BN) * kRowBytes;
+  constexpr uint32_t kStageBytes = (BM + BN) * kRowBytes;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                                    ~static_cast<uintptr_t>(1023));
-  uint8_t* const a_tiles = smem;                              // kStages x kBM rows
-  uint8_t* const b_tiles = smem + kStages * kBM * kRowBytes;  // kStages x BN rows
+  uint8_t* const a_tiles = smem;                             // kStages x BM rows
+  uint8_t* const b_tiles = smem + kStages * BM * kRowBytes;  // kStages x BN rows
   float* const epi = reinterpret_cast<float*>(b_tiles + kStages * BN * kRowBytes);
-  uint64_t* const full = reinterpret_cast<uint64_t*>(epi + kEpiBytes / sizeof(float));
+  uint64_t* const full = reinterpret_cast<uint64_t*>(epi + EpiBytes<BM>() / sizeof(float));
   uint64_t* const empty = full + kStages;
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarInit(&full[s], 1);
-      BarInit(&empty[s], 8);  // one arrival per consumer warp
+      BarInit(&empty[s], ConsumerWarps<BM>());  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  const int tiles_m = (a.m + kBM - 1) / kBM, tiles_n = (a.n + BN - 1) / BN;
+  const int tiles_m = (a.m + BM - 1) / BM, tiles_n = (a.n + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int kblocks = (a.k + kBK - 1) / kBK;
   // Work units: (tile, K split); a split past the end of k gets no blocks and writes zeros.
@@ -235,7 +248,7 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
       for (int kb = unit % a.splits * split_blocks; kb < kb_end; ++kb) {
         BarWait(&empty[stage], phase ^ 1);
         BarExpectTx(&full[stage], kStageBytes);
-        TmaLoad(a_tiles + stage * kBM * kRowBytes, &map_x, &full[stage], kb * kBK, tm * kBM);
+        TmaLoad(a_tiles + stage * BM * kRowBytes, &map_x, &full[stage], kb * kBK, tm * BM);
         TmaLoad(b_tiles + stage * BN * kRowBytes, &map_w, &full[stage], kb * kBK, tn * BN);
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
@@ -257,7 +270,7 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
     int previous = -1;
     for (int kb = split * split_blocks; kb < kb_end; ++kb) {
       BarWait(&full[stage], phase);
-      const uint8_t* at = a_tiles + stage * kBM * kRowBytes + half * 64 * kRowBytes;
+      const uint8_t* at = a_tiles + stage * BM * kRowBytes + half * 64 * kRowBytes;
       const uint8_t* bt = b_tiles + stage * BN * kRowBytes;
       WgmmaFence();
 #pragma unroll
@@ -278,7 +291,7 @@ __global__ __launch_bounds__(kThreads, 1) void Sm90Kernel(const __grid_constant_
     // columns, the warp parks its values in its slice of 'epi', then each lane takes two
     // neighbouring columns down the 16 rows.
     float* const slice = epi + (threadIdx.x / 32 - 4) * 16 * kEpiStride;
-    const int64_t row0 = tm * kBM + half * 64 + warp * 16;
+    const int64_t row0 = tm * BM + half * 64 + warp * 16;
     const int rows = static_cast<int>(min(static_cast<int64_t>(16), a.m - row0));
     const int g = lane / 4, t = lane % 4;
     // Int8: each of the lane's two rows scaled by its x_scale as the accumulators leave registers.
@@ -395,14 +408,14 @@ bool MakeMap(CUtensorMap* map, const void* base, ElemType t, int64_t rows, int64
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T, int BN, typename OutT>
+template <typename T, int BM, int BN, typename OutT>
 cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t stream) {
   CUtensorMap map_x, map_w;
-  if (!MakeMap(&map_x, p.x, p.ab_type, p.m, p.k, kBM) ||
+  if (!MakeMap(&map_x, p.x, p.ab_type, p.m, p.k, BM) ||
       !MakeMap(&map_w, p.w, p.ab_type, p.n, p.k, BN))
     return cudaErrorInvalidValue;
-  auto* kernel = &Sm90Kernel<T, BN, OutT>;
-  constexpr size_t kSmem = SmemBytes<BN>();
+  auto* kernel = &Sm90Kernel<T, BM, BN, OutT>;
+  constexpr size_t kSmem = SmemBytes<BM, BN>();
   // Per device: the attribute belongs to the function in the current context.
   static std::atomic<bool> configured[kMaxDevices] = {};
   int dev = 0;
@@ -414,14 +427,14 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
       return e;
     configured[dev].store(true, std::memory_order_release);
   }
-  const int64_t units = ((p.m + kBM - 1) / kBM) * ((p.n + BN - 1) / BN) * splits;
+  const int64_t units = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN) * splits;
   const unsigned grid = static_cast<unsigned>(units < sms ? units : sms);
   Sm90Args args{};
   args.m = static_cast<int>(p.m), args.n = static_cast<int>(p.n), args.k = static_cast<int>(p.k);
   args.alpha = p.alpha, args.bias = p.bias, args.residual = p.residual, args.y = p.y;
   args.x_scale = p.x_scale, args.w_scale = p.w_scale;
   args.act = p.act, args.splits = splits, args.partial = p.workspace;
-  kernel<<<grid, kThreads, kSmem, stream>>>(map_x, map_w, args);
+  kernel<<<grid, Threads<BM>(), kSmem, stream>>>(map_x, map_w, args);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || splits == 1) return e;
   return SplitEpilogue(p.workspace, splits, p.alpha, p.m, p.n, p.bias, p.act, p.residual,
                        p.out_type, p.y, stream);
@@ -429,8 +442,16 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
 
 template <typename T, typename OutT>
 cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
-  return c.tile == Sm90Tile::k128x256 ? Launch<T, 256, OutT>(p, c.splits, sms, stream)
-                                      : Launch<T, 128, OutT>(p, c.splits, sms, stream);
+  switch (c.tile) {
+    case Sm90Tile::k128x256:
+      return Launch<T, 128, 256, OutT>(p, c.splits, sms, stream);
+    case Sm90Tile::k128x128:
+      return Launch<T, 128, 128, OutT>(p, c.splits, sms, stream);
+    case Sm90Tile::k64x256:
+      return Launch<T, 64, 256, OutT>(p, c.splits, sms, stream);
+    default:
+      return Launch<T, 64, 128, OutT>(p, c.splits, sms, stream);
+  }
 }
 
 template <typename T>
@@ -447,7 +468,9 @@ cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaSt
 }  // namespace
 
 std::string Sm90Config::Name() const {
-  std::string name = tile == Sm90Tile::k128x256 ? "sm90-128x256" : "sm90-128x128";
+  static constexpr const char* kNames[] = {"sm90-128x256", "sm90-128x128", "sm90-64x256",
+                                            "sm90-64x128"};
+  std::string name = kNames[static_cast<int>(tile)];
   if (splits > 1) name += "-k" + std::to_string(splits);
   return name;
 }
