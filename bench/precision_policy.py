@@ -3,7 +3,8 @@
 A wide MLP (256 -> 8192, then one 8192 x 8192 weight applied 8 times with ReLU, -> 256; ~1 GFLOP
 per row, heavy enough that the GPU, not the HTTP path, sets the capacity) served on KIND_GPU with
 dynamic batching up to 128 rows; nereid-perf sends 64-row requests open loop at 10% -> 90% -> 10%
-of static tf32's measured capacity (PHASE seconds each, default 10). One server per run, in this
+of static tf32's measured capacity (PHASE seconds each, default 10), after LEAD seconds (default 2)
+at 10% that are not measured. One server per run, in this
 order, all in one invocation: static tf32, bf16, int8 (`precision`), then the variants
 `tf32,bf16,int8` under the goal policy (p99 goal GOAL_MS, default 25), the same with a power budget
 (BUDGET_W, default: 75% of what static tf32 drew in the 90% phase), and the article's rule
@@ -144,8 +145,11 @@ def run(args, name, extra, schedule, power, goal_ms, budget):
         load_s = time.time() - started
         try:
             windows = os.path.join(args.out, f"policy_{name}_windows.csv")
-            sched = ",".join(f"{r:.1f}:{s}" for r, s in schedule)
-            t0 = time.time()
+            # A lead-in at the low rate (args.lead seconds) before the measured step: the first
+            # second after idle (clocks ramping, first batches) is not the step.
+            lead = [(schedule[0][0], args.lead)] if args.lead > 0 else []
+            sched = ",".join(f"{r:.1f}:{s:g}" for r, s in lead + schedule)
+            t0 = time.time() + args.lead
             subprocess.run([args.perf, "-m", "wide", "-u", f"localhost:{h}", "-b", str(ROWS),
                             "--rate-schedule", sched, "--windows-file", windows,
                             "--max-threads", "64", "-q"], check=True, stdout=subprocess.DEVNULL)
@@ -156,7 +160,7 @@ def run(args, name, extra, schedule, power, goal_ms, budget):
         finally:
             proc.terminate()
             proc.wait()
-    rows = list(csv.DictReader(open(windows)))
+    rows = list(csv.DictReader(open(windows)))[int(args.lead):]
     total = sum(s for _, s in schedule)
     answered = sum(int(r["answered"]) for r in rows)
     errors = sum(int(r["errors"]) for r in rows)
@@ -203,6 +207,7 @@ def main():
     p.add_argument("perf")
     p.add_argument("--out", default=tempfile.mkdtemp())
     p.add_argument("--phase", type=float, default=float(os.environ.get("PHASE", 10)))
+    p.add_argument("--lead", type=int, default=int(os.environ.get("LEAD", 2)))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp()

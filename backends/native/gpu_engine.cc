@@ -579,12 +579,13 @@ class GpuInstance final : public GemmBench {
                                static_cast<size_t>(capacity * v.row_elems) * kc::ElemSize(v.type),
                                &buffers_[id]));
     }
-    // cuBLAS's accumulators (rows x n), or the partial sums of a K-split GemmSm90 (up to 4 splits,
-    // tuned only for up to 512 rows: beyond that the tiles alone fill the GPU).
+    // cuBLAS's accumulators (rows x n), or the partial sums of a K-split GemmSm90 (up to 4 splits
+    // up to 512 rows, 8 up to 64: beyond that the tiles alone fill the GPU).
     int64_t acc = 1;
     for (const Step& s : m_->steps)
       if (s.kind == Step::kGemm)
-        acc = std::max({acc, s.n * capacity, 4 * s.n * std::min<int64_t>(capacity, 512)});
+        acc = std::max({acc, s.n * capacity, 4 * s.n * std::min<int64_t>(capacity, 512),
+                        8 * s.n * std::min<int64_t>(capacity, 64)});
     RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
     acc_floats_ = acc;
     if (m_->int8_gemms > 0) {  // an int8 GEMM's activations, quantized per row

@@ -100,15 +100,11 @@ struct Sm90Config {
   int splits = 1;
   std::string Name() const;
 };
-constexpr Sm90Config kSm90Configs[] = {{Sm90Tile::k128x256, 1},
-                                       {Sm90Tile::k128x128, 1},
-                                       {Sm90Tile::k128x128, 2},
-                                       {Sm90Tile::k128x128, 4},
-                                       {Sm90Tile::k128x256, 2},
-                                       {Sm90Tile::k64x256, 1},
-                                       {Sm90Tile::k64x128, 1},
-                                       {Sm90Tile::k64x128, 2},
-                                       {Sm90Tile::k64x128, 4}};
+constexpr Sm90Config kSm90Configs[] = {
+    {Sm90Tile::k128x256, 1}, {Sm90Tile::k128x128, 1}, {Sm90Tile::k128x128, 2},
+    {Sm90Tile::k128x128, 4}, {Sm90Tile::k128x256, 2}, {Sm90Tile::k64x256, 1},
+    {Sm90Tile::k64x128, 1},  {Sm90Tile::k64x128, 2},  {Sm90Tile::k64x128, 4},
+    {Sm90Tile::k64x128, 8},  {Sm90Tile::k64x256, 2}};
 // Workspace floats 'c' needs for 'p' (splits x m x n when split).
 int64_t Sm90WorkspaceFloats(const GemmProblem& p, const Sm90Config& c);
 // Whether GemmSm90 can run 'p' on the current device: an sm_90a build on a compute capability 9.0

@@ -199,9 +199,10 @@ __device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows
 }
 
 template <typename T, int BM, int BN, typename OutT>
-__global__ __launch_bounds__(Threads<BM>(), 1) void Sm90Kernel(
-    const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
-    const Sm90Args a) {
+__global__ __launch_bounds__(Threads<BM>(),
+                             1) void Sm90Kernel(const __grid_constant__ CUtensorMap map_x,
+                                                const __grid_constant__ CUtensorMap map_w,
+                                                const Sm90Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = sm90::Wgmma<T, BN>;
   using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int, float>;
@@ -469,7 +470,7 @@ cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaSt
 
 std::string Sm90Config::Name() const {
   static constexpr const char* kNames[] = {"sm90-128x256", "sm90-128x128", "sm90-64x256",
-                                            "sm90-64x128"};
+                                           "sm90-64x128"};
   std::string name = kNames[static_cast<int>(tile)];
   if (splits > 1) name += "-k" + std::to_string(splits);
   return name;

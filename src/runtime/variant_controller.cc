@@ -63,6 +63,7 @@ StatusOr<VariantSettings> ReadVariantSettings(const inference::ModelConfig& conf
   RETURN_IF_ERROR(Number(config, "nereid.variant_dwell_ms", 0, 3.6e6, &dwell_ms));
   RETURN_IF_ERROR(Number(config, "nereid.variant_profile_ms", 1, 10000, &profile_ms));
   s.policy.dwell_ns = static_cast<uint64_t>(dwell_ms * 1e6);
+  s.policy.window_ns = s.window_ns;
   s.profile_ns = static_cast<uint64_t>(profile_ms * 1e6);
   if (s.policy.power_budget_w > 0 && !gpu_instances)
     return InvalidArgument("model '" + config.name() +
@@ -239,10 +240,14 @@ void VariantController::Tick(uint64_t now_ns) {
     while (arrivals_.size() > 1 && arrivals_[1].first <= since) arrivals_.pop_front();
     if (metered) energy_.emplace_back(now_ns, mj);
     while (energy_.size() > 1 && energy_[1].first <= since) energy_.pop_front();
-    if (arrivals_.size() > 1) {
-      const double span = static_cast<double>(now_ns - arrivals_.front().first) * 1e-9;
-      w.rows_per_s = static_cast<double>(arrivals_.back().second - arrivals_.front().second) / span;
-    }
+    // The load: the larger of the rate over the window and over the newest tick, so that a rising
+    // load is acted on within a tick while a falling one must show over the whole window.
+    auto rate = [&](size_t from) {
+      const auto& [t0, rows0] = arrivals_[from];
+      const double span = static_cast<double>(now_ns - t0) * 1e-9;
+      return span > 0 ? static_cast<double>(arrivals_.back().second - rows0) / span : 0.0;
+    };
+    if (arrivals_.size() > 1) w.rows_per_s = std::max(rate(0), rate(arrivals_.size() - 2));
     if (energy_.size() > 1 && energy_.back().first > energy_.front().first)
       w.watts = static_cast<double>(energy_.back().second - energy_.front().second) * 1e-3 /
                 (static_cast<double>(energy_.back().first - energy_.front().first) * 1e-9);

@@ -39,7 +39,7 @@ struct VariantInfo {
 struct VariantSettings {
   VariantPolicyOptions policy;
   uint64_t profile_ns = 0;  // per measured cell
-  uint64_t tick_ns = 250'000'000;
+  uint64_t tick_ns = 100'000'000;
   uint64_t window_ns = 1'000'000'000;
 };
 StatusOr<VariantSettings> ReadVariantSettings(const inference::ModelConfig& config,

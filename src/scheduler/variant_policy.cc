@@ -94,19 +94,17 @@ size_t VariantPolicy::Choose(const VariantWindow& w, std::string* why) const {
   }
   // None meets them all: with a power budget, the lowest power among those that meet the latency
   // goal; else (or if none does) the least busy; ties go to the less accurate variant (the one
-  // the declared order says is cheaper). Variants cooling off count only when all are.
-  size_t best = n;
+  // the declared order says is cheaper). Cooling off does not count here: a variant that broke a
+  // goal may still be the one that comes closest (a budget's lowest-power variant).
+  size_t best = n - 1;
   double best_key = std::numeric_limits<double>::infinity();
-  for (int pass = 0; pass < 2 && best == n; ++pass)
-    for (size_t v = 0; v < n; ++v) {
-      if (pass == 0 && cooling(v)) continue;
-      const VariantPrediction p = Predict(v, w.rows_per_s);
-      const double key = options_.power_budget_w > 0 && p.meets_latency && p.watts >= 0
-                             ? p.watts
-                             : 1e12 + p.utilization;
-      if (key <= best_key) best_key = key, best = v;  // ties: the cheaper, later one
-    }
-  if (best == n) best = n - 1;
+  for (size_t v = 0; v < n; ++v) {
+    const VariantPrediction p = Predict(v, w.rows_per_s);
+    const double key = options_.power_budget_w > 0 && p.meets_latency && p.watts >= 0
+                           ? p.watts
+                           : 1e12 + p.utilization;
+    if (key <= best_key) best_key = key, best = v;  // ties: the cheaper, later one
+  }
   std::snprintf(text, sizeof(text), "%.0f rows/s: no variant meets every goal; %s comes closest",
                 w.rows_per_s, variants_[best].name.c_str());
   *why = text;
@@ -115,12 +113,14 @@ size_t VariantPolicy::Choose(const VariantWindow& w, std::string* why) const {
 
 VariantPolicy::Decision VariantPolicy::OnWindow(const VariantWindow& w) {
   Decision d;
-  const bool late = options_.latency_goal_s > 0 && w.p99_s > options_.latency_goal_s;
-  const bool hot = options_.power_budget_w > 0 && w.watts > options_.power_budget_w;
+  // Measurements count against the active variant only once the window holds nothing else.
+  const bool owned = !switched_once_ || w.now_ns - last_switch_ns_ >= options_.window_ns;
+  const bool late = owned && options_.latency_goal_s > 0 && w.p99_s > options_.latency_goal_s;
+  const bool hot = owned && options_.power_budget_w > 0 && w.watts > options_.power_budget_w;
   if (options_.rule == VariantRule::kGoal && (late || hot))
     failed_until_[active_] = w.now_ns + options_.cooloff_ns;
   // What the window drew above the floor against what the table predicted for the active variant.
-  if (w.watts >= 0 && w.rows_per_s > 0 && options_.idle_watts >= 0) {
+  if (owned && w.watts >= 0 && w.rows_per_s > 0 && options_.idle_watts >= 0) {
     const VariantPrediction p = Predict(active_, w.rows_per_s);
     const double predicted = (p.watts - options_.idle_watts) / power_scale_;
     if (p.watts >= 0 && predicted > 1) {

@@ -46,6 +46,9 @@ struct VariantPolicyOptions {
   double margin = 0.85;  // a move to a more accurate variant needs its goals met by this factor
   uint64_t dwell_ns = 2'000'000'000;
   uint64_t cooloff_ns = 10'000'000'000;  // a variant that broke a goal is not chosen for this long
+  // The measuring window: a window's p99 and power are the active variant's only once it has run
+  // for this long since the last switch (before that they mix in the one before).
+  uint64_t window_ns = 1'000'000'000;
 };
 
 // What one window saw (the controller's 1-second windows).
