@@ -22,7 +22,8 @@ class Status {
     kUnsupported,
     kInternal,
     kAlreadyExists,
-    kCancelled
+    kCancelled,
+    kResourceExhausted  // a limit on outstanding work: retry later (HTTP 429)
   };
 
   Status() = default;
@@ -50,6 +51,9 @@ inline Status Unsupported(std::string msg) {
 }
 inline Status Cancelled(std::string msg) {
   return Status(Status::Code::kCancelled, std::move(msg));
+}
+inline Status ResourceExhausted(std::string msg) {
+  return Status(Status::Code::kResourceExhausted, std::move(msg));
 }
 inline Status Internal(std::string msg) { return Status(Status::Code::kInternal, std::move(msg)); }
 

@@ -174,6 +174,16 @@ int Serve(const std::vector<std::string>& args) {
   }
   int sig = 0;
   sigwait(&signals, &sig);
+  if (options.drain_grace_secs > 0) {
+    // Readiness false first, everything still served: endpoints are removed before connections
+    // close. A second signal ends the grace early.
+    api.SetDraining();
+    if (grpc) grpc->SetServing(false);
+    LOG_INFO << "signal " << sig << " received: not ready; still serving for "
+             << options.drain_grace_secs << " s before the shutdown";
+    const timespec grace{options.drain_grace_secs, 0};
+    if (sigtimedwait(&signals, nullptr, &grace) > 0) LOG_INFO << "second signal: grace ended";
+  }
   return Shutdown(sig, options.exit_timeout_secs, http.get(), grpc.get(), repository);
 }
 

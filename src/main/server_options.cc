@@ -1,5 +1,6 @@
 #include "main/server_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <limits>
@@ -26,13 +27,29 @@ StatusOr<T> ParseNumber(const std::string& flag, const std::string& v, T min, T 
   return out;
 }
 
-// Flags Triton has that Nereid accepts without acting on them yet (so launch scripts keep working).
+// Flags Triton has that Nereid accepts without acting on them (so launch scripts, KServe's runtimes
+// and ModelMesh's adapter keep working): tuning knobs whose absence changes no answer.
 const char* const kAcceptedIgnored[] = {"id",
                                         "backend-config",
                                         "log-format",
                                         "grpc-infer-allocation-pool-size",
                                         "metrics-interval-ms",
-                                        "allow-cpu-metrics"};
+                                        "allow-cpu-metrics",
+                                        "model-load-thread-count",
+                                        "model-load-retry-count",
+                                        "buffer-manager-thread-count",
+                                        "min-supported-compute-capability",
+                                        "cuda-virtual-address-size",
+                                        "grpc-keepalive-time",
+                                        "grpc-keepalive-timeout",
+                                        "grpc-keepalive-permit-without-calls",
+                                        "grpc-http2-max-pings-without-data",
+                                        "grpc-http2-min-recv-ping-interval-without-data",
+                                        "grpc-http2-max-ping-strikes",
+                                        "grpc-infer-response-compression-level"};
+// Triton's other protocol endpoints: accepted when switched off (ModelMesh passes
+// --allow-sagemaker=false), refused when asked for, since Nereid does not serve them.
+const char* const kProtocolsNotServed[] = {"allow-sagemaker", "allow-vertex-ai"};
 
 }  // namespace
 
@@ -69,6 +86,10 @@ Options (names follow tritonserver):
   --cache-config=local,size=BYTES  the response cache, for models with response_cache enabled
                               (--response-cache-byte-size=BYTES: Triton's older spelling)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
+  --drain-grace-secs=N        on SIGINT/SIGTERM, first N s with readiness false (HTTP, gRPC,
+                              grpc.health.v1) while every request is still served, so load
+                              balancers take the replica out before it stops accepting (default 0;
+                              a second signal ends the grace; Nereid's own)
   --model-load-timeout-secs=N a model load not finished after N s fails, and its backend is told
                               to abort it (default 600; Nereid's own)
   --model-unload-timeout-secs=N  an unloaded model's requests may finish for N s; then they are
@@ -224,6 +245,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       RETURN_IF_ERROR(next().status());  // where Triton loads cache libraries from: none here
     } else if (flag == "exit-timeout-secs") {
       ASSIGN_OR_RETURN(o.exit_timeout_secs, number(0, 24 * 3600));
+    } else if (flag == "drain-grace-secs") {
+      ASSIGN_OR_RETURN(o.drain_grace_secs, number(0, 3600));
     } else if (flag == "strict-model-config") {
       ASSIGN_OR_RETURN(bool strict, boolean());
       o.repository.auto_complete = !strict;
@@ -300,6 +323,12 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(o.log_warning, boolean());
     } else if (flag == "log-error") {
       ASSIGN_OR_RETURN(o.log_error, boolean());
+    } else if (std::find(std::begin(kProtocolsNotServed), std::end(kProtocolsNotServed), flag) !=
+               std::end(kProtocolsNotServed)) {
+      ASSIGN_OR_RETURN(bool on, boolean());
+      if (on)
+        return InvalidArgument(
+            "--" + flag + "=true: Nereid serves the KServe v2 protocol over HTTP and gRPC only");
     } else {
       bool known = false;
       for (const char* name : kAcceptedIgnored) known = known || flag == name;

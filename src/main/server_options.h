@@ -26,6 +26,8 @@ struct ServerOptions {
   std::string backend_directory;  // empty: next to the executable
   // Shutdown: in-flight requests may finish for this long after SIGINT/SIGTERM.
   int exit_timeout_secs = 30;
+  // On SIGTERM/SIGINT: seconds of readiness false while still serving, before the shutdown.
+  int drain_grace_secs = 0;
   // A model that fails to load at start-up stops the server (tritonserver's default).
   bool exit_on_error = true;
   // Energy attribution (docs/energy.md): meters read by a poller thread, batches reported to it.

@@ -43,6 +43,8 @@ const char* CodeName(Status::Code code) {
       return "Already exists";
     case Status::Code::kCancelled:
       return "Cancelled";
+    case Status::Code::kResourceExhausted:
+      return "Resource exhausted";
   }
   return "Unknown";
 }

@@ -65,6 +65,8 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(
       locator, &model->config_));
   RETURN_IF_ERROR(ValidateModelConfig(model->config_, name, locator));
   model->config_json_ = ModelConfigToJson(model->config_);
+  ASSIGN_OR_RETURN(AdmissionLimits limits, ReadAdmissionLimits(model->config_));
+  if (limits.enabled()) model->admission_ = std::make_unique<Admission>(limits);
 
   for (const auto& output : model->config_.output()) {
     if (output.label_filename().empty()) continue;
@@ -287,14 +289,17 @@ Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   if (request->ensemble_step) FitEnsembleStep(*request);
   Status s = Validate(*request);
   if (s.ok() && cache_ != nullptr && AnswerFromCache(request)) return Status::Ok();
+  std::function<void()> release;
+  if (s.ok() && admission_) s = admission_->Admit(*request, name_, &release);
   if (s.ok() && variants_) variants_->OnArrival(request->batch_size);
   if (s.ok()) s = scheduler_->Enqueue(request);
   if (!s.ok()) {
+    if (release) release();
     const uint64_t elapsed =
         request->times.received_ns ? SteadyNowNs() - request->times.received_ns : 0;
-    stats_->RecordFailure(
-        s.code() == Status::Code::kUnavailable ? FailureReason::kRejected : FailureReason::kOther,
-        elapsed);
+    const bool rejected =
+        s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kResourceExhausted;
+    stats_->RecordFailure(rejected ? FailureReason::kRejected : FailureReason::kOther, elapsed);
   }
   return s;
 }

@@ -15,6 +15,7 @@
 #include "metrics/model_stats.h"
 #include "request/infer_api.h"
 #include "request/inference_request.h"
+#include "runtime/admission.h"
 #include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
 #include "runtime/response_cache.h"
@@ -162,6 +163,7 @@ class Model {
   std::unique_ptr<ModelStats> stats_;
   std::vector<VariantInfo> declared_variants_;
   std::unique_ptr<VariantController> variants_;
+  std::unique_ptr<Admission> admission_;  // null without nereid.max_queued_* limits
   std::map<std::string, std::vector<std::string>> labels_;
   bool in_initialize_ = false;
   bool allow_auto_complete_ = true;

@@ -36,7 +36,7 @@ ServerMetadata InferenceServer::GetServerMetadata() const {
   return {kServerName, kServerVersion, ServerExtensions()};
 }
 
-bool InferenceServer::Ready() const { return repository_->Ready(); }
+bool InferenceServer::Ready() const { return !draining() && repository_->Ready(); }
 
 StatusOr<std::shared_ptr<Model>> InferenceServer::ModelFor(const std::string& name, int64_t version,
                                                            InferEndpoint endpoint) const {

@@ -5,6 +5,7 @@
 // translate between wire and this API.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,7 +76,12 @@ class InferenceServer : public InferApi {
 
   // ---- health and metadata ----
   ServerMetadata GetServerMetadata() const;
+  // Every model the server must have is ready, and the server is not draining.
   bool Ready() const;
+  // Shutting down soon (SIGTERM with a drain grace): Ready() is false from now on while requests
+  // are still served, so that load balancers take this replica out first.
+  void SetDraining() { draining_.store(true, std::memory_order_relaxed); }
+  bool draining() const { return draining_.load(std::memory_order_relaxed); }
   // Ok when the version (-1: newest) is ready, else why not.
   Status ModelReady(const std::string& name, int64_t version) const;
   StatusOr<ModelMetadata> GetModelMetadata(const std::string& name, int64_t version) const;
@@ -136,6 +142,7 @@ class InferenceServer : public InferApi {
   ModelRepository* repository_;
   SharedMemoryRegistry shared_memory_;
   ModelControl control_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace nereid

@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "common/logging.h"
 #include "frontend/grpc/grpc_service.grpc.pb.h"
@@ -49,6 +50,8 @@ grpc::StatusCode GrpcCodeFor(Status::Code code) {
       return grpc::StatusCode::UNAVAILABLE;
     case Status::Code::kCancelled:
       return grpc::StatusCode::CANCELLED;
+    case Status::Code::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   return grpc::StatusCode::INVALID_ARGUMENT;
 }
@@ -535,11 +538,43 @@ Status ApplyLogSettings(InferenceServer& api, const pb::LogSettingsRequest& requ
   return Status::Ok();
 }
 
+// An open ModelStreamInfer stream, as the server sees it at shutdown.
+class OpenStream {
+ public:
+  // No new requests; once those in flight are answered and written, the stream is closed (at once
+  // when it is idle), so that an idle client's stream does not hold the shutdown to its deadline.
+  virtual void Drain() = 0;
+
+ protected:
+  ~OpenStream() = default;
+};
+
 }  // namespace
 
 class GrpcServer::Impl final : public ServiceBase {
  public:
   Impl(GrpcOptions options, InferenceServer* api) : options_(std::move(options)), api_(api) {}
+
+  // Streams register while open (from their start to OnDone).
+  void AddStream(OpenStream* stream) {
+    bool drain = false;
+    {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      streams_.insert(stream);
+      drain = draining_;
+    }
+    if (drain) stream->Drain();
+  }
+  void RemoveStream(OpenStream* stream) {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.erase(stream);
+  }
+
+  // Readiness for grpc.health.v1 (the default health service): NOT_SERVING while draining.
+  void SetServing(bool serving) {
+    if (server_)
+      if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(serving);
+  }
 
   Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
@@ -566,6 +601,11 @@ class GrpcServer::Impl final : public ServiceBase {
 
   void Stop(std::chrono::system_clock::time_point deadline) {
     if (server_) {
+      {
+        std::lock_guard<std::mutex> lock(streams_mu_);
+        draining_ = true;
+        for (OpenStream* stream : streams_) stream->Drain();
+      }
       server_->Shutdown(deadline);
       server_->Wait();
       server_.reset();
@@ -882,6 +922,9 @@ class GrpcServer::Impl final : public ServiceBase {
   Handoff handoff_;  // before server_: destroyed after it, once every call has finished
   std::unique_ptr<grpc::Server> server_;
   int bound_port_ = 0;
+  std::mutex streams_mu_;  // guards streams_ and draining_; taken before a stream's own lock
+  std::unordered_set<OpenStream*> streams_;
+  bool draining_ = false;
 };
 
 namespace {
@@ -893,7 +936,8 @@ namespace {
 // (or kPauseRequests requests unanswered) the stream stops reading requests until half of it is
 // gone, so a client that only sends is slowed by gRPC's flow control; past kCancelBytes (one
 // decoupled request answering without end) the stream is cancelled and what waits dropped.
-class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                            public OpenStream {
  public:
   static constexpr size_t kPauseBytes = size_t{1} << 20;
   static constexpr int kPauseRequests = 256;
@@ -901,7 +945,14 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
 
   StreamReactor(GrpcServer::Impl* server, grpc::CallbackServerContext* ctx)
       : server_(server), ctx_(ctx) {
+    server_->AddStream(this);
     StartRead(&next_);
+  }
+
+  void Drain() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    MaybeFinishLocked();
   }
 
   void OnReadDone(bool ok) override {
@@ -913,7 +964,7 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
     }
     auto parsed = ParseInferRequest(next_);
     next_.Clear();
-    bool read_next = false;
+    bool read_next = false, draining = false;
     {
       // Counted before the next read starts: if that read ends the stream at once, the reactor
       // must not finish (and be deleted) while this request is still being handled.
@@ -921,6 +972,15 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
       ++in_flight_;
       read_next = !OverLimitLocked();
       paused_ = !read_next;
+      draining = draining_;
+    }
+    if (draining) {  // the server is shutting down: answered, not run
+      const std::string model = parsed.ok() ? (*parsed)->message.model_name() : "";
+      const std::string id = parsed.ok() ? (*parsed)->message.id() : "";
+      Send(Error(model, id, Unavailable("Server is shutting down: no new requests")), true);
+      // Reading goes on: the read pending when the stream is cancelled is what finishes it.
+      if (read_next) StartRead(&next_);
+      return;
     }
     Handle(std::move(parsed));
     // The next message is read only once this one is queued: a stream's requests reach their
@@ -985,6 +1045,7 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   }
 
   void OnDone() override {
+    server_->RemoveStream(this);  // the server is still there: OnDone comes before its Wait ends
     bool destroy = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -1063,9 +1124,16 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   }
 
   void MaybeFinishLocked() {
-    if (finished_ || !reads_done_ || in_flight_ > 0 || writing_ || !pending_.empty()) return;
-    finished_ = true;
-    Finish(grpc::Status::OK);
+    if (finished_ || in_flight_ > 0 || writing_ || !pending_.empty()) return;
+    if (reads_done_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    } else if (draining_ && !closing_) {
+      // Shutting down with nothing left to answer: a read is still pending, which only
+      // cancelling ends (Finish must wait for it); the failed read then finishes the stream.
+      closing_ = true;
+      ctx_->TryCancel();
+    }
   }
 
   GrpcServer::Impl* server_;
@@ -1079,6 +1147,7 @@ class StreamReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byt
   int in_flight_ = 0;
   bool reads_done_ = false, writing_ = false, finished_ = false, broken_ = false, done_ = false;
   bool deleted_ = false;
+  bool draining_ = false, closing_ = false;  // the server is shutting down; cancel requested
 };
 
 // A stream refused before its first read: finishes at once with 'status'.
@@ -1122,6 +1191,11 @@ bool GrpcServer::Restart() {
   }
   LOG_INFO << "gRPC server listening again on port " << port_;
   return true;
+}
+
+void GrpcServer::SetServing(bool serving) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (impl_) impl_->SetServing(serving);
 }
 
 void GrpcServer::Stop(std::chrono::system_clock::time_point deadline) {

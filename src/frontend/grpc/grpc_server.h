@@ -55,6 +55,8 @@ class GrpcServer {
   Status Start();
   // Stops accepting RPCs; those in flight may finish until 'deadline', then are cancelled.
   void Stop(std::chrono::system_clock::time_point deadline = std::chrono::system_clock::now());
+  // grpc.health.v1's status for the whole server (SERVING from Start; NOT_SERVING while draining).
+  void SetServing(bool serving);
   int port() const { return port_; }
 
   class Impl;  // public so the reactors in grpc_server.cc can reach it

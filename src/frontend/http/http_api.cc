@@ -26,6 +26,8 @@ int HttpStatusFor(Status::Code code) {
       return 500;
     case Status::Code::kUnavailable:
       return 503;
+    case Status::Code::kResourceExhausted:
+      return 429;
     case Status::Code::kInvalidArgument:
     case Status::Code::kAlreadyExists:
     case Status::Code::kCancelled:

@@ -357,6 +357,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void SendBody(bhttp::status status, std::string body, const char* content_type = kJson) {
     Response res{status, version_};
     if (!body.empty() && content_type) res.set(bhttp::field::content_type, content_type);
+    // A model at its admission limit (429): the client may retry after a second, here or elsewhere.
+    if (status == bhttp::status::too_many_requests) res.set(bhttp::field::retry_after, "1");
     res.body() = std::move(body);
     Send(std::move(res));
   }

@@ -1,0 +1,66 @@
+#include "runtime/admission.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace nereid {
+namespace {
+
+// A "nereid.*" whole number in [0, 2^62]; 'out' untouched when the key is absent.
+Status Count(const inference::ModelConfig& config, const char* key, uint64_t* out) {
+  auto it = config.parameters().find(key);
+  if (it == config.parameters().end()) return Status::Ok();
+  const std::string& v = it->second.string_value();
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || end != v.c_str() + v.size() || errno != 0 ||
+      n > (uint64_t{1} << 62))
+    return InvalidArgument("model '" + config.name() + "': parameter '" + key +
+                           "' must be a whole number from 0 to 2^62, got '" + v + "'");
+  *out = n;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<AdmissionLimits> ReadAdmissionLimits(const inference::ModelConfig& config) {
+  AdmissionLimits limits;
+  RETURN_IF_ERROR(Count(config, "nereid.max_queued_requests", &limits.max_requests));
+  RETURN_IF_ERROR(Count(config, "nereid.max_queued_bytes", &limits.max_bytes));
+  return limits;
+}
+
+Status Admission::Admit(InferenceRequest& request, const std::string& model,
+                        std::function<void()>* release) {
+  uint64_t bytes = 0;
+  for (const auto& input : request.inputs)
+    bytes += input.byte_size;  // each bounded by the frontend
+  const uint64_t requests = counters_->requests.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t total = counters_->bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  const bool over_requests = limits_.max_requests > 0 && requests > limits_.max_requests;
+  const bool over_bytes = limits_.max_bytes > 0 && total > limits_.max_bytes && requests > 1;
+  if (over_requests || over_bytes) {
+    counters_->requests.fetch_sub(1, std::memory_order_relaxed);
+    counters_->bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    return ResourceExhausted(
+        "model '" + model + "' is at its limit of " +
+        (over_requests ? std::to_string(limits_.max_requests) + " outstanding requests"
+                       : std::to_string(limits_.max_bytes) + " outstanding input bytes") +
+        " (nereid.max_queued_" + (over_requests ? "requests" : "bytes") + "); retry later");
+  }
+  auto released = std::make_shared<std::atomic<bool>>(false);
+  *release = [counters = counters_, bytes, released] {
+    if (released->exchange(true)) return;
+    counters->requests.fetch_sub(1, std::memory_order_relaxed);
+    counters->bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  };
+  request.on_complete = [release = *release, done = std::move(request.on_complete)](
+                            std::unique_ptr<InferenceResponse> response) {
+    if (response->final) release();
+    if (done) done(std::move(response));
+  };
+  return Status::Ok();
+}
+
+}  // namespace nereid
