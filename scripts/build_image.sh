@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the CPU-only OCI image localhost/nereid:cpu from Debian packages (docs/deploy.md): a
+# minimal Debian 12 root (debootstrap --variant=minbase), the nereid .deb installed with apt (its
+# Depends from Debian's archive), package caches and documentation removed, imported into podman
+# with the server as entrypoint and a non-root user. Prints the image's size.
+# Needs root, debootstrap and podman (apt); the root is cached in $ROOTFS_CACHE.
+# Usage: scripts/build_image.sh [path/to/nereid.deb]   (default: builds one, scripts/package_deb.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEB=${1:-}
+if [ -z "$DEB" ]; then DEB=$(scripts/package_deb.sh dist | tail -1 | cut -d' ' -f1); fi
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+CACHE=${ROOTFS_CACHE:-/var/tmp/nereid-debootstrap-bookworm}
+if [ ! -x "$CACHE/usr/bin/apt-get" ]; then
+  rm -rf "$CACHE.partial"
+  debootstrap --variant=minbase bookworm "$CACHE.partial" "$MIRROR" > /dev/null
+  mv "$CACHE.partial" "$CACHE"
+fi
+ROOT=$(mktemp -d /var/tmp/nereid-image.XXXXXX)
+trap 'umount "$ROOT/proc" 2> /dev/null || true; rm -rf "$ROOT"' EXIT
+cp -a "$CACHE/." "$ROOT/"
+cp "$DEB" "$ROOT/tmp/nereid.deb"
+cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2> /dev/null || true
+mount -t proc proc "$ROOT/proc"
+chroot "$ROOT" /bin/sh -c 'export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends /tmp/nereid.deb > /dev/null'
+umount "$ROOT/proc"
+# What a server image does not need: package lists and caches, documentation, locales, apt itself
+# stays (a derived image may add python3 for Python models).
+rm -rf "$ROOT"/tmp/nereid.deb "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/* \
+  "$ROOT"/usr/share/doc/* "$ROOT"/usr/share/man/* "$ROOT"/usr/share/info/* \
+  "$ROOT"/usr/share/locale/* "$ROOT"/var/log/*
+install -d -o 65532 -g 65532 "$ROOT/models"
+tar -C "$ROOT" --numeric-owner -c . |
+  podman import \
+    --change 'ENTRYPOINT ["/usr/bin/nereid"]' \
+    --change 'CMD ["serve", "--model-repository=/models"]' \
+    --change 'USER 65532:65532' \
+    --change 'EXPOSE 8000' --change 'EXPOSE 8001' --change 'EXPOSE 8002' \
+    --change 'STOPSIGNAL SIGTERM' \
+    - localhost/nereid:cpu > /dev/null
+echo "localhost/nereid:cpu: $(podman image inspect localhost/nereid:cpu --format '{{.Size}}') bytes"
