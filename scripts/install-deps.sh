@@ -12,7 +12,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
   python3 python3-venv python3-pip curl
   libtorch-dev python3-torch python3-numpy
-  prometheus
+  prometheus haproxy
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
