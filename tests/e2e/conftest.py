@@ -27,7 +27,7 @@ class Server:
     (SIGTERM) and checks it exits cleanly."""
 
     def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
-                 prefix=()):
+                 prefix=(), host="127.0.0.1"):
         self.repository = repository
         self.log_path = os.path.join(repository, "..", f"server-{next(_SERVERS)}-{os.getpid()}.log")
         self.log = open(self.log_path, "w")
@@ -51,7 +51,7 @@ class Server:
             if "http" in ports:
                 try:
                     scheme = "https" if https_context else "http"
-                    urllib.request.urlopen(f"{scheme}://127.0.0.1:{ports['http']}/v2/health/live",
+                    urllib.request.urlopen(f"{scheme}://{host}:{ports['http']}/v2/health/live",
                                            timeout=1, context=https_context)
                     break
                 except OSError:
@@ -62,8 +62,11 @@ class Server:
         self.port = ports["http"]
         self.metrics_port = ports.get("metrics", 0)
         self.grpc_port = ports.get("grpc", 0)
-        self.url = f"localhost:{self.port}"
-        self.grpc_url = f"localhost:{self.grpc_port}"
+        # 'host': where this process reaches the server (another network namespace's address).
+        self.host = host
+        self.url = f"localhost:{self.port}" if host == "127.0.0.1" else f"{host}:{self.port}"
+        self.grpc_url = (f"localhost:{self.grpc_port}" if host == "127.0.0.1"
+                         else f"{host}:{self.grpc_port}")
 
     def read_log(self):
         self.log.flush()

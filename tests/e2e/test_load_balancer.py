@@ -1,4 +1,5 @@
-"""Three Nereid replicas (processes on loopback ports, not network namespaces) behind Debian's
+"""Three Nereid replicas, each in a network namespace of its own (a veth pair to this one; loopback
+ports where namespaces cannot be made), behind Debian's
 HAProxy (HTTP and gRPC, health checks on /v2/health/ready every 200 ms), bounded load from clients for a fixed time, one replica killed with SIGKILL and
 one drained with SIGTERM mid-load (docs/deploy.md): every request HAProxy accepted gets a response,
 the drained replica loses nothing, and the failover time is measured. A replica past its admission
@@ -36,8 +37,8 @@ def free_port():
 class HaProxy:
     def __init__(self, workdir, replicas, extra_backend="", probe_model="simple", probe_body=BODY):
         self.http, self.grpc = free_port(), free_port()
-        servers_http = "\n".join(f"  server r{i} 127.0.0.1:{r.port} check" for i, r in enumerate(replicas))
-        servers_grpc = "\n".join(f"  server r{i} 127.0.0.1:{r.grpc_port} proto h2 check port {r.port} check-proto h1"
+        servers_http = "\n".join(f"  server r{i} {r.host}:{r.port} check" for i, r in enumerate(replicas))
+        servers_grpc = "\n".join(f"  server r{i} {r.host}:{r.grpc_port} proto h2 check port {r.port} check-proto h1"
                                  for i, r in enumerate(replicas))
         config = f"""global
   maxconn 4000
@@ -103,11 +104,45 @@ def post(port, model="simple", body=BODY):
         return e.code, e.headers
 
 
-def test_kill_and_drain_behind_haproxy(tmp_path, repository):
+def run(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+
+
+@pytest.fixture()
+def namespaces():
+    """Three network namespaces, each joined to this one by a veth pair (10.231.<i>.1 here,
+    .2 there); [] where they cannot be made (no CAP_NET_ADMIN)."""
+    made, tag = [], os.getpid() % 10000
+    for i in range(3):
+        ns, here, there = f"nereid-lb-{tag}-{i}", f"nlb{tag}h{i}", f"nlb{tag}t{i}"
+        ok = (run("ip", "netns", "add", ns) and
+              run("ip", "link", "add", here, "type", "veth", "peer", "name", there) and
+              run("ip", "link", "set", there, "netns", ns) and
+              run("ip", "addr", "add", f"10.231.{i}.1/24", "dev", here) and
+              run("ip", "link", "set", here, "up") and
+              run("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.231.{i}.2/24", "dev", there) and
+              run("ip", "netns", "exec", ns, "ip", "link", "set", there, "up") and
+              run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"))
+        made.append((ns, here))
+        if not ok:
+            break
+    good = len(made) == 3 and all(run("ip", "netns", "exec", ns, "true") for ns, _ in made)
+    yield [(ns, f"10.231.{i}.2") for i, (ns, _) in enumerate(made)] if good else []
+    for ns, here in made:
+        run("ip", "link", "del", here)
+        run("ip", "netns", "del", ns)
+
+
+def test_kill_and_drain_behind_haproxy(tmp_path, repository, namespaces):
     import numpy as np
     import tritonclient.grpc as grpcclient
-    replicas = [Server(repository, "--drain-grace-secs=2", "--exit-timeout-secs=10")
-                for _ in range(3)]
+    args = ("--drain-grace-secs=2", "--exit-timeout-secs=10")
+    if namespaces:
+        replicas = [Server(repository, *args, "--http-address=0.0.0.0", "--grpc-address=0.0.0.0",
+                           prefix=("ip", "netns", "exec", ns), host=address)
+                    for ns, address in namespaces]
+    else:
+        replicas = [Server(repository, *args) for _ in range(3)]
     lb = HaProxy(str(tmp_path), replicas)
     results, stop = [], threading.Event()  # (time, protocol, status)
 
@@ -174,7 +209,7 @@ def test_kill_and_drain_behind_haproxy(tmp_path, repository):
     failover = max(0.0, max(after_kill) - killed) if after_kill else 0.0
     ok_after = [s for t, _, s in results if t > drained]
     assert ok_after and all(s == 200 for s in ok_after)
-    print(f"\nhaproxy: {total} requests ({sum(p == 'grpc' for _, p, _ in results)} gRPC), "
+    print(f"\nhaproxy ({'network namespaces' if namespaces else 'loopback ports'}): {total} requests ({sum(p == 'grpc' for _, p, _ in results)} gRPC), "
           f"{len(failed)} failed, all within {failover:.2f} s of the SIGKILL; the drain lost none")
 
 
