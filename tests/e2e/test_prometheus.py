@@ -105,6 +105,15 @@ def test_prometheus_scrapes_the_energy_series(repository, tmp_path):
         for title, expr in dashboard_queries():
             result = prom.wait_for(expr, bool, timeout=10)
             assert result, (title, expr)
+        # The autoscalers' queue time per request (deploy/'s KEDA trigger; the HPA's adapter rule
+        # is the same expression per pod), its Kubernetes label matched to this scrape's job.
+        import yaml
+        keda = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "kubernetes",
+                            "keda-scaledobject.yaml")
+        trigger = next(d for d in yaml.safe_load_all(open(keda)) if d)["spec"]["triggers"][0]
+        expr = trigger["metadata"]["query"].replace('app_kubernetes_io_instance="nereid"', 'job="nereid"')
+        queue = prom.wait_for(expr, bool, timeout=10)
+        assert len(queue) == 1 and 0 <= float(queue[0]["value"][1]) < 1e6, (expr, queue)
     finally:
         prom.stop()
         assert s.stop() == 0
