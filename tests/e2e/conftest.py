@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from itertools import count
 
@@ -98,6 +99,33 @@ class Server:
         labels = f'{{model="{model}",version="{version}"}}'
         return int(m.get(f"nv_inference_request_success{labels}", 0) +
                    m.get(f"nv_inference_pending_request_count{labels}", 0))
+
+
+def http_status(url, method="GET", body=None, headers=None):
+    """(status, body bytes) of one HTTP request, error statuses included."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+# What `simple` answers for simple_inputs(): OUTPUT0 = INPUT0 + INPUT1.
+SIMPLE_INPUT = list(range(16))
+SIMPLE_SUM = [2 * i for i in SIMPLE_INPUT]
+
+
+def simple_inputs(module):
+    """INPUT0 and INPUT1 of `simple` for tritonclient's http or grpc module."""
+    import numpy as np
+    a = np.array([SIMPLE_INPUT], dtype=np.int32)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        i = module.InferInput(name, [1, 16], "INT32")
+        i.set_data_from_numpy(a)
+        inputs.append(i)
+    return inputs
 
 
 @pytest.fixture(scope="session")

@@ -14,24 +14,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import BINARY, Server
-
-
-def status(url, method="GET", body=None):
-    req = urllib.request.Request(url, data=body, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def simple_inputs(module):
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(np.ones_like(a))
-    return inputs, a + 1
+from conftest import BINARY, SIMPLE_SUM, Server, http_status, simple_inputs
 
 
 def grpc_health(port):
@@ -64,18 +47,18 @@ def test_flags_kserve_and_modelmesh_pass_and_repository_semantics(simple_repo, r
     try:
         base = f"http://127.0.0.1:{s.port}/v2"
         # Unloading a model that was never loaded (or does not exist) answers OK.
-        assert status(f"{base}/repository/models/never_there/unload", "POST")[0] == 200
+        assert http_status(f"{base}/repository/models/never_there/unload", "POST")[0] == 200
         # A model directory that appears after the start loads through the API.
         shutil.copytree(os.path.join(repository, "simple"), simple_repo / "late")
         cfg = simple_repo / "late" / "config.pbtxt"
         cfg.write_text(cfg.read_text().replace('name: "simple"', 'name: "late"'))
-        assert status(f"{base}/repository/models/late/load", "POST")[0] == 200
-        code, body = status(f"{base}/repository/index", "POST", b'{"ready": true}')
-        assert code == 200 and '"name":"late"' in body and '"name":"simple"' not in body, body
-        code, body = status(f"{base}/repository/index", "POST", b"{}")
-        assert '"name":"simple"' in body and '"name":"late"' in body, body
-        assert status(f"{base}/models/late/ready")[0] == 200
-        assert status(f"{base}/health/ready")[0] == 200  # --strict-readiness=false
+        assert http_status(f"{base}/repository/models/late/load", "POST")[0] == 200
+        code, body = http_status(f"{base}/repository/index", "POST", b'{"ready": true}')
+        assert code == 200 and b'"name":"late"' in body and b'"name":"simple"' not in body, body
+        code, body = http_status(f"{base}/repository/index", "POST", b"{}")
+        assert b'"name":"simple"' in body and b'"name":"late"' in body, body
+        assert http_status(f"{base}/models/late/ready")[0] == 200
+        assert http_status(f"{base}/health/ready")[0] == 200  # --strict-readiness=false
     finally:
         assert s.stop() == 0, s.read_log()
     # The protocols Nereid does not serve are refused when asked for, with the reason.
@@ -91,13 +74,13 @@ def test_drain_grace_turns_readiness_off_and_keeps_serving(simple_repo):
     import tritonclient.http as httpclient
     s = Server(str(simple_repo), "--drain-grace-secs=3", "--exit-timeout-secs=10")
     base = f"http://127.0.0.1:{s.port}/v2"
-    assert status(f"{base}/health/ready")[0] == 200
+    assert http_status(f"{base}/health/ready")[0] == 200
     assert grpc_health(s.grpc_port) == 1
     results, stop = [], threading.Event()
 
     def load():  # one client keeps inferring through the grace, on one keep-alive connection
         c = httpclient.InferenceServerClient(s.url)
-        inputs, want = simple_inputs(httpclient)
+        inputs, want = simple_inputs(httpclient), np.array([SIMPLE_SUM])
         while not stop.is_set():
             t = time.time()
             try:
@@ -116,12 +99,12 @@ def test_drain_grace_turns_readiness_off_and_keeps_serving(simple_repo):
     time.sleep(0.5)
     try:
         # Not ready on every probe, still live, and still answering requests of every kind.
-        assert status(f"{base}/health/ready")[0] == 400
-        assert status(f"{base}/health/live")[0] == 200
+        assert http_status(f"{base}/health/ready")[0] == 400
+        assert http_status(f"{base}/health/live")[0] == 200
         assert grpc_health(s.grpc_port) == 2
         g = grpcclient.InferenceServerClient(s.grpc_url)
         assert not g.is_server_ready()
-        inputs, want = simple_inputs(grpcclient)
+        inputs, want = simple_inputs(grpcclient), np.array([SIMPLE_SUM])
         assert (g.infer("simple", inputs).as_numpy("OUTPUT0") == want).all()
         g.close()
         time.sleep(1.5)
@@ -145,7 +128,7 @@ def test_idle_grpc_stream_does_not_hold_the_exit(simple_repo):
     c = grpcclient.InferenceServerClient(s.grpc_url)
     answers = []
     c.start_stream(callback=lambda result, error: answers.append((result, error)))
-    inputs, want = simple_inputs(grpcclient)
+    inputs, want = simple_inputs(grpcclient), np.array([SIMPLE_SUM])
     c.async_stream_infer("simple", inputs)
     deadline = time.time() + 10
     while not answers and time.time() < deadline:
@@ -207,7 +190,7 @@ def test_admission_limit_answers_429_and_resource_exhausted(simple_repo):
                env={"NEREID_PYTHON": sys.executable})
     try:
         base = f"http://127.0.0.1:{s.port}/v2"
-        code, body = status(f"{base}/models/bad_limit/ready")
+        code, body = http_status(f"{base}/models/bad_limit/ready")
         assert code == 400
         log = s.read_log()
         assert "parameter 'nereid.max_queued_requests' must be a whole number" in log, log
@@ -235,7 +218,7 @@ def test_admission_limit_answers_429_and_resource_exhausted(simple_repo):
             g.infer("slow", x(grpcclient, 0))
         assert e.value.status() == "StatusCode.RESOURCE_EXHAUSTED", e.value.status()
         # while other models keep serving.
-        inputs, want = simple_inputs(httpclient)
+        inputs, want = simple_inputs(httpclient), np.array([SIMPLE_SUM])
         assert (c.infer("simple", inputs).as_numpy("OUTPUT0") == want).all()
         # Every admitted request is answered; then the places are free again.
         for h in held:

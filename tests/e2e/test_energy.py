@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import Server
+from conftest import Server, simple_inputs
 
 
 def metrics(server):
@@ -23,17 +23,6 @@ def metrics(server):
             key, value = line.rsplit(" ", 1)
             rows[key] = float(value)
     return rows
-
-
-def simple_inputs(module):
-    """INPUT0 and INPUT1 of `simple` for tritonclient's http or grpc module."""
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        i = module.InferInput(name, [1, 16], "INT32")
-        i.set_data_from_numpy(a)
-        inputs.append(i)
-    return inputs
 
 
 def infer_simple(client, n):

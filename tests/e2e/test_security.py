@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import BINARY, Server
+from conftest import BINARY, Server, http_status
 
 ADMIN = ["--http-restricted-api=model-repository,logging,statistics,model-config:admin-key=s3cret",
          "--grpc-restricted-protocol=model-repository,logging,statistics,model-config:admin-key=s3cret"]
@@ -32,15 +32,6 @@ def restricted(repository):
     s = Server(repository, *ADMIN)
     yield s
     assert s.stop() == 0, s.read_log()
-
-
-def http_status(url, method="GET", body=None, headers=None):
-    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_http_restricted_groups_need_the_header(restricted):
