@@ -49,7 +49,7 @@ class Admission {
     std::atomic<uint64_t> bytes{0};
   };
   AdmissionLimits limits_;
-  // Shared with the admitted requests' callbacks, which may outlive nothing but need no model.
+  // Shared with the admitted requests' callbacks, which may outlive the model and need only these.
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 
