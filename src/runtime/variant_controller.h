@@ -39,7 +39,8 @@ struct VariantInfo {
 struct VariantSettings {
   VariantPolicyOptions policy;
   uint64_t profile_ns = 0;  // per measured cell
-  uint64_t tick_ns = 100'000'000;
+  uint64_t tick_ns = 25'000'000;
+  uint64_t rise_ns = 50'000'000;  // a rising load is read over this newest span
   uint64_t window_ns = 1'000'000'000;
 };
 StatusOr<VariantSettings> ReadVariantSettings(const inference::ModelConfig& config,
