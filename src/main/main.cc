@@ -25,6 +25,7 @@
 #include "repository/repository_poller.h"
 #include "runtime/response_cache.h"
 #include "runtime/server_info.h"
+#include "trace/trace.h"
 
 namespace {
 
@@ -121,6 +122,21 @@ int Serve(const std::vector<std::string>& args) {
     cache = std::make_unique<nereid::ResponseCache>(cache_config->size);
     LOG_INFO << "response cache: local, " << cache_config->size << " bytes";
   }
+  // Tracing (Triton's trace extension; docs/tracing.md). Written out when the server stops.
+  std::shared_ptr<nereid::trace::TraceManager> tracer;
+  {
+    auto trace_config = nereid::trace::ParseTraceConfig(options.trace_config);
+    if (!trace_config.ok()) {
+      LOG_ERROR << trace_config.status().message();
+      return 1;
+    }
+    auto made = nereid::trace::TraceManager::Create(std::move(trace_config).value());
+    if (!made.ok()) {
+      LOG_ERROR << made.status().message();
+      return 1;
+    }
+    tracer = std::move(made).value();
+  }
   std::unique_ptr<nereid::RateLimiter> rate_limiter;
   if (options.rate_limit)
     rate_limiter = std::make_unique<nereid::RateLimiter>(options.rate_limit_resources);
@@ -153,6 +169,7 @@ int Serve(const std::vector<std::string>& args) {
 
   // The protocol-neutral API both frontends call; outlives them (declared before them).
   nereid::InferenceServer api(&repository);
+  api.SetTracer(tracer);
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
   if (options.allow_grpc) {
     grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(options.grpc, &api);

@@ -84,6 +84,10 @@ Options (names follow tritonserver):
   --rate-limit-resource=NAME:COUNT[:DEVICE]  a resource's count (on DEVICE, else on every device
                               and in the global pool); repeatable; with any, unnamed ones are 0
   --cache-config=local,size=BYTES  the response cache, for models with response_cache enabled
+  --trace-config=[MODE,]KEY=VALUE  request tracing (docs/tracing.md): level=TIMESTAMPS, rate=N,
+                                   count=N, mode=triton|opentelemetry, triton,file=PATH,
+                                   triton,log-frequency=N, opentelemetry,url=http://HOST:PORT/PATH,
+                                   opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N
                               (--response-cache-byte-size=BYTES: Triton's older spelling)
   --exit-timeout-secs=N       on SIGINT/SIGTERM, in-flight requests may finish for N s (default 30)
   --drain-grace-secs=N        on SIGINT/SIGTERM, first N s with readiness false (HTTP, gRPC,
@@ -239,6 +243,16 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "cache-config") {
       ASSIGN_OR_RETURN(std::string v, next());
       o.cache_config.push_back(std::move(v));
+    } else if (flag == "trace-config") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      o.trace_config.push_back(std::move(v));
+    } else if (flag == "trace-file" || flag == "trace-log-frequency" || flag == "trace-rate" ||
+               flag == "trace-level" || flag == "trace-count") {
+      // Triton's deprecated spellings of --trace-config values.
+      ASSIGN_OR_RETURN(std::string v, next());
+      const std::string key = flag.substr(6);
+      const bool triton = key == "file" || key == "log-frequency";
+      o.trace_config.push_back((triton ? "triton," : "") + key + "=" + v);
     } else if (flag == "response-cache-byte-size") {
       ASSIGN_OR_RETURN(o.response_cache_byte_size, number(uint64_t{0}, uint64_t{1} << 50));
     } else if (flag == "cache-dir") {

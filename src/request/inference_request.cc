@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "trace/trace.h"
+
 namespace nereid {
 
 void InferInput::Own(std::vector<uint8_t> bytes) {
@@ -36,6 +38,15 @@ Status CheckOutputRegion(const RequestedOutput& wanted, const std::string& name,
                          "' (" + std::to_string(wanted.destination.size()) +
                          " bytes) should be at least " + std::to_string(byte_size) +
                          " bytes to hold the results");
+}
+
+InferenceRequest::~InferenceRequest() { EndTrace(*this); }
+
+void EndTrace(InferenceRequest& r) {
+  if (!r.trace) return;
+  const RequestTimestamps& t = r.times;
+  r.trace->EndRequest(t.received_ns, t.queued_ns, t.compute_start_ns, t.compute_input_end_ns,
+                      t.compute_output_start_ns, t.compute_end_ns, SteadyNowNs());
 }
 
 void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status) {

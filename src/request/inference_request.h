@@ -17,6 +17,9 @@
 namespace nereid {
 
 class Model;
+namespace trace {
+class Trace;
+}
 
 // One input tensor. 'data' points into the request's payload (zero copy from the wire), into a
 // registered shared-memory region, or into 'owned' (data that had to be converted, e.g. from JSON,
@@ -135,9 +138,22 @@ struct RequestTimestamps {
   uint64_t queued_ns = 0;
   uint64_t compute_start_ns = 0;
   uint64_t compute_end_ns = 0;
+  // What the backend reported (its inputs staged, its outputs begun): tracing's
+  // COMPUTE_INPUT_END and COMPUTE_OUTPUT_START (0: not reported).
+  uint64_t compute_input_end_ns = 0;
+  uint64_t compute_output_start_ns = 0;
 };
 
 struct InferenceRequest {
+  InferenceRequest() = default;
+  // A traced request that ends without reaching an instance's completion (refused, failed in a
+  // queue) records its model timestamps here.
+  ~InferenceRequest();
+  InferenceRequest(const InferenceRequest&) = delete;
+  InferenceRequest& operator=(const InferenceRequest&) = delete;
+  InferenceRequest(InferenceRequest&&) = default;
+  InferenceRequest& operator=(InferenceRequest&&) = default;
+
   std::string model_name;
   int64_t model_version = -1;  // -1: the newest ready version
   std::string id;
@@ -163,6 +179,8 @@ struct InferenceRequest {
   // Keeps the wire buffer that input 'data' pointers refer to alive until the request completes.
   std::shared_ptr<const void> payload;
   RequestTimestamps times;
+  // Sampled for tracing (trace/trace.h): null for most requests.
+  std::shared_ptr<trace::Trace> trace;
   ResponseCallback on_complete;
   // Set by the core once the request is routed.
   std::shared_ptr<Model> model;
@@ -175,6 +193,10 @@ struct InferenceRequest {
     return nullptr;
   }
 };
+
+// Records a traced request's model timestamps (REQUEST_START ... REQUEST_END, now) on its trace,
+// once; a no-op for untraced requests.
+void EndTrace(InferenceRequest& request);
 
 // Completes 'request' with an error response (any thread).
 void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status);

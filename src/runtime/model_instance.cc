@@ -231,6 +231,9 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;
   request.times.compute_end_ns = end;
+  request.times.compute_input_end_ns = r->compute_start_ns;
+  request.times.compute_output_start_ns = r->compute_end_ns;
+  EndTrace(request);  // REQUEST_END before the response goes out
   const bool succeeded = status.ok() && !request.padding;
   if (request.padding) {
     // A sequence batcher's padding row: nobody waits for it, and it is no inference.

@@ -14,7 +14,8 @@ inline const std::vector<std::string>& ServerExtensions() {
   static const std::vector<std::string> extensions = {
       "classification",      "sequence",           "model_repository",
       "model_configuration", "binary_tensor_data", "system_shared_memory",
-      "schedule_policy",     "statistics",         "logging"};
+      "schedule_policy",     "statistics",         "logging",
+      "trace"};
   return extensions;
 }
 

@@ -8,6 +8,7 @@
 #include "config/ensemble_config.h"
 #include "nereid/backend.h"
 #include "scheduler/scheduler_factory.h"
+#include "trace/trace.h"
 
 namespace nereid {
 
@@ -251,6 +252,9 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
   r->correlation_id = top.correlation_id;
   r->cancel = top.cancel;
   r->ensemble_step = true;
+  // A traced ensemble's steps are traced as its children (their parent_id, their model spans
+  // under its own).
+  if (top.trace) r->trace = top.trace->Child(step.model, step.version);
   for (const auto& [name, t] : step.inputs) {
     const Tensor& tensor = *context->Find(t, iteration);
     if (!tensor.present) continue;  // left out upstream: the model may take it as optional

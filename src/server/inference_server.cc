@@ -207,6 +207,25 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   return model->Enqueue(request);
 }
 
+std::shared_ptr<trace::Trace> InferenceServer::StartTrace(
+    InferenceRequest& request, std::optional<std::string_view> traceparent) const {
+  if (!tracer_ || !request.model) return nullptr;
+  std::optional<trace::SpanContext> caller;
+  if (traceparent) caller = trace::ParseTraceparent(*traceparent);
+  request.trace = tracer_->Start(request.model_name, request.model->version(), caller);
+  if (request.trace) request.trace->SetRequestId(request.id);
+  return request.trace;
+}
+
+StatusOr<trace::SettingMap> InferenceServer::TraceSettings(const std::string& model,
+                                                          const trace::SettingUpdate* update) {
+  if (!tracer_) return Unavailable("the server does not support tracing");
+  if (!model.empty() && !GetModel(model, -1).ok())
+    return InvalidArgument("Request for unknown model : " + model);
+  if (update == nullptr) return tracer_->Get(model);
+  return tracer_->Update(model, *update);
+}
+
 void InferenceServer::RunControl(const std::string& model, size_t bytes,
                                  std::function<Status()> task, std::function<void(Status)> done) {
   // A name no model can have is refused before it takes a place in a lane.

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/logging.h"
@@ -18,6 +20,7 @@
 #include "request/inference_request.h"
 #include "server/model_control.h"
 #include "server/request_builder.h"
+#include "trace/trace.h"
 
 namespace nereid {
 
@@ -112,6 +115,18 @@ class InferenceServer : public InferApi {
   // A backend's own request (InferApi): routed by its model name and version, then Infer.
   Status Submit(std::unique_ptr<InferenceRequest>& request) override;
 
+  // ---- tracing (Triton's trace extension, trace/trace.h) ----
+  void SetTracer(std::shared_ptr<trace::TraceManager> tracer) { tracer_ = std::move(tracer); }
+  trace::TraceManager* tracer() const { return tracer_.get(); }
+  // Samples a routed request for tracing ('traceparent': the caller's W3C header, if it sent one);
+  // the trace, also set on the request, or null.
+  std::shared_ptr<trace::Trace> StartTrace(InferenceRequest& request,
+                                           std::optional<std::string_view> traceparent) const;
+  // The settings of 'model' ("" : the global ones) after 'update' (empty: a read). An unknown
+  // model: "Request for unknown model : <name>".
+  StatusOr<trace::SettingMap> TraceSettings(const std::string& model,
+                                            const trace::SettingUpdate* update);
+
   // ---- metrics ----
   // The Prometheus text of every loaded model ('gpu': with the per-GPU families).
   std::string MetricsText(bool gpu) const;
@@ -143,6 +158,7 @@ class InferenceServer : public InferApi {
   SharedMemoryRegistry shared_memory_;
   ModelControl control_;
   std::atomic<bool> draining_{false};
+  std::shared_ptr<trace::TraceManager> tracer_;
 };
 
 }  // namespace nereid

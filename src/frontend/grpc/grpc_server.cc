@@ -807,11 +807,27 @@ class GrpcServer::Impl final : public ServiceBase {
     if (Status a = Allowed(ctx, ApiGroup::kSharedMemory); !a.ok()) return Done(ctx, a);
     return Done(ctx, api_->shared_memory().UnregisterCuda(request->name()));
   }
+  // A setting with no values is cleared (back to the global, or start-up, value).
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
-                                         const pb::TraceSettingRequest*,
-                                         pb::TraceSettingResponse*) override {
+                                         const pb::TraceSettingRequest* request,
+                                         pb::TraceSettingResponse* response) override {
     if (Status a = Allowed(ctx, ApiGroup::kTrace); !a.ok()) return Done(ctx, a);
-    return Done(ctx, Unsupported("the trace extension is not supported yet"));
+    trace::SettingUpdate changes;
+    for (const auto& [key, value] : request->settings()) {
+      if (value.value().empty())
+        changes.emplace_back(key, std::nullopt);
+      else
+        changes.emplace_back(key,
+                             std::vector<std::string>(value.value().begin(), value.value().end()));
+    }
+    auto settings =
+        api_->TraceSettings(request->model_name(), changes.empty() ? nullptr : &changes);
+    if (!settings.ok()) return Done(ctx, settings.status());
+    for (const auto& [key, values] : *settings) {
+      auto& out = (*response->mutable_settings())[key];
+      for (const auto& v : values) out.add_value(v);
+    }
+    return Done(ctx, Status::Ok());
   }
 
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
@@ -828,6 +844,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                        grpc::ByteBuffer* raw_response) override {
     if (Status a = Allowed(ctx, ApiGroup::kInference); !a.ok()) return Done(ctx, a);
     auto* reactor = ctx->DefaultReactor();
+    const uint64_t read_start = SteadyNowNs();
     auto message = ParseInferRequest(*raw_request);
     if (!message.ok()) {
       reactor->Finish(ToGrpc(message.status()));
@@ -844,20 +861,46 @@ class GrpcServer::Impl final : public ServiceBase {
     r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
     // The response buffer lives until Finish, which runs after completion. A busy model's
     // instance thread hands the response to the Handoff thread (see there).
-    r->on_complete = [this, reactor, raw_response,
-                      model = r->model.get()](std::unique_ptr<InferenceResponse> result) {
-      if (!model->OthersPending()) return FinishInfer(reactor, raw_response, *result);
+    std::shared_ptr<trace::Trace> traced = StartTrace(ctx, *r, read_start);
+    r->on_complete = [this, reactor, raw_response, model = r->model.get(),
+                      traced](std::unique_ptr<InferenceResponse> result) {
+      if (!model->OthersPending()) return FinishInfer(reactor, raw_response, *result, traced);
       std::shared_ptr<InferenceResponse> shared(std::move(result));
-      handoff_.Post(
-          [reactor, raw_response, shared] { FinishInfer(reactor, raw_response, *shared); });
+      handoff_.Post([reactor, raw_response, shared, traced] {
+        FinishInfer(reactor, raw_response, *shared, traced);
+      });
     };
     Status queued = api_->Infer(r);
     if (!queued.ok()) reactor->Finish(ToGrpc(queued));
     return reactor;
   }
 
+  // Samples a request read from 'ctx' for tracing (its "traceparent" metadata, if any) and records
+  // the read (gRPC hands over whole messages: WAITREAD_START is when the handler began).
+  std::shared_ptr<trace::Trace> StartTrace(grpc::CallbackServerContext* ctx, InferenceRequest& r,
+                                           uint64_t read_start) const {
+    std::optional<std::string_view> traceparent;
+    const auto& metadata = ctx->client_metadata();
+    if (auto it = metadata.find("traceparent"); it != metadata.end())
+      traceparent = std::string_view(it->second.data(), it->second.size());
+    std::shared_ptr<trace::Trace> t = api_->StartTrace(r, traceparent);
+    if (t) {
+      t->Record("GRPC_WAITREAD_START", read_start);
+      t->Record("GRPC_WAITREAD_END", SteadyNowNs());
+    }
+    return t;
+  }
+
   static void FinishInfer(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* raw_response,
-                          const InferenceResponse& result) {
+                          const InferenceResponse& result,
+                          const std::shared_ptr<trace::Trace>& traced) {
+    if (traced) traced->Record("GRPC_SEND_START", SteadyNowNs());
+    struct SendEnd {  // GRPC_SEND_END once Finish has taken the response, on every path
+      const std::shared_ptr<trace::Trace>& t;
+      ~SendEnd() {
+        if (t) t->Record("GRPC_SEND_END", SteadyNowNs());
+      }
+    } send_end{traced};
     if (!result.status.ok()) return reactor->Finish(ToGrpc(result.status));
     try {
       pb::ModelInferResponse header;
@@ -962,6 +1005,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       MaybeFinishLocked();
       return;
     }
+    const uint64_t read_start = SteadyNowNs();
     auto parsed = ParseInferRequest(next_);
     next_.Clear();
     bool read_next = false, draining = false;
@@ -982,13 +1026,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       if (read_next) StartRead(&next_);
       return;
     }
-    Handle(std::move(parsed));
+    Handle(std::move(parsed), read_start);
     // The next message is read only once this one is queued: a stream's requests reach their
     // models in the order sent (a sequence's requests must).
     if (read_next) StartRead(&next_);
   }
 
-  void Handle(StatusOr<std::shared_ptr<ParsedInferRequest>> parsed) {
+  void Handle(StatusOr<std::shared_ptr<ParsedInferRequest>> parsed, uint64_t read_start) {
     if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
     std::shared_ptr<ParsedInferRequest> parsed_request = std::move(parsed).value();
     const pb::ModelInferRequest* message = &parsed_request->message;  // kept by parsed_request
@@ -1004,7 +1048,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     // Decoupled models answer with any number of responses; each carries Triton's
     // "triton_final_response" flag, and an empty final one is sent only when the client asked.
     const bool decoupled = r->model->decoupled();
-    r->on_complete = [this, decoupled, empty_final](std::unique_ptr<InferenceResponse> result) {
+    std::shared_ptr<trace::Trace> traced = server_->StartTrace(ctx_, *r, read_start);
+    r->on_complete = [this, decoupled, empty_final,
+                      traced](std::unique_ptr<InferenceResponse> result) {
+      if (traced && result->final) traced->Record("GRPC_SEND_START", SteadyNowNs());
+      struct SendEnd {  // once the final response is queued on the stream
+        trace::Trace* t;
+        ~SendEnd() {
+          if (t) t->Record("GRPC_SEND_END", SteadyNowNs());
+        }
+      } send_end{result->final ? traced.get() : nullptr};
       if (!result->status.ok())
         return Send(Error(result->model_name, result->id, result->status), true);
       if (result->empty_final && !empty_final) return Send(std::nullopt, true);

@@ -468,6 +468,56 @@ Reply LoggingReply(InferenceServer& api, bool update, const std::string& body) {
   return {200, buffer.GetString()};
 }
 
+// GET / POST v2[/models/m]/trace/setting: values are strings (trace_level a list of them); null
+// puts a setting back to the global (or start-up) value.
+Reply TraceReply(InferenceServer& api, const std::string& model, bool update,
+                 const std::string& body) {
+  trace::SettingUpdate changes;
+  if (update && body.find_first_not_of(" \t\r\n") != std::string::npos) {
+    simdjson::dom::parser parser;
+    auto doc = ParseObject(parser, body, "trace");
+    if (!doc.ok()) return StatusReply(doc.status());
+    const simdjson::dom::object object = doc->get_object().value_unsafe();
+    for (auto [key_view, v] : object) {
+      const std::string key(key_view);
+      if (v.is_null()) {
+        changes.emplace_back(key, std::nullopt);
+        continue;
+      }
+      std::vector<std::string> values;
+      std::string_view text;
+      if (!v.get(text)) {
+        values.emplace_back(text);
+      } else if (simdjson::dom::array list; !v.get(list)) {
+        for (auto item : list) {
+          if (item.get(text)) return ErrorReply(400, "trace setting '" + key + "' must list strings");
+          values.emplace_back(text);
+        }
+      } else {
+        return ErrorReply(400, "trace setting '" + key + "' must be a string, a list or null");
+      }
+      changes.emplace_back(key, std::move(values));
+    }
+  }
+  auto settings = api.TraceSettings(model, update ? &changes : nullptr);
+  if (!settings.ok()) return StatusReply(settings.status());
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  for (const auto& [key, values] : *settings) {
+    w.Key(key.c_str());
+    if (key == "trace_level") {
+      w.StartArray();
+      for (const auto& v : values) w.String(v.c_str());
+      w.EndArray();
+    } else {
+      w.String(values.empty() ? "" : values.front().c_str());
+    }
+  }
+  w.EndObject();
+  return {200, buffer.GetString()};
+}
+
 Handling HandleRoute(InferenceServer& api, const RestrictedApis& restricted,
                      const RoutedRequest& request) {
   const Route& route = request.route;
@@ -520,7 +570,7 @@ Handling HandleRoute(InferenceServer& api, const RestrictedApis& restricted,
                        ? SharedMemoryReply(api, route, request.body)
                        : wrong_method);
     case Route::kTrace:
-      return reply(ErrorReply(501, "the trace extension is not supported yet"));
+      return reply(get || post ? TraceReply(api, route.model, post, request.body) : wrong_method);
     case Route::kGenerate:
       return reply(ErrorReply(501, "the generate extension is not supported yet"));
     case Route::kNotFound:

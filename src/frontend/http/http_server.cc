@@ -230,6 +230,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void OnHeader(beast::error_code ec) {
     if (ec) return OnRead(ec);
     const auto& header = parser_->get();
+    recv_start_ns_ = SteadyNowNs();
     // Routed once, here; Handle answers by this route once the body is in.
     route_ = metrics_ ? Route() : Match(SV(header.target()));
     const auto length = parser_->content_length();
@@ -323,6 +324,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     write_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
     bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
       self->write_since_ns_.store(0, std::memory_order_relaxed);
+      if (self->trace_) std::exchange(self->trace_, nullptr)->Record("HTTP_SEND_END", SteadyNowNs());
       self->Done();
       if (!ec && self->drain_after_send_) return self->Drain();
       if (ec || !self->keep_alive_) return self->Close();
@@ -422,6 +424,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void Infer(const Route& route, Request req) {
+    const uint64_t recv_end = SteadyNowNs();
     auto model_or = server_->api_->ModelFor(route.model, route.version, InferEndpoint::kHttp);
     if (!model_or.ok()) return SendStatus(model_or.status());
     std::shared_ptr<Model> model = std::move(model_or).value();
@@ -467,11 +470,19 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                   self->SendInferResponse(*r, response_encoding);
                 });
     };
+    std::optional<std::string_view> traceparent;
+    if (auto it = req.find("traceparent"); it != req.end()) traceparent = SV(it->value());
+    trace_ = server_->api_->StartTrace(*request, traceparent);
+    if (trace_) {
+      trace_->Record("HTTP_RECV_START", recv_start_ns_);
+      trace_->Record("HTTP_RECV_END", recv_end);
+    }
     Status queued = server_->api_->Infer(request);
     if (!queued.ok()) return SendStatus(queued);
   }
 
   void SendInferResponse(const InferenceResponse& r, Encoding encoding) {
+    if (trace_) trace_->Record("HTTP_SEND_START", SteadyNowNs());
     if (!r.status.ok()) return SendStatus(r.status);
     if (Status json = CheckJsonOutputs(r); !json.ok()) return SendStatus(json);
     EncodedResponse encoded = EncodeInferResponse(r);
@@ -509,6 +520,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   std::atomic<uint64_t> read_since_ns_{0};   // a read is pending since (0: none)
   std::atomic<uint64_t> write_since_ns_{0};  // a write is pending since (0: none)
   uint64_t request_started_ns_ = 0;          // first sweep that saw this request's bytes
+  uint64_t recv_start_ns_ = 0;               // this request's header was read (tracing)
+  std::shared_ptr<trace::Trace> trace_;      // the traced request in flight, until it is sent
   uint64_t drained_ = 0;
   unsigned version_ = 11;
 };

@@ -1,0 +1,174 @@
+#include "trace/otlp_exporter.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+
+#include "common/logging.h"
+#include "trace/protobuf_writer.h"
+#include "trace/trace.h"
+
+namespace nereid::trace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+
+StatusOr<std::shared_ptr<OtlpExporter>> OtlpExporter::Create(const TraceConfig& config) {
+  std::shared_ptr<OtlpExporter> e(new OtlpExporter());
+  std::string_view url = config.url;
+  if (url.rfind("http://", 0) != 0)
+    return InvalidArgument("--trace-config opentelemetry,url must be http://host[:port][/path], got '" +
+                           config.url + "'");
+  url.remove_prefix(7);
+  const size_t slash = url.find('/');
+  std::string_view authority = url.substr(0, slash);
+  e->target_ = slash == std::string_view::npos ? "/v1/traces" : std::string(url.substr(slash));
+  e->port_ = "80";
+  if (!authority.empty() && authority.front() == '[') {  // [IPv6]:port
+    const size_t close = authority.find(']');
+    if (close != std::string_view::npos) {
+      e->host_ = std::string(authority.substr(1, close - 1));
+      if (authority.size() > close + 2 && authority[close + 1] == ':')
+        e->port_ = std::string(authority.substr(close + 2));
+    }
+  } else if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
+    e->host_ = std::string(authority.substr(0, colon));
+    e->port_ = std::string(authority.substr(colon + 1));
+  } else {
+    e->host_ = std::string(authority);
+  }
+  if (e->host_.empty() || e->port_.empty() ||
+      e->port_.find_first_not_of("0123456789") != std::string::npos)
+    return InvalidArgument("--trace-config opentelemetry,url: cannot read host and port in '" +
+                           config.url + "'");
+  ProtobufWriter resource;
+  bool named = false;
+  for (const auto& [k, v] : config.resource) {
+    resource.StringAttribute(1, k, v);
+    named = named || k == "service.name";
+  }
+  if (!named) resource.StringAttribute(1, "service.name", "nereid");
+  e->resource_ = std::move(resource.s);
+  e->max_queue_ = config.bsp_max_queue_size;
+  e->max_batch_ = config.bsp_max_export_batch_size;
+  e->delay_ms_ = config.bsp_schedule_delay_ms;
+  e->thread_ = std::thread([raw = e.get()] { raw->Run(); });
+  return e;
+}
+
+OtlpExporter::~OtlpExporter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void OtlpExporter::Enqueue(std::vector<std::string> spans) {
+  bool full_batch = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : spans) {
+      if (queue_.size() >= max_queue_) {
+        if (dropped_++ % 1000 == 0)
+          LOG_WARNING << "tracing: the span queue is full (bsp_max_queue_size " << max_queue_
+                      << "); spans dropped so far: " << dropped_;
+        continue;
+      }
+      queue_.push_back(std::move(s));
+    }
+    full_batch = queue_.size() >= max_batch_;
+  }
+  if (full_batch) wake_.notify_one();
+}
+
+uint64_t OtlpExporter::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
+uint64_t OtlpExporter::exported() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exported_;
+}
+
+std::string OtlpExporter::Request(const std::vector<std::string>& spans) const {
+  ProtobufWriter scope, scope_spans, resource_spans, request;
+  scope.Bytes(1, "nereid");
+  scope_spans.Bytes(1, scope.s);
+  for (const auto& s : spans) scope_spans.Bytes(2, s);
+  resource_spans.Bytes(1, resource_);
+  resource_spans.Bytes(2, scope_spans.s);
+  request.Bytes(1, resource_spans.s);
+  return std::move(request.s);
+}
+
+void OtlpExporter::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait_for(lock, std::chrono::milliseconds(delay_ms_),
+                   [&] { return stop_ || queue_.size() >= max_batch_; });
+    const bool stopping = stop_;
+    while (!queue_.empty()) {
+      std::vector<std::string> batch;
+      while (!queue_.empty() && batch.size() < max_batch_) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      lock.unlock();
+      Status sent = Internal("not sent");
+      try {
+        sent = Post(Request(batch));
+      } catch (const std::exception& e) {
+        sent = Internal(e.what());
+      }
+      lock.lock();
+      if (sent.ok()) {
+        exported_ += batch.size();
+      } else if (failures_++ % 100 == 0) {
+        LOG_WARNING << "tracing: exporting " << batch.size() << " span(s) to http://" << host_
+                    << ":" << port_ << target_ << " failed: " << sent.message();
+      }
+      if (!stopping && queue_.size() < max_batch_) break;
+    }
+    if (stopping) return;
+  }
+}
+
+Status OtlpExporter::Post(const std::string& body) {
+  net::io_context io;
+  beast::tcp_stream stream(io);
+  beast::error_code ec;
+  net::ip::tcp::resolver resolver(io);
+  auto endpoints = resolver.resolve(host_, port_, ec);
+  if (ec) return Unavailable("resolving " + host_ + ": " + ec.message());
+  stream.expires_after(std::chrono::seconds(5));
+  stream.connect(endpoints, ec);
+  if (ec) return Unavailable("connecting: " + ec.message());
+  bhttp::request<bhttp::string_body> req{bhttp::verb::post, target_, 11};
+  req.set(bhttp::field::host, host_ + ":" + port_);
+  req.set(bhttp::field::content_type, "application/x-protobuf");
+  req.set(bhttp::field::user_agent, "nereid");
+  req.body() = body;
+  req.prepare_payload();
+  stream.expires_after(std::chrono::seconds(5));
+  bhttp::write(stream, req, ec);
+  if (ec) return Unavailable("sending: " + ec.message());
+  beast::flat_buffer buffer;
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(1 << 20);
+  stream.expires_after(std::chrono::seconds(5));
+  bhttp::read(stream, buffer, parser, ec);
+  if (ec) return Unavailable("reading the reply: " + ec.message());
+  stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+  const unsigned status = parser.get().result_int();
+  if (status < 200 || status >= 300)
+    return Unavailable("the receiver answered HTTP " + std::to_string(status));
+  return Status::Ok();
+}
+
+}  // namespace nereid::trace
