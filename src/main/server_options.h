@@ -41,7 +41,8 @@ struct ServerOptions {
   std::string carbon_intensity_file;
   // The response cache: --cache-config values and Triton's deprecated --response-cache-byte-size.
   std::vector<std::string> cache_config;
-  // Tracing: --trace-config values ([mode,]key=value), Triton's deprecated --trace-* flags folded in.
+  // Tracing: --trace-config values ([mode,]key=value), Triton's deprecated --trace-* flags folded
+  // in.
   std::vector<std::string> trace_config;
   // Triton's rate limiter: --rate-limit=execution_count turns it on; --rate-limit-resource values.
   bool rate_limit = false;

@@ -11,11 +11,16 @@ constexpr const char* kServerVersion = "0.1.0";
 
 // Only extensions that work end to end on every frontend are listed.
 inline const std::vector<std::string>& ServerExtensions() {
-  static const std::vector<std::string> extensions = {
-      "classification",      "sequence",           "model_repository",
-      "model_configuration", "binary_tensor_data", "system_shared_memory",
-      "schedule_policy",     "statistics",         "logging",
-      "trace"};
+  static const std::vector<std::string> extensions = {"classification",
+                                                      "sequence",
+                                                      "model_repository",
+                                                      "model_configuration",
+                                                      "binary_tensor_data",
+                                                      "system_shared_memory",
+                                                      "schedule_policy",
+                                                      "statistics",
+                                                      "logging",
+                                                      "trace"};
   return extensions;
 }
 

@@ -182,6 +182,7 @@ StatusOr<std::shared_ptr<Model>> InferenceServer::GetModel(const std::string& na
 Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   std::shared_ptr<Model> model = request->model;
   if (!model) return Internal("request was not routed to a model");
+  if (request->trace) request->trace->SetVersion(model->version());
   // Classification, for the few requests that ask for it: their responses are rewritten before
   // the frontend sees them. (The request keeps its model alive while its callback runs.)
   if (ClassificationRequest wanted = ClassificationOf(request->outputs); !wanted.empty()) {
@@ -218,7 +219,7 @@ std::shared_ptr<trace::Trace> InferenceServer::StartTrace(
 }
 
 StatusOr<trace::SettingMap> InferenceServer::TraceSettings(const std::string& model,
-                                                          const trace::SettingUpdate* update) {
+                                                           const trace::SettingUpdate* update) {
   if (!tracer_) return Unavailable("the server does not support tracing");
   if (!model.empty() && !GetModel(model, -1).ok())
     return InvalidArgument("Request for unknown model : " + model);

@@ -20,8 +20,9 @@ StatusOr<std::shared_ptr<OtlpExporter>> OtlpExporter::Create(const TraceConfig& 
   std::shared_ptr<OtlpExporter> e(new OtlpExporter());
   std::string_view url = config.url;
   if (url.rfind("http://", 0) != 0)
-    return InvalidArgument("--trace-config opentelemetry,url must be http://host[:port][/path], got '" +
-                           config.url + "'");
+    return InvalidArgument(
+        "--trace-config opentelemetry,url must be http://host[:port][/path], got '" + config.url +
+        "'");
   url.remove_prefix(7);
   const size_t slash = url.find('/');
   std::string_view authority = url.substr(0, slash);
@@ -122,7 +123,8 @@ void OtlpExporter::Run() {
       lock.unlock();
       Status sent = Internal("not sent");
       try {
-        sent = Post(Request(batch));
+        // At shutdown a short wait, once: what cannot be sent then is dropped.
+        sent = Post(Request(batch), std::chrono::milliseconds(stopping ? 2000 : 5000));
       } catch (const std::exception& e) {
         sent = Internal(e.what());
       }
@@ -133,42 +135,55 @@ void OtlpExporter::Run() {
         LOG_WARNING << "tracing: exporting " << batch.size() << " span(s) to http://" << host_
                     << ":" << port_ << target_ << " failed: " << sent.message();
       }
+      if (stopping && !sent.ok()) {
+        dropped_ += queue_.size();
+        queue_.clear();
+      }
       if (!stopping && queue_.size() < max_batch_) break;
     }
     if (stopping) return;
   }
 }
 
-Status OtlpExporter::Post(const std::string& body) {
+Status OtlpExporter::Post(const std::string& body, std::chrono::milliseconds budget) {
+  // Asynchronous operations on one io_context run for at most 'budget': Beast's timeouts apply to
+  // asynchronous operations only, and a receiver that accepts but never answers must not hold
+  // this thread (or the server's shutdown) for longer.
   net::io_context io;
   beast::tcp_stream stream(io);
-  beast::error_code ec;
   net::ip::tcp::resolver resolver(io);
-  auto endpoints = resolver.resolve(host_, port_, ec);
-  if (ec) return Unavailable("resolving " + host_ + ": " + ec.message());
-  stream.expires_after(std::chrono::seconds(5));
-  stream.connect(endpoints, ec);
-  if (ec) return Unavailable("connecting: " + ec.message());
   bhttp::request<bhttp::string_body> req{bhttp::verb::post, target_, 11};
   req.set(bhttp::field::host, host_ + ":" + port_);
   req.set(bhttp::field::content_type, "application/x-protobuf");
   req.set(bhttp::field::user_agent, "nereid");
   req.body() = body;
   req.prepare_payload();
-  stream.expires_after(std::chrono::seconds(5));
-  bhttp::write(stream, req, ec);
-  if (ec) return Unavailable("sending: " + ec.message());
   beast::flat_buffer buffer;
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(1 << 20);
-  stream.expires_after(std::chrono::seconds(5));
-  bhttp::read(stream, buffer, parser, ec);
-  if (ec) return Unavailable("reading the reply: " + ec.message());
-  stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
-  const unsigned status = parser.get().result_int();
-  if (status < 200 || status >= 300)
-    return Unavailable("the receiver answered HTTP " + std::to_string(status));
-  return Status::Ok();
+  Status result = Unavailable("no answer within " + std::to_string(budget.count()) + " ms");
+  auto fail = [&](const char* step, const beast::error_code& ec) {
+    result = Unavailable(std::string(step) + ": " + ec.message());
+  };
+  resolver.async_resolve(host_, port_, [&](beast::error_code ec, auto endpoints) {
+    if (ec) return fail("resolving", ec);
+    stream.expires_after(budget);
+    stream.async_connect(endpoints, [&](beast::error_code ec, auto) {
+      if (ec) return fail("connecting", ec);
+      bhttp::async_write(stream, req, [&](beast::error_code ec, size_t) {
+        if (ec) return fail("sending", ec);
+        bhttp::async_read(stream, buffer, parser, [&](beast::error_code ec, size_t) {
+          if (ec) return fail("reading the reply", ec);
+          const unsigned status = parser.get().result_int();
+          result = status >= 200 && status < 300
+                       ? Status::Ok()
+                       : Unavailable("the receiver answered HTTP " + std::to_string(status));
+        });
+      });
+    });
+  });
+  io.run_for(budget);
+  return result;
 }
 
 }  // namespace nereid::trace

@@ -6,6 +6,7 @@
 // an unreachable receiver costs the exporter's thread a bounded wait, never a request.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,7 +37,7 @@ class OtlpExporter {
  private:
   OtlpExporter() = default;
   void Run();
-  Status Post(const std::string& body);
+  Status Post(const std::string& body, std::chrono::milliseconds budget);
   std::string Request(const std::vector<std::string>& spans) const;
 
   std::string host_, port_, target_;

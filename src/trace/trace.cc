@@ -1,7 +1,7 @@
 #include "trace/trace.h"
 
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -56,11 +56,21 @@ void AppendJsonString(std::string* out, std::string_view s) {
   out->push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -108,10 +118,9 @@ StatusOr<int32_t> ParseCount(std::string_view key, std::string_view v) {
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec == std::errc::result_out_of_range ||
       (ec == std::errc() && out > std::numeric_limits<int32_t>::max()))
-    return InvalidArgument("Unable to parse '" + std::string(key) +
-                           "', value is out of range [ -1, " +
-                           std::to_string(std::numeric_limits<int32_t>::max()) +
-                           " ], got: " + std::string(v));
+    return InvalidArgument(
+        "Unable to parse '" + std::string(key) + "', value is out of range [ -1, " +
+        std::to_string(std::numeric_limits<int32_t>::max()) + " ], got: " + std::string(v));
   if (ec != std::errc() || end != v.data() + v.size() || v.empty())
     return InvalidArgument("Unable to parse '" + std::string(key) + "', got: " + std::string(v));
   if (out < -1)
@@ -193,7 +202,8 @@ struct Setting {
   std::string Invalid() const {
     if (level == 0) return "tracing is disabled";
     if (rate == 0) return "sample rate must be non-zero";
-    if (mode == Mode::kTriton && (!file || file->path.empty())) return "trace file name is not given";
+    if (mode == Mode::kTriton && (!file || file->path.empty()))
+      return "trace file name is not given";
     return "";
   }
   // Whether the next request is traced ('forced': it carries a trace context).
@@ -243,7 +253,8 @@ bool SpanContext::valid() const {
 
 std::optional<SpanContext> ParseTraceparent(std::string_view h) {
   // version "00": 00-<trace id>-<parent id>-<flags>, 55 characters.
-  if (h.size() != 55 || h.substr(0, 3) != "00-" || h[35] != '-' || h[52] != '-') return std::nullopt;
+  if (h.size() != 55 || h.substr(0, 3) != "00-" || h[35] != '-' || h[52] != '-')
+    return std::nullopt;
   SpanContext c;
   uint8_t flags = 0;
   if (!ParseHex(h.substr(3, 32), c.trace_id.data(), 16) ||
@@ -326,6 +337,11 @@ void Trace::EndRequest(uint64_t received, uint64_t queued, uint64_t compute_star
 void Trace::SetRequestId(std::string id) {
   std::lock_guard<std::mutex> lock(mu_);
   request_id_ = std::move(id);
+}
+
+void Trace::SetVersion(int64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  version_ = version;
 }
 
 std::shared_ptr<Trace> Trace::Child(const std::string& model, int64_t version) {
@@ -413,8 +429,8 @@ void Trace::AppendSpans(std::vector<std::string>* spans) const {
   // The frontend's span (the root of the server's part): parent is the caller's span, if any.
   const std::array<uint8_t, 8>* model_parent = has_parent_span_ ? &parent_span_ : nullptr;
   if (front_start != 0) {
-    span("InferRequest", context_.span_id, has_parent_span_ ? &parent_span_ : nullptr,
-         front_start, front_end, kServer, [](std::string_view n) { return IsFrontend(n); });
+    span("InferRequest", context_.span_id, has_parent_span_ ? &parent_span_ : nullptr, front_start,
+         front_end, kServer, [](std::string_view n) { return IsFrontend(n); });
     model_parent = &context_.span_id;
   }
   const uint64_t start = find("REQUEST_START"), end = find("REQUEST_END");
@@ -524,8 +540,8 @@ TraceManager::TraceManager(TraceConfig config, std::shared_ptr<OtlpExporter> exp
     : config_(std::move(config)), exporter_(std::move(exporter)) {
   file_ = std::make_shared<TraceFile>(config_.file);
   global_ = Make({config_.level, config_.rate, config_.log_frequency, config_.count}, {});
-  if (const std::string why = global_->Invalid(); config_.level != 0 && !why.empty() &&
-                                                  !(config_.rate == 0 && exporter_))
+  if (const std::string why = global_->Invalid();
+      config_.level != 0 && !why.empty() && !(config_.rate == 0 && exporter_))
     LOG_WARNING << "tracing is configured but takes no traces: " << why;
 }
 
@@ -675,7 +691,8 @@ Status TraceManager::Rebuild(const std::string& model, const SettingUpdate& upda
     if (key == kKeyRate) {
       s.rate = value.has_value();
       if (value) {
-        ASSIGN_OR_RETURN(uint64_t n, ParseUnsigned(key, text, std::numeric_limits<uint32_t>::max()));
+        ASSIGN_OR_RETURN(uint64_t n,
+                         ParseUnsigned(key, text, std::numeric_limits<uint32_t>::max()));
         v.rate = static_cast<uint32_t>(n);
       } else {
         v.rate = model.empty() ? config_.rate : global_->rate;
@@ -691,7 +708,8 @@ Status TraceManager::Rebuild(const std::string& model, const SettingUpdate& upda
     } else if (key == kKeyFrequency) {
       s.log_frequency = value.has_value();
       if (value) {
-        ASSIGN_OR_RETURN(uint64_t n, ParseUnsigned(key, text, std::numeric_limits<uint32_t>::max()));
+        ASSIGN_OR_RETURN(uint64_t n,
+                         ParseUnsigned(key, text, std::numeric_limits<uint32_t>::max()));
         v.log_frequency = static_cast<uint32_t>(n);
       } else {
         v.log_frequency = model.empty() ? config_.log_frequency : global_->log_frequency;

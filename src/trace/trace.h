@@ -55,6 +55,8 @@ class Trace : public std::enable_shared_from_this<Trace> {
                   uint64_t compute_input_end, uint64_t compute_output_start, uint64_t compute_end,
                   uint64_t end);
   void SetRequestId(std::string id);
+  // The version the request was routed to (an ensemble step's config may say -1: newest).
+  void SetVersion(int64_t version);
   // A step of this (ensemble) request on 'model'.
   std::shared_ptr<Trace> Child(const std::string& model, int64_t version);
   // The W3C header naming this trace's model span, for a call this request makes.
@@ -71,17 +73,17 @@ class Trace : public std::enable_shared_from_this<Trace> {
   std::string model_;
   int64_t version_ = -1;
   std::string request_id_;
-  SpanContext context_;                    // trace id; span_id: the frontend's span
-  std::array<uint8_t, 8> model_span_{};    // this request's model span
-  std::array<uint8_t, 8> parent_span_{};   // the caller's span (root) or the ensemble's model span
+  SpanContext context_;                   // trace id; span_id: the frontend's span
+  std::array<uint8_t, 8> model_span_{};   // this request's model span
+  std::array<uint8_t, 8> parent_span_{};  // the caller's span (root) or the ensemble's model span
   bool has_parent_span_ = false;
   bool ended_ = false;
   mutable std::mutex mu_;
   std::vector<std::pair<std::string, uint64_t>> timestamps_;
-  std::string children_json_;              // finished children (Triton mode)
+  std::string children_json_;                // finished children (Triton mode)
   std::vector<std::string> children_spans_;  // finished children (OpenTelemetry mode)
-  std::shared_ptr<Trace> root_;            // a child's root (null at the root)
-  std::shared_ptr<Setting> setting_;       // where it is written
+  std::shared_ptr<Trace> root_;              // a child's root (null at the root)
+  std::shared_ptr<Setting> setting_;         // where it is written
 };
 
 // --trace-config values, Triton's syntax: "[mode,]key=value".

@@ -490,7 +490,8 @@ Reply TraceReply(InferenceServer& api, const std::string& model, bool update,
         values.emplace_back(text);
       } else if (simdjson::dom::array list; !v.get(list)) {
         for (auto item : list) {
-          if (item.get(text)) return ErrorReply(400, "trace setting '" + key + "' must list strings");
+          if (item.get(text))
+            return ErrorReply(400, "trace setting '" + key + "' must list strings");
           values.emplace_back(text);
         }
       } else {

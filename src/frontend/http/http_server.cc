@@ -324,7 +324,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     write_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
     bhttp::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
       self->write_since_ns_.store(0, std::memory_order_relaxed);
-      if (self->trace_) std::exchange(self->trace_, nullptr)->Record("HTTP_SEND_END", SteadyNowNs());
+      if (self->trace_)
+        std::exchange(self->trace_, nullptr)->Record("HTTP_SEND_END", SteadyNowNs());
       self->Done();
       if (!ec && self->drain_after_send_) return self->Drain();
       if (ec || !self->keep_alive_) return self->Close();
