@@ -311,9 +311,10 @@ Trace::~Trace() {
   }
 }
 
-void Trace::Record(std::string_view name, uint64_t ns) {
+void Trace::Record(const char* name, uint64_t ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  timestamps_.emplace_back(std::string(name), ns);
+  if (timestamps_.empty()) timestamps_.reserve(12);
+  timestamps_.emplace_back(name, ns);
 }
 
 void Trace::EndRequest(uint64_t received, uint64_t queued, uint64_t compute_start,

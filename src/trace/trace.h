@@ -48,7 +48,8 @@ class Trace : public std::enable_shared_from_this<Trace> {
   Trace& operator=(const Trace&) = delete;
 
   uint64_t id() const { return id_; }
-  void Record(std::string_view name, uint64_t steady_ns);
+  // 'name': a string literal (kept as a pointer, not copied).
+  void Record(const char* name, uint64_t steady_ns);
   // The model side's timestamps, from the request's own (0: not reached), once: REQUEST_START,
   // QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END, REQUEST_END.
   void EndRequest(uint64_t received, uint64_t queued, uint64_t compute_start,
@@ -79,7 +80,7 @@ class Trace : public std::enable_shared_from_this<Trace> {
   bool has_parent_span_ = false;
   bool ended_ = false;
   mutable std::mutex mu_;
-  std::vector<std::pair<std::string, uint64_t>> timestamps_;
+  std::vector<std::pair<std::string_view, uint64_t>> timestamps_;  // names: literals
   std::string children_json_;                // finished children (Triton mode)
   std::vector<std::string> children_spans_;  // finished children (OpenTelemetry mode)
   std::shared_ptr<Trace> root_;              // a child's root (null at the root)

@@ -4,6 +4,7 @@ HAProxy (HTTP and gRPC, health checks on /v2/health/ready every 200 ms), bounded
 one drained with SIGTERM mid-load (docs/deploy.md): every request HAProxy accepted gets a response,
 the drained replica loses nothing, and the failover time is measured. A replica past its admission
 limit answers 429 and HAProxy's retry sends the request to another replica."""
+import csv
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Server
+from conftest import ROOT, Server
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 pytestmark = pytest.mark.skipif(not os.path.exists(HAPROXY), reason="Debian's haproxy is not installed")
@@ -26,6 +27,7 @@ BODY = json.dumps({"inputs": [
     {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
     {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
 WANT = [i + 1 for i in range(16)]
+PERF_RATE, PERF_SECONDS = 300, 6
 
 
 def free_port():
@@ -174,6 +176,13 @@ def test_kill_and_drain_behind_haproxy(tmp_path, repository, namespaces):
                 results.append((t, "grpc", f"grpc error: {e}"))
         c.close()
 
+    # nereid-perf beside the Python clients: open loop, PERF_RATE requests/s for PERF_SECONDS (the
+    # kill at 1.5 s and the drain at 3 s inside), each second's answered and failed in a CSV.
+    windows = os.path.join(str(tmp_path), "perf_windows.csv")
+    perf = subprocess.Popen(
+        [os.path.join(ROOT, "build", "nereid-perf"), "-m", "simple", "-u", f"127.0.0.1:{lb.http}",
+         "--rate-schedule", f"{PERF_RATE}:{PERF_SECONDS}", "--windows-file", windows,
+         "--max-threads", "16", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     threads = [threading.Thread(target=http_load) for _ in range(6)]
     threads += [threading.Thread(target=grpc_load) for _ in range(2)]
     for t in threads:
@@ -193,6 +202,7 @@ def test_kill_and_drain_behind_haproxy(tmp_path, repository, namespaces):
         stop.set()
         for t in threads:
             t.join()
+        perf.wait(timeout=60)
         lb.stop()
     log1 = replicas[1].read_log()
     assert "all requests answered" in log1, log1
@@ -212,8 +222,16 @@ def test_kill_and_drain_behind_haproxy(tmp_path, repository, namespaces):
     failover = max(0.0, max(after_kill) - killed) if after_kill else 0.0
     ok_after = [s for t, _, s in results if t > drained]
     assert ok_after and all(s == 200 for s in ok_after)
+    # nereid-perf: every request it sent has an outcome; failures only in the kill's seconds.
+    with open(windows) as f:
+        rows = list(csv.DictReader(f))
+    sent = sum(int(r["answered"]) + int(r["errors"]) for r in rows)
+    perf_failed = {int(r["second"]): int(r["errors"]) for r in rows if int(r["errors"])}
+    assert abs(sent - PERF_RATE * PERF_SECONDS) <= 1, (sent, rows)
+    assert set(perf_failed) <= {1, 2} and sum(perf_failed.values()) <= 10, perf_failed
     print(f"\nhaproxy ({'network namespaces' if namespaces else 'loopback ports'}): {total} requests ({sum(p == 'grpc' for _, p, _ in results)} gRPC), "
-          f"{len(failed)} failed, all within {failover:.2f} s of the SIGKILL; the drain lost none")
+          f"{len(failed)} failed, all within {failover:.2f} s of the SIGKILL; the drain lost none; "
+          f"nereid-perf: {sent} requests, {sum(perf_failed.values())} failed")
 
 
 def test_a_full_replica_answers_429_and_the_others_take_the_load(tmp_path):
