@@ -1006,7 +1006,12 @@ bool ModelRepository::Ready() const {
   if (!options_.strict_readiness) return true;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [name, m] : models_) {
-    if (!m.reason.empty() && m.reason != "unloaded") return false;
+    // A failed load leaves a model-level reason; it makes the server unready only when no version
+    // is left serving (a failed reload keeps the versions that were READY: Triton's update rule,
+    // which model_analyzer relies on when a configuration it tries cannot load).
+    bool serving = false;
+    for (const auto& [v, entry] : m.versions) serving = serving || entry.state == "READY";
+    if (!serving && !m.reason.empty() && m.reason != "unloaded") return false;
     for (const auto& [v, entry] : m.versions)
       if (entry.state != "READY" && entry.reason != "unloaded") return false;
   }
