@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs on the lent device machine: Triton's model_analyzer (PyPI triton-model-analyzer) profiles
+# Nereid with the real perf_analyzer (glibc >= 2.38: the device host only). Remote launch mode: a
+# Nereid started here in explicit mode, model_analyzer loading each configuration it tries through
+# the repository API; local launch mode: model_analyzer starts Nereid itself through
+# scripts/tritonserver (Nereid under tritonserver's name). Models: `simple` (ONNX Runtime, CPU) and
+# recommend_model on the GPU (native engine, examples/models_gpu). Reports (CSV, HTML) go to $OUT.
+# Carry: .devcarry (GPU=1 scripts/device_carry.sh) and .ma (the wheels the host lacks; see
+# docs/deploy.md). Usage: MA_SECONDS=150 scripts/device_model_analyzer.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+C=.devcarry
+export LD_LIBRARY_PATH="$PWD/$C/lib:${LD_LIBRARY_PATH:-}"
+[ -x "$C/bin/nereid" ] || tar -C "$C" -xJf "$C/bundle.tar.xz"
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -c 'import model_analyzer' 2>/dev/null ||
+  python3 -m pip install -q --no-index --find-links .ma triton-model-analyzer tritonclient 2>"$OUT/pip.log" ||
+  python3 -m pip install -q --no-deps .ma/*.whl 2>>"$OUT/pip.log"
+python3 -c 'import model_analyzer, tritonclient.grpc' || { tail -20 "$OUT/pip.log"; exit 1; }
+M=/tmp/ma_models
+rm -rf "$M" && mkdir -p "$M" && cp -r examples/models/simple examples/models_gpu/recommend_model "$M/"
+python3 examples/generate_models.py --out "$M" >/dev/null
+NEREID_BIN="$PWD/$C/bin/nereid"
+export NEREID_BIN
+ma() {  # ma NAME MODE YAML-LINES...: one model_analyzer profile, then its summary
+  local name=$1 mode=$2 dir=/tmp/ma_$1
+  shift 2
+  rm -rf "$dir" && mkdir -p "$dir/export"
+  {
+    echo "model_repository: $M"
+    echo "triton_launch_mode: $mode"
+    echo "perf_analyzer_path: ${PA:-$PWD/$C/bin/perf_analyzer}"
+    echo "output_model_repository_path: $dir/output"
+    echo "override_output_model_repository: true"
+    echo "checkpoint_directory: $dir/ckpt"
+    echo "export_path: $dir/export"
+    echo "run_config_search_max_concurrency: 8"
+    echo "run_config_search_max_instance_count: 2"
+    echo "run_config_search_max_model_batch_size: 8"
+    printf '%s\n' "$@"
+  } > "$dir/config.yaml"
+  timeout "${MA_SECONDS:-150}" python3 -c 'import sys; from model_analyzer.entrypoint import main; sys.argv[0] = "model-analyzer"; sys.exit(main())' \
+    profile -f "$dir/config.yaml" > "$OUT/ma_$name.log" 2>&1
+  echo "== model_analyzer $name ($mode): exit $?"
+  grep -E "Profile complete|ERROR|Traceback|Exception" "$OUT/ma_$name.log" | head -5
+  mkdir -p "$OUT/ma_$name"
+  cp -r "$dir/export/results" "$dir/export/reports" "$dir/config.yaml" "$OUT/ma_$name/" 2>/dev/null
+  head -12 "$dir/export/results/metrics-model-inference.csv" 2>/dev/null
+}
+# Remote: Nereid already running, models loaded by model_analyzer through the repository API.
+"$NEREID_BIN" serve --model-repository="$M" --model-control-mode=explicit --load-model=simple \
+  --load-model=recommend_model --exit-on-error=false --http-port=8000 --grpc-port=8001 --metrics-port=8002 > "$OUT/nereid_remote.log" 2>&1 &
+SERVER=$!
+PYTHON=python3
+. bench/common.sh
+wait_ready http://localhost:8000/v2/health/ready 300 || { tail "$OUT/nereid_remote.log"; exit 1; }
+REMOTE=("triton_http_endpoint: localhost:8000" "triton_grpc_endpoint: localhost:8001"
+        "triton_metrics_url: http://localhost:8002/metrics")
+ma simple_remote remote "${REMOTE[@]}" "profile_models:" "  simple:" "    cpu_only: true"
+ma recommend_remote remote "${REMOTE[@]}" "profile_models: recommend_model"
+kill $SERVER; wait $SERVER 2>/dev/null
+# Local: model_analyzer starts and stops "tritonserver" itself.
+ma simple_local local "triton_server_path: $PWD/scripts/tritonserver" "profile_models:" "  simple:" \
+  "    cpu_only: true"
