@@ -2,6 +2,7 @@
 their runtimes pass, the repository API's semantics in explicit mode, and the graceful drain on
 SIGTERM — readiness false first (HTTP, gRPC ServerReady and grpc.health.v1) while every request is
 still served, then the shutdown — with idle gRPC streams closed instead of holding the exit."""
+import json
 import os
 import shutil
 import signal
@@ -67,6 +68,32 @@ def test_flags_kserve_and_modelmesh_pass_and_repository_semantics(simple_repo, r
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 2
         assert "serves the KServe v2 protocol over HTTP and gRPC only" in out.stderr, out.stderr
+
+
+def test_a_failed_reload_keeps_the_server_ready(simple_repo):
+    """model_analyzer loads each configuration it tries through the load API; one that cannot load
+    leaves the previous version serving and the server ready (Triton's update rule). A model that
+    never loaded makes a strictly ready server unready."""
+    import tritonclient.http as httpclient
+    s = Server(str(simple_repo), "--model-control-mode=explicit", "--load-model=simple")
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        config = c.get_model_config("simple")
+        config["max_batch_size"] = -3  # refused at load
+        with pytest.raises(Exception, match="max_batch_size"):
+            c.load_model("simple", config=json.dumps(config))
+        assert c.is_server_ready() and c.is_model_ready("simple")
+        assert (c.infer("simple", simple_inputs(httpclient)).as_numpy("OUTPUT0") == SIMPLE_SUM).all()
+        # A model that never loaded: not ready (strict readiness), then ready again once unloaded.
+        shutil.copytree(simple_repo / "simple", simple_repo / "broken")
+        (simple_repo / "broken" / "config.pbtxt").write_text('name: "broken"\nbackend: "nope"\n')
+        with pytest.raises(Exception):
+            c.load_model("broken")
+        assert not c.is_server_ready()
+        c.unload_model("broken")
+        assert c.is_server_ready()
+    finally:
+        assert s.stop() == 0, s.read_log()
 
 
 def test_drain_grace_turns_readiness_off_and_keeps_serving(simple_repo):
