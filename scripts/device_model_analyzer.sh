@@ -6,7 +6,8 @@
 # scripts/tritonserver (Nereid under tritonserver's name). Models: `simple` (ONNX Runtime, CPU) and
 # recommend_model on the GPU (native engine, examples/models_gpu). Reports (CSV, HTML) go to $OUT.
 # Carry: .devcarry (GPU=1 scripts/device_carry.sh) and .ma (the wheels the host lacks; see
-# docs/deploy.md). Usage: MA_SECONDS=150 scripts/device_model_analyzer.sh
+# docs/deploy.md). Usage: MA_SECONDS=150 [MA_MAX_CONCURRENCY=8 MA_MAX_INSTANCES=2 MA_MAX_BATCH=8]
+# scripts/device_model_analyzer.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 C=.devcarry
@@ -35,12 +36,17 @@ ma() {  # ma NAME MODE YAML-LINES...: one model_analyzer profile, then its summa
     echo "override_output_model_repository: true"
     echo "checkpoint_directory: $dir/ckpt"
     echo "export_path: $dir/export"
-    echo "run_config_search_max_concurrency: 8"
-    echo "run_config_search_max_instance_count: 2"
-    echo "run_config_search_max_model_batch_size: 8"
+    # No DCGM on the host: remote mode reads GPU metrics from the server's endpoint instead;
+    # model_analyzer allows that in remote mode only (local mode runs with the GPU hidden).
+    [ "$mode" = remote ] && echo "dcgm_disable: true"
+    echo "run_config_search_max_concurrency: ${MA_MAX_CONCURRENCY:-8}"
+    echo "run_config_search_max_instance_count: ${MA_MAX_INSTANCES:-2}"
+    echo "run_config_search_max_model_batch_size: ${MA_MAX_BATCH:-8}"
     printf '%s\n' "$@"
   } > "$dir/config.yaml"
-  timeout "${MA_SECONDS:-150}" python3 -c 'import sys; from model_analyzer.entrypoint import main; sys.argv[0] = "model-analyzer"; sys.exit(main())' \
+  local hide=()
+  [ "$mode" = local ] && hide=(env CUDA_VISIBLE_DEVICES=)
+  timeout "${MA_SECONDS:-150}" "${hide[@]}" python3 -c 'import sys; from model_analyzer.entrypoint import main; sys.argv[0] = "model-analyzer"; sys.exit(main())' \
     profile -f "$dir/config.yaml" > "$OUT/ma_$name.log" 2>&1
   echo "== model_analyzer $name ($mode): exit $?"
   grep -E "Profile complete|ERROR|Traceback|Exception" "$OUT/ma_$name.log" | head -5
