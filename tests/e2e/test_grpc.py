@@ -147,8 +147,9 @@ def test_statistics_index_logging_and_unimplemented(gclient):
     settings = gclient.update_log_settings({"log_verbose_level": 0})
     assert settings.settings["log_info"].bool_param is True
     assert list(gclient.get_cuda_shared_memory_status().regions) == []
-    with pytest.raises(InferenceServerException, match="not supported"):
-        gclient.get_trace_settings()
+    # No --trace-config: tracing off, Triton's defaults (docs/tracing.md).
+    trace = gclient.get_trace_settings().settings
+    assert trace["trace_level"].value == ["OFF"] and trace["trace_rate"].value == ["1000"]
     with pytest.raises(InferenceServerException, match="EXPLICIT"):
         gclient.load_model("simple")
 
