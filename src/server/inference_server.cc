@@ -182,7 +182,19 @@ StatusOr<std::shared_ptr<Model>> InferenceServer::GetModel(const std::string& na
 Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   std::shared_ptr<Model> model = request->model;
   if (!model) return Internal("request was not routed to a model");
-  if (request->trace) request->trace->SetVersion(model->version());
+  if (request->trace) {
+    request->trace->SetVersion(model->version());
+    if (request->trace->tensors())  // the TENSORS level: the outputs the final response carries
+      request->on_complete = [trace = request->trace, deliver = std::move(request->on_complete)](
+                                 std::unique_ptr<InferenceResponse> response) {
+        if (response->status.ok())
+          for (const InferOutput& out : response->outputs)
+            if (!out.in_shared_memory)
+              trace->RecordTensor("TENSOR_BACKEND_OUTPUT", out.name, out.datatype, out.shape,
+                                  out.bytes(), out.byte_size());
+        if (deliver) deliver(std::move(response));
+      };
+  }
   // Classification, for the few requests that ask for it: their responses are rewritten before
   // the frontend sees them. (The request keeps its model alive while its callback runs.)
   if (ClassificationRequest wanted = ClassificationOf(request->outputs); !wanted.empty()) {
@@ -214,7 +226,14 @@ std::shared_ptr<trace::Trace> InferenceServer::StartTrace(
   std::optional<trace::SpanContext> caller;
   if (traceparent) caller = trace::ParseTraceparent(*traceparent);
   request.trace = tracer_->Start(request.model_name, request.model->version(), caller);
-  if (request.trace) request.trace->SetRequestId(request.id);
+  if (!request.trace) return nullptr;
+  request.trace->SetRequestId(request.id);
+  if (request.trace->tensors()) {
+    for (const InferInput& in : request.inputs)
+      if (in.location.type != MemoryType::kGpu)
+        request.trace->RecordTensor("TENSOR_QUEUE_INPUT", in.name, in.datatype, in.shape, in.data,
+                                    in.byte_size);
+  }
   return request.trace;
 }
 

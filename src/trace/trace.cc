@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -345,11 +346,52 @@ void Trace::SetVersion(int64_t version) {
   version_ = version;
 }
 
+void Trace::RecordTensor(const char* activity, const std::string& name, DataType type,
+                         const std::vector<int64_t>& shape, const uint8_t* data, size_t bytes) {
+  if (!tensors() || data == nullptr) return;
+  std::string values;
+  if (type == DataType::kBytes) {  // length-prefixed strings
+    size_t at = 0, n = 0;
+    while (at + 4 <= bytes && n < kMaxTensorElements) {
+      uint32_t len = 0;
+      std::memcpy(&len, data + at, 4);
+      if (len > bytes - at - 4) break;
+      if (n++ != 0) values.push_back(',');
+      values.append(reinterpret_cast<const char*>(data + at + 4), len);
+      at += 4 + len;
+    }
+  } else {
+    const size_t size = DataTypeSize(type);
+    const size_t count = size == 0 ? 0 : std::min(bytes / size, kMaxTensorElements);
+    char buf[32];
+    for (size_t i = 0; i < count; ++i) {
+      if (i != 0) values.push_back(',');
+      snprintf(buf, sizeof buf, "%.9g", ElementAsDouble(type, data + i * size));
+      values += buf;
+    }
+  }
+  std::string entry = ",{\"id\":" + std::to_string(id_) + ",\"activity\":";
+  AppendJsonString(&entry, activity);
+  entry += ",\"tensor\":{\"name\":";
+  AppendJsonString(&entry, name);
+  entry += ",\"data\":";
+  AppendJsonString(&entry, values);
+  entry += ",\"shape\":";
+  const std::string dims = ShapeString(shape);  // "[1,16]": Triton writes "1,16"
+  AppendJsonString(&entry, std::string_view(dims).substr(1, dims.size() - 2));
+  entry += ",\"dtype\":";
+  AppendJsonString(&entry, DataTypeName(type));
+  entry += "}}";
+  std::lock_guard<std::mutex> lock(mu_);
+  tensors_json_ += entry;
+}
+
 std::shared_ptr<Trace> Trace::Child(const std::string& model, int64_t version) {
   std::shared_ptr<Trace> child(new Trace());
   child->id_ = NextId();
   child->root_ = root_ ? root_ : shared_from_this();
   child->setting_ = setting_;
+  child->level_ = level_;
   child->model_ = model;
   child->version_ = version;
   child->parent_id_ = id_;
@@ -385,6 +427,7 @@ void Trace::AppendTritonJson(std::string* out) const {
     *out += ",\"ns\":" + std::to_string(ns) + "}";
   }
   *out += "]}";
+  *out += tensors_json_;
   *out += children_json_;
 }
 
@@ -583,6 +626,8 @@ std::shared_ptr<Trace> TraceManager::Start(const std::string& model, int64_t ver
   t->id_ = NextId();
   t->model_ = model;
   t->version_ = version;
+  // Tensor contents go to Triton's trace file only (OpenTelemetry mode has no TENSORS level).
+  t->level_ = config_.mode == Mode::kTriton ? setting->level : setting->level & ~kTensors;
   t->setting_ = std::move(setting);
   if (caller && config_.mode == Mode::kOpenTelemetry) {
     t->context_.trace_id = caller->trace_id;

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/data_type.h"
 #include "common/status.h"
 
 namespace nereid::trace {
@@ -56,6 +57,12 @@ class Trace : public std::enable_shared_from_this<Trace> {
                   uint64_t compute_input_end, uint64_t compute_output_start, uint64_t compute_end,
                   uint64_t end);
   void SetRequestId(std::string id);
+  // The TENSORS level: a tensor's contents (host memory) as Triton's trace file shows them, under
+  // 'activity' (TENSOR_QUEUE_INPUT, TENSOR_BACKEND_OUTPUT); at most kMaxTensorElements elements.
+  bool tensors() const { return (level_ & kTensors) != 0; }
+  void RecordTensor(const char* activity, const std::string& name, DataType type,
+                    const std::vector<int64_t>& shape, const uint8_t* data, size_t bytes);
+  static constexpr size_t kMaxTensorElements = 65536;
   // The version the request was routed to (an ensemble step's config may say -1: newest).
   void SetVersion(int64_t version);
   // A step of this (ensemble) request on 'model'.
@@ -79,6 +86,8 @@ class Trace : public std::enable_shared_from_this<Trace> {
   std::array<uint8_t, 8> parent_span_{};  // the caller's span (root) or the ensemble's model span
   bool has_parent_span_ = false;
   bool ended_ = false;
+  uint32_t level_ = 0;
+  std::string tensors_json_;  // TENSORS level entries
   mutable std::mutex mu_;
   std::vector<std::pair<std::string_view, uint64_t>> timestamps_;  // names: literals
   std::string children_json_;                // finished children (Triton mode)

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import Server, http_status, simple_inputs
+from conftest import SIMPLE_SUM, Server, http_status, simple_inputs
 from test_ensemble import make_repository
 
 START = ["--trace-config", "triton,file={file}", "--trace-config", "level=TIMESTAMPS",
@@ -367,6 +367,26 @@ def test_bad_trace_config_stops_the_server_with_the_reason(repository, bad, mess
     with pytest.raises(RuntimeError, match=message):
         extra = ["--trace-config", "mode=opentelemetry"] if "url" in bad else []
         Server(repository, *extra, "--trace-config", bad)
+
+
+def test_tensors_level_writes_inputs_and_outputs(repository, tmp_path):
+    file = str(tmp_path / "tensors.json")
+    server = Server(repository, *args(file), "--trace-config", "level=TENSORS")
+    try:
+        h = httpclient.InferenceServerClient(server.url)
+        assert h.get_trace_settings()["trace_level"] == ["TIMESTAMPS", "TENSORS"]
+        h.infer("simple", simple_inputs(httpclient))
+    finally:
+        assert server.stop() == 0, server.read_log()
+    with open(file) as f:
+        entries = json.load(f)
+    tensors = {(e["activity"], e["tensor"]["name"]): e["tensor"] for e in entries if "activity" in e}
+    assert set(tensors) == {("TENSOR_QUEUE_INPUT", "INPUT0"), ("TENSOR_QUEUE_INPUT", "INPUT1"),
+                            ("TENSOR_BACKEND_OUTPUT", "OUTPUT0"), ("TENSOR_BACKEND_OUTPUT", "OUTPUT1")}
+    out = tensors[("TENSOR_BACKEND_OUTPUT", "OUTPUT0")]
+    assert out["dtype"] == "INT32" and out["shape"] == "1,16"
+    got = np.array([int(v) for v in out["data"].split(",")]).reshape(1, 16)
+    assert (got == SIMPLE_SUM).all()
 
 
 def test_deprecated_flags_still_work(repository, tmp_path):

@@ -124,6 +124,37 @@ TEST(TraceTest, RateAndCountPickWhichRequestsAreTraced) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TraceTest, TensorsLevelWritesTensorContentsAsTritonDoes) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("nereid_tensors_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  TraceConfig c;
+  c.file = (dir / "t.json").string();
+  c.level = kTimestamps | kTensors;
+  c.rate = 1;
+  {
+    auto m = Manager(c);
+    auto t = m->Start("m", 1, std::nullopt);
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(t->tensors());
+    const float f[3] = {1.5f, -2.0f, 3.0f};
+    t->RecordTensor("TENSOR_QUEUE_INPUT", "X", DataType::kFp32, {1, 3},
+                    reinterpret_cast<const uint8_t*>(f), sizeof f);
+    // BYTES: length-prefixed; a length running past the end stops the listing.
+    const uint8_t b[] = {2, 0, 0, 0, 'h', 'i', 1, 0, 0, 0, '"', 99, 0, 0, 0};
+    t->RecordTensor("TENSOR_BACKEND_OUTPUT", "S", DataType::kBytes, {2}, b, sizeof b);
+  }
+  std::ifstream f(dir / "t.json");
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_NE(text.str().find("\"activity\":\"TENSOR_QUEUE_INPUT\",\"tensor\":{\"name\":\"X\","
+                            "\"data\":\"1.5,-2,3\",\"shape\":\"1,3\",\"dtype\":\"FP32\"}"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("\"data\":\"hi,\\\"\""), std::string::npos) << text.str();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TraceTest, OpenTelemetryTracesEveryRequestWithAContextEvenAtRateZero) {
   TraceConfig c;
   c.mode = Mode::kOpenTelemetry;
