@@ -58,6 +58,7 @@ ma() {  # ma NAME MODE YAML-LINES...: one model_analyzer profile, then its summa
 "$NEREID_BIN" serve --model-repository="$M" --model-control-mode=explicit --load-model=simple \
   --load-model=recommend_model --exit-on-error=false --http-port=8000 --grpc-port=8001 --metrics-port=8002 > "$OUT/nereid_remote.log" 2>&1 &
 SERVER=$!
+trap 'kill $SERVER 2>/dev/null' EXIT
 PYTHON=python3
 . bench/common.sh
 wait_ready http://localhost:8000/v2/health/ready 300 || { tail "$OUT/nereid_remote.log"; exit 1; }
