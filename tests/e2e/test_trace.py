@@ -171,7 +171,7 @@ def test_trace_count_stops_tracing_and_reads_back_zero(repository, tmp_path):
 def test_ensemble_steps_are_children_of_the_ensembles_trace(repository, tmp_path):
     file = str(tmp_path / "trace.json")
     repo = make_repository(str(tmp_path), repository)
-    server = Server(repo, *args(file))
+    server = Server(repo, *args(file), "--trace-config", "level=TENSORS")
     try:
         c = httpclient.InferenceServerClient(server.url)
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -195,6 +195,15 @@ def test_ensemble_steps_are_children_of_the_ensembles_trace(repository, tmp_path
     parents = sorted(t["parent_id"] for _, t in by_model["simple"])
     assert parents == sorted([nested_id] + [ens_id] * 2)
     assert "HTTP_RECV_START" in nested["timestamps"] and "HTTP_RECV_START" not in ens["timestamps"]
+    # TENSORS: every step records what it was given and what it gave, under its own id.
+    with open(file) as f:
+        tensors = [e for e in json.load(f) if "activity" in e]
+    simple_ids = {i for i, _ in by_model["simple"]}
+    for i in simple_ids:
+        got = {(e["activity"], e["tensor"]["name"]) for e in tensors if e["id"] == i}
+        assert {("TENSOR_QUEUE_INPUT", "INPUT0"), ("TENSOR_QUEUE_INPUT", "INPUT1")} <= got, got
+        # only the outputs the ensemble reads are asked of a step
+        assert any(a == "TENSOR_BACKEND_OUTPUT" for a, _ in got), got
     for _, t in by_model["simple"]:
         assert t["timestamps"]["COMPUTE_START"] <= t["timestamps"]["COMPUTE_END"]
         assert nested["timestamps"]["REQUEST_START"] <= t["timestamps"]["REQUEST_START"]
