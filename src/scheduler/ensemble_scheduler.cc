@@ -276,11 +276,6 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
       out.device_ok = !is_output_[t];  // read by steps only: it may stay on a GPU
     }
   r->times.received_ns = SteadyNowNs();
-  if (r->trace && r->trace->tensors())  // the TENSORS level: what this step was given
-    for (const InferInput& in : r->inputs)
-      if (in.location.type != MemoryType::kGpu)
-        r->trace->RecordTensor("TENSOR_QUEUE_INPUT", in.name, in.datatype, in.shape, in.data,
-                               in.byte_size);
   r->on_complete = [this, context, index](std::unique_ptr<InferenceResponse> response) {
     StepDone(context, index, std::move(response));
   };

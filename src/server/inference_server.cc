@@ -184,7 +184,13 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   if (!model) return Internal("request was not routed to a model");
   if (request->trace) {
     request->trace->SetVersion(model->version());
-    if (request->trace->tensors())  // the TENSORS level: the outputs the final response carries
+    // The TENSORS level (a client's request or an ensemble step alike): the inputs as given (host
+    // memory), then the outputs the final response carries.
+    if (request->trace->tensors()) {
+      for (const InferInput& in : request->inputs)
+        if (in.location.type != MemoryType::kGpu)
+          request->trace->RecordTensor("TENSOR_QUEUE_INPUT", in.name, in.datatype, in.shape,
+                                       in.data, in.byte_size);
       request->on_complete = [trace = request->trace, deliver = std::move(request->on_complete)](
                                  std::unique_ptr<InferenceResponse> response) {
         if (response->status.ok())
@@ -194,6 +200,7 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
                                   out.bytes(), out.byte_size());
         if (deliver) deliver(std::move(response));
       };
+    }
   }
   // Classification, for the few requests that ask for it: their responses are rewritten before
   // the frontend sees them. (The request keeps its model alive while its callback runs.)
@@ -228,12 +235,6 @@ std::shared_ptr<trace::Trace> InferenceServer::StartTrace(
   request.trace = tracer_->Start(request.model_name, request.model->version(), caller);
   if (!request.trace) return nullptr;
   request.trace->SetRequestId(request.id);
-  if (request.trace->tensors()) {
-    for (const InferInput& in : request.inputs)
-      if (in.location.type != MemoryType::kGpu)
-        request.trace->RecordTensor("TENSOR_QUEUE_INPUT", in.name, in.datatype, in.shape, in.data,
-                                    in.byte_size);
-  }
   return request.trace;
 }
 

@@ -189,32 +189,35 @@ struct TraceFile {
 // (the others follow the global setting), and the sampling state. Replaced, never changed, on an
 // update; traces sampled under it keep it alive until they are written.
 struct Setting {
-  uint32_t level = 0, rate = 1000, log_frequency = 0;
-  int32_t count = -1;  // changes as traces are taken (under mu)
-  bool level_set = false, rate_set = false, count_set = false, frequency_set = false;
+  SettingValues values;  // values.count changes as traces are taken (under mu)
+  SettingSpecified specified;
   Mode mode = Mode::kTriton;
   std::shared_ptr<TraceFile> file;
   std::shared_ptr<OtlpExporter> exporter;
 
-  std::mutex mu;
+  mutable std::mutex mu;
   uint64_t sampled = 0, taken = 0, written = 0, in_stream = 0;
   std::string stream;
 
+  SettingValues Snapshot() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return values;
+  }
+  bool HasFile() const { return mode != Mode::kTriton || (file && !file->path.empty()); }
   std::string Invalid() const {
-    if (level == 0) return "tracing is disabled";
-    if (rate == 0) return "sample rate must be non-zero";
-    if (mode == Mode::kTriton && (!file || file->path.empty()))
-      return "trace file name is not given";
+    if (values.level == 0) return "tracing is disabled";
+    if (values.rate == 0) return "sample rate must be non-zero";
+    if (!HasFile()) return "trace file name is not given";
     return "";
   }
   // Whether the next request is traced ('forced': it carries a trace context).
   bool Sample(bool forced) {
     std::lock_guard<std::mutex> lock(mu);
-    if (level == 0) return false;
+    if (values.level == 0) return false;
     bool hit = false;
-    if (rate != 0 && count != 0 && (mode != Mode::kTriton || (file && !file->path.empty()))) {
-      hit = ++sampled % rate == 0;
-      if (hit && count > 0) --count;
+    if (values.rate != 0 && values.count != 0 && HasFile()) {
+      hit = ++sampled % values.rate == 0;
+      if (hit && values.count > 0) --values.count;
     }
     if (hit || forced) ++taken;
     return hit || forced;
@@ -232,7 +235,8 @@ struct Setting {
     if (in_stream++ != 0) stream += ",";
     stream += json;
     ++written;
-    if ((count == 0 && written == taken) || (log_frequency != 0 && in_stream >= log_frequency)) {
+    if ((values.count == 0 && written == taken) ||
+        (values.log_frequency != 0 && in_stream >= values.log_frequency)) {
       std::string out;
       out.swap(stream);
       in_stream = 0;
@@ -241,7 +245,8 @@ struct Setting {
     }
   }
   ~Setting() {
-    if (mode == Mode::kTriton && in_stream != 0 && file) file->Save(stream, log_frequency != 0);
+    if (mode == Mode::kTriton && in_stream != 0 && file)
+      file->Save(stream, values.log_frequency != 0);
   }
 };
 
@@ -583,7 +588,8 @@ StatusOr<std::shared_ptr<TraceManager>> TraceManager::Create(TraceConfig config)
 TraceManager::TraceManager(TraceConfig config, std::shared_ptr<OtlpExporter> exporter)
     : config_(std::move(config)), exporter_(std::move(exporter)) {
   file_ = std::make_shared<TraceFile>(config_.file);
-  global_ = Make({config_.level, config_.rate, config_.log_frequency, config_.count}, {});
+  startup_ = {config_.level, config_.rate, config_.log_frequency, config_.count};
+  global_ = Make(startup_, {});
   if (const std::string why = global_->Invalid();
       config_.level != 0 && !why.empty() && !(config_.rate == 0 && exporter_))
     LOG_WARNING << "tracing is configured but takes no traces: " << why;
@@ -595,16 +601,11 @@ TraceManager::~TraceManager() {
   global_.reset();
 }
 
-std::shared_ptr<Setting> TraceManager::Make(const Values& v, const Specified& s) const {
+std::shared_ptr<Setting> TraceManager::Make(const SettingValues& v,
+                                            const SettingSpecified& s) const {
   auto setting = std::make_shared<Setting>();
-  setting->level = v.level;
-  setting->rate = v.rate;
-  setting->count = v.count;
-  setting->log_frequency = v.log_frequency;
-  setting->level_set = s.level;
-  setting->rate_set = s.rate;
-  setting->count_set = s.count;
-  setting->frequency_set = s.log_frequency;
+  setting->values = v;
+  setting->specified = s;
   setting->mode = config_.mode;
   setting->file = file_;
   setting->exporter = exporter_;
@@ -627,7 +628,8 @@ std::shared_ptr<Trace> TraceManager::Start(const std::string& model, int64_t ver
   t->model_ = model;
   t->version_ = version;
   // Tensor contents go to Triton's trace file only (OpenTelemetry mode has no TENSORS level).
-  t->level_ = config_.mode == Mode::kTriton ? setting->level : setting->level & ~kTensors;
+  const uint32_t level = setting->values.level;  // (only count changes)
+  t->level_ = config_.mode == Mode::kTriton ? level : level & ~kTensors;
   t->setting_ = std::move(setting);
   if (caller && config_.mode == Mode::kOpenTelemetry) {
     t->context_.trace_id = caller->trace_id;
@@ -642,21 +644,17 @@ std::shared_ptr<Trace> TraceManager::Start(const std::string& model, int64_t ver
 }
 
 SettingMap TraceManager::Render(const Setting& s) const {
+  const SettingValues v = s.Snapshot();
   SettingMap m;
   std::vector<std::string> levels;
-  if (s.level == 0) levels.emplace_back("OFF");
-  if (s.level & kTimestamps) levels.emplace_back("TIMESTAMPS");
-  if (s.level & kTensors) levels.emplace_back("TENSORS");
+  if (v.level == 0) levels.emplace_back("OFF");
+  if (v.level & kTimestamps) levels.emplace_back("TIMESTAMPS");
+  if (v.level & kTensors) levels.emplace_back("TENSORS");
   m.emplace_back(kKeyLevel, levels);
-  m.emplace_back(kKeyRate, std::vector<std::string>{std::to_string(s.rate)});
-  int32_t count;
-  {
-    std::lock_guard<std::mutex> lock(const_cast<Setting&>(s).mu);
-    count = s.count;
-  }
-  m.emplace_back(kKeyCount, std::vector<std::string>{std::to_string(count)});
+  m.emplace_back(kKeyRate, std::vector<std::string>{std::to_string(v.rate)});
+  m.emplace_back(kKeyCount, std::vector<std::string>{std::to_string(v.count)});
   if (config_.mode == Mode::kTriton) {
-    m.emplace_back(kKeyFrequency, std::vector<std::string>{std::to_string(s.log_frequency)});
+    m.emplace_back(kKeyFrequency, std::vector<std::string>{std::to_string(v.log_frequency)});
     m.emplace_back(kKeyFile, std::vector<std::string>{config_.file});
     m.emplace_back(kKeyMode, std::vector<std::string>{"triton"});
   } else {
@@ -687,8 +685,7 @@ StatusOr<SettingMap> TraceManager::Update(const std::string& model, const Settin
       // The models that follow the global setting in part follow the new one.
       std::vector<std::string> partial;
       for (const auto& [name, s] : models_)
-        if (!(s->level_set && s->rate_set && s->count_set && s->frequency_set))
-          partial.push_back(name);
+        if (!s->specified.all()) partial.push_back(name);
       for (const std::string& name : partial) RETURN_IF_ERROR(Rebuild(name, {}));
     }
   }
@@ -696,73 +693,47 @@ StatusOr<SettingMap> TraceManager::Update(const std::string& model, const Settin
 }
 
 Status TraceManager::Rebuild(const std::string& model, const SettingUpdate& update) {
-  // Under mu_. A model's unset values follow the global setting; the global's, the start-up ones.
-  const Setting* current = nullptr;
-  Values v;
-  if (model.empty()) {
-    current = global_.get();
-    v = {config_.level, config_.rate, config_.log_frequency, config_.count};
-  } else {
-    if (auto it = models_.find(model); it != models_.end()) current = it->second.get();
-    std::lock_guard<std::mutex> lock(global_->mu);
-    v = {global_->level, global_->rate, global_->log_frequency, global_->count};
+  // Under mu_. What a setting does not specify itself follows its fallback: the global setting for
+  // a model, the start-up values for the global setting.
+  const Setting* current = global_.get();
+  if (!model.empty()) {
+    auto it = models_.find(model);
+    current = it == models_.end() ? nullptr : it->second.get();
   }
-  Specified s;
-  if (current) {
-    s = {current->level_set, current->rate_set, current->count_set, current->frequency_set};
-    std::lock_guard<std::mutex> lock(const_cast<Setting*>(current)->mu);
-    if (s.level) v.level = current->level;
-    if (s.rate) v.rate = current->rate;
-    if (s.count) v.count = current->count;
-    if (s.log_frequency) v.log_frequency = current->log_frequency;
-  }
+  const SettingValues fallback = model.empty() ? startup_ : global_->Snapshot();
+  SettingValues own = current ? current->Snapshot() : fallback;
+  SettingSpecified s = current ? current->specified : SettingSpecified{};
   for (const auto& [key, value] : update) {
     if (key == kKeyLevel) {
       s.level = value.has_value();
       if (value) {
-        ASSIGN_OR_RETURN(v.level, ParseLevels(*value));
-      } else if (model.empty()) {
-        v.level = config_.level;
-      } else {
-        v.level = global_->level;
+        ASSIGN_OR_RETURN(own.level, ParseLevels(*value));
       }
       continue;
     }
-    std::string text;
-    if (value) {
-      if (value->size() != 1)
-        return InvalidArgument("trace setting '" + key + "' expects a single string value");
-      text = value->front();
-    }
-    if (key == kKeyRate) {
-      s.rate = value.has_value();
-      if (value) {
-        ASSIGN_OR_RETURN(uint64_t n,
-                         ParseUnsigned(key, text, std::numeric_limits<uint32_t>::max()));
-        v.rate = static_cast<uint32_t>(n);
-      } else {
-        v.rate = model.empty() ? config_.rate : global_->rate;
-      }
-    } else if (key == kKeyCount) {
-      s.count = value.has_value();
-      if (value) {
-        ASSIGN_OR_RETURN(v.count, ParseCount(key, text));
-      } else {
-        std::lock_guard<std::mutex> lock(global_->mu);
-        v.count = model.empty() ? config_.count : global_->count;
-      }
-    } else if (key == kKeyFrequency) {
-      s.log_frequency = value.has_value();
-      if (value) {
-        ASSIGN_OR_RETURN(uint64_t n,
-                         ParseUnsigned(key, text, std::numeric_limits<uint32_t>::max()));
-        v.log_frequency = static_cast<uint32_t>(n);
-      } else {
-        v.log_frequency = model.empty() ? config_.log_frequency : global_->log_frequency;
-      }
-    }
+    if (value && value->size() != 1)
+      return InvalidArgument("trace setting '" + key + "' expects a single string value");
     // Other keys (trace_mode, the OpenTelemetry ones) are not settable and are ignored, as Triton.
+    bool* specified = key == kKeyRate        ? &s.rate
+                      : key == kKeyCount     ? &s.count
+                      : key == kKeyFrequency ? &s.log_frequency
+                                             : nullptr;
+    if (specified == nullptr) continue;
+    *specified = value.has_value();
+    if (!value) continue;
+    if (key == kKeyCount) {
+      ASSIGN_OR_RETURN(own.count, ParseCount(key, value->front()));
+    } else {
+      ASSIGN_OR_RETURN(uint64_t n,
+                       ParseUnsigned(key, value->front(), std::numeric_limits<uint32_t>::max()));
+      (key == kKeyRate ? own.rate : own.log_frequency) = static_cast<uint32_t>(n);
+    }
   }
+  SettingValues v = fallback;
+  if (s.level) v.level = own.level;
+  if (s.rate) v.rate = own.rate;
+  if (s.count) v.count = own.count;
+  if (s.log_frequency) v.log_frequency = own.log_frequency;
   std::shared_ptr<Setting> next = Make(v, s);
   if (const std::string why = next->Invalid(); !why.empty() && v.level != 0)
     return InvalidArgument("Attempting to set invalid trace setting :" + why);

@@ -28,6 +28,17 @@ inline constexpr uint32_t kTimestamps = 1, kTensors = 2;
 class OtlpExporter;
 struct Setting;
 
+// The values of one trace setting (global, or a model's), and which of them a model set itself.
+struct SettingValues {
+  uint32_t level = 0, rate = 1000, log_frequency = 0;
+  int32_t count = -1;
+};
+struct SettingSpecified {
+  bool level = false, rate = false, count = false, log_frequency = false;
+  bool any() const { return level || rate || count || log_frequency; }
+  bool all() const { return level && rate && count && log_frequency; }
+};
+
 // A W3C trace context (the "traceparent" header or gRPC metadata).
 struct SpanContext {
   std::array<uint8_t, 16> trace_id{};
@@ -134,20 +145,13 @@ class TraceManager {
   Mode mode() const { return config_.mode; }
 
  private:
-  struct Values {
-    uint32_t level = 0, rate = 1000, log_frequency = 0;
-    int32_t count = -1;
-  };
-  struct Specified {
-    bool level = false, rate = false, count = false, log_frequency = false;
-    bool any() const { return level || rate || count || log_frequency; }
-  };
-  std::shared_ptr<Setting> Make(const Values& v, const Specified& s) const;
+  std::shared_ptr<Setting> Make(const SettingValues& v, const SettingSpecified& s) const;
   Status Rebuild(const std::string& model, const SettingUpdate& update);
   std::shared_ptr<Setting> For(const std::string& model) const;
   SettingMap Render(const Setting& s) const;
 
   TraceConfig config_;
+  SettingValues startup_;  // the global setting's values before any update (config_'s)
   std::shared_ptr<OtlpExporter> exporter_;
   std::shared_ptr<struct TraceFile> file_;
   mutable std::mutex mu_;

@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import SIMPLE_SUM, Server, http_status, simple_inputs
-from test_ensemble import make_repository
+from test_ensemble import inputs, make_repository
 
 START = ["--trace-config", "triton,file={file}", "--trace-config", "level=TIMESTAMPS",
          "--trace-config", "rate=1"]
@@ -175,12 +175,7 @@ def test_ensemble_steps_are_children_of_the_ensembles_trace(repository, tmp_path
     try:
         c = httpclient.InferenceServerClient(server.url)
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
-        ins = []
-        for name in ("X", "Y"):
-            i = httpclient.InferInput(name, [1, 16], "INT32")
-            i.set_data_from_numpy(a)
-            ins.append(i)
-        c.infer("nested", ins, request_id="n1")
+        c.infer("nested", inputs(httpclient, a, a, names=("X", "Y")), request_id="n1")
     finally:
         assert server.stop() == 0, server.read_log()
     traces = read_traces(file)
@@ -291,12 +286,7 @@ def test_spans_reach_an_otlp_receiver_with_the_callers_trace(repository, tmp_pat
         # An ensemble: its steps' model spans under the ensemble's.
         ens_trace, ens_span = secrets.token_hex(16), secrets.token_hex(8)
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
-        ins = []
-        for name in ("A", "B"):
-            i = httpclient.InferInput(name, [1, 16], "INT32")
-            i.set_data_from_numpy(a)
-            ins.append(i)
-        h.infer("ens", ins, headers={"traceparent": f"00-{ens_trace}-{ens_span}-01"})
+        h.infer("ens", inputs(httpclient, a, a), headers={"traceparent": f"00-{ens_trace}-{ens_span}-01"})
         # 2 x (request, model, queue, compute) + ensemble (request, model) + 3 x (model, queue, compute)
         spans = receiver.wait(4 * 2 + 2 + 3 * 3)
     finally:

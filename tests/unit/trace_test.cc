@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "test_repository.h"
+
 namespace nereid::trace {
 namespace {
 
@@ -15,6 +17,13 @@ std::string Value(const SettingMap& m, const std::string& key) {
   for (const auto& [k, v] : m)
     if (k == key) return v.empty() ? "" : v.front();
   return "<missing>";
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  return text.str();
 }
 
 std::shared_ptr<TraceManager> Manager(TraceConfig c) {
@@ -89,11 +98,9 @@ TEST(TraceTest, ModelSettingsFollowTheGlobalOnesTheyDoNotSet) {
 }
 
 TEST(TraceTest, RateAndCountPickWhichRequestsAreTraced) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("nereid_trace_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  testing::TempRepository dir;  // a directory of its own, removed at the end
   TraceConfig c;
-  c.file = (dir / "t.json").string();
+  c.file = (dir.root() / "t.json").string();
   c.level = kTimestamps;
   c.rate = 3;
   c.count = 2;
@@ -115,21 +122,16 @@ TEST(TraceTest, RateAndCountPickWhichRequestsAreTraced) {
     EXPECT_EQ(m->Start("m", 1, caller), nullptr);
   }
   // The count reached: both traces in t.json.0, as one JSON array.
-  std::ifstream f(dir / "t.json.0");
-  std::stringstream text;
-  text << f.rdbuf();
-  EXPECT_EQ(text.str().front(), '[');
-  EXPECT_NE(text.str().find("\"name\":\"COMPUTE_END\",\"ns\":40"), std::string::npos);
-  EXPECT_EQ(text.str().find("COMPUTE_INPUT_END"), std::string::npos);  // 0: not recorded
-  std::filesystem::remove_all(dir);
+  const std::string text = ReadFile(dir.root() / "t.json.0");
+  EXPECT_EQ(text.front(), '[');
+  EXPECT_NE(text.find("\"name\":\"COMPUTE_END\",\"ns\":40"), std::string::npos);
+  EXPECT_EQ(text.find("COMPUTE_INPUT_END"), std::string::npos);  // 0: not recorded
 }
 
 TEST(TraceTest, TensorsLevelWritesTensorContentsAsTritonDoes) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("nereid_tensors_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  testing::TempRepository dir;  // a directory of its own, removed at the end
   TraceConfig c;
-  c.file = (dir / "t.json").string();
+  c.file = (dir.root() / "t.json").string();
   c.level = kTimestamps | kTensors;
   c.rate = 1;
   {
@@ -144,15 +146,12 @@ TEST(TraceTest, TensorsLevelWritesTensorContentsAsTritonDoes) {
     const uint8_t b[] = {2, 0, 0, 0, 'h', 'i', 1, 0, 0, 0, '"', 99, 0, 0, 0};
     t->RecordTensor("TENSOR_BACKEND_OUTPUT", "S", DataType::kBytes, {2}, b, sizeof b);
   }
-  std::ifstream f(dir / "t.json");
-  std::stringstream text;
-  text << f.rdbuf();
-  EXPECT_NE(text.str().find("\"activity\":\"TENSOR_QUEUE_INPUT\",\"tensor\":{\"name\":\"X\","
-                            "\"data\":\"1.5,-2,3\",\"shape\":\"1,3\",\"dtype\":\"FP32\"}"),
+  const std::string text = ReadFile(dir.root() / "t.json");
+  EXPECT_NE(text.find("\"activity\":\"TENSOR_QUEUE_INPUT\",\"tensor\":{\"name\":\"X\","
+                      "\"data\":\"1.5,-2,3\",\"shape\":\"1,3\",\"dtype\":\"FP32\"}"),
             std::string::npos)
-      << text.str();
-  EXPECT_NE(text.str().find("\"data\":\"hi,\\\"\""), std::string::npos) << text.str();
-  std::filesystem::remove_all(dir);
+      << text;
+  EXPECT_NE(text.find("\"data\":\"hi,\\\"\""), std::string::npos) << text;
 }
 
 TEST(TraceTest, OpenTelemetryTracesEveryRequestWithAContextEvenAtRateZero) {
