@@ -31,6 +31,23 @@ namespace {
 
 namespace pb = inference;
 
+// A traced response's send: GRPC_SEND_START now, GRPC_SEND_END when it leaves scope (after the
+// response is handed to gRPC, on every return path). Nothing without a trace.
+class TracedSend {
+ public:
+  explicit TracedSend(trace::Trace* t) : t_(t) {
+    if (t_) t_->Record("GRPC_SEND_START", SteadyNowNs());
+  }
+  ~TracedSend() {
+    if (t_) t_->Record("GRPC_SEND_END", SteadyNowNs());
+  }
+  TracedSend(const TracedSend&) = delete;
+  TracedSend& operator=(const TracedSend&) = delete;
+
+ private:
+  trace::Trace* t_;
+};
+
 // Triton's gRPC code for each Status code: the one table of this protocol.
 grpc::StatusCode GrpcCodeFor(Status::Code code) {
   switch (code) {
@@ -894,13 +911,7 @@ class GrpcServer::Impl final : public ServiceBase {
   static void FinishInfer(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* raw_response,
                           const InferenceResponse& result,
                           const std::shared_ptr<trace::Trace>& traced) {
-    if (traced) traced->Record("GRPC_SEND_START", SteadyNowNs());
-    struct SendEnd {  // GRPC_SEND_END once Finish has taken the response, on every path
-      const std::shared_ptr<trace::Trace>& t;
-      ~SendEnd() {
-        if (t) t->Record("GRPC_SEND_END", SteadyNowNs());
-      }
-    } send_end{traced};
+    TracedSend send(traced.get());
     if (!result.status.ok()) return reactor->Finish(ToGrpc(result.status));
     try {
       pb::ModelInferResponse header;
@@ -1051,13 +1062,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     std::shared_ptr<trace::Trace> traced = server_->StartTrace(ctx_, *r, read_start);
     r->on_complete = [this, decoupled, empty_final,
                       traced](std::unique_ptr<InferenceResponse> result) {
-      if (traced && result->final) traced->Record("GRPC_SEND_START", SteadyNowNs());
-      struct SendEnd {  // once the final response is queued on the stream
-        trace::Trace* t;
-        ~SendEnd() {
-          if (t) t->Record("GRPC_SEND_END", SteadyNowNs());
-        }
-      } send_end{result->final ? traced.get() : nullptr};
+      TracedSend send(result->final ? traced.get() : nullptr);  // the final response's
       if (!result->status.ok())
         return Send(Error(result->model_name, result->id, result->status), true);
       if (result->empty_final && !empty_final) return Send(std::nullopt, true);
