@@ -265,6 +265,11 @@ void DynamicBatcher::HoldUntilQueued(size_t n) {
   cv_.notify_all();
 }
 
-void DynamicBatcher::Poke() { cv_.notify_all(); }
+void DynamicBatcher::Poke() {
+  // Taking the lock orders this wake-up after a batcher thread that read the clock and is about
+  // to wait: without it the notification can land in between and be lost.
+  { std::lock_guard<std::mutex> lock(mu_); }
+  cv_.notify_all();
+}
 
 }  // namespace nereid
