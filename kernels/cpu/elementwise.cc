@@ -1,6 +1,10 @@
 #include "cpu/elementwise.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +13,17 @@
 
 namespace nereid::kernels {
 namespace {
+
+// Below the vectors: the scalar forms every path ends with.
+inline float ReluScalar(float v) { return v > 0.f ? v : 0.f; }
+
+// Split by sign so exp never overflows.
+inline float SigmoidScalar(float v) {
+  const float e = std::exp(-std::fabs(v));
+  return v >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+#if defined(__x86_64__)
 
 // max(x, 0) with NaN -> 0, as 'x > 0 ? x : 0' gives (maxps returns its second operand on NaN).
 __attribute__((target("avx2"))) void ReluAvx2(const float* x, float* y, int64_t n) {
@@ -21,7 +36,7 @@ __attribute__((target("avx2"))) void ReluAvx2(const float* x, float* y, int64_t 
     _mm256_storeu_ps(y + i + 24, _mm256_max_ps(_mm256_loadu_ps(x + i + 24), zero));
   }
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), zero));
-  for (; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+  for (; i < n; ++i) y[i] = ReluScalar(x[i]);
 }
 
 // exp(v) for v <= 0 (no overflow), v >= -87.3 clamped (below, exp underflows to ~0 anyway):
@@ -59,28 +74,76 @@ __attribute__((target("avx2,fma"))) void SigmoidAvx2(const float* x, float* y, i
     out = _mm256_blendv_ps(out, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     _mm256_storeu_ps(y + i, out);
   }
-  for (; i < n; ++i) {
-    const float v = x[i];
-    const float e = std::exp(-std::fabs(v));
-    y[i] = v >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
-  }
+  for (; i < n; ++i) y[i] = SigmoidScalar(x[i]);
 }
+
+#elif defined(__aarch64__)
+
+// FMAXNM returns the number when the other operand is NaN: NaN -> 0, and -0 -> +0, as the scalar.
+void ReluNeon(const float* x, float* y, int64_t n) {
+  const float32x4_t zero = vdupq_n_f32(0.f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    vst1q_f32(y + i, vmaxnmq_f32(vld1q_f32(x + i), zero));
+    vst1q_f32(y + i + 4, vmaxnmq_f32(vld1q_f32(x + i + 4), zero));
+    vst1q_f32(y + i + 8, vmaxnmq_f32(vld1q_f32(x + i + 8), zero));
+    vst1q_f32(y + i + 12, vmaxnmq_f32(vld1q_f32(x + i + 12), zero));
+  }
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmaxnmq_f32(vld1q_f32(x + i), zero));
+  for (; i < n; ++i) y[i] = ReluScalar(x[i]);
+}
+
+// The AVX2 form's exp(v) for v <= 0, in NEON: the same range reduction and polynomial.
+inline float32x4_t ExpNonPositive(float32x4_t v) {
+  v = vmaxq_f32(v, vdupq_n_f32(-87.3f));
+  const float32x4_t k = vrndnq_f32(vmulq_n_f32(v, 1.44269504088896341f));
+  float32x4_t r = vfmsq_n_f32(v, k, 0.693359375f);  // v - k ln2, ln2 split hi/lo
+  r = vfmsq_n_f32(r, k, -2.12194440e-4f);
+  float32x4_t p = vdupq_n_f32(1.0f / 720);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
+  p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(k), vdupq_n_s32(127)), 23);
+  return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
+void SigmoidNeon(const float* x, float* y, int64_t n) {
+  const float32x4_t one = vdupq_n_f32(1.f);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float32x4_t v = vld1q_f32(x + i);
+    const float32x4_t e = ExpNonPositive(vnegq_f32(vabsq_f32(v)));  // e^-|v|
+    const float32x4_t inv = vdivq_f32(one, vaddq_f32(one, e));
+    float32x4_t out = vbslq_f32(vcltzq_f32(v), vmulq_f32(e, inv), inv);
+    out = vbslq_f32(vceqq_f32(v, v), out, v);  // NaN in, NaN out
+    vst1q_f32(y + i, out);
+  }
+  for (; i < n; ++i) y[i] = SigmoidScalar(x[i]);
+}
+
+#endif
 
 }  // namespace
 
 void Relu(const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
   if (HasAvx2Fma()) return ReluAvx2(x, y, n);
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+#elif defined(__aarch64__)
+  return ReluNeon(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = ReluScalar(x[i]);
 }
 
 void Sigmoid(const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
   if (HasAvx2Fma()) return SigmoidAvx2(x, y, n);
-  for (int64_t i = 0; i < n; ++i) {
-    // Split by sign so exp never overflows.
-    const float v = x[i];
-    const float e = std::exp(-std::fabs(v));
-    y[i] = v >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
-  }
+#elif defined(__aarch64__)
+  return SigmoidNeon(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = SigmoidScalar(x[i]);
 }
 
 void Tanh(const float* x, float* y, int64_t n) {

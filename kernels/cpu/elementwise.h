@@ -1,5 +1,5 @@
-// Float activation kernels of the native engine: AVX2 where the CPU has it (Relu and Sigmoid), a
-// portable loop otherwise. y may equal x (in place).
+// Float activation kernels of the native engine: AVX2 or NEON where the CPU has it (Relu and
+// Sigmoid), a portable loop otherwise. y may equal x (in place).
 #pragma once
 
 #include <cstdint>

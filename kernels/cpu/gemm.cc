@@ -1,6 +1,10 @@
 #include "cpu/gemm.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +13,7 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <utility>
 
 #include "cpu/cpu_features.h"
 
@@ -86,6 +91,8 @@ void MicroKernelPortable(int64_t kc, const float* a, const float* b, float alpha
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += alpha * acc[i][j];
 }
+
+#if defined(__x86_64__)
 
 // ROWS x 16 with AVX2/FMA over A panels packed STRIDE rows wide: ROWS == STRIDE is the full 6x16
 // tile; fewer rows serve the last, partial panel of a block without computing its zero padding.
@@ -176,6 +183,60 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
   }
 }
 
+#elif defined(__aarch64__)
+
+// One step of a NEON micro-kernel's row I: acc += A[I] * b, A[I] taken by lane from the two
+// registers that hold the panel's six values (FMLA by element: no broadcast instruction).
+template <int I>
+inline float32x4_t FmaByLane(float32x4_t acc, float32x4_t b, float32x4_t a03, float32x2_t a45) {
+  if constexpr (I < 4)
+    return vfmaq_laneq_f32(acc, b, a03, I);
+  else
+    return vfmaq_lane_f32(acc, b, a45, I - 4);
+}
+
+// ROWS x 16 with NEON over A panels packed kMr (6) rows wide: per step four loads of B, one
+// 4-wide and one 2-wide load of A (inside the panel whatever ROWS is) and 4 * ROWS FMLAs; the
+// full tile keeps 24 accumulators, 4 B and 2 A registers in AArch64's 32.
+template <int ROWS>
+void MicroKernelNeon(int64_t kc, const float* a, const float* b, float alpha, float* c, int64_t ldc,
+                     int64_t m, int64_t n) {
+  float32x4_t acc[ROWS][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_f32(0.f);
+  for (int64_t p = 0; p < kc; ++p) {
+    const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8),
+                      b3 = vld1q_f32(b + 12);
+    const float32x4_t a03 = vld1q_f32(a);
+    const float32x2_t a45 = vld1_f32(a + 4);
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((acc[I][0] = FmaByLane<I>(acc[I][0], b0, a03, a45),
+        acc[I][1] = FmaByLane<I>(acc[I][1], b1, a03, a45),
+        acc[I][2] = FmaByLane<I>(acc[I][2], b2, a03, a45),
+        acc[I][3] = FmaByLane<I>(acc[I][3], b3, a03, a45)),
+       ...);
+    }
+    (std::make_integer_sequence<int, ROWS>{});
+    a += kMr;
+    b += kNr;
+  }
+  if (m == ROWS && n == kNr) {
+    for (int i = 0; i < ROWS; ++i) {
+      float* ci = c + i * ldc;
+      for (int v = 0; v < 4; ++v)
+        vst1q_f32(ci + 4 * v, vfmaq_n_f32(vld1q_f32(ci + 4 * v), acc[i][v], alpha));
+    }
+    return;
+  }
+  float tile[ROWS][kNr];
+  for (int i = 0; i < ROWS; ++i)
+    for (int v = 0; v < 4; ++v) vst1q_f32(tile[i] + 4 * v, acc[i][v]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += alpha * tile[i][j];
+}
+
+#endif
+
 using MicroKernel = void (*)(int64_t, const float*, const float*, float, float*, int64_t, int64_t,
                              int64_t);
 
@@ -190,6 +251,7 @@ struct KernelConfig {
   const MicroKernel* partial = nullptr;
 };
 
+#if defined(__x86_64__)
 constexpr MicroKernel kAvx512Partial[] = {
     nullptr,
     MicroKernelAvx512<1, 12>,
@@ -212,13 +274,27 @@ constexpr MicroKernel kAvx2Partial[] = {
     MicroKernelAvx2<4>,
     MicroKernelAvx2<5>,
 };
+#elif defined(__aarch64__)
+constexpr MicroKernel kNeonPartial[] = {
+    nullptr,
+    MicroKernelNeon<1>,
+    MicroKernelNeon<2>,
+    MicroKernelNeon<3>,
+    MicroKernelNeon<4>,
+    MicroKernelNeon<5>,
+};
+#endif
 
 bool Always() { return true; }
 
 // Fastest first where one CPU runs several; Calibrate() decides between them.
 const KernelConfig kKernels[] = {
+#if defined(__x86_64__)
     {"avx512-12x32", MicroKernelAvx512<12>, 12, 32, 256, 96, 3072, HasAvx512F, kAvx512Partial},
     {"avx2-fma-6x16", MicroKernelAvx2<kMr>, kMr, kNr, 256, 72, 3072, HasAvx2Fma, kAvx2Partial},
+#elif defined(__aarch64__)
+    {"neon-6x16", MicroKernelNeon<kMr>, kMr, kNr, 256, 72, 3072, HasNeon, kNeonPartial},
+#endif
     {"portable-6x16", MicroKernelPortable, kMr, kNr, 256, 72, 3072, Always},
 };
 
@@ -288,6 +364,8 @@ void ScaleC(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
       for (int64_t j = 0; j < n; ++j) row[j] *= beta;
   }
 }
+
+#if defined(__x86_64__)
 
 // C[i, :] += alpha * sum_p A[i, p] * B[p, :], streaming each row of B once (B not transposed).
 __attribute__((target("avx2,fma"))) void SmallMRowsAvx2(int64_t m, int64_t n, int64_t k,
@@ -399,6 +477,8 @@ __attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, in
   }
 }
 
+#endif
+
 }  // namespace
 
 const char* SgemmKernelName() { return SelectKernel().name; }
@@ -455,13 +535,51 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
   }
 }
 
+// The vector operations the small-M path needs, per instruction set: 8-wide AVX2/FMA or 4-wide
+// NEON. SIMD_TARGET is what a function using them must be compiled for.
+#if defined(__x86_64__)
+#define SIMD_TARGET __attribute__((target("avx2,fma")))
+struct SimdF32 {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  [[gnu::always_inline]] SIMD_TARGET static inline V Zero() { return _mm256_setzero_ps(); }
+  [[gnu::always_inline]] SIMD_TARGET static inline V Load(const float* p) {
+    return _mm256_load_ps(p);
+  }
+  [[gnu::always_inline]] SIMD_TARGET static inline V Set1(float x) { return _mm256_set1_ps(x); }
+  [[gnu::always_inline]] SIMD_TARGET static inline V Fma(V x, V b, V acc) {
+    return _mm256_fmadd_ps(x, b, acc);
+  }
+  [[gnu::always_inline]] SIMD_TARGET static inline V Add(V x, V y) { return _mm256_add_ps(x, y); }
+  [[gnu::always_inline]] SIMD_TARGET static inline void Store(float* p, V v) {
+    _mm256_store_ps(p, v);
+  }
+};
+bool HasSmallMSimd() { return HasAvx2Fma(); }
+#elif defined(__aarch64__)
+#define SIMD_TARGET
+struct SimdF32 {
+  using V = float32x4_t;
+  static constexpr int kWidth = 4;
+  static V Zero() { return vdupq_n_f32(0.f); }
+  static V Load(const float* p) { return vld1q_f32(p); }
+  static V Set1(float x) { return vdupq_n_f32(x); }
+  static V Fma(V x, V b, V acc) { return vfmaq_f32(acc, x, b); }
+  static V Add(V x, V y) { return vaddq_f32(x, y); }
+  static void Store(float* p, V v) { vst1q_f32(p, v); }
+};
+bool HasSmallMSimd() { return HasNeon(); }
+#endif
+
+#if defined(__x86_64__) || defined(__aarch64__)
+
 // C[0..M) += alpha * A * B for few rows of A, streaming B's packed panels once: each panel is
 // [k][nr] contiguous, so this is a sequential read of the whole matrix (a GEMV at memory speed).
 template <int M, int64_t nr>
-__attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b, float alpha,
-                                                          const float* a, int64_t lda, bool trans_a,
-                                                          float* c, int64_t ldc) {
-  constexpr int kVecs = nr / 8;
+SIMD_TARGET void SmallMPackedSimd(const PackedMatrixB& b, float alpha, const float* a, int64_t lda,
+                                  bool trans_a, float* c, int64_t ldc) {
+  using S = SimdF32;
+  constexpr int kVecs = nr / S::kWidth;
   constexpr int kU = M * kVecs >= 8 ? 1 : 8 / (M * kVecs);  // 8 accumulators in all
   for (int64_t jc = 0; jc < b.n(); jc += b.nc()) {
     const int64_t nc = std::min(b.nc(), b.n() - jc);
@@ -472,23 +590,23 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
         const float* panel = block + jr * kc;
         // kU independent accumulator sets over interleaved steps of p: with one or two rows, a
         // single set would be bound by the FMA latency (two chains), not by reading B.
-        __m256 acc[kU][M][kVecs];
+        typename S::V acc[kU][M][kVecs];
 #pragma GCC unroll 4
         for (int u = 0; u < kU; ++u)
 #pragma GCC unroll 4
           for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-            for (int v = 0; v < kVecs; ++v) acc[u][i][v] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+            for (int v = 0; v < kVecs; ++v) acc[u][i][v] = S::Zero();
         int64_t p = 0;
-        auto step = [&](int u, int64_t q) __attribute__((always_inline, target("avx2,fma"))) {
-          __m256 bv[kVecs];
-#pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) bv[v] = _mm256_load_ps(panel + q * nr + 8 * v);
+        auto step = [&](int u, int64_t q) __attribute__((always_inline)) SIMD_TARGET {
+          typename S::V bv[kVecs];
+#pragma GCC unroll 8
+          for (int v = 0; v < kVecs; ++v) bv[v] = S::Load(panel + q * nr + S::kWidth * v);
 #pragma GCC unroll 4
           for (int i = 0; i < M; ++i) {
-            const __m256 x = _mm256_set1_ps(trans_a ? a[(pc + q) * lda + i] : a[i * lda + pc + q]);
-#pragma GCC unroll 4
-            for (int v = 0; v < kVecs; ++v) acc[u][i][v] = _mm256_fmadd_ps(x, bv[v], acc[u][i][v]);
+            const typename S::V x = S::Set1(trans_a ? a[(pc + q) * lda + i] : a[i * lda + pc + q]);
+#pragma GCC unroll 8
+            for (int v = 0; v < kVecs; ++v) acc[u][i][v] = S::Fma(x, bv[v], acc[u][i][v]);
           }
         };
         for (; p + kU <= kc; p += kU)
@@ -499,14 +617,13 @@ __attribute__((target("avx2,fma"))) void SmallMPackedAvx2(const PackedMatrixB& b
         for (int u = 1; u < kU; ++u)
 #pragma GCC unroll 4
           for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-            for (int v = 0; v < kVecs; ++v)
-              acc[0][i][v] = _mm256_add_ps(acc[0][i][v], acc[u][i][v]);
+#pragma GCC unroll 8
+            for (int v = 0; v < kVecs; ++v) acc[0][i][v] = S::Add(acc[0][i][v], acc[u][i][v]);
         const int64_t cols = std::min(nr, nc - jr);
         for (int i = 0; i < M; ++i) {
           alignas(32) float out[nr];
-#pragma GCC unroll 4
-          for (int v = 0; v < kVecs; ++v) _mm256_store_ps(out + 8 * v, acc[0][i][v]);
+#pragma GCC unroll 8
+          for (int v = 0; v < kVecs; ++v) S::Store(out + S::kWidth * v, acc[0][i][v]);
           float* ci = c + i * ldc + jc + jr;
           for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * out[j];
         }
@@ -523,15 +640,22 @@ void SmallMPacked(int64_t m, const PackedMatrixB& b, float alpha, const float* a
                   bool trans_a, float* c, int64_t ldc) {
   switch (m) {
     case 1:
-      return SmallMPackedAvx2<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
+      return SmallMPackedSimd<1, nr>(b, alpha, a, lda, trans_a, c, ldc);
     case 2:
-      return SmallMPackedAvx2<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
+      return SmallMPackedSimd<2, nr>(b, alpha, a, lda, trans_a, c, ldc);
     case 3:
-      return SmallMPackedAvx2<3, nr>(b, alpha, a, lda, trans_a, c, ldc);
+      return SmallMPackedSimd<3, nr>(b, alpha, a, lda, trans_a, c, ldc);
     default:
-      return SmallMPackedAvx2<4, nr>(b, alpha, a, lda, trans_a, c, ldc);
+      return SmallMPackedSimd<4, nr>(b, alpha, a, lda, trans_a, c, ldc);
   }
 }
+
+#else
+bool HasSmallMSimd() { return false; }
+template <int64_t nr>
+void SmallMPacked(int64_t, const PackedMatrixB&, float, const float*, int64_t, bool, float*,
+                  int64_t) {}
+#endif
 
 }  // namespace
 
@@ -573,7 +697,7 @@ void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t l
   ScaleC(m, n, beta, c, ldc);
   if (k <= 0 || alpha == 0.f) return;
   const KernelConfig& cfg = KernelByIndex(b.kernel());
-  if (m <= 4 && HasAvx2Fma() && (b.nr() == 16 || b.nr() == 32)) {
+  if (m <= 4 && HasSmallMSimd() && (b.nr() == 16 || b.nr() == 32)) {
     if (b.nr() == 16) return SmallMPacked<16>(m, b, alpha, a, lda, trans_a, c, ldc);
     return SmallMPacked<32>(m, b, alpha, a, lda, trans_a, c, ldc);
   }
@@ -587,6 +711,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   ScaleC(m, n, beta, c, ldc);
   if (k <= 0 || alpha == 0.f) return;
 
+#if defined(__x86_64__)
   if (HasAvx2Fma()) {
     if (m <= 4 && !trans_b) {
       SmallMRowsAvx2(m, n, k, alpha, a, lda, trans_a, b, ldb, c, ldc);
@@ -598,6 +723,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
       return;
     }
   }
+#endif
 
   const KernelConfig& k_cfg = SelectKernel();
   thread_local Buffer packed_b;

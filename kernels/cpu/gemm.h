@@ -1,7 +1,7 @@
 // Single-precision GEMM for the native engine: C = alpha * op(A) * op(B) + beta * C, row-major.
 // Cache-blocked (BLIS-style packing of A and B panels) with an AVX-512 12x32 or AVX2/FMA 6x16
-// micro-kernel selected at run time and a portable fallback. Small-M products (batch-1 inference)
-// take a streaming path that reads B once without packing.
+// micro-kernel selected at run time (x86-64), a NEON 6x16 one (AArch64) and a portable fallback.
+// Small-M products (batch-1 inference) take a streaming path that reads B once without packing.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t l
 
 // The micro-kernel Sgemm uses: the fastest this CPU supports, measured once at first use (a few
 // milliseconds), unless NEREID_SGEMM_KERNEL names one ("avx512-12x32", "avx2-fma-6x16",
-// "portable-6x16").
+// "neon-6x16", "portable-6x16").
 const char* SgemmKernelName();
 // The micro-kernels this CPU supports.
 std::vector<std::string> SgemmKernels();

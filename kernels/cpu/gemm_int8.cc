@@ -1,6 +1,10 @@
 #include "cpu/gemm_int8.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -16,8 +20,10 @@ namespace {
 constexpr int64_t kPanel = 16;  // output channels per packed panel
 constexpr int kMaxRows = 4;     // rows of x per micro-kernel call
 
-enum class Kernel { kPortable = 0, kAvx2 = 1, kVnni = 2 };
-const char* const kNames[] = {"portable", "avx2", "avx512-vnni"};
+// Slower to faster within an architecture: the last one supported is the default.
+enum class Kernel { kPortable = 0, kAvx2, kVnni, kNeon, kNeonDot, kCount };
+const char* const kNames[] = {"portable", "avx2", "avx512-vnni", "neon", "neon-dotprod"};
+constexpr int kKernelCount = static_cast<int>(Kernel::kCount);
 
 bool Supported(Kernel k) {
   switch (k) {
@@ -25,6 +31,10 @@ bool Supported(Kernel k) {
       return HasAvx512Vnni();
     case Kernel::kAvx2:
       return HasAvx2Fma();
+    case Kernel::kNeon:
+      return HasNeon();
+    case Kernel::kNeonDot:
+      return HasNeonDotProd();
     default:
       return true;
   }
@@ -33,9 +43,9 @@ bool Supported(Kernel k) {
 std::atomic<int>& Selected() {
   static std::atomic<int> selected = [] {
     if (const char* env = std::getenv("NEREID_INT8_KERNEL"))
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < kKernelCount; ++k)
         if (env == std::string(kNames[k]) && Supported(static_cast<Kernel>(k))) return k;
-    for (int k = 2; k > 0; --k)
+    for (int k = kKernelCount - 1; k > 0; --k)
       if (Supported(static_cast<Kernel>(k))) return k;
     return 0;
   }();
@@ -47,6 +57,8 @@ int32_t Load4(const void* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+
+#if defined(__x86_64__)
 
 // acc[r][c] for rows r < R of x (each k4 groups of 4 bytes, rows 'stride' bytes apart) against one
 // or two panels (16 channels each); 'x' is q + 128 as unsigned bytes.
@@ -114,6 +126,79 @@ __attribute__((target("avx2"))) void KernelAvx2(const int8_t* x, int64_t stride,
   }
 }
 
+#elif defined(__aarch64__)
+
+// acc[r][c] for rows r < R of x (signed bytes) against one panel with SDOT: each instruction adds
+// four 4-byte dot products, one per channel of a quarter panel (the packing's 4 consecutive k of a
+// channel are exactly SDOT's groups). x is read 16 bytes (four groups) at a time and used by lane.
+template <int R, int Lane>
+__attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void DotGroup(
+    int32x4_t (*a)[4], const int8_t* w, const int8x16_t* xv) {
+  const int8x16_t w0 = vld1q_s8(w), w1 = vld1q_s8(w + 16), w2 = vld1q_s8(w + 32),
+                  w3 = vld1q_s8(w + 48);
+  for (int r = 0; r < R; ++r) {
+    a[r][0] = vdotq_laneq_s32(a[r][0], w0, xv[r], Lane);
+    a[r][1] = vdotq_laneq_s32(a[r][1], w1, xv[r], Lane);
+    a[r][2] = vdotq_laneq_s32(a[r][2], w2, xv[r], Lane);
+    a[r][3] = vdotq_laneq_s32(a[r][3], w3, xv[r], Lane);
+  }
+}
+
+template <int R>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void KernelNeonDot(const int8_t* x,
+                                                                     int64_t stride, int64_t k4,
+                                                                     const int8_t* p0,
+                                                                     int32_t (*acc)[2 * kPanel]) {
+  int32x4_t a[R][4];
+  for (auto& row : a)
+    for (auto& v : row) v = vdupq_n_s32(0);
+  int8x16_t xv[R];
+  int64_t g = 0;
+  for (; g + 4 <= k4; g += 4) {
+    for (int r = 0; r < R; ++r) xv[r] = vld1q_s8(x + r * stride + 4 * g);
+    const int8_t* w = p0 + g * 64;
+    DotGroup<R, 0>(a, w, xv);
+    DotGroup<R, 1>(a, w + 64, xv);
+    DotGroup<R, 2>(a, w + 128, xv);
+    DotGroup<R, 3>(a, w + 192, xv);
+  }
+  for (; g < k4; ++g) {  // the last groups: x's four bytes in lane 0
+    for (int r = 0; r < R; ++r)
+      xv[r] = vreinterpretq_s8_s32(vdupq_n_s32(Load4(x + r * stride + 4 * g)));
+    DotGroup<R, 0>(a, p0 + g * 64, xv);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) vst1q_s32(acc[r] + 4 * v, a[r][v]);
+}
+
+// The same without SDOT (Armv8.0: Cortex-A53/A72): SMULL/SMULL2 multiply 8 bytes into int16
+// products (|p| <= 127 * 127, no saturation) and SADALP adds neighbouring pairs into int32, so each
+// accumulator holds two channels as two partial sums, paired up at the end. 8 accumulators a row:
+// two rows at a time fit the registers.
+template <int R>
+void KernelNeon(const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+                int32_t (*acc)[2 * kPanel]) {
+  static_assert(R <= 2);
+  int32x4_t a[R][8];
+  for (auto& row : a)
+    for (auto& v : row) v = vdupq_n_s32(0);
+  for (int64_t g = 0; g < k4; ++g) {
+    int8x16_t w[4];
+    for (int v = 0; v < 4; ++v) w[v] = vld1q_s8(p0 + g * 64 + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      const int8x16_t xb = vreinterpretq_s8_s32(vdupq_n_s32(Load4(x + r * stride + 4 * g)));
+      for (int v = 0; v < 4; ++v) {
+        a[r][2 * v] = vpadalq_s16(a[r][2 * v], vmull_s8(vget_low_s8(w[v]), vget_low_s8(xb)));
+        a[r][2 * v + 1] = vpadalq_s16(a[r][2 * v + 1], vmull_high_s8(w[v], xb));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) vst1q_s32(acc[r] + 4 * v, vpaddq_s32(a[r][2 * v], a[r][2 * v + 1]));
+}
+
+#endif
+
 void KernelPortable(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
                     int32_t (*acc)[2 * kPanel]) {
   for (int r = 0; r < rows; ++r)
@@ -158,6 +243,7 @@ float QuantizeRowPortable(const float* row, int64_t k, int8_t* q) {
   return absmax / 127.f;
 }
 
+#if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) float QuantizeRowAvx2(const float* row, int64_t k, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   __m256 vmax = _mm256_setzero_ps();
@@ -183,15 +269,44 @@ __attribute__((target("avx2,fma"))) float QuantizeRowAvx2(const float* row, int6
     q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
   return absmax / 127.f;
 }
+#elif defined(__aarch64__)
+// FCVTNS rounds to nearest, ties to even: the scalar form's bits.
+float QuantizeRowNeon(const float* row, int64_t k, int8_t* q) {
+  float32x4_t vmax = vdupq_n_f32(0.f);
+  int64_t l = 0;
+  for (; l + 4 <= k; l += 4) vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(row + l)));
+  float absmax = vmaxvq_f32(vmax);
+  for (; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  const int32x4_t lo = vdupq_n_s32(-127), hi = vdupq_n_s32(127);
+  for (l = 0; l + 8 <= k; l += 8) {
+    const int32x4_t v0 =
+        vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(row + l), inv)), lo), hi);
+    const int32x4_t v1 =
+        vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(row + l + 4), inv)), lo), hi);
+    const int16x8_t w = vcombine_s16(vmovn_s32(v0), vmovn_s32(v1));
+    vst1_s8(q + l, vmovn_s16(w));
+  }
+  for (; l < k; ++l)
+    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  return absmax / 127.f;
+}
+#endif
+
+float QuantizeRow(const float* row, int64_t k, int8_t* q) {
+#if defined(__x86_64__)
+  if (HasAvx2Fma()) return QuantizeRowAvx2(row, k, q);
+#elif defined(__aarch64__)
+  return QuantizeRowNeon(row, k, q);
+#endif
+  return QuantizeRowPortable(row, k, q);
+}
 
 }  // namespace
 
 void QuantizeRowsInt8(const float* in, int64_t rows, int64_t k, int64_t ld, int8_t* q,
                       float* scale) {
-  const bool avx2 = HasAvx2Fma();
-  for (int64_t r = 0; r < rows; ++r)
-    scale[r] = avx2 ? QuantizeRowAvx2(in + r * ld, k, q + r * k)
-                    : QuantizeRowPortable(in + r * ld, k, q + r * k);
+  for (int64_t r = 0; r < rows; ++r) scale[r] = QuantizeRow(in + r * ld, k, q + r * k);
 }
 
 PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw)
@@ -239,16 +354,36 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
     for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i0));
       const int8_t* xr = xq.data() + i0 * stride;
-      if (vnni) {
-        ForRows(rows, [&](auto r) {
-          KernelVnni<decltype(r)::value>(reinterpret_cast<const uint8_t*>(xr), stride, k4,
-                                         w.Panel(p), two ? w.Panel(p + 1) : nullptr, acc);
-        });
-      } else if (kernel == Kernel::kAvx2) {
-        ForRows(rows,
-                [&](auto r) { KernelAvx2<decltype(r)::value>(xr, stride, k4, w.Panel(p), acc); });
-      } else {
-        KernelPortable(rows, xr, stride, k4, w.Panel(p), acc);
+      switch (kernel) {
+#if defined(__x86_64__)
+        case Kernel::kVnni:
+          ForRows(rows, [&](auto r) {
+            KernelVnni<decltype(r)::value>(reinterpret_cast<const uint8_t*>(xr), stride, k4,
+                                           w.Panel(p), two ? w.Panel(p + 1) : nullptr, acc);
+          });
+          break;
+        case Kernel::kAvx2:
+          ForRows(rows,
+                  [&](auto r) { KernelAvx2<decltype(r)::value>(xr, stride, k4, w.Panel(p), acc); });
+          break;
+#elif defined(__aarch64__)
+        case Kernel::kNeonDot:
+          ForRows(rows, [&](auto r) {
+            KernelNeonDot<decltype(r)::value>(xr, stride, k4, w.Panel(p), acc);
+          });
+          break;
+        case Kernel::kNeon:
+          // Two rows at a time (the registers): rows 0-1, then 2-3.
+          for (int r0 = 0; r0 < rows; r0 += 2) {
+            if (rows - r0 >= 2)
+              KernelNeon<2>(xr + r0 * stride, stride, k4, w.Panel(p), acc + r0);
+            else
+              KernelNeon<1>(xr + r0 * stride, stride, k4, w.Panel(p), acc + r0);
+          }
+          break;
+#endif
+        default:
+          KernelPortable(rows, xr, stride, k4, w.Panel(p), acc);
       }
       for (int r = 0; r < rows; ++r) {
         float* yr = y + (i0 + r) * ldy + j0;
@@ -268,13 +403,13 @@ const char* GemmInt8KernelName() { return kNames[Selected().load(std::memory_ord
 
 std::vector<std::string> GemmInt8Kernels() {
   std::vector<std::string> out;
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < kKernelCount; ++k)
     if (Supported(static_cast<Kernel>(k))) out.emplace_back(kNames[k]);
   return out;
 }
 
 bool UseGemmInt8Kernel(const std::string& name) {
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < kKernelCount; ++k)
     if (name == kNames[k] && Supported(static_cast<Kernel>(k))) {
       Selected().store(k, std::memory_order_relaxed);
       return true;

@@ -8,6 +8,9 @@
 //  - avx2: vpmaddubsw on |x| and w with x's sign, then vpmaddwd: pairs of products stay within
 //    int16 (2 * 127 * 127 < 32767), so nothing saturates; 4 instructions per 32 multiply-adds,
 //    which on CPUs without VNNI is about what fp32's FMAs do: int8 then saves memory, not time.
+//  - neon-dotprod (AArch64 with Armv8.2's DotProd): SDOT, 16 multiply-adds of signed bytes per
+//    instruction, x's groups taken by lane.
+//  - neon (any AArch64): SMULL into int16 products, SADALP into int32 pairs (no saturation).
 //  - portable: plain C++.
 #pragma once
 
@@ -53,8 +56,8 @@ class PackedInt8W {
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
               float* y, int64_t ldy, float alpha = 1.f, bool accumulate = false);
 
-// The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "portable"): the best this CPU has,
-// unless NEREID_INT8_KERNEL names one.
+// The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "neon-dotprod", "neon", "portable"):
+// the best this CPU has, unless NEREID_INT8_KERNEL names one.
 const char* GemmInt8KernelName();
 std::vector<std::string> GemmInt8Kernels();
 // Makes 'name' the kernel for later calls (tests and benchmarks); false if not supported here.
