@@ -4,7 +4,12 @@
 #     'nereid' user, serves the example repository to tritonclient;
 #  2. the CPU image built from it (scripts/build_image.sh) runs deploy/kubernetes/nereid.yaml under
 #     `podman kube play` (Deployment, PVC; podman ignores Services and probes) and serves the same
-#     repository from the claim's volume, then stops cleanly on `podman kube down`.
+#     repository from the claim's volume, then stops cleanly on `podman kube down`;
+#  3. where nvcc is found (CUDA=0 leaves it out): the nereid-cuda .deb and the CUDA image built from
+#     it run under podman and serve the same repository; the native backend loads with the CUDA
+#     runtime and cuBLAS the package carries, and a KIND_GPU model on a host without a GPU fails
+#     its load with the reason while the rest serves. (On a GPU host, run the image with the NVIDIA
+#     container toolkit: --device nvidia.com/gpu=all.)
 # Installs podman, runc and debootstrap when missing; podman gets runc and the lower ulimits this
 # sandbox allows (containers.conf). Prints the image size.
 set -euo pipefail
@@ -106,4 +111,31 @@ podman pod stop -t 60 "$POD" > /dev/null  # SIGTERM: the drain grace, then the e
 podman logs "$CTR" 2>&1 | grep -E "signal 15|all requests answered" | sed 's/^/  /'
 podman logs "$CTR" 2>&1 | grep -q "all requests answered"
 podman kube down deploy/kubernetes/nereid.yaml > /dev/null
+
+if [ "${CUDA:-1}" = 1 ] && { command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  echo "== the CUDA .deb and image (CUDA=1 scripts/package_deb.sh, scripts/build_image.sh)"
+  CUDA_DEB=$(CUDA=1 scripts/package_deb.sh dist | tail -1 | cut -d' ' -f1)
+  echo "  $CUDA_DEB: $(du -h "$CUDA_DEB" | cut -f1)"
+  scripts/build_image.sh "$CUDA_DEB"
+  mkdir -p "$MODELS/recommend_gpu"
+  cp -r "$MODELS/recommend_model/1" "$MODELS/recommend_model/item_labels.txt" "$MODELS/recommend_gpu/"
+  sed 's/name: "recommend_model"/name: "recommend_gpu"/' examples/models_gpu/recommend_model/config.pbtxt \
+    > "$MODELS/recommend_gpu/config.pbtxt"
+  chmod -R a+rX "$MODELS"
+  podman rm -f nereid-cuda-test > /dev/null 2>&1 || true
+  podman run -d --name nereid-cuda-test --network host -v "$MODELS:/models:ro" localhost/nereid:cuda \
+    serve --model-repository=/models --http-port=18200 --grpc-port=18201 --metrics-port=18202 \
+    --exit-on-error=false > /dev/null
+  infer localhost:18200
+  podman logs nereid-cuda-test 2>&1 | grep -q "loaded backend 'native'"
+  if [ -e /dev/nvidiactl ]; then
+    echo "  a GPU here: run the image with --device nvidia.com/gpu=all to serve recommend_gpu"
+  else
+    podman logs nereid-cuda-test 2>&1 | grep -E "failed to load 'recommend_gpu'" | head -1 | sed 's/^/  /'
+    podman logs nereid-cuda-test 2>&1 | grep -q "KIND_GPU, but no GPU is available"
+  fi
+  podman stop -t 30 nereid-cuda-test > /dev/null
+  podman logs nereid-cuda-test 2>&1 | grep -q "all requests answered"
+  podman rm nereid-cuda-test > /dev/null
+fi
 echo "packages: OK"

@@ -160,6 +160,11 @@ Status LoadRuntime() {
   Status status = Check(
       Api().CreateEnvWithCustomLogger(&LogFromOrt, nullptr, ort::kWarning, "nereid", &runtime->env),
       "creating the ONNX Runtime environment");
+  // ONNX Runtime's own usage telemetry (on by default in recent releases, uploaded over HTTPS):
+  // a server sends nothing its operator did not ask for.
+  if (status.ok())
+    status =
+        Check(Api().DisableTelemetryEvents(runtime->env), "disabling ONNX Runtime's telemetry");
   if (status.ok())
     status = Check(Api().GetAllocatorWithDefaultOptions(&runtime->allocator),
                    "getting ONNX Runtime's CPU allocator");

@@ -74,7 +74,8 @@ struct Api {
   OrtStatus* (*CreateEnv)(LoggingLevel level, const char* logid, OrtEnv** out) noexcept;  // 3
   OrtStatus* (*CreateEnvWithCustomLogger)(LoggingFunction fn, void* param, LoggingLevel level,
                                           const char* logid, OrtEnv** out) noexcept;  // 4
-  NEREID_ORT_UNUSED(5, 6);
+  NEREID_ORT_UNUSED(5, 5);
+  OrtStatus* (*DisableTelemetryEvents)(const OrtEnv* env) noexcept;  // 6
   OrtStatus* (*CreateSession)(const OrtEnv* env, const char* path, const OrtSessionOptions* options,
                               OrtSession** out) noexcept;  // 7
   NEREID_ORT_UNUSED(8, 8);
@@ -165,6 +166,7 @@ struct Api {
   static_assert(offsetof(Api, member) == (index) * sizeof(void*), #member " is not at " #index)
 NEREID_ORT_INDEX(GetErrorMessage, 2);
 NEREID_ORT_INDEX(CreateEnvWithCustomLogger, 4);
+NEREID_ORT_INDEX(DisableTelemetryEvents, 6);
 NEREID_ORT_INDEX(CreateSession, 7);
 NEREID_ORT_INDEX(Run, 9);
 NEREID_ORT_INDEX(CreateSessionOptions, 10);
