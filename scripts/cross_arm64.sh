@@ -51,7 +51,7 @@ if [ ! -f "$B/build.ninja" ]; then
     -DCMAKE_BUILD_RPATH="$LIBS"
 fi
 ninja -C "$B" nereid nereid_unit_tests nereid_backend_native nereid_backend_identity
-file "$B/nereid" | grep -q "ARM aarch64" || { echo "not an arm64 binary: $(file "$B/nereid")"; exit 1; }
+readelf -h "$B/nereid" | grep -q "Machine:.*AArch64" || { echo "$B/nereid is not an AArch64 binary" >&2; exit 1; }
 [ "${1:-}" = build ] && exit 0
 
 # The arm64 dynamic loader and libraries come from the multiarch packages; qemu-aarch64 finds
