@@ -36,6 +36,8 @@ fi
 SYSROOT="$PWD/$B/sysroot"
 if [ ! -f "$SYSROOT/.done" ]; then
   rm -rf "$SYSROOT" && mkdir -p "$SYSROOT/debs"
+  # apt fetches as its _apt user where it may write (as root it otherwise warns and falls back).
+  if [ "$(id -u)" -eq 0 ] && id _apt > /dev/null 2>&1; then chown _apt "$SYSROOT/debs"; fi
   (cd "$SYSROOT/debs" && apt-get download -qq libonnx-dev:arm64 libonnx1:arm64 libonnxifi:arm64 \
     libsimdjson-dev:arm64 "$(apt-cache depends libsimdjson-dev:arm64 | awk '/Depends: libsimdjson[0-9]/ {print $2; exit}')")
   for d in "$SYSROOT"/debs/*.deb; do dpkg -x "$d" "$SYSROOT"; done
