@@ -2,7 +2,8 @@
 NEREID_BINARY=build-arm64/nereid NEREID_EMULATOR=qemu-aarch64; skipped otherwise): the aarch64
 server serves the native engine's models to the real tritonclient over HTTP and gRPC, on the NEON
 micro-kernels (SGEMM and int8 SDOT) it picked at start, answers every request of a concurrent burst
-through the dynamic batcher, and exits cleanly on SIGTERM. ONNX Runtime's aarch64 library is not
+through the dynamic batcher, and exits cleanly on SIGTERM; on an emulated Cortex-A72 (Armv8.0, no
+SDOT: a Raspberry Pi 4's core) it picks the SMULL int8 kernel instead. ONNX Runtime's aarch64 library is not
 loaded here: under qemu-user it reads the x86 host's /proc/cpuinfo and /sys topology and crashes
 in its own CPU detection (docs/deploy.md, "ARM64")."""
 import os
@@ -79,6 +80,24 @@ def test_int8_on_neon_matches_float64(arm_server):
     int8 = client.infer("recommend_int8", [i]).as_numpy("output__0")
     err = float(np.abs(int8 - recommend_reference(arm_server.repo, x)).max())
     assert 0 < err <= INT8_TOLERANCE
+
+
+def test_a_core_without_sdot_gets_the_armv8_0_int8_kernel(arm_server):
+    """The same binary on qemu's Cortex-A72 model: the hwcap has no asimddp, so int8 runs on the
+    SMULL/SADALP kernel, with the same accuracy."""
+    s = Server(arm_server.repo, "--model-control-mode=explicit", "--load-model=recommend_int8",
+               prefix=(EMULATOR,), env={"QEMU_CPU": "cortex-a72"})
+    try:
+        assert re.search(r"model 'recommend_int8'.*int8 micro-kernel neon$", s.read_log(),
+                         re.MULTILINE), s.read_log()
+        x = np.random.default_rng(11).standard_normal((5, 1024)).astype(np.float32)
+        i = httpclient.InferInput("input__0", [5, 1024], "FP32")
+        i.set_data_from_numpy(x)
+        int8 = httpclient.InferenceServerClient(s.url).infer("recommend_int8", [i]).as_numpy("output__0")
+        err = float(np.abs(int8 - recommend_reference(arm_server.repo, x)).max())
+        assert 0 < err <= INT8_TOLERANCE
+    finally:
+        assert s.stop() == 0
 
 
 def test_a_concurrent_burst_is_answered_in_full(arm_server):
