@@ -128,16 +128,22 @@ def simple_inputs(module):
     return inputs
 
 
+def example_repository(repo, source="models"):
+    """examples/<source> copied to 'repo' without the files it generates, then its models generated
+    (examples/generate_models.py); returns 'repo' as a string."""
+    repo = str(repo)
+    shutil.copytree(os.path.join(ROOT, "examples", source), repo,
+                    ignore=shutil.ignore_patterns("*.onnx", "item_labels.txt"))
+    subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"),
+                           "--out", repo], stdout=subprocess.DEVNULL)
+    return repo
+
+
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repo")
-    repo = root / "models"
-    shutil.copytree(os.path.join(ROOT, "examples", "models"), repo,
-                    ignore=shutil.ignore_patterns("*.onnx", "item_labels.txt"))
-    subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"), "--out", str(repo)],
-                          stdout=subprocess.DEVNULL)
-    models.write_identity_models(str(repo))
-    return str(repo)
+    repo = example_repository(tmp_path_factory.mktemp("repo") / "models")
+    models.write_identity_models(repo)
+    return repo
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ in its own CPU detection (docs/deploy.md, "ARM64")."""
 import os
 import re
 import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -18,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import ROOT, Server
+from conftest import Server, example_repository
 import models
 import precision_models
 from test_gpu import matmul_reference, recommend_reference
@@ -31,12 +29,8 @@ pytestmark = pytest.mark.skipif(not EMULATOR, reason="the arm64 build runs under
 
 @pytest.fixture(scope="module")
 def arm_server(tmp_path_factory):
-    repo = str(tmp_path_factory.mktemp("arm64") / "models")
-    shutil.copytree(os.path.join(ROOT, "examples", "models"), repo,
-                    ignore=shutil.ignore_patterns("*.onnx", "simple"))
-    subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"),
-                           "--out", repo], stdout=subprocess.DEVNULL)
-    shutil.rmtree(os.path.join(repo, "simple"), ignore_errors=True)  # ONNX Runtime: see above
+    repo = example_repository(tmp_path_factory.mktemp("arm64") / "models")
+    shutil.rmtree(os.path.join(repo, "simple"))  # ONNX Runtime: see above
     precision_models.add_native_variant(repo, "recommend_int8", "int8")
     models.write_identity_models(repo)
     s = Server(repo, prefix=(EMULATOR,))

@@ -6,8 +6,6 @@ import ctypes
 import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -15,7 +13,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, example_repository
 
 
 def gpu_count():
@@ -41,11 +39,7 @@ TOLERANCE = {"fp32": 1e-5, "tf32": 3e-3, "bf16": 3e-2, "fp16": 5e-3, "int8": 3e-
 def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16", "int8"), extra=None):
     """examples/models_gpu with its models generated, plus recommend_model_<precision> variants and
     a KIND_CPU copy of recommend_model for comparison."""
-    repo = os.path.join(root, "models_gpu")
-    shutil.copytree(os.path.join(ROOT, "examples", "models_gpu"), repo,
-                    ignore=shutil.ignore_patterns("*.onnx", "item_labels.txt"))
-    subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"),
-                           "--out", repo], stdout=subprocess.DEVNULL)
+    repo = example_repository(os.path.join(root, "models_gpu"), "models_gpu")
     with open(os.path.join(repo, "recommend_model", "config.pbtxt")) as f:
         base = f.read()
     onnx_path = os.path.join(repo, "recommend_model", "1", "model.onnx")

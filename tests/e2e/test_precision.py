@@ -7,9 +7,6 @@ dynamic quantization (MatMulInteger) and static QDQ (QuantizeLinear/DequantizeLi
 MatMul, calibrated on random inputs). The GPU's int8 is in test_gpu.py."""
 import os
 import re
-import shutil
-import subprocess
-import sys
 import urllib.request
 
 import numpy as np
@@ -17,7 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import ROOT, Server
+from conftest import Server, example_repository
 import precision_models
 from test_gpu import recommend_reference
 
@@ -26,11 +23,7 @@ INT8_TOLERANCE = 3e-2  # ||scores - float64||_inf (sigmoid scores in [0, 1])
 
 @pytest.fixture(scope="module")
 def precision_server(tmp_path_factory):
-    repo = str(tmp_path_factory.mktemp("precision") / "models")
-    shutil.copytree(os.path.join(ROOT, "examples", "models"), repo,
-                    ignore=shutil.ignore_patterns("*.onnx", "item_labels.txt"))
-    subprocess.check_call([sys.executable, os.path.join(ROOT, "examples", "generate_models.py"),
-                           "--out", repo], stdout=subprocess.DEVNULL)
+    repo = example_repository(tmp_path_factory.mktemp("precision") / "models")
     precision_models.write_precision_models(repo)
     precision_models.add_native_variant(repo, "recommend_bad", "int4")
     variants = {"nereid.precision_variants": "fp32,int8"}
