@@ -71,7 +71,7 @@ EOF
 }
 
 echo "== the .deb and the image (scripts/build_image.sh)"
-DEB=$(scripts/package_deb.sh dist | tail -1 | cut -d' ' -f1)
+DEB=$(CUDA=0 scripts/package_deb.sh dist | tail -1 | cut -d' ' -f1)  # the CPU one, whatever CUDA says
 echo "  $DEB: $(du -h "$DEB" | cut -f1)"
 scripts/build_image.sh "$DEB"
 
