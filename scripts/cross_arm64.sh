@@ -16,21 +16,9 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 ARM_PACKAGES=(libprotobuf-dev libgrpc++-dev libssl-dev zlib1g-dev libgtest-dev libboost-dev libc6-dev)
-HOST_PACKAGES=(crossbuild-essential-arm64 qemu-user)
-missing=()
-for p in "${HOST_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-for p in "${ARM_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p:arm64" 2>/dev/null | grep -q "install ok installed" ||
-    missing+=("$p:arm64")
-done
-if ((${#missing[@]})); then
-  echo "installing apt packages: ${missing[*]}"
-  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+. scripts/apt_packages.sh
+apt_install_missing crossbuild-essential-arm64 qemu-user "${ARM_PACKAGES[@]/%/:arm64}"
 
 # The two libraries that are not co-installable, unpacked (apt-get download: no dpkg state).
 SYSROOT="$PWD/$B/sysroot"

@@ -14,16 +14,8 @@ APT_PACKAGES=(
   libtorch-dev python3-torch python3-numpy
   prometheus haproxy
 )
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "installing apt packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+. scripts/apt_packages.sh
+apt_install_missing "${APT_PACKAGES[@]}"
 
 # Python: the interpreter on PATH (pyenv's here, Debian's elsewhere), always inside .venv so Debian's
 # externally-managed system Python is never touched.
