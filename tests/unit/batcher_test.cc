@@ -3,6 +3,7 @@
 // ManualClock and the hold-until-N-queued hook, asserting exact batch compositions. CI runs this
 // file 20 times in a row (ctest: batcher_repeat).
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -187,6 +188,7 @@ class RecordingExecutor : public BatchExecutor {
   ExecutionSummary Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {
     std::vector<std::string> ids;
     for (auto& r : batch) ids.push_back(r->id);
+    timer_slack_ns = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);  // of the batcher's thread
     if (!ids.empty() && ids[0] == slow_id)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     {
@@ -205,6 +207,7 @@ class RecordingExecutor : public BatchExecutor {
   std::mutex mu;
   std::vector<std::vector<std::string>> batches;
   std::string slow_id;
+  std::atomic<long> timer_slack_ns{-1};
 };
 
 // Collects completions; Wait blocks until n have arrived.
@@ -262,6 +265,20 @@ TEST(DynamicBatcherTest, ZeroDelayBatchesEverythingQueued) {
   f.batcher->Stop();
   EXPECT_EQ(f.executor.batches,
             (std::vector<std::vector<std::string>>{{"r0", "r1", "r2", "r3", "r4"}}));
+}
+
+// A 100 us max_queue_delay must not become 150: the batcher's thread asks for 1 ns of timer slack
+// (Linux's default, which every other thread keeps, is 50 us).
+TEST(DynamicBatcherTest, TheBatcherThreadWakesOnTime) {
+  BatcherFixture f;
+  f.Start(BatchingConfig(8, {}, 100), 1);
+  ASSERT_TRUE(f.Submit(MakeRequest("r0")).ok());
+  f.clock.Advance(100 * kUs);
+  f.batcher->Poke();
+  f.completions.Wait(1);
+  f.batcher->Stop();
+  EXPECT_EQ(f.executor.timer_slack_ns.load(), 1);
+  EXPECT_NE(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1);  // the test's own thread is untouched
 }
 
 TEST(DynamicBatcherTest, MaxBatchSizeCutsBatches) {
