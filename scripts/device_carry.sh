@@ -21,8 +21,10 @@ mkdir -p "$STAGE/bin/backends/python" && cp build/backends/python/*.py "$STAGE/b
 BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
 # GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
 # scripts/gpu_device_run.sh.
-if [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu); else EXTRA=(bench_gemm); fi
-for b in "${EXTRA[@]}"; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
+# SERVE_ONLY=1: neither (the server, its backends and perf_analyzer; scripts/device_model_analyzer.sh).
+if [ -n "${SERVE_ONLY:-}" ]; then EXTRA=()
+elif [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu); else EXTRA=(bench_gemm); fi
+for b in ${EXTRA[@]+"${EXTRA[@]}"}; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
 # Every shared library the binaries link, except glibc's, the C++ runtime (newer on the device)
 # and cuBLAS (600 MB; the device's CUDA 13 has it).
 for bin in "${BINS[@]}"; do
@@ -44,7 +46,7 @@ mkdir -p "$STAGE/include" && cp -r /usr/include/rapidjson "$STAGE/include/"
 # the GPU binaries each hold the same ~20 MB of kernels, and only a window that spans them stores
 # that once.
 tar -C "$STAGE" -cf - bin lib include | xz -T1 -9 > .devcarry/bundle.tar.xz
-for model in ${MODELS:-simple recommend_model}; do cp -r "examples/models/$model" .devcarry/models/; done
+for model in ${MODELS-simple recommend_model}; do cp -r "examples/models/$model" .devcarry/models/; done
 if [ -n "${TRITON:-}" ]; then
   . bench/triton_env.sh
   # The stub for the device host's Python (3.12) only, and not the 32 MB libpython 3.13 of the 3.13

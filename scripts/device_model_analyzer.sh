@@ -5,14 +5,12 @@
 # the repository API; local launch mode: model_analyzer starts Nereid itself through
 # scripts/tritonserver (Nereid under tritonserver's name). Models: `simple` (ONNX Runtime, CPU) and
 # recommend_model on the GPU (native engine, examples/models_gpu). Reports (CSV, HTML) go to $OUT.
-# Carry: .devcarry (GPU=1 scripts/device_carry.sh) and .ma (the wheels the host lacks; see
-# docs/deploy.md). Usage: MA_SECONDS=150 [MA_MAX_CONCURRENCY=8 MA_MAX_INSTANCES=2 MA_MAX_BATCH=8]
-# scripts/device_model_analyzer.sh
+# Carry: .devcarry (SERVE_ONLY=1 MODELS= scripts/device_carry.sh) and .ma (the wheels the host
+# lacks; see docs/deploy.md). Usage: MA_SECONDS=150 [MA_MAX_CONCURRENCY=8 MA_MAX_INSTANCES=2 MA_MAX_BATCH=8]
+# [MA_RUNS="simple_remote recommend_remote simple_local"] scripts/device_model_analyzer.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-C=.devcarry
-export LD_LIBRARY_PATH="$PWD/$C/lib:${LD_LIBRARY_PATH:-}"
-[ -x "$C/bin/nereid" ] || tar -C "$C" -xJf "$C/bundle.tar.xz"
+. scripts/device_env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -c 'import model_analyzer' 2>/dev/null ||
@@ -20,8 +18,7 @@ python3 -c 'import model_analyzer' 2>/dev/null ||
   python3 -m pip install -q --no-deps .ma/*.whl 2>>"$OUT/pip.log"
 python3 -c 'import model_analyzer, tritonclient.grpc' || { tail -20 "$OUT/pip.log"; exit 1; }
 M=/tmp/ma_models
-rm -rf "$M" && mkdir -p "$M" && cp -r examples/models/simple examples/models_gpu/recommend_model "$M/"
-python3 examples/generate_models.py --out "$M" >/dev/null
+device_models "$M" examples/models/simple examples/models_gpu/recommend_model || exit 1
 NEREID_BIN="$PWD/$C/bin/nereid"
 export NEREID_BIN
 ma() {  # ma NAME MODE YAML-LINES...: one model_analyzer profile, then its summary
@@ -51,7 +48,11 @@ ma() {  # ma NAME MODE YAML-LINES...: one model_analyzer profile, then its summa
   echo "== model_analyzer $name ($mode): exit $?"
   grep -E "Profile complete|ERROR|Traceback|Exception" "$OUT/ma_$name.log" | head -5
   mkdir -p "$OUT/ma_$name"
-  cp -r "$dir/export/results" "$dir/export/reports" "$dir/config.yaml" "$OUT/ma_$name/" 2>/dev/null
+  cp -r "$dir/export/results" "$dir/config.yaml" "$OUT/ma_$name/" 2>/dev/null
+  # The HTML reports flattened (reports/summaries/<model>/result_summary.html ->
+  # summaries_<model>_result_summary.html): the device call brings back shallow trees only.
+  (cd "$dir/export/reports" 2>/dev/null && find . -name '*.html' | while read -r f; do
+    cp "$f" "$OUT/ma_$name/$(echo "${f#./}" | tr / _)"; done)
   head -12 "$dir/export/results/metrics-model-inference.csv" 2>/dev/null
 }
 # Remote: Nereid already running, models loaded by model_analyzer through the repository API.
@@ -64,9 +65,10 @@ PYTHON=python3
 wait_ready http://localhost:8000/v2/health/ready 300 || { tail "$OUT/nereid_remote.log"; exit 1; }
 REMOTE=("triton_http_endpoint: localhost:8000" "triton_grpc_endpoint: localhost:8001"
         "triton_metrics_url: http://localhost:8002/metrics")
-ma simple_remote remote "${REMOTE[@]}" "profile_models:" "  simple:" "    cpu_only: true"
-ma recommend_remote remote "${REMOTE[@]}" "profile_models: recommend_model"
+RUNS=" ${MA_RUNS:-simple_remote recommend_remote simple_local} "
+[[ $RUNS == *" simple_remote "* ]] && ma simple_remote remote "${REMOTE[@]}" "profile_models:" "  simple:" "    cpu_only: true"
+[[ $RUNS == *" recommend_remote "* ]] && ma recommend_remote remote "${REMOTE[@]}" "profile_models: recommend_model"
 kill $SERVER; wait $SERVER 2>/dev/null
 # Local: model_analyzer starts and stops "tritonserver" itself.
-ma simple_local local "triton_server_path: $PWD/scripts/tritonserver" "profile_models:" "  simple:" \
+[[ $RUNS == *" simple_local "* ]] && ma simple_local local "triton_server_path: $PWD/scripts/tritonserver" "profile_models:" "  simple:" \
   "    cpu_only: true"

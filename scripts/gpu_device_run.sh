@@ -8,14 +8,10 @@
 # SECTIONS (default "tests e2e bench serving"; also "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-C=.devcarry
+cd "$(dirname "$0")/.." || exit 1
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
-[ -x "$C/bin/nereid" ] || tar -C "$C" -xJf "$C/bundle.tar.xz"
-# cuBLAS is not carried: take the device's (CUDA toolkit, else PyTorch's wheel).
-CUBLAS=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$PWD/$C/lib:$(dirname "${CUBLAS:-/nonexistent/x}"):${LD_LIBRARY_PATH:-}"
+. scripts/device_env.sh
 # The wheels carried (.whl: tritonclient and its dependencies; .whl_min: onnx only, for the models).
 for wheels in .whl .whl_min; do
   if compgen -G "$wheels/*.whl" > /dev/null; then
