@@ -10,8 +10,8 @@ int AvailableCpus();
 
 // The calling thread's timed waits wake within about a microsecond of their deadline instead of
 // Linux's default 50 us timer slack (which the kernel may add to every timed sleep to coalesce
-// wake-ups). For the batcher threads: a max_queue_delay_microseconds of 100 otherwise waits 140-190
-// us. No-op where the system has no per-thread timer slack.
+// wake-ups). Every scheduler instance thread calls it: a max_queue_delay_microseconds of 100
+// otherwise waits 140-190 us. No-op where the system has no per-thread timer slack.
 void UseFineTimerSlack();
 
 }  // namespace nereid

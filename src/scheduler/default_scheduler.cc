@@ -3,6 +3,8 @@
 #include <chrono>
 #include <system_error>
 
+#include "common/cpus.h"
+
 namespace nereid {
 
 DefaultScheduler::DefaultScheduler(std::vector<BatchExecutor*> instances) {
@@ -56,6 +58,9 @@ void InstanceThreadsScheduler::StartThreads(const std::vector<BatchExecutor*>& i
   try {
     for (BatchExecutor* instance : instances)
       threads_.emplace_back([this, instance] {
+        // A batcher's max_queue_delay and a sequence's idle timeout are timed waits on this
+        // thread, in microseconds: wake on time.
+        UseFineTimerSlack();
         Run(instance);
         std::lock_guard<std::mutex> lock(mu_);
         ++finished_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 
-#include "common/cpus.h"
 #include "metrics/model_stats.h"
 
 namespace nereid {
@@ -136,7 +135,6 @@ void DynamicBatcher::CompleteRejected(std::vector<std::unique_ptr<InferenceReque
 }
 
 void DynamicBatcher::Run(BatchExecutor* instance) {
-  UseFineTimerSlack();  // max_queue_delay is microseconds: wake on time
   std::vector<BatchCandidate> candidates;
   std::vector<std::unique_ptr<InferenceRequest>> rejected;
   std::unique_lock<std::mutex> lock(mu_);

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "common/cpus.h"
 #include "common/logging.h"
 #include "config/model_files.h"
 #include "metrics/model_stats.h"
@@ -557,7 +556,6 @@ std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::FormBatchLocked(
 }
 
 void SequenceBatcher::Run(BatchExecutor* executor) {
-  UseFineTimerSlack();  // max_queue_delay is microseconds: wake on time
   size_t me = 0;
   while (me < instances_.size() && instances_[me].executor != executor) ++me;
   std::unique_lock<std::mutex> lock(mu_);

@@ -267,7 +267,7 @@ TEST(DynamicBatcherTest, ZeroDelayBatchesEverythingQueued) {
             (std::vector<std::vector<std::string>>{{"r0", "r1", "r2", "r3", "r4"}}));
 }
 
-// A 100 us max_queue_delay must not become 150: the batcher's thread asks for 1 ns of timer slack
+// A 100 us max_queue_delay must not become 150: the batcher's threads ask for 1 ns of timer slack
 // (Linux's default, which every other thread keeps, is 50 us).
 TEST(DynamicBatcherTest, TheBatcherThreadWakesOnTime) {
   BatcherFixture f;
