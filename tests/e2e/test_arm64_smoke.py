@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from conftest import Server, example_repository
 import models
 import precision_models
-from test_gpu import matmul_reference, recommend_reference
+from references import matmul_reference, recommend_reference
 from test_precision import INT8_TOLERANCE
 
 EMULATOR = os.environ.get("NEREID_EMULATOR")

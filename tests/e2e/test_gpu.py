@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, Server, example_repository
+from references import TOLERANCE, matmul_reference, recommend_reference
 
 
 def gpu_count():
@@ -32,8 +33,6 @@ def gpu_count():
 GPUS, NO_GPU_REASON = gpu_count()
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}")
 
-# ||out - ref||_inf allowed per precision for recommend_model's sigmoid scores (in [0, 1]).
-TOLERANCE = {"fp32": 1e-5, "tf32": 3e-3, "bf16": 3e-2, "fp16": 5e-3, "int8": 3e-2}
 
 
 def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16", "int8"), extra=None):
@@ -55,26 +54,6 @@ def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16", "int8"), extra=
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
             f.write(re.sub(r'name: "recommend_model"', f'name: "{name}"', config))
     return repo
-
-
-def recommend_reference(repo, x):
-    import onnx
-    from onnx import numpy_helper
-    model = onnx.load(os.path.join(repo, "recommend_model", "1", "model.onnx"))
-    w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
-    h = x.astype(np.float64)
-    for i in range(3):
-        h = h @ w[f"fc{i}.weight"].T + w[f"fc{i}.bias"]
-        if i < 2:
-            h = np.maximum(h, 0)
-    return 1 / (1 + np.exp(-h))
-
-
-def matmul_reference(repo, x):
-    import onnx
-    from onnx import numpy_helper
-    model = onnx.load(os.path.join(repo, "matmul_model", "1", "model.onnx"))
-    return x.astype(np.float64) @ numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
 
 
 def infer(client, protocol, model, inputs, outputs=None):

@@ -22,7 +22,8 @@ import tritonclient.http as httpclient
 from onnx import helper
 
 from conftest import Server
-from test_gpu import GPUS, TOLERANCE, recommend_reference, write_repo
+from references import TOLERANCE, recommend_reference
+from test_gpu import GPUS, write_repo
 from test_onnxruntime import float_io, write_model
 
 SCALE = '''

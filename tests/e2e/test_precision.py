@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 
 from conftest import Server, example_repository
 import precision_models
-from test_gpu import recommend_reference
+from references import recommend_reference
 
 INT8_TOLERANCE = 3e-2  # ||scores - float64||_inf (sigmoid scores in [0, 1])
 
