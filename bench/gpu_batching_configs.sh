@@ -25,6 +25,7 @@ import json, subprocess, sys, urllib.request
 
 pa, conc, secs, out, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 base = "http://localhost:8000/v2"
+load = [pa, "-m", "recommend_model", "-i", "grpc", "-u", "localhost:8001", "--concurrency-range", str(conc)]
 
 def call(path, body=None):
     req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
@@ -59,15 +60,12 @@ for label, inst, mb, delay in variants:
         cfg["dynamic_batching"] = {"max_queue_delay_microseconds": delay}
     call("/repository/models/recommend_model/load", {"parameters": {"config": json.dumps(cfg)}})
     # Warm the configuration (CUDA graphs, clocks) before the window that counts.
-    subprocess.run([pa, "-m", "recommend_model", "-i", "grpc", "-u", "localhost:8001",
-                    "--concurrency-range", str(conc), "--measurement-interval", "1500",
-                    "--max-trials", "1"], capture_output=True, timeout=120)
+    subprocess.run(load + ["--measurement-interval", "1500", "--max-trials", "1"],
+                   capture_output=True, timeout=120)
     before = stats()
     csv = f"{out}/pa_{inst}_{mb}_{delay}.csv"
-    r = subprocess.run([pa, "-m", "recommend_model", "-i", "grpc", "-u", "localhost:8001",
-                        "--concurrency-range", str(conc), "--measurement-interval", str(secs * 1000),
-                        "--stability-percentage", "100", "--max-trials", "3", "-f", csv],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(load + ["--measurement-interval", str(secs * 1000), "--stability-percentage", "100",
+                               "--max-trials", "3", "-f", csv], capture_output=True, text=True, timeout=300)
     after = stats()
     if r.returncode != 0:
         print(f"{label:40s} perf_analyzer failed: {r.stdout[-300:]} {r.stderr[-300:]}")

@@ -24,7 +24,7 @@ BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
 # SERVE_ONLY=1: neither (the server, its backends and perf_analyzer; scripts/device_model_analyzer.sh).
 if [ -n "${SERVE_ONLY:-}" ]; then EXTRA=()
 elif [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu); else EXTRA=(bench_gemm); fi
-for b in ${EXTRA[@]+"${EXTRA[@]}"}; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
+for b in "${EXTRA[@]}"; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
 # Every shared library the binaries link, except glibc's, the C++ runtime (newer on the device)
 # and cuBLAS (600 MB; the device's CUDA 13 has it).
 for bin in "${BINS[@]}"; do

@@ -6,8 +6,8 @@
 # scripts/tritonserver (Nereid under tritonserver's name). Models: `simple` (ONNX Runtime, CPU) and
 # recommend_model on the GPU (native engine, examples/models_gpu). Reports (CSV, HTML) go to $OUT.
 # Carry: .devcarry (SERVE_ONLY=1 MODELS= scripts/device_carry.sh) and .ma (the wheels the host
-# lacks; see docs/deploy.md). Usage: MA_SECONDS=150 [MA_MAX_CONCURRENCY=8 MA_MAX_INSTANCES=2 MA_MAX_BATCH=8]
-# [MA_RUNS="simple_remote recommend_remote simple_local"] scripts/device_model_analyzer.sh
+# lacks; see docs/deploy.md). Usage: MA_SECONDS=150 [MA_MAX_CONCURRENCY=8 MA_MAX_INSTANCES=2
+# MA_MAX_BATCH=8 MA_RUNS="simple_remote recommend_remote simple_local"] scripts/device_model_analyzer.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . scripts/device_env.sh
@@ -66,9 +66,12 @@ wait_ready http://localhost:8000/v2/health/ready 300 || { tail "$OUT/nereid_remo
 REMOTE=("triton_http_endpoint: localhost:8000" "triton_grpc_endpoint: localhost:8001"
         "triton_metrics_url: http://localhost:8002/metrics")
 RUNS=" ${MA_RUNS:-simple_remote recommend_remote simple_local} "
-[[ $RUNS == *" simple_remote "* ]] && ma simple_remote remote "${REMOTE[@]}" "profile_models:" "  simple:" "    cpu_only: true"
-[[ $RUNS == *" recommend_remote "* ]] && ma recommend_remote remote "${REMOTE[@]}" "profile_models: recommend_model"
+wanted() { [[ $RUNS == *" $1 "* ]]; }
+SIMPLE=("profile_models:" "  simple:" "    cpu_only: true")
+if wanted simple_remote; then ma simple_remote remote "${REMOTE[@]}" "${SIMPLE[@]}"; fi
+if wanted recommend_remote; then ma recommend_remote remote "${REMOTE[@]}" "profile_models: recommend_model"; fi
 kill $SERVER; wait $SERVER 2>/dev/null
 # Local: model_analyzer starts and stops "tritonserver" itself.
-[[ $RUNS == *" simple_local "* ]] && ma simple_local local "triton_server_path: $PWD/scripts/tritonserver" "profile_models:" "  simple:" \
-  "    cpu_only: true"
+if wanted simple_local; then
+  ma simple_local local "triton_server_path: $PWD/scripts/tritonserver" "${SIMPLE[@]}"
+fi
