@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <optional>
 #include <set>
 
 #include "common/logging.h"
@@ -68,40 +70,41 @@ class EnsembleScheduler::Context {
 };
 
 // Triton's max_inflight_requests: step requests of one step in flight across all of the
-// ensemble's requests. A step waits for room (back-pressure on whatever produced its inputs, a
-// decoupled step's response thread included), at most kWait, then goes anyway with an error logged.
+// ensemble's requests. A step without room waits in line, costing a queue entry and no thread:
+// the thread that made it ready (an HTTP or gRPC I/O thread, an upstream model's instance or
+// response thread) goes on serving others. A step that finishes hands its slot to the first in
+// line, which its finishing thread then sends.
 class EnsembleScheduler::StepLimiter {
  public:
   explicit StepLimiter(uint32_t limit) : limit_(limit) {}
-  void Acquire(const InferenceRequest& top, const std::string& ensemble, int step) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = std::chrono::steady_clock::now() + kWait;
-    // A cancelled request sets no condition variable: look again every 100 ms.
-    while (in_flight_ >= limit_ && !top.cancelled()) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        LOG_ERROR << "ensemble '" << ensemble << "' could not send step " << step << " (in flight "
-                  << in_flight_ << ", max_inflight_requests " << limit_ << ") for " << kWait.count()
-                  << " s; sending it anyway";
-        break;
-      }
-      room_.wait_for(lock, std::chrono::milliseconds(100));
+  // Takes a slot for 'ready' (true), or puts it in line (false; 'ready' is moved from).
+  bool Admit(Ready& ready) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_ < limit_ && waiting_.empty()) {
+      ++in_flight_;
+      return true;
     }
-    ++in_flight_;
+    waiting_.push_back(std::move(ready));
+    return false;
   }
-  void Release() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+  // Gives a slot back: the first in line, if any, takes it and is returned to be sent.
+  std::optional<Ready> Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waiting_.empty()) {
       if (in_flight_ > 0) --in_flight_;
+      return std::nullopt;
     }
-    room_.notify_one();
+    Ready next = std::move(waiting_.front());
+    waiting_.pop_front();
+    next.waited = true;
+    return next;
   }
 
  private:
-  static constexpr std::chrono::seconds kWait{300};  // Triton's
   const uint32_t limit_;
   std::mutex mu_;
-  std::condition_variable room_;
   uint32_t in_flight_ = 0;
+  std::deque<Ready> waiting_;
 };
 
 EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, ModelStats* stats,
@@ -283,18 +286,39 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
 }
 
 void EnsembleScheduler::Launch(std::vector<Ready>& ready) {
-  for (auto& [index, r] : ready) {
-    if (!limiters_.empty()) limiters_[index]->Acquire(*r, name_, index);
-    Status s = link_->Submit(r);
+  // One thread at a time sends: a step that fails at once (or a request whose client left while
+  // in line) finishes inside the loop and may release a slot, whose next holder joins the outbox
+  // instead of deepening the stack.
+  {
+    std::lock_guard<std::mutex> lock(launch_mu_);
+    for (Ready& r : ready) outbox_.push_back(std::move(r));
+    ready.clear();
+    if (launching_) return;
+    launching_ = true;
+  }
+  for (;;) {
+    Ready next;
+    {
+      std::lock_guard<std::mutex> lock(launch_mu_);
+      if (outbox_.empty()) {
+        launching_ = false;
+        return;
+      }
+      next = std::move(outbox_.front());
+      outbox_.pop_front();
+    }
+    if (!next.waited && !limiters_.empty() && !limiters_[next.step]->Admit(next)) continue;
+    // A request that waited in line may have lost its client meanwhile: nothing is computed.
+    Status s = next.waited && next.request->cancelled() ? Cancelled("request cancelled")
+                                                        : link_->Submit(next.request);
     if (!s.ok()) {  // not taken: answered here, as if the step had failed
       auto response = std::make_unique<InferenceResponse>();
       response->status = std::move(s);
-      ResponseCallback done = std::move(r->on_complete);
-      r.reset();
+      ResponseCallback done = std::move(next.request->on_complete);
+      next.request.reset();
       done(std::move(response));
     }
   }
-  ready.clear();
 }
 
 void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int index,
@@ -302,7 +326,6 @@ void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int in
   const Step& step = steps_[index];
   // A decoupled model answers more than once; only its final answer ends the step.
   const bool final = response->final;
-  if (final && !limiters_.empty()) limiters_[index]->Release();
   std::vector<Ready> ready;
   std::unique_ptr<InferenceResponse> out;  // decoupled: a response for the client
   bool finished = false;
@@ -351,6 +374,10 @@ void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int in
   } else {
     lock.unlock();
   }
+  // The slot goes to the next request in line, whichever client's it is (counted as running by
+  // its own context when it was made ready).
+  if (final && !limiters_.empty())
+    if (std::optional<Ready> next = limiters_[index]->Release()) ready.push_back(std::move(*next));
   Launch(ready);
   if (finished) Finish(context);
 }

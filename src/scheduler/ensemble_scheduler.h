@@ -7,10 +7,12 @@
 // error as "in ensemble 'E', <error>". With a decoupled step the ensemble is decoupled: each of
 // that step's responses is a new iteration of its outputs, the steps after it run per iteration,
 // and the ensemble answers per iteration, then with the final flag (Triton's rule).
-// max_inflight_requests bounds each step's requests in flight.
+// max_inflight_requests bounds each step's requests in flight; the rest wait in line, holding no
+// thread.
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,8 +51,9 @@ class EnsembleScheduler final : public Scheduler {
   class StepLimiter;
   using Update = std::pair<int, uint32_t>;  // a tensor and the iteration just written
   struct Ready {
-    int step;
+    int step = 0;
     std::unique_ptr<InferenceRequest> request;
+    bool waited = false;  // waited in line for max_inflight_requests and holds its slot now
   };
 
   // Records a value of tensor 't' (with the context's lock): the tensor's next iteration.
@@ -61,8 +64,8 @@ class EnsembleScheduler final : public Scheduler {
                    std::vector<Ready>* ready);
   std::unique_ptr<InferenceRequest> StepRequest(const std::shared_ptr<Context>& context, int index,
                                                 uint32_t iteration);
-  // Sends them (not under any lock: a step may complete at once), each after its step's
-  // max_inflight_requests has room.
+  // Sends them (not under any lock: a step may complete at once); one whose step has no room
+  // under max_inflight_requests waits in line instead, and goes when a slot is handed to it.
   void Launch(std::vector<Ready>& ready);
   void StepDone(const std::shared_ptr<Context>& context, int index,
                 std::unique_ptr<InferenceResponse> response);
@@ -91,6 +94,10 @@ class EnsembleScheduler final : public Scheduler {
   std::map<std::string, std::vector<int64_t>> output_dims_;  // ensemble output -> config dims
   std::vector<char> is_output_;                              // by tensor
   std::vector<std::unique_ptr<StepLimiter>> limiters_;       // by step, with max_inflight_requests
+
+  std::mutex launch_mu_;
+  std::deque<Ready> outbox_;  // step requests to send, by whichever thread is sending
+  bool launching_ = false;    // a thread is sending the outbox
 
   mutable std::mutex mu_;
   std::condition_variable idle_;

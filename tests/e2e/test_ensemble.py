@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.error
 import urllib.request
 from functools import partial
@@ -16,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import Server
+from conftest import Server, http_status
 
 ADD_SUB = """
 name: "{name}"
@@ -325,5 +326,68 @@ def test_an_ensemble_with_response_cache_answers_repeats_without_its_steps(repos
         assert successes(client, "simple") == steps  # answered from the cache: no step ran
         stats = client.get_inference_statistics("ens")["model_stats"][0]["inference_stats"]
         assert stats["cache_hit"]["count"] == 1 and stats["success"]["count"] == 2
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+SLOW_STEP = """
+name: "slow"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+parameters { key: "execute_delay_ms" value: { string_value: "400" } }
+"""
+
+GATED = """
+name: "gated"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { max_inflight_requests: 1 step [
+  { model_name: "slow" model_version: -1
+    input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "Y" } }
+] }
+"""
+
+
+def test_requests_waiting_for_a_full_step_hold_no_io_thread(tmp_path):
+    """Eight requests to an ensemble whose step allows one in flight (400 ms each) on a server with
+    two HTTP I/O threads: the seven without room wait in line, not on a thread, so liveness and
+    another model answer at once meanwhile, and every request is answered with its own value."""
+    repo = tmp_path / "models"
+    write(repo, "slow", SLOW_STEP)
+    write(repo, "fast", SLOW_STEP.replace('"slow"', '"fast"').replace('"400"', '"0"'))
+    write(repo, "gated", GATED)
+    s = Server(str(repo), "--http-thread-count=2")
+    try:
+        http = httpclient.InferenceServerClient(s.url, concurrency=8)
+        pending = []
+        for k in range(8):
+            i = httpclient.InferInput("X", [1], "INT32")
+            i.set_data_from_numpy(np.array([k], dtype=np.int32))
+            pending.append(http.async_infer("gated", [i]))
+        time.sleep(0.3)  # the first holds the step; the others are in line
+        for _ in range(5):
+            t0 = time.monotonic()
+            status, _ = http_status(f"http://{s.url}/v2/health/live")
+            live_s = time.monotonic() - t0
+            assert status == 200
+            assert live_s < 0.1, f"liveness took {live_s * 1000:.0f} ms"
+        t0 = time.monotonic()
+        other = httpclient.InferenceServerClient(s.url)
+        i = httpclient.InferInput("INPUT0", [1], "INT32")
+        i.set_data_from_numpy(np.array([42], dtype=np.int32))
+        assert int(other.infer("fast", [i]).as_numpy("OUTPUT0")[0]) == 42
+        assert time.monotonic() - t0 < 0.1
+        # The step has run at most twice by now: the limit held while the others waited.
+        slow = other.get_inference_statistics("slow")["model_stats"][0]
+        assert int(slow["inference_stats"]["success"]["count"]) <= 2
+        for k, p in enumerate(pending):
+            assert int(p.get_result(timeout=30).as_numpy("Y")[0]) == k
+        slow = other.get_inference_statistics("slow")["model_stats"][0]
+        assert int(slow["inference_stats"]["success"]["count"]) == 8
     finally:
         assert s.stop() == 0, s.read_log()
