@@ -67,6 +67,10 @@ class Model {
   // NereidModelAbort, where the backend has it: the server gives up waiting on this model (a load
   // past its timeout). Any thread, any time.
   void Abort();
+  bool aborted() const { return aborted_.load(); }
+  // Something the model's files depend on (the folder of a load with file overrides), kept until
+  // the model is destroyed, after its instances and stubs have stopped.
+  void HoldFiles(std::shared_ptr<const void> files) { held_files_ = std::move(files); }
 
   const std::string& name() const { return name_; }
   int64_t version() const { return version_; }
@@ -146,6 +150,7 @@ class Model {
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
       bool allow_auto_complete, const StartedHook& started = nullptr);
 
+  std::shared_ptr<const void> held_files_;  // first: destroyed after every other member
   std::string name_;
   int64_t version_ = 0;
   std::string version_path_;

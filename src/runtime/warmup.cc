@@ -16,6 +16,11 @@ namespace {
 
 // A warmup input may not exceed this (a config, which a client may send, chooses its size).
 constexpr int64_t kMaxWarmupInputBytes = int64_t{1} << 30;
+// Requests one model's warmup may make on each instance (count x batch_size, summed over its
+// samples): a bound on its time that no config can lift. A load past its timeout stops sooner.
+constexpr uint64_t kMaxWarmupRequests = uint64_t{1} << 20;
+// The batch size of a sample of a model that does not batch (its requests still run together).
+constexpr uint32_t kMaxUnbatchedWarmupRequests = 64;
 
 StatusOr<WarmupInput> ReadInput(const std::string& name, const inference::ModelWarmup::Input& in,
                                 bool batching, const std::filesystem::path& model_dir) {
@@ -75,11 +80,28 @@ StatusOr<WarmupInput> ReadInput(const std::string& name, const inference::ModelW
 StatusOr<std::vector<WarmupSample>> ReadWarmupSamples(const inference::ModelConfig& config,
                                                       const std::filesystem::path& model_dir) {
   std::vector<WarmupSample> samples;
+  const uint32_t max_batch = config.max_batch_size() > 0
+                                 ? static_cast<uint32_t>(config.max_batch_size())
+                                 : kMaxUnbatchedWarmupRequests;
+  uint64_t requests = 0;
   for (const auto& s : config.model_warmup()) {
     WarmupSample sample;
     sample.name = s.name();
     sample.batch_size = s.batch_size();
     sample.count = std::max<uint32_t>(1, s.count());
+    const std::string where = "failed to run warmup sample '" + s.name() + "': ";
+    if (sample.batch_size > max_batch) {
+      const std::string bound = config.max_batch_size() > 0
+                                    ? "the model's max_batch_size "
+                                    : "the bound for a model that does not batch, ";
+      return InvalidArgument(where + "batch_size " + std::to_string(sample.batch_size) +
+                             " exceeds " + bound + std::to_string(max_batch) + "; ");
+    }
+    requests += uint64_t{sample.count} * sample.batch_size;
+    if (requests > kMaxWarmupRequests)
+      return InvalidArgument(where + "count x batch_size makes " + std::to_string(requests) +
+                             " warmup requests per instance, more than " +
+                             std::to_string(kMaxWarmupRequests) + "; ");
     // Sorted by name: the map's order is not stable, and a backend may care about input order.
     std::map<std::string, const inference::ModelWarmup::Input*> sorted;
     for (const auto& [name, in] : s.inputs()) sorted.emplace(name, &in);
@@ -141,6 +163,10 @@ Status RunWarmup(const std::shared_ptr<Model>& model, const std::vector<WarmupSa
     if (sample.batch_size == 0) continue;
     for (ModelInstance* instance : instances) {
       for (uint32_t iteration = 0; iteration < sample.count; ++iteration) {
+        // A load past its timeout (or the server's shutdown) aborts the model: warmup stops.
+        if (model->aborted())
+          return Unavailable("model '" + model->name() + "' was aborted during warmup sample '" +
+                             sample.name + "'");
         LOG_VERBOSE(1) << "model '" << model->name() << "' instance " << instance->name()
                        << " is running warmup sample '" << sample.name << "' for iteration "
                        << iteration + 1;

@@ -2,7 +2,9 @@
 // the model is READY, straight to the instance (no scheduler). A sample of batch_size N is N
 // batch-1 requests in one execution, run `count` times (0: once; batch_size 0 skips the sample);
 // its inputs are zeros, random bytes (zeros for STRING) or a file from '<model>/warmup/'. A sample
-// that fails fails the load with Triton's message.
+// that fails fails the load with Triton's message. Bounded: batch_size at most max_batch_size (64
+// for a model that does not batch), 2^20 requests per instance in all; an aborted load (past its
+// timeout, or at shutdown) stops between iterations.
 #pragma once
 
 #include <filesystem>

@@ -2,8 +2,14 @@
 before the model is READY, with zero, random or file data; warmup inferences are not counted in
 the statistics; a sample that fails, a file of the wrong size, a variable dimension or a path out
 of the model fails the load with Triton's message while the server keeps serving the rest."""
+import json
+import os
+import time
+
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 from onnx import TensorProto, helper
 
 from conftest import Server
@@ -98,3 +104,50 @@ def test_sequence_model_warms_up_with_its_control_inputs(tmp_path):
         assert c.infer("seq", [x], sequence_id=3, sequence_start=True).as_numpy("OUTPUT")[0, 0] == 6
     finally:
         assert s.stop() == 0
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def override(batch_size, count):
+    return json.dumps({
+        "name": "long", "backend": "onnxruntime", "max_batch_size": 8,
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [4]}],
+        "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+        "model_warmup": [{"name": "w", "batch_size": batch_size, "count": count,
+                          "inputs": {"X": {"data_type": "TYPE_FP32", "dims": [4],
+                                           "zero_data": True}}}]})
+
+
+def test_an_aborted_load_stops_its_warmup_and_warmup_is_bounded(tmp_path):
+    """A load whose warmup outlasts --model-load-timeout-secs is answered as aborted and its warmup
+    stops (the process goes idle); batch sizes over max_batch_size and request totals over the
+    bound are refused before anything is built."""
+    repo = tmp_path / "models"
+    add_model(repo, "long", "", instances=1)
+    s = Server(str(repo), "--model-control-mode=explicit", "--model-load-timeout-secs=1")
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        with pytest.raises(InferenceServerException, match="batch_size 100000000 exceeds the "
+                                                           "model's max_batch_size 8"):
+            c.load_model("long", config=override(100_000_000, 1))
+        with pytest.raises(InferenceServerException, match="count x batch_size makes 32000000000 "
+                                                           "warmup requests per instance"):
+            c.load_model("long", config=override(8, 4_000_000_000))
+        for _ in range(2):
+            with pytest.raises(InferenceServerException, match="aborted"):
+                c.load_model("long", config=override(1, 1_000_000))
+        time.sleep(0.5)  # the abort reaches the warmup loop within one iteration
+        before = cpu_seconds(s.proc.pid)
+        time.sleep(2)
+        busy = cpu_seconds(s.proc.pid) - before
+        assert busy < 0.3, f"the server used {busy:.2f} s of CPU in 2 s after the aborted loads"
+        c.load_model("long", config=override(2, 3))  # a bounded warmup still loads
+        assert c.is_model_ready("long")
+    finally:
+        assert s.stop() == 0, s.read_log()
