@@ -156,7 +156,9 @@ StatusOr<std::string> ResolveBackend(inference::ModelConfig* config, const std::
   if (!platform.empty()) {
     // Each of Triton's platforms names its backend before its first '_' (or is that name); that
     // backend must declare the platform (docs/backend-abi.md lists the pairs).
-    const std::string named = platform.substr(0, platform.find('_'));
+    // One exception: Triton serves "torch_aoti" (AOT-Inductor packages) with its pytorch backend.
+    const std::string named =
+        platform == "torch_aoti" ? "pytorch" : platform.substr(0, platform.find('_'));
     auto backend = backends.Get(named);
     if (!backend.ok())
       return InvalidArgument("model '" + config->name() + "': unknown platform '" + platform +
@@ -196,8 +198,47 @@ Status CheckPlatform(const inference::ModelConfig& config, const ConfigLocator& 
                          Joined(served) + ")");
 }
 
+// The folders of loads with file overrides that exist now, and their bytes: bounded, so that
+// repeated loads cannot fill the temporary file system.
+struct ModelRepository::OverrideFolders {
+  std::mutex mu;
+  std::set<std::string> live;
+  uint64_t bytes = 0;
+};
+
+// One load's folder: removed when the last holder lets go. The load holds it while it runs, and
+// each version loaded from it for as long as that version exists, so a reload, an unload or a
+// failed load removes it once nothing reads it any more.
+class ModelRepository::OverrideFiles {
+ public:
+  OverrideFiles(std::shared_ptr<OverrideFolders> folders, std::string root, std::string model_dir,
+                uint64_t bytes)
+      : folders_(std::move(folders)),
+        root_(std::move(root)),
+        model_dir_(std::move(model_dir)),
+        bytes_(bytes) {}
+  ~OverrideFiles() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+    if (ec) LOG_WARNING << "cannot remove " << root_ << ": " << ec.message();
+    std::lock_guard<std::mutex> lock(folders_->mu);
+    folders_->live.erase(root_);
+    folders_->bytes -= bytes_;
+  }
+  OverrideFiles(const OverrideFiles&) = delete;
+  OverrideFiles& operator=(const OverrideFiles&) = delete;
+  const std::string& model_dir() const { return model_dir_; }
+
+ private:
+  std::shared_ptr<OverrideFolders> folders_;
+  const std::string root_, model_dir_;
+  const uint64_t bytes_;
+};
+
 ModelRepository::ModelRepository(RepositoryOptions options, BackendManager* backends)
-    : options_(std::move(options)), backends_(backends) {}
+    : options_(std::move(options)),
+      backends_(backends),
+      override_folders_(std::make_shared<OverrideFolders>()) {}
 
 ModelRepository::~ModelRepository() {
   StopAll();
@@ -225,8 +266,9 @@ ModelRepository::~ModelRepository() {
       }
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& dir : override_dirs_) {
+  // Folders still held (by versions abandoned at exit, whose threads may never return).
+  std::lock_guard<std::mutex> lock(override_folders_->mu);
+  for (const auto& dir : override_folders_->live) {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
@@ -324,8 +366,8 @@ Status ModelRepository::LoadStartupModels() {
   return Status::Ok();
 }
 
-StatusOr<std::string> ModelRepository::WriteOverride(const std::string& name,
-                                                     const ModelFiles& files) {
+StatusOr<std::shared_ptr<ModelRepository::OverrideFiles>> ModelRepository::WriteOverride(
+    const std::string& name, const ModelFiles& files) {
   const std::string failed = "failed to load '" + name + "', failed to poll from model repository";
   if (files.size() > kMaxOverrideFiles)
     return InvalidArgument(failed + ": more than " + std::to_string(kMaxOverrideFiles) +
@@ -351,20 +393,32 @@ StatusOr<std::string> ModelRepository::WriteOverride(const std::string& name,
       return InvalidArgument(failed + ": file override path '" + path.substr(0, 300) +
                              "' is not a relative path inside the model directory");
   }
+  uint64_t bytes = 0;
+  for (const auto& [path, data] : files) bytes += data.size();
   std::error_code ec;
   const fs::path root = fs::temp_directory_path(ec);
   if (ec) return Internal(failed + ": no temporary directory: " + ec.message());
   std::string pattern = (root / "nereid-override-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr)
-    return Internal(failed +
-                    ": cannot create a directory for the model's files: " + std::strerror(errno));
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    override_dirs_.push_back(pattern);
+    std::lock_guard<std::mutex> lock(override_folders_->mu);
+    OverrideFolders& f = *override_folders_;
+    if (f.live.size() >= kMaxOverrideFolders || f.bytes + bytes > kMaxOverrideBytes)
+      return ResourceExhausted(failed + ": the file overrides of loaded models hold " +
+                               std::to_string(f.live.size()) + " folder(s) and " +
+                               std::to_string(f.bytes) + " bytes; this load's " +
+                               std::to_string(bytes) + " bytes would pass the bound of " +
+                               std::to_string(kMaxOverrideFolders) + " folders and " +
+                               std::to_string(kMaxOverrideBytes) + " bytes");
+    if (::mkdtemp(pattern.data()) == nullptr)
+      return Internal(failed +
+                      ": cannot create a directory for the model's files: " + std::strerror(errno));
+    f.live.insert(pattern);
+    f.bytes += bytes;
   }
   // The model directory is named after the model, as in a repository. Everything under it is
   // created here, fresh: a directory or file that exists already is refused (no link to follow).
   const fs::path dir = fs::path(pattern) / name;
+  auto folder = std::make_shared<OverrideFiles>(override_folders_, pattern, dir.string(), bytes);
   if (!fs::create_directory(dir, ec) || ec)
     return Internal(failed + ": " + (ec ? ec.message() : std::string("cannot create it")));
   for (const auto& [path, bytes] : files) {
@@ -382,19 +436,19 @@ StatusOr<std::string> ModelRepository::WriteOverride(const std::string& name,
     ::close(fd);
     if (written != bytes.size()) return Internal(failed + ": " + path + ": short write");
   }
-  return dir.string();
+  return folder;
 }
 
 Status ModelRepository::Load(const std::string& name, const std::string& config_json,
                              const ModelFiles& files) {
   RETURN_IF_ERROR(CheckModelName(name));
-  std::string override_dir;
+  std::shared_ptr<OverrideFiles> overrides;
   if (!files.empty()) {
     if (config_json.empty())
       return InvalidArgument("failed to load '" + name +
                              "', failed to poll from model repository: files were given without "
                              "the 'config' parameter");
-    ASSIGN_OR_RETURN(override_dir, WriteOverride(name, files));
+    ASSIGN_OR_RETURN(overrides, WriteOverride(name, files));
   }
   uint64_t fingerprint = 0;  // of the directory a load without file overrides reads
   if (files.empty()) {
@@ -432,8 +486,8 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
     Status status;
   };
   auto outcome = std::make_shared<Outcome>();
-  Background([this, name, config_json, generation, attempt, outcome, override_dir, fingerprint] {
-    Status s = LoadModel(name, config_json, generation, attempt, {}, override_dir);
+  Background([this, name, config_json, generation, attempt, outcome, overrides, fingerprint] {
+    Status s = LoadModel(name, config_json, generation, attempt, {}, overrides);
     {
       std::lock_guard<std::mutex> lock(mu_);
       loading_.erase(attempt);
@@ -484,7 +538,12 @@ StatusOr<ModelRepository::Plan> ModelRepository::PlanLoad(const std::string& nam
   const std::string config_path = (fs::path(plan.model_dir) / "config.pbtxt").string();
   ParsedModelConfig& parsed = plan.parsed;
   if (!config_json.empty()) {
-    ASSIGN_OR_RETURN(parsed.config, ModelConfigFromJson(config_json));
+    auto config = ModelConfigFromJson(config_json);
+    if (!config.ok())  // Triton's words (its client examples look for "failed to load")
+      return InvalidArgument("failed to load '" + name +
+                             "', failed to poll from model repository: Invalid config override: " +
+                             config.status().message());
+    parsed.config = std::move(config).value();
     parsed.locator = ConfigLocator("load request config", nullptr);
   } else if (fs::exists(config_path)) {
     std::ifstream in(config_path);
@@ -700,13 +759,14 @@ Status ModelRepository::PrepareEnsemble(const std::string& name, inference::Mode
 
 Status ModelRepository::LoadModel(const std::string& name, const std::string& config_json,
                                   uint64_t generation, const std::shared_ptr<LoadAttempt>& attempt,
-                                  std::vector<std::string> chain, const std::string& override_dir) {
+                                  std::vector<std::string> chain,
+                                  const std::shared_ptr<OverrideFiles>& overrides) {
   // Whether this load still speaks for the model: no later load or unload began, the caller has
   // not given up on it, the server is not stopping. With mu_ held.
   auto current = [&](const ModelEntry& m) {
     return m.generation == generation && !attempt->abandoned && !stopping_;
   };
-  auto plan = PlanLoad(name, config_json, nullptr, override_dir);
+  auto plan = PlanLoad(name, config_json, nullptr, overrides ? overrides->model_dir() : "");
   if (!plan.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     // Versions that were serving keep serving; the reason is recorded for the index and for
@@ -736,6 +796,7 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
     if (model.ok()) {
       entry.state = "READY";
       entry.model = std::move(model).value();
+      if (overrides) entry.model->HoldFiles(overrides);
       LOG_INFO << "successfully loaded '" << name << "' version " << v;
     } else {
       entry.state = "UNAVAILABLE";

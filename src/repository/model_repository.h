@@ -99,8 +99,12 @@ class ModelRepository {
   // files uses the repository again. Explicit mode only.
   Status Load(const std::string& name, const std::string& config_json,
               const ModelFiles& files = {});
-  // Limits on a load request's files (count; each path component, as the file system allows).
+  // Limits on a load request's files (count; each path component, as the file system allows),
+  // and on the folders of such loads that exist at once (each lives while its load runs and while
+  // a version loaded from it does; see OverrideFiles).
   static constexpr size_t kMaxOverrideFiles = 4096;
+  static constexpr size_t kMaxOverrideFolders = 256;
+  static constexpr uint64_t kMaxOverrideBytes = uint64_t{2} << 30;
   // Takes the model out of service at once; answers when it has stopped, or after kUnloadWait
   // while it goes on stopping in the background (bounded by unload_timeout, then aborted).
   // A model directory's fingerprint: a hash of every file's relative path, size and modification
@@ -174,14 +178,18 @@ class ModelRepository {
   StatusOr<Plan> PlanLoad(const std::string& name, const std::string& config_json,
                           std::vector<std::string>* config_errors,
                           const std::string& override_dir = "") const;
+  class OverrideFiles;
+  struct OverrideFolders;
   // 'chain': the ensembles whose loads wait on this one (their steps name it).
-  // 'override_dir': the directory of a load with file overrides ("": the repository's).
+  // 'overrides': the folder of a load with file overrides (null: the repository's); each version
+  // loaded from it holds it.
   Status LoadModel(const std::string& name, const std::string& config_json, uint64_t generation,
                    const std::shared_ptr<LoadAttempt>& attempt, std::vector<std::string> chain = {},
-                   const std::string& override_dir = "");
-  // Writes a load request's files into a new directory of their own (no file outside it: paths
-  // are checked and nothing in it is a link); returns the model directory.
-  StatusOr<std::string> WriteOverride(const std::string& name, const ModelFiles& files);
+                   const std::shared_ptr<OverrideFiles>& overrides = nullptr);
+  // Writes a load request's files into a new folder of their own (no file outside it: paths are
+  // checked and nothing in it is a link), within the bounds on such folders.
+  StatusOr<std::shared_ptr<OverrideFiles>> WriteOverride(const std::string& name,
+                                                         const ModelFiles& files);
   // Before an ensemble loads: its steps' models, loaded first where no load of them was tried yet
   // (so loading an ensemble in explicit mode loads them too, as in Triton), then the ensemble
   // checked against their configs (and made decoupled when a step is). A cycle among ensembles is
@@ -222,9 +230,9 @@ class ModelRepository {
   };
   std::mutex tasks_mu_;
   std::vector<Task> tasks_;
-  // Directories written for loads with file overrides, removed at the end (a model loaded from
-  // one may read its files for as long as it runs).
-  std::vector<std::string> override_dirs_;  // under mu_
+  // The folders of loads with file overrides that exist now; any left at the end (a version
+  // abandoned at exit) is removed by the destructor.
+  std::shared_ptr<OverrideFolders> override_folders_;
 };
 
 // The backend a config asks for, from what the installed backends declare (NereidBackendPlatforms,

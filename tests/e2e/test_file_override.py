@@ -5,6 +5,7 @@ refused without touching the file system."""
 import base64
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 
@@ -81,3 +82,38 @@ def test_paths_outside_the_model_are_refused(explicit_server, tmp_path):
     code, error = post_load(explicit_server, "escaper", {"config": config, "file:1/a": "not base64!"})
     assert code == 400 and "base64" in error
     assert httpclient.InferenceServerClient(explicit_server.url).is_server_ready()
+
+
+def test_override_folders_go_with_the_versions_that_use_them(repository, tmp_path):
+    """Each load with files writes a folder under TMPDIR; it is removed when the load fails, when a
+    reload replaces the version loaded from it, and at unload, so 26 loads leave at most one."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    s = Server(repository, "--model-control-mode=explicit", env={"TMPDIR": str(tmp)})
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        with open(os.path.join(repository, "simple", "1", "model.onnx"), "rb") as f:
+            onnx = f.read()
+        config = json.dumps({"backend": "onnxruntime"})
+
+        def folders(at_most):
+            """The override folders once no more than 'at_most' remain (a retired version goes on
+            a thread of its own), or as they are after 10 s."""
+            deadline = time.monotonic() + 10
+            while True:
+                now = sorted(p.name for p in tmp.glob("nereid-override-*"))
+                if len(now) <= at_most or time.monotonic() > deadline:
+                    return now
+
+        for i in range(25):
+            c.load_model("ov", config=config, files={"file:1/model.onnx": onnx})
+            assert (add(httpclient, c, "ov") == 2 * np.arange(16)).all()
+            assert len(folders(1)) == 1  # the previous version's folder is gone
+        with pytest.raises(InferenceServerException, match="load failed for model 'broken'"):
+            c.load_model("broken", config=config, files={"file:1/model.onnx": b"not onnx"})
+        assert len(folders(1)) == 1  # the failed load's folder is gone too
+        c.unload_model("ov")
+        assert folders(0) == []
+    finally:
+        assert s.stop() == 0, s.read_log()
+    assert list(tmp.glob("nereid-override-*")) == []
