@@ -58,7 +58,8 @@ void RaiseFileLimit() {
 }
 
 int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
-             nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository);
+             nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository,
+             nereid::trace::TraceManager* tracer);
 
 int Serve(const std::vector<std::string>& args) {
   auto options_or = nereid::ParseServerOptions(args);
@@ -169,6 +170,11 @@ int Serve(const std::vector<std::string>& args) {
 
   // The protocol-neutral API both frontends call; outlives them (declared before them).
   nereid::InferenceServer api(&repository);
+  api.shared_memory().AllowClients(options.allow_client_shm);
+  LOG_INFO << "client shared memory "
+           << (options.allow_client_shm ? "allowed (--allow-client-shm=true)"
+                                        : "disabled: clients cannot register regions "
+                                          "(--allow-client-shm=true allows them)");
   api.SetTracer(tracer);
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
   if (options.allow_grpc) {
@@ -201,7 +207,7 @@ int Serve(const std::vector<std::string>& args) {
     const timespec grace{options.drain_grace_secs, 0};
     if (sigtimedwait(&signals, nullptr, &grace) > 0) LOG_INFO << "second signal: grace ended";
   }
-  return Shutdown(sig, options.exit_timeout_secs, http.get(), grpc.get(), repository);
+  return Shutdown(sig, options.exit_timeout_secs, http.get(), grpc.get(), repository, tracer.get());
 }
 
 // How long past the exit timeout gRPC may take to close its cancelled calls.
@@ -210,7 +216,8 @@ constexpr std::chrono::seconds kShutdownGrace{5};
 // Triton's shutdown: stop taking new work, let what was accepted finish within the exit timeout,
 // then stop. Requests still running when the timeout passes are abandoned (exit status 1).
 int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
-             nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository) {
+             nereid::grpc_frontend::GrpcServer* grpc, nereid::ModelRepository& repository,
+             nereid::trace::TraceManager* tracer) {
   const auto steady_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(exit_timeout_secs);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(exit_timeout_secs);
@@ -244,6 +251,8 @@ int Shutdown(int sig, int exit_timeout_secs, nereid::http::HttpServer* http,
     exit_without(std::to_string(http->InFlight()) + " HTTP request(s) unanswered");
   if (http) http->Stop();
   repository.StopAll();
+  // Spans still queued for an OpenTelemetry receiver go out within what is left of the timeout.
+  if (tracer) tracer->Stop(steady_deadline);
   LOG_INFO << "all requests answered; exiting";
   return 0;
 }

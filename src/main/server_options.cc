@@ -121,6 +121,8 @@ Options (names follow tritonserver):
   --grpc-port=PORT            default 8001 (0 picks a free port)
   --grpc-thread-count=N       cap on gRPC's callback threads (default: gRPC's own)
   --grpc-max-input-size=BYTES largest accepted request message (default 67108864)
+  --grpc-memory-quota-bytes=BYTES  memory gRPC may hold for all connections (its ResourceQuota;
+                              default 268435456): past it, gRPC offers clients smaller windows
   --reuse-grpc-port=BOOL      let other processes listen on the gRPC port too (default false)
   --grpc-use-ssl=BOOL         serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)
   --grpc-use-ssl-mutual=BOOL  TLS with client certificates verified against --grpc-root-cert
@@ -132,6 +134,8 @@ Options (names follow tritonserver):
                               metadata, inference, shared-memory, model-config, model-repository,
                               statistics, trace, logging
   --allow-metrics=BOOL        serve Prometheus metrics at /metrics (default true)
+  --allow-client-shm=BOOL     let clients register and use system and CUDA shared-memory regions
+                              (default false, as Triton since 2.69; docs/security.md)
   --metrics-port=PORT         default 8002 (0 picks a free port)
   --allow-gpu-metrics=BOOL    per-GPU nv_gpu_* metrics through NVML (default true; none without
                               a GPU driver)
@@ -277,6 +281,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
     } else if (flag == "grpc-max-input-size") {
       ASSIGN_OR_RETURN(o.grpc.max_input_size,
                        number(int64_t{1}, int64_t{std::numeric_limits<int32_t>::max()}));
+    } else if (flag == "grpc-memory-quota-bytes") {
+      ASSIGN_OR_RETURN(o.grpc.memory_quota, number(int64_t{16} << 20, int64_t{1} << 40));
     } else if (flag == "http-restricted-api") {
       ASSIGN_OR_RETURN(std::string v, next());
       RETURN_IF_ERROR(o.http.restricted.Add(flag, v));
@@ -309,6 +315,8 @@ StatusOr<ServerOptions> ParseServerOptions(const std::vector<std::string>& args)
       ASSIGN_OR_RETURN(o.allow_http, boolean());
     } else if (flag == "allow-grpc") {
       ASSIGN_OR_RETURN(o.allow_grpc, boolean());
+    } else if (flag == "allow-client-shm") {
+      ASSIGN_OR_RETURN(o.allow_client_shm, boolean());
     } else if (flag == "allow-metrics") {
       ASSIGN_OR_RETURN(o.allow_metrics, boolean());
     } else if (flag == "http-address") {

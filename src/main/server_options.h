@@ -21,6 +21,7 @@ struct ServerOptions {
   bool allow_http = true;
   bool allow_grpc = true;
   bool allow_metrics = true;
+  bool allow_client_shm = false;  // --allow-client-shm (Triton 2.69's default: off)
   grpc_frontend::GrpcOptions grpc;
   uint16_t metrics_port = 8002;
   std::string backend_directory;  // empty: next to the executable

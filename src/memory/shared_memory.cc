@@ -55,8 +55,13 @@ struct SharedMemoryRegistry::Region {
   }
 };
 
+Status SharedMemoryRegistry::CheckClientAccess() const {
+  return allow_clients_ ? Status::Ok() : Unsupported(kClientShmDisabled);
+}
+
 Status SharedMemoryRegistry::Register(const std::string& name, const std::string& key,
                                       uint64_t offset, uint64_t byte_size) {
+  RETURN_IF_ERROR(CheckClientAccess());
   if (name.empty()) return InvalidArgument("a shared memory region needs a name");
   RETURN_IF_ERROR(CheckKey(name, key));
   if (byte_size == 0)
@@ -98,6 +103,7 @@ Status SharedMemoryRegistry::Register(const std::string& name, const std::string
 }
 
 Status SharedMemoryRegistry::Unregister(const std::string& name) {
+  RETURN_IF_ERROR(CheckClientAccess());
   return Erase(name, /*cuda=*/false);
 }
 
@@ -133,6 +139,7 @@ StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryRegistry::GetStatus(
 
 Status SharedMemoryRegistry::RegisterCuda(const std::string& name, const std::string& raw_handle,
                                           int64_t device_id, uint64_t byte_size) {
+  RETURN_IF_ERROR(CheckClientAccess());
   const std::string what = "failed to register CUDA shared memory region '" + name + "'";
   if (name.empty()) return InvalidArgument("a shared memory region needs a name");
   if (raw_handle.size() != gpu::kIpcHandleBytes)
@@ -179,6 +186,7 @@ Status SharedMemoryRegistry::RegisterCuda(const std::string& name, const std::st
 }
 
 Status SharedMemoryRegistry::UnregisterCuda(const std::string& name) {
+  RETURN_IF_ERROR(CheckClientAccess());
   return Erase(name, /*cuda=*/true);
 }
 

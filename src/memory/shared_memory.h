@@ -32,6 +32,14 @@ struct CudaSharedMemoryRegionStatus {
 // allocation) share one namespace, as in Triton: a request names either by its region name.
 class SharedMemoryRegistry {
  public:
+  // --allow-client-shm (Triton's flag; off by default since Triton 2.69): off, clients may not
+  // register or unregister regions (UNSUPPORTED, Triton's message), so no request can name one;
+  // the status calls still answer. Set once at start-up.
+  void AllowClients(bool allow) { allow_clients_ = allow; }
+  Status CheckClientAccess() const;
+  static constexpr const char* kClientShmDisabled =
+      "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to "
+      "enable.";
   // Maps 'byte_size' bytes at 'offset' of the POSIX shared-memory object 'key'.
   Status Register(const std::string& name, const std::string& key, uint64_t offset,
                   uint64_t byte_size);
@@ -54,6 +62,7 @@ class SharedMemoryRegistry {
  private:
   struct Region;
   Status Erase(const std::string& name, bool cuda);
+  bool allow_clients_ = false;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Region>> regions_;
 };

@@ -1,5 +1,6 @@
 #include "trace/otlp_exporter.h"
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -60,13 +61,30 @@ StatusOr<std::shared_ptr<OtlpExporter>> OtlpExporter::Create(const TraceConfig& 
   return e;
 }
 
-OtlpExporter::~OtlpExporter() {
+// At shutdown what is queued gets at most this long in all, within the exit deadline.
+constexpr std::chrono::milliseconds kStopBudget{2000};
+
+OtlpExporter::~OtlpExporter() { Stop(std::chrono::steady_clock::now() + kStopBudget); }
+
+void OtlpExporter::Stop(std::chrono::steady_clock::time_point deadline) {
+  deadline = std::min(deadline, std::chrono::steady_clock::now() + kStopBudget);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
     stop_ = true;
+    stop_deadline_ns_.store(std::max<int64_t>(
+        1,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count()));
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+bool OtlpExporter::PastStopDeadline() const {
+  const int64_t deadline = stop_deadline_ns_.load();
+  return deadline != 0 && std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                                  .count() >= deadline;
 }
 
 void OtlpExporter::Enqueue(std::vector<std::string> spans) {
@@ -113,8 +131,15 @@ void OtlpExporter::Run() {
   while (true) {
     wake_.wait_for(lock, std::chrono::milliseconds(delay_ms_),
                    [&] { return stop_ || queue_.size() >= max_batch_; });
-    const bool stopping = stop_;
     while (!queue_.empty()) {
+      // Read per batch: a stop that comes while batches are going out ends them at its deadline.
+      if (stop_ && PastStopDeadline()) {
+        dropped_ += queue_.size();
+        LOG_WARNING << "tracing: " << queue_.size()
+                    << " span(s) not exported by the exit deadline; dropped";
+        queue_.clear();
+        break;
+      }
       std::vector<std::string> batch;
       while (!queue_.empty() && batch.size() < max_batch_) {
         batch.push_back(std::move(queue_.front()));
@@ -123,25 +148,22 @@ void OtlpExporter::Run() {
       lock.unlock();
       Status sent = Internal("not sent");
       try {
-        // At shutdown a short wait, once: what cannot be sent then is dropped.
-        sent = Post(Request(batch), std::chrono::milliseconds(stopping ? 2000 : 5000));
+        sent = Post(Request(batch), std::chrono::milliseconds(5000));
       } catch (const std::exception& e) {
         sent = Internal(e.what());
       }
       lock.lock();
       if (sent.ok()) {
         exported_ += batch.size();
-      } else if (failures_++ % 100 == 0) {
-        LOG_WARNING << "tracing: exporting " << batch.size() << " span(s) to http://" << host_
-                    << ":" << port_ << target_ << " failed: " << sent.message();
+      } else {
+        if (stop_) dropped_ += batch.size();
+        if (failures_++ % 100 == 0)
+          LOG_WARNING << "tracing: exporting " << batch.size() << " span(s) to http://" << host_
+                      << ":" << port_ << target_ << " failed: " << sent.message();
       }
-      if (stopping && !sent.ok()) {
-        dropped_ += queue_.size();
-        queue_.clear();
-      }
-      if (!stopping && queue_.size() < max_batch_) break;
+      if (!stop_ && queue_.size() < max_batch_) break;
     }
-    if (stopping) return;
+    if (stop_) return;
   }
 }
 
@@ -182,7 +204,11 @@ Status OtlpExporter::Post(const std::string& body, std::chrono::milliseconds bud
       });
     });
   });
-  io.run_for(budget);
+  // In slices, so that a stop's deadline ends a wait that started before it.
+  const auto end = std::chrono::steady_clock::now() + budget;
+  while (!io.stopped() && std::chrono::steady_clock::now() < end && !PastStopDeadline())
+    io.run_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(50), end - std::chrono::steady_clock::now()));
   return result;
 }
 

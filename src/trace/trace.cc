@@ -151,7 +151,8 @@ StatusOr<uint32_t> ParseLevels(const std::vector<std::string>& levels) {
 }  // namespace
 
 // Triton's trace file: with log_frequency 0 every trace goes to <file> (one JSON array, closed when
-// the server stops); otherwise each group of log_frequency traces to <file>.<n>.
+// the server stops, written as it fills); otherwise each group of log_frequency traces to
+// <file>.<n>.
 struct TraceFile {
   explicit TraceFile(std::string p) : path(std::move(p)) {}
   ~TraceFile() {
@@ -184,6 +185,9 @@ struct TraceFile {
   std::mutex mu;
   std::ofstream out;
 };
+
+// Trace file text a setting holds in memory before writing it out, whatever its log_frequency.
+constexpr size_t kMaxBufferedTraceBytes = size_t{4} << 20;
 
 // One trace setting in force (global, or a model's): its values, which of them the model set itself
 // (the others follow the global setting), and the sampling state. Replaced, never changed, on an
@@ -235,13 +239,17 @@ struct Setting {
     if (in_stream++ != 0) stream += ",";
     stream += json;
     ++written;
-    if ((values.count == 0 && written == taken) ||
-        (values.log_frequency != 0 && in_stream >= values.log_frequency)) {
+    const bool group = (values.count == 0 && written == taken) ||
+                       (values.log_frequency != 0 && in_stream >= values.log_frequency);
+    // Whatever the settings a client chose (log_frequency 0 or huge, no count, TENSORS), at most
+    // kMaxBufferedTraceBytes wait in memory: past it they go out, appended to <file> (log_frequency
+    // 0) or as a shorter group in the next <file>.<n>.
+    if (group || stream.size() >= kMaxBufferedTraceBytes) {
       std::string out;
       out.swap(stream);
       in_stream = 0;
       lock.unlock();
-      file->Save(out, true);
+      file->Save(out, group || values.log_frequency != 0);
     }
   }
   ~Setting() {
@@ -599,6 +607,10 @@ TraceManager::~TraceManager() {
   std::lock_guard<std::mutex> lock(mu_);
   models_.clear();
   global_.reset();
+}
+
+void TraceManager::Stop(std::chrono::steady_clock::time_point deadline) {
+  if (exporter_) exporter_->Stop(deadline);
 }
 
 std::shared_ptr<Setting> TraceManager::Make(const SettingValues& v,

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -143,6 +144,9 @@ class TraceManager {
   SettingMap Get(const std::string& model) const;
   StatusOr<SettingMap> Update(const std::string& model, const SettingUpdate& update);
   Mode mode() const { return config_.mode; }
+  // At shutdown: the OpenTelemetry exporter sends what it holds until 'deadline' (the exit
+  // timeout's, at most 2 s away), then its thread ends.
+  void Stop(std::chrono::steady_clock::time_point deadline);
 
  private:
   std::shared_ptr<Setting> Make(const SettingValues& v, const SettingSpecified& s) const;

@@ -21,6 +21,49 @@ import models  # noqa: E402
 BINARY = os.environ.get("NEREID_BINARY", os.path.join(ROOT, "build", "nereid"))
 _SERVERS = count()  # numbers the servers' log files
 
+# Every process a test starts (servers, their Python stubs, what those fork, HAProxy, Prometheus)
+# inherits this mark in its environment; at the end of the session none may be left running.
+_MARK = f"NEREID_TEST_RUN={os.getpid()}-{time.time_ns()}"
+os.environ["NEREID_TEST_RUN"] = _MARK.split("=", 1)[1]
+
+
+def _marked_processes():
+    """(pid, command line) of every live process (zombies excluded) carrying this run's mark."""
+    # This process's own multiprocessing resource tracker (tritonclient's shared-memory helpers
+    # start it) lives as long as pytest does: it is not a test's.
+    from multiprocessing import resource_tracker
+    own = {os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None)}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in own:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if _MARK.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found.append((int(entry), f.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """Fails the run, naming them, when processes the tests started outlive the session (a few
+    seconds allowed for the last ones to finish exiting)."""
+    yield
+    deadline = time.monotonic() + 10
+    left = _marked_processes()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _marked_processes()
+    assert not left, "processes started by the tests are still running: " + "; ".join(
+        f"pid {pid}: {cmd[:200]}" for pid, cmd in left)
+
 
 class Server:
     """One nereid process on ports it picks itself (port 0, read back from its log: no race with
@@ -28,14 +71,17 @@ class Server:
     (SIGTERM) and checks it exits cleanly."""
 
     def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
-                 prefix=(), host="127.0.0.1"):
+                 prefix=(), host="127.0.0.1", client_shm=True):
         self.repository = repository
         self.log_path = os.path.join(repository, "..", f"server-{next(_SERVERS)}-{os.getpid()}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [*prefix, BINARY, "serve", f"--model-repository={repository}", "--http-port=0",
              "--metrics-port=0", "--grpc-port=0", "--http-address=127.0.0.1",
-             "--grpc-address=127.0.0.1", *args],
+             "--grpc-address=127.0.0.1",
+             # Client shared memory is off by default (Triton 2.69's --allow-client-shm); the
+             # suite's servers allow it unless a test asks for the default (client_shm=False).
+             *(["--allow-client-shm=true"] if client_shm else []), *args],
             stdout=self.log, stderr=subprocess.STDOUT,
             env=None if env is None else {**os.environ, **env})
         deadline = time.time() + 30

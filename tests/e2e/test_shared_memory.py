@@ -11,6 +11,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from conftest import Server
+
 PROTOCOLS = ["http", "grpc"]
 
 
@@ -220,7 +222,6 @@ def test_an_output_region_overlapping_an_input_region_gives_the_right_answer(tmp
     clobber them before the second node reads them. The server writes such an output to a buffer
     of its own and copies it into the region afterwards, as Triton does."""
     from onnx import TensorProto, helper
-    from conftest import Server
     repo = tmp_path / "models"
     (repo / "neg_and_double" / "1").mkdir(parents=True)
     graph = helper.make_graph(
@@ -281,3 +282,47 @@ def test_one_input_in_shared_memory_and_one_sent_with_the_request(server, region
             np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), x - y)
     finally:
         client.unregister_system_shared_memory()
+
+
+def test_client_shared_memory_is_off_unless_the_flag_allows_it(repository, regions):
+    """Triton 2.69's default: without --allow-client-shm=true a client may not register or
+    unregister regions (UNSUPPORTED, Triton's words: HTTP 501, gRPC UNIMPLEMENTED), so a request
+    cannot name one; the status calls still answer, and the rest of the server serves."""
+    tag = regions[0]
+    message = ("Client shared memory is disabled. Start the server with "
+               "'--allow-client-shm=true' to enable.")
+    s = Server(repository, client_shm=False)
+    try:
+        assert "client shared memory disabled" in s.read_log()
+        h = httpclient.InferenceServerClient(s.url)
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        for call in (lambda: h.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128),
+                     lambda: h.unregister_system_shared_memory(),
+                     lambda: h.register_cuda_shared_memory("c", b"\0" * 64, 0, 64),
+                     lambda: h.unregister_cuda_shared_memory("c")):
+            with pytest.raises(InferenceServerException) as e:
+                call()
+            assert message in str(e.value) and e.value.status() == "501", str(e.value)
+        for call in (lambda: g.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128),
+                     lambda: g.unregister_cuda_shared_memory()):
+            with pytest.raises(InferenceServerException) as e:
+                call()
+            assert message in str(e.value) and "UNIMPLEMENTED" in str(e.value.status()), str(e.value)
+        assert h.get_system_shared_memory_status() == []
+        assert len(g.get_system_shared_memory_status().regions) == 0
+        inputs, outputs = simple_request(httpclient, tag)
+        with pytest.raises(InferenceServerException, match="shared memory region"):
+            h.infer("simple", inputs, outputs=outputs)
+        assert h.is_server_ready()
+    finally:
+        assert s.stop() == 0, s.read_log()
+    # With the flag, Triton's shm client examples' calls work (the tests above use it too).
+    s = Server(repository, "--allow-client-shm=true", client_shm=False)
+    try:
+        h = httpclient.InferenceServerClient(s.url)
+        assert "client shared memory allowed" in s.read_log()
+        h.register_system_shared_memory(f"in_{tag}", f"/nereid_in_{tag}", 128)
+        assert len(h.get_system_shared_memory_status()) == 1
+        h.unregister_system_shared_memory()
+    finally:
+        assert s.stop() == 0, s.read_log()

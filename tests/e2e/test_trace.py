@@ -111,6 +111,11 @@ def test_settings_api_follows_tritons_rules(traced):
     assert h.get_trace_settings()["trace_level"] == ["OFF"]
     status, body = http_status(f"http://{server.url}/v2/trace/setting", "POST", b'{"trace_rate": 5}')
     assert status == 400 and b"must be a string" in body
+    # trace_level is a list (a bare string turned tracing on before), the others single strings.
+    for body in (b'{"trace_level": "TIMESTAMPS"}', b'{"trace_rate": ["5"]}'):
+        status, reply = http_status(f"http://{server.url}/v2/trace/setting", "POST", body)
+        assert status == 400 and b"error" in reply, (body, reply)
+    assert h.get_trace_settings()["trace_level"] == ["OFF"]
     status, _ = http_status(f"http://{server.url}/v2/trace/setting", "POST", b"{not json")
     assert status == 400
     assert "trace" in h.get_server_metadata()["extensions"]
@@ -353,6 +358,32 @@ def test_an_unreachable_receiver_costs_no_request(repository, kind):
     assert time.time() - started < 10
     if kind == "refused":
         assert "exporting" in open(server.log_path).read()
+
+
+def test_a_silent_receiver_with_many_batches_queued_cannot_hold_the_exit(repository):
+    """800 spans in batches of 16 queued for a receiver that accepts and never answers (each batch
+    used to cost 5 s, and a stop re-read between batches never came): the server still exits
+    within its exit timeout, having waited at most 2 s for the receiver."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    port = hole.getsockname()[1]
+    server = Server(repository, *otel_args(port, "--trace-config", "rate=1", "--trace-config",
+                                           "opentelemetry,bsp_max_queue_size=8192",
+                                           "--trace-config",
+                                           "opentelemetry,bsp_max_export_batch_size=16"),
+                    "--exit-timeout-secs=3")
+    try:
+        h = httpclient.InferenceServerClient(server.url)
+        for _ in range(200):
+            h.infer("simple", simple_inputs(httpclient))
+    finally:
+        started = time.monotonic()
+        assert server.stop() == 0, server.read_log()
+        took = time.monotonic() - started
+        hole.close()
+    assert took < 3.5, f"the exit took {took:.1f} s"
+    assert "not exported by the exit deadline; dropped" in open(server.log_path).read()
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -145,6 +145,9 @@ TEST(RequestBuilderTest, SharedMemoryTensorsResolveInTheRegistry) {
   ASSERT_EQ(ftruncate(fd, 64), 0);
   close(fd);
   SharedMemoryRegistry shm;
+  // Off by default (--allow-client-shm): a client may not register a region.
+  EXPECT_EQ(shm.Register("r", key, 0, 64).message(), SharedMemoryRegistry::kClientShmDisabled);
+  shm.AllowClients(true);
   ASSERT_TRUE(shm.Register("r", key, 0, 64).ok());
   RequestDescription d;
   InputDescription in = Raw("");

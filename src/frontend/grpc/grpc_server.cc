@@ -602,11 +602,10 @@ class GrpcServer::Impl final : public ServiceBase {
                              &bound_port_);
     builder.RegisterService(this);
     ApplyChannelArguments(builder, options_);
-    if (options_.threads > 0) {
-      grpc::ResourceQuota quota("nereid");
-      quota.SetMaxThreads(options_.threads);
-      builder.SetResourceQuota(quota);
-    }
+    grpc::ResourceQuota quota("nereid");
+    quota.Resize(static_cast<size_t>(options_.memory_quota));
+    if (options_.threads > 0) quota.SetMaxThreads(options_.threads);
+    builder.SetResourceQuota(quota);
     server_ = builder.BuildAndStart();
     if (!server_ || bound_port_ == 0)
       return Unavailable("cannot listen for gRPC on " + options_.address + ":" +

@@ -30,6 +30,10 @@ struct GrpcOptions {
   // Largest request message gRPC will read (--grpc-max-input-size); larger ones are refused with
   // RESOURCE_EXHAUSTED before they are buffered whole. Responses are not limited.
   int64_t max_input_size = 64ll << 20;
+  // --grpc-memory-quota-bytes: gRPC's ResourceQuota for the whole server. Under pressure gRPC
+  // shrinks the windows it offers its peers, so the requests clients send ahead on streams Nereid
+  // is not reading (and what else gRPC buffers) stay within about this much.
+  int64_t memory_quota = 256ll << 20;
   RestrictedApis restricted;  // --grpc-restricted-protocol
   // --reuse-grpc-port (Triton's flag, default false): let several servers listen on the port
   // (SO_REUSEPORT, connections shared among them). Off, a second server on a port in use fails

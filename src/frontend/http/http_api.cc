@@ -376,6 +376,9 @@ Reply CudaSharedMemoryReply(InferenceServer& api, const Route& route, const std:
 
 // The system shared-memory extension.
 Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body) {
+  // Triton refuses a (un)register before reading its body when clients may not use regions.
+  if (route.action != "status")
+    if (Status s = api.shared_memory().CheckClientAccess(); !s.ok()) return StatusReply(s);
   if (route.cuda) return CudaSharedMemoryReply(api, route, body);
   SharedMemoryRegistry& shm = api.shared_memory();
   if (route.action == "status")
@@ -484,18 +487,22 @@ Reply TraceReply(InferenceServer& api, const std::string& model, bool update,
         changes.emplace_back(key, std::nullopt);
         continue;
       }
+      // Triton's shapes: trace_level a list of strings, every other setting one string.
       std::vector<std::string> values;
       std::string_view text;
-      if (!v.get(text)) {
-        values.emplace_back(text);
-      } else if (simdjson::dom::array list; !v.get(list)) {
+      if (key == "trace_level") {
+        simdjson::dom::array list;
+        if (v.get(list))
+          return ErrorReply(400, "trace setting 'trace_level' must be a list of strings or null");
         for (auto item : list) {
           if (item.get(text))
-            return ErrorReply(400, "trace setting '" + key + "' must list strings");
+            return ErrorReply(400, "trace setting 'trace_level' must list strings");
           values.emplace_back(text);
         }
+      } else if (!v.get(text)) {
+        values.emplace_back(text);
       } else {
-        return ErrorReply(400, "trace setting '" + key + "' must be a string, a list or null");
+        return ErrorReply(400, "trace setting '" + key + "' must be a string or null");
       }
       changes.emplace_back(key, std::move(values));
     }
