@@ -86,6 +86,21 @@ struct Region {
 
 // ---- Model --------------------------------------------------------------------------------------
 
+// Each stub starts a process group of its own (its pid is the group's id), so that what its model
+// starts (multiprocessing workers, subprocesses) ends with it: the group gets SIGTERM once the stub
+// has been reaped and SIGKILL after kGroupGrace; an abort kills the whole group at once.
+constexpr std::chrono::milliseconds kGroupGrace{500};
+
+void EndGroup(pid_t group) {
+  if (group <= 0 || kill(-group, SIGTERM) != 0) return;  // ESRCH: nothing left of it
+  const auto deadline = std::chrono::steady_clock::now() + kGroupGrace;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (kill(-group, 0) != 0) return;
+  }
+  kill(-group, SIGKILL);
+}
+
 // Every stub process of one model, so that NereidModelAbort can kill them all (a load stuck in
 // model.py's import, an execute() that never returns) and no new one starts after it.
 struct Stubs {
@@ -95,7 +110,7 @@ struct Stubs {
   void Abort() {
     std::lock_guard lock(mu);
     aborted = true;
-    for (pid_t pid : pids) kill(pid, SIGKILL);
+    for (pid_t pid : pids) kill(-pid, SIGKILL);  // the stub's whole group
   }
 };
 
@@ -154,6 +169,7 @@ struct Process {
     int status = 0;
     const pid_t reaped = waitpid(child, &status, 0);
     if (pidfd >= 0) close(pidfd), pidfd = -1;
+    EndGroup(child);  // what the stub left running
     if (reaped != child) return "unknown status";
     if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
     return "exit status " + std::to_string(WEXITSTATUS(status));
@@ -178,6 +194,10 @@ StatusOr<std::unique_ptr<Process>> Spawn(const ModelState& m) {
   posix_spawn_file_actions_adddup2(&actions, p->input.fd, 4);
   posix_spawn_file_actions_adddup2(&actions, p->output.fd, 5);
   posix_spawn_file_actions_addclosefrom_np(&actions, 6);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);  // a group of its own, led by the stub
   std::vector<char*> argv = {const_cast<char*>(m.python.c_str()),
                              const_cast<char*>(m.stub_path.c_str()), nullptr};
   pid_t child = -1;
@@ -188,11 +208,12 @@ StatusOr<std::unique_ptr<Process>> Spawn(const ModelState& m) {
     if (m.stubs->aborted) {
       rc = -1;
     } else {
-      rc = posix_spawnp(&child, m.python.c_str(), &actions, nullptr, argv.data(), environ);
+      rc = posix_spawnp(&child, m.python.c_str(), &actions, &attributes, argv.data(), environ);
       if (rc == 0) m.stubs->pids.insert(child);
     }
   }
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
   close(pair[1]);
   p->pid = rc == 0 ? child : -1;
   if (rc == 0) p->pidfd = static_cast<int>(syscall(SYS_pidfd_open, child, 0));
