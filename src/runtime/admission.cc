@@ -1,33 +1,17 @@
 #include "runtime/admission.h"
 
-#include <cerrno>
-#include <cstdlib>
+#include "config/model_parameters.h"
 
 namespace nereid {
-namespace {
 
-// A "nereid.*" whole number in [0, 2^62]; 'out' untouched when the key is absent.
-Status Count(const inference::ModelConfig& config, const char* key, uint64_t* out) {
-  auto it = config.parameters().find(key);
-  if (it == config.parameters().end()) return Status::Ok();
-  const std::string& v = it->second.string_value();
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || v[0] == '-' || end != v.c_str() + v.size() || errno != 0 ||
-      n > (uint64_t{1} << 62))
-    return InvalidArgument("model '" + config.name() + "': parameter '" + key +
-                           "' must be a whole number from 0 to 2^62, got '" + v + "'");
-  *out = n;
-  return Status::Ok();
-}
-
-}  // namespace
+constexpr uint64_t kMaxLimit = uint64_t{1} << 62;
 
 StatusOr<AdmissionLimits> ReadAdmissionLimits(const inference::ModelConfig& config) {
   AdmissionLimits limits;
-  RETURN_IF_ERROR(Count(config, "nereid.max_queued_requests", &limits.max_requests));
-  RETURN_IF_ERROR(Count(config, "nereid.max_queued_bytes", &limits.max_bytes));
+  RETURN_IF_ERROR(
+      WholeNumberParameter(config, "nereid.max_queued_requests", kMaxLimit, &limits.max_requests));
+  RETURN_IF_ERROR(
+      WholeNumberParameter(config, "nereid.max_queued_bytes", kMaxLimit, &limits.max_bytes));
   return limits;
 }
 

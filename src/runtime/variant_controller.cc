@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "config/model_parameters.h"
 #include "gpu/cuda_driver.h"
 #include "gpu/nvml.h"
 #include "runtime/model.h"
@@ -20,22 +21,6 @@ namespace nereid {
 namespace {
 
 constexpr uint64_t kMs = 1'000'000;
-
-// A "nereid.*" number parameter in [lo, hi]; 'out' untouched when the key is absent.
-Status Number(const inference::ModelConfig& config, const char* key, double lo, double hi,
-              double* out) {
-  auto it = config.parameters().find(key);
-  if (it == config.parameters().end()) return Status::Ok();
-  const std::string& v = it->second.string_value();
-  char* end = nullptr;
-  const double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !(d >= lo && d <= hi))
-    return InvalidArgument("model '" + config.name() + "': parameter '" + key +
-                           "' must be a number from " + std::to_string(lo) + " to " +
-                           std::to_string(hi) + ", got '" + v + "'");
-  *out = d;
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -55,13 +40,14 @@ StatusOr<VariantSettings> ReadVariantSettings(const inference::ModelConfig& conf
                              "'low_load_low_precision', got '" +
                              v + "'");
   }
-  RETURN_IF_ERROR(Number(config, "nereid.power_budget_w", 1, 1e5, &s.policy.power_budget_w));
+  RETURN_IF_ERROR(
+      NumberParameter(config, "nereid.power_budget_w", 1, 1e5, &s.policy.power_budget_w));
   double mj = 0;
-  RETURN_IF_ERROR(Number(config, "nereid.energy_goal_mj", 1e-6, 1e6, &mj));
+  RETURN_IF_ERROR(NumberParameter(config, "nereid.energy_goal_mj", 1e-6, 1e6, &mj));
   s.policy.joules_goal = mj * 1e-3;
   double dwell_ms = 2000, profile_ms = gpu_instances ? 400 : 50;
-  RETURN_IF_ERROR(Number(config, "nereid.variant_dwell_ms", 0, 3.6e6, &dwell_ms));
-  RETURN_IF_ERROR(Number(config, "nereid.variant_profile_ms", 1, 10000, &profile_ms));
+  RETURN_IF_ERROR(NumberParameter(config, "nereid.variant_dwell_ms", 0, 3.6e6, &dwell_ms));
+  RETURN_IF_ERROR(NumberParameter(config, "nereid.variant_profile_ms", 1, 10000, &profile_ms));
   s.policy.dwell_ns = static_cast<uint64_t>(dwell_ms * 1e6);
   s.policy.window_ns = s.window_ns;
   s.profile_ns = static_cast<uint64_t>(profile_ms * 1e6);

@@ -3,30 +3,18 @@
 #include <algorithm>
 #include <charconv>
 
+#include "config/model_parameters.h"
 #include "metrics/model_stats.h"
 
 namespace nereid {
 
 StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config) {
   LatencyGoalConfig goal;
-  auto number = [&](const char* key, double* out) -> Status {
-    auto it = config.parameters().find(key);
-    if (it == config.parameters().end()) return Status::Ok();
-    const std::string& v = it->second.string_value();
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    if (v.empty() || end != v.c_str() + v.size() || !(d > 0))
-      return InvalidArgument("model '" + config.name() + "': parameter '" + key +
-                             "' must be a positive number, got '" + v + "'");
-    *out = d;
-    return Status::Ok();
-  };
+  // A goal of an hour at most; a percentile above 0 and below 100.
   double goal_us = 0, percentile = 99;
-  RETURN_IF_ERROR(number("nereid.latency_goal_us", &goal_us));
-  RETURN_IF_ERROR(number("nereid.latency_goal_percentile", &percentile));
-  if (percentile >= 100)
-    return InvalidArgument("model '" + config.name() +
-                           "': parameter 'nereid.latency_goal_percentile' must be below 100");
+  RETURN_IF_ERROR(NumberParameter(config, "nereid.latency_goal_us", 1, 3.6e9, &goal_us));
+  RETURN_IF_ERROR(
+      NumberParameter(config, "nereid.latency_goal_percentile", 1e-6, 99.9999, &percentile));
   goal.goal_us = static_cast<uint64_t>(goal_us);
   goal.percentile = percentile / 100.0;
   if (auto it = config.parameters().find("nereid.batching_objective");

@@ -80,12 +80,13 @@ TEST(AdmissionTest, LimitsFromTheConfig) {
   ASSERT_TRUE(limits.ok());
   EXPECT_EQ(limits->max_requests, 64u);
   EXPECT_EQ(limits->max_bytes, 1048576u);
-  for (const char* bad : {"-1", "", "12x", "99999999999999999999", "1e3"}) {
+  for (const char* bad : {"-1", "", "12x", "99999999999999999999", "1e3", "+5", " 5", "inf"}) {
     (*config.mutable_parameters())["nereid.max_queued_bytes"].set_string_value(bad);
     const auto r = ReadAdmissionLimits(config);
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_EQ(r.status().message(), std::string("model 'm': parameter 'nereid.max_queued_bytes' ") +
-                                        "must be a whole number from 0 to 2^62, got '" + bad + "'");
+    EXPECT_EQ(r.status().message(),
+              std::string("model 'm': parameter 'nereid.max_queued_bytes' ") +
+                  "must be a whole number from 0 to 4611686018427387904, got '" + bad + "'");
   }
 }
 

@@ -601,8 +601,21 @@ TEST(LatencyGoalConfigTest, ReadsAndValidatesParameters) {
             "model 'm': parameter 'nereid.batching_objective' must be 'throughput' or 'energy', "
             "got 'joules'");
   (*c.mutable_parameters())["nereid.batching_objective"].set_string_value("energy");
-  (*c.mutable_parameters())["nereid.latency_goal_us"].set_string_value("fast");
-  EXPECT_FALSE(ReadLatencyGoal(c).ok());
+  // Not a number, not finite, or out of range: refused, never cast (a goal that became 0).
+  for (const char* bad : {"fast", "inf", "-inf", "nan", "1e400", "1e30", "0", "-5", "5000x", ""}) {
+    (*c.mutable_parameters())["nereid.latency_goal_us"].set_string_value(bad);
+    EXPECT_EQ(ReadLatencyGoal(c).status().message(),
+              std::string("model 'm': parameter 'nereid.latency_goal_us' must be a finite number "
+                          "from 1 to 3.6e+09, got '") +
+                  bad + "'")
+        << bad;
+  }
+  (*c.mutable_parameters())["nereid.latency_goal_us"].set_string_value("5000");
+  for (const char* bad : {"100", "inf", "nan", "0"}) {
+    (*c.mutable_parameters())["nereid.latency_goal_percentile"].set_string_value(bad);
+    EXPECT_FALSE(ReadLatencyGoal(c).ok()) << bad;
+  }
+  (*c.mutable_parameters())["nereid.latency_goal_percentile"].set_string_value("95");
   c.mutable_parameters()->erase("nereid.latency_goal_us");
   EXPECT_EQ(ReadLatencyGoal(c).status().message(),
             "model 'm': parameter 'nereid.batching_objective' needs a latency goal "
