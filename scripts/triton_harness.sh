@@ -1,5 +1,5 @@
 # Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa_sequence.sh,
-# triton_qa_corrid.sh, triton_sequence_examples.sh, triton_qa_ensemble.sh,
+# triton_qa_corrid.sh, triton_client_examples.sh, triton_qa_ensemble.sh,
 # triton_qa_model_config.sh, triton_qa_lifecycle.sh, triton_qa_rate_limiter.sh,
 # triton_qa_response_cache.sh, triton_qa_dyna_sequence.sh, triton_qa_implicit_state.sh,
 # triton_string_examples.sh, triton_ensemble_examples.sh): ROOT (this

@@ -154,8 +154,13 @@ StatusOr<int64_t> ParseModelVersion(std::string_view text) {
   if (text.empty()) return int64_t{-1};
   int64_t version = -1;
   auto r = std::from_chars(text.data(), text.data() + text.size(), version);
-  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || version < 0)
-    return InvalidArgument("invalid model version '" + std::string(text) + "'");
+  // Triton's words for each case.
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size())
+    return InvalidArgument("failed to get model version from specified version string '" +
+                           std::string(text) + "', version should be an integral value > 0");
+  if (version < 0)
+    return InvalidArgument("invalid model version specified '" + std::string(text) +
+                           "' , version should be an integral value > 0");
   return version;
 }
 

@@ -176,7 +176,7 @@ def test_large_message_beyond_grpc_default_limit(gclient):
     ("raw_extra", "the request has 3 raw_input_contents but only 2 of its inputs take raw data"),
     ("bytes_truncated", "malformed BYTES"),
     ("unknown_datatype", "unknown datatype"),
-    ("bad_version", "invalid model version"),
+    ("bad_version", "failed to get model version from specified version string 'x1'"),
 ])
 def test_malformed_raw_requests(server, gclient, case, fragment):
     channel = grpc.insecure_channel(server.grpc_url)

@@ -64,3 +64,92 @@ def test_identity_backend_copies_inputs_and_checks_its_config(tmp_path):
         assert all(index[n]["state"] == "UNAVAILABLE" for n in reasons)
     finally:
         assert s.stop() == 0
+
+
+DYNA = """
+name: "{name}"
+backend: "dyna_sequence"
+max_batch_size: 4
+sequence_batching {{
+  max_sequence_idle_microseconds: 10000000
+  oldest {{ max_candidate_sequences: 16 max_queue_delay_microseconds: 1000 }}
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {corrid} }} ] }}
+  ]
+}}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+"""
+
+REPEAT_INT32 = """
+name: "repeat_int32"
+backend: "repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: True }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+        { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+"""
+
+
+def test_dyna_sequence_accumulates_per_sequence_and_repeat_int32_answers_per_element(tmp_path):
+    """Triton's dyna_sequence test backend: a sum per correlation id, the id added at the end, for
+    numeric and string ids, two sequences interleaved; a string id that is not an integer is
+    refused. Triton's repeat_int32 model: one response per element of IN, in order."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+    repo = tmp_path / "models"
+    for name, corrid in (("dyna_u64", "TYPE_UINT64"), ("dyna_str", "TYPE_STRING")):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(DYNA.format(name=name, corrid=corrid))
+    (repo / "repeat_int32" / "1").mkdir(parents=True)
+    (repo / "repeat_int32" / "config.pbtxt").write_text(REPEAT_INT32)
+    s = Server(str(repo))
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+
+        def step(model, sid, value, start=False, end=False):
+            i = httpclient.InferInput("INPUT", [1, 1], "INT32")
+            i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            return int(c.infer(model, [i], sequence_id=sid, sequence_start=start,
+                               sequence_end=end).as_numpy("OUTPUT")[0][0])
+        for model, a, b in (("dyna_u64", 1000, 2000), ("dyna_str", "1000", "2000")):
+            assert step(model, a, 5, start=True) == 5
+            assert step(model, b, 7, start=True) == 7
+            assert step(model, a, 6) == 11
+            assert step(model, b, 1) == 8
+            assert step(model, a, 1, end=True) == 12 + 1000
+            assert step(model, b, 2, end=True) == 10 + 2000
+        try:
+            step("dyna_str", "abc", 1, start=True)
+            raise AssertionError("a non-integer string id was accepted")
+        except InferenceServerException as e:
+            assert "expects correlation ID to be decodable into an integer" in str(e), str(e)
+
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        got = queue.Queue()
+        g.start_stream(callback=lambda result, error: got.put((result, error)))
+        values = np.arange(100, 105, dtype=np.int32)
+        inputs = [grpcclient.InferInput("IN", [5], "INT32"),
+                  grpcclient.InferInput("DELAY", [5], "UINT32"),
+                  grpcclient.InferInput("WAIT", [1], "UINT32")]
+        inputs[0].set_data_from_numpy(values)
+        inputs[1].set_data_from_numpy(np.full(5, 20, dtype=np.uint32))
+        inputs[2].set_data_from_numpy(np.array([50], dtype=np.uint32))
+        g.async_stream_infer("repeat_int32", inputs)
+        answers = []
+        for _ in range(5):
+            result, error = got.get(timeout=10)
+            assert error is None, str(error)
+            answers.append((int(result.as_numpy("OUT")[0]), int(result.as_numpy("IDX")[0])))
+        g.stop_stream()
+        assert answers == [(100 + k, k) for k in range(5)]
+    finally:
+        assert s.stop() == 0, s.read_log()

@@ -11,6 +11,14 @@
 // Model: input IN (INT32, any shape), outputs OUT (IN * response number, 1-based), MEMORY_TYPE
 // (INT32 [1]: the NereidMemoryType of OUT's buffer) and AFTER_EXECUTE (INT32 [1]: 1 when the
 // request completed after Execute returned).
+//
+// A model shaped as Triton's own repeat backend's (its QA model repeat_int32, which
+// simple_grpc_custom_repeat.py uses: decoupled, inputs IN (INT32 [-1]), DELAY (UINT32 [-1]) and
+// WAIT (UINT32 [1]), outputs OUT and IDX) gets that backend's behaviour instead: one response per
+// element of IN, OUT = [IN[i]] and IDX = [i], each after DELAY[i] ms, then WAIT ms before the final
+// flag.
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -39,6 +47,7 @@ struct Instance {
   bool stop = false;
   bool decoupled = false;
   bool batching = false;  // max_batch_size > 0: the first dimension of every tensor is the batch
+  bool triton_repeat = false;  // shaped as Triton's repeat_int32 (a DELAY input)
   NereidMemoryType output_memory = NEREID_MEMORY_CPU;
   std::thread worker;
 };
@@ -80,9 +89,59 @@ int64_t RepeatCount(NereidRequest* request) {
   return 3;
 }
 
+// A UINT32 or INT32 input in host memory, as numbers.
+nb::StatusOr<std::vector<int64_t>> Values(NereidRequest* request, const char* name) {
+  ASSIGN_OR_RETURN(NereidTensor t, nb::Input(request, name));
+  if ((t.datatype != NEREID_TYPE_INT32 && t.datatype != NEREID_TYPE_UINT32) ||
+      t.memory_type == NEREID_MEMORY_GPU)
+    return nb::InvalidArgument(std::string(name) + " must be INT32 or UINT32 in host memory");
+  std::vector<int64_t> out(t.byte_size / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint32_t v;
+    std::memcpy(&v, static_cast<const char*>(t.data) + 4 * i, 4);
+    out[i] = t.datatype == NEREID_TYPE_INT32 ? static_cast<int32_t>(v) : v;
+  }
+  return out;
+}
+
+// Triton's repeat backend: one response per element of IN, each after its DELAY.
+nb::Status RepeatAsTriton(NereidRequest* request) {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> in, Values(request, "IN"));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> delay, Values(request, "DELAY"));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> wait, Values(request, "WAIT"));
+  if (delay.size() != in.size())
+    return nb::InvalidArgument("expected IN and DELAY size to match, got " +
+                               std::to_string(in.size()) + " and " + std::to_string(delay.size()));
+  int64_t total_ms = wait.empty() ? 0 : wait[0];
+  for (int64_t d : delay) total_ms += d;
+  if (total_ms > 60'000)  // the instance's one worker thread sleeps for it
+    return nb::InvalidArgument("DELAY and WAIT may add up to 60000 ms, got " +
+                               std::to_string(total_ms));
+  const std::vector<std::string> wanted = nb::RequestedOutputs(request);
+  auto want = [&](const char* name) {
+    return wanted.empty() || std::find(wanted.begin(), wanted.end(), name) != wanted.end();
+  };
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay[i]));
+    if (NereidRequestIsCancelled(request)) return nb::Cancelled("request cancelled");
+    const int32_t values[2] = {static_cast<int32_t>(in[i]), static_cast<int32_t>(i)};
+    const char* names[2] = {"OUT", "IDX"};
+    const nb::DataType types[2] = {nb::DataType::kInt32, nb::DataType::kUint32};
+    for (int o = 0; o < 2; ++o) {
+      if (!want(names[o])) continue;
+      ASSIGN_OR_RETURN(NereidBuffer b, nb::AllocateOutput(request, names[o], types[o], {1}, 4));
+      std::memcpy(b.data, &values[o], 4);
+    }
+    RETURN_IF_ERROR(nb::FromError(NereidRequestSend(request, 0)));
+  }
+  if (!wait.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(wait[0]));
+  return nb::Status::Ok();
+}
+
 void Serve(Instance& inst, NereidRequest* request, bool after_execute) {
   if (NereidRequestIsCancelled(request))
     return nb::Complete(request, nb::Cancelled("cancelled before it ran"));
+  if (inst.triton_repeat) return nb::Complete(request, RepeatAsTriton(request));
   if (!inst.decoupled) return nb::Complete(request, Respond(inst, request, 1, after_execute));
   const int64_t n = RepeatCount(request);
   if (n < 0 || n > 1000)
@@ -145,6 +204,7 @@ NEREID_EXPORT NereidError* NereidInstanceInitialize(NereidInstance* instance) {
     const std::string config = NereidModelConfigJson(model);
     inst->output_memory = OutputMemory(config);
     inst->batching = Batching(config);
+    inst->triton_repeat = inst->decoupled && config.find("\"DELAY\"") != std::string::npos;
     inst->worker = std::thread(Work, inst);
     NereidInstanceSetState(instance, inst);
     return nb::Status::Ok();
