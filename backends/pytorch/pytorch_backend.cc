@@ -270,6 +270,14 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   if (config.HasParseError() || !config.IsObject())
     return backend::Internal("model config JSON is malformed");
   static_cast<backend::ModelIo&>(*m) = backend::ReadModelIo(NereidModelName(model), config);
+  // Triton's PyTorch backend also serves AOT-Inductor packages (model.pt2); that needs
+  // torch::inductor::AOTIModelPackageLoader, which libtorch has from 2.6 on.
+  if (backend::StringField(config, "platform") == "torch_aoti")
+    return backend::Unsupported(
+        "model '" + m->name +
+        "': platform 'torch_aoti' (an AOT-Inductor package, model.pt2) needs a libtorch with "
+        "AOTInductor (2.6 or later); this pytorch backend is built against libtorch " +
+        std::string(TORCH_VERSION) + ", which serves TorchScript (platform 'pytorch_libtorch')");
   m->input_order = Names(config, "input");
   m->output_order = Names(config, "output");
   if (m->input_order.empty() || m->output_order.empty())
@@ -489,7 +497,7 @@ namespace backend = nereid::backend;
 struct PyTorchBackend {
   using Model = pt::ModelState;
   using Instance = pt::InstanceState;
-  static constexpr const char* kPlatforms = "pytorch_libtorch";
+  static constexpr const char* kPlatforms = "pytorch_libtorch,torch_aoti";
   static constexpr const char* kModelFile = pt::kModelFile;
   static backend::Status Initialize() { return backend::Status::Ok(); }
   static backend::StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model) {

@@ -323,3 +323,25 @@ def test_a_torchscript_exception_keeps_the_models_message(torch_server):
     i.set_data_from_numpy(-np.ones(4, np.float32))
     with pytest.raises(InferenceServerException, match="negative sums are not served by this model"):
         c.infer("raises", [i])
+
+
+def test_an_aot_inductor_package_is_refused_clearly_by_this_libtorch(tmp_path):
+    """platform "torch_aoti" goes to the pytorch backend (Triton's mapping); Debian's libtorch 1.13
+    has no AOTInductor, so the load is refused naming what it needs, and the server serves on."""
+    repo = tmp_path / "models"
+    (repo / "aoti" / "1").mkdir(parents=True)
+    (repo / "aoti" / "1" / "model.pt2").write_bytes(b"PK\x03\x04 not a real package")
+    (repo / "aoti" / "config.pbtxt").write_text(
+        'platform: "torch_aoti"\nmax_batch_size: 0\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    s = Server(str(repo), "--exit-on-error=false", "--strict-readiness=false")
+    try:
+        c = httpclient.InferenceServerClient(s.url)
+        index = {m["name"]: m for m in c.get_model_repository_index()}
+        assert index["aoti"]["state"] == "UNAVAILABLE"
+        assert "platform 'torch_aoti' (an AOT-Inductor package, model.pt2) needs a libtorch with " \
+               "AOTInductor (2.6 or later)" in index["aoti"]["reason"], index["aoti"]["reason"]
+        assert c.is_server_live()
+    finally:
+        assert s.stop() == 0, s.read_log()
