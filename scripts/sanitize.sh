@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers (part of scripts/test.sh; also runs alone):
-#   ASan+UBSan (build-asan/): every unit test, both fuzz corpora, and the end-to-end tests against
-#                             the instrumented server binary
+#   ASan+UBSan (build-asan/): every unit test, both fuzz corpora, and the end-to-end tests of
+#                             memory, threads and parsers against the instrumented server binary
 #   TSan (build-tsan/):       the batcher, sequence-batcher, request-queue, adaptive-delay,
 #                             repository, response-cache, energy-ledger and rate-limiter tests
 #                             (the code where threads meet), repeated
@@ -21,9 +21,27 @@ echo "== ASan+UBSan: unit tests and fuzz corpora"
 # One process for all unit tests (ctest starts one per test: 0.1 s each under ASan).
 build-asan/nereid_unit_tests --gtest_brief=1
 ctest --test-dir build-asan --output-on-failure -R corpus_replay
-echo "== ASan+UBSan: end-to-end tests against the instrumented binary"
+# The instrumented binary serves the end-to-end files that drive the code where memory is owned,
+# shared and freed across threads and where outside bytes are parsed: the wire parsers and bad
+# input, shared memory, zero-copy hand-offs, the schedulers and ensembles, the backend ABI and the
+# Python stubs, cancellation and isolation, the repository's load and unload, tracing, the soak.
+# Left to the plain pass: files whose subject is elsewhere (deploy manifests and load balancers,
+# Prometheus, the perf tool, real-model accuracy on ONNX Runtime and PyTorch, precision, energy,
+# config checks, warmup, poll mode, GPU and ARM64 smoke tests). NEREID_SANITIZE_E2E=all runs every
+# file.
+SANITIZED_E2E=(test_bad_input test_infer test_grpc test_endpoints test_hardening test_security
+  test_shared_memory test_copies test_scheduling test_sequence test_ensemble
+  test_ensemble_decoupled test_response_cache test_backend_abi test_identity_backend
+  test_python_backend test_isolation test_repository test_file_override test_trace test_soak)
+files=()
+if [ "${NEREID_SANITIZE_E2E:-}" = all ]; then
+  files=(tests/e2e)
+else
+  for f in "${SANITIZED_E2E[@]}"; do files+=("tests/e2e/$f.py"); done
+fi
+echo "== ASan+UBSan: end-to-end tests against the instrumented binary (${#files[@]} file(s))"
 NEREID_SANITIZED=1 NEREID_SOAK_SECS="${NEREID_SOAK_SECS:-20}" NEREID_BINARY="$PWD/build-asan/nereid" \
-  .venv/bin/python -m pytest -q -p no:cacheprovider tests/e2e
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 "${files[@]}"
 
 echo "== TSan build (build-tsan: unit tests only)"
 if [ ! -f build-tsan/build.ninja ]; then

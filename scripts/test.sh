@@ -4,24 +4,35 @@
 # the C++ unit tests and fuzz corpora (ctest), the end-to-end tests (pytest: the real binary on
 # ports it picks, driven by the real tritonclient), the arm64 cross build with its unit tests and
 # smoke test under qemu-user (scripts/cross_arm64.sh), then the sanitizer pass (scripts/sanitize.sh).
-# See docs/testing.md.
+# Each stage's time is printed as it ends and again, all together, at the end. See docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-echo "== lint (scripts/lint.sh: clang-format, layering, ruff)"
-scripts/lint.sh
-scripts/build.sh
-echo "== clang-tidy (scripts/tidy.sh: the checks of .clang-tidy, against the build's compile commands)"
-scripts/tidy.sh
-echo "== unit tests (ctest)"
-ctest --test-dir build --output-on-failure -j "$(nproc)"
-echo "== end-to-end tests (pytest)"
-NEREID_BINARY="$PWD/build/nereid" .venv/bin/python -m pytest -q tests/e2e "$@"
+STAGES=()
+START=$SECONDS
+stage() {  # NAME COMMAND...: runs COMMAND as one timed stage
+  local name=$1 begun=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  STAGES+=("$(printf '%6d s  %s' $((SECONDS - begun)) "$name")")
+  echo "== $name: $((SECONDS - begun)) s"
+}
+summary() {
+  echo "== stage times (total $((SECONDS - START)) s)"
+  printf '%s\n' "${STAGES[@]}"
+}
+trap summary EXIT
+stage "install (scripts/install-deps.sh)" scripts/install-deps.sh
+stage "lint (scripts/lint.sh: clang-format, layering, ruff)" scripts/lint.sh
+stage "build (scripts/build.sh)" scripts/build.sh
+stage "clang-tidy (scripts/tidy.sh: the checks of .clang-tidy)" scripts/tidy.sh
+stage "unit tests (ctest)" ctest --test-dir build --output-on-failure -j "$(nproc)"
+stage "end-to-end tests (pytest; the 20 slowest listed)" \
+  env NEREID_BINARY="$PWD/build/nereid" .venv/bin/python -m pytest -q --durations=20 tests/e2e "$@"
 if [ "${NEREID_SKIP_ARM64:-0}" != 1 ]; then
-  echo "== arm64 (scripts/cross_arm64.sh: cross build, unit tests and smoke test under qemu-user; NEREID_SKIP_ARM64=1 leaves it out)"
-  scripts/cross_arm64.sh
+  stage "arm64 (scripts/cross_arm64.sh; NEREID_SKIP_ARM64=1 leaves it out)" scripts/cross_arm64.sh
 fi
 if [ "${NEREID_SKIP_SANITIZERS:-0}" != 1 ]; then
-  echo "== sanitizers (scripts/sanitize.sh; NEREID_SKIP_SANITIZERS=1 leaves them out)"
-  scripts/sanitize.sh
+  stage "sanitizers (scripts/sanitize.sh; NEREID_SKIP_SANITIZERS=1 leaves them out)" \
+    scripts/sanitize.sh
 fi
