@@ -7,6 +7,8 @@
 # Each stage's time is printed as it ends and again, all together, at the end. See docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every build below (plain, ASan, TSan, arm64) shares ccache across clones (see scripts/build.sh).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 STAGES=()
 START=$SECONDS
 stage() {  # NAME COMMAND...: runs COMMAND as one timed stage

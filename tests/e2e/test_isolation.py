@@ -618,27 +618,44 @@ def rss_mb(pid):
     return 0
 
 
-def test_grpc_streams_whose_client_never_reads_stay_bounded(repository):
-    import grpc
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
-    s = Server(repository)
-    channels, calls = [], []
-    try:
+class UnreadStreams:
+    """gRPC streams of 64 KiB identity_fp32 requests (request i holds i) whose responses nobody
+    reads until a test does; closed (cancelled) at the end whatever happened, since streams left
+    open would hold the server's graceful stop for its whole exit timeout and hide what failed."""
+
+    def __init__(self, server, streams, each, options=()):
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
         def request(i):
             r = service_pb2.ModelInferRequest(model_name="identity_fp32", id=str(i))
             r.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16384])
-            r.raw_input_contents.append(np.full(16384, i, np.float32).tobytes())  # 64 KiB
+            r.raw_input_contents.append(np.full(16384, i, np.float32).tobytes())
             return r
+        self.channels, self.calls = [], []
+        for _ in range(streams):
+            channel = grpc.insecure_channel(server.grpc_url, options=list(options))
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            self.calls.append(stub.ModelStreamInfer(request(i) for i in range(each)))
+            self.channels.append(channel)
+
+    def close(self):
+        for call in self.calls:
+            call.cancel()
+        for channel in self.channels:
+            channel.close()
+
+
+def test_grpc_streams_whose_client_never_reads_stay_bounded(repository):
+    s = Server(repository)
+    unread = None
+    try:
         before = rss_mb(s.proc.pid)
         streams, each = 10, 1000
-        for _ in range(streams):
-            # BDP probing off: the client's receive window stays at its initial 64 KiB, so what
-            # runs is what the server chose to hold, not what the client's auto-grown window
-            # (anywhere from 5 to 32 MB a stream, timing decides) swallowed.
-            channel = grpc.insecure_channel(s.grpc_url, options=[("grpc.http2.bdp_probe", 0)])
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            calls.append(stub.ModelStreamInfer(request(i) for i in range(each)))  # never read
-            channels.append(channel)
+        # BDP probing off: the client's receive window stays at its initial 64 KiB, so what runs
+        # is what the server chose to hold, not what the client's auto-grown window (anywhere from
+        # 5 to 32 MB a stream, timing decides) swallowed.
+        unread = UnreadStreams(s, streams, each, [("grpc.http2.bdp_probe", 0)])
         time.sleep(8)
         grown = rss_mb(s.proc.pid) - before
         # Unbounded, the server held every response: 10 x 1000 x 64 KiB = 640 MB. Bounded, a stream
@@ -656,19 +673,14 @@ def test_grpc_streams_whose_client_never_reads_stay_bounded(repository):
         assert executed < streams * 320, f"{executed} requests ran: the streams were not slowed down"
         # A client that starts reading gets every response.
         got = [int(np.frombuffer(r.infer_response.raw_output_contents[0], np.float32)[0])
-               for _, r in zip(range(each), calls[0])]
+               for _, r in zip(range(each), unread.calls[0])]
         assert sorted(got) == list(range(each))
-        for call in calls:
-            call.cancel()
+        unread.close()
         g = grpcclient.InferenceServerClient(s.grpc_url)
         assert g.is_model_ready("identity_fp32")
     finally:
-        # Streams left open with unread responses would hold the server's graceful stop for its
-        # whole exit timeout (30 s) and hide what failed.
-        for call in calls:
-            call.cancel()
-        for channel in channels:
-            channel.close()
+        if unread is not None:
+            unread.close()
         assert s.stop() == 0, s.read_log()
 
 
@@ -678,25 +690,12 @@ def test_unread_streams_whose_client_grows_its_window_stay_within_the_grpc_quota
     --grpc-memory-quota-bytes, and the server goes on serving. Measured on the dev machine (2
     cores), peak RSS growth over 8 s: 238 and 242 MB with no bound (a 1 TiB quota), 60 and 69 MB
     with the 32 MiB quota used here; the assertion is 4x the quota."""
-    import grpc
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
     quota_mb = 32
     s = Server(repository, f"--grpc-memory-quota-bytes={quota_mb << 20}")
-    channels, calls = [], []
+    unread = None
     try:
-        payload = np.ones(16384, np.float32).tobytes()  # 64 KiB
-
-        def request(i):
-            r = service_pb2.ModelInferRequest(model_name="identity_fp32", id=str(i))
-            r.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16384])
-            r.raw_input_contents.append(payload)
-            return r
         before = rss_mb(s.proc.pid)
-        for _ in range(40):
-            channel = grpc.insecure_channel(s.grpc_url)
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            calls.append(stub.ModelStreamInfer(request(i) for i in range(500)))  # never read
-            channels.append(channel)
+        unread = UnreadStreams(s, 40, 500)
         peak = 0
         for _ in range(16):
             time.sleep(0.5)
@@ -706,10 +705,8 @@ def test_unread_streams_whose_client_grows_its_window_stay_within_the_grpc_quota
             assert peak < 4 * quota_mb, f"RSS grew {peak:.0f} MB"
         assert httpclient.InferenceServerClient(s.url).is_model_ready("identity_fp32")
     finally:
-        for call in calls:
-            call.cancel()
-        for channel in channels:
-            channel.close()
+        if unread is not None:
+            unread.close()
         assert s.stop() == 0, s.read_log()
 
 

@@ -431,3 +431,26 @@ def test_deprecated_flags_still_work(repository, tmp_path):
         assert server.stop() == 0, server.read_log()
     assert len(read_traces(f"{file}.0")) == 1
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_trace_file_with_log_frequency_0_is_written_as_it_fills(repository, tmp_path):
+    """TENSORS at rate 1 with log_frequency 0 (Triton keeps every trace in memory until exit): past
+    4 MiB of traces they go to the file while the server runs, so memory stays bounded, and the
+    file is one JSON array holding every trace once the server stops."""
+    file = tmp_path / "big.json"
+    server = Server(repository, *args(str(file)), "--trace-config", "level=TENSORS")
+    try:
+        h = httpclient.InferenceServerClient(server.url)
+        x = np.arange(16384, dtype=np.float32).reshape(1, 16384)  # ~150 KB of trace each
+        i = httpclient.InferInput("INPUT0", [1, 16384], "FP32")
+        i.set_data_from_numpy(x)
+        for _ in range(60):
+            h.infer("identity_fp32", [i])
+        deadline = time.monotonic() + 5
+        while (not file.exists() or file.stat().st_size < 4 << 20) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert file.exists() and file.stat().st_size >= 4 << 20, "nothing written while serving"
+    finally:
+        assert server.stop() == 0, server.read_log()
+    traces = read_traces(str(file))
+    assert len([t for t in traces.values() if t.get("model_name") == "identity_fp32"]) == 60
