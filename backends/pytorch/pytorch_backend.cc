@@ -4,6 +4,10 @@
 // config's input names are forward()'s argument names); outputs OUTPUT__<i> are element i of what
 // forward() returns (a tensor, or a tuple or list of tensors), other names go by config order.
 // Each instance loads its own module on its device (KIND_CPU, or KIND_GPU where libtorch has CUDA).
+// AOT-Inductor packages (`platform: "torch_aoti"`, model.pt2 from
+// torch._inductor.aoti_compile_and_package) run where libtorch has AOTInductor (2.6 on): inputs
+// go in config order, outputs come back in config order; each instance loads the package for its
+// device, which must be the device it was compiled for.
 #include <ATen/Parallel.h>
 #include <rapidjson/document.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -14,6 +18,11 @@
     <c10/cuda/CUDACachingAllocator.h>) && __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
 #include <c10/cuda/CUDACachingAllocator.h>
 #define NEREID_TORCH_CUDA_ALLOCATOR 1
+#endif
+// AOT-Inductor packages (platform "torch_aoti"), where libtorch has them (2.6 on).
+#if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>)
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#define NEREID_TORCH_AOTI 1
 #endif
 
 #include <algorithm>
@@ -91,6 +100,7 @@ struct Options {
 
 struct ModelState : backend::ModelIo {
   std::string path;
+  bool aoti = false;  // platform "torch_aoti": an AOT-Inductor package, not TorchScript
   std::vector<std::string> input_order;    // config order
   std::vector<std::string> output_order;   // config order
   std::map<std::string, size_t> argument;  // input name -> forward() argument position
@@ -103,6 +113,9 @@ struct ModelState : backend::ModelIo {
 
 struct InstanceState {
   std::shared_ptr<torch::jit::Module> module;
+#ifdef NEREID_TORCH_AOTI
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package;  // torch_aoti
+#endif
   torch::Device device = torch::kCPU;
 };
 
@@ -262,6 +275,7 @@ Status Bind(ModelState& m, torch::jit::Module& module) {
 }
 
 constexpr const char* kModelFile = "model.pt";
+constexpr const char* kPackageFile = "model.pt2";  // torch_aoti
 
 StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   auto m = std::make_unique<ModelState>();
@@ -272,12 +286,15 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   static_cast<backend::ModelIo&>(*m) = backend::ReadModelIo(NereidModelName(model), config);
   // Triton's PyTorch backend also serves AOT-Inductor packages (model.pt2); that needs
   // torch::inductor::AOTIModelPackageLoader, which libtorch has from 2.6 on.
-  if (backend::StringField(config, "platform") == "torch_aoti")
+  m->aoti = backend::StringField(config, "platform") == "torch_aoti";
+#ifndef NEREID_TORCH_AOTI
+  if (m->aoti)
     return backend::Unsupported(
         "model '" + m->name +
         "': platform 'torch_aoti' (an AOT-Inductor package, model.pt2) needs a libtorch with "
         "AOTInductor (2.6 or later); this pytorch backend is built against libtorch " +
         std::string(TORCH_VERSION) + ", which serves TorchScript (platform 'pytorch_libtorch')");
+#endif
   m->input_order = Names(config, "input");
   m->output_order = Names(config, "output");
   if (m->input_order.empty() || m->output_order.empty())
@@ -301,11 +318,25 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
                                     ", which the pytorch backend does not serve");
     }
   std::string file = backend::StringField(config, "default_model_filename");
-  if (file.empty()) file = kModelFile;
+  if (file.empty()) file = m->aoti ? kPackageFile : kModelFile;
   m->path = (std::filesystem::path(NereidModelVersionPath(model)) / file).string();
   if (!std::filesystem::exists(m->path))
     return backend::NotFound("model '" + m->name + "': no model file at " + m->path);
   RETURN_IF_ERROR(ReadOptions(config, m->name, m->options));
+  if (m->aoti) {
+    // The package's call takes the inputs and gives the outputs as flat lists: config order.
+    for (const auto* specs : {&m->inputs, &m->outputs})
+      for (const auto& [name, spec] : *specs)
+        if (spec.type == DataType::kBytes)
+          return backend::Unsupported("model '" + m->name + "': '" + name +
+                                      "' is TYPE_STRING; an AOT-Inductor package takes and "
+                                      "gives tensors only");
+    for (size_t i = 0; i < m->input_order.size(); ++i) m->argument[m->input_order[i]] = i;
+    for (size_t i = 0; i < m->output_order.size(); ++i) m->element[m->output_order[i]] = i;
+    Log(NEREID_LOG_INFO, "model '" + m->name + "' runs on libtorch " + TORCH_VERSION +
+                             " (AOT-Inductor package " + file + ", inputs in config order)");
+    return m;
+  }
   ASSIGN_OR_RETURN(torch::jit::Module module, Load(m->name, m->path, torch::kCPU));
   RETURN_IF_ERROR(Bind(*m, module));
   Log(NEREID_LOG_INFO, "model '" + m->name + "' runs on libtorch " + TORCH_VERSION +
@@ -325,6 +356,30 @@ StatusOr<std::unique_ptr<InstanceState>> InitializeInstance(NereidInstance* inst
                                   "CUDA device");
     state->device = torch::Device(torch::kCUDA, NereidInstanceDeviceId(instance));
   }
+#ifdef NEREID_TORCH_AOTI
+  if (m->aoti) {
+    try {
+      state->package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          m->path, "model", false, 1,
+          state->device.is_cuda() ? state->device.index() : c10::DeviceIndex{-1});
+    } catch (const std::exception& e) {
+      return backend::InvalidArgument("model '" + m->name +
+                                      "': cannot load the AOT-Inductor package " + m->path + ": " +
+                                      TorchMessage(e.what()));
+    }
+    const auto metadata = state->package->get_metadata();
+    const auto key = metadata.find("AOTI_DEVICE_KEY");
+    const std::string compiled_for = key == metadata.end() ? "cpu" : key->second;
+    if ((compiled_for == "cuda") != state->device.is_cuda())
+      return backend::Unsupported("model '" + m->name + "': the package was compiled for " +
+                                  compiled_for + " but instance '" + NereidInstanceName(instance) +
+                                  "' is on " + state->device.str() +
+                                  "; compile it with example inputs on the instance's device");
+    Log(NEREID_LOG_INFO, "model '" + m->name + "' instance '" + NereidInstanceName(instance) +
+                             "' on " + state->device.str() + " (AOT-Inductor package)");
+    return state;
+  }
+#endif
   // With ENABLE_WEIGHT_SHARING the module comes from (or goes to) the model's slot for this
   // device; otherwise the instance loads its own.
   std::unique_lock<std::mutex> lock(m->shared_mu, std::defer_lock);
@@ -416,8 +471,16 @@ Status ExecuteBatch(const ModelState& m, InstanceState& s, NereidRequest** reque
     torch::jit::GraphOptimizerEnabledGuard optimizer(m.options.optimized_execution);
     if (m.options.jit_executor) torch::jit::getExecutorMode() = *m.options.jit_executor;
     if (m.options.jit_profiling) torch::jit::getProfilingMode() = *m.options.jit_profiling;
-    torch::jit::IValue out = s.module->forward(args);
-    if (out.isTensor()) {
+    if (m.aoti) {
+#ifdef NEREID_TORCH_AOTI
+      // The package's outputs: a flat list of tensors, in config order.
+      std::vector<at::Tensor> inputs;
+      inputs.reserve(args.size());
+      for (const auto& a : args) inputs.push_back(a.toTensor());
+      for (const auto& t : s.package->run(inputs))
+        results.push_back({t.contiguous().to(torch::kCPU), std::nullopt});
+#endif
+    } else if (torch::jit::IValue out = s.module->forward(args); out.isTensor()) {
       add(out);
     } else if (out.isTuple()) {
       for (const auto& e : out.toTupleRef().elements()) add(e);

@@ -325,6 +325,53 @@ def test_a_torchscript_exception_keeps_the_models_message(torch_server):
         c.infer("raises", [i])
 
 
+def torch_version():
+    out = subprocess.run([TORCH_PYTHON, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True)
+    return tuple(int(p) for p in out.stdout.strip().split("+")[0].split(".")[:2])
+
+
+# The backend and TORCH_PYTHON's torch are the same PyTorch (Debian's, or the one the device host
+# builds the backend against): AOTInductor packages are served from 2.6 on.
+AOTI = torch_available() and torch_version() >= (2, 6)
+
+AOTI_CONFIG = """
+platform: "torch_aoti"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "z" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "twice" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_{kind} count: 1 } ]
+"""
+
+# An AOT-Inductor package of a two-input, two-output module with a dynamic batch dimension,
+# compiled for the device given, and torch's own outputs for fixed inputs.
+AOTI_EXPORT = r'''
+import sys, numpy as np, torch
+out, device = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x, y):
+        return torch.relu(self.linear(x)) + y, x * 2
+
+m = TwoHeads().to(device).eval()
+batch = torch.export.Dim("batch", min=1, max=8)
+example = (torch.randn(2, 4, device=device), torch.randn(2, 3, device=device))
+ep = torch.export.export(m, example, dynamic_shapes=({0: batch}, {0: batch}))
+torch._inductor.aoti_compile_and_package(ep, package_path=out + "/model.pt2")
+rng = np.random.RandomState(1)
+x, y = rng.randn(5, 4).astype(np.float32), rng.randn(5, 3).astype(np.float32)
+with torch.no_grad():
+    z, twice = m(torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
+np.savez(out + "/reference.npz", x=x, y=y, z=z.cpu().numpy(), twice=twice.cpu().numpy())
+'''
+
+
+@pytest.mark.skipif(AOTI, reason="this libtorch serves AOT-Inductor packages")
 def test_an_aot_inductor_package_is_refused_clearly_by_this_libtorch(tmp_path):
     """platform "torch_aoti" goes to the pytorch backend (Triton's mapping); Debian's libtorch 1.13
     has no AOTInductor, so the load is refused naming what it needs, and the server serves on."""
@@ -343,5 +390,56 @@ def test_an_aot_inductor_package_is_refused_clearly_by_this_libtorch(tmp_path):
         assert "platform 'torch_aoti' (an AOT-Inductor package, model.pt2) needs a libtorch with " \
                "AOTInductor (2.6 or later)" in index["aoti"]["reason"], index["aoti"]["reason"]
         assert c.is_server_live()
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+
+@pytest.fixture(scope="module")
+def aoti_repo(tmp_path_factory):
+    """A repository with the package compiled for one instance kind (compiled once per kind: each
+    compile runs a C++ compiler, and Triton's for CUDA)."""
+    made = {}
+
+    def make(kind):
+        if kind in made:
+            return made[kind]
+        device = "cuda" if kind == "GPU" else "cpu"
+        if kind == "GPU" and subprocess.run(
+                [TORCH_PYTHON, "-c", "import torch, sys; sys.exit(not torch.cuda.is_available())"]
+        ).returncode != 0:
+            pytest.skip("no CUDA device")
+        base = tmp_path_factory.mktemp(f"aoti_{device}")
+        version = base / "models" / "aoti" / "1"
+        version.mkdir(parents=True)
+        (base / "export.py").write_text(AOTI_EXPORT)
+        out = subprocess.run([TORCH_PYTHON, str(base / "export.py"), str(version), device],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-3000:]
+        (version.parent / "config.pbtxt").write_text(AOTI_CONFIG.replace("{kind}", kind))
+        made[kind] = str(base / "models")
+        return made[kind]
+    return make
+
+
+@pytest.mark.skipif(not AOTI, reason="AOT-Inductor packages need PyTorch 2.6 or later (Debian's "
+                                     "is 1.13); scripts/gpu_device_run.sh SECTIONS=pytorch runs it")
+@pytest.mark.parametrize("kind", ["CPU", "GPU"])
+@pytest.mark.parametrize("mod", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_an_aot_inductor_package_serves_and_equals_torch(aoti_repo, kind, mod):
+    repo = aoti_repo(kind)
+    ref = np.load(os.path.join(repo, "aoti", "1", "reference.npz"))
+    s = Server(repo)
+    try:
+        c = mod.InferenceServerClient(s.url if mod is httpclient else s.grpc_url)
+        for rows in (1, 5):  # the package's dynamic batch dimension
+            inputs = [mod.InferInput("x", [rows, 4], "FP32"), mod.InferInput("y", [rows, 3], "FP32")]
+            inputs[0].set_data_from_numpy(ref["x"][:rows])
+            inputs[1].set_data_from_numpy(ref["y"][:rows])
+            r = c.infer("aoti", inputs)
+            z_diff = float(np.abs(r.as_numpy("z") - ref["z"][:rows]).max())
+            print(f"aoti {kind} rows {rows}: max abs diff z {z_diff:.2e}")
+            np.testing.assert_allclose(r.as_numpy("z"), ref["z"][:rows], rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(r.as_numpy("twice"), ref["twice"][:rows])
+        assert "AOT-Inductor package" in s.read_log()
     finally:
         assert s.stop() == 0, s.read_log()
