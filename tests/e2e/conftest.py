@@ -116,7 +116,8 @@ class Server:
                          else f"{host}:{self.grpc_port}")
 
     def read_log(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path) as f:
             return f.read()
 

@@ -149,8 +149,19 @@ def test_variants_are_measured_at_load_and_switch_without_reload(precision_serve
             if np.array_equal(got, want):
                 break
         assert np.array_equal(got, want)
-    wait_for_variant(s.url, "recommend_variants", "int8")
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics").read().decode()
+    # The metric follows the active variant; the policy may move for a tick between any two reads
+    # (a loaded machine), so both are read until they agree on int8.
+    import time
+    deadline = time.time() + 10
+    while True:
+        wait_for_variant(s.url, "recommend_variants", "int8")
+        metrics = urllib.request.urlopen(
+            f"http://127.0.0.1:{s.metrics_port}/metrics").read().decode()
+        if (re.search(r'nereid_model_variant_active\{model="recommend_variants",version="1",'
+                      r'variant="int8"\} 1', metrics) and 'variant="fp32"} 0' in metrics) \
+                or time.time() > deadline:
+            break
+        time.sleep(0.1)
     assert re.search(r'nereid_model_variant_active\{model="recommend_variants",version="1",'
                      r'variant="int8"\} 1', metrics), metrics
     assert 'variant="fp32"} 0' in metrics

@@ -27,7 +27,7 @@ void PutVarint(std::string& out, uint64_t v) {
 // Reads the protobuf wire format across gRPC's slices.
 class SliceReader {
  public:
-  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+  explicit SliceReader(const std::vector<std::string_view>& slices) : slices_(slices) {
     for (const auto& slice : slices_) remaining_ += slice.size();
     Skip();
   }
@@ -36,7 +36,7 @@ class SliceReader {
 
   bool Byte(uint8_t* b) {
     if (done()) return false;
-    *b = slices_[index_].begin()[offset_];
+    *b = static_cast<uint8_t>(slices_[index_][offset_]);
     Advance(1);
     return true;
   }
@@ -57,9 +57,9 @@ class SliceReader {
   bool Span(uint64_t n, std::string_view* view, Buffer* storage) {
     if (n > remaining_) return false;
     if (n == 0) return (*view = {}, true);
-    const grpc::Slice& s = slices_[index_];
+    const std::string_view& s = slices_[index_];
     if (n <= s.size() - offset_) {
-      *view = std::string_view(reinterpret_cast<const char*>(s.begin()) + offset_, n);
+      *view = s.substr(offset_, n);
       Advance(n);
       return true;
     }
@@ -95,9 +95,9 @@ class SliceReader {
   template <typename Fn>
   void Consume(uint64_t n, Fn&& fn) {
     while (n > 0) {
-      const grpc::Slice& cur = slices_[index_];
+      const std::string_view& cur = slices_[index_];
       const size_t take = std::min<uint64_t>(n, cur.size() - offset_);
-      fn(cur.begin() + offset_, take);
+      fn(reinterpret_cast<const uint8_t*>(cur.data()) + offset_, take);
       n -= take;
       Advance(take);
     }
@@ -114,7 +114,7 @@ class SliceReader {
     }
   }
 
-  const std::vector<grpc::Slice>& slices_;
+  const std::vector<std::string_view>& slices_;
   size_t index_ = 0;
   size_t offset_ = 0;
   uint64_t remaining_ = 0;  // bytes not read yet, across all slices
@@ -129,8 +129,14 @@ Status Malformed() {
 
 StatusOr<std::shared_ptr<ParsedInferRequest>> ParseInferRequest(const grpc::ByteBuffer& buffer) {
   auto parsed = std::make_shared<ParsedInferRequest>();
-  if (!buffer.Dump(&parsed->slices).ok()) return Malformed();  // references, not copies
-  SliceReader reader(parsed->slices);
+  parsed->buffer = buffer;  // one more reference to the same slices, not a copy of their bytes
+  parsed->reader = std::make_unique<grpc::ProtoBufferReader>(&parsed->buffer);
+  const void* data = nullptr;
+  int size = 0;
+  while (parsed->reader->Next(&data, &size))
+    parsed->pieces.emplace_back(static_cast<const char*>(data), static_cast<size_t>(size));
+  if (!parsed->reader->status().ok()) return Malformed();
+  SliceReader reader(parsed->pieces);
   std::string rest;  // every field but raw_input_contents, re-encoded for protobuf
   while (!reader.done()) {
     uint64_t tag;
