@@ -382,7 +382,9 @@ def test_a_silent_receiver_with_many_batches_queued_cannot_hold_the_exit(reposit
         assert server.stop() == 0, server.read_log()
         took = time.monotonic() - started
         hole.close()
-    assert took < 3.5, f"the exit took {took:.1f} s"
+    # Under ASan the exit also pays LeakSanitizer's scan of the heap.
+    bound = 8 if os.environ.get("NEREID_SANITIZED") == "1" else 3.5
+    assert took < bound, f"the exit took {took:.1f} s"
     assert "not exported by the exit deadline; dropped" in open(server.log_path).read()
 
 
