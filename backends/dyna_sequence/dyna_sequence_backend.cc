@@ -2,11 +2,10 @@
 // sequence client examples) and `custom_dyna_sequence_int32` from, on Nereid's ABI. A sequence
 // model (control inputs START, END, READY and CORRID; CORRID TYPE_UINT64 or TYPE_STRING holding an
 // integer) with one INT32 vector input INPUT and output OUTPUT of the same shape. Per sequence it
-// keeps an accumulator, as Triton's backend does:
-//   START: the accumulator is INPUT[0] plus the rest of INPUT; otherwise INPUT's elements are
-//   added; END:   the correlation id (its low 32 bits) is added, and the sequence is forgotten
-//   after;
-// every element of OUTPUT is the accumulator. A request that is not READY gets no output.
+// keeps an accumulator, as Triton's backend does: START sets it to the sum of INPUT's elements,
+// a later request adds them; END adds the correlation id (its low 32 bits) and forgets the
+// sequence afterwards. Every element of OUTPUT is the accumulator; a request that is not READY
+// gets no output.
 // Parameter execute_delay_ms: each execution sleeps this long first. For tests only.
 #include <cerrno>
 #include <chrono>
@@ -123,9 +122,9 @@ nb::Status Step(DynaInstance& inst, NereidRequest* request, std::set<uint64_t>& 
   {
     std::lock_guard<std::mutex> lock(inst.mu);
     // Unsigned arithmetic: the sums wrap as the original's int32 additions do on every machine.
-    uint32_t acc = start != 0 || !inst.accumulator.contains(id)
-                       ? 0u
-                       : static_cast<uint32_t>(inst.accumulator[id]);
+    const auto it = inst.accumulator.find(id);
+    uint32_t acc =
+        start != 0 || it == inst.accumulator.end() ? 0u : static_cast<uint32_t>(it->second);
     for (size_t e = 0; e < n; ++e) acc += static_cast<uint32_t>(x[e]);
     if (end != 0) acc += static_cast<uint32_t>(id);
     value = static_cast<int32_t>(acc);

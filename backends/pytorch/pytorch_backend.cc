@@ -305,6 +305,11 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   for (const auto* specs : {&m->inputs, &m->outputs})
     for (const auto& [name, spec] : *specs) {
       if (spec.type == DataType::kBytes) {
+        // An AOT-Inductor package's call takes and gives flat lists of tensors.
+        if (m->aoti)
+          return backend::Unsupported("model '" + m->name + "': '" + name +
+                                      "' is TYPE_STRING; an AOT-Inductor package takes and "
+                                      "gives tensors only");
         if (!StringShapeServed(spec, m->max_batch_size > 0))
           return backend::Unsupported(
               "model '" + m->name + "': '" + name +
@@ -325,12 +330,6 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   RETURN_IF_ERROR(ReadOptions(config, m->name, m->options));
   if (m->aoti) {
     // The package's call takes the inputs and gives the outputs as flat lists: config order.
-    for (const auto* specs : {&m->inputs, &m->outputs})
-      for (const auto& [name, spec] : *specs)
-        if (spec.type == DataType::kBytes)
-          return backend::Unsupported("model '" + m->name + "': '" + name +
-                                      "' is TYPE_STRING; an AOT-Inductor package takes and "
-                                      "gives tensors only");
     for (size_t i = 0; i < m->input_order.size(); ++i) m->argument[m->input_order[i]] = i;
     for (size_t i = 0; i < m->output_order.size(); ++i) m->element[m->output_order[i]] = i;
     Log(NEREID_LOG_INFO, "model '" + m->name + "' runs on libtorch " + TORCH_VERSION +
