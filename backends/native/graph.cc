@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "ops/conv.h"
+
 namespace nereid::native {
 namespace {
 
@@ -54,7 +56,7 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
   std::set<std::string> unsupported;
   for (const auto& node : graph.node()) {
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    if (!default_domain || FindOp(node.op_type()) == nullptr)
+    if (!default_domain || FindOpDef(node.op_type()) == nullptr)
       unsupported.insert(default_domain ? node.op_type() : node.domain() + "." + node.op_type());
     if (default_domain && node.op_type() == "Cast") {
       for (const auto& attr : node.attribute())
@@ -70,21 +72,19 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     return Unsupported("the native engine does not support these ops: " + list);
   }
 
-  std::set<std::string> initializer_names;
   for (const auto& init : graph.initializer()) {
     ASSIGN_OR_RETURN(Tensor t, TensorFromProto(init));
     const int id = g->ValueId(init.name());
     if (g->constants_.size() <= static_cast<size_t>(id)) g->constants_.resize(id + 1);
     g->constants_[id] = std::move(t);
-    initializer_names.insert(init.name());
+    g->initializer_names_.insert(init.name());
   }
-  std::set<int> overridable;  // value ids of inputs with a default
   for (const auto& input : graph.input()) {
     const int id = g->ValueId(input.name());
     g->inputs_.push_back(ToValueInfo(input));
-    if (initializer_names.count(input.name())) {
+    if (g->initializer_names_.count(input.name())) {
       g->inputs_.back().has_default = true;
-      overridable.insert(id);
+      g->overridable_.insert(id);
     }
   }
   for (const auto& output : graph.output()) g->outputs_.push_back(ToValueInfo(output));
@@ -96,62 +96,43 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
       n.outputs.push_back(name.empty() ? -1 : g->ValueId(name));
     g->nodes_.push_back(std::move(n));
   }
-  // Constant weights of Gemm/MatMul are packed once, here, into the GEMM's panel layout.
-  for (Node& node : g->nodes_) {
-    if (!options.pack_weights) break;
-    const std::string& op = node.op.op_type();
-    if ((op != "Gemm" && op != "MatMul") || node.inputs.size() < 2 || node.inputs[1] < 0) continue;
-    const int id = node.inputs[1];
-    if (static_cast<size_t>(id) >= g->constants_.size() || !g->constants_[id].valid()) continue;
-    if (overridable.count(id)) continue;  // a request may replace it
-    const Tensor& w = g->constants_[id];
-    if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
-    const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;
-    const int64_t k = trans ? w.shape()[1] : w.shape()[0], n = trans ? w.shape()[0] : w.shape()[1];
-    if (options.int8_weights && !(op == "Gemm" && node.op.AttrInt("transA", 0) != 0)) {
-      // n x k (a Linear layer's layout), then one scale per output channel.
-      std::vector<float> nk;
-      const float* rows = w.data<float>();
-      if (!trans) {
-        nk.resize(static_cast<size_t>(n * k));
-        for (int64_t l = 0; l < k; ++l)
-          for (int64_t j = 0; j < n; ++j) nk[j * k + l] = rows[l * n + j];
-        rows = nk.data();
-      }
-      g->packed_int8_.push_back(std::make_unique<kernels::PackedInt8W>(rows, n, k, k));
-      node.op.packed_int8 = g->packed_int8_.back().get();
-      continue;
-    }
-    g->packed_.push_back(
-        std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
-    node.op.packed_b = g->packed_.back().get();
-  }
-  // Weights now packed and read by no other node keep only their shape: the packed copy serves
-  // (SgemmPacked is at least as fast at every batch size). The initializers' bytes were copied
-  // into constants_, so the protobuf's copy goes too: a model's weights are held once.
-  const std::vector<int> readers = g->Readers();
+  g->constants_.resize(g->value_ids_.size());
+  // Attributes (and constant inputs) an op cannot run exactly: refused here, naming the node.
   for (const Node& node : g->nodes_) {
-    if (node.op.packed_b == nullptr && node.op.packed_int8 == nullptr) continue;
-    const int id = node.inputs[1];
-    if (readers[id] != 1) continue;
-    const Tensor& w = g->constants_[id];
-    g->constants_[id] = Tensor::Borrow(w.type(), w.shape(), nullptr);
+    const OpDef* def = FindOpDef(node.op.op_type());
+    if (def == nullptr) continue;
+    int outputs = 0;
+    for (int id : node.outputs) outputs += id >= 0;
+    if (outputs > def->max_outputs)
+      return node.op.Refuse("computes " + std::to_string(def->max_outputs) +
+                            " output(s); the node asks for " + std::to_string(outputs));
+    if (def->check == nullptr) continue;
+    std::vector<const Tensor*> constants;
+    for (int id : node.inputs)
+      constants.push_back(g->IsConstant(id) ? &g->constants_[id] : nullptr);
+    RETURN_IF_ERROR(def->check(node.op, constants));
   }
-  // (DeleteSubrange frees them; clear() would keep the cleared messages and their buffers for
-  // reuse.)
-  auto* initializers = g->model_->mutable_graph()->mutable_initializer();
-  initializers->DeleteSubrange(0, initializers->size());
-  g->FuseActivations(readers);
-  const size_t values = g->value_ids_.size();
-  g->constants_.resize(values);
-  g->last_use_.assign(values, -1);
-  g->keep_.assign(values, false);
-  for (size_t i = 0; i < g->nodes_.size(); ++i)
-    for (int id : g->nodes_[i].inputs)
-      if (id >= 0) g->last_use_[id] = static_cast<int>(i);
-  for (const auto& out : g->outputs_) g->keep_[g->ValueId(out.name)] = true;
-  for (const auto& name : initializer_names) g->keep_[g->value_ids_[name]] = true;
+  RETURN_IF_ERROR(g->RunPasses(options));
   return g;
+}
+
+int Graph::AddValue(const std::string& hint, Tensor t) {
+  std::string name = "nereid::" + hint;
+  while (value_ids_.count(name)) name += "'";
+  const int id = ValueId(name);
+  constants_.resize(value_ids_.size());
+  constants_[id] = std::move(t);
+  return id;
+}
+
+Graph::Node Graph::MakeNode(const std::string& op_type, const std::string& name, OpFn fn,
+                            std::vector<int> inputs, std::vector<int> outputs) {
+  auto proto = std::make_unique<onnx::NodeProto>();
+  proto->set_op_type(op_type);
+  proto->set_name(name);
+  Node n{OpNode(proto.get(), opset_), fn, std::move(inputs), std::move(outputs)};
+  made_nodes_.push_back(std::move(proto));
+  return n;
 }
 
 std::vector<int> Graph::Readers() {
@@ -164,31 +145,8 @@ std::vector<int> Graph::Readers() {
     if (static_cast<size_t>(id) >= readers.size()) readers.resize(id + 1, 0);
     ++readers[id];
   }
+  constants_.resize(value_ids_.size());
   return readers;
-}
-
-void Graph::FuseActivations(const std::vector<int>& readers) {
-  std::vector<bool> fused(nodes_.size(), false);
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& gemm = nodes_[i];
-    if (gemm.op.op_type() != "Gemm" || gemm.outputs.size() != 1 || gemm.outputs[0] < 0 ||
-        readers[gemm.outputs[0]] != 1)
-      continue;
-    for (size_t j = i + 1; j < nodes_.size(); ++j) {
-      Node& act = nodes_[j];
-      if (act.inputs.size() != 1 || act.inputs[0] != gemm.outputs[0]) continue;
-      const std::string& op = act.op.op_type();
-      if (op != "Relu" && op != "Sigmoid") break;
-      gemm.op.activation = op == "Relu" ? OpNode::Activation::kRelu : OpNode::Activation::kSigmoid;
-      gemm.outputs[0] = act.outputs[0];  // the Gemm now produces the activation's value
-      fused[j] = true;
-      break;
-    }
-  }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (!fused[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
 }
 
 Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,

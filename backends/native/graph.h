@@ -1,10 +1,13 @@
 // Graph: an ONNX model loaded for the native engine: initializers as tensors, nodes bound to op
-// functions, and a Run() that executes the nodes in order, freeing each value after its last use.
+// functions, rewritten by the graph passes (passes.cc: constant folding, BatchNormalization
+// folded into Conv, fused epilogues, dead nodes, channels-last layout, packed weights), and a Run()
+// that executes the nodes in order, freeing each value after its last use.
 // A Graph is immutable after Load and may be run from several instance threads at once.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,12 +15,13 @@
 #include "common/graph_check.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_int8.h"
-#include "ops.h"
+#include "ops/op.h"
 #include "tensor.h"
 
 namespace onnx {
 class ModelProto;
-}
+class NodeProto;
+}  // namespace onnx
 
 namespace nereid::native {
 
@@ -30,7 +34,12 @@ struct GraphOptions {
   // With pack_weights: quantize those weights to int8 per output channel instead (the "int8"
   // precision; GemmInt8 runs them, activations quantized per row as they come).
   bool int8_weights = false;
+  // Run the CPU's convolutions channels-last (NHWC) with the ops between them (with
+  // pack_weights; the GPU compiler has its own layouts).
+  bool channels_last = true;
 };
+
+struct ConvPlan;
 
 class Graph {
  public:
@@ -65,15 +74,35 @@ class Graph {
   }
   // The initializer with this value id; an invalid tensor when it is not one.
   const Tensor& constant(int id) const { return constants_[id]; }
+  // What the passes did, one line each (logged at load): folded, fused, converted groups.
+  const std::vector<std::string>& pass_log() const { return pass_log_; }
 
  private:
   Graph() = default;
   int ValueId(const std::string& name);
-  // Folds a Relu or Sigmoid that alone reads a Gemm's output into that Gemm (OpNode::activation);
-  // 'readers' as Readers() returns it.
-  void FuseActivations(const std::vector<int>& readers);
+  // A new value (a constant when 't' is valid) for the passes.
+  int AddValue(const std::string& hint, Tensor t = Tensor());
+  // A node the passes insert (its NodeProto owned by the graph).
+  Node MakeNode(const std::string& op_type, const std::string& name, OpFn fn,
+                std::vector<int> inputs, std::vector<int> outputs);
+  bool IsConstant(int id) const {
+    return id >= 0 && static_cast<size_t>(id) < constants_.size() && constants_[id].valid() &&
+           !overridable_.count(id);
+  }
   // By value id: how many node inputs and graph outputs read it.
   std::vector<int> Readers();
+
+  // The passes (passes.cc), run in the order RunPasses lists them.
+  Status RunPasses(const GraphOptions& options);
+  Status FoldConstants();
+  Status FoldBatchNorms();
+  void FuseConvEpilogues();
+  void FuseGemmActivations();
+  void RemoveDeadNodes();
+  void ChooseChannelsLast();
+  void PackWeights(const GraphOptions& options);
+  void ReleasePackedOriginals();
+  void PlanLifetimes();
 
   std::unique_ptr<onnx::ModelProto> model_;
   int64_t opset_ = 0;
@@ -86,6 +115,11 @@ class Graph {
   std::vector<ValueInfo> outputs_;
   std::vector<std::unique_ptr<kernels::PackedMatrixB>> packed_;  // referenced by nodes' OpNode
   std::vector<std::unique_ptr<kernels::PackedInt8W>> packed_int8_;
+  std::vector<std::unique_ptr<ConvPlan>> conv_plans_;
+  std::set<int> overridable_;  // initializers a request may replace
+  std::set<std::string> initializer_names_;
+  std::vector<std::unique_ptr<onnx::NodeProto>> made_nodes_;  // of the nodes the passes insert
+  std::vector<std::string> pass_log_;
 };
 
 }  // namespace nereid::native

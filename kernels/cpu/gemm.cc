@@ -502,11 +502,13 @@ bool UseSgemmKernel(const std::string& name) {
 namespace {
 
 // The blocked loop nest. 'packed_block(jc, pc, nc, kc)' returns B's packed KC x NC block: packed on
-// the fly into a scratch buffer, or taken from a PackedMatrixB.
-template <typename BlockOfB>
-void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, int64_t k,
-                 float alpha, const float* a, int64_t lda, float* c, int64_t ldc,
-                 BlockOfB&& packed_block) {
+// the fly into a scratch buffer, or taken from a PackedMatrixB. 'pack_a(i0, mc, pc, kc, out)' packs
+// A's MC x KC block into MR-row panels (PackA's layout). 'init(ic, jc, mc, nc)' prepares C's block
+// before its first product, 'finish(ic, jc, mc, nc)' runs after its last, while it is in cache.
+template <typename PackABlock, typename BlockOfB, typename InitC, typename FinishC>
+void BlockedGemmCore(const KernelConfig& k_cfg, int64_t m, int64_t n, int64_t k, float alpha,
+                     PackABlock&& pack_a, float* c, int64_t ldc, BlockOfB&& packed_block,
+                     InitC&& init, FinishC&& finish) {
   const int64_t mr = k_cfg.mr, nr = k_cfg.nr, kKc = k_cfg.kc, kMc = k_cfg.mc, kNc = k_cfg.nc;
   thread_local Buffer packed_a;
   thread_local size_t packed_a_size = 0;
@@ -519,8 +521,8 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
       const float* b_block = packed_block(jc, pc, nc, kc);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
-        const float* a_block = trans_a ? a + pc * lda + ic : a + ic * lda + pc;
-        PackA(mr, trans_a, a_block, lda, mc, kc, packed_a.get());
+        if (pc == 0) init(ic, jc, mc, nc);
+        pack_a(ic, mc, pc, kc, packed_a.get());
         for (int64_t jr = 0; jr < nc; jr += nr) {
           const float* bp = b_block + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += mr) {
@@ -530,9 +532,24 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
                std::min(nr, nc - jr));
           }
         }
+        if (pc + kc >= k) finish(ic, jc, mc, nc);
       }
     }
   }
+}
+
+template <typename BlockOfB>
+void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, int64_t lda, float* c, int64_t ldc,
+                 BlockOfB&& packed_block) {
+  const int64_t mr = k_cfg.mr;
+  auto nothing = [](int64_t, int64_t, int64_t, int64_t) {};
+  BlockedGemmCore(
+      k_cfg, m, n, k, alpha,
+      [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc, float* out) {
+        PackA(mr, trans_a, trans_a ? a + pc * lda + ic : a + ic * lda + pc, lda, mc, kc, out);
+      },
+      c, ldc, packed_block, nothing, nothing);
 }
 
 // The vector operations the small-M path needs, per instruction set: 8-wide AVX2/FMA or 4-wide
@@ -737,6 +754,57 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                 PackB(k_cfg.nr, trans_b, b_block, ldb, kc, nc, packed_b.get());
                 return static_cast<const float*>(packed_b.get());
               });
+}
+
+void SgemmPackedFused(int64_t m, const PackAFn& pack_a, const PackedMatrixB& b, float* c,
+                      int64_t ldc, const GemmEpilogue& ep) {
+  const int64_t n = b.n(), k = b.k();
+  if (m <= 0 || n <= 0) return;
+  const KernelConfig& cfg = KernelByIndex(b.kernel());
+  auto init = [&](int64_t ic, int64_t jc, int64_t mc, int64_t nc) {
+    for (int64_t i = ic; i < ic + mc; ++i) {
+      float* row = c + i * ldc + jc;
+      const float* res = ep.residual ? ep.residual + i * ep.ld_residual + jc : nullptr;
+      const float* bias = ep.bias ? ep.bias + jc : nullptr;
+      if (bias && res)
+        for (int64_t j = 0; j < nc; ++j) row[j] = bias[j] + res[j];
+      else if (bias)
+        std::memcpy(row, bias, static_cast<size_t>(nc) * sizeof(float));
+      else if (res)
+        std::memcpy(row, res, static_cast<size_t>(nc) * sizeof(float));
+      else
+        std::fill(row, row + nc, 0.f);
+    }
+  };
+  auto finish = [&](int64_t ic, int64_t jc, int64_t mc, int64_t nc) {
+    if (ep.activation == GemmEpilogue::kNone) return;
+    for (int64_t i = ic; i < ic + mc; ++i) {
+      float* row = c + i * ldc + jc;
+      if (ep.activation == GemmEpilogue::kRelu)
+        for (int64_t j = 0; j < nc; ++j) row[j] = row[j] > 0.f ? row[j] : 0.f;
+      else
+        for (int64_t j = 0; j < nc; ++j) row[j] = std::min(std::max(row[j], ep.lo), ep.hi);
+    }
+  };
+  if (k <= 0) {  // no products: C is the epilogue of zero
+    for (int64_t ic = 0; ic < m; ic += 256) {
+      init(ic, 0, std::min<int64_t>(256, m - ic), n);
+      finish(ic, 0, std::min<int64_t>(256, m - ic), n);
+    }
+    return;
+  }
+  const int64_t mr = cfg.mr;
+  BlockedGemmCore(
+      cfg, m, n, k, 1.f,
+      [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc, float* out) {
+        pack_a(mr, ic, mc, pc, kc, out);
+      },
+      c, ldc, [&](int64_t jc, int64_t pc, int64_t, int64_t) { return b.Block(jc, pc); }, init,
+      finish);
+}
+
+void PackRowsA(int64_t mr, const float* a, int64_t lda, int64_t mc, int64_t kc, float* out) {
+  PackA(mr, false, a, lda, mc, kc, out);
 }
 
 }  // namespace nereid::kernels

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,29 @@ class PackedMatrixB {
 // C = alpha * op(A) * B + beta * C with B pre-packed.
 void SgemmPacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda,
                  const PackedMatrixB& b, float beta, float* c, int64_t ldc);
+
+// What a fused product does to C (m x n): C = act(A * B + bias[n] + residual), with bias one value
+// per column and residual an m x n matrix; both optional.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  int64_t ld_residual = 0;
+  enum Activation { kNone, kRelu, kClip } activation = kNone;
+  float lo = 0.f, hi = 0.f;  // kClip's bounds
+};
+
+// Packs rows [i0, i0 + mc) x depth [pc, pc + kc) of an implicit A into 'out' in MR-row panels:
+// out[panel][p][r] (zeros past the last row). Implicit-GEMM convolution gathers A from the
+// input image here instead of materializing the im2col matrix.
+using PackAFn =
+    std::function<void(int64_t mr, int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* out)>;
+// The standard packing of a row-major A (lda), for PackAFn implementations that have rows.
+void PackRowsA(int64_t mr, const float* a, int64_t lda, int64_t mc, int64_t kc, float* out);
+
+// C = epilogue(A * B) for an m-row A supplied by 'pack_a' and pre-packed B; the bias, residual
+// and activation are applied to each block of C while it is in cache.
+void SgemmPackedFused(int64_t m, const PackAFn& pack_a, const PackedMatrixB& b, float* c,
+                      int64_t ldc, const GemmEpilogue& epilogue);
 
 // The micro-kernel Sgemm uses: the fastest this CPU supports, measured once at first use (a few
 // milliseconds), unless NEREID_SGEMM_KERNEL names one ("avx512-12x32", "avx2-fma-6x16",

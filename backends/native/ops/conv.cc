@@ -1,0 +1,365 @@
+// The conv family: Conv (1-D and 2-D, groups, depthwise, dilations, every padding mode) as an
+// implicit GEMM on the CPU kernels with bias, residual and activation fused, and ConvTranspose
+// (1-D and 2-D) as a GEMM and a col2im scatter.
+#include "ops/conv.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/gemm.h"
+
+namespace nereid::native {
+
+StatusOr<SpatialShape> SpatialOf(const OpNode& node, const Tensor& x) {
+  const auto& s = x.shape();
+  if (s.size() == 4)
+    return node.nhwc ? SpatialShape{s[0], s[3], s[1], s[2]} : SpatialShape{s[0], s[1], s[2], s[3]};
+  if (s.size() == 3 && !node.nhwc) return SpatialShape{s[0], s[1], 1, s[2]};
+  return node.Refuse("input of shape " + ShapeString(s) +
+                     ": only 1-D and 2-D windows (inputs of rank 3 or 4) are supported");
+}
+
+std::vector<int64_t> LayoutShape(const OpNode& node, size_t rank, int64_t n, int64_t c, int64_t h,
+                                 int64_t w) {
+  if (rank == 3) return {n, c, w};
+  return node.nhwc ? std::vector<int64_t>{n, h, w, c} : std::vector<int64_t>{n, c, h, w};
+}
+
+Tensor ToChannelsLast(const Tensor& x) {
+  const auto& s = x.shape();
+  const std::vector<int64_t> perm =
+      s.size() == 4 ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1};
+  std::vector<int64_t> shape;
+  for (int64_t p : perm) shape.push_back(s[p]);
+  Tensor y = Tensor::Allocate(x.type(), shape);
+  TransposeBytes(x.raw(), s, perm, DataTypeSize(x.type()), y.mutable_raw());
+  return y;
+}
+
+Tensor ToChannelsFirst(const Tensor& x) {
+  const auto& s = x.shape();
+  // [n, 1, 1, c] and [n, h, w, 1] are the same bytes in both layouts.
+  if (s.size() == 4 && ((s[1] == 1 && s[2] == 1) || s[3] == 1))
+    return x.View({s[0], s[3], s[1], s[2]});
+  const std::vector<int64_t> perm =
+      s.size() == 4 ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 1};
+  std::vector<int64_t> shape;
+  for (int64_t p : perm) shape.push_back(s[p]);
+  Tensor y = Tensor::Allocate(x.type(), shape);
+  TransposeBytes(x.raw(), s, perm, DataTypeSize(x.type()), y.mutable_raw());
+  return y;
+}
+
+StatusOr<kernels::Conv2dGeometry> WindowGeometry(const OpNode& node, const SpatialShape& in,
+                                                 int64_t kh, int64_t kw, bool ceil_mode,
+                                                 int64_t pad_end[2]) {
+  const bool one_d = in.h == 1 && kh == 1 && node.AttrInts("strides").size() <= 1 &&
+                     node.AttrInts("kernel_shape").size() <= 1;
+  const size_t dims = one_d ? 1 : 2;
+  auto per_axis = [&](const char* name, int64_t fallback) -> StatusOr<std::vector<int64_t>> {
+    std::vector<int64_t> v = node.AttrInts(name);
+    if (v.empty()) v.assign(dims, fallback);
+    if (v.size() != dims)
+      return node.Error(std::string(name) + " must have " + std::to_string(dims) + " values");
+    for (int64_t x : v)
+      if (x < 1 || x > (int64_t{1} << 20))
+        return node.Error(std::string(name) + " value " + std::to_string(x) + " is out of range");
+    if (dims == 1) v.insert(v.begin(), 1);
+    return v;
+  };
+  ASSIGN_OR_RETURN(auto strides, per_axis("strides", 1));
+  ASSIGN_OR_RETURN(auto dilations, per_axis("dilations", 1));
+  const int64_t size[2] = {in.h, in.w}, kernel[2] = {kh, kw};
+  int64_t pads[4] = {0, 0, 0, 0};  // top, left, bottom, right
+  const std::string auto_pad = node.AttrString("auto_pad", "NOTSET");
+  int64_t out[2];
+  if (auto_pad == "NOTSET") {
+    std::vector<int64_t> p = node.AttrInts("pads");
+    if (p.empty()) p.assign(2 * dims, 0);
+    if (p.size() != 2 * dims)
+      return node.Error("pads must have " + std::to_string(2 * dims) + " values");
+    for (int64_t x : p)
+      if (x < 0 || x > (int64_t{1} << 20)) return node.Error("pads value out of range");
+    if (dims == 1)
+      pads[1] = p[0], pads[3] = p[1];
+    else
+      pads[0] = p[0], pads[1] = p[1], pads[2] = p[2], pads[3] = p[3];
+    for (int a = 0; a < 2; ++a) {
+      const int64_t span = dilations[a] * (kernel[a] - 1) + 1;
+      const int64_t room = size[a] + pads[a] + pads[a + 2] - span;
+      if (room < 0) return node.Error("the window is larger than the padded input");
+      out[a] = (ceil_mode ? (room + strides[a] - 1) / strides[a] : room / strides[a]) + 1;
+      // With ceil_mode the last window must start inside the input or its leading padding.
+      if (ceil_mode && (out[a] - 1) * strides[a] >= size[a] + pads[a]) --out[a];
+    }
+  } else if (auto_pad == "VALID") {
+    for (int a = 0; a < 2; ++a) {
+      const int64_t span = dilations[a] * (kernel[a] - 1) + 1;
+      if (size[a] < span) return node.Error("the window is larger than the input");
+      out[a] = ceil_mode ? (size[a] - span + strides[a] - 1) / strides[a] + 1
+                         : (size[a] - span) / strides[a] + 1;
+    }
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int a = 0; a < 2; ++a) {
+      out[a] = (size[a] + strides[a] - 1) / strides[a];
+      const int64_t span = dilations[a] * (kernel[a] - 1) + 1;
+      const int64_t total = std::max<int64_t>((out[a] - 1) * strides[a] + span - size[a], 0);
+      const int64_t small = total / 2, large = total - small;
+      pads[a] = auto_pad == "SAME_UPPER" ? small : large;
+      pads[a + 2] = total - pads[a];
+    }
+  } else {
+    return node.Error("auto_pad '" + auto_pad +
+                      "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  }
+  kernels::Conv2dGeometry g;
+  g.n = in.n, g.h = in.h, g.w = in.w, g.c_in = in.c;
+  g.oh = out[0], g.ow = out[1];
+  g.kh = kh, g.kw = kw;
+  g.stride_h = strides[0], g.stride_w = strides[1];
+  g.dilation_h = dilations[0], g.dilation_w = dilations[1];
+  g.pad_top = pads[0], g.pad_left = pads[1];
+  pad_end[0] = pads[2], pad_end[1] = pads[3];
+  return g;
+}
+
+Status ToChannelsLastOp(const OpNode& node, const std::vector<const Tensor*>& in,
+                        std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  if (in[0]->shape().size() != 4) return Internal("a layout conversion of a tensor not of rank 4");
+  out[0] = ToChannelsLast(*in[0]);
+  return Status::Ok();
+}
+
+Status ToChannelsFirstOp(const OpNode& node, const std::vector<const Tensor*>& in,
+                         std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  if (in[0]->shape().size() != 4) return Internal("a layout conversion of a tensor not of rank 4");
+  out[0] = ToChannelsFirst(*in[0]);
+  return Status::Ok();
+}
+
+namespace {
+
+kernels::GemmEpilogue EpilogueOf(const OpNode& node) {
+  kernels::GemmEpilogue ep;
+  if (node.activation == OpNode::Activation::kRelu) ep.activation = kernels::GemmEpilogue::kRelu;
+  if (node.activation == OpNode::Activation::kClip) {
+    ep.activation = kernels::GemmEpilogue::kClip;
+    ep.lo = node.clip_min, ep.hi = node.clip_max;
+  }
+  return ep;
+}
+
+Status CheckConv(const OpNode& node, const std::vector<const Tensor*>& constants) {
+  const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
+  if (w != nullptr && w->shape().size() != 3 && w->shape().size() != 4)
+    return node.Refuse("weights of shape " + ShapeString(w->shape()) +
+                       ": only 1-D and 2-D convolutions are supported");
+  return Status::Ok();
+}
+
+Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  RETURN_IF_ERROR(RequireFloat(node, x));
+  RETURN_IF_ERROR(RequireFloat(node, w));
+  ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
+  const size_t rank = x.shape().size();
+  if (w.shape().size() != rank)
+    return node.Error("weights of shape " + ShapeString(w.shape()) + " do not fit an input of " +
+                      ShapeString(x.shape()));
+  const int64_t groups = node.AttrInt("group", 1);
+  const int64_t c_out = w.shape()[0], cig = w.shape()[1];
+  const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
+  if (groups < 1 || s.c != cig * groups || c_out % groups != 0)
+    return node.Error("weights of shape " + ShapeString(w.shape()) + " and group " +
+                      std::to_string(groups) + " do not fit " + std::to_string(s.c) +
+                      " input channels");
+  const auto kernel_shape = node.AttrInts("kernel_shape");
+  if (!kernel_shape.empty() &&
+      kernel_shape != std::vector<int64_t>(w.shape().begin() + 2, w.shape().end()))
+    return node.Error("kernel_shape does not match the weights");
+  int64_t pad_end[2];
+  ASSIGN_OR_RETURN(kernels::Conv2dGeometry g, WindowGeometry(node, s, kh, kw, false, pad_end));
+  g.c_out = c_out;
+  g.groups = groups;
+
+  // Inputs: x, w, optional bias, then (fused by the graph's passes) the residual.
+  const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+  if (node.residual && (in.size() != 4 || in[3] == nullptr))
+    return Internal("a fused Conv lacks its residual");
+  if (bias != nullptr && (bias->type() != DataType::kFp32 || bias->elements() != c_out))
+    return node.Error("bias must have " + std::to_string(c_out) + " FP32 values");
+  const Tensor* residual = node.residual ? in[3] : nullptr;
+
+  std::unique_ptr<ConvPlan> local;
+  const ConvPlan* plan = node.conv;
+  if (plan == nullptr) {  // weights that are not constant: packed for this call
+    if (w.raw() == nullptr) return Internal("the Conv's weights were released");
+    local = std::make_unique<ConvPlan>(w.data<float>(), c_out, cig, kh, kw, groups);
+    plan = local.get();
+  }
+  const float* b = !plan->bias.empty() ? plan->bias.data() : bias ? bias->data<float>() : nullptr;
+
+  const std::vector<int64_t> y_shape = LayoutShape(node, rank, g.n, c_out, g.oh, g.ow);
+  if (residual != nullptr && residual->shape() != y_shape) {
+    // The fused Add broadcasts here (a residual of another shape): convolve, add, activate.
+    OpNode plain = node;
+    plain.residual = false;
+    plain.activation = OpNode::Activation::kNone;
+    std::vector<Tensor> conv(1);
+    RETURN_IF_ERROR(Conv(plain, {in[0], in[1], in[2]}, conv));
+    if (residual->type() != DataType::kFp32) return node.Error("the residual is not FP32");
+    ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, conv[0].shape(), residual->shape()));
+    if (shape != conv[0].shape())
+      return node.Error("the residual's shape " + ShapeString(residual->shape()) +
+                        " does not broadcast to the output's " + ShapeString(y_shape));
+    const auto strides = BroadcastStrides(residual->shape(), shape);
+    float* py = conv[0].mutable_data<float>();
+    std::vector<int64_t> index(shape.size(), 0);
+    for (int64_t e = 0; e < conv[0].elements(); ++e) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < shape.size(); ++d) offset += index[d] * strides[d];
+      py[e] += residual->data<float>()[offset];
+      for (size_t d = shape.size(); d-- > 0;) {
+        if (++index[d] < shape[d]) break;
+        index[d] = 0;
+      }
+    }
+    ApplyActivation(node, py, conv[0].elements());
+    out[0] = std::move(conv[0]);
+    return Status::Ok();
+  }
+  Tensor xl = node.nhwc ? x : ToChannelsLast(x);
+  Tensor rl;
+  if (residual != nullptr) rl = node.nhwc ? *residual : ToChannelsLast(*residual);
+  Tensor y = Tensor::Allocate(DataType::kFp32, {g.n, g.oh, g.ow, c_out});
+  kernels::ConvNhwc(g, xl.data<float>(), plan->weights, b, residual ? rl.data<float>() : nullptr,
+                    EpilogueOf(node), y.mutable_data<float>());
+  if (node.nhwc)
+    out[0] = std::move(y);
+  else
+    out[0] = ToChannelsFirst(y).View(y_shape);
+  return Status::Ok();
+}
+
+// ConvTranspose on NCHW: per image and group, col = W_g^T x X_g (one row per output channel and
+// tap), scattered into the output at each tap's position.
+Status ConvTranspose(const OpNode& node, const std::vector<const Tensor*>& in,
+                     std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  RETURN_IF_ERROR(RequireFloat(node, x));
+  RETURN_IF_ERROR(RequireFloat(node, w));
+  if (node.nhwc) return Internal("ConvTranspose has no channels-last form");
+  ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
+  const size_t rank = x.shape().size();
+  const size_t dims = rank - 2;
+  if (w.shape().size() != rank) return node.Error("weights do not fit the input's rank");
+  const int64_t groups = node.AttrInt("group", 1);
+  if (groups < 1 || w.shape()[0] != s.c || s.c % groups != 0)
+    return node.Error("weights of shape " + ShapeString(w.shape()) + " do not fit " +
+                      std::to_string(s.c) + " input channels");
+  const int64_t cig = s.c / groups, cog = w.shape()[1], c_out = cog * groups;
+  const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
+  // Per spatial axis; a 1-D window gets a leading axis of 'fallback' (the neutral value).
+  auto per_axis = [&](const char* name, int64_t fallback, size_t count,
+                      int64_t lo) -> StatusOr<std::vector<int64_t>> {
+    std::vector<int64_t> v = node.AttrInts(name);
+    if (v.empty()) v.assign(count, fallback);
+    if (v.size() != count) return node.Error(std::string(name) + " has the wrong length");
+    for (int64_t e : v)
+      if (e < lo || e > (int64_t{1} << 20)) return node.Error(std::string(name) + " out of range");
+    if (dims == 1) v.insert(v.begin(), fallback);
+    return v;
+  };
+  ASSIGN_OR_RETURN(auto strides, per_axis("strides", 1, dims, 1));
+  ASSIGN_OR_RETURN(auto dilations, per_axis("dilations", 1, dims, 1));
+  ASSIGN_OR_RETURN(auto output_padding, per_axis("output_padding", 0, dims, 0));
+  std::vector<int64_t> pads = node.AttrInts("pads");
+  if (pads.empty()) pads.assign(2 * dims, 0);
+  if (pads.size() != 2 * dims) return node.Error("pads has the wrong length");
+  if (dims == 1) pads = {0, pads[0], 0, pads[1]};
+  const int64_t in_size[2] = {s.h, s.w}, kernel[2] = {kh, kw};
+  int64_t out_size[2];
+  const std::string auto_pad = node.AttrString("auto_pad", "NOTSET");
+  std::vector<int64_t> output_shape = node.AttrInts("output_shape");
+  if (!output_shape.empty() && output_shape.size() != dims)
+    return node.Error("output_shape must have one value per spatial axis");
+  if (dims == 1 && !output_shape.empty()) output_shape.insert(output_shape.begin(), 1);
+  for (int a = 0; a < 2; ++a) {
+    const int64_t full =
+        strides[a] * (in_size[a] - 1) + output_padding[a] + (kernel[a] - 1) * dilations[a] + 1;
+    if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t target = !output_shape.empty() ? output_shape[a] : in_size[a] * strides[a];
+      if (target < 0 || target > (int64_t{1} << 24)) return node.Error("output_shape out of range");
+      // The spec's split (a negative total extends the output with zeros): SAME_UPPER puts the
+      // smaller half first, otherwise the larger; halves round toward negative infinity.
+      const int64_t total = full - target;
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      pads[a] = auto_pad == "SAME_UPPER" ? half : total - half;
+      pads[a + 2] = total - pads[a];
+      out_size[a] = target;
+    } else if (auto_pad == "VALID" || auto_pad == "NOTSET") {
+      if (auto_pad == "VALID") pads[a] = pads[a + 2] = 0;
+      for (int64_t p : {pads[a], pads[a + 2]})
+        if (p < 0 || p > (int64_t{1} << 20)) return node.Error("pads out of range");
+      out_size[a] = full - pads[a] - pads[a + 2];
+    } else {
+      return node.Error("auto_pad '" + auto_pad + "' is not supported");
+    }
+    if (out_size[a] < 0) return node.Error("the output would be empty");
+  }
+  const int64_t oh = out_size[0], ow = out_size[1];
+  const std::vector<int64_t> y_shape = LayoutShape(node, rank, s.n, c_out, oh, ow);
+  RETURN_IF_ERROR(CheckOutputShape(node, y_shape, DataType::kFp32));
+  const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+  if (bias != nullptr && (bias->type() != DataType::kFp32 || bias->elements() != c_out))
+    return node.Error("bias must have " + std::to_string(c_out) + " FP32 values");
+  Tensor y = Tensor::Allocate(DataType::kFp32, y_shape);
+  const int64_t hw_in = s.h * s.w, taps = kh * kw, rows = cog * taps;
+  std::vector<float> col(static_cast<size_t>(rows * hw_in));
+  float* py = y.mutable_data<float>();
+  for (int64_t b = 0; b < s.n; ++b)
+    for (int64_t grp = 0; grp < groups; ++grp) {
+      const float* xg = x.data<float>() + (b * s.c + grp * cig) * hw_in;
+      const float* wg = w.data<float>() + grp * cig * rows;
+      kernels::Sgemm(true, false, rows, hw_in, cig, 1.f, wg, rows, xg, hw_in, 0.f, col.data(),
+                     hw_in);
+      for (int64_t co = 0; co < cog; ++co) {
+        float* plane = py + (b * c_out + grp * cog + co) * oh * ow;
+        for (int64_t ky = 0; ky < kh; ++ky)
+          for (int64_t kx = 0; kx < kw; ++kx) {
+            const float* src = col.data() + ((co * kh + ky) * kw + kx) * hw_in;
+            for (int64_t iy = 0; iy < s.h; ++iy) {
+              const int64_t oy = iy * strides[0] - pads[0] + ky * dilations[0];
+              if (oy < 0 || oy >= oh) continue;
+              for (int64_t ix = 0; ix < s.w; ++ix) {
+                const int64_t ox = ix * strides[1] - pads[1] + kx * dilations[1];
+                if (ox >= 0 && ox < ow) plane[oy * ow + ox] += src[iy * s.w + ix];
+              }
+            }
+          }
+      }
+    }
+  if (bias != nullptr)
+    for (int64_t b = 0; b < s.n; ++b)
+      for (int64_t co = 0; co < c_out; ++co) {
+        float* plane = py + (b * c_out + co) * oh * ow;
+        const float v = bias->data<float>()[co];
+        for (int64_t i = 0; i < oh * ow; ++i) plane[i] += v;
+      }
+  out[0] = std::move(y);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<OpDef> ConvOps() {
+  return {{"Conv", Conv, CheckConv}, {"ConvTranspose", ConvTranspose, CheckConv}};
+}
+
+}  // namespace nereid::native

@@ -1,0 +1,54 @@
+// Convolution windows shared by the conv and pool families: attribute parsing (kernel_shape,
+// strides, dilations, pads, auto_pad, ceil_mode) into the kernels' geometry, the layout
+// conversions, and the load-time plan of a Conv with constant weights.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "cpu/conv.h"
+#include "ops/op.h"
+
+namespace nereid::native {
+
+// A Conv's weights packed for the CPU kernels and its bias (BatchNormalization folded in by the
+// graph's passes); built once at load when the weights are constant.
+struct ConvPlan {
+  ConvPlan(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
+           int64_t groups)
+      : weights(w, c_out, c_in_per_group, kh, kw, groups) {}
+  kernels::ConvWeights weights;
+  std::vector<float> bias;  // c_out values, or empty
+};
+
+// The spatial dims of an input of rank 3 (1-D) or 4 (2-D) in the node's layout, as
+// n, c, h, w (h = 1 for 1-D).
+struct SpatialShape {
+  int64_t n, c, h, w;
+};
+StatusOr<SpatialShape> SpatialOf(const OpNode& node, const Tensor& x);
+
+// The window geometry of a Conv or pool over 'in' with a kh x kw window (c_in/c_out left to the
+// caller). 'pad_end' receives the bottom and right padding.
+StatusOr<kernels::Conv2dGeometry> WindowGeometry(const OpNode& node, const SpatialShape& in,
+                                                 int64_t kh, int64_t kw, bool ceil_mode,
+                                                 int64_t pad_end[2]);
+
+// NCHW <-> NHWC for rank-4 (or rank-3, as [n, c, w]) float tensors.
+Tensor ToChannelsLast(const Tensor& x);
+Tensor ToChannelsFirst(const Tensor& x);
+// The output shape in the node's layout for n, c, oh, ow (rank 3 drops oh).
+std::vector<int64_t> LayoutShape(const OpNode& node, size_t rank, int64_t n, int64_t c, int64_t h,
+                                 int64_t w);
+
+}  // namespace nereid::native
+
+namespace nereid::native {
+
+// The layout pass's conversions, as ops: NCHW -> NHWC and back (rank 4).
+Status ToChannelsLastOp(const OpNode& node, const std::vector<const Tensor*>& in,
+                        std::vector<Tensor>& out);
+Status ToChannelsFirstOp(const OpNode& node, const std::vector<const Tensor*>& in,
+                         std::vector<Tensor>& out);
+
+}  // namespace nereid::native

@@ -1,0 +1,371 @@
+// Elementwise ops and activations: broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow, PRelu),
+// the variadic Max, Min, Sum and Mean, and unary maths and activations (Relu, Sigmoid, Tanh, Clip,
+// LeakyRelu, HardSigmoid, HardSwish, Abs, Neg, Exp, Log, Sqrt, Reciprocal, Floor, Ceil, Erf).
+#include "cpu/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "ops/op.h"
+
+namespace nereid::native {
+namespace {
+
+template <typename T, typename Op>
+void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* py = y.mutable_data<T>();
+  const int64_t n = y.elements();
+  if (a.shape() == y.shape() && b.shape() == y.shape()) {
+    for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
+    return;
+  }
+  if (b.elements() == 1 && a.shape() == y.shape()) {
+    const T s = pb[0];
+    for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], s);
+    return;
+  }
+  const std::vector<int64_t>& shape = y.shape();
+  const size_t rank = shape.size();
+  const auto sa = BroadcastStrides(a.shape(), shape);
+  const auto sb = BroadcastStrides(b.shape(), shape);
+  // Walk rows of the last dimension; the inner loop is strided only by 0 or 1.
+  const int64_t inner = rank ? shape[rank - 1] : 1;
+  const int64_t ia = rank ? sa[rank - 1] : 0, ib = rank ? sb[rank - 1] : 0;
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t row = 0; row < n / std::max<int64_t>(inner, 1); ++row) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      oa += index[d] * sa[d];
+      ob += index[d] * sb[d];
+    }
+    T* out = py + row * inner;
+    for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j * ia], pb[ob + j * ib]);
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+// y = op(a, b) with broadcasting, into a new tensor.
+template <typename OpFactory>
+Status BinaryOf(const OpNode& node, const Tensor& a, const Tensor& b, Tensor& y,
+                OpFactory factory) {
+  if (a.type() != b.type())
+    return node.Error("input types differ: " + std::string(DataTypeName(a.type())) + " and " +
+                      std::string(DataTypeName(b.type())));
+  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, a.shape(), b.shape()));
+  Tensor result = Tensor::Allocate(a.type(), shape);
+  RETURN_IF_ERROR(DispatchNumeric(node, a.type(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    BinaryLoop<T>(a, b, result, factory(tag));
+    return Status::Ok();
+  }));
+  y = std::move(result);
+  return Status::Ok();
+}
+
+template <typename OpFactory>
+Status Binary(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out,
+              OpFactory factory) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  return BinaryOf(node, *in[0], *in[1], out[0], factory);
+}
+
+Status Add(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Binary(n, in, out, [](auto tag) {
+    using T = decltype(tag);
+    return [](T x, T y) { return static_cast<T>(x + y); };
+  });
+}
+Status Sub(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Binary(n, in, out, [](auto tag) {
+    using T = decltype(tag);
+    return [](T x, T y) { return static_cast<T>(x - y); };
+  });
+}
+Status Mul(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Binary(n, in, out, [](auto tag) {
+    using T = decltype(tag);
+    return [](T x, T y) { return static_cast<T>(x * y); };
+  });
+}
+Status Div(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Binary(n, in, out, [](auto tag) {
+    using T = decltype(tag);
+    // Integer division by zero is undefined in ONNX; answer 0 rather than trap the server.
+    return [](T x, T y) {
+      if constexpr (std::is_integral_v<T>)
+        return y == 0 ? T(0) : static_cast<T>(x / y);
+      else
+        return static_cast<T>(x / y);
+    };
+  });
+}
+
+Status Pow(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  if (in[0]->type() == in[1]->type())
+    return Binary(node, in, out, [](auto tag) {
+      using T = decltype(tag);
+      return [](T x, T y) { return static_cast<T>(std::pow(x, y)); };
+    });
+  // Mixed types: computed in double, written in the base's type (as the spec's output type).
+  auto as_double = [&](const Tensor& t) {
+    Tensor d = Tensor::Allocate(DataType::kFp64, t.shape());
+    const size_t size = DataTypeSize(t.type());
+    for (int64_t i = 0; i < t.elements(); ++i)
+      d.mutable_data<double>()[i] = ElementAsDouble(t.type(), t.raw() + i * size);
+    return d;
+  };
+  RETURN_IF_ERROR(DispatchNumeric(node, in[0]->type(), [](auto) { return Status::Ok(); }));
+  RETURN_IF_ERROR(DispatchNumeric(node, in[1]->type(), [](auto) { return Status::Ok(); }));
+  Tensor result;
+  RETURN_IF_ERROR(BinaryOf(node, as_double(*in[0]), as_double(*in[1]), result,
+                           [](auto) { return [](double x, double y) { return std::pow(x, y); }; }));
+  Tensor y = Tensor::Allocate(in[0]->type(), result.shape());
+  RETURN_IF_ERROR(DispatchNumeric(node, in[0]->type(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < y.elements(); ++i)
+      y.mutable_data<T>()[i] = static_cast<T>(result.data<double>()[i]);
+    return Status::Ok();
+  }));
+  out[0] = std::move(y);
+  return Status::Ok();
+}
+
+Status PRelu(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Binary(node, in, out, [](auto tag) {
+    using T = decltype(tag);
+    return [](T x, T slope) { return x < T(0) ? static_cast<T>(slope * x) : x; };
+  });
+}
+
+// Max, Min, Sum, Mean: any number of inputs, broadcast together, folded left to right.
+template <typename OpFactory>
+Status Variadic(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out,
+                OpFactory factory) {
+  if (in.empty()) return node.Error("needs at least one input");
+  RETURN_IF_ERROR(RequireInputs(node, in, in.size()));
+  if (in.size() == 1) {
+    out[0] = Tensor::Allocate(in[0]->type(), in[0]->shape());
+    std::copy(in[0]->raw(), in[0]->raw() + in[0]->bytes(), out[0].mutable_raw());
+    return DispatchNumeric(node, in[0]->type(), [](auto) { return Status::Ok(); });
+  }
+  Tensor acc;
+  RETURN_IF_ERROR(BinaryOf(node, *in[0], *in[1], acc, factory));
+  for (size_t i = 2; i < in.size(); ++i) {
+    Tensor next;
+    RETURN_IF_ERROR(BinaryOf(node, acc, *in[i], next, factory));
+    acc = std::move(next);
+  }
+  out[0] = std::move(acc);
+  return Status::Ok();
+}
+
+Status Max(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Variadic(node, in, out, [](auto tag) {
+    using T = decltype(tag);
+    // NaN wins, as in numpy's maximum.
+    return [](T x, T y) { return x != x ? x : (y != y ? y : std::max(x, y)); };
+  });
+}
+Status Min(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Variadic(node, in, out, [](auto tag) {
+    using T = decltype(tag);
+    return [](T x, T y) { return x != x ? x : (y != y ? y : std::min(x, y)); };
+  });
+}
+Status Sum(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return Variadic(node, in, out, [](auto tag) {
+    using T = decltype(tag);
+    return [](T x, T y) { return static_cast<T>(x + y); };
+  });
+}
+Status Mean(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  if (!in.empty() && in[0] != nullptr && in[0]->type() != DataType::kFp32 &&
+      in[0]->type() != DataType::kFp64)
+    return node.Refuse("element type " + std::string(DataTypeName(in[0]->type())) +
+                       " is not supported (FP32, FP64)");
+  RETURN_IF_ERROR(Sum(node, in, out));
+  const double count = static_cast<double>(in.size());
+  if (out[0].type() == DataType::kFp32)
+    for (int64_t i = 0; i < out[0].elements(); ++i)
+      out[0].mutable_data<float>()[i] = static_cast<float>(out[0].data<float>()[i] / count);
+  else
+    for (int64_t i = 0; i < out[0].elements(); ++i) out[0].mutable_data<double>()[i] /= count;
+  return Status::Ok();
+}
+
+// A float unary op: 'kernel' (a vector kernel of cpu/elementwise.h) on FP32 when given, else 'f'
+// element by element on FP32 and FP64.
+template <typename F>
+Status UnaryFloat(const OpNode& node, const std::vector<const Tensor*>& in,
+                  std::vector<Tensor>& out, void (*kernel)(const float*, float*, int64_t), F f) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  if (x.type() == DataType::kFp32) {
+    out[0] = Tensor::Allocate(x.type(), x.shape());
+    const float* px = x.data<float>();
+    float* py = out[0].mutable_data<float>();
+    if (kernel != nullptr)
+      kernel(px, py, x.elements());
+    else
+      for (int64_t i = 0; i < x.elements(); ++i) py[i] = f(px[i]);
+    return Status::Ok();
+  }
+  if (x.type() == DataType::kFp64) {
+    out[0] = Tensor::Allocate(x.type(), x.shape());
+    const double* px = x.data<double>();
+    double* py = out[0].mutable_data<double>();
+    for (int64_t i = 0; i < x.elements(); ++i) py[i] = f(px[i]);
+    return Status::Ok();
+  }
+  return node.Refuse("element type " + std::string(DataTypeName(x.type())) +
+                     " is not supported (FP32, FP64)");
+}
+
+// A unary op on every numeric type.
+template <typename F>
+Status UnaryNumeric(const OpNode& node, const std::vector<const Tensor*>& in,
+                    std::vector<Tensor>& out, F f) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  Tensor y = Tensor::Allocate(x.type(), x.shape());
+  RETURN_IF_ERROR(DispatchNumeric(node, x.type(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    for (int64_t i = 0; i < x.elements(); ++i) py[i] = f(px[i]);
+    return Status::Ok();
+  }));
+  out[0] = std::move(y);
+  return Status::Ok();
+}
+
+#define NEREID_FLOAT_UNARY(Name, expr)                                                     \
+  Status Name(const OpNode& node, const std::vector<const Tensor*>& in,                    \
+              std::vector<Tensor>& out) {                                                  \
+    return UnaryFloat(node, in, out, nullptr, [](auto v) -> decltype(v) { return expr; }); \
+  }
+NEREID_FLOAT_UNARY(Exp, std::exp(v))
+NEREID_FLOAT_UNARY(Log, std::log(v))
+NEREID_FLOAT_UNARY(Sqrt, std::sqrt(v))
+NEREID_FLOAT_UNARY(Reciprocal, 1 / v)
+NEREID_FLOAT_UNARY(Floor, std::floor(v))
+NEREID_FLOAT_UNARY(Ceil, std::ceil(v))
+NEREID_FLOAT_UNARY(Erf, std::erf(v))
+NEREID_FLOAT_UNARY(HardSwish, v* std::max<decltype(v)>(0, std::min<decltype(v)>(1, v / 6 + 0.5)))
+#undef NEREID_FLOAT_UNARY
+
+Status Abs(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return UnaryNumeric(node, in, out, [](auto v) -> decltype(v) {
+    if constexpr (std::is_unsigned_v<decltype(v)>)
+      return v;
+    else
+      return v < 0 ? static_cast<decltype(v)>(-v) : v;
+  });
+}
+Status Neg(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return UnaryNumeric(node, in, out, [](auto v) { return static_cast<decltype(v)>(-v); });
+}
+
+Status LeakyRelu(const OpNode& node, const std::vector<const Tensor*>& in,
+                 std::vector<Tensor>& out) {
+  const float alpha = node.AttrFloat("alpha", 0.01f);
+  return UnaryFloat(node, in, out, nullptr,
+                    [alpha](auto v) -> decltype(v) { return v < 0 ? v * alpha : v; });
+}
+
+Status HardSigmoid(const OpNode& node, const std::vector<const Tensor*>& in,
+                   std::vector<Tensor>& out) {
+  const float alpha = node.AttrFloat("alpha", 0.2f), beta = node.AttrFloat("beta", 0.5f);
+  return UnaryFloat(node, in, out, nullptr, [alpha, beta](auto v) -> decltype(v) {
+    using T = decltype(v);
+    return std::max<T>(0, std::min<T>(1, alpha * v + beta));
+  });
+}
+
+// Clip: bounds are attributes before opset 11, optional scalar inputs from 11 on.
+Status Clip(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  for (size_t i = 1; i < in.size() && i < 3; ++i)
+    if (in[i] != nullptr && (in[i]->type() != x.type() || in[i]->elements() != 1))
+      return node.Error("min and max must be scalars of the input's type");
+  return UnaryNumeric(node, in, out, [&](auto v) -> decltype(v) {
+    using T = decltype(v);
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if (node.opset() < 11) {
+      lo = static_cast<T>(node.AttrFloat("min", -std::numeric_limits<float>::max()));
+      hi = static_cast<T>(node.AttrFloat("max", std::numeric_limits<float>::max()));
+    } else {
+      if (in.size() > 1 && in[1] != nullptr) lo = in[1]->template data<T>()[0];
+      if (in.size() > 2 && in[2] != nullptr) hi = in[2]->template data<T>()[0];
+    }
+    if (v != v) return v;
+    return v < lo ? lo : (v > hi ? hi : v);
+  });
+}
+
+Status Relu(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  if (x.type() == DataType::kFp32) {
+    out[0] = Tensor::Allocate(x.type(), x.shape());
+    kernels::Relu(x.data<float>(), out[0].mutable_data<float>(), x.elements());
+    return Status::Ok();
+  }
+  out[0] = Tensor::Allocate(x.type(), x.shape());
+  return DispatchNumeric(node, x.type(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = out[0].mutable_data<T>();
+    for (int64_t i = 0; i < x.elements(); ++i) py[i] = px[i] > T(0) ? px[i] : T(0);
+    return Status::Ok();
+  });
+}
+
+Status Sigmoid(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return UnaryFloat(node, in, out, kernels::Sigmoid, [](auto v) { return 1 / (1 + std::exp(-v)); });
+}
+
+Status Tanh(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return UnaryFloat(node, in, out, kernels::Tanh, [](auto v) { return std::tanh(v); });
+}
+
+}  // namespace
+
+std::vector<OpDef> ElementwiseOps() {
+  return {{"Add", Add},
+          {"Sub", Sub},
+          {"Mul", Mul},
+          {"Div", Div},
+          {"Pow", Pow},
+          {"PRelu", PRelu},
+          {"Max", Max},
+          {"Min", Min},
+          {"Sum", Sum},
+          {"Mean", Mean},
+          {"Relu", Relu},
+          {"Sigmoid", Sigmoid},
+          {"Tanh", Tanh},
+          {"Clip", Clip},
+          {"LeakyRelu", LeakyRelu},
+          {"HardSigmoid", HardSigmoid},
+          {"HardSwish", HardSwish},
+          {"Abs", Abs},
+          {"Neg", Neg},
+          {"Exp", Exp},
+          {"Log", Log},
+          {"Sqrt", Sqrt},
+          {"Reciprocal", Reciprocal},
+          {"Floor", Floor},
+          {"Ceil", Ceil},
+          {"Erf", Erf}};
+}
+
+}  // namespace nereid::native

@@ -1,0 +1,147 @@
+// Matrix products: MatMul (any batch broadcast, every numeric type) and Gemm (FP32), on the CPU
+// SGEMM with weights packed at load (OpNode::packed_b) or quantized to int8 (packed_int8).
+#include "cpu/gemm.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/elementwise.h"
+#include "cpu/gemm_int8.h"
+#include "ops/op.h"
+
+namespace nereid::native {
+
+void ApplyActivation(const OpNode& node, float* y, int64_t n) {
+  switch (node.activation) {
+    case OpNode::Activation::kRelu:
+      return kernels::Relu(y, y, n);
+    case OpNode::Activation::kSigmoid:
+      return kernels::Sigmoid(y, y, n);
+    case OpNode::Activation::kClip:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], node.clip_min), node.clip_max);
+      return;
+    case OpNode::Activation::kNone:
+      return;
+  }
+}
+
+namespace {
+
+template <typename T>
+void NaiveMatMul(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      T sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += a[i * k + p] * b[p * n + j];
+      c[i * n + j] = sum;
+    }
+}
+
+Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const Tensor& a = *in[0];
+  const Tensor& b = *in[1];
+  if (a.type() != b.type()) return node.Error("input types differ");
+  if (a.shape().empty() || b.shape().empty()) return node.Error("inputs must have rank >= 1");
+  std::vector<int64_t> sa = a.shape(), sb = b.shape();
+  const bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+  if (a_vec) sa.insert(sa.begin(), 1);
+  if (b_vec) sb.push_back(1);
+  const int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  if (sb[sb.size() - 2] != k)
+    return node.Error("cannot multiply " + ShapeString(a.shape()) + " by " +
+                      ShapeString(b.shape()));
+  std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+  ASSIGN_OR_RETURN(auto batch, BroadcastShape(node, ba, bb));
+  std::vector<int64_t> shape = batch;
+  if (!a_vec) shape.push_back(m);
+  if (!b_vec) shape.push_back(n);
+  out[0] = Tensor::Allocate(a.type(), shape);
+  const int64_t batches = Product(batch, 0, batch.size());
+  const auto stride_a = BroadcastStrides(ba, batch), stride_b = BroadcastStrides(bb, batch);
+  return DispatchNumeric(node, a.type(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    std::vector<int64_t> index(batch.size(), 0);
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      int64_t oa = 0, ob = 0;
+      for (size_t d = 0; d < batch.size(); ++d) {
+        oa += index[d] * stride_a[d];
+        ob += index[d] * stride_b[d];
+      }
+      const T* pa = a.data<T>() + oa * m * k;
+      T* pc = out[0].mutable_data<T>() + bi * m * n;
+      // Packed constant weights: their original bytes may be gone (the graph keeps only the
+      // packed copy), so 'b' is read only on the other paths.
+      if constexpr (std::is_same_v<T, float>) {
+        if (node.packed_int8 != nullptr && !b_vec)
+          kernels::GemmInt8(m, pa, k, *node.packed_int8, nullptr, pc, n);
+        else if (node.packed_b != nullptr && !b_vec)
+          kernels::SgemmPacked(false, m, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
+        else
+          kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, b.data<T>() + ob * k * n, n, 0.f, pc,
+                         n);
+      } else {
+        NaiveMatMul<T>(m, n, k, pa, b.data<T>() + ob * k * n, pc);
+      }
+      for (size_t d = batch.size(); d-- > 0;) {
+        if (++index[d] < batch[d]) break;
+        index[d] = 0;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+Status Gemm(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const Tensor& a = *in[0];
+  const Tensor& b = *in[1];
+  const Tensor* c = in.size() > 2 ? in[2] : nullptr;
+  if (a.shape().size() != 2 || b.shape().size() != 2) return node.Error("A and B must be 2-D");
+  if (a.type() != DataType::kFp32 || b.type() != DataType::kFp32 ||
+      (c && c->type() != DataType::kFp32))
+    return node.Error("only FP32 is supported");
+  const bool ta = node.AttrInt("transA", 0) != 0, tb = node.AttrInt("transB", 0) != 0;
+  const float alpha = node.AttrFloat("alpha", 1.f), beta = node.AttrFloat("beta", 1.f);
+  const int64_t m = ta ? a.shape()[1] : a.shape()[0];
+  const int64_t k = ta ? a.shape()[0] : a.shape()[1];
+  const int64_t kb = tb ? b.shape()[1] : b.shape()[0];
+  const int64_t n = tb ? b.shape()[0] : b.shape()[1];
+  if (k != kb)
+    return node.Error("cannot multiply " + ShapeString(a.shape()) + " by " +
+                      ShapeString(b.shape()));
+  out[0] = Tensor::Allocate(DataType::kFp32, {m, n});
+  float* y = out[0].mutable_data<float>();
+  float gemm_beta = 0.f;
+  if (c != nullptr && beta != 0.f) {
+    ASSIGN_OR_RETURN(auto cs, BroadcastShape(node, c->shape(), {m, n}));
+    if (cs != std::vector<int64_t>{m, n}) return node.Error("C does not broadcast to [M, N]");
+    const auto strides = BroadcastStrides(c->shape(), {m, n});
+    const float* pc = c->data<float>();
+    if (strides[0] == 0 && strides[1] == 1 && beta == 1.f) {
+      // A bias row (the common case): row copies.
+      for (int64_t i = 0; i < m; ++i) std::memcpy(y + i * n, pc, static_cast<size_t>(n) * 4);
+    } else {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) y[i * n + j] = beta * pc[i * strides[0] + j * strides[1]];
+    }
+    gemm_beta = 1.f;
+  }
+  if (node.packed_int8 != nullptr)  // (never with transA)
+    kernels::GemmInt8(m, a.data<float>(), a.shape()[1], *node.packed_int8, nullptr, y, n, alpha,
+                      gemm_beta != 0.f);
+  else if (node.packed_b != nullptr)  // the original bytes of packed weights may be gone
+    kernels::SgemmPacked(ta, m, alpha, a.data<float>(), a.shape()[1], *node.packed_b, gemm_beta, y,
+                         n);
+  else
+    kernels::Sgemm(ta, tb, m, n, k, alpha, a.data<float>(), a.shape()[1], b.data<float>(),
+                   b.shape()[1], gemm_beta, y, n);
+  ApplyActivation(node, y, m * n);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<OpDef> GemmOps() { return {{"MatMul", MatMul}, {"Gemm", Gemm}}; }
+
+}  // namespace nereid::native

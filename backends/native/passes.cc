@@ -1,0 +1,480 @@
+// The graph passes of the native engine, in the one order RunPasses lists. Each rewrites nodes_
+// (and adds constants) without changing what the graph computes; what each did goes to
+// pass_log_, which the backend logs at load.
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "graph.h"
+#include "ops/conv.h"
+
+namespace nereid::native {
+
+Status Graph::RunPasses(const GraphOptions& options) {
+  RETURN_IF_ERROR(FoldConstants());   // constant subgraphs (shape arithmetic) computed once
+  RETURN_IF_ERROR(FoldBatchNorms());  // Conv -> BatchNormalization: scaled weights and bias
+  FuseConvEpilogues();                // Conv -> Add(residual) -> Relu/Clip: one node
+  FuseGemmActivations();              // Gemm -> Relu/Sigmoid: one node
+  RemoveDeadNodes();                  // nothing reads them
+  if (options.pack_weights) {
+    if (options.channels_last) ChooseChannelsLast();  // NHWC between convolutions
+    PackWeights(options);                             // GEMM panels, int8 rows, convolution plans
+    ReleasePackedOriginals();
+  }
+  PlanLifetimes();  // when each value is freed; unread constants dropped
+  // The initializers' bytes were copied into constants_, so the protobuf's copy goes: a model's
+  // weights are held once. (DeleteSubrange frees them; clear() would keep the cleared messages
+  // and their buffers for reuse.)
+  auto* initializers = model_->mutable_graph()->mutable_initializer();
+  initializers->DeleteSubrange(0, initializers->size());
+  return Status::Ok();
+}
+
+// ---- constant folding ---------------------------------------------------------------------------
+
+Status Graph::FoldConstants() {
+  int folded = 0;
+  std::vector<Node> kept;
+  for (Node& node : nodes_) {
+    bool constant = true;
+    for (int id : node.inputs)
+      if (id >= 0 && !IsConstant(id)) constant = false;
+    for (int id : node.outputs)
+      if (id < 0) constant = false;
+    if (!constant) {
+      kept.push_back(std::move(node));
+      continue;
+    }
+    std::vector<const Tensor*> in;
+    for (int id : node.inputs) in.push_back(id >= 0 ? &constants_[id] : nullptr);
+    std::vector<Tensor> out(node.outputs.size());
+    // A constant subgraph that fails would fail every request: the model is refused.
+    RETURN_IF_ERROR(node.fn(node.op, in, out));
+    for (size_t o = 0; o < out.size(); ++o) constants_[node.outputs[o]] = std::move(out[o]);
+    ++folded;
+  }
+  nodes_ = std::move(kept);
+  if (folded) pass_log_.push_back("constant folding: " + std::to_string(folded) + " nodes");
+  return Status::Ok();
+}
+
+// ---- BatchNormalization into Conv ---------------------------------------------------------------
+
+Status Graph::FoldBatchNorms() {
+  std::vector<int> readers = Readers();
+  std::map<int, size_t> producer;  // value id -> node index
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int id : nodes_[i].outputs)
+      if (id >= 0) producer[id] = i;
+  std::vector<bool> dead(nodes_.size(), false);
+  int folded = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& bn = nodes_[i];
+    if (bn.op.op_type() != "BatchNormalization" || bn.inputs.size() != 5 || bn.outputs.size() != 1)
+      continue;
+    if (bn.op.AttrInt("training_mode", 0) != 0) continue;
+    auto it = producer.find(bn.inputs[0]);
+    if (it == producer.end() || readers[bn.inputs[0]] != 1) continue;
+    Node& conv = nodes_[it->second];
+    if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || dead[it->second]) continue;
+    if (conv.inputs.size() < 2 || !IsConstant(conv.inputs[1])) continue;
+    const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+    if (has_bias && !IsConstant(conv.inputs[2])) continue;
+    bool params = true;
+    for (int k = 1; k < 5; ++k)
+      params =
+          params && IsConstant(bn.inputs[k]) && constants_[bn.inputs[k]].type() == DataType::kFp32;
+    const Tensor& w = constants_[conv.inputs[1]];
+    if (!params || w.type() != DataType::kFp32 || w.shape().size() < 3) continue;
+    const int64_t c_out = w.shape()[0];
+    bool sizes = true;
+    for (int k = 1; k < 5; ++k) sizes = sizes && constants_[bn.inputs[k]].elements() == c_out;
+    if (has_bias)
+      sizes = sizes && constants_[conv.inputs[2]].type() == DataType::kFp32 &&
+              constants_[conv.inputs[2]].elements() == c_out;
+    if (!sizes) continue;
+    const float* scale = constants_[bn.inputs[1]].data<float>();
+    const float* beta = constants_[bn.inputs[2]].data<float>();
+    const float* mean = constants_[bn.inputs[3]].data<float>();
+    const float* var = constants_[bn.inputs[4]].data<float>();
+    const float eps = bn.op.AttrFloat("epsilon", 1e-5f);
+    Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
+    Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
+    const int64_t per_channel = w.elements() / c_out;
+    for (int64_t co = 0; co < c_out; ++co) {
+      // In double, as the reference computes the unfused pair.
+      const double s =
+          static_cast<double>(scale[co]) / std::sqrt(static_cast<double>(var[co]) + eps);
+      const float* src = w.data<float>() + co * per_channel;
+      float* dst = w2.mutable_data<float>() + co * per_channel;
+      for (int64_t e = 0; e < per_channel; ++e) dst[e] = static_cast<float>(src[e] * s);
+      const double b = has_bias ? constants_[conv.inputs[2]].data<float>()[co] : 0.0;
+      b2.mutable_data<float>()[co] = static_cast<float>((b - mean[co]) * s + beta[co]);
+    }
+    conv.inputs.resize(3);
+    conv.inputs[1] = AddValue(conv.op.name() + ".folded_weight", std::move(w2));
+    conv.inputs[2] = AddValue(conv.op.name() + ".folded_bias", std::move(b2));
+    conv.outputs[0] = bn.outputs[0];
+    producer[bn.outputs[0]] = it->second;
+    dead[i] = true;
+    ++folded;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+  if (folded) pass_log_.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
+  return Status::Ok();
+}
+
+// ---- fused epilogues ----------------------------------------------------------------------------
+
+namespace {
+
+// Relu, or a Clip with constant bounds: the activations a Conv's epilogue applies.
+bool ConvActivation(const Graph::Node& node, const std::function<bool(int)>& is_constant,
+                    const std::function<const Tensor&(int)>& constant, OpNode::Activation* act,
+                    float* lo, float* hi) {
+  const std::string& op = node.op.op_type();
+  if (op == "Relu") {
+    *act = OpNode::Activation::kRelu;
+    return true;
+  }
+  if (op != "Clip") return false;
+  *lo = -INFINITY, *hi = INFINITY;
+  if (node.op.opset() < 11) {
+    *lo = node.op.AttrFloat("min", -INFINITY);
+    *hi = node.op.AttrFloat("max", INFINITY);
+  } else {
+    for (size_t k = 1; k < node.inputs.size() && k < 3; ++k) {
+      const int id = node.inputs[k];
+      if (id < 0) continue;
+      if (!is_constant(id) || constant(id).type() != DataType::kFp32 ||
+          constant(id).elements() != 1)
+        return false;
+      (k == 1 ? *lo : *hi) = constant(id).data<float>()[0];
+    }
+  }
+  if (std::isnan(*lo) || std::isnan(*hi)) return false;
+  *act = OpNode::Activation::kClip;
+  return true;
+}
+
+}  // namespace
+
+void Graph::FuseConvEpilogues() {
+  // A fused node takes the place of the last node of its group: every input of the group is
+  // computed by then (a residual branch may come after the Conv).
+  std::vector<int> readers = Readers();
+  std::map<int, size_t> reader_of;  // value id -> the index of its one reader
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int id : nodes_[i].inputs)
+      if (id >= 0) reader_of[id] = i;
+  std::vector<bool> dead(nodes_.size(), false);
+  int residuals = 0, activations = 0;
+  auto is_constant = [this](int id) { return IsConstant(id); };
+  auto constant = [this](int id) -> const Tensor& { return constants_[id]; };
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (dead[i] || nodes_[i].op.op_type() != "Conv" || nodes_[i].outputs.size() != 1) continue;
+    const int out = nodes_[i].outputs[0];
+    if (out < 0 || readers[out] != 1 || !reader_of.count(out)) continue;
+    const size_t r = reader_of[out];
+    Node& next = nodes_[r];
+    Node& conv = nodes_[i];
+    if (conv.op.activation != OpNode::Activation::kNone) continue;
+    if (next.op.op_type() == "Add" && next.inputs.size() == 2 && !conv.op.residual &&
+        next.outputs.size() == 1) {
+      const int other = next.inputs[0] == out ? next.inputs[1] : next.inputs[0];
+      if (other < 0 || other == out || IsConstant(other)) continue;
+      conv.inputs.resize(4, -1);
+      conv.inputs[3] = other;
+      conv.op.residual = true;
+      conv.outputs[0] = next.outputs[0];
+      ++residuals;
+    } else {
+      OpNode::Activation act;
+      float lo = 0, hi = 0;
+      if (next.outputs.size() != 1 || !ConvActivation(next, is_constant, constant, &act, &lo, &hi))
+        continue;
+      conv.op.activation = act;
+      conv.op.clip_min = lo, conv.op.clip_max = hi;
+      conv.outputs[0] = next.outputs[0];
+      ++activations;
+    }
+    // The Conv moves to the reader's place; its new output's reader is looked at when the loop
+    // gets there.
+    nodes_[r] = std::move(conv);
+    dead[i] = true;
+    dead[r] = false;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+  if (residuals || activations)
+    pass_log_.push_back("Conv epilogues fused: " + std::to_string(residuals) + " residual Add, " +
+                        std::to_string(activations) + " activation");
+}
+
+void Graph::FuseGemmActivations() {
+  const std::vector<int> readers = Readers();
+  std::vector<bool> fused(nodes_.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& gemm = nodes_[i];
+    if (gemm.op.op_type() != "Gemm" || gemm.outputs.size() != 1 || gemm.outputs[0] < 0 ||
+        readers[gemm.outputs[0]] != 1)
+      continue;
+    for (size_t j = i + 1; j < nodes_.size(); ++j) {
+      Node& act = nodes_[j];
+      if (act.inputs.size() != 1 || act.inputs[0] != gemm.outputs[0]) continue;
+      const std::string& op = act.op.op_type();
+      if (op != "Relu" && op != "Sigmoid") break;
+      gemm.op.activation = op == "Relu" ? OpNode::Activation::kRelu : OpNode::Activation::kSigmoid;
+      gemm.outputs[0] = act.outputs[0];  // the Gemm now produces the activation's value
+      fused[j] = true;
+      ++count;
+      break;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!fused[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+  if (count) pass_log_.push_back("Gemm activations fused: " + std::to_string(count));
+}
+
+void Graph::RemoveDeadNodes() {
+  int removed = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    const std::vector<int> readers = Readers();
+    std::vector<Node> kept;
+    for (Node& node : nodes_) {
+      bool read = false;
+      for (int id : node.outputs) read = read || (id >= 0 && readers[id] > 0);
+      if (read) {
+        kept.push_back(std::move(node));
+      } else {
+        ++removed;
+        changed = true;
+      }
+    }
+    nodes_ = std::move(kept);
+  }
+  if (removed) pass_log_.push_back("dead nodes removed: " + std::to_string(removed));
+}
+
+// ---- channels-last layout -----------------------------------------------------------------------
+
+void Graph::ChooseChannelsLast() {
+  // Values keep their ids in NCHW; a value computed channels-last gets a second id (nhwc_of).
+  // Convolutions always run channels-last (converting an NCHW input once); pools, normalisation,
+  // elementwise ops and Concat on channels do when their inputs already are; any other reader
+  // gets the NCHW value back through a conversion inserted before it.
+  std::map<int, int> nhwc_of;
+  std::set<int> nchw_ready;     // of those produced channels-last, the ones converted back
+  std::set<int> produced_nhwc;  // original ids whose producer now writes the NHWC id only
+  std::vector<Node> out;
+  int convs = 0, conversions = 0, permuted = 0;
+  auto to_nhwc = [&](int id) {
+    auto it = nhwc_of.find(id);
+    if (it != nhwc_of.end()) return it->second;
+    const int t = AddValue("nhwc");
+    out.push_back(MakeNode("NereidToChannelsLast", "to_nhwc", ToChannelsLastOp, {id}, {t}));
+    ++conversions;
+    return nhwc_of[id] = t;
+  };
+  auto to_nchw = [&](int id) {
+    if (!produced_nhwc.count(id) || nchw_ready.count(id)) return;
+    out.push_back(
+        MakeNode("NereidToChannelsFirst", "to_nchw", ToChannelsFirstOp, {nhwc_of[id]}, {id}));
+    nchw_ready.insert(id);
+    ++conversions;
+  };
+  static const std::set<std::string> kUnary = {
+      "Relu",     "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh",
+      "Identity", "Exp",       "Sqrt", "Abs",         "Neg",       "Erf"};
+  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div",
+                                                "Max", "Min", "Sum", "PRelu"};
+  for (Node& node : nodes_) {
+    const std::string& op = node.op.op_type();
+    const auto in_nhwc = [&](int id) { return id >= 0 && nhwc_of.count(id) > 0; };
+    const bool one_out = node.outputs.size() == 1 && node.outputs[0] >= 0;
+    bool capable = false;
+    std::vector<size_t> data_inputs;  // inputs read channels-last
+    if (op == "Conv" && one_out && node.inputs.size() >= 2 && IsConstant(node.inputs[1]) &&
+        constants_[node.inputs[1]].shape().size() == 4) {
+      capable = true;
+      data_inputs.push_back(0);
+      if (node.op.residual) data_inputs.push_back(3);
+    } else if ((op == "MaxPool" || op == "AveragePool") && one_out && in_nhwc(node.inputs[0]) &&
+               node.op.AttrInts("kernel_shape").size() == 2) {
+      capable = true;
+      data_inputs.push_back(0);
+    } else if ((op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "BatchNormalization") &&
+               one_out && in_nhwc(node.inputs[0])) {
+      capable = true;
+      data_inputs.push_back(0);
+      for (size_t k = 1; k < node.inputs.size(); ++k)
+        capable = capable && (node.inputs[k] < 0 || IsConstant(node.inputs[k]));
+    } else if (kUnary.count(op) && one_out && in_nhwc(node.inputs[0])) {
+      capable = true;
+      data_inputs.push_back(0);
+      for (size_t k = 1; k < node.inputs.size(); ++k)
+        capable = capable && (node.inputs[k] < 0 || (IsConstant(node.inputs[k]) &&
+                                                     constants_[node.inputs[k]].elements() == 1));
+    } else if (kBinary.count(op) && one_out && !node.inputs.empty()) {
+      bool any = false;
+      capable = true;
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        const int id = node.inputs[k];
+        if (in_nhwc(id)) {
+          any = true;
+          data_inputs.push_back(k);
+        } else if (!(IsConstant(id) && constants_[id].shape().size() <= 4)) {
+          capable = false;
+        }
+      }
+      capable = capable && any;
+    } else if (op == "Concat" && one_out && node.op.opset() >= 4 && !node.inputs.empty() &&
+               (node.op.AttrInt("axis", 0) == 1 || node.op.AttrInt("axis", 0) == -3)) {
+      capable = true;
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        capable = capable && in_nhwc(node.inputs[k]);
+        data_inputs.push_back(k);
+      }
+    }
+    if (!capable) {
+      for (int id : node.inputs)
+        if (id >= 0) to_nchw(id);
+      for (int id : node.outputs)
+        if (id >= 0) nchw_ready.insert(id);
+      out.push_back(std::move(node));
+      continue;
+    }
+    for (size_t k : data_inputs) node.inputs[k] = to_nhwc(node.inputs[k]);
+    // Constant operands of elementwise ops: permuted to channels-last ([C,1,1] -> [1,1,1,C]).
+    if (kBinary.count(op))
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        const int id = node.inputs[k];
+        if (!IsConstant(id) || constants_[id].elements() == 1 ||
+            std::find(data_inputs.begin(), data_inputs.end(), k) != data_inputs.end())
+          continue;
+        const Tensor& c = constants_[id];
+        std::vector<int64_t> shape = c.shape();
+        while (shape.size() < 4) shape.insert(shape.begin(), 1);
+        Tensor p = Tensor::Allocate(c.type(), {shape[0], shape[2], shape[3], shape[1]});
+        TransposeBytes(c.raw(), shape, {0, 2, 3, 1}, DataTypeSize(c.type()), p.mutable_raw());
+        node.inputs[k] = AddValue("nhwc_constant", std::move(p));
+        ++permuted;
+      }
+    const int original = node.outputs[0];
+    const int t = AddValue("nhwc");
+    nhwc_of[original] = t;
+    produced_nhwc.insert(original);
+    node.outputs[0] = t;
+    node.op.nhwc = true;
+    if (op == "Conv") ++convs;
+    out.push_back(std::move(node));
+  }
+  for (const auto& o : outputs_) to_nchw(ValueId(o.name));
+  nodes_ = std::move(out);
+  if (convs)
+    pass_log_.push_back("channels-last: " + std::to_string(convs) + " Conv, " +
+                        std::to_string(conversions) + " layout conversions, " +
+                        std::to_string(permuted) + " constants permuted");
+}
+
+// ---- weights ------------------------------------------------------------------------------------
+
+void Graph::PackWeights(const GraphOptions& options) {
+  int convs = 0;
+  for (Node& node : nodes_) {
+    const std::string& op = node.op.op_type();
+    if (op == "Conv" && node.inputs.size() >= 2 && IsConstant(node.inputs[1])) {
+      const Tensor& w = constants_[node.inputs[1]];
+      const int64_t groups = node.op.AttrInt("group", 1);
+      if (w.type() != DataType::kFp32 || (w.shape().size() != 3 && w.shape().size() != 4) ||
+          groups < 1 || w.shape()[0] % groups != 0)
+        continue;
+      const size_t rank = w.shape().size();
+      auto plan =
+          std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1],
+                                     rank == 4 ? w.shape()[2] : 1, w.shape()[rank - 1], groups);
+      if (node.inputs.size() > 2 && node.inputs[2] >= 0 && IsConstant(node.inputs[2])) {
+        const Tensor& b = constants_[node.inputs[2]];
+        if (b.type() == DataType::kFp32 && b.elements() == w.shape()[0])
+          plan->bias.assign(b.data<float>(), b.data<float>() + b.elements());
+      }
+      node.op.conv = plan.get();
+      conv_plans_.push_back(std::move(plan));
+      ++convs;
+      continue;
+    }
+    // Constant weights of Gemm/MatMul are packed once, here, into the GEMM's panel layout.
+    if ((op != "Gemm" && op != "MatMul") || node.inputs.size() < 2 || node.inputs[1] < 0) continue;
+    const int id = node.inputs[1];
+    if (!IsConstant(id)) continue;  // (an initializer a request may replace is not constant)
+    const Tensor& w = constants_[id];
+    if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
+    const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;
+    const int64_t k = trans ? w.shape()[1] : w.shape()[0], n = trans ? w.shape()[0] : w.shape()[1];
+    if (options.int8_weights && !(op == "Gemm" && node.op.AttrInt("transA", 0) != 0)) {
+      // n x k (a Linear layer's layout), then one scale per output channel.
+      std::vector<float> nk;
+      const float* rows = w.data<float>();
+      if (!trans) {
+        nk.resize(static_cast<size_t>(n * k));
+        for (int64_t l = 0; l < k; ++l)
+          for (int64_t j = 0; j < n; ++j) nk[j * k + l] = rows[l * n + j];
+        rows = nk.data();
+      }
+      packed_int8_.push_back(std::make_unique<kernels::PackedInt8W>(rows, n, k, k));
+      node.op.packed_int8 = packed_int8_.back().get();
+      continue;
+    }
+    packed_.push_back(
+        std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
+    node.op.packed_b = packed_.back().get();
+  }
+  if (convs) pass_log_.push_back("Conv weights packed: " + std::to_string(convs));
+}
+
+void Graph::ReleasePackedOriginals() {
+  // Weights now packed and read by no other node keep only their shape: the packed copy serves
+  // (SgemmPacked is at least as fast at every batch size).
+  const std::vector<int> readers = Readers();
+  for (const Node& node : nodes_) {
+    const bool packed =
+        node.op.packed_b != nullptr || node.op.packed_int8 != nullptr || node.op.conv != nullptr;
+    if (!packed) continue;
+    const int id = node.inputs[1];
+    if (readers[id] != 1) continue;
+    const Tensor& w = constants_[id];
+    constants_[id] = Tensor::Borrow(w.type(), w.shape(), nullptr);
+  }
+}
+
+void Graph::PlanLifetimes() {
+  const std::vector<int> readers = Readers();
+  const size_t values = value_ids_.size();
+  constants_.resize(values);
+  // Constants nothing reads any more (folded away) are dropped, unless a request may set them.
+  for (size_t id = 0; id < values; ++id)
+    if (readers[id] == 0 && !overridable_.count(static_cast<int>(id))) constants_[id] = Tensor();
+  last_use_.assign(values, -1);
+  keep_.assign(values, false);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int id : nodes_[i].inputs)
+      if (id >= 0) last_use_[id] = static_cast<int>(i);
+  for (const auto& out : outputs_) keep_[ValueId(out.name)] = true;
+  for (size_t id = 0; id < values; ++id)
+    if (constants_[id].valid()) keep_[id] = true;
+}
+
+}  // namespace nereid::native

@@ -1,0 +1,98 @@
+// The native engine called directly in one process, for its speed against ONNX Runtime's
+// (bench/native_vs_ort.py runs both on the same inputs) and its outputs against ORT's.
+//
+//   bench_native --model=PATH [--batch=N] [--iterations=N] [--input=RAW] [--output=RAW]
+//                [--int8] [--no-channels-last]
+// The model's first input gets [batch, dims from the file...] (the first dim variable). --input
+// reads its FP32 bytes from a file (otherwise deterministic values); --output writes the first
+// output's FP32 bytes. Prints the load log, then one line: "run_us <mean> p50_us <median>
+// best_us <min> iterations <n>".
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "graph.h"
+
+int main(int argc, char** argv) {
+  using nereid::native::Graph;
+  using nereid::native::Tensor;
+  std::string model, input_file, output_file;
+  int64_t batch = 1;
+  int iterations = 20;
+  nereid::native::GraphOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) { return a.substr(std::string(flag).size()); };
+    if (a.rfind("--model=", 0) == 0)
+      model = value("--model=");
+    else if (a.rfind("--batch=", 0) == 0)
+      batch = std::atoll(value("--batch=").c_str());
+    else if (a.rfind("--iterations=", 0) == 0)
+      iterations = std::atoi(value("--iterations=").c_str());
+    else if (a.rfind("--input=", 0) == 0)
+      input_file = value("--input=");
+    else if (a.rfind("--output=", 0) == 0)
+      output_file = value("--output=");
+    else if (a == "--int8")
+      options.int8_weights = true;
+    else if (a == "--no-channels-last")
+      options.channels_last = false;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  auto graph = Graph::Load(model, options);
+  if (!graph.ok()) {
+    std::fprintf(stderr, "%s\n", graph.status().message().c_str());
+    return 1;
+  }
+  for (const auto& line : (*graph)->pass_log()) std::printf("pass: %s\n", line.c_str());
+  const auto& info = (*graph)->inputs()[0];
+  std::vector<int64_t> shape = info.dims;
+  if (shape.empty()) shape = {batch};
+  shape[0] = batch;
+  for (int64_t& d : shape)
+    if (d < 0) d = 1;
+  Tensor x = Tensor::Allocate(nereid::backend::DataType::kFp32, shape);
+  float* px = x.mutable_data<float>();
+  if (!input_file.empty()) {
+    std::ifstream in(input_file, std::ios::binary);
+    in.read(reinterpret_cast<char*>(px), static_cast<std::streamsize>(x.bytes()));
+    if (in.gcount() != static_cast<std::streamsize>(x.bytes())) {
+      std::fprintf(stderr, "%s holds fewer than %zu bytes\n", input_file.c_str(), x.bytes());
+      return 1;
+    }
+  } else {
+    for (int64_t i = 0; i < x.elements(); ++i)
+      px[i] = static_cast<float>((i * 7919) % 1000) / 500.f - 1.f;
+  }
+  const std::string out_name = (*graph)->outputs()[0].name;
+  std::vector<Tensor> results;
+  std::vector<double> times;
+  for (int it = 0; it < std::max(iterations, 1); ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = (*graph)->Run({{info.name, x}}, {out_name}, &results);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 1;
+    }
+    times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  if (!output_file.empty()) {
+    std::ofstream out(output_file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(results[0].raw()),
+              static_cast<std::streamsize>(results[0].bytes()));
+  }
+  double sum = 0;
+  for (double t : times) sum += t;
+  std::sort(times.begin(), times.end());
+  std::printf("run_us %.1f p50_us %.1f best_us %.1f iterations %zu\n", sum / times.size(),
+              times[times.size() / 2], times[0], times.size());
+  return 0;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The native engine against ONNX Runtime on the same ONNX models and inputs: outputs compared
+(max absolute and relative error, top-1 agreement) and times interleaved in one run.
+
+  native_vs_ort.py --bench-native=build/bench_native MODEL.onnx... [--batch=1,8] [--threads=1]
+                   [--rounds=5] [--iterations=10] [--int8]
+
+For each model and batch: ORT (CPU provider, intra-op threads --threads, all graph
+optimizations) and bench_native alternate --rounds times, each timing --iterations runs after a
+warm-up; the table shows the median of the per-round medians. The native engine is single-
+threaded today, so compare it at --threads=1. Exit status 1 when an output differs beyond
+--rtol/--atol (documented per precision in docs/native-engine.md).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+
+def ort_session(path, threads):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_time(sess, feeds, iterations):
+    sess.run(None, feeds)
+    times = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def native_run(binary, model, batch, iterations, input_file, output_file, int8):
+    cmd = [binary, f"--model={model}", f"--batch={batch}", f"--iterations={iterations + 1}",
+           f"--input={input_file}", f"--output={output_file}"] + (["--int8"] if int8 else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    fields = out.strip().splitlines()[-1].split()
+    return float(fields[3])  # p50_us
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--bench-native", required=True)
+    parser.add_argument("--batch", default="1,8")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--int8", action="store_true")
+    parser.add_argument("--rtol", type=float, default=1e-3)
+    parser.add_argument("--atol", type=float, default=1e-4)
+    args = parser.parse_args()
+    failed = False
+    print(f"{'model':<18} {'batch':>5} {'ort_us':>10} {'native_us':>10} {'native/ort':>10} "
+          f"{'max_abs':>9} {'max_rel':>9} {'top1':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.models:
+            sess = ort_session(model, args.threads)
+            meta = sess.get_inputs()[0]
+            for batch in [int(b) for b in args.batch.split(",")]:
+                shape = [batch] + [d if isinstance(d, int) else 1 for d in meta.shape[1:]]
+                x = np.random.default_rng(batch).uniform(-1, 1, shape).astype(np.float32)
+                x_file, y_file = os.path.join(tmp, "x.bin"), os.path.join(tmp, "y.bin")
+                x.tofile(x_file)
+                want = sess.run(None, {meta.name: x})[0]
+                ort_times, native_times = [], []
+                for _ in range(args.rounds):
+                    ort_times.append(ort_time(sess, {meta.name: x}, args.iterations))
+                    native_times.append(native_run(args.bench_native, model, batch,
+                                                   args.iterations, x_file, y_file, args.int8))
+                got = np.fromfile(y_file, dtype=np.float32).reshape(want.shape)
+                diff = np.abs(got - want)
+                max_abs = float(diff.max())
+                max_rel = float((diff / (np.abs(want) + 1e-6)).max())
+                scale = float(np.abs(want).max())
+                top1 = float((got.reshape(batch, -1).argmax(1) ==
+                              want.reshape(batch, -1).argmax(1)).mean())
+                ok = np.allclose(got, want, rtol=args.rtol, atol=args.atol * max(scale, 1.0))
+                failed |= not ok
+                o, n = statistics.median(ort_times), statistics.median(native_times)
+                print(f"{os.path.basename(model):<18} {batch:>5} {o:>10.0f} {n:>10.0f} "
+                      f"{n / o:>10.2f} {max_abs:>9.2e} {max_rel:>9.2e} {top1:>6.2f}"
+                      f"{'' if ok else '  MISMATCH'}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

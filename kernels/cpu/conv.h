@@ -1,0 +1,59 @@
+// 2-D convolution and pooling on NHWC float tensors for the native engine's CPU path.
+// Convolution is an implicit GEMM: A (one row per output pixel, depth kh x kw x channels of a
+// group) is gathered from the image while the GEMM packs it, never materialized; B is the
+// weights packed once at load; bias, residual add and activation are fused into the GEMM's
+// epilogue. 1x1 stride-1 convolutions read the image as A directly. Depthwise convolutions
+// (one channel per group) have their own kernel, vectorized over channels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cpu/gemm.h"
+
+namespace nereid::kernels {
+
+// The geometry of one 2-D convolution or pooling window (1-D uses h = kh = 1).
+struct Conv2dGeometry {
+  int64_t n = 1, h = 1, w = 1, c_in = 1;  // input, NHWC
+  int64_t oh = 1, ow = 1, c_out = 1;      // output, NHWC
+  int64_t kh = 1, kw = 1;                 // window
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t pad_top = 0, pad_left = 0;  // bottom/right padding follows from oh, ow
+  int64_t groups = 1;
+};
+
+// Weights of a convolution, packed for the GEMM (one matrix per group, depth ordered
+// (ky, kx, channel)) or, depthwise, as [kh * kw][channels].
+class ConvWeights {
+ public:
+  // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw].
+  ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
+              int64_t groups);
+  bool depthwise() const { return depthwise_; }
+  const PackedMatrixB& group(int64_t g) const { return *packed_[g]; }
+  const float* depthwise_taps() const { return taps_.data(); }
+
+ private:
+  bool depthwise_ = false;
+  std::vector<std::unique_ptr<PackedMatrixB>> packed_;
+  std::vector<float> taps_;
+};
+
+// y = act(conv(x, w) + bias + residual), all NHWC; bias has c_out values (or is null), residual
+// has y's shape (or is null).
+void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
+              const float* residual, const GemmEpilogue& act, float* y);
+
+// Pooling windows: max, or average over the window (count_include_pad: padded positions count,
+// up to the explicit padding; otherwise only positions inside the image).
+void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y);
+void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pad_bottom,
+                     int64_t pad_right, const float* x, float* y);
+// Global pools: [n, h, w, c] -> [n, c].
+void GlobalAveragePoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x, float* y);
+void GlobalMaxPoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x, float* y);
+
+}  // namespace nereid::kernels
