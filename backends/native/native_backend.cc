@@ -302,6 +302,14 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
                      (state->int8_graph
                           ? std::string(", int8 micro-kernel ") + kernels::GemmInt8KernelName()
                           : std::string())));
+  // What the graph passes did: folded, fused and converted groups (docs/native-engine.md).
+  std::string passes;
+  for (const auto& line : state->graph->pass_log()) passes += (passes.empty() ? "" : "; ") + line;
+  if (!passes.empty())
+    Log(NEREID_LOG_INFO, "model '" + state->name + "': graph passes: " + passes +
+                             (precision == "int8" ? " (int8 covers Gemm/MatMul weights; Conv "
+                                                    "runs in fp32 on the CPU)"
+                                                  : ""));
   return state;
 }
 

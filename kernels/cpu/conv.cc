@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/cpu_features.h"
+
 namespace nereid::kernels {
 
 ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh,
@@ -30,41 +32,67 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
 
 namespace {
 
-void Activate(const GemmEpilogue& ep, float* __restrict y, int64_t n) {
-  if (ep.activation == GemmEpilogue::kRelu)
-    for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.f ? y[i] : 0.f;
-  else if (ep.activation == GemmEpilogue::kClip)
-    for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], ep.lo), ep.hi);
+// One output pixel of a depthwise convolution: the taps inside the image are listed first, then
+// each block of kBlock channels accumulates over them in registers.
+constexpr int64_t kBlock = 64;
+
+NEREID_VECTOR_CLONES void DepthwisePixel(int64_t c, int taps, const float* const* src,
+                                         const float* const* weights, const float* bias,
+                                         const float* residual, const GemmEpilogue& ep,
+                                         float* __restrict out) {
+  const bool relu = ep.activation == GemmEpilogue::kRelu;
+  const bool clip = ep.activation == GemmEpilogue::kClip;
+  const float lo = ep.lo, hi = ep.hi;
+  int64_t c0 = 0;
+  for (; c0 + kBlock <= c; c0 += kBlock) {
+    float acc[kBlock];
+    for (int64_t j = 0; j < kBlock; ++j) acc[j] = bias ? bias[c0 + j] : 0.f;
+    if (residual)
+      for (int64_t j = 0; j < kBlock; ++j) acc[j] += residual[c0 + j];
+    for (int t = 0; t < taps; ++t) {
+      const float* __restrict x = src[t] + c0;
+      const float* __restrict w = weights[t] + c0;
+      for (int64_t j = 0; j < kBlock; ++j) acc[j] += x[j] * w[j];
+    }
+    if (relu)
+      for (int64_t j = 0; j < kBlock; ++j) acc[j] = acc[j] > 0.f ? acc[j] : 0.f;
+    if (clip)
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const float v = acc[j] < lo ? lo : acc[j];
+        acc[j] = v > hi ? hi : v;
+      }
+    for (int64_t j = 0; j < kBlock; ++j) out[c0 + j] = acc[j];
+  }
+  for (; c0 < c; ++c0) {
+    float acc = (bias ? bias[c0] : 0.f) + (residual ? residual[c0] : 0.f);
+    for (int t = 0; t < taps; ++t) acc += src[t][c0] * weights[t][c0];
+    if (relu) acc = acc > 0.f ? acc : 0.f;
+    if (clip) acc = acc > hi ? hi : (acc < lo ? lo : acc);
+    out[c0] = acc;
+  }
 }
 
 void DepthwiseNhwc(const Conv2dGeometry& g, const float* x, const float* taps, const float* bias,
                    const float* residual, const GemmEpilogue& ep, float* y) {
   const int64_t c = g.c_out;
+  std::vector<const float*> src(static_cast<size_t>(g.kh * g.kw)), w(src.size());
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
-        float* __restrict out = y + pixel * c;
-        if (bias)
-          std::memcpy(out, bias, static_cast<size_t>(c) * sizeof(float));
-        else
-          std::fill(out, out + c, 0.f);
-        if (residual) {
-          const float* __restrict res = residual + pixel * c;
-          for (int64_t ch = 0; ch < c; ++ch) out[ch] += res[ch];
-        }
+        int count = 0;
         for (int64_t ky = 0; ky < g.kh; ++ky) {
           const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
           if (iy < 0 || iy >= g.h) continue;
           for (int64_t kx = 0; kx < g.kw; ++kx) {
             const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
             if (ix < 0 || ix >= g.w) continue;
-            const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * c;
-            const float* __restrict tap = taps + (ky * g.kw + kx) * c;
-            for (int64_t ch = 0; ch < c; ++ch) out[ch] += src[ch] * tap[ch];
+            src[count] = x + ((b * g.h + iy) * g.w + ix) * c;
+            w[count++] = taps + (ky * g.kw + kx) * c;
           }
         }
-        Activate(ep, out, c);
+        DepthwisePixel(c, count, src.data(), w.data(), bias,
+                       residual ? residual + pixel * c : nullptr, ep, y + pixel * c);
       }
 }
 
@@ -123,7 +151,7 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   }
 }
 
-void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y) {
+NEREID_VECTOR_CLONES void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y) {
   const int64_t c = g.c_in;
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oy = 0; oy < g.oh; ++oy)
@@ -143,8 +171,9 @@ void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y) {
       }
 }
 
-void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pad_bottom,
-                     int64_t pad_right, const float* x, float* y) {
+NEREID_VECTOR_CLONES void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad,
+                                          int64_t pad_bottom, int64_t pad_right, const float* x,
+                                          float* y) {
   const int64_t c = g.c_in;
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oy = 0; oy < g.oh; ++oy)
@@ -169,7 +198,8 @@ void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pa
       }
 }
 
-void GlobalAveragePoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x, float* y) {
+NEREID_VECTOR_CLONES void GlobalAveragePoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x,
+                                                float* y) {
   for (int64_t b = 0; b < n; ++b) {
     float* __restrict out = y + b * c;
     std::fill(out, out + c, 0.f);
@@ -182,7 +212,8 @@ void GlobalAveragePoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x, flo
   }
 }
 
-void GlobalMaxPoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x, float* y) {
+NEREID_VECTOR_CLONES void GlobalMaxPoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x,
+                                            float* y) {
   for (int64_t b = 0; b < n; ++b) {
     float* __restrict out = y + b * c;
     std::fill(out, out + c, -std::numeric_limits<float>::infinity());

@@ -756,35 +756,48 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
               });
 }
 
+namespace {
+
+// A row of C before its first product: bias + residual (either may be absent).
+NEREID_VECTOR_CLONES void EpilogueInit(float* __restrict row, const float* __restrict bias,
+                                       const float* __restrict res, int64_t n) {
+  if (bias && res)
+    for (int64_t j = 0; j < n; ++j) row[j] = bias[j] + res[j];
+  else if (bias)
+    for (int64_t j = 0; j < n; ++j) row[j] = bias[j];
+  else if (res)
+    for (int64_t j = 0; j < n; ++j) row[j] = res[j];
+  else
+    for (int64_t j = 0; j < n; ++j) row[j] = 0.f;
+}
+
+// ... and after its last: the activation.
+NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const GemmEpilogue& ep) {
+  const float lo = ep.lo, hi = ep.hi;  // (locals: no reload per element, so it vectorizes)
+  if (ep.activation == GemmEpilogue::kRelu)
+    for (int64_t j = 0; j < n; ++j) row[j] = row[j] > 0.f ? row[j] : 0.f;
+  else if (ep.activation == GemmEpilogue::kClip)
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = row[j] < lo ? lo : row[j];  // (NaN stays NaN)
+      row[j] = v > hi ? hi : v;
+    }
+}
+
+}  // namespace
+
 void SgemmPackedFused(int64_t m, const PackAFn& pack_a, const PackedMatrixB& b, float* c,
                       int64_t ldc, const GemmEpilogue& ep) {
   const int64_t n = b.n(), k = b.k();
   if (m <= 0 || n <= 0) return;
   const KernelConfig& cfg = KernelByIndex(b.kernel());
   auto init = [&](int64_t ic, int64_t jc, int64_t mc, int64_t nc) {
-    for (int64_t i = ic; i < ic + mc; ++i) {
-      float* row = c + i * ldc + jc;
-      const float* res = ep.residual ? ep.residual + i * ep.ld_residual + jc : nullptr;
-      const float* bias = ep.bias ? ep.bias + jc : nullptr;
-      if (bias && res)
-        for (int64_t j = 0; j < nc; ++j) row[j] = bias[j] + res[j];
-      else if (bias)
-        std::memcpy(row, bias, static_cast<size_t>(nc) * sizeof(float));
-      else if (res)
-        std::memcpy(row, res, static_cast<size_t>(nc) * sizeof(float));
-      else
-        std::fill(row, row + nc, 0.f);
-    }
+    for (int64_t i = ic; i < ic + mc; ++i)
+      EpilogueInit(c + i * ldc + jc, ep.bias ? ep.bias + jc : nullptr,
+                   ep.residual ? ep.residual + i * ep.ld_residual + jc : nullptr, nc);
   };
   auto finish = [&](int64_t ic, int64_t jc, int64_t mc, int64_t nc) {
     if (ep.activation == GemmEpilogue::kNone) return;
-    for (int64_t i = ic; i < ic + mc; ++i) {
-      float* row = c + i * ldc + jc;
-      if (ep.activation == GemmEpilogue::kRelu)
-        for (int64_t j = 0; j < nc; ++j) row[j] = row[j] > 0.f ? row[j] : 0.f;
-      else
-        for (int64_t j = 0; j < nc; ++j) row[j] = std::min(std::max(row[j], ep.lo), ep.hi);
-    }
+    for (int64_t i = ic; i < ic + mc; ++i) EpilogueFinish(c + i * ldc + jc, nc, ep);
   };
   if (k <= 0) {  // no products: C is the epilogue of zero
     for (int64_t ic = 0; ic < m; ic += 256) {

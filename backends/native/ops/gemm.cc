@@ -18,7 +18,10 @@ void ApplyActivation(const OpNode& node, float* y, int64_t n) {
     case OpNode::Activation::kSigmoid:
       return kernels::Sigmoid(y, y, n);
     case OpNode::Activation::kClip:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], node.clip_min), node.clip_max);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = y[i] < node.clip_min ? node.clip_min : y[i];
+        y[i] = v > node.clip_max ? node.clip_max : v;
+      }
       return;
     case OpNode::Activation::kNone:
       return;
