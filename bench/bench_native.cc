@@ -1,9 +1,12 @@
 // The native engine called directly in one process, for its speed against ONNX Runtime's
 // (bench/native_vs_ort.py runs both on the same inputs) and its outputs against ORT's.
 //
-//   bench_native --model=PATH [--batch=N] [--iterations=N] [--input=RAW] [--output=RAW]
-//                [--int8] [--no-channels-last]
-// The model's first input gets [batch, dims from the file...] (the first dim variable). --input
+//   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
+//                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last]
+// --feeds gives every input instead (models with several): records of u32 name length, name,
+// u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
+// The model's first input gets [batch, dims from the file...] (other variable dims 1), or
+// --shape (its first dim replaced by --batch). --input
 // reads its FP32 bytes from a file (otherwise deterministic values); --output writes the first
 // output's FP32 bytes. Prints the load log, then one line: "run_us <mean> p50_us <median>
 // best_us <min> iterations <n>".
@@ -20,28 +23,38 @@
 int main(int argc, char** argv) {
   using nereid::native::Graph;
   using nereid::native::Tensor;
-  std::string model, input_file, output_file;
+  std::string model, input_file, output_file, feeds_file;
+  std::vector<int64_t> shape_flag;
   int64_t batch = 1;
   int iterations = 20;
   nereid::native::GraphOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) { return a.substr(std::string(flag).size()); };
-    if (a.rfind("--model=", 0) == 0)
+    if (a.rfind("--model=", 0) == 0) {
       model = value("--model=");
-    else if (a.rfind("--batch=", 0) == 0)
+    } else if (a.rfind("--batch=", 0) == 0) {
       batch = std::atoll(value("--batch=").c_str());
-    else if (a.rfind("--iterations=", 0) == 0)
+    } else if (a.rfind("--iterations=", 0) == 0) {
       iterations = std::atoi(value("--iterations=").c_str());
-    else if (a.rfind("--input=", 0) == 0)
+    } else if (a.rfind("--input=", 0) == 0) {
       input_file = value("--input=");
-    else if (a.rfind("--output=", 0) == 0)
+    } else if (a.rfind("--feeds=", 0) == 0) {
+      feeds_file = value("--feeds=");
+    } else if (a.rfind("--output=", 0) == 0) {
       output_file = value("--output=");
-    else if (a == "--int8")
+    } else if (a.rfind("--shape=", 0) == 0) {
+      const std::string list = value("--shape=");
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        shape_flag.push_back(std::atoll(list.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
+    } else if (a == "--int8") {
       options.int8_weights = true;
-    else if (a == "--no-channels-last")
+    } else if (a == "--no-channels-last") {
       options.channels_last = false;
-    else {
+    } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
@@ -53,7 +66,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& line : (*graph)->pass_log()) std::printf("pass: %s\n", line.c_str());
   const auto& info = (*graph)->inputs()[0];
-  std::vector<int64_t> shape = info.dims;
+  std::vector<int64_t> shape = shape_flag.empty() ? info.dims : shape_flag;
   if (shape.empty()) shape = {batch};
   shape[0] = batch;
   for (int64_t& d : shape)
@@ -71,12 +84,34 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < x.elements(); ++i)
       px[i] = static_cast<float>((i * 7919) % 1000) / 500.f - 1.f;
   }
+  std::vector<std::pair<std::string, Tensor>> feeds{{info.name, x}};
+  if (!feeds_file.empty()) {
+    feeds.clear();
+    std::ifstream in(feeds_file, std::ios::binary);
+    uint32_t length = 0;
+    while (in.read(reinterpret_cast<char*>(&length), 4)) {
+      std::string name(length, '\0');
+      uint32_t type = 0, rank = 0;
+      in.read(name.data(), length);
+      in.read(reinterpret_cast<char*>(&type), 4);
+      in.read(reinterpret_cast<char*>(&rank), 4);
+      std::vector<int64_t> dims(rank);
+      in.read(reinterpret_cast<char*>(dims.data()), 8 * rank);
+      Tensor t = Tensor::Allocate(nereid::native::FromOnnxType(static_cast<int32_t>(type)), dims);
+      in.read(reinterpret_cast<char*>(t.mutable_raw()), static_cast<std::streamsize>(t.bytes()));
+      if (!in) {
+        std::fprintf(stderr, "%s is truncated\n", feeds_file.c_str());
+        return 1;
+      }
+      feeds.emplace_back(name, t);
+    }
+  }
   const std::string out_name = (*graph)->outputs()[0].name;
   std::vector<Tensor> results;
   std::vector<double> times;
   for (int it = 0; it < std::max(iterations, 1); ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto s = (*graph)->Run({{info.name, x}}, {out_name}, &results);
+    auto s = (*graph)->Run(feeds, {out_name}, &results);
     const auto t1 = std::chrono::steady_clock::now();
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());

@@ -5,6 +5,9 @@
   native_vs_ort.py --bench-native=build/bench_native MODEL.onnx... [--batch=1,8] [--threads=1]
                    [--rounds=5] [--iterations=10] [--int8]
 
+MODEL.onnx:3,48,320 gives the first input's dims after the batch (for variable ones); other
+inputs get their declared shapes (variable dims 1) and random values.
+
 For each model and batch: ORT (CPU provider, intra-op threads --threads, all graph
 optimizations) and bench_native alternate --rounds times, each timing --iterations runs after a
 warm-up; the table shows the median of the per-round medians. The native engine is single-
@@ -15,6 +18,7 @@ threaded today, so compare it at --threads=1. Exit status 1 when an output diffe
 import argparse
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,11 +46,43 @@ def ort_time(sess, feeds, iterations):
     return statistics.median(times)
 
 
-def native_run(binary, model, batch, iterations, input_file, output_file, int8):
-    cmd = [binary, f"--model={model}", f"--batch={batch}", f"--iterations={iterations + 1}",
-           f"--input={input_file}", f"--output={output_file}"] + (["--int8"] if int8 else [])
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    fields = out.strip().splitlines()[-1].split()
+ONNX_TYPES = {np.dtype(np.float32): 1, np.dtype(np.int64): 7, np.dtype(np.int32): 6,
+              np.dtype(np.bool_): 9, np.dtype(np.float64): 11}
+
+
+def write_feeds(path, feeds):
+    with open(path, "wb") as f:
+        for name, value in feeds.items():
+            raw = name.encode()
+            f.write(struct.pack("<I", len(raw)) + raw)
+            f.write(struct.pack("<II", ONNX_TYPES[value.dtype], value.ndim))
+            f.write(struct.pack(f"<{value.ndim}q", *value.shape))
+            f.write(np.ascontiguousarray(value).tobytes())
+
+
+def dummy(meta, shape_override, batch, seed):
+    """Random data for one input: its declared shape, variable dims from the override or 1."""
+    rng = np.random.default_rng(seed)
+    shape = [d if isinstance(d, int) else 1 for d in meta.shape]
+    if shape_override is not None:
+        shape = shape_override
+    if shape:
+        shape[0] = batch if not isinstance(meta.shape[0], int) or shape_override else shape[0]
+    kind = meta.type
+    if "int64" in kind:
+        return rng.integers(0, 4, shape).astype(np.int64)
+    if "bool" in kind:
+        return np.zeros(shape, np.bool_)
+    return rng.uniform(-1, 1, shape).astype(np.float32)
+
+
+def native_run(binary, model, iterations, feeds_file, output_file, int8):
+    cmd = [binary, f"--model={model}", f"--iterations={iterations + 1}", f"--feeds={feeds_file}",
+           f"--output={output_file}"] + (["--int8"] if int8 else [])
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "failed")
+    fields = run.stdout.strip().splitlines()[-1].split()
     return float(fields[3])  # p50_us
 
 
@@ -63,34 +99,42 @@ def main():
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
     failed = False
-    print(f"{'model':<18} {'batch':>5} {'ort_us':>10} {'native_us':>10} {'native/ort':>10} "
+    print(f"{'model':<24} {'batch':>5} {'ort_us':>10} {'native_us':>10} {'native/ort':>10} "
           f"{'max_abs':>9} {'max_rel':>9} {'top1':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            sess = ort_session(model, args.threads)
-            meta = sess.get_inputs()[0]
+            path, _, dims = model.partition(":")
+            sess = ort_session(path, args.threads)
             for batch in [int(b) for b in args.batch.split(",")]:
-                shape = [batch] + [d if isinstance(d, int) else 1 for d in meta.shape[1:]]
-                x = np.random.default_rng(batch).uniform(-1, 1, shape).astype(np.float32)
-                x_file, y_file = os.path.join(tmp, "x.bin"), os.path.join(tmp, "y.bin")
-                x.tofile(x_file)
-                want = sess.run(None, {meta.name: x})[0]
+                feeds = {}
+                for k, meta in enumerate(sess.get_inputs()):
+                    override = [batch] + [int(d) for d in dims.split(",")] if dims and k == 0 else None
+                    feeds[meta.name] = dummy(meta, override, batch, seed=batch * 131 + k)
+                feeds_file, y_file = os.path.join(tmp, "feeds.bin"), os.path.join(tmp, "y.bin")
+                write_feeds(feeds_file, feeds)
+                want = sess.run(None, feeds)[0]
                 ort_times, native_times = [], []
-                for _ in range(args.rounds):
-                    ort_times.append(ort_time(sess, {meta.name: x}, args.iterations))
-                    native_times.append(native_run(args.bench_native, model, batch,
-                                                   args.iterations, x_file, y_file, args.int8))
-                got = np.fromfile(y_file, dtype=np.float32).reshape(want.shape)
+                try:
+                    for _ in range(args.rounds):
+                        ort_times.append(ort_time(sess, feeds, args.iterations))
+                        native_times.append(native_run(args.bench_native, path, args.iterations,
+                                                       feeds_file, y_file, args.int8))
+                except RuntimeError as e:
+                    print(f"{os.path.basename(path)[:24]:<24} {batch:>5}  REFUSED OR FAILED: {e}")
+                    failed = True
+                    continue
+                got = np.fromfile(y_file, dtype=want.dtype).reshape(want.shape)
                 diff = np.abs(got - want)
                 max_abs = float(diff.max())
                 max_rel = float((diff / (np.abs(want) + 1e-6)).max())
                 scale = float(np.abs(want).max())
-                top1 = float((got.reshape(batch, -1).argmax(1) ==
-                              want.reshape(batch, -1).argmax(1)).mean())
+                rows = want.shape[0] if want.ndim > 1 else 1
+                top1 = float((got.reshape(rows, -1).argmax(1) ==
+                              want.reshape(rows, -1).argmax(1)).mean())
                 ok = np.allclose(got, want, rtol=args.rtol, atol=args.atol * max(scale, 1.0))
                 failed |= not ok
                 o, n = statistics.median(ort_times), statistics.median(native_times)
-                print(f"{os.path.basename(model):<18} {batch:>5} {o:>10.0f} {n:>10.0f} "
+                print(f"{os.path.basename(path)[:24]:<24} {batch:>5} {o:>10.0f} {n:>10.0f} "
                       f"{n / o:>10.2f} {max_abs:>9.2e} {max_rel:>9.2e} {top1:>6.2f}"
                       f"{'' if ok else '  MISMATCH'}")
     sys.exit(1 if failed else 0)

@@ -86,6 +86,8 @@ const std::pair<const char*, const char*> kOps[] = {
     {"batchnorm", "BatchNormalization"},
     {"instancenorm", "InstanceNormalization"},
     {"resize", "Resize"},
+    {"dropout", "Dropout"},
+    {"lrn", "LRN"},
 };
 
 // Case-name fragments the engine deliberately does not cover, with the reason.

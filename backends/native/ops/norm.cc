@@ -1,5 +1,6 @@
 // The normalisation family: BatchNormalization (inference form; the graph's passes fold it into a
-// preceding Conv) and InstanceNormalization.
+// preceding Conv), InstanceNormalization, LRN, and Dropout (the identity at inference).
+#include <algorithm>
 #include <cmath>
 
 #include "ops/op.h"
@@ -10,8 +11,6 @@ namespace {
 Status CheckBatchNorm(const OpNode& node, const std::vector<const Tensor*>&) {
   if (node.AttrInt("training_mode", 0) != 0)
     return node.Refuse("training_mode 1 is not supported (inference only)");
-  if (node.opset() < 7 && node.AttrInt("is_test", 0) == 0 && node.HasAttr("is_test"))
-    return node.Refuse("is_test 0 (training) is not supported");
   return Status::Ok();
 }
 
@@ -87,11 +86,82 @@ Status InstanceNormalization(const OpNode& node, const std::vector<const Tensor*
   return Status::Ok();
 }
 
+// Local response normalisation across channels (NCHW): y = x / (bias + alpha / size *
+// sum of x^2 over the 'size' channels around c)^beta.
+Status LRN(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  RETURN_IF_ERROR(RequireFloat(node, x));
+  if (node.nhwc) return Internal("LRN has no channels-last form");
+  if (x.shape().size() < 3) return node.Error("input must have rank 3 or more");
+  const int64_t size = node.AttrInt("size", 0);
+  if (size < 1 || size > 4096) return node.Error("size must be a positive odd number");
+  const float alpha = node.AttrFloat("alpha", 1e-4f), beta = node.AttrFloat("beta", 0.75f);
+  const float bias = node.AttrFloat("bias", 1.f);
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  const int64_t inner = x.elements() / std::max<int64_t>(n * c, 1);
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  Tensor y = Tensor::Allocate(DataType::kFp32, x.shape());
+  const float* px = x.data<float>();
+  float* py = y.mutable_data<float>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const int64_t lo = std::max<int64_t>(ch - before, 0), hi = std::min(ch + after, c - 1);
+      for (int64_t i = 0; i < inner; ++i) {
+        double sum = 0;
+        for (int64_t k = lo; k <= hi; ++k) {
+          const double v = px[(b * c + k) * inner + i];
+          sum += v * v;
+        }
+        const int64_t at = (b * c + ch) * inner + i;
+        py[at] = static_cast<float>(px[at] / std::pow(bias + alpha / size * sum, beta));
+      }
+    }
+  out[0] = std::move(y);
+  return Status::Ok();
+}
+
+// Dropout at inference: the identity, and a mask of ones (BOOL from opset 10, the input's type
+// before). Training mode is refused.
+Status CheckDropout(const OpNode& node, const std::vector<const Tensor*>& constants) {
+  if (constants.size() > 2 && constants[2] != nullptr) {
+    const Tensor& t = *constants[2];
+    if (t.elements() != 1 || t.type() != DataType::kBool || t.raw()[0] != 0)
+      return node.Refuse("training_mode must be false");
+  } else if (node.opset() >= 12 && constants.size() > 2) {
+    return node.Refuse("training_mode must be a constant false");
+  }
+  return Status::Ok();  // (opset < 7's is_test is ignored, as ONNX Runtime does at inference)
+}
+
+Status Dropout(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  out[0] = *in[0];
+  if (out.size() > 1) {
+    const DataType type = node.opset() >= 10 ? DataType::kBool : in[0]->type();
+    Tensor mask = Tensor::Allocate(type, in[0]->shape());
+    RETURN_IF_ERROR(type == DataType::kBool ? Status::Ok()
+                                            : DispatchNumeric(node, type, [&](auto tag) -> Status {
+                                                using T = decltype(tag);
+                                                std::fill(mask.mutable_data<T>(),
+                                                          mask.mutable_data<T>() + mask.elements(),
+                                                          T(1));
+                                                return Status::Ok();
+                                              }));
+    if (type == DataType::kBool)
+      std::fill(mask.mutable_raw(), mask.mutable_raw() + mask.bytes(), 1);
+    out[1] = std::move(mask);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<OpDef> NormOps() {
   return {{"BatchNormalization", BatchNormalization, CheckBatchNorm},
-          {"InstanceNormalization", InstanceNormalization}};
+          {"InstanceNormalization", InstanceNormalization},
+          {"LRN", LRN},
+          {"Dropout", Dropout, CheckDropout, 2}};
 }
 
 }  // namespace nereid::native
