@@ -1,0 +1,175 @@
+"""Convolutional networks configured for ONNX Runtime (Triton configs: platform onnxruntime_onnx,
+KIND_CPU, dynamic batching) served with --onnx-engine=auto on Nereid's own engine: ResNet-50 and
+MobileNetV2 as torchvision builds them (scripts/vision_models.py, random weights, small inputs
+to keep the suite quick), a small CNN of the other ops of the family, and the real CNNs the
+model packages ship (RapidOCR's direction classifier, openWakeWord's embedding). Each answer is
+compared with Python's onnxruntime on the same input, over HTTP and gRPC, one request and many
+concurrent (batched) ones; an attribute the engine cannot run exactly sends the model to ONNX
+Runtime with the reason in the log."""
+import concurrent.futures
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+
+import real_models
+from conftest import Server
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import vision_models  # noqa: E402
+
+# name -> (builder, input size, classes)
+GENERATED = {"resnet50": (vision_models.resnet50, 64, 1000),
+             "mobilenet_v2": (vision_models.mobilenet_v2, 64, 1000),
+             "small_cnn": (vision_models.small_cnn, 32, 10)}
+REAL = {name: file for name, file in real_models.model_files().items()
+        if name in ("ocr_direction", "wakeword_embedding")}
+REAL_IO = {"ocr_direction": ("x", [3, 48, 192], "save_infer_model/scale_0.tmp_1", [2]),
+           "wakeword_embedding": ("input_1", [76, 32, 1], "conv2d_19", [1, 1, 96]),
+           "cubic": ("input", [1, 4, 4], "output", [1, 8, 8])}
+
+
+def config(name, input_name, dims, output_name, out_dims):
+    return f"""name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ {{ name: "{input_name}" data_type: TYPE_FP32 dims: {dims} }} ]
+output [ {{ name: "{output_name}" data_type: TYPE_FP32 dims: {out_dims} }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
+"""
+
+
+def io_of(name):
+    if name in GENERATED:
+        _, size, classes = GENERATED[name]
+        return "input", [3, size, size], "output", [classes]
+    return REAL_IO[name]
+
+
+MODELS = list(GENERATED) + list(REAL)
+
+
+@pytest.fixture(scope="module")
+def vision_repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("vision") / "models"
+    for name in MODELS:
+        (repo / name / "1").mkdir(parents=True)
+        target = repo / name / "1" / "model.onnx"
+        if name in GENERATED:
+            build, size, classes = GENERATED[name]
+            onnx.save(build(seed=1, size=size, classes=classes), str(target))
+        else:
+            shutil.copy(REAL[name], target)
+        (repo / name / "config.pbtxt").write_text(config(name, *io_of(name)))
+    # An attribute the engine refuses (cubic Resize): ONNX Runtime serves this one.
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["input", "", "scales"], ["output"], mode="cubic")], "cubic",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", 1, 4, 4])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["n", 1, 8, 8])],
+        [helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])])
+    (repo / "cubic" / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+              str(repo / "cubic" / "1" / "model.onnx"))
+    (repo / "cubic" / "config.pbtxt").write_text(
+        config("cubic", "input", [1, 4, 4], "output", [1, 8, 8]))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def vision_server(vision_repo):
+    s = Server(str(vision_repo), "--onnx-engine=auto")
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+_sessions = {}
+
+
+def reference(repo, name, x):
+    if name not in _sessions:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        _sessions[name] = onnxruntime.InferenceSession(str(repo / name / "1" / "model.onnx"),
+                                                       options)
+    input_name, _, output_name, _ = io_of(name)
+    return _sessions[name].run([output_name], {input_name: x})[0]
+
+
+def infer(url, name, x, grpc):
+    mod = grpcclient if grpc else httpclient
+    c = mod.InferenceServerClient(url)
+    input_name, _, output_name, _ = io_of(name)
+    i = mod.InferInput(input_name, list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    return c.infer(name, [i], outputs=[mod.InferRequestedOutput(output_name)]).as_numpy(output_name)
+
+
+def close(got, want):
+    # fp32 tolerance (docs/native-engine.md): 2e-4 of the output's largest magnitude; the engine
+    # sums in another order than ONNX Runtime (implicit GEMM, folded BatchNormalization).
+    assert got.shape == want.shape, (got.shape, want.shape)
+    scale = float(np.abs(want).max())
+    diff = float(np.abs(got - want).max())
+    assert diff <= 2e-4 * max(scale, 1e-3), (diff, scale)
+    return diff
+
+
+def test_every_cnn_runs_on_the_native_engine(vision_server):
+    log = vision_server.read_log()
+    for name in MODELS:
+        assert f"model '{name}' (configured for onnxruntime) runs on the native engine" in log, name
+        assert f"model '{name}': graph passes:" in log, name
+    # Every BatchNormalization folds into its Conv, every residual Add and ReLU(6) joins a Conv's
+    # epilogue, and the whole network runs channels-last between one conversion in and one out.
+    for name, convs, residuals, activations in (("resnet50", 53, 16, 49),
+                                                ("mobilenet_v2", 52, 10, 35)):
+        line = next(ln for ln in log.splitlines() if f"model '{name}': graph passes:" in ln)
+        assert f"BatchNormalization folded into Conv: {convs};" in line, line
+        assert f"fused: {residuals} residual Add, {activations} activation" in line, line
+        assert f"channels-last: {convs} Conv, 2 layout conversions" in line, line
+
+
+def test_a_refused_attribute_sends_the_model_to_onnxruntime(vision_server):
+    log = vision_server.read_log()
+    assert "model 'cubic': the native engine cannot run it" in log
+    assert "mode 'cubic' is not supported" in log
+    assert "model 'cubic' runs on ONNX Runtime" in log
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    assert infer(vision_server.url, "cubic", x, False).shape == (1, 1, 8, 8)
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+@pytest.mark.parametrize("name", MODELS)
+def test_answers_match_onnxruntime(vision_server, vision_repo, name, grpc):
+    _, dims, _, _ = io_of(name)
+    rng = np.random.default_rng(3)
+    for batch in (1, 3):
+        x = rng.uniform(-1, 1, [batch] + dims).astype(np.float32)
+        got = infer(vision_server.grpc_url if grpc else vision_server.url, name, x, grpc)
+        close(got, reference(vision_repo, name, x))
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "small_cnn"])
+def test_concurrent_requests_are_batched_and_each_answered(vision_server, vision_repo, name):
+    _, dims, _, _ = io_of(name)
+    rng = np.random.default_rng(11)
+    xs = [rng.uniform(-1, 1, [1] + dims).astype(np.float32) for _ in range(16)]
+    c = httpclient.InferenceServerClient(vision_server.url)
+    before = c.get_inference_statistics(name)["model_stats"][0]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda x: infer(vision_server.url, name, x, False), xs))
+    for x, got in zip(xs, answers):  # every request its own answer
+        close(got, reference(vision_repo, name, x))
+    after = c.get_inference_statistics(name)["model_stats"][0]
+    requests = int(after["inference_count"]) - int(before["inference_count"])
+    executions = int(after["execution_count"]) - int(before["execution_count"])
+    assert requests == 16
+    assert executions < 16, (requests, executions)  # dynamic batching joined some
