@@ -4,18 +4,88 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <new>
 
 namespace nereid::native {
 
-Tensor Tensor::Allocate(DataType type, std::vector<int64_t> shape) {
+namespace {
+
+// Buffers of 256 KiB and more are kept per thread after use (up to 128 MiB a thread) and handed
+// out again for the same size: an instance thread running the same graph again reuses its
+// activations' memory instead of faulting in fresh pages each request. Smaller ones go to malloc.
+constexpr size_t kCachedFrom = size_t{256} << 10;
+constexpr size_t kCacheLimit = size_t{128} << 20;
+
+struct BufferCache {
+  std::multimap<size_t, uint8_t*> free;
+  size_t bytes = 0;
+};
+// Trivially destructible, so still readable while the thread exits: the guard below frees the
+// cache and clears the pointer, after which buffers go straight back to free().
+thread_local BufferCache* t_cache = nullptr;
+thread_local bool t_exiting = false;
+struct CacheGuard {
+  ~CacheGuard() {
+    t_exiting = true;
+    if (t_cache == nullptr) return;
+    for (auto& [size, p] : t_cache->free) std::free(p);
+    delete t_cache;
+    t_cache = nullptr;
+  }
+};
+thread_local CacheGuard t_guard;
+
+BufferCache* Cache() {
+  if (t_exiting) return nullptr;
+  if (t_cache == nullptr) {
+    (void)&t_guard;  // (constructs the guard: its destructor runs at thread exit)
+    t_cache = new BufferCache();
+  }
+  return t_cache;
+}
+
+uint8_t* TakeBuffer(size_t bytes) {
+  if (bytes >= kCachedFrom)
+    if (BufferCache* cache = Cache()) {
+      auto it = cache->free.find(bytes);
+      if (it != cache->free.end()) {
+        uint8_t* p = it->second;
+        cache->free.erase(it);
+        cache->bytes -= bytes;
+        return p;
+      }
+    }
+  return static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+}
+
+void GiveBuffer(uint8_t* p, size_t bytes) {
+  if (bytes >= kCachedFrom)
+    if (BufferCache* cache = Cache(); cache != nullptr && cache->bytes + bytes <= kCacheLimit) {
+      cache->free.emplace(bytes, p);
+      cache->bytes += bytes;
+      return;
+    }
+  std::free(p);
+}
+
+}  // namespace
+
+Tensor Tensor::Uninitialized(DataType type, std::vector<int64_t> shape) {
   Tensor t;
   t.type_ = type;
   t.shape_ = std::move(shape);
   const size_t bytes = (std::max<size_t>(t.bytes(), 1) + 63) / 64 * 64;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-  std::memset(p, 0, bytes);
-  t.storage_ = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+  uint8_t* p = TakeBuffer(bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  t.storage_ = std::shared_ptr<uint8_t>(p, [bytes](uint8_t* q) { GiveBuffer(q, bytes); });
   t.data_ = p;
+  return t;
+}
+
+Tensor Tensor::Allocate(DataType type, std::vector<int64_t> shape) {
+  Tensor t = Uninitialized(type, std::move(shape));
+  std::memset(t.mutable_raw(), 0, (std::max<size_t>(t.bytes(), 1) + 63) / 64 * 64);
   return t;
 }
 

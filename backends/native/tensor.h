@@ -38,6 +38,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zeroed, 64-byte aligned storage for 'shape'.
   static Tensor Allocate(DataType type, std::vector<int64_t> shape);
+  // The same without zeroing, for outputs every element of which the op writes. Large buffers
+  // are recycled per thread (tensor.cc).
+  static Tensor Uninitialized(DataType type, std::vector<int64_t> shape);
   // Borrows 'data' (not owned; must outlive the tensor and its views). For BYTES, 'byte_size' is
   // the serialized size (4-byte little-endian length before each element); ignored for other types.
   static Tensor Borrow(DataType type, std::vector<int64_t> shape, const void* data,

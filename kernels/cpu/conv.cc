@@ -32,67 +32,98 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
 
 namespace {
 
-// One output pixel of a depthwise convolution: the taps inside the image are listed first, then
-// each block of kBlock channels accumulates over them in registers.
-constexpr int64_t kBlock = 64;
-
-NEREID_VECTOR_CLONES void DepthwisePixel(int64_t c, int taps, const float* const* src,
-                                         const float* const* weights, const float* bias,
-                                         const float* residual, const GemmEpilogue& ep,
-                                         float* __restrict out) {
-  const bool relu = ep.activation == GemmEpilogue::kRelu;
-  const bool clip = ep.activation == GemmEpilogue::kClip;
-  const float lo = ep.lo, hi = ep.hi;
-  int64_t c0 = 0;
-  for (; c0 + kBlock <= c; c0 += kBlock) {
-    float acc[kBlock];
-    for (int64_t j = 0; j < kBlock; ++j) acc[j] = bias ? bias[c0 + j] : 0.f;
-    if (residual)
-      for (int64_t j = 0; j < kBlock; ++j) acc[j] += residual[c0 + j];
-    for (int t = 0; t < taps; ++t) {
-      const float* __restrict x = src[t] + c0;
-      const float* __restrict w = weights[t] + c0;
-      for (int64_t j = 0; j < kBlock; ++j) acc[j] += x[j] * w[j];
-    }
-    if (relu)
-      for (int64_t j = 0; j < kBlock; ++j) acc[j] = acc[j] > 0.f ? acc[j] : 0.f;
-    if (clip)
-      for (int64_t j = 0; j < kBlock; ++j) {
-        const float v = acc[j] < lo ? lo : acc[j];
-        acc[j] = v > hi ? hi : v;
-      }
-    for (int64_t j = 0; j < kBlock; ++j) out[c0 + j] = acc[j];
+// A block of W channels of one output pixel of a depthwise convolution: accumulated in registers
+// over the taps inside the image, then bias, residual and activation.
+template <int64_t W>
+[[gnu::always_inline]] inline void DepthwiseBlock(int taps, const float* const* src,
+                                                  const float* const* weights, const float* bias,
+                                                  const float* residual, int activation, float lo,
+                                                  float hi, int64_t c0, float* __restrict out) {
+  float acc[W];
+  for (int64_t j = 0; j < W; ++j) acc[j] = bias ? bias[c0 + j] : 0.f;
+  if (residual)
+    for (int64_t j = 0; j < W; ++j) acc[j] += residual[c0 + j];
+  for (int t = 0; t < taps; ++t) {
+    const float* __restrict x = src[t] + c0;
+    const float* __restrict w = weights[t] + c0;
+    for (int64_t j = 0; j < W; ++j) acc[j] += x[j] * w[j];
   }
-  for (; c0 < c; ++c0) {
-    float acc = (bias ? bias[c0] : 0.f) + (residual ? residual[c0] : 0.f);
-    for (int t = 0; t < taps; ++t) acc += src[t][c0] * weights[t][c0];
-    if (relu) acc = acc > 0.f ? acc : 0.f;
-    if (clip) acc = acc > hi ? hi : (acc < lo ? lo : acc);
-    out[c0] = acc;
+  if (activation == GemmEpilogue::kRelu)
+    for (int64_t j = 0; j < W; ++j) acc[j] = acc[j] > 0.f ? acc[j] : 0.f;
+  if (activation == GemmEpilogue::kClip)
+    for (int64_t j = 0; j < W; ++j) {
+      const float v = acc[j] < lo ? lo : acc[j];
+      acc[j] = v > hi ? hi : v;
+    }
+  for (int64_t j = 0; j < W; ++j) out[c0 + j] = acc[j];
+}
+
+// One output row of a depthwise convolution (NHWC): per pixel the taps inside the image are
+// listed, then channels go in blocks of 64, 16 and 1.
+NEREID_VECTOR_CLONES void DepthwiseRow(const Conv2dGeometry& g, const float* x, const float* taps,
+                                       const float* bias, const float* residual,
+                                       const GemmEpilogue& ep, float* y, int64_t b, int64_t oy) {
+  const int64_t c = g.c_out;
+  const int activation = ep.activation;
+  const float lo = ep.lo, hi = ep.hi;
+  const float* src[64];
+  const float* w[64];
+  for (int64_t ox = 0; ox < g.ow; ++ox) {
+    const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
+    int count = 0;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+        if (ix < 0 || ix >= g.w) continue;
+        src[count] = x + ((b * g.h + iy) * g.w + ix) * c;
+        w[count++] = taps + (ky * g.kw + kx) * c;
+      }
+    }
+    const float* res = residual ? residual + pixel * c : nullptr;
+    float* out = y + pixel * c;
+    int64_t c0 = 0;
+    for (; c0 + 64 <= c; c0 += 64)
+      DepthwiseBlock<64>(count, src, w, bias, res, activation, lo, hi, c0, out);
+    for (; c0 + 16 <= c; c0 += 16)
+      DepthwiseBlock<16>(count, src, w, bias, res, activation, lo, hi, c0, out);
+    for (; c0 < c; ++c0) DepthwiseBlock<1>(count, src, w, bias, res, activation, lo, hi, c0, out);
   }
 }
 
 void DepthwiseNhwc(const Conv2dGeometry& g, const float* x, const float* taps, const float* bias,
                    const float* residual, const GemmEpilogue& ep, float* y) {
+  if (g.kh * g.kw <= 64) {
+    for (int64_t b = 0; b < g.n; ++b)
+      for (int64_t oy = 0; oy < g.oh; ++oy) DepthwiseRow(g, x, taps, bias, residual, ep, y, b, oy);
+    return;
+  }
+  // Windows of more than 64 taps: one tap at a time into the output.
   const int64_t c = g.c_out;
-  std::vector<const float*> src(static_cast<size_t>(g.kh * g.kw)), w(src.size());
   for (int64_t b = 0; b < g.n; ++b)
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
-        int count = 0;
+        float* out = y + pixel * c;
+        for (int64_t ch = 0; ch < c; ++ch)
+          out[ch] = (bias ? bias[ch] : 0.f) + (residual ? residual[pixel * c + ch] : 0.f);
         for (int64_t ky = 0; ky < g.kh; ++ky) {
           const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
           if (iy < 0 || iy >= g.h) continue;
           for (int64_t kx = 0; kx < g.kw; ++kx) {
             const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
             if (ix < 0 || ix >= g.w) continue;
-            src[count] = x + ((b * g.h + iy) * g.w + ix) * c;
-            w[count++] = taps + (ky * g.kw + kx) * c;
+            const float* src = x + ((b * g.h + iy) * g.w + ix) * c;
+            const float* tap = taps + (ky * g.kw + kx) * c;
+            for (int64_t ch = 0; ch < c; ++ch) out[ch] += src[ch] * tap[ch];
           }
         }
-        DepthwisePixel(c, count, src.data(), w.data(), bias,
-                       residual ? residual + pixel * c : nullptr, ep, y + pixel * c);
+        for (int64_t ch = 0; ch < c; ++ch) {
+          if (ep.activation == GemmEpilogue::kRelu) out[ch] = out[ch] > 0.f ? out[ch] : 0.f;
+          if (ep.activation == GemmEpilogue::kClip)
+            out[ch] = out[ch] < ep.lo ? ep.lo : (out[ch] > ep.hi ? ep.hi : out[ch]);
+        }
       }
 }
 
@@ -107,47 +138,41 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
                       g.pad_top == 0 && g.pad_left == 0 && g.oh == g.h && g.ow == g.w;
   for (int64_t grp = 0; grp < g.groups; ++grp) {
     const float* xg = x + grp * cig;
-    PackAFn pack;
+    RowsAFn rows;
     if (direct) {
-      pack = [&](int64_t mr, int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* out) {
-        PackRowsA(mr, xg + i0 * g.c_in + pc, g.c_in, mc, kc, out);
+      rows = [&](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
+        *lda = g.c_in;
+        return xg + i0 * g.c_in + pc;
       };
     } else {
-      pack = [&](int64_t mr, int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* out) {
-        for (int64_t r0 = 0; r0 < mc; r0 += mr, out += mr * kc) {
-          const int64_t rows = std::min(mr, mc - r0);
-          for (int64_t r = 0; r < mr; ++r) {
-            float* dst = out + r;
-            if (r >= rows) {
-              for (int64_t p = 0; p < kc; ++p) dst[p * mr] = 0.f;
-              continue;
-            }
-            const int64_t row = i0 + r0 + r;
-            const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;
-            for (int64_t p = pc; p < pc + kc;) {
-              const int64_t tap = p / cig, ci = p - tap * cig;
-              const int64_t ky = tap / g.kw, kx = tap - ky * g.kw;
-              const int64_t len = std::min(cig - ci, pc + kc - p);
-              const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
-              const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-              float* d = dst + (p - pc) * mr;
-              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
-                const float* src = xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci;
-                for (int64_t t = 0; t < len; ++t) d[t * mr] = src[t];
-              } else {
-                for (int64_t t = 0; t < len; ++t) d[t * mr] = 0.f;
-              }
-              p += len;
-            }
+      rows = [&](int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* scratch, int64_t* lda) {
+        *lda = kc;
+        for (int64_t r = 0; r < mc; ++r) {
+          const int64_t row = i0 + r;
+          const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;
+          float* dst = scratch + r * kc - pc;
+          for (int64_t p = pc; p < pc + kc;) {
+            const int64_t tap = p / cig, ci = p - tap * cig;
+            const int64_t ky = tap / g.kw, kx = tap - ky * g.kw;
+            const int64_t len = std::min(cig - ci, pc + kc - p);
+            const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+            const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+              std::memcpy(dst + p, xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci,
+                          static_cast<size_t>(len) * sizeof(float));
+            else
+              std::memset(dst + p, 0, static_cast<size_t>(len) * sizeof(float));
+            p += len;
           }
         }
+        return static_cast<const float*>(scratch);
       };
     }
     GemmEpilogue ep = act;
     ep.bias = bias ? bias + grp * cog : nullptr;
     ep.residual = residual ? residual + grp * cog : nullptr;
     ep.ld_residual = g.c_out;
-    SgemmPackedFused(m, pack, w.group(grp), y + grp * cog, g.c_out, ep);
+    SgemmPackedFused(m, rows, w.group(grp), y + grp * cog, g.c_out, ep);
   }
 }
 

@@ -183,6 +183,78 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
   }
 }
 
+// The same tiles over a row-major A (lda apart) instead of a packed panel: implicit-GEMM
+// convolution hands its gathered rows (or the image itself, for 1x1) without the transposing
+// pack. Rows are addressed from one pointer per three rows (row + 0, + lda, + 2 lda fit x86's
+// scaled index), all advanced one element per step.
+template <int MR>
+__attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const float* a,
+                                                              int64_t lda, const float* b,
+                                                              float alpha, float* c, int64_t ldc,
+                                                              int64_t m, int64_t n) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const float* base[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(base[i / 3][(i % 3) * lda]);
+      acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < (MR + 2) / 3; ++g) ++base[g];
+    b += 32;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  const __mmask16 m0 = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 m1 = n >= 32   ? 0xffff
+                       : n <= 16 ? 0
+                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) break;
+    float* ci = c + i * ldc;
+    _mm512_mask_storeu_ps(ci, m0, _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, ci)));
+    _mm512_mask_storeu_ps(ci + 16, m1,
+                          _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, ci + 16)));
+  }
+}
+
+template <int ROWS>
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2Rows(int64_t kc, const float* a,
+                                                             int64_t lda, const float* b,
+                                                             float alpha, float* c, int64_t ldc,
+                                                             int64_t m, int64_t n) {
+  __m256 acc[ROWS][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < ROWS; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const float* base[2] = {a, a + 3 * lda};
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 16
+    for (int i = 0; i < ROWS; ++i) {
+      const __m256 av = _mm256_broadcast_ss(base[i / 3] + (i % 3) * lda);
+      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+    }
+    ++base[0];
+    ++base[1];
+    b += kNr;
+  }
+  const __m256 va = _mm256_set1_ps(alpha);
+  alignas(32) float tile[ROWS][kNr];
+#pragma GCC unroll 16
+  for (int i = 0; i < ROWS; ++i) {
+    _mm256_store_ps(tile[i], _mm256_mul_ps(va, acc[i][0]));
+    _mm256_store_ps(tile[i] + 8, _mm256_mul_ps(va, acc[i][1]));
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += tile[i][j];
+}
+
 #elif defined(__aarch64__)
 
 // One step of a NEON micro-kernel's row I: acc += A[I] * b, A[I] taken by lane from the two
@@ -239,6 +311,8 @@ void MicroKernelNeon(int64_t kc, const float* a, const float* b, float alpha, fl
 
 using MicroKernel = void (*)(int64_t, const float*, const float*, float, float*, int64_t, int64_t,
                              int64_t);
+using RowsKernel = void (*)(int64_t, const float*, int64_t, const float*, float, float*, int64_t,
+                            int64_t, int64_t);
 
 // Blocking for one micro-kernel: B's KC x NR micro-panel stays in L1, A's MC x KC block in L2, the
 // KC x NC panel of B in L3.
@@ -249,6 +323,8 @@ struct KernelConfig {
   bool (*supported)();
   // partial[r]: the kernel for a last panel of r < mr rows (null: 'fn' on the zero-padded panel).
   const MicroKernel* partial = nullptr;
+  // rows[r], r in 1..mr: the kernel over r rows of a row-major A (null: A is packed instead).
+  const RowsKernel* rows = nullptr;
 };
 
 #if defined(__x86_64__)
@@ -265,6 +341,30 @@ constexpr MicroKernel kAvx512Partial[] = {
     MicroKernelAvx512<9, 12>,
     MicroKernelAvx512<10, 12>,
     MicroKernelAvx512<11, 12>,
+};
+constexpr RowsKernel kAvx512Rows[] = {
+    nullptr,
+    MicroKernelAvx512Rows<1>,
+    MicroKernelAvx512Rows<2>,
+    MicroKernelAvx512Rows<3>,
+    MicroKernelAvx512Rows<4>,
+    MicroKernelAvx512Rows<5>,
+    MicroKernelAvx512Rows<6>,
+    MicroKernelAvx512Rows<7>,
+    MicroKernelAvx512Rows<8>,
+    MicroKernelAvx512Rows<9>,
+    MicroKernelAvx512Rows<10>,
+    MicroKernelAvx512Rows<11>,
+    MicroKernelAvx512Rows<12>,
+};
+constexpr RowsKernel kAvx2Rows[] = {
+    nullptr,
+    MicroKernelAvx2Rows<1>,
+    MicroKernelAvx2Rows<2>,
+    MicroKernelAvx2Rows<3>,
+    MicroKernelAvx2Rows<4>,
+    MicroKernelAvx2Rows<5>,
+    MicroKernelAvx2Rows<6>,
 };
 constexpr MicroKernel kAvx2Partial[] = {
     nullptr,
@@ -290,8 +390,10 @@ bool Always() { return true; }
 // Fastest first where one CPU runs several; Calibrate() decides between them.
 const KernelConfig kKernels[] = {
 #if defined(__x86_64__)
-    {"avx512-12x32", MicroKernelAvx512<12>, 12, 32, 256, 96, 3072, HasAvx512F, kAvx512Partial},
-    {"avx2-fma-6x16", MicroKernelAvx2<kMr>, kMr, kNr, 256, 72, 3072, HasAvx2Fma, kAvx2Partial},
+    {"avx512-12x32", MicroKernelAvx512<12>, 12, 32, 256, 96, 3072, HasAvx512F, kAvx512Partial,
+     kAvx512Rows},
+    {"avx2-fma-6x16", MicroKernelAvx2<kMr>, kMr, kNr, 256, 72, 3072, HasAvx2Fma, kAvx2Partial,
+     kAvx2Rows},
 #elif defined(__aarch64__)
     {"neon-6x16", MicroKernelNeon<kMr>, kMr, kNr, 256, 72, 3072, HasNeon, kNeonPartial},
 #endif
@@ -785,7 +887,7 @@ NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const
 
 }  // namespace
 
-void SgemmPackedFused(int64_t m, const PackAFn& pack_a, const PackedMatrixB& b, float* c,
+void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
                       int64_t ldc, const GemmEpilogue& ep) {
   const int64_t n = b.n(), k = b.k();
   if (m <= 0 || n <= 0) return;
@@ -799,25 +901,49 @@ void SgemmPackedFused(int64_t m, const PackAFn& pack_a, const PackedMatrixB& b, 
     if (ep.activation == GemmEpilogue::kNone) return;
     for (int64_t i = ic; i < ic + mc; ++i) EpilogueFinish(c + i * ldc + jc, nc, ep);
   };
+  const int64_t mr = cfg.mr, nr = cfg.nr, kKc = cfg.kc, kMc = cfg.mc, kNc = cfg.nc;
   if (k <= 0) {  // no products: C is the epilogue of zero
-    for (int64_t ic = 0; ic < m; ic += 256) {
-      init(ic, 0, std::min<int64_t>(256, m - ic), n);
-      finish(ic, 0, std::min<int64_t>(256, m - ic), n);
+    for (int64_t ic = 0; ic < m; ic += kMc) {
+      init(ic, 0, std::min(kMc, m - ic), n);
+      finish(ic, 0, std::min(kMc, m - ic), n);
     }
     return;
   }
-  const int64_t mr = cfg.mr;
-  BlockedGemmCore(
-      cfg, m, n, k, 1.f,
-      [&](int64_t ic, int64_t mc, int64_t pc, int64_t kc, float* out) {
-        pack_a(mr, ic, mc, pc, kc, out);
-      },
-      c, ldc, [&](int64_t jc, int64_t pc, int64_t, int64_t) { return b.Block(jc, pc); }, init,
-      finish);
+  thread_local Buffer scratch, packed_a;
+  thread_local size_t scratch_size = 0, packed_a_size = 0;
+  const size_t need = static_cast<size_t>(kMc) * kKc;
+  if (scratch_size < need) scratch = AllocAligned(scratch_size = need);
+  if (cfg.rows == nullptr && packed_a_size < need) packed_a = AllocAligned(packed_a_size = need);
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc);
+      const float* b_block = b.Block(jc, pc);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic);
+        if (pc == 0) init(ic, jc, mc, nc);
+        int64_t lda = 0;
+        const float* a_block = rows_a(ic, mc, pc, kc, scratch.get(), &lda);
+        if (cfg.rows == nullptr) PackA(mr, false, a_block, lda, mc, kc, packed_a.get());
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          const float* bp = b_block + jr * kc;
+          const int64_t cols = std::min(nr, nc - jr);
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int64_t rows = std::min(mr, mc - ir);
+            float* ct = c + (ic + ir) * ldc + jc + jr;
+            if (cfg.rows != nullptr) {
+              cfg.rows[rows](kc, a_block + ir * lda, lda, bp, 1.f, ct, ldc, rows, cols);
+            } else {
+              const MicroKernel fn = rows < mr && cfg.partial ? cfg.partial[rows] : cfg.fn;
+              fn(kc, packed_a.get() + ir * kc, bp, 1.f, ct, ldc, rows, cols);
+            }
+          }
+        }
+        if (pc + kc >= k) finish(ic, jc, mc, nc);
+      }
+    }
+  }
 }
 
-void PackRowsA(int64_t mr, const float* a, int64_t lda, int64_t mc, int64_t kc, float* out) {
-  PackA(mr, false, a, lda, mc, kc, out);
-}
 
 }  // namespace nereid::kernels

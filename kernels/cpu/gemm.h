@@ -52,17 +52,18 @@ struct GemmEpilogue {
   float lo = 0.f, hi = 0.f;  // kClip's bounds
 };
 
-// Packs rows [i0, i0 + mc) x depth [pc, pc + kc) of an implicit A into 'out' in MR-row panels:
-// out[panel][p][r] (zeros past the last row). Implicit-GEMM convolution gathers A from the
-// input image here instead of materializing the im2col matrix.
-using PackAFn =
-    std::function<void(int64_t mr, int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* out)>;
-// The standard packing of a row-major A (lda), for PackAFn implementations that have rows.
-void PackRowsA(int64_t mr, const float* a, int64_t lda, int64_t mc, int64_t kc, float* out);
+// Rows [i0, i0 + mc) x depth [pc, pc + kc) of an implicit A, row-major: a pointer into the
+// caller's memory, or into 'scratch' (room for the kernel's MC x KC block) after filling it;
+// '*lda' receives the row stride. Implicit-GEMM convolution gathers A from the image here
+// (contiguous copies of each tap's channels) instead of materializing the im2col matrix, and
+// 1x1 convolutions hand the image itself.
+using RowsAFn = std::function<const float*(int64_t i0, int64_t mc, int64_t pc, int64_t kc,
+                                           float* scratch, int64_t* lda)>;
 
-// C = epilogue(A * B) for an m-row A supplied by 'pack_a' and pre-packed B; the bias, residual
-// and activation are applied to each block of C while it is in cache.
-void SgemmPackedFused(int64_t m, const PackAFn& pack_a, const PackedMatrixB& b, float* c,
+// C = epilogue(A * B) for an m-row A supplied by 'rows_a' and pre-packed B; the bias, residual
+// and activation are applied to each block of C while it is in cache. The x86 micro-kernels read
+// the rows directly (no packing of A); elsewhere A is packed from them.
+void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
                       int64_t ldc, const GemmEpilogue& epilogue);
 
 // The micro-kernel Sgemm uses: the fastest this CPU supports, measured once at first use (a few

@@ -31,7 +31,7 @@ Tensor ToChannelsLast(const Tensor& x) {
       s.size() == 4 ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1};
   std::vector<int64_t> shape;
   for (int64_t p : perm) shape.push_back(s[p]);
-  Tensor y = Tensor::Allocate(x.type(), shape);
+  Tensor y = Tensor::Uninitialized(x.type(), shape);
   TransposeBytes(x.raw(), s, perm, DataTypeSize(x.type()), y.mutable_raw());
   return y;
 }
@@ -45,7 +45,7 @@ Tensor ToChannelsFirst(const Tensor& x) {
       s.size() == 4 ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 1};
   std::vector<int64_t> shape;
   for (int64_t p : perm) shape.push_back(s[p]);
-  Tensor y = Tensor::Allocate(x.type(), shape);
+  Tensor y = Tensor::Uninitialized(x.type(), shape);
   TransposeBytes(x.raw(), s, perm, DataTypeSize(x.type()), y.mutable_raw());
   return y;
 }
@@ -235,7 +235,7 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   Tensor xl = node.nhwc ? x : ToChannelsLast(x);
   Tensor rl;
   if (residual != nullptr) rl = node.nhwc ? *residual : ToChannelsLast(*residual);
-  Tensor y = Tensor::Allocate(DataType::kFp32, {g.n, g.oh, g.ow, c_out});
+  Tensor y = Tensor::Uninitialized(DataType::kFp32, {g.n, g.oh, g.ow, c_out});
   kernels::ConvNhwc(g, xl.data<float>(), plan->weights, b, residual ? rl.data<float>() : nullptr,
                     EpilogueOf(node), y.mutable_data<float>());
   if (node.nhwc)

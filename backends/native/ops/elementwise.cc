@@ -58,7 +58,7 @@ Status BinaryOf(const OpNode& node, const Tensor& a, const Tensor& b, Tensor& y,
     return node.Error("input types differ: " + std::string(DataTypeName(a.type())) + " and " +
                       std::string(DataTypeName(b.type())));
   ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, a.shape(), b.shape()));
-  Tensor result = Tensor::Allocate(a.type(), shape);
+  Tensor result = Tensor::Uninitialized(a.type(), shape);
   RETURN_IF_ERROR(DispatchNumeric(node, a.type(), [&](auto tag) -> Status {
     using T = decltype(tag);
     BinaryLoop<T>(a, b, result, factory(tag));
@@ -208,7 +208,7 @@ Status UnaryFloat(const OpNode& node, const std::vector<const Tensor*>& in,
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   const Tensor& x = *in[0];
   if (x.type() == DataType::kFp32) {
-    out[0] = Tensor::Allocate(x.type(), x.shape());
+    out[0] = Tensor::Uninitialized(x.type(), x.shape());
     const float* px = x.data<float>();
     float* py = out[0].mutable_data<float>();
     if (kernel != nullptr)
@@ -218,7 +218,7 @@ Status UnaryFloat(const OpNode& node, const std::vector<const Tensor*>& in,
     return Status::Ok();
   }
   if (x.type() == DataType::kFp64) {
-    out[0] = Tensor::Allocate(x.type(), x.shape());
+    out[0] = Tensor::Uninitialized(x.type(), x.shape());
     const double* px = x.data<double>();
     double* py = out[0].mutable_data<double>();
     for (int64_t i = 0; i < x.elements(); ++i) py[i] = f(px[i]);
@@ -234,7 +234,7 @@ Status UnaryNumeric(const OpNode& node, const std::vector<const Tensor*>& in,
                     std::vector<Tensor>& out, F f) {
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   const Tensor& x = *in[0];
-  Tensor y = Tensor::Allocate(x.type(), x.shape());
+  Tensor y = Tensor::Uninitialized(x.type(), x.shape());
   RETURN_IF_ERROR(DispatchNumeric(node, x.type(), [&](auto tag) -> Status {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -315,11 +315,11 @@ Status Relu(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   const Tensor& x = *in[0];
   if (x.type() == DataType::kFp32) {
-    out[0] = Tensor::Allocate(x.type(), x.shape());
+    out[0] = Tensor::Uninitialized(x.type(), x.shape());
     kernels::Relu(x.data<float>(), out[0].mutable_data<float>(), x.elements());
     return Status::Ok();
   }
-  out[0] = Tensor::Allocate(x.type(), x.shape());
+  out[0] = Tensor::Uninitialized(x.type(), x.shape());
   return DispatchNumeric(node, x.type(), [&](auto tag) -> Status {
     using T = decltype(tag);
     const T* px = x.data<T>();

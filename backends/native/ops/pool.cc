@@ -41,7 +41,7 @@ Status Pool(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
                                   node.AttrInt("ceil_mode", 0) != 0, pad_end));
   g.c_out = s.c;
   Tensor xl = node.nhwc ? x : ToChannelsLast(x);
-  Tensor y = Tensor::Allocate(DataType::kFp32, {g.n, g.oh, g.ow, s.c});
+  Tensor y = Tensor::Uninitialized(DataType::kFp32, {g.n, g.oh, g.ow, s.c});
   if (kMax)
     kernels::MaxPoolNhwc(g, xl.data<float>(), y.mutable_data<float>());
   else

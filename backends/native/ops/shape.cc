@@ -341,7 +341,7 @@ Status Transpose(const OpNode& node, const std::vector<const Tensor*>& in,
     seen[p] = true;
     shape.push_back(x.shape()[p]);
   }
-  out[0] = Tensor::Allocate(x.type(), shape);
+  out[0] = Tensor::Uninitialized(x.type(), shape);
   TransposeBytes(x.raw(), x.shape(), perm, DataTypeSize(x.type()), out[0].mutable_raw());
   return Status::Ok();
 }
