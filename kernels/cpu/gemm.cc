@@ -945,5 +945,4 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   }
 }
 
-
 }  // namespace nereid::kernels
