@@ -135,20 +135,32 @@ Status Graph::FoldBatchNorms() {
 
 namespace {
 
-// Relu, or a Clip with constant bounds: the activations a Conv's epilogue applies.
+// Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish: the activations a Conv's
+// epilogue applies.
 bool ConvActivation(const Graph::Node& node, const std::function<bool(int)>& is_constant,
                     const std::function<const Tensor&(int)>& constant, OpNode::Activation* act,
-                    float* lo, float* hi) {
+                    float* a, float* b) {
   const std::string& op = node.op.op_type();
-  if (op == "Relu") {
-    *act = OpNode::Activation::kRelu;
+  using A = OpNode::Activation;
+  if (op == "Relu" || op == "HardSwish") {
+    *act = op == "Relu" ? A::kRelu : A::kHardSwish;
+    return true;
+  }
+  if (op == "LeakyRelu") {
+    *act = A::kLeakyRelu;
+    *a = node.op.AttrFloat("alpha", 0.01f);
+    return true;
+  }
+  if (op == "HardSigmoid") {
+    *act = A::kHardSigmoid;
+    *a = node.op.AttrFloat("alpha", 0.2f), *b = node.op.AttrFloat("beta", 0.5f);
     return true;
   }
   if (op != "Clip") return false;
-  *lo = -INFINITY, *hi = INFINITY;
+  *a = -INFINITY, *b = INFINITY;
   if (node.op.opset() < 11) {
-    *lo = node.op.AttrFloat("min", -INFINITY);
-    *hi = node.op.AttrFloat("max", INFINITY);
+    *a = node.op.AttrFloat("min", -INFINITY);
+    *b = node.op.AttrFloat("max", INFINITY);
   } else {
     for (size_t k = 1; k < node.inputs.size() && k < 3; ++k) {
       const int id = node.inputs[k];
@@ -156,11 +168,11 @@ bool ConvActivation(const Graph::Node& node, const std::function<bool(int)>& is_
       if (!is_constant(id) || constant(id).type() != DataType::kFp32 ||
           constant(id).elements() != 1)
         return false;
-      (k == 1 ? *lo : *hi) = constant(id).data<float>()[0];
+      (k == 1 ? *a : *b) = constant(id).data<float>()[0];
     }
   }
-  if (std::isnan(*lo) || std::isnan(*hi)) return false;
-  *act = OpNode::Activation::kClip;
+  if (std::isnan(*a) || std::isnan(*b)) return false;
+  *act = A::kClip;
   return true;
 }
 
@@ -201,7 +213,7 @@ void Graph::FuseConvEpilogues() {
       if (next.outputs.size() != 1 || !ConvActivation(next, is_constant, constant, &act, &lo, &hi))
         continue;
       conv.op.activation = act;
-      conv.op.clip_min = lo, conv.op.clip_max = hi;
+      conv.op.activation_a = lo, conv.op.activation_b = hi;
       conv.outputs[0] = next.outputs[0];
       ++activations;
     }

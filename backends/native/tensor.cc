@@ -75,6 +75,7 @@ Tensor Tensor::Uninitialized(DataType type, std::vector<int64_t> shape) {
   Tensor t;
   t.type_ = type;
   t.shape_ = std::move(shape);
+  t.elements_ = ElementCount(t.shape_.data(), t.shape_.size());
   const size_t bytes = (std::max<size_t>(t.bytes(), 1) + 63) / 64 * 64;
   uint8_t* p = TakeBuffer(bytes);
   if (p == nullptr) throw std::bad_alloc();
@@ -95,6 +96,7 @@ Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* dat
   t.bytes_size_ = byte_size;
   t.type_ = type;
   t.shape_ = std::move(shape);
+  t.elements_ = ElementCount(t.shape_.data(), t.shape_.size());
   t.data_ = static_cast<const uint8_t*>(data);
   return t;
 }
@@ -102,6 +104,7 @@ Tensor Tensor::Borrow(DataType type, std::vector<int64_t> shape, const void* dat
 Tensor Tensor::View(std::vector<int64_t> shape) const {
   Tensor t = *this;
   t.shape_ = std::move(shape);
+  t.elements_ = ElementCount(t.shape_.data(), t.shape_.size());
   return t;
 }
 
@@ -110,8 +113,6 @@ Tensor Tensor::Reinterpret(DataType type) const {
   if (DataTypeSize(type) == DataTypeSize(type_)) t.type_ = type;
   return t;
 }
-
-int64_t Tensor::elements() const { return ElementCount(shape_.data(), shape_.size()); }
 
 DataType FromOnnxType(int32_t t) {
   switch (t) {

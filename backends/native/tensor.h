@@ -52,7 +52,7 @@ class Tensor {
 
   DataType type() const { return type_; }
   const std::vector<int64_t>& shape() const { return shape_; }
-  int64_t elements() const;
+  int64_t elements() const { return elements_; }
   size_t bytes() const {
     return type_ == DataType::kBytes ? bytes_size_
                                      : static_cast<size_t>(elements()) * DataTypeSize(type_);
@@ -75,6 +75,7 @@ class Tensor {
   std::shared_ptr<uint8_t> storage_;
   const uint8_t* data_ = nullptr;
   size_t bytes_size_ = 0;  // BYTES only: elements have no fixed size
+  int64_t elements_ = 0;   // the product of shape_ (kept: ops read it per loop)
 };
 
 // ONNX TensorProto element type <-> DataType (STRING is BYTES; kInvalid when unsupported).

@@ -133,13 +133,8 @@ void DepthwiseRowPortable(const Conv2dGeometry& g, const float* x, const float* 
       const float* __restrict k = w[t];
       for (int64_t ch = 0; ch < c; ++ch) out[ch] += s[ch] * k[ch];
     }
-    if (ep.activation == GemmEpilogue::kRelu)
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] = out[ch] > 0.f ? out[ch] : 0.f;
-    if (ep.activation == GemmEpilogue::kClip)
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float v = out[ch] < ep.lo ? ep.lo : out[ch];
-        out[ch] = v > ep.hi ? ep.hi : v;
-      }
+    const GemmEpilogue local = ep;
+    for (int64_t ch = 0; ch < c; ++ch) out[ch] = Activate(local, out[ch]);
   }
 }
 

@@ -48,9 +48,35 @@ struct GemmEpilogue {
   const float* bias = nullptr;
   const float* residual = nullptr;
   int64_t ld_residual = 0;
-  enum Activation { kNone, kRelu, kClip } activation = kNone;
-  float lo = 0.f, hi = 0.f;  // kClip's bounds
+  enum Activation { kNone, kRelu, kClip, kLeakyRelu, kHardSigmoid, kHardSwish } activation = kNone;
+  // kClip's bounds; kLeakyRelu's alpha is lo; kHardSigmoid's alpha and beta are lo and hi.
+  float lo = 0.f, hi = 0.f;
 };
+
+// The epilogue's activation of one value: the definition the vector paths follow.
+inline float Activate(const GemmEpilogue& ep, float v) {
+  switch (ep.activation) {
+    case GemmEpilogue::kRelu:
+      return v > 0.f ? v : 0.f;
+    case GemmEpilogue::kClip: {
+      const float t = v < ep.lo ? ep.lo : v;  // (NaN stays NaN)
+      return t > ep.hi ? ep.hi : t;
+    }
+    case GemmEpilogue::kLeakyRelu:
+      return v < 0.f ? v * ep.lo : v;
+    case GemmEpilogue::kHardSigmoid: {
+      const float t = ep.lo * v + ep.hi;
+      return t < 0.f ? 0.f : (t > 1.f ? 1.f : t);
+    }
+    case GemmEpilogue::kHardSwish: {
+      const float t = v * (1.f / 6.f) + 0.5f;
+      return v * (t < 0.f ? 0.f : (t > 1.f ? 1.f : t));
+    }
+    case GemmEpilogue::kNone:
+      break;
+  }
+  return v;
+}
 
 // Rows [i0, i0 + mc) x depth [pc, pc + kc) of an implicit A, row-major: a pointer into the
 // caller's memory, or into 'scratch' (room for the kernel's MC x KC block) after filling it;

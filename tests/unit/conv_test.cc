@@ -49,9 +49,25 @@ std::vector<float> Reference(const Case& c, const Conv2dGeometry& g, const std::
               }
           const size_t at = static_cast<size_t>(((b * g.oh + oy) * g.ow + ox) * c.c_out + co);
           acc += residual[at];
-          if (ep.activation == GemmEpilogue::kRelu) acc = std::max(acc, 0.0);
-          if (ep.activation == GemmEpilogue::kClip)
-            acc = std::min<double>(std::max<double>(acc, ep.lo), ep.hi);
+          switch (ep.activation) {  // ONNX's definitions
+            case GemmEpilogue::kRelu:
+              acc = std::max(acc, 0.0);
+              break;
+            case GemmEpilogue::kClip:
+              acc = std::min<double>(std::max<double>(acc, ep.lo), ep.hi);
+              break;
+            case GemmEpilogue::kLeakyRelu:
+              acc = acc < 0 ? acc * ep.lo : acc;
+              break;
+            case GemmEpilogue::kHardSigmoid:
+              acc = std::min(1.0, std::max(0.0, ep.lo * acc + ep.hi));
+              break;
+            case GemmEpilogue::kHardSwish:
+              acc = acc * std::min(1.0, std::max(0.0, acc / 6 + 0.5));
+              break;
+            case GemmEpilogue::kNone:
+              break;
+          }
           y[at] = static_cast<float>(acc);
         }
   return y;

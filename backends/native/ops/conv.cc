@@ -141,16 +141,6 @@ Status ToChannelsFirstOp(const OpNode& node, const std::vector<const Tensor*>& i
 
 namespace {
 
-kernels::GemmEpilogue EpilogueOf(const OpNode& node) {
-  kernels::GemmEpilogue ep;
-  if (node.activation == OpNode::Activation::kRelu) ep.activation = kernels::GemmEpilogue::kRelu;
-  if (node.activation == OpNode::Activation::kClip) {
-    ep.activation = kernels::GemmEpilogue::kClip;
-    ep.lo = node.clip_min, ep.hi = node.clip_max;
-  }
-  return ep;
-}
-
 Status CheckConv(const OpNode& node, const std::vector<const Tensor*>& constants) {
   const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
   if (w != nullptr && w->shape().size() != 3 && w->shape().size() != 4)

@@ -34,6 +34,9 @@ StatusOr<kernels::Conv2dGeometry> WindowGeometry(const OpNode& node, const Spati
                                                  int64_t kh, int64_t kw, bool ceil_mode,
                                                  int64_t pad_end[2]);
 
+// The kernels' epilogue for the node's fused activation (ops/gemm.cc).
+kernels::GemmEpilogue EpilogueOf(const OpNode& node);
+
 // NCHW <-> NHWC for rank-4 (or rank-3, as [n, c, w]) float tensors.
 Tensor ToChannelsLast(const Tensor& x);
 Tensor ToChannelsFirst(const Tensor& x);

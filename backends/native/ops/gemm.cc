@@ -11,21 +11,39 @@
 
 namespace nereid::native {
 
-void ApplyActivation(const OpNode& node, float* y, int64_t n) {
+kernels::GemmEpilogue EpilogueOf(const OpNode& node) {
+  using A = OpNode::Activation;
+  using E = kernels::GemmEpilogue;
+  kernels::GemmEpilogue ep;
   switch (node.activation) {
-    case OpNode::Activation::kRelu:
-      return kernels::Relu(y, y, n);
-    case OpNode::Activation::kSigmoid:
-      return kernels::Sigmoid(y, y, n);
-    case OpNode::Activation::kClip:
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = y[i] < node.clip_min ? node.clip_min : y[i];
-        y[i] = v > node.clip_max ? node.clip_max : v;
-      }
-      return;
-    case OpNode::Activation::kNone:
-      return;
+    case A::kRelu:
+      ep.activation = E::kRelu;
+      break;
+    case A::kClip:
+      ep.activation = E::kClip;
+      break;
+    case A::kLeakyRelu:
+      ep.activation = E::kLeakyRelu;
+      break;
+    case A::kHardSigmoid:
+      ep.activation = E::kHardSigmoid;
+      break;
+    case A::kHardSwish:
+      ep.activation = E::kHardSwish;
+      break;
+    case A::kNone:
+    case A::kSigmoid:  // (Gemm only: applied by ApplyActivation)
+      break;
   }
+  ep.lo = node.activation_a, ep.hi = node.activation_b;
+  return ep;
+}
+
+void ApplyActivation(const OpNode& node, float* y, int64_t n) {
+  if (node.activation == OpNode::Activation::kSigmoid) return kernels::Sigmoid(y, y, n);
+  if (node.activation == OpNode::Activation::kRelu) return kernels::Relu(y, y, n);
+  const kernels::GemmEpilogue ep = EpilogueOf(node);
+  for (int64_t i = 0; i < n; ++i) y[i] = kernels::Activate(ep, y[i]);
 }
 
 namespace {

@@ -52,8 +52,17 @@ class OpNode {
   const ConvPlan* conv = nullptr;
   // An activation that followed a Gemm or Conv in the graph, applied to its output while that is
   // still in cache (fused by the graph's passes when nothing else reads the output).
-  enum class Activation { kNone, kRelu, kSigmoid, kClip } activation = Activation::kNone;
-  float clip_min = 0.f, clip_max = 0.f;  // kClip's bounds
+  enum class Activation {
+    kNone,
+    kRelu,
+    kSigmoid,
+    kClip,
+    kLeakyRelu,
+    kHardSigmoid,
+    kHardSwish
+  } activation = Activation::kNone;
+  // Parameters: kClip's bounds, kLeakyRelu's alpha (a), kHardSigmoid's alpha and beta.
+  float activation_a = 0.f, activation_b = 0.f;
   // Conv: a residual added to the output before the activation is the node's last input (the
   // graph's passes fuse Conv -> Add(x, residual) -> activation).
   bool residual = false;
@@ -92,7 +101,7 @@ std::vector<OpDef> PoolOps();
 std::vector<OpDef> NormOps();
 std::vector<OpDef> ResizeOps();
 
-// The activation fused into a Gemm (OpNode::activation), applied in place.
+// The activation fused into a Gemm or Conv (OpNode::activation), applied in place.
 void ApplyActivation(const OpNode& node, float* y, int64_t n);
 // Refuses output shapes with negative dimensions or more than 4 GiB (shapes computed from tensor
 // values, which a request may supply).
