@@ -175,14 +175,24 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
           for (int64_t p = pc; p < pc + kc;) {
             const int64_t tap = p / cig, ci = p - tap * cig;
             const int64_t ky = tap / g.kw, kx = tap - ky * g.kw;
-            const int64_t len = std::min(cig - ci, pc + kc - p);
             const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
             const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-              std::memcpy(dst + p, xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci,
-                          static_cast<size_t>(len) * sizeof(float));
-            else
-              std::memset(dst + p, 0, static_cast<size_t>(len) * sizeof(float));
+            int64_t len = std::min(cig - ci, pc + kc - p);
+            // A whole row of the window inside the image is one contiguous run (NHWC, no
+            // dilation, ungrouped): kw taps of all channels at once.
+            if (ci == 0 && kx == 0 && g.dilation_w == 1 && g.groups == 1 && iy >= 0 && iy < g.h &&
+                ix >= 0 && ix + g.kw <= g.w && p + g.kw * cig <= pc + kc)
+              len = g.kw * cig;
+            float* out = dst + p;
+            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
+              const float* in = xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci;
+              if (len >= 16)
+                std::memcpy(out, in, static_cast<size_t>(len) * sizeof(float));
+              else
+                for (int64_t t = 0; t < len; ++t) out[t] = in[t];
+            } else {
+              for (int64_t t = 0; t < len; ++t) out[t] = 0.f;
+            }
             p += len;
           }
         }

@@ -873,11 +873,32 @@ NEREID_VECTOR_CLONES void EpilogueInit(float* __restrict row, const float* __res
     for (int64_t j = 0; j < n; ++j) row[j] = 0.f;
 }
 
-// ... and after its last: the activation (a local copy of the epilogue, so nothing is reloaded
-// per element; -O3 unswitches the loop per activation and vectorizes each).
+// ... and after its last: the activation, one loop per kind (each vectorizes; a switch inside the
+// loop would keep it scalar).
+template <GemmEpilogue::Activation kAct>
+[[gnu::always_inline]] inline void ActivateRow(float* __restrict row, int64_t n, float lo,
+                                               float hi) {
+  GemmEpilogue ep;
+  ep.activation = kAct, ep.lo = lo, ep.hi = hi;
+  for (int64_t j = 0; j < n; ++j) row[j] = Activate(ep, row[j]);
+}
+
 NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const GemmEpilogue& ep) {
-  const GemmEpilogue local = ep;
-  for (int64_t j = 0; j < n; ++j) row[j] = Activate(local, row[j]);
+  const float lo = ep.lo, hi = ep.hi;
+  switch (ep.activation) {
+    case GemmEpilogue::kRelu:
+      return ActivateRow<GemmEpilogue::kRelu>(row, n, lo, hi);
+    case GemmEpilogue::kClip:
+      return ActivateRow<GemmEpilogue::kClip>(row, n, lo, hi);
+    case GemmEpilogue::kLeakyRelu:
+      return ActivateRow<GemmEpilogue::kLeakyRelu>(row, n, lo, hi);
+    case GemmEpilogue::kHardSigmoid:
+      return ActivateRow<GemmEpilogue::kHardSigmoid>(row, n, lo, hi);
+    case GemmEpilogue::kHardSwish:
+      return ActivateRow<GemmEpilogue::kHardSwish>(row, n, lo, hi);
+    case GemmEpilogue::kNone:
+      return;
+  }
 }
 
 }  // namespace
