@@ -177,12 +177,12 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
             const int64_t ky = tap / g.kw, kx = tap - ky * g.kw;
             const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
             const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-            int64_t len = std::min(cig - ci, pc + kc - p);
-            // A whole row of the window inside the image is one contiguous run (NHWC, no
-            // dilation, ungrouped): kw taps of all channels at once.
-            if (ci == 0 && kx == 0 && g.dilation_w == 1 && g.groups == 1 && iy >= 0 && iy < g.h &&
-                ix >= 0 && ix + g.kw <= g.w && p + g.kw * cig <= pc + kc)
-              len = g.kw * cig;
+            int64_t len = cig - ci;
+            // The rest of a window row inside the image is one contiguous run (NHWC, no
+            // dilation, ungrouped): its taps of all channels at once.
+            if (g.dilation_w == 1 && g.groups == 1 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+              len = std::min(g.kw - kx, g.w - ix) * cig - ci;
+            len = std::min(len, pc + kc - p);
             float* out = dst + p;
             if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
               const float* in = xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci;

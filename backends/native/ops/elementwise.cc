@@ -108,6 +108,26 @@ Status Div(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Te
 
 Status Pow(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  if (in[0]->type() == DataType::kFp32 && in[1]->type() == DataType::kFp32 &&
+      in[1]->elements() == 1 && in[1]->shape().size() <= in[0]->shape().size()) {
+    // A square or a square root (spectrograms, norms): no pow per element.
+    const float e = in[1]->data<float>()[0];
+    const Tensor& x = *in[0];
+    if (e == 2.f || e == 0.5f || e == 1.f) {
+      Tensor y = Tensor::Uninitialized(DataType::kFp32, x.shape());
+      const float* px = x.data<float>();
+      float* py = y.mutable_data<float>();
+      const int64_t n = x.elements();
+      if (e == 2.f)
+        for (int64_t k = 0; k < n; ++k) py[k] = px[k] * px[k];
+      else if (e == 0.5f)
+        for (int64_t k = 0; k < n; ++k) py[k] = std::sqrt(px[k]);
+      else
+        for (int64_t k = 0; k < n; ++k) py[k] = px[k];
+      out[0] = std::move(y);
+      return Status::Ok();
+    }
+  }
   if (in[0]->type() == in[1]->type())
     return Binary(node, in, out, [](auto tag) {
       using T = decltype(tag);
