@@ -96,6 +96,7 @@ class Graph {
   Status RunPasses(const GraphOptions& options);
   Status FoldConstants();
   Status FoldBatchNorms();
+  void FuseHardSwishes();
   void FuseConvEpilogues();
   void FuseGemmActivations();
   void RemoveDeadNodes();

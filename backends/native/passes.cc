@@ -17,6 +17,7 @@ namespace nereid::native {
 Status Graph::RunPasses(const GraphOptions& options) {
   RETURN_IF_ERROR(FoldConstants());   // constant subgraphs (shape arithmetic) computed once
   RETURN_IF_ERROR(FoldBatchNorms());  // Conv -> BatchNormalization: scaled weights and bias
+  FuseHardSwishes();                  // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
   FuseConvEpilogues();                // Conv -> Add(residual) -> Relu/Clip: one node
   FuseGemmActivations();              // Gemm -> Relu/Sigmoid: one node
   RemoveDeadNodes();                  // nothing reads them
@@ -129,6 +130,67 @@ Status Graph::FoldBatchNorms() {
   nodes_ = std::move(kept);
   if (folded) pass_log_.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
   return Status::Ok();
+}
+
+// ---- HardSwish written out --------------------------------------------------------------------
+
+void Graph::FuseHardSwishes() {
+  // Exporters (Paddle, older PyTorch) write HardSwish as Add(x, 3) -> Clip(0, 6) -> Mul(x, .) ->
+  // Div(., 6) (or Mul(., 1/6)). The four become one HardSwish node, which a Conv's epilogue can
+  // then take.
+  const std::vector<int> readers = Readers();
+  std::map<int, size_t> producer;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int id : nodes_[i].outputs)
+      if (id >= 0) producer[id] = i;
+  auto scalar = [&](int id, float want) {
+    if (!IsConstant(id) || constants_[id].type() != DataType::kFp32 ||
+        constants_[id].elements() != 1)
+      return false;
+    const float v = constants_[id].data<float>()[0];
+    return std::abs(v - want) <= 1e-6f * std::abs(want);
+  };
+  auto made_by = [&](int id, const char* op) -> Node* {
+    auto it = producer.find(id);
+    if (it == producer.end() || readers[id] != 1) return nullptr;
+    Node& n = nodes_[it->second];
+    return n.op.op_type() == op && n.outputs.size() == 1 ? &n : nullptr;
+  };
+  const OpDef* hard_swish = FindOpDef("HardSwish");
+  std::vector<bool> dead(nodes_.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& last = nodes_[i];
+    const std::string& op = last.op.op_type();
+    if (last.inputs.size() != 2 || last.outputs.size() != 1) continue;
+    if (!((op == "Div" && scalar(last.inputs[1], 6.f)) ||
+          (op == "Mul" && scalar(last.inputs[1], 1.f / 6.f))))
+      continue;
+    Node* mul = made_by(last.inputs[0], "Mul");
+    if (mul == nullptr || mul->inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int x = mul->inputs[side];
+      Node* clip = made_by(mul->inputs[1 - side], "Clip");
+      if (clip == nullptr || clip->inputs.size() != 3 || clip->op.opset() < 11 ||
+          !scalar(clip->inputs[1], 0.f) || !scalar(clip->inputs[2], 6.f))
+        continue;
+      Node* add = made_by(clip->inputs[0], "Add");
+      if (add == nullptr || add->inputs.size() != 2) continue;
+      const bool x_first = add->inputs[0] == x && scalar(add->inputs[1], 3.f);
+      const bool x_second = add->inputs[1] == x && scalar(add->inputs[0], 3.f);
+      if (!x_first && !x_second) continue;
+      for (Node* n : {mul, clip, add}) dead[n - nodes_.data()] = true;
+      last = MakeNode("HardSwish", last.op.name() + ".hard_swish", hard_swish->fn, {x},
+                      {last.outputs[0]});
+      ++fused;
+      break;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+  if (fused) pass_log_.push_back("HardSwish patterns fused: " + std::to_string(fused));
 }
 
 // ---- fused epilogues ----------------------------------------------------------------------------

@@ -58,12 +58,27 @@ inline int DepthwiseTaps(const Conv2dGeometry& g, const float* x, const float* t
 }
 
 #if defined(__x86_64__)
+// Activate() on 16 lanes.
 __attribute__((target("avx512f"), always_inline)) inline __m512 Activate512(int activation,
                                                                             __m512 v, __m512 zero,
                                                                             __m512 lo, __m512 hi) {
-  if (activation == GemmEpilogue::kRelu) return _mm512_max_ps(v, zero);
-  if (activation == GemmEpilogue::kClip) return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-  return v;
+  const __m512 one = _mm512_set1_ps(1.f);
+  switch (activation) {
+    case GemmEpilogue::kRelu:
+      return _mm512_max_ps(v, zero);
+    case GemmEpilogue::kClip:
+      return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    case GemmEpilogue::kLeakyRelu:
+      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, lo);
+    case GemmEpilogue::kHardSigmoid:
+      return _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(lo, v, hi), zero), one);
+    case GemmEpilogue::kHardSwish: {
+      const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
+      return _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(t, zero), one));
+    }
+    default:
+      return v;
+  }
 }
 
 // One output row (NHWC) with AVX-512: per pixel, channels in blocks of 64 (four accumulators kept

@@ -135,6 +135,10 @@ def test_every_cnn_runs_on_the_native_engine(vision_server):
         assert f"BatchNormalization folded into Conv: {convs};" in line, line
         assert f"fused: {residuals} residual Add, {activations} activation" in line, line
         assert f"channels-last: {convs} Conv, 2 layout conversions" in line, line
+    if "ocr_direction" in REAL:  # Paddle's HardSwish as Add/Clip/Mul/Div, then into the Convs
+        line = next(ln for ln in log.splitlines() if "model 'ocr_direction': graph passes:" in ln)
+        assert "HardSwish patterns fused: 18;" in line, line
+        assert "fused: 7 residual Add, 24 activation" in line, line
 
 
 def test_a_refused_attribute_sends_the_model_to_onnxruntime(vision_server):

@@ -96,11 +96,13 @@ TEST_P(ConvKernel, MatchesDirectLoops) {
   for (const std::string& kernel : SgemmKernels()) {  // every GEMM micro-kernel this CPU has
     ASSERT_TRUE(UseSgemmKernel(kernel));
     const ConvWeights weights(w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups);
-    for (int act = 0; act < 3; ++act)
+    for (int act = 0; act <= GemmEpilogue::kHardSwish; ++act)
       for (bool with_residual : {false, true}) {
         GemmEpilogue ep;
         ep.activation = static_cast<GemmEpilogue::Activation>(act);
-        ep.lo = -0.25f, ep.hi = 0.5f;
+        ep.lo = -0.25f, ep.hi = 0.5f;  // Clip's bounds
+        if (act == GemmEpilogue::kLeakyRelu) ep.lo = 0.1f;
+        if (act == GemmEpilogue::kHardSigmoid) ep.lo = 0.2f;
         const std::vector<float> zeros(residual.size(), 0.f);
         const auto want = Reference(c, g, x, w, bias, with_residual ? residual : zeros, ep);
         std::vector<float> got(want.size(), NAN);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "ops/op.h"
@@ -316,19 +317,28 @@ Status Clip(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   for (size_t i = 1; i < in.size() && i < 3; ++i)
     if (in[i] != nullptr && (in[i]->type() != x.type() || in[i]->elements() != 1))
       return node.Error("min and max must be scalars of the input's type");
-  return UnaryNumeric(node, in, out, [&](auto v) -> decltype(v) {
-    using T = decltype(v);
+  Tensor y = Tensor::Uninitialized(x.type(), x.shape());
+  RETURN_IF_ERROR(DispatchNumeric(node, x.type(), [&](auto tag) -> Status {
+    using T = decltype(tag);
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
     if (node.opset() < 11) {
       lo = static_cast<T>(node.AttrFloat("min", -std::numeric_limits<float>::max()));
       hi = static_cast<T>(node.AttrFloat("max", std::numeric_limits<float>::max()));
     } else {
-      if (in.size() > 1 && in[1] != nullptr) lo = in[1]->template data<T>()[0];
-      if (in.size() > 2 && in[2] != nullptr) hi = in[2]->template data<T>()[0];
+      if (in.size() > 1 && in[1] != nullptr) lo = in[1]->data<T>()[0];
+      if (in.size() > 2 && in[2] != nullptr) hi = in[2]->data<T>()[0];
     }
-    if (v != v) return v;
-    return v < lo ? lo : (v > hi ? hi : v);
-  });
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    const int64_t n = x.elements();
+    for (int64_t i = 0; i < n; ++i) {  // (NaN stays NaN)
+      const T v = px[i] < lo ? lo : px[i];
+      py[i] = v > hi ? hi : v;
+    }
+    return Status::Ok();
+  }));
+  out[0] = std::move(y);
+  return Status::Ok();
 }
 
 Status Relu(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
