@@ -2,7 +2,7 @@
 // (bench/native_vs_ort.py runs both on the same inputs) and its outputs against ORT's.
 //
 //   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
-//                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last]
+//                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last] [--threads=N]
 // --feeds gives every input instead (models with several): records of u32 name length, name,
 // u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
 // The model's first input gets [batch, dims from the file...] (other variable dims 1), or
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/parallel.h"
 #include "graph.h"
 
 int main(int argc, char** argv) {
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   std::string model, input_file, output_file, feeds_file;
   std::vector<int64_t> shape_flag;
   int64_t batch = 1;
-  int iterations = 20;
+  int iterations = 20, threads = 1;
   nereid::native::GraphOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
         shape_flag.push_back(std::atoll(list.substr(at, comma - at).c_str()));
         at = comma + 1;
       }
+    } else if (a.rfind("--threads=", 0) == 0) {
+      threads = std::atoi(value("--threads=").c_str());
     } else if (a == "--int8") {
       options.int8_weights = true;
     } else if (a == "--no-channels-last") {
@@ -109,6 +112,10 @@ int main(int argc, char** argv) {
   const std::string out_name = (*graph)->outputs()[0].name;
   std::vector<Tensor> results;
   std::vector<double> times;
+  // Intra-op threads: a team made current for this thread, as the backend does per instance.
+  std::unique_ptr<nereid::kernels::ThreadTeam> team;
+  if (threads > 1) team = std::make_unique<nereid::kernels::ThreadTeam>(threads);
+  nereid::kernels::ParallelScope scope(team.get());
   for (int it = 0; it < std::max(iterations, 1); ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     auto s = (*graph)->Run(feeds, {out_name}, &results);

@@ -9,9 +9,9 @@ MODEL.onnx:3,48,320 gives the first input's dims after the batch (for variable o
 inputs get their declared shapes (variable dims 1) and random values.
 
 For each model and batch: ORT (CPU provider, intra-op threads --threads, all graph
-optimizations) and bench_native alternate --rounds times, each timing --iterations runs after a
-warm-up; the table shows the median of the per-round medians. The native engine is single-
-threaded today, so compare it at --threads=1. Exit status 1 when an output differs beyond
+optimizations) and bench_native (the same number of threads: its intra-op team) alternate
+--rounds times, each timing --iterations runs after a warm-up; the table shows the median of the
+per-round medians. Exit status 1 when an output differs beyond
 --rtol/--atol (documented per precision in docs/native-engine.md).
 """
 
@@ -76,8 +76,9 @@ def dummy(meta, shape_override, batch, seed):
     return rng.uniform(-1, 1, shape).astype(np.float32)
 
 
-def native_run(binary, model, iterations, feeds_file, output_file, int8):
+def native_run(binary, model, iterations, feeds_file, output_file, int8, threads):
     cmd = [binary, f"--model={model}", f"--iterations={iterations + 1}", f"--feeds={feeds_file}",
+           f"--threads={threads}",
            f"--output={output_file}"] + (["--int8"] if int8 else [])
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
@@ -118,7 +119,8 @@ def main():
                     for _ in range(args.rounds):
                         ort_times.append(ort_time(sess, feeds, args.iterations))
                         native_times.append(native_run(args.bench_native, path, args.iterations,
-                                                       feeds_file, y_file, args.int8))
+                                                       feeds_file, y_file, args.int8,
+                                                       args.threads))
                 except RuntimeError as e:
                     print(f"{os.path.basename(path)[:24]:<24} {batch:>5}  REFUSED OR FAILED: {e}")
                     failed = True

@@ -14,6 +14,7 @@
 #include "common/config_json.h"
 #include "common/graph_check.h"
 #include "cpu/gemm.h"
+#include "cpu/parallel.h"
 #include "graph.h"
 #include "variants.h"
 #ifdef NEREID_NATIVE_GPU
@@ -35,6 +36,7 @@ void Log(NereidLogLevel level, const std::string& message) { backend::Log(level,
 // The config's inputs, outputs and batch size (ModelIo), the loaded graph, and the GPU builds.
 struct ModelState : backend::ModelIo {
   std::unique_ptr<Graph> graph;
+  int intra_op_threads = 1;
   std::string precision = "fp32";  // config parameter "precision" (the GPU engine's float math)
   std::string path;                // the ONNX file
   // Precision variants ("nereid.precision_variants"; docs/precision.md): the server picks one per
@@ -61,6 +63,8 @@ struct ModelState : backend::ModelIo {
 };
 
 struct InstanceState {
+  // CPU instances with intra_op_thread_count > 1: the threads the kernels split their loops over.
+  std::unique_ptr<kernels::ThreadTeam> team;
 #ifdef NEREID_NATIVE_GPU
   std::vector<GpuInstancePtr> gpus;  // KIND_GPU instances: one per precision (null: refused)
 #endif
@@ -279,6 +283,11 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   RETURN_IF_ERROR(
       backend::CheckAgainstGraph(*state, state->graph->inputs(), state->graph->outputs()));
   state->precision = precision;
+  // Threads per CPU instance inside one op (the ONNX Runtime backend's parameter, so configs carry
+  // over): absent or 0, one; instance_group counts scale across requests instead.
+  ASSIGN_OR_RETURN(state->intra_op_threads,
+                   backend::IntParameter(name, config, "intra_op_thread_count", 0, 256, 1));
+  state->intra_op_threads = std::max(state->intra_op_threads, 1);
   state->variants = std::move(variants);
   // The CPU's int8 graph serves CPU instances and the guard where it measures on the CPU.
   if (HasCpuInstances(config) &&
@@ -301,7 +310,8 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
                : std::string("SGEMM micro-kernel ") + kernels::SgemmKernelName() +
                      (state->int8_graph
                           ? std::string(", int8 micro-kernel ") + kernels::GemmInt8KernelName()
-                          : std::string())));
+                          : std::string())) +
+          "; " + std::to_string(state->intra_op_threads) + " intra-op thread(s) per CPU instance");
   // What the graph passes did: folded, fused and converted groups (docs/native-engine.md).
   std::string passes;
   for (const auto& line : state->graph->pass_log()) passes += (passes.empty() ? "" : "; ") + line;
@@ -493,11 +503,13 @@ struct NativeBackend {
   static backend::StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model) {
     return native::InitializeModel(model);
   }
-  // CPU instances need no state (the graph is immutable and Run keeps all scratch on its own
-  // stack); GPU instances own a stream, device buffers and captured graphs.
+  // CPU instances own only their intra-op thread team (the graph is immutable and Run keeps its
+  // scratch per thread); GPU instances own a stream, device buffers and captured graphs.
   static backend::StatusOr<std::unique_ptr<Instance>> CreateInstance(
       NereidInstance* instance, [[maybe_unused]] Model& model) {
     auto state = std::make_unique<Instance>();
+    if (NereidInstanceGetKind(instance) != NEREID_INSTANCE_GPU && model.intra_op_threads > 1)
+      state->team = std::make_unique<nereid::kernels::ThreadTeam>(model.intra_op_threads);
     if (NereidInstanceGetKind(instance) == NEREID_INSTANCE_GPU) {
 #ifdef NEREID_NATIVE_GPU
       RETURN_IF_ERROR(native::InitializeGpuInstance(model, instance, *state));
@@ -519,6 +531,7 @@ struct NativeBackend {
                                      failed);
     }
 #endif
+    nereid::kernels::ParallelScope scope(instance.team.get());
     return native::ExecuteBatch(model, model.CpuGraph(variant), requests, count, failed);
   }
 };

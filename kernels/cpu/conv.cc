@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "cpu/cpu_features.h"
+#include "cpu/parallel.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -159,8 +160,8 @@ void DepthwiseNhwc(const Conv2dGeometry& g, const float* x, const float* taps, c
 #if defined(__x86_64__)
   if (HasAvx512F()) row = DepthwiseRowAvx512;
 #endif
-  for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t oy = 0; oy < g.oh; ++oy) row(g, x, taps, bias, residual, ep, y, b, oy);
+  ParallelFor(g.n * g.oh,
+              [&](int64_t r) { row(g, x, taps, bias, residual, ep, y, r / g.oh, r % g.oh); });
 }
 
 }  // namespace

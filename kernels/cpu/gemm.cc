@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "cpu/cpu_features.h"
+#include "cpu/parallel.h"
 
 namespace nereid::kernels {
 namespace {
@@ -903,6 +904,45 @@ NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const
 
 }  // namespace
 
+namespace {
+
+// Per thread: the gathered rows of A and (without row kernels) their packed panels.
+thread_local Buffer t_scratch, t_packed_a;
+thread_local size_t t_scratch_size = 0, t_packed_a_size = 0;
+
+// One MC-row block of C against columns [col0, col0 + cols) (NR-aligned) of one KC x NC block of
+// B: 'init' before the first K block, 'finish' after the last.
+template <typename Init, typename Finish>
+void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_block, float* c,
+                int64_t ldc, int64_t ic, int64_t mc, int64_t jc, int64_t col0, int64_t cols,
+                int64_t pc, int64_t kc, bool last, const Init& init, const Finish& finish) {
+  const size_t need = static_cast<size_t>(cfg.mc) * cfg.kc;
+  if (t_scratch_size < need) t_scratch = AllocAligned(t_scratch_size = need);
+  if (cfg.rows == nullptr && t_packed_a_size < need)
+    t_packed_a = AllocAligned(t_packed_a_size = need);
+  if (pc == 0) init(ic, jc + col0, mc, cols);
+  int64_t lda = 0;
+  const float* a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
+  if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
+  for (int64_t jr = col0; jr < col0 + cols; jr += cfg.nr) {
+    const float* bp = b_block + jr * kc;
+    const int64_t width = std::min(cfg.nr, col0 + cols - jr);
+    for (int64_t ir = 0; ir < mc; ir += cfg.mr) {
+      const int64_t rows = std::min(cfg.mr, mc - ir);
+      float* ct = c + (ic + ir) * ldc + jc + jr;
+      if (cfg.rows != nullptr) {
+        cfg.rows[rows](kc, a_block + ir * lda, lda, bp, 1.f, ct, ldc, rows, width);
+      } else {
+        const MicroKernel fn = rows < cfg.mr && cfg.partial ? cfg.partial[rows] : cfg.fn;
+        fn(kc, t_packed_a.get() + ir * kc, bp, 1.f, ct, ldc, rows, width);
+      }
+    }
+  }
+  if (last) finish(ic, jc + col0, mc, cols);
+}
+
+}  // namespace
+
 void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
                       int64_t ldc, const GemmEpilogue& ep) {
   const int64_t n = b.n(), k = b.k();
@@ -917,7 +957,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
     if (ep.activation == GemmEpilogue::kNone) return;
     for (int64_t i = ic; i < ic + mc; ++i) EpilogueFinish(c + i * ldc + jc, nc, ep);
   };
-  const int64_t mr = cfg.mr, nr = cfg.nr, kKc = cfg.kc, kMc = cfg.mc, kNc = cfg.nc;
+  const int64_t kKc = cfg.kc, kMc = cfg.mc, kNc = cfg.nc;
   if (k <= 0) {  // no products: C is the epilogue of zero
     for (int64_t ic = 0; ic < m; ic += kMc) {
       init(ic, 0, std::min(kMc, m - ic), n);
@@ -925,39 +965,28 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
     }
     return;
   }
-  thread_local Buffer scratch, packed_a;
-  thread_local size_t scratch_size = 0, packed_a_size = 0;
-  const size_t need = static_cast<size_t>(kMc) * kKc;
-  if (scratch_size < need) scratch = AllocAligned(scratch_size = need);
-  if (cfg.rows == nullptr && packed_a_size < need) packed_a = AllocAligned(packed_a_size = need);
+  // Work items: row blocks of C times column parts, each through all of K (one ParallelFor per
+  // NC block, no barrier per K block). Few row blocks (late layers, batch 1) split the columns
+  // too, in NR-wide parts, so every thread of the team has work.
+  const int64_t row_blocks = (m + kMc - 1) / kMc;
+  const int threads = ParallelThreads();
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
-    for (int64_t pc = 0; pc < k; pc += kKc) {
-      const int64_t kc = std::min(kKc, k - pc);
-      const float* b_block = b.Block(jc, pc);
-      for (int64_t ic = 0; ic < m; ic += kMc) {
-        const int64_t mc = std::min(kMc, m - ic);
-        if (pc == 0) init(ic, jc, mc, nc);
-        int64_t lda = 0;
-        const float* a_block = rows_a(ic, mc, pc, kc, scratch.get(), &lda);
-        if (cfg.rows == nullptr) PackA(mr, false, a_block, lda, mc, kc, packed_a.get());
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const float* bp = b_block + jr * kc;
-          const int64_t cols = std::min(nr, nc - jr);
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            const int64_t rows = std::min(mr, mc - ir);
-            float* ct = c + (ic + ir) * ldc + jc + jr;
-            if (cfg.rows != nullptr) {
-              cfg.rows[rows](kc, a_block + ir * lda, lda, bp, 1.f, ct, ldc, rows, cols);
-            } else {
-              const MicroKernel fn = rows < mr && cfg.partial ? cfg.partial[rows] : cfg.fn;
-              fn(kc, packed_a.get() + ir * kc, bp, 1.f, ct, ldc, rows, cols);
-            }
-          }
-        }
-        if (pc + kc >= k) finish(ic, jc, mc, nc);
+    const int64_t panels = (nc + cfg.nr - 1) / cfg.nr;
+    const int64_t parts = row_blocks >= 2 * threads
+                              ? 1
+                              : std::min(panels, (2 * threads + row_blocks - 1) / row_blocks);
+    const int64_t per_part = (panels + parts - 1) / parts * cfg.nr;
+    ParallelFor(row_blocks * parts, [&](int64_t item) {
+      const int64_t ic = (item / parts) * kMc, col0 = (item % parts) * per_part;
+      if (col0 >= nc) return;
+      const int64_t cols = std::min(per_part, nc - col0);
+      for (int64_t pc = 0; pc < k; pc += kKc) {
+        const int64_t kc = std::min(kKc, k - pc);
+        FusedBlock(cfg, rows_a, b.Block(jc, pc), c, ldc, ic, std::min(kMc, m - ic), jc, col0, cols,
+                   pc, kc, pc + kc >= k, init, finish);
       }
-    }
+    });
   }
 }
 

@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "cpu/parallel.h"
 
 namespace nereid::kernels {
 namespace {
@@ -129,6 +132,42 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
                       Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},   // 7x7, many outputs (N blocks)
                       Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1}));  // depth past one K block
+
+TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsInline) {
+  ThreadTeam team(4);
+  for (int64_t count : {0, 1, 3, 1000}) {
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(count));
+    team.Run(count, [&](int64_t i) {
+      // A ParallelFor inside the team's work runs inline (no nested team, no deadlock).
+      ParallelScope scope(&team);
+      int64_t inner = 0;
+      ParallelFor(3, [&](int64_t) { ++inner; });
+      EXPECT_EQ(inner, 3);
+      seen[i]++;
+    });
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+  }
+}
+
+TEST(ThreadTeam, ConvolutionsAgreeWithOneThread) {
+  std::mt19937 rng(9);
+  Conv2dGeometry g;
+  g.n = 2, g.h = g.w = 14, g.c_in = 32, g.c_out = 48, g.kh = g.kw = 3;
+  g.pad_top = g.pad_left = 1, g.oh = g.ow = 14;
+  const auto x = Random(static_cast<size_t>(g.n * g.h * g.w * g.c_in), rng);
+  const auto w = Random(static_cast<size_t>(g.c_out * g.c_in * 9), rng);
+  const ConvWeights weights(w.data(), g.c_out, g.c_in, 3, 3, 1);
+  std::vector<float> one(static_cast<size_t>(g.n * g.oh * g.ow * g.c_out)), four(one.size());
+  ConvNhwc(g, x.data(), weights, nullptr, nullptr, GemmEpilogue{}, one.data());
+  ThreadTeam team(4);
+  {
+    ParallelScope scope(&team);
+    EXPECT_EQ(ParallelThreads(), 4);
+    ConvNhwc(g, x.data(), weights, nullptr, nullptr, GemmEpilogue{}, four.data());
+  }
+  EXPECT_EQ(ParallelThreads(), 1);
+  EXPECT_EQ(one, four);  // the same blocks in the same order per element: bit-identical
+}
 
 TEST(Pool, MaxAndAverageMatchDirectLoops) {
   std::mt19937 rng(5);
