@@ -22,7 +22,9 @@ BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
 # GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
 # scripts/gpu_device_run.sh.
 # SERVE_ONLY=1: neither (the server, its backends and perf_analyzer; scripts/device_model_analyzer.sh).
+# NATIVE_BENCH=1: bench_native, for the native engine against ONNX Runtime (bench/native_device.sh).
 if [ -n "${SERVE_ONLY:-}" ]; then EXTRA=()
+elif [ -n "${NATIVE_BENCH:-}" ]; then EXTRA=(bench_native)
 elif [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu); else EXTRA=(bench_gemm); fi
 for b in "${EXTRA[@]}"; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
 # Every shared library the binaries link, except glibc's, the C++ runtime (newer on the device)

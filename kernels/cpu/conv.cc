@@ -223,51 +223,63 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   }
 }
 
-NEREID_VECTOR_CLONES void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y) {
+namespace {
+
+NEREID_VECTOR_CLONES void MaxPoolRow(const Conv2dGeometry& g, const float* x, float* y, int64_t b,
+                                     int64_t oy) {
   const int64_t c = g.c_in;
-  for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * c;
-        std::fill(out, out + c, -std::numeric_limits<float>::infinity());
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-            if (ix < 0 || ix >= g.w) continue;
-            const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * c;
-            for (int64_t ch = 0; ch < c; ++ch) out[ch] = std::max(out[ch], src[ch]);
-          }
-        }
+  for (int64_t ox = 0; ox < g.ow; ++ox) {
+    float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * c;
+    std::fill(out, out + c, -std::numeric_limits<float>::infinity());
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+        if (ix < 0 || ix >= g.w) continue;
+        const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * c;
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] = std::max(out[ch], src[ch]);
       }
+    }
+  }
 }
 
-NEREID_VECTOR_CLONES void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad,
-                                          int64_t pad_bottom, int64_t pad_right, const float* x,
-                                          float* y) {
+NEREID_VECTOR_CLONES void AveragePoolRow(const Conv2dGeometry& g, bool count_include_pad,
+                                         int64_t pad_bottom, int64_t pad_right, const float* x,
+                                         float* y, int64_t b, int64_t oy) {
   const int64_t c = g.c_in;
-  for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
-        const int64_t y1 = std::min(y0 + g.kh, g.h + pad_bottom);
-        const int64_t x1 = std::min(x0 + g.kw, g.w + pad_right);
-        const int64_t ys = std::max<int64_t>(y0, 0), ye = std::min(y1, g.h);
-        const int64_t xs = std::max<int64_t>(x0, 0), xe = std::min(x1, g.w);
-        const int64_t count = count_include_pad
-                                  ? (y1 - y0) * (x1 - x0)
-                                  : std::max<int64_t>(ye - ys, 0) * std::max<int64_t>(xe - xs, 0);
-        float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * c;
-        std::fill(out, out + c, 0.f);
-        for (int64_t iy = ys; iy < ye; ++iy)
-          for (int64_t ix = xs; ix < xe; ++ix) {
-            const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * c;
-            for (int64_t ch = 0; ch < c; ++ch) out[ch] += src[ch];
-          }
-        const float scale = count > 0 ? 1.f / static_cast<float>(count) : 0.f;
-        for (int64_t ch = 0; ch < c; ++ch) out[ch] *= scale;
+  for (int64_t ox = 0; ox < g.ow; ++ox) {
+    const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+    const int64_t y1 = std::min(y0 + g.kh, g.h + pad_bottom);
+    const int64_t x1 = std::min(x0 + g.kw, g.w + pad_right);
+    const int64_t ys = std::max<int64_t>(y0, 0), ye = std::min(y1, g.h);
+    const int64_t xs = std::max<int64_t>(x0, 0), xe = std::min(x1, g.w);
+    const int64_t count = count_include_pad
+                              ? (y1 - y0) * (x1 - x0)
+                              : std::max<int64_t>(ye - ys, 0) * std::max<int64_t>(xe - xs, 0);
+    float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * c;
+    std::fill(out, out + c, 0.f);
+    for (int64_t iy = ys; iy < ye; ++iy)
+      for (int64_t ix = xs; ix < xe; ++ix) {
+        const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * c;
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] += src[ch];
       }
+    const float scale = count > 0 ? 1.f / static_cast<float>(count) : 0.f;
+    for (int64_t ch = 0; ch < c; ++ch) out[ch] *= scale;
+  }
+}
+
+}  // namespace
+
+void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y) {
+  ParallelFor(g.n * g.oh, [&](int64_t r) { MaxPoolRow(g, x, y, r / g.oh, r % g.oh); });
+}
+
+void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pad_bottom,
+                     int64_t pad_right, const float* x, float* y) {
+  ParallelFor(g.n * g.oh, [&](int64_t r) {
+    AveragePoolRow(g, count_include_pad, pad_bottom, pad_right, x, y, r / g.oh, r % g.oh);
+  });
 }
 
 NEREID_VECTOR_CLONES void GlobalAveragePoolNhwc(int64_t n, int64_t hw, int64_t c, const float* x,

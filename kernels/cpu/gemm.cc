@@ -970,6 +970,39 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   // too, in NR-wide parts, so every thread of the team has work.
   const int64_t row_blocks = (m + kMc - 1) / kMc;
   const int threads = ParallelThreads();
+  // With column parts, each part would gather the same rows of A again: when A is gathered (not
+  // a view of the caller's memory), it is gathered once, whole (M x K, small when M is), and the
+  // parts read it.
+  RowsAFn shared_rows;
+  Buffer gathered;
+  if (threads > 1 && row_blocks < 2 * threads) {
+    thread_local Buffer probe;
+    thread_local size_t probe_size = 0;
+    const size_t need = static_cast<size_t>(kMc) * kKc;
+    if (probe_size < need) probe = AllocAligned(probe_size = need);
+    int64_t lda = 0;
+    if (rows_a(0, std::min(kMc, m), 0, std::min(kKc, k), probe.get(), &lda) == probe.get()) {
+      gathered = AllocAligned(static_cast<size_t>(m * k));
+      float* all = gathered.get();
+      const int64_t k_blocks = (k + kKc - 1) / kKc;
+      ParallelFor(row_blocks * k_blocks, [&](int64_t item) {
+        const int64_t ic = (item / k_blocks) * kMc, pc = (item % k_blocks) * kKc;
+        const int64_t mc = std::min(kMc, m - ic), kc = std::min(kKc, k - pc);
+        thread_local Buffer block;
+        thread_local size_t block_size = 0;
+        if (block_size < need) block = AllocAligned(block_size = need);
+        int64_t ld = 0;
+        const float* rows = rows_a(ic, mc, pc, kc, block.get(), &ld);
+        for (int64_t r = 0; r < mc; ++r)
+          std::memcpy(all + (ic + r) * k + pc, rows + r * ld, static_cast<size_t>(kc) * 4);
+      });
+      shared_rows = [all, k](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
+        *ld = k;
+        return static_cast<const float*>(all + i0 * k + pc);
+      };
+    }
+  }
+  const RowsAFn& rows = shared_rows ? shared_rows : rows_a;
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
     const int64_t panels = (nc + cfg.nr - 1) / cfg.nr;
@@ -983,7 +1016,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
       const int64_t cols = std::min(per_part, nc - col0);
       for (int64_t pc = 0; pc < k; pc += kKc) {
         const int64_t kc = std::min(kKc, k - pc);
-        FusedBlock(cfg, rows_a, b.Block(jc, pc), c, ldc, ic, std::min(kMc, m - ic), jc, col0, cols,
+        FusedBlock(cfg, rows, b.Block(jc, pc), c, ldc, ic, std::min(kMc, m - ic), jc, col0, cols,
                    pc, kc, pc + kc >= k, init, finish);
       }
     });

@@ -1,10 +1,28 @@
 #include "cpu/parallel.h"
 
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace nereid::kernels {
 
 namespace {
 thread_local ThreadTeam* t_team = nullptr;
 thread_local bool t_in_team_work = false;  // a worker's own loops run inline (no nesting)
+
+inline void Pause() {
+#if defined(__x86_64__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// How long an idle worker, or the caller waiting for the others, spins before it sleeps: a model's
+// ops follow each other within microseconds, and a futex wake-up costs tens of them per op.
+constexpr auto kSpin = std::chrono::microseconds(200);
 }  // namespace
 
 ThreadTeam::ThreadTeam(int threads) {
@@ -15,12 +33,15 @@ ThreadTeam::~ThreadTeam() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-// Takes indices until none are left; counts the ones it finished.
+// Takes indices until none are left; counts the ones it finished. The job (fn_, count_, next_)
+// is read and claimed under the lock, so a worker late from the previous job takes the next
+// one's indices with the next one's function.
 void ThreadTeam::Drain() {
   for (;;) {
     int64_t i;
@@ -33,7 +54,10 @@ void ThreadTeam::Drain() {
     }
     (*fn)(i);
     std::lock_guard<std::mutex> lock(mu_);
-    if (++finished_ == count_) done_.notify_all();
+    if (++finished_ == count_) {
+      all_done_.store(true, std::memory_order_release);
+      done_.notify_all();
+    }
   }
 }
 
@@ -41,11 +65,18 @@ void ThreadTeam::Work() {
   t_in_team_work = true;
   uint64_t seen = 0;
   for (;;) {
+    // Spin a little on the generation (no lock), then sleep until it changes.
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (generation_.load(std::memory_order_acquire) == seen &&
+           std::chrono::steady_clock::now() < until)
+      for (int k = 0; k < 64; ++k) Pause();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      ++sleeping_;
+      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      --sleeping_;
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
     }
     Drain();
   }
@@ -57,17 +88,23 @@ void ThreadTeam::Run(int64_t count, const std::function<void(int64_t)>& fn) {
     for (int64_t i = 0; i < count; ++i) fn(i);
     return;
   }
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     count_ = count, next_ = 0, finished_ = 0;
-    ++generation_;
+    all_done_.store(false, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleeping_ > 0;
   }
-  wake_.notify_all();
+  if (wake) wake_.notify_all();
   const bool was = t_in_team_work;
   t_in_team_work = true;
   Drain();
   t_in_team_work = was;
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (!all_done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+    for (int k = 0; k < 64; ++k) Pause();
   std::unique_lock<std::mutex> lock(mu_);
   done_.wait(lock, [&] { return finished_ == count_; });
   fn_ = nullptr;

@@ -3,6 +3,7 @@
 // calls ParallelFor, which runs inline when no team is current (one thread: the default).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -31,10 +32,14 @@ class ThreadTeam {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
+  // The job, under mu_; generation_ changes (under mu_) when one is posted, so idle workers can
+  // spin on it without the lock.
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t count_ = 0, next_ = 0, finished_ = 0;
-  uint64_t generation_ = 0;
+  int sleeping_ = 0;
   bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> all_done_{false};
 };
 
 // Makes 'team' current for this thread while it lives (null: none).

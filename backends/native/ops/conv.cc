@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cpu/gemm.h"
+#include "cpu/parallel.h"
 
 namespace nereid::native {
 
@@ -25,8 +26,32 @@ std::vector<int64_t> LayoutShape(const OpNode& node, size_t rank, int64_t n, int
   return node.nhwc ? std::vector<int64_t>{n, h, w, c} : std::vector<int64_t>{n, c, h, w};
 }
 
+namespace {
+
+// [n, a, b] -> [n, b, a] for 4-byte elements, split over the current thread team by rows of the
+// output (NCHW <-> NHWC with a = c, b = h * w, or the reverse).
+void SwapLastTwo(const float* src, int64_t n, int64_t a, int64_t b, float* dst) {
+  constexpr int64_t kTile = 64;
+  const int64_t tiles = (b + kTile - 1) / kTile;
+  kernels::ParallelFor(n * tiles, [&](int64_t item) {
+    const int64_t image = item / tiles, b0 = (item % tiles) * kTile;
+    const int64_t b1 = std::min(b, b0 + kTile);
+    const float* s = src + image * a * b;
+    float* d = dst + image * a * b;
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = b0; j < b1; ++j) d[j * a + i] = s[i * b + j];
+  });
+}
+
+}  // namespace
+
 Tensor ToChannelsLast(const Tensor& x) {
   const auto& s = x.shape();
+  if (s.size() == 4 && DataTypeSize(x.type()) == 4) {
+    Tensor y = Tensor::Uninitialized(x.type(), {s[0], s[2], s[3], s[1]});
+    SwapLastTwo(x.data<float>(), s[0], s[1], s[2] * s[3], y.mutable_data<float>());
+    return y;
+  }
   const std::vector<int64_t> perm =
       s.size() == 4 ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1};
   std::vector<int64_t> shape;
@@ -41,6 +66,11 @@ Tensor ToChannelsFirst(const Tensor& x) {
   // [n, 1, 1, c] and [n, h, w, 1] are the same bytes in both layouts.
   if (s.size() == 4 && ((s[1] == 1 && s[2] == 1) || s[3] == 1))
     return x.View({s[0], s[3], s[1], s[2]});
+  if (s.size() == 4 && DataTypeSize(x.type()) == 4) {
+    Tensor y = Tensor::Uninitialized(x.type(), {s[0], s[3], s[1], s[2]});
+    SwapLastTwo(x.data<float>(), s[0], s[1] * s[2], s[3], y.mutable_data<float>());
+    return y;
+  }
   const std::vector<int64_t> perm =
       s.size() == 4 ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 1};
   std::vector<int64_t> shape;
