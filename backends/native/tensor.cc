@@ -155,6 +155,13 @@ int32_t ToOnnxType(DataType t) {
   return 0;
 }
 
+namespace {
+// memcpy that accepts an empty (possibly null) source.
+void CopyIn(uint8_t* dst, const void* src, size_t bytes) {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+}  // namespace
+
 StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
   const DataType type = FromOnnxType(proto.data_type());
   if (type == DataType::kInvalid || type == DataType::kBytes)
@@ -171,7 +178,7 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
       return InvalidArgument("tensor '" + proto.name() + "': raw_data has " +
                              std::to_string(proto.raw_data().size()) + " bytes, shape needs " +
                              std::to_string(bytes));
-    std::memcpy(t.mutable_raw(), proto.raw_data().data(), bytes);
+    CopyIn(t.mutable_raw(), proto.raw_data().data(), bytes);
     return t;
   }
   const int64_t n = t.elements();
@@ -184,15 +191,15 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto) {
   switch (type) {
     case DataType::kFp32:
       RETURN_IF_ERROR(check(proto.float_data_size()));
-      std::memcpy(t.mutable_raw(), proto.float_data().data(), bytes);
+      CopyIn(t.mutable_raw(), proto.float_data().data(), bytes);
       break;
     case DataType::kFp64:
       RETURN_IF_ERROR(check(proto.double_data_size()));
-      std::memcpy(t.mutable_raw(), proto.double_data().data(), bytes);
+      CopyIn(t.mutable_raw(), proto.double_data().data(), bytes);
       break;
     case DataType::kInt64:
       RETURN_IF_ERROR(check(proto.int64_data_size()));
-      std::memcpy(t.mutable_raw(), proto.int64_data().data(), bytes);
+      CopyIn(t.mutable_raw(), proto.int64_data().data(), bytes);
       break;
     case DataType::kUint32:
     case DataType::kUint64:

@@ -535,7 +535,9 @@ Status Pad(const OpNode& node, const std::vector<const Tensor*>& in, std::vector
   std::vector<int64_t> shape(rank);
   for (int64_t d = 0; d < rank; ++d) {
     const int64_t dim = x.shape()[d];
-    if (std::abs(pads[d]) > (int64_t{1} << 32) || std::abs(pads[d + rank]) > (int64_t{1} << 32))
+    constexpr int64_t kLimit = int64_t{1} << 32;  // (compared, not abs(): INT64_MIN)
+    if (pads[d] < -kLimit || pads[d] > kLimit || pads[d + rank] < -kLimit ||
+        pads[d + rank] > kLimit)
       return node.Error("pads out of range");
     shape[d] = dim + pads[d] + pads[d + rank];
     if (shape[d] < 0) return node.Error("pads crop more than the input has");
@@ -607,8 +609,8 @@ Status Split(const OpNode& node, const std::vector<const Tensor*>& in, std::vect
   }
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s < 0) return node.Error("negative split size");
-    total += s;
+    if (s < 0 || s > dim) return node.Error("split size " + std::to_string(s) + " out of range");
+    total += s;  // (at most 65536 sizes of at most dim each: no overflow)
   }
   if (static_cast<int64_t>(sizes.size()) != parts || total != dim)
     return node.Error("split sizes do not add up to the axis");
