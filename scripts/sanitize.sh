@@ -51,7 +51,7 @@ if [ ! -f build-tsan/build.ninja ]; then
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEREID_SANITIZE_THREAD=ON -DNEREID_CUDA=OFF
 fi
 ninja -C build-tsan nereid_unit_tests nereid_backend_native
-echo "== TSan: batcher and repository tests"
+echo "== TSan: batcher, repository and intra-op thread team tests"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" build-tsan/nereid_unit_tests \
-  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*:ModelControl*:InferApi*:ResponseCache*:EnergyLedger*:SequenceBatcher*:RateLimiter*' \
+  --gtest_filter='DecideBatch*:RequestQueue*:DynamicBatcher*:AdaptiveDelay*:RepositoryTest*:ModelControl*:InferApi*:ResponseCache*:EnergyLedger*:SequenceBatcher*:RateLimiter*:ThreadTeam*' \
   --gtest_repeat=5 --gtest_brief=1

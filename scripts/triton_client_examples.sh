@@ -27,12 +27,6 @@ sed -i "s/^platform: .*/backend: \"dyna_sequence\"/g" "$S/config.pbtxt"
 sed -i "/CONTROL_SEQUENCE_CORRID/{n;s/data_type:.*/data_type: TYPE_STRING/}" "$S/config.pbtxt"
 rm -f "$S/1/model.onnx"
 EX=$CLIENT_SRC/src/python/examples
-example() {  # FILE [ARGS...]: the example exits 0 and prints PASS
-  local out rc=0
-  out=$(cd "$WORK" && timeout 120 "$PY" "$EX/$1" "${@:2}" 2>&1) || rc=$?
-  echo "$out"
-  [ $rc = 0 ] && grep -q PASS <<<"$out" || { echo "FAIL: exit status $rc"; return 1; }
-}
 # The HTTP example counts seven models in the repository, the gRPC one eight: the eighth is
 # Triton's repeat_int32, which the later examples use.
 serve "$M" "$WORK/control.log" --model-control-mode=explicit

@@ -2,7 +2,7 @@
 # triton_qa_corrid.sh, triton_client_examples.sh, triton_qa_ensemble.sh,
 # triton_qa_model_config.sh, triton_qa_lifecycle.sh, triton_qa_rate_limiter.sh,
 # triton_qa_response_cache.sh, triton_qa_dyna_sequence.sh, triton_qa_implicit_state.sh,
-# triton_string_examples.sh, triton_ensemble_examples.sh): ROOT (this
+# triton_string_examples.sh, triton_ensemble_examples.sh, triton_image_examples.sh): ROOT (this
 # checkout), PY (its venv's Python), WORK (a scratch directory removed at exit), PID (the server
 # they start, stopped at exit, INT or TERM), serve / stop, qa_suite, qa_generate, and the tally of
 # cases (pass, total) with qa_case and qa_refused.
@@ -35,6 +35,14 @@ qa_suite() {
   mkdir -p "$WORK/qa"
   cp -r "$SRC/qa/common" "$SRC/qa/$1" "$WORK/qa/"
   echo "$WORK/qa/$1"
+}
+# example FILE [ARGS...]: Triton's client example $EX/FILE (EX set by the script) exits 0 and
+# prints PASS.
+example() {
+  local out rc=0
+  out=$(cd "$WORK" && timeout 120 "$PY" "$EX/$1" "${@:2}" 2>&1) || rc=$?
+  echo "$out"
+  [ $rc = 0 ] && grep -q PASS <<<"$out" || { echo "FAIL: exit status $rc"; return 1; }
 }
 stop() {
   kill "$PID" 2>/dev/null

@@ -82,12 +82,6 @@ rng = np.random.default_rng(0)
 for n in ('a', 'b'):
     Image.fromarray(rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)).save('$IMAGES/' + n + '.jpg')"
 EX=$CLIENT_SRC/src/python/examples
-example() {  # FILE [ARGS...]: the example exits 0 and prints PASS
-  local out rc=0
-  out=$(cd "$WORK" && timeout 120 "$PY" "$EX/$1" "${@:2}" 2>&1) || rc=$?
-  echo "$out"
-  [ $rc = 0 ] && grep -q PASS <<<"$out" || { echo "FAIL: exit status $rc"; return 1; }
-}
 serve "$M" "$WORK/server.log" --onnx-engine=auto
 grep -q "model 'resnet50' (configured for onnxruntime) runs on the native engine" "$WORK/server.log" ||
   { echo "resnet50 is not on the native engine"; tail -5 "$WORK/server.log"; exit 1; }

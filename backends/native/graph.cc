@@ -151,6 +151,7 @@ std::vector<int> Graph::Readers() {
 
 Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                   const std::vector<std::string>& fetch, std::vector<Tensor>* results) const {
+  RecycleScope recycle;  // (intermediate values freed here are reused by the next run)
   std::vector<Tensor> values(constants_.size());
   for (size_t i = 0; i < constants_.size(); ++i)
     if (constants_[i].valid()) values[i] = constants_[i];

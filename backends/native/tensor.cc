@@ -11,9 +11,11 @@ namespace nereid::native {
 
 namespace {
 
-// Buffers of 256 KiB and more are kept per thread after use (up to 128 MiB a thread) and handed
-// out again for the same size: an instance thread running the same graph again reuses its
-// activations' memory instead of faulting in fresh pages each request. Smaller ones go to malloc.
+// Buffers of 256 KiB and more freed inside Graph::Run (a RecycleScope) are kept by that thread (up
+// to 128 MiB a thread) and handed out again for the same size: an instance thread running the same
+// graph again reuses its activations' memory instead of faulting in fresh pages each request.
+// Buffers freed elsewhere (outputs, released by the thread that sends the response) and smaller
+// ones go back to malloc, so no thread that does not run graphs holds any.
 constexpr size_t kCachedFrom = size_t{256} << 10;
 constexpr size_t kCacheLimit = size_t{128} << 20;
 
@@ -25,6 +27,7 @@ struct BufferCache {
 // cache and clears the pointer, after which buffers go straight back to free().
 thread_local BufferCache* t_cache = nullptr;
 thread_local bool t_exiting = false;
+thread_local int t_recycling = 0;  // RecycleScope depth
 struct CacheGuard {
   ~CacheGuard() {
     t_exiting = true;
@@ -37,7 +40,7 @@ struct CacheGuard {
 thread_local CacheGuard t_guard;
 
 BufferCache* Cache() {
-  if (t_exiting) return nullptr;
+  if (t_exiting || t_recycling == 0) return nullptr;
   if (t_cache == nullptr) {
     (void)&t_guard;  // (constructs the guard: its destructor runs at thread exit)
     t_cache = new BufferCache();
@@ -70,6 +73,9 @@ void GiveBuffer(uint8_t* p, size_t bytes) {
 }
 
 }  // namespace
+
+RecycleScope::RecycleScope() { ++t_recycling; }
+RecycleScope::~RecycleScope() { --t_recycling; }
 
 Tensor Tensor::Uninitialized(DataType type, std::vector<int64_t> shape) {
   Tensor t;

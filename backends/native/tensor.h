@@ -78,6 +78,16 @@ class Tensor {
   int64_t elements_ = 0;   // the product of shape_ (kept: ops read it per loop)
 };
 
+// While one lives, large tensor buffers this thread frees are kept for its next allocations of the
+// same size (tensor.cc); Graph::Run holds one.
+class RecycleScope {
+ public:
+  RecycleScope();
+  ~RecycleScope();
+  RecycleScope(const RecycleScope&) = delete;
+  RecycleScope& operator=(const RecycleScope&) = delete;
+};
+
 // ONNX TensorProto element type <-> DataType (STRING is BYTES; kInvalid when unsupported).
 DataType FromOnnxType(int32_t onnx_type);
 int32_t ToOnnxType(DataType type);

@@ -40,10 +40,10 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
 
 namespace {
 
-// The taps of output pixel (b, oy, ox) inside the image: pointers to their input channels and
-// weights. Returns how many.
-inline int DepthwiseTaps(const Conv2dGeometry& g, const float* x, const float* taps, int64_t b,
-                         int64_t oy, int64_t ox, const float** src, const float** w) {
+// The window positions of output pixel (b, oy, ox) inside the image (an NHWC image of 'channels'):
+// each one's input pixel and its tap index (ky * kw + kx). Returns how many.
+inline int WindowPixels(const Conv2dGeometry& g, const float* x, int64_t channels, int64_t b,
+                        int64_t oy, int64_t ox, const float** src, int64_t* tap) {
   int count = 0;
   for (int64_t ky = 0; ky < g.kh; ++ky) {
     const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
@@ -51,10 +51,18 @@ inline int DepthwiseTaps(const Conv2dGeometry& g, const float* x, const float* t
     for (int64_t kx = 0; kx < g.kw; ++kx) {
       const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
       if (ix < 0 || ix >= g.w) continue;
-      src[count] = x + ((b * g.h + iy) * g.w + ix) * g.c_out;
-      w[count++] = taps + (ky * g.kw + kx) * g.c_out;
+      src[count] = x + ((b * g.h + iy) * g.w + ix) * channels;
+      tap[count++] = ky * g.kw + kx;
     }
   }
+  return count;
+}
+
+// The same for a depthwise convolution: input pixels and the weights of their taps.
+inline int DepthwiseTaps(const Conv2dGeometry& g, const float* x, const float* taps, int64_t b,
+                         int64_t oy, int64_t ox, const float** src, const float** w, int64_t* tap) {
+  const int count = WindowPixels(g, x, g.c_out, b, oy, ox, src, tap);
+  for (int t = 0; t < count; ++t) w[t] = taps + tap[t] * g.c_out;
   return count;
 }
 
@@ -91,12 +99,13 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
                                                            int64_t b, int64_t oy) {
   const int64_t c = g.c_out;
   std::vector<const float*> tap_src(static_cast<size_t>(g.kh * g.kw)), tap_w(tap_src.size());
+  std::vector<int64_t> tap_index(tap_src.size());
   const float** src = tap_src.data();
   const float** w = tap_w.data();
   const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
 
   for (int64_t ox = 0; ox < g.ow; ++ox) {
-    const int count = DepthwiseTaps(g, x, taps, b, oy, ox, src, w);
+    const int count = DepthwiseTaps(g, x, taps, b, oy, ox, src, w, tap_index.data());
     const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
     const float* res = residual ? residual + pixel * c : nullptr;
     float* out = y + pixel * c;
@@ -136,10 +145,11 @@ void DepthwiseRowPortable(const Conv2dGeometry& g, const float* x, const float* 
                           float* y, int64_t b, int64_t oy) {
   const int64_t c = g.c_out;
   std::vector<const float*> tap_src(static_cast<size_t>(g.kh * g.kw)), tap_w(tap_src.size());
+  std::vector<int64_t> tap_index(tap_src.size());
   const float** src = tap_src.data();
   const float** w = tap_w.data();
   for (int64_t ox = 0; ox < g.ow; ++ox) {
-    const int count = DepthwiseTaps(g, x, taps, b, oy, ox, src, w);
+    const int count = DepthwiseTaps(g, x, taps, b, oy, ox, src, w, tap_index.data());
     const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
     float* __restrict out = y + pixel * c;
     for (int64_t ch = 0; ch < c; ++ch)
@@ -228,18 +238,15 @@ namespace {
 NEREID_VECTOR_CLONES void MaxPoolRow(const Conv2dGeometry& g, const float* x, float* y, int64_t b,
                                      int64_t oy) {
   const int64_t c = g.c_in;
+  std::vector<const float*> pixels(static_cast<size_t>(g.kh * g.kw));
+  std::vector<int64_t> taps(pixels.size());
   for (int64_t ox = 0; ox < g.ow; ++ox) {
     float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * c;
     std::fill(out, out + c, -std::numeric_limits<float>::infinity());
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-        if (ix < 0 || ix >= g.w) continue;
-        const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * c;
-        for (int64_t ch = 0; ch < c; ++ch) out[ch] = std::max(out[ch], src[ch]);
-      }
+    const int count = WindowPixels(g, x, c, b, oy, ox, pixels.data(), taps.data());
+    for (int t = 0; t < count; ++t) {
+      const float* __restrict src = pixels[t];
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] = std::max(out[ch], src[ch]);
     }
   }
 }

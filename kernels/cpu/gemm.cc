@@ -139,6 +139,24 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2(int64_t kc, const float
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += alpha * tile[i][j];
 }
 
+// C[i][0..n) += alpha * acc for the first m of MR rows of a 32-wide tile, through masks.
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void StoreTileAvx512(
+    const __m512 (&acc)[MR][2], __m512 va, float* c, int64_t ldc, int64_t m, int64_t n) {
+  const __mmask16 m0 = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 m1 = n >= 32   ? 0xffff
+                       : n <= 16 ? 0
+                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) break;
+    float* ci = c + i * ldc;
+    _mm512_mask_storeu_ps(ci, m0, _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, ci)));
+    _mm512_mask_storeu_ps(ci + 16, m1,
+                          _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, ci + 16)));
+  }
+}
+
 // MR x 32 with AVX-512: 2*MR zmm accumulators, each step two 16-wide loads of B and MR broadcasts
 // of A folded into the FMAs; A panels packed STRIDE rows wide (MR < STRIDE: a partial panel).
 // Partial tiles store through masks.
@@ -170,18 +188,7 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
     }
     return;
   }
-  const __mmask16 m0 = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
-  const __mmask16 m1 = n >= 32   ? 0xffff
-                       : n <= 16 ? 0
-                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    if (i >= m) break;
-    float* ci = c + i * ldc;
-    _mm512_mask_storeu_ps(ci, m0, _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, ci)));
-    _mm512_mask_storeu_ps(ci + 16, m1,
-                          _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, ci + 16)));
-  }
+  StoreTileAvx512<MR>(acc, va, c, ldc, m, n);
 }
 
 // The same tiles over a row-major A (lda apart) instead of a packed panel: implicit-GEMM
@@ -210,18 +217,7 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const 
     b += 32;
   }
   const __m512 va = _mm512_set1_ps(alpha);
-  const __mmask16 m0 = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
-  const __mmask16 m1 = n >= 32   ? 0xffff
-                       : n <= 16 ? 0
-                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    if (i >= m) break;
-    float* ci = c + i * ldc;
-    _mm512_mask_storeu_ps(ci, m0, _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, ci)));
-    _mm512_mask_storeu_ps(ci + 16, m1,
-                          _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, ci + 16)));
-  }
+  StoreTileAvx512<MR>(acc, va, c, ldc, m, n);
 }
 
 template <int ROWS>

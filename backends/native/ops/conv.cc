@@ -45,15 +45,25 @@ void SwapLastTwo(const float* src, int64_t n, int64_t a, int64_t b, float* dst) 
 
 }  // namespace
 
-Tensor ToChannelsLast(const Tensor& x) {
+namespace {
+
+// NCHW -> NHWC ('to_last') or back; rank 3 ([n, c, w] <-> [n, w, c]) too. 4-byte elements of rank 4
+// are two axes swapped per image, split over the thread team; the rest is a general transpose.
+Tensor SwapChannels(const Tensor& x, bool to_last) {
   const auto& s = x.shape();
-  if (s.size() == 4 && DataTypeSize(x.type()) == 4) {
-    Tensor y = Tensor::Uninitialized(x.type(), {s[0], s[2], s[3], s[1]});
-    SwapLastTwo(x.data<float>(), s[0], s[1], s[2] * s[3], y.mutable_data<float>());
+  const size_t rank = s.size();
+  if (rank == 4 && DataTypeSize(x.type()) == 4) {
+    const int64_t c = to_last ? s[1] : s[3], pixels = to_last ? s[2] * s[3] : s[1] * s[2];
+    Tensor y =
+        Tensor::Uninitialized(x.type(), to_last ? std::vector<int64_t>{s[0], s[2], s[3], s[1]}
+                                                : std::vector<int64_t>{s[0], s[3], s[1], s[2]});
+    SwapLastTwo(x.data<float>(), s[0], to_last ? c : pixels, to_last ? pixels : c,
+                y.mutable_data<float>());
     return y;
   }
-  const std::vector<int64_t> perm =
-      s.size() == 4 ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1};
+  const std::vector<int64_t> perm = rank == 3 ? std::vector<int64_t>{0, 2, 1}
+                                    : to_last ? std::vector<int64_t>{0, 2, 3, 1}
+                                              : std::vector<int64_t>{0, 3, 1, 2};
   std::vector<int64_t> shape;
   for (int64_t p : perm) shape.push_back(s[p]);
   Tensor y = Tensor::Uninitialized(x.type(), shape);
@@ -61,23 +71,16 @@ Tensor ToChannelsLast(const Tensor& x) {
   return y;
 }
 
+}  // namespace
+
+Tensor ToChannelsLast(const Tensor& x) { return SwapChannels(x, true); }
+
 Tensor ToChannelsFirst(const Tensor& x) {
   const auto& s = x.shape();
   // [n, 1, 1, c] and [n, h, w, 1] are the same bytes in both layouts.
   if (s.size() == 4 && ((s[1] == 1 && s[2] == 1) || s[3] == 1))
     return x.View({s[0], s[3], s[1], s[2]});
-  if (s.size() == 4 && DataTypeSize(x.type()) == 4) {
-    Tensor y = Tensor::Uninitialized(x.type(), {s[0], s[3], s[1], s[2]});
-    SwapLastTwo(x.data<float>(), s[0], s[1] * s[2], s[3], y.mutable_data<float>());
-    return y;
-  }
-  const std::vector<int64_t> perm =
-      s.size() == 4 ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 1};
-  std::vector<int64_t> shape;
-  for (int64_t p : perm) shape.push_back(s[p]);
-  Tensor y = Tensor::Uninitialized(x.type(), shape);
-  TransposeBytes(x.raw(), s, perm, DataTypeSize(x.type()), y.mutable_raw());
-  return y;
+  return SwapChannels(x, false);
 }
 
 StatusOr<kernels::Conv2dGeometry> WindowGeometry(const OpNode& node, const SpatialShape& in,
