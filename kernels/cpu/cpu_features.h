@@ -14,7 +14,9 @@ bool HasNeonDotProd();  // AArch64 SDOT/UDOT (Armv8.2-A DotProd: Cortex-A55/A76 
 
 // Plain C++ loops the compiler vectorizes: on x86-64 a function marked so is compiled for AVX-512,
 // AVX2 and the baseline, the CPU picking one when the library loads (NEON is AArch64's baseline).
-#if defined(__x86_64__)
+// (Not under ThreadSanitizer: the clones' resolver runs while the dynamic loader relocates, before
+// TSan's runtime starts, and its instrumented code crashes there.)
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define NEREID_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define NEREID_VECTOR_CLONES
