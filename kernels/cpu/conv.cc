@@ -170,8 +170,8 @@ void DepthwiseNhwc(const Conv2dGeometry& g, const float* x, const float* taps, c
 #if defined(__x86_64__)
   if (HasAvx512F()) row = DepthwiseRowAvx512;
 #endif
-  ParallelFor(g.n * g.oh,
-              [&](int64_t r) { row(g, x, taps, bias, residual, ep, y, r / g.oh, r % g.oh); });
+  ParallelForWork(g.n * g.oh, g.n * g.oh * g.ow * g.c_out * g.kh * g.kw,
+                  [&](int64_t r) { row(g, x, taps, bias, residual, ep, y, r / g.oh, r % g.oh); });
 }
 
 }  // namespace
@@ -279,12 +279,13 @@ NEREID_VECTOR_CLONES void AveragePoolRow(const Conv2dGeometry& g, bool count_inc
 }  // namespace
 
 void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y) {
-  ParallelFor(g.n * g.oh, [&](int64_t r) { MaxPoolRow(g, x, y, r / g.oh, r % g.oh); });
+  ParallelForWork(g.n * g.oh, g.n * g.oh * g.ow * g.c_in * g.kh * g.kw,
+                  [&](int64_t r) { MaxPoolRow(g, x, y, r / g.oh, r % g.oh); });
 }
 
 void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pad_bottom,
                      int64_t pad_right, const float* x, float* y) {
-  ParallelFor(g.n * g.oh, [&](int64_t r) {
+  ParallelForWork(g.n * g.oh, g.n * g.oh * g.ow * g.c_in * g.kh * g.kw, [&](int64_t r) {
     AveragePoolRow(g, count_include_pad, pad_bottom, pad_right, x, y, r / g.oh, r % g.oh);
   });
 }

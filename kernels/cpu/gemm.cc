@@ -981,7 +981,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
       gathered = AllocAligned(static_cast<size_t>(m * k));
       float* all = gathered.get();
       const int64_t k_blocks = (k + kKc - 1) / kKc;
-      ParallelFor(row_blocks * k_blocks, [&](int64_t item) {
+      ParallelForWork(row_blocks * k_blocks, m * k, [&](int64_t item) {
         const int64_t ic = (item / k_blocks) * kMc, pc = (item % k_blocks) * kKc;
         const int64_t mc = std::min(kMc, m - ic), kc = std::min(kKc, k - pc);
         thread_local Buffer block;
@@ -1006,7 +1006,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
                               ? 1
                               : std::min(panels, (2 * threads + row_blocks - 1) / row_blocks);
     const int64_t per_part = (panels + parts - 1) / parts * cfg.nr;
-    ParallelFor(row_blocks * parts, [&](int64_t item) {
+    ParallelForWork(row_blocks * parts, m * nc * k, [&](int64_t item) {
       const int64_t ic = (item / parts) * kMc, col0 = (item % parts) * per_part;
       if (col0 >= nc) return;
       const int64_t cols = std::min(per_part, nc - col0);

@@ -113,6 +113,15 @@ void ThreadTeam::Run(int64_t count, const std::function<void(int64_t)>& fn) {
 ParallelScope::ParallelScope(ThreadTeam* team) : previous_(t_team) { t_team = team; }
 ParallelScope::~ParallelScope() { t_team = previous_; }
 
+void ParallelForWork(int64_t count, int64_t work, const std::function<void(int64_t)>& fn) {
+  constexpr int64_t kMinWork = int64_t{1} << 18;
+  if (work < kMinWork) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  ParallelFor(count, fn);
+}
+
 int ParallelThreads() { return t_team == nullptr || t_in_team_work ? 1 : t_team->threads(); }
 
 void ParallelFor(int64_t count, const std::function<void(int64_t)>& fn) {

@@ -54,6 +54,9 @@ class ParallelScope {
 
 // fn(i) for i in [0, count): across the current team, or inline.
 void ParallelFor(int64_t count, const std::function<void(int64_t)>& fn);
+// ParallelFor when 'work' (multiply-adds or elements) is worth waking the team for (2^18: a few
+// tens of microseconds), else inline: a small model's ops are faster on one thread.
+void ParallelForWork(int64_t count, int64_t work, const std::function<void(int64_t)>& fn);
 // How many threads ParallelFor would use here (1 without a team, or inside one's work).
 int ParallelThreads();
 

@@ -212,5 +212,15 @@ TEST(HostileOps, ReductionsAndSoftmaxAxes) {
   EXPECT_FALSE(overflow.Try({4}).ok());
 }
 
+TEST(HostileOps, EmptyTensorsBroadcast) {
+  // A zero-sized dimension broadcast against a constant: an empty result, no division by zero.
+  Case add("Add");
+  add.Const("c", {1, 3}, {}, {1, 2, 3});
+  EXPECT_TRUE(add.Try({0, 3}).ok());
+  Case wide("Mul");
+  wide.Const("c", {2, 1, 1}, {}, {1, 2});
+  EXPECT_TRUE(wide.Try({2, 0, 5}).ok());
+}
+
 }  // namespace
 }  // namespace nereid::native

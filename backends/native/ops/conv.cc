@@ -33,7 +33,7 @@ namespace {
 void SwapLastTwo(const float* src, int64_t n, int64_t a, int64_t b, float* dst) {
   constexpr int64_t kTile = 64;
   const int64_t tiles = (b + kTile - 1) / kTile;
-  kernels::ParallelFor(n * tiles, [&](int64_t item) {
+  kernels::ParallelForWork(n * tiles, n * a * b, [&](int64_t item) {
     const int64_t image = item / tiles, b0 = (item % tiles) * kTile;
     const int64_t b1 = std::min(b, b0 + kTile);
     const float* s = src + image * a * b;

@@ -8,10 +8,14 @@
 #include <limits>
 #include <type_traits>
 
+#include "cpu/parallel.h"
 #include "ops/op.h"
 
 namespace nereid::native {
 namespace {
+
+// Elements per piece when a loop is split over the thread team (smaller loops run inline).
+constexpr int64_t kParallelGrain = int64_t{1} << 15;
 
 template <typename T, typename Op>
 void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
@@ -19,36 +23,61 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
   const T* pb = b.data<T>();
   T* py = y.mutable_data<T>();
   const int64_t n = y.elements();
+  if (n == 0) return;  // (an empty dimension: nothing to divide rows by)
+  const int64_t pieces = std::max<int64_t>(1, n / kParallelGrain);
   if (a.shape() == y.shape() && b.shape() == y.shape()) {
-    for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], pb[i]);
+    kernels::ParallelFor(pieces, [&](int64_t p) {
+      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
+      for (int64_t i = begin; i < end; ++i) py[i] = op(pa[i], pb[i]);
+    });
     return;
   }
   if (b.elements() == 1 && a.shape() == y.shape()) {
     const T s = pb[0];
-    for (int64_t i = 0; i < n; ++i) py[i] = op(pa[i], s);
+    kernels::ParallelFor(pieces, [&](int64_t p) {
+      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
+      for (int64_t i = begin; i < end; ++i) py[i] = op(pa[i], s);
+    });
     return;
   }
   const std::vector<int64_t>& shape = y.shape();
   const size_t rank = shape.size();
   const auto sa = BroadcastStrides(a.shape(), shape);
   const auto sb = BroadcastStrides(b.shape(), shape);
-  // Walk rows of the last dimension; the inner loop is strided only by 0 or 1.
-  const int64_t inner = rank ? shape[rank - 1] : 1;
+  // Walk rows of the last dimension (the inner loop strided only by 0 or 1), in pieces of rows
+  // over the thread team; each piece finds its first row's index by division.
+  const int64_t inner = rank ? std::max<int64_t>(shape[rank - 1], 1) : 1;
   const int64_t ia = rank ? sa[rank - 1] : 0, ib = rank ? sb[rank - 1] : 0;
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t row = 0; row < n / std::max<int64_t>(inner, 1); ++row) {
-    int64_t oa = 0, ob = 0;
-    for (size_t d = 0; d + 1 < rank; ++d) {
-      oa += index[d] * sa[d];
-      ob += index[d] * sb[d];
+  const int64_t rows = n / inner;
+  const int64_t row_pieces = std::max<int64_t>(1, std::min(rows, n / kParallelGrain));
+  kernels::ParallelFor(row_pieces, [&](int64_t p) {
+    const int64_t first = rows * p / row_pieces, last = rows * (p + 1) / row_pieces;
+    std::vector<int64_t> index(rank, 0);
+    for (int64_t d = static_cast<int64_t>(rank) - 2, r = first; d >= 0; --d) {
+      index[d] = r % shape[d];
+      r /= shape[d];
     }
-    T* out = py + row * inner;
-    for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j * ia], pb[ob + j * ib]);
-    for (size_t d = rank - 1; d-- > 0;) {
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
+    for (int64_t row = first; row < last; ++row) {
+      int64_t oa = 0, ob = 0;
+      for (size_t d = 0; d + 1 < rank; ++d) {
+        oa += index[d] * sa[d];
+        ob += index[d] * sb[d];
+      }
+      T* out = py + row * inner;
+      if (ib == 0 && ia == 1) {  // a row against one value (per-channel scale in NCHW)
+        const T s = pb[ob];
+        for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], s);
+      } else if (ia == 1 && ib == 1) {  // rows against rows (per-pixel scale in NHWC)
+        for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], pb[ob + j]);
+      } else {
+        for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j * ia], pb[ob + j * ib]);
+      }
+      for (size_t d = rank - 1; d-- > 0;) {
+        if (++index[d] < shape[d]) break;
+        index[d] = 0;
+      }
     }
-  }
+  });
 }
 
 // y = op(a, b) with broadcasting, into a new tensor.
