@@ -82,7 +82,7 @@ def test_a_core_without_sdot_gets_the_armv8_0_int8_kernel(arm_server):
     s = Server(arm_server.repo, "--model-control-mode=explicit", "--load-model=recommend_int8",
                prefix=(EMULATOR,), env={"QEMU_CPU": "cortex-a72"})
     try:
-        assert re.search(r"model 'recommend_int8'.*int8 micro-kernel neon$", s.read_log(),
+        assert re.search(r"model 'recommend_int8'.*int8 micro-kernel neon;", s.read_log(),
                          re.MULTILINE), s.read_log()
         x = np.random.default_rng(11).standard_normal((5, 1024)).astype(np.float32)
         i = httpclient.InferInput("input__0", [5, 1024], "FP32")
