@@ -90,6 +90,19 @@ import time
 time.sleep(3600)
 ''')
 
+# Blocks at import until the test creates the file "release" in the model's directory.
+BLOCKS_UNTIL_RELEASED = (SCALAR_IO, '''
+import os, time
+release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "release")
+while not os.path.exists(release):
+    time.sleep(0.05)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+''')
+
 # BLS cases chosen by the request parameter "case"; the answer is a string in Y.
 BLS = ('''
 backend: "python"
@@ -260,7 +273,8 @@ def repo(tmp_path):
     r = tmp_path / "models"
     write(r, "add_sub", *MODELS["add_sub"])
     for name, model in {"hangs": HANGS, "never_final": NEVER_FINAL, "flag_final": FLAG_FINAL,
-                        "blocks_at_import": BLOCKS_AT_IMPORT, "bls": BLS,
+                        "blocks_at_import": BLOCKS_AT_IMPORT,
+                        "blocks_until_released": BLOCKS_UNTIL_RELEASED, "bls": BLS,
                         "echo_params": ECHO_PARAMS, "forks": FORKS,
                         "big_output": BIG_OUTPUT, "logs_a_lot": LOGS_A_LOT}.items():
         write(r, name, *model)
@@ -398,25 +412,30 @@ def start_big_loads(url, model, count=10, mib=20):
 
 
 def test_queued_control_requests_are_bounded(repo):
-    # The blocked load holds its lane for the whole load timeout (20 s), longer than two busy
-    # cores (or ASan) need to read ten 20 MiB bodies. Every refusal must come while it still
-    # holds the lane: a request that waited behind it would not be back before then.
-    s = serve(repo, args=["--http-max-input-size=67108864", "--model-load-timeout-secs=20"])
+    # The first load blocks at import until the test releases it, holding its lane. Every big
+    # load sent meanwhile is either let in to wait (64 MiB of waiting configs at most: three of
+    # 20 MiB) or refused at once: the refusals all come back while the lane is still held.
+    s = serve(repo, args=["--http-max-input-size=67108864", "--model-load-timeout-secs=120"])
+    threads = []
     try:
         loader = threading.Thread(target=lambda: timed(lambda: httpclient.InferenceServerClient(
-            s.url, network_timeout=60).load_model("blocks_at_import")))
+            s.url, network_timeout=120).load_model("blocks_until_released")))
         loader.start()
+        threads.append(loader)
         time.sleep(0.5)
-        threads, results = start_big_loads(s.url, "blocks_at_import")
-        lane_frees = time.monotonic() + 19
-        for t in threads:
-            t.join(timeout=max(0.0, lane_frees - time.monotonic()))
-        # The loads let in wait behind the blocked one (None here); the rest are refused.
+        big, results = start_big_loads(s.url, "blocks_until_released")
+        threads += big
+        deadline = time.monotonic() + 60
+        while sum(r is not None for r in results) < len(results) - 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         refused = [r for r in results if r and "too many model control requests are waiting" in r[1]]
-        assert len(refused) >= 6, results  # 64 MiB of waiting configs at most: three 20 MiB ones
+        assert len(refused) >= 6, results
+        # The rest wait for the lane (None: unanswered until the release).
         assert all(r is None or r in refused for r in results), results
-        loader.join(timeout=60)
     finally:
+        (repo / "blocks_until_released" / "release").touch()
+        for t in threads:
+            t.join(timeout=60)
         assert s.stop() == 0, s.read_log()
 
 
