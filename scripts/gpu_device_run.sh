@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; also "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "vision", "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -31,7 +31,7 @@ if [[ " $SECTIONS " == *" tests "* ]]; then
 fi
 if [[ " $SECTIONS " == *" e2e "* ]]; then
   # E2E (default: both files) picks the test files.
-  E2E="${E2E:-tests/e2e/test_gpu.py tests/e2e/test_pipeline.py}"
+  E2E="${E2E:-tests/e2e/test_gpu.py tests/e2e/test_gpu_vision.py tests/e2e/test_pipeline.py}"
   echo "== GPU end-to-end tests ($E2E)"
   # shellcheck disable=SC2086
   NEREID_BINARY="$PWD/$C/bin/nereid" NEREID_PYTHON="$(command -v python3)" \
@@ -44,6 +44,11 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
   echo "== kernel benchmarks (bench_gpu)"
   # BENCH="gemm epilogue ..." picks bench_gpu's sections (default: all).
   "$C/bin/bench_gpu" ${BENCH:-} 2>&1 | tee "$OUT/bench_gpu.txt"
+fi
+if [[ " $SECTIONS " == *" vision "* ]]; then
+  echo "== ResNet-50 on the native GPU engine vs PyTorch (bench/gpu_vision.py)"
+  python3 bench/gpu_vision.py "$PWD/$C/bin/nereid" --batches "${VISION_BATCHES:-1,64,256}" 2>&1 |
+    tee "$OUT/gpu_vision.txt"
 fi
 if [[ " $SECTIONS " == *" precision "* ]]; then
   echo "== recommend_model in tf32, bf16 and int8 at saturation (bench/precision.sh)"

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cpu/gemm_int8.h"
+#include "cuda/conv.h"
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
@@ -19,6 +20,7 @@
 #include "gpu_graphs.h"
 #include "nereid/backend_util.h"
 #include "nereid/half.h"
+#include "ops/conv.h"
 
 namespace nereid::native {
 namespace kc = kernels::cuda;
@@ -51,7 +53,9 @@ const char* PrecisionName(Precision p) {
 
 namespace {
 
-const char* const kGpuOps = "Gemm, MatMul, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu, Identity";
+const char* const kGpuOps =
+    "Gemm, MatMul, Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Flatten, "
+    "Reshape, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu, Identity";
 
 }  // namespace
 
@@ -62,6 +66,9 @@ struct ValueSpec {
   std::vector<int64_t> dims;               // per row (the shape after the rows dimension)
   int64_t row_elems = 0;
   int alias = -1;  // Identity: the value whose buffer this one shares
+  // A per-row image [c, h, w] stored channels-last (convolutions and pools run so; values of one
+  // pixel are the same either way and are never marked).
+  bool nhwc = false;
 };
 
 struct Operand {
@@ -71,7 +78,7 @@ struct Operand {
 };
 
 struct Step {
-  enum Kind { kGemm, kBinary, kUnary, kConvert } kind = kGemm;
+  enum Kind { kGemm, kBinary, kUnary, kConvert, kConv, kPool, kGlobalPool, kLayout } kind = kGemm;
   int in = -1, out = -1;
   // kGemm
   const void* w = nullptr;
@@ -83,6 +90,16 @@ struct Step {
   // kBinary
   kc::BinaryOp op = kc::BinaryOp::kAdd;
   Operand a, b;
+  // kConv (its x, y and residual set per run; g.n is the row count)
+  kc::ConvProblem conv;
+  int residual = -1;
+  // kPool and kGlobalPool
+  kc::PoolKind pool = kc::PoolKind::kMax;
+  kernels::Conv2dGeometry window;
+  int64_t pad_bottom = 0, pad_right = 0;
+  bool count_include_pad = false;
+  // kLayout: NCHW -> NHWC (with zero channels added up to the output's count) or back
+  bool to_last = false;
 };
 
 struct IoSpec {
@@ -108,6 +125,9 @@ class GpuModel {
   std::vector<void*> weights;
   size_t weight_bytes = 0;
   int gemms = 0, elementwise = 0;
+  int convs = 0, pools = 0;
+  std::map<std::string, int> conv_kernels;  // by kernel name: how many convolutions run on it
+  std::map<int, int> layout_copies[2];      // [nhwc]: value id -> its copy in that layout
   int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
 
@@ -185,15 +205,237 @@ Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out) {
   return Status::Ok();
 }
 
+bool IsImage(const ValueSpec& v) { return v.dims.size() == 3; }
+
+// Value 'id' in the layout asked for: itself, or a copy converted once (every later reader shares
+// it). Values of one pixel per image are both layouts at once.
+int InLayout(GpuModel& m, int id, bool nhwc) {
+  const ValueSpec v = m.values[id];  // an alias's own dims (Flatten's are not its buffer's)
+  if (v.nhwc == nhwc || !IsImage(v) || v.dims[1] * v.dims[2] == 1) return id;
+  id = m.Resolve(id);
+  auto& copies = m.layout_copies[nhwc ? 1 : 0];
+  if (auto it = copies.find(id); it != copies.end()) return it->second;
+  ValueSpec converted = v;
+  converted.nhwc = nhwc;
+  const int out = m.AddValue(converted);
+  Step s;
+  s.kind = Step::kLayout;
+  s.in = id, s.out = out, s.to_last = nhwc;
+  m.steps.push_back(s);
+  copies[id] = out;
+  return out;
+}
+
+// An image value [c, h, w] per row, channels-last unless it has one pixel.
+ValueSpec ImageValue(kc::ElemType type, int64_t c, int64_t h, int64_t w) {
+  return ValueSpec{true, type, DataType::kFp32, {c, h, w}, c * h * w, -1, h * w > 1};
+}
+
+StatusOr<kc::ConvActivation> ConvActivationOf(const OpNode& op, const std::string& who) {
+  using A = OpNode::Activation;
+  switch (op.activation) {
+    case A::kNone:
+      return kc::ConvActivation::kNone;
+    case A::kRelu:
+      return kc::ConvActivation::kRelu;
+    case A::kClip:
+      return kc::ConvActivation::kClip;
+    case A::kLeakyRelu:
+      return kc::ConvActivation::kLeakyRelu;
+    case A::kHardSigmoid:
+      return kc::ConvActivation::kHardSigmoid;
+    case A::kHardSwish:
+      return kc::ConvActivation::kHardSwish;
+    default:
+      return Unsupported(who + ": its fused activation has no GPU epilogue");
+  }
+}
+
+// Conv with constant weights on an image [rows, c, h, w]: BatchNormalization, the residual Add
+// and the activation the graph's passes fused run in its epilogue.
+Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec& x, GpuModel& m,
+                   const std::string& who) {
+  const OpNode& op = node.op;
+  const Tensor& w =
+      node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+  if (!w.valid() || w.type() != DataType::kFp32 || w.shape().size() != 4 || w.raw() == nullptr)
+    return Unsupported(who + ": the GPU engine runs 2-D convolutions with constant FP32 weights");
+  if (x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who +
+                       ": the GPU engine runs 2-D convolutions of FP32 images [rows, c, h, w]");
+  const int64_t groups = op.AttrInt("group", 1);
+  const int64_t c_out = w.shape()[0], cig = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
+  if (groups < 1 || x.dims[0] != cig * groups || c_out % groups != 0)
+    return op.Error("weights of shape " + ShapeString(w.shape()) + " and group " +
+                    std::to_string(groups) + " do not fit " + std::to_string(x.dims[0]) +
+                    " input channels");
+  const auto kernel_shape = op.AttrInts("kernel_shape");
+  if (!kernel_shape.empty() && kernel_shape != std::vector<int64_t>{kh, kw})
+    return op.Error("kernel_shape does not match the weights");
+  int64_t pad_end[2];
+  ASSIGN_OR_RETURN(
+      kernels::Conv2dGeometry g,
+      WindowGeometry(op, SpatialShape{1, x.dims[0], x.dims[1], x.dims[2]}, kh, kw, false, pad_end));
+  g.c_out = c_out, g.groups = groups;
+  Step s;
+  s.kind = Step::kConv;
+  s.conv.g = g;
+  s.conv.type = m.float_type;
+  ASSIGN_OR_RETURN(s.conv.act, ConvActivationOf(op, who));
+  s.conv.act_a = op.activation_a, s.conv.act_b = op.activation_b;
+  if (node.inputs.size() > 2 && node.inputs[2] >= 0) {
+    const Tensor& b = graph.constant(node.inputs[2]);
+    if (!b.valid() || b.type() != DataType::kFp32 || b.elements() != c_out)
+      return Unsupported(who + ": the bias must be " + std::to_string(c_out) +
+                         " constant FP32 values on the GPU");
+    ASSIGN_OR_RETURN(const void* bias, m.UploadFloats(FloatsOf(b), kc::ElemType::kF32));
+    s.conv.bias = static_cast<const float*>(bias);
+  }
+  const ValueSpec y = ImageValue(m.float_type, c_out, g.oh, g.ow);
+  // A first convolution of few channels (an RGB image) in bf16/fp16: the conversion to
+  // channels-last pads them to 8 with zeros, and the weights alike, so the tensor cores take it.
+  const ValueSpec in = m.values[node.inputs[0]];
+  if (m.float_type != kc::ElemType::kF32 && groups == 1 && g.c_in % 8 != 0 && !in.nhwc &&
+      in.dims[1] * in.dims[2] > 1) {
+    const int64_t c_pad = (g.c_in + 7) / 8 * 8;
+    std::vector<float> padded(static_cast<size_t>(c_out * c_pad * kh * kw), 0.f);
+    const std::vector<float> original = FloatsOf(w);
+    for (int64_t co = 0; co < c_out; ++co)
+      for (int64_t ci = 0; ci < g.c_in; ++ci)
+        std::copy_n(original.begin() + ((co * g.c_in + ci) * kh * kw), kh * kw,
+                    padded.begin() + ((co * c_pad + ci) * kh * kw));
+    s.conv.g.c_in = c_pad;
+    const std::vector<float> weights = kc::ConvWeightsLayout(s.conv, padded.data());
+    ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(weights, m.float_type));
+    ValueSpec wide = in;
+    wide.alias = -1, wide.nhwc = true;
+    wide.dims[0] = c_pad, wide.row_elems = c_pad * in.dims[1] * in.dims[2];
+    const int source = m.Resolve(node.inputs[0]);
+    s.in = m.AddValue(wide);
+    Step convert;
+    convert.kind = Step::kLayout;
+    convert.in = source, convert.out = s.in, convert.to_last = true;
+    m.steps.push_back(convert);
+  } else {
+    const std::vector<float> weights = kc::ConvWeightsLayout(s.conv, FloatsOf(w).data());
+    ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(weights, m.float_type));
+    s.in = InLayout(m, node.inputs[0], true);
+  }
+  if (op.residual) {
+    const int r = node.inputs.size() > 3 ? node.inputs[3] : -1;
+    const ValueSpec* rv = r >= 0 && static_cast<size_t>(r) < graph.value_count() &&
+                                  !graph.constant(r).valid() && m.values[r].defined
+                              ? &m.values[r]
+                              : nullptr;
+    if (rv == nullptr || rv->logical != DataType::kFp32 || rv->dims != y.dims)
+      return Unsupported(who + ": a residual of the output's shape " + ShapeString(y.dims) +
+                         " per row is the only one the GPU epilogue adds");
+    s.residual = InLayout(m, r, true);
+  }
+  m.values[node.outputs[0]] = y;
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.convs;
+  ++m.conv_kernels[kc::ConvKernelName(kc::ChooseConvKernel(s.conv))];
+  return Status::Ok();
+}
+
+// MaxPool and AveragePool windows, GlobalAveragePool and GlobalMaxPool, channels-last.
+Status CompilePool(const Graph::Node& node, const ValueSpec& x, GpuModel& m,
+                   const std::string& who) {
+  const OpNode& op = node.op;
+  const std::string& type = op.op_type();
+  if (x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who + ": the GPU engine pools FP32 images [rows, c, h, w]");
+  Step s;
+  s.pool =
+      type == "MaxPool" || type == "GlobalMaxPool" ? kc::PoolKind::kMax : kc::PoolKind::kAverage;
+  s.in = InLayout(m, node.inputs[0], true);
+  const int64_t c = x.dims[0];
+  if (type == "GlobalAveragePool" || type == "GlobalMaxPool") {
+    s.kind = Step::kGlobalPool;
+    m.values[node.outputs[0]] = ImageValue(m.float_type, c, 1, 1);
+  } else {
+    if (type == "MaxPool" && op.AttrInt("storage_order", 0) != 0)
+      return op.Refuse("storage_order 1 is not supported");
+    const auto kernel = op.AttrInts("kernel_shape");
+    if (kernel.size() != 2) return Unsupported(who + ": the GPU engine pools 2-D windows");
+    if (type == "AveragePool")
+      for (int64_t d : op.AttrInts("dilations"))
+        if (d != 1) return op.Refuse("AveragePool dilations are not supported");
+    int64_t pad_end[2];
+    ASSIGN_OR_RETURN(
+        s.window, WindowGeometry(op, SpatialShape{1, c, x.dims[1], x.dims[2]}, kernel[0], kernel[1],
+                                 op.AttrInt("ceil_mode", 0) != 0, pad_end));
+    s.window.c_out = c;
+    s.pad_bottom = pad_end[0], s.pad_right = pad_end[1];
+    s.count_include_pad = op.AttrInt("count_include_pad", 0) != 0;
+    s.kind = Step::kPool;
+    m.values[node.outputs[0]] = ImageValue(m.float_type, c, s.window.oh, s.window.ow);
+  }
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.pools;
+  return Status::Ok();
+}
+
+// Flatten (axis 1) and Reshape to a constant shape that keeps the rows: the same buffer read in
+// NCHW order with other per-row dims.
+Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSpec& x, GpuModel& m,
+                      const std::string& who) {
+  const OpNode& op = node.op;
+  std::vector<int64_t> dims;
+  if (op.op_type() == "Flatten") {
+    if (op.AttrInt("axis", 1) != 1)
+      return Unsupported(who + ": the GPU engine flattens from axis 1 only");
+    dims = {x.row_elems};
+  } else {
+    const Tensor& shape =
+        node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+    if (!shape.valid() || shape.type() != DataType::kInt64 || shape.elements() < 1)
+      return Unsupported(who + ": the GPU engine reshapes to a constant INT64 shape");
+    const int64_t* v = shape.data<int64_t>();
+    const bool allow_zero = op.AttrInt("allowzero", 0) != 0;
+    if (allow_zero || (v[0] != 0 && v[0] != -1))
+      return Unsupported(who + ": the new shape must keep the rows (0 or -1 first) on the GPU");
+    int64_t known = 1, infer_at = -1;
+    for (int64_t i = 1; i < shape.elements(); ++i) {
+      int64_t d = v[i];
+      if (d == 0 && static_cast<size_t>(i) <= x.dims.size()) d = x.dims[i - 1];
+      if (d == -1 && v[0] == 0 && infer_at < 0) {
+        infer_at = static_cast<int64_t>(dims.size());
+        dims.push_back(1);
+        continue;
+      }
+      if (d < 1) return op.Error("shape value " + std::to_string(v[i]) + " is not supported");
+      if (known > x.row_elems) break;
+      known *= d;
+      dims.push_back(d);
+    }
+    if (infer_at >= 0 && known > 0 && x.row_elems % known == 0)
+      dims[infer_at] = x.row_elems / known;
+    if (ElementCount(dims.data(), dims.size()) != x.row_elems)
+      return op.Error("cannot reshape " + ShapeString(x.dims) + " per row to " +
+                      ShapeString(shape.shape()) + " values of this shape");
+  }
+  ValueSpec alias = m.values[InLayout(m, node.inputs[0], false)];
+  alias.alias = InLayout(m, node.inputs[0], false);
+  alias.dims = dims;
+  alias.nhwc = false;
+  m.values[node.outputs[0]] = alias;
+  return Status::Ok();
+}
+
 Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
   const std::string& op = node.op.op_type();
   const std::string who = "node '" + node.op.name() + "' (" + op + ")";
   auto value = [&](int id) -> StatusOr<const ValueSpec*> {
-    if (id < 0 || graph.constant(id).valid() || !m.values[m.Resolve(id)].defined)
+    if (id < 0 || (static_cast<size_t>(id) < graph.value_count() && graph.constant(id).valid()) ||
+        !m.values[id].defined)
       return Unsupported(who +
                          ": the GPU engine needs this input computed from the model's "
                          "inputs, not a constant or an optional input");
-    return &m.values[m.Resolve(id)];
+    return &m.values[id];  // its own shape; steps resolve aliases to buffers
   };
   if (node.outputs.size() != 1 || node.outputs[0] < 0)
     return Unsupported(who + ": one output expected");
@@ -265,16 +507,47 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     return Status::Ok();
   }
 
+  if (op == "Conv") {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    return CompileConv(graph, node, ValueSpec(*x), m, who);
+  }
+  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
+      op == "GlobalMaxPool") {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    return CompilePool(node, ValueSpec(*x), m, who);
+  }
+  if (op == "Flatten" || op == "Reshape") {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    return CompileReshape(graph, node, ValueSpec(*x), m, who);
+  }
+
   static const std::map<std::string, kc::BinaryOp> kBinary = {{"Add", kc::BinaryOp::kAdd},
                                                               {"Sub", kc::BinaryOp::kSub},
                                                               {"Mul", kc::BinaryOp::kMul},
                                                               {"Div", kc::BinaryOp::kDiv}};
   if (auto it = kBinary.find(op); it != kBinary.end()) {
     if (node.inputs.size() != 2) return InvalidArgument(who + ": two inputs expected");
-    const int ia = node.inputs[0], ib = node.inputs[1];
+    int ia = node.inputs[0], ib = node.inputs[1];
     const bool ca = ia >= 0 && graph.constant(ia).valid(),
                cb = ib >= 0 && graph.constant(ib).valid();
     if (ca && cb) return Unsupported(who + ": both operands constant");
+    // Channels-last images stay so when every operand is one (and constants are scalars);
+    // otherwise the operands are brought back to NCHW.
+    bool any_last = false, all_last = true;
+    for (int side = 0; side < 2; ++side) {
+      const int id = side == 0 ? ia : ib;
+      if (side == 0 ? ca : cb) {
+        all_last = all_last && graph.constant(id).elements() == 1;
+        continue;
+      }
+      ASSIGN_OR_RETURN(const ValueSpec* v, value(id));
+      any_last = any_last || v->nhwc;
+      all_last = all_last && v->nhwc;
+    }
+    if (any_last) {
+      if (!ca) ia = InLayout(m, ia, all_last);
+      if (!cb) ib = InLayout(m, ib, all_last);
+    }
     const ValueSpec* shape_of = nullptr;
     ASSIGN_OR_RETURN(shape_of, value(ca ? ib : ia));
     Step s;
@@ -383,9 +656,10 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
   }
   for (const auto& node : graph.nodes()) RETURN_IF_ERROR(CompileNode(graph, node, *m));
   for (const ValueInfo& v : graph.outputs()) {
-    const int id = m->Resolve(graph.FindValue(v.name));
+    int id = graph.FindValue(v.name);
     if (id < 0 || !m->values[id].defined)
       return Unsupported("output '" + v.name + "' is not computed from the inputs on the GPU");
+    id = InLayout(*m, id, false);
     const ValueSpec spec = m->values[id];
     IoSpec io{v.name, id, spec.logical, spec.dims,
               static_cast<size_t>(spec.row_elems) * DataTypeSize(spec.logical)};
@@ -409,7 +683,16 @@ std::string Describe(const GpuModel& m) {
   if (m.precision == Precision::kInt8)
     precision += " (" + std::to_string(m.int8_gemms) + " of " + std::to_string(m.gemms) +
                  " GEMMs in int8, the rest in bf16)";
-  return std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
+  if (m.precision == Precision::kInt8 && m.convs > 0) precision += "; convolutions in bf16";
+  std::string convs;
+  if (m.convs > 0) {
+    convs = std::to_string(m.convs) + " convolution(s) (";
+    const char* sep = "";
+    for (const auto& [kernel, count] : m.conv_kernels)
+      convs += sep + std::to_string(count) + " " + kernel, sep = ", ";
+    convs += "), " + std::to_string(m.pools) + " pool(s), ";
+  }
+  return convs + std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
          " elementwise op(s); " + precision + ", " + mib + " MiB of weights on GPU " +
          std::to_string(m.device);
 }
@@ -556,10 +839,10 @@ class GpuInstance final : public GemmBench {
     for (auto* list : {&buffers_, &staging_in_, &staging_out_})
       for (auto& b : *list)
         if (b.data != nullptr) NereidMemoryRelease(b.data);
-    for (auto* b : {&acc_, &quantized_, &row_scale_})
+    for (auto* b : {&acc_, &quantized_, &row_scale_, &conv_workspace_})
       if (b->data != nullptr) NereidMemoryRelease(b->data);
     buffers_.clear(), staging_in_.clear(), staging_out_.clear();
-    acc_ = quantized_ = row_scale_ = NereidBuffer{};
+    acc_ = quantized_ = row_scale_ = conv_workspace_ = NereidBuffer{};
   }
 
   // Sizes every buffer for at least 'rows' rows (doubling), dropping graphs captured for the old
@@ -593,6 +876,9 @@ class GpuInstance final : public GemmBench {
           Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity * m_->int8_max_k), &quantized_));
       RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
     }
+    if (m_->convs > 0)  // the partial sums of convolutions split over blocks
+      RETURN_IF_ERROR(
+          Allocate(NEREID_MEMORY_GPU, kc::kConvWorkspaceFloats * sizeof(float), &conv_workspace_));
     bool pinned = true;
     for (int dir = 0; dir < 2; ++dir) {
       const auto& ios = dir == 0 ? m_->inputs : m_->outputs;
@@ -701,6 +987,39 @@ class GpuInstance final : public GemmBench {
               kc::Convert(m_->values[s.in].type, Buf(s.in), out.type, Buf(s.out), count, stream_),
               "conversion kernel");
           break;
+        case Step::kConv: {
+          kc::ConvProblem p = s.conv;
+          p.g.n = rows;
+          p.x = Buf(s.in), p.y = Buf(s.out);
+          p.residual = s.residual >= 0 ? Buf(s.residual) : nullptr;
+          p.workspace = static_cast<float*>(conv_workspace_.data);
+          CUDA_RETURN(kc::Conv2dNhwc(p, stream_), "convolution kernel");
+          break;
+        }
+        case Step::kPool: {
+          kernels::Conv2dGeometry g = s.window;
+          g.n = rows;
+          CUDA_RETURN(kc::Pool2dNhwc(s.pool, g, s.pad_bottom, s.pad_right, s.count_include_pad,
+                                     out.type, Buf(s.in), Buf(s.out), stream_),
+                      "pooling kernel");
+          break;
+        }
+        case Step::kGlobalPool: {
+          const ValueSpec& in = m_->values[s.in];
+          CUDA_RETURN(kc::GlobalPoolNhwc(s.pool, rows, in.dims[1] * in.dims[2], in.dims[0],
+                                         out.type, Buf(s.in), Buf(s.out), stream_),
+                      "pooling kernel");
+          break;
+        }
+        case Step::kLayout: {
+          const int64_t c = m_->values[s.in].dims[0], hw = out.dims[1] * out.dims[2];
+          CUDA_RETURN(
+              s.to_last ? kc::ChannelsLast(out.type, Buf(s.in), rows, c, hw, Buf(s.out), stream_,
+                                           out.dims[0])
+                        : kc::ChannelsFirst(out.type, Buf(s.in), rows, c, hw, Buf(s.out), stream_),
+              "layout kernel");
+          break;
+        }
       }
     }
     return Status::Ok();
@@ -822,6 +1141,7 @@ class GpuInstance final : public GemmBench {
   NereidBuffer acc_{};
   int64_t acc_floats_ = 0;
   NereidBuffer quantized_{}, row_scale_{};  // int8 GEMMs: x quantized per row, and its scales
+  NereidBuffer conv_workspace_{};           // kc::kConvWorkspaceFloats: split convolutions
   bool copies_in_graph_ = false;
   GraphCache graphs_;                             // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none

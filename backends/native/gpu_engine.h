@@ -4,10 +4,13 @@
 // the server's pinned pool, and one CUDA graph captured per row count and replayed after that.
 //
 // Graphs it compiles: every input [rows, fixed dims...] (rows is the batch, or the variable first
-// dimension of a model without batching), nodes Gemm and MatMul with constant weights, Add, Sub,
-// Mul, Div (equal shapes or a trailing/constant operand), Relu, Sigmoid, Tanh, Gelu, Identity;
-// float tensors as FP32, integer tensors as INT32 or INT64. Anything else fails at load, naming
-// the op.
+// dimension of a model without batching), nodes Gemm and MatMul with constant weights, 2-D Conv
+// with constant weights (any groups; BatchNormalization, residual Add and activation fused by
+// the graph's passes), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Flatten and
+// Reshape keeping the rows, Add, Sub, Mul, Div (equal shapes or a trailing/constant operand),
+// Relu, Sigmoid, Tanh, Gelu, Identity; float tensors as FP32, integer tensors as INT32 or INT64.
+// Images run channels-last from the first convolution on (converted where an op needs NCHW and
+// at the outputs). Anything else fails at load, naming the op.
 #pragma once
 
 #include <map>

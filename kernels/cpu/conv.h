@@ -10,20 +10,10 @@
 #include <memory>
 #include <vector>
 
+#include "conv_geometry.h"
 #include "cpu/gemm.h"
 
 namespace nereid::kernels {
-
-// The geometry of one 2-D convolution or pooling window (1-D uses h = kh = 1).
-struct Conv2dGeometry {
-  int64_t n = 1, h = 1, w = 1, c_in = 1;  // input, NHWC
-  int64_t oh = 1, ow = 1, c_out = 1;      // output, NHWC
-  int64_t kh = 1, kw = 1;                 // window
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t dilation_h = 1, dilation_w = 1;
-  int64_t pad_top = 0, pad_left = 0;  // bottom/right padding follows from oh, ow
-  int64_t groups = 1;
-};
 
 // Weights of a convolution, packed for the GEMM (one matrix per group, depth ordered
 // (ky, kx, channel)) or, depthwise, as [kh * kw][channels].

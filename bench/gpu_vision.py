@@ -1,0 +1,177 @@
+"""ResNet-50 on one GPU, side by side in one run (scripts/gpu_device_run.sh, section "vision"):
+
+1. PyTorch's best as a user would write it: torchvision's ResNet-50 (random weights, 224x224),
+   eval, a CUDA graph per batch, host to host (pinned input -> device -> network -> pinned
+   output), fp32, and fp16 and bf16 channels-last; wall clock around replay + synchronize.
+2. Nereid's native GPU engine serving the same network exported to ONNX, configured for ONNX
+   Runtime (platform onnxruntime_onnx, KIND_GPU, --onnx-engine=auto), precision fp32, bf16, fp16:
+   the server-side compute per execution (statistics extension: the copies and the kernels, host
+   to host), one request in flight over gRPC.
+3. Agreement with ONNX Runtime fp32 on the CPU: top-1 over 32 random images and the largest
+   difference relative to the largest logit, per precision.
+
+Usage: python3 bench/gpu_vision.py NEREID_BINARY [--batches 1,64,256] [--out DIR]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+os.environ.setdefault("NEREID_BINARY", "")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def torch_times(batches, iters):
+    """us per batch (mean, median) per (precision, batch), host to host from a CUDA graph."""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    net = torchvision.models.resnet50().eval().cuda()
+    out = {}
+    for precision in PRECISIONS:
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        fmt = torch.contiguous_format if precision == "fp32" else torch.channels_last
+        model = net.to(dtype=dtype, memory_format=fmt)
+        for batch in batches:
+            host_in = torch.randn(batch, 3, 224, 224).pin_memory()
+            host_out = torch.empty(batch, 1000).pin_memory()
+            dev_in = torch.empty(batch, 3, 224, 224, device="cuda")
+
+            def forward():
+                dev_in.copy_(host_in, non_blocking=True)
+                x = dev_in.to(dtype).contiguous(memory_format=fmt)
+                with torch.no_grad():
+                    host_out.copy_(model(x).float(), non_blocking=True)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    forward()
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                forward()
+            for _ in range(10):
+                graph.replay()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(iters if batch < 64 else max(iters // 10, 10)):
+                t0 = time.perf_counter()
+                graph.replay()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1e6)
+            out[(precision, batch)] = (statistics.fmean(times), statistics.median(times))
+            del graph
+        net = net.float().to(memory_format=torch.contiguous_format)
+    return out
+
+
+def export(path):
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "vision_models.py"),
+                    os.path.dirname(path), "--models", "resnet50", "--torchvision"], check=True)
+
+
+def config(name, precision, max_batch):
+    return f"""name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: {max_batch}
+input [ {{ name: "input" data_type: TYPE_FP32 dims: [3, 224, 224] }} ]
+output [ {{ name: "output" data_type: TYPE_FP32 dims: [1000] }} ]
+instance_group [ {{ kind: KIND_GPU count: 1 }} ]
+parameters {{ key: "precision" value {{ string_value: "{precision}" }} }}
+"""
+
+
+def server_compute(client, mod, model, x, iters):
+    """Mean server-side compute per execution (us), one request in flight."""
+    t = mod.InferInput("input", list(x.shape), "FP32")
+    t.set_data_from_numpy(x)
+    for _ in range(5):
+        client.infer(model, [t])
+
+    def snapshot():
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        c = s["inference_stats"]["compute_infer"]
+        return int(c.get("ns", 0)), int(c.get("count", 0))
+    ns0, n0 = snapshot()
+    for _ in range(iters):
+        client.infer(model, [t])
+    ns1, n1 = snapshot()
+    return (ns1 - ns0) / max(n1 - n0, 1) / 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("--batches", default="1,64,256")
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--out", default=tempfile.mkdtemp())
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    os.environ["NEREID_BINARY"] = args.binary
+    import conftest
+    conftest.BINARY = args.binary
+    import onnxruntime
+    import tritonclient.grpc as grpcclient
+    from conftest import Server
+
+    repo = tempfile.mkdtemp()
+    onnx_path = os.path.join(repo, "export", "resnet50.onnx")
+    export(onnx_path)
+    for p in PRECISIONS:
+        os.makedirs(os.path.join(repo, "models", f"resnet50_{p}", "1"))
+        os.link(onnx_path, os.path.join(repo, "models", f"resnet50_{p}", "1", "model.onnx"))
+        with open(os.path.join(repo, "models", f"resnet50_{p}", "config.pbtxt"), "w") as f:
+            f.write(config(f"resnet50_{p}", p, max(batches)))
+
+    print("== 1+2. ResNet-50 224x224 per batch, host to host (us): PyTorch CUDA graph (fp32; "
+          "fp16/bf16 channels-last) vs Nereid's server-side compute (gRPC, one in flight)")
+    torch_us = torch_times(batches, args.iters)
+    server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
+                    "--grpc-max-input-size=1073741824")
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        print(f"{'precision':>9} {'batch':>6} | {'PyTorch mean':>12} {'p50':>8} {'img/s':>8} | "
+              f"{'Nereid':>8} {'img/s':>8} | {'Nereid/PyTorch time':>19}")
+        rng = np.random.default_rng(0)
+        for p in PRECISIONS:
+            for b in batches:
+                x = rng.standard_normal((b, 3, 224, 224)).astype(np.float32)
+                ours = server_compute(client, grpcclient, f"resnet50_{p}", x,
+                                      args.iters if b < 64 else max(args.iters // 10, 10))
+                mean, p50 = torch_us[(p, b)]
+                print(f"{p:>9} {b:>6} | {mean:12.1f} {p50:8.1f} {b / mean * 1e6:8.0f} | "
+                      f"{ours:8.1f} {b / ours * 1e6:8.0f} | {ours / mean:18.2f}x")
+        print()
+        print("== 3. agreement with ONNX Runtime fp32 (CPU), 32 random images")
+        session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        x = rng.uniform(-1, 1, (32, 3, 224, 224)).astype(np.float32)
+        want = session.run(["output"], {"input": x})[0]
+        print(f"{'precision':>9} | {'top-1 agreement':>15} | {'max diff / max |logit|':>22}")
+        for p in PRECISIONS:
+            t = grpcclient.InferInput("input", list(x.shape), "FP32")
+            t.set_data_from_numpy(x)
+            got = client.infer(f"resnet50_{p}", [t]).as_numpy("output")
+            agree = float((got.argmax(1) == want.argmax(1)).mean())
+            diff = float(np.abs(got - want).max() / np.abs(want).max())
+            print(f"{p:>9} | {agree:15.3f} | {diff:22.2e}")
+        client.close()
+        print()
+        with open(server.log_path) as f:
+            for line in f:
+                if "native GPU engine" in line or "graph passes" in line:
+                    print("   " + line.split("] ", 1)[-1].rstrip())
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

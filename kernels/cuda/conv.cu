@@ -1,0 +1,589 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <type_traits>
+
+#include "cuda/conv.h"
+#include "cuda/device_math.cuh"
+
+namespace nereid::kernels::cuda {
+namespace {
+
+__device__ __forceinline__ float ApplyConvActivation(ConvActivation act, float v, float a,
+                                                     float b) {
+  switch (act) {
+    case ConvActivation::kRelu:
+      return v > 0.f ? v : 0.f;
+    case ConvActivation::kClip:
+      return fminf(fmaxf(v, a), b);
+    case ConvActivation::kLeakyRelu:
+      return v >= 0.f ? v : v * a;
+    case ConvActivation::kHardSigmoid:
+      return fmaxf(0.f, fminf(1.f, a * v + b));
+    case ConvActivation::kHardSwish:
+      return v * fmaxf(0.f, fminf(1.f, v * (1.f / 6.f) + 0.5f));
+    default:
+      return v;
+  }
+}
+
+// y[pixel][channel] = act(acc + bias + residual), in y's type.
+template <typename T>
+__device__ __forceinline__ void StoreConvOutput(const ConvProblem& p, int64_t pixel,
+                                                int64_t channel, float acc) {
+  if (p.bias != nullptr) acc += p.bias[channel];
+  const int64_t at = pixel * p.g.c_out + channel;
+  if (p.residual != nullptr) acc += ToFloat(static_cast<const T*>(p.residual)[at]);
+  static_cast<T*>(p.y)[at] = FromFloat<T>(ApplyConvActivation(p.act, acc, p.act_a, p.act_b));
+}
+
+// ---- generic implicit GEMM (CUDA cores) ---------------------------------------------------------
+// A block computes 64 pixels x 64 output channels of one group; each of its 256 threads 4 x 4.
+// Tiles of 16 of the depth (ky, kx, channel) are gathered into shared memory as fp32.
+constexpr int kGenericTile = 64, kGenericDepth = 16;
+
+template <typename T>
+__global__ void __launch_bounds__(256) ConvGenericKernel(ConvProblem p) {
+  const Conv2dGeometry& g = p.g;
+  const int64_t pixels = g.n * g.oh * g.ow;
+  const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups;
+  const int64_t depth = g.kh * g.kw * cin_g;
+  const int64_t group = blockIdx.z;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kGenericTile;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kGenericTile;
+  __shared__ float a_tile[kGenericDepth][kGenericTile + 4];
+  __shared__ float b_tile[kGenericDepth][kGenericTile + 4];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int kk = tid % kGenericDepth, row0 = tid / kGenericDepth;  // rows row0 + 16 i
+  int64_t base[4], iy0[4], ix0[4];
+  bool row_ok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = m0 + row0 + 16 * i;
+    row_ok[i] = m < pixels;
+    const int64_t mm = row_ok[i] ? m : 0;
+    const int64_t img = mm / (g.oh * g.ow), rest = mm % (g.oh * g.ow);
+    base[i] = img * g.h * g.w * g.c_in + group * cin_g;
+    iy0[i] = rest / g.ow * g.stride_h - g.pad_top;
+    ix0[i] = rest % g.ow * g.stride_w - g.pad_left;
+  }
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.w) + group * cout_g * depth;
+  float acc[4][4] = {};
+  const int ty = tid / 16, tx = tid % 16;
+  for (int64_t k0 = 0; k0 < depth; k0 += kGenericDepth) {
+    const int64_t k = k0 + kk;
+    const bool k_ok = k < depth;
+    int64_t ky = 0, kx = 0, ci = 0;
+    if (k_ok) {
+      ci = k % cin_g;
+      const int64_t tap = k / cin_g;
+      kx = tap % g.kw, ky = tap / g.kw;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t iy = iy0[i] + ky * g.dilation_h, ix = ix0[i] + kx * g.dilation_w;
+      float v = 0.f;
+      if (k_ok && row_ok[i] && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+        v = ToFloat(x[base[i] + (iy * g.w + ix) * g.c_in + ci]);
+      a_tile[kk][row0 + 16 * i] = v;
+      const int64_t co = n0 + row0 + 16 * i;
+      b_tile[kk][row0 + 16 * i] = k_ok && co < cout_g ? ToFloat(w[co * depth + k]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kGenericDepth; ++q) {
+      float a[4], b[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a[j] = a_tile[q][ty * 4 + j], b[j] = b_tile[q][tx * 4 + j];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int l = 0; l < 4; ++l) acc[j][l] = fmaf(a[j], b[l], acc[j][l]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t m = m0 + ty * 4 + j;
+    if (m >= pixels) continue;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const int64_t co = n0 + tx * 4 + l;
+      if (co < cout_g) StoreConvOutput<T>(p, m, group * cout_g + co, acc[j][l]);
+    }
+  }
+}
+
+// ---- depthwise ----------------------------------------------------------------------------------
+// One thread per output element, channels fastest (coalesced); weights as [kh][kw][c].
+template <typename T>
+__global__ void ConvDepthwiseKernel(ConvProblem p) {
+  const Conv2dGeometry& g = p.g;
+  const int64_t c = g.c_out, total = g.n * g.oh * g.ow * c;
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.w);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ch = i % c, pixel = i / c;
+    const int64_t ox = pixel % g.ow, rest = pixel / g.ow;
+    const int64_t oy = rest % g.oh, img = rest / g.oh;
+    const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+    float acc = 0.f;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = y0 + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = x0 + kx * g.dilation_w;
+        if (ix < 0 || ix >= g.w) continue;
+        acc = fmaf(ToFloat(x[((img * g.h + iy) * g.w + ix) * c + ch]),
+                   ToFloat(w[(ky * g.kw + kx) * c + ch]), acc);
+      }
+    }
+    StoreConvOutput<T>(p, pixel, ch, acc);
+  }
+}
+
+// ---- implicit GEMM on the tensor cores ----------------------------------------------------------
+// A block computes 128 pixels x 64 output channels: 8 warps as 4 (pixels) x 2 (channels), each
+// 32 x 32 as 2 x 4 mma.sync m16n8k16 tiles. Per step of 32 of the depth, each thread gathers two
+// 16-byte pieces of the image (8 channels of one tap: c_in % 8 == 0 keeps a piece inside a tap)
+// and one of the weights with cp.async, zero-filled where the window leaves the image, into one of
+// three shared-memory stages (two steps load while one computes). Rows in shared memory are 40
+// elements (80 bytes) apart, so ldmatrix's eight row addresses fall in distinct banks.
+// Split K (blockIdx.z of 'splits'): each split sums its range of steps into fp32 partials, which
+// ConvSplitEpilogueKernel adds up and finishes.
+constexpr int kTcPixels = 128, kTcChannels = 64, kTcDepth = 32, kTcRow = kTcDepth + 8;
+constexpr int kTcStages = 3;
+
+__device__ __forceinline__ void CopyAsync16(void* shared, const void* global, bool valid) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
+               "r"(bytes));
+}
+
+__device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
+
+__device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* shared) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int splits) {
+  const Conv2dGeometry& g = p.g;
+  __shared__ __align__(16) T a_tile[kTcStages][kTcPixels][kTcRow];
+  __shared__ __align__(16) T b_tile[kTcStages][kTcChannels][kTcRow];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int64_t pixels = g.n * g.oh * g.ow, depth = g.kh * g.kw * g.c_in;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcPixels;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTcChannels;
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.w);
+  // What this thread loads: pixel rows tid / 4 and tid / 4 + 64, weight row tid / 4, each at
+  // piece tid % 4 of the depth step.
+  const int piece = tid % 4, row = tid / 4;
+  int64_t base[2];
+  int iy0[2], ix0[2];
+  bool row_ok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t m = m0 + row + 64 * i;
+    row_ok[i] = m < pixels;
+    const int64_t mm = row_ok[i] ? m : 0;
+    const int64_t img = mm / (g.oh * g.ow), rest = mm % (g.oh * g.ow);
+    base[i] = img * g.h * g.w * g.c_in;
+    iy0[i] = static_cast<int>(rest / g.ow * g.stride_h - g.pad_top);
+    ix0[i] = static_cast<int>(rest % g.ow * g.stride_w - g.pad_left);
+  }
+  const int64_t co_load = n0 + row;
+  auto load = [&](int stage, int64_t step) {
+    const int64_t k = step * kTcDepth + piece * 8;
+    const bool k_ok = k < depth;
+    int64_t ci = 0, ky = 0, kx = 0;
+    if (k_ok) {
+      ci = k % g.c_in;
+      const int64_t tap = k / g.c_in;
+      kx = tap % g.kw, ky = tap / g.kw;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t iy = iy0[i] + ky * g.dilation_h, ix = ix0[i] + kx * g.dilation_w;
+      const bool ok = k_ok && row_ok[i] && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+      CopyAsync16(&a_tile[stage][row + 64 * i][piece * 8],
+                  ok ? x + base[i] + (iy * g.w + ix) * g.c_in + ci : x, ok);
+    }
+    const bool ok = k_ok && co_load < g.c_out;
+    CopyAsync16(&b_tile[stage][row][piece * 8], ok ? w + co_load * depth + k : w, ok);
+  };
+  // This split's steps.
+  const int64_t steps = (depth + kTcDepth - 1) / kTcDepth;
+  const int64_t per_split = (steps + splits - 1) / splits;
+  const int64_t first = blockIdx.z * per_split;
+  const int64_t count = first < steps ? min(per_split, steps - first) : 0;
+  const int wm = warp % 4, wn = warp / 4;
+  float acc[2][4][4] = {};
+#pragma unroll
+  for (int s = 0; s < kTcStages - 1; ++s) {
+    if (s < count) load(s, first + s);
+    CommitCopies();  // (empty groups keep the count wait_group relies on)
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kTcStages - 2));
+    __syncthreads();  // step i landed for everyone, and step i - 1's stage is free again
+    const int64_t next = i + kTcStages - 1;
+    if (next < count) load(static_cast<int>(next % kTcStages), first + next);
+    CommitCopies();
+    const int stage = static_cast<int>(i % kTcStages);
+#pragma unroll
+    for (int ks = 0; ks < kTcDepth; ks += 16) {
+      uint32_t a[2][4], b[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        LoadMatrices(a[mt], &a_tile[stage][wm * 32 + mt * 16 + lane % 16][ks + lane / 16 * 8]);
+#pragma unroll
+      for (int np = 0; np < 2; ++np)  // two 8-channel tiles, both halves of k16, per x4 load
+        LoadMatrices(
+            b[np],
+            &b_tile[stage][wn * 32 + np * 16 + lane % 8 + lane / 16 * 8][ks + (lane / 8) % 2 * 8]);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          Mma16816<T>(acc[mt][nt], a[mt], b[nt / 2][(nt % 2) * 2], b[nt / 2][(nt % 2) * 2 + 1]);
+    }
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  const int gid = lane / 4, tig = lane % 4;
+  float* partial = splits > 1 ? p.workspace + blockIdx.z * pixels * g.c_out : nullptr;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t m = m0 + wm * 32 + mt * 16 + gid + half * 8;
+      if (m >= pixels) continue;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int64_t co = n0 + wn * 32 + nt * 8 + tig * 2;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if (co + j >= g.c_out) continue;
+          const float v = acc[mt][nt][half * 2 + j];
+          if (partial != nullptr)
+            partial[m * g.c_out + co + j] = v;
+          else
+            StoreConvOutput<T>(p, m, co + j, v);
+        }
+      }
+    }
+}
+
+// The splits' partial sums added up, then the epilogue.
+template <typename T>
+__global__ void ConvSplitEpilogueKernel(ConvProblem p, int splits) {
+  const int64_t total = p.g.n * p.g.oh * p.g.ow * p.g.c_out;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += p.workspace[s * total + i];
+    StoreConvOutput<T>(p, i / p.g.c_out, i % p.g.c_out, sum);
+  }
+}
+
+// ---- pools --------------------------------------------------------------------------------------
+
+template <typename T, PoolKind kKind>
+__global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_right,
+                             bool count_include_pad, const T* x, T* y) {
+  const int64_t c = g.c_in, total = g.n * g.oh * g.ow * c;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ch = i % c, pixel = i / c;
+    const int64_t ox = pixel % g.ow, rest = pixel / g.ow;
+    const int64_t oy = rest % g.oh, img = rest / g.oh;
+    const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+    const T* src = x + img * g.h * g.w * c + ch;
+    float out;
+    if constexpr (kKind == PoolKind::kMax) {
+      out = -INFINITY;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = y0 + ky * g.dilation_h;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = x0 + kx * g.dilation_w;
+          if (ix < 0 || ix >= g.w) continue;
+          const float v = ToFloat(src[(iy * g.w + ix) * c]);
+          out = v > out || v != v ? v : out;  // NaN propagates, as on the CPU
+        }
+      }
+    } else {
+      auto lo = [](int64_t a, int64_t b) { return a < b ? a : b; };
+      auto hi = [](int64_t a, int64_t b) { return a > b ? a : b; };
+      const int64_t y1 = lo(y0 + g.kh, g.h + pad_bottom), x1 = lo(x0 + g.kw, g.w + pad_right);
+      const int64_t ys = hi(y0, 0), ye = lo(y1, g.h), xs = hi(x0, 0), xe = lo(x1, g.w);
+      const int64_t count =
+          count_include_pad ? (y1 - y0) * (x1 - x0) : hi(ye - ys, 0) * hi(xe - xs, 0);
+      float sum = 0.f;
+      for (int64_t iy = ys; iy < ye; ++iy)
+        for (int64_t ix = xs; ix < xe; ++ix) sum += ToFloat(src[(iy * g.w + ix) * c]);
+      out = count > 0 ? sum * (1.f / static_cast<float>(count)) : 0.f;
+    }
+    y[i] = FromFloat<T>(out);
+  }
+}
+
+// One thread per (image, channel), reading the channel down the pixels (coalesced across threads).
+template <typename T, PoolKind kKind>
+__global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T* y) {
+  const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t img = blockIdx.y;
+  if (ch >= c || img >= n) return;
+  const T* src = x + img * hw * c + ch;
+  float out = kKind == PoolKind::kMax ? -INFINITY : 0.f;
+  for (int64_t i = 0; i < hw; ++i) {
+    const float v = ToFloat(src[i * c]);
+    if constexpr (kKind == PoolKind::kMax)
+      out = v > out || v != v ? v : out;
+    else
+      out += v;
+  }
+  if constexpr (kKind == PoolKind::kAverage) out *= 1.f / static_cast<float>(hw);
+  y[img * c + ch] = FromFloat<T>(out);
+}
+
+// ---- layouts ------------------------------------------------------------------------------------
+
+// U is a type of the element's size: the transposes move bits.
+// Channels-last output may have c_pad >= c channels, the extra ones zero.
+template <typename U, bool kToLast>
+__global__ void TransposeKernel(const U* x, int64_t n, int64_t c, int64_t hw, int64_t c_pad, U* y) {
+  const int64_t total = n * (kToLast ? c_pad : c) * hw;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // i indexes the output, so writes coalesce.
+    if constexpr (kToLast) {
+      const int64_t ch = i % c_pad, p = i / c_pad % hw, img = i / (c_pad * hw);
+      y[i] = ch < c ? x[(img * c + ch) * hw + p] : U{0};
+    } else {
+      const int64_t p = i % hw, ch = i / hw % c, img = i / (c * hw);
+      y[i] = x[(img * hw + p) * c + ch];
+    }
+  }
+}
+
+int MultiprocessorCount() {
+  static std::atomic<int> cache[kMaxDevices];
+  return PerDevice(cache, [](int dev) {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms > 0 ? sms : 1;
+  });
+}
+
+bool FloatType(ElemType t) {
+  return t == ElemType::kF32 || t == ElemType::kBF16 || t == ElemType::kF16;
+}
+
+bool GeometryValid(const Conv2dGeometry& g) {
+  return g.n > 0 && g.h > 0 && g.w > 0 && g.c_in > 0 && g.oh > 0 && g.ow > 0 && g.kh > 0 &&
+         g.kw > 0 && g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0;
+}
+
+// Calls f with a value of the CUDA element type for 'type' (float types only).
+template <typename F>
+cudaError_t WithFloatType(ElemType type, F&& f) {
+  switch (type) {
+    case ElemType::kF32:
+      f(float{});
+      break;
+    case ElemType::kBF16:
+      f(__nv_bfloat16{});
+      break;
+    case ElemType::kF16:
+      f(__half{});
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+ConvKernel ChooseConvKernel(const ConvProblem& p) {
+  const Conv2dGeometry& g = p.g;
+  if (g.groups > 1 && g.groups == g.c_in && g.groups == g.c_out) return ConvKernel::kDepthwise;
+  if ((p.type == ElemType::kBF16 || p.type == ElemType::kF16) && g.groups == 1 && g.c_in % 8 == 0 &&
+      Aligned16(p.x) && Aligned16(p.w))
+    return ConvKernel::kTensorCore;
+  return ConvKernel::kGeneric;
+}
+
+int ConvSplits(const ConvProblem& p) {
+  if (ChooseConvKernel(p) != ConvKernel::kTensorCore || p.workspace == nullptr) return 1;
+  const Conv2dGeometry& g = p.g;
+  const int64_t pixels = g.n * g.oh * g.ow;
+  const int64_t tiles =
+      (pixels + kTcPixels - 1) / kTcPixels * ((g.c_out + kTcChannels - 1) / kTcChannels);
+  const int64_t sms = std::max(MultiprocessorCount(), 1);
+  if (tiles >= sms) return 1;
+  // About two blocks per SM, each split at least 8 steps of the depth.
+  const int64_t steps = (g.kh * g.kw * g.c_in + kTcDepth - 1) / kTcDepth;
+  int64_t splits = std::min<int64_t>({kConvMaxSplits, (2 * sms + tiles - 1) / tiles, steps / 8});
+  while (splits > 1 && splits * pixels * g.c_out > kConvWorkspaceFloats) --splits;
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
+const char* ConvKernelName(ConvKernel k) {
+  switch (k) {
+    case ConvKernel::kTensorCore:
+      return "tensor-core implicit GEMM";
+    case ConvKernel::kDepthwise:
+      return "depthwise";
+    case ConvKernel::kGeneric:
+      return "implicit GEMM";
+  }
+  return "?";
+}
+
+std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw) {
+  const Conv2dGeometry& g = p.g;
+  const int64_t cin_g = g.c_in / g.groups, taps = g.kh * g.kw;
+  std::vector<float> out(static_cast<size_t>(g.c_out * cin_g * taps));
+  const bool depthwise = ChooseConvKernel(p) == ConvKernel::kDepthwise;
+  for (int64_t co = 0; co < g.c_out; ++co)
+    for (int64_t ci = 0; ci < cin_g; ++ci)
+      for (int64_t t = 0; t < taps; ++t) {
+        const float v = oihw[(co * cin_g + ci) * taps + t];
+        out[depthwise ? t * g.c_out + co : (co * taps + t) * cin_g + ci] = v;
+      }
+  return out;
+}
+
+cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
+  const Conv2dGeometry& g = p.g;
+  if (!GeometryValid(g) || g.c_out <= 0 || g.groups <= 0 || g.groups > 65535 ||
+      g.c_in % g.groups != 0 || g.c_out % g.groups != 0 || p.x == nullptr || p.w == nullptr ||
+      p.y == nullptr || !FloatType(p.type))
+    return cudaErrorInvalidValue;
+  const int64_t pixels = g.n * g.oh * g.ow;
+  switch (ChooseConvKernel(p)) {
+    case ConvKernel::kTensorCore: {
+      const dim3 grid(static_cast<unsigned>((pixels + kTcPixels - 1) / kTcPixels),
+                      static_cast<unsigned>((g.c_out + kTcChannels - 1) / kTcChannels));
+      const int splits = ConvSplits(p);
+      const dim3 split_grid(grid.x, grid.y, static_cast<unsigned>(splits));
+      if (grid.y > 65535) return cudaErrorInvalidValue;
+      const unsigned finish = GridFor(pixels * g.c_out, 4);
+      if (p.type == ElemType::kBF16) {
+        ConvTensorCoreKernel<__nv_bfloat16><<<split_grid, 256, 0, stream>>>(p, splits);
+        if (splits > 1)
+          ConvSplitEpilogueKernel<__nv_bfloat16><<<finish, 256, 0, stream>>>(p, splits);
+      } else {
+        ConvTensorCoreKernel<__half><<<split_grid, 256, 0, stream>>>(p, splits);
+        if (splits > 1) ConvSplitEpilogueKernel<__half><<<finish, 256, 0, stream>>>(p, splits);
+      }
+      return cudaGetLastError();
+    }
+    case ConvKernel::kDepthwise:
+      return WithFloatType(p.type, [&](auto t) {
+        ConvDepthwiseKernel<decltype(t)><<<GridFor(pixels * g.c_out, 1), 256, 0, stream>>>(p);
+      });
+    case ConvKernel::kGeneric: {
+      const dim3 grid(static_cast<unsigned>((pixels + kGenericTile - 1) / kGenericTile),
+                      static_cast<unsigned>((g.c_out / g.groups + kGenericTile - 1) / kGenericTile),
+                      static_cast<unsigned>(g.groups));
+      if (grid.y > 65535) return cudaErrorInvalidValue;
+      return WithFloatType(
+          p.type, [&](auto t) { ConvGenericKernel<decltype(t)><<<grid, 256, 0, stream>>>(p); });
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_bottom,
+                       int64_t pad_right, bool count_include_pad, ElemType type, const void* x,
+                       void* y, cudaStream_t stream) {
+  if (!GeometryValid(g) || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  const unsigned grid = GridFor(g.n * g.oh * g.ow * g.c_in, 1);
+  return WithFloatType(type, [&](auto t) {
+    using T = decltype(t);
+    if (kind == PoolKind::kMax)
+      Pool2dKernel<T, PoolKind::kMax>
+          <<<grid, 256, 0, stream>>>(g, pad_bottom, pad_right, count_include_pad,
+                                     static_cast<const T*>(x), static_cast<T*>(y));
+    else
+      Pool2dKernel<T, PoolKind::kAverage>
+          <<<grid, 256, 0, stream>>>(g, pad_bottom, pad_right, count_include_pad,
+                                     static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+
+cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, ElemType type,
+                           const void* x, void* y, cudaStream_t stream) {
+  if (n <= 0 || n > 65535 || hw <= 0 || c <= 0 || x == nullptr || y == nullptr)
+    return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((c + 255) / 256), static_cast<unsigned>(n));
+  return WithFloatType(type, [&](auto t) {
+    using T = decltype(t);
+    if (kind == PoolKind::kMax)
+      GlobalPoolKernel<T, PoolKind::kMax>
+          <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
+    else
+      GlobalPoolKernel<T, PoolKind::kAverage>
+          <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+
+namespace {
+
+template <bool kToLast>
+cudaError_t Transpose(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, int64_t c_pad,
+                      void* y, cudaStream_t stream) {
+  if (n <= 0 || c <= 0 || hw <= 0 || c_pad < c || x == nullptr || y == nullptr || !FloatType(type))
+    return cudaErrorInvalidValue;
+  const unsigned grid = GridFor(n * c_pad * hw, 1);
+  if (ElemSize(type) == 4)
+    TransposeKernel<uint32_t, kToLast><<<grid, 256, 0, stream>>>(
+        static_cast<const uint32_t*>(x), n, c, hw, c_pad, static_cast<uint32_t*>(y));
+  else
+    TransposeKernel<uint16_t, kToLast><<<grid, 256, 0, stream>>>(
+        static_cast<const uint16_t*>(x), n, c, hw, c_pad, static_cast<uint16_t*>(y));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t ChannelsLast(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, void* y,
+                         cudaStream_t stream, int64_t c_pad) {
+  return Transpose<true>(type, x, n, c, hw, c_pad > 0 ? c_pad : c, y, stream);
+}
+
+cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, void* y,
+                          cudaStream_t stream) {
+  return Transpose<false>(type, x, n, c, hw, c, y, stream);
+}
+
+}  // namespace nereid::kernels::cuda

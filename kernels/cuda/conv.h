@@ -1,0 +1,79 @@
+// Convolutions and pools of the native engine's GPU path, on NHWC tensors (the GPU compiler keeps
+// every value between convolutions channels-last and converts at the model's edges):
+//
+//  - Conv2dNhwc picks one of three kernels per layer:
+//      tensor-core implicit GEMM (bf16/fp16, one group, c_in a multiple of 8): M = output pixels,
+//        N = output channels, K = kh x kw x c_in gathered from the image with 16-byte cp.async
+//        loads (zero-filled outside the image), never materialized; mma.sync m16n8k16 with fp32
+//        accumulators, three shared-memory stages; the epilogue fused into the stores; K split
+//        over blocks for layers with fewer tiles than SMs (batch 1);
+//      depthwise (one channel per group): each thread one output element, channels fastest;
+//      generic implicit GEMM (any type, any groups, any c_in): CUDA cores, fp32 accumulation.
+//    The epilogue is y = act(conv + bias + residual), converted to y's type once.
+//  - Pool2dNhwc: MaxPool and AveragePool windows (pads, strides, dilations, ceil_mode as
+//    geometry); GlobalPoolNhwc: GlobalAveragePool and GlobalMaxPool to [n, c].
+//  - ChannelsLast / ChannelsFirst: NCHW <-> NHWC.
+// Types kF32, kBF16, kF16; arithmetic in fp32. Entry points check shapes and return
+// cudaErrorInvalidValue for what they cannot run, never synchronize.
+#pragma once
+
+#include <vector>
+
+#include "conv_geometry.h"
+#include "cuda/common.h"
+
+namespace nereid::kernels::cuda {
+
+// The activations a convolution's epilogue applies (ONNX's Relu, Clip(a, b), LeakyRelu(alpha a),
+// HardSigmoid(alpha a, beta b), HardSwish).
+enum class ConvActivation { kNone, kRelu, kClip, kLeakyRelu, kHardSigmoid, kHardSwish };
+
+struct ConvProblem {
+  Conv2dGeometry g;                // x: n x h x w x c_in; y: n x oh x ow x c_out
+  ElemType type = ElemType::kF32;  // x, w, residual and y
+  const void* x = nullptr;
+  const void* w = nullptr;         // in ConvWeightsLayout's order
+  const float* bias = nullptr;     // c_out, or null
+  const void* residual = nullptr;  // like y, or null
+  void* y = nullptr;
+  ConvActivation act = ConvActivation::kNone;
+  float act_a = 0.f, act_b = 0.f;
+  // kConvWorkspaceFloats of scratch, or null: layers with fewer tiles than the GPU has SMs then
+  // split their depth over blocks (fp32 partial sums here, added up by a second kernel).
+  float* workspace = nullptr;
+};
+constexpr int kConvMaxSplits = 8;
+constexpr int64_t kConvWorkspaceFloats = int64_t{1} << 23;  // 32 MiB
+
+enum class ConvKernel { kTensorCore, kDepthwise, kGeneric };
+// The kernel Conv2dNhwc runs for 'p' (its shape and type; tensor cores need a Volta-or-later GPU,
+// which every device this engine runs on is), and over how many splits of the depth.
+ConvKernel ChooseConvKernel(const ConvProblem& p);
+int ConvSplits(const ConvProblem& p);
+const char* ConvKernelName(ConvKernel k);
+
+// Reorders ONNX weights ([c_out][c_in / groups][kh][kw]) into what the chosen kernel reads:
+// depthwise [kh][kw][c_out], otherwise [c_out][kh][kw][c_in / groups].
+std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw);
+
+cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream);
+
+// pads at the bottom and right follow from g.oh and g.ow; 'count_include_pad' divides
+// AveragePool's sums by the window clipped to the padded image (ONNX's rule) rather than to the
+// image. g.c_out is ignored (a pool keeps g.c_in channels).
+enum class PoolKind { kMax, kAverage };
+cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_bottom,
+                       int64_t pad_right, bool count_include_pad, ElemType type, const void* x,
+                       void* y, cudaStream_t stream);
+// x: n x hw x c; y: n x c.
+cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, ElemType type,
+                           const void* x, void* y, cudaStream_t stream);
+
+// x: n x c x hw -> y: n x hw x c, and back. 'c_pad' > c gives y c_pad channels, the extra ones
+// zero (a first convolution's 3 channels made 8, for the tensor-core kernel).
+cudaError_t ChannelsLast(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, void* y,
+                         cudaStream_t stream, int64_t c_pad = 0);
+cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, void* y,
+                          cudaStream_t stream);
+
+}  // namespace nereid::kernels::cuda

@@ -1,0 +1,267 @@
+// The GPU convolution and pooling kernels (kernels/cuda/conv.h) against float64 references on the
+// host, per element type: the tensor-core implicit GEMM, the depthwise and the generic kernels with
+// every fused epilogue, the pools, and the layout transposes.
+#include "cuda/conv.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+namespace nereid::gpu_test {
+namespace {
+
+namespace kc = kernels::cuda;
+using kc::ConvActivation;
+using kernels::Conv2dGeometry;
+
+double Activate(ConvActivation act, double v, double a, double b) {
+  switch (act) {
+    case ConvActivation::kRelu:
+      return std::max(v, 0.0);
+    case ConvActivation::kClip:
+      return std::min(std::max(v, a), b);
+    case ConvActivation::kLeakyRelu:
+      return v >= 0 ? v : v * a;
+    case ConvActivation::kHardSigmoid:
+      return std::max(0.0, std::min(1.0, a * v + b));
+    case ConvActivation::kHardSwish:
+      return v * std::max(0.0, std::min(1.0, v / 6 + 0.5));
+    default:
+      return v;
+  }
+}
+
+struct ConvCase {
+  Conv2dGeometry g;
+  ConvActivation act = ConvActivation::kNone;
+  float a = 0.f, b = 0.f;
+  bool bias = true, residual = false;
+};
+
+// Output size for symmetric padding 'pad'.
+Conv2dGeometry Geometry(int64_t n, int64_t h, int64_t w, int64_t c_in, int64_t c_out, int64_t k,
+                        int64_t stride, int64_t pad, int64_t groups = 1, int64_t dilation = 1) {
+  Conv2dGeometry g;
+  g.n = n, g.h = h, g.w = w, g.c_in = c_in, g.c_out = c_out, g.kh = g.kw = k;
+  g.stride_h = g.stride_w = stride, g.pad_top = g.pad_left = pad, g.groups = groups;
+  g.dilation_h = g.dilation_w = dilation;
+  g.oh = (h + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+  g.ow = (w + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+  return g;
+}
+
+std::vector<ConvCase> ConvCases() {
+  using A = ConvActivation;
+  return {
+      {Geometry(2, 9, 9, 16, 24, 3, 1, 1), A::kRelu, 0, 0, true, true},          // a ResNet block
+      {Geometry(1, 20, 20, 3, 64, 7, 2, 3), A::kRelu},                           // a stem: c_in 3
+      {Geometry(3, 7, 7, 64, 72, 1, 2, 0), A::kClip, 0.f, 6.f},                  // 1x1, stride 2
+      {Geometry(2, 14, 14, 64, 128, 3, 1, 1), A::kNone, 0, 0, false, true},      // many depth steps
+      {Geometry(1, 11, 13, 32, 32, 3, 2, 1, 32), A::kHardSwish},                 // depthwise
+      {Geometry(2, 8, 8, 16, 8, 3, 1, 1, 4), A::kLeakyRelu, 0.1f},               // grouped
+      {Geometry(1, 12, 12, 8, 16, 3, 1, 2, 1, 2), A::kHardSigmoid, 0.2f, 0.5f},  // dilated
+      {Geometry(5, 3, 3, 40, 136, 3, 1, 1), A::kRelu, 0, 0, true, true},         // c_out not x64
+      {Geometry(1, 7, 7, 256, 64, 3, 1, 1), A::kRelu, 0, 0, true, true},  // split over blocks
+  };
+}
+
+std::string Describe(const ConvCase& c, ElemType t) {
+  const Conv2dGeometry& g = c.g;
+  return std::string(kc::ElemTypeName(t)) + " n" + std::to_string(g.n) + " " + std::to_string(g.h) +
+         "x" + std::to_string(g.w) + "x" + std::to_string(g.c_in) + " -> " +
+         std::to_string(g.c_out) + " k" + std::to_string(g.kh) + " s" + std::to_string(g.stride_h) +
+         " g" + std::to_string(g.groups);
+}
+
+TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
+  NEREID_REQUIRE_GPU();
+  uint64_t seed = 1;
+  int kernels_seen[3] = {0, 0, 0}, split = 0;
+  DeviceBuffer workspace(kc::kConvWorkspaceFloats * sizeof(float));
+  for (const ConvCase& c : ConvCases())
+    for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+      const Conv2dGeometry& g = c.g;
+      const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups;
+      const size_t x_n = g.n * g.h * g.w * g.c_in, y_n = g.n * g.oh * g.ow * g.c_out;
+      const std::vector<float> x = Random(x_n, seed++);
+      const std::vector<float> w = Random(g.c_out * cin_g * g.kh * g.kw, seed++, -0.3f, 0.3f);
+      const std::vector<float> bias = Random(g.c_out, seed++);
+      const std::vector<float> res = Random(y_n, seed++);
+      kc::ConvProblem p;
+      p.g = g, p.type = t, p.act = c.act, p.act_a = c.a, p.act_b = c.b;
+      const std::vector<float> wl = kc::ConvWeightsLayout(p, w.data());
+      DeviceBuffer dx(Encode(x, t)), dw(Encode(wl, t)), db(Encode(bias, ElemType::kF32)),
+          dr(Encode(res, t)), dy(y_n * kc::ElemSize(t));
+      p.x = dx.get(), p.w = dw.get(), p.y = dy.get();
+      p.bias = c.bias ? static_cast<const float*>(db.get()) : nullptr;
+      p.residual = c.residual ? dr.get() : nullptr;
+      p.workspace = static_cast<float*>(workspace.get());
+      split += kc::ConvSplits(p) > 1;
+      const kc::ConvKernel kernel = kc::ChooseConvKernel(p);
+      ++kernels_seen[static_cast<int>(kernel)];
+      if (t != ElemType::kF32 && g.groups == 1 && g.c_in % 8 == 0)
+        EXPECT_EQ(kernel, kc::ConvKernel::kTensorCore) << Describe(c, t);
+      ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
+      CUDA_OK(cudaDeviceSynchronize());
+      // The reference: the same rounded operands, in double.
+      const std::vector<double> rx = Rounded(x, t), rw = Rounded(w, t), rr = Rounded(res, t);
+      std::vector<double> ref(y_n);
+      for (int64_t b = 0; b < g.n; ++b)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox)
+            for (int64_t co = 0; co < g.c_out; ++co) {
+              const int64_t grp = co / cout_g;
+              double acc = c.bias ? bias[co] : 0.0;
+              for (int64_t ci = 0; ci < cin_g; ++ci)
+                for (int64_t ky = 0; ky < g.kh; ++ky)
+                  for (int64_t kx = 0; kx < g.kw; ++kx) {
+                    const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+                    const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                    acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + grp * cin_g + ci] *
+                           rw[((co * cin_g + ci) * g.kh + ky) * g.kw + kx];
+                  }
+              const int64_t at = ((b * g.oh + oy) * g.ow + ox) * g.c_out + co;
+              if (c.residual) acc += rr[at];
+              ref[at] = Activate(c.act, acc, c.a, c.b);
+            }
+      const double err = RelativeError(Decode(dy.Read(), t), ref);
+      const double tol = t == ElemType::kF32 ? 1e-5 : t == ElemType::kF16 ? 3e-3 : 2e-2;
+      EXPECT_LE(err, tol) << Describe(c, t) << " on " << kc::ConvKernelName(kernel);
+    }
+  for (int k = 0; k < 3; ++k)
+    EXPECT_GT(kernels_seen[k], 0) << kc::ConvKernelName(static_cast<kc::ConvKernel>(k));
+  EXPECT_GT(split, 0) << "no case split its depth over blocks";
+}
+
+TEST(CudaConv, PoolsMatchTheReference) {
+  NEREID_REQUIRE_GPU();
+  struct PoolCase {
+    kc::PoolKind kind;
+    Conv2dGeometry g;
+    int64_t pad_bottom, pad_right;
+    bool count_include_pad;
+  };
+  Conv2dGeometry resnet = Geometry(2, 12, 12, 24, 24, 3, 2, 1);
+  Conv2dGeometry ceil = Geometry(1, 7, 8, 8, 8, 3, 2, 0);  // ceil_mode: one more output each way
+  ceil.oh += 1, ceil.ow += 1;
+  const std::vector<PoolCase> cases = {
+      {kc::PoolKind::kMax, resnet, 1, 1, false},
+      {kc::PoolKind::kAverage, Geometry(2, 9, 9, 16, 16, 3, 1, 1), 1, 1, false},
+      {kc::PoolKind::kAverage, Geometry(2, 9, 9, 16, 16, 3, 1, 1), 1, 1, true},
+      {kc::PoolKind::kAverage, ceil, 2, 1, true},
+      {kc::PoolKind::kMax, ceil, 2, 1, false},
+  };
+  uint64_t seed = 100;
+  for (const PoolCase& c : cases)
+    for (ElemType t : {ElemType::kF32, ElemType::kBF16}) {
+      const Conv2dGeometry& g = c.g;
+      const std::vector<float> x = Random(g.n * g.h * g.w * g.c_in, seed++);
+      const size_t y_n = g.n * g.oh * g.ow * g.c_in;
+      DeviceBuffer dx(Encode(x, t)), dy(y_n * kc::ElemSize(t));
+      ASSERT_EQ(kc::Pool2dNhwc(c.kind, g, c.pad_bottom, c.pad_right, c.count_include_pad, t,
+                               dx.get(), dy.get(), nullptr),
+                cudaSuccess);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> rx = Rounded(x, t);
+      std::vector<double> ref(y_n);
+      for (int64_t b = 0; b < g.n; ++b)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox)
+            for (int64_t ch = 0; ch < g.c_in; ++ch) {
+              const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+              double v = c.kind == kc::PoolKind::kMax ? -INFINITY : 0.0;
+              int64_t inside = 0;
+              for (int64_t iy = y0; iy < y0 + g.kh; ++iy)
+                for (int64_t ix = x0; ix < x0 + g.kw; ++ix) {
+                  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                  const double e = rx[((b * g.h + iy) * g.w + ix) * g.c_in + ch];
+                  v = c.kind == kc::PoolKind::kMax ? std::max(v, e) : v + e;
+                  ++inside;
+                }
+              if (c.kind == kc::PoolKind::kAverage) {
+                const int64_t rows = std::min(y0 + g.kh, g.h + c.pad_bottom) - y0;
+                const int64_t cols = std::min(x0 + g.kw, g.w + c.pad_right) - x0;
+                v /= static_cast<double>(c.count_include_pad ? rows * cols : inside);
+              }
+              ref[((b * g.oh + oy) * g.ow + ox) * g.c_in + ch] = v;
+            }
+      EXPECT_LE(RelativeError(Decode(dy.Read(), t), ref), t == ElemType::kF32 ? 1e-6 : 1e-2)
+          << (c.kind == kc::PoolKind::kMax ? "max " : "average ") << kc::ElemTypeName(t);
+    }
+  // Global pools: [n, hw, c] -> [n, c].
+  const int64_t n = 3, hw = 49, ch = 300;
+  const std::vector<float> x = Random(n * hw * ch, 7);
+  for (kc::PoolKind kind : {kc::PoolKind::kMax, kc::PoolKind::kAverage}) {
+    DeviceBuffer dx(Encode(x, ElemType::kF32)), dy(n * ch * 4);
+    ASSERT_EQ(kc::GlobalPoolNhwc(kind, n, hw, ch, ElemType::kF32, dx.get(), dy.get(), nullptr),
+              cudaSuccess);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<double> ref(n * ch, kind == kc::PoolKind::kMax ? -INFINITY : 0.0);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t c = 0; c < ch; ++c) {
+          const double e = x[(b * hw + p) * ch + c];
+          double& r = ref[b * ch + c];
+          r = kind == kc::PoolKind::kMax ? std::max(r, e) : r + e / hw;
+        }
+    EXPECT_LE(RelativeError(Decode(dy.Read(), ElemType::kF32), ref), 1e-6);
+  }
+}
+
+TEST(CudaConv, LayoutTransposesRoundTrip) {
+  NEREID_REQUIRE_GPU();
+  const int64_t n = 2, c = 5, hw = 7 * 3;
+  const std::vector<float> x = Random(n * c * hw, 9);
+  for (ElemType t : {ElemType::kF32, ElemType::kF16}) {
+    const std::vector<uint8_t> bytes = Encode(x, t);
+    DeviceBuffer dx(bytes), last(bytes.size()), back(bytes.size());
+    ASSERT_EQ(kc::ChannelsLast(t, dx.get(), n, c, hw, last.get(), nullptr), cudaSuccess);
+    ASSERT_EQ(kc::ChannelsFirst(t, last.get(), n, c, hw, back.get(), nullptr), cudaSuccess);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> nhwc = Decode(last.Read(), t), ref = Rounded(x, t);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = 0; p < hw; ++p)
+          ASSERT_EQ(nhwc[(b * hw + p) * c + ch], ref[(b * c + ch) * hw + p]);
+    EXPECT_EQ(back.Read(), bytes);
+    // Padded to 8 channels: the extra ones zero.
+    DeviceBuffer wide(n * 8 * hw * kc::ElemSize(t));
+    ASSERT_EQ(kc::ChannelsLast(t, dx.get(), n, c, hw, wide.get(), nullptr, 8), cudaSuccess);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> padded = Decode(wide.Read(), t);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t ch = 0; ch < 8; ++ch)
+          ASSERT_EQ(padded[(b * hw + p) * 8 + ch], ch < c ? ref[(b * c + ch) * hw + p] : 0.0);
+  }
+}
+
+TEST(CudaConv, RefusesWhatItCannotRun) {
+  NEREID_REQUIRE_GPU();
+  DeviceBuffer buf(1 << 16);
+  kc::ConvProblem p;
+  p.g = Geometry(1, 4, 4, 6, 4, 3, 1, 1, 4);  // 4 groups do not divide 6 channels
+  p.x = p.w = p.y = buf.get();
+  EXPECT_EQ(kc::Conv2dNhwc(p, nullptr), cudaErrorInvalidValue);
+  p.g = Geometry(1, 4, 4, 8, 8, 3, 1, 1);
+  p.g.stride_h = 0;
+  EXPECT_EQ(kc::Conv2dNhwc(p, nullptr), cudaErrorInvalidValue);
+  p.g = Geometry(1, 4, 4, 8, 8, 3, 1, 1);
+  p.type = ElemType::kI32;
+  EXPECT_EQ(kc::Conv2dNhwc(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kc::GlobalPoolNhwc(kc::PoolKind::kMax, 0, 4, 4, ElemType::kF32, buf.get(), buf.get(),
+                               nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kc::ChannelsLast(ElemType::kI64, buf.get(), 1, 2, 2, buf.get(), nullptr),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace nereid::gpu_test
