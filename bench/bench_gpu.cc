@@ -34,6 +34,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cuda/conv.h"
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
@@ -767,6 +768,52 @@ void BenchRunShapes() {
 
 }  // namespace
 
+// ResNet-50's convolution shapes (224x224 input) at batch 1 and 256 in bf16 on Conv2dNhwc, each
+// timed as a replayed CUDA graph of 10 launches: us per launch and the tensor-core rate.
+void BenchConv() {
+  struct Shape {
+    const char* name;
+    int64_t hw, c_in, c_out, k, stride;
+  };
+  const Shape shapes[] = {
+      {"stem 7x7/2 8->64", 224, 8, 64, 7, 2},  {"l1 1x1 64->64", 56, 64, 64, 1, 1},
+      {"l1 3x3 64->64", 56, 64, 64, 3, 1},     {"l1 1x1 64->256", 56, 64, 256, 1, 1},
+      {"l1 1x1 256->64", 56, 256, 64, 1, 1},   {"l2 3x3/2 128", 56, 128, 128, 3, 2},
+      {"l2 1x1 512->128", 28, 512, 128, 1, 1}, {"l2 3x3 128", 28, 128, 128, 3, 1},
+      {"l3 3x3 256", 14, 256, 256, 3, 1},      {"l3 1x1 256->1024", 14, 256, 1024, 1, 1},
+      {"l4 3x3 512", 7, 512, 512, 3, 1},       {"l4 1x1 512->2048", 7, 512, 2048, 1, 1},
+      {"l4 1x1 2048->512", 7, 2048, 512, 1, 1}};
+  void* workspace = nullptr;
+  CHECK(cudaMalloc(&workspace, kc::kConvWorkspaceFloats * sizeof(float)));
+  std::printf("\n== conv: Conv2dNhwc on ResNet-50's shapes, bf16, replayed CUDA graph\n");
+  std::printf("%-20s %6s | %-26s %6s | %10s %8s\n", "layer", "batch", "kernel", "splits", "us",
+              "TFLOP/s");
+  for (const Shape& sh : shapes)
+    for (int64_t batch : {1, 256}) {
+      kc::ConvProblem p;
+      p.type = kc::ElemType::kBF16;
+      nereid::kernels::Conv2dGeometry& g = p.g;
+      g.n = batch, g.h = g.w = sh.hw, g.c_in = sh.c_in, g.c_out = sh.c_out;
+      g.kh = g.kw = sh.k, g.stride_h = g.stride_w = sh.stride;
+      g.pad_top = g.pad_left = sh.k / 2;
+      g.oh = g.ow = (sh.hw + 2 * (sh.k / 2) - sh.k) / sh.stride + 1;
+      p.x = RandomDevice(batch * sh.hw * sh.hw * sh.c_in, p.type, 1);
+      p.w = RandomDevice(sh.c_out * sh.k * sh.k * sh.c_in, p.type, 2);
+      CHECK(cudaMalloc(&p.y, batch * g.oh * g.ow * sh.c_out * 2));
+      p.act = kc::ConvActivation::kRelu;
+      p.workspace = static_cast<float*>(workspace);
+      const double us = TimeGraphUs([&](int) { CHECK(kc::Conv2dNhwc(p, stream)); }, 10);
+      const double flop = 2.0 * batch * g.oh * g.ow * sh.c_out * sh.k * sh.k * sh.c_in;
+      std::printf("%-20s %6lld | %-26s %6d | %10.1f %8.1f\n", sh.name,
+                  static_cast<long long>(batch), kc::ConvKernelName(kc::ChooseConvKernel(p)),
+                  kc::ConvSplits(p), us, flop / us * 1e-6);
+      CHECK(cudaFree(const_cast<void*>(p.x)));
+      CHECK(cudaFree(const_cast<void*>(p.w)));
+      CHECK(cudaFree(p.y));
+    }
+  CHECK(cudaFree(workspace));
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> sections(argv + 1, argv + argc);
   auto want = [&](const char* s) {
@@ -796,5 +843,6 @@ int main(int argc, char** argv) {
   if (want("copyfresh")) BenchCopyFresh();
   if (want("launch")) BenchLaunch();
   if (want("runshapes")) BenchRunShapes();
+  if (want("conv")) BenchConv();
   return 0;
 }

@@ -9,16 +9,22 @@
    to host), one request in flight over gRPC.
 3. Agreement with ONNX Runtime fp32 on the CPU: top-1 over 32 random images and the largest
    difference relative to the largest logit, per precision.
+4. Served by perf_analyzer over gRPC at concurrency 64, one image per request, bf16: with dynamic
+   batching and without, the server's nv_gpu_utilization sampled every 0.5 s during each run.
 
-Usage: python3 bench/gpu_vision.py NEREID_BINARY [--batches 1,64,256] [--out DIR]
+Usage: python3 bench/gpu_vision.py NEREID_BINARY [PERF_ANALYZER] [--batches 1,64,256] [--out DIR]
 """
 import argparse
+import csv
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 import numpy as np
 
@@ -79,8 +85,8 @@ def export(path):
                     os.path.dirname(path), "--models", "resnet50", "--torchvision"], check=True)
 
 
-def config(name, precision, max_batch):
-    return f"""name: "{name}"
+def config(name, precision, max_batch, batching=""):
+    return batching + f"""name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: {max_batch}
 input [ {{ name: "input" data_type: TYPE_FP32 dims: [3, 224, 224] }} ]
@@ -108,9 +114,42 @@ def server_compute(client, mod, model, x, iters):
     return (ns1 - ns0) / max(n1 - n0, 1) / 1e3
 
 
+def gpu_utilization(metrics_port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return [float(v) for v in re.findall(r'^nv_gpu_utilization\{[^}]*\} ([\d.e+-]+)$', text, re.M)]
+
+
+def offered_load(perf_analyzer, server, model, concurrency, out_dir):
+    """(inferences/s, p50 us, mean nv_gpu_utilization) from perf_analyzer over gRPC."""
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.wait(0.5):
+            samples.extend(gpu_utilization(server.metrics_port))
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    csv_path = os.path.join(out_dir, f"pa_{model}_c{concurrency}.csv")
+    try:
+        r = subprocess.run([perf_analyzer, "-m", model, "-u", server.grpc_url, "-i", "grpc",
+                            "--concurrency-range", str(concurrency), "--shape", "input:3,224,224",
+                            "--measurement-interval", "4000", "--stability-percentage", "50",
+                            "--max-trials", "4", "-f", csv_path], capture_output=True, text=True)
+    finally:
+        stop.set()
+        sampler.join()
+    if r.returncode != 0:
+        print(f"perf_analyzer failed on {model}: {r.stderr[-400:]}")
+        return 0.0, 0.0, 0.0
+    with open(csv_path) as f:
+        row = next(csv.DictReader(f))
+    return (float(row["Inferences/Second"]), float(row["p50 latency"]),
+            statistics.fmean(samples) if samples else float("nan"))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
+    parser.add_argument("perf_analyzer", nargs="?", default="")
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--out", default=tempfile.mkdtemp())
@@ -131,6 +170,12 @@ def main():
         os.link(onnx_path, os.path.join(repo, "models", f"resnet50_{p}", "1", "model.onnx"))
         with open(os.path.join(repo, "models", f"resnet50_{p}", "config.pbtxt"), "w") as f:
             f.write(config(f"resnet50_{p}", p, max(batches)))
+    # Section 4: the same bf16 model with dynamic batching (up to 64 images per execution).
+    os.makedirs(os.path.join(repo, "models", "resnet50_batched", "1"))
+    os.link(onnx_path, os.path.join(repo, "models", "resnet50_batched", "1", "model.onnx"))
+    with open(os.path.join(repo, "models", "resnet50_batched", "config.pbtxt"), "w") as f:
+        f.write(config("resnet50_batched", "bf16", 64,
+                       "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"))
 
     print("== 1+2. ResNet-50 224x224 per batch, host to host (us): PyTorch CUDA graph (fp32; "
           "fp16/bf16 channels-last) vs Nereid's server-side compute (gRPC, one in flight)")
@@ -165,6 +210,17 @@ def main():
             print(f"{p:>9} | {agree:15.3f} | {diff:22.2e}")
         client.close()
         print()
+        if args.perf_analyzer:
+            print("== 4. perf_analyzer, gRPC, concurrency 64, one 3x224x224 image per request, bf16")
+            print(f"{'model':>18} | {'infer/s':>9} | {'p50 us':>9} | {'nv_gpu_utilization':>18}")
+            rows = {}
+            for model in ("resnet50_bf16", "resnet50_batched"):
+                rows[model] = offered_load(args.perf_analyzer, server, model, 64, args.out)
+                ips, p50, util = rows[model]
+                print(f"{model:>18} | {ips:9.0f} | {p50:9.0f} | {util:18.2f}")
+            if rows["resnet50_bf16"][0] > 0:
+                print(f"dynamic batching / none: {rows['resnet50_batched'][0] / rows['resnet50_bf16'][0]:.2f}x")
+            print()
         with open(server.log_path) as f:
             for line in f:
                 if "native GPU engine" in line or "graph passes" in line:

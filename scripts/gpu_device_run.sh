@@ -47,7 +47,8 @@ if [[ " $SECTIONS " == *" bench "* ]]; then
 fi
 if [[ " $SECTIONS " == *" vision "* ]]; then
   echo "== ResNet-50 on the native GPU engine vs PyTorch (bench/gpu_vision.py)"
-  python3 bench/gpu_vision.py "$PWD/$C/bin/nereid" --batches "${VISION_BATCHES:-1,64,256}" 2>&1 |
+  PA="$PWD/$C/bin/perf_analyzer"; [ -x "$PA" ] || PA=""
+  python3 bench/gpu_vision.py "$PWD/$C/bin/nereid" $PA --batches "${VISION_BATCHES:-1,64,256}" 2>&1 |
     tee "$OUT/gpu_vision.txt"
 fi
 if [[ " $SECTIONS " == *" precision "* ]]; then
