@@ -35,14 +35,14 @@ os.environ.setdefault("NEREID_BINARY", "")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
-def torch_times(batches, iters):
+def torch_times(batches, iters, precisions):
     """us per batch (mean, median) per (precision, batch), host to host from a CUDA graph."""
     import torch
     import torchvision
     torch.manual_seed(0)
     net = torchvision.models.resnet50().eval().cuda()
     out = {}
-    for precision in PRECISIONS:
+    for precision in precisions:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         fmt = torch.contiguous_format if precision == "fp32" else torch.channels_last
         model = net.to(dtype=dtype, memory_format=fmt)
@@ -138,7 +138,7 @@ def offered_load(perf_analyzer, server, model, concurrency, out_dir):
         stop.set()
         sampler.join()
     if r.returncode != 0:
-        print(f"perf_analyzer failed on {model}: {r.stderr[-400:]}")
+        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]} {r.stderr[-400:]}")
         return 0.0, 0.0, 0.0
     with open(csv_path) as f:
         row = next(csv.DictReader(f))
@@ -152,9 +152,11 @@ def main():
     parser.add_argument("perf_analyzer", nargs="?", default="")
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--out", default=tempfile.mkdtemp())
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
+    precisions = args.precisions.split(",")
     os.environ["NEREID_BINARY"] = args.binary
     import conftest
     conftest.BINARY = args.binary
@@ -165,7 +167,7 @@ def main():
     repo = tempfile.mkdtemp()
     onnx_path = os.path.join(repo, "export", "resnet50.onnx")
     export(onnx_path)
-    for p in PRECISIONS:
+    for p in precisions:
         os.makedirs(os.path.join(repo, "models", f"resnet50_{p}", "1"))
         os.link(onnx_path, os.path.join(repo, "models", f"resnet50_{p}", "1", "model.onnx"))
         with open(os.path.join(repo, "models", f"resnet50_{p}", "config.pbtxt"), "w") as f:
@@ -179,15 +181,18 @@ def main():
 
     print("== 1+2. ResNet-50 224x224 per batch, host to host (us): PyTorch CUDA graph (fp32; "
           "fp16/bf16 channels-last) vs Nereid's server-side compute (gRPC, one in flight)")
-    torch_us = torch_times(batches, args.iters)
+    torch_us = torch_times(batches, args.iters, precisions)
+    # A pinned pool large enough for every model's staging at batch 256 (154 MB each; the default
+    # 256 MB would leave the later models on pageable staging).
     server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
-                    "--grpc-max-input-size=1073741824")
+                    "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=2147483648",
+                    "--log-verbose=1")
     try:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         print(f"{'precision':>9} {'batch':>6} | {'PyTorch mean':>12} {'p50':>8} {'img/s':>8} | "
               f"{'Nereid':>8} {'img/s':>8} | {'Nereid/PyTorch time':>19}")
         rng = np.random.default_rng(0)
-        for p in PRECISIONS:
+        for p in precisions:
             for b in batches:
                 x = rng.standard_normal((b, 3, 224, 224)).astype(np.float32)
                 ours = server_compute(client, grpcclient, f"resnet50_{p}", x,
@@ -201,7 +206,7 @@ def main():
         x = rng.uniform(-1, 1, (32, 3, 224, 224)).astype(np.float32)
         want = session.run(["output"], {"input": x})[0]
         print(f"{'precision':>9} | {'top-1 agreement':>15} | {'max diff / max |logit|':>22}")
-        for p in PRECISIONS:
+        for p in precisions:
             t = grpcclient.InferInput("input", list(x.shape), "FP32")
             t.set_data_from_numpy(x)
             got = client.infer(f"resnet50_{p}", [t]).as_numpy("output")
@@ -223,7 +228,7 @@ def main():
             print()
         with open(server.log_path) as f:
             for line in f:
-                if "native GPU engine" in line or "graph passes" in line:
+                if "native GPU engine" in line or "GPU runs of" in line:
                     print("   " + line.split("] ", 1)[-1].rstrip())
     finally:
         server.stop()

@@ -66,7 +66,8 @@ std::vector<ConvCase> ConvCases() {
       {Geometry(2, 8, 8, 16, 8, 3, 1, 1, 4), A::kLeakyRelu, 0.1f},               // grouped
       {Geometry(1, 12, 12, 8, 16, 3, 1, 2, 1, 2), A::kHardSigmoid, 0.2f, 0.5f},  // dilated
       {Geometry(5, 3, 3, 40, 136, 3, 1, 1), A::kRelu, 0, 0, true, true},         // c_out not x64
-      {Geometry(1, 7, 7, 256, 64, 3, 1, 1), A::kRelu, 0, 0, true, true},  // split over blocks
+      {Geometry(1, 7, 7, 256, 64, 3, 1, 1), A::kRelu, 0, 0, true, true},     // split over blocks
+      {Geometry(2, 5, 5, 16, 20, 3, 1, 1), A::kClip, 0.f, 6.f, true, true},  // c_out not x8
   };
 }
 
