@@ -467,7 +467,7 @@ void Graph::ChooseChannelsLast() {
 // ---- weights ------------------------------------------------------------------------------------
 
 void Graph::PackWeights(const GraphOptions& options) {
-  int convs = 0;
+  int convs = 0, int8_convs = 0;
   for (Node& node : nodes_) {
     const std::string& op = node.op.op_type();
     if (op == "Conv" && node.inputs.size() >= 2 && IsConstant(node.inputs[1])) {
@@ -477,9 +477,12 @@ void Graph::PackWeights(const GraphOptions& options) {
           groups < 1 || w.shape()[0] % groups != 0)
         continue;
       const size_t rank = w.shape().size();
-      auto plan =
-          std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1],
-                                     rank == 4 ? w.shape()[2] : 1, w.shape()[rank - 1], groups);
+      // The int8 precision quantizes the weights of every convolution but depthwise ones (their
+      // kernel is fp32; they are a small share of the work).
+      auto plan = std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1],
+                                             rank == 4 ? w.shape()[2] : 1, w.shape()[rank - 1],
+                                             groups, options.int8_weights);
+      int8_convs += plan->weights.int8();
       if (node.inputs.size() > 2 && node.inputs[2] >= 0 && IsConstant(node.inputs[2])) {
         const Tensor& b = constants_[node.inputs[2]];
         if (b.type() == DataType::kFp32 && b.elements() == w.shape()[0])
@@ -516,7 +519,9 @@ void Graph::PackWeights(const GraphOptions& options) {
         std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
     node.op.packed_b = packed_.back().get();
   }
-  if (convs) pass_log_.push_back("Conv weights packed: " + std::to_string(convs));
+  if (convs)
+    pass_log_.push_back("Conv weights packed: " + std::to_string(convs) +
+                        (int8_convs ? " (" + std::to_string(int8_convs) + " in int8)" : ""));
 }
 
 void Graph::ReleasePackedOriginals() {

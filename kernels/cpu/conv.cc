@@ -17,7 +17,7 @@
 namespace nereid::kernels {
 
 ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh,
-                         int64_t kw, int64_t groups) {
+                         int64_t kw, int64_t groups, bool int8) {
   const int64_t taps = kh * kw, cog = c_out / groups;
   depthwise_ = c_in_per_group == 1 && cog == 1 && groups > 1;
   if (depthwise_) {
@@ -27,6 +27,18 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
     return;
   }
   const int64_t depth = taps * c_in_per_group;
+  if (int8) {  // n x k per group (an output channel's weights in the depth order), then quantized
+    std::vector<float> nk(static_cast<size_t>(cog * depth));
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t co = 0; co < cog; ++co)
+        for (int64_t ci = 0; ci < c_in_per_group; ++ci)
+          for (int64_t t = 0; t < taps; ++t)
+            nk[co * depth + t * c_in_per_group + ci] =
+                w[((g * cog + co) * c_in_per_group + ci) * taps + t];
+      int8_.push_back(std::make_unique<PackedInt8W>(nk.data(), cog, depth, depth));
+    }
+    return;
+  }
   std::vector<float> b(static_cast<size_t>(depth * cog));
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t co = 0; co < cog; ++co)
@@ -176,6 +188,76 @@ void DepthwiseNhwc(const Conv2dGeometry& g, const float* x, const float* taps, c
 
 }  // namespace
 
+namespace {
+
+// Rows i0 .. i0 + mc of the implicit GEMM's A (an output pixel's window, depth ordered (ky, kx,
+// channel) within the group starting at xg), columns pc .. pc + kc, into 'scratch' (mc x kc, row
+// stride kc), zeros where the window leaves the image.
+void GatherWindows(const Conv2dGeometry& g, const float* xg, int64_t i0, int64_t mc, int64_t pc,
+                   int64_t kc, float* scratch) {
+  const int64_t cig = g.c_in / g.groups;
+  for (int64_t r = 0; r < mc; ++r) {
+    const int64_t row = i0 + r;
+    const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;
+    float* dst = scratch + r * kc - pc;
+    for (int64_t p = pc; p < pc + kc;) {
+      const int64_t tap = p / cig, ci = p - tap * cig;
+      const int64_t ky = tap / g.kw, kx = tap - ky * g.kw;
+      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+      const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+      int64_t len = cig - ci;
+      // The rest of a window row inside the image is one contiguous run (NHWC, no
+      // dilation, ungrouped): its taps of all channels at once.
+      if (g.dilation_w == 1 && g.groups == 1 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+        len = std::min(g.kw - kx, g.w - ix) * cig - ci;
+      len = std::min(len, pc + kc - p);
+      float* out = dst + p;
+      if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
+        const float* in = xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci;
+        if (len >= 16)
+          std::memcpy(out, in, static_cast<size_t>(len) * sizeof(float));
+        else
+          for (int64_t t = 0; t < len; ++t) out[t] = in[t];
+      } else {
+        for (int64_t t = 0; t < len; ++t) out[t] = 0.f;
+      }
+      p += len;
+    }
+  }
+}
+
+// The int8 form: blocks of 64 output pixels over the team, each gathered (or read in place for
+// a 1x1 stride-1 convolution) and run through GemmInt8Fused with the epilogue.
+void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
+                  const float* residual, const GemmEpilogue& act, float* y, bool direct) {
+  constexpr int64_t kBlock = 64;
+  const int64_t m = g.n * g.oh * g.ow;
+  const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
+  const int64_t depth = g.kh * g.kw * cig;
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    const float* xg = x + grp * cig;
+    const PackedInt8W& wg = w.int8_group(grp);
+    ParallelForWork((m + kBlock - 1) / kBlock, m * cog * depth / 4, [&](int64_t block) {
+      const int64_t i0 = block * kBlock, mc = std::min(kBlock, m - i0);
+      thread_local std::vector<float> scratch;
+      const float* a = xg + i0 * g.c_in;
+      int64_t lda = g.c_in;
+      if (!direct) {
+        scratch.resize(static_cast<size_t>(mc * depth));
+        GatherWindows(g, xg, i0, mc, 0, depth, scratch.data());
+        a = scratch.data(), lda = depth;
+      }
+      GemmEpilogue ep = act;
+      ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
+      ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
+      ep.ld_residual = g.c_out;
+      GemmInt8Fused(mc, a, lda, wg, y + i0 * g.c_out + grp * cog, g.c_out, ep);
+    });
+  }
+}
+
+}  // namespace
+
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
               const float* residual, const GemmEpilogue& act, float* y) {
   if (w.depthwise()) return DepthwiseNhwc(g, x, w.depthwise_taps(), bias, residual, act, y);
@@ -183,6 +265,7 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
   const bool direct = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 &&
                       g.pad_top == 0 && g.pad_left == 0 && g.oh == g.h && g.ow == g.w;
+  if (w.int8()) return ConvNhwcInt8(g, x, w, bias, residual, act, y, direct);
   for (int64_t grp = 0; grp < g.groups; ++grp) {
     const float* xg = x + grp * cig;
     RowsAFn rows;
@@ -194,34 +277,7 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
     } else {
       rows = [&](int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* scratch, int64_t* lda) {
         *lda = kc;
-        for (int64_t r = 0; r < mc; ++r) {
-          const int64_t row = i0 + r;
-          const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;
-          float* dst = scratch + r * kc - pc;
-          for (int64_t p = pc; p < pc + kc;) {
-            const int64_t tap = p / cig, ci = p - tap * cig;
-            const int64_t ky = tap / g.kw, kx = tap - ky * g.kw;
-            const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
-            const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-            int64_t len = cig - ci;
-            // The rest of a window row inside the image is one contiguous run (NHWC, no
-            // dilation, ungrouped): its taps of all channels at once.
-            if (g.dilation_w == 1 && g.groups == 1 && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-              len = std::min(g.kw - kx, g.w - ix) * cig - ci;
-            len = std::min(len, pc + kc - p);
-            float* out = dst + p;
-            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
-              const float* in = xg + ((b * g.h + iy) * g.w + ix) * g.c_in + ci;
-              if (len >= 16)
-                std::memcpy(out, in, static_cast<size_t>(len) * sizeof(float));
-              else
-                for (int64_t t = 0; t < len; ++t) out[t] = in[t];
-            } else {
-              for (int64_t t = 0; t < len; ++t) out[t] = 0.f;
-            }
-            p += len;
-          }
-        }
+        GatherWindows(g, xg, i0, mc, pc, kc, scratch);
         return static_cast<const float*>(scratch);
       };
     }

@@ -12,28 +12,34 @@
 
 #include "conv_geometry.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_int8.h"
 
 namespace nereid::kernels {
 
 // Weights of a convolution, packed for the GEMM (one matrix per group, depth ordered
-// (ky, kx, channel)) or, depthwise, as [kh * kw][channels].
+// (ky, kx, channel)), or with 'int8' quantized per output channel for GemmInt8 (the same
+// matrices), or, depthwise, as [kh * kw][channels] (always fp32).
 class ConvWeights {
  public:
   // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw].
   ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
-              int64_t groups);
+              int64_t groups, bool int8 = false);
   bool depthwise() const { return depthwise_; }
+  bool int8() const { return !int8_.empty(); }
   const PackedMatrixB& group(int64_t g) const { return *packed_[g]; }
+  const PackedInt8W& int8_group(int64_t g) const { return *int8_[g]; }
   const float* depthwise_taps() const { return taps_.data(); }
 
  private:
   bool depthwise_ = false;
   std::vector<std::unique_ptr<PackedMatrixB>> packed_;
+  std::vector<std::unique_ptr<PackedInt8W>> int8_;
   std::vector<float> taps_;
 };
 
 // y = act(conv(x, w) + bias + residual), all NHWC; bias has c_out values (or is null), residual
-// has y's shape (or is null).
+// has y's shape (or is null). int8 weights: each output pixel's window (its row of the implicit
+// GEMM) is quantized per row as GemmInt8 does, blocks of 64 pixels split over the intra-op team.
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
               const float* residual, const GemmEpilogue& act, float* y);
 

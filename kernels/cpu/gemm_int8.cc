@@ -2,6 +2,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+// GCC 12 at -O3 warns that its own unmasked max/min/cvt intrinsics read an uninitialized '__Y'
+// (their undefined passthrough): a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #endif
@@ -11,6 +15,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "cpu/cpu_features.h"
 
@@ -397,6 +403,120 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
       }
     }
   }
+}
+
+namespace {
+
+#if defined(__x86_64__)
+constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broadcast: 27 of 32
+
+// Rows r < R of xq (q + 128, rows 'stride' bytes apart) against panels p and p + 1 (or p alone),
+// finished in registers into y's columns j0 .. j0 + cols.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
+    const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, int64_t p,
+    int64_t cols, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual) {
+  const int64_t k4 = w.k4(), j0 = p * kPanel;
+  const int halves = cols > kPanel ? 2 : 1;
+  const int8_t* p0 = w.Panel(p);
+  const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
+  __m512i a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < k4; ++g) {
+    const __m512i w0 = _mm512_loadu_si512(p0 + g * 64), w1 = _mm512_loadu_si512(p1 + g * 64);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512i xb = _mm512_set1_epi32(Load4(xq + r * stride + 4 * g));
+      a[r][0] = _mm512_dpbusd_epi32(a[r][0], xb, w0);
+      a[r][1] = _mm512_dpbusd_epi32(a[r][1], xb, w1);
+    }
+  }
+  const bool vector_act = ep.activation == GemmEpilogue::kNone ||
+                          ep.activation == GemmEpilogue::kRelu ||
+                          ep.activation == GemmEpilogue::kClip;
+  for (int h = 0; h < halves; ++h) {
+    const int64_t c0 = j0 + h * kPanel;
+    const int64_t width = std::min<int64_t>(kPanel, j0 + cols - c0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
+    const __m512i offset = _mm512_maskz_loadu_epi32(mask, w.offset() + c0);
+    const __m512 scale = _mm512_maskz_loadu_ps(mask, w.scale() + c0);
+    const __m512 bias =
+        ep.bias != nullptr ? _mm512_maskz_loadu_ps(mask, ep.bias + c0) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(a[r][h], offset));
+      v = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale), bias);
+      if (residual != nullptr)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + r * ep.ld_residual + c0));
+      if (ep.activation == GemmEpilogue::kRelu) {
+        v = _mm512_max_ps(v, _mm512_setzero_ps());
+      } else if (ep.activation == GemmEpilogue::kClip) {
+        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.lo)), _mm512_set1_ps(ep.hi));
+      }
+      float* out = y + r * ldy + c0;
+      _mm512_mask_storeu_ps(out, mask, v);
+      if (!vector_act)
+        for (int64_t c = 0; c < width; ++c) out[c] = Activate(ep, out[c]);
+    }
+  }
+}
+
+// f(std::integral_constant<int, rows>) for rows 1 .. kFusedRows.
+template <typename F>
+void FusedRows(int rows, F&& f) {
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    ((rows == R + 1 ? (f(std::integral_constant<int, R + 1>{}), 0) : 0), ...);
+  }
+  (std::make_integer_sequence<int, kFusedRows>{});
+}
+#endif
+
+}  // namespace
+
+void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
+                   int64_t ldy, const GemmEpilogue& ep) {
+  const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
+#if defined(__x86_64__)
+  // Clip with NaN bounds or a NaN input would differ from Activate's order of comparisons only
+  // for NaN; the vector min/max pair is kept for finite bounds (ONNX Clip's case).
+  if (kernel == Kernel::kVnni &&
+      !(ep.activation == GemmEpilogue::kClip && (std::isnan(ep.lo) || std::isnan(ep.hi)))) {
+    const int64_t k = w.k(), stride = 4 * w.k4(), n = w.n();
+    thread_local std::vector<uint8_t> xq;
+    thread_local std::vector<float> xs;
+    xq.assign(static_cast<size_t>(m * stride), 0x80);  // zero padding, as q + 128
+    xs.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      int8_t* row = reinterpret_cast<int8_t*>(xq.data() + i * stride);
+      QuantizeRowsInt8(x + i * ldx, 1, k, ldx, row, &xs[i]);
+      for (int64_t l = 0; l < k; ++l)
+        row[l] = static_cast<int8_t>(static_cast<uint8_t>(row[l]) ^ 0x80);
+    }
+    const int64_t panels = (n + kPanel - 1) / kPanel;
+    for (int64_t i0 = 0; i0 < m; i0 += kFusedRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kFusedRows, m - i0));
+      for (int64_t p = 0; p < panels; p += 2) {
+        const int64_t cols = std::min<int64_t>(2 * kPanel, n - p * kPanel);
+        const float* res = ep.residual != nullptr ? ep.residual + i0 * ep.ld_residual : nullptr;
+        float* yt = y + i0 * ldy;
+        const uint8_t* xt = xq.data() + i0 * stride;
+        FusedRows(rows, [&](auto r) {
+          FusedTileVnni<decltype(r)::value>(xt, stride, xs.data() + i0, w, p, cols, yt, ldy, ep,
+                                            res);
+        });
+      }
+    }
+    return;
+  }
+#endif
+  (void)kernel;
+  const int64_t n = w.n();
+  if (ep.residual != nullptr)
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(y + i * ldy, ep.residual + i * ep.ld_residual, static_cast<size_t>(n) * 4);
+  GemmInt8(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr);
+  if (ep.activation != GemmEpilogue::kNone)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = Activate(ep, y[i * ldy + j]);
 }
 
 const char* GemmInt8KernelName() { return kNames[Selected().load(std::memory_order_relaxed)]; }

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm.h"
+
 namespace nereid::kernels {
 
 // q (rows x k, row-major) and scale (rows) from in (rows x k, leading dimension ld).
@@ -55,6 +57,14 @@ class PackedInt8W {
 // row here.
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
               float* y, int64_t ldy, float alpha = 1.f, bool accumulate = false);
+
+// y (m x n, leading dimension ldy) = act(x_scale * w_scale * (x w^T) + ep.bias + ep.residual)
+// (GemmEpilogue's arithmetic, the residual with its own leading dimension): the form a
+// convolution's implicit GEMM takes, with many rows. On avx512-vnni, tiles of 12 rows x 32
+// channels keep their sums in registers and finish them there (bias, residual, Relu/Clip in
+// vector form); other kernels run GemmInt8 and the epilogue after it.
+void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
+                   int64_t ldy, const GemmEpilogue& ep);
 
 // The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "neon-dotprod", "neon", "portable"):
 // the best this CPU has, unless NEREID_INT8_KERNEL names one.

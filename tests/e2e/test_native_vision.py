@@ -51,6 +51,7 @@ dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
 
 
 def io_of(name):
+    name = name.removesuffix("_int8")
     if name in GENERATED:
         _, size, classes = GENERATED[name]
         return "input", [3, size, size], "output", [classes]
@@ -72,6 +73,12 @@ def vision_repo(tmp_path_factory):
         else:
             shutil.copy(REAL[name], target)
         (repo / name / "config.pbtxt").write_text(config(name, *io_of(name)))
+    # The int8 precision: every convolution but the depthwise ones quantized per output channel.
+    (repo / "resnet50_int8" / "1").mkdir(parents=True)
+    shutil.copy(repo / "resnet50" / "1" / "model.onnx", repo / "resnet50_int8" / "1" / "model.onnx")
+    (repo / "resnet50_int8" / "config.pbtxt").write_text(
+        config("resnet50_int8", *io_of("resnet50")) +
+        'parameters { key: "precision" value { string_value: "int8" } }\n')
     # An attribute the engine refuses (cubic Resize): ONNX Runtime serves this one.
     graph = helper.make_graph(
         [helper.make_node("Resize", ["input", "", "scales"], ["output"], mode="cubic")], "cubic",
@@ -145,6 +152,23 @@ def test_every_cnn_runs_on_the_native_engine(vision_server):
         line = next(ln for ln in log.splitlines() if "model 'ocr_direction': graph passes:" in ln)
         assert "HardSwish patterns fused: 18;" in line, line
         assert "fused: 7 residual Add, 24 activation" in line, line
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+def test_int8_convolutions_stay_close_to_onnxruntime(vision_server, vision_repo, grpc):
+    line = next(ln for ln in vision_server.read_log().splitlines()
+                if "model 'resnet50_int8': graph passes:" in ln)
+    assert "Conv weights packed: 53 (53 in int8)" in line, line
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1, 1, [4, 3, 64, 64]).astype(np.float32)
+    url = vision_server.grpc_url if grpc else vision_server.url
+    got = infer(url, "resnet50_int8", x, grpc)
+    want = reference(vision_repo, "resnet50", x)
+    # Weights per output channel, each window per row: a few percent of the largest output on
+    # random weights (docs/native-engine.md), and never the exact fp32 answer.
+    diff = float(np.abs(got - want).max()) / float(np.abs(want).max())
+    assert 1e-6 < diff <= 0.06, diff
+    assert (got.argmax(1) == want.argmax(1)).all()
 
 
 def test_a_refused_attribute_sends_the_model_to_onnxruntime(vision_server):

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm_int8.h"
 #include "cpu/parallel.h"
 
 namespace nereid::kernels {
@@ -118,6 +119,58 @@ TEST_P(ConvKernel, MatchesDirectLoops) {
       }
   }
   UseSgemmKernel(chosen);
+}
+
+// The int8 form (weights per output channel, each window per row): every int8 micro-kernel this
+// CPU has against the same fp32 reference, within the quantization's error. Depthwise weights stay
+// fp32 (exact).
+TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
+  const Case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.c_in * 17 + c.c_out * 5 + c.k));
+  Conv2dGeometry g;
+  g.n = c.n, g.h = c.h, g.w = c.w, g.c_in = c.c_in, g.c_out = c.c_out;
+  g.kh = g.kw = c.k;
+  g.stride_h = g.stride_w = c.stride;
+  g.dilation_h = g.dilation_w = c.dilation;
+  g.pad_top = g.pad_left = c.pad;
+  g.groups = c.groups;
+  const int64_t span = c.dilation * (c.k - 1) + 1;
+  g.oh = (c.h + 2 * c.pad - span) / c.stride + 1;
+  g.ow = (c.w + 2 * c.pad - span) / c.stride + 1;
+  const auto x = Random(static_cast<size_t>(c.n * c.h * c.w * c.c_in), rng);
+  const auto w = Random(static_cast<size_t>(c.c_out * (c.c_in / c.groups) * c.k * c.k), rng);
+  const auto bias = Random(static_cast<size_t>(c.c_out), rng);
+  const auto residual = Random(static_cast<size_t>(c.n * g.oh * g.ow * c.c_out), rng);
+  const ConvWeights weights(w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups, true);
+  EXPECT_EQ(weights.int8(), !weights.depthwise());
+  const std::string chosen = GemmInt8KernelName();
+  for (const std::string& kernel : GemmInt8Kernels()) {
+    ASSERT_TRUE(UseGemmInt8Kernel(kernel));
+    for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kClip})
+      for (bool with_residual : {false, true}) {
+        GemmEpilogue ep;
+        ep.activation = static_cast<GemmEpilogue::Activation>(act);
+        ep.lo = -0.25f, ep.hi = 0.5f;
+        const std::vector<float> zeros(residual.size(), 0.f);
+        const auto want = Reference(c, g, x, w, bias, with_residual ? residual : zeros, ep);
+        std::vector<float> got(want.size(), NAN);
+        ConvNhwc(g, x.data(), weights, bias.data(), with_residual ? residual.data() : nullptr, ep,
+                 got.data());
+        // Each operand is off by up to half a step of 1/127 of its row's largest value (here 1):
+        // about 0.0019 standard deviation per product, growing with the square root of the
+        // depth; the bound is six and a half of those (a lost residual or bias is off by ~1, a
+        // wrong window by the output's own size).
+        const double depth = static_cast<double>(c.k * c.k * (c.c_in / c.groups));
+        const double bound = weights.int8() ? 0.012 * std::sqrt(depth) + 1e-4 : 1e-4;
+        double worst = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_FALSE(std::isnan(got[i])) << kernel << " element " << i;
+          worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+        }
+        EXPECT_LE(worst, bound) << kernel << " activation " << act << " residual " << with_residual;
+      }
+  }
+  UseGemmInt8Kernel(chosen);
 }
 
 INSTANTIATE_TEST_SUITE_P(
