@@ -2,6 +2,10 @@
 
 #if defined(__aarch64__)
 #include <sys/auxv.h>
+#elif defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace nereid::kernels {
@@ -26,10 +30,26 @@ bool HasAvx512Vnni() {
   return has;
 }
 
+bool HasAmxInt8() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!HasAvx512Vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
+    if (!tile || !int8) return false;
+    // Linux 5.16+: tile data (XFEATURE_XTILEDATA, 18) is off until the process asks for it
+    // (ARCH_REQ_XCOMP_PERM); older kernels, or a seccomp filter, refuse and AMX stays unused.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return has;
+}
+
 bool HasNeon() { return false; }
 bool HasNeonDotProd() { return false; }
 
 #else
+
+bool HasAmxInt8() { return false; }
 
 bool HasAvx2Fma() { return false; }
 bool HasAvx512F() { return false; }

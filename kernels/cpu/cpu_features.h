@@ -4,9 +4,12 @@
 
 namespace nereid::kernels {
 
-bool HasAvx2Fma();      // AVX2 and FMA
-bool HasAvx512F();      // AVX-512F, with AVX2 and FMA
-bool HasAvx512Vnni();   // AVX-512F, BW and VNNI (vpdpbusd on 512-bit registers)
+bool HasAvx2Fma();     // AVX2 and FMA
+bool HasAvx512F();     // AVX-512F, with AVX2 and FMA
+bool HasAvx512Vnni();  // AVX-512F, BW and VNNI (vpdpbusd on 512-bit registers)
+// AMX-TILE and AMX-INT8 (Sapphire Rapids and later), with AVX-512 VNNI, and the kernel's
+// permission for this process to use the tile data (asked for on the first call).
+bool HasAmxInt8();
 bool HasNeon();         // AArch64 Advanced SIMD (every AArch64 Linux CPU)
 bool HasNeonDotProd();  // AArch64 SDOT/UDOT (Armv8.2-A DotProd: Cortex-A55/A76 and later)
 

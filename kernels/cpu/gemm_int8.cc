@@ -27,14 +27,17 @@ constexpr int64_t kPanel = 16;  // output channels per packed panel
 constexpr int kMaxRows = 4;     // rows of x per micro-kernel call
 
 // Slower to faster within an architecture: the last one supported is the default.
-enum class Kernel { kPortable = 0, kAvx2, kVnni, kNeon, kNeonDot, kCount };
-const char* const kNames[] = {"portable", "avx2", "avx512-vnni", "neon", "neon-dotprod"};
+enum class Kernel { kPortable = 0, kAvx2, kVnni, kNeon, kNeonDot, kAmx, kCount };
+const char* const kNames[] = {"portable", "avx2",         "avx512-vnni",
+                              "neon",     "neon-dotprod", "amx-int8"};
 constexpr int kKernelCount = static_cast<int>(Kernel::kCount);
 
 bool Supported(Kernel k) {
   switch (k) {
     case Kernel::kVnni:
       return HasAvx512Vnni();
+    case Kernel::kAmx:
+      return HasAmxInt8();
     case Kernel::kAvx2:
       return HasAvx2Fma();
     case Kernel::kNeon:
@@ -316,7 +319,7 @@ void QuantizeRowsInt8(const float* in, int64_t rows, int64_t k, int64_t ld, int8
 }
 
 PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw)
-    : n_(n), k_(k), k4_((k + 3) / 4), scale_(n), offset_(n), quantized_(n * k) {
+    : n_(n), k_(k), k4_(((k + 3) / 4 + 15) / 16 * 16), scale_(n), offset_(n), quantized_(n * k) {
   QuantizeRowsInt8(w, n, k, ldw, quantized_.data(), scale_.data());
   const int64_t panels = (n + kPanel - 1) / kPanel;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(panels * k4_ * 64, 64));
@@ -346,7 +349,7 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
   xs.resize(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i)
     QuantizeRowsInt8(x + i * ldx, 1, k, ldx, xq.data() + i * stride, &xs[i]);
-  const bool vnni = kernel == Kernel::kVnni;
+  const bool vnni = kernel == Kernel::kVnni || kernel == Kernel::kAmx;
   if (vnni)
     for (auto& b : xq) b = static_cast<int8_t>(static_cast<uint8_t>(b) ^ 0x80);  // q + 128
   const int64_t panels = (n + kPanel - 1) / kPanel;
@@ -363,6 +366,7 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
       switch (kernel) {
 #if defined(__x86_64__)
         case Kernel::kVnni:
+        case Kernel::kAmx:
           ForRows(rows, [&](auto r) {
             KernelVnni<decltype(r)::value>(reinterpret_cast<const uint8_t*>(xr), stride, k4,
                                            w.Panel(p), two ? w.Panel(p + 1) : nullptr, acc);
@@ -410,6 +414,30 @@ namespace {
 #if defined(__x86_64__)
 constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broadcast: 27 of 32
 
+// Columns c0 .. c0 + width (at most 16) of one row of y from their exact int32 dot products:
+// dot * x_scale * w_scale + bias (+ residual), then the activation (Relu and Clip in vector form,
+// the others after the store).
+__attribute__((target("avx512f,avx512bw"))) inline void FinishRow16(
+    __m512i dot, float x_scale, const PackedInt8W& w, int64_t c0, int64_t width, float* y_row,
+    const GemmEpilogue& ep, const float* residual_row) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
+  const __m512 scale = _mm512_maskz_loadu_ps(mask, w.scale() + c0);
+  const __m512 bias =
+      ep.bias != nullptr ? _mm512_maskz_loadu_ps(mask, ep.bias + c0) : _mm512_setzero_ps();
+  __m512 v =
+      _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(_mm512_set1_ps(x_scale), scale), bias);
+  if (residual_row != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual_row + c0));
+  if (ep.activation == GemmEpilogue::kRelu)
+    v = _mm512_max_ps(v, _mm512_setzero_ps());
+  else if (ep.activation == GemmEpilogue::kClip)
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.lo)), _mm512_set1_ps(ep.hi));
+  float* out = y_row + c0;
+  _mm512_mask_storeu_ps(out, mask, v);
+  if (ep.activation != GemmEpilogue::kNone && ep.activation != GemmEpilogue::kRelu &&
+      ep.activation != GemmEpilogue::kClip)
+    for (int64_t c = 0; c < width; ++c) out[c] = Activate(ep, out[c]);
+}
+
 // Rows r < R of xq (q + 128, rows 'stride' bytes apart) against panels p and p + 1 (or p alone),
 // finished in registers into y's columns j0 .. j0 + cols.
 template <int R>
@@ -431,32 +459,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
       a[r][1] = _mm512_dpbusd_epi32(a[r][1], xb, w1);
     }
   }
-  const bool vector_act = ep.activation == GemmEpilogue::kNone ||
-                          ep.activation == GemmEpilogue::kRelu ||
-                          ep.activation == GemmEpilogue::kClip;
   for (int h = 0; h < halves; ++h) {
     const int64_t c0 = j0 + h * kPanel;
     const int64_t width = std::min<int64_t>(kPanel, j0 + cols - c0);
     const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
     const __m512i offset = _mm512_maskz_loadu_epi32(mask, w.offset() + c0);
-    const __m512 scale = _mm512_maskz_loadu_ps(mask, w.scale() + c0);
-    const __m512 bias =
-        ep.bias != nullptr ? _mm512_maskz_loadu_ps(mask, ep.bias + c0) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(a[r][h], offset));
-      v = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale), bias);
-      if (residual != nullptr)
-        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + r * ep.ld_residual + c0));
-      if (ep.activation == GemmEpilogue::kRelu) {
-        v = _mm512_max_ps(v, _mm512_setzero_ps());
-      } else if (ep.activation == GemmEpilogue::kClip) {
-        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.lo)), _mm512_set1_ps(ep.hi));
-      }
-      float* out = y + r * ldy + c0;
-      _mm512_mask_storeu_ps(out, mask, v);
-      if (!vector_act)
-        for (int64_t c = 0; c < width; ++c) out[c] = Activate(ep, out[c]);
-    }
+    for (int r = 0; r < R; ++r)
+      FinishRow16(_mm512_sub_epi32(a[r][h], offset), xs[r], w, c0, width, y + r * ldy, ep,
+                  residual != nullptr ? residual + r * ep.ld_residual : nullptr);
   }
 }
 
@@ -468,6 +478,60 @@ void FusedRows(int rows, F&& f) {
   }
   (std::make_integer_sequence<int, kFusedRows>{});
 }
+
+// AMX: blocks of 32 rows x 32 channels as four 16 x 16 int32 tiles (tmm0-3), fed per 64 bytes of
+// k by two tiles of x's rows (tmm4-5, signed bytes, rows 'stride' apart) and two of the weights
+// (tmm6-7: a panel's 16 groups of 4 bytes x 16 channels, 64 bytes per group, as it lies).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void FusedAmx(
+    int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, float* y,
+    int64_t ldy, const GemmEpilogue& ep) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.colsb[t] = 64;
+  _tile_loadconfig(&config);
+  const int64_t n = w.n(), panels = (n + kPanel - 1) / kPanel, blocks = w.k4() / 16;
+  alignas(64) int32_t acc[32][2 * kPanel];
+  for (int64_t i0 = 0; i0 < m; i0 += 32) {  // xq has rows to a multiple of 32 (zeros past m)
+    const int8_t* x0 = xq + i0 * stride;
+    const int8_t* x1 = x0 + 16 * stride;
+    for (int64_t p = 0; p < panels; p += 2) {
+      const int8_t* w0 = w.Panel(p);
+      const int8_t* w1 = p + 1 < panels ? w.Panel(p + 1) : w0;  // (its columns unused)
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t b = 0; b < blocks; ++b) {
+        _tile_loadd(4, x0 + b * 64, stride);
+        _tile_loadd(5, x1 + b * 64, stride);
+        _tile_loadd(6, w0 + b * 1024, 64);
+        _tile_loadd(7, w1 + b * 1024, 64);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      }
+      _tile_stored(0, &acc[0][0], 2 * kPanel * 4);
+      _tile_stored(1, &acc[0][kPanel], 2 * kPanel * 4);
+      _tile_stored(2, &acc[16][0], 2 * kPanel * 4);
+      _tile_stored(3, &acc[16][kPanel], 2 * kPanel * 4);
+      const int64_t j0 = p * kPanel, cols = std::min<int64_t>(2 * kPanel, n - j0);
+      const int64_t rows = std::min<int64_t>(32, m - i0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h * kPanel < cols; ++h)
+          FinishRow16(_mm512_load_si512(&acc[r][h * kPanel]), xs[i0 + r], w, j0 + h * kPanel,
+                      std::min<int64_t>(kPanel, cols - h * kPanel), y + (i0 + r) * ldy, ep,
+                      ep.residual != nullptr ? ep.residual + (i0 + r) * ep.ld_residual : nullptr);
+    }
+  }
+  _tile_release();
+}
 #endif
 
 }  // namespace
@@ -478,8 +542,20 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
 #if defined(__x86_64__)
   // Clip with NaN bounds or a NaN input would differ from Activate's order of comparisons only
   // for NaN; the vector min/max pair is kept for finite bounds (ONNX Clip's case).
-  if (kernel == Kernel::kVnni &&
-      !(ep.activation == GemmEpilogue::kClip && (std::isnan(ep.lo) || std::isnan(ep.hi)))) {
+  const bool finite_clip =
+      !(ep.activation == GemmEpilogue::kClip && (std::isnan(ep.lo) || std::isnan(ep.hi)));
+  if (kernel == Kernel::kAmx && finite_clip) {
+    const int64_t k = w.k(), stride = 4 * w.k4(), rows = (m + 31) / 32 * 32;
+    thread_local std::vector<int8_t> xq;
+    thread_local std::vector<float> xs;
+    xq.assign(static_cast<size_t>(rows * stride), 0);  // zero padding: k to whole tiles, rows to 32
+    xs.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i)
+      QuantizeRowsInt8(x + i * ldx, 1, k, ldx, &xq[i * stride], &xs[i]);
+    FusedAmx(m, xq.data(), stride, xs.data(), w, y, ldy, ep);
+    return;
+  }
+  if (kernel == Kernel::kVnni && finite_clip) {
     const int64_t k = w.k(), stride = 4 * w.k4(), n = w.n();
     thread_local std::vector<uint8_t> xq;
     thread_local std::vector<float> xs;

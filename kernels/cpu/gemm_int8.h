@@ -5,6 +5,9 @@
 // Micro-kernels, picked at run time from what the CPU has:
 //  - avx512-vnni: vpdpbusd, 64 multiply-adds per instruction. It multiplies unsigned by signed
 //    bytes, so x goes in as q + 128 and 128 * sum(w row) comes off each sum (exact).
+//  - amx-int8 (GemmInt8Fused only; GemmInt8 runs avx512-vnni there): tdpbssd on 16 x 64-byte
+//    tiles of signed bytes, 16 x 16 x 64 multiply-adds per instruction, the weights' panels
+//    being the B tiles as they lie.
 //  - avx2: vpmaddubsw on |x| and w with x's sign, then vpmaddwd: pairs of products stay within
 //    int16 (2 * 127 * 127 < 32767), so nothing saturates; 4 instructions per 32 multiply-adds,
 //    which on CPUs without VNNI is about what fp32's FMAs do: int8 then saves memory, not time.
@@ -36,7 +39,7 @@ class PackedInt8W {
   PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw);
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
-  int64_t k4() const { return k4_; }  // k in groups of 4, rounded up
+  int64_t k4() const { return k4_; }  // k in groups of 4, rounded up to 16 groups (one tile)
   const int8_t* Panel(int64_t p) const { return data_.get() + p * k4_ * 64; }
   const float* scale() const { return scale_.data(); }
   // 128 * sum of each channel's int8 weights (what the u8 offset of avx512-vnni adds).
