@@ -10,6 +10,7 @@ import concurrent.futures
 import os
 import shutil
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -51,7 +52,7 @@ dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
 
 
 def io_of(name):
-    name = name.removesuffix("_int8")
+    name = name.removesuffix("_int8").removesuffix("_variants")
     if name in GENERATED:
         _, size, classes = GENERATED[name]
         return "input", [3, size, size], "output", [classes]
@@ -79,6 +80,20 @@ def vision_repo(tmp_path_factory):
     (repo / "resnet50_int8" / "config.pbtxt").write_text(
         config("resnet50_int8", *io_of("resnet50")) +
         'parameters { key: "precision" value { string_value: "int8" } }\n')
+    # Precision variants on a CNN: both measured at load on a calibration set (the guard), and
+    # the article's rule runs int8 while the load is low.
+    (repo / "resnet50_variants" / "1").mkdir(parents=True)
+    shutil.copy(repo / "resnet50" / "1" / "model.onnx",
+                repo / "resnet50_variants" / "1" / "model.onnx")
+    params = {"nereid.precision_variants": "fp32,int8", "nereid.accuracy_guard": "top1=0.9",
+              "nereid.variant_policy": "low_load_low_precision", "nereid.variant_dwell_ms": "0"}
+    (repo / "resnet50_variants" / "config.pbtxt").write_text(
+        config("resnet50_variants", *io_of("resnet50")) + "".join(
+            f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n'
+            for k, v in params.items()))
+    (repo / "resnet50_variants" / "calibration").mkdir()
+    np.save(repo / "resnet50_variants" / "calibration" / "input.npy",
+            np.random.default_rng(12).uniform(-1, 1, (16, 3, 64, 64)).astype(np.float32))
     # An attribute the engine refuses (cubic Resize): ONNX Runtime serves this one.
     graph = helper.make_graph(
         [helper.make_node("Resize", ["input", "", "scales"], ["output"], mode="cubic")], "cubic",
@@ -169,6 +184,26 @@ def test_int8_convolutions_stay_close_to_onnxruntime(vision_server, vision_repo,
     diff = float(np.abs(got - want).max()) / float(np.abs(want).max())
     assert 1e-6 < diff <= 0.06, diff
     assert (got.argmax(1) == want.argmax(1)).all()
+
+
+def test_precision_variants_of_a_cnn_are_measured_and_int8_serves(vision_server, vision_repo):
+    c = httpclient.InferenceServerClient(vision_server.url)
+    deadline = time.time() + 20
+    while True:
+        v = c.get_inference_statistics("resnet50_variants")["model_stats"][0]["variants"]
+        if v["active"] == "int8" or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    by_name = {x["name"]: x for x in v["variants"]}
+    assert by_name["fp32"]["admitted"] and by_name["int8"]["admitted"], v
+    assert by_name["fp32"]["top1_agreement"] == 1 and by_name["fp32"]["max_abs_error"] == 0
+    assert 0.9 <= by_name["int8"]["top1_agreement"] <= 1 and by_name["int8"]["max_abs_error"] > 0
+    assert v["active"] == "int8", v
+    x = np.random.default_rng(13).uniform(-1, 1, [2, 3, 64, 64]).astype(np.float32)
+    got = infer(vision_server.url, "resnet50_variants", x, False)
+    want = reference(vision_repo, "resnet50", x)
+    assert (got.argmax(1) == want.argmax(1)).all()
+    assert float(np.abs(got - want).max()) / float(np.abs(want).max()) <= 0.06
 
 
 def test_a_refused_attribute_sends_the_model_to_onnxruntime(vision_server):
