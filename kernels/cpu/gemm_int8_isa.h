@@ -1,0 +1,69 @@
+// The instruction-set parts of the int8 GEMM (gemm_int8.cc picks among them at run time): each
+// lives in the folder of its architecture (kernels/cpu/x86, kernels/cpu/arm), built only there.
+// Internal to the kernels library.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/gemm.h"
+#include "cpu/gemm_int8.h"
+
+namespace nereid::kernels::int8 {
+
+constexpr int64_t kPanel = 16;  // output channels per packed panel
+constexpr int kMaxRows = 4;     // rows of x per micro-kernel call
+
+inline int32_t Load4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// f(std::integral_constant<int, rows>) for rows 1 .. kMaxRows.
+template <typename F>
+void ForRows(int rows, const F& f) {
+  switch (rows) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    default:
+      f(std::integral_constant<int, 4>{});
+  }
+}
+
+// The micro-kernels: acc[r][c] = sum of x row r times panel column c, rows < 'rows' (at most
+// kMaxRows), over k4 groups of 4 bytes, rows of x 'stride' bytes apart.
+// x86-64 (x86/gemm_int8_x86.cc): avx512-vnni takes x as q + 128 and one or two panels (p1 may be
+// null); avx2 one panel, x signed.
+void MicroVnni(int rows, const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+               const int8_t* p1, int32_t (*acc)[2 * kPanel]);
+void MicroAvx2(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+               int32_t (*acc)[2 * kPanel]);
+// AArch64 (arm/gemm_int8_arm.cc): SDOT, and SMULL/SADALP on Armv8.0; one panel, x signed.
+void MicroNeonDot(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+                  int32_t (*acc)[2 * kPanel]);
+void MicroNeon(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+               int32_t (*acc)[2 * kPanel]);
+
+// One row quantized (QuantizeRowsInt8's arithmetic): its scale, q into 'q'.
+float QuantizeRowAvx2(const float* row, int64_t k, int8_t* q);
+float QuantizeRowAvx512(const float* row, int64_t k, int8_t* q);
+float QuantizeRowNeon(const float* row, int64_t k, int8_t* q);
+
+// GemmInt8Fused's bodies on x86-64: rows already quantized ('xs' their scales), rows 'stride'
+// bytes apart. Vnni: x as q + 128, tiles of 12 rows x 32 channels in registers. Amx: x signed,
+// its rows padded with zeros to a multiple of 32 and k to whole 64-byte tiles.
+void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
+               float* y, int64_t ldy, const GemmEpilogue& ep);
+void FusedAmx(int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
+              float* y, int64_t ldy, const GemmEpilogue& ep);
+
+}  // namespace nereid::kernels::int8

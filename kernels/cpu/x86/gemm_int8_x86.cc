@@ -1,0 +1,300 @@
+// The int8 GEMM's x86-64 parts (gemm_int8_isa.h): the avx512-vnni and avx2 micro-kernels, the
+// AVX2 and AVX-512 row quantizers, and GemmInt8Fused's VNNI and AMX bodies.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "cpu/gemm_int8_isa.h"
+
+// GCC 12 at -O3 warns that its own unmasked max/min/cvt intrinsics read an uninitialized '__Y'
+// (their undefined passthrough): a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace nereid::kernels::int8 {
+namespace {
+
+// a[r][0] and a[r][1] = rows r < R of x (q + 128, rows 'stride' bytes apart, k4 groups of 4
+// bytes) against panels p0 and p1, with vpdpbusd.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void DotTwoPanels(
+    __m512i (&a)[R][2], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+    const int8_t* p1) {
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < k4; ++g) {
+    const __m512i w0 = _mm512_loadu_si512(p0 + g * 64), w1 = _mm512_loadu_si512(p1 + g * 64);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512i xb = _mm512_set1_epi32(Load4(x + r * stride + 4 * g));
+      a[r][0] = _mm512_dpbusd_epi32(a[r][0], xb, w0);
+      a[r][1] = _mm512_dpbusd_epi32(a[r][1], xb, w1);
+    }
+  }
+}
+
+// acc[r][c] for rows r < R of x (each k4 groups of 4 bytes, rows 'stride' bytes apart) against one
+// or two panels (16 channels each); 'x' is q + 128 as unsigned bytes.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void KernelVnni(const uint8_t* x,
+                                                                       int64_t stride, int64_t k4,
+                                                                       const int8_t* p0,
+                                                                       const int8_t* p1,
+                                                                       int32_t (*acc)[2 * kPanel]) {
+  __m512i a[R][2];
+  if (p1 != nullptr) {
+    DotTwoPanels<R>(a, x, stride, k4, p0, p1);
+  } else {
+    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < k4; ++g) {
+      const __m512i w0 = _mm512_loadu_si512(p0 + g * 64);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        a[r][0] =
+            _mm512_dpbusd_epi32(a[r][0], _mm512_set1_epi32(Load4(x + r * stride + 4 * g)), w0);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_si512(acc[r], a[r][0]);
+    _mm512_storeu_si512(acc[r] + kPanel, a[r][1]);
+  }
+}
+
+// The same for one panel with AVX2: x as signed bytes; |x| times w with x's sign, so that
+// vpmaddubsw's pairs of products stay within int16.
+template <int R>
+__attribute__((target("avx2"))) void KernelAvx2(const int8_t* x, int64_t stride, int64_t k4,
+                                                const int8_t* p0, int32_t (*acc)[2 * kPanel]) {
+  __m256i a[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < k4; ++g) {
+    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + g * 64));
+    const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + g * 64 + 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i xb = _mm256_set1_epi32(Load4(x + r * stride + 4 * g));
+      const __m256i ax = _mm256_abs_epi8(xb);
+      a[r][0] = _mm256_add_epi32(
+          a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wa, xb)), ones));
+      a[r][1] = _mm256_add_epi32(
+          a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wb, xb)), ones));
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r]), a[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r] + 8), a[r][1]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) float QuantizeAvx2(const float* row, int64_t k, int8_t* q) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 vmax = _mm256_setzero_ps();
+  int64_t l = 0;
+  for (; l + 8 <= k; l += 8)
+    vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(row + l)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float absmax = 0.f;
+  for (float v : lanes) absmax = std::max(absmax, v);
+  for (; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  for (l = 0; l + 8 <= k; l += 8) {
+    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + l), vinv));
+    v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i b = _mm_packs_epi16(w, w);
+    std::memcpy(q + l, &b, 8);
+  }
+  for (; l < k; ++l)
+    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  return absmax / 127.f;
+}
+
+// The same 16 at a time (vcvtps2dq rounds to nearest even, as the others do), tails masked.
+__attribute__((target("avx512f"))) float QuantizeAvx512(const float* row, int64_t k, int8_t* q) {
+  __m512 vmax = _mm512_setzero_ps();
+  int64_t l = 0;
+  for (; l + 16 <= k; l += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + l)));
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k - l)) - 1);
+  if (tail != 0) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail, row + l)));
+  const float absmax = _mm512_reduce_max_ps(vmax);
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (l = 0; l + 16 <= k; l += 16) {
+    const __m512i v = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + l), vinv)), lo),
+        hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + l), _mm512_cvtepi32_epi8(v));
+  }
+  if (tail != 0) {
+    const __m512i v = _mm512_min_epi32(
+        _mm512_max_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + l), vinv)), lo),
+        hi);
+    _mm512_mask_cvtepi32_storeu_epi8(q + l, tail, v);
+  }
+  return absmax / 127.f;
+}
+
+constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broadcast: 27 of 32
+
+// Columns c0 .. c0 + width (at most 16) of one row of y from their exact int32 dot products:
+// dot * x_scale * w_scale + bias (+ residual), then the activation (Relu and Clip in vector form,
+// the others after the store).
+__attribute__((target("avx512f,avx512bw"))) inline void FinishRow16(
+    __m512i dot, float x_scale, const PackedInt8W& w, int64_t c0, int64_t width, float* y_row,
+    const GemmEpilogue& ep, const float* residual_row) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
+  const __m512 scale = _mm512_maskz_loadu_ps(mask, w.scale() + c0);
+  const __m512 bias =
+      ep.bias != nullptr ? _mm512_maskz_loadu_ps(mask, ep.bias + c0) : _mm512_setzero_ps();
+  __m512 v =
+      _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(_mm512_set1_ps(x_scale), scale), bias);
+  if (residual_row != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual_row + c0));
+  if (ep.activation == GemmEpilogue::kRelu)
+    v = _mm512_max_ps(v, _mm512_setzero_ps());
+  else if (ep.activation == GemmEpilogue::kClip)
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.lo)), _mm512_set1_ps(ep.hi));
+  float* out = y_row + c0;
+  _mm512_mask_storeu_ps(out, mask, v);
+  if (ep.activation != GemmEpilogue::kNone && ep.activation != GemmEpilogue::kRelu &&
+      ep.activation != GemmEpilogue::kClip)
+    for (int64_t c = 0; c < width; ++c) out[c] = Activate(ep, out[c]);
+}
+
+// Rows r < R of xq (q + 128, rows 'stride' bytes apart) against panels p and p + 1 (or p alone),
+// finished in registers into y's columns j0 .. j0 + cols.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
+    const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, int64_t p,
+    int64_t cols, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual) {
+  const int64_t k4 = w.k4(), j0 = p * kPanel;
+  const int halves = cols > kPanel ? 2 : 1;
+  const int8_t* p0 = w.Panel(p);
+  const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
+  __m512i a[R][2];
+  DotTwoPanels<R>(a, xq, stride, k4, p0, p1);
+  for (int h = 0; h < halves; ++h) {
+    const int64_t c0 = j0 + h * kPanel;
+    const int64_t width = std::min<int64_t>(kPanel, j0 + cols - c0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
+    const __m512i offset = _mm512_maskz_loadu_epi32(mask, w.offset() + c0);
+    for (int r = 0; r < R; ++r)
+      FinishRow16(_mm512_sub_epi32(a[r][h], offset), xs[r], w, c0, width, y + r * ldy, ep,
+                  residual != nullptr ? residual + r * ep.ld_residual : nullptr);
+  }
+}
+
+// f(std::integral_constant<int, rows>) for rows 1 .. kFusedRows.
+template <typename F>
+void FusedRows(int rows, F&& f) {
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    ((rows == R + 1 ? (f(std::integral_constant<int, R + 1>{}), 0) : 0), ...);
+  }
+  (std::make_integer_sequence<int, kFusedRows>{});
+}
+
+// AMX: blocks of 32 rows x 32 channels as four 16 x 16 int32 tiles (tmm0-3), fed per 64 bytes of
+// k by two tiles of x's rows (tmm4-5, signed bytes, rows 'stride' apart) and two of the weights
+// (tmm6-7: a panel's 16 groups of 4 bytes x 16 channels, 64 bytes per group, as it lies).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void TilesAmx(
+    int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, float* y,
+    int64_t ldy, const GemmEpilogue& ep) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.colsb[t] = 64;
+  _tile_loadconfig(&config);
+  const int64_t n = w.n(), panels = (n + kPanel - 1) / kPanel, blocks = w.k4() / 16;
+  alignas(64) int32_t acc[32][2 * kPanel];
+  for (int64_t i0 = 0; i0 < m; i0 += 32) {  // xq has rows to a multiple of 32 (zeros past m)
+    const int8_t* x0 = xq + i0 * stride;
+    const int8_t* x1 = x0 + 16 * stride;
+    for (int64_t p = 0; p < panels; p += 2) {
+      const int8_t* w0 = w.Panel(p);
+      const int8_t* w1 = p + 1 < panels ? w.Panel(p + 1) : w0;  // (its columns unused)
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t b = 0; b < blocks; ++b) {
+        _tile_loadd(4, x0 + b * 64, stride);
+        _tile_loadd(5, x1 + b * 64, stride);
+        _tile_loadd(6, w0 + b * 1024, 64);
+        _tile_loadd(7, w1 + b * 1024, 64);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      }
+      _tile_stored(0, &acc[0][0], 2 * kPanel * 4);
+      _tile_stored(1, &acc[0][kPanel], 2 * kPanel * 4);
+      _tile_stored(2, &acc[16][0], 2 * kPanel * 4);
+      _tile_stored(3, &acc[16][kPanel], 2 * kPanel * 4);
+      const int64_t j0 = p * kPanel, cols = std::min<int64_t>(2 * kPanel, n - j0);
+      const int64_t rows = std::min<int64_t>(32, m - i0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h * kPanel < cols; ++h)
+          FinishRow16(_mm512_load_si512(&acc[r][h * kPanel]), xs[i0 + r], w, j0 + h * kPanel,
+                      std::min<int64_t>(kPanel, cols - h * kPanel), y + (i0 + r) * ldy, ep,
+                      ep.residual != nullptr ? ep.residual + (i0 + r) * ep.ld_residual : nullptr);
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+void MicroVnni(int rows, const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+               const int8_t* p1, int32_t (*acc)[2 * kPanel]) {
+  ForRows(rows, [&](auto r) { KernelVnni<decltype(r)::value>(x, stride, k4, p0, p1, acc); });
+}
+
+void MicroAvx2(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+               int32_t (*acc)[2 * kPanel]) {
+  ForRows(rows, [&](auto r) { KernelAvx2<decltype(r)::value>(x, stride, k4, p0, acc); });
+}
+
+float QuantizeRowAvx2(const float* row, int64_t k, int8_t* q) { return QuantizeAvx2(row, k, q); }
+float QuantizeRowAvx512(const float* row, int64_t k, int8_t* q) {
+  return QuantizeAvx512(row, k, q);
+}
+
+void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
+               float* y, int64_t ldy, const GemmEpilogue& ep) {
+  const int64_t n = w.n();
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  for (int64_t i0 = 0; i0 < m; i0 += kFusedRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kFusedRows, m - i0));
+    for (int64_t p = 0; p < panels; p += 2) {
+      const int64_t cols = std::min<int64_t>(2 * kPanel, n - p * kPanel);
+      const float* res = ep.residual != nullptr ? ep.residual + i0 * ep.ld_residual : nullptr;
+      float* yt = y + i0 * ldy;
+      const uint8_t* xt = xq + i0 * stride;
+      FusedRows(rows, [&](auto r) {
+        FusedTileVnni<decltype(r)::value>(xt, stride, xs + i0, w, p, cols, yt, ldy, ep, res);
+      });
+    }
+  }
+}
+
+void FusedAmx(int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
+              float* y, int64_t ldy, const GemmEpilogue& ep) {
+  TilesAmx(m, xq, stride, xs, w, y, ldy, ep);
+}
+
+}  // namespace nereid::kernels::int8
