@@ -876,7 +876,9 @@ class GpuInstance final : public GemmBench {
           Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity * m_->int8_max_k), &quantized_));
       RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
     }
-    if (m_->convs > 0)  // the partial sums of convolutions split over blocks
+    // The partial sums of convolutions split over blocks (only the tensor-core kernel, bf16/fp16,
+    // splits; without the workspace it runs unsplit).
+    if (m_->convs > 0 && m_->float_type != kc::ElemType::kF32)
       RETURN_IF_ERROR(
           Allocate(NEREID_MEMORY_GPU, kc::kConvWorkspaceFloats * sizeof(float), &conv_workspace_));
     bool pinned = true;
