@@ -1,0 +1,51 @@
+// The instruction-set parts of the SGEMM (gemm.cc picks among them at run time), each in the
+// folder of its architecture (kernels/cpu/x86, kernels/cpu/arm), built only there. Internal to
+// the kernels library.
+#pragma once
+
+#include <cstdint>
+
+namespace nereid::kernels::sgemm {
+
+// Each micro-kernel: acc[MR][NR] = sum_p a[p][:] (x) b[p][:]; then C[0..m, 0..n] += alpha * acc,
+// over A packed in MR-row panels and B in NR-column panels.
+using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float alpha, float* c,
+                             int64_t ldc, int64_t m, int64_t n);
+// The same over 'rows' of a row-major A (lda), no packing of A.
+using RowsKernel = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float alpha,
+                            float* c, int64_t ldc, int64_t m, int64_t n);
+constexpr int64_t kMr = 6;  // the 6x16 kernels' tile
+constexpr int64_t kNr = 16;
+
+#if defined(__x86_64__)
+// x86-64 (x86/gemm_x86.cc): AVX-512 12x32 and AVX2/FMA 6x16. [r]: the kernel for a last panel of
+// r rows (Partial, r < MR) or over r rows of a row-major A (Rows, r in 1..MR); [0] is null.
+__attribute__((target("avx512f"))) void MicroKernelAvx512Full(int64_t kc, const float* a,
+                                                              const float* b, float alpha, float* c,
+                                                              int64_t ldc, int64_t m, int64_t n);
+__attribute__((target("avx2,fma"))) void MicroKernelAvx2Full(int64_t kc, const float* a,
+                                                             const float* b, float alpha, float* c,
+                                                             int64_t ldc, int64_t m, int64_t n);
+extern const MicroKernel kAvx512Partial[12];
+extern const RowsKernel kAvx512Rows[13];
+extern const MicroKernel kAvx2Partial[6];
+extern const RowsKernel kAvx2Rows[7];
+// C[i, :] += alpha * A[i, :] B for few rows, streaming each row of B once (B not transposed).
+__attribute__((target("avx2,fma"))) void SmallMRowsAvx2(int64_t m, int64_t n, int64_t k,
+                                                        float alpha, const float* a, int64_t lda,
+                                                        bool trans_a, const float* b, int64_t ldb,
+                                                        float* c, int64_t ldc);
+// C += alpha * A * B^T for B stored N x K and few rows of A.
+__attribute__((target("avx2,fma"))) void SmallMDotsAvx2(int64_t m, int64_t n, int64_t k,
+                                                        float alpha, const float* a, int64_t lda,
+                                                        const float* b, int64_t ldb, float* c,
+                                                        int64_t ldc);
+
+#elif defined(__aarch64__)
+// AArch64 (arm/gemm_arm.cc): NEON 6x16.
+void MicroKernelNeonFull(int64_t kc, const float* a, const float* b, float alpha, float* c,
+                         int64_t ldc, int64_t m, int64_t n);
+extern const MicroKernel kNeonPartial[6];
+#endif
+
+}  // namespace nereid::kernels::sgemm
