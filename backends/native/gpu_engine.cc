@@ -207,6 +207,18 @@ Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out) {
 
 bool IsImage(const ValueSpec& v) { return v.dims.size() == 3; }
 
+// A new value 'spec' computed from buffer 'source' by a layout step: NCHW -> NHWC when spec.nhwc
+// (zero channels added up to spec's count), else back.
+int AddLayoutCopy(GpuModel& m, int source, ValueSpec spec) {
+  spec.alias = -1;
+  const int out = m.AddValue(spec);
+  Step s;
+  s.kind = Step::kLayout;
+  s.in = source, s.out = out, s.to_last = spec.nhwc;
+  m.steps.push_back(s);
+  return out;
+}
+
 // Value 'id' in the layout asked for: itself, or a copy converted once (every later reader shares
 // it). Values of one pixel per image are both layouts at once.
 int InLayout(GpuModel& m, int id, bool nhwc) {
@@ -217,13 +229,7 @@ int InLayout(GpuModel& m, int id, bool nhwc) {
   if (auto it = copies.find(id); it != copies.end()) return it->second;
   ValueSpec converted = v;
   converted.nhwc = nhwc;
-  const int out = m.AddValue(converted);
-  Step s;
-  s.kind = Step::kLayout;
-  s.in = id, s.out = out, s.to_last = nhwc;
-  m.steps.push_back(s);
-  copies[id] = out;
-  return out;
+  return copies[id] = AddLayoutCopy(m, id, converted);
 }
 
 // An image value [c, h, w] per row, channels-last unless it has one pixel.
@@ -295,32 +301,26 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   // A first convolution of few channels (an RGB image) in bf16/fp16: the conversion to
   // channels-last pads them to 8 with zeros, and the weights alike, so the tensor cores take it.
   const ValueSpec in = m.values[node.inputs[0]];
+  std::vector<float> oihw = FloatsOf(w);
   if (m.float_type != kc::ElemType::kF32 && groups == 1 && g.c_in % 8 != 0 && !in.nhwc &&
       in.dims[1] * in.dims[2] > 1) {
     const int64_t c_pad = (g.c_in + 7) / 8 * 8;
     std::vector<float> padded(static_cast<size_t>(c_out * c_pad * kh * kw), 0.f);
-    const std::vector<float> original = FloatsOf(w);
     for (int64_t co = 0; co < c_out; ++co)
       for (int64_t ci = 0; ci < g.c_in; ++ci)
-        std::copy_n(original.begin() + ((co * g.c_in + ci) * kh * kw), kh * kw,
+        std::copy_n(oihw.begin() + ((co * g.c_in + ci) * kh * kw), kh * kw,
                     padded.begin() + ((co * c_pad + ci) * kh * kw));
+    oihw.swap(padded);
     s.conv.g.c_in = c_pad;
-    const std::vector<float> weights = kc::ConvWeightsLayout(s.conv, padded.data());
-    ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(weights, m.float_type));
     ValueSpec wide = in;
-    wide.alias = -1, wide.nhwc = true;
+    wide.nhwc = true;
     wide.dims[0] = c_pad, wide.row_elems = c_pad * in.dims[1] * in.dims[2];
-    const int source = m.Resolve(node.inputs[0]);
-    s.in = m.AddValue(wide);
-    Step convert;
-    convert.kind = Step::kLayout;
-    convert.in = source, convert.out = s.in, convert.to_last = true;
-    m.steps.push_back(convert);
+    s.in = AddLayoutCopy(m, m.Resolve(node.inputs[0]), wide);
   } else {
-    const std::vector<float> weights = kc::ConvWeightsLayout(s.conv, FloatsOf(w).data());
-    ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(weights, m.float_type));
     s.in = InLayout(m, node.inputs[0], true);
   }
+  ASSIGN_OR_RETURN(s.conv.w,
+                   m.UploadFloats(kc::ConvWeightsLayout(s.conv, oihw.data()), m.float_type));
   if (op.residual) {
     const int r = node.inputs.size() > 3 ? node.inputs[3] : -1;
     const ValueSpec* rv = r >= 0 && static_cast<size_t>(r) < graph.value_count() &&
@@ -418,8 +418,9 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
       return op.Error("cannot reshape " + ShapeString(x.dims) + " per row to " +
                       ShapeString(shape.shape()) + " values of this shape");
   }
-  ValueSpec alias = m.values[InLayout(m, node.inputs[0], false)];
-  alias.alias = InLayout(m, node.inputs[0], false);
+  const int source = InLayout(m, node.inputs[0], false);
+  ValueSpec alias = m.values[source];
+  alias.alias = source;
   alias.dims = dims;
   alias.nhwc = false;
   m.values[node.outputs[0]] = alias;

@@ -116,20 +116,35 @@ PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw)
   }
 }
 
+namespace {
+
+// x's m rows quantized per row into this thread's buffer: 'rows' rows (those past m zero) of
+// 'stride' bytes (zero padded past k), as q + 128 when 'offset' (vpdpbusd's unsigned operand).
+struct QuantizedRows {
+  const int8_t* q;
+  const float* scale;  // m
+};
+QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t k, int64_t stride,
+                                int64_t rows, bool offset) {
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  xq.assign(static_cast<size_t>(rows * stride), 0);
+  xs.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i)
+    QuantizeRowsInt8(x + i * ldx, 1, k, ldx, xq.data() + i * stride, &xs[i]);
+  if (offset)
+    for (auto& b : xq) b = static_cast<int8_t>(static_cast<uint8_t>(b) ^ 0x80);
+  return {xq.data(), xs.data()};
+}
+
+}  // namespace
+
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
               float* y, int64_t ldy, float alpha, bool accumulate) {
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
   const int64_t k = w.k(), k4 = w.k4(), stride = 4 * k4, n = w.n();
-  // x quantized per row into rows of k4 groups (zero padded; as q + 128 for vpdpbusd).
-  thread_local std::vector<int8_t> xq;
-  thread_local std::vector<float> xs;
-  xq.assign(static_cast<size_t>(m * stride), 0);
-  xs.resize(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i)
-    QuantizeRowsInt8(x + i * ldx, 1, k, ldx, xq.data() + i * stride, &xs[i]);
   const bool vnni = kernel == Kernel::kVnni || kernel == Kernel::kAmx;
-  if (vnni)
-    for (auto& b : xq) b = static_cast<int8_t>(static_cast<uint8_t>(b) ^ 0x80);  // q + 128
+  const QuantizedRows xq = QuantizeForKernel(m, x, ldx, k, stride, m, vnni);
   const int64_t panels = (n + kPanel - 1) / kPanel;
   alignas(64) int32_t acc[kMaxRows][2 * kPanel];
   // Panels outside, row blocks inside: each panel of weights streams from memory once and stays
@@ -140,7 +155,7 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
     const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, n - j0);
     for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i0));
-      const int8_t* xr = xq.data() + i0 * stride;
+      const int8_t* xr = xq.q + i0 * stride;
       switch (kernel) {
 #if defined(__x86_64__)
         case Kernel::kVnni:
@@ -164,7 +179,7 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
       }
       for (int r = 0; r < rows; ++r) {
         float* yr = y + (i0 + r) * ldy + j0;
-        const float sx = alpha * xs[i0 + r];
+        const float sx = alpha * xq.scale[i0 + r];
         for (int64_t c = 0; c < cols; ++c) {
           const int32_t dot = acc[r][c] - (vnni ? w.offset()[j0 + c] : 0);
           const float v =
@@ -187,29 +202,16 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
   const bool finite_clip =
       !(ep.activation == GemmEpilogue::kClip && (std::isnan(ep.lo) || std::isnan(ep.hi)));
   if (kernel == Kernel::kAmx && finite_clip) {
-    const int64_t k = w.k(), stride = 4 * w.k4(), rows = (m + 31) / 32 * 32;
-    thread_local std::vector<int8_t> xq;
-    thread_local std::vector<float> xs;
-    xq.assign(static_cast<size_t>(rows * stride), 0);  // zero padding: k to whole tiles, rows to 32
-    xs.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i)
-      QuantizeRowsInt8(x + i * ldx, 1, k, ldx, &xq[i * stride], &xs[i]);
-    int8::FusedAmx(m, xq.data(), stride, xs.data(), w, y, ldy, ep);
+    // Rows to a multiple of 32 (the tiles'), k already to whole tiles.
+    const int64_t stride = 4 * w.k4();
+    const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, (m + 31) / 32 * 32, false);
+    int8::FusedAmx(m, xq.q, stride, xq.scale, w, y, ldy, ep);
     return;
   }
   if (kernel == Kernel::kVnni && finite_clip) {
-    const int64_t k = w.k(), stride = 4 * w.k4();
-    thread_local std::vector<uint8_t> xq;
-    thread_local std::vector<float> xs;
-    xq.assign(static_cast<size_t>(m * stride), 0x80);  // zero padding, as q + 128
-    xs.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) {
-      int8_t* row = reinterpret_cast<int8_t*>(xq.data() + i * stride);
-      QuantizeRowsInt8(x + i * ldx, 1, k, ldx, row, &xs[i]);
-      for (int64_t l = 0; l < k; ++l)
-        row[l] = static_cast<int8_t>(static_cast<uint8_t>(row[l]) ^ 0x80);
-    }
-    int8::FusedVnni(m, xq.data(), stride, xs.data(), w, y, ldy, ep);
+    const int64_t stride = 4 * w.k4();
+    const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, m, true);
+    int8::FusedVnni(m, reinterpret_cast<const uint8_t*>(xq.q), stride, xq.scale, w, y, ldy, ep);
     return;
   }
 #endif

@@ -40,6 +40,16 @@ __device__ __forceinline__ void StoreConvOutput(const ConvProblem& p, int64_t pi
   static_cast<T*>(p.y)[at] = FromFloat<T>(ApplyConvActivation(p.act, acc, p.act_a, p.act_b));
 }
 
+// Output pixel 'm' (n x oh x ow, row-major): its image and the top-left corner of its window in
+// that image (padding included, so negative at the edges).
+struct WindowOrigin {
+  int64_t img, y0, x0;
+};
+__device__ __forceinline__ WindowOrigin OriginOf(const Conv2dGeometry& g, int64_t m) {
+  const int64_t ox = m % g.ow, rest = m / g.ow;
+  return {rest / g.oh, rest % g.oh * g.stride_h - g.pad_top, ox * g.stride_w - g.pad_left};
+}
+
 // ---- generic implicit GEMM (CUDA cores) ---------------------------------------------------------
 // A block computes 64 pixels x 64 output channels of one group; each of its 256 threads 4 x 4.
 // Tiles of 16 of the depth (ky, kx, channel) are gathered into shared memory as fp32.
@@ -64,11 +74,9 @@ __global__ void __launch_bounds__(256) ConvGenericKernel(ConvProblem p) {
   for (int i = 0; i < 4; ++i) {
     const int64_t m = m0 + row0 + 16 * i;
     row_ok[i] = m < pixels;
-    const int64_t mm = row_ok[i] ? m : 0;
-    const int64_t img = mm / (g.oh * g.ow), rest = mm % (g.oh * g.ow);
-    base[i] = img * g.h * g.w * g.c_in + group * cin_g;
-    iy0[i] = rest / g.ow * g.stride_h - g.pad_top;
-    ix0[i] = rest % g.ow * g.stride_w - g.pad_left;
+    const WindowOrigin o = OriginOf(g, row_ok[i] ? m : 0);
+    base[i] = o.img * g.h * g.w * g.c_in + group * cin_g;
+    iy0[i] = o.y0, ix0[i] = o.x0;
   }
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.w) + group * cout_g * depth;
@@ -129,9 +137,7 @@ __global__ void ConvDepthwiseKernel(ConvProblem p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ch = i % c, pixel = i / c;
-    const int64_t ox = pixel % g.ow, rest = pixel / g.ow;
-    const int64_t oy = rest % g.oh, img = rest / g.oh;
-    const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+    const auto [img, y0, x0] = OriginOf(g, pixel);
     float acc = 0.f;
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const int64_t iy = y0 + ky * g.dilation_h;
@@ -212,11 +218,9 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
   for (int i = 0; i < 2; ++i) {
     const int64_t m = m0 + row + 64 * i;
     row_ok[i] = m < pixels;
-    const int64_t mm = row_ok[i] ? m : 0;
-    const int64_t img = mm / (g.oh * g.ow), rest = mm % (g.oh * g.ow);
-    base[i] = img * g.h * g.w * g.c_in;
-    iy0[i] = static_cast<int>(rest / g.ow * g.stride_h - g.pad_top);
-    ix0[i] = static_cast<int>(rest % g.ow * g.stride_w - g.pad_left);
+    const WindowOrigin o = OriginOf(g, row_ok[i] ? m : 0);
+    base[i] = o.img * g.h * g.w * g.c_in;
+    iy0[i] = static_cast<int>(o.y0), ix0[i] = static_cast<int>(o.x0);
   }
   const int64_t co_load = n0 + row;
   auto load = [&](int stage, int64_t step) {
@@ -321,9 +325,7 @@ __global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_r
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ch = i % c, pixel = i / c;
-    const int64_t ox = pixel % g.ow, rest = pixel / g.ow;
-    const int64_t oy = rest % g.oh, img = rest / g.oh;
-    const int64_t y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+    const auto [img, y0, x0] = OriginOf(g, pixel);
     const T* src = x + img * g.h * g.w * c + ch;
     float out;
     if constexpr (kKind == PoolKind::kMax) {
