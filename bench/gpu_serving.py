@@ -47,6 +47,13 @@ def mlp_graph(layers, batch, dtype):
             h = torch.relu(h) if i < 2 else torch.sigmoid(h)
         host_out.copy_(h.float(), non_blocking=True)
 
+    return capture_graph(forward), host_in
+
+
+def capture_graph(forward):
+    """'forward' warmed up three times on a side stream (as PyTorch asks before capture), then
+    captured into a CUDA graph, which is returned."""
+    import torch
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -56,7 +63,7 @@ def mlp_graph(layers, batch, dtype):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         forward()
-    return graph, host_in
+    return graph
 
 
 def torch_reference(onnx_path, batches, precisions, iters=300):

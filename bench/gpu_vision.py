@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 os.environ.setdefault("NEREID_BINARY", "")
+from gpu_serving import capture_graph  # noqa: E402  (bench/, this file's folder)
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -56,15 +57,7 @@ def torch_times(batches, iters, precisions):
                 x = dev_in.to(dtype).contiguous(memory_format=fmt)
                 with torch.no_grad():
                     host_out.copy_(model(x).float(), non_blocking=True)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    forward()
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                forward()
+            graph = capture_graph(forward)
             for _ in range(10):
                 graph.replay()
             torch.cuda.synchronize()

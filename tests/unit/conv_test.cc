@@ -77,25 +77,36 @@ std::vector<float> Reference(const Case& c, const Conv2dGeometry& g, const std::
   return y;
 }
 
+// A case's geometry and random operands (x, ONNX-layout weights, bias, a residual of y's shape),
+// drawn in that order from 'seed'.
+struct Problem {
+  Problem(const Case& c, unsigned seed) {
+    std::mt19937 rng(seed);
+    g.n = c.n, g.h = c.h, g.w = c.w, g.c_in = c.c_in, g.c_out = c.c_out;
+    g.kh = g.kw = c.k;
+    g.stride_h = g.stride_w = c.stride;
+    g.dilation_h = g.dilation_w = c.dilation;
+    g.pad_top = g.pad_left = c.pad;
+    g.groups = c.groups;
+    const int64_t span = c.dilation * (c.k - 1) + 1;
+    g.oh = (c.h + 2 * c.pad - span) / c.stride + 1;
+    g.ow = (c.w + 2 * c.pad - span) / c.stride + 1;
+    x = Random(static_cast<size_t>(c.n * c.h * c.w * c.c_in), rng);
+    w = Random(static_cast<size_t>(c.c_out * (c.c_in / c.groups) * c.k * c.k), rng);
+    bias = Random(static_cast<size_t>(c.c_out), rng);
+    residual = Random(static_cast<size_t>(c.n * g.oh * g.ow * c.c_out), rng);
+  }
+  Conv2dGeometry g;
+  std::vector<float> x, w, bias, residual;
+};
+
 class ConvKernel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ConvKernel, MatchesDirectLoops) {
   const Case c = GetParam();
-  std::mt19937 rng(static_cast<unsigned>(c.c_in * 131 + c.c_out * 7 + c.k));
-  Conv2dGeometry g;
-  g.n = c.n, g.h = c.h, g.w = c.w, g.c_in = c.c_in, g.c_out = c.c_out;
-  g.kh = g.kw = c.k;
-  g.stride_h = g.stride_w = c.stride;
-  g.dilation_h = g.dilation_w = c.dilation;
-  g.pad_top = g.pad_left = c.pad;
-  g.groups = c.groups;
-  const int64_t span = c.dilation * (c.k - 1) + 1;
-  g.oh = (c.h + 2 * c.pad - span) / c.stride + 1;
-  g.ow = (c.w + 2 * c.pad - span) / c.stride + 1;
-  const auto x = Random(static_cast<size_t>(c.n * c.h * c.w * c.c_in), rng);
-  const auto w = Random(static_cast<size_t>(c.c_out * (c.c_in / c.groups) * c.k * c.k), rng);
-  const auto bias = Random(static_cast<size_t>(c.c_out), rng);
-  const auto residual = Random(static_cast<size_t>(c.n * g.oh * g.ow * c.c_out), rng);
+  const Problem pr(c, static_cast<unsigned>(c.c_in * 131 + c.c_out * 7 + c.k));
+  const Conv2dGeometry& g = pr.g;
+  const auto &x = pr.x, &w = pr.w, &bias = pr.bias, &residual = pr.residual;
   const std::string chosen = SgemmKernelName();
   for (const std::string& kernel : SgemmKernels()) {  // every GEMM micro-kernel this CPU has
     ASSERT_TRUE(UseSgemmKernel(kernel));
@@ -126,21 +137,9 @@ TEST_P(ConvKernel, MatchesDirectLoops) {
 // fp32 (exact).
 TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
   const Case c = GetParam();
-  std::mt19937 rng(static_cast<unsigned>(c.c_in * 17 + c.c_out * 5 + c.k));
-  Conv2dGeometry g;
-  g.n = c.n, g.h = c.h, g.w = c.w, g.c_in = c.c_in, g.c_out = c.c_out;
-  g.kh = g.kw = c.k;
-  g.stride_h = g.stride_w = c.stride;
-  g.dilation_h = g.dilation_w = c.dilation;
-  g.pad_top = g.pad_left = c.pad;
-  g.groups = c.groups;
-  const int64_t span = c.dilation * (c.k - 1) + 1;
-  g.oh = (c.h + 2 * c.pad - span) / c.stride + 1;
-  g.ow = (c.w + 2 * c.pad - span) / c.stride + 1;
-  const auto x = Random(static_cast<size_t>(c.n * c.h * c.w * c.c_in), rng);
-  const auto w = Random(static_cast<size_t>(c.c_out * (c.c_in / c.groups) * c.k * c.k), rng);
-  const auto bias = Random(static_cast<size_t>(c.c_out), rng);
-  const auto residual = Random(static_cast<size_t>(c.n * g.oh * g.ow * c.c_out), rng);
+  const Problem pr(c, static_cast<unsigned>(c.c_in * 17 + c.c_out * 5 + c.k));
+  const Conv2dGeometry& g = pr.g;
+  const auto &x = pr.x, &w = pr.w, &bias = pr.bias, &residual = pr.residual;
   const ConvWeights weights(w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups, true);
   EXPECT_EQ(weights.int8(), !weights.depthwise());
   const std::string chosen = GemmInt8KernelName();
