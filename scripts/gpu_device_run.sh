@@ -20,6 +20,12 @@ for wheels in .whl .whl_min; do
   fi
 done
 export PYTHONUNBUFFERED=1
+[ -d .devcarry/pkgs ] && export NEREID_PACKAGE_ROOT="$PWD/.devcarry/pkgs"
+# The ONNX node tests the GPU engine's conformance test runs: Debian's, else the onnx wheel's.
+if [ ! -d /usr/share/libonnx-testdata/data/node ]; then
+  NEREID_ONNX_NODE_TESTS=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node"))' 2>/dev/null) &&
+    export NEREID_ONNX_NODE_TESTS
+fi
 SECTIONS="${SECTIONS:-tests e2e bench serving}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv,noheader | sed 's/^/gpu: /'
 echo "cuBLAS from: ${CUBLAS:-not found}"
@@ -31,7 +37,7 @@ if [[ " $SECTIONS " == *" tests "* ]]; then
 fi
 if [[ " $SECTIONS " == *" e2e "* ]]; then
   # E2E (default: both files) picks the test files.
-  E2E="${E2E:-tests/e2e/test_gpu.py tests/e2e/test_gpu_vision.py tests/e2e/test_pipeline.py}"
+  E2E="${E2E:-tests/e2e/test_gpu.py tests/e2e/test_gpu_vision.py tests/e2e/test_gpu_zoo.py tests/e2e/test_pipeline.py}"
   echo "== GPU end-to-end tests ($E2E)"
   # shellcheck disable=SC2086
   NEREID_BINARY="$PWD/$C/bin/nereid" NEREID_PYTHON="$(command -v python3)" \

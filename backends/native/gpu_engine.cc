@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <limits>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -16,11 +18,13 @@
 #include "cuda/epilogue.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_int8.h"
+#include "cuda/tensor_ops.h"
 #include "gemm_tuner.h"
 #include "gpu_graphs.h"
 #include "nereid/backend_util.h"
 #include "nereid/half.h"
 #include "ops/conv.h"
+#include "ops/resize.h"
 
 namespace nereid::native {
 namespace kc = kernels::cuda;
@@ -54,8 +58,14 @@ const char* PrecisionName(Precision p) {
 namespace {
 
 const char* const kGpuOps =
-    "Gemm, MatMul, Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Flatten, "
-    "Reshape, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu, Identity";
+    "Gemm, MatMul, Conv, ConvTranspose, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, "
+    "BatchNormalization, LRN, Softmax, Resize, Concat, Transpose, Flatten, Reshape, Add, Sub, Mul, "
+    "Div, Max, Min, Sum, Relu, Clip, LeakyRelu, HardSigmoid, HardSwish, Sigmoid, Tanh, Gelu, "
+    "Identity, Dropout, and Shape, Cast, Slice, "
+    "Gather, Concat, Unsqueeze, Squeeze of shapes";
+
+// In a shape worked out at compile time (Shape of a value), the batch dimension.
+constexpr int64_t kRowsDim = std::numeric_limits<int64_t>::min();
 
 }  // namespace
 
@@ -78,7 +88,24 @@ struct Operand {
 };
 
 struct Step {
-  enum Kind { kGemm, kBinary, kUnary, kConvert, kConv, kPool, kGlobalPool, kLayout } kind = kGemm;
+  enum Kind {
+    kGemm,
+    kBinary,
+    kBroadcast,
+    kUnary,
+    kConvert,
+    kActivation,  // an epilogue's activation standing alone (conv.act, act_a, act_b)
+    kConv,
+    kConvTranspose,
+    kPool,
+    kGlobalPool,
+    kLayout,
+    kSoftmax,
+    kLrn,
+    kTranspose,
+    kResize,
+    kConcat
+  } kind = kGemm;
   int in = -1, out = -1;
   // kGemm
   const void* w = nullptr;
@@ -100,6 +127,20 @@ struct Step {
   bool count_include_pad = false;
   // kLayout: NCHW -> NHWC (with zero channels added up to the output's count) or back
   bool to_last = false;
+  // kBroadcast (a, b and op as kBinary): dims[0] is the rows, set per run
+  kc::BroadcastShape broadcast;
+  // kSoftmax (rows x outer blocks of n), kConcat (per row: outer blocks of each part's inner
+  // elements side by side)
+  int64_t outer = 1;
+  std::vector<std::pair<int, int64_t>> parts;  // kConcat: value, inner elements
+  // kLrn: size n, alpha, beta, bias
+  float lrn_alpha = 0.f, lrn_beta = 0.f, lrn_bias = 0.f;
+  // kTranspose: the input's dims (rows first, set per run) and the permutation
+  std::vector<int64_t> dims;
+  std::vector<int> perm;
+  // kResize: taps on the device (window.h/w/c_in -> window.oh/ow)
+  const kc::ResizeTap* taps_y = nullptr;
+  const kc::ResizeTap* taps_x = nullptr;
 };
 
 struct IoSpec {
@@ -128,6 +169,10 @@ class GpuModel {
   int convs = 0, pools = 0;
   std::map<std::string, int> conv_kernels;  // by kernel name: how many convolutions run on it
   std::map<int, int> layout_copies[2];      // [nhwc]: value id -> its copy in that layout
+  // Integer vectors known at compile time though computed by nodes (Shape of a value and the
+  // slicing and gathering after it), kRowsDim standing for the batch.
+  std::map<int, std::vector<int64_t>> shape_values;
+  int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
 
@@ -237,9 +282,9 @@ ValueSpec ImageValue(kc::ElemType type, int64_t c, int64_t h, int64_t w) {
   return ValueSpec{true, type, DataType::kFp32, {c, h, w}, c * h * w, -1, h * w > 1};
 }
 
-StatusOr<kc::ConvActivation> ConvActivationOf(const OpNode& op, const std::string& who) {
+StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who) {
   using A = OpNode::Activation;
-  switch (op.activation) {
+  switch (act) {
     case A::kNone:
       return kc::ConvActivation::kNone;
     case A::kRelu:
@@ -287,7 +332,7 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   s.kind = Step::kConv;
   s.conv.g = g;
   s.conv.type = m.float_type;
-  ASSIGN_OR_RETURN(s.conv.act, ConvActivationOf(op, who));
+  ASSIGN_OR_RETURN(s.conv.act, ConvActivationOf(op.activation, who));
   s.conv.act_a = op.activation_a, s.conv.act_b = op.activation_b;
   if (node.inputs.size() > 2 && node.inputs[2] >= 0) {
     const Tensor& b = graph.constant(node.inputs[2]);
@@ -379,7 +424,22 @@ Status CompilePool(const Graph::Node& node, const ValueSpec& x, GpuModel& m,
   return Status::Ok();
 }
 
-// Flatten (axis 1) and Reshape to a constant shape that keeps the rows: the same buffer read in
+// The integers of value 'id' where they are known at load: an INT64/INT32 constant's, or a shape
+// worked out by CompileShapeOp.
+std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m, int id) {
+  if (id < 0) return std::nullopt;
+  if (auto it = m.shape_values.find(id); it != m.shape_values.end()) return it->second;
+  if (static_cast<size_t>(id) >= graph.value_count()) return std::nullopt;
+  const Tensor& c = graph.constant(id);
+  if (!c.valid() || (c.type() != DataType::kInt64 && c.type() != DataType::kInt32))
+    return std::nullopt;
+  std::vector<int64_t> v(static_cast<size_t>(c.elements()));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = c.type() == DataType::kInt64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
+  return v;
+}
+
+// Flatten (axis 1) and Reshape to a shape known at load that keeps the rows: the same buffer read in
 // NCHW order with other per-row dims.
 Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSpec& x, GpuModel& m,
                       const std::string& who) {
@@ -390,18 +450,21 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
       return Unsupported(who + ": the GPU engine flattens from axis 1 only");
     dims = {x.row_elems};
   } else {
-    const Tensor& shape =
-        node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
-    if (!shape.valid() || shape.type() != DataType::kInt64 || shape.elements() < 1)
-      return Unsupported(who + ": the GPU engine reshapes to a constant INT64 shape");
-    const int64_t* v = shape.data<int64_t>();
+    std::optional<std::vector<int64_t>> shape =
+        node.inputs.size() > 1 ? IntsOf(graph, m, node.inputs[1]) : std::nullopt;
+    if (!shape || shape->empty())
+      return Unsupported(who + ": the GPU engine reshapes to a shape known at load");
+    std::vector<int64_t>& v = *shape;
+    // The rows: from a Shape of a value, or the one row count a model without batching takes.
+    if (v[0] == kRowsDim || (m.fixed_rows > 0 && v[0] == m.fixed_rows)) v[0] = 0;
     const bool allow_zero = op.AttrInt("allowzero", 0) != 0;
-    if (allow_zero || (v[0] != 0 && v[0] != -1))
+    if (allow_zero || (v[0] != 0 && v[0] != -1) ||
+        std::count(v.begin(), v.end(), kRowsDim) > 0)
       return Unsupported(who + ": the new shape must keep the rows (0 or -1 first) on the GPU");
     int64_t known = 1, infer_at = -1;
-    for (int64_t i = 1; i < shape.elements(); ++i) {
+    for (size_t i = 1; i < v.size(); ++i) {
       int64_t d = v[i];
-      if (d == 0 && static_cast<size_t>(i) <= x.dims.size()) d = x.dims[i - 1];
+      if (d == 0 && i <= x.dims.size()) d = x.dims[i - 1];
       if (d == -1 && v[0] == 0 && infer_at < 0) {
         infer_at = static_cast<int64_t>(dims.size());
         dims.push_back(1);
@@ -415,8 +478,8 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
     if (infer_at >= 0 && known > 0 && x.row_elems % known == 0)
       dims[infer_at] = x.row_elems / known;
     if (ElementCount(dims.data(), dims.size()) != x.row_elems)
-      return op.Error("cannot reshape " + ShapeString(x.dims) + " per row to " +
-                      ShapeString(shape.shape()) + " values of this shape");
+      return op.Error("cannot reshape " + ShapeString(x.dims) + " per row to shape " +
+                      ShapeString(v));
   }
   const int source = InLayout(m, node.inputs[0], false);
   ValueSpec alias = m.values[source];
@@ -425,6 +488,438 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
   alias.nhwc = false;
   m.values[node.outputs[0]] = alias;
   return Status::Ok();
+}
+
+// An operand of a binary op: a value of the graph, or a constant (a graph's, or one the compiler
+// made).
+struct BinaryInput {
+  int value = -1;
+  const Tensor* constant = nullptr;
+};
+
+// Binary arithmetic with numpy broadcasting: the output's rows are its first axis (a value
+// operand has all the output's axes, a constant none that varies along the rows). Images stay
+// channels-last where a value operand is; equal shapes and trailing constants run the simple
+// kernel, anything else the strided one.
+Status CompileBinary(GpuModel& m, kc::BinaryOp op, BinaryInput a, BinaryInput b, int out,
+                     const std::string& who) {
+  if (a.constant != nullptr && b.constant != nullptr)
+    return Unsupported(who + ": both operands constant");
+  BinaryInput in[2] = {a, b};
+  std::vector<int64_t> shape[2];
+  ValueSpec like;  // the value operand of most dimensions: the output's type
+  for (int side = 0; side < 2; ++side) {
+    if (in[side].constant != nullptr) {
+      shape[side] = in[side].constant->shape();
+      continue;
+    }
+    const ValueSpec v = m.values[in[side].value];
+    shape[side] = v.dims;
+    shape[side].insert(shape[side].begin(), 1);  // the rows
+    if (v.dims.size() >= like.dims.size() || !like.defined) like = v;
+  }
+  const size_t rank = std::max({shape[0].size(), shape[1].size(), size_t{1}});
+  if (rank > static_cast<size_t>(kc::kMaxBroadcastRank))
+    return Unsupported(who + ": more than " + std::to_string(kc::kMaxBroadcastRank - 1) +
+                       " dimensions per row on the GPU");
+  for (auto& s : shape) s.insert(s.begin(), rank - s.size(), 1);
+  std::vector<int64_t> out_shape(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t x = shape[0][d], y = shape[1][d];
+    if (x != y && x != 1 && y != 1)
+      return InvalidArgument(who + ": shapes " + ShapeString(shape[0]) + " and " +
+                             ShapeString(shape[1]) + " do not broadcast");
+    out_shape[d] = std::max(x, y);
+  }
+  for (int side = 0; side < 2; ++side) {
+    if (in[side].constant != nullptr) {
+      if (shape[side][0] != 1)
+        return Unsupported(who + ": a constant operand that varies along the batch");
+      if (in[side].constant->type() != like.logical)
+        return Unsupported(who + ": operands of different types");
+    } else {
+      const ValueSpec& v = m.values[in[side].value];
+      if (v.dims.size() + 1 != rank)
+        return Unsupported(who + ": a value broadcast over more dimensions than its own");
+      if (v.logical != like.logical) return Unsupported(who + ": operands of different types");
+    }
+  }
+  // Channels-last when the output is an image of several pixels and a value operand is so.
+  const bool image = rank == 4 && out_shape[2] * out_shape[3] > 1;
+  bool nhwc = false;
+  for (int side = 0; side < 2; ++side)
+    nhwc = nhwc || (image && in[side].constant == nullptr && m.values[in[side].value].nhwc);
+  int64_t strides[2][kc::kMaxBroadcastRank] = {};
+  for (int side = 0; side < 2; ++side) {
+    const std::vector<int64_t>& sh = shape[side];
+    int64_t* st = strides[side];
+    int64_t step = 1;
+    for (size_t d = rank; d-- > 0;) st[d] = step, step *= sh[d];
+    if (in[side].constant == nullptr) {
+      in[side].value = InLayout(m, in[side].value, nhwc);
+      const ValueSpec& v = m.values[in[side].value];
+      if (v.nhwc && IsImage(v)) {  // [rows, c, h, w] stored as [rows, h, w, c]
+        const int64_t c = sh[1], h = sh[2], w = sh[3];
+        st[0] = c * h * w, st[1] = 1, st[2] = w * c, st[3] = c;
+      }
+    }
+    for (size_t d = in[side].constant == nullptr ? 1 : 0; d < rank; ++d)  // values vary by row
+      if (sh[d] == 1) st[d] = 0;
+  }
+  // The output's own order: rows, h, w, c when channels-last.
+  std::vector<size_t> order(rank);
+  for (size_t d = 0; d < rank; ++d) order[d] = d;
+  if (nhwc) order = {0, 2, 3, 1};
+  Step s;
+  s.op = op;
+  s.broadcast.rank = static_cast<int>(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    s.broadcast.dims[d] = out_shape[order[d]];
+    s.broadcast.a_stride[d] = strides[0][order[d]];
+    s.broadcast.b_stride[d] = strides[1][order[d]];
+  }
+  // The simple kernel: each operand whole, or a constant repeating with a period of the output's
+  // last axes.
+  bool simple = true;
+  int64_t period[2] = {0, 0};
+  for (int side = 0; side < 2; ++side) {
+    const int64_t* st = side == 0 ? s.broadcast.a_stride : s.broadcast.b_stride;
+    int64_t contiguous = 1, count = 1;
+    size_t k = rank;  // the operand's axes from k on are the output's, contiguous
+    while (k > 0 && (st[k - 1] == contiguous || s.broadcast.dims[k - 1] == 1)) {
+      --k;
+      contiguous *= s.broadcast.dims[k];
+    }
+    for (size_t d = 0; d < k; ++d)
+      if (st[d] != 0 && s.broadcast.dims[d] != 1) simple = false;
+    for (size_t d = k; d < rank; ++d) count *= s.broadcast.dims[d];
+    period[side] = count;
+    if (in[side].constant == nullptr && k > 0) simple = false;
+  }
+  for (int side = 0; side < 2; ++side) {
+    Operand& operand = side == 0 ? s.a : s.b;
+    if (in[side].constant == nullptr) {
+      operand.value = m.Resolve(in[side].value);
+      continue;
+    }
+    const Tensor& c = *in[side].constant;
+    if (c.type() == DataType::kFp32) {
+      ASSIGN_OR_RETURN(operand.constant, m.UploadFloats(FloatsOf(c), like.type));
+    } else {
+      ASSIGN_OR_RETURN(operand.constant, m.Upload(c.raw(), c.bytes()));
+    }
+    operand.count = period[side];
+  }
+  s.kind = simple ? Step::kBinary : Step::kBroadcast;
+  ValueSpec result = like;
+  result.dims.assign(out_shape.begin() + 1, out_shape.end());
+  result.row_elems = ElementCount(result.dims.data(), result.dims.size());
+  result.nhwc = nhwc;
+  return AddElementwise(m, s, result, out);
+}
+
+// BatchNormalization left standing (not after a Conv): y = x * scale' + shift' per channel.
+Status CompileBatchNorm(const Graph& graph, const Graph::Node& node, GpuModel& m,
+                        const std::string& who) {
+  const OpNode& op = node.op;
+  const ValueSpec x = m.values[node.inputs[0]];
+  if (node.inputs.size() != 5 || op.AttrInt("training_mode", 0) != 0 || x.dims.empty())
+    return Unsupported(who + ": inference BatchNormalization of 5 inputs only on the GPU");
+  const int64_t c = x.dims[0];
+  std::vector<float> p[4];
+  for (int k = 0; k < 4; ++k) {
+    const int id = node.inputs[k + 1];
+    const Tensor& t = id >= 0 ? graph.constant(id) : Tensor();
+    if (!t.valid() || t.type() != DataType::kFp32 || t.elements() != c)
+      return Unsupported(who + ": scale, B, mean and var must be " + std::to_string(c) +
+                         " constant FP32 values on the GPU");
+    p[k] = FloatsOf(t);
+  }
+  const double eps = op.AttrFloat("epsilon", 1e-5f);
+  std::vector<int64_t> per_channel(x.dims.size(), 1);
+  per_channel[0] = c;
+  Tensor scale = Tensor::Allocate(DataType::kFp32, per_channel);
+  Tensor shift = Tensor::Allocate(DataType::kFp32, per_channel);
+  for (int64_t i = 0; i < c; ++i) {
+    const double k = p[0][i] / std::sqrt(static_cast<double>(p[3][i]) + eps);
+    scale.mutable_data<float>()[i] = static_cast<float>(k);
+    shift.mutable_data<float>()[i] = static_cast<float>(p[1][i] - p[2][i] * k);
+  }
+  const int scaled = m.AddValue(ValueSpec{});
+  RETURN_IF_ERROR(CompileBinary(m, kc::BinaryOp::kMul, {node.inputs[0]}, {-1, &scale}, scaled, who));
+  return CompileBinary(m, kc::BinaryOp::kAdd, {scaled}, {-1, &shift}, node.outputs[0], who);
+}
+
+// Softmax over the last axis (opset 13 on) or over the axes from 'axis' on (before 13).
+Status CompileSoftmax(const Graph::Node& node, GpuModel& m, const std::string& who) {
+  const OpNode& op = node.op;
+  ValueSpec x = m.values[node.inputs[0]];
+  if (x.logical != DataType::kFp32) return Unsupported(who + ": FP32 only on the GPU");
+  const int64_t rank = static_cast<int64_t>(x.dims.size()) + 1;
+  int64_t axis = op.AttrInt("axis", op.opset() < 13 ? 1 : -1);
+  if (axis < 0) axis += rank;
+  if (axis < 1 || axis >= rank) return Unsupported(who + ": a softmax over the batch axis");
+  int64_t n = 1;
+  for (int64_t d = axis - 1; d < rank - 1; ++d) n *= x.dims[d];
+  if (op.opset() >= 13 && n != x.dims[axis - 1])
+    return Unsupported(who + ": the GPU engine runs Softmax over the last axis");
+  Step s;
+  s.kind = Step::kSoftmax;
+  s.in = InLayout(m, node.inputs[0], false);
+  s.k = n, s.outer = x.row_elems / n;
+  x.nhwc = false;
+  return AddElementwise(m, s, x, node.outputs[0]);
+}
+
+// LRN across the channels of an image, channels-last.
+Status CompileLrn(const Graph::Node& node, GpuModel& m, const std::string& who) {
+  const OpNode& op = node.op;
+  ValueSpec x = m.values[node.inputs[0]];
+  if (x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who + ": the GPU engine runs LRN on FP32 images [rows, c, h, w]");
+  const int64_t size = op.AttrInt("size", 0);
+  if (size < 1) return op.Error("size must be positive");
+  Step s;
+  s.kind = Step::kLrn;
+  s.in = InLayout(m, node.inputs[0], true);
+  s.n = size;
+  s.lrn_alpha = op.AttrFloat("alpha", 1e-4f), s.lrn_beta = op.AttrFloat("beta", 0.75f);
+  s.lrn_bias = op.AttrFloat("bias", 1.f);
+  x = m.values[s.in];
+  return AddElementwise(m, s, x, node.outputs[0]);
+}
+
+// Transpose keeping the batch axis first, NCHW.
+Status CompileTranspose(const Graph::Node& node, GpuModel& m, const std::string& who) {
+  ValueSpec x = m.values[node.inputs[0]];
+  const int rank = static_cast<int>(x.dims.size()) + 1;
+  if (rank > kc::kMaxTransposeRank)
+    return Unsupported(who + ": more than " + std::to_string(kc::kMaxTransposeRank) +
+                       " dimensions on the GPU");
+  std::vector<int64_t> perm = node.op.AttrInts("perm");
+  if (perm.empty())
+    for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
+  if (static_cast<int>(perm.size()) != rank) return node.op.Error("perm does not fit the input");
+  std::vector<bool> seen(rank, false);
+  Step s;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p]) return node.op.Error("perm is not a permutation");
+    seen[p] = true;
+    s.perm.push_back(static_cast<int>(p));
+  }
+  if (perm[0] != 0) return Unsupported(who + ": a transpose that moves the batch axis");
+  s.kind = Step::kTranspose;
+  s.in = InLayout(m, node.inputs[0], false);
+  s.dims = {1};
+  s.dims.insert(s.dims.end(), x.dims.begin(), x.dims.end());
+  for (int d = 1; d < rank; ++d) x.dims[d - 1] = s.dims[perm[d]];
+  x.nhwc = false;
+  return AddElementwise(m, s, x, node.outputs[0]);
+}
+
+// Resize of an image's spatial axes with constant scales or sizes, channels-last.
+Status CompileResize(const Graph& graph, const Graph::Node& node, GpuModel& m,
+                     const std::string& who) {
+  const ValueSpec x = m.values[node.inputs[0]];
+  if (x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who + ": the GPU engine resizes FP32 images [rows, c, h, w]");
+  std::vector<const Tensor*> in(node.inputs.size(), nullptr);
+  for (size_t k = 1; k < node.inputs.size(); ++k) {
+    const int id = node.inputs[k];
+    if (id < 0) continue;
+    if (!graph.constant(id).valid())
+      return Unsupported(who + ": roi, scales and sizes must be constants on the GPU");
+    in[k] = &graph.constant(id);
+  }
+  const int64_t c = x.dims[0], h = x.dims[1], w = x.dims[2];
+  ASSIGN_OR_RETURN(const ResizePlan plan, PlanResize(node.op, in, {1, c, h, w}));
+  Step s;
+  s.kind = Step::kResize;
+  s.in = InLayout(m, node.inputs[0], true);
+  s.window.h = h, s.window.w = w, s.window.c_in = c;
+  s.window.oh = plan.out_shape[2], s.window.ow = plan.out_shape[3];
+  for (int axis = 0; axis < 2; ++axis) {
+    const auto& taps = axis == 0 ? plan.taps_y : plan.taps_x;
+    std::vector<kc::ResizeTap> device(taps.size());
+    for (size_t i = 0; i < taps.size(); ++i)
+      device[i] = {static_cast<int32_t>(taps[i].i0), static_cast<int32_t>(taps[i].i1), taps[i].f};
+    ASSIGN_OR_RETURN(const void* p, m.Upload(device.data(), device.size() * sizeof(device[0])));
+    (axis == 0 ? s.taps_y : s.taps_x) = static_cast<const kc::ResizeTap*>(p);
+  }
+  m.values[node.outputs[0]] = ImageValue(m.float_type, c, s.window.oh, s.window.ow);
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  return Status::Ok();
+}
+
+// ConvTranspose with constant weights on an image, channels-last.
+Status CompileConvTranspose(const Graph& graph, const Graph::Node& node, GpuModel& m,
+                            const std::string& who) {
+  const OpNode& op = node.op;
+  const ValueSpec x = m.values[node.inputs[0]];
+  const Tensor& w =
+      node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+  if (!w.valid() || w.type() != DataType::kFp32 || w.shape().size() != 4 || w.raw() == nullptr ||
+      x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who + ": the GPU engine runs 2-D ConvTranspose of FP32 images with "
+                             "constant FP32 weights");
+  if (op.activation != OpNode::Activation::kNone || op.residual)
+    return Unsupported(who + ": no fused epilogue on the GPU");
+  ASSIGN_OR_RETURN(kernels::Conv2dGeometry g,
+                   ConvTransposeGeometry(op, SpatialShape{1, x.dims[0], x.dims[1], x.dims[2]},
+                                         w.shape()));
+  Step s;
+  s.kind = Step::kConvTranspose;
+  s.window = g;
+  std::vector<float> packed(static_cast<size_t>(w.elements()));
+  kc::ConvTransposeWeights(g, FloatsOf(w).data(), packed.data());
+  ASSIGN_OR_RETURN(s.w, m.UploadFloats(packed, m.float_type));
+  if (node.inputs.size() > 2 && node.inputs[2] >= 0) {
+    const Tensor& b = graph.constant(node.inputs[2]);
+    if (!b.valid() || b.type() != DataType::kFp32 || b.elements() != g.c_out)
+      return Unsupported(who + ": the bias must be " + std::to_string(g.c_out) +
+                         " constant FP32 values on the GPU");
+    ASSIGN_OR_RETURN(const void* bias, m.UploadFloats(FloatsOf(b), kc::ElemType::kF32));
+    s.bias = static_cast<const float*>(bias);
+  }
+  s.in = InLayout(m, node.inputs[0], true);
+  m.values[node.outputs[0]] = ImageValue(m.float_type, g.c_out, g.oh, g.ow);
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.convs;
+  ++m.conv_kernels["transposed"];
+  return Status::Ok();
+}
+
+// Concat of values along an axis after the rows: blocks copied side by side (channels of images
+// channels-last when one of them is).
+Status CompileConcat(const Graph& graph, const Graph::Node& node, GpuModel& m,
+                     const std::string& who) {
+  std::vector<ValueSpec> in;
+  for (int id : node.inputs) {
+    if (id < 0 || graph.constant(id).valid() || !m.values[id].defined)
+      return Unsupported(who + ": the GPU engine concatenates computed values only");
+    in.push_back(m.values[id]);
+  }
+  if (in.empty()) return node.op.Error("no inputs");
+  const int64_t rank = static_cast<int64_t>(in[0].dims.size()) + 1;
+  int64_t axis = node.op.AttrInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 1 || axis >= rank) return Unsupported(who + ": a concat along the batch axis");
+  ValueSpec y = in[0];
+  y.alias = -1;
+  y.dims[axis - 1] = 0;
+  bool nhwc = false;
+  for (const ValueSpec& v : in) {
+    if (v.dims.size() != in[0].dims.size() || v.logical != in[0].logical)
+      return node.op.Error("inputs of different ranks or types");
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      if (d != axis - 1 && v.dims[d] != in[0].dims[d])
+        return node.op.Error("inputs of shapes " + ShapeString(v.dims) + " and " +
+                             ShapeString(in[0].dims) + " per row");
+    y.dims[axis - 1] += v.dims[axis - 1];
+    nhwc = nhwc || (v.nhwc && axis == 1 && IsImage(v));
+  }
+  y.row_elems = ElementCount(y.dims.data(), y.dims.size());
+  y.nhwc = nhwc;
+  Step s;
+  s.kind = Step::kConcat;
+  // Per row: 'outer' blocks; each input adds its inner elements to every block (channels-last:
+  // the channels).
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int id = InLayout(m, node.inputs[i], nhwc);
+    const int64_t inner =
+        nhwc ? in[i].dims[0]
+             : ElementCount(in[i].dims.data() + axis - 1, in[i].dims.size() - (axis - 1));
+    s.parts.emplace_back(m.Resolve(id), inner);
+  }
+  int64_t block = 0;
+  for (const auto& part : s.parts) block += part.second;
+  s.outer = y.row_elems / block;
+  m.values[node.outputs[0]] = y;
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  return Status::Ok();
+}
+
+// Shape arithmetic on values whose shape the compiler knows: Shape, and Cast, Slice, Gather,
+// Concat, Unsqueeze and Squeeze of its result, worked out here (kRowsDim for the batch) for a
+// Reshape to read. Returns false for a node that is none of these.
+StatusOr<bool> CompileShapeOp(const Graph& graph, const Graph::Node& node, GpuModel& m,
+                              const std::string& who) {
+  const std::string& op = node.op.op_type();
+  if (node.outputs.size() != 1 || node.outputs[0] < 0 || node.inputs.empty()) return false;
+  const int out = node.outputs[0];
+  if (op == "Shape") {
+    const int id = node.inputs[0];
+    if (id < 0 || !m.values[id].defined) return false;
+    std::vector<int64_t> shape = {m.fixed_rows > 0 ? m.fixed_rows : kRowsDim};
+    shape.insert(shape.end(), m.values[id].dims.begin(), m.values[id].dims.end());
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+    const int64_t start = clamp(node.op.AttrInt("start", 0));
+    const int64_t end = clamp(node.op.AttrInt("end", rank));
+    m.shape_values[out] = std::vector<int64_t>(shape.begin() + start,
+                                               shape.begin() + std::max(start, end));
+    return true;
+  }
+  if (!m.shape_values.count(node.inputs[0]) && op != "Concat") return false;
+  std::vector<std::vector<int64_t>> in;
+  for (int id : node.inputs) {
+    auto v = IntsOf(graph, m, id);
+    in.push_back(v ? *v : std::vector<int64_t>{});
+    if (!v && id >= 0 && op != "Slice") return false;
+  }
+  if (op == "Concat") {
+    bool any = false;
+    std::vector<int64_t> joined;
+    for (size_t k = 0; k < in.size(); ++k) {
+      any = any || m.shape_values.count(node.inputs[k]) > 0;
+      joined.insert(joined.end(), in[k].begin(), in[k].end());
+    }
+    if (!any) return false;
+    m.shape_values[out] = joined;
+    return true;
+  }
+  const std::vector<int64_t>& data = in[0];
+  if (op == "Cast") {
+    const int64_t to = node.op.AttrInt("to", 0);
+    if (to != 7 && to != 6)  // ONNX's INT64 and INT32
+      return Unsupported(who + ": a shape cast to another type than an integer");
+    m.shape_values[out] = data;
+    return true;
+  }
+  if (op == "Unsqueeze" || op == "Squeeze" || op == "Identity") {
+    m.shape_values[out] = data;  // a shape is 1-D; squeezing a 1-element one keeps its value
+    return true;
+  }
+  const int64_t n = static_cast<int64_t>(data.size());
+  if (op == "Gather") {
+    if (node.op.AttrInt("axis", 0) != 0 || in.size() < 2)
+      return Unsupported(who + ": gathers from a shape along axis 0 only");
+    std::vector<int64_t> picked;
+    for (int64_t i : in[1]) {
+      if (i < -n || i >= n) return node.op.Error("index " + std::to_string(i) + " out of range");
+      picked.push_back(data[i < 0 ? i + n : i]);
+    }
+    m.shape_values[out] = picked;
+    return true;
+  }
+  if (op == "Slice") {
+    if (node.op.opset() < 10 || in.size() < 3 || in[1].size() != 1 || in[2].size() != 1 ||
+        (in.size() > 3 && node.inputs[3] >= 0 && in[3] != std::vector<int64_t>{0} &&
+         in[3] != std::vector<int64_t>{-1}) ||
+        (in.size() > 4 && node.inputs[4] >= 0 && in[4] != std::vector<int64_t>{1}))
+      return Unsupported(who + ": slices a shape with one constant start and end, step 1");
+    auto clamp = [&](int64_t v) {
+      return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n);
+    };
+    const int64_t start = clamp(in[1][0]), end = clamp(in[2][0]);
+    m.shape_values[out] =
+        std::vector<int64_t>(data.begin() + start, data.begin() + std::max(start, end));
+    return true;
+  }
+  return false;
 }
 
 Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
@@ -438,6 +933,16 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
                          "inputs, not a constant or an optional input");
     return &m.values[id];  // its own shape; steps resolve aliases to buffers
   };
+  if (op == "Dropout" && !node.outputs.empty() && node.outputs[0] >= 0) {
+    // Inference: the identity (a mask output stays undefined: a reader of it is refused).
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    ValueSpec alias = *x;
+    alias.alias = m.Resolve(node.inputs[0]);
+    m.values[node.outputs[0]] = alias;
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(const bool shape_op, CompileShapeOp(graph, node, m, who));
+  if (shape_op) return Status::Ok();
   if (node.outputs.size() != 1 || node.outputs[0] < 0)
     return Unsupported(who + ": one output expected");
   const int out = node.outputs[0];
@@ -521,64 +1026,50 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
     return CompileReshape(graph, node, ValueSpec(*x), m, who);
   }
+  if (op == "ConvTranspose" || op == "BatchNormalization" || op == "Softmax" || op == "LRN" ||
+      op == "Transpose" || op == "Resize") {
+    RETURN_IF_ERROR(value(node.inputs[0]).status());
+    if (op == "ConvTranspose") return CompileConvTranspose(graph, node, m, who);
+    if (op == "BatchNormalization") return CompileBatchNorm(graph, node, m, who);
+    if (op == "Softmax") return CompileSoftmax(node, m, who);
+    if (op == "LRN") return CompileLrn(node, m, who);
+    if (op == "Transpose") return CompileTranspose(node, m, who);
+    return CompileResize(graph, node, m, who);
+  }
+  if (op == "Concat") return CompileConcat(graph, node, m, who);
 
-  static const std::map<std::string, kc::BinaryOp> kBinary = {{"Add", kc::BinaryOp::kAdd},
-                                                              {"Sub", kc::BinaryOp::kSub},
-                                                              {"Mul", kc::BinaryOp::kMul},
-                                                              {"Div", kc::BinaryOp::kDiv}};
+  static const std::map<std::string, kc::BinaryOp> kBinary = {
+      {"Add", kc::BinaryOp::kAdd}, {"Sub", kc::BinaryOp::kSub}, {"Mul", kc::BinaryOp::kMul},
+      {"Div", kc::BinaryOp::kDiv}, {"Max", kc::BinaryOp::kMax}, {"Min", kc::BinaryOp::kMin},
+      {"Sum", kc::BinaryOp::kAdd}};
   if (auto it = kBinary.find(op); it != kBinary.end()) {
-    if (node.inputs.size() != 2) return InvalidArgument(who + ": two inputs expected");
-    int ia = node.inputs[0], ib = node.inputs[1];
-    const bool ca = ia >= 0 && graph.constant(ia).valid(),
-               cb = ib >= 0 && graph.constant(ib).valid();
-    if (ca && cb) return Unsupported(who + ": both operands constant");
-    // Channels-last images stay so when every operand is one (and constants are scalars);
-    // otherwise the operands are brought back to NCHW.
-    bool any_last = false, all_last = true;
-    for (int side = 0; side < 2; ++side) {
-      const int id = side == 0 ? ia : ib;
-      if (side == 0 ? ca : cb) {
-        all_last = all_last && graph.constant(id).elements() == 1;
-        continue;
-      }
-      ASSIGN_OR_RETURN(const ValueSpec* v, value(id));
-      any_last = any_last || v->nhwc;
-      all_last = all_last && v->nhwc;
-    }
-    if (any_last) {
-      if (!ca) ia = InLayout(m, ia, all_last);
-      if (!cb) ib = InLayout(m, ib, all_last);
-    }
-    const ValueSpec* shape_of = nullptr;
-    ASSIGN_OR_RETURN(shape_of, value(ca ? ib : ia));
-    Step s;
-    s.kind = Step::kBinary;
-    s.op = it->second;
-    for (int side = 0; side < 2; ++side) {
-      const int id = side == 0 ? ia : ib;
-      Operand& operand = side == 0 ? s.a : s.b;
-      if (side == 0 ? ca : cb) {
-        const Tensor& c = graph.constant(id);
-        if (c.type() != shape_of->logical || !BroadcastsOverRow(c.shape(), shape_of->dims))
-          return Unsupported(who + ": constant of shape " + ShapeString(c.shape()) +
-                             " does not broadcast over rows of " + ShapeString(shape_of->dims) +
-                             " on the GPU");
-        if (c.type() == DataType::kFp32) {
-          ASSIGN_OR_RETURN(operand.constant, m.UploadFloats(FloatsOf(c), shape_of->type));
-        } else {
-          ASSIGN_OR_RETURN(operand.constant, m.Upload(c.raw(), c.bytes()));
-        }
-        operand.count = c.elements();
+    const bool variadic = op == "Sum" || op == "Max" || op == "Min";
+    if (node.inputs.size() < (variadic ? 1u : 2u) || (!variadic && node.inputs.size() != 2))
+      return InvalidArgument(who + ": " + (variadic ? "one or more" : "two") + " inputs expected");
+    std::vector<BinaryInput> in;
+    for (int id : node.inputs) {
+      if (id >= 0 && graph.constant(id).valid()) {
+        in.push_back({-1, &graph.constant(id)});
       } else {
-        ASSIGN_OR_RETURN(const ValueSpec* v, value(id));
-        if (v->logical != shape_of->logical || v->dims != shape_of->dims)
-          return Unsupported(who + ": operands of shapes " + ShapeString(v->dims) + " and " +
-                             ShapeString(shape_of->dims) +
-                             " per row; the GPU engine broadcasts only constants");
-        operand.value = m.Resolve(id);
+        RETURN_IF_ERROR(value(id).status());
+        in.push_back({id});
       }
     }
-    return AddElementwise(m, s, *shape_of, out);
+    if (in.size() == 1) {
+      if (in[0].constant != nullptr) return Unsupported(who + ": a constant");
+      ValueSpec alias = m.values[in[0].value];
+      alias.alias = m.Resolve(in[0].value);
+      m.values[out] = alias;
+      return Status::Ok();
+    }
+    // Three or more operands: folded left to right through values of their own.
+    BinaryInput acc = in[0];
+    for (size_t k = 1; k < in.size(); ++k) {
+      const int target = k + 1 == in.size() ? out : m.AddValue(ValueSpec{});
+      RETURN_IF_ERROR(CompileBinary(m, it->second, acc, in[k], target, who));
+      acc = {target};
+    }
+    return Status::Ok();
   }
 
   static const std::map<std::string, kc::Activation> kUnary = {
@@ -598,6 +1089,21 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     return AddElementwise(m, s, *x, out);
   }
 
+  if (op == "Clip" || op == "LeakyRelu" || op == "HardSigmoid" || op == "HardSwish") {
+    ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
+    if (x->logical != DataType::kFp32) return Unsupported(who + ": FP32 only on the GPU");
+    OpNode::Activation act = OpNode::Activation::kNone;
+    Step s;
+    if (!FusableActivation(
+            node, [&](int id) { return id >= 0 && graph.constant(id).valid(); },
+            [&](int id) -> const Tensor& { return graph.constant(id); }, &act, &s.conv.act_a,
+            &s.conv.act_b))
+      return Unsupported(who + ": Clip's bounds must be constant FP32 scalars on the GPU");
+    ASSIGN_OR_RETURN(s.conv.act, ConvActivationOf(act, who));
+    s.kind = Step::kActivation;
+    s.in = m.Resolve(node.inputs[0]);
+    return AddElementwise(m, s, *x, out);
+  }
   if (op == "Identity") {
     ASSIGN_OR_RETURN(const ValueSpec* x, value(node.inputs[0]));
     ValueSpec alias = *x;
@@ -611,7 +1117,8 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
 }  // namespace
 
 StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
-                                                        Precision precision) {
+                                                        Precision precision,
+                                                        const GpuShapes& shapes) {
   CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   auto m = std::make_shared<GpuModel>();
   m->device = device;
@@ -634,13 +1141,19 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
           "for sm_90a: batches over 16 rows run on its int8 tensor cores");
   }
   m->values.resize(graph.value_count());
+  m->fixed_rows = shapes.fixed_rows;
   for (const ValueInfo& v : graph.inputs()) {
     const std::string what = "input '" + v.name + "'";
     if (v.has_default) return Unsupported(what + " is optional: not supported on the GPU");
     std::vector<int64_t> dims(v.dims.begin() + (v.dims.empty() ? 0 : 1), v.dims.end());
+    if (auto it = shapes.input_dims.find(v.name);
+        it != shapes.input_dims.end() && it->second.size() == dims.size())
+      for (size_t d = 0; d < dims.size(); ++d)
+        if (dims[d] < 1) dims[d] = it->second[d];
     if (v.dims.empty() || std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 1; }))
       return Unsupported(what + " has shape " + ShapeString(v.dims) +
-                         ": the GPU engine needs [rows, fixed dims...]");
+                         ": the GPU engine needs [rows, fixed dims...] (fixed dims in the "
+                         "model's config serve where the file leaves them open)");
     ASSIGN_OR_RETURN(kc::ElemType type, StorageType(v.type, m->float_type, what));
     const int id = graph.FindValue(v.name);
     const int64_t row_elems = ElementCount(dims.data(), dims.size());
@@ -962,6 +1475,9 @@ class GpuInstance final : public GemmBench {
   }
 
   Status EnqueueSteps(int64_t rows) {
+    auto ptr = [&](const Operand& o) {
+      return o.value >= 0 ? static_cast<const void*>(Buf(o.value)) : o.constant;
+    };
     for (const Step& s : m_->steps) {
       const ValueSpec& out = m_->values[s.out];
       const int64_t count = rows * out.row_elems;
@@ -972,15 +1488,71 @@ class GpuInstance final : public GemmBench {
           break;
         }
         case Step::kBinary: {
-          auto ptr = [&](const Operand& o) {
-            return o.value >= 0 ? static_cast<const void*>(Buf(o.value)) : o.constant;
-          };
           auto n = [&](const Operand& o) { return o.value >= 0 ? count : o.count; };
           CUDA_RETURN(kc::Binary(s.op, out.type, ptr(s.a), n(s.a), ptr(s.b), n(s.b), Buf(s.out),
                                  count, stream_),
                       "elementwise kernel");
           break;
         }
+        case Step::kBroadcast: {
+          kc::BroadcastShape shape = s.broadcast;
+          shape.dims[0] = rows;
+          CUDA_RETURN(
+              kc::BinaryBroadcast(s.op, out.type, ptr(s.a), ptr(s.b), shape, Buf(s.out), stream_),
+              "elementwise kernel");
+          break;
+        }
+        case Step::kSoftmax:
+          CUDA_RETURN(kc::Softmax(out.type, Buf(s.in), Buf(s.out), rows * s.outer, s.k, stream_),
+                      "softmax kernel");
+          break;
+        case Step::kLrn:
+          CUDA_RETURN(kc::LrnNhwc(out.type, Buf(s.in), Buf(s.out), rows * out.dims[1] * out.dims[2],
+                                  out.dims[0], s.n, s.lrn_alpha, s.lrn_beta, s.lrn_bias, stream_),
+                      "LRN kernel");
+          break;
+        case Step::kTranspose: {
+          int64_t dims[kc::kMaxTransposeRank];
+          std::copy(s.dims.begin(), s.dims.end(), dims);
+          dims[0] = rows;
+          CUDA_RETURN(kc::Transpose(kc::ElemSize(out.type), Buf(s.in), Buf(s.out),
+                                    static_cast<int>(s.dims.size()), dims, s.perm.data(), stream_),
+                      "transpose kernel");
+          break;
+        }
+        case Step::kResize:
+          CUDA_RETURN(kc::ResizeNhwc(out.type, Buf(s.in), rows, s.window.h, s.window.w,
+                                     s.window.c_in, s.taps_y, s.window.oh, s.taps_x, s.window.ow,
+                                     Buf(s.out), stream_),
+                      "resize kernel");
+          break;
+        case Step::kConvTranspose: {
+          kernels::Conv2dGeometry g = s.window;
+          g.n = rows;
+          CUDA_RETURN(
+              kc::ConvTransposeNhwc(out.type, g, Buf(s.in), s.w, s.bias, Buf(s.out), stream_),
+              "ConvTranspose kernel");
+          break;
+        }
+        case Step::kConcat: {
+          const size_t size = kc::ElemSize(out.type);
+          int64_t block = 0, at = 0;
+          for (const auto& part : s.parts) block += part.second;
+          for (const auto& [value, inner] : s.parts) {
+            CUDA_RETURN(cudaMemcpy2DAsync(static_cast<uint8_t*>(Buf(s.out)) + at * size,
+                                          block * size, Buf(value), inner * size, inner * size,
+                                          static_cast<size_t>(rows * s.outer),
+                                          cudaMemcpyDeviceToDevice, stream_),
+                        "concat copy");
+            at += inner;
+          }
+          break;
+        }
+        case Step::kActivation:
+          CUDA_RETURN(kc::ActivateLikeConv(s.conv.act, s.conv.act_a, s.conv.act_b, out.type,
+                                           Buf(s.in), Buf(s.out), count, stream_),
+                      "activation kernel");
+          break;
         case Step::kUnary:
           CUDA_RETURN(kc::Unary(s.act, out.type, Buf(s.in), Buf(s.out), count, stream_),
                       "activation kernel");

@@ -4,13 +4,16 @@
 // the server's pinned pool, and one CUDA graph captured per row count and replayed after that.
 //
 // Graphs it compiles: every input [rows, fixed dims...] (rows is the batch, or the variable first
-// dimension of a model without batching), nodes Gemm and MatMul with constant weights, 2-D Conv
-// with constant weights (any groups; BatchNormalization, residual Add and activation fused by
-// the graph's passes), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Flatten and
-// Reshape keeping the rows, Add, Sub, Mul, Div (equal shapes or a trailing/constant operand),
-// Relu, Sigmoid, Tanh, Gelu, Identity; float tensors as FP32, integer tensors as INT32 or INT64.
-// Images run channels-last from the first convolution on (converted where an op needs NCHW and
-// at the outputs). Anything else fails at load, naming the op.
+// dimension of a model without batching; open dims fixed by the config), nodes Gemm and MatMul
+// with constant weights, 2-D Conv and ConvTranspose with constant weights (any groups;
+// BatchNormalization, residual Add and activation fused into Conv by the graph's passes),
+// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization, LRN, Softmax,
+// Resize (constant scales or sizes), Concat, Transpose, Flatten and Reshape keeping the rows
+// (shapes from Shape/Slice/Gather/Concat of known shapes worked out at load), Add, Sub, Mul, Div,
+// Max, Min, Sum (numpy broadcasting), Relu, Sigmoid, Tanh, Gelu, Identity, Dropout; float tensors
+// as FP32, integer tensors as INT32 or INT64. Images run channels-last from the first
+// convolution on (converted where an op needs NCHW and at the outputs). Anything else fails at
+// load, naming the op.
 #pragma once
 
 #include <map>
@@ -33,9 +36,19 @@ const char* PrecisionName(Precision p);
 class GpuModel;
 class GpuInstance;
 
+// What the model's config says of the shapes (the GPU engine compiles for fixed ones).
+struct GpuShapes {
+  // By input name, the dims after the rows: they fill the dimensions the file leaves open.
+  std::map<std::string, std::vector<int64_t>> input_dims;
+  // A model without batching whose config fixes its first dimension: that count (a Reshape to it
+  // keeps the rows), else 0.
+  int64_t fixed_rows = 0;
+};
+
 // Compiles 'graph' for 'device' (uploading its weights). Shared by the instances on that device.
 StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
-                                                        Precision precision);
+                                                        Precision precision,
+                                                        const GpuShapes& shapes = {});
 // A short description for the load log ("3 GEMMs, 0 elementwise; bf16 weights, 12.5 MiB").
 std::string Describe(const GpuModel& model);
 

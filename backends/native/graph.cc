@@ -1,5 +1,7 @@
 #include "graph.h"
 
+#include <algorithm>
+
 #include <onnx/onnx_pb.h>
 
 #include <fstream>
@@ -79,8 +81,12 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     g->constants_[id] = std::move(t);
     g->initializer_names_.insert(init.name());
   }
+  const auto& declared = options.declared_inputs;
   for (const auto& input : graph.input()) {
     const int id = g->ValueId(input.name());
+    if (!declared.empty() && g->initializer_names_.count(input.name()) &&
+        std::find(declared.begin(), declared.end(), input.name()) == declared.end())
+      continue;  // a weight no request can replace
     g->inputs_.push_back(ToValueInfo(input));
     if (g->initializer_names_.count(input.name())) {
       g->inputs_.back().has_default = true;

@@ -5,6 +5,7 @@
 // A Graph is immutable after Load and may be run from several instance threads at once.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,6 +38,10 @@ struct GraphOptions {
   // Run the CPU's convolutions channels-last (NHWC) with the ops between them (with
   // pack_weights; the GPU compiler has its own layouts).
   bool channels_last = true;
+  // Non-empty: the inputs a request can feed (the model config's). An initializer the file also
+  // lists as an input (IR version 3 files list every weight so) is then a constant unless named
+  // here, and the constant subgraphs behind it fold at load.
+  std::vector<std::string> declared_inputs = {};
 };
 
 struct ConvPlan;
@@ -122,5 +127,11 @@ class Graph {
   std::vector<std::unique_ptr<onnx::NodeProto>> made_nodes_;  // of the nodes the passes insert
   std::vector<std::string> pass_log_;
 };
+
+// Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish: the activations a Conv's
+// epilogue applies (and the GPU runs alone), with their parameters in 'a' and 'b'.
+bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& is_constant,
+                       const std::function<const Tensor&(int)>& constant, OpNode::Activation* act,
+                       float* a, float* b);
 
 }  // namespace nereid::native

@@ -85,12 +85,27 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
   // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the file's
   // weights from a graph of its own, dropped once they are on the device.
   if (!m.unpacked) {
-    auto unpacked = Graph::Load(m.path, GraphOptions{.pack_weights = false});
+    GraphOptions options{.pack_weights = false};
+    for (const auto& [name, io] : m.inputs) options.declared_inputs.push_back(name);
+    auto unpacked = Graph::Load(m.path, options);
     if (!unpacked.ok()) return unpacked.status();
     m.unpacked = std::move(unpacked).value();
   }
+  // The config's dims (after the batch) fix what the file leaves open; without batching, a first
+  // dimension every input fixes alike is the rows count.
+  GpuShapes shapes;
+  int64_t first = -2;
+  for (const auto& [name, io] : m.inputs) {
+    std::vector<int64_t> d = io.has_reshape ? io.reshape : io.dims;
+    if (m.max_batch_size == 0 && !d.empty()) {
+      first = first == -2 || first == d[0] ? d[0] : -1;
+      d.erase(d.begin());
+    }
+    shapes.input_dims[name] = d;
+  }
+  if (first > 0) shapes.fixed_rows = first;
   ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> made,
-                   CompileForGpu(*m.unpacked, device, precision));
+                   CompileForGpu(*m.unpacked, device, precision, shapes));
   Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) +
                            (m.variants.empty() ? "" : " (variant " + precision_name + ")") +
                            ": native GPU engine, " + Describe(*made) +

@@ -195,13 +195,9 @@ void Graph::FuseHardSwishes() {
 
 // ---- fused epilogues ----------------------------------------------------------------------------
 
-namespace {
-
-// Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish: the activations a Conv's
-// epilogue applies.
-bool ConvActivation(const Graph::Node& node, const std::function<bool(int)>& is_constant,
-                    const std::function<const Tensor&(int)>& constant, OpNode::Activation* act,
-                    float* a, float* b) {
+bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& is_constant,
+                       const std::function<const Tensor&(int)>& constant, OpNode::Activation* act,
+                       float* a, float* b) {
   const std::string& op = node.op.op_type();
   using A = OpNode::Activation;
   if (op == "Relu" || op == "HardSwish") {
@@ -238,7 +234,6 @@ bool ConvActivation(const Graph::Node& node, const std::function<bool(int)>& is_
   return true;
 }
 
-}  // namespace
 
 void Graph::FuseConvEpilogues() {
   // A fused node takes the place of the last node of its group: every input of the group is
@@ -260,7 +255,8 @@ void Graph::FuseConvEpilogues() {
     Node& next = nodes_[r];
     Node& conv = nodes_[i];
     if (conv.op.activation != OpNode::Activation::kNone) continue;
-    if (next.op.op_type() == "Add" && next.inputs.size() == 2 && !conv.op.residual &&
+    const bool add = next.op.op_type() == "Add" || next.op.op_type() == "Sum";  // Sum of two
+    if (add && next.inputs.size() == 2 && !conv.op.residual &&
         next.outputs.size() == 1) {
       const int other = next.inputs[0] == out ? next.inputs[1] : next.inputs[0];
       if (other < 0 || other == out || IsConstant(other)) continue;
@@ -272,7 +268,7 @@ void Graph::FuseConvEpilogues() {
     } else {
       OpNode::Activation act;
       float lo = 0, hi = 0;
-      if (next.outputs.size() != 1 || !ConvActivation(next, is_constant, constant, &act, &lo, &hi))
+      if (next.outputs.size() != 1 || !FusableActivation(next, is_constant, constant, &act, &lo, &hi))
         continue;
       conv.op.activation = act;
       conv.op.activation_a = lo, conv.op.activation_b = hi;

@@ -588,4 +588,35 @@ cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, in
   return Transpose<false>(type, x, n, c, hw, c, y, stream);
 }
 
+template <typename T>
+__global__ void ConvActivationKernel(ConvActivation act, float a, float b, const T* __restrict__ x,
+                                     T* __restrict__ y, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride)
+    y[i] = FromFloat<T>(ApplyConvActivation(act, ToFloat(x[i]), a, b));
+}
+
+cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type, const void* x,
+                             void* y, int64_t count, cudaStream_t stream) {
+  if (count < 0) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  auto launch = [&](auto t) {
+    using T = decltype(t);
+    ConvActivationKernel<T><<<GridFor(count), 256, 0, stream>>>(
+        act, a, b, static_cast<const T*>(x), static_cast<T*>(y), count);
+    return cudaGetLastError();
+  };
+  switch (type) {
+    case ElemType::kF32:
+      return launch(float{});
+    case ElemType::kBF16:
+      return launch(__nv_bfloat16{});
+    case ElemType::kF16:
+      return launch(__half{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace nereid::kernels::cuda

@@ -58,6 +58,10 @@ std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw);
 
 cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream);
 
+// y[i] = act(x[i]) for an activation standing alone (not after a convolution); in place allowed.
+cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type, const void* x,
+                             void* y, int64_t count, cudaStream_t stream);
+
 // pads at the bottom and right follow from g.oh and g.ow; 'count_include_pad' divides
 // AveragePool's sums by the window clipped to the padded image (ONNX's rule) rather than to the
 // image. g.c_out is ignored (a pool keeps g.c_in channels).

@@ -65,6 +65,8 @@ __device__ __forceinline__ T Apply(T x, T y) {
     if constexpr (Op == BinaryOp::kAdd) return x + y;
     if constexpr (Op == BinaryOp::kSub) return x - y;
     if constexpr (Op == BinaryOp::kMul) return x * y;
+    if constexpr (Op == BinaryOp::kMax) return x > y ? x : y;
+    if constexpr (Op == BinaryOp::kMin) return x < y ? x : y;
     return y == 0 ? T(0) : x / y;
   } else {
     const float fx = ToFloat(x), fy = ToFloat(y);
@@ -75,6 +77,10 @@ __device__ __forceinline__ T Apply(T x, T y) {
       r = fx - fy;
     else if constexpr (Op == BinaryOp::kMul)
       r = fx * fy;
+    else if constexpr (Op == BinaryOp::kMax)  // NaN propagates, as ONNX's Max does
+      r = fx != fx || fx > fy ? fx : fy;
+    else if constexpr (Op == BinaryOp::kMin)
+      r = fx != fx || fx < fy ? fx : fy;
     else
       r = fx / fy;
     return FromFloat<T>(r);
@@ -93,32 +99,82 @@ __global__ void BinaryKernel(const T* __restrict__ a, int64_t a_count, const T* 
   }
 }
 
+template <typename T, BinaryOp Op>
+__global__ void BroadcastKernel(const T* __restrict__ a, const T* __restrict__ b,
+                                T* __restrict__ out, BroadcastShape s, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % s.dims[d];
+      rest /= s.dims[d];
+      ia += coord * s.a_stride[d];
+      ib += coord * s.b_stride[d];
+    }
+    out[i] = Apply<T, Op>(a[ia], b[ib]);
+  }
+}
+
+// Calls f(std::integral_constant<BinaryOp, op>).
+template <typename F>
+void DispatchBinary(BinaryOp op, const F& f) {
+  using C = BinaryOp;
+  switch (op) {
+    case C::kAdd:
+      return f(std::integral_constant<C, C::kAdd>{});
+    case C::kSub:
+      return f(std::integral_constant<C, C::kSub>{});
+    case C::kMul:
+      return f(std::integral_constant<C, C::kMul>{});
+    case C::kDiv:
+      return f(std::integral_constant<C, C::kDiv>{});
+    case C::kMax:
+      return f(std::integral_constant<C, C::kMax>{});
+    case C::kMin:
+      return f(std::integral_constant<C, C::kMin>{});
+  }
+}
+
 template <typename T>
 cudaError_t LaunchBinary(BinaryOp op, const void* a, int64_t a_count, const void* b,
                          int64_t b_count, void* out, int64_t count, cudaStream_t stream) {
-  const auto* pa = static_cast<const T*>(a);
-  const auto* pb = static_cast<const T*>(b);
-  auto* po = static_cast<T*>(out);
-  const unsigned grid = GridFor(count);
-  switch (op) {
-    case BinaryOp::kAdd:
-      BinaryKernel<T, BinaryOp::kAdd>
-          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
-      break;
-    case BinaryOp::kSub:
-      BinaryKernel<T, BinaryOp::kSub>
-          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
-      break;
-    case BinaryOp::kMul:
-      BinaryKernel<T, BinaryOp::kMul>
-          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
-      break;
-    case BinaryOp::kDiv:
-      BinaryKernel<T, BinaryOp::kDiv>
-          <<<grid, 256, 0, stream>>>(pa, a_count, pb, b_count, po, count);
+  DispatchBinary(op, [&](auto o) {
+    BinaryKernel<T, decltype(o)::value><<<GridFor(count), 256, 0, stream>>>(
+        static_cast<const T*>(a), a_count, static_cast<const T*>(b), b_count, static_cast<T*>(out),
+        count);
+  });
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchBroadcast(BinaryOp op, const void* a, const void* b, const BroadcastShape& s,
+                            void* out, int64_t count, cudaStream_t stream) {
+  DispatchBinary(op, [&](auto o) {
+    BroadcastKernel<T, decltype(o)::value><<<GridFor(count), 256, 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), s, count);
+  });
+  return cudaGetLastError();
+}
+
+// Calls f(T{}) for the element type's C++ type (float types and the integers of Binary).
+template <typename F>
+cudaError_t DispatchArithmetic(ElemType type, const F& f) {
+  switch (type) {
+    case ElemType::kF32:
+      return f(float{});
+    case ElemType::kBF16:
+      return f(__nv_bfloat16{});
+    case ElemType::kF16:
+      return f(__half{});
+    case ElemType::kI32:
+      return f(int32_t{});
+    case ElemType::kI64:
+      return f(int64_t{});
+    case ElemType::kI8:  // quantized GEMM operands only
       break;
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 template <typename T, Activation A>
@@ -176,21 +232,23 @@ cudaError_t Binary(BinaryOp op, ElemType type, const void* a, int64_t a_count, c
   if (count == 0) return cudaSuccess;
   if (a_count <= 0 || b_count <= 0 || count % a_count != 0 || count % b_count != 0)
     return cudaErrorInvalidValue;
-  switch (type) {
-    case ElemType::kF32:
-      return LaunchBinary<float>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kBF16:
-      return LaunchBinary<__nv_bfloat16>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kF16:
-      return LaunchBinary<__half>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kI32:
-      return LaunchBinary<int32_t>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kI64:
-      return LaunchBinary<int64_t>(op, a, a_count, b, b_count, out, count, stream);
-    case ElemType::kI8:  // quantized GEMM operands only
-      break;
+  return DispatchArithmetic(type, [&](auto t) {
+    return LaunchBinary<decltype(t)>(op, a, a_count, b, b_count, out, count, stream);
+  });
+}
+
+cudaError_t BinaryBroadcast(BinaryOp op, ElemType type, const void* a, const void* b,
+                            const BroadcastShape& shape, void* out, cudaStream_t stream) {
+  if (shape.rank < 1 || shape.rank > kMaxBroadcastRank) return cudaErrorInvalidValue;
+  int64_t count = 1;
+  for (int d = 0; d < shape.rank; ++d) {
+    if (shape.dims[d] < 0) return cudaErrorInvalidValue;
+    count *= shape.dims[d];
   }
-  return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  return DispatchArithmetic(type, [&](auto t) {
+    return LaunchBroadcast<decltype(t)>(op, a, b, shape, out, count, stream);
+  });
 }
 
 template <typename T>

@@ -22,6 +22,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def package_dir(name):
+    # NEREID_PACKAGE_ROOT: a folder holding just the model files under their packages' paths (the
+    # device machine, where the packages are not installed; scripts/device_carry.sh).
+    root = os.environ.get("NEREID_PACKAGE_ROOT")
+    if root and os.path.isdir(os.path.join(root, name)):
+        return os.path.join(root, name)
     spec = importlib.util.find_spec(name)
     return os.path.dirname(spec.origin) if spec and spec.origin else None
 

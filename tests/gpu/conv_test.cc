@@ -105,8 +105,9 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
       split += kc::ConvSplits(p) > 1;
       const kc::ConvKernel kernel = kc::ChooseConvKernel(p);
       ++kernels_seen[static_cast<int>(kernel)];
-      if (t != ElemType::kF32 && g.groups == 1 && g.c_in % 8 == 0)
+      if (t != ElemType::kF32 && g.groups == 1 && g.c_in % 8 == 0) {
         EXPECT_EQ(kernel, kc::ConvKernel::kTensorCore) << Describe(c, t);
+      }
       ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
       CUDA_OK(cudaDeviceSynchronize());
       // The reference: the same rounded operands, in double.

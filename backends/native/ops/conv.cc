@@ -268,26 +268,19 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   return Status::Ok();
 }
 
-// ConvTranspose on NCHW: per image and group, col = W_g^T x X_g (one row per output channel and
-// tap), scattered into the output at each tap's position.
-Status ConvTranspose(const OpNode& node, const std::vector<const Tensor*>& in,
-                     std::vector<Tensor>& out) {
-  RETURN_IF_ERROR(RequireInputs(node, in, 2));
-  const Tensor& x = *in[0];
-  const Tensor& w = *in[1];
-  RETURN_IF_ERROR(RequireFloat(node, x));
-  RETURN_IF_ERROR(RequireFloat(node, w));
-  if (node.nhwc) return Internal("ConvTranspose has no channels-last form");
-  ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
-  const size_t rank = x.shape().size();
-  const size_t dims = rank - 2;
-  if (w.shape().size() != rank) return node.Error("weights do not fit the input's rank");
+}  // namespace
+
+StatusOr<kernels::Conv2dGeometry> ConvTransposeGeometry(const OpNode& node, const SpatialShape& s,
+                                                        const std::vector<int64_t>& w_shape) {
+  if (w_shape.size() != 3 && w_shape.size() != 4)
+    return node.Error("weights of rank 3 (1-D) or 4 (2-D) expected");
+  const size_t dims = w_shape.size() - 2;
   const int64_t groups = node.AttrInt("group", 1);
-  if (groups < 1 || w.shape()[0] != s.c || s.c % groups != 0)
-    return node.Error("weights of shape " + ShapeString(w.shape()) + " do not fit " +
+  if (groups < 1 || w_shape[0] != s.c || s.c % groups != 0)
+    return node.Error("weights of shape " + ShapeString(w_shape) + " do not fit " +
                       std::to_string(s.c) + " input channels");
-  const int64_t cig = s.c / groups, cog = w.shape()[1], c_out = cog * groups;
-  const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
+  const int64_t cog = w_shape[1], c_out = cog * groups;
+  const int64_t kh = dims == 2 ? w_shape[2] : 1, kw = w_shape[dims + 1];
   // Per spatial axis; a 1-D window gets a leading axis of 'fallback' (the neutral value).
   auto per_axis = [&](const char* name, int64_t fallback, size_t count,
                       int64_t lo) -> StatusOr<std::vector<int64_t>> {
@@ -336,7 +329,38 @@ Status ConvTranspose(const OpNode& node, const std::vector<const Tensor*>& in,
     }
     if (out_size[a] < 0) return node.Error("the output would be empty");
   }
-  const int64_t oh = out_size[0], ow = out_size[1];
+  kernels::Conv2dGeometry g;
+  g.n = s.n, g.h = s.h, g.w = s.w, g.c_in = s.c;
+  g.oh = out_size[0], g.ow = out_size[1], g.c_out = c_out;
+  g.kh = kh, g.kw = kw;
+  g.stride_h = strides[0], g.stride_w = strides[1];
+  g.dilation_h = dilations[0], g.dilation_w = dilations[1];
+  g.pad_top = pads[0], g.pad_left = pads[1];
+  g.groups = groups;
+  return g;
+}
+
+namespace {
+
+// ConvTranspose on NCHW: per image and group, col = W_g^T x X_g (one row per output channel and
+// tap), scattered into the output at each tap's position.
+Status ConvTranspose(const OpNode& node, const std::vector<const Tensor*>& in,
+                     std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const Tensor& x = *in[0];
+  const Tensor& w = *in[1];
+  RETURN_IF_ERROR(RequireFloat(node, x));
+  RETURN_IF_ERROR(RequireFloat(node, w));
+  if (node.nhwc) return Internal("ConvTranspose has no channels-last form");
+  ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
+  const size_t rank = x.shape().size();
+  if (w.shape().size() != rank) return node.Error("weights do not fit the input's rank");
+  ASSIGN_OR_RETURN(const kernels::Conv2dGeometry g, ConvTransposeGeometry(node, s, w.shape()));
+  const int64_t groups = g.groups, cig = g.c_in / groups, cog = g.c_out / groups, c_out = g.c_out;
+  const int64_t kh = g.kh, kw = g.kw;
+  const int64_t strides[2] = {g.stride_h, g.stride_w}, dilations[2] = {g.dilation_h, g.dilation_w};
+  const int64_t pads[2] = {g.pad_top, g.pad_left};
+  const int64_t oh = g.oh, ow = g.ow;
   const std::vector<int64_t> y_shape = LayoutShape(node, rank, s.n, c_out, oh, ow);
   RETURN_IF_ERROR(CheckOutputShape(node, y_shape, DataType::kFp32));
   const Tensor* bias = in.size() > 2 ? in[2] : nullptr;

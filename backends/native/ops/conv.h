@@ -34,6 +34,12 @@ StatusOr<kernels::Conv2dGeometry> WindowGeometry(const OpNode& node, const Spati
                                                  int64_t kh, int64_t kw, bool ceil_mode,
                                                  int64_t pad_end[2]);
 
+// The geometry of a ConvTranspose over 'in' with weights of 'w_shape' ([c_in][c_out / group]
+// [kh][kw], or [kw] for 1-D): strides, dilations, the begin pads (output_padding, output_shape and
+// auto_pad applied) and the output's size, as the CPU op and the GPU compiler run it.
+StatusOr<kernels::Conv2dGeometry> ConvTransposeGeometry(const OpNode& node, const SpatialShape& in,
+                                                        const std::vector<int64_t>& w_shape);
+
 // The kernels' epilogue for the node's fused activation (ops/gemm.cc).
 kernels::GemmEpilogue EpilogueOf(const OpNode& node);
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/op.h"
+#include "ops/resize.h"
 
 namespace nereid::native {
 namespace {
@@ -29,12 +29,11 @@ Status CheckResize(const OpNode& node, const std::vector<const Tensor*>&) {
   return Status::Ok();
 }
 
-Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+}  // namespace
+
+StatusOr<ResizePlan> PlanResize(const OpNode& node, const std::vector<const Tensor*>& in,
+                                const std::vector<int64_t>& shape) {
   RETURN_IF_ERROR(CheckResize(node, {}));
-  const Tensor& x = *in[0];
-  RETURN_IF_ERROR(RequireFloat(node, x));
-  const auto& shape = x.shape();
   const size_t rank = shape.size();
   if (rank != 3 && rank != 4) return node.Refuse("only inputs of rank 3 and 4 are supported");
   // Opset 10: (X, scales). From 11: (X, roi, scales, sizes), scales or sizes given.
@@ -46,7 +45,9 @@ Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   if ((scales == nullptr) == (sizes == nullptr))
     return node.Error("exactly one of scales and sizes must be given");
   std::vector<double> scale(rank, 1.0);
-  std::vector<int64_t> out_shape(rank);
+  ResizePlan plan;
+  std::vector<int64_t>& out_shape = plan.out_shape;
+  out_shape.resize(rank);
   if (scales != nullptr) {
     if (scales->type() != DataType::kFp32 || scales->elements() != static_cast<int64_t>(rank))
       return node.Error("scales must have one FP32 value per axis");
@@ -103,13 +104,9 @@ Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
                                    : static_cast<int64_t>(std::round(v));
     return std::clamp<int64_t>(i, 0, in_size - 1);
   };
-  // Per spatial axis: for each output index, two source indices and the weight of the second.
-  struct Tap {
-    int64_t i0, i1;
-    float f;
-  };
   auto taps = [&](size_t d) {
-    std::vector<Tap> t(static_cast<size_t>(out_shape[d]));
+    std::vector<ResizePlan::Tap> t(static_cast<size_t>(out_shape[d]));
+    if (shape[d] == 0) return t;
     for (int64_t o = 0; o < out_shape[d]; ++o) {
       const double length = scales != nullptr ? static_cast<double>(shape[d]) * scale[d]
                                               : static_cast<double>(out_shape[d]);
@@ -126,6 +123,21 @@ Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
     }
     return t;
   };
+  plan.taps_y = rank == 4 ? taps(2) : std::vector<ResizePlan::Tap>{{0, 0, 0.f}};
+  plan.taps_x = taps(rank - 1);
+  return plan;
+}
+
+namespace {
+
+Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  RETURN_IF_ERROR(RequireFloat(node, x));
+  const auto& shape = x.shape();
+  ASSIGN_OR_RETURN(const ResizePlan plan, PlanResize(node, in, shape));
+  const std::vector<int64_t>& out_shape = plan.out_shape;
+  const size_t rank = shape.size();
   const int64_t h = rank == 4 ? shape[2] : 1, w = shape[rank - 1];
   const int64_t oh = rank == 4 ? out_shape[2] : 1, ow = out_shape[rank - 1];
   Tensor y = Tensor::Allocate(DataType::kFp32, out_shape);
@@ -133,19 +145,19 @@ Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
     out[0] = std::move(y);
     return Status::Ok();
   }
-  const std::vector<Tap> ty = rank == 4 ? taps(2) : std::vector<Tap>{{0, 0, 0.f}};
-  const std::vector<Tap> tx = taps(rank - 1);
+  const std::vector<ResizePlan::Tap>& ty = plan.taps_y;
+  const std::vector<ResizePlan::Tap>& tx = plan.taps_x;
   const float* px = x.data<float>();
   float* py = y.mutable_data<float>();
   for (int64_t plane = 0; plane < shape[0] * shape[1]; ++plane) {
     const float* src = px + plane * h * w;
     float* dst = py + plane * oh * ow;
     for (int64_t oy = 0; oy < oh; ++oy) {
-      const Tap& a = ty[oy];
+      const ResizePlan::Tap& a = ty[oy];
       const float* r0 = src + a.i0 * w;
       const float* r1 = src + a.i1 * w;
       for (int64_t ox = 0; ox < ow; ++ox) {
-        const Tap& b = tx[ox];
+        const ResizePlan::Tap& b = tx[ox];
         const float top = r0[b.i0] + (r0[b.i1] - r0[b.i0]) * b.f;
         const float bottom = r1[b.i0] + (r1[b.i1] - r1[b.i0]) * b.f;
         dst[oy * ow + ox] = top + (bottom - top) * a.f;
