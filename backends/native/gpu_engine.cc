@@ -186,10 +186,14 @@ class GpuModel {
   }
   // Copies host bytes to a new device allocation owned by the model.
   StatusOr<const void*> Upload(const void* data, size_t bytes) {
+    weight_bytes += bytes;
+    if (device == kGpuPlanOnly) {  // no device: any aligned address stands for the weights
+      alignas(256) static const uint8_t kNowhere[256] = {};
+      return static_cast<const void*>(kNowhere);
+    }
     void* p = nullptr;
     CUDA_RETURN(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (weights)");
     weights.push_back(p);
-    weight_bytes += bytes;
     CUDA_RETURN(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
     return static_cast<const void*>(p);
   }
@@ -1119,7 +1123,8 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
 StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
                                                         Precision precision,
                                                         const GpuShapes& shapes) {
-  CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  if (device != kGpuPlanOnly)
+    CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   auto m = std::make_shared<GpuModel>();
   m->device = device;
   m->precision = precision;
@@ -1128,7 +1133,7 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
                       ? kc::ElemType::kBF16
                   : precision == Precision::kFp16 ? kc::ElemType::kF16
                                                   : kc::ElemType::kF32;
-  if (precision == Precision::kInt8) {
+  if (precision == Precision::kInt8 && device != kGpuPlanOnly) {
     // Batches over 16 rows run on Hopper's int8 tensor cores, the only int8 kernel for them.
     alignas(16) static const int8_t probe[16] = {};
     static const float scale[1] = {1.f};
@@ -1188,6 +1193,23 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     m->outputs.push_back(io);
   }
   return std::shared_ptr<const GpuModel>(std::move(m));
+}
+
+std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
+  static const char* const kNames[] = {
+      "gemm",   "binary",      "broadcast", "unary",   "convert", "activation",
+      "conv",   "convtranspose", "pool",    "global pool", "layout", "softmax",
+      "lrn",    "transpose",   "resize",    "concat"};
+  static_assert(std::size(kNames) == Step::kConcat + 1);
+  std::map<std::string, int> counts;
+  for (const Step& s : m.steps) ++counts[kNames[s.kind]];
+  return counts;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> GpuModelOutputs(const GpuModel& m) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const IoSpec& io : m.outputs) out.emplace_back(io.name, io.dims);
+  return out;
 }
 
 std::string Describe(const GpuModel& m) {
@@ -1727,6 +1749,8 @@ class GpuInstance final : public GemmBench {
 };
 
 StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model) {
+  if (model->device == kGpuPlanOnly)
+    return InvalidArgument("a model compiled without a device (kGpuPlanOnly) cannot run");
   GpuInstancePtr instance(new GpuInstance(std::move(model)));
   RETURN_IF_ERROR(instance->Init());
   return instance;

@@ -45,10 +45,18 @@ struct GpuShapes {
   int64_t fixed_rows = 0;
 };
 
+// The device for CompileForGpu that compiles without one: every check, shape and step, no weights
+// uploaded and no instance to run (the tests of the compiler on machines without a GPU).
+constexpr int kGpuPlanOnly = -1;
+
 // Compiles 'graph' for 'device' (uploading its weights). Shared by the instances on that device.
 StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
                                                         Precision precision,
                                                         const GpuShapes& shapes = {});
+// How many steps of each kind the compiled model runs ("conv", "concat", "broadcast", ...), and its
+// outputs with their dims after the rows.
+std::map<std::string, int> GpuStepCounts(const GpuModel& model);
+std::vector<std::pair<std::string, std::vector<int64_t>>> GpuModelOutputs(const GpuModel& model);
 // A short description for the load log ("3 GEMMs, 0 elementwise; bf16 weights, 12.5 MiB").
 std::string Describe(const GpuModel& model);
 
