@@ -281,8 +281,12 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
     return InvalidArgument(
         "model '" + name +
         "': parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got '" + precision + "'");
-  // int8: the CPU instances' GEMM weights quantized per output channel at load.
-  auto graph = Graph::Load(path, GraphOptions{.int8_weights = precision == "int8"});
+  // int8: the CPU instances' GEMM weights quantized per output channel at load. Weights the file
+  // also lists as inputs (IR version 3) are constants unless the config declares them.
+  GraphOptions options{.int8_weights = precision == "int8"};
+  for (const auto& [input, io] : backend::ReadModelIo(name, config).inputs)
+    options.declared_inputs.push_back(input);
+  auto graph = Graph::Load(path, options);
   if (!graph.ok())
     return Status(graph.status().code(), "model '" + name + "': " + graph.status().message());
 
@@ -307,7 +311,9 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   // The CPU's int8 graph serves CPU instances and the guard where it measures on the CPU.
   if (HasCpuInstances(config) &&
       std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
-    auto int8 = Graph::Load(path, GraphOptions{.int8_weights = true});
+    GraphOptions int8_options = options;
+    int8_options.int8_weights = true;
+    auto int8 = Graph::Load(path, int8_options);
     if (!int8.ok()) return int8.status();
     state->int8_graph = std::move(int8).value();
   }

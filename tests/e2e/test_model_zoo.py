@@ -69,3 +69,16 @@ def test_zoo_graph_runs_on_the_native_engine_as_onnxruntime_does(zoo, name):
     scale = float(np.abs(want).max())
     # The fp32 tolerance of docs/native-engine.md: 2e-4 of the output's largest magnitude.
     assert float(np.abs(got - want).max()) <= 2e-4 * max(scale, 1e-3), (name, scale)
+
+
+def test_weights_listed_as_inputs_fold_at_load(zoo):
+    # IR version 3 lists every weight as a graph input too (with an initializer, written here
+    # through ConstantOfShape). The config declares only the image, so no request can replace a
+    # weight: they are constants, their subgraphs fold at load and BatchNormalization folds into
+    # the convolutions (the zoo's ResNet-50 as torchvision's: 53 folded, 16 residual Sums fused).
+    server, _, _ = zoo
+    line = next(ln for ln in server.read_log().splitlines()
+                if "model 'resnet50': graph passes:" in ln)
+    assert "constant folding: 239 nodes" in line, line
+    assert "BatchNormalization folded into Conv: 53;" in line, line
+    assert "fused: 16 residual Add, 49 activation" in line, line
