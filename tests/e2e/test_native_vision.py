@@ -2,7 +2,8 @@
 KIND_CPU, dynamic batching) served with --onnx-engine=auto on Nereid's own engine: ResNet-50 and
 MobileNetV2 as torchvision builds them (scripts/vision_models.py, random weights, small inputs
 to keep the suite quick), a small CNN of the other ops of the family, and the real CNNs the
-model packages ship (RapidOCR's direction classifier, openWakeWord's embedding). Each answer is
+model packages ship (RapidOCR's text detector, recogniser and direction classifier, openWakeWord's
+embedding). Each answer is
 compared with Python's onnxruntime on the same input, over HTTP and gRPC, one request and many
 concurrent (batched) ones; an attribute the engine cannot run exactly sends the model to ONNX
 Runtime with the reason in the log."""
@@ -32,8 +33,14 @@ GENERATED = {"resnet50": (vision_models.resnet50, 64, 1000),
              "small_cnn": (vision_models.small_cnn, 32, 10)}
 REAL = {name: file for name, file in real_models.model_files().items()
         if name in ("ocr_direction", "wakeword_embedding")}
+if real_models.package_dir("rapidocr_onnxruntime"):  # its text detector and recogniser too
+    for name, file in (("ocr_detector", "ch_PP-OCRv4_det_infer.onnx"),
+                       ("ocr_recognizer", "ch_PP-OCRv4_rec_infer.onnx")):
+        REAL[name] = os.path.join(real_models.package_dir("rapidocr_onnxruntime"), "models", file)
 REAL_IO = {"ocr_direction": ("x", [3, 48, 192], "save_infer_model/scale_0.tmp_1", [2]),
            "wakeword_embedding": ("input_1", [76, 32, 1], "conv2d_19", [1, 1, 96]),
+           "ocr_detector": ("x", [3, 96, 128], "sigmoid_0.tmp_0", [1, 96, 128]),
+           "ocr_recognizer": ("x", [3, 48, 320], "softmax_11.tmp_0", [40, 6625]),
            "cubic": ("input", [1, 4, 4], "output", [1, 8, 8])}
 
 
