@@ -1,9 +1,8 @@
 #include "graph.h"
 
-#include <algorithm>
-
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>

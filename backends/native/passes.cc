@@ -234,7 +234,6 @@ bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& 
   return true;
 }
 
-
 void Graph::FuseConvEpilogues() {
   // A fused node takes the place of the last node of its group: every input of the group is
   // computed by then (a residual branch may come after the Conv).
@@ -256,8 +255,7 @@ void Graph::FuseConvEpilogues() {
     Node& conv = nodes_[i];
     if (conv.op.activation != OpNode::Activation::kNone) continue;
     const bool add = next.op.op_type() == "Add" || next.op.op_type() == "Sum";  // Sum of two
-    if (add && next.inputs.size() == 2 && !conv.op.residual &&
-        next.outputs.size() == 1) {
+    if (add && next.inputs.size() == 2 && !conv.op.residual && next.outputs.size() == 1) {
       const int other = next.inputs[0] == out ? next.inputs[1] : next.inputs[0];
       if (other < 0 || other == out || IsConstant(other)) continue;
       conv.inputs.resize(4, -1);
@@ -268,7 +266,8 @@ void Graph::FuseConvEpilogues() {
     } else {
       OpNode::Activation act;
       float lo = 0, hi = 0;
-      if (next.outputs.size() != 1 || !FusableActivation(next, is_constant, constant, &act, &lo, &hi))
+      if (next.outputs.size() != 1 ||
+          !FusableActivation(next, is_constant, constant, &act, &lo, &hi))
         continue;
       conv.op.activation = act;
       conv.op.activation_a = lo, conv.op.activation_b = hi;

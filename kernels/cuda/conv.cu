@@ -603,8 +603,8 @@ cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type
   if (count == 0) return cudaSuccess;
   auto launch = [&](auto t) {
     using T = decltype(t);
-    ConvActivationKernel<T><<<GridFor(count), 256, 0, stream>>>(
-        act, a, b, static_cast<const T*>(x), static_cast<T*>(y), count);
+    ConvActivationKernel<T><<<GridFor(count), 256, 0, stream>>>(act, a, b, static_cast<const T*>(x),
+                                                                static_cast<T*>(y), count);
     return cudaGetLastError();
   };
   switch (type) {

@@ -169,9 +169,9 @@ cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64
   if (count == 0) return cudaSuccess;
   return DispatchFloat(type, [&](auto t) {
     using T = decltype(t);
-    LrnKernel<T><<<GridFor(count), 256, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), count, c, (size - 1) / 2, size / 2,
-        alpha / static_cast<float>(size), beta, bias);
+    LrnKernel<T><<<GridFor(count), 256, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                     count, c, (size - 1) / 2, size / 2,
+                                                     alpha / static_cast<float>(size), beta, bias);
     return cudaGetLastError();
   });
 }

@@ -30,18 +30,27 @@ fs::path NodeTests() {
 
 // Case prefix -> the op it exercises: the ops around convolutions the GPU compiler runs.
 const std::pair<const char*, const char*> kGpuCases[] = {
-    {"softmax", "Softmax"},     {"lrn", "LRN"},
-    {"transpose", "Transpose"}, {"resize", "Resize"},
-    {"concat", "Concat"},       {"convtranspose", "ConvTranspose"},
+    {"softmax", "Softmax"},
+    {"lrn", "LRN"},
+    {"transpose", "Transpose"},
+    {"resize", "Resize"},
+    {"concat", "Concat"},
+    {"convtranspose", "ConvTranspose"},
     {"batchnorm", "BatchNormalization"},
-    {"max", "Max"},             {"min", "Min"},
-    {"sum", "Sum"},             {"add", "Add"},
-    {"sub", "Sub"},             {"mul", "Mul"},
-    {"div", "Div"},             {"dropout", "Dropout"},
-    {"conv", "Conv"},           {"maxpool", "MaxPool"},
+    {"max", "Max"},
+    {"min", "Min"},
+    {"sum", "Sum"},
+    {"add", "Add"},
+    {"sub", "Sub"},
+    {"mul", "Mul"},
+    {"div", "Div"},
+    {"dropout", "Dropout"},
+    {"conv", "Conv"},
+    {"maxpool", "MaxPool"},
     {"averagepool", "AveragePool"},
     {"globalaveragepool", "GlobalAveragePool"},
-    {"reshape", "Reshape"},     {"flatten", "Flatten"},
+    {"reshape", "Reshape"},
+    {"flatten", "Flatten"},
 };
 
 onnx::TensorProto ReadTensor(const fs::path& file) {

@@ -2,10 +2,10 @@
 // (the two last of NCHW, or the one last of NCW), every coordinate transformation but
 // tf_crop_and_resize, every nearest_mode. Cubic interpolation and antialiasing are refused at
 // load.
+#include "ops/resize.h"
+
 #include <algorithm>
 #include <cmath>
-
-#include "ops/resize.h"
 
 namespace nereid::native {
 namespace {

@@ -1,0 +1,295 @@
+// The GPU compiler: walks a Graph's nodes in order, each through its op family's compile function
+// (gpu_ops/*.cc), into a GpuModel of values and steps; the shared helpers of the families.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "cuda/gemm.h"
+#include "gpu_model.h"
+#include "nereid/half.h"
+
+namespace nereid::native {
+
+StatusOr<Precision> ParsePrecision(const std::string& name) {
+  if (name.empty() || name == "fp32") return Precision::kFp32;
+  if (name == "tf32") return Precision::kTf32;
+  if (name == "bf16") return Precision::kBf16;
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "int8") return Precision::kInt8;
+  return InvalidArgument("parameter 'precision' must be fp32, tf32, bf16, fp16 or int8, got '" +
+                         name + "'");
+}
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+StatusOr<kc::ElemType> StorageType(DataType t, kc::ElemType float_type, const std::string& what) {
+  switch (t) {
+    case DataType::kFp32:
+      return float_type;
+    case DataType::kInt32:
+      return kc::ElemType::kI32;
+    case DataType::kInt64:
+      return kc::ElemType::kI64;
+    default:
+      return Unsupported(what + " is " + std::string(DataTypeName(t)) +
+                         ": the GPU engine runs FP32, INT32 and INT64 tensors");
+  }
+}
+
+std::vector<float> FloatsOf(const Tensor& t) {
+  std::vector<float> v(t.elements());
+  const size_t size = DataTypeSize(t.type());
+  for (int64_t i = 0; i < t.elements(); ++i)
+    v[i] = static_cast<float>(ElementAsDouble(t.type(), t.raw() + i * size));
+  return v;
+}
+
+Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out) {
+  ValueSpec result = like;
+  result.alias = -1;
+  m.values[out] = result;
+  s.out = out;
+  m.steps.push_back(s);
+  ++m.elementwise;
+  return Status::Ok();
+}
+
+bool IsImage(const ValueSpec& v) { return v.dims.size() == 3; }
+
+int AddLayoutCopy(GpuModel& m, int source, ValueSpec spec) {
+  spec.alias = -1;
+  const int out = m.AddValue(spec);
+  Step s;
+  s.kind = Step::kLayout;
+  s.in = source, s.out = out, s.to_last = spec.nhwc;
+  m.steps.push_back(s);
+  return out;
+}
+
+int InLayout(GpuModel& m, int id, bool nhwc) {
+  const ValueSpec v = m.values[id];  // an alias's own dims (Flatten's are not its buffer's)
+  if (v.nhwc == nhwc || !IsImage(v) || v.dims[1] * v.dims[2] == 1) return id;
+  id = m.Resolve(id);
+  auto& copies = m.layout_copies[nhwc ? 1 : 0];
+  if (auto it = copies.find(id); it != copies.end()) return it->second;
+  ValueSpec converted = v;
+  converted.nhwc = nhwc;
+  return copies[id] = AddLayoutCopy(m, id, converted);
+}
+
+ValueSpec ImageValue(kc::ElemType type, int64_t c, int64_t h, int64_t w) {
+  return ValueSpec{true, type, DataType::kFp32, {c, h, w}, c * h * w, -1, h * w > 1};
+}
+
+StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who) {
+  using A = OpNode::Activation;
+  switch (act) {
+    case A::kNone:
+      return kc::ConvActivation::kNone;
+    case A::kRelu:
+      return kc::ConvActivation::kRelu;
+    case A::kClip:
+      return kc::ConvActivation::kClip;
+    case A::kLeakyRelu:
+      return kc::ConvActivation::kLeakyRelu;
+    case A::kHardSigmoid:
+      return kc::ConvActivation::kHardSigmoid;
+    case A::kHardSwish:
+      return kc::ConvActivation::kHardSwish;
+    default:
+      return Unsupported(who + ": its fused activation has no GPU epilogue");
+  }
+}
+
+std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m, int id) {
+  if (id < 0) return std::nullopt;
+  if (auto it = m.shape_values.find(id); it != m.shape_values.end()) return it->second;
+  if (static_cast<size_t>(id) >= graph.value_count()) return std::nullopt;
+  const Tensor& c = graph.constant(id);
+  if (!c.valid() || (c.type() != DataType::kInt64 && c.type() != DataType::kInt32))
+    return std::nullopt;
+  std::vector<int64_t> v(static_cast<size_t>(c.elements()));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = c.type() == DataType::kInt64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
+  return v;
+}
+
+const Tensor& GpuNode::Constant(size_t k) const {
+  static const Tensor kNone;
+  const int id = in(k);
+  return id >= 0 && static_cast<size_t>(id) < graph.value_count() ? graph.constant(id) : kNone;
+}
+
+StatusOr<ValueSpec> GpuNode::Input(size_t k) const {
+  const int id = in(k);
+  if (id < 0 || Constant(k).valid() || !m.values[id].defined)
+    return Unsupported(who +
+                       ": the GPU engine needs this input computed from the model's inputs, not a "
+                       "constant or an optional input");
+  return m.values[id];  // its own shape; steps resolve aliases to buffers
+}
+
+namespace {
+
+// Every op the GPU compiler runs, by type.
+const std::map<std::string, GpuOpDef>& GpuOps() {
+  static const std::map<std::string, GpuOpDef> ops = [] {
+    std::map<std::string, GpuOpDef> map;
+    for (auto family :
+         {GpuConvOps, GpuElementwiseOps, GpuGemmOps, GpuNormOps, GpuResizeOps, GpuShapeOps})
+      for (const GpuOpDef& def : family()) map.emplace(def.op_type, def);
+    return map;
+  }();
+  return ops;
+}
+
+Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
+  const GpuNode n{graph, node, m, "node '" + node.op.name() + "' (" + node.op.op_type() + ")"};
+  ASSIGN_OR_RETURN(const bool shape_op, CompileShapeOp(n));
+  if (shape_op) return Status::Ok();
+  const auto it = GpuOps().find(node.op.op_type());
+  if (it == GpuOps().end()) {
+    std::string list;
+    for (const auto& [type, def] : GpuOps()) list += (list.empty() ? "" : ", ") + type;
+    return Unsupported(n.who + " has no GPU kernel (GPU ops: " + list +
+                       "; Shape, Slice, Gather, Cast, Unsqueeze, Squeeze of known shapes)");
+  }
+  int outputs = 0;
+  for (int id : node.outputs) outputs += id >= 0;
+  if (node.outputs.empty() || node.outputs[0] < 0 || outputs > it->second.max_outputs)
+    return Unsupported(n.who + ": " + std::to_string(it->second.max_outputs) +
+                       " output(s) expected");
+  return it->second.compile(n);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
+                                                        Precision precision,
+                                                        const GpuShapes& shapes) {
+  if (device != kGpuPlanOnly)
+    CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  auto m = std::make_shared<GpuModel>();
+  m->device = device;
+  m->precision = precision;
+  // int8: GEMM operands in int8, everything between them in bf16.
+  m->float_type = precision == Precision::kBf16 || precision == Precision::kInt8
+                      ? kc::ElemType::kBF16
+                  : precision == Precision::kFp16 ? kc::ElemType::kF16
+                                                  : kc::ElemType::kF32;
+  if (precision == Precision::kInt8 && device != kGpuPlanOnly) {
+    // Batches over 16 rows run on Hopper's int8 tensor cores, the only int8 kernel for them.
+    alignas(16) static const int8_t probe[16] = {};
+    static const float scale[1] = {1.f};
+    kc::GemmProblem p;
+    p.m = 256, p.n = 256, p.k = 64, p.ab_type = kc::ElemType::kI8, p.x = p.w = probe;
+    p.x_scale = p.w_scale = scale;
+    if (!kc::Sm90Supported(p))
+      return Unsupported(
+          "precision int8 needs a Hopper GPU (compute capability 9.0) and a build "
+          "for sm_90a: batches over 16 rows run on its int8 tensor cores");
+  }
+  m->values.resize(graph.value_count());
+  m->fixed_rows = shapes.fixed_rows;
+  for (const ValueInfo& v : graph.inputs()) {
+    const std::string what = "input '" + v.name + "'";
+    if (v.has_default) return Unsupported(what + " is optional: not supported on the GPU");
+    std::vector<int64_t> dims(v.dims.begin() + (v.dims.empty() ? 0 : 1), v.dims.end());
+    if (auto it = shapes.input_dims.find(v.name);
+        it != shapes.input_dims.end() && it->second.size() == dims.size())
+      for (size_t d = 0; d < dims.size(); ++d)
+        if (dims[d] < 1) dims[d] = it->second[d];
+    if (v.dims.empty() || std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 1; }))
+      return Unsupported(what + " has shape " + ShapeString(v.dims) +
+                         ": the GPU engine needs [rows, fixed dims...] (fixed dims in the "
+                         "model's config serve where the file leaves them open)");
+    ASSIGN_OR_RETURN(kc::ElemType type, StorageType(v.type, m->float_type, what));
+    const int id = graph.FindValue(v.name);
+    const int64_t row_elems = ElementCount(dims.data(), dims.size());
+    m->values[id] = ValueSpec{true, type, v.type, dims, row_elems, -1};
+    IoSpec io{v.name, id, v.type, dims, static_cast<size_t>(row_elems) * DataTypeSize(v.type)};
+    if (v.type == DataType::kFp32 && type != kc::ElemType::kF32) {
+      io.value = m->AddValue(ValueSpec{true, kc::ElemType::kF32, v.type, dims, row_elems, -1});
+      Step s;
+      s.kind = Step::kConvert;
+      s.in = io.value, s.out = id;
+      m->steps.push_back(s);
+    }
+    m->inputs.push_back(io);
+  }
+  for (const auto& node : graph.nodes()) RETURN_IF_ERROR(CompileNode(graph, node, *m));
+  for (const ValueInfo& v : graph.outputs()) {
+    int id = graph.FindValue(v.name);
+    if (id < 0 || !m->values[id].defined)
+      return Unsupported("output '" + v.name + "' is not computed from the inputs on the GPU");
+    id = InLayout(*m, id, false);
+    const ValueSpec spec = m->values[id];
+    IoSpec io{v.name, id, spec.logical, spec.dims,
+              static_cast<size_t>(spec.row_elems) * DataTypeSize(spec.logical)};
+    if (spec.logical == DataType::kFp32 && spec.type != kc::ElemType::kF32) {
+      io.value = m->AddValue(
+          ValueSpec{true, kc::ElemType::kF32, spec.logical, spec.dims, spec.row_elems, -1});
+      Step s;
+      s.kind = Step::kConvert;
+      s.in = id, s.out = io.value;
+      m->steps.push_back(s);
+    }
+    m->outputs.push_back(io);
+  }
+  return std::shared_ptr<const GpuModel>(std::move(m));
+}
+
+std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
+  static const char* const kNames[] = {"gemm",    "binary",      "broadcast", "unary",
+                                       "convert", "activation",  "conv",      "convtranspose",
+                                       "pool",    "global pool", "layout",    "softmax",
+                                       "lrn",     "transpose",   "resize",    "concat"};
+  static_assert(std::size(kNames) == Step::kConcat + 1);
+  std::map<std::string, int> counts;
+  for (const Step& s : m.steps) ++counts[kNames[s.kind]];
+  return counts;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> GpuModelOutputs(const GpuModel& m) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const IoSpec& io : m.outputs) out.emplace_back(io.name, io.dims);
+  return out;
+}
+
+std::string Describe(const GpuModel& m) {
+  char mib[32];
+  std::snprintf(mib, sizeof(mib), "%.1f", static_cast<double>(m.weight_bytes) / (1 << 20));
+  std::string precision = PrecisionName(m.precision);
+  if (m.precision == Precision::kInt8)
+    precision += " (" + std::to_string(m.int8_gemms) + " of " + std::to_string(m.gemms) +
+                 " GEMMs in int8, the rest in bf16)";
+  if (m.precision == Precision::kInt8 && m.convs > 0) precision += "; convolutions in bf16";
+  std::string convs;
+  if (m.convs > 0) {
+    convs = std::to_string(m.convs) + " convolution(s) (";
+    const char* sep = "";
+    for (const auto& [kernel, count] : m.conv_kernels)
+      convs += sep + std::to_string(count) + " " + kernel, sep = ", ";
+    convs += "), " + std::to_string(m.pools) + " pool(s), ";
+  }
+  return convs + std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
+         " elementwise op(s); " + precision + ", " + mib + " MiB of weights on GPU " +
+         std::to_string(m.device);
+}
+
+}  // namespace nereid::native

@@ -1,0 +1,235 @@
+// The GPU compiler's model (internal to the native engine's GPU path): the values and steps a
+// Graph compiles to (GpuModel), and what the op families (gpu_ops/<family>.cc, one file per family
+// as ops/ has for the CPU) share to compile their nodes. gpu_compile.cc walks the graph and looks
+// each node's op up in the families' tables; gpu_engine.cc runs the steps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuda/common.h"
+#include "cuda/conv.h"
+#include "cuda/elementwise.h"
+#include "cuda/tensor_ops.h"
+#include "gpu_engine.h"
+#include "gpu_graphs.h"
+#include "graph.h"
+#include "nereid/backend_util.h"
+
+namespace nereid::native {
+namespace kc = kernels::cuda;
+
+// In a shape worked out at compile time (Shape of a value), the batch dimension.
+constexpr int64_t kRowsDim = std::numeric_limits<int64_t>::min();
+
+struct ValueSpec {
+  bool defined = false;
+  kc::ElemType type = kc::ElemType::kF32;  // storage on the device
+  DataType logical = DataType::kInvalid;   // the graph's type
+  std::vector<int64_t> dims;               // per row (the shape after the rows dimension)
+  int64_t row_elems = 0;
+  int alias = -1;  // Identity: the value whose buffer this one shares
+  // A per-row image [c, h, w] stored channels-last (convolutions and pools run so; values of one
+  // pixel are the same either way and are never marked).
+  bool nhwc = false;
+};
+
+struct Operand {
+  int value = -1;                  // a value, or
+  const void* constant = nullptr;  // a constant on the device
+  int64_t count = 0;               // the constant's elements (its broadcast period)
+};
+
+struct Step {
+  enum Kind {
+    kGemm,
+    kBinary,
+    kBroadcast,
+    kUnary,
+    kConvert,
+    kActivation,  // an epilogue's activation standing alone (conv.act, act_a, act_b)
+    kConv,
+    kConvTranspose,
+    kPool,
+    kGlobalPool,
+    kLayout,
+    kSoftmax,
+    kLrn,
+    kTranspose,
+    kResize,
+    kConcat
+  } kind = kGemm;
+  int in = -1, out = -1;
+  // kGemm
+  const void* w = nullptr;
+  const float* w_scale = nullptr;  // int8 weights: one scale per output channel (w is n x k int8)
+  const float* bias = nullptr;
+  float alpha = 1.f;
+  int64_t n = 0, k = 0;
+  kc::Activation act = kc::Activation::kNone;
+  // kBinary
+  kc::BinaryOp op = kc::BinaryOp::kAdd;
+  Operand a, b;
+  // kConv (its x, y and residual set per run; g.n is the row count)
+  kc::ConvProblem conv;
+  int residual = -1;
+  // kPool and kGlobalPool
+  kc::PoolKind pool = kc::PoolKind::kMax;
+  kernels::Conv2dGeometry window;
+  int64_t pad_bottom = 0, pad_right = 0;
+  bool count_include_pad = false;
+  // kLayout: NCHW -> NHWC (with zero channels added up to the output's count) or back
+  bool to_last = false;
+  // kBroadcast (a, b and op as kBinary): dims[0] is the rows, set per run
+  kc::BroadcastShape broadcast;
+  // kSoftmax (rows x outer blocks of n), kConcat (per row: outer blocks of each part's inner
+  // elements side by side)
+  int64_t outer = 1;
+  std::vector<std::pair<int, int64_t>> parts;  // kConcat: value, inner elements
+  // kLrn: size n, alpha, beta, bias
+  float lrn_alpha = 0.f, lrn_beta = 0.f, lrn_bias = 0.f;
+  // kTranspose: the input's dims (rows first, set per run) and the permutation
+  std::vector<int64_t> dims;
+  std::vector<int> perm;
+  // kResize: taps on the device (window.h/w/c_in -> window.oh/ow)
+  const kc::ResizeTap* taps_y = nullptr;
+  const kc::ResizeTap* taps_x = nullptr;
+};
+
+struct IoSpec {
+  std::string name;
+  int value = -1;  // the device buffer the host copies to or from (in the graph's type)
+  DataType type = DataType::kInvalid;
+  std::vector<int64_t> dims;
+  size_t row_bytes = 0;
+};
+
+class GpuModel {
+ public:
+  ~GpuModel() {
+    if (!weights.empty()) cudaSetDevice(device);
+    for (void* p : weights) cudaFree(p);
+  }
+  int device = 0;
+  Precision precision = Precision::kFp32;
+  kc::ElemType float_type = kc::ElemType::kF32;
+  std::vector<ValueSpec> values;
+  std::vector<Step> steps;
+  std::vector<IoSpec> inputs, outputs;
+  std::vector<void*> weights;
+  size_t weight_bytes = 0;
+  int gemms = 0, elementwise = 0;
+  int convs = 0, pools = 0;
+  std::map<std::string, int> conv_kernels;  // by kernel name: how many convolutions run on it
+  std::map<int, int> layout_copies[2];      // [nhwc]: value id -> its copy in that layout
+  // Integer vectors known at compile time though computed by nodes (Shape of a value and the
+  // slicing and gathering after it), kRowsDim standing for the batch.
+  std::map<int, std::vector<int64_t>> shape_values;
+  int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
+  int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
+  int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
+
+  int Resolve(int id) const {
+    while (id >= 0 && values[id].alias >= 0) id = values[id].alias;
+    return id;
+  }
+  int AddValue(ValueSpec spec) {
+    values.push_back(std::move(spec));
+    return static_cast<int>(values.size()) - 1;
+  }
+  // Copies host bytes to a new device allocation owned by the model.
+  StatusOr<const void*> Upload(const void* data, size_t bytes) {
+    weight_bytes += bytes;
+    if (device == kGpuPlanOnly) {  // no device: any aligned address stands for the weights
+      alignas(256) static const uint8_t kNowhere[256] = {};
+      return static_cast<const void*>(kNowhere);
+    }
+    void* p = nullptr;
+    CUDA_RETURN(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (weights)");
+    weights.push_back(p);
+    CUDA_RETURN(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+    return static_cast<const void*>(p);
+  }
+  // Uploads float values converted to 'type'.
+  StatusOr<const void*> UploadFloats(const std::vector<float>& v, kc::ElemType type) {
+    if (type == kc::ElemType::kF32) return Upload(v.data(), v.size() * 4);
+    std::vector<uint16_t> half(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      half[i] = type == kc::ElemType::kBF16 ? FloatToBf16(v[i]) : FloatToHalf(v[i]);
+    return Upload(half.data(), half.size() * 2);
+  }
+};
+
+// ---- what the op families share ----------------------------------------------------------------
+
+// One node being compiled, and "node 'name' (Op)" for its messages.
+struct GpuNode {
+  const Graph& graph;
+  const Graph::Node& node;
+  GpuModel& m;
+  std::string who;
+
+  int in(size_t k) const { return k < node.inputs.size() ? node.inputs[k] : -1; }
+  int out() const { return node.outputs[0]; }
+  // Input k's constant (invalid when it is computed or absent).
+  const Tensor& Constant(size_t k) const;
+  // Input k as a value computed from the model's inputs (a copy: adding values may move them);
+  // refused for constants and absent inputs.
+  StatusOr<ValueSpec> Input(size_t k) const;
+};
+
+// An op the GPU compiler runs: its compile function adds the node's steps and output values.
+using GpuCompileFn = Status (*)(const GpuNode& node);
+struct GpuOpDef {
+  const char* op_type;
+  GpuCompileFn compile;
+  int max_outputs = 1;  // outputs beyond the first stay undefined (their readers are refused)
+};
+// The families (gpu_ops/*.cc).
+std::vector<GpuOpDef> GpuConvOps();         // Conv, ConvTranspose, the pools
+std::vector<GpuOpDef> GpuElementwiseOps();  // arithmetic, activations, Identity, Dropout
+std::vector<GpuOpDef> GpuGemmOps();         // Gemm, MatMul
+std::vector<GpuOpDef> GpuNormOps();         // BatchNormalization, LRN, Softmax
+std::vector<GpuOpDef> GpuResizeOps();       // Resize
+std::vector<GpuOpDef> GpuShapeOps();        // Flatten, Reshape, Transpose, Concat
+// Shape, and Cast, Slice, Gather, Concat, Unsqueeze, Squeeze, Identity of its results: worked out
+// at compile time (kRowsDim for the batch) where the inputs are known; false for any other node.
+StatusOr<bool> CompileShapeOp(const GpuNode& n);
+
+// The storage of a graph type at the model's float type; refused beyond FP32/INT32/INT64.
+StatusOr<kc::ElemType> StorageType(DataType t, kc::ElemType float_type, const std::string& what);
+std::vector<float> FloatsOf(const Tensor& t);
+// An image value [c, h, w] per row.
+bool IsImage(const ValueSpec& v);
+// An image value [c, h, w] per row, channels-last unless it has one pixel.
+ValueSpec ImageValue(kc::ElemType type, int64_t c, int64_t h, int64_t w);
+// A step whose output 'out' has the shape and type of 'like'.
+Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out);
+// A new value 'spec' computed from buffer 'source' by a layout step: NCHW -> NHWC when spec.nhwc
+// (zero channels added up to spec's count), else back.
+int AddLayoutCopy(GpuModel& m, int source, ValueSpec spec);
+// Value 'id' in the layout asked for: itself, or a copy converted once (every later reader shares
+// it). Values of one pixel per image are both layouts at once.
+int InLayout(GpuModel& m, int id, bool nhwc);
+// The integers of value 'id' where they are known at load: an INT64/INT32 constant's, or a shape
+// worked out by CompileShapeOp.
+std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m, int id);
+// An epilogue's activation as the kernels name it; refused for those without one.
+StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who);
+
+// An operand of a binary op: a value of the graph, or a constant (a graph's, or one the compiler
+// made).
+struct BinaryInput {
+  int value = -1;
+  const Tensor* constant = nullptr;
+};
+// out = a op b with numpy broadcasting (gpu_ops/elementwise.cc).
+Status CompileBinary(GpuModel& m, kc::BinaryOp op, BinaryInput a, BinaryInput b, int out,
+                     const std::string& who);
+
+}  // namespace nereid::native

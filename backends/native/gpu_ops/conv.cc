@@ -1,0 +1,197 @@
+// The GPU's convolution family: Conv (BatchNormalization, residual Add and activation fused by the
+// graph's passes), ConvTranspose, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool; images
+// channels-last (kernels/cuda/conv.h, tensor_ops.h).
+#include "ops/conv.h"
+
+#include <algorithm>
+
+#include "gpu_model.h"
+
+namespace nereid::native {
+namespace {
+
+// Conv with constant weights on an image [rows, c, h, w]: BatchNormalization, the residual Add
+// and the activation the graph's passes fused run in its epilogue.
+Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec& x, GpuModel& m,
+                   const std::string& who) {
+  const OpNode& op = node.op;
+  const Tensor& w =
+      node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+  if (!w.valid() || w.type() != DataType::kFp32 || w.shape().size() != 4 || w.raw() == nullptr)
+    return Unsupported(who + ": the GPU engine runs 2-D convolutions with constant FP32 weights");
+  if (x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who +
+                       ": the GPU engine runs 2-D convolutions of FP32 images [rows, c, h, w]");
+  const int64_t groups = op.AttrInt("group", 1);
+  const int64_t c_out = w.shape()[0], cig = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
+  if (groups < 1 || x.dims[0] != cig * groups || c_out % groups != 0)
+    return op.Error("weights of shape " + ShapeString(w.shape()) + " and group " +
+                    std::to_string(groups) + " do not fit " + std::to_string(x.dims[0]) +
+                    " input channels");
+  const auto kernel_shape = op.AttrInts("kernel_shape");
+  if (!kernel_shape.empty() && kernel_shape != std::vector<int64_t>{kh, kw})
+    return op.Error("kernel_shape does not match the weights");
+  int64_t pad_end[2];
+  ASSIGN_OR_RETURN(
+      kernels::Conv2dGeometry g,
+      WindowGeometry(op, SpatialShape{1, x.dims[0], x.dims[1], x.dims[2]}, kh, kw, false, pad_end));
+  g.c_out = c_out, g.groups = groups;
+  Step s;
+  s.kind = Step::kConv;
+  s.conv.g = g;
+  s.conv.type = m.float_type;
+  ASSIGN_OR_RETURN(s.conv.act, ConvActivationOf(op.activation, who));
+  s.conv.act_a = op.activation_a, s.conv.act_b = op.activation_b;
+  if (node.inputs.size() > 2 && node.inputs[2] >= 0) {
+    const Tensor& b = graph.constant(node.inputs[2]);
+    if (!b.valid() || b.type() != DataType::kFp32 || b.elements() != c_out)
+      return Unsupported(who + ": the bias must be " + std::to_string(c_out) +
+                         " constant FP32 values on the GPU");
+    ASSIGN_OR_RETURN(const void* bias, m.UploadFloats(FloatsOf(b), kc::ElemType::kF32));
+    s.conv.bias = static_cast<const float*>(bias);
+  }
+  const ValueSpec y = ImageValue(m.float_type, c_out, g.oh, g.ow);
+  // A first convolution of few channels (an RGB image) in bf16/fp16: the conversion to
+  // channels-last pads them to 8 with zeros, and the weights alike, so the tensor cores take it.
+  const ValueSpec in = m.values[node.inputs[0]];
+  std::vector<float> oihw = FloatsOf(w);
+  if (m.float_type != kc::ElemType::kF32 && groups == 1 && g.c_in % 8 != 0 && !in.nhwc &&
+      in.dims[1] * in.dims[2] > 1) {
+    const int64_t c_pad = (g.c_in + 7) / 8 * 8;
+    std::vector<float> padded(static_cast<size_t>(c_out * c_pad * kh * kw), 0.f);
+    for (int64_t co = 0; co < c_out; ++co)
+      for (int64_t ci = 0; ci < g.c_in; ++ci)
+        std::copy_n(oihw.begin() + ((co * g.c_in + ci) * kh * kw), kh * kw,
+                    padded.begin() + ((co * c_pad + ci) * kh * kw));
+    oihw.swap(padded);
+    s.conv.g.c_in = c_pad;
+    ValueSpec wide = in;
+    wide.nhwc = true;
+    wide.dims[0] = c_pad, wide.row_elems = c_pad * in.dims[1] * in.dims[2];
+    s.in = AddLayoutCopy(m, m.Resolve(node.inputs[0]), wide);
+  } else {
+    s.in = InLayout(m, node.inputs[0], true);
+  }
+  ASSIGN_OR_RETURN(s.conv.w,
+                   m.UploadFloats(kc::ConvWeightsLayout(s.conv, oihw.data()), m.float_type));
+  if (op.residual) {
+    const int r = node.inputs.size() > 3 ? node.inputs[3] : -1;
+    const ValueSpec* rv = r >= 0 && static_cast<size_t>(r) < graph.value_count() &&
+                                  !graph.constant(r).valid() && m.values[r].defined
+                              ? &m.values[r]
+                              : nullptr;
+    if (rv == nullptr || rv->logical != DataType::kFp32 || rv->dims != y.dims)
+      return Unsupported(who + ": a residual of the output's shape " + ShapeString(y.dims) +
+                         " per row is the only one the GPU epilogue adds");
+    s.residual = InLayout(m, r, true);
+  }
+  m.values[node.outputs[0]] = y;
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.convs;
+  ++m.conv_kernels[kc::ConvKernelName(kc::ChooseConvKernel(s.conv))];
+  return Status::Ok();
+}
+
+// MaxPool and AveragePool windows, GlobalAveragePool and GlobalMaxPool, channels-last.
+Status CompilePool(const Graph::Node& node, const ValueSpec& x, GpuModel& m,
+                   const std::string& who) {
+  const OpNode& op = node.op;
+  const std::string& type = op.op_type();
+  if (x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who + ": the GPU engine pools FP32 images [rows, c, h, w]");
+  Step s;
+  s.pool =
+      type == "MaxPool" || type == "GlobalMaxPool" ? kc::PoolKind::kMax : kc::PoolKind::kAverage;
+  s.in = InLayout(m, node.inputs[0], true);
+  const int64_t c = x.dims[0];
+  if (type == "GlobalAveragePool" || type == "GlobalMaxPool") {
+    s.kind = Step::kGlobalPool;
+    m.values[node.outputs[0]] = ImageValue(m.float_type, c, 1, 1);
+  } else {
+    if (type == "MaxPool" && op.AttrInt("storage_order", 0) != 0)
+      return op.Refuse("storage_order 1 is not supported");
+    const auto kernel = op.AttrInts("kernel_shape");
+    if (kernel.size() != 2) return Unsupported(who + ": the GPU engine pools 2-D windows");
+    if (type == "AveragePool")
+      for (int64_t d : op.AttrInts("dilations"))
+        if (d != 1) return op.Refuse("AveragePool dilations are not supported");
+    int64_t pad_end[2];
+    ASSIGN_OR_RETURN(
+        s.window, WindowGeometry(op, SpatialShape{1, c, x.dims[1], x.dims[2]}, kernel[0], kernel[1],
+                                 op.AttrInt("ceil_mode", 0) != 0, pad_end));
+    s.window.c_out = c;
+    s.pad_bottom = pad_end[0], s.pad_right = pad_end[1];
+    s.count_include_pad = op.AttrInt("count_include_pad", 0) != 0;
+    s.kind = Step::kPool;
+    m.values[node.outputs[0]] = ImageValue(m.float_type, c, s.window.oh, s.window.ow);
+  }
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.pools;
+  return Status::Ok();
+}
+
+// ConvTranspose with constant weights on an image, channels-last.
+Status CompileConvTranspose(const Graph& graph, const Graph::Node& node, GpuModel& m,
+                            const std::string& who) {
+  const OpNode& op = node.op;
+  const ValueSpec x = m.values[node.inputs[0]];
+  const Tensor& w =
+      node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+  if (!w.valid() || w.type() != DataType::kFp32 || w.shape().size() != 4 || w.raw() == nullptr ||
+      x.logical != DataType::kFp32 || !IsImage(x))
+    return Unsupported(who +
+                       ": the GPU engine runs 2-D ConvTranspose of FP32 images with "
+                       "constant FP32 weights");
+  if (op.activation != OpNode::Activation::kNone || op.residual)
+    return Unsupported(who + ": no fused epilogue on the GPU");
+  ASSIGN_OR_RETURN(
+      kernels::Conv2dGeometry g,
+      ConvTransposeGeometry(op, SpatialShape{1, x.dims[0], x.dims[1], x.dims[2]}, w.shape()));
+  Step s;
+  s.kind = Step::kConvTranspose;
+  s.window = g;
+  std::vector<float> packed(static_cast<size_t>(w.elements()));
+  kc::ConvTransposeWeights(g, FloatsOf(w).data(), packed.data());
+  ASSIGN_OR_RETURN(s.w, m.UploadFloats(packed, m.float_type));
+  if (node.inputs.size() > 2 && node.inputs[2] >= 0) {
+    const Tensor& b = graph.constant(node.inputs[2]);
+    if (!b.valid() || b.type() != DataType::kFp32 || b.elements() != g.c_out)
+      return Unsupported(who + ": the bias must be " + std::to_string(g.c_out) +
+                         " constant FP32 values on the GPU");
+    ASSIGN_OR_RETURN(const void* bias, m.UploadFloats(FloatsOf(b), kc::ElemType::kF32));
+    s.bias = static_cast<const float*>(bias);
+  }
+  s.in = InLayout(m, node.inputs[0], true);
+  m.values[node.outputs[0]] = ImageValue(m.float_type, g.c_out, g.oh, g.ow);
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.convs;
+  ++m.conv_kernels["transposed"];
+  return Status::Ok();
+}
+
+Status Conv(const GpuNode& n) {
+  ASSIGN_OR_RETURN(const ValueSpec x, n.Input(0));
+  return CompileConv(n.graph, n.node, x, n.m, n.who);
+}
+
+Status ConvTranspose(const GpuNode& n) {
+  RETURN_IF_ERROR(n.Input(0).status());
+  return CompileConvTranspose(n.graph, n.node, n.m, n.who);
+}
+
+Status Pool(const GpuNode& n) {
+  ASSIGN_OR_RETURN(const ValueSpec x, n.Input(0));
+  return CompilePool(n.node, x, n.m, n.who);
+}
+
+}  // namespace
+
+std::vector<GpuOpDef> GpuConvOps() {
+  return {{"Conv", Conv},        {"ConvTranspose", ConvTranspose}, {"MaxPool", Pool},
+          {"AveragePool", Pool}, {"GlobalAveragePool", Pool},      {"GlobalMaxPool", Pool}};
+}
+
+}  // namespace nereid::native

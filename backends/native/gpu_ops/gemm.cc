@@ -1,0 +1,86 @@
+// The GPU's GEMM family: Gemm and MatMul of [rows, K] activations by constant 2-D weights, in the
+// model's precision (int8 per output channel where K allows), bias and Relu/Sigmoid fused.
+#include "cpu/gemm_int8.h"
+#include "gpu_model.h"
+
+namespace nereid::native {
+namespace {
+
+Status Gemm(const GpuNode& g) {
+  const Graph& graph = g.graph;
+  const Graph::Node& node = g.node;
+  GpuModel& m = g.m;
+  const std::string& who = g.who;
+  const std::string& op = node.op.op_type();
+  const int out = g.out();
+  ASSIGN_OR_RETURN(const ValueSpec x_spec, g.Input(0));
+  const ValueSpec* x = &x_spec;
+  const Tensor& b =
+      node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+  if (b.valid() && b.raw() == nullptr)
+    return Internal(who + ": the weights were released (the graph was loaded for the CPU)");
+  if (x->logical != DataType::kFp32 || !b.valid() || b.type() != DataType::kFp32 ||
+      b.shape().size() != 2 || x->dims.size() != 1)
+    return Unsupported(who + ": the GPU engine runs FP32 [rows, K] x constant 2-D FP32 weights");
+  const bool gemm = op == "Gemm";
+  if (gemm && node.op.AttrInt("transA", 0) != 0)
+    return Unsupported(who + ": transA is not supported on the GPU");
+  const bool trans_b = gemm && node.op.AttrInt("transB", 0) != 0;
+  const int64_t k = x->dims[0];
+  const int64_t n = trans_b ? b.shape()[0] : b.shape()[1];
+  if ((trans_b ? b.shape()[1] : b.shape()[0]) != k)
+    return InvalidArgument(who + ": weight shape " + ShapeString(b.shape()) +
+                           " does not fit an input of " + std::to_string(k) + " columns");
+  // Weights stored n x k (a Linear layer's layout) in the model's precision.
+  std::vector<float> w = FloatsOf(b);
+  if (!trans_b) {
+    std::vector<float> t(w.size());
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) t[j * k + i] = w[i * n + j];
+    w.swap(t);
+  }
+  Step s;
+  s.kind = Step::kGemm;
+  s.in = m.Resolve(node.inputs[0]);
+  s.n = n, s.k = k;
+  if (m.precision == Precision::kInt8 && k % 16 == 0) {
+    // Per output channel, the same arithmetic as the device's per-row quantization. A GEMM whose
+    // k is no multiple of 16 (no int8 kernel takes it) stays in bf16.
+    std::vector<int8_t> q(w.size());
+    std::vector<float> scale(static_cast<size_t>(n));
+    kernels::QuantizeRowsInt8(w.data(), n, k, k, q.data(), scale.data());
+    ASSIGN_OR_RETURN(s.w, m.Upload(q.data(), q.size()));
+    ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
+    s.w_scale = static_cast<const float*>(dscale);
+    ++m.int8_gemms;
+    m.int8_max_k = std::max(m.int8_max_k, k);
+  } else {
+    ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
+  }
+  s.alpha = gemm ? node.op.AttrFloat("alpha", 1.f) : 1.f;
+  if (gemm && node.inputs.size() > 2 && node.inputs[2] >= 0) {
+    const Tensor& c = graph.constant(node.inputs[2]);
+    if (!c.valid() || c.elements() != n)
+      return Unsupported(who + ": C must be a constant bias of " + std::to_string(n) +
+                         " elements on the GPU");
+    std::vector<float> bias = FloatsOf(c);
+    const float beta = node.op.AttrFloat("beta", 1.f);
+    for (float& v : bias) v *= beta;
+    ASSIGN_OR_RETURN(const void* dbias, m.UploadFloats(bias, kc::ElemType::kF32));
+    s.bias = static_cast<const float*>(dbias);
+  }
+  s.act = node.op.activation == OpNode::Activation::kRelu      ? kc::Activation::kRelu
+          : node.op.activation == OpNode::Activation::kSigmoid ? kc::Activation::kSigmoid
+                                                               : kc::Activation::kNone;
+  m.values[out] = ValueSpec{true, m.float_type, DataType::kFp32, {n}, n, -1};
+  s.out = out;
+  m.steps.push_back(s);
+  ++m.gemms;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<GpuOpDef> GpuGemmOps() { return {{"Gemm", Gemm}, {"MatMul", Gemm}}; }
+
+}  // namespace nereid::native
