@@ -10,9 +10,17 @@
 3. Agreement with ONNX Runtime fp32 on the CPU: top-1 over 32 random images and the largest
    difference relative to the largest logit, per precision.
 4. Served by perf_analyzer over gRPC at concurrency 64, one image per request, bf16: with dynamic
-   batching and without, the server's nv_gpu_utilization sampled every 0.5 s during each run.
+   batching and without, the server's nv_gpu_utilization sampled every 0.5 s during each run (the
+   batched model warmed first with one request of every batch size, so that its CUDA graphs are
+   captured before the measurement).
+5. Energy per image at a fixed offered load (--rate images/s, one image per request, bf16): GPU 0's
+   joules from NVML's total-energy counter (a meter: the whole device, idle included) over a
+   window inside the run, divided by the images completed in it; Nereid served by perf_analyzer
+   (--request-rate-range) with dynamic batching and without, against PyTorch's loop (a CUDA graph
+   of batch 1 replayed for each image as it is due, host to host).
 
-Usage: python3 bench/gpu_vision.py NEREID_BINARY [PERF_ANALYZER] [--batches 1,64,256] [--out DIR]
+Usage: python3 bench/gpu_vision.py NEREID_BINARY [PERF_ANALYZER] [--batches 1,64,256] [--rate 500]
+       [--out DIR]
 """
 import argparse
 import csv
@@ -139,6 +147,81 @@ def offered_load(perf_analyzer, server, model, concurrency, out_dir):
             statistics.fmean(samples) if samples else float("nan"))
 
 
+def gpu_joules():
+    """A function reading GPU 0's total-energy counter in joules (NVML; a meter)."""
+    import pynvml
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3
+
+
+def served_energy(perf_analyzer, server, client, model, rate, seconds, out_dir):
+    """(mJ per image, images/s) while perf_analyzer offers 'rate' images/s: the energy and the
+    images completed between two readings 2 s in from the start and 'seconds' later."""
+    joules = gpu_joules()
+    marks = []
+
+    def mark(delay):
+        time.sleep(delay)
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        marks.append((time.time(), joules(), int(s["inference_count"])))
+    readers = [threading.Thread(target=mark, args=(d,)) for d in (2.0, 2.0 + seconds)]
+    for t in readers:
+        t.start()
+    r = subprocess.run([perf_analyzer, "-m", model, "-u", server.grpc_url, "-i", "grpc",
+                        "--request-rate-range", str(rate), "--shape", "input:3,224,224",
+                        "--measurement-interval", str(int((seconds + 4) * 1000)),
+                        "--max-trials", "1", "--stability-percentage", "100",
+                        "-f", os.path.join(out_dir, f"energy_{model}.csv")],
+                       capture_output=True, text=True)
+    for t in readers:
+        t.join()
+    if r.returncode != 0 or len(marks) != 2:
+        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]}")
+        return float("nan"), 0.0
+    (t0, e0, n0), (t1, e1, n1) = sorted(marks)
+    return (e1 - e0) / max(n1 - n0, 1) * 1e3, (n1 - n0) / (t1 - t0)
+
+
+def torch_energy(rate, seconds):
+    """(mJ per image, images/s): PyTorch bf16 channels-last, a CUDA graph of batch 1 replayed for
+    each image as it is due at 'rate' per second, host to host."""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().eval().cuda().to(dtype=torch.bfloat16,
+                                                           memory_format=torch.channels_last)
+    host_in = torch.randn(1, 3, 224, 224).pin_memory()
+    host_out = torch.empty(1, 1000).pin_memory()
+    dev_in = torch.empty(1, 3, 224, 224, device="cuda")
+
+    def forward():
+        dev_in.copy_(host_in, non_blocking=True)
+        x = dev_in.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            host_out.copy_(model(x).float(), non_blocking=True)
+    graph = capture_graph(forward)
+    joules = gpu_joules()
+
+    def run(duration):
+        start, k = time.perf_counter(), 0
+        while True:
+            due = start + k / rate
+            now = time.perf_counter()
+            if due - start >= duration:
+                return k
+            if due > now:
+                time.sleep(due - now)
+            graph.replay()
+            torch.cuda.synchronize()
+            k += 1
+    run(2.0)  # warm: clocks up, as the served runs' first 2 s
+    e0, t0 = joules(), time.perf_counter()
+    k = run(seconds)
+    e1, t1 = joules(), time.perf_counter()
+    return (e1 - e0) / max(k, 1) * 1e3, k / (t1 - t0)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
@@ -146,6 +229,8 @@ def main():
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument("--rate", type=int, default=500, help="section 5's images/s (0: skip)")
+    parser.add_argument("--energy-seconds", type=float, default=10.0)
     parser.add_argument("--out", default=tempfile.mkdtemp())
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -206,12 +291,16 @@ def main():
             agree = float((got.argmax(1) == want.argmax(1)).mean())
             diff = float(np.abs(got - want).max() / np.abs(want).max())
             print(f"{p:>9} | {agree:15.3f} | {diff:22.2e}")
-        client.close()
         print()
         if args.perf_analyzer:
             print("== 4. perf_analyzer, gRPC, concurrency 64, one 3x224x224 image per request, bf16")
             print(f"{'model':>18} | {'infer/s':>9} | {'p50 us':>9} | {'nv_gpu_utilization':>18}")
             rows = {}
+            # Every batch size the batcher can form, once: its CUDA graph captured beforehand.
+            for b in range(1, 65):
+                t = grpcclient.InferInput("input", [b, 3, 224, 224], "FP32")
+                t.set_data_from_numpy(rng.standard_normal((b, 3, 224, 224)).astype(np.float32))
+                client.infer("resnet50_batched", [t])
             for model in ("resnet50_bf16", "resnet50_batched"):
                 rows[model] = offered_load(args.perf_analyzer, server, model, 64, args.out)
                 ips, p50, util = rows[model]
@@ -219,6 +308,18 @@ def main():
             if rows["resnet50_bf16"][0] > 0:
                 print(f"dynamic batching / none: {rows['resnet50_batched'][0] / rows['resnet50_bf16'][0]:.2f}x")
             print()
+        if args.perf_analyzer and args.rate > 0:
+            print(f"== 5. energy per image at {args.rate} images/s offered, bf16 (NVML meter, GPU 0, "
+                  f"idle included, {args.energy_seconds:.0f} s window)")
+            print(f"{'server':>30} | {'mJ/image':>9} | {'images/s':>9}")
+            for model in ("resnet50_batched", "resnet50_bf16"):
+                mj, ips = served_energy(args.perf_analyzer, server, client, model, args.rate,
+                                        args.energy_seconds, args.out)
+                print(f"{'Nereid ' + model:>30} | {mj:9.2f} | {ips:9.0f}")
+            mj, ips = torch_energy(args.rate, args.energy_seconds)
+            print(f"{'PyTorch CUDA graph, batch 1':>30} | {mj:9.2f} | {ips:9.0f}")
+            print()
+        client.close()
         with open(server.log_path) as f:
             for line in f:
                 if "native GPU engine" in line or "GPU runs of" in line:
