@@ -1,11 +1,5 @@
 #include "cpu/gemm.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#elif defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +12,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/gemm_isa.h"
 #include "cpu/parallel.h"
+#include "cpu/simd_f32.h"
 
 namespace nereid::kernels {
 namespace {
@@ -264,42 +259,6 @@ void BlockedGemm(const KernelConfig& k_cfg, bool trans_a, int64_t m, int64_t n, 
       c, ldc, packed_block, nothing, nothing);
 }
 
-// The vector operations the small-M path needs, per instruction set: 8-wide AVX2/FMA or 4-wide
-// NEON. SIMD_TARGET is what a function using them must be compiled for.
-#if defined(__x86_64__)
-#define SIMD_TARGET __attribute__((target("avx2,fma")))
-struct SimdF32 {
-  using V = __m256;
-  static constexpr int kWidth = 8;
-  [[gnu::always_inline]] SIMD_TARGET static inline V Zero() { return _mm256_setzero_ps(); }
-  [[gnu::always_inline]] SIMD_TARGET static inline V Load(const float* p) {
-    return _mm256_load_ps(p);
-  }
-  [[gnu::always_inline]] SIMD_TARGET static inline V Set1(float x) { return _mm256_set1_ps(x); }
-  [[gnu::always_inline]] SIMD_TARGET static inline V Fma(V x, V b, V acc) {
-    return _mm256_fmadd_ps(x, b, acc);
-  }
-  [[gnu::always_inline]] SIMD_TARGET static inline V Add(V x, V y) { return _mm256_add_ps(x, y); }
-  [[gnu::always_inline]] SIMD_TARGET static inline void Store(float* p, V v) {
-    _mm256_store_ps(p, v);
-  }
-};
-bool HasSmallMSimd() { return HasAvx2Fma(); }
-#elif defined(__aarch64__)
-#define SIMD_TARGET
-struct SimdF32 {
-  using V = float32x4_t;
-  static constexpr int kWidth = 4;
-  static V Zero() { return vdupq_n_f32(0.f); }
-  static V Load(const float* p) { return vld1q_f32(p); }
-  static V Set1(float x) { return vdupq_n_f32(x); }
-  static V Fma(V x, V b, V acc) { return vfmaq_f32(acc, x, b); }
-  static V Add(V x, V y) { return vaddq_f32(x, y); }
-  static void Store(float* p, V v) { vst1q_f32(p, v); }
-};
-bool HasSmallMSimd() { return HasNeon(); }
-#endif
-
 #if defined(__x86_64__) || defined(__aarch64__)
 
 // C[0..M) += alpha * A * B for few rows of A, streaming B's packed panels once: each panel is
@@ -380,7 +339,6 @@ void SmallMPacked(int64_t m, const PackedMatrixB& b, float alpha, const float* a
 }
 
 #else
-bool HasSmallMSimd() { return false; }
 template <int64_t nr>
 void SmallMPacked(int64_t, const PackedMatrixB&, float, const float*, int64_t, bool, float*,
                   int64_t) {}
