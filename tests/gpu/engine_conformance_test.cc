@@ -3,10 +3,13 @@
 // compiled for the GPU in fp32 and run with its first dimension as the rows. Inputs the GPU engine
 // needs constant (weights, scales) are bound as initializers on a second try. A case the compiler
 // refuses is counted, never failed; every op must have run at least one case, and every case that
-// ran must match the expected outputs (ONNX's tolerance, rtol 1e-3).
+// ran must match the expected outputs: in fp32 within ONNX's tolerance (rtol 1e-3), and again in
+// fp16 and bf16 (inputs rounded to 16 bits, fp32 arithmetic) within their rounding, relative to the
+// output's largest magnitude.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -63,7 +66,7 @@ onnx::TensorProto ReadTensor(const fs::path& file) {
 enum class Outcome { kMatched, kRefused, kNotApplicable };
 
 // Runs one case; fails the test (ADD_FAILURE) on a wrong answer or a run error.
-Outcome RunCase(const fs::path& dir, bool bind_constants, std::string* why) {
+Outcome RunCase(const fs::path& dir, bool bind_constants, Precision precision, std::string* why) {
   auto model = std::make_unique<onnx::ModelProto>();
   {
     std::ifstream in(dir / "model.onnx", std::ios::binary);
@@ -92,7 +95,7 @@ Outcome RunCase(const fs::path& dir, bool bind_constants, std::string* why) {
       return *why = "inputs of different first dimensions", Outcome::kNotApplicable;
   auto graph = Graph::FromProto(std::move(model), GraphOptions{.pack_weights = false});
   if (!graph.ok()) return *why = graph.status().message(), Outcome::kNotApplicable;
-  auto compiled = CompileForGpu(**graph, 0, Precision::kFp32);
+  auto compiled = CompileForGpu(**graph, 0, precision);
   if (!compiled.ok()) return *why = compiled.status().message(), Outcome::kRefused;
   auto instance = CreateGpuInstance(*compiled);
   if (!instance.ok()) {
@@ -133,8 +136,15 @@ Outcome RunCase(const fs::path& dir, bool bind_constants, std::string* why) {
     }
     const auto* g = reinterpret_cast<const float*>(got->data);
     const float* x = expected->data<float>();
+    double largest = 0;
+    for (int64_t e = 0; e < expected->elements(); ++e)
+      largest = std::max(largest, std::abs(1.0 * x[e]));
+    // 16-bit storage: a few units in the last place of the inputs, carried through the op.
+    const double rel = precision == Precision::kBf16   ? 3e-2
+                       : precision == Precision::kFp16 ? 4e-3
+                                                       : 0;
     for (int64_t e = 0; e < expected->elements(); ++e) {
-      const double tol = 1e-3 * std::abs(x[e]) + 1e-5;
+      const double tol = 1e-3 * std::abs(x[e]) + 1e-5 + rel * largest;
       if (!(std::abs(g[e] - x[e]) <= tol)) {
         ADD_FAILURE() << name << "[" << e << "]: got " << g[e] << ", want " << x[e];
         break;
@@ -152,25 +162,31 @@ TEST(GpuEngineConformance, OnnxNodeTestsOfEveryGpuOp) {
     cases.push_back(entry.path().filename().string());
   ASSERT_GE(cases.size(), 100u) << "install Debian's libonnx-testdata (" << NodeTests() << ")";
   std::sort(cases.begin(), cases.end());
-  std::map<std::string, int> matched, refused;
-  for (const auto& [prefix, op] : kGpuCases) {
-    const std::string p = std::string("test_") + prefix;
-    for (const std::string& name : cases) {
-      if (name.rfind(p, 0) != 0 || (name.size() > p.size() && name[p.size()] != '_')) continue;
-      SCOPED_TRACE(name);
-      std::string why;
-      Outcome outcome = RunCase(NodeTests() / name, false, &why);
-      if (outcome == Outcome::kRefused) outcome = RunCase(NodeTests() / name, true, &why);
-      if (outcome == Outcome::kMatched) ++matched[op];
-      if (outcome == Outcome::kRefused) {
-        ++refused[op];
-        std::printf("  refused %-55s %s\n", name.c_str(), why.substr(0, 110).c_str());
+  for (Precision precision : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    std::map<std::string, int> matched, refused;
+    for (const auto& [prefix, op] : kGpuCases) {
+      const std::string p = std::string("test_") + prefix;
+      for (const std::string& name : cases) {
+        if (name.rfind(p, 0) != 0 || (name.size() > p.size() && name[p.size()] != '_')) continue;
+        SCOPED_TRACE(name);
+        std::string why;
+        Outcome outcome = RunCase(NodeTests() / name, false, precision, &why);
+        if (outcome == Outcome::kRefused)
+          outcome = RunCase(NodeTests() / name, true, precision, &why);
+        if (outcome == Outcome::kMatched) ++matched[op];
+        if (outcome == Outcome::kRefused) {
+          ++refused[op];
+          if (precision == Precision::kFp32)
+            std::printf("  refused %-55s %s\n", name.c_str(), why.substr(0, 110).c_str());
+        }
       }
     }
-  }
-  for (const auto& [prefix, op] : kGpuCases) {
-    std::printf("%-20s ran %2d, refused %2d\n", op, matched[op], refused[op]);
-    EXPECT_GE(matched[op], 1) << op << ": no case ran on the GPU";
+    for (const auto& [prefix, op] : kGpuCases) {
+      std::printf("%s %-20s ran %2d, refused %2d\n", PrecisionName(precision), op, matched[op],
+                  refused[op]);
+      EXPECT_GE(matched[op], 1) << op << ": no case ran on the GPU";
+    }
   }
 }
 
