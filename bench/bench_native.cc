@@ -3,13 +3,15 @@
 //
 //   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
 //                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last] [--threads=N]
+//                [--profile=N]
 // --feeds gives every input instead (models with several): records of u32 name length, name,
 // u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
 // The model's first input gets [batch, dims from the file...] (other variable dims 1), or
 // --shape (its first dim replaced by --batch). --input
 // reads its FP32 bytes from a file (otherwise deterministic values); --output writes the first
 // output's FP32 bytes. Prints the load log, then one line: "run_us <mean> p50_us <median>
-// best_us <min> iterations <n>".
+// best_us <min> iterations <n>"; --profile=N then lists the N nodes that took longest (share of
+// the run, us per run, op and node name).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> shape_flag;
   int64_t batch = 1;
   int iterations = 20, threads = 1;
+  size_t profile = 0;
   nereid::native::GraphOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -51,6 +54,8 @@ int main(int argc, char** argv) {
         shape_flag.push_back(std::atoll(list.substr(at, comma - at).c_str()));
         at = comma + 1;
       }
+    } else if (a.rfind("--profile=", 0) == 0) {
+      profile = static_cast<size_t>(std::atoi(value("--profile=").c_str()));
     } else if (a.rfind("--threads=", 0) == 0) {
       threads = std::atoi(value("--threads=").c_str());
     } else if (a == "--int8") {
@@ -112,13 +117,14 @@ int main(int argc, char** argv) {
   const std::string out_name = (*graph)->outputs()[0].name;
   std::vector<Tensor> results;
   std::vector<double> times;
+  std::vector<double> node_ns((*graph)->node_count(), 0.0);
   // Intra-op threads: a team made current for this thread, as the backend does per instance.
   std::unique_ptr<nereid::kernels::ThreadTeam> team;
   if (threads > 1) team = std::make_unique<nereid::kernels::ThreadTeam>(threads);
   nereid::kernels::ParallelScope scope(team.get());
   for (int it = 0; it < std::max(iterations, 1); ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto s = (*graph)->Run(feeds, {out_name}, &results);
+    auto s = (*graph)->Run(feeds, {out_name}, &results, profile ? &node_ns : nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -136,5 +142,20 @@ int main(int argc, char** argv) {
   std::sort(times.begin(), times.end());
   std::printf("run_us %.1f p50_us %.1f best_us %.1f iterations %zu\n", sum / times.size(),
               times[times.size() / 2], times[0], times.size());
+  if (profile) {  // the nodes by time, with their output shapes
+    std::vector<size_t> order((*graph)->node_count());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return node_ns[a] > node_ns[b]; });
+    double total = 0;
+    for (double ns : node_ns) total += ns;
+    std::printf("%6s %9s  %s\n", "share", "us/run", "node");
+    for (size_t i = 0; i < std::min<size_t>(order.size(), profile); ++i) {
+      const auto& node = (*graph)->nodes()[order[i]];
+      std::printf("%5.1f%% %9.1f  %s %s\n", 100 * node_ns[order[i]] / total,
+                  node_ns[order[i]] / 1e3 / times.size(), node.op.op_type().c_str(),
+                  node.op.name().c_str());
+    }
+  }
   return 0;
 }

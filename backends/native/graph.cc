@@ -3,6 +3,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -155,7 +156,8 @@ std::vector<int> Graph::Readers() {
 }
 
 Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
-                  const std::vector<std::string>& fetch, std::vector<Tensor>* results) const {
+                  const std::vector<std::string>& fetch, std::vector<Tensor>* results,
+                  std::vector<double>* node_ns) const {
   RecycleScope recycle;  // (intermediate values freed here are reused by the next run)
   std::vector<Tensor> values(constants_.size());
   for (size_t i = 0; i < constants_.size(); ++i)
@@ -178,7 +180,13 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
       in.push_back(id >= 0 ? &values[id] : nullptr);
     }
     out.assign(node.outputs.size(), Tensor());
+    const auto start = node_ns != nullptr ? std::chrono::steady_clock::now()
+                                          : std::chrono::steady_clock::time_point();
     RETURN_IF_ERROR(node.fn(node.op, in, out));
+    if (node_ns != nullptr && i < node_ns->size())
+      (*node_ns)[i] +=
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+              .count();
     for (size_t o = 0; o < node.outputs.size(); ++o)
       if (node.outputs[o] >= 0) values[node.outputs[o]] = std::move(out[o]);
     for (int id : node.inputs)

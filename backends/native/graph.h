@@ -60,8 +60,11 @@ class Graph {
   int64_t opset() const { return opset_; }
 
   // Runs the graph on 'feeds' (by graph input name) and returns 'fetch' (by graph output name).
+  // 'node_ns' (optional, node_count() entries): each node's wall time is added to its entry (the
+  // benchmarks' per-node profile).
   Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
-             const std::vector<std::string>& fetch, std::vector<Tensor>* results) const;
+             const std::vector<std::string>& fetch, std::vector<Tensor>* results,
+             std::vector<double>* node_ns = nullptr) const;
 
   // The structure, for compilers of other targets (the GPU engine).
   struct Node {
