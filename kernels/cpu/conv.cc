@@ -91,6 +91,35 @@ namespace {
 void GatherWindows(const Conv2dGeometry& g, const float* xg, int64_t i0, int64_t mc, int64_t pc,
                    int64_t kc, float* scratch) {
   const int64_t cig = g.c_in / g.groups;
+  const int64_t run = g.kw * g.c_in;  // a window row
+  if (g.groups == 1 && g.dilation_w == 1 && pc == 0 && kc == g.kh * run) {
+    // Whole windows (a stem's: 7x7 over 3 channels): per row its kh window rows, each the taps
+    // inside the image between zeros, the position carried from row to row (no divisions per
+    // piece; they cost more than the short copies).
+    int64_t ox = i0 % g.ow, oy = i0 / g.ow % g.oh, b = i0 / (g.ow * g.oh);
+    for (int64_t r = 0; r < mc; ++r) {
+      const int64_t ix0 = ox * g.stride_w - g.pad_left;
+      const int64_t lo = std::clamp<int64_t>(-ix0, 0, g.kw) * g.c_in;
+      const int64_t hi = std::clamp<int64_t>(g.w - ix0, 0, g.kw) * g.c_in;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        float* out = scratch + r * kc + ky * run;
+        const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+        if (iy < 0 || iy >= g.h || hi <= lo) {
+          std::fill(out, out + run, 0.f);
+          continue;
+        }
+        const float* in = xg + ((b * g.h + iy) * g.w + ix0) * g.c_in;
+        std::fill(out, out + lo, 0.f);
+        for (int64_t t = lo; t < hi; ++t) out[t] = in[t];
+        std::fill(out + hi, out + run, 0.f);
+      }
+      if (++ox == g.ow) {
+        ox = 0;
+        if (++oy == g.oh) oy = 0, ++b;
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < mc; ++r) {
     const int64_t row = i0 + r;
     const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;

@@ -183,6 +183,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
                       Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
                       Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},   // 7x7, many outputs (N blocks)
+                      Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},    // a stem: whole windows, 2 images
                       Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1}));  // depth past one K block
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
