@@ -115,6 +115,8 @@ struct KernelConfig {
   const MicroKernel* partial = nullptr;
   // rows[r], r in 1..mr: the kernel over r rows of a row-major A (null: A is packed instead).
   const RowsKernel* rows = nullptr;
+  // rows_fused[r]: the same with the fused GEMM's epilogue in its stores (null: separate passes).
+  const sgemm::RowsFusedKernel* rows_fused = nullptr;
 };
 
 bool Always() { return true; }
@@ -123,7 +125,7 @@ bool Always() { return true; }
 const KernelConfig kKernels[] = {
 #if defined(__x86_64__)
     {"avx512-12x32", sgemm::MicroKernelAvx512Full, 12, 32, 256, 96, 3072, HasAvx512F,
-     sgemm::kAvx512Partial, sgemm::kAvx512Rows},
+     sgemm::kAvx512Partial, sgemm::kAvx512Rows, sgemm::kAvx512RowsFused},
     {"avx2-fma-6x16", sgemm::MicroKernelAvx2Full, kMr, kNr, 256, 72, 3072, HasAvx2Fma,
      sgemm::kAvx2Partial, sgemm::kAvx2Rows},
 #elif defined(__aarch64__)
@@ -496,12 +498,15 @@ thread_local size_t t_scratch_size = 0, t_packed_a_size = 0;
 template <typename Init, typename Finish>
 void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_block, float* c,
                 int64_t ldc, int64_t ic, int64_t mc, int64_t jc, int64_t col0, int64_t cols,
-                int64_t pc, int64_t kc, bool last, const Init& init, const Finish& finish) {
+                int64_t pc, int64_t kc, bool last, const GemmEpilogue& ep, const Init& init,
+                const Finish& finish) {
   const size_t need = static_cast<size_t>(cfg.mc) * cfg.kc;
   if (t_scratch_size < need) t_scratch = AllocAligned(t_scratch_size = need);
   if (cfg.rows == nullptr && t_packed_a_size < need)
     t_packed_a = AllocAligned(t_packed_a_size = need);
-  if (pc == 0) init(ic, jc + col0, mc, cols);
+  // A fused rows kernel applies the epilogue in its stores; the others get passes over C.
+  const bool fused = cfg.rows != nullptr && cfg.rows_fused != nullptr;
+  if (pc == 0 && !fused) init(ic, jc + col0, mc, cols);
   int64_t lda = 0;
   const float* a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
   if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
@@ -511,7 +516,16 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_b
     for (int64_t ir = 0; ir < mc; ir += cfg.mr) {
       const int64_t rows = std::min(cfg.mr, mc - ir);
       float* ct = c + (ic + ir) * ldc + jc + jr;
-      if (cfg.rows != nullptr) {
+      if (fused) {
+        sgemm::TileEpilogue te;
+        te.first = pc == 0, te.last = last;
+        te.bias = ep.bias != nullptr ? ep.bias + jc + jr : nullptr;
+        te.residual =
+            ep.residual != nullptr ? ep.residual + (ic + ir) * ep.ld_residual + jc + jr : nullptr;
+        te.ld_residual = ep.ld_residual;
+        te.activation = ep.activation, te.lo = ep.lo, te.hi = ep.hi;
+        cfg.rows_fused[rows](kc, a_block + ir * lda, lda, bp, ct, ldc, rows, width, te);
+      } else if (cfg.rows != nullptr) {
         cfg.rows[rows](kc, a_block + ir * lda, lda, bp, 1.f, ct, ldc, rows, width);
       } else {
         const MicroKernel fn = rows < cfg.mr && cfg.partial ? cfg.partial[rows] : cfg.fn;
@@ -519,7 +533,7 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_b
       }
     }
   }
-  if (last) finish(ic, jc + col0, mc, cols);
+  if (last && !fused) finish(ic, jc + col0, mc, cols);
 }
 
 }  // namespace
@@ -598,7 +612,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
       for (int64_t pc = 0; pc < k; pc += kKc) {
         const int64_t kc = std::min(kKc, k - pc);
         FusedBlock(cfg, rows, b.Block(jc, pc), c, ldc, ic, std::min(kMc, m - ic), jc, col0, cols,
-                   pc, kc, pc + kc >= k, init, finish);
+                   pc, kc, pc + kc >= k, ep, init, finish);
       }
     });
   }

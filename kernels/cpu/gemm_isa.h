@@ -14,6 +14,20 @@ using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float a
 // The same over 'rows' of a row-major A (lda), no packing of A.
 using RowsKernel = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float alpha,
                             float* c, int64_t ldc, int64_t m, int64_t n);
+// What a fused rows kernel does with its tile instead of C += acc: on the depth's first block
+// C = acc + bias + residual (C not read), on the others C += acc, and on its last the
+// activation after the sum (kinds and bounds as GemmEpilogue's, cpu/gemm.h). Pointers at the
+// tile's first row and column; null where absent.
+struct TileEpilogue {
+  bool first = false, last = false;
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  int64_t ld_residual = 0;
+  int activation = 0;  // GemmEpilogue::Activation
+  float lo = 0.f, hi = 0.f;
+};
+using RowsFusedKernel = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                 int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep);
 constexpr int64_t kMr = 6;  // the 6x16 kernels' tile
 constexpr int64_t kNr = 16;
 
@@ -28,6 +42,7 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2Full(int64_t kc, const f
                                                              int64_t ldc, int64_t m, int64_t n);
 extern const MicroKernel kAvx512Partial[12];
 extern const RowsKernel kAvx512Rows[13];
+extern const RowsFusedKernel kAvx512RowsFused[13];  // the same tiles, the epilogue in the stores
 extern const MicroKernel kAvx2Partial[6];
 extern const RowsKernel kAvx2Rows[7];
 // C[i, :] += alpha * A[i, :] B for few rows, streaming each row of B once (B not transposed).

@@ -112,11 +112,8 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
 constexpr int64_t kPrefetchB = 256;  // floats
 
 template <int MR>
-__attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const float* a,
-                                                              int64_t lda, const float* b,
-                                                              float alpha, float* c, int64_t ldc,
-                                                              int64_t m, int64_t n) {
-  __m512 acc[MR][2];
+__attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx512(
+    int64_t kc, const float* a, int64_t lda, const float* b, __m512 (&acc)[MR][2]) {
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const float* base[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
@@ -137,10 +134,85 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const 
     for (int g = 0; g < (MR + 2) / 3; ++g) ++base[g];
     b += 32;
   }
+}
+
+template <int MR>
+__attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const float* a,
+                                                              int64_t lda, const float* b,
+                                                              float alpha, float* c, int64_t ldc,
+                                                              int64_t m, int64_t n) {
+  __m512 acc[MR][2];
+  AccumulateRowsAvx512<MR>(kc, a, lda, b, acc);
   const __m512 va = _mm512_set1_ps(alpha);
   StoreTileAvx512<MR>(acc, va, c, ldc, m, n);
 }
 
+// The epilogue's activation on 16 values, as Activate (cpu/gemm.h) defines it (NaN kept by Clip,
+// HardSigmoid and HardSwish, zeroed by Relu): max/min take their second operand on NaN.
+__attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(
+    const TileEpilogue& ep, __m512 v) {
+  // (maskz forms: the plain ones read _mm512_undefined_ps, which GCC 12 warns about inlined.)
+  constexpr __mmask16 kAll = 0xffff;
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.f);
+  switch (ep.activation) {
+    case 1:  // Relu
+      return _mm512_maskz_max_ps(kAll, v, zero);
+    case 2:  // Clip
+      return _mm512_maskz_min_ps(kAll, _mm512_set1_ps(ep.hi),
+                                 _mm512_maskz_max_ps(kAll, _mm512_set1_ps(ep.lo), v));
+    case 3:  // LeakyRelu
+      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v,
+                                _mm512_set1_ps(ep.lo));
+    case 4: {  // HardSigmoid
+      const __m512 t = _mm512_fmadd_ps(_mm512_set1_ps(ep.lo), v, _mm512_set1_ps(ep.hi));
+      return _mm512_maskz_min_ps(kAll, one, _mm512_maskz_max_ps(kAll, zero, t));
+    }
+    case 5: {  // HardSwish
+      const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
+      return _mm512_mul_ps(v, _mm512_maskz_min_ps(kAll, one, _mm512_maskz_max_ps(kAll, zero, t)));
+    }
+    default:
+      return v;
+  }
+}
+
+// The rows tile with the epilogue in its stores (TileEpilogue): a layer of one depth block writes
+// C once, where the separate passes wrote it three times.
+template <int MR>
+__attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(int64_t kc, const float* a,
+                                                                   int64_t lda, const float* b,
+                                                                   float* c, int64_t ldc, int64_t m,
+                                                                   int64_t n,
+                                                                   const TileEpilogue& ep) {
+  __m512 acc[MR][2];
+  AccumulateRowsAvx512<MR>(kc, a, lda, b, acc);
+  const __mmask16 masks[2] = {
+      n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1),
+      n >= 32   ? static_cast<__mmask16>(0xffff)
+      : n <= 16 ? static_cast<__mmask16>(0)
+                : static_cast<__mmask16>((1u << (n - 16)) - 1)};
+  __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  if (ep.first && ep.bias != nullptr)
+    for (int h = 0; h < 2; ++h) bias[h] = _mm512_maskz_loadu_ps(masks[h], ep.bias + 16 * h);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) break;
+    float* ci = c + i * ldc;
+    for (int h = 0; h < 2; ++h) {
+      __m512 v = acc[i][h];
+      if (ep.first) {
+        v = _mm512_add_ps(v, bias[h]);
+        if (ep.residual != nullptr)
+          v = _mm512_add_ps(
+              v, _mm512_maskz_loadu_ps(masks[h], ep.residual + i * ep.ld_residual + 16 * h));
+      } else {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], ci + 16 * h));
+      }
+      if (ep.last) v = ActivateAvx512(ep, v);
+      _mm512_mask_storeu_ps(ci + 16 * h, masks[h], v);
+    }
+  }
+}
 template <int ROWS>
 __attribute__((target("avx2,fma"))) void MicroKernelAvx2Rows(int64_t kc, const float* a,
                                                              int64_t lda, const float* b,
@@ -313,6 +385,21 @@ const RowsKernel kAvx512Rows[13] = {
     MicroKernelAvx512Rows<10>,
     MicroKernelAvx512Rows<11>,
     MicroKernelAvx512Rows<12>,
+};
+const RowsFusedKernel kAvx512RowsFused[13] = {
+    nullptr,
+    MicroKernelAvx512RowsFused<1>,
+    MicroKernelAvx512RowsFused<2>,
+    MicroKernelAvx512RowsFused<3>,
+    MicroKernelAvx512RowsFused<4>,
+    MicroKernelAvx512RowsFused<5>,
+    MicroKernelAvx512RowsFused<6>,
+    MicroKernelAvx512RowsFused<7>,
+    MicroKernelAvx512RowsFused<8>,
+    MicroKernelAvx512RowsFused<9>,
+    MicroKernelAvx512RowsFused<10>,
+    MicroKernelAvx512RowsFused<11>,
+    MicroKernelAvx512RowsFused<12>,
 };
 const RowsKernel kAvx2Rows[7] = {
     nullptr,
