@@ -181,6 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 6, 6, 12, 18, 3, 1, 1, 1, 3},     // grouped
                       Case{1, 9, 9, 70, 70, 3, 1, 1, 1, 70},    // depthwise, 64 + tail
                       Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
+                      Case{1, 11, 13, 40, 40, 3, 1, 2, 2, 40},  // depthwise dilated, 16 + tail
                       Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
                       Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},   // 7x7, many outputs (N blocks)
                       Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},    // a stem: whole windows, 2 images

@@ -1,6 +1,7 @@
 // The convolution kernels' x86-64 parts (conv_isa.h): the AVX-512 depthwise row.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -38,8 +39,12 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 Activate512(int 
 
 }  // namespace
 
-// One output row (NHWC) with AVX-512: per pixel, channels in blocks of 64 (four accumulators kept
-// in registers over the taps), then 16, then a masked tail.
+// One output row (NHWC) with AVX-512. Pixels whose window leaves the image at the left or right:
+// per pixel, channels in blocks of 64 (four accumulators kept in registers over the taps), then
+// 16, then a masked tail. The pixels between: their window's pointers advance by stride * c from
+// pixel to pixel (the rows inside the image are the same for the whole output row), and per
+// block of 16 channels four pixels run side by side, the taps' weights held in registers (four
+// independent sums where one pixel alone waits on each FMA: MobileNetV2's 32-channel layer).
 __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry& g, const float* x,
                                                            const float* taps, const float* bias,
                                                            const float* residual,
@@ -51,12 +56,16 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
   const float** src = tap_src.data();
   const float** w = tap_w.data();
   const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
+  auto mask_at = [c](int64_t c0) {
+    return c - c0 >= 16 ? static_cast<__mmask16>(0xffff)
+                        : static_cast<__mmask16>((1u << (c - c0)) - 1);
+  };
 
-  for (int64_t ox = 0; ox < g.ow; ++ox) {
+  auto pixel = [&](int64_t ox) __attribute__((target("avx512f"))) {
     const int count = DepthwiseTaps(g, x, taps, b, oy, ox, src, w, tap_index.data());
-    const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
-    const float* res = residual ? residual + pixel * c : nullptr;
-    float* out = y + pixel * c;
+    const int64_t at = (b * g.oh + oy) * g.ow + ox;
+    const float* res = residual ? residual + at * c : nullptr;
+    float* out = y + at * c;
     int64_t c0 = 0;
     for (; c0 + 64 <= c; c0 += 64) {
       __m512 acc[4];
@@ -75,7 +84,7 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
         _mm512_storeu_ps(out + c0 + 16 * v, Activate512(ep.activation, acc[v], zero, lo, hi));
     }
     for (; c0 < c; c0 += 16) {
-      const __mmask16 m = c - c0 >= 16 ? 0xffff : static_cast<__mmask16>((1u << (c - c0)) - 1);
+      const __mmask16 m = mask_at(c0);
       __m512 acc = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
       if (res) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, res + c0));
       for (int t = 0; t < count; ++t)
@@ -83,7 +92,70 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
                               _mm512_maskz_loadu_ps(m, w[t] + c0), acc);
       _mm512_mask_storeu_ps(out + c0, m, Activate512(ep.activation, acc, zero, lo, hi));
     }
+  };
+
+  // The interior: ox * stride - pad_left >= 0 and its last tap < w.
+  const int64_t sw = g.stride_w;
+  const int64_t last_tap = g.w - 1 + g.pad_left - (g.kw - 1) * g.dilation_w;
+  int64_t ox_hi = last_tap < 0 ? 0 : std::min<int64_t>(last_tap / sw + 1, g.ow);
+  int64_t ox_lo = std::min<int64_t>((g.pad_left + sw - 1) / sw, ox_hi);
+  constexpr int kMaxTaps = 9;  // 3x3 windows (their weights in registers); larger ones per pixel
+  if (g.kh * g.kw > kMaxTaps) ox_lo = ox_hi = g.ow;
+  for (int64_t ox = 0; ox < ox_lo; ++ox) pixel(ox);
+  if (ox_lo < ox_hi) {
+    const float* row_src[kMaxTaps];
+    const float* row_w[kMaxTaps];
+    int count = 0;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx, ++count) {
+        const int64_t ix = ox_lo * sw - g.pad_left + kx * g.dilation_w;
+        row_src[count] = x + ((b * g.h + iy) * g.w + ix) * c;
+        row_w[count] = taps + (ky * g.kw + kx) * c;
+      }
+    }
+    const int64_t step = sw * c;
+    const int64_t first = (b * g.oh + oy) * g.ow;
+    for (int64_t c0 = 0; c0 < c; c0 += 16) {
+      const __mmask16 m = mask_at(c0);
+      __m512 wv[kMaxTaps];
+      for (int t = 0; t < count; ++t) wv[t] = _mm512_maskz_loadu_ps(m, row_w[t] + c0);
+      const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
+      int64_t ox = ox_lo;
+      for (; ox + 4 <= ox_hi; ox += 4) {
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          acc[u] = bv;
+          if (residual)
+            acc[u] = _mm512_add_ps(acc[u],
+                                   _mm512_maskz_loadu_ps(m, residual + (first + ox + u) * c + c0));
+        }
+        const int64_t off = (ox - ox_lo) * step + c0;
+        for (int t = 0; t < count; ++t)
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; ++u)
+            acc[u] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, row_src[t] + off + u * step), wv[t],
+                                     acc[u]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u)
+          _mm512_mask_storeu_ps(y + (first + ox + u) * c + c0, m,
+                                Activate512(ep.activation, acc[u], zero, lo, hi));
+      }
+      for (; ox < ox_hi; ++ox) {
+        __m512 acc = bv;
+        if (residual)
+          acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, residual + (first + ox) * c + c0));
+        const int64_t off = (ox - ox_lo) * step + c0;
+        for (int t = 0; t < count; ++t)
+          acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, row_src[t] + off), wv[t], acc);
+        _mm512_mask_storeu_ps(y + (first + ox) * c + c0, m,
+                              Activate512(ep.activation, acc, zero, lo, hi));
+      }
+    }
   }
+  for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) pixel(ox);
 }
 
 }  // namespace nereid::kernels::conv_isa
