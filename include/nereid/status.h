@@ -11,7 +11,7 @@
 
 namespace nereid {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   // Kept small on purpose: each code is a distinct client-visible outcome.
   enum class Code {
@@ -58,7 +58,7 @@ inline Status ResourceExhausted(std::string msg) {
 inline Status Internal(std::string msg) { return Status(Status::Code::kInternal, std::move(msg)); }
 
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT
   StatusOr(T value) : value_(std::move(value)) {}                                  // NOLINT

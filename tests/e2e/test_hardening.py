@@ -245,6 +245,15 @@ def slow_repo(tmp_path_factory):
     return repo
 
 
+def wait_accepted(server, model, count):
+    """Until the server has accepted 'count' requests of 'model' (a fixed sleep is not enough on a
+    loaded machine under the sanitizers)."""
+    deadline = time.time() + 20
+    while server.accepted(model) < count:
+        assert time.time() < deadline, f"{model}: {server.accepted(model)} of {count} accepted"
+        time.sleep(0.02)
+
+
 def held_input(module, value):
     i = module.InferInput("INPUT0", [1, 4], "FP32")
     i.set_data_from_numpy(np.full((1, 4), value, dtype=np.float32))
@@ -261,7 +270,7 @@ def test_sigterm_answers_every_accepted_request(tmp_path_factory):
         grpc_results.append([])
         g.async_infer("held", held_input(grpcclient, 100 + v),
                       callback=lambda result, error, out=grpc_results[-1]: out.append((result, error)))
-    time.sleep(0.4)  # all 24 are queued, waiting for the 1.5 s batching delay
+    wait_accepted(s, "held", 24)  # all 24 queued, waiting for the 1.5 s batching delay
     s.proc.send_signal(signal.SIGTERM)
     for v, r in enumerate(http_results):
         assert (r.get_result(timeout=20).as_numpy("OUTPUT0") == v).all()
@@ -288,7 +297,7 @@ def test_exit_timeout_bounds_the_wait(tmp_path_factory):
     s = Server(repo, "--exit-timeout-secs=1")
     h = httpclient.InferenceServerClient(s.url)
     pending = h.async_infer("held", held_input(httpclient, 1))
-    time.sleep(0.3)
+    wait_accepted(s, "held", 1)
     start = time.time()
     s.proc.send_signal(signal.SIGTERM)
     code = s.proc.wait(timeout=20)
