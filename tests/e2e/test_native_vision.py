@@ -59,7 +59,7 @@ dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
 
 
 def io_of(name):
-    name = name.removesuffix("_int8").removesuffix("_variants")
+    name = name.removesuffix("_int8").removesuffix("_variants").removesuffix("_rows")
     if name in GENERATED:
         _, size, classes = GENERATED[name]
         return "input", [3, size, size], "output", [classes]
@@ -101,6 +101,12 @@ def vision_repo(tmp_path_factory):
     (repo / "resnet50_variants" / "calibration").mkdir()
     np.save(repo / "resnet50_variants" / "calibration" / "input.npy",
             np.random.default_rng(12).uniform(-1, 1, (16, 3, 64, 64)).astype(np.float32))
+    # Batches run row by row (nereid.split_batches; "auto" measures at load which is faster).
+    (repo / "resnet50_rows" / "1").mkdir(parents=True)
+    shutil.copy(repo / "resnet50" / "1" / "model.onnx", repo / "resnet50_rows" / "1" / "model.onnx")
+    (repo / "resnet50_rows" / "config.pbtxt").write_text(
+        config("resnet50_rows", *io_of("resnet50")) +
+        'parameters { key: "nereid.split_batches" value { string_value: "true" } }\n')
     # An attribute the engine refuses (cubic Resize): ONNX Runtime serves this one.
     graph = helper.make_graph(
         [helper.make_node("Resize", ["input", "", "scales"], ["output"], mode="cubic")], "cubic",
@@ -249,3 +255,41 @@ def test_concurrent_requests_are_batched_and_each_answered(vision_server, vision
     executions = int(after["execution_count"]) - int(before["execution_count"])
     assert requests == 16
     assert executions < 16, (requests, executions)  # dynamic batching joined some
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+def test_batches_split_row_by_row_answer_as_whole_batches(vision_server, vision_repo, grpc):
+    log = vision_server.read_log()
+    assert "model 'resnet50_rows': batches run row by row (nereid.split_batches)" in log, log
+    # "auto" measured the others at load and logged its choice.
+    assert "model 'resnet50': 8 rows as one batch" in log, log
+    url = vision_server.grpc_url if grpc else vision_server.url
+    x = np.random.default_rng(21).uniform(-1, 1, [3, 3, 64, 64]).astype(np.float32)
+    got = infer(url, "resnet50_rows", x, grpc)
+    close(got, reference(vision_repo, "resnet50", x))
+    # Row by row against the whole batch: the same within the fp32 tolerance (few-row products
+    # take another kernel, which sums in another order).
+    close(got, infer(url, "resnet50", x, grpc))
+    # Concurrent requests batched by the scheduler, then run row by row: each its own answer.
+    xs = [np.random.default_rng(30 + i).uniform(-1, 1, [1 + i % 2, 3, 64, 64]).astype(np.float32)
+          for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda v: infer(url, "resnet50_rows", v, grpc), xs))
+    for v, a in zip(xs, answers):
+        close(a, reference(vision_repo, "resnet50", v))
+
+
+def test_a_bad_split_batches_value_refuses_the_model(tmp_path):
+    repo = tmp_path / "models"
+    (repo / "m" / "1").mkdir(parents=True)
+    onnx.save(vision_models.small_cnn(seed=1, size=32, classes=10), str(repo / "m" / "1" / "model.onnx"))
+    (repo / "m" / "config.pbtxt").write_text(
+        config("m", "input", [3, 32, 32], "output", [10]) +
+        'parameters { key: "nereid.split_batches" value { string_value: "sometimes" } }\n')
+    s = Server(str(repo), "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false")
+    try:
+        assert not httpclient.InferenceServerClient(s.url).is_model_ready("m")
+        assert "parameter 'nereid.split_batches' must be auto, true or false, got 'sometimes'" in \
+            s.read_log()
+    finally:
+        s.stop()
