@@ -395,11 +395,11 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   // "nereid.split_batches": auto (measured at load, the default), true or false.
   const std::string split = backend::Parameter(config, "nereid.split_batches");
   if (!split.empty() && split != "auto" && split != "true" && split != "false")
-    return InvalidArgument("model '" + name +
-                           "': parameter 'nereid.split_batches' must be auto, true or false, got '" +
-                           split + "'");
-  state->split_rows = split == "true" || (split != "false" && HasCpuInstances(config) &&
-                                          ChooseRowSplit(*state));
+    return InvalidArgument(
+        "model '" + name +
+        "': parameter 'nereid.split_batches' must be auto, true or false, got '" + split + "'");
+  state->split_rows =
+      split == "true" || (split != "false" && HasCpuInstances(config) && ChooseRowSplit(*state));
   if (split == "true")
     Log(NEREID_LOG_INFO, "model '" + name + "': batches run row by row (nereid.split_batches)");
   // What the graph passes did: folded, fused and converted groups (docs/native-engine.md).
@@ -417,9 +417,8 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
 // what Run gives, computed row by row (ChooseRowSplit).
 Status RunRowByRow(const Graph& graph, const std::vector<std::pair<std::string, Tensor>>& feeds,
                    const std::vector<std::string>& fetch, std::vector<Tensor>* results) {
-  const int64_t rows = feeds.empty() || feeds[0].second.shape().empty()
-                           ? 1
-                           : feeds[0].second.shape()[0];
+  const int64_t rows =
+      feeds.empty() || feeds[0].second.shape().empty() ? 1 : feeds[0].second.shape()[0];
   for (const auto& [name, t] : feeds)
     if (t.type() == DataType::kBytes || t.shape().empty() || t.shape()[0] != rows)
       return graph.Run(feeds, fetch, results);
