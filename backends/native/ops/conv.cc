@@ -38,6 +38,11 @@ void SwapLastTwo(const float* src, int64_t n, int64_t a, int64_t b, float* dst) 
     const int64_t b1 = std::min(b, b0 + kTile);
     const float* s = src + image * a * b;
     float* d = dst + image * a * b;
+    if (a <= 4) {  // few rows (an RGB image's channels): write each output row whole
+      for (int64_t j = b0; j < b1; ++j)
+        for (int64_t i = 0; i < a; ++i) d[j * a + i] = s[i * b + j];
+      return;
+    }
     for (int64_t i = 0; i < a; ++i)
       for (int64_t j = b0; j < b1; ++j) d[j * a + i] = s[i * b + j];
   });
