@@ -413,25 +413,6 @@ bool GeometryValid(const Conv2dGeometry& g) {
          g.kw > 0 && g.stride_h > 0 && g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0;
 }
 
-// Calls f with a value of the CUDA element type for 'type' (float types only).
-template <typename F>
-cudaError_t WithFloatType(ElemType type, F&& f) {
-  switch (type) {
-    case ElemType::kF32:
-      f(float{});
-      break;
-    case ElemType::kBF16:
-      f(__nv_bfloat16{});
-      break;
-    case ElemType::kF16:
-      f(__half{});
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 ConvKernel ChooseConvKernel(const ConvProblem& p) {
@@ -601,22 +582,11 @@ cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type
                              void* y, int64_t count, cudaStream_t stream) {
   if (count < 0) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
-  auto launch = [&](auto t) {
+  return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     ConvActivationKernel<T><<<GridFor(count), 256, 0, stream>>>(act, a, b, static_cast<const T*>(x),
                                                                 static_cast<T*>(y), count);
-    return cudaGetLastError();
-  };
-  switch (type) {
-    case ElemType::kF32:
-      return launch(float{});
-    case ElemType::kBF16:
-      return launch(__nv_bfloat16{});
-    case ElemType::kF16:
-      return launch(__half{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  });
 }
 
 }  // namespace nereid::kernels::cuda

@@ -70,6 +70,26 @@ __device__ __forceinline__ float ActivateAny(Activation a, float x) {
   }
 }
 
+// Calls f with a value of the CUDA element type for 'type' (float types only), then
+// the launch's error; cudaErrorInvalidValue for other types.
+template <typename F>
+inline cudaError_t WithFloatType(ElemType type, F&& f) {
+  switch (type) {
+    case ElemType::kF32:
+      f(float{});
+      break;
+    case ElemType::kBF16:
+      f(__nv_bfloat16{});
+      break;
+    case ElemType::kF16:
+      f(__half{});
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace nereid::kernels::cuda
 
 // Expands F with each activation as a compile-time constant: DISPATCH_ACTIVATION(act, F) calls

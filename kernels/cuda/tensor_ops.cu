@@ -6,21 +6,6 @@
 namespace nereid::kernels::cuda {
 namespace {
 
-// Calls f(T{}) for the float element types.
-template <typename F>
-cudaError_t DispatchFloat(ElemType type, const F& f) {
-  switch (type) {
-    case ElemType::kF32:
-      return f(float{});
-    case ElemType::kBF16:
-      return f(__nv_bfloat16{});
-    case ElemType::kF16:
-      return f(__half{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
 constexpr int kSoftmaxThreads = 256;
 
 // The block's reduction of v (max or sum); every thread gets the result.
@@ -154,11 +139,10 @@ cudaError_t Softmax(ElemType type, const void* x, void* y, int64_t rows, int64_t
                     cudaStream_t stream) {
   if (rows < 0 || n < 1 || rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  return DispatchFloat(type, [&](auto t) {
+  return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     SoftmaxKernel<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), n);
-    return cudaGetLastError();
   });
 }
 
@@ -167,12 +151,11 @@ cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64
   if (pixels < 0 || c < 1 || size < 1) return cudaErrorInvalidValue;
   const int64_t count = pixels * c;
   if (count == 0) return cudaSuccess;
-  return DispatchFloat(type, [&](auto t) {
+  return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     LrnKernel<T><<<GridFor(count), 256, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
                                                      count, c, (size - 1) / 2, size / 2,
                                                      alpha / static_cast<float>(size), beta, bias);
-    return cudaGetLastError();
   });
 }
 
@@ -221,11 +204,10 @@ cudaError_t ResizeNhwc(ElemType type, const void* x, int64_t n, int64_t h, int64
   if (n < 0 || h < 1 || w < 1 || c < 1 || oh < 0 || ow < 0) return cudaErrorInvalidValue;
   const int64_t count = n * oh * ow * c;
   if (count == 0) return cudaSuccess;
-  return DispatchFloat(type, [&](auto t) {
+  return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     ResizeKernel<T><<<GridFor(count), 256, 0, stream>>>(static_cast<const T*>(x), h, w, c, taps_y,
                                                         oh, taps_x, ow, static_cast<T*>(y), count);
-    return cudaGetLastError();
   });
 }
 
@@ -236,11 +218,10 @@ cudaError_t ConvTransposeNhwc(ElemType type, const Conv2dGeometry& g, const void
     return cudaErrorInvalidValue;
   const int64_t count = g.n * g.oh * g.ow * g.c_out;
   if (count == 0) return cudaSuccess;
-  return DispatchFloat(type, [&](auto t) {
+  return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     ConvTransposeKernel<T><<<GridFor(count, 1), 256, 0, stream>>>(
         g, static_cast<const T*>(x), static_cast<const T*>(w), bias, static_cast<T*>(y), count);
-    return cudaGetLastError();
   });
 }
 
