@@ -30,7 +30,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from energy_attribution import Server  # noqa: E402
-from gpu_serving import mlp_graph  # noqa: E402
+from gpu_serving import mlp_graph, replay_paced  # noqa: E402
 
 RATES = [int(r) for r in os.environ.get("RATES", "2000 10000 20000").split()]
 DELAYS = [int(d) for d in os.environ.get("DELAYS", "0 250 500 1000 2000").split()]
@@ -152,25 +152,10 @@ def torch_loop(onnx_path, rate, batch, seconds):
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     period = batch / rate
-
-    def run(duration):
-        start = time.perf_counter()
-        k = 0
-        while True:
-            due = start + k * period
-            now = time.perf_counter()
-            if due - start >= duration:
-                return k
-            if due > now:
-                time.sleep(due - now)
-            graph.replay()
-            torch.cuda.synchronize()
-            k += 1
-
-    run(2.0)  # warm: the GPU at its floor, clocks up
+    replay_paced(graph, period, 2.0)  # warm: the GPU at its floor, clocks up
     e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
     t0 = time.perf_counter()
-    k = run(seconds)
+    k = replay_paced(graph, period, seconds)
     t1 = time.perf_counter()
     e1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -50,6 +50,23 @@ def mlp_graph(layers, batch, dtype):
     return capture_graph(forward), host_in
 
 
+def replay_paced(graph, period, duration):
+    """Replays the CUDA graph once every 'period' seconds (waiting for each; a late one runs at
+    once) until 'duration' seconds of slots have passed: how many replays ran."""
+    import torch
+    start, k = time.perf_counter(), 0
+    while True:
+        due = start + k * period
+        now = time.perf_counter()
+        if due - start >= duration:
+            return k
+        if due > now:
+            time.sleep(due - now)
+        graph.replay()
+        torch.cuda.synchronize()
+        k += 1
+
+
 def capture_graph(forward):
     """'forward' warmed up three times on a side stream (as PyTorch asks before capture), then
     captured into a CUDA graph, which is returned."""

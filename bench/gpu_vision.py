@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 os.environ.setdefault("NEREID_BINARY", "")
-from gpu_serving import capture_graph  # noqa: E402  (bench/, this file's folder)
+from gpu_serving import capture_graph, replay_paced  # noqa: E402  (bench/, this file's folder)
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -202,22 +202,9 @@ def torch_energy(rate, seconds):
             host_out.copy_(model(x).float(), non_blocking=True)
     graph = capture_graph(forward)
     joules = gpu_joules()
-
-    def run(duration):
-        start, k = time.perf_counter(), 0
-        while True:
-            due = start + k / rate
-            now = time.perf_counter()
-            if due - start >= duration:
-                return k
-            if due > now:
-                time.sleep(due - now)
-            graph.replay()
-            torch.cuda.synchronize()
-            k += 1
-    run(2.0)  # warm: clocks up, as the served runs' first 2 s
+    replay_paced(graph, 1 / rate, 2.0)  # warm: clocks up, as the served runs' first 2 s
     e0, t0 = joules(), time.perf_counter()
-    k = run(seconds)
+    k = replay_paced(graph, 1 / rate, seconds)
     e1, t1 = joules(), time.perf_counter()
     return (e1 - e0) / max(k, 1) * 1e3, k / (t1 - t0)
 

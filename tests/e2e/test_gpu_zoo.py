@@ -18,12 +18,11 @@ import tritonclient.http as httpclient
 import real_models
 from conftest import Server
 from test_gpu import GPUS, NO_GPU_REASON
+from test_model_zoo import LIGHT, io_of
+from test_model_zoo import MODELS as ZOO
 
 pytestmark = pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}")
 
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-ZOO = ["resnet50", "densenet121", "inception_v1", "inception_v2", "shufflenet", "squeezenet",
-       "vgg19", "bvlc_alexnet", "zfnet512"]
 # name -> (file, input dims per row (the batch first in the file), output dims per row)
 REAL = {}
 _ocr = real_models.package_dir("rapidocr_onnxruntime")
@@ -40,17 +39,8 @@ if "wakeword_embedding" in real_models.model_files():
 TOLERANCE = {"fp32": 2e-4, "bf16": 6e-2}
 
 
-def io_names(path):
-    m = onnx.load(path, load_external_data=False)
-    initializers = {i.name for i in m.graph.initializer}
-    x = next(i for i in m.graph.input if i.name not in initializers)
-    dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
-    out = m.graph.output[0]
-    return x.name, dims, out.name, [d.dim_value for d in out.type.tensor_type.shape.dim]
-
-
 def write(repo, name, path, precision):
-    x, x_dims, y, y_dims = io_names(path)
+    x, x_dims, y, y_dims = io_of(onnx.load(path))
     if name in REAL:  # batched: the file's first dimension is the batch
         _, x_dims, y_dims = REAL[name]
         batch = 4
