@@ -116,17 +116,15 @@ StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std:
   }
 }
 
-std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m, int id) {
+std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,
+                                           const OpNode& node, int id) {
   if (id < 0) return std::nullopt;
   if (auto it = m.shape_values.find(id); it != m.shape_values.end()) return it->second;
-  if (static_cast<size_t>(id) >= graph.value_count()) return std::nullopt;
-  const Tensor& c = graph.constant(id);
-  if (!c.valid() || (c.type() != DataType::kInt64 && c.type() != DataType::kInt32))
+  if (static_cast<size_t>(id) >= graph.value_count() || !graph.constant(id).valid())
     return std::nullopt;
-  std::vector<int64_t> v(static_cast<size_t>(c.elements()));
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = c.type() == DataType::kInt64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
-  return v;
+  auto v = IntValues(node, graph.constant(id), "input");
+  if (!v.ok()) return std::nullopt;
+  return std::move(v).value();
 }
 
 const Tensor& GpuNode::Constant(size_t k) const {

@@ -216,9 +216,10 @@ int AddLayoutCopy(GpuModel& m, int source, ValueSpec spec);
 // Value 'id' in the layout asked for: itself, or a copy converted once (every later reader shares
 // it). Values of one pixel per image are both layouts at once.
 int InLayout(GpuModel& m, int id, bool nhwc);
-// The integers of value 'id' where they are known at load: an INT64/INT32 constant's, or a shape
-// worked out by CompileShapeOp.
-std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m, int id);
+// The integers of value 'id' where they are known at load: a 1-D INT64/INT32 constant's (read
+// as the CPU ops read them, IntValues), or a shape worked out by CompileShapeOp.
+std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,
+                                           const OpNode& node, int id);
 // An epilogue's activation as the kernels name it; refused for those without one.
 StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who);
 

@@ -20,7 +20,7 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
     dims = {x.row_elems};
   } else {
     std::optional<std::vector<int64_t>> shape =
-        node.inputs.size() > 1 ? IntsOf(graph, m, node.inputs[1]) : std::nullopt;
+        node.inputs.size() > 1 ? IntsOf(graph, m, node.op, node.inputs[1]) : std::nullopt;
     if (!shape || shape->empty())
       return Unsupported(who + ": the GPU engine reshapes to a shape known at load");
     std::vector<int64_t>& v = *shape;
@@ -175,7 +175,7 @@ StatusOr<bool> CompileShapeOp(const GpuNode& g) {
   if (!m.shape_values.count(node.inputs[0]) && op != "Concat") return false;
   std::vector<std::vector<int64_t>> in;
   for (int id : node.inputs) {
-    auto v = IntsOf(graph, m, id);
+    auto v = IntsOf(graph, m, node.op, id);
     in.push_back(v ? *v : std::vector<int64_t>{});
     if (!v && id >= 0 && op != "Slice") return false;
   }
