@@ -271,9 +271,7 @@ double TimeRows(const ModelState& m, const Graph& graph, int64_t rows) {
       if (d < 1) return -1;
       shape.push_back(d);
     }
-    Tensor t = Tensor::Allocate(in.type, shape);
-    std::memset(t.mutable_raw(), 0, t.bytes());
-    feeds.emplace_back(in.name, std::move(t));
+    feeds.emplace_back(in.name, Tensor::Allocate(in.type, shape));  // zeros
   }
   std::vector<std::string> fetch;
   for (const ValueInfo& out : graph.outputs()) fetch.push_back(out.name);
