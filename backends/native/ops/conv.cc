@@ -28,23 +28,33 @@ std::vector<int64_t> LayoutShape(const OpNode& node, size_t rank, int64_t n, int
 
 namespace {
 
-// [n, a, b] -> [n, b, a] for 4-byte elements, split over the current thread team by rows of the
-// output (NCHW <-> NHWC with a = c, b = h * w, or the reverse).
+// [n, a, b] -> [n, b, a] for 4-byte elements, split over the current thread team in square tiles
+// (NCHW <-> NHWC with a = c, b = h * w, or the reverse). A tile's rows of source and destination
+// stay in L1 while it is turned; walking whole rows of one side instead writes (or reads) the
+// other a float per line, 'a' lines apart (112x112x64 to NCHW: 1.9 ms against 0.2).
 void SwapLastTwo(const float* src, int64_t n, int64_t a, int64_t b, float* dst) {
-  constexpr int64_t kTile = 64;
-  const int64_t tiles = (b + kTile - 1) / kTile;
-  kernels::ParallelForWork(n * tiles, n * a * b, [&](int64_t item) {
-    const int64_t image = item / tiles, b0 = (item % tiles) * kTile;
-    const int64_t b1 = std::min(b, b0 + kTile);
-    const float* s = src + image * a * b;
-    float* d = dst + image * a * b;
-    if (a <= 4) {  // few rows (an RGB image's channels): write each output row whole
+  if (a <= 4) {  // few rows (an RGB image's channels): write each output row whole
+    constexpr int64_t kRun = 256;
+    const int64_t runs = (b + kRun - 1) / kRun;
+    kernels::ParallelForWork(n * runs, n * a * b, [&](int64_t item) {
+      const int64_t image = item / runs, b0 = (item % runs) * kRun, b1 = std::min(b, b0 + kRun);
+      const float* s = src + image * a * b;
+      float* d = dst + image * a * b;
       for (int64_t j = b0; j < b1; ++j)
         for (int64_t i = 0; i < a; ++i) d[j * a + i] = s[i * b + j];
-      return;
-    }
-    for (int64_t i = 0; i < a; ++i)
-      for (int64_t j = b0; j < b1; ++j) d[j * a + i] = s[i * b + j];
+    });
+    return;
+  }
+  constexpr int64_t kTile = 8;
+  const int64_t tiles_a = (a + kTile - 1) / kTile, tiles_b = (b + kTile - 1) / kTile;
+  kernels::ParallelForWork(n * tiles_a * tiles_b, n * a * b, [&](int64_t item) {
+    const int64_t image = item / (tiles_a * tiles_b), tile = item % (tiles_a * tiles_b);
+    const int64_t a0 = tile / tiles_b * kTile, b0 = tile % tiles_b * kTile;
+    const int64_t a1 = std::min(a, a0 + kTile), b1 = std::min(b, b0 + kTile);
+    const float* s = src + image * a * b;
+    float* d = dst + image * a * b;
+    for (int64_t j = b0; j < b1; ++j)
+      for (int64_t i = a0; i < a1; ++i) d[j * a + i] = s[i * b + j];
   });
 }
 
