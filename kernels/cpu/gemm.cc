@@ -17,6 +17,19 @@
 #include "cpu/simd_f32.h"
 
 namespace nereid::kernels {
+
+void* AllocLarge(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  bytes = (bytes + 63) / 64 * 64;
+  if (bytes < kHuge) return std::aligned_alloc(64, bytes);
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+#if defined(MADV_HUGEPAGE)
+  if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
 namespace {
 
 struct AlignedFree {
@@ -25,20 +38,7 @@ struct AlignedFree {
 using Buffer = std::unique_ptr<float, AlignedFree>;
 
 Buffer AllocAligned(size_t floats) {
-  // From 2 MiB on, 2 MiB aligned and on transparent huge pages where the kernel offers them
-  // (madvise mode): the packed weights of a large layer stream through once per inference, and
-  // on 4 KiB pages every 32 KiB panel walks page tables.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-  if (bytes >= kHuge) {
-    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-    void* p = std::aligned_alloc(kHuge, rounded);
-#if defined(MADV_HUGEPAGE)
-    if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-    return Buffer(static_cast<float*>(p));
-  }
-  return Buffer(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  return Buffer(static_cast<float*>(AllocLarge(floats * sizeof(float))));
 }
 
 // Packs rows [0, mc) x depth [0, kc) of op(A) into kMr-row panels laid out [panel][k][kMr].

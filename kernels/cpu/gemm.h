@@ -4,6 +4,7 @@
 // Small-M products (batch-1 inference) take a streaming path that reads B once without packing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -11,6 +12,12 @@
 #include <vector>
 
 namespace nereid::kernels {
+
+// 'bytes' of memory for std::free, 64-byte aligned; from 2 MiB on 2 MiB aligned and on
+// transparent huge pages where the kernel offers them (madvise mode): packed weights and large
+// activations stream through once per inference, and on 4 KiB pages their panels walk page tables.
+// Null when out of memory.
+void* AllocLarge(size_t bytes);
 
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
