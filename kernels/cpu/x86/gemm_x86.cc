@@ -81,6 +81,7 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
   __m512 acc[MR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 16
@@ -117,6 +118,9 @@ __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx5
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const float* base[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
+  // (Four steps a loop iteration: the loop's own increments and branch cost ResNet-50 2-3% and
+  // MobileNetV2 4% on one core at batch 1.)
+#pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
     // B's panel, 8 steps (1 KiB) ahead: a layer's weights are cold (the network's other layers
