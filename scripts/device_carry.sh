@@ -62,6 +62,16 @@ if [ -n "${GPU:-}" ]; then
       touch ".devcarry/pkgs/${f%%/*}/__init__.py"
     fi
   done
+  # ONNX's node tests of the ops the GPU compiler runs (tests/gpu/engine_conformance_test.cc's
+  # prefixes; ~6 MB of 27): the onnx wheel on the device ships none, Debian's libonnx-testdata here.
+  NODE=/usr/share/libonnx-testdata/data/node
+  if [ -d "$NODE" ]; then
+    mkdir -p .devcarry/onnx-node
+    PREFIXES=$(sed -n 's/^ *{"\([a-z]*\)", "[A-Za-z]*"},$/\1/p' tests/gpu/engine_conformance_test.cc)
+    for p in $PREFIXES; do
+      for d in "$NODE"/test_"$p"*; do [ -d "$d" ] && cp -r "$d" .devcarry/onnx-node/; done
+    done
+  fi
 fi
 if [ -n "${TRITON:-}" ]; then
   . bench/triton_env.sh

@@ -21,8 +21,11 @@ for wheels in .whl .whl_min; do
 done
 export PYTHONUNBUFFERED=1
 [ -d .devcarry/pkgs ] && export NEREID_PACKAGE_ROOT="$PWD/.devcarry/pkgs"
-# The ONNX node tests the GPU engine's conformance test runs: Debian's, else the onnx wheel's.
-if [ ! -d /usr/share/libonnx-testdata/data/node ]; then
+# The ONNX node tests the GPU engine's conformance test runs: Debian's, else the ones
+# device_carry.sh carried, else the onnx wheel's (recent wheels ship none).
+if [ -d .devcarry/onnx-node ]; then
+  export NEREID_ONNX_NODE_TESTS="$PWD/.devcarry/onnx-node"
+elif [ ! -d /usr/share/libonnx-testdata/data/node ]; then
   NEREID_ONNX_NODE_TESTS=$(python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node"))' 2>/dev/null) &&
     export NEREID_ONNX_NODE_TESTS
 fi

@@ -71,12 +71,12 @@ Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out) {
 
 bool IsImage(const ValueSpec& v) { return v.dims.size() == 3; }
 
-int AddLayoutCopy(GpuModel& m, int source, ValueSpec spec) {
+int AddLayoutCopy(GpuModel& m, int source, int64_t channels, ValueSpec spec) {
   spec.alias = -1;
   const int out = m.AddValue(spec);
   Step s;
   s.kind = Step::kLayout;
-  s.in = source, s.out = out, s.to_last = spec.nhwc;
+  s.in = source, s.out = out, s.to_last = spec.nhwc, s.layout_c = channels;
   m.steps.push_back(s);
   return out;
 }
@@ -89,7 +89,7 @@ int InLayout(GpuModel& m, int id, bool nhwc) {
   if (auto it = copies.find(id); it != copies.end()) return it->second;
   ValueSpec converted = v;
   converted.nhwc = nhwc;
-  return copies[id] = AddLayoutCopy(m, id, converted);
+  return copies[id] = AddLayoutCopy(m, id, v.dims[0], converted);
 }
 
 ValueSpec ImageValue(kc::ElemType type, int64_t c, int64_t h, int64_t w) {

@@ -403,7 +403,7 @@ class GpuInstance final : public GemmBench {
           break;
         }
         case Step::kLayout: {
-          const int64_t c = m_->values[s.in].dims[0], hw = out.dims[1] * out.dims[2];
+          const int64_t c = s.layout_c, hw = out.dims[1] * out.dims[2];
           CUDA_RETURN(
               s.to_last ? kc::ChannelsLast(out.type, Buf(s.in), rows, c, hw, Buf(s.out), stream_,
                                            out.dims[0])

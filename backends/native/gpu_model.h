@@ -83,8 +83,11 @@ struct Step {
   kernels::Conv2dGeometry window;
   int64_t pad_bottom = 0, pad_right = 0;
   bool count_include_pad = false;
-  // kLayout: NCHW -> NHWC (with zero channels added up to the output's count) or back
+  // kLayout: NCHW -> NHWC (with zero channels added up to the output's count) or back; the
+  // source's channels as the converting value sees them (an alias's, not its buffer's: a Transpose
+  // or Reshape that keeps the bytes names other dims)
   bool to_last = false;
+  int64_t layout_c = 0;
   // kBroadcast (a, b and op as kBinary): dims[0] is the rows, set per run
   kc::BroadcastShape broadcast;
   // kSoftmax (rows x outer blocks of n), kConcat (per row: outer blocks of each part's inner
@@ -210,9 +213,9 @@ bool IsImage(const ValueSpec& v);
 ValueSpec ImageValue(kc::ElemType type, int64_t c, int64_t h, int64_t w);
 // A step whose output 'out' has the shape and type of 'like'.
 Status AddElementwise(GpuModel& m, Step s, const ValueSpec& like, int out);
-// A new value 'spec' computed from buffer 'source' by a layout step: NCHW -> NHWC when spec.nhwc
-// (zero channels added up to spec's count), else back.
-int AddLayoutCopy(GpuModel& m, int source, ValueSpec spec);
+// A new value 'spec' computed from buffer 'source' (read as 'channels' x the spec's pixels) by a
+// layout step: NCHW -> NHWC when spec.nhwc (zero channels added up to spec's count), else back.
+int AddLayoutCopy(GpuModel& m, int source, int64_t channels, ValueSpec spec);
 // Value 'id' in the layout asked for: itself, or a copy converted once (every later reader shares
 // it). Values of one pixel per image are both layouts at once.
 int InLayout(GpuModel& m, int id, bool nhwc);

@@ -71,7 +71,7 @@ class Server:
     (SIGTERM) and checks it exits cleanly."""
 
     def __init__(self, repository, *args, expect_ready=True, env=None, https_context=None,
-                 prefix=(), host="127.0.0.1", client_shm=True):
+                 prefix=(), host="127.0.0.1", client_shm=True, start_timeout=30):
         self.repository = repository
         self.log_path = os.path.join(repository, "..", f"server-{next(_SERVERS)}-{os.getpid()}.log")
         self.log = open(self.log_path, "w")
@@ -84,7 +84,7 @@ class Server:
              *(["--allow-client-shm=true"] if client_shm else []), *args],
             stdout=self.log, stderr=subprocess.STDOUT,
             env=None if env is None else {**os.environ, **env})
-        deadline = time.time() + 30
+        deadline = time.time() + start_timeout
         ports = {}
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -105,6 +105,8 @@ class Server:
                     pass
             time.sleep(0.05)
         else:
+            self.proc.kill()  # (not left running for the next test's leak check to find)
+            self.proc.wait()
             raise RuntimeError("nereid did not come up: " + self.read_log())
         self.port = ports["http"]
         self.metrics_port = ports.get("metrics", 0)

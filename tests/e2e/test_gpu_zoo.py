@@ -72,7 +72,8 @@ def zoo(tmp_path_factory):
     io = {}
     for name, precision in CASES:
         io[name] = write(repo, name, MODELS[name], precision)
-    s = Server(str(repo), "--onnx-engine=auto")
+    # 24 models, each tuned per batch size at load: half a minute on the H200.
+    s = Server(str(repo), "--onnx-engine=auto", start_timeout=300)
     yield s, io
     assert s.stop() == 0, s.read_log()
 

@@ -68,7 +68,7 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
     ValueSpec wide = in;
     wide.nhwc = true;
     wide.dims[0] = c_pad, wide.row_elems = c_pad * in.dims[1] * in.dims[2];
-    s.in = AddLayoutCopy(m, m.Resolve(node.inputs[0]), wide);
+    s.in = AddLayoutCopy(m, m.Resolve(node.inputs[0]), in.dims[0], wide);
   } else {
     s.in = InLayout(m, node.inputs[0], true);
   }
