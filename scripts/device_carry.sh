@@ -62,6 +62,14 @@ if [ -n "${GPU:-}" ]; then
       touch ".devcarry/pkgs/${f%%/*}/__init__.py"
     fi
   done
+  # CLIENT_SRC (a triton-inference-server/client checkout): its image examples, for section
+  # "images" of gpu_device_run.sh.
+  if [ -n "${CLIENT_SRC:-}" ]; then
+    mkdir -p .devcarry/client/src/python/examples
+    for f in image_client.py grpc_image_client.py ensemble_image_client.py; do
+      cp "$CLIENT_SRC/src/python/examples/$f" .devcarry/client/src/python/examples/
+    done
+  fi
   # ONNX's node tests of the ops the GPU compiler runs (tests/gpu/engine_conformance_test.cc's
   # prefixes; ~6 MB of 27): the onnx wheel on the device ships none, Debian's libonnx-testdata here.
   NODE=/usr/share/libonnx-testdata/data/node

@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; also "vision", "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "vision", "images", "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -61,6 +61,15 @@ if [[ " $SECTIONS " == *" vision "* ]]; then
     --precisions "${VISION_PRECISIONS:-fp32,bf16,fp16}" --iters "${VISION_ITERS:-200}" \
     --rate "${VISION_RATE:-500}" 2>&1 |
     tee "$OUT/gpu_vision.txt"
+fi
+if [[ " $SECTIONS " == *" images "* ]]; then
+  # Triton's image_client.py, grpc_image_client.py and ensemble_image_client.py, unchanged, against
+  # a ResNet-50 on KIND_GPU (the examples carried by CLIENT_SRC=... scripts/device_carry.sh; grpcio
+  # in .whl).
+  echo "== Triton's image examples against ResNet-50 on the native GPU engine"
+  KIND=KIND_GPU HARNESS_PYTHON="$(command -v python3)" NEREID_BINARY="$PWD/$C/bin/nereid" \
+    scripts/triton_image_examples.sh "$PWD/.devcarry/client" 2>&1 | tee "$OUT/images.txt" | tail -12
+  RESULT[images]=$(tail -1 "$OUT/images.txt")
 fi
 if [[ " $SECTIONS " == *" precision "* ]]; then
   echo "== recommend_model in tf32, bf16 and int8 at saturation (bench/precision.sh)"
@@ -128,4 +137,5 @@ echo
 echo "== summary"
 printf '%-10s %s\n' "unit" "${RESULT[tests]:-not run}" "e2e" "${RESULT[e2e]:-not run}" \
   "scaling" "${RESULT[scaling]:-not run}" "pytorch" "${RESULT[pytorch]:-not run}" \
-  "energy" "${RESULT[energy]:-not run}" "batching" "${RESULT[batching]:-not run}"
+  "energy" "${RESULT[energy]:-not run}" "batching" "${RESULT[batching]:-not run}" \
+  "images" "${RESULT[images]:-not run}"

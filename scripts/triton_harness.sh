@@ -7,7 +7,9 @@
 # they start, stopped at exit, INT or TERM), serve / stop, qa_suite, qa_generate, and the tally of
 # cases (pass, total) with qa_case and qa_refused.
 ROOT=$PWD
-PY="$ROOT/.venv/bin/python"
+# (HARNESS_PYTHON and NEREID_BINARY elsewhere: the device machine has no venv and no build/.)
+PY="${HARNESS_PYTHON:-$ROOT/.venv/bin/python}"
+NEREID="${NEREID_BINARY:-$ROOT/build/nereid}"
 WORK=$(mktemp -d)
 PID=
 trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -18,7 +20,7 @@ trap 'exit 130' INT TERM  # the EXIT trap then stops the server too
 serve() {
   local repository=$1 log=$2
   shift 2
-  NEREID_PYTHON="$PY" "$ROOT/build/nereid" serve --model-repository="$repository" "$@" >"$log" 2>&1 &
+  NEREID_PYTHON="$PY" "$NEREID" serve --model-repository="$repository" "$@" >"$log" 2>&1 &
   PID=$!
   for _ in $(seq 150); do
     kill -0 "$PID" 2>/dev/null || break
@@ -76,7 +78,7 @@ qa_refused() {
   local message=$1 repository=$2
   shift 2
   total=$((total + 1))
-  if timeout 60 "$ROOT/build/nereid" serve --model-repository="$repository" --http-port=0 \
+  if timeout 60 "$NEREID" serve --model-repository="$repository" --http-port=0 \
        --grpc-port=0 --metrics-port=0 "$@" >"$WORK/refused.log" 2>&1; then
     echo "FAIL load error ($*): the server started"
   elif grep -qF "$message" "$WORK/refused.log"; then
