@@ -10,6 +10,8 @@
 #include <string>
 #include <tuple>
 
+#include "cpu/parallel.h"
+
 namespace nereid::kernels {
 namespace {
 
@@ -103,6 +105,34 @@ TEST(SgemmKernelTest, PackedMatrixKeepsTheKernelItWasPackedFor) {
     }
   }
   UseSgemmKernel(default_kernel);
+}
+
+TEST(SgemmPackedTest, FewRowsOverATeamMatchOneThread) {
+  // The few-row path hands groups of B's panels to the team: the same sums per column.
+  const int n = 1000, k = 2048;  // ResNet-50's classifier
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> a(4 * k), b(k * n);
+  for (float& v : a) v = u(rng);
+  for (float& v : b) v = u(rng);
+  const PackedMatrixB packed(false, k, n, b.data(), n);
+  ThreadTeam team(3);
+  for (int m = 1; m <= 4; ++m) {
+    std::vector<float> one(m * n), three(m * n, 7.f);
+    SgemmPacked(false, m, 1.f, a.data(), k, packed, 0.f, one.data(), n);
+    {
+      ParallelScope scope(&team);
+      SgemmPacked(false, m, 1.f, a.data(), k, packed, 0.f, three.data(), n);
+    }
+    ASSERT_EQ(one, three) << m << " rows";
+    double worst = 0;
+    for (int j = 0; j < n; ++j) {
+      double want = 0;
+      for (int p = 0; p < k; ++p) want += double(a[(m - 1) * k + p]) * b[p * n + j];
+      worst = std::max(worst, std::abs(want - one[(m - 1) * n + j]));
+    }
+    EXPECT_LT(worst, 1e-3) << m << " rows";
+  }
 }
 
 }  // namespace
