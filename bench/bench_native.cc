@@ -3,7 +3,7 @@
 //
 //   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
 //                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last] [--threads=N]
-//                [--profile=N]
+//                [--profile=N] [--split-rows]
 // --feeds gives every input instead (models with several): records of u32 name length, name,
 // u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
 // The model's first input gets [batch, dims from the file...] (other variable dims 1), or
@@ -11,7 +11,8 @@
 // reads its FP32 bytes from a file (otherwise deterministic values); --output writes the first
 // output's FP32 bytes. Prints the load log, then one line: "run_us <mean> p50_us <median>
 // best_us <min> iterations <n>"; --profile=N then lists the N nodes that took longest (share of
-// the run, us per run, op and node name).
+// the run, us per run, op and node name). --split-rows runs the batch as the backend does where
+// nereid.split_batches chose it: Graph::RunRows, the rows side by side over the threads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   int64_t batch = 1;
   int iterations = 20, threads = 1;
   size_t profile = 0;
+  bool split_rows = false;
   nereid::native::GraphOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -60,6 +62,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(value("--threads=").c_str());
     } else if (a == "--int8") {
       options.int8_weights = true;
+    } else if (a == "--split-rows") {
+      split_rows = true;
     } else if (a == "--no-channels-last") {
       options.channels_last = false;
     } else {
@@ -124,7 +128,8 @@ int main(int argc, char** argv) {
   nereid::kernels::ParallelScope scope(team.get());
   for (int it = 0; it < std::max(iterations, 1); ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto s = (*graph)->Run(feeds, {out_name}, &results, profile ? &node_ns : nullptr);
+    auto s = split_rows ? (*graph)->RunRows(feeds, {out_name}, &results)
+                        : (*graph)->Run(feeds, {out_name}, &results, profile ? &node_ns : nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());

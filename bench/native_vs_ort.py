@@ -76,10 +76,11 @@ def dummy(meta, shape_override, batch, seed):
     return rng.uniform(-1, 1, shape).astype(np.float32)
 
 
-def native_run(binary, model, iterations, feeds_file, output_file, int8, threads):
+def native_run(binary, model, iterations, feeds_file, output_file, int8, threads, split_rows):
     cmd = [binary, f"--model={model}", f"--iterations={iterations + 1}", f"--feeds={feeds_file}",
            f"--threads={threads}",
-           f"--output={output_file}"] + (["--int8"] if int8 else [])
+           f"--output={output_file}"] + (["--int8"] if int8 else []) + (
+               ["--split-rows"] if split_rows else [])
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "failed")
@@ -96,6 +97,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--int8", action="store_true")
+    parser.add_argument("--split-rows", action="store_true",
+                        help="the native engine runs batches row by row (nereid.split_batches)")
     parser.add_argument("--rtol", type=float, default=1e-3)
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
@@ -120,7 +123,7 @@ def main():
                         ort_times.append(ort_time(sess, feeds, args.iterations))
                         native_times.append(native_run(args.bench_native, path, args.iterations,
                                                        feeds_file, y_file, args.int8,
-                                                       args.threads))
+                                                       args.threads, args.split_rows))
                 except RuntimeError as e:
                     print(f"{os.path.basename(path)[:24]:<24} {batch:>5}  REFUSED OR FAILED: {e}")
                     failed = True

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "cpu/parallel.h"
 #include "ops/conv.h"
 
 namespace nereid::native {
@@ -198,6 +200,50 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     if (it == value_ids_.end() || !values[it->second].valid())
       return InvalidArgument("the ONNX graph produced no output '" + name + "'");
     results->push_back(values[it->second]);
+  }
+  return Status::Ok();
+}
+
+Status Graph::RunRows(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                      const std::vector<std::string>& fetch, std::vector<Tensor>* results) const {
+  const int64_t rows =
+      feeds.empty() || feeds[0].second.shape().empty() ? 1 : feeds[0].second.shape()[0];
+  for (const auto& [name, t] : feeds)
+    if (t.type() == DataType::kBytes || t.shape().empty() || t.shape()[0] != rows)
+      return Run(feeds, fetch, results);
+  const int threads = kernels::ParallelThreads();
+  if (rows <= 1 || (threads > 1 && rows < threads)) return Run(feeds, fetch, results);
+  std::vector<std::vector<Tensor>> outs(static_cast<size_t>(rows));
+  std::vector<Status> failed(static_cast<size_t>(rows), Status::Ok());
+  // One row per index: across the team (each row's kernels then run inline on its thread), or
+  // in turn without one.
+  kernels::ParallelFor(rows, [&](int64_t r) {
+    std::vector<std::pair<std::string, Tensor>> row(feeds.size());
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      const Tensor& t = feeds[i].second;
+      std::vector<int64_t> shape = t.shape();
+      shape[0] = 1;
+      const size_t bytes = t.bytes() / static_cast<size_t>(rows);
+      row[i] = {feeds[i].first, Tensor::Borrow(t.type(), shape, t.raw() + r * bytes, bytes)};
+    }
+    failed[r] = Run(row, fetch, &outs[r]);
+  });
+  for (const Status& s : failed) RETURN_IF_ERROR(s);
+  results->clear();
+  for (size_t o = 0; o < fetch.size(); ++o) {
+    const Tensor& first = outs[0][o];
+    if (first.shape().empty() || first.shape()[0] != 1 || first.type() == DataType::kBytes)
+      return Internal("output '" + fetch[o] + "' has no row per input row");
+    std::vector<int64_t> shape = first.shape();
+    shape[0] = rows;
+    Tensor joined = Tensor::Uninitialized(first.type(), shape);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Tensor& part = outs[r][o];
+      if (part.shape() != first.shape() || part.type() != first.type())
+        return Internal("output '" + fetch[o] + "' changed its shape between rows");
+      std::memcpy(joined.mutable_raw() + r * part.bytes(), part.raw(), part.bytes());
+    }
+    results->push_back(std::move(joined));
   }
   return Status::Ok();
 }

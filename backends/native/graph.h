@@ -66,6 +66,15 @@ class Graph {
              const std::vector<std::string>& fetch, std::vector<Tensor>* results,
              std::vector<double>* node_ns = nullptr) const;
 
+  // What Run gives for feeds whose rows (first dim, the same count in every numeric feed) are
+  // independent, computed one row at a time and the outputs' rows joined: a network of memory-bound
+  // layers keeps one image's activations in cache where a batch's spill to memory. With a thread
+  // team current and at least as many rows as its threads, the rows run side by side, one per
+  // thread (each row's ops on that thread alone); with fewer rows the batch runs whole on the team.
+  // Feeds without such rows (BYTES, scalars, differing counts) run whole too.
+  Status RunRows(const std::vector<std::pair<std::string, Tensor>>& feeds,
+                 const std::vector<std::string>& fetch, std::vector<Tensor>* results) const;
+
   // The structure, for compilers of other targets (the GPU engine).
   struct Node {
     OpNode op;

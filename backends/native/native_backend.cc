@@ -259,9 +259,10 @@ Status GuardVariants(NereidModel* model, ModelState& m, const rapidjson::Value& 
       NereidModelSetVariants(model, declared.data(), static_cast<uint32_t>(declared.size())));
 }
 
-// The graph on 'rows' rows of zeros (the config's dims after the batch), one thread: wall time in
-// seconds, or a negative number where it fails or an output lacks the rows as its first dim.
-double TimeRows(const ModelState& m, const Graph& graph, int64_t rows) {
+// The graph on 'rows' rows of zeros (the config's dims after the batch), on the current thread
+// team, whole or row by row (Graph::RunRows): wall time in seconds, or a negative number where it
+// fails or an output lacks the rows as its first dim.
+double TimeRows(const ModelState& m, const Graph& graph, int64_t rows, bool by_row = false) {
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (const ValueInfo& in : graph.inputs()) {
     const auto it = m.inputs.find(in.name);
@@ -277,7 +278,8 @@ double TimeRows(const ModelState& m, const Graph& graph, int64_t rows) {
   for (const ValueInfo& out : graph.outputs()) fetch.push_back(out.name);
   std::vector<Tensor> results;
   const auto start = std::chrono::steady_clock::now();
-  if (!graph.Run(feeds, fetch, &results).ok()) return -1;
+  if (!(by_row ? graph.RunRows(feeds, fetch, &results) : graph.Run(feeds, fetch, &results)).ok())
+    return -1;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const Tensor& r : results)
@@ -291,20 +293,27 @@ double TimeRows(const ModelState& m, const Graph& graph, int64_t rows) {
 // ms one by one). Measured at load on zeros, a batch of min(max_batch_size, 8) rows against that
 // many single rows, for models of numeric inputs with fixed dims whose one row takes 0.5 to 20 ms
 // (smaller ones gain nothing and measure noisily; larger ones are compute-bound, where a batch is
-// never slower, and would cost seconds of load); chosen where 10% faster. One thread: models with
-// intra_op_thread_count > 1 keep their batches.
+// never slower, and would cost seconds of load); chosen where 10% faster. With
+// intra_op_thread_count > 1 the rows run side by side, one per thread, against the batch's ops
+// split over the threads (small layers split poorly: the RapidOCR detector at 96x96, 8 images, 2
+// threads, dev); measured on max(8, threads) rows, and batches with fewer rows than threads
+// always run whole.
 bool ChooseRowSplit(const ModelState& m) {
-  if (m.max_batch_size < 2 || m.intra_op_threads > 1 || !m.variants.empty()) return false;
+  const int threads = m.intra_op_threads;
+  const int64_t rows = std::min<int64_t>(m.max_batch_size, std::max(8, threads));
+  if (rows < 2 || rows < threads || !m.variants.empty()) return false;
   for (const ValueInfo& in : m.graph->inputs())
     if (in.type == DataType::kBytes) return false;
-  const int64_t rows = std::min<int64_t>(m.max_batch_size, 8);
+  std::unique_ptr<kernels::ThreadTeam> team;
+  if (threads > 1) team = std::make_unique<kernels::ThreadTeam>(threads);
+  kernels::ParallelScope scope(team.get());
   const double one = TimeRows(m, *m.graph, 1);  // (warms the graph's buffers too)
   if (one < 5e-4 || one > 2e-2) return false;
-  if (TimeRows(m, *m.graph, rows) < 0) return false;  // warm
+  if (TimeRows(m, *m.graph, rows) < 0 || TimeRows(m, *m.graph, rows, true) < 0)
+    return false;  // (warm: every thread's buffers)
   const double batch = TimeRows(m, *m.graph, rows);
-  double split = 0;
-  for (int64_t r = 0; r < rows; ++r) split += TimeRows(m, *m.graph, 1);
-  const bool chosen = batch > 0 && split < 0.9 * batch;
+  const double split = TimeRows(m, *m.graph, rows, true);
+  const bool chosen = batch > 0 && split > 0 && split < 0.9 * batch;
   char line[160];
   std::snprintf(line, sizeof(line), "%lld rows as one batch %.2f ms, one by one %.2f ms: %s",
                 static_cast<long long>(rows), batch * 1e3, split * 1e3,
@@ -411,44 +420,6 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   return state;
 }
 
-// The graph on each row of 'feeds' (numeric, rows first) in turn, each output's rows joined:
-// what Run gives, computed row by row (ChooseRowSplit).
-Status RunRowByRow(const Graph& graph, const std::vector<std::pair<std::string, Tensor>>& feeds,
-                   const std::vector<std::string>& fetch, std::vector<Tensor>* results) {
-  const int64_t rows =
-      feeds.empty() || feeds[0].second.shape().empty() ? 1 : feeds[0].second.shape()[0];
-  for (const auto& [name, t] : feeds)
-    if (t.type() == DataType::kBytes || t.shape().empty() || t.shape()[0] != rows)
-      return graph.Run(feeds, fetch, results);
-  if (rows <= 1) return graph.Run(feeds, fetch, results);
-  results->clear();
-  std::vector<std::pair<std::string, Tensor>> row(feeds.size());
-  std::vector<Tensor> out;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (size_t i = 0; i < feeds.size(); ++i) {
-      const Tensor& t = feeds[i].second;
-      std::vector<int64_t> shape = t.shape();
-      shape[0] = 1;
-      const size_t bytes = t.bytes() / static_cast<size_t>(rows);
-      row[i] = {feeds[i].first, Tensor::Borrow(t.type(), shape, t.raw() + r * bytes, bytes)};
-    }
-    RETURN_IF_ERROR(graph.Run(row, fetch, &out));
-    for (size_t o = 0; o < out.size(); ++o) {
-      if (out[o].shape().empty() || out[o].shape()[0] != 1 || out[o].type() == DataType::kBytes)
-        return Internal("output '" + fetch[o] + "' has no row per input row");
-      if (r == 0) {
-        std::vector<int64_t> shape = out[o].shape();
-        shape[0] = rows;
-        results->push_back(Tensor::Allocate(out[o].type(), shape));
-      }
-      if (out[o].bytes() * static_cast<size_t>(rows) != (*results)[o].bytes())
-        return Internal("output '" + fetch[o] + "' changed its shape between rows");
-      std::memcpy((*results)[o].mutable_raw() + r * out[o].bytes(), out[o].raw(), out[o].bytes());
-    }
-  }
-  return Status::Ok();
-}
-
 // Runs 'count' requests as one execution: inputs are concatenated along the batch dimension (the
 // scheduler only batches requests whose other dimensions agree), outputs split back by rows. A
 // single request borrows its inputs without copying. A failure of one request's output lands in
@@ -487,7 +458,7 @@ Status ExecuteBatch(const ModelState& m, const Graph& graph, NereidRequest** req
   std::vector<Tensor> results;
   const uint64_t compute_start = NereidNowNs();
   if (m.split_rows && &graph == m.graph.get()) {
-    RETURN_IF_ERROR(RunRowByRow(graph, feeds, batch.fetch(), &results));
+    RETURN_IF_ERROR(graph.RunRows(feeds, batch.fetch(), &results));
   } else {
     RETURN_IF_ERROR(graph.Run(feeds, batch.fetch(), &results));
   }

@@ -59,7 +59,8 @@ dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
 
 
 def io_of(name):
-    name = name.removesuffix("_int8").removesuffix("_variants").removesuffix("_rows")
+    name = name.removesuffix("_int8").removesuffix("_variants").removesuffix("_rows2")
+    name = name.removesuffix("_rows")
     if name in GENERATED:
         _, size, classes = GENERATED[name]
         return "input", [3, size, size], "output", [classes]
@@ -107,6 +108,13 @@ def vision_repo(tmp_path_factory):
     (repo / "resnet50_rows" / "config.pbtxt").write_text(
         config("resnet50_rows", *io_of("resnet50")) +
         'parameters { key: "nereid.split_batches" value { string_value: "true" } }\n')
+    # The same with two intra-op threads: rows side by side, one per thread.
+    (repo / "resnet50_rows2" / "1").mkdir(parents=True)
+    shutil.copy(repo / "resnet50" / "1" / "model.onnx", repo / "resnet50_rows2" / "1" / "model.onnx")
+    (repo / "resnet50_rows2" / "config.pbtxt").write_text(
+        config("resnet50_rows2", *io_of("resnet50")) +
+        'parameters { key: "nereid.split_batches" value { string_value: "true" } }\n'
+        'parameters { key: "intra_op_thread_count" value { string_value: "2" } }\n')
     # An attribute the engine refuses (cubic Resize): ONNX Runtime serves this one.
     graph = helper.make_graph(
         [helper.make_node("Resize", ["input", "", "scales"], ["output"], mode="cubic")], "cubic",
@@ -264,19 +272,22 @@ def test_batches_split_row_by_row_answer_as_whole_batches(vision_server, vision_
     # "auto" measured the others at load and logged its choice.
     assert "model 'resnet50': 8 rows as one batch" in log, log
     url = vision_server.grpc_url if grpc else vision_server.url
-    x = np.random.default_rng(21).uniform(-1, 1, [3, 3, 64, 64]).astype(np.float32)
-    got = infer(url, "resnet50_rows", x, grpc)
-    close(got, reference(vision_repo, "resnet50", x))
-    # Row by row against the whole batch: the same within the fp32 tolerance (few-row products
-    # take another kernel, which sums in another order).
-    close(got, infer(url, "resnet50", x, grpc))
-    # Concurrent requests batched by the scheduler, then run row by row: each its own answer.
-    xs = [np.random.default_rng(30 + i).uniform(-1, 1, [1 + i % 2, 3, 64, 64]).astype(np.float32)
-          for i in range(8)]
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda v: infer(url, "resnet50_rows", v, grpc), xs))
-    for v, a in zip(xs, answers):
-        close(a, reference(vision_repo, "resnet50", v))
+    # resnet50_rows2: two threads, rows side by side (3 rows), or whole (1 row: fewer than threads).
+    for model in ("resnet50_rows", "resnet50_rows2"):
+        for rows in (3, 1):
+            x = np.random.default_rng(21 + rows).uniform(-1, 1, [rows, 3, 64, 64]).astype(np.float32)
+            got = infer(url, model, x, grpc)
+            close(got, reference(vision_repo, "resnet50", x))
+            # Row by row against the whole batch: the same within the fp32 tolerance (few-row
+            # products take another kernel, which sums in another order).
+            close(got, infer(url, "resnet50", x, grpc))
+        # Concurrent requests batched by the scheduler, then run row by row: each its own answer.
+        xs = [np.random.default_rng(30 + i).uniform(-1, 1, [1 + i % 2, 3, 64, 64]).astype(np.float32)
+              for i in range(8)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda v, m=model: infer(url, m, v, grpc), xs))
+        for v, a in zip(xs, answers):
+            close(a, reference(vision_repo, "resnet50", v))
 
 
 def test_a_bad_split_batches_value_refuses_the_model(tmp_path):

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cpu/elementwise.h"
+#include "cpu/parallel.h"
 #include "graph.h"
 
 namespace nereid::native {
@@ -128,6 +129,30 @@ TEST(GemmFusionTest, AGemmOutputThatIsAlsoAGraphOutputIsNotFused) {
   for (int64_t i = 0; i < mlp.m * mlp.n; ++i) {
     ASSERT_NEAR(out[0].data<float>()[i], want[i], 1e-5) << i;
     ASSERT_NEAR(out[1].data<float>()[i], hidden[i], 1e-4) << i;  // raw, negatives kept
+  }
+}
+
+TEST(GraphRunRowsTest, RowsAloneInTurnOrSideBySideAnswerAsTheBatch) {
+  Mlp mlp;  // 13 rows, two outputs
+  auto graph = Graph::FromProto(mlp.Model(true));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  Tensor x = Tensor::Allocate(DataType::kFp32, {mlp.m, mlp.k});
+  std::copy(mlp.x.begin(), mlp.x.end(), x.mutable_data<float>());
+  std::vector<double> hidden;
+  const auto want = mlp.Reference(&hidden);
+  // No team: in turn; a team of 3: side by side; a team of 16 (more threads than rows): whole.
+  kernels::ThreadTeam three(3), sixteen(16);
+  for (kernels::ThreadTeam* team : {static_cast<kernels::ThreadTeam*>(nullptr), &three, &sixteen}) {
+    kernels::ParallelScope scope(team);
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*graph)->RunRows({{"x", x}}, {"y", "h"}, &out).ok());
+    ASSERT_EQ(out.size(), 2u);
+    ASSERT_EQ(out[0].shape(), (std::vector<int64_t>{mlp.m, mlp.n}));
+    ASSERT_EQ(out[1].shape(), (std::vector<int64_t>{mlp.m, mlp.n}));
+    for (int64_t i = 0; i < mlp.m * mlp.n; ++i) {
+      ASSERT_NEAR(out[0].data<float>()[i], want[i], 1e-5) << i;
+      ASSERT_NEAR(out[1].data<float>()[i], hidden[i], 1e-4) << i;
+    }
   }
 }
 
