@@ -140,11 +140,18 @@ def offered_load(perf_analyzer, server, model, concurrency, out_dir):
         sampler.join()
     if r.returncode != 0:
         print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]} {r.stderr[-400:]}")
+        print_server_tail(server)
         return 0.0, 0.0, 0.0
     with open(csv_path) as f:
         row = next(csv.DictReader(f))
     return (float(row["Inferences/Second"]), float(row["p50 latency"]),
             statistics.fmean(samples) if samples else float("nan"))
+
+
+def print_server_tail(server, lines=15):
+    """The server's last log lines (its per-run verbose lines left out): why a client failed."""
+    log = [ln for ln in server.read_log().splitlines() if "GPU runs of" not in ln]
+    print("   server log, last lines:\n   " + "\n   ".join(log[-lines:]))
 
 
 def gpu_joules():
@@ -177,7 +184,9 @@ def served_energy(perf_analyzer, server, client, model, rate, seconds, out_dir):
     for t in readers:
         t.join()
     if r.returncode != 0 or len(marks) != 2:
-        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]}")
+        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]} "
+              f"{r.stderr[-400:]}")
+        print_server_tail(server)
         return float("nan"), 0.0
     (t0, e0, n0), (t1, e1, n1) = sorted(marks)
     return (e1 - e0) / max(n1 - n0, 1) * 1e3, (n1 - n0) / (t1 - t0)

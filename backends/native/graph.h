@@ -113,6 +113,7 @@ class Graph {
   Status RunPasses(const GraphOptions& options);
   Status FoldConstants();
   Status FoldBatchNorms();
+  void FoldScalesIntoConvs();
   void FuseHardSwishes();
   void FuseConvEpilogues();
   void FuseGemmActivations();

@@ -17,6 +17,7 @@ namespace nereid::native {
 Status Graph::RunPasses(const GraphOptions& options) {
   RETURN_IF_ERROR(FoldConstants());   // constant subgraphs (shape arithmetic) computed once
   RETURN_IF_ERROR(FoldBatchNorms());  // Conv -> BatchNormalization: scaled weights and bias
+  FoldScalesIntoConvs();              // Conv -> Mul/Add by a constant per channel: the same
   FuseHardSwishes();                  // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
   FuseConvEpilogues();                // Conv -> Add(residual) -> Relu/Clip: one node
   FuseGemmActivations();              // Gemm -> Relu/Sigmoid: one node
@@ -130,6 +131,85 @@ Status Graph::FoldBatchNorms() {
   nodes_ = std::move(kept);
   if (folded) pass_log_.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
   return Status::Ok();
+}
+
+// ---- constant scales and shifts into Conv ------------------------------------------------------
+
+// Conv -> Mul (or Add) by a constant that is one value, or one per output channel ([C, 1, 1],
+// [1, C, 1, 1]; not [C], which would broadcast along the width): the weights (and bias) scaled, or
+// the bias shifted, and the Mul's output is the Conv's. Reparameterized blocks (RapidOCR's
+// detector: MobileOne's learned scale and shift after each convolution) then leave the Conv
+// followed directly by its activation, which fuses.
+void Graph::FoldScalesIntoConvs() {
+  int folded = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<int> readers = Readers();
+    std::map<int, size_t> producer;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      for (int id : nodes_[i].outputs)
+        if (id >= 0) producer[id] = i;
+    for (size_t i = 0; i < nodes_.size() && !changed; ++i) {
+      Node& op = nodes_[i];
+      const bool mul = op.op.op_type() == "Mul";
+      if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2 || op.outputs.size() != 1)
+        continue;
+      for (int side = 0; side < 2 && !changed; ++side) {
+        const int x = op.inputs[side], k = op.inputs[1 - side];
+        if (x < 0 || k < 0 || IsConstant(x) || !IsConstant(k) || readers[x] != 1) continue;
+        auto it = producer.find(x);
+        if (it == producer.end()) continue;
+        Node& conv = nodes_[it->second];
+        if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
+            !IsConstant(conv.inputs[1]))
+          continue;
+        const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+        if (has_bias && !IsConstant(conv.inputs[2])) continue;
+        const Tensor& w = constants_[conv.inputs[1]];
+        const Tensor& c = constants_[k];
+        if (w.type() != DataType::kFp32 || c.type() != DataType::kFp32 || w.shape().size() < 3)
+          continue;
+        const int64_t c_out = w.shape()[0];
+        if (has_bias && (constants_[conv.inputs[2]].type() != DataType::kFp32 ||
+                         constants_[conv.inputs[2]].elements() != c_out))
+          continue;
+        // The constant against the output's [N, C, spatial...]: dims aligned right, each 1 but
+        // the channel's (1 or C).
+        const std::vector<int64_t>& cs = c.shape();
+        const size_t rank = w.shape().size();
+        if (cs.size() > rank) continue;
+        bool per_channel = true;
+        for (size_t d = 0; d < cs.size(); ++d) {
+          const size_t axis = rank - cs.size() + d;
+          if (cs[d] != 1 && !(axis == 1 && cs[d] == c_out)) per_channel = false;
+        }
+        if (!per_channel) continue;
+        const bool one = c.elements() == 1;
+        auto value = [&](int64_t co) { return static_cast<double>(c.data<float>()[one ? 0 : co]); };
+        Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
+        for (int64_t co = 0; co < c_out; ++co) {
+          const double b = has_bias ? constants_[conv.inputs[2]].data<float>()[co] : 0.0;
+          b2.mutable_data<float>()[co] = static_cast<float>(mul ? b * value(co) : b + value(co));
+        }
+        if (mul) {
+          Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
+          const int64_t per_channel_elems = w.elements() / c_out;
+          for (int64_t co = 0; co < c_out; ++co)
+            for (int64_t e = 0; e < per_channel_elems; ++e)
+              w2.mutable_data<float>()[co * per_channel_elems + e] =
+                  static_cast<float>(w.data<float>()[co * per_channel_elems + e] * value(co));
+          conv.inputs[1] = AddValue(op.op.name() + ".folded_weight", std::move(w2));
+        }
+        conv.inputs.resize(3);
+        conv.inputs[2] = AddValue(op.op.name() + ".folded_bias", std::move(b2));
+        conv.outputs[0] = op.outputs[0];
+        nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
+        ++folded;
+        changed = true;
+      }
+    }
+  }
+  if (folded) pass_log_.push_back("constant Mul/Add folded into Conv: " + std::to_string(folded));
 }
 
 // ---- HardSwish written out --------------------------------------------------------------------

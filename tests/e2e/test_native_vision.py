@@ -41,7 +41,8 @@ REAL_IO = {"ocr_direction": ("x", [3, 48, 192], "save_infer_model/scale_0.tmp_1"
            "wakeword_embedding": ("input_1", [76, 32, 1], "conv2d_19", [1, 1, 96]),
            "ocr_detector": ("x", [3, 96, 128], "sigmoid_0.tmp_0", [1, 96, 128]),
            "ocr_recognizer": ("x", [3, 48, 320], "softmax_11.tmp_0", [40, 6625]),
-           "cubic": ("input", [1, 4, 4], "output", [1, 8, 8])}
+           "cubic": ("input", [1, 4, 4], "output", [1, 8, 8]),
+           "scaled": ("input", [3, 6, 6], "output", [6, 6, 6])}
 
 
 def config(name, input_name, dims, output_name, out_dims):
@@ -126,6 +127,27 @@ def vision_repo(tmp_path_factory):
               str(repo / "cubic" / "1" / "model.onnx"))
     (repo / "cubic" / "config.pbtxt").write_text(
         config("cubic", "input", [1, 4, 4], "output", [1, 8, 8]))
+    # Constants after convolutions: a per-channel [C, 1, 1] scale and a scalar shift fold into the
+    # first Conv; a [C] scale broadcasts along the width (here as wide as the channels) and must not.
+    rng = np.random.default_rng(5)
+    c = 6
+    tensors = [helper.make_tensor(n, TensorProto.FLOAT, s, rng.uniform(-1, 1, s).ravel().tolist())
+               for n, s in (("w1", [c, 3, 3, 3]), ("b1", [c]), ("scale", [c, 1, 1]),
+                            ("shift", [1]), ("w2", [c, c, 1, 1]), ("along_w", [c]))]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Mul", ["scale", "c1"], ["s1"]),
+         helper.make_node("Add", ["s1", "shift"], ["a1"]),
+         helper.make_node("Relu", ["a1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+         helper.make_node("Mul", ["c2", "along_w"], ["output"])], "scaled",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", 3, 6, c])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["n", c, 6, c])], tensors)
+    (repo / "scaled" / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+              str(repo / "scaled" / "1" / "model.onnx"))
+    (repo / "scaled" / "config.pbtxt").write_text(
+        config("scaled", "input", [3, 6, c], "output", [c, 6, c]))
     return repo
 
 
@@ -187,7 +209,9 @@ def test_every_cnn_runs_on_the_native_engine(vision_server):
     if "ocr_direction" in REAL:  # Paddle's HardSwish as Add/Clip/Mul/Div, then into the Convs
         line = next(ln for ln in log.splitlines() if "model 'ocr_direction': graph passes:" in ln)
         assert "HardSwish patterns fused: 18;" in line, line
-        assert "fused: 7 residual Add, 24 activation" in line, line
+        # (Its scale before each HardSwish folds into the Conv, which then takes the activation.)
+        assert "constant Mul/Add folded into Conv: 18;" in line, line
+        assert "fused: 7 residual Add, 42 activation" in line, line
 
 
 @pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
@@ -245,6 +269,20 @@ def test_answers_match_onnxruntime(vision_server, vision_repo, name, grpc):
         x = rng.uniform(-1, 1, [batch] + dims).astype(np.float32)
         got = infer(vision_server.grpc_url if grpc else vision_server.url, name, x, grpc)
         close(got, reference(vision_repo, name, x))
+
+
+def test_constant_scales_fold_into_convs_only_per_channel(vision_server, vision_repo):
+    log = vision_server.read_log()
+    line = next(ln for ln in log.splitlines() if "model 'scaled': graph passes:" in ln)
+    assert "constant Mul/Add folded into Conv: 2;" in line, line  # not the [C] one
+    assert "fused: 0 residual Add, 1 activation" in line, line
+    x = np.random.default_rng(8).uniform(-1, 1, [2, 3, 6, 6]).astype(np.float32)
+    for grpc in (False, True):
+        close(infer(vision_server.grpc_url if grpc else vision_server.url, "scaled", x, grpc),
+              reference(vision_repo, "scaled", x))
+    if "ocr_detector" in REAL:  # MobileOne's learned scale and shift after each convolution
+        line = next(ln for ln in log.splitlines() if "model 'ocr_detector': graph passes:" in ln)
+        assert "constant Mul/Add folded into Conv: 56;" in line, line
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "small_cnn"])

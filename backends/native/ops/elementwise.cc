@@ -40,6 +40,14 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
     });
     return;
   }
+  if (a.elements() == 1 && b.shape() == y.shape()) {  // (a scale before the tensor: 2 * x)
+    const T s = pa[0];
+    kernels::ParallelFor(pieces, [&](int64_t p) {
+      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
+      for (int64_t i = begin; i < end; ++i) py[i] = op(s, pb[i]);
+    });
+    return;
+  }
   const std::vector<int64_t>& shape = y.shape();
   const size_t rank = shape.size();
   const auto sa = BroadcastStrides(a.shape(), shape);
@@ -67,6 +75,9 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
       if (ib == 0 && ia == 1) {  // a row against one value (per-channel scale in NCHW)
         const T s = pb[ob];
         for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], s);
+      } else if (ia == 0 && ib == 1) {  // one value against a row
+        const T s = pa[oa];
+        for (int64_t j = 0; j < inner; ++j) out[j] = op(s, pb[ob + j]);
       } else if (ia == 1 && ib == 1) {  // rows against rows (per-pixel scale in NHWC)
         for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], pb[ob + j]);
       } else {
