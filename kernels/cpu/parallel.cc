@@ -87,17 +87,21 @@ void ThreadTeam::Work() {
 
 void ThreadTeam::Run(int64_t count, const std::function<void(int64_t)>& fn) {
   if (count <= 0) return;
-  if (workers_.empty() || count == 1 || count > int64_t{0x7fffffff}) {
+  if (workers_.empty() || count == 1 || count >= int64_t{kClosed}) {
     for (int64_t i = 0; i < count; ++i) fn(i);
     return;
   }
-  // The previous job is finished (Run returned), so no worker touches fn_, count_ or finished_
-  // until the new number is published.
+  // The previous job is finished (Run returned), but a worker late from it may still hold its
+  // word, whose index is then its count: were count_ raised first, that worker's claim on the old
+  // word would succeed. So the new number goes out first with no index claimable (a stale word
+  // no longer matches, and the closed one's index exceeds any count), then the job, then the
+  // number with index 0.
+  const uint64_t seen = ((job_.load(std::memory_order_relaxed) >> 32) + 1) << 32;
+  job_.store(seen | kClosed, std::memory_order_relaxed);
   fn_ = &fn;
   count_.store(count, std::memory_order_relaxed);
   finished_.store(0, std::memory_order_relaxed);
   all_done_.store(false, std::memory_order_relaxed);
-  const uint64_t seen = ((job_.load(std::memory_order_relaxed) >> 32) + 1) << 32;
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -38,6 +38,7 @@ class ThreadTeam {
   // count_ are written before the word publishes a new job; finished_ counts the job's indices
   // done. Idle workers spin on the word, then sleep on wake_ (sleeping_ and stop_ under mu_).
   std::atomic<uint64_t> job_{0};
+  static constexpr uint32_t kClosed = 0x7fffffff;  // an index no count reaches (a job being set)
   const std::function<void(int64_t)>* fn_ = nullptr;
   std::atomic<int64_t> count_{0};  // (read by late workers while the next job is posted)
   std::atomic<int64_t> finished_{0};

@@ -185,6 +185,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
                       Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},   // 7x7, many outputs (N blocks)
                       Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},    // a stem: whole windows, 2 images
+                      // Wide enough for tiles of 12 pixels inside the image, read in place (the
+                      // rest gathered): a 7x7 stem, a 3x3 stride-1, a dilated-in-height-only one
+                      // is not (dilation applies to both axes here: gathered throughout).
+                      Case{2, 30, 64, 3, 40, 7, 2, 3, 1, 1}, Case{1, 9, 50, 16, 24, 3, 1, 1, 1, 1},
+                      Case{1, 9, 50, 8, 8, 3, 1, 2, 2, 1},
                       Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1}));  // depth past one K block
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
@@ -201,6 +206,20 @@ TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
       seen[i]++;
     });
     for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+  }
+}
+
+TEST(ThreadTeam, BackToBackJobsRunEachIndexOnce) {
+  // Many short jobs in a row: a worker late from one job must not claim an index of the next
+  // (nor of the old one under the next's count). More threads than this machine's cores, so
+  // workers are preempted mid-claim.
+  ThreadTeam team(5);
+  std::vector<std::atomic<int>> hits(16);
+  for (int job = 0; job < 50000; ++job) {
+    const int count = 2 + job % 12;
+    for (int i = 0; i < count; ++i) hits[i] = 0;
+    team.Run(count, [&](int64_t i) { hits[i].fetch_add(1); });
+    for (int i = 0; i < count; ++i) ASSERT_EQ(hits[i].load(), 1) << "job " << job << " index " << i;
   }
 }
 
