@@ -209,7 +209,25 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
     ep.bias = bias ? bias + grp * cog : nullptr;
     ep.residual = residual ? residual + grp * cog : nullptr;
     ep.ld_residual = g.c_out;
-    SgemmPackedFused(m, rows, w.group(grp), y + grp * cog, g.c_out, ep);
+    // Whole windows in one depth block (a stem's 7x7 over 3 channels: 147): a tile of pixels in
+    // one output row, its windows inside the image, is the image itself read in place, rows
+    // stride * c apart, one segment per window row (each kw * c contiguous floats). ResNet-50's
+    // stem gathered 30% of its time.
+    RowsViewFn view;
+    const int64_t run = g.kw * g.c_in;
+    if (!direct && g.groups == 1 && g.dilation_w == 1 && g.kh * run <= w.group(grp).kc()) {
+      view = [&g, xg, run](int64_t i0, int64_t rows, RowsView* v) {
+        const int64_t ox = i0 % g.ow, oy = i0 / g.ow % g.oh, b = i0 / (g.ow * g.oh);
+        const int64_t ix = ox * g.stride_w - g.pad_left, iy = oy * g.stride_h - g.pad_top;
+        if (ox + rows > g.ow || ix < 0 || (ox + rows - 1) * g.stride_w - g.pad_left + g.kw > g.w ||
+            iy < 0 || iy + (g.kh - 1) * g.dilation_h >= g.h)
+          return false;
+        *v = {xg + ((b * g.h + iy) * g.w + ix) * g.c_in, g.stride_w * g.c_in, run,
+              g.dilation_h * g.w * g.c_in};
+        return true;
+      };
+    }
+    SgemmPackedFused(m, rows, w.group(grp), y + grp * cog, g.c_out, ep, view);
   }
 }
 

@@ -502,13 +502,23 @@ namespace {
 thread_local Buffer t_scratch, t_packed_a;
 thread_local size_t t_scratch_size = 0, t_packed_a_size = 0;
 
+// The row tiles of an MC block: MR rows each, except that a last tile of 1-3 rows would wait on
+// its few FMA chains (a 1-row tile takes a third of a full one's time for a twelfth of its
+// work): the rows kernels split the last two tiles evenly instead (49 rows: 12, 12, 12, 7, 6).
+// Each tile's A: a row-major block (lda, one segment) or a view of the caller's memory.
+struct TileA {
+  int64_t ir = 0, rows = 0;
+  RowsView a;
+};
+
 // One MC-row block of C against columns [col0, col0 + cols) (NR-aligned) of one KC x NC block of
-// B: 'init' before the first K block, 'finish' after the last.
+// B: 'init' before the first K block, 'finish' after the last. 'view' (fused rows kernels, the
+// whole depth in this block): tiles read in place where it gives them, the others gathered.
 template <typename Init, typename Finish>
-void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_block, float* c,
-                int64_t ldc, int64_t ic, int64_t mc, int64_t jc, int64_t col0, int64_t cols,
-                int64_t pc, int64_t kc, bool last, const GemmEpilogue& ep, const Init& init,
-                const Finish& finish) {
+void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn& view,
+                const float* b_block, float* c, int64_t ldc, int64_t ic, int64_t mc, int64_t jc,
+                int64_t col0, int64_t cols, int64_t pc, int64_t kc, bool last,
+                const GemmEpilogue& ep, const Init& init, const Finish& finish) {
   const size_t need = static_cast<size_t>(cfg.mc) * cfg.kc;
   if (t_scratch_size < need) t_scratch = AllocAligned(t_scratch_size = need);
   if (cfg.rows == nullptr && t_packed_a_size < need)
@@ -516,19 +526,35 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_b
   // A fused rows kernel applies the epilogue in its stores; the others get passes over C.
   const bool fused = cfg.rows != nullptr && cfg.rows_fused != nullptr;
   if (pc == 0 && !fused) init(ic, jc + col0, mc, cols);
+  TileA tiles[64];  // (MC / MR + 1 at most)
+  int count = 0;
+  for (int64_t ir = 0, rows = 0; ir < mc; ir += rows) {
+    rows = std::min(cfg.mr, mc - ir);
+    if (const int64_t rest = mc - ir - rows; cfg.rows != nullptr && rest > 0 && rest < 4)
+      rows = (rows + rest + 1) / 2;
+    tiles[count++] = TileA{ir, rows, {}};
+  }
+  const float* a_block = nullptr;
   int64_t lda = 0;
-  const float* a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
-  if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
+  if (fused && view && pc == 0 && last) {
+    for (int t = 0; t < count; ++t) {
+      TileA& tile = tiles[t];
+      if (view(ic + tile.ir, tile.rows, &tile.a)) continue;
+      int64_t ld = 0;
+      float* scratch = t_scratch.get() + tile.ir * kc;
+      tile.a = {rows_a(ic + tile.ir, tile.rows, pc, kc, scratch, &ld), ld, kc, 0};
+    }
+  } else {
+    a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
+    if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
+    for (int t = 0; t < count; ++t) tiles[t].a = {a_block + tiles[t].ir * lda, lda, kc, 0};
+  }
   for (int64_t jr = col0; jr < col0 + cols; jr += cfg.nr) {
     const float* bp = b_block + jr * kc;
     const int64_t width = std::min(cfg.nr, col0 + cols - jr);
-    for (int64_t ir = 0, rows = 0; ir < mc; ir += rows) {
-      rows = std::min(cfg.mr, mc - ir);
-      // A last tile of 1-3 rows waits on its few FMA chains (a 1-row tile takes a third of a
-      // full one's time for a twelfth of its work): the rows kernels split the last two tiles
-      // evenly instead (49 rows: 12, 12, 12, 7, 6).
-      if (const int64_t rest = mc - ir - rows; cfg.rows != nullptr && rest > 0 && rest < 4)
-        rows = (rows + rest + 1) / 2;
+    for (int t = 0; t < count; ++t) {
+      const int64_t ir = tiles[t].ir, rows = tiles[t].rows;
+      const RowsView& a = tiles[t].a;
       float* ct = c + (ic + ir) * ldc + jc + jr;
       if (fused) {
         sgemm::TileEpilogue te;
@@ -538,9 +564,9 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_b
             ep.residual != nullptr ? ep.residual + (ic + ir) * ep.ld_residual + jc + jr : nullptr;
         te.ld_residual = ep.ld_residual;
         te.activation = ep.activation, te.lo = ep.lo, te.hi = ep.hi;
-        cfg.rows_fused[rows](kc, a_block + ir * lda, lda, bp, ct, ldc, rows, width, te);
+        cfg.rows_fused[rows](kc, a.a, a.lda, a.seg_len, a.seg_stride, bp, ct, ldc, rows, width, te);
       } else if (cfg.rows != nullptr) {
-        cfg.rows[rows](kc, a_block + ir * lda, lda, bp, 1.f, ct, ldc, rows, width);
+        cfg.rows[rows](kc, a.a, a.lda, bp, 1.f, ct, ldc, rows, width);
       } else {
         const MicroKernel fn = rows < cfg.mr && cfg.partial ? cfg.partial[rows] : cfg.fn;
         fn(kc, t_packed_a.get() + ir * kc, bp, 1.f, ct, ldc, rows, width);
@@ -553,7 +579,7 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const float* b_b
 }  // namespace
 
 void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
-                      int64_t ldc, const GemmEpilogue& ep) {
+                      int64_t ldc, const GemmEpilogue& ep, const RowsViewFn& view) {
   const int64_t n = b.n(), k = b.k();
   if (m <= 0 || n <= 0) return;
   const KernelConfig& cfg = KernelByIndex(b.kernel());
@@ -625,8 +651,8 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
       const int64_t cols = std::min(per_part, nc - col0);
       for (int64_t pc = 0; pc < k; pc += kKc) {
         const int64_t kc = std::min(kKc, k - pc);
-        FusedBlock(cfg, rows, b.Block(jc, pc), c, ldc, ic, std::min(kMc, m - ic), jc, col0, cols,
-                   pc, kc, pc + kc >= k, ep, init, finish);
+        FusedBlock(cfg, rows, shared_rows ? RowsViewFn() : view, b.Block(jc, pc), c, ldc, ic,
+                   std::min(kMc, m - ic), jc, col0, cols, pc, kc, pc + kc >= k, ep, init, finish);
       }
     });
   }

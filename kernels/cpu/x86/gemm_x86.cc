@@ -2,6 +2,7 @@
 // the AVX2 paths for few rows.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cpu/gemm_isa.h"
@@ -113,30 +114,36 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
 constexpr int64_t kPrefetchB = 256;  // floats
 
 template <int MR>
+// The depth in segments of seg_len steps, each seg_stride floats after the one before in every row
+// (seg_len = kc: one run; a window of an image read in place: its rows).
 __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx512(
-    int64_t kc, const float* a, int64_t lda, const float* b, __m512 (&acc)[MR][2]) {
+    int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
+    __m512 (&acc)[MR][2]) {
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  const float* base[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
-  // (Four steps a loop iteration: the loop's own increments and branch cost ResNet-50 2-3% and
-  // MobileNetV2 4% on one core at batch 1.)
+  for (int64_t s0 = 0; s0 < kc; s0 += seg_len, a += seg_stride) {
+    const float* base[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
+    const int64_t len = std::min(seg_len, kc - s0);
+    // (Four steps a loop iteration: the loop's own increments and branch cost ResNet-50 2-3% and
+    // MobileNetV2 4% on one core at batch 1.)
 #pragma GCC unroll 4
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-    // B's panel, 8 steps (1 KiB) ahead: a layer's weights are cold (the network's other layers
-    // evicted them) and a panel crosses pages the hardware prefetcher stops at. ResNet-50 at
-    // batch 1: 6% faster on one core (its 7x7 layers, 4 MiB of weights for 49 output pixels).
-    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB + 16), _MM_HINT_T0);
+    for (int64_t p = 0; p < len; ++p) {
+      const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+      // B's panel, 8 steps (1 KiB) ahead: a layer's weights are cold (the network's other layers
+      // evicted them) and a panel crosses pages the hardware prefetcher stops at. ResNet-50 at
+      // batch 1: 6% faster on one core (its 7x7 layers, 4 MiB of weights for 49 output pixels).
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB + 16), _MM_HINT_T0);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(base[i / 3][(i % 3) * lda]);
-      acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
-    }
+      for (int i = 0; i < MR; ++i) {
+        const __m512 av = _mm512_set1_ps(base[i / 3][(i % 3) * lda]);
+        acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+      }
 #pragma GCC unroll 4
-    for (int g = 0; g < (MR + 2) / 3; ++g) ++base[g];
-    b += 32;
+      for (int g = 0; g < (MR + 2) / 3; ++g) ++base[g];
+      b += 32;
+    }
   }
 }
 
@@ -146,7 +153,7 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const 
                                                               float alpha, float* c, int64_t ldc,
                                                               int64_t m, int64_t n) {
   __m512 acc[MR][2];
-  AccumulateRowsAvx512<MR>(kc, a, lda, b, acc);
+  AccumulateRowsAvx512<MR>(kc, a, lda, kc, 0, b, acc);
   const __m512 va = _mm512_set1_ps(alpha);
   StoreTileAvx512<MR>(acc, va, c, ldc, m, n);
 }
@@ -183,13 +190,11 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(
 // The rows tile with the epilogue in its stores (TileEpilogue): a layer of one depth block writes
 // C once, where the separate passes wrote it three times.
 template <int MR>
-__attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(int64_t kc, const float* a,
-                                                                   int64_t lda, const float* b,
-                                                                   float* c, int64_t ldc, int64_t m,
-                                                                   int64_t n,
-                                                                   const TileEpilogue& ep) {
+__attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
+    int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
+    float* c, int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep) {
   __m512 acc[MR][2];
-  AccumulateRowsAvx512<MR>(kc, a, lda, b, acc);
+  AccumulateRowsAvx512<MR>(kc, a, lda, seg_len, seg_stride, b, acc);
   const __mmask16 masks[2] = {
       n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1),
       n >= 32   ? static_cast<__mmask16>(0xffff)
