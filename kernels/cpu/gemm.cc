@@ -641,18 +641,25 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
     const int64_t panels = (nc + cfg.nr - 1) / cfg.nr;
-    const int64_t parts = row_blocks >= 2 * threads
-                              ? 1
-                              : std::min(panels, (2 * threads + row_blocks - 1) / row_blocks);
-    const int64_t per_part = (panels + parts - 1) / parts * cfg.nr;
-    ParallelForWork(row_blocks * parts, m * nc * k, [&](int64_t item) {
-      const int64_t ic = (item / parts) * kMc, col0 = (item % parts) * per_part;
-      if (col0 >= nc) return;
-      const int64_t cols = std::min(per_part, nc - col0);
+    // Fewer row blocks x panels than 4 per thread (a 7x7 layer at batch 1: 1 x 5 on 2 threads,
+    // 3:2 at best): the rows split evenly into more, smaller blocks (MR rows at least), so the
+    // items come out even. Then the columns split into even groups of panels.
+    int64_t blocks = row_blocks;
+    if (threads > 1 && row_blocks * panels < 4 * threads)
+      blocks = std::max(row_blocks, std::min(m / cfg.mr, (4 * threads + panels - 1) / panels));
+    const int64_t parts =
+        blocks >= 2 * threads ? 1 : std::min(panels, (2 * threads + blocks - 1) / blocks);
+    ParallelForWork(blocks * parts, m * nc * k, [&](int64_t item) {
+      const int64_t r = item / parts, part = item % parts;
+      const int64_t i0 = blocks == row_blocks ? r * kMc : m * r / blocks;
+      const int64_t i1 = blocks == row_blocks ? std::min(m, i0 + kMc) : m * (r + 1) / blocks;
+      const int64_t p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
+      if (p0 == p1 || i0 == i1) return;
+      const int64_t col0 = p0 * cfg.nr, cols = std::min(p1 * cfg.nr, nc) - col0;
       for (int64_t pc = 0; pc < k; pc += kKc) {
         const int64_t kc = std::min(kKc, k - pc);
-        FusedBlock(cfg, rows, shared_rows ? RowsViewFn() : view, b.Block(jc, pc), c, ldc, ic,
-                   std::min(kMc, m - ic), jc, col0, cols, pc, kc, pc + kc >= k, ep, init, finish);
+        FusedBlock(cfg, rows, shared_rows ? RowsViewFn() : view, b.Block(jc, pc), c, ldc, i0,
+                   i1 - i0, jc, col0, cols, pc, kc, pc + kc >= k, ep, init, finish);
       }
     });
   }
