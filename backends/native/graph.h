@@ -112,6 +112,13 @@ class Graph {
   // The passes (passes.cc), run in the order RunPasses lists them.
   Status RunPasses(const GraphOptions& options);
   Status FoldConstants();
+  // Per output channel: y' = (y + pre) * scale + post.
+  struct ChannelAffine {
+    std::vector<double> pre, scale, post;
+  };
+  using AffineOf = std::function<bool(const Node& node, size_t slot, int64_t c_out, size_t rank,
+                                      ChannelAffine* f)>;
+  int FoldIntoConvs(const AffineOf& affine_of);
   Status FoldBatchNorms();
   void FoldScalesIntoConvs();
   void FuseHardSwishes();

@@ -64,9 +64,15 @@ Status Graph::FoldConstants() {
   return Status::Ok();
 }
 
-// ---- BatchNormalization into Conv ---------------------------------------------------------------
+// ---- per-channel affine maps into Conv ---------------------------------------------------------
 
-Status Graph::FoldBatchNorms() {
+// Folds each node that 'affine_of' reads as a per-output-channel affine map of its input 'slot'
+// (the output of a Conv with constant FP32 weights of rank 'rank', which only that node reads;
+// c_out channels) into the Conv:
+// w' = w * scale, b' = (b + pre) * scale + post, in double as the reference computes the unfused
+// pair; the node's output becomes the Conv's. One pass in node order, so a chain of such nodes
+// after one Conv folds whole. Returns how many folded.
+int Graph::FoldIntoConvs(const AffineOf& affine_of) {
   std::vector<int> readers = Readers();
   std::map<int, size_t> producer;  // value id -> node index
   for (size_t i = 0; i < nodes_.size(); ++i)
@@ -75,140 +81,119 @@ Status Graph::FoldBatchNorms() {
   std::vector<bool> dead(nodes_.size(), false);
   int folded = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& bn = nodes_[i];
-    if (bn.op.op_type() != "BatchNormalization" || bn.inputs.size() != 5 || bn.outputs.size() != 1)
-      continue;
-    if (bn.op.AttrInt("training_mode", 0) != 0) continue;
-    auto it = producer.find(bn.inputs[0]);
-    if (it == producer.end() || readers[bn.inputs[0]] != 1) continue;
-    Node& conv = nodes_[it->second];
-    if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || dead[it->second]) continue;
-    if (conv.inputs.size() < 2 || !IsConstant(conv.inputs[1])) continue;
-    const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
-    if (has_bias && !IsConstant(conv.inputs[2])) continue;
-    bool params = true;
-    for (int k = 1; k < 5; ++k)
-      params =
-          params && IsConstant(bn.inputs[k]) && constants_[bn.inputs[k]].type() == DataType::kFp32;
-    const Tensor& w = constants_[conv.inputs[1]];
-    if (!params || w.type() != DataType::kFp32 || w.shape().size() < 3) continue;
-    const int64_t c_out = w.shape()[0];
-    bool sizes = true;
-    for (int k = 1; k < 5; ++k) sizes = sizes && constants_[bn.inputs[k]].elements() == c_out;
-    if (has_bias)
-      sizes = sizes && constants_[conv.inputs[2]].type() == DataType::kFp32 &&
-              constants_[conv.inputs[2]].elements() == c_out;
-    if (!sizes) continue;
-    const float* scale = constants_[bn.inputs[1]].data<float>();
-    const float* beta = constants_[bn.inputs[2]].data<float>();
-    const float* mean = constants_[bn.inputs[3]].data<float>();
-    const float* var = constants_[bn.inputs[4]].data<float>();
-    const float eps = bn.op.AttrFloat("epsilon", 1e-5f);
-    Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
-    Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
-    const int64_t per_channel = w.elements() / c_out;
-    for (int64_t co = 0; co < c_out; ++co) {
-      // In double, as the reference computes the unfused pair.
-      const double s =
-          static_cast<double>(scale[co]) / std::sqrt(static_cast<double>(var[co]) + eps);
-      const float* src = w.data<float>() + co * per_channel;
-      float* dst = w2.mutable_data<float>() + co * per_channel;
-      for (int64_t e = 0; e < per_channel; ++e) dst[e] = static_cast<float>(src[e] * s);
-      const double b = has_bias ? constants_[conv.inputs[2]].data<float>()[co] : 0.0;
-      b2.mutable_data<float>()[co] = static_cast<float>((b - mean[co]) * s + beta[co]);
+    Node& node = nodes_[i];
+    if (node.outputs.size() != 1) continue;
+    for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+      const int x = node.inputs[slot];
+      if (x < 0 || IsConstant(x) || readers[x] != 1) continue;
+      auto it = producer.find(x);
+      if (it == producer.end() || dead[it->second]) continue;
+      Node& conv = nodes_[it->second];
+      if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
+          !IsConstant(conv.inputs[1]))
+        continue;
+      const Tensor& w = constants_[conv.inputs[1]];
+      if (w.type() != DataType::kFp32 || w.shape().size() < 3) continue;
+      const int64_t c_out = w.shape()[0];
+      const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+      if (has_bias &&
+          (!IsConstant(conv.inputs[2]) || constants_[conv.inputs[2]].type() != DataType::kFp32 ||
+           constants_[conv.inputs[2]].elements() != c_out))
+        continue;
+      ChannelAffine f;
+      if (!affine_of(node, slot, c_out, w.shape().size(), &f)) continue;
+      bool scaled = false;
+      for (double v : f.scale) scaled = scaled || v != 1.0;
+      if (scaled) {
+        Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
+        const int64_t per_channel = w.elements() / c_out;
+        for (int64_t co = 0; co < c_out; ++co) {
+          const float* src = w.data<float>() + co * per_channel;
+          float* dst = w2.mutable_data<float>() + co * per_channel;
+          for (int64_t e = 0; e < per_channel; ++e)
+            dst[e] = static_cast<float>(src[e] * f.scale[co]);
+        }
+        conv.inputs[1] = AddValue(node.op.name() + ".folded_weight", std::move(w2));
+      }
+      Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
+      for (int64_t co = 0; co < c_out; ++co) {
+        const double b = has_bias ? constants_[conv.inputs[2]].data<float>()[co] : 0.0;
+        b2.mutable_data<float>()[co] =
+            static_cast<float>((b + f.pre[co]) * f.scale[co] + f.post[co]);
+      }
+      conv.inputs.resize(3);
+      conv.inputs[2] = AddValue(node.op.name() + ".folded_bias", std::move(b2));
+      conv.outputs[0] = node.outputs[0];
+      producer[node.outputs[0]] = it->second;
+      dead[i] = true;
+      ++folded;
+      break;
     }
-    conv.inputs.resize(3);
-    conv.inputs[1] = AddValue(conv.op.name() + ".folded_weight", std::move(w2));
-    conv.inputs[2] = AddValue(conv.op.name() + ".folded_bias", std::move(b2));
-    conv.outputs[0] = bn.outputs[0];
-    producer[bn.outputs[0]] = it->second;
-    dead[i] = true;
-    ++folded;
   }
   std::vector<Node> kept;
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (!dead[i]) kept.push_back(std::move(nodes_[i]));
   nodes_ = std::move(kept);
+  return folded;
+}
+
+// Conv -> BatchNormalization (inference): scale / sqrt(var + eps) per channel, mean and beta the
+// shifts.
+Status Graph::FoldBatchNorms() {
+  const int folded =
+      FoldIntoConvs([&](const Node& bn, size_t slot, int64_t c_out, size_t, ChannelAffine* f) {
+        if (bn.op.op_type() != "BatchNormalization" || slot != 0 || bn.inputs.size() != 5 ||
+            bn.op.AttrInt("training_mode", 0) != 0)
+          return false;
+        for (int k = 1; k < 5; ++k)
+          if (!IsConstant(bn.inputs[k]) || constants_[bn.inputs[k]].type() != DataType::kFp32 ||
+              constants_[bn.inputs[k]].elements() != c_out)
+            return false;
+        const float* scale = constants_[bn.inputs[1]].data<float>();
+        const float* beta = constants_[bn.inputs[2]].data<float>();
+        const float* mean = constants_[bn.inputs[3]].data<float>();
+        const float* var = constants_[bn.inputs[4]].data<float>();
+        const float eps = bn.op.AttrFloat("epsilon", 1e-5f);
+        for (int64_t co = 0; co < c_out; ++co) {
+          f->pre.push_back(-static_cast<double>(mean[co]));
+          f->scale.push_back(static_cast<double>(scale[co]) /
+                             std::sqrt(static_cast<double>(var[co]) + eps));
+          f->post.push_back(beta[co]);
+        }
+        return true;
+      });
   if (folded) pass_log_.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
   return Status::Ok();
 }
 
-// ---- constant scales and shifts into Conv ------------------------------------------------------
-
 // Conv -> Mul (or Add) by a constant that is one value, or one per output channel ([C, 1, 1],
 // [1, C, 1, 1]; not [C], which would broadcast along the width): the weights (and bias) scaled, or
-// the bias shifted, and the Mul's output is the Conv's. Reparameterized blocks (RapidOCR's
-// detector: MobileOne's learned scale and shift after each convolution) then leave the Conv
-// followed directly by its activation, which fuses.
+// the bias shifted. Reparameterized blocks (RapidOCR's detector: MobileOne's learned scale and
+// shift after each convolution) then leave the Conv followed directly by its activation, which
+// fuses.
 void Graph::FoldScalesIntoConvs() {
-  int folded = 0;
-  for (bool changed = true; changed;) {
-    changed = false;
-    std::vector<int> readers = Readers();
-    std::map<int, size_t> producer;
-    for (size_t i = 0; i < nodes_.size(); ++i)
-      for (int id : nodes_[i].outputs)
-        if (id >= 0) producer[id] = i;
-    for (size_t i = 0; i < nodes_.size() && !changed; ++i) {
-      Node& op = nodes_[i];
-      const bool mul = op.op.op_type() == "Mul";
-      if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2 || op.outputs.size() != 1)
-        continue;
-      for (int side = 0; side < 2 && !changed; ++side) {
-        const int x = op.inputs[side], k = op.inputs[1 - side];
-        if (x < 0 || k < 0 || IsConstant(x) || !IsConstant(k) || readers[x] != 1) continue;
-        auto it = producer.find(x);
-        if (it == producer.end()) continue;
-        Node& conv = nodes_[it->second];
-        if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
-            !IsConstant(conv.inputs[1]))
-          continue;
-        const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
-        if (has_bias && !IsConstant(conv.inputs[2])) continue;
-        const Tensor& w = constants_[conv.inputs[1]];
+  const int folded =
+      FoldIntoConvs([&](const Node& op, size_t slot, int64_t c_out, size_t rank, ChannelAffine* f) {
+        const bool mul = op.op.op_type() == "Mul";
+        if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2) return false;
+        const int k = op.inputs[1 - slot];
+        if (k < 0 || !IsConstant(k) || constants_[k].type() != DataType::kFp32) return false;
         const Tensor& c = constants_[k];
-        if (w.type() != DataType::kFp32 || c.type() != DataType::kFp32 || w.shape().size() < 3)
-          continue;
-        const int64_t c_out = w.shape()[0];
-        if (has_bias && (constants_[conv.inputs[2]].type() != DataType::kFp32 ||
-                         constants_[conv.inputs[2]].elements() != c_out))
-          continue;
-        // The constant against the output's [N, C, spatial...]: dims aligned right, each 1 but
-        // the channel's (1 or C).
+        // The constant against the output's [N, C, spatial...] (rank dims): dims aligned right,
+        // each 1 but the channel's (1 or C).
         const std::vector<int64_t>& cs = c.shape();
-        const size_t rank = w.shape().size();
-        if (cs.size() > rank) continue;
-        bool per_channel = true;
-        for (size_t d = 0; d < cs.size(); ++d) {
-          const size_t axis = rank - cs.size() + d;
-          if (cs[d] != 1 && !(axis == 1 && cs[d] == c_out)) per_channel = false;
-        }
-        if (!per_channel) continue;
+        if (cs.size() > rank) return false;
+        for (size_t d = 0; d < cs.size(); ++d)
+          if (cs[d] != 1 && !(rank - cs.size() + d == 1 && cs[d] == c_out)) return false;
         const bool one = c.elements() == 1;
-        auto value = [&](int64_t co) { return static_cast<double>(c.data<float>()[one ? 0 : co]); };
-        Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
         for (int64_t co = 0; co < c_out; ++co) {
-          const double b = has_bias ? constants_[conv.inputs[2]].data<float>()[co] : 0.0;
-          b2.mutable_data<float>()[co] = static_cast<float>(mul ? b * value(co) : b + value(co));
+          const double v = c.data<float>()[one ? 0 : co];
+          f->pre.push_back(0.0);
+          f->scale.push_back(mul ? v : 1.0);
+          f->post.push_back(mul ? 0.0 : v);
         }
-        if (mul) {
-          Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
-          const int64_t per_channel_elems = w.elements() / c_out;
-          for (int64_t co = 0; co < c_out; ++co)
-            for (int64_t e = 0; e < per_channel_elems; ++e)
-              w2.mutable_data<float>()[co * per_channel_elems + e] =
-                  static_cast<float>(w.data<float>()[co * per_channel_elems + e] * value(co));
-          conv.inputs[1] = AddValue(op.op.name() + ".folded_weight", std::move(w2));
-        }
-        conv.inputs.resize(3);
-        conv.inputs[2] = AddValue(op.op.name() + ".folded_bias", std::move(b2));
-        conv.outputs[0] = op.outputs[0];
-        nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
-        ++folded;
-        changed = true;
-      }
-    }
-  }
+        return true;
+      });
   if (folded) pass_log_.push_back("constant Mul/Add folded into Conv: " + std::to_string(folded));
 }
 
