@@ -534,8 +534,6 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
       rows = (rows + rest + 1) / 2;
     tiles[count++] = TileA{ir, rows, {}};
   }
-  const float* a_block = nullptr;
-  int64_t lda = 0;
   if (fused && view && pc == 0 && last) {
     for (int t = 0; t < count; ++t) {
       TileA& tile = tiles[t];
@@ -545,7 +543,8 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
       tile.a = {rows_a(ic + tile.ir, tile.rows, pc, kc, scratch, &ld), ld, kc, 0};
     }
   } else {
-    a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
+    int64_t lda = 0;
+    const float* a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
     if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
     for (int t = 0; t < count; ++t) tiles[t].a = {a_block + tiles[t].ir * lda, lda, kc, 0};
   }

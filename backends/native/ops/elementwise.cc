@@ -25,29 +25,20 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
   const int64_t n = y.elements();
   if (n == 0) return;  // (an empty dimension: nothing to divide rows by)
   const int64_t pieces = std::max<int64_t>(1, n / kParallelGrain);
-  if (a.shape() == y.shape() && b.shape() == y.shape()) {
+  // Operands of the output's shape or of one value (either side: x * 2 and 2 * x): one flat loop
+  // per case, each element by index or the one value (the compiler vectorizes each).
+  auto flat = [&](auto at_a, auto at_b) {
     kernels::ParallelFor(pieces, [&](int64_t p) {
       const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
-      for (int64_t i = begin; i < end; ++i) py[i] = op(pa[i], pb[i]);
+      for (int64_t i = begin; i < end; ++i) py[i] = op(at_a(i), at_b(i));
     });
-    return;
-  }
-  if (b.elements() == 1 && a.shape() == y.shape()) {
-    const T s = pb[0];
-    kernels::ParallelFor(pieces, [&](int64_t p) {
-      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
-      for (int64_t i = begin; i < end; ++i) py[i] = op(pa[i], s);
-    });
-    return;
-  }
-  if (a.elements() == 1 && b.shape() == y.shape()) {  // (a scale before the tensor: 2 * x)
-    const T s = pa[0];
-    kernels::ParallelFor(pieces, [&](int64_t p) {
-      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
-      for (int64_t i = begin; i < end; ++i) py[i] = op(s, pb[i]);
-    });
-    return;
-  }
+  };
+  auto each = [](const T* v) { return [v](int64_t i) { return v[i]; }; };
+  auto one = [](const T* v) { return [s = v[0]](int64_t) { return s; }; };
+  const bool full_a = a.shape() == y.shape(), full_b = b.shape() == y.shape();
+  if (full_a && full_b) return flat(each(pa), each(pb));
+  if (full_a && b.elements() == 1) return flat(each(pa), one(pb));
+  if (full_b && a.elements() == 1) return flat(one(pa), each(pb));
   const std::vector<int64_t>& shape = y.shape();
   const size_t rank = shape.size();
   const auto sa = BroadcastStrides(a.shape(), shape);

@@ -113,9 +113,9 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
 // scaled index), all advanced one element per step.
 constexpr int64_t kPrefetchB = 256;  // floats
 
-template <int MR>
 // The depth in segments of seg_len steps, each seg_stride floats after the one before in every row
 // (seg_len = kc: one run; a window of an image read in place: its rows).
+template <int MR>
 __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx512(
     int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
     __m512 (&acc)[MR][2]) {
