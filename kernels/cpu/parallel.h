@@ -27,23 +27,18 @@ class ThreadTeam {
 
  private:
   void Work();
-  void Drain(uint64_t seen);
+  void Drain();
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  // The job: its number (high 32 bits) and next unclaimed index (low 32 bits) in one word, so a
-  // worker claims an index with one compare-and-swap that fails when the job it read has been
-  // replaced (a worker late from the previous job never takes the next one's indices). fn_ and
-  // count_ are written before the word publishes a new job; finished_ counts the job's indices
-  // done. Idle workers spin on the word, then sleep on wake_ (sleeping_ and stop_ under mu_).
-  std::atomic<uint64_t> job_{0};
-  static constexpr uint32_t kClosed = 0x7fffffff;  // an index no count reaches (a job being set)
+  // The job, under mu_; generation_ changes (under mu_) when one is posted, so idle workers can
+  // spin on it without the lock.
   const std::function<void(int64_t)>* fn_ = nullptr;
-  std::atomic<int64_t> count_{0};  // (read by late workers while the next job is posted)
-  std::atomic<int64_t> finished_{0};
+  int64_t count_ = 0, next_ = 0, finished_ = 0;
   int sleeping_ = 0;
   bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
   std::atomic<bool> all_done_{false};
 };
 
