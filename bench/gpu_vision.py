@@ -131,21 +131,52 @@ def offered_load(perf_analyzer, server, model, concurrency, out_dir):
     sampler.start()
     csv_path = os.path.join(out_dir, f"pa_{model}_c{concurrency}.csv")
     try:
-        r = subprocess.run([perf_analyzer, "-m", model, "-u", server.grpc_url, "-i", "grpc",
-                            "--concurrency-range", str(concurrency), "--shape", "input:3,224,224",
-                            "--measurement-interval", "4000", "--stability-percentage", "50",
-                            "--max-trials", "4", "-f", csv_path], capture_output=True, text=True)
+        r = run_perf_analyzer([perf_analyzer, "-m", model, "-u", server.grpc_url, "-i", "grpc",
+                               "--concurrency-range", str(concurrency), "--shape",
+                               "input:3,224,224", "--measurement-interval", "4000",
+                               "--stability-percentage", "50", "--max-trials", "4",
+                               "-f", csv_path], server)
     finally:
         stop.set()
         sampler.join()
     if r.returncode != 0:
-        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]} {r.stderr[-400:]}")
+        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]}")
         print_server_tail(server)
         return 0.0, 0.0, 0.0
     with open(csv_path) as f:
         row = next(csv.DictReader(f))
     return (float(row["Inferences/Second"]), float(row["p50 latency"]),
             statistics.fmean(samples) if samples else float("nan"))
+
+
+def rss_mb(pid):
+    """A process's resident memory in MB (-1 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(ln.split()[1]) // 1024 for ln in f if ln.startswith("VmRSS")), -1)
+    except OSError:
+        return -1
+
+
+def run_perf_analyzer(args, server, limit_mb=32768):
+    """perf_analyzer's completed run (stdout and stderr together), its peak resident memory and
+    the server's printed after: a run growing past 'limit_mb' is killed (one grew to 125 GB and
+    was OOM-killed driving the batched model; the two peaks say which side grows)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    reader = threading.Thread(target=lambda: output.append(proc.stdout.read()))
+    reader.start()
+    peak = server_peak = 0
+    while proc.poll() is None:
+        peak = max(peak, rss_mb(proc.pid))
+        server_peak = max(server_peak, rss_mb(server.proc.pid))
+        if peak > limit_mb:
+            proc.kill()
+            print(f"   perf_analyzer killed at {peak} MB resident")
+        time.sleep(0.25)
+    reader.join()
+    print(f"   perf_analyzer peak {peak} MB resident, the server's {server_peak} MB")
+    return subprocess.CompletedProcess(args, proc.returncode, "".join(output), "")
 
 
 def print_server_tail(server, lines=15):
@@ -175,17 +206,15 @@ def served_energy(perf_analyzer, server, client, model, rate, seconds, out_dir):
     readers = [threading.Thread(target=mark, args=(d,)) for d in (2.0, 2.0 + seconds)]
     for t in readers:
         t.start()
-    r = subprocess.run([perf_analyzer, "-m", model, "-u", server.grpc_url, "-i", "grpc",
-                        "--request-rate-range", str(rate), "--shape", "input:3,224,224",
-                        "--measurement-interval", str(int((seconds + 4) * 1000)),
-                        "--max-trials", "1", "--stability-percentage", "100",
-                        "-f", os.path.join(out_dir, f"energy_{model}.csv")],
-                       capture_output=True, text=True)
+    r = run_perf_analyzer([perf_analyzer, "-m", model, "-u", server.grpc_url, "-i", "grpc",
+                           "--request-rate-range", str(rate), "--shape", "input:3,224,224",
+                           "--measurement-interval", str(int((seconds + 4) * 1000)),
+                           "--max-trials", "1", "--stability-percentage", "100",
+                           "-f", os.path.join(out_dir, f"energy_{model}.csv")], server)
     for t in readers:
         t.join()
     if r.returncode != 0 or len(marks) != 2:
-        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]} "
-              f"{r.stderr[-400:]}")
+        print(f"perf_analyzer failed on {model} (exit {r.returncode}): {r.stdout[-600:]}")
         print_server_tail(server)
         return float("nan"), 0.0
     (t0, e0, n0), (t1, e1, n1) = sorted(marks)
