@@ -121,7 +121,9 @@ class Graph {
   int FoldIntoConvs(const AffineOf& affine_of);
   Status FoldBatchNorms();
   void FoldScalesIntoConvs();
+  class Patterns;  // producer and reader lookups for the fusions of ops written out
   void FuseHardSwishes();
+  void FuseLayerNorms();
   void FuseConvEpilogues();
   void FuseGemmActivations();
   void RemoveDeadNodes();

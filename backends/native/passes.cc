@@ -19,6 +19,7 @@ Status Graph::RunPasses(const GraphOptions& options) {
   RETURN_IF_ERROR(FoldBatchNorms());  // Conv -> BatchNormalization: scaled weights and bias
   FoldScalesIntoConvs();              // Conv -> Mul/Add by a constant per channel: the same
   FuseHardSwishes();                  // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
+  FuseLayerNorms();                   // ReduceMean, Sub, Pow, ..., Div as written out: one node
   FuseConvEpilogues();                // Conv -> Add(residual) -> Relu/Clip: one node
   FuseGemmActivations();              // Gemm -> Relu/Sigmoid: one node
   RemoveDeadNodes();                  // nothing reads them
@@ -197,30 +198,64 @@ void Graph::FoldScalesIntoConvs() {
   if (folded) pass_log_.push_back("constant Mul/Add folded into Conv: " + std::to_string(folded));
 }
 
-// ---- HardSwish written out --------------------------------------------------------------------
+// ---- ops written out as several --------------------------------------------------------------
+
+// What the pattern fusions ask of the graph as it stands: who computes a value, who reads it, and
+// which constants are FP32 scalars.
+class Graph::Patterns {
+ public:
+  explicit Patterns(Graph& g) : g_(g), readers_(g.Readers()) {
+    for (size_t i = 0; i < g.nodes_.size(); ++i) {
+      for (int id : g.nodes_[i].outputs)
+        if (id >= 0) producer_[id] = i;
+      for (int id : g.nodes_[i].inputs)
+        if (id >= 0) reader_[id] = i;
+    }
+  }
+  int readers(int id) const { return readers_[id]; }
+  // The one-output node of type 'op' computing 'id', when 'uses' node inputs (and no graph output)
+  // read 'id'; nullptr otherwise.
+  Node* MadeBy(int id, const char* op, int uses = 1) const {
+    auto it = producer_.find(id);
+    if (it == producer_.end() || readers_[id] != uses) return nullptr;
+    Node& n = g_.nodes_[it->second];
+    return n.op.op_type() == op && n.outputs.size() == 1 ? &n : nullptr;
+  }
+  // The one-output node of type 'op' that is the only reader of 'id'; nullptr otherwise.
+  Node* ReadBy(int id, const char* op) const {
+    auto it = reader_.find(id);
+    if (it == reader_.end() || readers_[id] != 1) return nullptr;
+    Node& n = g_.nodes_[it->second];
+    return n.op.op_type() == op && n.outputs.size() == 1 ? &n : nullptr;
+  }
+  // A constant FP32 scalar, its value in *v.
+  bool Scalar(int id, float* v) const {
+    if (!g_.IsConstant(id) || g_.constants_[id].type() != DataType::kFp32 ||
+        g_.constants_[id].elements() != 1)
+      return false;
+    *v = g_.constants_[id].data<float>()[0];
+    return true;
+  }
+  // A constant FP32 scalar equal to 'want' (to float rounding).
+  bool ScalarIs(int id, float want) const {
+    float v = 0.f;
+    return Scalar(id, &v) && std::abs(v - want) <= 1e-6f * std::abs(want);
+  }
+  size_t Index(const Node* n) const { return static_cast<size_t>(n - g_.nodes_.data()); }
+
+ private:
+  Graph& g_;
+  std::vector<int> readers_;
+  std::map<int, size_t> producer_, reader_;  // value id -> node index (reader_: the last one)
+};
 
 void Graph::FuseHardSwishes() {
   // Exporters (Paddle, older PyTorch) write HardSwish as Add(x, 3) -> Clip(0, 6) -> Mul(x, .) ->
   // Div(., 6) (or Mul(., 1/6)). The four become one HardSwish node, which a Conv's epilogue can
   // then take.
-  const std::vector<int> readers = Readers();
-  std::map<int, size_t> producer;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    for (int id : nodes_[i].outputs)
-      if (id >= 0) producer[id] = i;
-  auto scalar = [&](int id, float want) {
-    if (!IsConstant(id) || constants_[id].type() != DataType::kFp32 ||
-        constants_[id].elements() != 1)
-      return false;
-    const float v = constants_[id].data<float>()[0];
-    return std::abs(v - want) <= 1e-6f * std::abs(want);
-  };
-  auto made_by = [&](int id, const char* op) -> Node* {
-    auto it = producer.find(id);
-    if (it == producer.end() || readers[id] != 1) return nullptr;
-    Node& n = nodes_[it->second];
-    return n.op.op_type() == op && n.outputs.size() == 1 ? &n : nullptr;
-  };
+  const Patterns p(*this);
+  auto scalar = [&](int id, float want) { return p.ScalarIs(id, want); };
+  auto made_by = [&](int id, const char* op) { return p.MadeBy(id, op); };
   const OpDef* hard_swish = FindOpDef("HardSwish");
   std::vector<bool> dead(nodes_.size(), false);
   int fused = 0;
@@ -256,6 +291,100 @@ void Graph::FuseHardSwishes() {
     if (!dead[i]) kept.push_back(std::move(nodes_[i]));
   nodes_ = std::move(kept);
   if (fused) pass_log_.push_back("HardSwish patterns fused: " + std::to_string(fused));
+}
+
+namespace {
+
+// A ReduceMean over the last axis only, keeping it (the attribute before opset 18, a constant
+// input from it).
+bool MeanOfLastAxis(const Graph::Node& n, const std::function<const Tensor*(int)>& constant) {
+  if (n.inputs.empty() || n.op.AttrInt("keepdims", 1) != 1) return false;
+  std::vector<int64_t> axes = n.op.AttrInts("axes");
+  if (n.op.opset() >= 18) {
+    const Tensor* t = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+    if (t == nullptr || t->type() != DataType::kInt64) return false;
+    axes.assign(t->data<int64_t>(), t->data<int64_t>() + t->elements());
+  } else if (n.inputs.size() > 1) {
+    return false;
+  }
+  return axes == std::vector<int64_t>{-1};
+}
+
+}  // namespace
+
+void Graph::FuseLayerNorms() {
+  // Exporters without LayerNormalization (opset < 17; Paddle, HuggingFace's older exports) write
+  // it out: m = ReduceMean(x), d = Sub(x, m), v = ReduceMean(Pow(d, 2) or Mul(d, d)),
+  // y = Div(d, Sqrt(Add(v, eps))), then Mul by a scale and Add of a bias, each 1-D and constant.
+  // The chain becomes one LayerNormalization over the last axis.
+  const Patterns p(*this);
+  auto constant = [this](int id) { return IsConstant(id) ? &constants_[id] : nullptr; };
+  auto vector = [&](int id) {
+    const Tensor* t = constant(id);
+    return t != nullptr && t->type() == DataType::kFp32 && t->shape().size() == 1;
+  };
+  const OpDef* layer_norm = FindOpDef("LayerNormalization");
+  std::vector<bool> dead(nodes_.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& div = nodes_[i];
+    if (dead[i] || div.op.op_type() != "Div" || div.inputs.size() != 2 || div.outputs.size() != 1)
+      continue;
+    const int d = div.inputs[0];
+    Node* sqrt = p.MadeBy(div.inputs[1], "Sqrt");
+    Node* add = sqrt == nullptr ? nullptr : p.MadeBy(sqrt->inputs[0], "Add");
+    if (add == nullptr || add->inputs.size() != 2) continue;
+    float eps = 0.f;
+    const int side = p.Scalar(add->inputs[1], &eps) ? 0 : 1;
+    if (!p.Scalar(add->inputs[1 - side], &eps) || !(eps >= 0.f) || std::isinf(eps)) continue;
+    Node* var = p.MadeBy(add->inputs[side], "ReduceMean");
+    if (var == nullptr || !MeanOfLastAxis(*var, constant)) continue;
+    // The square: Pow(d, 2) (d read twice in all) or Mul(d, d) (three times).
+    Node* square = p.MadeBy(var->inputs[0], "Pow");
+    Node* sub = nullptr;
+    if (square != nullptr && square->inputs.size() == 2 && square->inputs[0] == d &&
+        p.ScalarIs(square->inputs[1], 2.f)) {
+      sub = p.MadeBy(d, "Sub", 2);
+    } else if ((square = p.MadeBy(var->inputs[0], "Mul")) != nullptr &&
+               square->inputs.size() == 2 && square->inputs[0] == d && square->inputs[1] == d) {
+      sub = p.MadeBy(d, "Sub", 3);
+    }
+    if (sub == nullptr || sub->inputs.size() != 2) continue;
+    const int x = sub->inputs[0];
+    Node* mean = p.MadeBy(sub->inputs[1], "ReduceMean");
+    if (x < 0 || mean == nullptr || mean->inputs[0] != x || !MeanOfLastAxis(*mean, constant))
+      continue;
+    // The affine tail, each step optional.
+    Node* last = &div;
+    int scale = -1, bias = -1;
+    if (Node* mul = p.ReadBy(last->outputs[0], "Mul"); mul != nullptr && mul->inputs.size() == 2) {
+      const int other = mul->inputs[0] == last->outputs[0] ? mul->inputs[1] : mul->inputs[0];
+      if (vector(other)) scale = other, last = mul;
+    }
+    if (Node* shift = p.ReadBy(last->outputs[0], "Add");
+        shift != nullptr && shift->inputs.size() == 2) {
+      const int other = shift->inputs[0] == last->outputs[0] ? shift->inputs[1] : shift->inputs[0];
+      if (vector(other)) bias = other, last = shift;
+    }
+    const int out = last->outputs[0];
+    for (Node* n : {mean, sub, square, var, add, sqrt, &div, last}) dead[p.Index(n)] = true;
+    // The fused node takes the last node's place: every input is computed by then.
+    Node ln = MakeNode("LayerNormalization", div.op.name() + ".layer_norm", layer_norm->fn,
+                       {x, scale, bias}, {out});
+    onnx::AttributeProto* a = made_nodes_.back()->add_attribute();
+    a->set_name("epsilon");
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(eps);
+    const size_t at = p.Index(last);
+    nodes_[at] = std::move(ln);
+    dead[at] = false;
+    ++fused;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+  if (fused) pass_log_.push_back("LayerNormalization patterns fused: " + std::to_string(fused));
 }
 
 // ---- fused epilogues ----------------------------------------------------------------------------

@@ -212,6 +212,9 @@ def test_every_cnn_runs_on_the_native_engine(vision_server):
         # (Its scale before each HardSwish folds into the Conv, which then takes the activation.)
         assert "constant Mul/Add folded into Conv: 18;" in line, line
         assert "fused: 7 residual Add, 42 activation" in line, line
+    if "ocr_recognizer" in REAL:  # SVTR's layer norms written out (ReduceMean, Pow, Sqrt, ...)
+        line = next(ln for ln in log.splitlines() if "model 'ocr_recognizer': graph passes:" in ln)
+        assert "LayerNormalization patterns fused: 5;" in line, line
 
 
 @pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])

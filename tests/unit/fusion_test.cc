@@ -1,5 +1,5 @@
-// The native engine's Gemm -> activation fusion and its vectorized activation kernels, against
-// float64 references.
+// The native engine's fusions (Gemm -> activation, LayerNormalization written out) and its
+// vectorized activation kernels, against float64 references.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -154,6 +154,86 @@ TEST(GraphRunRowsTest, RowsAloneInTurnOrSideBySideAnswerAsTheBatch) {
       ASSERT_NEAR(out[1].data<float>()[i], hidden[i], 1e-4) << i;
     }
   }
+}
+
+// LayerNormalization as exporters without the op write it: ReduceMean, Sub, Pow(., 2) or Mul(d, d),
+// ReduceMean, Add(eps), Sqrt, Div, then optionally Mul(scale) and Add(bias) over the last axis.
+struct WrittenOutLayerNorm {
+  static constexpr int64_t kRows = 6, kWidth = 24;
+  bool square_by_mul = false, affine = true, diff_is_output = false;
+  std::vector<float> x, scale, bias;
+  WrittenOutLayerNorm() {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> d(-3, 3);
+    for (int64_t i = 0; i < kRows * kWidth; ++i) x.push_back(d(rng));
+    for (int64_t i = 0; i < kWidth; ++i) scale.push_back(d(rng)), bias.push_back(d(rng));
+  }
+  std::unique_ptr<onnx::ModelProto> Model() const {
+    auto model = std::make_unique<onnx::ModelProto>();
+    model->set_ir_version(8);
+    model->add_opset_import()->set_version(13);
+    auto* g = model->mutable_graph();
+    AddFloatTensor(g, "two", {}, {2.f});
+    AddFloatTensor(g, "eps", {}, {1e-5f});
+    AddFloatTensor(g, "scale", {kWidth}, scale);
+    AddFloatTensor(g, "bias", {kWidth}, bias);
+    AddValueInfo(g->mutable_input(), "x", {2, 3, kWidth});
+    AddValueInfo(g->mutable_output(), "y", {2, 3, kWidth});
+    if (diff_is_output) AddValueInfo(g->mutable_output(), "d", {2, 3, kWidth});
+    for (auto [in, out] : {std::pair{"x", "m"}, {"p", "v"}}) {
+      auto* attr = AddNode(g, "ReduceMean", {in}, out)->add_attribute();
+      attr->set_name("axes");
+      attr->set_type(onnx::AttributeProto::INTS);
+      attr->add_ints(-1);
+      if (std::string(in) == "x") {
+        AddNode(g, "Sub", {"x", "m"}, "d");
+        if (square_by_mul)
+          AddNode(g, "Mul", {"d", "d"}, "p");
+        else
+          AddNode(g, "Pow", {"d", "two"}, "p");
+      }
+    }
+    AddNode(g, "Add", {"v", "eps"}, "e");
+    AddNode(g, "Sqrt", {"e"}, "s");
+    AddNode(g, "Div", {"d", "s"}, affine ? "n" : "y");
+    if (affine) {
+      AddNode(g, "Mul", {"n", "scale"}, "t");
+      AddNode(g, "Add", {"t", "bias"}, "y");
+    }
+    return model;
+  }
+  double Reference(int64_t r, int64_t i) const {
+    const float* row = x.data() + r * kWidth;
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < kWidth; ++k) mean += row[k];
+    mean /= kWidth;
+    for (int64_t k = 0; k < kWidth; ++k) var += (row[k] - mean) * (row[k] - mean);
+    const double y = (row[i] - mean) / std::sqrt(var / kWidth + 1e-5);
+    return affine ? y * scale[i] + bias[i] : y;
+  }
+};
+
+TEST(LayerNormFusionTest, TheWrittenOutFormsBecomeOneNodeAndResultsHold) {
+  for (bool by_mul : {false, true})
+    for (bool affine : {true, false})
+      for (bool diff_is_output : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "square by Mul " << by_mul << ", affine " << affine
+                                        << ", Sub's output also a graph output " << diff_is_output);
+        WrittenOutLayerNorm ln;
+        ln.square_by_mul = by_mul, ln.affine = affine, ln.diff_is_output = diff_is_output;
+        auto graph = Graph::FromProto(ln.Model());
+        ASSERT_TRUE(graph.ok()) << graph.status().message();
+        // Fused: one node. A value of the chain read outside it keeps the chain as written.
+        EXPECT_EQ((*graph)->node_count(), diff_is_output ? (affine ? 9u : 7u) : 1u);
+        Tensor x = Tensor::Allocate(DataType::kFp32, {2, 3, ln.kWidth});
+        std::copy(ln.x.begin(), ln.x.end(), x.mutable_data<float>());
+        std::vector<Tensor> out;
+        ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &out).ok());
+        for (int64_t r = 0; r < ln.kRows; ++r)
+          for (int64_t i = 0; i < ln.kWidth; ++i)
+            ASSERT_NEAR(out[0].data<float>()[r * ln.kWidth + i], ln.Reference(r, i), 2e-5)
+                << r << ", " << i;
+      }
 }
 
 TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {

@@ -1,8 +1,10 @@
 // The normalisation family: BatchNormalization (inference form; the graph's passes fold it into a
-// preceding Conv), InstanceNormalization, LRN, and Dropout (the identity at inference).
+// preceding Conv), InstanceNormalization, LayerNormalization (also what the graph's passes make of
+// its primitive form), LRN, and Dropout (the identity at inference).
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/parallel.h"
 #include "ops/op.h"
 
 namespace nereid::native {
@@ -86,6 +88,79 @@ Status InstanceNormalization(const OpNode& node, const std::vector<const Tensor*
   return Status::Ok();
 }
 
+Status CheckLayerNorm(const OpNode& node, const std::vector<const Tensor*>&) {
+  if (node.AttrInt("stash_type", 1) != 1)
+    return node.Refuse("stash_type " + std::to_string(node.AttrInt("stash_type", 1)) +
+                       " is not supported (FP32 statistics only)");
+  const float eps = node.AttrFloat("epsilon", 1e-5f);
+  if (!(eps >= 0.f) || std::isinf(eps)) return node.Error("epsilon must be finite and >= 0");
+  return Status::Ok();
+}
+
+// y = (x - mean) / sqrt(var + epsilon) * scale + B over the dims from 'axis' on, the statistics in
+// double; outputs 1 and 2 (optional) the mean and 1 / sqrt(var + epsilon) with those dims kept as
+// 1. Scale and B hold one value per normalised element or one in all; the passes' fused form may
+// omit Scale (ones).
+Status LayerNormalization(const OpNode& node, const std::vector<const Tensor*>& in,
+                          std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  RETURN_IF_ERROR(CheckLayerNorm(node, {}));
+  const Tensor& x = *in[0];
+  RETURN_IF_ERROR(RequireFloat(node, x));
+  const int64_t rank = static_cast<int64_t>(x.shape().size());
+  const int64_t axis = NormalizeAxis(node.AttrInt("axis", -1), rank);
+  if (rank == 0 || axis < 0 || axis >= rank)
+    return node.Error("axis " + std::to_string(node.AttrInt("axis", -1)) +
+                      " is out of range for rank " + std::to_string(rank));
+  const int64_t inner = Product(x.shape(), axis, rank);
+  const int64_t rows = inner == 0 ? 0 : x.elements() / inner;
+  const float* param[2] = {nullptr, nullptr};
+  bool one[2] = {false, false};
+  for (int k = 0; k < 2; ++k) {
+    const Tensor* t = in.size() > static_cast<size_t>(k + 1) ? in[k + 1] : nullptr;
+    if (t == nullptr) continue;
+    RETURN_IF_ERROR(RequireFloat(node, *t));
+    if (t->elements() != inner && t->elements() != 1)
+      return node.Error(std::string(k == 0 ? "Scale" : "B") + " must have " +
+                        std::to_string(inner) + " values (or one), got " +
+                        std::to_string(t->elements()));
+    param[k] = t->data<float>();
+    one[k] = t->elements() == 1 && inner != 1;
+  }
+  Tensor y = Tensor::Allocate(DataType::kFp32, x.shape());
+  std::vector<int64_t> stat_shape = x.shape();
+  for (int64_t d = axis; d < rank; ++d) stat_shape[d] = 1;
+  Tensor mean_out, inv_out;
+  if (out.size() > 1) mean_out = Tensor::Allocate(DataType::kFp32, stat_shape);
+  if (out.size() > 2) inv_out = Tensor::Allocate(DataType::kFp32, stat_shape);
+  const float eps = node.AttrFloat("epsilon", 1e-5f);
+  const float* px = x.data<float>();
+  float* py = y.mutable_data<float>();
+  kernels::ParallelForWork(rows, rows * inner, [&](int64_t r) {
+    const float* xr = px + r * inner;
+    float* yr = py + r * inner;
+    double sum = 0;
+    for (int64_t i = 0; i < inner; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(inner);
+    double squares = 0;
+    for (int64_t i = 0; i < inner; ++i) squares += (xr[i] - mean) * (xr[i] - mean);
+    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(inner) + eps);
+    const float m = static_cast<float>(mean), s = static_cast<float>(inv);
+    for (int64_t i = 0; i < inner; ++i) {
+      float v = (xr[i] - m) * s;
+      if (param[0] != nullptr) v *= param[0][one[0] ? 0 : i];
+      if (param[1] != nullptr) v += param[1][one[1] ? 0 : i];
+      yr[i] = v;
+    }
+    if (mean_out.valid()) mean_out.mutable_data<float>()[r] = m;
+    if (inv_out.valid()) inv_out.mutable_data<float>()[r] = s;
+  });
+  out[0] = std::move(y);
+  if (out.size() > 1) out[1] = std::move(mean_out);
+  if (out.size() > 2) out[2] = std::move(inv_out);
+  return Status::Ok();
+}
+
 // Local response normalisation across channels (NCHW): y = x / (bias + alpha / size *
 // sum of x^2 over the 'size' channels around c)^beta.
 Status LRN(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
@@ -160,6 +235,7 @@ Status Dropout(const OpNode& node, const std::vector<const Tensor*>& in, std::ve
 std::vector<OpDef> NormOps() {
   return {{"BatchNormalization", BatchNormalization, CheckBatchNorm},
           {"InstanceNormalization", InstanceNormalization},
+          {"LayerNormalization", LayerNormalization, CheckLayerNorm, 3},
           {"LRN", LRN},
           {"Dropout", Dropout, CheckDropout, 2}};
 }

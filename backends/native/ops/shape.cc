@@ -1,5 +1,5 @@
 // Shape and data-movement ops: Identity, Reshape, Flatten, Squeeze, Unsqueeze (views); Concat,
-// Transpose, Slice, Gather, Pad, Expand, Split; Shape, ConstantOfShape, Constant, Cast.
+// Transpose, Slice, Gather, Pad, Expand, Split; Shape, Size, ConstantOfShape, Constant, Cast.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -275,6 +275,14 @@ Status Shape(const OpNode& node, const std::vector<const Tensor*>& in, std::vect
   const int64_t n = std::max<int64_t>(end - start, 0);
   out[0] = Tensor::Allocate(DataType::kInt64, {n});
   std::copy(shape.begin() + start, shape.begin() + start + n, out[0].mutable_data<int64_t>());
+  return Status::Ok();
+}
+
+// The input's element count as an INT64 scalar.
+Status Size(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  out[0] = Tensor::Allocate(DataType::kInt64, {});
+  out[0].mutable_data<int64_t>()[0] = in[0]->elements();
   return Status::Ok();
 }
 
@@ -633,14 +641,23 @@ Status Split(const OpNode& node, const std::vector<const Tensor*>& in, std::vect
 }  // namespace
 
 std::vector<OpDef> ShapeOps() {
-  return {{"Identity", Identity},   {"Reshape", Reshape},
-          {"Flatten", Flatten},     {"Squeeze", Squeeze},
-          {"Unsqueeze", Unsqueeze}, {"Concat", Concat},
-          {"Transpose", Transpose}, {"Slice", Slice},
-          {"Gather", Gather},       {"Pad", Pad},
-          {"Expand", Expand},       {"Split", Split, nullptr, 1 << 16},
-          {"Shape", Shape},         {"ConstantOfShape", ConstantOfShape},
-          {"Constant", Constant},   {"Cast", Cast}};
+  return {{"Identity", Identity},
+          {"Reshape", Reshape},
+          {"Flatten", Flatten},
+          {"Squeeze", Squeeze},
+          {"Unsqueeze", Unsqueeze},
+          {"Concat", Concat},
+          {"Transpose", Transpose},
+          {"Slice", Slice},
+          {"Gather", Gather},
+          {"Pad", Pad},
+          {"Expand", Expand},
+          {"Split", Split, nullptr, 1 << 16},
+          {"Shape", Shape},
+          {"Size", Size},
+          {"ConstantOfShape", ConstantOfShape},
+          {"Constant", Constant},
+          {"Cast", Cast}};
 }
 
 }  // namespace nereid::native
