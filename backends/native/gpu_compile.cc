@@ -167,6 +167,14 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
     return Unsupported(n.who + " has no GPU kernel (GPU ops: " + list +
                        "; Shape, Slice, Gather, Cast, Unsqueeze, Squeeze of known shapes)");
   }
+  const std::string& op = node.op.op_type();
+  if (op != "Transpose" && op != "Slice" && op != "Squeeze" && op != "Unsqueeze")
+    for (int id : node.inputs)
+      if (m.views.count(id))
+        return Unsupported(n.who +
+                           " reads a value whose batch axis a Transpose moved: the GPU engine "
+                           "brings it first again through Transpose, Slice, Squeeze and "
+                           "Unsqueeze only");
   int outputs = 0;
   for (int id : node.outputs) outputs += id >= 0;
   if (node.outputs.empty() || node.outputs[0] < 0 || outputs > it->second.max_outputs)
@@ -233,6 +241,10 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
   for (const auto& node : graph.nodes()) RETURN_IF_ERROR(CompileNode(graph, node, *m));
   for (const ValueInfo& v : graph.outputs()) {
     int id = graph.FindValue(v.name);
+    if (id >= 0 && m->views.count(id))
+      return Unsupported("output '" + v.name +
+                         "' has its batch axis moved by a Transpose: the GPU engine answers "
+                         "with the batch first");
     if (id < 0 || !m->values[id].defined)
       return Unsupported("output '" + v.name + "' is not computed from the inputs on the GPU");
     id = InLayout(*m, id, false);
@@ -253,11 +265,11 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
 }
 
 std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
-  static const char* const kNames[] = {"gemm",    "binary",      "broadcast", "unary",
-                                       "convert", "activation",  "conv",      "convtranspose",
-                                       "pool",    "global pool", "layout",    "softmax",
-                                       "lrn",     "transpose",   "resize",    "concat"};
-  static_assert(std::size(kNames) == Step::kConcat + 1);
+  static const char* const kNames[] = {
+      "gemm", "binary",        "broadcast", "unary",       "convert",    "activation",
+      "conv", "convtranspose", "pool",      "global pool", "layout",     "softmax",
+      "lrn",  "strided copy",  "resize",    "concat",      "layer norm", "batched matmul"};
+  static_assert(std::size(kNames) == Step::kBatchedMatMul + 1);
   std::map<std::string, int> counts;
   for (const Step& s : m.steps) ++counts[kNames[s.kind]];
   return counts;

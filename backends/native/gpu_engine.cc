@@ -196,9 +196,11 @@ class GpuInstance final : public GemmBench {
     // up to 512 rows, 8 up to 64: beyond that the tiles alone fill the GPU).
     int64_t acc = 1;
     for (const Step& s : m_->steps)
-      if (s.kind == Step::kGemm)
-        acc = std::max({acc, s.n * capacity, 4 * s.n * std::min<int64_t>(capacity, 512),
-                        8 * s.n * std::min<int64_t>(capacity, 64)});
+      if (s.kind == Step::kGemm) {
+        const int64_t m = capacity * s.outer;  // a GEMM's rows at the capacity
+        acc = std::max({acc, s.n * m, 4 * s.n * std::min<int64_t>(m, 512),
+                        8 * s.n * std::min<int64_t>(m, 64)});
+      }
     RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
     acc_floats_ = acc;
     if (m_->int8_gemms > 0) {  // an int8 GEMM's activations, quantized per row
@@ -327,15 +329,30 @@ class GpuInstance final : public GemmBench {
                                   out.dims[0], s.n, s.lrn_alpha, s.lrn_beta, s.lrn_bias, stream_),
                       "LRN kernel");
           break;
-        case Step::kTranspose: {
+        case Step::kStridedCopy: {
           int64_t dims[kc::kMaxTransposeRank];
           std::copy(s.dims.begin(), s.dims.end(), dims);
           dims[0] = rows;
-          CUDA_RETURN(kc::Transpose(kc::ElemSize(out.type), Buf(s.in), Buf(s.out),
-                                    static_cast<int>(s.dims.size()), dims, s.perm.data(), stream_),
-                      "transpose kernel");
+          const size_t size = kc::ElemSize(out.type);
+          CUDA_RETURN(
+              kc::StridedCopy(size, static_cast<const uint8_t*>(Buf(s.in)) + s.offset * size,
+                              Buf(s.out), static_cast<int>(s.dims.size()), dims, s.strides.data(),
+                              stream_),
+              "strided copy kernel");
           break;
         }
+        case Step::kLayerNorm:
+          CUDA_RETURN(kc::LayerNorm(out.type, Buf(s.in), Buf(s.out), rows * s.outer, s.k,
+                                    static_cast<const float*>(s.w), s.bias, s.epsilon,
+                                    s.mean_out >= 0 ? Buf(s.mean_out) : nullptr,
+                                    s.inv_std_out >= 0 ? Buf(s.inv_std_out) : nullptr, stream_),
+                      "layer norm kernel");
+          break;
+        case Step::kBatchedMatMul:
+          CUDA_RETURN(kc::BatchedMatMul(out.type, Buf(s.a.value), Buf(s.b.value), Buf(s.out),
+                                        rows * s.outer, s.m, s.n, s.k, stream_),
+                      "batched matmul kernel");
+          break;
         case Step::kResize:
           CUDA_RETURN(
               kc::ResizeNhwc(out.type, Buf(s.in), rows, s.window.h, s.window.w, s.window.c_in,
@@ -418,7 +435,7 @@ class GpuInstance final : public GemmBench {
 
   kc::GemmProblem Problem(const Step& s, int64_t rows) const {
     kc::GemmProblem p;
-    p.m = rows, p.n = s.n, p.k = s.k;
+    p.m = rows * s.outer, p.n = s.n, p.k = s.k;
     p.ab_type = m_->float_type;
     p.x = Buf(s.in), p.w = s.w, p.y = Buf(s.out);
     p.out_type = m_->values[s.out].type;

@@ -60,9 +60,11 @@ struct Step {
     kLayout,
     kSoftmax,
     kLrn,
-    kTranspose,
+    kStridedCopy,  // a Transpose, a Slice, or both: the input read through strides
     kResize,
-    kConcat
+    kConcat,
+    kLayerNorm,
+    kBatchedMatMul
   } kind = kGemm;
   int in = -1, out = -1;
   // kGemm
@@ -90,15 +92,19 @@ struct Step {
   int64_t layout_c = 0;
   // kBroadcast (a, b and op as kBinary): dims[0] is the rows, set per run
   kc::BroadcastShape broadcast;
-  // kSoftmax (rows x outer blocks of n), kConcat (per row: outer blocks of each part's inner
-  // elements side by side)
+  // kSoftmax and kLayerNorm (rows x outer blocks of k), kGemm and kBatchedMatMul (rows x outer
+  // products), kConcat (per row: outer blocks of each part's inner elements side by side)
   int64_t outer = 1;
+  int64_t m = 0;        // kBatchedMatMul: a (value a) is m x k, b (value b) k x n per product
+  float epsilon = 0.f;  // kLayerNorm (w: its scale, bias: its bias, each fp32 or null)
+  int mean_out = -1, inv_std_out = -1;  // kLayerNorm's optional outputs (one value per vector)
   std::vector<std::pair<int, int64_t>> parts;  // kConcat: value, inner elements
   // kLrn: size n, alpha, beta, bias
   float lrn_alpha = 0.f, lrn_beta = 0.f, lrn_bias = 0.f;
-  // kTranspose: the input's dims (rows first, set per run) and the permutation
-  std::vector<int64_t> dims;
-  std::vector<int> perm;
+  // kStridedCopy: the output's dims (rows first, set per run), the input's element stride of each
+  // (the rows': a row of the input) and the first element read
+  std::vector<int64_t> dims, strides;
+  int64_t offset = 0;
   // kResize: taps on the device (window.h/w/c_in -> window.oh/ow)
   const kc::ResizeTap* taps_y = nullptr;
   const kc::ResizeTap* taps_x = nullptr;
@@ -133,6 +139,17 @@ class GpuModel {
   // Integer vectors known at compile time though computed by nodes (Shape of a value and the
   // slicing and gathering after it), kRowsDim standing for the batch.
   std::map<int, std::vector<int64_t>> shape_values;
+  // A value a Transpose made with the batch axis elsewhere than first (attention's
+  // [3, rows, heads, seq, d] of Q, K and V): not computed but read as the source's buffer through
+  // strides, until Slice and Squeeze bring the batch first again and one strided copy computes it.
+  struct View {
+    int source = -1;               // an NCHW value
+    std::vector<int64_t> dims;     // the view's dims, the batch's (at batch_axis) 1
+    std::vector<int64_t> strides;  // the source's element stride of each (the batch's: a row)
+    int64_t offset = 0;
+    size_t batch_axis = 0;
+  };
+  std::map<int, View> views;
   int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)

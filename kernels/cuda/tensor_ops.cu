@@ -44,6 +44,61 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     out[i] = FromFloat<T>(__expf(ToFloat(row[i]) - m) * inv);
 }
 
+// One block per row: the mean, then the variance around it (fp32 sums), then the affine map.
+template <typename T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    LayerNormKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n,
+                    const float* __restrict__ scale, const float* __restrict__ bias, float eps,
+                    T* __restrict__ mean_out, T* __restrict__ inv_out) {
+  __shared__ float scratch[kSoftmaxThreads / 32];
+  const T* row = x + blockIdx.x * n;
+  T* out = y + blockIdx.x * n;
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += kSoftmaxThreads) sum += ToFloat(row[i]);
+  const float mean = BlockReduce<false>(sum, scratch) / static_cast<float>(n);
+  float squares = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += kSoftmaxThreads) {
+    const float d = ToFloat(row[i]) - mean;
+    squares += d * d;
+  }
+  const float inv = rsqrtf(BlockReduce<false>(squares, scratch) / static_cast<float>(n) + eps);
+  if (threadIdx.x == 0 && mean_out != nullptr) mean_out[blockIdx.x] = FromFloat<T>(mean);
+  if (threadIdx.x == 0 && inv_out != nullptr) inv_out[blockIdx.x] = FromFloat<T>(inv);
+  for (int64_t i = threadIdx.x; i < n; i += kSoftmaxThreads) {
+    float v = (ToFloat(row[i]) - mean) * inv;
+    if (scale != nullptr) v *= scale[i];
+    if (bias != nullptr) v += bias[i];
+    out[i] = FromFloat<T>(v);
+  }
+}
+
+// C[b] = A[b] B[b] in 16 x 16 tiles through shared memory, fp32 sums; grid.z strides the batch.
+constexpr int kMatMulTile = 16;
+
+template <typename T>
+__global__ void BatchedMatMulKernel(const T* __restrict__ a, const T* __restrict__ b,
+                                    T* __restrict__ c, int64_t batch, int64_t m, int64_t n,
+                                    int64_t k) {
+  __shared__ float as[kMatMulTile][kMatMulTile + 1], bs[kMatMulTile][kMatMulTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * kMatMulTile + ty;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kMatMulTile + tx;
+  for (int64_t item = blockIdx.z; item < batch; item += gridDim.z) {
+    const T* pa = a + item * m * k;
+    const T* pb = b + item * k * n;
+    float acc = 0.f;
+    for (int64_t t = 0; t < k; t += kMatMulTile) {
+      as[ty][tx] = row < m && t + tx < k ? ToFloat(pa[row * k + t + tx]) : 0.f;
+      bs[ty][tx] = t + ty < k && col < n ? ToFloat(pb[(t + ty) * n + col]) : 0.f;
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < kMatMulTile; ++q) acc += as[ty][q] * bs[q][tx];
+      __syncthreads();
+    }
+    if (row < m && col < n) c[item * m * n + row * n + col] = FromFloat<T>(acc);
+  }
+}
+
 template <typename T>
 __global__ void LrnKernel(const T* __restrict__ x, T* __restrict__ y, int64_t count, int64_t c,
                           int64_t before, int64_t after, float alpha_over_size, float beta,
@@ -159,23 +214,66 @@ cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64
   });
 }
 
+cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64_t n,
+                      const float* scale, const float* bias, float eps, void* mean, void* inv_std,
+                      cudaStream_t stream) {
+  if (rows < 0 || n < 1 || rows > 0x7fffffff || !(eps >= 0.f)) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  return WithFloatType(type, [&](auto t) {
+    using T = decltype(t);
+    LayerNormKernel<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), n, scale, bias, eps, static_cast<T*>(mean),
+        static_cast<T*>(inv_std));
+  });
+}
+
+cudaError_t BatchedMatMul(ElemType type, const void* a, const void* b, void* c, int64_t batch,
+                          int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (batch < 0 || m < 0 || n < 0 || k < 0) return cudaErrorInvalidValue;
+  if (batch == 0 || m == 0 || n == 0) return cudaSuccess;
+  const int64_t tiles_x = (n + kMatMulTile - 1) / kMatMulTile;
+  const int64_t tiles_y = (m + kMatMulTile - 1) / kMatMulTile;
+  if (tiles_x > 0x7fffffff || tiles_y > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y),
+                  static_cast<unsigned>(batch < 65535 ? batch : 65535));
+  return WithFloatType(type, [&](auto t) {
+    using T = decltype(t);
+    BatchedMatMulKernel<T><<<grid, dim3(kMatMulTile, kMatMulTile), 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), batch, m, n, k);
+  });
+}
+
 cudaError_t Transpose(size_t elem_bytes, const void* x, void* y, int rank, const int64_t* dims,
                       const int* perm, cudaStream_t stream) {
   if (rank < 1 || rank > kMaxTransposeRank) return cudaErrorInvalidValue;
-  TransposeArgs a{};
-  a.rank = rank;
-  int64_t in_stride[kMaxTransposeRank], count = 1;
+  int64_t stride[kMaxTransposeRank], out_dims[kMaxTransposeRank], in_stride[kMaxTransposeRank];
+  int64_t count = 1;
   bool seen[kMaxTransposeRank] = {};
   for (int d = rank - 1; d >= 0; --d) {
     if (dims[d] < 0) return cudaErrorInvalidValue;
-    in_stride[d] = count;
+    stride[d] = count;
     count *= dims[d];
   }
   for (int d = 0; d < rank; ++d) {
     if (perm[d] < 0 || perm[d] >= rank || seen[perm[d]]) return cudaErrorInvalidValue;
     seen[perm[d]] = true;
-    a.out_dims[d] = dims[perm[d]];
-    a.in_stride[d] = in_stride[perm[d]];
+    out_dims[d] = dims[perm[d]];
+    in_stride[d] = stride[perm[d]];
+  }
+  return StridedCopy(elem_bytes, x, y, rank, out_dims, in_stride, stream);
+}
+
+cudaError_t StridedCopy(size_t elem_bytes, const void* x, void* y, int rank,
+                        const int64_t* out_dims, const int64_t* in_strides, cudaStream_t stream) {
+  if (rank < 1 || rank > kMaxTransposeRank) return cudaErrorInvalidValue;
+  TransposeArgs a{};
+  a.rank = rank;
+  int64_t count = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (out_dims[d] < 0 || in_strides[d] < 0) return cudaErrorInvalidValue;
+    a.out_dims[d] = out_dims[d];
+    a.in_stride[d] = in_strides[d];
+    count *= out_dims[d];
   }
   if (count == 0) return cudaSuccess;
   auto launch = [&](auto t) {

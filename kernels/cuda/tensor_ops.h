@@ -1,5 +1,6 @@
 // The native engine's GPU kernels for the ops around convolutions in vision models (the model
-// zoo's, RapidOCR's, openWakeWord's): Softmax, LRN, Transpose, Resize and ConvTranspose. Concat
+// zoo's, RapidOCR's, openWakeWord's): Softmax, LayerNorm, products of two activations, LRN,
+// Transpose and strided copies, Resize and ConvTranspose. Concat
 // needs no kernel (strided copies). Types kF32, kBF16, kF16 with fp32 arithmetic (Transpose moves
 // any element size). Entry points check their arguments, return cudaErrorInvalidValue for what
 // they cannot run and never synchronize.
@@ -14,6 +15,19 @@ namespace nereid::kernels::cuda {
 cudaError_t Softmax(ElemType type, const void* x, void* y, int64_t rows, int64_t n,
                     cudaStream_t stream);
 
+// LayerNormalization of each of 'rows' contiguous rows of n values (one block per row, fp32
+// statistics): y = (x - mean) / sqrt(var + eps) * scale + bias, scale and bias (fp32, n values)
+// each optional (null); each row's mean and 1 / sqrt(var + eps) to 'mean' and 'inv_std' (of the
+// type; each optional).
+cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64_t n,
+                      const float* scale, const float* bias, float eps, void* mean, void* inv_std,
+                      cudaStream_t stream);
+
+// c[i] = a[i] b[i] for i < batch: a[i] m x k, b[i] k x n and c[i] m x n, each contiguous and
+// row-major, fp32 sums (the products of two activations, as attention's; CUDA cores).
+cudaError_t BatchedMatMul(ElemType type, const void* a, const void* b, void* c, int64_t batch,
+                          int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
 // ONNX LRN across channels on an NHWC tensor of 'pixels' x c: y = x / (bias + alpha / size *
 // sum of x^2 over channels [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)])^beta.
 cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64_t c, int64_t size,
@@ -23,6 +37,10 @@ cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64
 constexpr int kMaxTransposeRank = 6;
 cudaError_t Transpose(size_t elem_bytes, const void* x, void* y, int rank, const int64_t* dims,
                       const int* perm, cudaStream_t stream);
+// y (contiguous, 'out_dims', rank at most 6) = x read through element strides: y's element
+// (i_0, ..., i_r-1) is x[sum of i_d * in_strides[d]] (a transpose, a slice, or both).
+cudaError_t StridedCopy(size_t elem_bytes, const void* x, void* y, int rank,
+                        const int64_t* out_dims, const int64_t* in_strides, cudaStream_t stream);
 
 // Resize of an NHWC image n x h x w x c to n x oh x ow x c from per-axis taps (output index ->
 // two source indices and the second's weight, nearest modes giving i0 == i1 and weight 0), which

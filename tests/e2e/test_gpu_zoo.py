@@ -1,9 +1,9 @@
 """The model-zoo graphs of the onnx wheel (ResNet-50, DenseNet-121, Inception v1/v2, ShuffleNet,
 SqueezeNet, VGG-19, AlexNet, ZFNet-512) and the real CNNs the model packages ship (RapidOCR's text
-detector and direction classifier, openWakeWord's embedding) configured for ONNX Runtime on
-KIND_GPU and served by the native engine's GPU path (--onnx-engine=auto): Concat, LRN, Softmax,
-Transpose, Sum, Max, Resize, ConvTranspose, standalone BatchNormalization and load-time shape
-arithmetic around the convolutions. Each answer is compared with Python's onnxruntime on the CPU
+detector, recogniser and direction classifier, openWakeWord's embedding) configured for ONNX
+Runtime on KIND_GPU and served by the native engine's GPU path (--onnx-engine=auto): Concat, LRN,
+Softmax, Transpose, Sum, Max, Resize, ConvTranspose, standalone BatchNormalization, the
+recogniser's layer norms and attention, and load-time shape arithmetic around the convolutions. Each answer is compared with Python's onnxruntime on the CPU
 on the same input. The detector's open height and width are fixed by its config's dims. Without a
 GPU every test skips; scripts/gpu_device_run.sh runs this file on the device machine."""
 import os
@@ -31,6 +31,9 @@ if _ocr:
                             [3, 128, 160], [1, 128, 160])
     REAL["ocr_direction"] = (os.path.join(_ocr, "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
                              [3, 48, 192], [2])
+    # SVTR: layer norms written out, attention (Q, K and V sliced from a batch-moving Transpose).
+    REAL["ocr_recognizer"] = (os.path.join(_ocr, "models", "ch_PP-OCRv4_rec_infer.onnx"),
+                              [3, 48, 320], [40, 6625])
 if "wakeword_embedding" in real_models.model_files():
     REAL["wakeword_embedding"] = (real_models.model_files()["wakeword_embedding"], [76, 32, 1],
                                   [1, 1, 96])

@@ -54,6 +54,11 @@ const std::pair<const char*, const char*> kGpuCases[] = {
     {"globalaveragepool", "GlobalAveragePool"},
     {"reshape", "Reshape"},
     {"flatten", "Flatten"},
+    {"layer_normalization", "LayerNormalization"},
+    {"slice", "Slice"},
+    {"squeeze", "Squeeze"},
+    {"unsqueeze", "Unsqueeze"},
+    {"matmul", "MatMul"},
 };
 
 // Cases whose inputs 16-bit storage cannot hold apart: test_softmax_large_number's 10000-10003

@@ -1,10 +1,41 @@
-// The GPU's GEMM family: Gemm and MatMul of [rows, K] activations by constant 2-D weights, in the
-// model's precision (int8 per output channel where K allows), bias and Relu/Sigmoid fused.
+// The GPU's GEMM family: Gemm of [rows, K] activations and MatMul of [rows, ..., K] ones by
+// constant 2-D weights, in the model's precision (int8 per output channel where K allows and each
+// row is one vector), bias and Relu/Sigmoid fused; and MatMul of two activations of the same
+// leading dims (attention's products), one small product per leading index.
+#include <algorithm>
+
 #include "cpu/gemm_int8.h"
 #include "gpu_model.h"
 
 namespace nereid::native {
 namespace {
+
+// MatMul of two computed values [rows, ..., m, k] x [rows, ..., k, n] with equal leading dims.
+Status ProductOfValues(const GpuNode& g) {
+  ASSIGN_OR_RETURN(const ValueSpec a, g.Input(0));
+  ASSIGN_OR_RETURN(const ValueSpec b, g.Input(1));
+  if (a.logical != DataType::kFp32 || b.logical != DataType::kFp32)
+    return Unsupported(g.who + ": FP32 only on the GPU");
+  const size_t rank = a.dims.size();
+  if (rank < 2 || b.dims.size() != rank ||
+      !std::equal(a.dims.begin(), a.dims.end() - 2, b.dims.begin()))
+    return Unsupported(g.who + ": the GPU engine multiplies two values of the same leading dims (" +
+                       ShapeString(a.dims) + " and " + ShapeString(b.dims) + " per row)");
+  if (a.dims[rank - 1] != b.dims[rank - 2])
+    return InvalidArgument(g.who + ": shapes " + ShapeString(a.dims) + " and " +
+                           ShapeString(b.dims) + " per row do not multiply");
+  Step s;
+  s.kind = Step::kBatchedMatMul;
+  s.a.value = g.m.Resolve(InLayout(g.m, g.in(0), false));
+  s.b.value = g.m.Resolve(InLayout(g.m, g.in(1), false));
+  s.m = a.dims[rank - 2], s.k = a.dims[rank - 1], s.n = b.dims[rank - 1];
+  s.outer = ElementCount(a.dims.data(), rank - 2);
+  ValueSpec y = a;
+  y.dims[rank - 1] = s.n;
+  y.row_elems = ElementCount(y.dims.data(), rank);
+  y.nhwc = false;
+  return AddElementwise(g.m, s, y, g.out());
+}
 
 Status Gemm(const GpuNode& g) {
   const Graph& graph = g.graph;
@@ -15,18 +46,21 @@ Status Gemm(const GpuNode& g) {
   const int out = g.out();
   ASSIGN_OR_RETURN(const ValueSpec x_spec, g.Input(0));
   const ValueSpec* x = &x_spec;
-  const Tensor& b =
-      node.inputs.size() > 1 && node.inputs[1] >= 0 ? graph.constant(node.inputs[1]) : Tensor();
+  const bool gemm = op == "Gemm";
+  const Tensor& b = g.Constant(1);
+  if (!gemm && !b.valid() && g.in(1) >= 0 && g.m.values[g.in(1)].defined) return ProductOfValues(g);
   if (b.valid() && b.raw() == nullptr)
     return Internal(who + ": the weights were released (the graph was loaded for the CPU)");
   if (x->logical != DataType::kFp32 || !b.valid() || b.type() != DataType::kFp32 ||
-      b.shape().size() != 2 || x->dims.size() != 1)
-    return Unsupported(who + ": the GPU engine runs FP32 [rows, K] x constant 2-D FP32 weights");
-  const bool gemm = op == "Gemm";
+      b.shape().size() != 2 || x->dims.empty() || (gemm && x->dims.size() != 1))
+    return Unsupported(who + ": the GPU engine runs FP32 [rows, K] (MatMul: [rows, ..., K]) x " +
+                       "constant 2-D FP32 weights, or MatMul of two values");
   if (gemm && node.op.AttrInt("transA", 0) != 0)
     return Unsupported(who + ": transA is not supported on the GPU");
   const bool trans_b = gemm && node.op.AttrInt("transB", 0) != 0;
-  const int64_t k = x->dims[0];
+  const int64_t k = x->dims.back();
+  // MatMul of [rows, ..., K]: each row's leading vectors are rows of the GEMM too.
+  const int64_t outer = ElementCount(x->dims.data(), x->dims.size() - 1);
   const int64_t n = trans_b ? b.shape()[0] : b.shape()[1];
   if ((trans_b ? b.shape()[1] : b.shape()[0]) != k)
     return InvalidArgument(who + ": weight shape " + ShapeString(b.shape()) +
@@ -41,11 +75,12 @@ Status Gemm(const GpuNode& g) {
   }
   Step s;
   s.kind = Step::kGemm;
-  s.in = m.Resolve(node.inputs[0]);
-  s.n = n, s.k = k;
-  if (m.precision == Precision::kInt8 && k % 16 == 0) {
+  s.in = m.Resolve(x->dims.size() > 1 ? InLayout(m, node.inputs[0], false) : node.inputs[0]);
+  s.n = n, s.k = k, s.outer = outer;
+  if (m.precision == Precision::kInt8 && k % 16 == 0 && outer == 1) {
     // Per output channel, the same arithmetic as the device's per-row quantization. A GEMM whose
-    // k is no multiple of 16 (no int8 kernel takes it) stays in bf16.
+    // k is no multiple of 16 (no int8 kernel takes it) or whose rows hold several vectors (the
+    // quantization's scratch holds one per row) stays in bf16.
     std::vector<int8_t> q(w.size());
     std::vector<float> scale(static_cast<size_t>(n));
     kernels::QuantizeRowsInt8(w.data(), n, k, k, q.data(), scale.data());
@@ -72,7 +107,9 @@ Status Gemm(const GpuNode& g) {
   s.act = node.op.activation == OpNode::Activation::kRelu      ? kc::Activation::kRelu
           : node.op.activation == OpNode::Activation::kSigmoid ? kc::Activation::kSigmoid
                                                                : kc::Activation::kNone;
-  m.values[out] = ValueSpec{true, m.float_type, DataType::kFp32, {n}, n, -1};
+  std::vector<int64_t> dims(x->dims.begin(), x->dims.end() - 1);
+  dims.push_back(n);
+  m.values[out] = ValueSpec{true, m.float_type, DataType::kFp32, dims, outer * n, -1};
   s.out = out;
   m.steps.push_back(s);
   ++m.gemms;

@@ -1,5 +1,7 @@
 // The GPU's normalization family: BatchNormalization standing alone (after no Conv: a per-channel
-// multiply and add), LRN across channels (channels-last) and Softmax.
+// multiply and add), LayerNormalization (also the graph passes' fusion of its written-out form),
+// LRN across channels (channels-last) and Softmax.
+#include <algorithm>
 #include <cmath>
 
 #include "gpu_model.h"
@@ -61,6 +63,50 @@ Status CompileSoftmax(const Graph::Node& node, GpuModel& m, const std::string& w
   return AddElementwise(m, s, x, node.outputs[0]);
 }
 
+// LayerNormalization over the axes from 'axis' on (not the batch), Scale and B constant (one value
+// per normalised element, or one in all); Mean and InvStdDev too where the node names them.
+Status LayerNorm(const GpuNode& n) {
+  ASSIGN_OR_RETURN(ValueSpec x, n.Input(0));
+  const OpNode& op = n.node.op;
+  if (x.logical != DataType::kFp32) return Unsupported(n.who + ": FP32 only on the GPU");
+  if (op.AttrInt("stash_type", 1) != 1)
+    return Unsupported(n.who + ": stash_type other than 1 (FP32 statistics)");
+  const int64_t rank = static_cast<int64_t>(x.dims.size()) + 1;
+  int64_t axis = op.AttrInt("axis", -1);
+  if (axis < 0) axis += rank;
+  if (axis < 1 || axis >= rank) return Unsupported(n.who + ": a layer norm over the batch axis");
+  const int64_t inner = ElementCount(x.dims.data() + axis - 1, rank - axis);
+  const float eps = op.AttrFloat("epsilon", 1e-5f);
+  if (!(eps >= 0.f) || std::isinf(eps)) return op.Error("epsilon must be finite and >= 0");
+  Step s;
+  s.kind = Step::kLayerNorm;
+  const void* params[2] = {nullptr, nullptr};
+  for (size_t k = 1; k < 3; ++k) {
+    if (n.in(k) < 0) continue;
+    const Tensor& t = n.Constant(k);
+    if (!t.valid() || t.type() != DataType::kFp32 || (t.elements() != inner && t.elements() != 1))
+      return Unsupported(n.who + ": Scale and B must be constant FP32 of " + std::to_string(inner) +
+                         " values (or one) on the GPU");
+    std::vector<float> v = FloatsOf(t);
+    v.resize(static_cast<size_t>(inner), v[0]);  // one value: every element's
+    ASSIGN_OR_RETURN(params[k - 1], n.m.UploadFloats(v, kc::ElemType::kF32));
+  }
+  s.w = params[0];
+  s.bias = static_cast<const float*>(params[1]);
+  s.epsilon = eps;
+  s.in = n.m.Resolve(InLayout(n.m, n.in(0), false));
+  s.k = inner, s.outer = x.row_elems / inner;
+  x.nhwc = false;
+  // The statistics: the input's dims with the normalised ones 1.
+  ValueSpec stat = x;
+  std::fill(stat.dims.begin() + axis - 1, stat.dims.end(), 1);
+  stat.row_elems = s.outer;
+  const auto& outs = n.node.outputs;
+  if (outs.size() > 1 && outs[1] >= 0) n.m.values[s.mean_out = outs[1]] = stat;
+  if (outs.size() > 2 && outs[2] >= 0) n.m.values[s.inv_std_out = outs[2]] = stat;
+  return AddElementwise(n.m, s, x, n.out());
+}
+
 // LRN across the channels of an image, channels-last.
 Status CompileLrn(const Graph::Node& node, GpuModel& m, const std::string& who) {
   const OpNode& op = node.op;
@@ -97,7 +143,10 @@ Status Lrn(const GpuNode& n) {
 }  // namespace
 
 std::vector<GpuOpDef> GpuNormOps() {
-  return {{"BatchNormalization", BatchNorm}, {"LRN", Lrn}, {"Softmax", Softmax}};
+  return {{"BatchNormalization", BatchNorm},
+          {"LayerNormalization", LayerNorm, 3},
+          {"LRN", Lrn},
+          {"Softmax", Softmax}};
 }
 
 }  // namespace nereid::native

@@ -1,6 +1,7 @@
-// The GPU's shape family: Flatten and Reshape (the same buffer read with other dims), Transpose
-// keeping the batch first, Concat (strided copies), and the shape arithmetic worked out at compile
-// time (Shape and what slices, gathers and joins its result) for a Reshape to read.
+// The GPU's shape family: Flatten and Reshape (the same buffer read with other dims), Transpose,
+// Slice, Squeeze and Unsqueeze as views of a buffer (one strided copy, or none where the view
+// reads it whole), Concat (strided copies), and the shape arithmetic worked out at compile time
+// (Shape and what slices, gathers and joins its result) for a Reshape to read.
 #include <algorithm>
 
 #include "gpu_model.h"
@@ -58,32 +59,164 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
   return Status::Ok();
 }
 
-// Transpose keeping the batch axis first, NCHW.
-Status CompileTranspose(const Graph::Node& node, GpuModel& m, const std::string& who) {
-  ValueSpec x = m.values[node.inputs[0]];
-  const int rank = static_cast<int>(x.dims.size()) + 1;
-  if (rank > kc::kMaxTransposeRank)
+// ---- views: Transpose, Slice, Squeeze, Unsqueeze ----
+
+using View = GpuModel::View;
+
+// Value 'id' as a view: its own (a Transpose moved its batch), or its NCHW buffer whole.
+View ViewOf(GpuModel& m, int id) {
+  if (auto it = m.views.find(id); it != m.views.end()) return it->second;
+  View v;
+  v.source = m.Resolve(InLayout(m, id, false));
+  const ValueSpec& x = m.values[id];  // its own dims (an alias's, not its buffer's)
+  v.dims = {1};
+  v.dims.insert(v.dims.end(), x.dims.begin(), x.dims.end());
+  v.strides.assign(v.dims.size(), 1);
+  for (size_t d = v.dims.size() - 1; d-- > 0;) v.strides[d] = v.strides[d + 1] * v.dims[d + 1];
+  return v;
+}
+
+// The view as value 'out': with the batch first, the source itself under other dims when the view
+// reads it whole and in order, else one strided copy; with the batch elsewhere, left a view.
+Status Emit(GpuModel& m, View v, int out, const std::string& who) {
+  if (v.batch_axis != 0) {
+    m.views[out] = std::move(v);
+    return Status::Ok();
+  }
+  if (v.dims.size() > static_cast<size_t>(kc::kMaxTransposeRank))
     return Unsupported(who + ": more than " + std::to_string(kc::kMaxTransposeRank) +
                        " dimensions on the GPU");
-  std::vector<int64_t> perm = node.op.AttrInts("perm");
-  if (perm.empty())
-    for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
-  if (static_cast<int>(perm.size()) != rank) return node.op.Error("perm does not fit the input");
-  std::vector<bool> seen(rank, false);
-  Step s;
-  for (int64_t p : perm) {
-    if (p < 0 || p >= rank || seen[p]) return node.op.Error("perm is not a permutation");
-    seen[p] = true;
-    s.perm.push_back(static_cast<int>(p));
+  const ValueSpec& source = m.values[v.source];
+  ValueSpec y = source;
+  y.alias = -1;
+  y.nhwc = false;
+  y.dims.assign(v.dims.begin() + 1, v.dims.end());
+  y.row_elems = ElementCount(y.dims.data(), y.dims.size());
+  bool whole = v.offset == 0 && y.row_elems == source.row_elems;
+  int64_t step = 1;
+  for (size_t d = v.dims.size(); d-- > 1;) {
+    whole = whole && (v.dims[d] == 1 || v.strides[d] == step);
+    step *= v.dims[d];
   }
-  if (perm[0] != 0) return Unsupported(who + ": a transpose that moves the batch axis");
-  s.kind = Step::kTranspose;
-  s.in = InLayout(m, node.inputs[0], false);
-  s.dims = {1};
-  s.dims.insert(s.dims.end(), x.dims.begin(), x.dims.end());
-  for (int d = 1; d < rank; ++d) x.dims[d - 1] = s.dims[perm[d]];
-  x.nhwc = false;
-  return AddElementwise(m, s, x, node.outputs[0]);
+  if (whole) {
+    y.alias = v.source;
+    m.values[out] = y;
+    return Status::Ok();
+  }
+  Step s;
+  s.kind = Step::kStridedCopy;
+  s.in = v.source;
+  s.dims = v.dims;
+  s.strides = v.strides;
+  s.offset = v.offset;
+  return AddElementwise(m, s, y, out);
+}
+
+// Transpose (any permutation: one moving the batch leaves a view for Slice and Squeeze to bring it
+// back first).
+Status Transpose(const GpuNode& n) {
+  if (!n.m.views.count(n.in(0))) RETURN_IF_ERROR(n.Input(0).status());
+  View x = ViewOf(n.m, n.in(0));
+  const size_t rank = x.dims.size();
+  std::vector<int64_t> perm = n.node.op.AttrInts("perm");
+  if (perm.empty())
+    for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  if (perm.size() != rank) return n.node.op.Error("perm does not fit the input");
+  std::vector<bool> seen(rank, false);
+  View y = x;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t p = perm[d];
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[p])
+      return n.node.op.Error("perm is not a permutation");
+    seen[p] = true;
+    y.dims[d] = x.dims[p], y.strides[d] = x.strides[p];
+    if (static_cast<size_t>(p) == x.batch_axis) y.batch_axis = d;
+  }
+  return Emit(n.m, std::move(y), n.out(), n.who);
+}
+
+// Slice with constant starts, ends, axes and positive steps, never along the batch.
+Status Slice(const GpuNode& n) {
+  const OpNode& op = n.node.op;
+  if (!n.m.views.count(n.in(0))) RETURN_IF_ERROR(n.Input(0).status());
+  if (op.opset() < 10) return Unsupported(n.who + ": Slice before opset 10 on the GPU");
+  std::vector<int64_t> arg[4];  // starts, ends, axes, steps
+  for (size_t k = 1; k < 5; ++k) {
+    if (n.in(k) < 0) continue;
+    auto v = IntsOf(n.graph, n.m, op, n.in(k));
+    if (!v) return Unsupported(n.who + ": the GPU engine slices by constant starts and ends");
+    arg[k - 1] = *v;
+  }
+  View y = ViewOf(n.m, n.in(0));
+  const int64_t rank = static_cast<int64_t>(y.dims.size());
+  if (arg[2].empty())
+    for (int64_t d = 0; d < static_cast<int64_t>(arg[0].size()); ++d) arg[2].push_back(d);
+  if (arg[3].empty()) arg[3].assign(arg[0].size(), 1);
+  if (arg[1].size() != arg[0].size() || arg[2].size() != arg[0].size() ||
+      arg[3].size() != arg[0].size())
+    return op.Error("starts, ends, axes and steps differ in length");
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < arg[0].size(); ++i) {
+    int64_t axis = arg[2][i];
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || seen[axis]) return op.Error("axes out of range or repeated");
+    seen[axis] = true;
+    if (static_cast<size_t>(axis) == y.batch_axis)
+      return Unsupported(n.who + ": a slice along the batch axis");
+    const int64_t step = arg[3][i];
+    if (step < 1) return Unsupported(n.who + ": a slice of step " + std::to_string(step));
+    const int64_t dim = y.dims[axis];
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+    const int64_t start = clamp(arg[0][i]), end = clamp(arg[1][i]);
+    y.offset += start * y.strides[axis];
+    y.dims[axis] = end > start ? (end - start + step - 1) / step : 0;
+    y.strides[axis] *= step;
+    if (y.dims[axis] == 0) return Unsupported(n.who + ": an empty slice on the GPU");
+  }
+  return Emit(n.m, std::move(y), n.out(), n.who);
+}
+
+// Squeeze and Unsqueeze: axes (an attribute before opset 13, a constant input from it) removed
+// (each of size 1; all such but the batch when none is given) or inserted.
+Status SqueezeOrUnsqueeze(const GpuNode& n) {
+  const OpNode& op = n.node.op;
+  const bool squeeze = op.op_type() == "Squeeze";
+  if (!n.m.views.count(n.in(0))) RETURN_IF_ERROR(n.Input(0).status());
+  std::vector<int64_t> axes = op.AttrInts("axes");
+  if (op.opset() >= 13 && n.in(1) >= 0) {
+    auto v = IntsOf(n.graph, n.m, op, n.in(1));
+    if (!v) return Unsupported(n.who + ": the GPU engine takes constant axes");
+    axes = *v;
+  }
+  View x = ViewOf(n.m, n.in(0));
+  const int64_t rank = static_cast<int64_t>(x.dims.size()) + (squeeze ? 0 : axes.size());
+  std::vector<bool> marked(rank, false);
+  for (int64_t a : axes) {
+    if (a < 0) a += rank;
+    if (a < 0 || a >= rank || marked[a]) return op.Error("axes out of range or repeated");
+    marked[a] = true;
+  }
+  if (squeeze && axes.empty())
+    for (size_t d = 0; d < x.dims.size(); ++d) marked[d] = x.dims[d] == 1 && d != x.batch_axis;
+  View y = x;
+  y.dims.clear(), y.strides.clear();
+  for (size_t d = 0, from = 0; d < static_cast<size_t>(rank); ++d) {
+    if (!squeeze && marked[d]) {  // a new axis of size 1
+      y.dims.push_back(1), y.strides.push_back(0);
+      continue;
+    }
+    if (from == x.batch_axis) y.batch_axis = y.dims.size();
+    if (squeeze && marked[d]) {
+      if (d == x.batch_axis) return Unsupported(n.who + ": squeezes the batch axis");
+      if (x.dims[d] != 1)
+        return op.Error("axis " + std::to_string(d) + " has size " + std::to_string(x.dims[d]));
+      ++from;
+      continue;
+    }
+    y.dims.push_back(x.dims[from]), y.strides.push_back(x.strides[from]);
+    ++from;
+  }
+  return Emit(n.m, std::move(y), n.out(), n.who);
 }
 
 // Concat of values along an axis after the rows: blocks copied side by side (channels of images
@@ -140,11 +273,6 @@ Status CompileConcat(const Graph& graph, const Graph::Node& node, GpuModel& m,
 Status Reshape(const GpuNode& n) {
   ASSIGN_OR_RETURN(const ValueSpec x, n.Input(0));
   return CompileReshape(n.graph, n.node, x, n.m, n.who);
-}
-
-Status Transpose(const GpuNode& n) {
-  RETURN_IF_ERROR(n.Input(0).status());
-  return CompileTranspose(n.node, n.m, n.who);
 }
 
 Status Concat(const GpuNode& n) { return CompileConcat(n.graph, n.node, n.m, n.who); }
@@ -230,7 +358,13 @@ StatusOr<bool> CompileShapeOp(const GpuNode& g) {
 }
 
 std::vector<GpuOpDef> GpuShapeOps() {
-  return {{"Flatten", Reshape}, {"Reshape", Reshape}, {"Transpose", Transpose}, {"Concat", Concat}};
+  return {{"Flatten", Reshape},
+          {"Reshape", Reshape},
+          {"Transpose", Transpose},
+          {"Slice", Slice},
+          {"Squeeze", SqueezeOrUnsqueeze},
+          {"Unsqueeze", SqueezeOrUnsqueeze},
+          {"Concat", Concat}};
 }
 
 }  // namespace nereid::native

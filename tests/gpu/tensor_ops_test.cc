@@ -1,0 +1,125 @@
+// The GPU kernels of attention-shaped models (kernels/cuda/tensor_ops.h) against float64
+// references on the host, per element type: LayerNorm, BatchedMatMul and StridedCopy.
+#include "cuda/tensor_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+namespace nereid::gpu_test {
+namespace {
+
+namespace kc = kernels::cuda;
+
+// What 16-bit storage rounds: the reference reads the rounded input, the output adds one rounding.
+double Tolerance(ElemType t) { return t == ElemType::kF32 ? 1e-5 : 1e-2; }
+
+TEST(CudaTensorOps, LayerNormMatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  // 300 and 1000: a row longer than the block's 256 threads; 120: RapidOCR's recogniser's width.
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
+    for (int64_t n : {1, 120, 300, 1000})
+      for (bool affine : {true, false}) {
+        SCOPED_TRACE(testing::Message()
+                     << "type " << static_cast<int>(t) << ", n " << n << ", affine " << affine);
+        const int64_t rows = 7;
+        const std::vector<float> x = Random(rows * n, 11 + n, -4.f, 4.f);
+        const std::vector<float> scale = Random(n, 12), bias = Random(n, 13);
+        const std::vector<double> xr = Rounded(x, t);
+        DeviceBuffer dx(Encode(x, t)), dy(rows * n * kc::ElemSize(t));
+        DeviceBuffer ds(Encode(scale, ElemType::kF32)), db(Encode(bias, ElemType::kF32));
+        DeviceBuffer dmean(rows * kc::ElemSize(t)), dinv(rows * kc::ElemSize(t));
+        CUDA_OK(kc::LayerNorm(t, dx.get(), dy.get(), rows, n,
+                              affine ? static_cast<const float*>(ds.get()) : nullptr,
+                              affine ? static_cast<const float*>(db.get()) : nullptr, 1e-5f,
+                              dmean.get(), dinv.get(), nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<double> ref(rows * n), ref_mean(rows), ref_inv(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          double mean = 0, var = 0;
+          for (int64_t i = 0; i < n; ++i) mean += xr[r * n + i];
+          mean /= n;
+          for (int64_t i = 0; i < n; ++i) var += (xr[r * n + i] - mean) * (xr[r * n + i] - mean);
+          const double inv = 1 / std::sqrt(var / n + 1e-5);
+          ref_mean[r] = mean, ref_inv[r] = inv;
+          for (int64_t i = 0; i < n; ++i) {
+            const double v = (xr[r * n + i] - mean) * inv;
+            ref[r * n + i] = affine ? v * scale[i] + bias[i] : v;
+          }
+        }
+        EXPECT_LT(RelativeError(Decode(dy.Read(), t), ref), Tolerance(t));
+        EXPECT_LT(RelativeError(Decode(dmean.Read(), t), ref_mean), Tolerance(t));
+        EXPECT_LT(RelativeError(Decode(dinv.Read(), t), ref_inv), Tolerance(t));
+      }
+}
+
+TEST(CudaTensorOps, BatchedMatMulMatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  struct Shape {
+    int64_t batch, m, n, k;
+  };
+  // Attention's products (40 x 15 by 15 x 40, 40 x 40 by 40 x 15), tiles cut at every edge, one
+  // product, and more products than a grid's z dimension holds.
+  const Shape shapes[] = {{16, 40, 40, 15}, {16, 40, 15, 40}, {3, 17, 33, 19},
+                          {1, 1, 1, 1},     {1, 64, 64, 64},  {70000, 2, 3, 4}};
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(t) << ", " << s.batch << " x "
+                                      << s.m << "x" << s.k << " by " << s.k << "x" << s.n);
+      const std::vector<float> a = Random(s.batch * s.m * s.k, 21),
+                               b = Random(s.batch * s.k * s.n, 22);
+      const std::vector<double> ar = Rounded(a, t), br = Rounded(b, t);
+      DeviceBuffer da(Encode(a, t)), db(Encode(b, t)), dc(s.batch * s.m * s.n * kc::ElemSize(t));
+      CUDA_OK(kc::BatchedMatMul(t, da.get(), db.get(), dc.get(), s.batch, s.m, s.n, s.k, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<double> ref(s.batch * s.m * s.n);
+      for (int64_t p = 0; p < s.batch; ++p)
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) {
+            double sum = 0;
+            for (int64_t q = 0; q < s.k; ++q)
+              sum += ar[(p * s.m + i) * s.k + q] * br[(p * s.k + q) * s.n + j];
+            ref[(p * s.m + i) * s.n + j] = sum;
+          }
+      EXPECT_LT(RelativeError(Decode(dc.Read(), t), ref), Tolerance(t));
+    }
+}
+
+TEST(CudaTensorOps, StridedCopyReadsATransposedSlice) {
+  NEREID_REQUIRE_GPU();
+  // x [2, 5, 3, 4, 6] (rows, seq, q/k/v, heads, d) -> its part 1 as [2, 4, 5, 6]: what attention's
+  // Transpose(2, 0, 3, 1, 4) -> Slice(axis 0, 1:2) -> Squeeze compiles to.
+  const int64_t R = 2, S = 5, P = 3, H = 4, D = 6;
+  std::vector<float> x(R * S * P * H * D);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  DeviceBuffer dx(Encode(x, ElemType::kF32)), dy(R * H * S * D * 4);
+  const int64_t dims[] = {R, H, S, D};
+  const int64_t strides[] = {S * P * H * D, D, P * H * D, 1};
+  const size_t offset = 1 * H * D;
+  CUDA_OK(kc::StridedCopy(4, static_cast<const float*>(dx.get()) + offset, dy.get(), 4, dims,
+                          strides, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<double> y = Decode(dy.Read(), ElemType::kF32);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(y[((r * H + h) * S + s) * D + d], x[(((r * S + s) * P + 1) * H + h) * D + d]);
+  EXPECT_EQ(kc::StridedCopy(4, dx.get(), dy.get(), 7, dims, strides, nullptr),
+            cudaErrorInvalidValue);  // rank over 6
+  const int64_t negative[] = {R, H, S, -1};
+  EXPECT_EQ(kc::StridedCopy(4, dx.get(), dy.get(), 4, negative, strides, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kc::LayerNorm(ElemType::kF32, dx.get(), dy.get(), 1, 0, nullptr, nullptr, 1e-5f,
+                          nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);  // an empty row
+  EXPECT_EQ(kc::BatchedMatMul(ElemType::kI32, dx.get(), dx.get(), dy.get(), 1, 2, 2, 2, nullptr),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace nereid::gpu_test
