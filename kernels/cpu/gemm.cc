@@ -117,6 +117,8 @@ struct KernelConfig {
   const RowsKernel* rows = nullptr;
   // rows_fused[r]: the same with the fused GEMM's epilogue in its stores (null: separate passes).
   const sgemm::RowsFusedKernel* rows_fused = nullptr;
+  // rows_fused_narrow[r]: rows_fused for a panel of nr / 2 columns or fewer (null: rows_fused).
+  const sgemm::RowsFusedKernel* rows_fused_narrow = nullptr;
 };
 
 bool Always() { return true; }
@@ -125,7 +127,8 @@ bool Always() { return true; }
 const KernelConfig kKernels[] = {
 #if defined(__x86_64__)
     {"avx512-12x32", sgemm::MicroKernelAvx512Full, 12, 32, 256, 96, 3072, HasAvx512F,
-     sgemm::kAvx512Partial, sgemm::kAvx512Rows, sgemm::kAvx512RowsFused},
+     sgemm::kAvx512Partial, sgemm::kAvx512Rows, sgemm::kAvx512RowsFused,
+     sgemm::kAvx512RowsFusedNarrow},
     {"avx2-fma-6x16", sgemm::MicroKernelAvx2Full, kMr, kNr, 256, 72, 3072, HasAvx2Fma,
      sgemm::kAvx2Partial, sgemm::kAvx2Rows},
 #elif defined(__aarch64__)
@@ -563,7 +566,10 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
             ep.residual != nullptr ? ep.residual + (ic + ir) * ep.ld_residual + jc + jr : nullptr;
         te.ld_residual = ep.ld_residual;
         te.activation = ep.activation, te.lo = ep.lo, te.hi = ep.hi;
-        cfg.rows_fused[rows](kc, a.a, a.lda, a.seg_len, a.seg_stride, bp, ct, ldc, rows, width, te);
+        const sgemm::RowsFusedKernel* kernels =
+            width <= cfg.nr / 2 && cfg.rows_fused_narrow != nullptr ? cfg.rows_fused_narrow
+                                                                    : cfg.rows_fused;
+        kernels[rows](kc, a.a, a.lda, a.seg_len, a.seg_stride, bp, ct, ldc, rows, width, te);
       } else if (cfg.rows != nullptr) {
         cfg.rows[rows](kc, a.a, a.lda, bp, 1.f, ct, ldc, rows, width);
       } else {

@@ -47,6 +47,8 @@ __attribute__((target("avx2,fma"))) void MicroKernelAvx2Full(int64_t kc, const f
 extern const MicroKernel kAvx512Partial[12];
 extern const RowsKernel kAvx512Rows[13];
 extern const RowsFusedKernel kAvx512RowsFused[13];  // the same tiles, the epilogue in the stores
+// The same for a last panel of 16 columns or fewer (B's panel still 32 wide): half the FMAs.
+extern const RowsFusedKernel kAvx512RowsFusedNarrow[13];
 extern const MicroKernel kAvx2Partial[6];
 extern const RowsKernel kAvx2Rows[7];
 // C[i, :] += alpha * A[i, :] B for few rows, streaming each row of B once (B not transposed).

@@ -115,7 +115,9 @@ constexpr int64_t kPrefetchB = 256;  // floats
 
 // The depth in segments of seg_len steps, each seg_stride floats after the one before in every row
 // (seg_len = kc: one run; a window of an image read in place: its rows).
-template <int MR>
+// NH: the 16-column halves of B's 32-column panel the tile computes (1: a panel of 16 columns or
+// fewer, the narrow tile, half the FMAs of the full one).
+template <int MR, int NH = 2>
 __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx512(
     int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
     __m512 (&acc)[MR][2]) {
@@ -128,17 +130,18 @@ __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx5
     // MobileNetV2 4% on one core at batch 1.)
 #pragma GCC unroll 4
     for (int64_t p = 0; p < len; ++p) {
-      const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+      const __m512 b0 = _mm512_load_ps(b);
+      const __m512 b1 = NH == 2 ? _mm512_load_ps(b + 16) : b0;
       // B's panel, 8 steps (1 KiB) ahead: a layer's weights are cold (the network's other layers
       // evicted them) and a panel crosses pages the hardware prefetcher stops at. ResNet-50 at
       // batch 1: 6% faster on one core (its 7x7 layers, 4 MiB of weights for 49 output pixels).
       _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB + 16), _MM_HINT_T0);
+      if (NH == 2) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB + 16), _MM_HINT_T0);
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         const __m512 av = _mm512_set1_ps(base[i / 3][(i % 3) * lda]);
         acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
+        if (NH == 2) acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
       }
 #pragma GCC unroll 4
       for (int g = 0; g < (MR + 2) / 3; ++g) ++base[g];
@@ -189,12 +192,12 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(
 
 // The rows tile with the epilogue in its stores (TileEpilogue): a layer of one depth block writes
 // C once, where the separate passes wrote it three times.
-template <int MR>
+template <int MR, int NH = 2>
 __attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
     int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
     float* c, int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep) {
   __m512 acc[MR][2];
-  AccumulateRowsAvx512<MR>(kc, a, lda, seg_len, seg_stride, b, acc);
+  AccumulateRowsAvx512<MR, NH>(kc, a, lda, seg_len, seg_stride, b, acc);
   const __mmask16 masks[2] = {
       n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1),
       n >= 32   ? static_cast<__mmask16>(0xffff)
@@ -207,7 +210,7 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
   for (int i = 0; i < MR; ++i) {
     if (i >= m) break;
     float* ci = c + i * ldc;
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < NH; ++h) {
       __m512 v = acc[i][h];
       if (ep.first) {
         v = _mm512_add_ps(v, bias[h]);
@@ -394,6 +397,21 @@ const RowsKernel kAvx512Rows[13] = {
     MicroKernelAvx512Rows<10>,
     MicroKernelAvx512Rows<11>,
     MicroKernelAvx512Rows<12>,
+};
+const RowsFusedKernel kAvx512RowsFusedNarrow[13] = {
+    nullptr,
+    MicroKernelAvx512RowsFused<1, 1>,
+    MicroKernelAvx512RowsFused<2, 1>,
+    MicroKernelAvx512RowsFused<3, 1>,
+    MicroKernelAvx512RowsFused<4, 1>,
+    MicroKernelAvx512RowsFused<5, 1>,
+    MicroKernelAvx512RowsFused<6, 1>,
+    MicroKernelAvx512RowsFused<7, 1>,
+    MicroKernelAvx512RowsFused<8, 1>,
+    MicroKernelAvx512RowsFused<9, 1>,
+    MicroKernelAvx512RowsFused<10, 1>,
+    MicroKernelAvx512RowsFused<11, 1>,
+    MicroKernelAvx512RowsFused<12, 1>,
 };
 const RowsFusedKernel kAvx512RowsFused[13] = {
     nullptr,
