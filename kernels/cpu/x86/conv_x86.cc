@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/conv_isa.h"
@@ -35,6 +36,56 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 Activate512(int 
     default:
       return v;
   }
+}
+
+// The interior pixels [0, count) of one output row for a 3x3 window wholly inside the image: the
+// nine taps' rows at row_src (each pixel 'step' floats after the one before), their weights at
+// row_w, channels [c0, c0 + 16 * NB) (NB blocks of 16, all inside c). Four pixels side by side,
+// the taps unrolled and their weights held in registers (the loop over a variable tap count
+// reloaded them from the stack).
+template <int NB>
+__attribute__((target("avx512f"))) void DepthwiseInterior3x3(
+    const float* const* row_src, const float* const* row_w, int64_t step, int64_t c, int64_t c0,
+    int64_t count, const float* bias, const float* residual, const GemmEpilogue& ep, float* y) {
+  const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
+  __m512 wv[9][NB], bv[NB];
+#pragma GCC unroll 9
+  for (int t = 0; t < 9; ++t)
+#pragma GCC unroll 2
+    for (int k = 0; k < NB; ++k) wv[t][k] = _mm512_loadu_ps(row_w[t] + c0 + 16 * k);
+#pragma GCC unroll 2
+  for (int k = 0; k < NB; ++k) bv[k] = bias ? _mm512_loadu_ps(bias + c0 + 16 * k) : zero;
+  auto group = [&](int64_t ox, auto lanes) __attribute__((target("avx512f"), always_inline)) {
+    constexpr int U = decltype(lanes)::value;
+    __m512 acc[U][NB];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 2
+      for (int k = 0; k < NB; ++k) {
+        acc[u][k] = bv[k];
+        if (residual)
+          acc[u][k] =
+              _mm512_add_ps(acc[u][k], _mm512_loadu_ps(residual + (ox + u) * c + c0 + 16 * k));
+      }
+    const int64_t off = ox * step + c0;
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; ++t)
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u)
+#pragma GCC unroll 2
+        for (int k = 0; k < NB; ++k)
+          acc[u][k] = _mm512_fmadd_ps(_mm512_loadu_ps(row_src[t] + off + u * step + 16 * k),
+                                      wv[t][k], acc[u][k]);
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 2
+      for (int k = 0; k < NB; ++k)
+        _mm512_storeu_ps(y + (ox + u) * c + c0 + 16 * k,
+                         Activate512(ep.activation, acc[u][k], zero, lo, hi));
+  };
+  int64_t ox = 0;
+  for (; ox + 4 <= count; ox += 4) group(ox, std::integral_constant<int, 4>{});
+  for (; ox < count; ++ox) group(ox, std::integral_constant<int, 1>{});
 }
 
 }  // namespace
@@ -118,6 +169,16 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
     const int64_t step = sw * c;
     const int64_t first = (b * g.oh + oy) * g.ow;
     for (int64_t c0 = 0; c0 < c; c0 += 16) {
+      // 3x3 windows inside the image rows: the unrolled kernel, two channel blocks at a time.
+      if (count == 9 && c0 + 16 <= c) {
+        const int nb = c0 + 32 <= c ? 2 : 1;
+        (nb == 2 ? DepthwiseInterior3x3<2>
+                 : DepthwiseInterior3x3<1>)(row_src, row_w, step, c, c0, ox_hi - ox_lo, bias,
+                                            residual ? residual + (first + ox_lo) * c : nullptr, ep,
+                                            y + (first + ox_lo) * c);
+        c0 += 16 * (nb - 1);
+        continue;
+      }
       const __mmask16 m = mask_at(c0);
       __m512 wv[kMaxTaps];
       for (int t = 0; t < count; ++t) wv[t] = _mm512_maskz_loadu_ps(m, row_w[t] + c0);
