@@ -1,5 +1,6 @@
 #include "cpu/parallel.h"
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__)
@@ -39,22 +40,25 @@ ThreadTeam::~ThreadTeam() {
   for (auto& t : workers_) t.join();
 }
 
-// Takes indices until none are left; counts the ones it finished. The job (fn_, count_, next_)
-// is read and claimed under the lock, so a worker late from the previous job takes the next
-// one's indices with the next one's function.
+// Takes runs of indices (chunk_ at a time) until none are left; counts the ones it finished. The
+// job (fn_, count_, chunk_, next_) is read and claimed under the lock, so a worker late from the
+// previous job takes the next one's indices with the next one's function. One index a claim made
+// two threads trade the lock on every index of a fine-grained loop (a layout conversion's 8x8
+// tiles: 6,272 for 112x112x32, 2.3x slower on 2 threads than on one).
 void ThreadTeam::Drain() {
   for (;;) {
-    int64_t i;
+    int64_t first, last;
     const std::function<void(int64_t)>* fn;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (next_ >= count_) return;
-      i = next_++;
+      first = next_;
+      last = next_ = std::min(count_, next_ + chunk_);
       fn = fn_;
     }
-    (*fn)(i);
+    for (int64_t i = first; i < last; ++i) (*fn)(i);
     std::lock_guard<std::mutex> lock(mu_);
-    if (++finished_ == count_) {
+    if ((finished_ += last - first) == count_) {
       all_done_.store(true, std::memory_order_release);
       done_.notify_all();
     }
@@ -93,6 +97,8 @@ void ThreadTeam::Run(int64_t count, const std::function<void(int64_t)>& fn) {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     count_ = count, next_ = 0, finished_ = 0;
+    // Eight runs a thread: few enough claims, still even where the indices' costs differ.
+    chunk_ = std::max<int64_t>(1, count / (8 * threads()));
     all_done_.store(false, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
     wake = sleeping_ > 0;

@@ -35,7 +35,7 @@ class ThreadTeam {
   // The job, under mu_; generation_ changes (under mu_) when one is posted, so idle workers can
   // spin on it without the lock.
   const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t count_ = 0, next_ = 0, finished_ = 0;
+  int64_t count_ = 0, chunk_ = 1, next_ = 0, finished_ = 0;
   int sleeping_ = 0;
   bool stop_ = false;
   std::atomic<uint64_t> generation_{0};
