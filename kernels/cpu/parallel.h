@@ -26,16 +26,20 @@ class ThreadTeam {
   void Run(int64_t count, const std::function<void(int64_t)>& fn);
 
  private:
-  void Work();
-  void Drain();
+  void Work(int self);
+  void Drain(int self);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
   // The job, under mu_; generation_ changes (under mu_) when one is posted, so idle workers can
-  // spin on it without the lock.
+  // spin on it without the lock. Thread k (the caller 0) takes indices from shares_[k] first.
+  struct Share {
+    int64_t next = 0, end = 0;
+  };
   const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t count_ = 0, chunk_ = 1, next_ = 0, finished_ = 0;
+  std::vector<Share> shares_;
+  int64_t count_ = 0, chunk_ = 1, finished_ = 0;
   int sleeping_ = 0;
   bool stop_ = false;
   std::atomic<uint64_t> generation_{0};
