@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <vector>
 
 #include "cpu/conv_isa.h"
 #include "cpu/cpu_features.h"
@@ -182,82 +180,6 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
   }
 }
 
-// A stride-1 convolution over an image copied once into a zero border (ResNet-50's 3x3 layers):
-// computed on the padded width wp, output pixel m's window is the padded image itself from pixel
-// m on, window rows wp pixels apart, so every tile of A is read in place (a view: rows c_in
-// apart, one segment per window row) and nothing is gathered; the wp - ow columns past each
-// output row are computed and dropped when the rows are copied out. Per image.
-bool ConvNhwcPadded(const Conv2dGeometry& g, const float* x, const PackedMatrixB& w,
-                    const GemmEpilogue& ep, float* y) {
-  const int64_t pad_right = g.ow + g.kw - 1 - g.w - g.pad_left;
-  const int64_t pad_bottom = g.oh + g.kh - 1 - g.h - g.pad_top;
-  if (g.groups != 1 || g.kh * g.kw == 1 || g.stride_h != 1 || g.stride_w != 1 ||
-      g.dilation_h != 1 || g.dilation_w != 1 || g.pad_top < 0 || g.pad_left < 0 || pad_right < 0 ||
-      pad_bottom < 0 || ep.residual != nullptr || !SgemmReadsViews(w))
-    return false;
-  const int64_t c = g.c_in, wp = g.w + g.pad_left + pad_right;
-  // The dropped columns cost their share of the products: worth it on wide images only (ResNet-50's
-  // 3x3 layers alone, one thread: 64 channels at 56x56 3.18 -> 1.49 ms; 256 at 14x14, 14% more
-  // rows, 2.45 -> 3.05 ms).
-  if ((wp - g.ow) * 12 > g.ow) return false;
-  const int64_t hp = g.oh + g.kh;  // a row more: the last dropped columns' windows run past
-  const int64_t run = g.kw * c, m = g.oh * wp;
-  // This thread's buffers, grown and never shrunk (resizing a vector back up zeroes the growth).
-  struct Scratch {
-    std::unique_ptr<float[]> data;
-    size_t size = 0;
-    float* Get(int64_t n) {
-      if (size < static_cast<size_t>(n)) data.reset(new float[size = static_cast<size_t>(n)]);
-      return data.get();
-    }
-  };
-  thread_local Scratch padded, out;
-  // (Locals: a thread_local named in a lambda is the running thread's.)
-  float* xp = padded.Get(hp * wp * c);
-  float* yp = out.Get(m * g.c_out);
-  for (int64_t b = 0; b < g.n; ++b) {
-    const float* image = x + b * g.h * g.w * c;
-    ParallelForWork(hp, hp * wp * c, [&](int64_t py) {
-      float* row = xp + py * wp * c;
-      const int64_t iy = py - g.pad_top;
-      if (iy < 0 || iy >= g.h) {
-        std::fill(row, row + wp * c, 0.f);
-        return;
-      }
-      std::fill(row, row + g.pad_left * c, 0.f);
-      std::memcpy(row + g.pad_left * c, image + iy * g.w * c,
-                  static_cast<size_t>(g.w * c) * sizeof(float));
-      std::fill(row + (g.pad_left + g.w) * c, row + wp * c, 0.f);
-    });
-    // Rows of A: in place (the view), or copied (one segment per window row) where a kernel reads
-    // rows only.
-    RowsAFn rows = [&](int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* scratch,
-                       int64_t* lda) {
-      *lda = kc;
-      for (int64_t r = 0; r < mc; ++r)
-        for (int64_t p = pc; p < pc + kc;) {
-          const int64_t ky = p / run, off = p % run, len = std::min(run - off, pc + kc - p);
-          std::memcpy(scratch + r * kc + (p - pc), xp + (i0 + r + ky * wp) * c + off,
-                      static_cast<size_t>(len) * sizeof(float));
-          p += len;
-        }
-      return static_cast<const float*>(scratch);
-    };
-    RowsViewFn view = [&](int64_t i0, int64_t, int64_t pc, int64_t, RowsView* v) {
-      const int64_t ky = pc / run, off = pc % run;
-      *v = {xp + (i0 + ky * wp) * c + off, c, run, wp * c, run - off};
-      return true;
-    };
-    SgemmPackedFused(m, rows, w, yp, g.c_out, ep, view);
-    float* yb = y + b * g.oh * g.ow * g.c_out;
-    ParallelForWork(g.oh, g.oh * g.ow * g.c_out, [&](int64_t oy) {
-      std::memcpy(yb + oy * g.ow * g.c_out, yp + oy * wp * g.c_out,
-                  static_cast<size_t>(g.ow * g.c_out) * sizeof(float));
-    });
-  }
-  return true;
-}
-
 }  // namespace
 
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
@@ -268,11 +190,6 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   const bool direct = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 &&
                       g.pad_top == 0 && g.pad_left == 0 && g.oh == g.h && g.ow == g.w;
   if (w.int8()) return ConvNhwcInt8(g, x, w, bias, residual, act, y, direct);
-  if (!direct && g.groups == 1 && residual == nullptr) {
-    GemmEpilogue ep = act;
-    ep.bias = bias;
-    if (ConvNhwcPadded(g, x, w.group(0), ep, y)) return;
-  }
   for (int64_t grp = 0; grp < g.groups; ++grp) {
     const float* xg = x + grp * cig;
     RowsAFn rows;
@@ -299,15 +216,14 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
     RowsViewFn view;
     const int64_t run = g.kw * g.c_in;
     if (!direct && g.groups == 1 && g.dilation_w == 1 && g.kh * run <= w.group(grp).kc()) {
-      view = [&g, xg, run](int64_t i0, int64_t rows, int64_t pc, int64_t kc, RowsView* v) {
-        if (pc != 0 || kc != g.kh * run) return false;  // whole windows only
+      view = [&g, xg, run](int64_t i0, int64_t rows, RowsView* v) {
         const int64_t ox = i0 % g.ow, oy = i0 / g.ow % g.oh, b = i0 / (g.ow * g.oh);
         const int64_t ix = ox * g.stride_w - g.pad_left, iy = oy * g.stride_h - g.pad_top;
         if (ox + rows > g.ow || ix < 0 || (ox + rows - 1) * g.stride_w - g.pad_left + g.kw > g.w ||
             iy < 0 || iy + (g.kh - 1) * g.dilation_h >= g.h)
           return false;
         *v = {xg + ((b * g.h + iy) * g.w + ix) * g.c_in, g.stride_w * g.c_in, run,
-              g.dilation_h * g.w * g.c_in, run};
+              g.dilation_h * g.w * g.c_in};
         return true;
       };
     }

@@ -515,8 +515,8 @@ struct TileA {
 };
 
 // One MC-row block of C against columns [col0, col0 + cols) (NR-aligned) of one KC x NC block of
-// B: 'init' before the first K block, 'finish' after the last. 'view' (fused rows kernels): tiles
-// read in place where it gives them, the others gathered.
+// B: 'init' before the first K block, 'finish' after the last. 'view' (fused rows kernels, the
+// whole depth in this block): tiles read in place where it gives them, the others gathered.
 template <typename Init, typename Finish>
 void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn& view,
                 const float* b_block, float* c, int64_t ldc, int64_t ic, int64_t mc, int64_t jc,
@@ -537,22 +537,19 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
       rows = (rows + rest + 1) / 2;
     tiles[count++] = TileA{ir, rows, {}};
   }
-  if (fused && view) {
+  if (fused && view && pc == 0 && last) {
     for (int t = 0; t < count; ++t) {
       TileA& tile = tiles[t];
-      if (view(ic + tile.ir, tile.rows, pc, kc, &tile.a)) {
-        if (tile.a.first_len == 0) tile.a.first_len = tile.a.seg_len;
-        continue;
-      }
+      if (view(ic + tile.ir, tile.rows, &tile.a)) continue;
       int64_t ld = 0;
       float* scratch = t_scratch.get() + tile.ir * kc;
-      tile.a = {rows_a(ic + tile.ir, tile.rows, pc, kc, scratch, &ld), ld, kc, 0, kc};
+      tile.a = {rows_a(ic + tile.ir, tile.rows, pc, kc, scratch, &ld), ld, kc, 0};
     }
   } else {
     int64_t lda = 0;
     const float* a_block = rows_a(ic, mc, pc, kc, t_scratch.get(), &lda);
     if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
-    for (int t = 0; t < count; ++t) tiles[t].a = {a_block + tiles[t].ir * lda, lda, kc, 0, kc};
+    for (int t = 0; t < count; ++t) tiles[t].a = {a_block + tiles[t].ir * lda, lda, kc, 0};
   }
   for (int64_t jr = col0; jr < col0 + cols; jr += cfg.nr) {
     const float* bp = b_block + jr * kc;
@@ -572,8 +569,7 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
         const sgemm::RowsFusedKernel* kernels =
             width <= cfg.nr / 2 && cfg.rows_fused_narrow != nullptr ? cfg.rows_fused_narrow
                                                                     : cfg.rows_fused;
-        kernels[rows](kc, a.a, a.lda, a.seg_len, a.seg_stride, a.first_len, bp, ct, ldc, rows,
-                      width, te);
+        kernels[rows](kc, a.a, a.lda, a.seg_len, a.seg_stride, bp, ct, ldc, rows, width, te);
       } else if (cfg.rows != nullptr) {
         cfg.rows[rows](kc, a.a, a.lda, bp, 1.f, ct, ldc, rows, width);
       } else {
@@ -586,11 +582,6 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
 }
 
 }  // namespace
-
-bool SgemmReadsViews(const PackedMatrixB& b) {
-  const KernelConfig& cfg = KernelByIndex(b.kernel());
-  return cfg.rows != nullptr && cfg.rows_fused != nullptr;
-}
 
 void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
                       int64_t ldc, const GemmEpilogue& ep, const RowsViewFn& view) {
@@ -624,11 +615,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   // parts read it.
   RowsAFn shared_rows;
   Buffer gathered;
-  // (Not where the view gives the first tile in place: then it gives every one, no gather.)
-  RowsView probe_view;
-  const bool in_place = view && cfg.rows_fused != nullptr &&
-                        view(0, std::min(cfg.mr, m), 0, std::min(kKc, k), &probe_view);
-  if (threads > 1 && row_blocks < 2 * threads && !in_place) {
+  if (threads > 1 && row_blocks < 2 * threads) {
     thread_local Buffer probe;
     thread_local size_t probe_size = 0;
     const size_t need = static_cast<size_t>(kMc) * kKc;

@@ -26,13 +26,12 @@ struct TileEpilogue {
   int activation = 0;  // GemmEpilogue::Activation
   float lo = 0.f, hi = 0.f;
 };
-// Its depth runs in segments of seg_len steps, each starting seg_stride floats on from the one
-// before in every row, the first only its last first_len steps (seg_len = first_len = kc: A's rows
-// as they are; a convolution's windows read in place from the image: one segment per window row,
-// a depth block starting inside one).
+// Its depth runs in segments of seg_len steps, each seg_stride floats on from the one before in
+// every row (seg_len = kc: A's rows as they are; a convolution's windows read in place from the
+// image: one segment per window row).
 using RowsFusedKernel = void (*)(int64_t kc, const float* a, int64_t lda, int64_t seg_len,
-                                 int64_t seg_stride, int64_t first_len, const float* b, float* c,
-                                 int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep);
+                                 int64_t seg_stride, const float* b, float* c, int64_t ldc,
+                                 int64_t m, int64_t n, const TileEpilogue& ep);
 constexpr int64_t kMr = 6;  // the 6x16 kernels' tile
 constexpr int64_t kNr = 16;
 

@@ -113,21 +113,19 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512(int64_t kc, const floa
 // scaled index), all advanced one element per step.
 constexpr int64_t kPrefetchB = 256;  // floats
 
-// The depth in segments of seg_len steps, each starting seg_stride floats after the one before in
-// every row, the first only its last first_len steps (seg_len = first_len = kc: one run; a window
-// of an image read in place: its rows, a depth block possibly starting inside one).
+// The depth in segments of seg_len steps, each seg_stride floats after the one before in every row
+// (seg_len = kc: one run; a window of an image read in place: its rows).
 // NH: the 16-column halves of B's 32-column panel the tile computes (1: a panel of 16 columns or
 // fewer, the narrow tile, half the FMAs of the full one).
 template <int MR, int NH = 2>
 __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx512(
-    int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, int64_t first_len,
-    const float* b, __m512 (&acc)[MR][2]) {
+    int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
+    __m512 (&acc)[MR][2]) {
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  // (A segment of len steps ending its row: the next row's starts len - seg_len + seg_stride on.)
-  for (int64_t s0 = 0, len = std::min(first_len, kc); s0 < kc;
-       s0 += len, a += len - seg_len + seg_stride, len = std::min(seg_len, kc - s0)) {
+  for (int64_t s0 = 0; s0 < kc; s0 += seg_len, a += seg_stride) {
     const float* base[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
+    const int64_t len = std::min(seg_len, kc - s0);
     // (Four steps a loop iteration: the loop's own increments and branch cost ResNet-50 2-3% and
     // MobileNetV2 4% on one core at batch 1.)
 #pragma GCC unroll 4
@@ -158,7 +156,7 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const 
                                                               float alpha, float* c, int64_t ldc,
                                                               int64_t m, int64_t n) {
   __m512 acc[MR][2];
-  AccumulateRowsAvx512<MR>(kc, a, lda, kc, 0, kc, b, acc);
+  AccumulateRowsAvx512<MR>(kc, a, lda, kc, 0, b, acc);
   const __m512 va = _mm512_set1_ps(alpha);
   StoreTileAvx512<MR>(acc, va, c, ldc, m, n);
 }
@@ -196,10 +194,10 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(
 // C once, where the separate passes wrote it three times.
 template <int MR, int NH = 2>
 __attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
-    int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, int64_t first_len,
-    const float* b, float* c, int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep) {
+    int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
+    float* c, int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep) {
   __m512 acc[MR][2];
-  AccumulateRowsAvx512<MR, NH>(kc, a, lda, seg_len, seg_stride, first_len, b, acc);
+  AccumulateRowsAvx512<MR, NH>(kc, a, lda, seg_len, seg_stride, b, acc);
   const __mmask16 masks[2] = {
       n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1),
       n >= 32   ? static_cast<__mmask16>(0xffff)
