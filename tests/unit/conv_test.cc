@@ -190,7 +190,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // is not (dilation applies to both axes here: gathered throughout).
                       Case{2, 30, 64, 3, 40, 7, 2, 3, 1, 1}, Case{1, 9, 50, 16, 24, 3, 1, 1, 1, 1},
                       Case{1, 9, 50, 8, 8, 3, 1, 2, 2, 1},
-                      Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1}));  // depth past one K block
+                      Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1},  // depth past one K block
+                      // Stride 1 on wide images: depth blocks starting inside a window row (360 =
+                      // 2 blocks, 3 rows of 120), two images, a 5x5 window, no pads.
+                      Case{2, 6, 30, 40, 20, 3, 1, 1, 1, 1}, Case{1, 8, 26, 16, 8, 5, 1, 2, 1, 1},
+                      Case{1, 7, 28, 32, 48, 3, 1, 0, 1, 1}));
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
   ThreadTeam team(4);
