@@ -104,7 +104,7 @@ def main():
     args = parser.parse_args()
     failed = False
     print(f"{'model':<24} {'batch':>5} {'ort_us':>10} {'native_us':>10} {'native/ort':>10} "
-          f"{'max_abs':>9} {'max_rel':>9} {'top1':>6}")
+          f"{'max_abs':>9} {'max_rel':>9} {'top1':>6} {'abs/max':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             path, _, dims = model.partition(":")
@@ -140,8 +140,8 @@ def main():
                 failed |= not ok
                 o, n = statistics.median(ort_times), statistics.median(native_times)
                 print(f"{os.path.basename(path)[:24]:<24} {batch:>5} {o:>10.0f} {n:>10.0f} "
-                      f"{n / o:>10.2f} {max_abs:>9.2e} {max_rel:>9.2e} {top1:>6.2f}"
-                      f"{'' if ok else '  MISMATCH'}")
+                      f"{n / o:>10.2f} {max_abs:>9.2e} {max_rel:>9.2e} {top1:>6.2f} "
+                      f"{max_abs / max(scale, 1e-30):>9.2e}{'' if ok else '  MISMATCH'}")
     sys.exit(1 if failed else 0)
 
 
