@@ -604,6 +604,12 @@ void Graph::ChooseChannelsLast() {
         }
       }
       capable = capable && any;
+    } else if (op == "Resize" && one_out && in_nhwc(node.inputs[0])) {
+      // (Scales and sizes stay in NCHW order: the op plans on the NCHW shape.)
+      capable = true;
+      data_inputs.push_back(0);
+      for (size_t k = 1; k < node.inputs.size(); ++k)
+        capable = capable && (node.inputs[k] < 0 || IsConstant(node.inputs[k]));
     } else if (op == "Concat" && one_out && node.op.opset() >= 4 && !node.inputs.empty() &&
                (node.op.AttrInt("axis", 0) == 1 || node.op.AttrInt("axis", 0) == -3)) {
       capable = true;

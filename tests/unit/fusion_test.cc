@@ -236,6 +236,76 @@ TEST(LayerNormFusionTest, TheWrittenOutFormsBecomeOneNodeAndResultsHold) {
       }
 }
 
+// Conv -> Resize (nearest or linear, by scales or sizes) -> Conv: the layout pass keeps the Resize
+// channels-last between the convolutions; its answers equal the NCHW graph's (the same arithmetic
+// per element).
+TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
+  for (const char* mode : {"nearest", "linear"})
+    for (bool by_sizes : {false, true}) {
+      SCOPED_TRACE(testing::Message() << mode << (by_sizes ? " by sizes" : " by scales"));
+      auto model = [&] {
+        auto m = std::make_unique<onnx::ModelProto>();
+        m->set_ir_version(8);
+        m->add_opset_import()->set_version(13);
+        auto* g = m->mutable_graph();
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> d(-1, 1);
+        std::vector<float> w0(6 * 3 * 9), w1(4 * 6 * 9);
+        for (auto* w : {&w0, &w1})
+          for (float& v : *w) v = d(rng);
+        AddFloatTensor(g, "w0", {6, 3, 3, 3}, w0);
+        AddFloatTensor(g, "w1", {4, 6, 3, 3}, w1);
+        AddFloatTensor(g, "roi", {0}, {});
+        AddFloatTensor(g, "scales", by_sizes ? std::vector<int64_t>{0} : std::vector<int64_t>{4},
+                       by_sizes ? std::vector<float>{} : std::vector<float>{1, 1, 2, 1.5f});
+        auto* sizes = g->add_initializer();
+        sizes->set_name("sizes");
+        sizes->set_data_type(onnx::TensorProto::INT64);
+        sizes->add_dims(by_sizes ? 4 : 0);
+        if (by_sizes)
+          for (int64_t v : {2, 6, 11, 13}) sizes->add_int64_data(v);
+        AddValueInfo(g->mutable_input(), "x", {2, 3, 7, 9});
+        AddValueInfo(g->mutable_output(), "y", {});
+        for (auto [in, w, out] : {std::tuple{"x", "w0", "a"}, {"r", "w1", "y"}}) {
+          auto* conv = AddNode(g, "Conv", {in, w}, out);
+          auto* pads = conv->add_attribute();
+          pads->set_name("pads");
+          pads->set_type(onnx::AttributeProto::INTS);
+          for (int i = 0; i < 4; ++i) pads->add_ints(1);
+        }
+        auto* resize = AddNode(g, "Resize", {"a", "roi", "scales", "sizes"}, "r");
+        auto* attr = resize->add_attribute();
+        attr->set_name("mode");
+        attr->set_type(onnx::AttributeProto::STRING);
+        attr->set_s(mode);
+        std::swap(*g->mutable_node(1), *g->mutable_node(2));  // Conv a, Resize r, Conv y
+        return m;
+      };
+      Tensor x = Tensor::Allocate(DataType::kFp32, {2, 3, 7, 9});
+      std::mt19937 rng(8);
+      std::uniform_real_distribution<float> d(-2, 2);
+      for (int64_t i = 0; i < x.elements(); ++i) x.mutable_data<float>()[i] = d(rng);
+      std::vector<Tensor> got[2];
+      for (bool channels_last : {false, true}) {
+        GraphOptions options;
+        options.channels_last = channels_last;
+        auto graph = Graph::FromProto(model(), options);
+        ASSERT_TRUE(graph.ok()) << graph.status().message();
+        bool converted_around_resize = false;
+        for (const std::string& line : (*graph)->pass_log())
+          if (line.rfind("channels-last:", 0) == 0)
+            converted_around_resize = line.find("2 layout conversions") == std::string::npos;
+        EXPECT_FALSE(converted_around_resize);  // only in and out
+        ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[channels_last]).ok());
+      }
+      ASSERT_EQ(got[0][0].shape(), got[1][0].shape());
+      ASSERT_EQ(got[0][0].shape(),
+                (std::vector<int64_t>{2, 4, by_sizes ? 11 : 14, by_sizes ? 13 : 13}));
+      for (int64_t i = 0; i < got[0][0].elements(); ++i)
+        ASSERT_NEAR(got[1][0].data<float>()[i], got[0][0].data<float>()[i], 1e-5) << i;
+    }
+}
+
 TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
   std::vector<float> x;
   for (float v = -100.f; v <= 100.f; v += 0.37f) x.push_back(v);

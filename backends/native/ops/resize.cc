@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/parallel.h"
+
 namespace nereid::native {
 namespace {
 
@@ -134,13 +136,18 @@ Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   RETURN_IF_ERROR(RequireInputs(node, in, 1));
   const Tensor& x = *in[0];
   RETURN_IF_ERROR(RequireFloat(node, x));
-  const auto& shape = x.shape();
+  // Channels-last (the layout pass's choice between convolutions): planned on the NCHW shape the
+  // scales and sizes describe.
+  const bool nhwc = node.nhwc && x.shape().size() == 4;
+  std::vector<int64_t> shape = x.shape();
+  if (nhwc) shape = {shape[0], shape[3], shape[1], shape[2]};
   ASSIGN_OR_RETURN(const ResizePlan plan, PlanResize(node, in, shape));
   const std::vector<int64_t>& out_shape = plan.out_shape;
   const size_t rank = shape.size();
   const int64_t h = rank == 4 ? shape[2] : 1, w = shape[rank - 1];
   const int64_t oh = rank == 4 ? out_shape[2] : 1, ow = out_shape[rank - 1];
-  Tensor y = Tensor::Allocate(DataType::kFp32, out_shape);
+  Tensor y = Tensor::Allocate(
+      DataType::kFp32, nhwc ? std::vector<int64_t>{out_shape[0], oh, ow, out_shape[1]} : out_shape);
   if (y.elements() == 0 || x.elements() == 0) {
     out[0] = std::move(y);
     return Status::Ok();
@@ -149,6 +156,29 @@ Status Resize(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   const std::vector<ResizePlan::Tap>& tx = plan.taps_x;
   const float* px = x.data<float>();
   float* py = y.mutable_data<float>();
+  if (nhwc) {  // per output pixel, its four source pixels' channels at once (vectorized)
+    const int64_t c = shape[1];
+    kernels::ParallelForWork(shape[0] * oh, y.elements(), [&](int64_t row) {
+      const int64_t b = row / oh, oy = row % oh;
+      const ResizePlan::Tap& a = ty[oy];
+      const float* r0 = px + (b * h + a.i0) * w * c;
+      const float* r1 = px + (b * h + a.i1) * w * c;
+      float* dst = py + row * ow * c;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const ResizePlan::Tap& t = tx[ox];
+        const float *p00 = r0 + t.i0 * c, *p01 = r0 + t.i1 * c;
+        const float *p10 = r1 + t.i0 * c, *p11 = r1 + t.i1 * c;
+        float* d = dst + ox * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const float top = p00[ch] + (p01[ch] - p00[ch]) * t.f;
+          const float bottom = p10[ch] + (p11[ch] - p10[ch]) * t.f;
+          d[ch] = top + (bottom - top) * a.f;
+        }
+      }
+    });
+    out[0] = std::move(y);
+    return Status::Ok();
+  }
   for (int64_t plane = 0; plane < shape[0] * shape[1]; ++plane) {
     const float* src = px + plane * h * w;
     float* dst = py + plane * oh * ow;
