@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/gemm_isa.h"
 
@@ -161,32 +162,29 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const 
   StoreTileAvx512<MR>(acc, va, c, ldc, m, n);
 }
 
-// The epilogue's activation on 16 values, as Activate (cpu/gemm.h) defines it (NaN kept by Clip,
-// HardSigmoid and HardSwish, zeroed by Relu): max/min take their second operand on NaN.
-__attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(
-    const TileEpilogue& ep, __m512 v) {
+// The epilogue's activation ACT (GemmEpilogue::Activation) on 16 values, as Activate (cpu/gemm.h)
+// defines it (NaN kept by Clip, HardSigmoid and HardSwish, zeroed by Relu): max/min take their
+// second operand on NaN. A compile-time kind: a switch per vector cost every tile 24 dispatches.
+template <int ACT>
+__attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(__m512 v, __m512 lo,
+                                                                               __m512 hi) {
   // (maskz forms: the plain ones read _mm512_undefined_ps, which GCC 12 warns about inlined.)
   constexpr __mmask16 kAll = 0xffff;
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.f);
-  switch (ep.activation) {
-    case 1:  // Relu
-      return _mm512_maskz_max_ps(kAll, v, zero);
-    case 2:  // Clip
-      return _mm512_maskz_min_ps(kAll, _mm512_set1_ps(ep.hi),
-                                 _mm512_maskz_max_ps(kAll, _mm512_set1_ps(ep.lo), v));
-    case 3:  // LeakyRelu
-      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v,
-                                _mm512_set1_ps(ep.lo));
-    case 4: {  // HardSigmoid
-      const __m512 t = _mm512_fmadd_ps(_mm512_set1_ps(ep.lo), v, _mm512_set1_ps(ep.hi));
-      return _mm512_maskz_min_ps(kAll, one, _mm512_maskz_max_ps(kAll, zero, t));
-    }
-    case 5: {  // HardSwish
-      const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
-      return _mm512_mul_ps(v, _mm512_maskz_min_ps(kAll, one, _mm512_maskz_max_ps(kAll, zero, t)));
-    }
-    default:
-      return v;
+  if constexpr (ACT == 1) {  // Relu
+    return _mm512_maskz_max_ps(kAll, v, zero);
+  } else if constexpr (ACT == 2) {  // Clip
+    return _mm512_maskz_min_ps(kAll, hi, _mm512_maskz_max_ps(kAll, lo, v));
+  } else if constexpr (ACT == 3) {  // LeakyRelu
+    return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, lo);
+  } else if constexpr (ACT == 4) {  // HardSigmoid
+    const __m512 t = _mm512_fmadd_ps(lo, v, hi);
+    return _mm512_maskz_min_ps(kAll, one, _mm512_maskz_max_ps(kAll, zero, t));
+  } else if constexpr (ACT == 5) {  // HardSwish
+    const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
+    return _mm512_mul_ps(v, _mm512_maskz_min_ps(kAll, one, _mm512_maskz_max_ps(kAll, zero, t)));
+  } else {
+    return v;
   }
 }
 
@@ -206,23 +204,40 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
   __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   if (ep.first && ep.bias != nullptr)
     for (int h = 0; h < 2; ++h) bias[h] = _mm512_maskz_loadu_ps(masks[h], ep.bias + 16 * h);
+  const __m512 lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
+  auto store = [&](auto act) __attribute__((target("avx512f"), always_inline)) {
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    if (i >= m) break;
-    float* ci = c + i * ldc;
-    for (int h = 0; h < NH; ++h) {
-      __m512 v = acc[i][h];
-      if (ep.first) {
-        v = _mm512_add_ps(v, bias[h]);
-        if (ep.residual != nullptr)
-          v = _mm512_add_ps(
-              v, _mm512_maskz_loadu_ps(masks[h], ep.residual + i * ep.ld_residual + 16 * h));
-      } else {
-        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], ci + 16 * h));
+    for (int i = 0; i < MR; ++i) {
+      if (i >= m) break;
+      float* ci = c + i * ldc;
+      for (int h = 0; h < NH; ++h) {
+        __m512 v = acc[i][h];
+        if (ep.first) {
+          v = _mm512_add_ps(v, bias[h]);
+          if (ep.residual != nullptr)
+            v = _mm512_add_ps(
+                v, _mm512_maskz_loadu_ps(masks[h], ep.residual + i * ep.ld_residual + 16 * h));
+        } else {
+          v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], ci + 16 * h));
+        }
+        v = ActivateAvx512<decltype(act)::value>(v, lo, hi);
+        _mm512_mask_storeu_ps(ci + 16 * h, masks[h], v);
       }
-      if (ep.last) v = ActivateAvx512(ep, v);
-      _mm512_mask_storeu_ps(ci + 16 * h, masks[h], v);
     }
+  };
+  switch (ep.last ? ep.activation : 0) {
+    case 1:
+      return store(std::integral_constant<int, 1>{});
+    case 2:
+      return store(std::integral_constant<int, 2>{});
+    case 3:
+      return store(std::integral_constant<int, 3>{});
+    case 4:
+      return store(std::integral_constant<int, 4>{});
+    case 5:
+      return store(std::integral_constant<int, 5>{});
+    default:
+      return store(std::integral_constant<int, 0>{});
   }
 }
 template <int ROWS>
