@@ -205,6 +205,11 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
   if (ep.first && ep.bias != nullptr)
     for (int h = 0; h < 2; ++h) bias[h] = _mm512_maskz_loadu_ps(masks[h], ep.bias + 16 * h);
   const __m512 lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
+  // (Locals: read through 'ep', each field would be reloaded after every store to C, which may
+  // alias it as far as the compiler knows.)
+  const bool first = ep.first;
+  const float* residual = ep.residual;
+  const int64_t ld_residual = ep.ld_residual;
   auto store = [&](auto act) __attribute__((target("avx512f"), always_inline)) {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
@@ -212,11 +217,11 @@ __attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
       float* ci = c + i * ldc;
       for (int h = 0; h < NH; ++h) {
         __m512 v = acc[i][h];
-        if (ep.first) {
+        if (first) {
           v = _mm512_add_ps(v, bias[h]);
-          if (ep.residual != nullptr)
-            v = _mm512_add_ps(
-                v, _mm512_maskz_loadu_ps(masks[h], ep.residual + i * ep.ld_residual + 16 * h));
+          if (residual != nullptr)
+            v = _mm512_add_ps(v,
+                              _mm512_maskz_loadu_ps(masks[h], residual + i * ld_residual + 16 * h));
         } else {
           v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], ci + 16 * h));
         }
