@@ -288,7 +288,9 @@ std::string Describe(const GpuModel& m) {
   if (m.precision == Precision::kInt8)
     precision += " (" + std::to_string(m.int8_gemms) + " of " + std::to_string(m.gemms) +
                  " GEMMs in int8, the rest in bf16)";
-  if (m.precision == Precision::kInt8 && m.convs > 0) precision += "; convolutions in bf16";
+  if (m.precision == Precision::kInt8 && m.convs > 0)
+    precision += "; " + std::to_string(m.int8_convs) + " of " + std::to_string(m.convs) +
+                 " convolutions in int8, the rest in bf16";
   std::string convs;
   if (m.convs > 0) {
     convs = std::to_string(m.convs) + " convolution(s) (";

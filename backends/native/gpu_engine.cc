@@ -203,9 +203,11 @@ class GpuInstance final : public GemmBench {
       }
     RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
     acc_floats_ = acc;
-    if (m_->int8_gemms > 0) {  // an int8 GEMM's activations, quantized per row
+    if (m_->int8_gemms > 0 || m_->int8_convs > 0) {  // int8 activations, quantized per row
       RETURN_IF_ERROR(
-          Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity * m_->int8_max_k), &quantized_));
+          Allocate(NEREID_MEMORY_GPU,
+                   static_cast<size_t>(capacity * std::max(m_->int8_max_k, m_->int8_conv_max_in)),
+                   &quantized_));
       RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
     }
     // The partial sums of convolutions split over blocks (only the tensor-core kernel, bf16/fp16,
@@ -399,6 +401,15 @@ class GpuInstance final : public GemmBench {
           kc::ConvProblem p = s.conv;
           p.g.n = rows;
           p.x = Buf(s.in), p.y = Buf(s.out);
+          if (p.int8) {  // the image quantized per row (per image) first
+            const ValueSpec& in = m_->values[s.in];
+            CUDA_RETURN(kc::QuantizeRowsInt8(in.type, p.x, rows, in.row_elems,
+                                             static_cast<int8_t*>(quantized_.data),
+                                             static_cast<float*>(row_scale_.data), stream_),
+                        "int8 quantization");
+            p.x = quantized_.data;
+            p.x_scale = static_cast<const float*>(row_scale_.data);
+          }
           p.residual = s.residual >= 0 ? Buf(s.residual) : nullptr;
           p.workspace = static_cast<float*>(conv_workspace_.data);
           CUDA_RETURN(kc::Conv2dNhwc(p, stream_), "convolution kernel");

@@ -153,6 +153,10 @@ class GpuModel {
   int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
+  // ... and convolutions in int8 (one group, c_in a multiple of 16; the rest in bf16), their
+  // images quantized per row (per image) into the same scratch: the largest image they read.
+  int int8_convs = 0;
+  int64_t int8_conv_max_in = 0;
 
   int Resolve(int id) const {
     while (id >= 0 && values[id].alias >= 0) id = values[id].alias;

@@ -155,15 +155,21 @@ __global__ void ConvDepthwiseKernel(ConvProblem p) {
 
 // ---- implicit GEMM on the tensor cores ----------------------------------------------------------
 // A block computes 128 pixels x 64 output channels: 8 warps as 4 (pixels) x 2 (channels), each
-// 32 x 32 as 2 x 4 mma.sync m16n8k16 tiles. Per step of 32 of the depth, each thread gathers two
-// 16-byte pieces of the image (8 channels of one tap: c_in % 8 == 0 keeps a piece inside a tap)
-// and one of the weights with cp.async, zero-filled where the window leaves the image, into one of
-// three shared-memory stages (two steps load while one computes). Rows in shared memory are 40
-// elements (80 bytes) apart, so ldmatrix's eight row addresses fall in distinct banks.
-// Split K (blockIdx.z of 'splits'): each split sums its range of steps into fp32 partials, which
-// ConvSplitEpilogueKernel adds up and finishes.
-constexpr int kTcPixels = 128, kTcChannels = 64, kTcDepth = 32, kTcRow = kTcDepth + 8;
+// 32 x 32 as 2 x 4 mma.sync tiles (m16n8k16 on bf16/fp16, m16n8k32 on int8: 32 bytes of the depth
+// either way). Per step of 64 bytes of the depth (32 bf16/fp16 channels, 64 int8 ones), each
+// thread gathers two 16-byte pieces of the image (8 or 16 channels of one tap: c_in a multiple of
+// that keeps a piece inside a tap) and one of the weights with cp.async, zero-filled where the
+// window leaves the image, into one of three shared-memory stages (two steps load while one
+// computes). Rows in shared memory are 80 bytes apart, so ldmatrix's eight row addresses fall in
+// distinct banks. Int8 sums are exact in int32 and scaled once (the image's scale times the output
+// channel's). Split K (blockIdx.z of 'splits'): each split sums its range of steps into fp32
+// partials (scaled), which ConvSplitEpilogueKernel adds up and finishes.
+constexpr int kTcPixels = 128, kTcChannels = 64, kTcStepBytes = 64, kTcRowBytes = 80;
 constexpr int kTcStages = 3;
+
+// T's elements per 16 bytes (one cp.async piece, one ldmatrix row).
+template <typename T>
+constexpr int kTcVec = 16 / static_cast<int>(sizeof(T));
 
 __device__ __forceinline__ void CopyAsync16(void* shared, const void* global, bool valid) {
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
@@ -181,10 +187,16 @@ __device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* share
                : "r"(at));
 }
 
-template <typename T>
-__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+// c += a b over 32 bytes of the depth (16 bf16/fp16 or 32 int8 values).
+template <typename T, typename Acc>
+__device__ __forceinline__ void MmaStep(Acc (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -197,11 +209,14 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], 
   }
 }
 
-template <typename T>
+// T: x's and w's storage (bf16, fp16, or int8 with p.x_scale and p.w_scale); O: y's.
+template <typename T, typename O>
 __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int splits) {
+  constexpr int kVec = kTcVec<T>, kStep = kTcStepBytes / sizeof(T), kRow = kTcRowBytes / sizeof(T);
+  using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
   const Conv2dGeometry& g = p.g;
-  __shared__ __align__(16) T a_tile[kTcStages][kTcPixels][kTcRow];
-  __shared__ __align__(16) T b_tile[kTcStages][kTcChannels][kTcRow];
+  __shared__ __align__(16) T a_tile[kTcStages][kTcPixels][kRow];
+  __shared__ __align__(16) T b_tile[kTcStages][kTcChannels][kRow];
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t pixels = g.n * g.oh * g.ow, depth = g.kh * g.kw * g.c_in;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcPixels;
@@ -224,7 +239,7 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
   }
   const int64_t co_load = n0 + row;
   auto load = [&](int stage, int64_t step) {
-    const int64_t k = step * kTcDepth + piece * 8;
+    const int64_t k = step * kStep + piece * kVec;
     const bool k_ok = k < depth;
     int64_t ci = 0, ky = 0, kx = 0;
     if (k_ok) {
@@ -236,19 +251,19 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
     for (int i = 0; i < 2; ++i) {
       const int64_t iy = iy0[i] + ky * g.dilation_h, ix = ix0[i] + kx * g.dilation_w;
       const bool ok = k_ok && row_ok[i] && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-      CopyAsync16(&a_tile[stage][row + 64 * i][piece * 8],
+      CopyAsync16(&a_tile[stage][row + 64 * i][piece * kVec],
                   ok ? x + base[i] + (iy * g.w + ix) * g.c_in + ci : x, ok);
     }
     const bool ok = k_ok && co_load < g.c_out;
-    CopyAsync16(&b_tile[stage][row][piece * 8], ok ? w + co_load * depth + k : w, ok);
+    CopyAsync16(&b_tile[stage][row][piece * kVec], ok ? w + co_load * depth + k : w, ok);
   };
   // This split's steps.
-  const int64_t steps = (depth + kTcDepth - 1) / kTcDepth;
+  const int64_t steps = (depth + kStep - 1) / kStep;
   const int64_t per_split = (steps + splits - 1) / splits;
   const int64_t first = blockIdx.z * per_split;
   const int64_t count = first < steps ? min(per_split, steps - first) : 0;
   const int wm = warp % 4, wn = warp / 4;
-  float acc[2][4][4] = {};
+  Acc acc[2][4][4] = {};
 #pragma unroll
   for (int s = 0; s < kTcStages - 1; ++s) {
     if (s < count) load(s, first + s);
@@ -262,21 +277,20 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
     CommitCopies();
     const int stage = static_cast<int>(i % kTcStages);
 #pragma unroll
-    for (int ks = 0; ks < kTcDepth; ks += 16) {
+    for (int ks = 0; ks < kStep; ks += 2 * kVec) {  // 32 bytes of the depth per mma
       uint32_t a[2][4], b[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        LoadMatrices(a[mt], &a_tile[stage][wm * 32 + mt * 16 + lane % 16][ks + lane / 16 * 8]);
+        LoadMatrices(a[mt], &a_tile[stage][wm * 32 + mt * 16 + lane % 16][ks + lane / 16 * kVec]);
 #pragma unroll
-      for (int np = 0; np < 2; ++np)  // two 8-channel tiles, both halves of k16, per x4 load
-        LoadMatrices(
-            b[np],
-            &b_tile[stage][wn * 32 + np * 16 + lane % 8 + lane / 16 * 8][ks + (lane / 8) % 2 * 8]);
+      for (int np = 0; np < 2; ++np)  // two 8-channel tiles, both 16-byte halves, per x4 load
+        LoadMatrices(b[np], &b_tile[stage][wn * 32 + np * 16 + lane % 8 + lane / 16 * 8]
+                                   [ks + (lane / 8) % 2 * kVec]);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
-          Mma16816<T>(acc[mt][nt], a[mt], b[nt / 2][(nt % 2) * 2], b[nt / 2][(nt % 2) * 2 + 1]);
+          MmaStep<T>(acc[mt][nt], a[mt], b[nt / 2][(nt % 2) * 2], b[nt / 2][(nt % 2) * 2 + 1]);
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
@@ -288,17 +302,20 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
     for (int half = 0; half < 2; ++half) {
       const int64_t m = m0 + wm * 32 + mt * 16 + gid + half * 8;
       if (m >= pixels) continue;
+      float x_scale = 1.f;
+      if constexpr (std::is_same_v<T, int8_t>) x_scale = p.x_scale[m / (g.oh * g.ow)];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int64_t co = n0 + wn * 32 + nt * 8 + tig * 2;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (co + j >= g.c_out) continue;
-          const float v = acc[mt][nt][half * 2 + j];
+          float v = static_cast<float>(acc[mt][nt][half * 2 + j]);
+          if constexpr (std::is_same_v<T, int8_t>) v *= x_scale * p.w_scale[co + j];
           if (partial != nullptr)
             partial[m * g.c_out + co + j] = v;
           else
-            StoreConvOutput<T>(p, m, co + j, v);
+            StoreConvOutput<O>(p, m, co + j, v);
         }
       }
     }
@@ -417,6 +434,8 @@ bool GeometryValid(const Conv2dGeometry& g) {
 
 ConvKernel ChooseConvKernel(const ConvProblem& p) {
   const Conv2dGeometry& g = p.g;
+  if (p.int8)  // (Conv2dNhwc refuses the int8 problems this kernel cannot take)
+    return ConvKernel::kTensorCore;
   if (g.groups > 1 && g.groups == g.c_in && g.groups == g.c_out) return ConvKernel::kDepthwise;
   if ((p.type == ElemType::kBF16 || p.type == ElemType::kF16) && g.groups == 1 && g.c_in % 8 == 0 &&
       Aligned16(p.x) && Aligned16(p.w))
@@ -433,10 +452,17 @@ int ConvSplits(const ConvProblem& p) {
   const int64_t sms = std::max(MultiprocessorCount(), 1);
   if (tiles >= sms) return 1;
   // About two blocks per SM, each split at least 8 steps of the depth.
-  const int64_t steps = (g.kh * g.kw * g.c_in + kTcDepth - 1) / kTcDepth;
+  const int64_t step = p.int8 ? kTcStepBytes : kTcStepBytes / 2;  // depth per step
+  const int64_t steps = (g.kh * g.kw * g.c_in + step - 1) / step;
   int64_t splits = std::min<int64_t>({kConvMaxSplits, (2 * sms + tiles - 1) / tiles, steps / 8});
   while (splits > 1 && splits * pixels * g.c_out > kConvWorkspaceFloats) --splits;
   return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
+bool Int8ConvSupported(const ConvProblem& p) {
+  return p.g.groups == 1 && p.g.c_in % 16 == 0 && p.x_scale != nullptr && p.w_scale != nullptr &&
+         (p.type == ElemType::kBF16 || p.type == ElemType::kF16) && Aligned16(p.x) &&
+         Aligned16(p.w);
 }
 
 const char* ConvKernelName(ConvKernel k) {
@@ -471,6 +497,7 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
       g.c_in % g.groups != 0 || g.c_out % g.groups != 0 || p.x == nullptr || p.w == nullptr ||
       p.y == nullptr || !FloatType(p.type))
     return cudaErrorInvalidValue;
+  if (p.int8 && !Int8ConvSupported(p)) return cudaErrorInvalidValue;
   const int64_t pixels = g.n * g.oh * g.ow;
   switch (ChooseConvKernel(p)) {
     case ConvKernel::kTensorCore: {
@@ -480,15 +507,17 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
       const dim3 split_grid(grid.x, grid.y, static_cast<unsigned>(splits));
       if (grid.y > 65535) return cudaErrorInvalidValue;
       const unsigned finish = GridFor(pixels * g.c_out, 4);
-      if (p.type == ElemType::kBF16) {
-        ConvTensorCoreKernel<__nv_bfloat16><<<split_grid, 256, 0, stream>>>(p, splits);
-        if (splits > 1)
-          ConvSplitEpilogueKernel<__nv_bfloat16><<<finish, 256, 0, stream>>>(p, splits);
-      } else {
-        ConvTensorCoreKernel<__half><<<split_grid, 256, 0, stream>>>(p, splits);
-        if (splits > 1) ConvSplitEpilogueKernel<__half><<<finish, 256, 0, stream>>>(p, splits);
-      }
-      return cudaGetLastError();
+      auto launch = [&](auto in, auto out) {
+        using T = decltype(in);
+        using O = decltype(out);
+        ConvTensorCoreKernel<T, O><<<split_grid, 256, 0, stream>>>(p, splits);
+        if (splits > 1) ConvSplitEpilogueKernel<O><<<finish, 256, 0, stream>>>(p, splits);
+        return cudaGetLastError();
+      };
+      if (p.int8 && p.type == ElemType::kBF16) return launch(int8_t{}, __nv_bfloat16{});
+      if (p.int8) return launch(int8_t{}, __half{});
+      if (p.type == ElemType::kBF16) return launch(__nv_bfloat16{}, __nv_bfloat16{});
+      return launch(__half{}, __half{});
     }
     case ConvKernel::kDepthwise:
       return WithFloatType(p.type, [&](auto t) {

@@ -2,7 +2,8 @@
 // every value between convolutions channels-last and converts at the model's edges):
 //
 //  - Conv2dNhwc picks one of three kernels per layer:
-//      tensor-core implicit GEMM (bf16/fp16, one group, c_in a multiple of 8): M = output pixels,
+//      tensor-core implicit GEMM (bf16/fp16, one group, c_in a multiple of 8; int8 with c_in a
+//        multiple of 16, per-image and per-output-channel scales): M = output pixels,
 //        N = output channels, K = kh x kw x c_in gathered from the image with 16-byte cp.async
 //        loads (zero-filled outside the image), never materialized; mma.sync m16n8k16 with fp32
 //        accumulators, three shared-memory stages; the epilogue fused into the stores; K split
@@ -41,7 +42,14 @@ struct ConvProblem {
   // kConvWorkspaceFloats of scratch, or null: layers with fewer tiles than the GPU has SMs then
   // split their depth over blocks (fp32 partial sums here, added up by a second kernel).
   float* workspace = nullptr;
+  // int8: x and w int8 (x per image with x_scale[image], w per output channel with w_scale[co];
+  // value = q * scale), y and residual in 'type' (bf16 or fp16): the tensor-core kernel's int8
+  // form (one group, c_in a multiple of 16; Int8ConvSupported).
+  bool int8 = false;
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
 };
+bool Int8ConvSupported(const ConvProblem& p);
 constexpr int kConvMaxSplits = 8;
 constexpr int64_t kConvWorkspaceFloats = int64_t{1} << 23;  // 32 MiB
 

@@ -171,6 +171,23 @@ TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
   }
 }
 
+TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
+  const fs::path site = SitePackages();
+  if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
+  auto graph = LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", "gpu_0/data_0");
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  GpuShapes shapes;
+  shapes.input_dims["gpu_0/data_0"] = {3, 224, 224};
+  shapes.fixed_rows = 1;
+  auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  // The stem (3 channels, padded to 8) stays bf16; the other 52 take 16 channels or more.
+  const std::string description = Describe(**model);
+  EXPECT_NE(description.find("52 of 53 convolutions in int8"), std::string::npos) << description;
+  EXPECT_NE(description.find("52 int8 tensor-core implicit GEMM"), std::string::npos)
+      << description;
+}
+
 TEST(GpuCompile, RefusesOpenDims) {
   const fs::path site = SitePackages();
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";

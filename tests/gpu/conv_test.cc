@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm_int8.h"
 #include "gpu_test_util.h"
 
 namespace nereid::gpu_test {
@@ -139,6 +140,92 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
   for (int k = 0; k < 3; ++k)
     EXPECT_GT(kernels_seen[k], 0) << kc::ConvKernelName(static_cast<kc::ConvKernel>(k));
   EXPECT_GT(split, 0) << "no case split its depth over blocks";
+}
+
+// The int8 form of the tensor-core kernel: x quantized per image and w per output channel on the
+// host with the engine's arithmetic (kernels::QuantizeRowsInt8), the reference the exact integer
+// sums scaled in double; bf16 and fp16 outputs, split and unsplit depths, residuals.
+TEST(CudaConv, Int8MatchesTheQuantizedReference) {
+  NEREID_REQUIRE_GPU();
+  using A = ConvActivation;
+  const ConvCase cases[] = {
+      {Geometry(2, 9, 9, 16, 24, 3, 1, 1), A::kRelu, 0, 0, true, true},
+      {Geometry(3, 7, 7, 64, 72, 1, 2, 0), A::kClip, 0.f, 6.f},
+      {Geometry(2, 14, 14, 64, 128, 3, 1, 1), A::kNone, 0, 0, false, true},
+      {Geometry(5, 3, 3, 48, 136, 3, 1, 1), A::kRelu, 0, 0, true, true},
+      {Geometry(1, 7, 7, 256, 64, 3, 1, 1), A::kRelu, 0, 0, true, true},  // split over blocks
+  };
+  DeviceBuffer workspace(kc::kConvWorkspaceFloats * sizeof(float));
+  uint64_t seed = 50;
+  int split = 0;
+  for (const ConvCase& c : cases)
+    for (ElemType t : {ElemType::kBF16, ElemType::kF16}) {
+      const Conv2dGeometry& g = c.g;
+      const int64_t image = g.h * g.w * g.c_in, depth = g.kh * g.kw * g.c_in;
+      const size_t y_n = g.n * g.oh * g.ow * g.c_out;
+      const std::vector<float> x = Random(g.n * image, seed++, -2.f, 2.f);
+      const std::vector<float> w = Random(g.c_out * depth, seed++, -0.3f, 0.3f);
+      const std::vector<float> bias = Random(g.c_out, seed++), res = Random(y_n, seed++);
+      kc::ConvProblem p;
+      p.g = g, p.type = t, p.act = c.act, p.act_a = c.a, p.act_b = c.b, p.int8 = true;
+      const std::vector<float> wl = kc::ConvWeightsLayout(p, w.data());  // [co][ky][kx][ci]
+      std::vector<int8_t> xq(x.size()), wq(wl.size());
+      std::vector<float> xs(g.n), ws(g.c_out);
+      kernels::QuantizeRowsInt8(x.data(), g.n, image, image, xq.data(), xs.data());
+      kernels::QuantizeRowsInt8(wl.data(), g.c_out, depth, depth, wq.data(), ws.data());
+      auto bytes = [](const auto& v) {
+        return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                    reinterpret_cast<const uint8_t*>(v.data() + v.size()));
+      };
+      DeviceBuffer dx(bytes(xq)), dw(bytes(wq)), dxs(bytes(xs)), dws(bytes(ws)),
+          db(Encode(bias, ElemType::kF32)), dr(Encode(res, t)), dy(y_n * kc::ElemSize(t));
+      p.x = dx.get(), p.w = dw.get(), p.y = dy.get();
+      p.x_scale = static_cast<const float*>(dxs.get());
+      p.w_scale = static_cast<const float*>(dws.get());
+      p.bias = c.bias ? static_cast<const float*>(db.get()) : nullptr;
+      p.residual = c.residual ? dr.get() : nullptr;
+      p.workspace = static_cast<float*>(workspace.get());
+      ASSERT_TRUE(kc::Int8ConvSupported(p)) << Describe(c, t);
+      split += kc::ConvSplits(p) > 1;
+      ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> rr = Rounded(res, t);
+      std::vector<double> ref(y_n);
+      for (int64_t b = 0; b < g.n; ++b)
+        for (int64_t oy = 0; oy < g.oh; ++oy)
+          for (int64_t ox = 0; ox < g.ow; ++ox)
+            for (int64_t co = 0; co < g.c_out; ++co) {
+              int64_t sum = 0;
+              for (int64_t ky = 0; ky < g.kh; ++ky)
+                for (int64_t kx = 0; kx < g.kw; ++kx) {
+                  const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+                  const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+                  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                  for (int64_t ci = 0; ci < g.c_in; ++ci)
+                    sum += int64_t{xq[b * image + (iy * g.w + ix) * g.c_in + ci]} *
+                           wq[co * depth + (ky * g.kw + kx) * g.c_in + ci];
+                }
+              double acc = static_cast<double>(sum) * xs[b] * ws[co] + (c.bias ? bias[co] : 0.0);
+              const int64_t at = ((b * g.oh + oy) * g.ow + ox) * g.c_out + co;
+              if (c.residual) acc += rr[at];
+              ref[at] = Activate(c.act, acc, c.a, c.b);
+            }
+      // Only the output's rounding to 16 bits and fp32 scaling differ from the reference.
+      const double tol = t == ElemType::kF16 ? 2e-3 : 1e-2;
+      EXPECT_LE(RelativeError(Decode(dy.Read(), t), ref), tol) << "int8 " << Describe(c, t);
+    }
+  EXPECT_GT(split, 0) << "no int8 case split its depth over blocks";
+  // What the int8 kernel cannot take: c_in not a multiple of 16, groups, no scales.
+  kc::ConvProblem bad;
+  bad.g = Geometry(1, 4, 4, 8, 8, 3, 1, 1), bad.type = ElemType::kBF16, bad.int8 = true;
+  DeviceBuffer buf(1 << 12);
+  bad.x = bad.w = bad.y = buf.get();
+  bad.x_scale = bad.w_scale = static_cast<const float*>(buf.get());
+  EXPECT_FALSE(kc::Int8ConvSupported(bad));
+  EXPECT_EQ(kc::Conv2dNhwc(bad, nullptr), cudaErrorInvalidValue);
+  bad.g = Geometry(1, 4, 4, 16, 16, 3, 1, 1), bad.x_scale = nullptr;
+  EXPECT_EQ(kc::Conv2dNhwc(bad, nullptr), cudaErrorInvalidValue);
+  cudaGetLastError();
 }
 
 TEST(CudaConv, PoolsMatchTheReference) {

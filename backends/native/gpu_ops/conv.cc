@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "cpu/gemm_int8.h"
 #include "gpu_model.h"
 
 namespace nereid::native {
@@ -72,8 +73,23 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   } else {
     s.in = InLayout(m, node.inputs[0], true);
   }
-  ASSIGN_OR_RETURN(s.conv.w,
-                   m.UploadFloats(kc::ConvWeightsLayout(s.conv, oihw.data()), m.float_type));
+  std::vector<float> layout = kc::ConvWeightsLayout(s.conv, oihw.data());
+  if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
+    // Weights per output channel ([c_out][kh][kw][c_in] rows), the image per row at run time,
+    // with the arithmetic of the CPU's and the GEMMs' int8.
+    const int64_t depth = kh * kw * s.conv.g.c_in;
+    std::vector<int8_t> q(layout.size());
+    std::vector<float> scale(static_cast<size_t>(c_out));
+    kernels::QuantizeRowsInt8(layout.data(), c_out, depth, depth, q.data(), scale.data());
+    ASSIGN_OR_RETURN(s.conv.w, m.Upload(q.data(), q.size()));
+    ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
+    s.conv.w_scale = static_cast<const float*>(dscale);
+    s.conv.int8 = true;
+    ++m.int8_convs;
+    m.int8_conv_max_in = std::max(m.int8_conv_max_in, m.values[s.in].row_elems);
+  } else {
+    ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(layout, m.float_type));
+  }
   if (op.residual) {
     const int r = node.inputs.size() > 3 ? node.inputs[3] : -1;
     const ValueSpec* rv = r >= 0 && static_cast<size_t>(r) < graph.value_count() &&
@@ -89,7 +105,8 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   s.out = node.outputs[0];
   m.steps.push_back(s);
   ++m.convs;
-  ++m.conv_kernels[kc::ConvKernelName(kc::ChooseConvKernel(s.conv))];
+  ++m.conv_kernels[s.conv.int8 ? "int8 tensor-core implicit GEMM"
+                               : kc::ConvKernelName(kc::ChooseConvKernel(s.conv))];
   return Status::Ok();
 }
 
