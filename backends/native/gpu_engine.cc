@@ -169,10 +169,10 @@ class GpuInstance final : public GemmBench {
     for (auto* list : {&buffers_, &staging_in_, &staging_out_})
       for (auto& b : *list)
         if (b.data != nullptr) NereidMemoryRelease(b.data);
-    for (auto* b : {&acc_, &quantized_, &row_scale_, &conv_workspace_})
+    for (auto* b : {&acc_, &quantized_, &row_scale_, &absmax_, &conv_workspace_})
       if (b->data != nullptr) NereidMemoryRelease(b->data);
     buffers_.clear(), staging_in_.clear(), staging_out_.clear();
-    acc_ = quantized_ = row_scale_ = conv_workspace_ = NereidBuffer{};
+    acc_ = quantized_ = row_scale_ = absmax_ = conv_workspace_ = NereidBuffer{};
   }
 
   // Sizes every buffer for at least 'rows' rows (doubling), dropping graphs captured for the old
@@ -209,6 +209,7 @@ class GpuInstance final : public GemmBench {
                    static_cast<size_t>(capacity * std::max(m_->int8_max_k, m_->int8_conv_max_in)),
                    &quantized_));
       RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
+      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &absmax_));
     }
     // The partial sums of convolutions split over blocks (only the tensor-core kernel, bf16/fp16,
     // splits; without the workspace it runs unsplit).
@@ -403,9 +404,10 @@ class GpuInstance final : public GemmBench {
           p.x = Buf(s.in), p.y = Buf(s.out);
           if (p.int8) {  // the image quantized per row (per image) first
             const ValueSpec& in = m_->values[s.in];
-            CUDA_RETURN(kc::QuantizeRowsInt8(in.type, p.x, rows, in.row_elems,
-                                             static_cast<int8_t*>(quantized_.data),
-                                             static_cast<float*>(row_scale_.data), stream_),
+            CUDA_RETURN(kc::QuantizeLongRowsInt8(in.type, p.x, rows, in.row_elems,
+                                                 static_cast<int8_t*>(quantized_.data),
+                                                 static_cast<float*>(row_scale_.data),
+                                                 static_cast<unsigned*>(absmax_.data), stream_),
                         "int8 quantization");
             p.x = quantized_.data;
             p.x_scale = static_cast<const float*>(row_scale_.data);
@@ -560,7 +562,8 @@ class GpuInstance final : public GemmBench {
   NereidBuffer acc_{};
   int64_t acc_floats_ = 0;
   NereidBuffer quantized_{}, row_scale_{};  // int8 GEMMs: x quantized per row, and its scales
-  NereidBuffer conv_workspace_{};           // kc::kConvWorkspaceFloats: split convolutions
+  NereidBuffer absmax_{};          // int8 convolutions: each image's largest magnitude (as bits)
+  NereidBuffer conv_workspace_{};  // kc::kConvWorkspaceFloats: split convolutions
   bool copies_in_graph_ = false;
   GraphCache graphs_;                             // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none

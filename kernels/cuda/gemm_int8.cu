@@ -37,6 +37,39 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* 
     out[i] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(ToFloat(row[i]) * inv))));
 }
 
+// Long rows (an image per row: a convolution's input): each row split over blocks of kChunk
+// elements, their largest magnitudes joined by atomicMax on the bits (non-negative floats order
+// as unsigned integers), then every block quantizes its chunk with the row's: the same arithmetic
+// as QuantizeRowsKernel, so the same bits.
+constexpr int64_t kChunk = 8192;
+
+template <typename T>
+__global__ __launch_bounds__(kQuantizeThreads) void AbsMaxChunksKernel(
+    const T* __restrict__ in, int64_t k, unsigned* __restrict__ bits) {
+  const T* row = in + blockIdx.y * k;
+  const int64_t end = min(k, (static_cast<int64_t>(blockIdx.x) + 1) * kChunk);
+  float absmax = 0.f;
+  for (int64_t i = blockIdx.x * kChunk + threadIdx.x; i < end; i += kQuantizeThreads)
+    absmax = fmaxf(absmax, fabsf(ToFloat(row[i])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) absmax = fmaxf(absmax, __shfl_xor_sync(~0u, absmax, o));
+  if (threadIdx.x % 32 == 0) atomicMax(&bits[blockIdx.y], __float_as_uint(absmax));
+}
+
+template <typename T>
+__global__ __launch_bounds__(kQuantizeThreads) void QuantizeChunksKernel(
+    const T* __restrict__ in, int64_t k, const unsigned* __restrict__ bits, int8_t* __restrict__ q,
+    float* __restrict__ scale) {
+  const float absmax = __uint_as_float(bits[blockIdx.y]);
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y] = absmax / 127.f;
+  const T* row = in + blockIdx.y * k;
+  int8_t* out = q + blockIdx.y * k;
+  const int64_t end = min(k, (static_cast<int64_t>(blockIdx.x) + 1) * kChunk);
+  for (int64_t i = blockIdx.x * kChunk + threadIdx.x; i < end; i += kQuantizeThreads)
+    out[i] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(ToFloat(row[i]) * inv))));
+}
+
 constexpr int kSmallThreads = 256;  // 8 warps splitting k
 
 __device__ __forceinline__ int Dot16(const uint4& a, const uint4& b, int acc) {
@@ -150,6 +183,34 @@ cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int
       return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+cudaError_t QuantizeLongRowsInt8(ElemType in_type, const void* in, int64_t rows, int64_t k,
+                                 int8_t* q, float* scale, unsigned* absmax_bits,
+                                 cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (rows < 0 || rows > 65535 || k <= 0 || absmax_bits == nullptr) return cudaErrorInvalidValue;
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  if (chunks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
+  if (cudaError_t e = cudaMemsetAsync(absmax_bits, 0, rows * sizeof(unsigned), stream);
+      e != cudaSuccess)
+    return e;
+  auto launch = [&](const auto* typed) {
+    AbsMaxChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits);
+    QuantizeChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits, q, scale);
+    return cudaGetLastError();
+  };
+  switch (in_type) {
+    case ElemType::kF32:
+      return launch(static_cast<const float*>(in));
+    case ElemType::kBF16:
+      return launch(static_cast<const __nv_bfloat16*>(in));
+    case ElemType::kF16:
+      return launch(static_cast<const __half*>(in));
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 bool SmallMInt8Supported(const GemmProblem& p) {

@@ -21,6 +21,11 @@ namespace nereid::kernels::cuda {
 // row-major.
 cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int64_t k, int8_t* q,
                              float* scale, cudaStream_t stream);
+// The same bits for long rows (an image per row, a convolution's input; rows <= 65535): each row
+// split over blocks; 'absmax_bits' (rows unsigned ints of scratch) joins their maxima.
+cudaError_t QuantizeLongRowsInt8(ElemType in_type, const void* in, int64_t rows, int64_t k,
+                                 int8_t* q, float* scale, unsigned* absmax_bits,
+                                 cudaStream_t stream);
 
 constexpr int64_t kSmallMInt8Max = 16;
 // Whether GemmSmallMInt8 can run 'p': kI8 operands with both scales, 1 <= m <= 16, k a multiple

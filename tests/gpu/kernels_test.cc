@@ -399,6 +399,31 @@ TEST(CudaGemmInt8, QuantizeRowsMatchesTheHostBitForBit) {
   }
 }
 
+TEST(CudaGemmInt8, QuantizeLongRowsMatchesQuantizeRowsBitForBit) {
+  NEREID_REQUIRE_GPU();
+  // Images per row: rows of 3 chunks and a bit (the chunk is 8,192), an outlier in the last chunk
+  // of one row, a row of zeros.
+  const int64_t rows = 5, k = 3 * 8192 + 100;
+  auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
+  v[2 * k + k - 7] = -90.f;
+  for (int64_t l = 0; l < k; ++l) v[4 * k + l] = 0.f;
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16}) {
+    DeviceBuffer in(Encode(v, t)), q0(rows * k), s0(rows * 4), q1(rows * k), s1(rows * 4),
+        bits(rows * 4);
+    CUDA_OK(kernels::cuda::QuantizeRowsInt8(t, in.get(), rows, k, static_cast<int8_t*>(q0.get()),
+                                            static_cast<float*>(s0.get()), nullptr));
+    CUDA_OK(kernels::cuda::QuantizeLongRowsInt8(
+        t, in.get(), rows, k, static_cast<int8_t*>(q1.get()), static_cast<float*>(s1.get()),
+        static_cast<unsigned*>(bits.get()), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(q1.Read(), q0.Read()) << kernels::cuda::ElemTypeName(t);
+    EXPECT_EQ(s1.Read(), s0.Read()) << kernels::cuda::ElemTypeName(t);
+  }
+  EXPECT_EQ(kernels::cuda::QuantizeLongRowsInt8(ElemType::kI32, nullptr, 1, 1, nullptr, nullptr,
+                                                nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // One int8 case through 'run': x and w quantized per row, y against the exact integer products
 // scaled (tight) and against float64 of the unquantized operands (quantization's own error).
 void CheckGemmInt8(const GemmCase& c, const std::function<void(GemmProblem&)>& run) {
