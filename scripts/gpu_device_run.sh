@@ -58,7 +58,7 @@ if [[ " $SECTIONS " == *" vision "* ]]; then
   echo "== ResNet-50 on the native GPU engine vs PyTorch (bench/gpu_vision.py)"
   PA="$PWD/$C/bin/perf_analyzer"; [ -x "$PA" ] || PA=""
   python3 bench/gpu_vision.py "$PWD/$C/bin/nereid" $PA --batches "${VISION_BATCHES:-1,64,256}" \
-    --precisions "${VISION_PRECISIONS:-fp32,bf16,fp16}" --iters "${VISION_ITERS:-200}" \
+    --precisions "${VISION_PRECISIONS:-fp32,bf16,fp16,int8}" --iters "${VISION_ITERS:-200}" \
     --rate "${VISION_RATE:-500}" 2>&1 |
     tee "$OUT/gpu_vision.txt"
 fi
