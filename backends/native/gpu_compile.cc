@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 
 #include "cuda/gemm.h"
@@ -185,6 +186,66 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
 
 }  // namespace
 
+std::vector<int> StepReads(const GpuModel& m, const Step& s) {
+  std::vector<int> ids;
+  for (int id : {s.in, s.a.value, s.b.value, s.residual})
+    if (id >= 0) ids.push_back(m.Resolve(id));
+  for (const auto& part : s.parts)
+    if (part.first >= 0) ids.push_back(m.Resolve(part.first));
+  return ids;
+}
+
+std::vector<int> StepWrites(const GpuModel& m, const Step& s) {
+  std::vector<int> ids;
+  for (int id : {s.out, s.mean_out, s.inv_std_out})
+    if (id >= 0) ids.push_back(m.Resolve(id));
+  return ids;
+}
+
+namespace {
+
+void PlanArena(GpuModel& m) {
+  const size_t n = m.values.size();
+  const int64_t last = static_cast<int64_t>(m.steps.size());
+  std::vector<int64_t> start(n, INT64_MAX), end(n, -1), bytes(n, 0);
+  for (const IoSpec& io : m.inputs) start[m.Resolve(io.value)] = -1;
+  for (const IoSpec& io : m.outputs) end[m.Resolve(io.value)] = last;
+  for (int64_t i = 0; i < last; ++i) {
+    for (int id : StepWrites(m, m.steps[i])) start[id] = std::min(start[id], i);
+    for (int id : StepReads(m, m.steps[i])) end[id] = std::max(end[id], i);
+  }
+  std::vector<int> owners;
+  for (size_t id = 0; id < n; ++id) {
+    const ValueSpec& v = m.values[id];
+    if (!v.defined || v.alias >= 0 || start[id] == INT64_MAX) continue;
+    end[id] = std::max(end[id], start[id]);
+    bytes[id] = (v.row_elems * kc::ElemSize(v.type) + 255) / 256 * 256;
+    m.unplanned_row_bytes += bytes[id];
+    owners.push_back(static_cast<int>(id));
+  }
+  // Largest first, each at the lowest offset clear of the placed values it lives beside.
+  std::stable_sort(owners.begin(), owners.end(), [&](int a, int b) { return bytes[a] > bytes[b]; });
+  m.arena_offset.assign(n, -1);
+  std::vector<int> placed;
+  for (int id : owners) {
+    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, offset + bytes) of live neighbours
+    for (int other : placed)
+      if (start[other] <= end[id] && start[id] <= end[other])
+        taken.emplace_back(m.arena_offset[other], m.arena_offset[other] + bytes[other]);
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : taken) {
+      if (offset + bytes[id] <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    m.arena_offset[id] = offset;
+    m.arena_row_bytes = std::max(m.arena_row_bytes, offset + bytes[id]);
+    placed.push_back(id);
+  }
+}
+
+}  // namespace
+
 StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
                                                         Precision precision,
                                                         const GpuShapes& shapes) {
@@ -261,6 +322,7 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     }
     m->outputs.push_back(io);
   }
+  PlanArena(*m);
   return std::shared_ptr<const GpuModel>(std::move(m));
 }
 
@@ -299,9 +361,14 @@ std::string Describe(const GpuModel& m) {
       convs += sep + std::to_string(count) + " " + kernel, sep = ", ";
     convs += "), " + std::to_string(m.pools) + " pool(s), ";
   }
+  char activations[96];
+  std::snprintf(activations, sizeof(activations),
+                "%.2f MiB of activations per row (%.2f without sharing)",
+                static_cast<double>(m.arena_row_bytes) / (1 << 20),
+                static_cast<double>(m.unplanned_row_bytes) / (1 << 20));
   return convs + std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
          " elementwise op(s); " + precision + ", " + mib + " MiB of weights on GPU " +
-         std::to_string(m.device);
+         std::to_string(m.device) + ", " + activations;
 }
 
 }  // namespace nereid::native

@@ -157,7 +157,7 @@ class GpuInstance final : public GemmBench {
   }
 
  private:
-  void* Buf(int id) const { return buffers_[m_->Resolve(id)].data; }
+  void* Buf(int id) const { return buffers_[m_->Resolve(id)]; }
 
   Status Allocate(NereidMemoryType type, size_t bytes, NereidBuffer* out) {
     RETURN_IF_ERROR(backend::FromError(
@@ -166,13 +166,13 @@ class GpuInstance final : public GemmBench {
   }
 
   void ReleaseBuffers() {
-    for (auto* list : {&buffers_, &staging_in_, &staging_out_})
+    for (auto* list : {&staging_in_, &staging_out_})
       for (auto& b : *list)
         if (b.data != nullptr) NereidMemoryRelease(b.data);
-    for (auto* b : {&acc_, &quantized_, &row_scale_, &absmax_, &conv_workspace_})
+    for (auto* b : {&arena_, &acc_, &quantized_, &row_scale_, &absmax_, &conv_workspace_})
       if (b->data != nullptr) NereidMemoryRelease(b->data);
     buffers_.clear(), staging_in_.clear(), staging_out_.clear();
-    acc_ = quantized_ = row_scale_ = absmax_ = conv_workspace_ = NereidBuffer{};
+    arena_ = acc_ = quantized_ = row_scale_ = absmax_ = conv_workspace_ = NereidBuffer{};
   }
 
   // Sizes every buffer for at least 'rows' rows (doubling), dropping graphs captured for the old
@@ -184,14 +184,13 @@ class GpuInstance final : public GemmBench {
     graphs_.Clear();
     ReleaseBuffers();
     capacity_ = 0;
-    buffers_.assign(m_->values.size(), NereidBuffer{});
-    for (size_t id = 0; id < m_->values.size(); ++id) {
-      const ValueSpec& v = m_->values[id];
-      if (!v.defined || v.alias >= 0) continue;
-      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU,
-                               static_cast<size_t>(capacity * v.row_elems) * kc::ElemSize(v.type),
-                               &buffers_[id]));
-    }
+    // The activations: one arena, each value at its planned offset (gpu_model.h).
+    RETURN_IF_ERROR(
+        Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity * m_->arena_row_bytes), &arena_));
+    buffers_.assign(m_->values.size(), nullptr);
+    for (size_t id = 0; id < m_->values.size(); ++id)
+      if (m_->arena_offset[id] >= 0)
+        buffers_[id] = static_cast<uint8_t*>(arena_.data) + capacity * m_->arena_offset[id];
     // cuBLAS's accumulators (rows x n), or the partial sums of a K-split GemmSm90 (up to 4 splits
     // up to 512 rows, 8 up to 64: beyond that the tiles alone fill the GPU).
     int64_t acc = 1;
@@ -493,14 +492,9 @@ class GpuInstance final : public GemmBench {
   Status PrepareTuning(int64_t rows) override {
     RETURN_IF_ERROR(Grow(rows));
     // A small non-zero pattern (about 0.0115 as fp32, bf16 or fp16): never time on zeros.
-    for (size_t id = 0; id < m_->values.size(); ++id) {
-      const ValueSpec& v = m_->values[id];
-      if (buffers_[id].data == nullptr) continue;
-      CUDA_RETURN(cudaMemsetAsync(
-                      buffers_[id].data, 0x3C,
-                      static_cast<size_t>(capacity_ * v.row_elems) * kc::ElemSize(v.type), stream_),
-                  "cudaMemset");
-    }
+    CUDA_RETURN(cudaMemsetAsync(arena_.data, 0x3C,
+                                static_cast<size_t>(capacity_ * m_->arena_row_bytes), stream_),
+                "cudaMemset");
     return Status::Ok();
   }
 
@@ -557,7 +551,9 @@ class GpuInstance final : public GemmBench {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kc::CublasGemm> cublas_;
   int64_t capacity_ = 0;
-  std::vector<NereidBuffer> buffers_, staging_in_, staging_out_;
+  NereidBuffer arena_{};        // the activations (GpuModel's plan)
+  std::vector<void*> buffers_;  // per value: its place in the arena (owners), or null
+  std::vector<NereidBuffer> staging_in_, staging_out_;
   std::vector<void*> mapped_in_, mapped_out_;  // the staging buffers' device addresses, or null
   NereidBuffer acc_{};
   int64_t acc_floats_ = 0;

@@ -158,6 +158,15 @@ class GpuModel {
   int int8_convs = 0;
   int64_t int8_conv_max_in = 0;
 
+  // The activations' memory plan (PlanArena, at the end of compiling): one device arena per
+  // instance of arena_row_bytes per row of its capacity; value id's buffer (the owners: defined,
+  // no alias) at arena_offset[id] per row, 256-byte aligned, -1 for the others. Values whose
+  // lifetimes (first write to last read, in step order; inputs from before the first step,
+  // outputs to after the last) overlap never share bytes. unplanned_row_bytes: the sum without
+  // sharing.
+  std::vector<int64_t> arena_offset;
+  int64_t arena_row_bytes = 0, unplanned_row_bytes = 0;
+
   int Resolve(int id) const {
     while (id >= 0 && values[id].alias >= 0) id = values[id].alias;
     return id;
@@ -244,6 +253,10 @@ int InLayout(GpuModel& m, int id, bool nhwc);
 // as the CPU ops read them, IntValues), or a shape worked out by CompileShapeOp.
 std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,
                                            const OpNode& node, int id);
+// The values a step reads and writes (their buffers' owners, aliases resolved): every field that
+// names one (the activations' memory plan follows them).
+std::vector<int> StepReads(const GpuModel& m, const Step& s);
+std::vector<int> StepWrites(const GpuModel& m, const Step& s);
 // An epilogue's activation as the kernels name it; refused for those without one.
 StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who);
 

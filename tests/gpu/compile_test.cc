@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
 
 #include "gpu_engine.h"
+#include "gpu_model.h"
 #include "graph.h"
 
 namespace nereid::native {
@@ -134,6 +136,39 @@ const Case kCases[] = {
      {1, 1, 96}},
 };
 
+// The activations' memory plan, run step by step: every byte of the arena has one owner at a
+// time; a step's writes take their values' bytes, and every value a step reads (and every output
+// at the end) must still own all of its own.
+void ExpectArenaHoldsEveryValueUntilItsLastRead(const GpuModel& m) {
+  // (In units of 256 bytes: every offset and size is a multiple.)
+  std::vector<int> owner(static_cast<size_t>(m.arena_row_bytes / 256), -1);
+  auto units = [&](int id) {
+    const ValueSpec& v = m.values[id];
+    return (v.row_elems * kc::ElemSize(v.type) + 255) / 256;
+  };
+  auto take = [&](int id) {
+    ASSERT_GE(m.arena_offset[id], 0) << "value " << id << " has no place";
+    ASSERT_EQ(m.arena_offset[id] % 256, 0);
+    std::fill_n(owner.begin() + m.arena_offset[id] / 256, units(id), id);
+  };
+  auto holds = [&](int id, const char* when) {
+    ASSERT_GE(m.arena_offset[id], 0) << "value " << id << " has no place";
+    for (int64_t u = m.arena_offset[id] / 256; u < m.arena_offset[id] / 256 + units(id); ++u)
+      ASSERT_EQ(owner[u], id) << "value " << id << " overwritten " << when;
+  };
+  for (const IoSpec& io : m.inputs) take(m.Resolve(io.value));
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    for (int id : StepReads(m, m.steps[i])) holds(id, "before a step reading it");
+    for (int id : StepWrites(m, m.steps[i])) take(id);
+    // (A step's outputs never share bytes with its inputs: kernels read while they write.)
+    for (int id : StepReads(m, m.steps[i]))
+      if (const auto w = StepWrites(m, m.steps[i]); std::find(w.begin(), w.end(), id) == w.end())
+        holds(id, "by the step reading it");
+  }
+  for (const IoSpec& io : m.outputs) holds(m.Resolve(io.value), "before the output's copy");
+  EXPECT_LE(m.arena_row_bytes, m.unplanned_row_bytes);
+}
+
 StatusOr<std::unique_ptr<Graph>> LoadFor(const fs::path& file, const std::string& input) {
   GraphOptions options{.pack_weights = false};
   options.declared_inputs = {input};
@@ -163,6 +198,10 @@ TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
         const auto it = counts.find(kind);
         EXPECT_EQ(it == counts.end() ? 0 : it->second, want) << kind;
       }
+      ExpectArenaHoldsEveryValueUntilItsLastRead(**model);
+      if (std::string(c.name) == "resnet50")  // 53 convolutions' outputs in a few buffers
+        EXPECT_LT((*model)->arena_row_bytes * 4, (*model)->unplanned_row_bytes)
+            << Describe(**model);
       const auto outputs = GpuModelOutputs(**model);
       ASSERT_EQ(outputs.size(), 1u);
       EXPECT_EQ(outputs[0].second, c.output);
