@@ -317,6 +317,23 @@ float QuantizeRowAvx512(const float* row, int64_t k, int8_t* q) {
   return QuantizeAvx512(row, k, q);
 }
 
+__attribute__((target("avx512f,avx512bw"))) void QuantizeRowsStridedAvx512(
+    const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, int64_t stride, float* scale,
+    bool offset) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < m; ++i) {
+    int8_t* row = q + i * stride;
+    scale[i] = QuantizeAvx512(x + i * ldx, k, row);
+    std::fill(row + k, row + stride, static_cast<int8_t>(0));
+    if (!offset) continue;
+    for (int64_t l = 0; l < stride; l += 64) {
+      const __mmask64 mask = stride - l >= 64 ? ~__mmask64{0} : (__mmask64{1} << (stride - l)) - 1;
+      _mm512_mask_storeu_epi8(row + l, mask,
+                              _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + l), flip));
+    }
+  }
+}
+
 void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
                float* y, int64_t ldy, const GemmEpilogue& ep) {
   const int64_t n = w.n();
