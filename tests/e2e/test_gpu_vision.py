@@ -128,14 +128,15 @@ def test_answers_match_onnxruntime(server, repo, model, precision, grpc):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_an_int8_answer_does_not_depend_on_the_batch_around_it(server, model):
-    # Each image is quantized with its own scale: alone or beside a much larger one, the same
-    # bits come back.
+    # Each image is quantized with its own scale: alone or beside much larger ones, the same
+    # answer comes back (to the float rounding of a depth split that the batch size may change;
+    # a scale shared with images 50x larger would move it by tens of percent).
     rng = np.random.default_rng(17)
     x = rng.uniform(-1, 1, [1, 3, SIZE, SIZE]).astype(np.float32)
     loud = 50 * rng.uniform(-1, 1, [3, 3, SIZE, SIZE]).astype(np.float32)
     alone = infer(server.url, f"{model}_int8", x, False)
     together = infer(server.url, f"{model}_int8", np.concatenate([loud[:2], x, loud[2:]]), False)
-    np.testing.assert_array_equal(together[2:3], alone)
+    assert relative_diff(together[2:3], alone) <= 1e-2
 
 
 @pytest.mark.parametrize("model", MODELS)
