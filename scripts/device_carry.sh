@@ -75,7 +75,7 @@ if [ -n "${GPU:-}" ]; then
   NODE=/usr/share/libonnx-testdata/data/node
   if [ -d "$NODE" ]; then
     mkdir -p .devcarry/onnx-node
-    PREFIXES=$(sed -n 's/^ *{"\([a-z]*\)", "[A-Za-z]*"},$/\1/p' tests/gpu/engine_conformance_test.cc)
+    PREFIXES=$(sed -n 's/^ *{"\([a-z_]*\)", "[A-Za-z]*"},$/\1/p' tests/gpu/engine_conformance_test.cc)
     for p in $PREFIXES; do
       for d in "$NODE"/test_"$p"*; do [ -d "$d" ] && cp -r "$d" .devcarry/onnx-node/; done
     done
