@@ -208,7 +208,8 @@ class GpuInstance final : public GemmBench {
                    static_cast<size_t>(capacity * std::max(m_->int8_max_k, m_->int8_conv_max_in)),
                    &quantized_));
       RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
-      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &absmax_));
+      if (m_->int8_convs > 0)
+        RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &absmax_));
     }
     // The partial sums of convolutions split over blocks (only the tensor-core kernel, bf16/fp16,
     // splits; without the workspace it runs unsplit).

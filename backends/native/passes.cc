@@ -254,8 +254,6 @@ void Graph::FuseHardSwishes() {
   // Div(., 6) (or Mul(., 1/6)). The four become one HardSwish node, which a Conv's epilogue can
   // then take.
   const Patterns p(*this);
-  auto scalar = [&](int id, float want) { return p.ScalarIs(id, want); };
-  auto made_by = [&](int id, const char* op) { return p.MadeBy(id, op); };
   const OpDef* hard_swish = FindOpDef("HardSwish");
   std::vector<bool> dead(nodes_.size(), false);
   int fused = 0;
@@ -263,21 +261,21 @@ void Graph::FuseHardSwishes() {
     Node& last = nodes_[i];
     const std::string& op = last.op.op_type();
     if (last.inputs.size() != 2 || last.outputs.size() != 1) continue;
-    if (!((op == "Div" && scalar(last.inputs[1], 6.f)) ||
-          (op == "Mul" && scalar(last.inputs[1], 1.f / 6.f))))
+    if (!((op == "Div" && p.ScalarIs(last.inputs[1], 6.f)) ||
+          (op == "Mul" && p.ScalarIs(last.inputs[1], 1.f / 6.f))))
       continue;
-    Node* mul = made_by(last.inputs[0], "Mul");
+    Node* mul = p.MadeBy(last.inputs[0], "Mul");
     if (mul == nullptr || mul->inputs.size() != 2) continue;
     for (int side = 0; side < 2; ++side) {
       const int x = mul->inputs[side];
-      Node* clip = made_by(mul->inputs[1 - side], "Clip");
+      Node* clip = p.MadeBy(mul->inputs[1 - side], "Clip");
       if (clip == nullptr || clip->inputs.size() != 3 || clip->op.opset() < 11 ||
-          !scalar(clip->inputs[1], 0.f) || !scalar(clip->inputs[2], 6.f))
+          !p.ScalarIs(clip->inputs[1], 0.f) || !p.ScalarIs(clip->inputs[2], 6.f))
         continue;
-      Node* add = made_by(clip->inputs[0], "Add");
+      Node* add = p.MadeBy(clip->inputs[0], "Add");
       if (add == nullptr || add->inputs.size() != 2) continue;
-      const bool x_first = add->inputs[0] == x && scalar(add->inputs[1], 3.f);
-      const bool x_second = add->inputs[1] == x && scalar(add->inputs[0], 3.f);
+      const bool x_first = add->inputs[0] == x && p.ScalarIs(add->inputs[1], 3.f);
+      const bool x_second = add->inputs[1] == x && p.ScalarIs(add->inputs[0], 3.f);
       if (!x_first && !x_second) continue;
       for (Node* n : {mul, clip, add}) dead[n - nodes_.data()] = true;
       last = MakeNode("HardSwish", last.op.name() + ".hard_swish", hard_swish->fn, {x},

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "../unit/onnx_builder.h"
 #include "gpu_engine.h"
 #include "gpu_model.h"
 #include "graph.h"
@@ -19,6 +20,10 @@ namespace nereid::native {
 namespace {
 
 namespace fs = std::filesystem;
+using onnx_builder::AddInt64Tensor;
+using onnx_builder::AddNode;
+using onnx_builder::AddValueInfo;
+using onnx_builder::SetInts;
 
 // The site-packages of the repository's .venv (scripts/install-deps.sh), or empty.
 fs::path SitePackages() {
@@ -249,42 +254,17 @@ std::unique_ptr<onnx::ModelProto> SmallModel(const std::vector<int64_t>& perm,
   model->set_ir_version(8);
   model->add_opset_import()->set_version(13);
   auto* g = model->mutable_graph();
-  auto value = [](auto* list, const std::string& name, std::vector<int64_t> dims) {
-    auto* v = list->Add();
-    v->set_name(name);
-    auto* tt = v->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
-  };
-  value(g->mutable_input(), "x", {-1, 4, 6});
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    auto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(op + "_" + out);
-    for (auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
-  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
-    auto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::INT64);
-    t->add_dims(static_cast<int64_t>(v.size()));
-    for (int64_t i : v) t->add_int64_data(i);
-  };
-  auto* t = node("Transpose", {"x"}, "t");
-  auto* a = t->add_attribute();
-  a->set_name("perm");
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t p : perm) a->add_ints(p);
+  AddValueInfo(g->mutable_input(), "x", {-1, 4, 6});
+  SetInts(AddNode(g, "Transpose", {"x"}, "t"), "perm", perm);
   if (reader == "Slice") {  // t [4, N, 6]: row 2 of axis 0, squeezed: [N, 6]
-    ints("starts", {2}), ints("ends", {3}), ints("axes", {0}), ints("zero", {0});
-    node("Slice", {"t", "starts", "ends", "axes"}, "s");
-    node("Squeeze", {"s", "zero"}, "y");
+    for (auto [name, v] : {std::pair{"starts", 2}, {"ends", 3}, {"axes", 0}, {"zero", 0}})
+      AddInt64Tensor(g, name, {v});
+    AddNode(g, "Slice", {"t", "starts", "ends", "axes"}, "s");
+    AddNode(g, "Squeeze", {"s", "zero"}, "y");
   } else {
-    node(reader, {"t"}, "y");
+    AddNode(g, reader, {"t"}, "y");
   }
-  value(g->mutable_output(), "y", {});
+  AddValueInfo(g->mutable_output(), "y", {});
   return model;
 }
 

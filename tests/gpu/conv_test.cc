@@ -37,6 +37,17 @@ double Activate(ConvActivation act, double v, double a, double b) {
   }
 }
 
+// f(iy, ix, ky, kx) for each tap of output pixel (oy, ox)'s window that lies inside the image.
+template <typename F>
+void ForEachTapInside(const Conv2dGeometry& g, int64_t oy, int64_t ox, F&& f) {
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+      const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+      if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) f(iy, ix, ky, kx);
+    }
+}
+
 struct ConvCase {
   Conv2dGeometry g;
   ConvActivation act = ConvActivation::kNone;
@@ -120,15 +131,11 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
             for (int64_t co = 0; co < g.c_out; ++co) {
               const int64_t grp = co / cout_g;
               double acc = c.bias ? bias[co] : 0.0;
-              for (int64_t ci = 0; ci < cin_g; ++ci)
-                for (int64_t ky = 0; ky < g.kh; ++ky)
-                  for (int64_t kx = 0; kx < g.kw; ++kx) {
-                    const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
-                    const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                    acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + grp * cin_g + ci] *
-                           rw[((co * cin_g + ci) * g.kh + ky) * g.kw + kx];
-                  }
+              ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t ky, int64_t kx) {
+                for (int64_t ci = 0; ci < cin_g; ++ci)
+                  acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + grp * cin_g + ci] *
+                         rw[((co * cin_g + ci) * g.kh + ky) * g.kw + kx];
+              });
               const int64_t at = ((b * g.oh + oy) * g.ow + ox) * g.c_out + co;
               if (c.residual) acc += rr[at];
               ref[at] = Activate(c.act, acc, c.a, c.b);
@@ -196,15 +203,11 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
           for (int64_t ox = 0; ox < g.ow; ++ox)
             for (int64_t co = 0; co < g.c_out; ++co) {
               int64_t sum = 0;
-              for (int64_t ky = 0; ky < g.kh; ++ky)
-                for (int64_t kx = 0; kx < g.kw; ++kx) {
-                  const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
-                  const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
-                  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-                  for (int64_t ci = 0; ci < g.c_in; ++ci)
-                    sum += int64_t{xq[b * image + (iy * g.w + ix) * g.c_in + ci]} *
-                           wq[co * depth + (ky * g.kw + kx) * g.c_in + ci];
-                }
+              ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t ky, int64_t kx) {
+                for (int64_t ci = 0; ci < g.c_in; ++ci)
+                  sum += int64_t{xq[b * image + (iy * g.w + ix) * g.c_in + ci]} *
+                         wq[co * depth + (ky * g.kw + kx) * g.c_in + ci];
+              });
               double acc = static_cast<double>(sum) * xs[b] * ws[co] + (c.bias ? bias[co] : 0.0);
               const int64_t at = ((b * g.oh + oy) * g.ow + ox) * g.c_out + co;
               if (c.residual) acc += rr[at];

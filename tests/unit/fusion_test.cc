@@ -10,37 +10,18 @@
 #include "cpu/elementwise.h"
 #include "cpu/parallel.h"
 #include "graph.h"
+#include "onnx_builder.h"
 
 namespace nereid::native {
 namespace {
 
-void AddFloatTensor(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
-                    const std::vector<float>& values) {
-  auto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t->add_dims(d);
-  for (float v : values) t->add_float_data(v);
-}
-
-void AddValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
-                  const std::string& name, std::vector<int64_t> dims) {
-  auto* v = list->Add();
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
-}
-
-onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
-                         std::vector<std::string> inputs, const std::string& output) {
-  auto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name(op + "_" + output);
-  for (auto& i : inputs) n->add_input(i);
-  n->add_output(output);
-  return n;
-}
+using onnx_builder::AddFloatTensor;
+using onnx_builder::AddInt64Tensor;
+using onnx_builder::AddNode;
+using onnx_builder::AddValueInfo;
+using onnx_builder::SetInt;
+using onnx_builder::SetInts;
+using onnx_builder::SetString;
 
 struct Mlp {
   int64_t m, k = 40, n = 24;
@@ -66,11 +47,7 @@ struct Mlp {
     AddValueInfo(g->mutable_output(), "y", {m, n});
     if (hidden_is_output) AddValueInfo(g->mutable_output(), "h", {m, n});
     for (auto [in, w, b, out] : {std::tuple{"x", "w0", "b0", "h"}, {"r", "w1", "b1", "l"}}) {
-      auto* gemm = AddNode(g, "Gemm", {in, w, b}, out);
-      auto* attr = gemm->add_attribute();
-      attr->set_name("transB");
-      attr->set_type(onnx::AttributeProto::INT);
-      attr->set_i(1);
+      SetInt(AddNode(g, "Gemm", {in, w, b}, out), "transB", 1);
     }
     AddNode(g, "Relu", {"h"}, "r");
     AddNode(g, "Sigmoid", {"l"}, "y");
@@ -181,10 +158,7 @@ struct WrittenOutLayerNorm {
     AddValueInfo(g->mutable_output(), "y", {2, 3, kWidth});
     if (diff_is_output) AddValueInfo(g->mutable_output(), "d", {2, 3, kWidth});
     for (auto [in, out] : {std::pair{"x", "m"}, {"p", "v"}}) {
-      auto* attr = AddNode(g, "ReduceMean", {in}, out)->add_attribute();
-      attr->set_name("axes");
-      attr->set_type(onnx::AttributeProto::INTS);
-      attr->add_ints(-1);
+      SetInts(AddNode(g, "ReduceMean", {in}, out), "axes", {-1});
       if (std::string(in) == "x") {
         AddNode(g, "Sub", {"x", "m"}, "d");
         if (square_by_mul)
@@ -258,26 +232,14 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
         AddFloatTensor(g, "roi", {0}, {});
         AddFloatTensor(g, "scales", by_sizes ? std::vector<int64_t>{0} : std::vector<int64_t>{4},
                        by_sizes ? std::vector<float>{} : std::vector<float>{1, 1, 2, 1.5f});
-        auto* sizes = g->add_initializer();
-        sizes->set_name("sizes");
-        sizes->set_data_type(onnx::TensorProto::INT64);
-        sizes->add_dims(by_sizes ? 4 : 0);
-        if (by_sizes)
-          for (int64_t v : {2, 6, 11, 13}) sizes->add_int64_data(v);
+        AddInt64Tensor(g, "sizes",
+                       by_sizes ? std::vector<int64_t>{2, 6, 11, 13} : std::vector<int64_t>{});
         AddValueInfo(g->mutable_input(), "x", {2, 3, 7, 9});
         AddValueInfo(g->mutable_output(), "y", {});
         for (auto [in, w, out] : {std::tuple{"x", "w0", "a"}, {"r", "w1", "y"}}) {
-          auto* conv = AddNode(g, "Conv", {in, w}, out);
-          auto* pads = conv->add_attribute();
-          pads->set_name("pads");
-          pads->set_type(onnx::AttributeProto::INTS);
-          for (int i = 0; i < 4; ++i) pads->add_ints(1);
+          SetInts(AddNode(g, "Conv", {in, w}, out), "pads", {1, 1, 1, 1});
         }
-        auto* resize = AddNode(g, "Resize", {"a", "roi", "scales", "sizes"}, "r");
-        auto* attr = resize->add_attribute();
-        attr->set_name("mode");
-        attr->set_type(onnx::AttributeProto::STRING);
-        attr->set_s(mode);
+        SetString(AddNode(g, "Resize", {"a", "roi", "scales", "sizes"}, "r"), "mode", mode);
         std::swap(*g->mutable_node(1), *g->mutable_node(2));  // Conv a, Resize r, Conv y
         return m;
       };
