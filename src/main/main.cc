@@ -25,6 +25,7 @@
 #include "repository/repository_poller.h"
 #include "runtime/response_cache.h"
 #include "runtime/server_info.h"
+#include "server/inference_server.h"
 #include "trace/trace.h"
 
 namespace {

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "energy/energy_ledger.h"
 #include "request/infer_api.h"
+#include "request/model_info.h"
 #include "runtime/backend_library.h"
 #include "runtime/model.h"
 
@@ -46,13 +47,6 @@ struct RepositoryOptions {
   // Poll mode: how often the repository is looked at (--repository-poll-secs; 0: never after
   // start-up).
   std::chrono::milliseconds poll_period{std::chrono::seconds(15)};
-};
-
-struct IndexEntry {
-  std::string name;
-  int64_t version = -1;  // -1: never loaded (Triton then prints only the name)
-  std::string state;
-  std::string reason;
 };
 
 class ModelRepository {
@@ -90,9 +84,6 @@ class ModelRepository {
   std::vector<int64_t> ReadyVersions(const std::string& name) const;
   // Every version with its state, plus models present on disk that were never loaded.
   std::vector<IndexEntry> Index(bool ready_only) const;
-  // The files of a load request ("file:<path>" parameters): relative paths inside the model's
-  // directory and their bytes.
-  using ModelFiles = std::vector<std::pair<std::string, std::string>>;
   // (Re)loads a model; 'config_json' replaces config.pbtxt when not empty. With 'files', the
   // model is loaded from a directory of its own holding them and the config (which then must be
   // given), not from the repository (Triton's load with file overrides); the next load without

@@ -15,6 +15,7 @@
 #include "metrics/model_stats.h"
 #include "request/infer_api.h"
 #include "request/inference_request.h"
+#include "request/model_info.h"
 #include "runtime/admission.h"
 #include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
@@ -23,13 +24,6 @@
 #include "scheduler/scheduler.h"
 
 namespace nereid {
-
-// One input or output as the metadata endpoints describe it (the batch dimension included as -1).
-struct TensorMetadata {
-  std::string name;
-  DataType datatype = DataType::kInvalid;
-  std::vector<int64_t> shape;
-};
 
 class Model {
  public:

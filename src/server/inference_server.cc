@@ -22,8 +22,9 @@ InferenceServer::~InferenceServer() {
 }
 
 Status InferenceServer::Submit(std::unique_ptr<InferenceRequest>& request) {
-  ASSIGN_OR_RETURN(request->model, GetModel(request->model_name, request->model_version));
-  return Infer(request);
+  ASSIGN_OR_RETURN(request->model,
+                   repository_->GetModel(request->model_name, request->model_version));
+  return Enqueue(request);
 }
 
 namespace {
@@ -38,22 +39,26 @@ ServerMetadata InferenceServer::GetServerMetadata() const {
 
 bool InferenceServer::Ready() const { return !draining() && repository_->Ready(); }
 
-StatusOr<std::shared_ptr<Model>> InferenceServer::ModelFor(const std::string& name, int64_t version,
-                                                           InferEndpoint endpoint) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, GetModel(name, version));
-  RETURN_IF_ERROR(CheckEndpoint(*model, endpoint));
-  return model;
-}
-
-StatusOr<std::unique_ptr<InferenceRequest>> InferenceServer::BuildRequest(
-    RequestDescription description, InferEndpoint endpoint, std::shared_ptr<Model> model) const {
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<InferenceRequest> r,
-      BuildInferenceRequest(std::move(description), endpoint, model->config(), &shared_memory_));
-  r->model_name = model->name();
-  r->model_version = model->version();
-  r->model = std::move(model);
-  return r;
+Status InferenceServer::Infer(std::string_view name, int64_t version, const RequestContext& context,
+                              const RequestDecoder& decode, std::shared_ptr<ResponseSink> sink) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, repository_->GetModel(std::string(name), version));
+  RETURN_IF_ERROR(CheckEndpoint(*model, context.endpoint));
+  ASSIGN_OR_RETURN(RequestDescription description, decode());
+  ASSIGN_OR_RETURN(std::unique_ptr<InferenceRequest> request,
+                   BuildInferenceRequest(std::move(description), context.endpoint, model->config(),
+                                         &shared_memory_));
+  request->model_name = model->name();
+  request->model_version = model->version();
+  request->cancel = context.cancel;
+  const bool decoupled = model->decoupled();
+  // The request keeps its model alive while its responses are delivered.
+  request->on_complete = [sink, model = model.get()](std::unique_ptr<InferenceResponse> response) {
+    sink->OnResponse(std::move(response), model->OthersPending());
+  };
+  request->model = std::move(model);
+  StartTrace(*request, context);
+  sink->OnStarted({decoupled, request->trace});
+  return Enqueue(request);
 }
 
 Status InferenceServer::ModelReady(const std::string& name, int64_t version) const {
@@ -174,12 +179,7 @@ Status InferenceServer::CheckRepositoryControl() const {
   return repository_->CheckExplicitControl();
 }
 
-StatusOr<std::shared_ptr<Model>> InferenceServer::GetModel(const std::string& name,
-                                                           int64_t version) const {
-  return repository_->GetModel(name, version);
-}
-
-Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
+Status InferenceServer::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   std::shared_ptr<Model> model = request->model;
   if (!model) return Internal("request was not routed to a model");
   if (request->trace) {
@@ -227,21 +227,22 @@ Status InferenceServer::Infer(std::unique_ptr<InferenceRequest>& request) {
   return model->Enqueue(request);
 }
 
-std::shared_ptr<trace::Trace> InferenceServer::StartTrace(
-    InferenceRequest& request, std::optional<std::string_view> traceparent) const {
-  if (!tracer_ || !request.model) return nullptr;
+void InferenceServer::StartTrace(InferenceRequest& request, const RequestContext& context) const {
+  if (!tracer_) return;
   std::optional<trace::SpanContext> caller;
-  if (traceparent) caller = trace::ParseTraceparent(*traceparent);
-  request.trace = tracer_->Start(request.model_name, request.model->version(), caller);
-  if (!request.trace) return nullptr;
+  if (context.traceparent) caller = trace::ParseTraceparent(*context.traceparent);
+  request.trace = tracer_->Start(request.model_name, request.model_version, caller);
+  if (!request.trace) return;
   request.trace->SetRequestId(request.id);
-  return request.trace;
+  const bool http = context.endpoint == InferEndpoint::kHttp;
+  request.trace->Record(http ? "HTTP_RECV_START" : "GRPC_WAITREAD_START", context.read_start_ns);
+  request.trace->Record(http ? "HTTP_RECV_END" : "GRPC_WAITREAD_END", context.read_end_ns);
 }
 
 StatusOr<trace::SettingMap> InferenceServer::TraceSettings(const std::string& model,
                                                            const trace::SettingUpdate* update) {
   if (!tracer_) return Unavailable("the server does not support tracing");
-  if (!model.empty() && !GetModel(model, -1).ok())
+  if (!model.empty() && !repository_->GetModel(model, -1).ok())
     return InvalidArgument("Request for unknown model : " + model);
   if (update == nullptr) return tracer_->Get(model);
   return tracer_->Update(model, *update);
@@ -255,7 +256,7 @@ void InferenceServer::RunControl(const std::string& model, size_t bytes,
 }
 
 Status InferenceServer::LoadModel(const std::string& name, const std::string& config_json,
-                                  const ModelRepository::ModelFiles& files) {
+                                  const ModelFiles& files) {
   return repository_->Load(name, config_json, files);
 }
 

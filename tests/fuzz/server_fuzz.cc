@@ -27,6 +27,7 @@
 #include "frontend/grpc/grpc_server.h"
 #include "frontend/http/http_server.h"
 #include "repository/model_repository.h"
+#include "server/inference_server.h"
 
 namespace {
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """scripts/check_layers.py passes on the tree as it is and fails on a copy with one upward include
-planted (src/common/ including a server header), naming the file, the line and the areas."""
+planted (src/common/ including a server header), naming the file, the line and the areas, and on
+a copy where a frontend file includes the server's implementation header (legal on its own, but
+its closure reaches the repository the frontends are sealed from), naming the chain."""
 import os
 import shutil
 import subprocess
@@ -34,7 +36,27 @@ def main():
         assert bad.returncode == 1, bad.stdout
         expected = (f"src/common/status.h:{planted + 1}: src/common/ includes server/, which is "
                     "above it in docs/architecture.md's layer order")
-        assert bad.stdout.strip() == expected, bad.stdout
+        # (then the seal's lines: every frontend file now reaches the repository through it)
+        assert bad.stdout.splitlines()[0] == expected, bad.stdout
+        # A frontend file may include server/ directly, but not the header that brings the
+        # repository, models and schedulers with it: the seal is checked on the include closure.
+        shutil.copy(os.path.join(ROOT, "src", "common", "status.h"), header)
+        assert run(tmp).returncode == 0
+        frontend = os.path.join(tmp, "src", "frontend", "http", "http_api.cc")
+        with open(frontend) as f:
+            text = f.read()
+        with open(frontend, "w") as f:
+            f.write(text.replace('#include "common/base64.h"\n',
+                                 '#include "common/base64.h"\n#include "server/inference_server.h"\n'))
+        sealed = run(tmp)
+        assert sealed.returncode == 1, sealed.stdout
+        line = sealed.stdout.strip()
+        assert line.startswith("src/frontend/http/http_api.cc: src/frontend/ is sealed from "
+                               "repository/ but reaches it: src/frontend/http/http_api.cc -> "
+                               "src/server/inference_server.h -> src/repository/"), line
+        with open(frontend, "w") as f:
+            f.write(text)
+        assert run(tmp).returncode == 0
         # An area the page does not list is an error too (a new folder needs its place).
         os.mkdir(os.path.join(tmp, "src", "unlisted"))
         assert "src/unlisted/: an area" in run(tmp).stdout

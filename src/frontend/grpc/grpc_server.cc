@@ -451,6 +451,45 @@ void Serialize(const google::protobuf::Message& message, grpc::ByteBuffer* out) 
 
 namespace {
 
+// Where a unary ModelInfer's response goes: the RPC's own buffer, then Finish. A busy model's
+// instance thread hands the work to the Handoff thread.
+class UnarySink final : public ResponseSink {
+ public:
+  UnarySink(Handoff* handoff, grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* out)
+      : handoff_(handoff), reactor_(reactor), out_(out) {}
+
+  void OnStarted(const Started& started) override { trace_ = started.trace; }
+  void OnResponse(std::unique_ptr<InferenceResponse> response, bool others_pending) override {
+    if (!others_pending) return Finish(reactor_, out_, *response, trace_.get());
+    // (The sink goes with its request, perhaps before the task runs: the task holds its own.)
+    std::shared_ptr<InferenceResponse> shared(std::move(response));
+    handoff_->Post([reactor = reactor_, out = out_, shared, trace = trace_] {
+      Finish(reactor, out, *shared, trace.get());
+    });
+  }
+
+ private:
+  static void Finish(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* out,
+                     const InferenceResponse& result, trace::Trace* trace) {
+    TracedSend send(trace);
+    if (!result.status.ok()) return reactor->Finish(ToGrpc(result.status));
+    try {
+      pb::ModelInferResponse header;
+      FillResponseHeader(result, &header);
+      SerializeInferResponse(header, result, /*as_stream=*/false, out);
+    } catch (const std::exception& e) {  // out of memory serializing: the call still finishes
+      return reactor->Finish(
+          ToGrpc(Internal(std::string("serializing the response: ") + e.what())));
+    }
+    reactor->Finish(grpc::Status::OK);
+  }
+
+  Handoff* handoff_;
+  grpc::ServerUnaryReactor* reactor_;
+  grpc::ByteBuffer* out_;
+  std::shared_ptr<trace::Trace> trace_;
+};
+
 StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgument(flag + ": cannot read '" + path + "'");
@@ -523,7 +562,7 @@ void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
 }
 
 // The logging extension: applies the request's settings, answers with those in force.
-Status ApplyLogSettings(InferenceServer& api, const pb::LogSettingsRequest& request,
+Status ApplyLogSettings(ServerApi& api, const pb::LogSettingsRequest& request,
                         pb::LogSettingsResponse* response) {
   using Value = pb::LogSettingsRequest::SettingValue;
   for (const auto& [key, v] : request.settings()) {
@@ -570,7 +609,7 @@ class OpenStream {
 
 class GrpcServer::Impl final : public ServiceBase {
  public:
-  Impl(GrpcOptions options, InferenceServer* api) : options_(std::move(options)), api_(api) {}
+  Impl(GrpcOptions options, ServerApi* api) : options_(std::move(options)), api_(api) {}
 
   // Streams register while open (from their start to OnDone).
   void AddStream(OpenStream* stream) {
@@ -732,7 +771,7 @@ class GrpcServer::Impl final : public ServiceBase {
                                                 pb::RepositoryModelLoadResponse*) override {
     if (Status a = Allowed(ctx, ApiGroup::kModelRepository); !a.ok()) return Done(ctx, a);
     std::string config;
-    ModelRepository::ModelFiles files;
+    ModelFiles files;
     size_t bytes = 0;
     for (const auto& [key, value] : request->parameters()) {
       if (key == "config") {
@@ -866,79 +905,42 @@ class GrpcServer::Impl final : public ServiceBase {
       reactor->Finish(ToGrpc(message.status()));
       return reactor;
     }
-    auto infer = MakeRequest(std::move(message).value(), InferEndpoint::kGrpcUnary);
-    if (!infer.ok()) {
-      reactor->Finish(ToGrpc(infer.status()));
-      return reactor;
-    }
-    std::unique_ptr<InferenceRequest> r = std::move(infer).value();
-    // The context lives until Finish, which runs after completion.
-    r->cancel = std::make_shared<CancelFlag>();
-    r->cancel->probe = [ctx] { return ctx->IsCancelled(); };
-    // The response buffer lives until Finish, which runs after completion. A busy model's
-    // instance thread hands the response to the Handoff thread (see there).
-    std::shared_ptr<trace::Trace> traced = StartTrace(ctx, *r, read_start);
-    r->on_complete = [this, reactor, raw_response, model = r->model.get(),
-                      traced](std::unique_ptr<InferenceResponse> result) {
-      if (!model->OthersPending()) return FinishInfer(reactor, raw_response, *result, traced);
-      std::shared_ptr<InferenceResponse> shared(std::move(result));
-      handoff_.Post([reactor, raw_response, shared, traced] {
-        FinishInfer(reactor, raw_response, *shared, traced);
-      });
-    };
-    Status queued = api_->Infer(r);
+    // The context and the response buffer live until Finish, which runs after completion.
+    RequestContext context = Context(ctx, InferEndpoint::kGrpcUnary, read_start);
+    context.cancel = std::make_shared<CancelFlag>();
+    context.cancel->probe = [ctx] { return ctx->IsCancelled(); };
+    Status queued = Infer(std::move(message).value(), context,
+                          std::make_shared<UnarySink>(&handoff_, reactor, raw_response));
     if (!queued.ok()) reactor->Finish(ToGrpc(queued));
     return reactor;
   }
 
-  // Samples a request read from 'ctx' for tracing (its "traceparent" metadata, if any) and records
-  // the read (gRPC hands over whole messages: WAITREAD_START is when the handler began).
-  std::shared_ptr<trace::Trace> StartTrace(grpc::CallbackServerContext* ctx, InferenceRequest& r,
-                                           uint64_t read_start) const {
-    std::optional<std::string_view> traceparent;
+  // The request context of a call read from 'ctx' (its "traceparent" metadata, if any); gRPC
+  // hands over whole messages, so the read began when the handler did.
+  static RequestContext Context(grpc::CallbackServerContext* ctx, InferEndpoint endpoint,
+                                uint64_t read_start) {
+    RequestContext context;
+    context.endpoint = endpoint;
     const auto& metadata = ctx->client_metadata();
     if (auto it = metadata.find("traceparent"); it != metadata.end())
-      traceparent = std::string_view(it->second.data(), it->second.size());
-    std::shared_ptr<trace::Trace> t = api_->StartTrace(r, traceparent);
-    if (t) {
-      t->Record("GRPC_WAITREAD_START", read_start);
-      t->Record("GRPC_WAITREAD_END", SteadyNowNs());
-    }
-    return t;
+      context.traceparent = std::string_view(it->second.data(), it->second.size());
+    context.read_start_ns = read_start;
+    context.read_end_ns = SteadyNowNs();
+    return context;
   }
 
-  static void FinishInfer(grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* raw_response,
-                          const InferenceResponse& result,
-                          const std::shared_ptr<trace::Trace>& traced) {
-    TracedSend send(traced.get());
-    if (!result.status.ok()) return reactor->Finish(ToGrpc(result.status));
-    try {
-      pb::ModelInferResponse header;
-      FillResponseHeader(result, &header);
-      SerializeInferResponse(header, result, /*as_stream=*/false, raw_response);
-    } catch (const std::exception& e) {  // out of memory serializing: the call still finishes
-      return reactor->Finish(
-          ToGrpc(Internal(std::string("serializing the response: ") + e.what())));
-    }
-    reactor->Finish(grpc::Status::OK);
+  // The request a received message asks for (the message keeps its raw bytes alive), to 'sink'.
+  Status Infer(std::shared_ptr<ParsedInferRequest> parsed, const RequestContext& context,
+               std::shared_ptr<ResponseSink> sink) {
+    const pb::ModelInferRequest& message = parsed->message;
+    ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(message.model_version()));
+    return api_->Infer(
+        message.model_name(), version, context, [&] { return Describe(std::move(parsed)); },
+        std::move(sink));
   }
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
       grpc::CallbackServerContext* ctx) override;
-
-  // Builds a routed InferenceRequest (model resolved, inputs decoded) from a gRPC request.
-  InferenceServer* api() const { return api_; }
-
-  // The request a received message asks for (the payload keeps its raw bytes alive).
-  StatusOr<std::unique_ptr<InferenceRequest>> MakeRequest(
-      std::shared_ptr<ParsedInferRequest> parsed, InferEndpoint endpoint) {
-    const pb::ModelInferRequest& message = parsed->message;
-    ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(message.model_version()));
-    ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
-                     api_->ModelFor(message.model_name(), version, endpoint));
-    ASSIGN_OR_RETURN(RequestDescription description, Describe(std::move(parsed)));
-    return api_->BuildRequest(std::move(description), endpoint, std::move(model));
-  }
 
  private:
   // Triton's restricted protocols: a call to a restricted group needs the metadata
@@ -971,7 +973,7 @@ class GrpcServer::Impl final : public ServiceBase {
   }
 
   GrpcOptions options_;
-  InferenceServer* api_;
+  ServerApi* api_;
   Handoff handoff_;  // before server_: destroyed after it, once every call has finished
   std::unique_ptr<grpc::Server> server_;
   int bound_port_ = 0;
@@ -1046,34 +1048,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     if (!parsed.ok()) return Send(Error("", "", parsed.status()), true);
     std::shared_ptr<ParsedInferRequest> parsed_request = std::move(parsed).value();
     const pb::ModelInferRequest* message = &parsed_request->message;  // kept by parsed_request
-    auto request = server_->MakeRequest(parsed_request, InferEndpoint::kGrpcStream);
-    if (!request.ok())
-      return Send(Error(message->model_name(), message->id(), request.status()), true);
-    std::unique_ptr<InferenceRequest> r = std::move(request).value();
-    r->cancel = cancel_;
     bool empty_final = false;
     if (auto it = message->parameters().find("triton_enable_empty_final_response");
         it != message->parameters().end())
       empty_final = it->second.bool_param();  // false unless a bool_param says true
-    // Decoupled models answer with any number of responses; each carries Triton's
-    // "triton_final_response" flag, and an empty final one is sent only when the client asked.
-    const bool decoupled = r->model->decoupled();
-    std::shared_ptr<trace::Trace> traced = server_->StartTrace(ctx_, *r, read_start);
-    r->on_complete = [this, decoupled, empty_final,
-                      traced](std::unique_ptr<InferenceResponse> result) {
-      TracedSend send(result->final ? traced.get() : nullptr);  // the final response's
-      if (!result->status.ok())
-        return Send(Error(result->model_name, result->id, result->status), true);
-      if (result->empty_final && !empty_final) return Send(std::nullopt, true);
-      pb::ModelInferResponse header;
-      FillResponseHeader(*result, &header);
-      if (decoupled)
-        (*header.mutable_parameters())["triton_final_response"].set_bool_param(result->final);
-      grpc::ByteBuffer buffer;
-      SerializeInferResponse(header, *result, /*as_stream=*/true, &buffer);
-      Send(std::move(buffer), result->final);
-    };
-    Status queued = server_->api()->Infer(r);
+    RequestContext context =
+        GrpcServer::Impl::Context(ctx_, InferEndpoint::kGrpcStream, read_start);
+    context.cancel = cancel_;
+    Status queued =
+        server_->Infer(parsed_request, context, std::make_shared<Sink>(this, empty_final));
     if (!queued.ok()) Send(Error(message->model_name(), message->id(), queued), true);
   }
 
@@ -1116,6 +1099,37 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
  private:
+  // Where one request's responses go: serialized on the completing thread, queued on the stream.
+  // Decoupled models answer with any number of responses; each carries Triton's
+  // "triton_final_response" flag, and an empty final one is sent only when the client asked.
+  class Sink final : public ResponseSink {
+   public:
+    Sink(StreamReactor* stream, bool empty_final) : stream_(stream), empty_final_(empty_final) {}
+    void OnStarted(const Started& started) override {
+      decoupled_ = started.decoupled;
+      trace_ = started.trace;
+    }
+    void OnResponse(std::unique_ptr<InferenceResponse> result, bool /*others_pending*/) override {
+      TracedSend send(result->final ? trace_.get() : nullptr);  // the final response's
+      if (!result->status.ok())
+        return stream_->Send(Error(result->model_name, result->id, result->status), true);
+      if (result->empty_final && !empty_final_) return stream_->Send(std::nullopt, true);
+      pb::ModelInferResponse header;
+      FillResponseHeader(*result, &header);
+      if (decoupled_)
+        (*header.mutable_parameters())["triton_final_response"].set_bool_param(result->final);
+      grpc::ByteBuffer buffer;
+      SerializeInferResponse(header, *result, /*as_stream=*/true, &buffer);
+      stream_->Send(std::move(buffer), result->final);
+    }
+
+   private:
+    StreamReactor* stream_;  // lives until this request's last response is sent
+    bool empty_final_;
+    bool decoupled_ = false;
+    std::shared_ptr<trace::Trace> trace_;
+  };
+
   // A request's error on the stream: the message, with the model name and id it was sent with.
   static grpc::ByteBuffer Error(const std::string& model_name, const std::string& id,
                                 const Status& s) {
@@ -1222,7 +1236,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcServer::Impl::M
   return new StreamReactor(this, ctx);
 }
 
-GrpcServer::GrpcServer(GrpcOptions options, InferenceServer* server)
+GrpcServer::GrpcServer(GrpcOptions options, ServerApi* server)
     : options_(std::move(options)), api_(server), impl_(std::make_unique<Impl>(options_, server)) {}
 
 GrpcServer::~GrpcServer() { Stop(); }

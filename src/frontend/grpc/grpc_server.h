@@ -15,7 +15,7 @@
 #include "common/status.h"
 #include "frontend/grpc/listener_watchdog.h"
 #include "frontend/restricted_api.h"
-#include "server/inference_server.h"
+#include "server/server_api.h"
 
 namespace grpc {
 class ServerBuilder;
@@ -53,7 +53,7 @@ void ApplyChannelArguments(grpc::ServerBuilder& builder, const GrpcOptions& opti
 
 class GrpcServer {
  public:
-  GrpcServer(GrpcOptions options, InferenceServer* server);
+  GrpcServer(GrpcOptions options, ServerApi* server);
   ~GrpcServer();
   // Listens and serves; also starts the listener watchdog (listener_watchdog.h).
   Status Start();
@@ -71,7 +71,7 @@ class GrpcServer {
   bool Restart();
 
   GrpcOptions options_;
-  InferenceServer* api_;
+  ServerApi* api_;
   int port_ = 0;
   std::mutex mu_;  // guards impl_ (a restart against Stop) and stopping_
   bool stopping_ = false;

@@ -48,7 +48,7 @@ Reply OkOrError(const Status& s) { return s.ok() ? OkReply() : StatusReply(s); }
 
 }  // namespace
 
-Reply ServerMetadataReply(const InferenceServer& api) {
+Reply ServerMetadataReply(const ServerApi& api) {
   const nereid::ServerMetadata md = api.GetServerMetadata();
   rapidjson::StringBuffer buffer;
   JsonWriter w(buffer);
@@ -78,7 +78,7 @@ void WriteDuration(JsonWriter& w, const char* key, const DurationSnapshot& d) {
 }  // namespace
 
 // The statistics extension, in Triton's JSON shape.
-Reply StatisticsReply(const InferenceServer& api, const Route& route) {
+Reply StatisticsReply(const ServerApi& api, const Route& route) {
   auto selected =
       api.Statistics(route.kind == Route::kAllStats ? std::string() : route.model, route.version);
   if (!selected.ok()) return StatusReply(selected.status());
@@ -168,7 +168,7 @@ Reply StatisticsReply(const InferenceServer& api, const Route& route) {
   return {200, buffer.GetString()};
 }
 
-Reply ModelMetadataReply(const InferenceServer& api, const Route& route) {
+Reply ModelMetadataReply(const ServerApi& api, const Route& route) {
   auto metadata = api.GetModelMetadata(route.model, route.version);
   if (!metadata.ok()) return StatusReply(metadata.status());
   const nereid::ModelMetadata& model = *metadata;
@@ -244,7 +244,7 @@ StatusOr<bool> ReadyField(const std::string& body) {
 
 }  // namespace
 
-Reply RepositoryIndexReply(const InferenceServer& api, const std::string& body) {
+Reply RepositoryIndexReply(const ServerApi& api, const std::string& body) {
   bool ready_only = false;
   if (!body.empty()) {
     auto ready = ReadyField(body);
@@ -274,12 +274,12 @@ Reply RepositoryIndexReply(const InferenceServer& api, const std::string& body) 
   return {200, buffer.GetString()};
 }
 
-void RepositoryControl(InferenceServer& api, const Route& route, const std::string& body,
+void RepositoryControl(ServerApi& api, const Route& route, const std::string& body,
                        std::function<void(Reply)> done) {
   if (Status allowed = api.CheckRepositoryControl(); !allowed.ok())
     return done(StatusReply(allowed));
   std::string config_json;
-  ModelRepository::ModelFiles files;
+  ModelFiles files;
   size_t bytes = 0;
   bool dependents = false;  // unload: Triton's unload_dependents
   if (!body.empty()) {
@@ -345,7 +345,7 @@ Reply RegionsReply(StatusOr<std::vector<Region>> regions, Fields fields) {
 // The CUDA shared-memory extension: regions are another process's device allocations, named by
 // a cudaIpcMemHandle_t (base64 in the JSON body).
 namespace {
-Reply CudaSharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body) {
+Reply CudaSharedMemoryReply(ServerApi& api, const Route& route, const std::string& body) {
   SharedMemoryRegistry& shm = api.shared_memory();
   if (route.action == "status")
     return RegionsReply(shm.GetCudaStatus(route.model), [](JsonWriter& w, const auto& r) {
@@ -375,7 +375,7 @@ Reply CudaSharedMemoryReply(InferenceServer& api, const Route& route, const std:
 }  // namespace
 
 // The system shared-memory extension.
-Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body) {
+Reply SharedMemoryReply(ServerApi& api, const Route& route, const std::string& body) {
   // Triton refuses a (un)register before reading its body when clients may not use regions.
   if (route.action != "status")
     if (Status s = api.shared_memory().CheckClientAccess(); !s.ok()) return StatusReply(s);
@@ -407,10 +407,10 @@ Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::str
   return OkReply();
 }
 
-StatusOr<std::unique_ptr<InferenceRequest>> BuildInferRequest(
-    InferenceServer& api, std::shared_ptr<Model> model, Buffer body,
-    std::optional<std::string_view> content_encoding, std::optional<std::string_view> header_length,
-    size_t max_input_size) {
+StatusOr<RequestDescription> DecodeInferBody(Buffer body,
+                                             std::optional<std::string_view> content_encoding,
+                                             std::optional<std::string_view> header_length,
+                                             size_t max_input_size) {
   if (content_encoding) {
     ASSIGN_OR_RETURN(Encoding encoding, ParseContentEncoding(*content_encoding));
     if (encoding != Encoding::kIdentity) {
@@ -429,10 +429,10 @@ StatusOr<std::unique_ptr<InferenceRequest>> BuildInferRequest(
   }
   RequestDescription description;
   RETURN_IF_ERROR(DecodeInferRequest(body, json_size, &description));
-  return api.BuildRequest(std::move(description), InferEndpoint::kHttp, std::move(model));
+  return description;
 }
 
-Reply LoggingReply(InferenceServer& api, bool update, const std::string& body) {
+Reply LoggingReply(ServerApi& api, bool update, const std::string& body) {
   if (update) {
     simdjson::dom::parser parser;
     auto doc = ParseObject(parser, body, "logging");
@@ -473,8 +473,7 @@ Reply LoggingReply(InferenceServer& api, bool update, const std::string& body) {
 
 // GET / POST v2[/models/m]/trace/setting: values are strings (trace_level a list of them); null
 // puts a setting back to the global (or start-up) value.
-Reply TraceReply(InferenceServer& api, const std::string& model, bool update,
-                 const std::string& body) {
+Reply TraceReply(ServerApi& api, const std::string& model, bool update, const std::string& body) {
   trace::SettingUpdate changes;
   if (update && body.find_first_not_of(" \t\r\n") != std::string::npos) {
     simdjson::dom::parser parser;
@@ -526,7 +525,7 @@ Reply TraceReply(InferenceServer& api, const std::string& model, bool update,
   return {200, buffer.GetString()};
 }
 
-Handling HandleRoute(InferenceServer& api, const RestrictedApis& restricted,
+Handling HandleRoute(ServerApi& api, const RestrictedApis& restricted,
                      const RoutedRequest& request) {
   const Route& route = request.route;
   auto reply = [](Reply r) { return Handling{Handling::kReply, std::move(r)}; };

@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 #include "frontend/http/http_routes.h"
-#include "server/inference_server.h"
+#include "server/server_api.h"
 
 namespace nereid::http {
 
@@ -31,28 +31,28 @@ Reply StatusReply(const Status& s);
 // 200 with an empty body.
 Reply OkReply();
 
-Reply ServerMetadataReply(const InferenceServer& api);
-Reply ModelMetadataReply(const InferenceServer& api, const Route& route);
+Reply ServerMetadataReply(const ServerApi& api);
+Reply ModelMetadataReply(const ServerApi& api, const Route& route);
 // The statistics extension (one model version, a model, or all: kAllStats).
-Reply StatisticsReply(const InferenceServer& api, const Route& route);
-Reply RepositoryIndexReply(const InferenceServer& api, const std::string& body);
+Reply StatisticsReply(const ServerApi& api, const Route& route);
+Reply RepositoryIndexReply(const ServerApi& api, const std::string& body);
 // Load or unload (route kRepoLoad / kRepoUnload) in the model's control lane: 'done' gets the
 // Reply when it has run (on a control thread), or at once when the request is refused.
-void RepositoryControl(InferenceServer& api, const Route& route, const std::string& body,
+void RepositoryControl(ServerApi& api, const Route& route, const std::string& body,
                        std::function<void(Reply)> done);
 // The system and CUDA shared-memory extensions: status, register, unregister.
-Reply SharedMemoryReply(InferenceServer& api, const Route& route, const std::string& body);
-// An inference request from its HTTP parts, for 'model' (from ModelFor): the body, inflated when
+Reply SharedMemoryReply(ServerApi& api, const Route& route, const std::string& body);
+// An inference request's description from its HTTP parts: the body, inflated when
 // 'content_encoding' says so (within 'max_input_size'), with 'header_length' as its
 // Inference-Header-Content-Length (absent: the body is JSON).
-StatusOr<std::unique_ptr<InferenceRequest>> BuildInferRequest(
-    InferenceServer& api, std::shared_ptr<Model> model, Buffer body,
-    std::optional<std::string_view> content_encoding, std::optional<std::string_view> header_length,
-    size_t max_input_size);
+StatusOr<RequestDescription> DecodeInferBody(Buffer body,
+                                             std::optional<std::string_view> content_encoding,
+                                             std::optional<std::string_view> header_length,
+                                             size_t max_input_size);
 
 // The logging extension: 'update' (POST) applies the body's settings first; both answer with the
 // settings in force.
-Reply LoggingReply(InferenceServer& api, bool update, const std::string& body);
+Reply LoggingReply(ServerApi& api, bool update, const std::string& body);
 
 // One request as the routing sees it: its route (Match), method ("GET", "POST", ...), a header
 // lookup (names case-insensitive; empty when absent) and its body.
@@ -70,7 +70,7 @@ struct Handling {
 };
 // Every route's method and restricted-API check (--http-restricted-api), then the answer of each
 // synchronous one, in Triton's statuses and messages.
-Handling HandleRoute(InferenceServer& api, const RestrictedApis& restricted,
+Handling HandleRoute(ServerApi& api, const RestrictedApis& restricted,
                      const RoutedRequest& request);
 
 }  // namespace nereid::http

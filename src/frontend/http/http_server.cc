@@ -92,7 +92,7 @@ class SessionBase {
 
 class HttpServer::Impl {
  public:
-  Impl(HttpOptions options, InferenceServer* api)
+  Impl(HttpOptions options, ServerApi* api)
       : options_(std::move(options)), api_(api), acceptor_(ioc_) {}
 
   Status Start();
@@ -103,7 +103,7 @@ class HttpServer::Impl {
   uint16_t metrics_port() const { return bound_metrics_port_; }
 
   HttpOptions options_;
-  InferenceServer* api_;
+  ServerApi* api_;
   // Declared before the io_context: sessions it destroys still count themselves out.
   std::atomic<int64_t> busy_{0};       // requests read and not yet answered
   std::atomic<bool> draining_{false};  // shutting down: no new work, close after each response
@@ -138,7 +138,9 @@ namespace {
 
 // One connection. Stream is beast::tcp_stream, or beast::ssl_stream over one for TLS.
 template <typename Stream>
-class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
+class Session final : public SessionBase,
+                      public ResponseSink,
+                      public std::enable_shared_from_this<Session<Stream>> {
   using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
   using std::enable_shared_from_this<Session<Stream>>::weak_from_this;
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
@@ -425,61 +427,60 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void Infer(const Route& route, Request req) {
-    const uint64_t recv_end = SteadyNowNs();
-    auto model_or = server_->api_->ModelFor(route.model, route.version, InferEndpoint::kHttp);
-    if (!model_or.ok()) return SendStatus(model_or.status());
-    std::shared_ptr<Model> model = std::move(model_or).value();
-
-    // The body: read in place (OnHeader), or as Beast read it (inflated when compressed).
-    Buffer body = std::exchange(direct_body_, Buffer());
-    std::optional<std::string_view> encoding, header_length;
-    if (auto it = req.find(bhttp::field::content_encoding); it != req.end())
-      encoding = SV(it->value());
-    if (auto it = req.find("Inference-Header-Content-Length"); it != req.end())
-      header_length = SV(it->value());
-    if (body.data() == nullptr) {  // (only an uncompressed body is read in place)
-      auto text = std::make_shared<std::string>(std::move(req.body()));
-      body = Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{}, text);
-    }
-    Encoding response_encoding = Encoding::kIdentity;
-    if (auto it = req.find(bhttp::field::accept_encoding); it != req.end())
-      response_encoding = PickAcceptEncoding(SV(it->value()));
-    auto built = BuildInferRequest(*server_->api_, std::move(model), std::move(body), encoding,
-                                   header_length, server_->options_.max_input_size);
-    if (!built.ok()) return SendStatus(built.status());
-    std::unique_ptr<InferenceRequest> request = std::move(built).value();
+    RequestContext context;
+    context.endpoint = InferEndpoint::kHttp;
+    context.read_start_ns = recv_start_ns_;
+    context.read_end_ns = SteadyNowNs();
+    if (auto it = req.find("traceparent"); it != req.end()) context.traceparent = SV(it->value());
     // Cancellation: the connection is idle while its request is in flight (the next read starts
     // after the response), so a peek at the socket tells whether the client has gone: end of stream
     // or an error. Asked when the request is about to execute, and by backends that poll.
-    request->cancel = std::make_shared<CancelFlag>();
-    request->cancel->probe = [fd = beast::get_lowest_layer(stream_).socket().native_handle()] {
+    context.cancel = std::make_shared<CancelFlag>();
+    context.cancel->probe = [fd = beast::get_lowest_layer(stream_).socket().native_handle()] {
       char c;
       const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
       return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     };
-    request->on_complete = [self = shared_from_this(), response_encoding,
-                            model = request->model.get()](std::unique_ptr<InferenceResponse> r) {
-      // An idle model writes the response from the completing thread: while a request is in
-      // flight its connection has no other operation pending (the next read starts after this
-      // write), so this is safe and saves waking an I/O thread (a quarter of the latency of
-      // small models). With more requests waiting, the instance thread is worth more: hand the
-      // write to the connection's strand. Either way the write's completion and the next read
-      // run there.
-      if (!model->OthersPending()) return self->SendInferResponse(*r, response_encoding);
-      net::post(self->stream_.get_executor(),
-                [self, response_encoding, r = std::move(r)]() mutable {
-                  self->SendInferResponse(*r, response_encoding);
-                });
+    response_encoding_ = Encoding::kIdentity;
+    if (auto it = req.find(bhttp::field::accept_encoding); it != req.end())
+      response_encoding_ = PickAcceptEncoding(SV(it->value()));
+    // The body, decoded once the model is found: read in place (OnHeader), or as Beast read it
+    // (inflated when compressed).
+    auto decode = [&]() -> StatusOr<RequestDescription> {
+      Buffer body = std::exchange(direct_body_, Buffer());
+      std::optional<std::string_view> encoding, header_length;
+      if (auto it = req.find(bhttp::field::content_encoding); it != req.end())
+        encoding = SV(it->value());
+      if (auto it = req.find("Inference-Header-Content-Length"); it != req.end())
+        header_length = SV(it->value());
+      if (body.data() == nullptr) {  // (only an uncompressed body is read in place)
+        auto text = std::make_shared<std::string>(std::move(req.body()));
+        body =
+            Buffer(reinterpret_cast<uint8_t*>(text->data()), text->size(), MemoryLocation{}, text);
+      }
+      return DecodeInferBody(std::move(body), encoding, header_length,
+                             server_->options_.max_input_size);
     };
-    std::optional<std::string_view> traceparent;
-    if (auto it = req.find("traceparent"); it != req.end()) traceparent = SV(it->value());
-    trace_ = server_->api_->StartTrace(*request, traceparent);
-    if (trace_) {
-      trace_->Record("HTTP_RECV_START", recv_start_ns_);
-      trace_->Record("HTTP_RECV_END", recv_end);
+    Status queued =
+        server_->api_->Infer(route.model, route.version, context, decode, shared_from_this());
+    if (!queued.ok()) {
+      direct_body_ = Buffer();  // a model refused before its body was decoded
+      return SendStatus(queued);
     }
-    Status queued = server_->api_->Infer(request);
-    if (!queued.ok()) return SendStatus(queued);
+  }
+
+  // ResponseSink: the request in flight on this connection (one at a time).
+  void OnStarted(const Started& started) override { trace_ = started.trace; }
+  void OnResponse(std::unique_ptr<InferenceResponse> r, bool others_pending) override {
+    // An idle model writes the response from the completing thread: while a request is in flight
+    // its connection has no other operation pending (the next read starts after this write), so
+    // this is safe and saves waking an I/O thread (a quarter of the latency of small models). With
+    // more requests waiting, the instance thread is worth more: hand the write to the
+    // connection's strand. Either way the write's completion and the next read run there.
+    if (!others_pending) return SendInferResponse(*r, response_encoding_);
+    net::post(stream_.get_executor(), [self = shared_from_this(), r = std::move(r)]() mutable {
+      self->SendInferResponse(*r, self->response_encoding_);
+    });
   }
 
   void SendInferResponse(const InferenceResponse& r, Encoding encoding) {
@@ -523,6 +524,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   uint64_t request_started_ns_ = 0;          // first sweep that saw this request's bytes
   uint64_t recv_start_ns_ = 0;               // this request's header was read (tracing)
   std::shared_ptr<trace::Trace> trace_;      // the traced request in flight, until it is sent
+  Encoding response_encoding_ = Encoding::kIdentity;  // the request in flight's Accept-Encoding
   uint64_t drained_ = 0;
   unsigned version_ = 11;
 };
@@ -681,7 +683,7 @@ void HttpServer::Impl::Stop() {
   threads_.clear();
 }
 
-HttpServer::HttpServer(HttpOptions options, InferenceServer* server)
+HttpServer::HttpServer(HttpOptions options, ServerApi* server)
     : impl_(std::make_unique<Impl>(std::move(options), server)) {}
 HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Start() { return impl_->Start(); }

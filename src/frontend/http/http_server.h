@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 #include "frontend/restricted_api.h"
-#include "server/inference_server.h"
+#include "server/server_api.h"
 
 namespace nereid::http {
 
@@ -37,7 +37,7 @@ struct HttpOptions {
 
 class HttpServer {
  public:
-  HttpServer(HttpOptions options, InferenceServer* server);
+  HttpServer(HttpOptions options, ServerApi* server);
   ~HttpServer();
   Status Start();  // binds and starts the I/O threads; returns once listening
   // Shutdown, in three steps: stop accepting connections and new requests (a request read from
