@@ -49,12 +49,17 @@ void EndTrace(InferenceRequest& r) {
                       t.compute_output_start_ns, t.compute_end_ns, SteadyNowNs());
 }
 
-void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status) {
+std::unique_ptr<InferenceResponse> ErrorResponse(const InferenceRequest& request, Status status) {
   auto response = std::make_unique<InferenceResponse>();
   response->status = std::move(status);
-  response->model_name = request->model_name;
-  response->model_version = request->model_version;  // the routed version once routed
-  response->id = request->id;
+  response->model_name = request.model_name;
+  response->model_version = request.model_version;  // the routed version once routed
+  response->id = request.id;
+  return response;
+}
+
+void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status) {
+  std::unique_ptr<InferenceResponse> response = ErrorResponse(*request, std::move(status));
   ResponseCallback callback = std::move(request->on_complete);
   request.reset();
   if (callback) callback(std::move(response));

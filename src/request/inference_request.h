@@ -17,6 +17,7 @@
 namespace nereid {
 
 class Model;
+class ResponsePath;
 namespace trace {
 class Trace;
 }
@@ -181,7 +182,10 @@ struct InferenceRequest {
   RequestTimestamps times;
   // Sampled for tracing (trace/trace.h): null for most requests.
   std::shared_ptr<trace::Trace> trace;
+  // Where its responses go: whoever asked sets it (the sink); once a stage is declared on the
+  // request's response path (request/response_path.h) it enters that path, which ends in the sink.
   ResponseCallback on_complete;
+  std::shared_ptr<ResponsePath> path;  // null until a stage is declared
   // Set by the core once the request is routed.
   std::shared_ptr<Model> model;
   int64_t batch_size = 1;
@@ -198,6 +202,8 @@ struct InferenceRequest {
 // once; a no-op for untraced requests.
 void EndTrace(InferenceRequest& request);
 
+// The error response to 'request' (its model, version and id).
+std::unique_ptr<InferenceResponse> ErrorResponse(const InferenceRequest& request, Status status);
 // Completes 'request' with an error response (any thread).
 void CompleteWithError(std::unique_ptr<InferenceRequest> request, Status status);
 

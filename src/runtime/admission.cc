@@ -1,6 +1,7 @@
 #include "runtime/admission.h"
 
 #include "config/model_parameters.h"
+#include "request/response_path.h"
 
 namespace nereid {
 
@@ -15,8 +16,7 @@ StatusOr<AdmissionLimits> ReadAdmissionLimits(const inference::ModelConfig& conf
   return limits;
 }
 
-Status Admission::Admit(InferenceRequest& request, const std::string& model,
-                        std::function<void()>* release) {
+Status Admission::Admit(InferenceRequest& request, const std::string& model) {
   uint64_t bytes = 0;
   for (const auto& input : request.inputs)
     bytes += input.byte_size;  // each bounded by the frontend
@@ -33,17 +33,19 @@ Status Admission::Admit(InferenceRequest& request, const std::string& model,
                        : std::to_string(limits_.max_bytes) + " outstanding input bytes") +
         " (nereid.max_queued_" + (over_requests ? "requests" : "bytes") + "); retry later");
   }
-  auto released = std::make_shared<std::atomic<bool>>(false);
-  *release = [counters = counters_, bytes, released] {
+  // Released once: by the final response, or by the unwinding of a request refused later.
+  auto release = [counters = counters_, bytes,
+                  released = std::make_shared<std::atomic<bool>>(false)] {
     if (released->exchange(true)) return;
     counters->requests.fetch_sub(1, std::memory_order_relaxed);
     counters->bytes.fetch_sub(bytes, std::memory_order_relaxed);
   };
-  request.on_complete = [release = *release, done = std::move(request.on_complete)](
-                            std::unique_ptr<InferenceResponse> response) {
-    if (response->final) release();
-    if (done) done(std::move(response));
-  };
+  ResponsePath::Of(request).Set(
+      ResponseStage::kAdmission,
+      [release](std::unique_ptr<InferenceResponse>& response, ResponsePath&) {
+        if (response->final) release();
+      },
+      release);
   return Status::Ok();
 }
 

@@ -35,9 +35,9 @@ class Admission {
   explicit Admission(AdmissionLimits limits) : limits_(limits) {}
 
   // Admits 'request' or answers RESOURCE_EXHAUSTED. Admitted, the request holds its place until
-  // its final response (its on_complete is wrapped); if the caller does not hand the request on
-  // after all, it calls 'release' (which is safe to call more than once).
-  Status Admit(InferenceRequest& request, const std::string& model, std::function<void()>* release);
+  // its final response (its admission stage, request/response_path.h), or until it is refused
+  // after all (ResponsePath::Unwind).
+  Status Admit(InferenceRequest& request, const std::string& model);
 
   uint64_t requests() const { return counters_->requests.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return counters_->bytes.load(std::memory_order_relaxed); }

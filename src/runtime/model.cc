@@ -10,6 +10,7 @@
 #include "config/model_files.h"
 #include "gpu/cuda_driver.h"
 #include "nereid/backend_util.h"
+#include "runtime/request_pipeline.h"
 #include "runtime/warmup.h"
 #include "scheduler/dynamic_batcher.h"
 #include "scheduler/ensemble_scheduler.h"
@@ -285,23 +286,7 @@ Status Model::SetConfigJson(const std::string& json) {
 }
 
 Status Model::Enqueue(std::unique_ptr<InferenceRequest>& request) {
-  request->model_version = version_;  // routed: errors from here on name this version
-  if (request->ensemble_step) FitEnsembleStep(*request);
-  Status s = Validate(*request);
-  if (s.ok() && cache_ != nullptr && AnswerFromCache(request)) return Status::Ok();
-  std::function<void()> release;
-  if (s.ok() && admission_) s = admission_->Admit(*request, name_, &release);
-  if (s.ok() && variants_) variants_->OnArrival(request->batch_size);
-  if (s.ok()) s = scheduler_->Enqueue(request);
-  if (!s.ok()) {
-    if (release) release();
-    const uint64_t elapsed =
-        request->times.received_ns ? SteadyNowNs() - request->times.received_ns : 0;
-    const bool rejected =
-        s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kResourceExhausted;
-    stats_->RecordFailure(rejected ? FailureReason::kRejected : FailureReason::kOther, elapsed);
-  }
-  return s;
+  return EnterModel(*this, request);
 }
 
 void Model::FitEnsembleStep(InferenceRequest& request) const {
@@ -314,41 +299,6 @@ void Model::FitEnsembleStep(InferenceRequest& request) const {
         break;
       }
   }
-  // The ensemble reads the response's shapes knowing whether they lead with a batch dimension.
-  request.on_complete = [batches, done = std::move(request.on_complete)](
-                            std::unique_ptr<InferenceResponse> response) {
-    response->model_batches = batches;
-    if (done) done(std::move(response));
-  };
-}
-
-bool Model::AnswerFromCache(std::unique_ptr<InferenceRequest>& request) {
-  const uint64_t start = SteadyNowNs();
-  const std::optional<ResponseCache::Key> key =
-      ResponseCache::KeyOf(*request, name_, version_, generation_);
-  if (!key) return false;  // an input outside host memory or an output to shared memory
-  std::unique_ptr<InferenceResponse> hit = cache_->Lookup(*key, *request);
-  const uint64_t looked = SteadyNowNs();
-  if (hit) {
-    stats_->RecordCacheHit(looked - request->times.received_ns, looked - start, UnixNowMs());
-    hit->model_name = name_;
-    hit->model_version = version_;
-    hit->id = request->id;
-    ResponseCallback done = std::move(request->on_complete);
-    request.reset();
-    if (done) done(std::move(hit));
-    return true;
-  }
-  // A miss: the response is stored on its way out (before the server's own handling of it).
-  request->on_complete =
-      [this, key = *key, lookup_ns = looked - start,
-       done = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
-        const uint64_t insert_start = SteadyNowNs();
-        if (response->status.ok()) cache_->Insert(key, *response);
-        stats_->cache_miss.Add(lookup_ns + (SteadyNowNs() - insert_start));
-        if (done) done(std::move(response));
-      };
-  return false;
 }
 
 Status Model::Validate(InferenceRequest& request) const {

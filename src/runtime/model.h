@@ -48,9 +48,15 @@ class Model {
                                                          bool allow_auto_complete);
   ~Model();
 
-  // Validates the request against the config and hands it to the scheduler. On error the caller
-  // still owns the request.
+  // Validates the request against the config and hands it to the scheduler, its response path
+  // declared (runtime/request_pipeline.h). On error the caller still owns the request.
   Status Enqueue(std::unique_ptr<InferenceRequest>& request);
+  // The request's inputs against the config: names, datatypes, shapes, sizes (an input the wire
+  // left misaligned is realigned here).
+  Status Validate(InferenceRequest& request) const;
+  // An ensemble's step request: its inputs' shapes fitted to this model's batching (Triton's rule,
+  // EnsembleReshape).
+  void FitEnsembleStep(InferenceRequest& request) const;
   // Finishes everything accepted, then finalizes instances and the backend model. Waits up to
   // 'timeout' for accepted requests to finish; past it the backend is told to abort
   // (NereidModelAbort) and given kAbortGrace more; threads that still do not return are abandoned
@@ -95,6 +101,11 @@ class Model {
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
   Scheduler* scheduler() const { return scheduler_.get(); }
+  // The response cache when the config enables it (null: none), the nereid.max_queued_* limits
+  // (null: none), and this load's number among the process's loads (part of cache keys).
+  ResponseCache* cache() const { return cache_; }
+  Admission* admission() const { return admission_.get(); }
+  uint64_t generation() const { return generation_; }
   // Attaches 'observer' to every instance, those Create makes later included (statistics are
   // attached by Create). Before the model serves, or while nothing executes: the instances read
   // their observers without a lock.
@@ -132,13 +143,6 @@ class Model {
 
  private:
   Model() = default;
-  Status Validate(InferenceRequest& request) const;
-  // Answers a validated request from the response cache (true: 'request' is done with), or, on a
-  // miss, arranges for its response to be stored.
-  bool AnswerFromCache(std::unique_ptr<InferenceRequest>& request);
-  // An ensemble's step request: its inputs' shapes fitted to this model's batching (Triton's rule,
-  // EnsembleReshape), and its responses marked with whether this model batches.
-  void FitEnsembleStep(InferenceRequest& request) const;
   static StatusOr<std::shared_ptr<Model>> Prepare(
       const std::string& name, int64_t version, const std::string& model_dir,
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,

@@ -5,6 +5,7 @@
 
 #include "config/model_parameters.h"
 #include "metrics/model_stats.h"
+#include "request/response_path.h"
 
 namespace nereid {
 
@@ -61,17 +62,19 @@ Status DynamicBatcher::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Unavailable("model '" + request->model_name + "' is unloading");
-    ResponseCallback original;
-    if (preserve_ordering_) {
-      original = std::move(request->on_complete);
-      request->on_complete = [this, seq = next_sequence_,
-                              cb = original](std::unique_ptr<InferenceResponse> r) {
-        ReleaseInOrder(seq, cb, std::move(r));
-      };
-    }
+    // preserve_ordering: the scheduler's stage holds each response until those of the requests
+    // enqueued before it have gone.
+    InferenceRequest& r = *request;
+    if (preserve_ordering_)
+      ResponsePath::Of(r).Set(
+          ResponseStage::kScheduler,
+          [this, seq = next_sequence_](std::unique_ptr<InferenceResponse>& response,
+                                       ResponsePath& path) {
+            ReleaseInOrder(seq, path.After(ResponseStage::kScheduler), std::move(response));
+          });
     Status s = queue_.Enqueue(request, now);
     if (!s.ok()) {
-      if (preserve_ordering_) request->on_complete = std::move(original);
+      if (preserve_ordering_) r.path->Set(ResponseStage::kScheduler, nullptr);
       return s;
     }
     if (preserve_ordering_) ++next_sequence_;

@@ -477,13 +477,12 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
     }
   }
   std::unique_ptr<InferenceRequest> request = std::move(c.request);
-  request->on_complete = std::move(c.respond);
+  ResponseCallback respond = std::move(c.respond);
   const uint64_t now = SteadyNowNs();
   const uint64_t elapsed = now > c.start_ns ? now - c.start_ns : 0;
   if (!error.ok()) {
     stats_->RecordFailure(FailureReason::kBackend, elapsed);
-    std::lock_guard<std::mutex> sending(c.send_mu);
-    CompleteWithError(std::move(request), std::move(error));
+    response = ErrorResponse(*request, std::move(error));
   } else {
     // An ensemble request is one execution of its batch size (Triton does not batch them).
     const int64_t rows = max_batch_size_ > 0 ? request->batch_size : 1;
@@ -497,10 +496,11 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
       response->id = request->id;
       response->empty_final = true;
     }
-    ResponseCallback callback = std::move(request->on_complete);
-    request.reset();
+  }
+  request.reset();
+  {
     std::lock_guard<std::mutex> sending(c.send_mu);
-    if (callback && response) callback(std::move(response));
+    if (respond && response) respond(std::move(response));
   }
   Release();
 }

@@ -9,6 +9,7 @@
 #include "metrics/model_stats.h"
 #include "nereid/backend.h"
 #include "nereid/backend_util.h"
+#include "request/response_path.h"
 
 namespace nereid {
 namespace {
@@ -436,9 +437,9 @@ std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, s
   // State outputs the client did not ask for are dropped from its response.
   std::vector<std::string> added = AddState(*request, s, start);
   ++s.in_flight;
-  request->on_complete =
-      [this, instance, slot, added = std::move(added),
-       done = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
+  ResponsePath::Of(*request).Set(
+      ResponseStage::kScheduler, [this, instance, slot, added = std::move(added)](
+                                     std::unique_ptr<InferenceResponse>& response, ResponsePath&) {
         OnComplete(instance, slot, *response);
         if (!added.empty())
           response->outputs.erase(std::remove_if(response->outputs.begin(), response->outputs.end(),
@@ -447,8 +448,7 @@ std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, s
                                                                     o.name) != added.end();
                                                  }),
                                   response->outputs.end());
-        if (done) done(std::move(response));
-      };
+      });
   if (end && sequence->queue.empty()) {
     // The sequence is over once its END request runs: its slot goes to the backlog's oldest (whose
     // START waits for this request to complete: one request of a slot in flight at a time).

@@ -7,7 +7,6 @@
 #include "runtime/backend_abi.h"
 #include "runtime/model.h"
 #include "runtime/server_info.h"
-#include "server/classification.h"
 
 namespace nereid {
 
@@ -182,36 +181,6 @@ Status InferenceServer::CheckRepositoryControl() const {
 Status InferenceServer::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   std::shared_ptr<Model> model = request->model;
   if (!model) return Internal("request was not routed to a model");
-  if (request->trace) {
-    request->trace->SetVersion(model->version());
-    // The TENSORS level (a client's request or an ensemble step alike): the inputs as given (host
-    // memory), then the outputs the final response carries.
-    if (request->trace->tensors()) {
-      for (const InferInput& in : request->inputs)
-        if (in.location.type != MemoryType::kGpu)
-          request->trace->RecordTensor("TENSOR_QUEUE_INPUT", in.name, in.datatype, in.shape,
-                                       in.data, in.byte_size);
-      request->on_complete = [trace = request->trace, deliver = std::move(request->on_complete)](
-                                 std::unique_ptr<InferenceResponse> response) {
-        if (response->status.ok())
-          for (const InferOutput& out : response->outputs)
-            if (!out.in_shared_memory)
-              trace->RecordTensor("TENSOR_BACKEND_OUTPUT", out.name, out.datatype, out.shape,
-                                  out.bytes(), out.byte_size());
-        if (deliver) deliver(std::move(response));
-      };
-    }
-  }
-  // Classification, for the few requests that ask for it: their responses are rewritten before
-  // the frontend sees them. (The request keeps its model alive while its callback runs.)
-  if (ClassificationRequest wanted = ClassificationOf(request->outputs); !wanted.empty()) {
-    request->on_complete =
-        [wanted = std::move(wanted), model = model.get(),
-         deliver = std::move(request->on_complete)](std::unique_ptr<InferenceResponse> response) {
-          ApplyClassification(wanted, *model, *response);
-          if (deliver) deliver(std::move(response));
-        };
-  }
   // Device inputs (a client's CUDA region, an ensemble step's output) reach the native engine's
   // GPU instances as device memory; other models get them copied to the host first (counted).
   if (!model->reads_device_inputs())

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "request/response_path.h"
+
 namespace nereid {
 namespace {
 
@@ -26,11 +28,10 @@ void Answer(InferenceRequest& r, bool final) {
 TEST(AdmissionTest, RequestLimitHoldsUntilTheFinalResponse) {
   Admission admission({2, 0});
   int completed = 0;
-  std::function<void()> release;
   auto a = Request(4, &completed), b = Request(4, &completed), c = Request(4, &completed);
-  ASSERT_TRUE(admission.Admit(*a, "m", &release).ok());
-  ASSERT_TRUE(admission.Admit(*b, "m", &release).ok());
-  const Status refused = admission.Admit(*c, "m", &release);
+  ASSERT_TRUE(admission.Admit(*a, "m").ok());
+  ASSERT_TRUE(admission.Admit(*b, "m").ok());
+  const Status refused = admission.Admit(*c, "m");
   EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(refused.message(),
             "model 'm' is at its limit of 2 outstanding requests (nereid.max_queued_requests); "
@@ -43,12 +44,15 @@ TEST(AdmissionTest, RequestLimitHoldsUntilTheFinalResponse) {
   Answer(*a, true);
   EXPECT_EQ(completed, 2);  // the caller's callback still sees every response
   EXPECT_EQ(admission.requests(), 1u);
-  EXPECT_TRUE(admission.Admit(*c, "m", &release).ok());
-  // Released by the caller (not handed on) and then answered anyway: counted once.
-  release();
-  release();
+  EXPECT_TRUE(admission.Admit(*c, "m").ok());
+  // Refused further on (the path unwound), then answered anyway: counted once, and the answer
+  // goes straight to the caller's callback.
+  ResponsePath::Unwind(*c);
+  ResponsePath::Unwind(*c);
   EXPECT_EQ(admission.requests(), 1u);
+  EXPECT_EQ(c->path, nullptr);
   Answer(*c, true);
+  EXPECT_EQ(completed, 3);
   EXPECT_EQ(admission.requests(), 1u);
   Answer(*b, true);
   EXPECT_EQ(admission.requests(), 0u);
@@ -58,14 +62,13 @@ TEST(AdmissionTest, RequestLimitHoldsUntilTheFinalResponse) {
 TEST(AdmissionTest, ByteLimitAlwaysAdmitsOneRequest) {
   Admission admission({0, 100});
   int completed = 0;
-  std::function<void()> release;
   auto big = Request(1000, &completed), small = Request(1, &completed);
-  ASSERT_TRUE(admission.Admit(*big, "m", &release).ok());  // alone: admitted whatever its size
-  const Status refused = admission.Admit(*small, "m", &release);
+  ASSERT_TRUE(admission.Admit(*big, "m").ok());  // alone: admitted whatever its size
+  const Status refused = admission.Admit(*small, "m");
   EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted);
   EXPECT_NE(refused.message().find("100 outstanding input bytes"), std::string::npos);
   Answer(*big, true);
-  EXPECT_TRUE(admission.Admit(*small, "m", &release).ok());
+  EXPECT_TRUE(admission.Admit(*small, "m").ok());
 }
 
 TEST(AdmissionTest, LimitsFromTheConfig) {

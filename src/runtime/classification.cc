@@ -1,4 +1,4 @@
-#include "server/classification.h"
+#include "runtime/classification.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,5 +1,5 @@
-// The classification extension, applied by InferenceServer::Infer to each response for every
-// protocol: a numeric output the client asked to classify becomes its top-k entries as BYTES
+// The classification extension, a stage of the response path (runtime/request_pipeline.cc), for
+// every protocol: a numeric output the client asked to classify becomes its top-k entries as BYTES
 // strings "score:index" or "score:index:label" (labels from the output's label_filename), per batch
 // row when the model batches. The core (runtime, backends) never formats these.
 #pragma once
