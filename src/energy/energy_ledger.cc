@@ -70,6 +70,7 @@ class EnergyLedger::Observer final : public EnergyObserver {
   Observer(EnergyLedger* ledger, std::vector<uint32_t> entries, std::vector<Entry*> by_domain)
       : ledger_(ledger), entries_(std::move(entries)), by_domain_(std::move(by_domain)) {}
   void OnExecution(const ExecutionRecord& record) override {
+    if (record.instance == nullptr) return;  // an ensemble's: its steps' models hold the joules
     const size_t domain = ledger_->DomainOf(record);
     last_domain_.store(domain, std::memory_order_relaxed);
     ledger_->Record(entries_[domain], record);
@@ -83,6 +84,23 @@ class EnergyLedger::Observer final : public EnergyObserver {
     if (seconds <= 0) return -1;
     return watts * seconds / static_cast<double>(rows) +
            e.idle_per_row.load(std::memory_order_relaxed);
+  }
+  void OnRequestEnd(const RequestRecord&) override {}
+  // A request that asked for its energy ("nereid.energy") gets it with its final response.
+  void OnFinalResponse(const RequestRecord& record, InferenceResponse& response) override {
+    if (!record.request->report_energy || record.execution == nullptr) return;
+    const RequestEnergy e = EstimateRequest(*record.execution, record.request->batch_size);
+    auto add = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
+      RequestParameter& p = response.parameters.emplace_back();
+      p.name = name;
+      p.type = type;
+      return p;
+    };
+    add("energy_joules", RequestParameter::Type::kDouble).double_value = e.joules;
+    if (e.carbon_grams >= 0)
+      add("carbon_grams", RequestParameter::Type::kDouble).double_value = e.carbon_grams;
+    add("energy_source", RequestParameter::Type::kString).string_value = e.source;
+    add("energy_scope", RequestParameter::Type::kString).string_value = e.scope;
   }
   RequestEnergy EstimateRequest(const ExecutionRecord& record, int64_t rows) const override {
     const Entry& e = *by_domain_[ledger_->DomainOf(record)];

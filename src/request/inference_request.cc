@@ -42,7 +42,7 @@ Status CheckOutputRegion(const RequestedOutput& wanted, const std::string& name,
 
 InferenceRequest::~InferenceRequest() { EndTrace(*this); }
 
-void EndTrace(InferenceRequest& r) {
+void EndTrace(const InferenceRequest& r) {
   if (!r.trace) return;
   const RequestTimestamps& t = r.times;
   r.trace->EndRequest(t.received_ns, t.queued_ns, t.compute_start_ns, t.compute_input_end_ns,

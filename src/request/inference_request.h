@@ -200,7 +200,7 @@ struct InferenceRequest {
 
 // Records a traced request's model timestamps (REQUEST_START ... REQUEST_END, now) on its trace,
 // once; a no-op for untraced requests.
-void EndTrace(InferenceRequest& request);
+void EndTrace(const InferenceRequest& request);
 
 // The error response to 'request' (its model, version and id).
 std::unique_ptr<InferenceResponse> ErrorResponse(const InferenceRequest& request, Status status);

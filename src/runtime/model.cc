@@ -19,6 +19,19 @@
 namespace nereid {
 namespace {
 
+// The precision variants' feedback: each successful request's latency, for the policy's window.
+class VariantFeedback final : public RequestObserver {
+ public:
+  explicit VariantFeedback(VariantController* variants) : variants_(variants) {}
+  void OnRequestEnd(const RequestRecord& record) override {
+    if (record.end == RequestRecord::End::kSuccess)
+      variants_->OnCompletion(record.end_ns, record.request_ns());
+  }
+
+ private:
+  VariantController* variants_;  // the model's, which outlives its observers' calls
+};
+
 template <typename Dims>
 std::string ExpectedShape(const Dims& dims, bool batching) {
   std::vector<int64_t> shape;
@@ -164,13 +177,16 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
   model->generation_ = ++loads;
   model->stats_->cache_enabled = model->cache_ != nullptr;
   auto stats_observer = std::make_shared<StatsObserver>(model->stats_.get());
-  for (auto& instance : model->instances_) {
-    instance->AddObserver(stats_observer);
-    for (const auto& observer : model->observers_) instance->AddObserver(observer);
-  }
-  SchedulerContext context{model->config_, std::move(instances),     model->stats_.get(),
-                           clock,          model->infer_link_.get(), model->energy_.get(),
-                           model_dir};
+  model->AddExecutionObserver(stats_observer);
+  model->AddRequestObserver(stats_observer);
+  if (model->variants_)
+    model->AddRequestObserver(std::make_shared<VariantFeedback>(model->variants_.get()));
+  model->AddRequestObserver(std::make_shared<TraceEndObserver>());
+  for (auto& instance : model->instances_)
+    instance->Observe(&model->executions_, &model->requests_);
+  SchedulerContext context{
+      model->config_, std::move(instances),     &model->requests_,    &model->executions_,
+      clock,          model->infer_link_.get(), model->energy_.get(), model_dir};
   ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, SchedulerFactory::Get().Create(context));
   model->SetScheduler(std::move(scheduler));
   return model;

@@ -106,19 +106,24 @@ class Model {
   ResponseCache* cache() const { return cache_; }
   Admission* admission() const { return admission_.get(); }
   uint64_t generation() const { return generation_; }
-  // Attaches 'observer' to every instance, those Create makes later included (statistics are
-  // attached by Create). Before the model serves, or while nothing executes: the instances read
-  // their observers without a lock.
-  void AddExecutionObserver(const std::shared_ptr<ExecutionObserver>& observer) {
-    observers_.push_back(observer);
-    for (auto& instance : instances_) instance->AddObserver(observer);
+  // Observers of this version's batches and requests (metrics/observers.h; statistics, the trace's
+  // end and the variants' feedback are attached by Create). Before the model serves, or while
+  // nothing executes: they are read without a lock.
+  void AddExecutionObserver(std::shared_ptr<ExecutionObserver> observer) {
+    executions_.Add(std::move(observer));
   }
+  void AddRequestObserver(std::shared_ptr<RequestObserver> observer) {
+    requests_.Add(std::move(observer));
+  }
+  // What the instances, the request pipeline and the scheduler report requests' ends to.
+  RequestObserver& request_observers() { return requests_; }
   // The energy ledger's observer of this version, set before the model serves (the repository's
   // started hook): it sees every batch, prices the requests that ask for their energy and is the
   // energy model the scheduler's energy objective reads. Null without energy accounting.
   void SetEnergyObserver(std::shared_ptr<EnergyObserver> observer) {
     energy_ = observer;
     AddExecutionObserver(observer);
+    AddRequestObserver(std::move(observer));
   }
   const EnergyObserver* energy() const { return energy_.get(); }
   // The server's response cache, set before the model serves; used only when the config enables
@@ -156,10 +161,11 @@ class Model {
   std::string config_json_;
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
-  std::vector<std::shared_ptr<ExecutionObserver>> observers_;  // AddExecutionObserver's
-  std::shared_ptr<EnergyObserver> energy_;                     // outlives the scheduler
-  ResponseCache* cache_ = nullptr;                             // the server's; outlives the models
-  RateLimiter* rate_limiter_ = nullptr;                        // the server's; outlives the models
+  ExecutionObservers executions_;           // AddExecutionObserver's, the instances' too
+  RequestObservers requests_;               // AddRequestObserver's
+  std::shared_ptr<EnergyObserver> energy_;  // outlives the scheduler
+  ResponseCache* cache_ = nullptr;          // the server's; outlives the models
+  RateLimiter* rate_limiter_ = nullptr;     // the server's; outlives the models
   uint64_t generation_ = 0;  // this load's number among the process's loads (cache keys)
   std::vector<std::unique_ptr<ModelInstance>> instances_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -61,7 +61,7 @@ void BatchExecution::Record(uint64_t end) {
   if (recorded.exchange(true)) return;
   end_ns.store(end, std::memory_order_release);
   const ExecutionRecord record = AsRecord(end);
-  for (const auto& observer : instance->observers()) observer->OnExecution(record);
+  if (ExecutionObserver* observers = instance->executions()) observers->OnExecution(record);
 }
 
 void ModelInstance::AcquireTurn() {
@@ -97,12 +97,12 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
     // are checked: asking can cost a system call (HTTP peeks at the socket), and a request that
     // arrived a moment ago has a client that is almost surely still there.
     if (start - request->times.received_ns > kCancelCheckAfterNs && request->cancelled()) {
-      model_->stats().RecordFailure(FailureReason::kCanceled, start - request->times.received_ns);
+      ReportEnd(requests_, RequestRecord::End::kFailure, FailureReason::kCanceled, *request, start);
       CompleteWithError(std::move(request), Cancelled("request cancelled"));
       continue;
     }
     if (request->deadline_ns != 0 && start > request->deadline_ns) {
-      model_->stats().RecordFailure(FailureReason::kRejected, start - request->times.received_ns);
+      ReportEnd(requests_, RequestRecord::End::kFailure, FailureReason::kRejected, *request, start);
       CompleteWithError(std::move(request), Unavailable("Request timeout expired"));
       continue;
     }
@@ -183,25 +183,17 @@ void ModelInstance::Deliver(InferenceRequest& request,
   if (request.on_complete) request.on_complete(std::move(response));
 }
 
-void ModelInstance::AddEnergy(const BackendRequest& r, InferenceResponse& response) const {
-  const EnergyObserver* energy = model_->energy();
-  if (!r.request->report_energy || energy == nullptr) return;
+void ModelInstance::ShowFinal(const BackendRequest& r, InferenceResponse& response) const {
+  if (requests_ == nullptr) return;
   // A second request of the batch may complete before the first has recorded the batch's end.
   uint64_t end = r.execution->end_ns.load(std::memory_order_acquire);
   if (end == 0) end = SteadyNowNs();
-  const RequestEnergy e =
-      energy->EstimateRequest(r.execution->AsRecord(end), r.request->batch_size);
-  auto add = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
-    RequestParameter& p = response.parameters.emplace_back();
-    p.name = name;
-    p.type = type;
-    return p;
-  };
-  add("energy_joules", RequestParameter::Type::kDouble).double_value = e.joules;
-  if (e.carbon_grams >= 0)
-    add("carbon_grams", RequestParameter::Type::kDouble).double_value = e.carbon_grams;
-  add("energy_source", RequestParameter::Type::kString).string_value = e.source;
-  add("energy_scope", RequestParameter::Type::kString).string_value = e.scope;
+  const ExecutionRecord execution = r.execution->AsRecord(end);
+  RequestRecord record;
+  record.request = r.request.get();
+  record.end_ns = SteadyNowNs();
+  record.execution = &execution;
+  requests_->OnFinalResponse(record, response);
 }
 
 void ModelInstance::Send(BackendRequest* r, bool final) {
@@ -214,7 +206,7 @@ void ModelInstance::Send(BackendRequest* r, bool final) {
   }
   response->final = final;
   r->final_sent = final;
-  if (final && response->status.ok()) AddEnergy(*r, *response);
+  if (final && response->status.ok()) ShowFinal(*r, *response);
   Deliver(*r->request, std::move(response));
 }
 
@@ -227,20 +219,20 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
   // lacking its outputs.
   const bool flag_only = decoupled && (r->final_sent || r->response->outputs.empty());
   if (status.ok() && !flag_only) status = FinishOutputs(request, *r->response);
-  ModelStats& stats = model_->stats();
   r->execution->Record(end);
   const uint64_t request_ns = end - request.times.received_ns;
   request.times.compute_end_ns = end;
   request.times.compute_input_end_ns = r->compute_start_ns;
   request.times.compute_output_start_ns = r->compute_end_ns;
-  EndTrace(request);  // REQUEST_END before the response goes out
+  // The observers (statistics, variant feedback, the end of the trace) before the response goes.
   const bool succeeded = status.ok() && !request.padding;
   if (request.padding) {
     // A sequence batcher's padding row: nobody waits for it, and it is no inference.
   } else if (!status.ok()) {
-    stats.RecordFailure(status.code() == Status::Code::kCancelled ? FailureReason::kCanceled
-                                                                  : FailureReason::kBackend,
-                        request_ns);
+    ReportEnd(requests_, RequestRecord::End::kFailure,
+              status.code() == Status::Code::kCancelled ? FailureReason::kCanceled
+                                                        : FailureReason::kBackend,
+              request, end);
     if (!r->final_sent) {
       auto response = std::make_unique<InferenceResponse>();
       response->status = std::move(status);
@@ -250,17 +242,12 @@ void ModelInstance::Complete(BackendRequest* r, Status status) {
                   << "' failed after its final response: " << status.message();
     }
   } else {
-    const uint64_t compute_start = r->compute_start_ns ? r->compute_start_ns : r->exec_start_ns;
-    const uint64_t compute_end = r->compute_end_ns ? r->compute_end_ns : end;
-    stats.RecordSuccess(request.batch_size, request_ns, r->exec_start_ns - request.times.queued_ns,
-                        compute_start - r->exec_start_ns, compute_end - compute_start,
-                        end > compute_end ? end - compute_end : 0, UnixNowMs());
-    if (VariantController* v = model_->variants()) v->OnCompletion(end, request_ns);
+    ReportEnd(requests_, RequestRecord::End::kSuccess, FailureReason::kOther, request, end);
     if (!r->final_sent) {
       auto response = std::move(r->response);
       if (decoupled && response->outputs.empty()) response->empty_final = true;
       response->final = true;
-      AddEnergy(*r, *response);
+      ShowFinal(*r, *response);
       Deliver(request, std::move(response));
     }
   }

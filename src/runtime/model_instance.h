@@ -45,11 +45,13 @@ class ModelInstance : public BatchExecutor {
   // (the scheduler no longer counts them).
   size_t Released() const { return released_.load(std::memory_order_relaxed); }
 
-  // Adds an observer of every batch this instance executes (before it serves).
-  void AddObserver(std::shared_ptr<ExecutionObserver> observer) {
-    observers_.push_back(std::move(observer));
+  // Where this instance reports its batches and its requests' ends (the model's observers), set
+  // once warmup and profiling are over, before it serves: until then they count nowhere.
+  void Observe(ExecutionObserver* executions, RequestObserver* requests) {
+    executions_ = executions;
+    requests_ = requests;
   }
-  const std::vector<std::shared_ptr<ExecutionObserver>>& observers() const { return observers_; }
+  ExecutionObserver* executions() const { return executions_; }
   // The rate limiter's claim of this instance (--rate-limit=execution_count): each execution
   // waits for its resources first (queue time) and holds them while the backend executes.
   void SetRateLimit(std::shared_ptr<RateLimiter::Client> claim) { rate_limit_ = std::move(claim); }
@@ -73,8 +75,8 @@ class ModelInstance : public BatchExecutor {
   // and writes those bound for a client's region there.
   Status FinishOutputs(const InferenceRequest& request, InferenceResponse& response) const;
   void Deliver(InferenceRequest& request, std::unique_ptr<InferenceResponse> response);
-  // The response parameters of a request that asked for its energy (final responses only).
-  void AddEnergy(const BackendRequest& r, InferenceResponse& response) const;
+  // Shows the observers the final successful response of 'r' before it goes (its energy).
+  void ShowFinal(const BackendRequest& r, InferenceResponse& response) const;
 
   Model* model_;
   std::string name_;
@@ -85,7 +87,8 @@ class ModelInstance : public BatchExecutor {
   std::condition_variable idle_;
   size_t outstanding_ = 0;
   std::atomic<size_t> released_{0};
-  std::vector<std::shared_ptr<ExecutionObserver>> observers_;
+  ExecutionObserver* executions_ = nullptr;  // the model's (Observe)
+  RequestObserver* requests_ = nullptr;
   std::shared_ptr<RateLimiter::Client> rate_limit_;
   uint32_t variant_ = 0;         // instance thread
   int32_t forced_variant_ = -1;  // instance thread (profiling) or before it serves

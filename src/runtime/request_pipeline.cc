@@ -66,7 +66,12 @@ bool AnswerFromCache(Model& model, ResponseCache& cache,
   std::unique_ptr<InferenceResponse> hit = cache.Lookup(*key, *request);
   const uint64_t looked = SteadyNowNs();
   if (hit) {
-    model.stats().RecordCacheHit(looked - request->times.received_ns, looked - start, UnixNowMs());
+    RequestRecord record;
+    record.end = RequestRecord::End::kCacheHit;
+    record.request = request.get();
+    record.end_ns = looked;
+    record.cache_lookup_ns = looked - start;
+    model.request_observers().OnRequestEnd(record);
     hit->model_name = model.name();
     hit->model_version = model.version();
     hit->id = request->id;
@@ -77,11 +82,11 @@ bool AnswerFromCache(Model& model, ResponseCache& cache,
   }
   ResponsePath::Of(*request).Set(
       ResponseStage::kCache,
-      [&cache, stats = &model.stats(), key = *key, lookup_ns = looked - start](
+      [&cache, observers = &model.request_observers(), key = *key, lookup_ns = looked - start](
           std::unique_ptr<InferenceResponse>& response, ResponsePath&) {
         const uint64_t insert_start = SteadyNowNs();
         if (response->status.ok()) cache.Insert(key, *response);
-        stats->cache_miss.Add(lookup_ns + (SteadyNowNs() - insert_start));
+        observers->OnCacheMiss(lookup_ns + (SteadyNowNs() - insert_start));
       });
   return false;
 }
@@ -90,11 +95,10 @@ bool AnswerFromCache(Model& model, ResponseCache& cache,
 // the request left to the caller as it came.
 Status Refuse(Model& model, InferenceRequest& request, Status status) {
   ResponsePath::Unwind(request);
-  const uint64_t elapsed =
-      request.times.received_ns ? SteadyNowNs() - request.times.received_ns : 0;
   const bool rejected = status.code() == Status::Code::kUnavailable ||
                         status.code() == Status::Code::kResourceExhausted;
-  model.stats().RecordFailure(rejected ? FailureReason::kRejected : FailureReason::kOther, elapsed);
+  ReportEnd(&model.request_observers(), RequestRecord::End::kFailure,
+            rejected ? FailureReason::kRejected : FailureReason::kOther, request, SteadyNowNs());
   return status;
 }
 

@@ -4,7 +4,7 @@
 #include <charconv>
 
 #include "config/model_parameters.h"
-#include "metrics/model_stats.h"
+#include "metrics/observers.h"
 #include "request/response_path.h"
 
 namespace nereid {
@@ -37,11 +37,11 @@ StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config
 }
 
 DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
-                               std::vector<BatchExecutor*> instances, ModelStats* stats,
+                               std::vector<BatchExecutor*> instances, RequestObserver* requests,
                                const Clock* clock, LatencyGoalConfig goal,
                                const BatchEnergyModel* energy)
     : clock_(clock),
-      stats_(stats),
+      requests_(requests),
       max_delay_ns_(config.dynamic_batching().max_queue_delay_microseconds() * 1000),
       preserve_ordering_(config.dynamic_batching().preserve_ordering()),
       queue_(config.dynamic_batching()) {
@@ -119,7 +119,7 @@ bool DynamicBatcher::Candidates(std::vector<BatchCandidate>* out) const {
 void DynamicBatcher::CompleteRejected(std::vector<std::unique_ptr<InferenceRequest>>& rejected) {
   const uint64_t now = clock_->NowNs();
   for (auto& r : rejected) {
-    if (stats_) stats_->RecordFailure(FailureReason::kRejected, now - r->times.received_ns);
+    ReportEnd(requests_, RequestRecord::End::kFailure, FailureReason::kRejected, *r, now);
     CompleteWithError(std::move(r), Unavailable("Request timeout expired"));
   }
   rejected.clear();

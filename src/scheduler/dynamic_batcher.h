@@ -21,7 +21,7 @@
 
 namespace nereid {
 
-class ModelStats;
+class RequestObserver;
 
 struct LatencyGoalConfig {
   uint64_t goal_us = 0;  // 0: off
@@ -35,7 +35,7 @@ StatusOr<LatencyGoalConfig> ReadLatencyGoal(const inference::ModelConfig& config
 class DynamicBatcher : public InstanceThreadsScheduler {
  public:
   DynamicBatcher(const inference::ModelConfig& config, std::vector<BatchExecutor*> instances,
-                 ModelStats* stats, const Clock* clock, LatencyGoalConfig goal = {},
+                 RequestObserver* requests, const Clock* clock, LatencyGoalConfig goal = {},
                  const BatchEnergyModel* energy = nullptr);
   ~DynamicBatcher() override;
 
@@ -58,7 +58,7 @@ class DynamicBatcher : public InstanceThreadsScheduler {
                       std::unique_ptr<InferenceResponse> r);
 
   const Clock* clock_;
-  ModelStats* stats_;
+  RequestObserver* requests_;
   BatchLimits limits_;
   uint64_t max_delay_ns_;
   bool preserve_ordering_;

@@ -107,12 +107,14 @@ class EnsembleScheduler::StepLimiter {
   std::deque<Ready> waiting_;
 };
 
-EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config, ModelStats* stats,
+EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config,
+                                     RequestObserver* requests, ExecutionObserver* executions,
                                      InferApiLink* link)
     : name_(config.name()),
       max_batch_size_(config.max_batch_size()),
       decoupled_(config.model_transaction_policy().decoupled()),
-      stats_(stats),
+      requests_(requests),
+      executions_(executions),
       link_(link) {
   std::map<std::string, int> index;  // tensor name -> its index in tensors_
   auto tensor_index = [&](const std::string& name) {
@@ -479,15 +481,21 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
   std::unique_ptr<InferenceRequest> request = std::move(c.request);
   ResponseCallback respond = std::move(c.respond);
   const uint64_t now = SteadyNowNs();
-  const uint64_t elapsed = now > c.start_ns ? now - c.start_ns : 0;
   if (!error.ok()) {
-    stats_->RecordFailure(FailureReason::kBackend, elapsed);
+    ReportEnd(requests_, RequestRecord::End::kFailure, FailureReason::kBackend, *request, now);
     response = ErrorResponse(*request, std::move(error));
   } else {
-    // An ensemble request is one execution of its batch size (Triton does not batch them).
-    const int64_t rows = max_batch_size_ > 0 ? request->batch_size : 1;
-    stats_->RecordExecution(rows, 0, elapsed, 0);
-    stats_->RecordSuccess(rows, elapsed, 0, 0, elapsed, 0, UnixNowMs());
+    // An ensemble request is one execution of its batch size (Triton does not batch them), on no
+    // instance or device of its own (its steps' models account for theirs); the whole request
+    // counts as its compute (it has no compute start of its own).
+    ExecutionRecord execution;
+    execution.start_ns = c.start_ns;
+    execution.end_ns = now;
+    execution.rows = max_batch_size_ > 0 ? request->batch_size : 1;
+    execution.requests = 1;
+    if (executions_ != nullptr) executions_->OnExecution(execution);
+    ReportEnd(requests_, RequestRecord::End::kSuccess, FailureReason::kOther, *request, now,
+              &execution);
     if (decoupled_ && !c.final_sent) {
       // The last step's answer carried no response of the ensemble's: the flag alone ends it.
       response = std::make_unique<InferenceResponse>();
@@ -544,8 +552,8 @@ std::vector<int64_t> EnsembleReshape(const std::vector<int64_t>& shape, bool fro
 StatusOr<std::unique_ptr<Scheduler>> MakeEnsembleScheduler(SchedulerContext& context) {
   if (context.infer == nullptr)
     return Unavailable("ensemble '" + context.config.name() + "': no server to send its steps to");
-  return std::unique_ptr<Scheduler>(
-      std::make_unique<EnsembleScheduler>(context.config, context.stats, context.infer));
+  return std::unique_ptr<Scheduler>(std::make_unique<EnsembleScheduler>(
+      context.config, context.requests, context.executions, context.infer));
 }
 
 }  // namespace nereid

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "config/model_config.h"
-#include "metrics/model_stats.h"
+#include "metrics/observers.h"
 #include "request/infer_api.h"
 #include "scheduler/scheduler.h"
 
@@ -28,8 +28,10 @@ namespace nereid {
 
 class EnsembleScheduler final : public Scheduler {
  public:
-  // 'link' reaches the server the steps are sent to; 'stats' are the ensemble's own.
-  EnsembleScheduler(const inference::ModelConfig& config, ModelStats* stats, InferApiLink* link);
+  // 'link' reaches the server the steps are sent to; the ensemble's own requests and executions
+  // are reported to 'requests' and 'executions' (its model's observers; null: nowhere).
+  EnsembleScheduler(const inference::ModelConfig& config, RequestObserver* requests,
+                    ExecutionObserver* executions, InferApiLink* link);
   ~EnsembleScheduler() override;
 
   Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;
@@ -83,7 +85,8 @@ class EnsembleScheduler final : public Scheduler {
   std::string name_;
   int64_t max_batch_size_ = 0;
   bool decoupled_ = false;  // a step is decoupled: the ensemble answers once per iteration
-  ModelStats* stats_;
+  RequestObserver* requests_;
+  ExecutionObserver* executions_;
   InferApiLink* link_;
   std::vector<std::string> tensors_;  // by index
   std::vector<Step> steps_;

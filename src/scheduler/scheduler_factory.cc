@@ -60,8 +60,8 @@ StatusOr<std::unique_ptr<Scheduler>> MakeDynamic(SchedulerContext& c) {
                            : ", fewest joules per inference (execution time standing in: no "
                              "energy accounting)"
                      : "");
-  auto batcher = std::make_unique<DynamicBatcher>(config, std::move(c.instances), c.stats, c.clock,
-                                                  goal, c.energy);
+  auto batcher = std::make_unique<DynamicBatcher>(config, std::move(c.instances), c.requests,
+                                                  c.clock, goal, c.energy);
   if (const size_t n = TestHoldCount("TRITONSERVER_DELAY_SCHEDULER", config.name(), "queued");
       n > 0)
     batcher->HoldUntilQueued(n);
@@ -79,7 +79,7 @@ StatusOr<std::unique_ptr<Scheduler>> MakeSequence(SchedulerContext& c) {
            << (sequence.oldest ? "oldest" : "direct") << "), " << sequence.slots_per_instance
            << " slot(s) per instance, idle timeout " << sequence.idle_ns / 1000 << " us";
   return std::unique_ptr<Scheduler>(
-      std::make_unique<SequenceBatcher>(std::move(sequence), std::move(c.instances), c.stats));
+      std::make_unique<SequenceBatcher>(std::move(sequence), std::move(c.instances), c.requests));
 }
 
 }  // namespace

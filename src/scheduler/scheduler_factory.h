@@ -13,20 +13,22 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "config/model_config.h"
+#include "metrics/observers.h"
 #include "request/infer_api.h"
 #include "scheduler/energy_model.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
 
-class ModelStats;
-
 // What a scheduler is made from: the model's final config, its instances (each driven by one
 // thread of the scheduler), its statistics and the clock it batches by.
 struct SchedulerContext {
   const inference::ModelConfig& config;
   std::vector<BatchExecutor*> instances;
-  ModelStats* stats = nullptr;
+  // Where the scheduler reports the requests that end in it (queue timeouts, an ensemble's
+  // completion) and an ensemble its executions (the model's observers); null in config checks.
+  RequestObserver* requests = nullptr;
+  ExecutionObserver* executions = nullptr;
   const Clock* clock = &SteadyClock::Get();
   // The server's inference path, for a scheduler that sends requests of its own (an ensemble's
   // steps); null where the model has none (config checks).

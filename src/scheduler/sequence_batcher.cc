@@ -6,7 +6,7 @@
 
 #include "common/logging.h"
 #include "config/model_files.h"
-#include "metrics/model_stats.h"
+#include "metrics/observers.h"
 #include "nereid/backend.h"
 #include "nereid/backend_util.h"
 #include "request/response_path.h"
@@ -181,8 +181,8 @@ StatusOr<SequenceBatcherConfig> ReadSequenceBatcherConfig(const inference::Model
 }
 
 SequenceBatcher::SequenceBatcher(SequenceBatcherConfig config,
-                                 std::vector<BatchExecutor*> instances, ModelStats* stats)
-    : config_(std::move(config)), stats_(stats) {
+                                 std::vector<BatchExecutor*> instances, RequestObserver* requests)
+    : config_(std::move(config)), requests_(requests) {
   for (const auto& c : config_.controls)
     if (c.kind == SequenceControl::Kind::kCorrelationId) correlation_control_ = &c;
   instances_.resize(instances.size());
@@ -335,8 +335,7 @@ uint64_t SequenceBatcher::ExpireLocked(size_t instance, uint64_t now) {
     }
     // Answered by Run once the lock is released (a client's callback may do anything).
     for (auto& r : seq.queue) {
-      if (stats_ != nullptr)
-        stats_->RecordFailure(FailureReason::kRejected, now - r->times.received_ns);
+      ReportEnd(requests_, RequestRecord::End::kFailure, FailureReason::kRejected, *r, now);
       expired_.push_back(std::move(r));
       --queued_;
     }

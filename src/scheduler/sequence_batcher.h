@@ -33,7 +33,7 @@
 
 namespace nereid {
 
-class ModelStats;
+class RequestObserver;
 
 // One control tensor the batcher adds to every request it runs.
 struct SequenceControl {
@@ -82,7 +82,7 @@ StatusOr<SequenceBatcherConfig> ReadSequenceBatcherConfig(const inference::Model
 class SequenceBatcher : public InstanceThreadsScheduler {
  public:
   SequenceBatcher(SequenceBatcherConfig config, std::vector<BatchExecutor*> instances,
-                  ModelStats* stats);
+                  RequestObserver* requests);
   ~SequenceBatcher() override;
   Status Enqueue(std::unique_ptr<InferenceRequest>& request) override;
 
@@ -141,7 +141,7 @@ class SequenceBatcher : public InstanceThreadsScheduler {
   size_t BackloggedRequestsLocked() const;
 
   const SequenceBatcherConfig config_;
-  ModelStats* stats_;
+  RequestObserver* requests_;
   const SequenceControl* correlation_control_ = nullptr;
   std::vector<Instance> instances_;
   std::unordered_map<std::string, std::shared_ptr<Sequence>> sequences_;
