@@ -164,6 +164,25 @@ StatusOr<int64_t> ParseModelVersion(std::string_view text) {
   return version;
 }
 
+ServerParameter ClassifyRequestParameter(std::string_view key, InferEndpoint endpoint) {
+  static constexpr std::pair<std::string_view, ServerParameter> kTable[] = {
+      {"sequence_id", ServerParameter::kSequenceId},
+      {"sequence_start", ServerParameter::kSequenceStart},
+      {"sequence_end", ServerParameter::kSequenceEnd},
+      {"priority", ServerParameter::kPriority},
+      {"timeout", ServerParameter::kTimeout},
+  };
+  for (const auto& [name, kind] : kTable)
+    if (key == name) return kind;
+  const bool http = endpoint == InferEndpoint::kHttp;
+  if (http && key == "binary_data_output") return ServerParameter::kBinaryDataOutput;
+  if (key.substr(0, 7) != "triton_") return ServerParameter::kBackend;
+  if (!http)
+    for (std::string_view option : kFrontendOptions)
+      if (key == option) return ServerParameter::kFrontendOption;
+  return ServerParameter::kReservedPrefix;
+}
+
 Status CheckEndpoint(const Model& model, InferEndpoint endpoint) {
   if (!model.decoupled()) return Status::Ok();
   switch (endpoint) {

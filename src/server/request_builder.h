@@ -82,6 +82,25 @@ struct RequestDescription {
 // Where a request came in: decides whether a decoupled model may answer it.
 enum class InferEndpoint { kHttp, kGrpcUnary, kGrpcStream };
 
+// The request parameters the server acts on itself and never passes to a backend: one table for
+// both protocols, each frontend reading the values under its own wire's types and messages
+// (Triton's differ per protocol).
+enum class ServerParameter {
+  kBackend,           // not the server's: passed to the backend
+  kSequenceId,        // the correlation id (a number or a string)
+  kSequenceStart,     // bool
+  kSequenceEnd,       // bool
+  kPriority,          // the schedule policy extension
+  kTimeout,           // microseconds
+  kBinaryDataOutput,  // HTTP only: outputs not named default to binary
+  kFrontendOption,    // a "triton_" key the frontend reads itself (kFrontendOptions)
+  kReservedPrefix,    // any other "triton_" key: refused
+};
+// The "triton_" keys a client may send (gRPC only; Triton's list).
+inline constexpr std::string_view kFrontendOptions[] = {"triton_enable_empty_final_response"};
+// What 'key' is in a request sent to 'endpoint'.
+ServerParameter ClassifyRequestParameter(std::string_view key, InferEndpoint endpoint);
+
 // A model version as a client writes it ("" for the newest: -1), or INVALID_ARGUMENT.
 StatusOr<int64_t> ParseModelVersion(std::string_view text);
 

@@ -168,5 +168,33 @@ TEST(RequestBuilderTest, SharedMemoryTensorsResolveInTheRegistry) {
   shm_unlink(key.c_str());
 }
 
+// One table of the parameters the server acts on, for both protocols: only HTTP has
+// binary_data_output, only gRPC lets a client send a triton_ option, and every other triton_ key
+// is refused; anything else goes to the backend.
+TEST(RequestParameters, OneTableForBothProtocols) {
+  for (InferEndpoint e :
+       {InferEndpoint::kHttp, InferEndpoint::kGrpcUnary, InferEndpoint::kGrpcStream}) {
+    EXPECT_EQ(ClassifyRequestParameter("sequence_id", e), ServerParameter::kSequenceId);
+    EXPECT_EQ(ClassifyRequestParameter("sequence_start", e), ServerParameter::kSequenceStart);
+    EXPECT_EQ(ClassifyRequestParameter("sequence_end", e), ServerParameter::kSequenceEnd);
+    EXPECT_EQ(ClassifyRequestParameter("priority", e), ServerParameter::kPriority);
+    EXPECT_EQ(ClassifyRequestParameter("timeout", e), ServerParameter::kTimeout);
+    EXPECT_EQ(ClassifyRequestParameter("triton_other", e), ServerParameter::kReservedPrefix);
+    EXPECT_EQ(ClassifyRequestParameter("triton_", e), ServerParameter::kReservedPrefix);
+    EXPECT_EQ(ClassifyRequestParameter("triton", e), ServerParameter::kBackend);
+    EXPECT_EQ(ClassifyRequestParameter("my_param", e), ServerParameter::kBackend);
+    EXPECT_EQ(ClassifyRequestParameter("", e), ServerParameter::kBackend);
+  }
+  EXPECT_EQ(ClassifyRequestParameter("binary_data_output", InferEndpoint::kHttp),
+            ServerParameter::kBinaryDataOutput);
+  EXPECT_EQ(ClassifyRequestParameter("binary_data_output", InferEndpoint::kGrpcUnary),
+            ServerParameter::kBackend);
+  EXPECT_EQ(ClassifyRequestParameter("triton_enable_empty_final_response", InferEndpoint::kHttp),
+            ServerParameter::kReservedPrefix);
+  EXPECT_EQ(
+      ClassifyRequestParameter("triton_enable_empty_final_response", InferEndpoint::kGrpcStream),
+      ServerParameter::kFrontendOption);
+}
+
 }  // namespace
 }  // namespace nereid

@@ -177,37 +177,49 @@ Status RequestParameterMember(std::string_view key, const element& value,
   auto unparsable = [&](const char* expected) {
     return InvalidArgument("Unable to parse '" + std::string(key) + "': expected " + expected);
   };
-  if (key == "sequence_id") {
-    CorrelationId& id = request->correlation_id;
-    id.present = true;
-    if (auto n = AsUint(value)) {
-      id.number = *n;
-    } else if (value.type() == element_type::STRING) {
-      id.is_text = true;
-      id.text = std::string(std::string_view(value));
-    } else {
-      return unparsable("an unsigned integer or a string");
+  switch (ClassifyRequestParameter(key, InferEndpoint::kHttp)) {
+    case ServerParameter::kSequenceId: {
+      CorrelationId& id = request->correlation_id;
+      id.present = true;
+      if (auto n = AsUint(value)) {
+        id.number = *n;
+      } else if (value.type() == element_type::STRING) {
+        id.is_text = true;
+        id.text = std::string(std::string_view(value));
+      } else {
+        return unparsable("an unsigned integer or a string");
+      }
+      return Status::Ok();
     }
-  } else if (key == "sequence_start" || key == "sequence_end" || key == "binary_data_output") {
-    if (value.type() != element_type::BOOL) return unparsable("a boolean");
-    const bool on = bool(value);
-    if (key == "binary_data_output")
-      request->binary_outputs_by_default = on;
-    else if (on)
-      request->flags |= key == "sequence_start" ? NEREID_REQUEST_FLAG_SEQUENCE_START
-                                                : NEREID_REQUEST_FLAG_SEQUENCE_END;
-  } else if (key == "priority" || key == "timeout") {
-    auto n = AsUint(value);
-    if (!n) return unparsable("a non-negative integer");
-    (key == "priority" ? request->priority : request->timeout_us) = *n;
-  } else if (key.substr(0, 7) == "triton_") {
-    return InvalidArgument(
-        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
-        "specified.");
-  } else {
-    ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
-    request->parameters.push_back(std::move(p));
+    case ServerParameter::kSequenceStart:
+    case ServerParameter::kSequenceEnd:
+    case ServerParameter::kBinaryDataOutput: {
+      if (value.type() != element_type::BOOL) return unparsable("a boolean");
+      const bool on = bool(value);
+      if (key == "binary_data_output")
+        request->binary_outputs_by_default = on;
+      else if (on)
+        request->flags |= key == "sequence_start" ? NEREID_REQUEST_FLAG_SEQUENCE_START
+                                                  : NEREID_REQUEST_FLAG_SEQUENCE_END;
+      return Status::Ok();
+    }
+    case ServerParameter::kPriority:
+    case ServerParameter::kTimeout: {
+      auto n = AsUint(value);
+      if (!n) return unparsable("a non-negative integer");
+      (key == "priority" ? request->priority : request->timeout_us) = *n;
+      return Status::Ok();
+    }
+    case ServerParameter::kFrontendOption:  // (none over HTTP)
+    case ServerParameter::kReservedPrefix:
+      return InvalidArgument(
+          "parameter keys starting with 'triton_' are reserved for Triton usage and should not "
+          "be specified.");
+    case ServerParameter::kBackend:
+      break;
   }
+  ASSIGN_OR_RETURN(RequestParameter p, Parameter(key, value));
+  request->parameters.push_back(std::move(p));
   return Status::Ok();
 }
 
