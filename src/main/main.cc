@@ -142,10 +142,12 @@ int Serve(const std::vector<std::string>& args) {
   std::unique_ptr<nereid::RateLimiter> rate_limiter;
   if (options.rate_limit)
     rate_limiter = std::make_unique<nereid::RateLimiter>(options.rate_limit_resources);
-  nereid::ModelRepository repository(options.repository, &backends);
-  repository.SetEnergyLedger(energy.get());
-  repository.SetResponseCache(cache.get());
-  repository.SetRateLimiter(rate_limiter.get());
+  nereid::Services services;
+  services.cache = cache.get();
+  services.rate_limiter = rate_limiter.get();
+  services.energy = energy.get();
+  services.tracer = tracer;
+  nereid::ModelRepository repository(options.repository, &backends, services);
   s = repository.LoadStartupModels();
   if (!s.ok()) {
     LOG_ERROR << s.message();
@@ -176,7 +178,6 @@ int Serve(const std::vector<std::string>& args) {
            << (options.allow_client_shm ? "allowed (--allow-client-shm=true)"
                                         : "disabled: clients cannot register regions "
                                           "(--allow-client-shm=true allows them)");
-  api.SetTracer(tracer);
   std::unique_ptr<nereid::grpc_frontend::GrpcServer> grpc;
   if (options.allow_grpc) {
     grpc = std::make_unique<nereid::grpc_frontend::GrpcServer>(options.grpc, &api);

@@ -26,7 +26,7 @@ std::map<std::string, uint64_t> RepositoryPoller::Snapshot() const {
   std::map<std::string, uint64_t> now;
   for (const std::string& name : repository_->ModelsOnDisk()) {
     auto dir = repository_->ModelDirectory(name);
-    if (dir.ok()) now[name] = ModelRepository::Fingerprint(*dir);
+    if (dir.ok()) now[name] = ModelStore::Fingerprint(*dir);
   }
   return now;
 }

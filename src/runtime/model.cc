@@ -45,8 +45,13 @@ std::string ExpectedShape(const Dims& dims, bool batching) {
 StatusOr<std::shared_ptr<Model>> Model::Prepare(
     const std::string& name, int64_t version, const std::string& model_dir,
     inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
-    bool allow_auto_complete, const StartedHook& started) {
+    bool allow_auto_complete, const StartedHook& started, const Services* services) {
   std::shared_ptr<Model> model(new Model());
+  if (services != nullptr) {
+    model->infer_link_ = services->infer_link;
+    model->cache_ = services->cache;
+    model->rate_limiter_ = services->rate_limiter;
+  }
   model->name_ = name;
   model->version_ = version;
   model->version_path_ = (std::filesystem::path(model_dir) / std::to_string(version)).string();
@@ -116,10 +121,11 @@ StatusOr<inference::ModelConfig> Model::CompleteConfig(const std::string& name, 
 StatusOr<std::shared_ptr<Model>> Model::Create(
     const std::string& name, int64_t version, const std::string& model_dir,
     inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
-    bool allow_auto_complete, const Clock* clock, const StartedHook& started) {
+    bool allow_auto_complete, const Services& services, const StartedHook& started) {
   ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
                    Prepare(name, version, model_dir, std::move(config), locator, std::move(backend),
-                           allow_auto_complete, started));
+                           allow_auto_complete, started, &services));
+  const Clock* clock = services.clock;
   // Placement as Triton's instance_group says: 'count' instances of a CPU group, 'count' per
   // listed GPU of a GPU group (ResolveInstanceGroups has resolved KIND_AUTO and checked the GPUs).
   std::vector<BatchExecutor*> instances;

@@ -20,6 +20,7 @@
 #include "runtime/backend_library.h"
 #include "runtime/model_instance.h"
 #include "runtime/response_cache.h"
+#include "runtime/services.h"
 #include "runtime/variant_controller.h"
 #include "scheduler/scheduler.h"
 
@@ -32,11 +33,12 @@ class Model {
   // 'started', when given, sees the model before its backend is called (whoever may need to
   // Abort() a load that hangs).
   using StartedHook = std::function<void(const std::shared_ptr<Model>&)>;
+  // 'services': what the server's models share (the infer link, the response cache, the rate
+  // limiter, the clock).
   static StatusOr<std::shared_ptr<Model>> Create(
       const std::string& name, int64_t version, const std::string& model_dir,
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
-      bool allow_auto_complete = true, const Clock* clock = &SteadyClock::Get(),
-      const StartedHook& started = nullptr);
+      bool allow_auto_complete, const Services& services, const StartedHook& started = nullptr);
   // The steps of Create before any instance starts (the backend's model initialization and its
   // auto-complete, defaults, validation, label files), for `nereid config check/generate`:
   // returns the config the model would run with.
@@ -90,10 +92,9 @@ class Model {
   // Whether requests wait besides the one being completed (which Pending() still counts): the
   // frontends then hand a response's sending off the instance thread instead of doing it there.
   bool OthersPending() const { return Pending() > 1; }
-  // The server this model's backend sends its own requests to (BLS; ensemble steps next). Set by
-  // the repository that loads it, before the backend is called; unset, requests are refused.
+  // The server this model's backend sends its own requests to (BLS, an ensemble's steps); while
+  // no server serves it, requests are refused.
   const std::shared_ptr<InferApiLink>& infer_link() const { return infer_link_; }
-  void SetInferLink(std::shared_ptr<InferApiLink> link) { infer_link_ = std::move(link); }
   bool decoupled() const { return config_.model_transaction_policy().decoupled(); }
   // Device inputs go to the backend as they are only where it reads device memory: the native
   // engine with every instance a KIND_GPU one. Other models get them copied to the host first.
@@ -126,12 +127,6 @@ class Model {
     AddRequestObserver(std::move(observer));
   }
   const EnergyObserver* energy() const { return energy_.get(); }
-  // The server's response cache, set before the model serves; used only when the config enables
-  // response_cache (null: the server has none).
-  void SetResponseCache(ResponseCache* cache) { cache_ = cache; }
-  // The server's rate limiter (null: --rate-limit=off), set before the model serves: instances of
-  // groups with a rate_limiter register with it when Create makes them.
-  void SetRateLimiter(RateLimiter* limiter) { rate_limiter_ = limiter; }
   // The scheduler requests go through (Create sets the one SchedulerFactory makes for the config).
   void SetScheduler(std::unique_ptr<Scheduler> scheduler);
 
@@ -151,7 +146,8 @@ class Model {
   static StatusOr<std::shared_ptr<Model>> Prepare(
       const std::string& name, int64_t version, const std::string& model_dir,
       inference::ModelConfig config, const ConfigLocator& locator, std::shared_ptr<Backend> backend,
-      bool allow_auto_complete, const StartedHook& started = nullptr);
+      bool allow_auto_complete, const StartedHook& started = nullptr,
+      const Services* services = nullptr);
 
   std::shared_ptr<const void> held_files_;  // first: destroyed after every other member
   std::string name_;
@@ -160,7 +156,7 @@ class Model {
   inference::ModelConfig config_;
   std::string config_json_;
   std::shared_ptr<Backend> backend_;
-  std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();
+  std::shared_ptr<InferApiLink> infer_link_ = std::make_shared<InferApiLink>();  // Services'
   ExecutionObservers executions_;           // AddExecutionObserver's, the instances' too
   RequestObservers requests_;               // AddRequestObserver's
   std::shared_ptr<EnergyObserver> energy_;  // outlives the scheduler

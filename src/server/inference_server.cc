@@ -10,7 +10,8 @@
 
 namespace nereid {
 
-InferenceServer::InferenceServer(ModelRepository* repository) : repository_(repository) {
+InferenceServer::InferenceServer(ModelRepository* repository)
+    : repository_(repository), tracer_(repository->services().tracer) {
   repository_->infer_link()->Set(this);
   // Backends that make requests without naming their model (ABI 2.2) reach this server.
   SetDefaultInferLink(repository_->infer_link());

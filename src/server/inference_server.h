@@ -35,8 +35,6 @@ class InferenceServer final : public ServerApi, public InferApi {
   // are still served, so that load balancers take this replica out first.
   void SetDraining() { draining_.store(true, std::memory_order_relaxed); }
   bool draining() const { return draining_.load(std::memory_order_relaxed); }
-  // Samples requests for tracing (null: never).
-  void SetTracer(std::shared_ptr<trace::TraceManager> tracer) { tracer_ = std::move(tracer); }
 
   // ---- ServerApi ----
   ServerMetadata GetServerMetadata() const override;
@@ -79,7 +77,7 @@ class InferenceServer final : public ServerApi, public InferApi {
   SharedMemoryRegistry shared_memory_;
   ModelControl control_;
   std::atomic<bool> draining_{false};
-  std::shared_ptr<trace::TraceManager> tracer_;
+  std::shared_ptr<trace::TraceManager> tracer_;  // the repository's services' (null: no tracing)
 };
 
 }  // namespace nereid

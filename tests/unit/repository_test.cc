@@ -469,18 +469,18 @@ TEST(RepositoryPollerTest, FingerprintChangesWithFilesNotWithReads) {
   };
   write(dir / "config.pbtxt", "name: \"m\"\n");
   write(dir / "1" / "model.onnx", "weights");
-  const uint64_t first = ModelRepository::Fingerprint(dir.string());
-  EXPECT_EQ(ModelRepository::Fingerprint(dir.string()), first);
+  const uint64_t first = ModelStore::Fingerprint(dir.string());
+  EXPECT_EQ(ModelStore::Fingerprint(dir.string()), first);
   { std::ifstream(dir / "config.pbtxt").get(); }  // reading changes nothing
-  EXPECT_EQ(ModelRepository::Fingerprint(dir.string()), first);
+  EXPECT_EQ(ModelStore::Fingerprint(dir.string()), first);
   write(dir / "config.pbtxt", "name: \"m\"\nmax_batch_size: 8\n");  // an edit
-  const uint64_t edited = ModelRepository::Fingerprint(dir.string());
+  const uint64_t edited = ModelStore::Fingerprint(dir.string());
   EXPECT_NE(edited, first);
   fs::create_directories(dir / "2");  // a new version directory
   write(dir / "2" / "model.onnx", "weights");
-  EXPECT_NE(ModelRepository::Fingerprint(dir.string()), edited);
+  EXPECT_NE(ModelStore::Fingerprint(dir.string()), edited);
   fs::remove_all(dir / "2");
-  EXPECT_EQ(ModelRepository::Fingerprint(dir.string()), edited);
+  EXPECT_EQ(ModelStore::Fingerprint(dir.string()), edited);
   fs::remove_all(dir);
 }
 
