@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets under libFuzzer with ASan/UBSan: scripts/fuzz.sh [seconds-each] [target...]
-# (default 60 s each; targets request_fuzz and server_fuzz, see tests/fuzz/). Builds with clang in
+# (default 60 s each; targets request_fuzz, http_route_fuzz, infer_wire_fuzz and server_fuzz, see
+# tests/fuzz/). Builds with clang in
 # build-fuzz/; each target starts from its seed corpus in tests/fuzz/corpus/<target> and keeps new
 # interesting inputs in build-fuzz/corpus/<target>. A crash leaves crash-* files in build-fuzz/ and
 # fails the script: reduce it, add it to the seed corpus, fix it.
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 SECONDS_TO_RUN="${1:-60}"
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(request_fuzz server_fuzz)
+((${#TARGETS[@]})) || TARGETS=(request_fuzz http_route_fuzz infer_wire_fuzz server_fuzz)
 scripts/install-deps.sh >/dev/null
 if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DNEREID_FUZZ=ON -DNEREID_BUILD_TESTS=OFF \

@@ -11,7 +11,7 @@
 #include <map>
 #include <string>
 
-#include "../unit/onnx_builder.h"
+#include "../unit/backends/native/onnx_builder.h"
 #include "gpu_engine.h"
 #include "gpu_model.h"
 #include "graph.h"

@@ -1,11 +1,11 @@
-// The native engine's GPU path against the ONNX node tests (Debian's libonnx-testdata, as the CPU's
-// tests/unit/ops_conformance_test.cc runs them): each case of an op the GPU compiler lists is
-// compiled for the GPU in fp32 and run with its first dimension as the rows. Inputs the GPU engine
-// needs constant (weights, scales) are bound as initializers on a second try. A case the compiler
-// refuses is counted, never failed; every op must have run at least one case, and every case that
-// ran must match the expected outputs: in fp32 within ONNX's tolerance (rtol 1e-3), and again in
-// fp16 and bf16 (inputs rounded to 16 bits, fp32 arithmetic) within their rounding, relative to the
-// output's largest magnitude.
+// The native engine's GPU path against the ONNX node tests (Debian's libonnx-testdata, as the
+// CPU's tests/unit/backends/native/ops_conformance_test.cc runs them): each case of an op the GPU
+// compiler lists is compiled for the GPU in fp32 and run with its first dimension as the rows.
+// Inputs the GPU engine needs constant (weights, scales) are bound as initializers on a second try.
+// A case the compiler refuses is counted, never failed; every op must have run at least one case,
+// and every case that ran must match the expected outputs: in fp32 within ONNX's tolerance (rtol
+// 1e-3), and again in fp16 and bf16 (inputs rounded to 16 bits, fp32 arithmetic) within their
+// rounding, relative to the output's largest magnitude.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
