@@ -1,11 +1,13 @@
-# Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa_sequence.sh,
+# Sourced by the scripts that run Triton's own tests against build/nereid (triton_qa.sh,
+# triton_qa_sequence.sh,
 # triton_qa_corrid.sh, triton_client_examples.sh, triton_qa_ensemble.sh,
 # triton_qa_model_config.sh, triton_qa_lifecycle.sh, triton_qa_rate_limiter.sh,
 # triton_qa_response_cache.sh, triton_qa_dyna_sequence.sh, triton_qa_implicit_state.sh,
 # triton_string_examples.sh, triton_ensemble_examples.sh, triton_image_examples.sh): ROOT (this
 # checkout), PY (its venv's Python), WORK (a scratch directory removed at exit), PID (the server
 # they start, stopped at exit, INT or TERM), serve / stop, qa_suite, qa_generate, and the tally of
-# cases (pass, total) with qa_case and qa_refused.
+# cases (pass, total) with qa_case, qa_served, qa_refused, qa_verdict and qa_summary: no script
+# starts a server or counts a case any other way.
 ROOT=$PWD
 # (HARNESS_PYTHON and NEREID_BINARY elsewhere: the device machine has no venv and no build/.)
 PY="${HARNESS_PYTHON:-$ROOT/.venv/bin/python}"
@@ -72,6 +74,38 @@ qa_case() {
     if [ -n "${VERBOSE:-}" ]; then tail -30 "$log"; fi
   fi
 }
+# qa_served LABEL REPOSITORY [SERVER_ARGS...] -- COMMAND...: one case against a server of its own:
+# serves REPOSITORY (with SERVER_ARGS; its log in $WORK/server.log), runs COMMAND as qa_case does
+# (its output in $WORK/client.log), stops the server. A server that does not start fails the case.
+# DURATION is then the command's seconds.
+qa_served() {
+  local label=$1 repository=$2
+  shift 2
+  local args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift
+  DURATION=0
+  if ! serve "$repository" "$WORK/server.log" "${args[@]}"; then
+    total=$((total + 1)); echo "FAIL $label: the server did not start"
+    return 0
+  fi
+  local start=$SECONDS
+  qa_case "$label" "$WORK/client.log" "$@"
+  DURATION=$((SECONDS - start))
+  stop
+}
+# qa_verdict LABEL WHY: a case the script decides itself: passed when WHY is empty, else failed
+# with WHY.
+qa_verdict() {
+  total=$((total + 1))
+  if [ -z "$2" ]; then
+    pass=$((pass + 1)); echo "PASS $1"
+  else
+    echo "FAIL $1: $2"
+  fi
+}
+# qa_summary SUITE: the tally line every script ends with.
+qa_summary() { echo "$1: $pass/$total passed"; }
 # qa_refused MESSAGE REPOSITORY ARGS...: build/nereid must fail to start on REPOSITORY with ARGS,
 # logging MESSAGE (a fixed string).
 qa_refused() {

@@ -7,10 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${1:?path to a triton-inference-server/server checkout}
-ROOT=$PWD
-PY="$ROOT/.venv/bin/python"
-WORK=$(mktemp -d)
-trap 'kill "${PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+. scripts/triton_harness.sh
 cp "$SRC"/qa/common/{gen_qa_identity_models,gen_ensemble_model_utils,gen_common,test_util}.py "$WORK"/
 cp "$SRC"/qa/L0_http/http_test.py "$WORK"/
 "$PY" -m pip install -q requests ml_dtypes >/dev/null
@@ -34,14 +31,11 @@ cp "$SRC"/docs/examples/model_repository/simple_identity/config.pbtxt $M/simple_
 cp "$SRC"/docs/examples/model_repository/simple_identity/1/model.py $M/simple_identity/1/
 cp -r $M/simple_identity $M/simple_identity_int64
 sed -i "s/TYPE_STRING/TYPE_INT64/; s/simple_identity/simple_identity_int64/" $M/simple_identity_int64/config.pbtxt
-# http_test.py talks to localhost:8000, as Triton's default.
-NEREID_PYTHON="$PY" "$ROOT/build/nereid" serve --model-repository="$WORK/$M" \
-  --model-control-mode=explicit --load-model='*' >"$WORK/server.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do
-  curl -sf localhost:8000/v2/health/ready >/dev/null && break
-  sleep 0.2
+# http_test.py talks to localhost:8000, as Triton's default; each of its tests is one case.
+mapfile -t TESTS < <(grep -oE "^    def (test_[a-zA-Z0-9_]+)" http_test.py | awk '{print $2}')
+serve "$WORK/$M" "$WORK/server.log" --model-control-mode=explicit --load-model='*'
+for t in "${TESTS[@]}"; do
+  qa_case "$t" "$WORK/client.log" timeout 300 "$PY" http_test.py "HttpTest.$t"
 done
-set +e
-"$PY" http_test.py 2>&1 | grep -E "^(FAIL|ERROR):|^Ran |^OK|^FAILED"
-echo "L0_http http_test.py exit status ${PIPESTATUS[0]}"
+stop
+qa_summary "L0_http http_test.py"

@@ -26,16 +26,9 @@ for m in onnx_dyna_sequence_int32 plan_dyna_sequence_int32; do
     sed -i "s/kind: KIND_GPU/kind: KIND_CPU/; s/kind: KIND_CPU/kind: KIND_CPU\\ncount: 4/" config.pbtxt)
 done
 
-pass=0; total=0
 run() {  # REPOSITORY TEST LABEL
-  total=$((total + 1))
-  serve "$WORK/$1" "$WORK/server.log" || return 0
-  if timeout 300 "$PY" sequence_corrid_batcher_test.py "SequenceCorrIDBatcherTest.$2" >"$WORK/client.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $2 $3"
-  else
-    echo "FAIL $2 $3: $(grep -E "Error|assert" "$WORK/client.log" | head -2 | cut -c1-250 | tr '\n' ' ')"
-  fi
-  stop
+  qa_served "$2 $3" "$WORK/$1" -- \
+    timeout 300 "$PY" sequence_corrid_batcher_test.py "SequenceCorrIDBatcherTest.$2"
 }
 export NO_BATCHING=0 MODEL_INSTANCES=4 TRITONSERVER_BACKLOG_DELAY_SCHEDULER=0 TRITONSERVER_DELAY_SCHEDULER=12
 run models4 test_skip_batch "onnx_dyna_sequence_int32 (and its plan stand-in)"
@@ -49,4 +42,4 @@ for t in TYPE_STRING TYPE_UINT32 TYPE_INT32 TYPE_UINT64 TYPE_INT64; do
   export TRITONSERVER_CORRID_DATA_TYPE=$t
   run corrid_data_type test_corrid_data_type "$t"
 done
-echo "L0_sequence_corrid_batcher (onnx + python add_sub): $pass/$total passed"
+qa_summary "L0_sequence_corrid_batcher (onnx + python add_sub)"

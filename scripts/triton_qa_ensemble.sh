@@ -13,19 +13,11 @@ T=$(qa_suite L0_simple_ensemble)
 for v in 1 2; do mkdir -p "$T/models/simple/$v" && cp "$WORK/gen/simple/1/model.onnx" "$T/models/simple/$v/"; done
 mkdir -p "$T/models/ensemble_add_sub_int32_int32_int32/1" "$T/models/ensemble_partial_add_sub/1"
 cd "$T"
-pass=0; total=0
 for test in test_ensemble_add_sub test_ensemble_sequence_flags test_ensemble_add_sub_one_output \
             test_ensemble_partial_add_sub; do
-  total=$((total + 1))
   args=()
   [ "$test" = test_ensemble_partial_add_sub ] && args=(--log-verbose=1)
-  serve "$T/models" "$T/server.log" "${args[@]}" || continue
-  if SERVER_LOG="$T/server.log" timeout 300 "$PY" ensemble_test.py "EnsembleTest.$test" >"$T/client.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $test"
-  else
-    echo "FAIL $test: $(grep -E "Error|assert|FAIL" "$T/client.log" | head -3 | cut -c1-250 | tr '\n' ' ')"
-    [ -n "${VERBOSE:-}" ] && tail -30 "$T/client.log" && grep -i "error\|partial" "$T/server.log" | tail -5
-  fi
-  stop
+  qa_served "$test" "$T/models" "${args[@]}" -- \
+    env SERVER_LOG="$WORK/server.log" timeout 300 "$PY" ensemble_test.py "EnsembleTest.$test"
 done
-echo "L0_simple_ensemble: $pass/$total passed"
+qa_summary "L0_simple_ensemble"

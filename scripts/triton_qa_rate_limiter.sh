@@ -30,18 +30,10 @@ group "$M/custom_zero_1_float32_v2/config.pbtxt" \
   'rate_limiter { resources [{name: "resource1" count: 2 }, {name: "resource2" global: True count: 2 }] priority: 2}'
 delay "$M/custom_zero_1_float32_v2/config.pbtxt" 100
 cd "$T"
-runs() {  # TEST ARGS...: the test passes against a server started with ARGS
-  local test=$1; shift
-  total=$((total + 1))
-  serve "$M" "$T/server.log" "$@" || return 0
-  local start=$SECONDS
-  if timeout 300 "$PY" rate_limiter_test.py "RateLimiterTest.$test" >"$T/client.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $test ($*) in $((SECONDS - start)) s"
-  else
-    echo "FAIL $test ($*): $(grep -E "Error|assert|FAIL" "$T/client.log" | head -3 | cut -c1-250 | tr '\n' ' ')"
-  fi
-  DURATION=$((SECONDS - start))
-  stop
+runs() {  # TEST ARGS...: the test passes against a server started with ARGS (DURATION: its seconds)
+  local test=$1
+  shift
+  qa_served "$test ($*)" "$M" "$@" -- timeout 300 "$PY" rate_limiter_test.py "RateLimiterTest.$test"
 }
 R="--rate-limit=execution_count"
 qa_refused 'Resource count for "resource1" is limited to 1 which will prevent scheduling of one or more model instances, the minimum required count is 4' "$M" \
@@ -63,9 +55,8 @@ group "$M/custom_zero_1_float32/config.pbtxt" \
   'rate_limiter { resources [{name: "resource1" count: 2 }, {name: "resource2" global: True count: 2 }] priority: 2}'
 runs test_single_model $R; limited=$DURATION
 runs test_single_model $R --rate-limit-resource=resource1:6 --rate-limit-resource=resource2:2; plenty=$DURATION
-total=$((total + 1))
-if [ "$limited" -gt "$plenty" ]; then pass=$((pass + 1)); echo "PASS limited ${limited} s > plenty ${plenty} s"
-else echo "FAIL limited ${limited} s is not longer than plenty ${plenty} s"; fi
+qa_verdict "limited ${limited} s > plenty ${plenty} s" \
+  "$([ "$limited" -gt "$plenty" ] || echo "limited is not longer than plenty")"
 qa_refused 'Resource count for "resource1" is limited to 3 which will prevent scheduling of one or more model instances, the minimum required count is 4' "$M" \
   $R --rate-limit-resource=resource1:3 --rate-limit-resource=resource2:2
 sed -i 's/.*execute_delay_ms.*/{ key: "execute_delay_ms"; value: { string_value: "1000" }}/' "$M/custom_zero_1_float32/config.pbtxt"
@@ -73,4 +64,4 @@ printf 'dynamic_batching { preferred_batch_size: [ 1, 2, 3, 4 ]\n max_queue_dela
 export TRITONSERVER_DELAY_SCHEDULER=8
 runs test_single_model_dynamic_batching $R
 unset TRITONSERVER_DELAY_SCHEDULER
-echo "L0_rate_limiter: $pass/$total passed (test_single_model_sequence_batching left out: Triton's C++ 'sequence' backend)"
+qa_summary "L0_rate_limiter (test_single_model_sequence_batching left out: Triton's C++ 'sequence' backend)"

@@ -152,32 +152,38 @@ run_test() {  # REPOSITORY TEST BACKLOG_HOOK DELAY_HOOK
   return 1
 }
 
-TOTAL_PASS=0; TOTAL=0
-report() { echo "$1: $2/$3 passed"; TOTAL_PASS=$((TOTAL_PASS + $2)); TOTAL=$((TOTAL + $3)); }
+# Each test is one case of the harness's tally; each group's share is reported as it ends.
+group_start() { group_pass=$pass; group_total=$total; }
+group_report() {
+  [ "$total" -gt "$group_total" ] &&
+    echo "$1: $((pass - group_pass))/$((total - group_total)) passed"
+  return 0
+}
+case_of() {  # TEST REPOSITORY BACKLOG_HOOK DELAY_HOOK
+  if run_test "$2" "$1" "$3" "$4"; then qa_verdict "$1 ($2)" ""; else qa_verdict "$1 ($2)" "above"; fi
+}
 for trial in ${MODEL_TRIALS:-0 1 2 4 v}; do
   export NO_BATCHING=0 MODEL_INSTANCES=1 BATCHER_TYPE=FIXED
   [ "$trial" = 0 ] && NO_BATCHING=1 && MODEL_INSTANCES=4
   [ "$trial" != 0 ] && [ "$trial" != v ] && MODEL_INSTANCES=$trial
   [ "$trial" = v ] && BATCHER_TYPE=VARIABLE
   for group in NO_DELAY DELAY; do
-    pass=0; n=0
+    group_start
     for t in ${!group}; do
       [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $t "* ]] && continue
-      n=$((n + 1))
       if [ "$group" = NO_DELAY ]; then set -- "" ""; else set -- $(hooks "$t"); fi
-      run_test "models$trial" "$t" "$1" "$2" && pass=$((pass + 1)) || true
+      case_of "$t" "models$trial" "$1" "$2"
     done
-    [ "$n" -gt 0 ] && report "models$trial $group" $pass $n
+    group_report "models$trial $group"
   done
 done
 export NO_BATCHING=0 MODEL_INSTANCES=1 BATCHER_TYPE=FIXED
-pass=0; n=0
+group_start
 for t in $QUEUE; do
   [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $t "* ]] && continue
-  n=$((n + 1))
-  run_test queue_delay_models "$t" 0 2 && pass=$((pass + 1)) || true
+  case_of "$t" queue_delay_models 0 2
 done
-[ "$n" -gt 0 ] && report "queue_delay_models QUEUE_DELAY" $pass $n
+group_report "queue_delay_models QUEUE_DELAY"
 label="${BACKENDS// /, }${MODE:+; $MODE}"
 [ "$ENSEMBLES" = 1 ] && label="$label; ensembles"
-echo "L0_sequence_batcher ($label): $TOTAL_PASS/$TOTAL passed"
+qa_summary "L0_sequence_batcher ($label)"

@@ -1,7 +1,7 @@
 // InferApi: the server's inference path as the layers below it see it. A backend's own requests
-// (Triton's BLS) and, next, an ensemble's steps go through it and take a client's path: routing,
-// validation, scheduling, statistics. InferenceServer implements it; the model repository hands
-// each model the link to the server that serves it (no process-wide handler).
+// (Triton's BLS) and an ensemble's steps go through it and take a client's path: routing,
+// validation, scheduling, statistics. InferenceServer implements it; the repository hands each
+// model the link to the server that serves it (Services::infer_link; no process-wide handler).
 #pragma once
 
 #include <condition_variable>

@@ -1,6 +1,8 @@
-// Scheduler: how a model's requests reach its instances. Each model version owns one. The default
-// scheduler hands one request at a time to the first idle instance; the dynamic batcher (later)
-// forms batches. Enqueue never blocks on inference.
+// Scheduler: how a model's requests reach its instances. Each model version owns one, made by
+// SchedulerFactory from the config: the default scheduler hands one request at a time to the first
+// idle instance, the dynamic batcher forms batches, the sequence batcher keeps a sequence on its
+// slot, an ensemble sends its steps. Enqueue never blocks on inference; a scheduler with business
+// in a request's responses declares its stage of the response path (request/response_path.h).
 #pragma once
 
 #include <chrono>
