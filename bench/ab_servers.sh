@@ -2,7 +2,8 @@
 # A/B of two nereid binaries on the same machine in one run, the two servers measured in alternating
 # rounds (ROUNDS, default 3) so that noise hits both: `simple` at concurrency 1 and 8 over HTTP and
 # gRPC, recommend_model batched (concurrency 16, dynamic batching), and a 1 MiB FP32 input through an
-# identity model (binary HTTP and gRPC raw) where copies of tensor bytes show.
+# identity model (binary HTTP and gRPC raw) where copies of tensor bytes show. SET=house: simple and
+# recommend_model over HTTP and gRPC at concurrency 1 and 64 instead.
 # Usage: bench/ab_servers.sh BASELINE_BINARY [CANDIDATE_BINARY (default build/nereid)]
 # Build a baseline from any commit with: git worktree add /tmp/base <ref> && (cd /tmp/base &&
 #   cmake -S . -B build -G Ninja && ninja -C build nereid nereid_backend_native)
@@ -45,6 +46,16 @@ CASES=(
   "input_1MiB identity_fp32 http 1 --shape INPUT0:1,262144"
   "input_1MiB identity_fp32 grpc 1 --shape INPUT0:1,262144"
 )
+# SET=house: the request path's own cases (simple and recommend_model over both protocols at
+# concurrency 1 and 64), for changes to the core's structure.
+if [ "${SET:-}" = house ]; then
+  CASES=()
+  for model in simple recommend_model; do
+    for proto in http grpc; do
+      for c in 1 64; do CASES+=("$model $model $proto $c"); done
+    done
+  done
+fi
 printf '%-18s %-6s %-5s %-5s %-10s %12s %12s %12s\n' case proto conc round server 'p50 us' 'p99 us' 'infer/s'
 for spec in "${CASES[@]}"; do
   read -r label model proto c extra <<<"$spec"

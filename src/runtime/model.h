@@ -53,12 +53,7 @@ class Model {
   // Validates the request against the config and hands it to the scheduler, its response path
   // declared (runtime/request_pipeline.h). On error the caller still owns the request.
   Status Enqueue(std::unique_ptr<InferenceRequest>& request);
-  // The request's inputs against the config: names, datatypes, shapes, sizes (an input the wire
-  // left misaligned is realigned here).
-  Status Validate(InferenceRequest& request) const;
-  // An ensemble's step request: its inputs' shapes fitted to this model's batching (Triton's rule,
-  // EnsembleReshape).
-  void FitEnsembleStep(InferenceRequest& request) const;
+
   // Finishes everything accepted, then finalizes instances and the backend model. Waits up to
   // 'timeout' for accepted requests to finish; past it the backend is told to abort
   // (NereidModelAbort) and given kAbortGrace more; threads that still do not return are abandoned

@@ -7,6 +7,7 @@
 #include "request/response_path.h"
 #include "runtime/classification.h"
 #include "runtime/model.h"
+#include "runtime/request_validation.h"
 #include "trace/trace.h"
 
 namespace nereid {
@@ -107,8 +108,9 @@ Status Refuse(Model& model, InferenceRequest& request, Status status) {
 Status EnterModel(Model& model, std::unique_ptr<InferenceRequest>& request) {
   InferenceRequest& r = *request;
   r.model_version = model.version();  // routed: errors from here on name this version
-  if (r.ensemble_step) model.FitEnsembleStep(r);
-  if (Status valid = model.Validate(r); !valid.ok()) return Refuse(model, r, std::move(valid));
+  if (r.ensemble_step) FitEnsembleStep(model.config(), r);
+  if (Status valid = ValidateRequest(model.config(), model.name(), r); !valid.ok())
+    return Refuse(model, r, std::move(valid));
   // The stages every response passes, however the request is answered (sink: its on_complete).
   DeclareTraceTensors(r);
   DeclareClassification(model, r);
