@@ -30,9 +30,11 @@ ValueInfo ToValueInfo(const onnx::ValueInfoProto& v) {
 }  // namespace
 
 Graph::~Graph() = default;
+GraphBody::GraphBody() = default;
+GraphBody::~GraphBody() = default;
 
-int Graph::ValueId(const std::string& name) {
-  auto [it, inserted] = value_ids_.emplace(name, static_cast<int>(value_ids_.size()));
+int GraphBody::ValueId(const std::string& name) {
+  auto [it, inserted] = value_ids.emplace(name, static_cast<int>(value_ids.size()));
   return it->second;
 }
 
@@ -47,10 +49,10 @@ StatusOr<std::unique_ptr<Graph>> Graph::Load(const std::string& path, GraphOptio
 StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelProto> model,
                                                   GraphOptions options) {
   std::unique_ptr<Graph> g(new Graph());
-  g->model_ = std::move(model);
-  const onnx::GraphProto& graph = g->model_->graph();
-  for (const auto& op : g->model_->opset_import())
-    if (op.domain().empty() || op.domain() == "ai.onnx") g->opset_ = op.version();
+  g->body_.model = std::move(model);
+  const onnx::GraphProto& graph = g->body_.model->graph();
+  for (const auto& op : g->body_.model->opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") g->body_.opset = op.version();
 
   // Refused at load, not at the first request: a model is ready only if what it accepts can run.
   std::set<std::string> string_inputs;
@@ -78,35 +80,36 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
 
   for (const auto& init : graph.initializer()) {
     ASSIGN_OR_RETURN(Tensor t, TensorFromProto(init));
-    const int id = g->ValueId(init.name());
-    if (g->constants_.size() <= static_cast<size_t>(id)) g->constants_.resize(id + 1);
-    g->constants_[id] = std::move(t);
-    g->initializer_names_.insert(init.name());
+    const int id = g->body_.ValueId(init.name());
+    if (g->body_.constants.size() <= static_cast<size_t>(id)) g->body_.constants.resize(id + 1);
+    g->body_.constants[id] = std::move(t);
+    g->body_.initializer_names.insert(init.name());
   }
   const auto& declared = options.declared_inputs;
   for (const auto& input : graph.input()) {
-    const int id = g->ValueId(input.name());
-    if (!declared.empty() && g->initializer_names_.count(input.name()) &&
+    const int id = g->body_.ValueId(input.name());
+    if (!declared.empty() && g->body_.initializer_names.count(input.name()) &&
         std::find(declared.begin(), declared.end(), input.name()) == declared.end())
       continue;  // a weight no request can replace
-    g->inputs_.push_back(ToValueInfo(input));
-    if (g->initializer_names_.count(input.name())) {
-      g->inputs_.back().has_default = true;
-      g->overridable_.insert(id);
+    g->body_.inputs.push_back(ToValueInfo(input));
+    if (g->body_.initializer_names.count(input.name())) {
+      g->body_.inputs.back().has_default = true;
+      g->body_.overridable.insert(id);
     }
   }
-  for (const auto& output : graph.output()) g->outputs_.push_back(ToValueInfo(output));
+  for (const auto& output : graph.output()) g->body_.outputs.push_back(ToValueInfo(output));
 
   for (const auto& node : graph.node()) {
-    Node n{OpNode(&node, g->opset_), FindOp(node.op_type()), {}, {}};
-    for (const auto& name : node.input()) n.inputs.push_back(name.empty() ? -1 : g->ValueId(name));
+    Node n{OpNode(&node, g->body_.opset), FindOp(node.op_type()), {}, {}};
+    for (const auto& name : node.input())
+      n.inputs.push_back(name.empty() ? -1 : g->body_.ValueId(name));
     for (const auto& name : node.output())
-      n.outputs.push_back(name.empty() ? -1 : g->ValueId(name));
-    g->nodes_.push_back(std::move(n));
+      n.outputs.push_back(name.empty() ? -1 : g->body_.ValueId(name));
+    g->body_.nodes.push_back(std::move(n));
   }
-  g->constants_.resize(g->value_ids_.size());
+  g->body_.constants.resize(g->body_.value_ids.size());
   // Attributes (and constant inputs) an op cannot run exactly: refused here, naming the node.
-  for (const Node& node : g->nodes_) {
+  for (const Node& node : g->body_.nodes) {
     const OpDef* def = FindOpDef(node.op.op_type());
     if (def == nullptr) continue;
     int outputs = 0;
@@ -117,43 +120,43 @@ StatusOr<std::unique_ptr<Graph>> Graph::FromProto(std::unique_ptr<onnx::ModelPro
     if (def->check == nullptr) continue;
     std::vector<const Tensor*> constants;
     for (int id : node.inputs)
-      constants.push_back(g->IsConstant(id) ? &g->constants_[id] : nullptr);
+      constants.push_back(g->body_.IsConstant(id) ? &g->body_.constants[id] : nullptr);
     RETURN_IF_ERROR(def->check(node.op, constants));
   }
-  RETURN_IF_ERROR(g->RunPasses(options));
+  RETURN_IF_ERROR(RunPasses(g->body_, options));
   return g;
 }
 
-int Graph::AddValue(const std::string& hint, Tensor t) {
+int GraphBody::AddValue(const std::string& hint, Tensor t) {
   std::string name = "nereid::" + hint;
-  while (value_ids_.count(name)) name += "'";
+  while (value_ids.count(name)) name += "'";
   const int id = ValueId(name);
-  constants_.resize(value_ids_.size());
-  constants_[id] = std::move(t);
+  constants.resize(value_ids.size());
+  constants[id] = std::move(t);
   return id;
 }
 
-Graph::Node Graph::MakeNode(const std::string& op_type, const std::string& name, OpFn fn,
-                            std::vector<int> inputs, std::vector<int> outputs) {
+GraphNode GraphBody::MakeNode(const std::string& op_type, const std::string& name, OpFn fn,
+                              std::vector<int> inputs, std::vector<int> outputs) {
   auto proto = std::make_unique<onnx::NodeProto>();
   proto->set_op_type(op_type);
   proto->set_name(name);
-  Node n{OpNode(proto.get(), opset_), fn, std::move(inputs), std::move(outputs)};
-  made_nodes_.push_back(std::move(proto));
+  GraphNode n{OpNode(proto.get(), opset), fn, std::move(inputs), std::move(outputs)};
+  made_nodes.push_back(std::move(proto));
   return n;
 }
 
-std::vector<int> Graph::Readers() {
-  std::vector<int> readers(value_ids_.size(), 0);
-  for (const Node& node : nodes_)
+std::vector<int> GraphBody::Readers() {
+  std::vector<int> readers(value_ids.size(), 0);
+  for (const GraphNode& node : nodes)
     for (int id : node.inputs)
       if (id >= 0) ++readers[id];
-  for (const auto& out : outputs_) {
+  for (const auto& out : outputs) {
     const int id = ValueId(out.name);
     if (static_cast<size_t>(id) >= readers.size()) readers.resize(id + 1, 0);
     ++readers[id];
   }
-  constants_.resize(value_ids_.size());
+  constants.resize(value_ids.size());
   return readers;
 }
 
@@ -161,19 +164,19 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                   const std::vector<std::string>& fetch, std::vector<Tensor>* results,
                   std::vector<double>* node_ns) const {
   RecycleScope recycle;  // (intermediate values freed here are reused by the next run)
-  std::vector<Tensor> values(constants_.size());
-  for (size_t i = 0; i < constants_.size(); ++i)
-    if (constants_[i].valid()) values[i] = constants_[i];
+  std::vector<Tensor> values(body_.constants.size());
+  for (size_t i = 0; i < body_.constants.size(); ++i)
+    if (body_.constants[i].valid()) values[i] = body_.constants[i];
   for (const auto& [name, tensor] : feeds) {
-    auto it = value_ids_.find(name);
-    if (it == value_ids_.end())
+    auto it = body_.value_ids.find(name);
+    if (it == body_.value_ids.end())
       return InvalidArgument("the ONNX graph has no input '" + name + "'");
     values[it->second] = tensor;
   }
   std::vector<const Tensor*> in;
   std::vector<Tensor> out;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    const Node& node = nodes_[i];
+  for (size_t i = 0; i < body_.nodes.size(); ++i) {
+    const Node& node = body_.nodes[i];
     in.clear();
     for (int id : node.inputs) {
       if (id >= 0 && !values[id].valid())
@@ -192,12 +195,13 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     for (size_t o = 0; o < node.outputs.size(); ++o)
       if (node.outputs[o] >= 0) values[node.outputs[o]] = std::move(out[o]);
     for (int id : node.inputs)
-      if (id >= 0 && last_use_[id] == static_cast<int>(i) && !keep_[id]) values[id] = Tensor();
+      if (id >= 0 && body_.last_use[id] == static_cast<int>(i) && !body_.keep[id])
+        values[id] = Tensor();
   }
   results->clear();
   for (const auto& name : fetch) {
-    auto it = value_ids_.find(name);
-    if (it == value_ids_.end() || !values[it->second].valid())
+    auto it = body_.value_ids.find(name);
+    if (it == body_.value_ids.end() || !values[it->second].valid())
       return InvalidArgument("the ONNX graph produced no output '" + name + "'");
     results->push_back(values[it->second]);
   }

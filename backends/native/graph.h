@@ -46,18 +46,74 @@ struct GraphOptions {
 
 struct ConvPlan;
 
+// One node of a loaded graph, bound to its op function.
+struct GraphNode {
+  OpNode op;
+  OpFn fn;
+  std::vector<int> inputs;  // value ids; -1 for an omitted optional input
+  std::vector<int> outputs;
+};
+
+// What a loaded graph is made of: its values (by id), constants, nodes and what the passes made,
+// as Graph::FromProto builds it and the graph passes (passes.cc) rewrite it. Graph owns one and
+// shows it read-only.
+struct GraphBody {
+  std::unique_ptr<onnx::ModelProto> model;
+  int64_t opset = 0;
+  std::map<std::string, int> value_ids;
+  std::vector<Tensor> constants;  // by value id; invalid where not an initializer
+  std::vector<GraphNode> nodes;
+  std::vector<int> last_use;  // by value id: index of the last node reading it
+  std::vector<bool> keep;     // by value id: graph outputs and initializers are never freed
+  std::vector<ValueInfo> inputs;
+  std::vector<ValueInfo> outputs;
+  std::vector<std::unique_ptr<kernels::PackedMatrixB>> packed;  // referenced by nodes' OpNode
+  std::vector<std::unique_ptr<kernels::PackedInt8W>> packed_int8;
+  std::vector<std::unique_ptr<ConvPlan>> conv_plans;
+  std::set<int> overridable;  // initializers a request may replace
+  std::set<std::string> initializer_names;
+  std::vector<std::unique_ptr<onnx::NodeProto>> made_nodes;  // of the nodes the passes insert
+  std::vector<std::string> pass_log;                         // what the passes did, one line each
+
+  GraphBody();
+  ~GraphBody();
+  GraphBody(GraphBody&&) = default;
+  GraphBody& operator=(GraphBody&&) = default;
+
+  // The id of value 'name', made on first use.
+  int ValueId(const std::string& name);
+  // A new value (a constant when 't' is valid) for the passes.
+  int AddValue(const std::string& hint, Tensor t = Tensor());
+  // A node the passes insert (its NodeProto owned by the body).
+  GraphNode MakeNode(const std::string& op_type, const std::string& name, OpFn fn,
+                     std::vector<int> inputs, std::vector<int> outputs);
+  bool IsConstant(int id) const {
+    return id >= 0 && static_cast<size_t>(id) < constants.size() && constants[id].valid() &&
+           !overridable.count(id);
+  }
+  // By value id: how many node inputs and graph outputs read it.
+  std::vector<int> Readers();
+};
+
+// The graph passes (passes.cc), in the one order this runs them: constant folding,
+// BatchNormalization and per-channel scales folded into Conv, ops written out fused (HardSwish,
+// LayerNormalization), epilogues fused into Conv and Gemm, dead nodes removed, then for the CPU
+// the channels-last layout and packed weights, and the values' lifetimes.
+Status RunPasses(GraphBody& g, const GraphOptions& options);
+
 class Graph {
  public:
+  using Node = GraphNode;
   // Fails with the list of unsupported ops when any node's op is not implemented.
   static StatusOr<std::unique_ptr<Graph>> Load(const std::string& path, GraphOptions options = {});
   static StatusOr<std::unique_ptr<Graph>> FromProto(std::unique_ptr<onnx::ModelProto> model,
                                                     GraphOptions options = {});
   ~Graph();
 
-  const std::vector<ValueInfo>& inputs() const { return inputs_; }
-  const std::vector<ValueInfo>& outputs() const { return outputs_; }
-  size_t node_count() const { return nodes_.size(); }
-  int64_t opset() const { return opset_; }
+  const std::vector<ValueInfo>& inputs() const { return body_.inputs; }
+  const std::vector<ValueInfo>& outputs() const { return body_.outputs; }
+  size_t node_count() const { return body_.nodes.size(); }
+  int64_t opset() const { return body_.opset; }
 
   // Runs the graph on 'feeds' (by graph input name) and returns 'fetch' (by graph output name).
   // 'node_ns' (optional, node_count() entries): each node's wall time is added to its entry (the
@@ -76,78 +132,22 @@ class Graph {
                  const std::vector<std::string>& fetch, std::vector<Tensor>* results) const;
 
   // The structure, for compilers of other targets (the GPU engine).
-  struct Node {
-    OpNode op;
-    OpFn fn;
-    std::vector<int> inputs;  // value ids; -1 for an omitted optional input
-    std::vector<int> outputs;
-  };
-  const std::vector<Node>& nodes() const { return nodes_; }
-  size_t value_count() const { return value_ids_.size(); }
+  const std::vector<Node>& nodes() const { return body_.nodes; }
+  size_t value_count() const { return body_.value_ids.size(); }
   // The value id of a graph input or output name; -1 when unknown.
   int FindValue(const std::string& name) const {
-    auto it = value_ids_.find(name);
-    return it == value_ids_.end() ? -1 : it->second;
+    auto it = body_.value_ids.find(name);
+    return it == body_.value_ids.end() ? -1 : it->second;
   }
   // The initializer with this value id; an invalid tensor when it is not one.
-  const Tensor& constant(int id) const { return constants_[id]; }
+  const Tensor& constant(int id) const { return body_.constants[id]; }
   // What the passes did, one line each (logged at load): folded, fused, converted groups.
-  const std::vector<std::string>& pass_log() const { return pass_log_; }
+  const std::vector<std::string>& pass_log() const { return body_.pass_log; }
 
  private:
   Graph() = default;
-  int ValueId(const std::string& name);
-  // A new value (a constant when 't' is valid) for the passes.
-  int AddValue(const std::string& hint, Tensor t = Tensor());
-  // A node the passes insert (its NodeProto owned by the graph).
-  Node MakeNode(const std::string& op_type, const std::string& name, OpFn fn,
-                std::vector<int> inputs, std::vector<int> outputs);
-  bool IsConstant(int id) const {
-    return id >= 0 && static_cast<size_t>(id) < constants_.size() && constants_[id].valid() &&
-           !overridable_.count(id);
-  }
-  // By value id: how many node inputs and graph outputs read it.
-  std::vector<int> Readers();
 
-  // The passes (passes.cc), run in the order RunPasses lists them.
-  Status RunPasses(const GraphOptions& options);
-  Status FoldConstants();
-  // Per output channel: y' = (y + pre) * scale + post.
-  struct ChannelAffine {
-    std::vector<double> pre, scale, post;
-  };
-  using AffineOf = std::function<bool(const Node& node, size_t slot, int64_t c_out, size_t rank,
-                                      ChannelAffine* f)>;
-  int FoldIntoConvs(const AffineOf& affine_of);
-  Status FoldBatchNorms();
-  void FoldScalesIntoConvs();
-  class Patterns;  // producer and reader lookups for the fusions of ops written out
-  void FuseHardSwishes();
-  void FuseLayerNorms();
-  void FuseConvEpilogues();
-  void FuseGemmActivations();
-  void RemoveDeadNodes();
-  void ChooseChannelsLast();
-  void PackWeights(const GraphOptions& options);
-  void ReleasePackedOriginals();
-  void PlanLifetimes();
-
-  std::unique_ptr<onnx::ModelProto> model_;
-  int64_t opset_ = 0;
-  std::map<std::string, int> value_ids_;
-  std::vector<Tensor> constants_;  // by value id; invalid where not an initializer
-  std::vector<Node> nodes_;
-  std::vector<int> last_use_;  // by value id: index of the last node reading it
-  std::vector<bool> keep_;     // by value id: graph outputs and initializers are never freed
-  std::vector<ValueInfo> inputs_;
-  std::vector<ValueInfo> outputs_;
-  std::vector<std::unique_ptr<kernels::PackedMatrixB>> packed_;  // referenced by nodes' OpNode
-  std::vector<std::unique_ptr<kernels::PackedInt8W>> packed_int8_;
-  std::vector<std::unique_ptr<ConvPlan>> conv_plans_;
-  std::set<int> overridable_;  // initializers a request may replace
-  std::set<std::string> initializer_names_;
-  std::vector<std::unique_ptr<onnx::NodeProto>> made_nodes_;  // of the nodes the passes insert
-  std::vector<std::string> pass_log_;
+  GraphBody body_;
 };
 
 // Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish: the activations a Conv's

@@ -308,7 +308,14 @@ bool ChooseRowSplit(const ModelState& m) {
   if (threads > 1) team = std::make_unique<kernels::ThreadTeam>(threads);
   kernels::ParallelScope scope(team.get());
   const double one = TimeRows(m, *m.graph, 1);  // (warms the graph's buffers too)
-  if (one < 5e-4 || one > 2e-2) return false;
+  if (one < 5e-4 || one > 2e-2) {
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "one row %.2f ms (outside 0.5 to 20 ms): batches run whole, not measured",
+                  one * 1e3);
+    Log(NEREID_LOG_INFO, "model '" + m.name + "': " + line);
+    return false;
+  }
   if (TimeRows(m, *m.graph, rows) < 0 || TimeRows(m, *m.graph, rows, true) < 0)
     return false;  // (warm: every thread's buffers)
   const double batch = TimeRows(m, *m.graph, rows);

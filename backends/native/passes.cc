@@ -1,6 +1,6 @@
-// The graph passes of the native engine, in the one order RunPasses lists. Each rewrites nodes_
+// The graph passes of the native engine, in the one order RunPasses lists. Each rewrites g.nodes
 // (and adds constants) without changing what the graph computes; what each did goes to
-// pass_log_, which the backend logs at load.
+// g.pass_log, which the backend logs at load.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -14,38 +14,66 @@
 
 namespace nereid::native {
 
-Status Graph::RunPasses(const GraphOptions& options) {
-  RETURN_IF_ERROR(FoldConstants());   // constant subgraphs (shape arithmetic) computed once
-  RETURN_IF_ERROR(FoldBatchNorms());  // Conv -> BatchNormalization: scaled weights and bias
-  FoldScalesIntoConvs();              // Conv -> Mul/Add by a constant per channel: the same
-  FuseHardSwishes();                  // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
-  FuseLayerNorms();                   // ReduceMean, Sub, Pow, ..., Div as written out: one node
-  FuseConvEpilogues();                // Conv -> Add(residual) -> Relu/Clip: one node
-  FuseGemmActivations();              // Gemm -> Relu/Sigmoid: one node
-  RemoveDeadNodes();                  // nothing reads them
+namespace {
+
+using Node = GraphNode;
+
+// Per output channel: y' = (y + pre) * scale + post.
+struct ChannelAffine {
+  std::vector<double> pre, scale, post;
+};
+using AffineOf = std::function<bool(const Node& node, size_t slot, int64_t c_out, size_t rank,
+                                    ChannelAffine* f)>;
+
+Status FoldConstants(GraphBody& g);
+Status FoldBatchNorms(GraphBody& g);
+void FoldScalesIntoConvs(GraphBody& g);
+void FuseHardSwishes(GraphBody& g);
+void FuseLayerNorms(GraphBody& g);
+void FuseConvEpilogues(GraphBody& g);
+void FuseGemmActivations(GraphBody& g);
+void RemoveDeadNodes(GraphBody& g);
+void ChooseChannelsLast(GraphBody& g);
+void PackWeights(GraphBody& g, const GraphOptions& options);
+void ReleasePackedOriginals(GraphBody& g);
+void PlanLifetimes(GraphBody& g);
+
+}  // namespace
+
+Status RunPasses(GraphBody& g, const GraphOptions& options) {
+  RETURN_IF_ERROR(FoldConstants(g));   // constant subgraphs (shape arithmetic) computed once
+  RETURN_IF_ERROR(FoldBatchNorms(g));  // Conv -> BatchNormalization: scaled weights and bias
+  FoldScalesIntoConvs(g);              // Conv -> Mul/Add by a constant per channel: the same
+  FuseHardSwishes(g);                  // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
+  FuseLayerNorms(g);                   // ReduceMean, Sub, Pow, ..., Div as written out: one node
+  FuseConvEpilogues(g);                // Conv -> Add(residual) -> Relu/Clip: one node
+  FuseGemmActivations(g);              // Gemm -> Relu/Sigmoid: one node
+  RemoveDeadNodes(g);                  // nothing reads them
   if (options.pack_weights) {
-    if (options.channels_last) ChooseChannelsLast();  // NHWC between convolutions
-    PackWeights(options);                             // GEMM panels, int8 rows, convolution plans
-    ReleasePackedOriginals();
+    if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
+    PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
+    ReleasePackedOriginals(g);
   }
-  PlanLifetimes();  // when each value is freed; unread constants dropped
-  // The initializers' bytes were copied into constants_, so the protobuf's copy goes: a model's
+  PlanLifetimes(g);  // when each value is freed; unread constants dropped
+  // The initializers' bytes were copied into g.constants, so the protobuf's copy goes: a model's
   // weights are held once. (DeleteSubrange frees them; clear() would keep the cleared messages
   // and their buffers for reuse.)
-  auto* initializers = model_->mutable_graph()->mutable_initializer();
+  auto* initializers = g.model->mutable_graph()->mutable_initializer();
   initializers->DeleteSubrange(0, initializers->size());
   return Status::Ok();
 }
 
+namespace {
+
 // ---- constant folding ---------------------------------------------------------------------------
 
-Status Graph::FoldConstants() {
+Status FoldConstants(GraphBody& g) {
   int folded = 0;
   std::vector<Node> kept;
-  for (Node& node : nodes_) {
+  for (Node& node : g.nodes) {
     bool constant = true;
     for (int id : node.inputs)
-      if (id >= 0 && !IsConstant(id)) constant = false;
+      if (id >= 0 && !g.IsConstant(id)) constant = false;
     for (int id : node.outputs)
       if (id < 0) constant = false;
     if (!constant) {
@@ -53,15 +81,15 @@ Status Graph::FoldConstants() {
       continue;
     }
     std::vector<const Tensor*> in;
-    for (int id : node.inputs) in.push_back(id >= 0 ? &constants_[id] : nullptr);
+    for (int id : node.inputs) in.push_back(id >= 0 ? &g.constants[id] : nullptr);
     std::vector<Tensor> out(node.outputs.size());
     // A constant subgraph that fails would fail every request: the model is refused.
     RETURN_IF_ERROR(node.fn(node.op, in, out));
-    for (size_t o = 0; o < out.size(); ++o) constants_[node.outputs[o]] = std::move(out[o]);
+    for (size_t o = 0; o < out.size(); ++o) g.constants[node.outputs[o]] = std::move(out[o]);
     ++folded;
   }
-  nodes_ = std::move(kept);
-  if (folded) pass_log_.push_back("constant folding: " + std::to_string(folded) + " nodes");
+  g.nodes = std::move(kept);
+  if (folded) g.pass_log.push_back("constant folding: " + std::to_string(folded) + " nodes");
   return Status::Ok();
 }
 
@@ -73,33 +101,33 @@ Status Graph::FoldConstants() {
 // w' = w * scale, b' = (b + pre) * scale + post, in double as the reference computes the unfused
 // pair; the node's output becomes the Conv's. One pass in node order, so a chain of such nodes
 // after one Conv folds whole. Returns how many folded.
-int Graph::FoldIntoConvs(const AffineOf& affine_of) {
-  std::vector<int> readers = Readers();
+int FoldIntoConvs(GraphBody& g, const AffineOf& affine_of) {
+  std::vector<int> readers = g.Readers();
   std::map<int, size_t> producer;  // value id -> node index
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    for (int id : nodes_[i].outputs)
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int id : g.nodes[i].outputs)
       if (id >= 0) producer[id] = i;
-  std::vector<bool> dead(nodes_.size(), false);
+  std::vector<bool> dead(g.nodes.size(), false);
   int folded = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& node = nodes_[i];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& node = g.nodes[i];
     if (node.outputs.size() != 1) continue;
     for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
       const int x = node.inputs[slot];
-      if (x < 0 || IsConstant(x) || readers[x] != 1) continue;
+      if (x < 0 || g.IsConstant(x) || readers[x] != 1) continue;
       auto it = producer.find(x);
       if (it == producer.end() || dead[it->second]) continue;
-      Node& conv = nodes_[it->second];
+      Node& conv = g.nodes[it->second];
       if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
-          !IsConstant(conv.inputs[1]))
+          !g.IsConstant(conv.inputs[1]))
         continue;
-      const Tensor& w = constants_[conv.inputs[1]];
+      const Tensor& w = g.constants[conv.inputs[1]];
       if (w.type() != DataType::kFp32 || w.shape().size() < 3) continue;
       const int64_t c_out = w.shape()[0];
       const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
       if (has_bias &&
-          (!IsConstant(conv.inputs[2]) || constants_[conv.inputs[2]].type() != DataType::kFp32 ||
-           constants_[conv.inputs[2]].elements() != c_out))
+          (!g.IsConstant(conv.inputs[2]) || g.constants[conv.inputs[2]].type() != DataType::kFp32 ||
+           g.constants[conv.inputs[2]].elements() != c_out))
         continue;
       ChannelAffine f;
       if (!affine_of(node, slot, c_out, w.shape().size(), &f)) continue;
@@ -114,16 +142,16 @@ int Graph::FoldIntoConvs(const AffineOf& affine_of) {
           for (int64_t e = 0; e < per_channel; ++e)
             dst[e] = static_cast<float>(src[e] * f.scale[co]);
         }
-        conv.inputs[1] = AddValue(node.op.name() + ".folded_weight", std::move(w2));
+        conv.inputs[1] = g.AddValue(node.op.name() + ".folded_weight", std::move(w2));
       }
       Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
       for (int64_t co = 0; co < c_out; ++co) {
-        const double b = has_bias ? constants_[conv.inputs[2]].data<float>()[co] : 0.0;
+        const double b = has_bias ? g.constants[conv.inputs[2]].data<float>()[co] : 0.0;
         b2.mutable_data<float>()[co] =
             static_cast<float>((b + f.pre[co]) * f.scale[co] + f.post[co]);
       }
       conv.inputs.resize(3);
-      conv.inputs[2] = AddValue(node.op.name() + ".folded_bias", std::move(b2));
+      conv.inputs[2] = g.AddValue(node.op.name() + ".folded_bias", std::move(b2));
       conv.outputs[0] = node.outputs[0];
       producer[node.outputs[0]] = it->second;
       dead[i] = true;
@@ -132,28 +160,28 @@ int Graph::FoldIntoConvs(const AffineOf& affine_of) {
     }
   }
   std::vector<Node> kept;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
   return folded;
 }
 
 // Conv -> BatchNormalization (inference): scale / sqrt(var + eps) per channel, mean and beta the
 // shifts.
-Status Graph::FoldBatchNorms() {
+Status FoldBatchNorms(GraphBody& g) {
   const int folded =
-      FoldIntoConvs([&](const Node& bn, size_t slot, int64_t c_out, size_t, ChannelAffine* f) {
+      FoldIntoConvs(g, [&](const Node& bn, size_t slot, int64_t c_out, size_t, ChannelAffine* f) {
         if (bn.op.op_type() != "BatchNormalization" || slot != 0 || bn.inputs.size() != 5 ||
             bn.op.AttrInt("training_mode", 0) != 0)
           return false;
         for (int k = 1; k < 5; ++k)
-          if (!IsConstant(bn.inputs[k]) || constants_[bn.inputs[k]].type() != DataType::kFp32 ||
-              constants_[bn.inputs[k]].elements() != c_out)
+          if (!g.IsConstant(bn.inputs[k]) || g.constants[bn.inputs[k]].type() != DataType::kFp32 ||
+              g.constants[bn.inputs[k]].elements() != c_out)
             return false;
-        const float* scale = constants_[bn.inputs[1]].data<float>();
-        const float* beta = constants_[bn.inputs[2]].data<float>();
-        const float* mean = constants_[bn.inputs[3]].data<float>();
-        const float* var = constants_[bn.inputs[4]].data<float>();
+        const float* scale = g.constants[bn.inputs[1]].data<float>();
+        const float* beta = g.constants[bn.inputs[2]].data<float>();
+        const float* mean = g.constants[bn.inputs[3]].data<float>();
+        const float* var = g.constants[bn.inputs[4]].data<float>();
         const float eps = bn.op.AttrFloat("epsilon", 1e-5f);
         for (int64_t co = 0; co < c_out; ++co) {
           f->pre.push_back(-static_cast<double>(mean[co]));
@@ -163,7 +191,8 @@ Status Graph::FoldBatchNorms() {
         }
         return true;
       });
-  if (folded) pass_log_.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
+  if (folded)
+    g.pass_log.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
   return Status::Ok();
 }
 
@@ -172,14 +201,14 @@ Status Graph::FoldBatchNorms() {
 // the bias shifted. Reparameterized blocks (RapidOCR's detector: MobileOne's learned scale and
 // shift after each convolution) then leave the Conv followed directly by its activation, which
 // fuses.
-void Graph::FoldScalesIntoConvs() {
-  const int folded =
-      FoldIntoConvs([&](const Node& op, size_t slot, int64_t c_out, size_t rank, ChannelAffine* f) {
+void FoldScalesIntoConvs(GraphBody& g) {
+  const int folded = FoldIntoConvs(
+      g, [&](const Node& op, size_t slot, int64_t c_out, size_t rank, ChannelAffine* f) {
         const bool mul = op.op.op_type() == "Mul";
         if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2) return false;
         const int k = op.inputs[1 - slot];
-        if (k < 0 || !IsConstant(k) || constants_[k].type() != DataType::kFp32) return false;
-        const Tensor& c = constants_[k];
+        if (k < 0 || !g.IsConstant(k) || g.constants[k].type() != DataType::kFp32) return false;
+        const Tensor& c = g.constants[k];
         // The constant against the output's [N, C, spatial...] (rank dims): dims aligned right,
         // each 1 but the channel's (1 or C).
         const std::vector<int64_t>& cs = c.shape();
@@ -195,20 +224,20 @@ void Graph::FoldScalesIntoConvs() {
         }
         return true;
       });
-  if (folded) pass_log_.push_back("constant Mul/Add folded into Conv: " + std::to_string(folded));
+  if (folded) g.pass_log.push_back("constant Mul/Add folded into Conv: " + std::to_string(folded));
 }
 
 // ---- ops written out as several --------------------------------------------------------------
 
 // What the pattern fusions ask of the graph as it stands: who computes a value, who reads it, and
 // which constants are FP32 scalars.
-class Graph::Patterns {
+class Patterns {
  public:
-  explicit Patterns(Graph& g) : g_(g), readers_(g.Readers()) {
-    for (size_t i = 0; i < g.nodes_.size(); ++i) {
-      for (int id : g.nodes_[i].outputs)
+  explicit Patterns(GraphBody& g) : g_(g), readers_(g.Readers()) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int id : g.nodes[i].outputs)
         if (id >= 0) producer_[id] = i;
-      for (int id : g.nodes_[i].inputs)
+      for (int id : g.nodes[i].inputs)
         if (id >= 0) reader_[id] = i;
     }
   }
@@ -218,22 +247,22 @@ class Graph::Patterns {
   Node* MadeBy(int id, const char* op, int uses = 1) const {
     auto it = producer_.find(id);
     if (it == producer_.end() || readers_[id] != uses) return nullptr;
-    Node& n = g_.nodes_[it->second];
+    Node& n = g_.nodes[it->second];
     return n.op.op_type() == op && n.outputs.size() == 1 ? &n : nullptr;
   }
   // The one-output node of type 'op' that is the only reader of 'id'; nullptr otherwise.
   Node* ReadBy(int id, const char* op) const {
     auto it = reader_.find(id);
     if (it == reader_.end() || readers_[id] != 1) return nullptr;
-    Node& n = g_.nodes_[it->second];
+    Node& n = g_.nodes[it->second];
     return n.op.op_type() == op && n.outputs.size() == 1 ? &n : nullptr;
   }
   // A constant FP32 scalar, its value in *v.
   bool Scalar(int id, float* v) const {
-    if (!g_.IsConstant(id) || g_.constants_[id].type() != DataType::kFp32 ||
-        g_.constants_[id].elements() != 1)
+    if (!g_.IsConstant(id) || g_.constants[id].type() != DataType::kFp32 ||
+        g_.constants[id].elements() != 1)
       return false;
-    *v = g_.constants_[id].data<float>()[0];
+    *v = g_.constants[id].data<float>()[0];
     return true;
   }
   // A constant FP32 scalar equal to 'want' (to float rounding).
@@ -241,24 +270,24 @@ class Graph::Patterns {
     float v = 0.f;
     return Scalar(id, &v) && std::abs(v - want) <= 1e-6f * std::abs(want);
   }
-  size_t Index(const Node* n) const { return static_cast<size_t>(n - g_.nodes_.data()); }
+  size_t Index(const Node* n) const { return static_cast<size_t>(n - g_.nodes.data()); }
 
  private:
-  Graph& g_;
+  GraphBody& g_;
   std::vector<int> readers_;
   std::map<int, size_t> producer_, reader_;  // value id -> node index (reader_: the last one)
 };
 
-void Graph::FuseHardSwishes() {
+void FuseHardSwishes(GraphBody& g) {
   // Exporters (Paddle, older PyTorch) write HardSwish as Add(x, 3) -> Clip(0, 6) -> Mul(x, .) ->
   // Div(., 6) (or Mul(., 1/6)). The four become one HardSwish node, which a Conv's epilogue can
   // then take.
-  const Patterns p(*this);
+  const Patterns p(g);
   const OpDef* hard_swish = FindOpDef("HardSwish");
-  std::vector<bool> dead(nodes_.size(), false);
+  std::vector<bool> dead(g.nodes.size(), false);
   int fused = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& last = nodes_[i];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& last = g.nodes[i];
     const std::string& op = last.op.op_type();
     if (last.inputs.size() != 2 || last.outputs.size() != 1) continue;
     if (!((op == "Div" && p.ScalarIs(last.inputs[1], 6.f)) ||
@@ -277,18 +306,18 @@ void Graph::FuseHardSwishes() {
       const bool x_first = add->inputs[0] == x && p.ScalarIs(add->inputs[1], 3.f);
       const bool x_second = add->inputs[1] == x && p.ScalarIs(add->inputs[0], 3.f);
       if (!x_first && !x_second) continue;
-      for (Node* n : {mul, clip, add}) dead[n - nodes_.data()] = true;
-      last = MakeNode("HardSwish", last.op.name() + ".hard_swish", hard_swish->fn, {x},
-                      {last.outputs[0]});
+      for (Node* n : {mul, clip, add}) dead[n - g.nodes.data()] = true;
+      last = g.MakeNode("HardSwish", last.op.name() + ".hard_swish", hard_swish->fn, {x},
+                        {last.outputs[0]});
       ++fused;
       break;
     }
   }
   std::vector<Node> kept;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
-  if (fused) pass_log_.push_back("HardSwish patterns fused: " + std::to_string(fused));
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  if (fused) g.pass_log.push_back("HardSwish patterns fused: " + std::to_string(fused));
 }
 
 namespace {
@@ -310,22 +339,22 @@ bool MeanOfLastAxis(const Graph::Node& n, const std::function<const Tensor*(int)
 
 }  // namespace
 
-void Graph::FuseLayerNorms() {
+void FuseLayerNorms(GraphBody& g) {
   // Exporters without LayerNormalization (opset < 17; Paddle, HuggingFace's older exports) write
   // it out: m = ReduceMean(x), d = Sub(x, m), v = ReduceMean(Pow(d, 2) or Mul(d, d)),
   // y = Div(d, Sqrt(Add(v, eps))), then Mul by a scale and Add of a bias, each 1-D and constant.
   // The chain becomes one LayerNormalization over the last axis.
-  const Patterns p(*this);
-  auto constant = [this](int id) { return IsConstant(id) ? &constants_[id] : nullptr; };
+  const Patterns p(g);
+  auto constant = [&g](int id) { return g.IsConstant(id) ? &g.constants[id] : nullptr; };
   auto vector = [&](int id) {
     const Tensor* t = constant(id);
     return t != nullptr && t->type() == DataType::kFp32 && t->shape().size() == 1;
   };
   const OpDef* layer_norm = FindOpDef("LayerNormalization");
-  std::vector<bool> dead(nodes_.size(), false);
+  std::vector<bool> dead(g.nodes.size(), false);
   int fused = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& div = nodes_[i];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& div = g.nodes[i];
     if (dead[i] || div.op.op_type() != "Div" || div.inputs.size() != 2 || div.outputs.size() != 1)
       continue;
     const int d = div.inputs[0];
@@ -367,25 +396,27 @@ void Graph::FuseLayerNorms() {
     const int out = last->outputs[0];
     for (Node* n : {mean, sub, square, var, add, sqrt, &div, last}) dead[p.Index(n)] = true;
     // The fused node takes the last node's place: every input is computed by then.
-    Node ln = MakeNode("LayerNormalization", div.op.name() + ".layer_norm", layer_norm->fn,
-                       {x, scale, bias}, {out});
-    onnx::AttributeProto* a = made_nodes_.back()->add_attribute();
+    Node ln = g.MakeNode("LayerNormalization", div.op.name() + ".layer_norm", layer_norm->fn,
+                         {x, scale, bias}, {out});
+    onnx::AttributeProto* a = g.made_nodes.back()->add_attribute();
     a->set_name("epsilon");
     a->set_type(onnx::AttributeProto::FLOAT);
     a->set_f(eps);
     const size_t at = p.Index(last);
-    nodes_[at] = std::move(ln);
+    g.nodes[at] = std::move(ln);
     dead[at] = false;
     ++fused;
   }
   std::vector<Node> kept;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
-  if (fused) pass_log_.push_back("LayerNormalization patterns fused: " + std::to_string(fused));
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  if (fused) g.pass_log.push_back("LayerNormalization patterns fused: " + std::to_string(fused));
 }
 
 // ---- fused epilogues ----------------------------------------------------------------------------
+
+}  // namespace
 
 bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& is_constant,
                        const std::function<const Tensor&(int)>& constant, OpNode::Activation* act,
@@ -426,30 +457,32 @@ bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& 
   return true;
 }
 
-void Graph::FuseConvEpilogues() {
+namespace {
+
+void FuseConvEpilogues(GraphBody& g) {
   // A fused node takes the place of the last node of its group: every input of the group is
   // computed by then (a residual branch may come after the Conv).
-  std::vector<int> readers = Readers();
+  std::vector<int> readers = g.Readers();
   std::map<int, size_t> reader_of;  // value id -> the index of its one reader
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    for (int id : nodes_[i].inputs)
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int id : g.nodes[i].inputs)
       if (id >= 0) reader_of[id] = i;
-  std::vector<bool> dead(nodes_.size(), false);
+  std::vector<bool> dead(g.nodes.size(), false);
   int residuals = 0, activations = 0;
-  auto is_constant = [this](int id) { return IsConstant(id); };
-  auto constant = [this](int id) -> const Tensor& { return constants_[id]; };
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (dead[i] || nodes_[i].op.op_type() != "Conv" || nodes_[i].outputs.size() != 1) continue;
-    const int out = nodes_[i].outputs[0];
+  auto is_constant = [&g](int id) { return g.IsConstant(id); };
+  auto constant = [&g](int id) -> const Tensor& { return g.constants[id]; };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (dead[i] || g.nodes[i].op.op_type() != "Conv" || g.nodes[i].outputs.size() != 1) continue;
+    const int out = g.nodes[i].outputs[0];
     if (out < 0 || readers[out] != 1 || !reader_of.count(out)) continue;
     const size_t r = reader_of[out];
-    Node& next = nodes_[r];
-    Node& conv = nodes_[i];
+    Node& next = g.nodes[r];
+    Node& conv = g.nodes[i];
     if (conv.op.activation != OpNode::Activation::kNone) continue;
     const bool add = next.op.op_type() == "Add" || next.op.op_type() == "Sum";  // Sum of two
     if (add && next.inputs.size() == 2 && !conv.op.residual && next.outputs.size() == 1) {
       const int other = next.inputs[0] == out ? next.inputs[1] : next.inputs[0];
-      if (other < 0 || other == out || IsConstant(other)) continue;
+      if (other < 0 || other == out || g.IsConstant(other)) continue;
       conv.inputs.resize(4, -1);
       conv.inputs[3] = other;
       conv.op.residual = true;
@@ -468,30 +501,30 @@ void Graph::FuseConvEpilogues() {
     }
     // The Conv moves to the reader's place; its new output's reader is looked at when the loop
     // gets there.
-    nodes_[r] = std::move(conv);
+    g.nodes[r] = std::move(conv);
     dead[i] = true;
     dead[r] = false;
   }
   std::vector<Node> kept;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
   if (residuals || activations)
-    pass_log_.push_back("Conv epilogues fused: " + std::to_string(residuals) + " residual Add, " +
-                        std::to_string(activations) + " activation");
+    g.pass_log.push_back("Conv epilogues fused: " + std::to_string(residuals) + " residual Add, " +
+                         std::to_string(activations) + " activation");
 }
 
-void Graph::FuseGemmActivations() {
-  const std::vector<int> readers = Readers();
-  std::vector<bool> fused(nodes_.size(), false);
+void FuseGemmActivations(GraphBody& g) {
+  const std::vector<int> readers = g.Readers();
+  std::vector<bool> fused(g.nodes.size(), false);
   int count = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& gemm = nodes_[i];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& gemm = g.nodes[i];
     if (gemm.op.op_type() != "Gemm" || gemm.outputs.size() != 1 || gemm.outputs[0] < 0 ||
         readers[gemm.outputs[0]] != 1)
       continue;
-    for (size_t j = i + 1; j < nodes_.size(); ++j) {
-      Node& act = nodes_[j];
+    for (size_t j = i + 1; j < g.nodes.size(); ++j) {
+      Node& act = g.nodes[j];
       if (act.inputs.size() != 1 || act.inputs[0] != gemm.outputs[0]) continue;
       const std::string& op = act.op.op_type();
       if (op != "Relu" && op != "Sigmoid") break;
@@ -503,19 +536,19 @@ void Graph::FuseGemmActivations() {
     }
   }
   std::vector<Node> kept;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (!fused[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
-  if (count) pass_log_.push_back("Gemm activations fused: " + std::to_string(count));
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!fused[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  if (count) g.pass_log.push_back("Gemm activations fused: " + std::to_string(count));
 }
 
-void Graph::RemoveDeadNodes() {
+void RemoveDeadNodes(GraphBody& g) {
   int removed = 0;
   for (bool changed = true; changed;) {
     changed = false;
-    const std::vector<int> readers = Readers();
+    const std::vector<int> readers = g.Readers();
     std::vector<Node> kept;
-    for (Node& node : nodes_) {
+    for (Node& node : g.nodes) {
       bool read = false;
       for (int id : node.outputs) read = read || (id >= 0 && readers[id] > 0);
       if (read) {
@@ -525,14 +558,14 @@ void Graph::RemoveDeadNodes() {
         changed = true;
       }
     }
-    nodes_ = std::move(kept);
+    g.nodes = std::move(kept);
   }
-  if (removed) pass_log_.push_back("dead nodes removed: " + std::to_string(removed));
+  if (removed) g.pass_log.push_back("dead nodes removed: " + std::to_string(removed));
 }
 
 // ---- channels-last layout -----------------------------------------------------------------------
 
-void Graph::ChooseChannelsLast() {
+void ChooseChannelsLast(GraphBody& g) {
   // Values keep their ids in NCHW; a value computed channels-last gets a second id (nhwc_of).
   // Convolutions always run channels-last (converting an NCHW input once); pools, normalisation,
   // elementwise ops and Concat on channels do when their inputs already are; any other reader
@@ -545,15 +578,15 @@ void Graph::ChooseChannelsLast() {
   auto to_nhwc = [&](int id) {
     auto it = nhwc_of.find(id);
     if (it != nhwc_of.end()) return it->second;
-    const int t = AddValue("nhwc");
-    out.push_back(MakeNode("NereidToChannelsLast", "to_nhwc", ToChannelsLastOp, {id}, {t}));
+    const int t = g.AddValue("nhwc");
+    out.push_back(g.MakeNode("NereidToChannelsLast", "to_nhwc", ToChannelsLastOp, {id}, {t}));
     ++conversions;
     return nhwc_of[id] = t;
   };
   auto to_nchw = [&](int id) {
     if (!produced_nhwc.count(id) || nchw_ready.count(id)) return;
     out.push_back(
-        MakeNode("NereidToChannelsFirst", "to_nchw", ToChannelsFirstOp, {nhwc_of[id]}, {id}));
+        g.MakeNode("NereidToChannelsFirst", "to_nchw", ToChannelsFirstOp, {nhwc_of[id]}, {id}));
     nchw_ready.insert(id);
     ++conversions;
   };
@@ -562,14 +595,14 @@ void Graph::ChooseChannelsLast() {
       "Identity", "Exp",       "Sqrt", "Abs",         "Neg",       "Erf"};
   static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div",
                                                 "Max", "Min", "Sum", "PRelu"};
-  for (Node& node : nodes_) {
+  for (Node& node : g.nodes) {
     const std::string& op = node.op.op_type();
     const auto in_nhwc = [&](int id) { return id >= 0 && nhwc_of.count(id) > 0; };
     const bool one_out = node.outputs.size() == 1 && node.outputs[0] >= 0;
     bool capable = false;
     std::vector<size_t> data_inputs;  // inputs read channels-last
-    if (op == "Conv" && one_out && node.inputs.size() >= 2 && IsConstant(node.inputs[1]) &&
-        constants_[node.inputs[1]].shape().size() == 4) {
+    if (op == "Conv" && one_out && node.inputs.size() >= 2 && g.IsConstant(node.inputs[1]) &&
+        g.constants[node.inputs[1]].shape().size() == 4) {
       capable = true;
       data_inputs.push_back(0);
       if (node.op.residual) data_inputs.push_back(3);
@@ -582,13 +615,13 @@ void Graph::ChooseChannelsLast() {
       capable = true;
       data_inputs.push_back(0);
       for (size_t k = 1; k < node.inputs.size(); ++k)
-        capable = capable && (node.inputs[k] < 0 || IsConstant(node.inputs[k]));
+        capable = capable && (node.inputs[k] < 0 || g.IsConstant(node.inputs[k]));
     } else if (kUnary.count(op) && one_out && in_nhwc(node.inputs[0])) {
       capable = true;
       data_inputs.push_back(0);
       for (size_t k = 1; k < node.inputs.size(); ++k)
-        capable = capable && (node.inputs[k] < 0 || (IsConstant(node.inputs[k]) &&
-                                                     constants_[node.inputs[k]].elements() == 1));
+        capable = capable && (node.inputs[k] < 0 || (g.IsConstant(node.inputs[k]) &&
+                                                     g.constants[node.inputs[k]].elements() == 1));
     } else if (kBinary.count(op) && one_out && !node.inputs.empty()) {
       bool any = false;
       capable = true;
@@ -597,7 +630,7 @@ void Graph::ChooseChannelsLast() {
         if (in_nhwc(id)) {
           any = true;
           data_inputs.push_back(k);
-        } else if (!(IsConstant(id) && constants_[id].shape().size() <= 4)) {
+        } else if (!(g.IsConstant(id) && g.constants[id].shape().size() <= 4)) {
           capable = false;
         }
       }
@@ -607,7 +640,7 @@ void Graph::ChooseChannelsLast() {
       capable = true;
       data_inputs.push_back(0);
       for (size_t k = 1; k < node.inputs.size(); ++k)
-        capable = capable && (node.inputs[k] < 0 || IsConstant(node.inputs[k]));
+        capable = capable && (node.inputs[k] < 0 || g.IsConstant(node.inputs[k]));
     } else if (op == "Concat" && one_out && node.op.opset() >= 4 && !node.inputs.empty() &&
                (node.op.AttrInt("axis", 0) == 1 || node.op.AttrInt("axis", 0) == -3)) {
       capable = true;
@@ -629,19 +662,19 @@ void Graph::ChooseChannelsLast() {
     if (kBinary.count(op))
       for (size_t k = 0; k < node.inputs.size(); ++k) {
         const int id = node.inputs[k];
-        if (!IsConstant(id) || constants_[id].elements() == 1 ||
+        if (!g.IsConstant(id) || g.constants[id].elements() == 1 ||
             std::find(data_inputs.begin(), data_inputs.end(), k) != data_inputs.end())
           continue;
-        const Tensor& c = constants_[id];
+        const Tensor& c = g.constants[id];
         std::vector<int64_t> shape = c.shape();
         while (shape.size() < 4) shape.insert(shape.begin(), 1);
         Tensor p = Tensor::Allocate(c.type(), {shape[0], shape[2], shape[3], shape[1]});
         TransposeBytes(c.raw(), shape, {0, 2, 3, 1}, DataTypeSize(c.type()), p.mutable_raw());
-        node.inputs[k] = AddValue("nhwc_constant", std::move(p));
+        node.inputs[k] = g.AddValue("nhwc_constant", std::move(p));
         ++permuted;
       }
     const int original = node.outputs[0];
-    const int t = AddValue("nhwc");
+    const int t = g.AddValue("nhwc");
     nhwc_of[original] = t;
     produced_nhwc.insert(original);
     node.outputs[0] = t;
@@ -649,22 +682,22 @@ void Graph::ChooseChannelsLast() {
     if (op == "Conv") ++convs;
     out.push_back(std::move(node));
   }
-  for (const auto& o : outputs_) to_nchw(ValueId(o.name));
-  nodes_ = std::move(out);
+  for (const auto& o : g.outputs) to_nchw(g.ValueId(o.name));
+  g.nodes = std::move(out);
   if (convs)
-    pass_log_.push_back("channels-last: " + std::to_string(convs) + " Conv, " +
-                        std::to_string(conversions) + " layout conversions, " +
-                        std::to_string(permuted) + " constants permuted");
+    g.pass_log.push_back("channels-last: " + std::to_string(convs) + " Conv, " +
+                         std::to_string(conversions) + " layout conversions, " +
+                         std::to_string(permuted) + " constants permuted");
 }
 
 // ---- weights ------------------------------------------------------------------------------------
 
-void Graph::PackWeights(const GraphOptions& options) {
+void PackWeights(GraphBody& g, const GraphOptions& options) {
   int convs = 0, int8_convs = 0;
-  for (Node& node : nodes_) {
+  for (Node& node : g.nodes) {
     const std::string& op = node.op.op_type();
-    if (op == "Conv" && node.inputs.size() >= 2 && IsConstant(node.inputs[1])) {
-      const Tensor& w = constants_[node.inputs[1]];
+    if (op == "Conv" && node.inputs.size() >= 2 && g.IsConstant(node.inputs[1])) {
+      const Tensor& w = g.constants[node.inputs[1]];
       const int64_t groups = node.op.AttrInt("group", 1);
       if (w.type() != DataType::kFp32 || (w.shape().size() != 3 && w.shape().size() != 4) ||
           groups < 1 || w.shape()[0] % groups != 0)
@@ -676,21 +709,21 @@ void Graph::PackWeights(const GraphOptions& options) {
                                              rank == 4 ? w.shape()[2] : 1, w.shape()[rank - 1],
                                              groups, options.int8_weights);
       int8_convs += plan->weights.int8();
-      if (node.inputs.size() > 2 && node.inputs[2] >= 0 && IsConstant(node.inputs[2])) {
-        const Tensor& b = constants_[node.inputs[2]];
+      if (node.inputs.size() > 2 && node.inputs[2] >= 0 && g.IsConstant(node.inputs[2])) {
+        const Tensor& b = g.constants[node.inputs[2]];
         if (b.type() == DataType::kFp32 && b.elements() == w.shape()[0])
           plan->bias.assign(b.data<float>(), b.data<float>() + b.elements());
       }
       node.op.conv = plan.get();
-      conv_plans_.push_back(std::move(plan));
+      g.conv_plans.push_back(std::move(plan));
       ++convs;
       continue;
     }
     // Constant weights of Gemm/MatMul are packed once, here, into the GEMM's panel layout.
     if ((op != "Gemm" && op != "MatMul") || node.inputs.size() < 2 || node.inputs[1] < 0) continue;
     const int id = node.inputs[1];
-    if (!IsConstant(id)) continue;  // (an initializer a request may replace is not constant)
-    const Tensor& w = constants_[id];
+    if (!g.IsConstant(id)) continue;  // (an initializer a request may replace is not constant)
+    const Tensor& w = g.constants[id];
     if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
     const bool trans = op == "Gemm" && node.op.AttrInt("transB", 0) != 0;
     const int64_t k = trans ? w.shape()[1] : w.shape()[0], n = trans ? w.shape()[0] : w.shape()[1];
@@ -704,49 +737,50 @@ void Graph::PackWeights(const GraphOptions& options) {
           for (int64_t j = 0; j < n; ++j) nk[j * k + l] = rows[l * n + j];
         rows = nk.data();
       }
-      packed_int8_.push_back(std::make_unique<kernels::PackedInt8W>(rows, n, k, k));
-      node.op.packed_int8 = packed_int8_.back().get();
+      g.packed_int8.push_back(std::make_unique<kernels::PackedInt8W>(rows, n, k, k));
+      node.op.packed_int8 = g.packed_int8.back().get();
       continue;
     }
-    packed_.push_back(
+    g.packed.push_back(
         std::make_unique<kernels::PackedMatrixB>(trans, k, n, w.data<float>(), w.shape()[1]));
-    node.op.packed_b = packed_.back().get();
+    node.op.packed_b = g.packed.back().get();
   }
   if (convs)
-    pass_log_.push_back("Conv weights packed: " + std::to_string(convs) +
-                        (int8_convs ? " (" + std::to_string(int8_convs) + " in int8)" : ""));
+    g.pass_log.push_back("Conv weights packed: " + std::to_string(convs) +
+                         (int8_convs ? " (" + std::to_string(int8_convs) + " in int8)" : ""));
 }
 
-void Graph::ReleasePackedOriginals() {
+void ReleasePackedOriginals(GraphBody& g) {
   // Weights now packed and read by no other node keep only their shape: the packed copy serves
   // (SgemmPacked is at least as fast at every batch size).
-  const std::vector<int> readers = Readers();
-  for (const Node& node : nodes_) {
+  const std::vector<int> readers = g.Readers();
+  for (const Node& node : g.nodes) {
     const bool packed =
         node.op.packed_b != nullptr || node.op.packed_int8 != nullptr || node.op.conv != nullptr;
     if (!packed) continue;
     const int id = node.inputs[1];
     if (readers[id] != 1) continue;
-    const Tensor& w = constants_[id];
-    constants_[id] = Tensor::Borrow(w.type(), w.shape(), nullptr);
+    const Tensor& w = g.constants[id];
+    g.constants[id] = Tensor::Borrow(w.type(), w.shape(), nullptr);
   }
 }
 
-void Graph::PlanLifetimes() {
-  const std::vector<int> readers = Readers();
-  const size_t values = value_ids_.size();
-  constants_.resize(values);
+void PlanLifetimes(GraphBody& g) {
+  const std::vector<int> readers = g.Readers();
+  const size_t values = g.value_ids.size();
+  g.constants.resize(values);
   // Constants nothing reads any more (folded away) are dropped, unless a request may set them.
   for (size_t id = 0; id < values; ++id)
-    if (readers[id] == 0 && !overridable_.count(static_cast<int>(id))) constants_[id] = Tensor();
-  last_use_.assign(values, -1);
-  keep_.assign(values, false);
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    for (int id : nodes_[i].inputs)
-      if (id >= 0) last_use_[id] = static_cast<int>(i);
-  for (const auto& out : outputs_) keep_[ValueId(out.name)] = true;
+    if (readers[id] == 0 && !g.overridable.count(static_cast<int>(id))) g.constants[id] = Tensor();
+  g.last_use.assign(values, -1);
+  g.keep.assign(values, false);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int id : g.nodes[i].inputs)
+      if (id >= 0) g.last_use[id] = static_cast<int>(i);
+  for (const auto& out : g.outputs) g.keep[g.ValueId(out.name)] = true;
   for (size_t id = 0; id < values; ++id)
-    if (constants_[id].valid()) keep_[id] = true;
+    if (g.constants[id].valid()) g.keep[id] = true;
 }
 
+}  // namespace
 }  // namespace nereid::native

@@ -310,8 +310,10 @@ def test_concurrent_requests_are_batched_and_each_answered(vision_server, vision
 def test_batches_split_row_by_row_answer_as_whole_batches(vision_server, vision_repo, grpc):
     log = vision_server.read_log()
     assert "model 'resnet50_rows': batches run row by row (nereid.split_batches)" in log, log
-    # "auto" measured the others at load and logged its choice.
-    assert "model 'resnet50': 8 rows as one batch" in log, log
+    # "auto" measured the others at load and logged its choice (or, on a machine so loaded that one
+    # row falls outside the window it measures, why it did not).
+    assert ("model 'resnet50': 8 rows as one batch" in log or
+            "model 'resnet50': one row " in log and "not measured" in log), log
     url = vision_server.grpc_url if grpc else vision_server.url
     # resnet50_rows2: two threads, rows side by side (3 rows), or whole (1 row: fewer than threads).
     for model in ("resnet50_rows", "resnet50_rows2"):
