@@ -23,6 +23,7 @@
 #include "gemm_tuner.h"
 #include "gpu_graphs.h"
 #include "gpu_model.h"
+#include "gpu_steps.h"
 #include "nereid/backend_util.h"
 
 namespace nereid::native {
@@ -296,152 +297,16 @@ class GpuInstance final : public GemmBench {
   }
 
   Status EnqueueSteps(int64_t rows) {
-    auto ptr = [&](const Operand& o) {
-      return o.value >= 0 ? static_cast<const void*>(Buf(o.value)) : o.constant;
-    };
+    const StepBuffers buffers{
+        [this](int id) { return Buf(id); }, quantized_.data, static_cast<float*>(row_scale_.data),
+        static_cast<unsigned*>(absmax_.data), static_cast<float*>(conv_workspace_.data)};
     for (const Step& s : m_->steps) {
-      const ValueSpec& out = m_->values[s.out];
-      const int64_t count = rows * out.row_elems;
-      switch (s.kind) {
-        case Step::kGemm: {
-          RETURN_IF_ERROR(
-              RunGemm(s, rows, tuner_->Choice(static_cast<size_t>(&s - m_->steps.data()), rows)));
-          break;
-        }
-        case Step::kBinary: {
-          auto n = [&](const Operand& o) { return o.value >= 0 ? count : o.count; };
-          CUDA_RETURN(kc::Binary(s.op, out.type, ptr(s.a), n(s.a), ptr(s.b), n(s.b), Buf(s.out),
-                                 count, stream_),
-                      "elementwise kernel");
-          break;
-        }
-        case Step::kBroadcast: {
-          kc::BroadcastShape shape = s.broadcast;
-          shape.dims[0] = rows;
-          CUDA_RETURN(
-              kc::BinaryBroadcast(s.op, out.type, ptr(s.a), ptr(s.b), shape, Buf(s.out), stream_),
-              "elementwise kernel");
-          break;
-        }
-        case Step::kSoftmax:
-          CUDA_RETURN(kc::Softmax(out.type, Buf(s.in), Buf(s.out), rows * s.outer, s.k, stream_),
-                      "softmax kernel");
-          break;
-        case Step::kLrn:
-          CUDA_RETURN(kc::LrnNhwc(out.type, Buf(s.in), Buf(s.out), rows * out.dims[1] * out.dims[2],
-                                  out.dims[0], s.n, s.lrn_alpha, s.lrn_beta, s.lrn_bias, stream_),
-                      "LRN kernel");
-          break;
-        case Step::kStridedCopy: {
-          int64_t dims[kc::kMaxTransposeRank];
-          std::copy(s.dims.begin(), s.dims.end(), dims);
-          dims[0] = rows;
-          const size_t size = kc::ElemSize(out.type);
-          CUDA_RETURN(
-              kc::StridedCopy(size, static_cast<const uint8_t*>(Buf(s.in)) + s.offset * size,
-                              Buf(s.out), static_cast<int>(s.dims.size()), dims, s.strides.data(),
-                              stream_),
-              "strided copy kernel");
-          break;
-        }
-        case Step::kLayerNorm:
-          CUDA_RETURN(kc::LayerNorm(out.type, Buf(s.in), Buf(s.out), rows * s.outer, s.k,
-                                    static_cast<const float*>(s.w), s.bias, s.epsilon,
-                                    s.mean_out >= 0 ? Buf(s.mean_out) : nullptr,
-                                    s.inv_std_out >= 0 ? Buf(s.inv_std_out) : nullptr, stream_),
-                      "layer norm kernel");
-          break;
-        case Step::kBatchedMatMul:
-          CUDA_RETURN(kc::BatchedMatMul(out.type, Buf(s.a.value), Buf(s.b.value), Buf(s.out),
-                                        rows * s.outer, s.m, s.n, s.k, stream_),
-                      "batched matmul kernel");
-          break;
-        case Step::kResize:
-          CUDA_RETURN(
-              kc::ResizeNhwc(out.type, Buf(s.in), rows, s.window.h, s.window.w, s.window.c_in,
-                             s.taps_y, s.window.oh, s.taps_x, s.window.ow, Buf(s.out), stream_),
-              "resize kernel");
-          break;
-        case Step::kConvTranspose: {
-          kernels::Conv2dGeometry g = s.window;
-          g.n = rows;
-          CUDA_RETURN(
-              kc::ConvTransposeNhwc(out.type, g, Buf(s.in), s.w, s.bias, Buf(s.out), stream_),
-              "ConvTranspose kernel");
-          break;
-        }
-        case Step::kConcat: {
-          const size_t size = kc::ElemSize(out.type);
-          int64_t block = 0, at = 0;
-          for (const auto& part : s.parts) block += part.second;
-          for (const auto& [value, inner] : s.parts) {
-            CUDA_RETURN(cudaMemcpy2DAsync(static_cast<uint8_t*>(Buf(s.out)) + at * size,
-                                          block * size, Buf(value), inner * size, inner * size,
-                                          static_cast<size_t>(rows * s.outer),
-                                          cudaMemcpyDeviceToDevice, stream_),
-                        "concat copy");
-            at += inner;
-          }
-          break;
-        }
-        case Step::kActivation:
-          CUDA_RETURN(kc::ActivateLikeConv(s.conv.act, s.conv.act_a, s.conv.act_b, out.type,
-                                           Buf(s.in), Buf(s.out), count, stream_),
-                      "activation kernel");
-          break;
-        case Step::kUnary:
-          CUDA_RETURN(kc::Unary(s.act, out.type, Buf(s.in), Buf(s.out), count, stream_),
-                      "activation kernel");
-          break;
-        case Step::kConvert:
-          CUDA_RETURN(
-              kc::Convert(m_->values[s.in].type, Buf(s.in), out.type, Buf(s.out), count, stream_),
-              "conversion kernel");
-          break;
-        case Step::kConv: {
-          kc::ConvProblem p = s.conv;
-          p.g.n = rows;
-          p.x = Buf(s.in), p.y = Buf(s.out);
-          if (p.int8) {  // the image quantized per row (per image) first
-            const ValueSpec& in = m_->values[s.in];
-            CUDA_RETURN(kc::QuantizeLongRowsInt8(in.type, p.x, rows, in.row_elems,
-                                                 static_cast<int8_t*>(quantized_.data),
-                                                 static_cast<float*>(row_scale_.data),
-                                                 static_cast<unsigned*>(absmax_.data), stream_),
-                        "int8 quantization");
-            p.x = quantized_.data;
-            p.x_scale = static_cast<const float*>(row_scale_.data);
-          }
-          p.residual = s.residual >= 0 ? Buf(s.residual) : nullptr;
-          p.workspace = static_cast<float*>(conv_workspace_.data);
-          CUDA_RETURN(kc::Conv2dNhwc(p, stream_), "convolution kernel");
-          break;
-        }
-        case Step::kPool: {
-          kernels::Conv2dGeometry g = s.window;
-          g.n = rows;
-          CUDA_RETURN(kc::Pool2dNhwc(s.pool, g, s.pad_bottom, s.pad_right, s.count_include_pad,
-                                     out.type, Buf(s.in), Buf(s.out), stream_),
-                      "pooling kernel");
-          break;
-        }
-        case Step::kGlobalPool: {
-          const ValueSpec& in = m_->values[s.in];
-          CUDA_RETURN(kc::GlobalPoolNhwc(s.pool, rows, in.dims[1] * in.dims[2], in.dims[0],
-                                         out.type, Buf(s.in), Buf(s.out), stream_),
-                      "pooling kernel");
-          break;
-        }
-        case Step::kLayout: {
-          const int64_t c = s.layout_c, hw = out.dims[1] * out.dims[2];
-          CUDA_RETURN(
-              s.to_last ? kc::ChannelsLast(out.type, Buf(s.in), rows, c, hw, Buf(s.out), stream_,
-                                           out.dims[0])
-                        : kc::ChannelsFirst(out.type, Buf(s.in), rows, c, hw, Buf(s.out), stream_),
-              "layout kernel");
-          break;
-        }
+      if (s.kind == Step::kGemm) {
+        RETURN_IF_ERROR(
+            RunGemm(s, rows, tuner_->Choice(static_cast<size_t>(&s - m_->steps.data()), rows)));
+        continue;
       }
+      RETURN_IF_ERROR(LaunchStep(*m_, s, rows, buffers, stream_));
     }
     return Status::Ok();
   }
