@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,11 @@
 #include "common/logging.h"
 
 namespace nereid::energy {
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 namespace {
 
 // "2026-12-01T18:00:00Z" -> Unix seconds (UTC only: the trailing Z is required).

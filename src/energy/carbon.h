@@ -16,6 +16,9 @@
 
 namespace nereid::energy {
 
+// Seconds since the Unix epoch: the clock intensities are stamped in.
+double WallSeconds();
+
 class CarbonIntensity {
  public:
   // 'fixed_g_per_kwh' < 0: none (then 'file' must give it); 'file' empty: the fixed value only.

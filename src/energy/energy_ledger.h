@@ -92,8 +92,12 @@ class EnergyLedger {
   std::vector<ModelEnergy> Models() const;
   // Whether grams CO2e are being counted (an intensity is known).
   bool carbon_known() const { return carbon_ && carbon_->known(); }
+  // The carbon intensity in force (null: none), and the batch reports lost to a full ring.
+  const CarbonIntensity* carbon() const { return carbon_.get(); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   std::vector<ScopeEnergy> Scopes() const;
   // Prometheus text of both (nereid_energy_* families).
+  // The Prometheus families (energy_prometheus.h).
   std::string PrometheusText() const;
 
  private:

@@ -107,25 +107,18 @@ class EnsembleScheduler::StepLimiter {
   std::deque<Ready> waiting_;
 };
 
-EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config,
-                                     RequestObserver* requests, ExecutionObserver* executions,
-                                     InferApiLink* link)
-    : name_(config.name()),
-      max_batch_size_(config.max_batch_size()),
-      decoupled_(config.model_transaction_policy().decoupled()),
-      requests_(requests),
-      executions_(executions),
-      link_(link) {
-  std::map<std::string, int> index;  // tensor name -> its index in tensors_
+EnsembleWiring EnsembleWiring::Of(const inference::ModelConfig& config) {
+  EnsembleWiring w;
+  std::map<std::string, int> index;  // tensor name -> its index in tensors
   auto tensor_index = [&](const std::string& name) {
-    auto [it, fresh] = index.emplace(name, static_cast<int>(tensors_.size()));
-    if (fresh) tensors_.push_back(name);
+    auto [it, fresh] = index.emplace(name, static_cast<int>(w.tensors.size()));
+    if (fresh) w.tensors.push_back(name);
     return it->second;
   };
-  for (const auto& in : config.input()) inputs_.emplace_back(in.name(), tensor_index(in.name()));
+  for (const auto& in : config.input()) w.inputs.emplace_back(in.name(), tensor_index(in.name()));
   for (const auto& out : config.output()) {
-    outputs_[out.name()] = tensor_index(out.name());
-    output_dims_[out.name()].assign(out.dims().begin(), out.dims().end());
+    w.outputs[out.name()] = tensor_index(out.name());
+    w.output_dims[out.name()].assign(out.dims().begin(), out.dims().end());
   }
   for (const auto& s : config.ensemble_scheduling().step()) {
     Step step;
@@ -138,22 +131,35 @@ EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config,
       step.inputs.emplace_back(model_input, tensor_index(tensor));
     for (const auto& [model_output, tensor] : out)
       step.outputs.emplace_back(model_output, tensor_index(tensor));
-    steps_.push_back(std::move(step));
+    w.steps.push_back(std::move(step));
   }
-  producer_.assign(tensors_.size(), -1);
-  readers_.assign(tensors_.size(), {});
-  for (int i = 0; i < static_cast<int>(steps_.size()); ++i) {
-    for (const auto& [name, t] : steps_[i].outputs) producer_[t] = i;
-    for (const auto& [name, t] : steps_[i].inputs)
-      if (std::find(readers_[t].begin(), readers_[t].end(), i) == readers_[t].end()) {
-        readers_[t].push_back(i);
-        steps_[i].reads.push_back(t);
+  w.producer.assign(w.tensors.size(), -1);
+  w.readers.assign(w.tensors.size(), {});
+  for (int i = 0; i < static_cast<int>(w.steps.size()); ++i) {
+    for (const auto& [name, t] : w.steps[i].outputs) w.producer[t] = i;
+    for (const auto& [name, t] : w.steps[i].inputs)
+      if (std::find(w.readers[t].begin(), w.readers[t].end(), i) == w.readers[t].end()) {
+        w.readers[t].push_back(i);
+        w.steps[i].reads.push_back(t);
       }
   }
-  is_output_.assign(tensors_.size(), 0);
-  for (const auto& [name, t] : outputs_) is_output_[t] = 1;
+  w.is_output.assign(w.tensors.size(), 0);
+  for (const auto& [name, t] : w.outputs) w.is_output[t] = 1;
+  return w;
+}
+
+EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config,
+                                     RequestObserver* requests, ExecutionObserver* executions,
+                                     InferApiLink* link)
+    : name_(config.name()),
+      max_batch_size_(config.max_batch_size()),
+      decoupled_(config.model_transaction_policy().decoupled()),
+      requests_(requests),
+      executions_(executions),
+      link_(link),
+      wiring_(EnsembleWiring::Of(config)) {
   if (const uint32_t limit = config.ensemble_scheduling().max_inflight_requests(); limit > 0)
-    for (size_t i = 0; i < steps_.size(); ++i)
+    for (size_t i = 0; i < wiring_.steps.size(); ++i)
       limiters_.push_back(std::make_unique<StepLimiter>(limit));
 }
 
@@ -168,24 +174,25 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   auto context = std::make_shared<Context>();
   Context& c = *context;
   c.start_ns = request->times.received_ns ? request->times.received_ns : SteadyNowNs();
-  c.tensors.resize(tensors_.size());
-  c.next_iteration.assign(tensors_.size(), 0);
-  c.needed.assign(tensors_.size(), 0);
-  c.used.assign(steps_.size(), 0);
+  c.tensors.resize(wiring_.tensors.size());
+  c.next_iteration.assign(wiring_.tensors.size(), 0);
+  c.needed.assign(wiring_.tensors.size(), 0);
+  c.used.assign(wiring_.steps.size(), 0);
   // The steps that lead to what the client asked for (Model::Validate has filled in every
   // output when it named none), walking back from those outputs.
   std::vector<int> todo;
   for (const auto& wanted : request->outputs)
-    if (auto it = outputs_.find(wanted.name); it != outputs_.end() && !c.needed[it->second]) {
+    if (auto it = wiring_.outputs.find(wanted.name);
+        it != wiring_.outputs.end() && !c.needed[it->second]) {
       c.needed[it->second] = 1;
       todo.push_back(it->second);
     }
   while (!todo.empty()) {
-    const int p = producer_[todo.back()];
+    const int p = wiring_.producer[todo.back()];
     todo.pop_back();
     if (p < 0 || c.used[p]) continue;
     c.used[p] = 1;
-    for (const auto& [name, t] : steps_[p].inputs)
+    for (const auto& [name, t] : wiring_.steps[p].inputs)
       if (!c.needed[t]) {
         c.needed[t] = 1;
         todo.push_back(t);
@@ -193,9 +200,9 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   }
   std::vector<Update> updates;
   for (const InferInput& in : request->inputs) {
-    auto it = std::find_if(inputs_.begin(), inputs_.end(),
+    auto it = std::find_if(wiring_.inputs.begin(), wiring_.inputs.end(),
                            [&](const auto& i) { return i.first == in.name; });
-    if (it == inputs_.end()) continue;  // Model::Validate refused unknown inputs
+    if (it == wiring_.inputs.end()) continue;  // Model::Validate refused unknown inputs
     updates.push_back(
         Write(c, it->second,
               Tensor{in.datatype, in.shape, in.data, in.byte_size, in.location,
@@ -219,8 +226,8 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
 
 EnsembleScheduler::Update EnsembleScheduler::Write(Context& c, int t, Tensor tensor) const {
   const uint32_t iteration = c.next_iteration[t]++;
-  int uses = is_output_[t] && c.needed[t] ? 1 : 0;  // the response
-  for (int s : readers_[t]) uses += c.used[s];
+  int uses = wiring_.is_output[t] && c.needed[t] ? 1 : 0;  // the response
+  for (int s : wiring_.readers[t]) uses += c.used[s];
   c.tensors[t].push_back({iteration, std::move(tensor), uses});
   return {t, iteration};
 }
@@ -230,19 +237,19 @@ void EnsembleScheduler::ReadyLocked(const std::shared_ptr<Context>& context,
   Context& c = *context;
   std::set<std::pair<int, uint32_t>> steps;  // (step, iteration), each once
   for (const Update& update : updates)
-    for (int s : readers_[update.first])
-      if (c.used[s] && std::all_of(steps_[s].reads.begin(), steps_[s].reads.end(),
+    for (int s : wiring_.readers[update.first])
+      if (c.used[s] && std::all_of(wiring_.steps[s].reads.begin(), wiring_.steps[s].reads.end(),
                                    [&](int in) { return c.Find(in, update.second) != nullptr; }))
         steps.emplace(s, update.second);
   for (const auto& [s, iteration] : steps) {
     ready->push_back({s, StepRequest(context, s, iteration)});
-    for (int t : steps_[s].reads) c.Use(t, iteration);
+    for (int t : wiring_.steps[s].reads) c.Use(t, iteration);
   }
 }
 
 std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
     const std::shared_ptr<Context>& context, int index, uint32_t iteration) {
-  const Step& step = steps_[index];
+  const Step& step = wiring_.steps[index];
   const InferenceRequest& top = *context->request;
   auto r = std::make_unique<InferenceRequest>();
   r->model_name = step.model;
@@ -263,7 +270,7 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
   for (const auto& [name, t] : step.inputs) {
     const Tensor& tensor = *context->Find(t, iteration);
     if (!tensor.present) continue;  // left out upstream: the model may take it as optional
-    if (producer_[t] >= 0)
+    if (wiring_.producer[t] >= 0)
       CountHandoff(HandoffKind::kEnsemble, tensor.location.type == MemoryType::kGpu,
                    tensor.byte_size);
     InferInput in;
@@ -278,7 +285,7 @@ std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
     if (context->needed[t]) {
       RequestedOutput& out = r->outputs.emplace_back();
       out.name = name;
-      out.device_ok = !is_output_[t];  // read by steps only: it may stay on a GPU
+      out.device_ok = !wiring_.is_output[t];  // read by steps only: it may stay on a GPU
     }
   r->times.received_ns = SteadyNowNs();
   r->on_complete = [this, context, index](std::unique_ptr<InferenceResponse> response) {
@@ -325,7 +332,7 @@ void EnsembleScheduler::Launch(std::vector<Ready>& ready) {
 
 void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int index,
                                  std::unique_ptr<InferenceResponse> response) {
-  const Step& step = steps_[index];
+  const Step& step = wiring_.steps[index];
   // A decoupled model answers more than once; only its final answer ends the step.
   const bool final = response->final;
   std::vector<Ready> ready;
@@ -390,17 +397,17 @@ std::unique_ptr<InferenceResponse> EnsembleScheduler::DecoupledResponseLocked(
   for (const Update& update : updates) {
     const int t = update.first;
     const uint32_t iteration = update.second;
-    if (!c.needed[t] || !is_output_[t]) continue;
+    if (!c.needed[t] || !wiring_.is_output[t]) continue;
     const auto& wanted = c.request->outputs;
     if (!std::all_of(wanted.begin(), wanted.end(),
-                     [&](const auto& w) { return c.Find(outputs_.at(w.name), iteration); }))
+                     [&](const auto& w) { return c.Find(wiring_.outputs.at(w.name), iteration); }))
       continue;
     auto response = std::make_unique<InferenceResponse>();
     if (Status s = FillOutputs(c, iteration, *response); !s.ok()) {
       c.error = s;
       return nullptr;
     }
-    for (const auto& w : wanted) c.Use(outputs_.at(w.name), iteration);
+    for (const auto& w : wanted) c.Use(wiring_.outputs.at(w.name), iteration);
     return response;
   }
   return nullptr;
@@ -410,18 +417,18 @@ Status EnsembleScheduler::FillOutputs(Context& c, uint32_t iteration,
                                       InferenceResponse& response) const {
   const InferenceRequest& request = *c.request;
   for (const RequestedOutput& wanted : request.outputs) {
-    const int t = outputs_.at(wanted.name);
+    const int t = wiring_.outputs.at(wanted.name);
     const Tensor& tensor = *c.Find(t, iteration);
     if (!tensor.present) {  // a step left it out: the response lacks it (Triton's)
       LOG_VERBOSE(1) << "in ensemble '" << name_ << "': Composing models did not output tensor "
-                     << tensors_[t];
+                     << wiring_.tensors[t];
       continue;
     }
     InferOutput out;
     out.name = wanted.name;
     out.datatype = tensor.datatype;
     out.shape = EnsembleReshape(tensor.shape, tensor.from_batching, max_batch_size_ > 0,
-                                output_dims_.at(wanted.name));
+                                wiring_.output_dims.at(wanted.name));
     out.binary = wanted.binary;
     out.buffer =
         Buffer(const_cast<uint8_t*>(tensor.data), tensor.byte_size, tensor.location, tensor.keep);
@@ -469,7 +476,7 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
       // Every requested output must exist by now; otherwise no step was left that could write it.
       const auto& wanted = c.request->outputs;
       if (!std::all_of(wanted.begin(), wanted.end(),
-                       [&](const auto& w) { return c.Find(outputs_.at(w.name), 0); }))
+                       [&](const auto& w) { return c.Find(wiring_.outputs.at(w.name), 0); }))
         error = InvalidArgument("in ensemble '" + name_ +
                                 "', unexpected deadlock, at least one output is not set while no "
                                 "more ensemble steps can be made");

@@ -26,6 +26,29 @@
 
 namespace nereid {
 
+// An ensemble's steps and tensors as its config wires them: each tensor by index, the step that
+// writes it and those that read it, and the ensemble's own inputs and outputs.
+struct EnsembleWiring {
+  struct Step {
+    std::string model;
+    int64_t version = -1;
+    std::vector<std::pair<std::string, int>> inputs;   // model input -> tensor index
+    std::vector<std::pair<std::string, int>> outputs;  // model output -> tensor index
+    std::vector<int> reads;  // distinct tensors among 'inputs' (one may feed two model inputs)
+  };
+  std::vector<std::string> tensors;  // by index
+  std::vector<Step> steps;
+  std::vector<int> producer;                                // by tensor: the step writing it, or -1
+  std::vector<std::vector<int>> readers;                    // by tensor: the steps reading it
+  std::vector<std::pair<std::string, int>> inputs;          // ensemble input -> tensor
+  std::map<std::string, int> outputs;                       // ensemble output -> tensor
+  std::map<std::string, std::vector<int64_t>> output_dims;  // ensemble output -> config dims
+  std::vector<char> is_output;                              // by tensor
+
+  // From a config the repository has checked (ensemble_config.h).
+  static EnsembleWiring Of(const inference::ModelConfig& config);
+};
+
 class EnsembleScheduler final : public Scheduler {
  public:
   // 'link' reaches the server the steps are sent to; the ensemble's own requests and executions
@@ -41,13 +64,7 @@ class EnsembleScheduler final : public Scheduler {
   size_t Pending() const override;
 
  private:
-  struct Step {
-    std::string model;
-    int64_t version = -1;
-    std::vector<std::pair<std::string, int>> inputs;   // model input -> tensor index
-    std::vector<std::pair<std::string, int>> outputs;  // model output -> tensor index
-    std::vector<int> reads;  // distinct tensors among 'inputs' (one may feed two model inputs)
-  };
+  using Step = EnsembleWiring::Step;
   struct Tensor;
   class Context;
   class StepLimiter;
@@ -88,15 +105,8 @@ class EnsembleScheduler final : public Scheduler {
   RequestObserver* requests_;
   ExecutionObserver* executions_;
   InferApiLink* link_;
-  std::vector<std::string> tensors_;  // by index
-  std::vector<Step> steps_;
-  std::vector<int> producer_;                        // by tensor: the step writing it, or -1
-  std::vector<std::vector<int>> readers_;            // by tensor: the steps reading it
-  std::vector<std::pair<std::string, int>> inputs_;  // ensemble input -> tensor
-  std::map<std::string, int> outputs_;               // ensemble output -> tensor
-  std::map<std::string, std::vector<int64_t>> output_dims_;  // ensemble output -> config dims
-  std::vector<char> is_output_;                              // by tensor
-  std::vector<std::unique_ptr<StepLimiter>> limiters_;       // by step, with max_inflight_requests
+  const EnsembleWiring wiring_;
+  std::vector<std::unique_ptr<StepLimiter>> limiters_;  // by step, with max_inflight_requests
 
   std::mutex launch_mu_;
   std::deque<Ready> outbox_;  // step requests to send, by whichever thread is sending

@@ -14,171 +14,15 @@
 namespace nereid {
 namespace {
 
-using Control = inference::ModelSequenceBatching::Control;
-
 // Sequences that may wait for a slot (Triton sets no bound): past it a new START is refused with
 // UNAVAILABLE, so clients that start sequences and never end them cannot grow memory without end.
 constexpr size_t kMaxBackloggedSequences = size_t{1} << 20;
-// A sequence's initial state may not exceed this (a config, which a client may send, chooses it).
-constexpr int64_t kMaxStateBytes = int64_t{256} << 20;
-
-template <typename T>
-std::vector<uint8_t> ElementBytes(T value) {
-  std::vector<uint8_t> bytes(sizeof(T));
-  std::memcpy(bytes.data(), &value, sizeof(T));
-  return bytes;
-}
 
 std::string IdText(const CorrelationId& id) {
   return id.is_text ? id.text : std::to_string(id.number);
 }
 
-// The CORRID tensor's one element: the id in the control's type (32-bit types keep the low 32
-// bits), or for TYPE_STRING a BYTES element.
-std::vector<uint8_t> CorrelationBytes(DataType type, const CorrelationId* id) {
-  const uint64_t n = id != nullptr && !id->is_text ? id->number : 0;
-  switch (type) {
-    case DataType::kUint64:
-      return ElementBytes<uint64_t>(n);
-    case DataType::kInt64:
-      return ElementBytes<int64_t>(static_cast<int64_t>(n));
-    case DataType::kUint32:
-      return ElementBytes<uint32_t>(static_cast<uint32_t>(n));
-    case DataType::kInt32:
-      return ElementBytes<int32_t>(static_cast<int32_t>(n));
-    default: {  // BYTES
-      std::vector<uint8_t> bytes;
-      backend::AppendBytesElement(bytes, id != nullptr && id->is_text ? id->text : "");
-      return bytes;
-    }
-  }
-}
-
-// Zeros for a state of 'type' and 'shape' (a BYTES element of zero length each).
-StatusOr<std::vector<uint8_t>> Zeros(const std::string& state, DataType type,
-                                     const std::vector<int64_t>& shape) {
-  const int64_t bytes = ZeroFilledByteSize(type, shape);
-  if (bytes < 0 || bytes > kMaxStateBytes)
-    return InvalidArgument("state '" + state + "' of shape " + ShapeString(shape) +
-                           " exceeds the " + std::to_string(kMaxStateBytes >> 20) +
-                           " MiB a sequence's state may hold");
-  return std::vector<uint8_t>(static_cast<size_t>(bytes), 0);
-}
-
-StatusOr<SequenceStateSpec> ReadState(const inference::ModelSequenceBatching::State& s,
-                                      const std::filesystem::path& model_dir) {
-  SequenceStateSpec spec;
-  spec.input_name = s.input_name();
-  spec.output_name = s.output_name();
-  spec.type = FromConfigType(s.data_type());
-  for (int64_t d : s.dims()) spec.initial_shape.push_back(d < 0 ? 1 : d);
-  if (s.initial_state_size() == 0) {
-    ASSIGN_OR_RETURN(spec.initial, Zeros(spec.input_name, spec.type, spec.initial_shape));
-    return spec;
-  }
-  const auto& init = s.initial_state(0);
-  spec.initial_shape.assign(init.dims().begin(), init.dims().end());
-  ASSIGN_OR_RETURN(std::vector<uint8_t> zeros,
-                   Zeros(spec.input_name, spec.type, spec.initial_shape));
-  if (init.has_zero_data()) {
-    spec.initial = std::move(zeros);
-    return spec;
-  }
-  ASSIGN_OR_RETURN(spec.initial,
-                   ReadModelFileBytes(model_dir, model_dir / "initial_state", init.data_file(),
-                                      "sequence_batching.state.initial_state.data_file",
-                                      kMaxStateBytes, "initial state files"));
-  // Triton's rules: a fixed-size state takes the file's first bytes (a shorter file is an error,
-  // in Triton's words). A STRING state's buffer is zeroed after the file is read, so whatever the
-  // file holds the state starts as empty strings; only a size that is no whole number of length
-  // prefixes is refused.
-  if (spec.type == DataType::kBytes) {
-    if (spec.initial.size() % sizeof(uint32_t) != 0)
-      return InvalidArgument(
-          "The total byte size must be a multiple of 4 when setting the sequence state to zero.");
-    spec.initial = std::move(zeros);
-    return spec;
-  }
-  if (spec.initial.size() < zeros.size())
-    return InvalidArgument("initial_state setting expects " + std::to_string(zeros.size()) +
-                           " bytes, but the data provided from " + init.data_file() + "only has " +
-                           std::to_string(spec.initial.size()) + " bytes.");
-  spec.initial.resize(zeros.size());
-  return spec;
-}
-
 }  // namespace
-
-StatusOr<SequenceBatcherConfig> ReadSequenceBatcherConfig(const inference::ModelConfig& config,
-                                                          const std::filesystem::path& model_dir) {
-  const auto& sb = config.sequence_batching();
-  SequenceBatcherConfig c;
-  c.model = config.name();
-  c.max_batch_size = config.max_batch_size();
-  c.oldest = sb.has_oldest();
-  c.device_state = ReadsDeviceInputs(config);
-  const size_t rows = static_cast<size_t>(std::max<int64_t>(1, c.max_batch_size));
-  if (c.oldest) {
-    const auto& o = sb.oldest();
-    c.slots_per_instance =
-        o.max_candidate_sequences() > 0 ? static_cast<size_t>(o.max_candidate_sequences()) : rows;
-    c.max_queue_delay_ns = o.max_queue_delay_microseconds() * 1000;
-    c.preferred_batch_sizes.assign(o.preferred_batch_size().begin(),
-                                   o.preferred_batch_size().end());
-    if (c.preferred_batch_sizes.empty()) c.preferred_batch_sizes.push_back(int64_t(rows));
-    std::sort(c.preferred_batch_sizes.begin(), c.preferred_batch_sizes.end());
-  } else {
-    c.slots_per_instance = rows;
-    c.max_queue_delay_ns = sb.direct().max_queue_delay_microseconds() * 1000;
-    c.minimum_slot_utilization = sb.direct().minimum_slot_utilization();
-  }
-  if (sb.max_sequence_idle_microseconds() > 0)
-    c.idle_ns = sb.max_sequence_idle_microseconds() * 1000;
-  for (const auto& input : sb.control_input()) {
-    for (const auto& ctl : input.control()) {
-      SequenceControl s;
-      s.name = input.name();
-      switch (ctl.kind()) {
-        case Control::CONTROL_SEQUENCE_START:
-          s.kind = SequenceControl::Kind::kStart;
-          break;
-        case Control::CONTROL_SEQUENCE_END:
-          s.kind = SequenceControl::Kind::kEnd;
-          break;
-        case Control::CONTROL_SEQUENCE_READY:
-          s.kind = SequenceControl::Kind::kReady;
-          break;
-        default:
-          s.kind = SequenceControl::Kind::kCorrelationId;
-          break;
-      }
-      if (s.kind == SequenceControl::Kind::kCorrelationId) {
-        s.type = FromConfigType(ctl.data_type());
-      } else if (ctl.int32_false_true_size() == 2) {
-        s.type = DataType::kInt32;
-        for (int i = 0; i < 2; ++i)
-          s.false_true[i] = ElementBytes<int32_t>(ctl.int32_false_true(i));
-      } else if (ctl.fp32_false_true_size() == 2) {
-        s.type = DataType::kFp32;
-        for (int i = 0; i < 2; ++i) s.false_true[i] = ElementBytes<float>(ctl.fp32_false_true(i));
-      } else {
-        s.type = DataType::kBool;
-        for (int i = 0; i < 2; ++i)
-          s.false_true[i] =
-              ElementBytes<uint8_t>(ctl.bool_false_true_size() == 2 && ctl.bool_false_true(i));
-      }
-      c.controls.push_back(std::move(s));
-    }
-  }
-  for (const auto& state : sb.state()) {
-    auto spec = ReadState(state, model_dir);
-    if (!spec.ok())
-      return Status(spec.status().code(),
-                    "model '" + config.name() + "': " + spec.status().message());
-    c.states.push_back(std::move(spec).value());
-  }
-  return c;
-}
 
 SequenceBatcher::SequenceBatcher(SequenceBatcherConfig config,
                                  std::vector<BatchExecutor*> instances, RequestObserver* requests)
@@ -286,8 +130,7 @@ void SequenceBatcher::ForgetLocked(const Sequence& sequence) {
 void SequenceBatcher::ReleaseSlotLocked(size_t instance, size_t slot) {
   Slot& s = instances_[instance].slots[slot];
   s.sequence.reset();
-  s.state.clear();
-  s.state_shape.clear();
+  s.state = SequenceState();
   if (backlog_.empty()) {
     free_.emplace(slot, instance);
     return;
@@ -367,63 +210,6 @@ uint64_t SequenceBatcher::HoldUntilLocked(const std::vector<size_t>& ready, size
   return used >= config_.minimum_slot_utilization ? 0 : due;
 }
 
-void SequenceBatcher::AddControls(InferenceRequest& request, bool start, bool end, bool ready,
-                                  const CorrelationId* id) const {
-  const std::vector<int64_t> shape =
-      config_.max_batch_size > 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1};
-  for (const auto& c : config_.controls) {
-    InferInput& in = request.inputs.emplace_back();
-    in.name = c.name;
-    in.datatype = c.type;
-    in.shape = shape;
-    switch (c.kind) {
-      case SequenceControl::Kind::kStart:
-        in.Own(c.false_true[start ? 1 : 0]);
-        break;
-      case SequenceControl::Kind::kEnd:
-        in.Own(c.false_true[end ? 1 : 0]);
-        break;
-      case SequenceControl::Kind::kReady:
-        in.Own(c.false_true[ready ? 1 : 0]);
-        break;
-      case SequenceControl::Kind::kCorrelationId:
-        in.Own(CorrelationBytes(c.type, id));
-        break;
-    }
-  }
-}
-
-std::vector<std::string> SequenceBatcher::AddState(InferenceRequest& request, const Slot& slot,
-                                                   bool initial) const {
-  std::vector<std::string> added;
-  for (size_t i = 0; i < config_.states.size(); ++i) {
-    const SequenceStateSpec& spec = config_.states[i];
-    InferInput& in = request.inputs.emplace_back();
-    in.name = spec.input_name;
-    in.datatype = spec.type;
-    if (initial || i >= slot.state.size()) {
-      in.shape = spec.initial_shape;
-      if (config_.max_batch_size > 0) in.shape.insert(in.shape.begin(), 1);
-      in.Own(spec.initial);
-    } else {
-      const Buffer& state = slot.state[i];
-      in.shape = slot.state_shape[i];
-      in.Borrow(state.data(), state.size(), state.location(), state.owner());
-      CountHandoff(HandoffKind::kSequenceState, state.location().type == MemoryType::kGpu,
-                   state.size());
-    }
-    auto asked = std::find_if(request.outputs.begin(), request.outputs.end(),
-                              [&](const RequestedOutput& o) { return o.name == spec.output_name; });
-    if (asked == request.outputs.end()) {
-      // Not the client's: the engine may leave it on its GPU for the next request.
-      request.outputs.emplace_back().name = spec.output_name;
-      request.outputs.back().device_ok = config_.device_state;
-      added.push_back(spec.output_name);
-    }
-  }
-  return added;
-}
-
 std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, size_t slot) {
   Slot& s = instances_[instance].slots[slot];
   std::shared_ptr<Sequence> sequence = s.sequence;
@@ -432,9 +218,9 @@ std::unique_ptr<InferenceRequest> SequenceBatcher::TakeLocked(size_t instance, s
   --queued_;
   const bool start = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
   const bool end = (request->flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
-  AddControls(*request, start, end, /*ready=*/true, &sequence->id);
+  AddControls(config_, *request, start, end, /*ready=*/true, &sequence->id);
   // State outputs the client did not ask for are dropped from its response.
-  std::vector<std::string> added = AddState(*request, s, start);
+  std::vector<std::string> added = AddState(config_, *request, s.state, start);
   ++s.in_flight;
   ResponsePath::Of(*request).Set(
       ResponseStage::kScheduler, [this, instance, slot, added = std::move(added)](
@@ -461,45 +247,10 @@ void SequenceBatcher::OnComplete(size_t instance, size_t slot, const InferenceRe
   {
     std::lock_guard<std::mutex> lock(mu_);
     Slot& s = instances_[instance].slots[slot];
-    if (response.status.ok() && !config_.states.empty() && s.sequence) {
-      s.state.resize(config_.states.size());
-      s.state_shape.resize(config_.states.size());
-      for (size_t i = 0; i < config_.states.size(); ++i)
-        for (const auto& out : response.outputs)
-          if (out.name == config_.states[i].output_name) {
-            if (out.buffer.location().type == MemoryType::kGpu) {
-              s.state[i] = out.buffer;  // the server's allocation: kept, not copied
-            } else {
-              // A backend may reuse a host buffer once the response is out: copied.
-              auto owned = std::make_shared<std::vector<uint8_t>>(out.bytes(),
-                                                                  out.bytes() + out.byte_size());
-              s.state[i] = Buffer(owned->data(), owned->size(), MemoryLocation{}, owned);
-            }
-            s.state_shape[i] = out.shape;
-          }
-    }
+    if (response.status.ok() && s.sequence) KeepState(config_, response, &s.state);
     if (response.final && s.in_flight > 0) --s.in_flight;
   }
   cv_.notify_all();
-}
-
-std::unique_ptr<InferenceRequest> SequenceBatcher::PaddingLocked(const InferenceRequest& like) {
-  auto pad = std::make_unique<InferenceRequest>();
-  pad->model_name = like.model_name;
-  pad->model_version = like.model_version;
-  pad->padding = true;
-  pad->batch_size = 1;
-  pad->payload = like.payload;
-  // Its inputs, the state included, are the representative's (so the batch's shapes agree); its
-  // controls say READY false.
-  for (const auto& in : like.inputs)
-    if (std::none_of(config_.controls.begin(), config_.controls.end(),
-                     [&](const SequenceControl& c) { return c.name == in.name; }))
-      pad->inputs.push_back(in);
-  for (const auto& out : like.outputs) pad->outputs.emplace_back().name = out.name;
-  AddControls(*pad, false, false, /*ready=*/false, nullptr);
-  pad->times.received_ns = pad->times.queued_ns = SteadyNowNs();
-  return pad;
 }
 
 std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::FormBatchLocked(
@@ -550,7 +301,7 @@ std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::FormBatchLocked(
     if (take[s]) rows[s] = TakeLocked(instance, s);
   const InferenceRequest& like = *rows[ready.front()];
   for (size_t s = 0; s <= top; ++s)
-    if (!rows[s]) rows[s] = PaddingLocked(like);
+    if (!rows[s]) rows[s] = PaddingRow(config_, like);
   return rows;
 }
 

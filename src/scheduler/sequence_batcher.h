@@ -30,54 +30,11 @@
 #include "common/status.h"
 #include "config/model_config.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/sequence_inputs.h"
 
 namespace nereid {
 
 class RequestObserver;
-
-// One control tensor the batcher adds to every request it runs.
-struct SequenceControl {
-  enum class Kind { kStart, kEnd, kReady, kCorrelationId };
-  Kind kind = Kind::kStart;
-  std::string name;
-  DataType type = DataType::kInvalid;
-  std::array<std::vector<uint8_t>, 2> false_true;  // one element each (not for CORRID)
-};
-
-// One implicit state: the input it is fed as, the output it is read from, and what a sequence
-// starts with (initial_state's zeros or file, else zeros with variable dimensions as 1).
-struct SequenceStateSpec {
-  std::string input_name, output_name;
-  DataType type = DataType::kInvalid;
-  std::vector<int64_t> initial_shape;  // without the batch dimension
-  std::vector<uint8_t> initial;
-};
-
-struct SequenceBatcherConfig {
-  std::string model;
-  bool oldest = false;
-  int64_t max_batch_size = 0;
-  size_t slots_per_instance = 1;
-  uint64_t idle_ns = 1'000'000'000;
-  uint64_t max_queue_delay_ns = 0;
-  double minimum_slot_utilization = 0;         // Direct
-  std::vector<int64_t> preferred_batch_sizes;  // Oldest, ascending
-  std::vector<SequenceControl> controls;
-  std::vector<SequenceStateSpec> states;
-  // The instances read device memory (ReadsDeviceInputs): a state the engine writes on a GPU
-  // stays there for the sequence's next request.
-  bool device_state = false;
-  // Triton's test hooks: no batch is formed until this many requests are queued in slots
-  // (TRITONSERVER_DELAY_SCHEDULER) and, with that set, this many wait in the backlog
-  // (TRITONSERVER_BACKLOG_DELAY_SCHEDULER), once.
-  size_t hold_until_queued = 0;
-  size_t hold_until_backlogged = 0;
-};
-
-// The batcher's settings from a validated config; an initial_state data_file is read from
-// '<model_dir>/initial_state/' (and must stay inside the model's directory).
-StatusOr<SequenceBatcherConfig> ReadSequenceBatcherConfig(const inference::ModelConfig& config,
-                                                          const std::filesystem::path& model_dir);
 
 class SequenceBatcher : public InstanceThreadsScheduler {
  public:
@@ -100,10 +57,7 @@ class SequenceBatcher : public InstanceThreadsScheduler {
   struct Slot {
     std::shared_ptr<Sequence> sequence;  // null: free
     int in_flight = 0;                   // requests run and not completed (at most one)
-    // Per SequenceStateSpec (empty: initial): the last state, in host memory, or left in device
-    // memory where the engine wrote it (device_state).
-    std::vector<Buffer> state;
-    std::vector<std::vector<int64_t>> state_shape;
+    SequenceState state;
   };
   struct Instance {
     BatchExecutor* executor = nullptr;
@@ -129,14 +83,6 @@ class SequenceBatcher : public InstanceThreadsScheduler {
                                                                  std::vector<size_t> ready);
   // Pops the slot's next request and dresses it: controls, state, completion hook.
   std::unique_ptr<InferenceRequest> TakeLocked(size_t instance, size_t slot);
-  // A padding row: a copy of 'like' (a real row of the batch), its state included, with READY
-  // false, START and END false and CORRID 0.
-  std::unique_ptr<InferenceRequest> PaddingLocked(const InferenceRequest& like);
-  void AddControls(InferenceRequest& request, bool start, bool end, bool ready,
-                   const CorrelationId* id) const;
-  // Adds the state inputs; returns the state outputs it added to what the client asked for.
-  std::vector<std::string> AddState(InferenceRequest& request, const Slot& slot,
-                                    bool initial) const;
   void OnComplete(size_t instance, size_t slot, const InferenceResponse& response);
   size_t BackloggedRequestsLocked() const;
 
