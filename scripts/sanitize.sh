@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers (part of scripts/test.sh; also runs alone):
-#   ASan+UBSan (build-asan/): every unit test, both fuzz corpora, and the end-to-end tests of
+#   ASan+UBSan (build-asan/): every unit test, the four fuzz corpora, and the end-to-end tests of
 #                             memory, threads and parsers against the instrumented server binary
 #   TSan (build-tsan/):       the batcher, sequence-batcher, request-queue, adaptive-delay,
 #                             repository, response-cache, energy-ledger and rate-limiter tests
@@ -17,7 +17,8 @@ export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppress
 echo "== ASan+UBSan build (build-asan)"
 # What the pass runs, not the benchmarks and the load generator (no sanitized test uses them).
 BUILD_DIR=build-asan CMAKE_BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DNEREID_SANITIZE=ON -DNEREID_CUDA=OFF" \
-  NINJA_TARGETS="nereid nereid_unit_tests request_fuzz server_fuzz nereid_backend_native
+  NINJA_TARGETS="nereid nereid_unit_tests request_fuzz http_route_fuzz infer_wire_fuzz server_fuzz
+    nereid_backend_native
     nereid_backend_identity nereid_backend_onnxruntime nereid_backend_python nereid_backend_repeat
     nereid_backend_dyna_sequence" scripts/build.sh
 echo "== ASan+UBSan: unit tests and fuzz corpora"

@@ -1,5 +1,6 @@
 #include "repository/background_tasks.h"
 
+#include <condition_variable>
 #include <exception>
 #include <utility>
 
@@ -63,6 +64,27 @@ std::shared_ptr<std::atomic<bool>> BackgroundTasks::Retire(
     done->store(true);
   });
   return done;
+}
+
+std::optional<Status> BackgroundTasks::RunWithin(std::chrono::milliseconds timeout,
+                                                 std::function<Status()> task) {
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  Run([outcome, task = std::move(task)] {
+    Status s = task();
+    std::lock_guard<std::mutex> lock(outcome->mu);
+    outcome->status = std::move(s);
+    outcome->done = true;
+    outcome->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(outcome->mu);
+  if (!outcome->cv.wait_for(lock, timeout, [&] { return outcome->done; })) return std::nullopt;
+  return outcome->status;
 }
 
 void BackgroundTasks::WaitUntil(std::chrono::steady_clock::time_point deadline) {

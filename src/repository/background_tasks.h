@@ -9,9 +9,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "common/status.h"
 #include "runtime/model.h"
 
 namespace nereid {
@@ -27,6 +29,9 @@ class BackgroundTasks {
 
   // Runs 'task' on a thread of its own; finished ones are joined as new ones start.
   void Run(std::function<void()> task);
+  // Runs 'task' on a thread of its own and waits up to 'timeout' for its status; nothing when it
+  // has not finished by then (it goes on in the background, its status dropped).
+  std::optional<Status> RunWithin(std::chrono::milliseconds timeout, std::function<Status()> task);
   // Stops the models on a thread of their own. The returned flag turns true when all are stopped.
   std::shared_ptr<std::atomic<bool>> Retire(std::vector<std::shared_ptr<Model>> retired);
   // Waits until 'deadline' for every task, those the waited-for start included; those still

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -129,34 +130,20 @@ Status ModelRepository::Load(const std::string& name, const std::string& config_
   }
   // The load runs on a thread of its own, so that one that hangs (a model.py blocking at import,
   // a backend that never returns) costs its caller no more than the load timeout.
-  struct Outcome {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status status;
-  };
-  auto outcome = std::make_shared<Outcome>();
-  tasks_.Run([this, name, config_json, generation, attempt, outcome, overrides, fingerprint] {
-    Status s = LoadModel(name, config_json, generation, attempt, {}, overrides);
-    {
-      auto t = registry_.Lock();
-      t->loading.erase(attempt);
-      ModelEntry& m = t->models[name];
-      if (m.generation == generation) m.fingerprint = s.ok() ? fingerprint : 0;
-    }
-    std::lock_guard<std::mutex> lock(outcome->mu);
-    outcome->status = std::move(s);
-    outcome->done = true;
-    outcome->cv.notify_all();
-  });
-  {
-    std::unique_lock<std::mutex> lock(outcome->mu);
-    if (outcome->cv.wait_for(lock, options_.load_timeout, [&] { return outcome->done; })) {
-      const Status& s = outcome->status;
-      // Triton's form of a load that ran and failed.
-      if (s.ok() || s.message().starts_with("failed to load")) return s;
-      return Status(s.code(), "load failed for model '" + name + "': " + s.message());
-    }
+  const std::optional<Status> done = tasks_.RunWithin(
+      options_.load_timeout,
+      [this, name, config_json, generation, attempt, overrides, fingerprint] {
+        Status s = LoadModel(name, config_json, generation, attempt, {}, overrides);
+        auto t = registry_.Lock();
+        t->loading.erase(attempt);
+        ModelEntry& m = t->models[name];
+        if (m.generation == generation) m.fingerprint = s.ok() ? fingerprint : 0;
+        return s;
+      });
+  if (done) {
+    // Triton's form of a load that ran and failed.
+    if (done->ok() || done->message().starts_with("failed to load")) return *done;
+    return Status(done->code(), "load failed for model '" + name + "': " + done->message());
   }
   const std::string reason =
       "failed to load '" + name + "': the load did not finish within " +
