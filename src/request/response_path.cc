@@ -23,11 +23,6 @@ void ResponsePath::Set(ResponseStage stage, Stage run, std::function<void()> ref
   if (i >= stages_.size()) return;  // the sink is the request's own callback
   stages_[i] = std::move(run);
   refused_[i] = stages_[i] ? std::move(refused) : nullptr;
-  const uint8_t bit = static_cast<uint8_t>(1u << i);
-  if (stages_[i] && (ever_declared_ & bit) == 0) {
-    ever_declared_ |= bit;
-    declared_order_[declared_++] = static_cast<uint8_t>(i);
-  }
 }
 
 ResponseCallback ResponsePath::After(ResponseStage stage) {
@@ -38,8 +33,8 @@ ResponseCallback ResponsePath::After(ResponseStage stage) {
 void ResponsePath::Unwind(InferenceRequest& request) {
   std::shared_ptr<ResponsePath> path = std::move(request.path);
   if (!path) return;
-  for (size_t k = path->declared_; k-- > 0;)
-    if (auto& refused = path->refused_[path->declared_order_[k]]) std::exchange(refused, nullptr)();
+  for (auto& refused : path->refused_)
+    if (refused) std::exchange(refused, nullptr)();
   request.on_complete = std::move(path->sink_);
 }
 

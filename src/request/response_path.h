@@ -55,8 +55,9 @@ class ResponsePath : public std::enable_shared_from_this<ResponsePath> {
   // The stages after 'stage', as a callback that keeps the path alive.
   ResponseCallback After(ResponseStage stage);
 
-  // 'request' was refused before it could be answered: each declared stage's 'refused' runs (the
-  // last declared first), and the request is left as it came, on_complete its sink again. The one
+  // 'request' was refused before it could be answered: each declared stage's 'refused' runs, in
+  // stage order (the one nearest the backend first, as the pipeline declares them last), and the
+  // request is left as it came, on_complete its sink again. The one
   // place a refusal unwinds what its stages took.
   static void Unwind(InferenceRequest& request);
 
@@ -65,9 +66,6 @@ class ResponsePath : public std::enable_shared_from_this<ResponsePath> {
 
   std::array<Stage, kResponseStageCount - 1> stages_;  // every stage but the sink
   std::array<std::function<void()>, kResponseStageCount - 1> refused_;
-  std::array<uint8_t, kResponseStageCount - 1> declared_order_{};  // Unwind's order
-  size_t declared_ = 0;
-  uint8_t ever_declared_ = 0;  // one bit per stage
   ResponseCallback sink_;
 };
 

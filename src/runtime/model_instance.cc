@@ -186,12 +186,13 @@ void ModelInstance::Deliver(InferenceRequest& request,
 void ModelInstance::ShowFinal(const BackendRequest& r, InferenceResponse& response) const {
   if (requests_ == nullptr) return;
   // A second request of the batch may complete before the first has recorded the batch's end.
+  const uint64_t now = SteadyNowNs();
   uint64_t end = r.execution->end_ns.load(std::memory_order_acquire);
-  if (end == 0) end = SteadyNowNs();
+  if (end == 0) end = now;
   const ExecutionRecord execution = r.execution->AsRecord(end);
   RequestRecord record;
   record.request = r.request.get();
-  record.end_ns = SteadyNowNs();
+  record.end_ns = now;
   record.execution = &execution;
   requests_->OnFinalResponse(record, response);
 }

@@ -39,9 +39,10 @@ ServerMetadata InferenceServer::GetServerMetadata() const {
 
 bool InferenceServer::Ready() const { return !draining() && repository_->Ready(); }
 
-Status InferenceServer::Infer(std::string_view name, int64_t version, const RequestContext& context,
-                              const RequestDecoder& decode, std::shared_ptr<ResponseSink> sink) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, repository_->GetModel(std::string(name), version));
+Status InferenceServer::Infer(const std::string& name, int64_t version,
+                              const RequestContext& context, const RequestDecoder& decode,
+                              std::shared_ptr<ResponseSink> sink) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Model> model, repository_->GetModel(name, version));
   RETURN_IF_ERROR(CheckEndpoint(*model, context.endpoint));
   ASSIGN_OR_RETURN(RequestDescription description, decode());
   ASSIGN_OR_RETURN(std::unique_ptr<InferenceRequest> request,

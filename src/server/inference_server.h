@@ -46,7 +46,7 @@ class InferenceServer final : public ServerApi, public InferApi {
                                                int64_t version) const override;
   StatusOr<std::vector<ModelStatistics>> Statistics(const std::string& name,
                                                     int64_t version) const override;
-  Status Infer(std::string_view name, int64_t version, const RequestContext& context,
+  Status Infer(const std::string& name, int64_t version, const RequestContext& context,
                const RequestDecoder& decode, std::shared_ptr<ResponseSink> sink) override;
   SharedMemoryRegistry& shared_memory() override { return shared_memory_; }
   StatusOr<trace::SettingMap> TraceSettings(const std::string& model,

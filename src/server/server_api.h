@@ -135,7 +135,7 @@ class ServerApi {
   // 'context.endpoint', decodes the request ('decode'), builds it (request_builder.h), samples it
   // for tracing and enqueues it; its responses go to 'sink'. An error means the request was not
   // accepted and 'sink' hears nothing more.
-  virtual Status Infer(std::string_view name, int64_t version, const RequestContext& context,
+  virtual Status Infer(const std::string& name, int64_t version, const RequestContext& context,
                        const RequestDecoder& decode, std::shared_ptr<ResponseSink> sink) = 0;
 
   // ---- shared memory (the system and CUDA shared-memory extensions) ----

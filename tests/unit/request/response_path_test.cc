@@ -78,7 +78,7 @@ TEST(ResponsePath, AStageMayHoldAResponseAndHandItOnLater) {
   EXPECT_EQ(seen, (std::vector<std::string>{"cache", "sink:c"}));
 }
 
-TEST(ResponsePath, UnwindGivesBackWhatEachStageTookLastFirstAndRestoresTheSink) {
+TEST(ResponsePath, UnwindGivesBackWhatEachStageTookInStageOrderAndRestoresTheSink) {
   std::vector<std::string> seen;
   auto r = Request(&seen);
   ResponsePath::Of(*r).Set(ResponseStage::kCache, Mark(&seen, "cache"),
