@@ -28,6 +28,59 @@ bool ModelRegistry::Table::Reaches(const std::string& from, const std::string& t
   return false;
 }
 
+uint64_t ModelRegistry::Table::ClaimStepLoad(const std::string& name) {
+  ModelEntry& m = models[name];
+  const bool unloaded =
+      !m.versions.empty() && std::all_of(m.versions.begin(), m.versions.end(), [](const auto& v) {
+        return !v.second.model && v.second.reason == "unloaded";
+      });
+  return m.generation == 0 || unloaded ? ++m.generation : 0;
+}
+
+ModelRegistry::Unloaded ModelRegistry::Table::Unload(const std::string& name, bool dependents) {
+  Unloaded out;
+  auto it = models.find(name);
+  if (it == models.end()) return out;
+  ++it->second.generation;
+  it->second.fingerprint = 0;
+  for (const auto& entry : models) {
+    const auto named = LoadedSteps(entry.first);
+    if (std::find(named.begin(), named.end(), name) != named.end())
+      out.users.push_back(entry.first);
+  }
+  if (dependents) out.steps = LoadedSteps(name);
+  for (auto& [v, entry] : it->second.versions) {
+    if (entry.model) out.retired.push_back(std::move(entry.model));
+    entry.model.reset();
+    entry.state = "UNAVAILABLE";
+    entry.reason = "unloaded";
+  }
+  it->second.reason.clear();
+  return out;
+}
+
+ModelRegistry::Table::Committed ModelRegistry::Table::Commit(const std::string& name,
+                                                             uint64_t generation,
+                                                             const LoadAttempt& attempt,
+                                                             std::map<int64_t, VersionEntry> loaded,
+                                                             const std::string& first_error) {
+  Committed out;
+  ModelEntry& m = models[name];
+  const bool serving = std::any_of(m.versions.begin(), m.versions.end(),
+                                   [](const auto& v) { return v.second.model != nullptr; });
+  out.overtaken = !Current(m, generation, attempt);
+  if (out.overtaken || (!first_error.empty() && serving)) {
+    for (auto& [v, entry] : loaded)
+      if (entry.model) out.retired.push_back(std::move(entry.model));
+  } else {
+    for (auto& [v, old] : m.versions)
+      if (old.model) out.retired.push_back(std::move(old.model));
+    m.versions = std::move(loaded);
+  }
+  if (!out.overtaken) m.reason = first_error;
+  return out;
+}
+
 StatusOr<std::shared_ptr<Model>> ModelRegistry::Get(const std::string& name,
                                                     int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -138,6 +191,39 @@ bool ModelRegistry::AllReady() const {
       if (entry.state != "READY" && entry.reason != "unloaded") return false;
   }
   return true;
+}
+
+StatusOr<std::vector<std::shared_ptr<Model>>> ModelRegistry::EnsembleSteps(
+    const std::string& name, const inference::ModelConfig& config) const {
+  std::vector<std::shared_ptr<Model>> models;
+  for (const auto& step : config.ensemble_scheduling().step()) {
+    const std::string& dep = step.model_name();
+    const int64_t version = step.model_version();
+    auto model = Get(dep, version);
+    if (model.ok()) {
+      models.push_back(std::move(model).value());
+      continue;
+    }
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = table_.models.find(dep); it != table_.models.end()) reason = it->second.reason;
+    }
+    const bool failed = !reason.empty() && reason != "unloaded";
+    // A missing version of a model that serves others, or of one that never failed, is the
+    // version's fault; otherwise the model's failure is the reason.
+    if (version >= 0 && (!failed || !ReadyVersions(dep).empty()))
+      return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                             "' whose required version " + std::to_string(version) +
+                             " is not loaded");
+    if (failed)
+      return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                             "' which is not valid. Model '" + dep +
+                             "' failed with error: " + reason);
+    return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
+                           "' which has no loaded version.");
+  }
+  return models;
 }
 
 }  // namespace nereid

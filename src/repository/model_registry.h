@@ -43,6 +43,13 @@ class ModelRegistry {
     bool abandoned = false;
   };
 
+  // What an unload takes out of service (Table::Unload).
+  struct Unloaded {
+    std::vector<std::shared_ptr<Model>> retired;
+    std::vector<std::string> users;  // loaded ensembles whose steps name the model
+    std::vector<std::string> steps;  // with 'dependents': the models its own steps name
+  };
+
   struct Table {
     std::map<std::string, ModelEntry> models;
     std::set<std::shared_ptr<LoadAttempt>> loading;  // loads running (StopAll aborts them)
@@ -53,6 +60,29 @@ class ModelRegistry {
     // Whether a loaded version of 'from' is an ensemble whose steps lead to 'target'.
     bool Reaches(const std::string& from, const std::string& target,
                  std::set<std::string>& seen) const;
+    // The generation of a load of 'name' as an ensemble's step: a new one where no load of it was
+    // tried yet or it was unloaded since (Triton loads an ensemble's unloaded steps again), else 0.
+    uint64_t ClaimStepLoad(const std::string& name);
+    // What an unload of 'name' takes out of service: its versions (each marked unloaded, the
+    // generation bumped so that a load still running discards what it builds), the loaded
+    // ensembles whose steps name it (they go too, as in Triton) and, with 'dependents', the models
+    // its own steps name. Nothing when 'name' was never loaded.
+    Unloaded Unload(const std::string& name, bool dependents);
+    // Whether a load of generation 'generation' still speaks for 'm': no later load or unload
+    // began, its caller has not given up on it, the server is not stopping.
+    bool Current(const ModelEntry& m, uint64_t generation, const LoadAttempt& attempt) const {
+      return m.generation == generation && !attempt.abandoned && !stopping;
+    }
+    // Commits the versions a load built ('first_error': its first version's failure, if any):
+    // they replace what serves, unless the load no longer speaks for the model ('overtaken') or
+    // a version failed while older ones serve (a failed reload leaves them serving, as in
+    // Triton). Returns what is to be retired, the replaced or the discarded.
+    struct Committed {
+      std::vector<std::shared_ptr<Model>> retired;
+      bool overtaken = false;
+    };
+    Committed Commit(const std::string& name, uint64_t generation, const LoadAttempt& attempt,
+                     std::map<int64_t, VersionEntry> loaded, const std::string& first_error);
   };
 
   // The table, under the lock for as long as this lives.
@@ -84,6 +114,11 @@ class ModelRegistry {
   std::vector<std::string> Failed() const;
   // Every model asked for is ready (strict readiness).
   bool AllReady() const;
+  // The models the steps of ensemble 'name' run, for checking it against them before it loads;
+  // a step whose model is not ready fails with Triton's reason (the model's own load error, or
+  // the missing version).
+  StatusOr<std::vector<std::shared_ptr<Model>>> EnsembleSteps(
+      const std::string& name, const inference::ModelConfig& config) const;
 
  private:
   mutable std::mutex mu_;

@@ -212,53 +212,16 @@ Status ModelRepository::PrepareEnsemble(const std::string& name, inference::Mode
     if (!store_.FindModelDir(dep).ok())
       return InvalidArgument("ensemble " + name +
                              " contains models that are not available or ambiguous: " + dep);
-    uint64_t generation = 0;
-    {
-      auto t = registry_.Lock();
-      ModelEntry& m = t->models[dep];
-      // Never tried, or unloaded since (Triton loads an ensemble's unloaded steps again).
-      const bool unloaded = !m.versions.empty() &&
-                            std::all_of(m.versions.begin(), m.versions.end(), [](const auto& v) {
-                              return !v.second.model && v.second.reason == "unloaded";
-                            });
-      if (m.generation == 0 || unloaded) generation = ++m.generation;
-    }
+    const uint64_t generation = registry_.Lock()->ClaimStepLoad(dep);
     if (generation > 0) {
       LOG_INFO << "loading '" << dep << "', a step of ensemble '" << name << "'";
       Status s = LoadModel(dep, "", generation, attempt, chain);
       if (!s.ok()) LOG_ERROR << s.message();
     }
   }
-  std::vector<std::shared_ptr<Model>> held;  // alive while their configs are read
+  ASSIGN_OR_RETURN(const auto held, registry_.EnsembleSteps(name, config));
   std::vector<const inference::ModelConfig*> configs;
-  const auto& steps = config.ensemble_scheduling().step();
-  for (int i = 0; i < steps.size(); ++i) {
-    const std::string& dep = steps[i].model_name();
-    const int64_t version = steps[i].model_version();
-    auto model = GetModel(dep, version);
-    if (!model.ok()) {
-      std::string reason;
-      {
-        auto t = registry_.Lock();
-        if (auto it = t->models.find(dep); it != t->models.end()) reason = it->second.reason;
-      }
-      const bool failed = !reason.empty() && reason != "unloaded";
-      // A missing version of a model that serves others, or of one that never failed, is the
-      // version's fault; otherwise the model's failure is the reason.
-      if (version >= 0 && (!failed || !ReadyVersions(dep).empty()))
-        return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
-                               "' whose required version " + std::to_string(version) +
-                               " is not loaded");
-      if (failed)
-        return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
-                               "' which is not valid. Model '" + dep +
-                               "' failed with error: " + reason);
-      return InvalidArgument("ensemble '" + name + "' depends on '" + dep +
-                             "' which has no loaded version.");
-    }
-    configs.push_back(&(*model)->config());
-    held.push_back(std::move(model).value());
-  }
+  for (const auto& model : held) configs.push_back(&model->config());
   RETURN_IF_ERROR(CheckEnsembleSteps(config, configs));
   // A decoupled step makes the ensemble decoupled (Triton's), and then it cannot cache.
   if (std::any_of(held.begin(), held.end(), [](const auto& m) { return m->decoupled(); })) {
@@ -272,24 +235,21 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
                                   uint64_t generation, const std::shared_ptr<LoadAttempt>& attempt,
                                   std::vector<std::string> chain,
                                   const std::shared_ptr<OverrideFiles>& overrides) {
-  // Whether this load still speaks for the model: no later load or unload began, the caller has
-  // not given up on it, the server is not stopping. With the registry locked.
-  auto current = [&](const ModelRegistry::Table& table, const ModelEntry& m) {
-    return m.generation == generation && !attempt->abandoned && !table.stopping;
-  };
   auto plan = store_.PlanLoad(name, config_json, nullptr, overrides ? overrides->model_dir() : "");
   if (!plan.ok()) {
     auto t = registry_.Lock();
     // Versions that were serving keep serving; the reason is recorded for the index and for
     // requests to a model that has none.
-    if (ModelEntry& m = t->models[name]; current(*t, m)) m.reason = plan.status().message();
+    if (ModelEntry& m = t->models[name]; t->Current(m, generation, *attempt))
+      m.reason = plan.status().message();
     return plan.status();
   }
   const inference::ModelConfig& config = plan->parsed.config;
   if (config.platform() == "ensemble")
     if (Status s = PrepareEnsemble(name, plan->parsed.config, attempt, std::move(chain)); !s.ok()) {
       auto t = registry_.Lock();
-      if (ModelEntry& m = t->models[name]; current(*t, m)) m.reason = s.message();
+      if (ModelEntry& m = t->models[name]; t->Current(m, generation, *attempt))
+        m.reason = s.message();
       return s;
     }
   const std::vector<int64_t>& versions = plan->versions;
@@ -321,31 +281,10 @@ Status ModelRepository::LoadModel(const std::string& name, const std::string& co
     loaded[v] = std::move(entry);
   }
 
-  std::vector<std::shared_ptr<Model>> retired;
-  bool overtaken = false;
-  {
-    auto t = registry_.Lock();
-    ModelEntry& m = t->models[name];
-    bool serving = false;
-    for (const auto& [v, old] : m.versions) serving = serving || old.model != nullptr;
-    if (!current(*t, m)) {
-      overtaken = true;
-      for (auto& [v, entry] : loaded)
-        if (entry.model) retired.push_back(entry.model);
-    } else if (!first_error.empty() && serving) {
-      // A failed reload leaves what was serving untouched (Triton does the same); the versions
-      // that did load are dropped with it.
-      for (auto& [v, entry] : loaded)
-        if (entry.model) retired.push_back(entry.model);
-    } else {
-      for (auto& [v, old] : m.versions)
-        if (old.model) retired.push_back(old.model);
-      m.versions = std::move(loaded);
-    }
-    if (!overtaken) m.reason = first_error;
-  }
-  tasks_.Retire(std::move(retired));
-  if (overtaken)
+  ModelRegistry::Table::Committed committed =
+      registry_.Lock()->Commit(name, generation, *attempt, std::move(loaded), first_error);
+  tasks_.Retire(std::move(committed.retired));
+  if (committed.overtaken)
     return Unavailable("the load of '" + name +
                        "' was overtaken (timed out, or a later load or "
                        "unload began); what it built is stopped");
@@ -365,31 +304,14 @@ void ModelRepository::AbortStarted(const std::vector<std::weak_ptr<Model>>& star
 
 Status ModelRepository::Unload(const std::string& name, bool dependents) {
   RETURN_IF_ERROR(CheckModelName(name));
-  std::vector<std::shared_ptr<Model>> retired;
-  std::vector<std::string> steps;  // with 'dependents': the models an ensemble's steps name
-  std::vector<std::string> users;  // loaded ensembles that name this model in a step
+  ModelRegistry::Unloaded unloaded;
   {
     auto t = registry_.Lock();
-    auto it = t->models.find(name);
     // Not loaded (or not anywhere): nothing to do, as in Triton.
-    if (it == t->models.end()) return Status::Ok();
-    ++it->second.generation;  // a load still running discards what it builds
-    it->second.fingerprint = 0;
-    // Ensembles whose steps name this model go with it (Triton unloads them too).
-    for (const auto& entry : t->models) {
-      const auto named = t->LoadedSteps(entry.first);
-      if (std::find(named.begin(), named.end(), name) != named.end()) users.push_back(entry.first);
-    }
-    if (dependents) steps = t->LoadedSteps(name);
-    for (auto& [v, entry] : it->second.versions) {
-      if (entry.model) retired.push_back(entry.model);
-      entry.model.reset();
-      entry.state = "UNAVAILABLE";
-      entry.reason = "unloaded";
-    }
-    it->second.reason.clear();
+    if (t->models.find(name) == t->models.end()) return Status::Ok();
+    unloaded = t->Unload(name, dependents);
   }
-  auto stopped = tasks_.Retire(std::move(retired));
+  auto stopped = tasks_.Retire(std::move(unloaded.retired));
   const auto deadline = std::chrono::steady_clock::now() + kUnloadWait;
   while (!stopped->load() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -402,11 +324,11 @@ Status ModelRepository::Unload(const std::string& name, bool dependents) {
                 << " s, --model-unload-timeout-secs, then it is aborted)";
   }
   // Ensembles cannot form cycles (PrepareEnsemble refuses them), so these end.
-  for (const std::string& user : users) {
+  for (const std::string& user : unloaded.users) {
     LOG_INFO << "unloading ensemble '" << user << "': its step model '" << name << "' was unloaded";
     RETURN_IF_ERROR(Unload(user));
   }
-  for (const std::string& step : steps) RETURN_IF_ERROR(Unload(step, /*dependents=*/true));
+  for (const std::string& step : unloaded.steps) RETURN_IF_ERROR(Unload(step, /*dependents=*/true));
   return Status::Ok();
 }
 
