@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "nereid/backend_util.h"
-#include "scheduler/ensemble_scheduler.h"
+#include "scheduler/ensemble_wiring.h"
 
 namespace nereid {
 namespace {

@@ -14,20 +14,6 @@
 
 namespace nereid {
 
-// An ensemble tensor of one request at one iteration: a view of a client's input or of a step's
-// output buffer, kept alive by 'keep' (the client's payload, or the step's response). A step that
-// left an output out writes a placeholder (data null), so that what reads it still runs.
-struct EnsembleScheduler::Tensor {
-  DataType datatype = DataType::kInvalid;
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;
-  size_t byte_size = 0;
-  MemoryLocation location;
-  std::shared_ptr<const void> keep;
-  bool present = false;
-  bool from_batching = false;  // its writer batches: the client of a batching ensemble, or a step
-};
-
 // One client request on its way through the steps. A decoupled step writes its outputs once per
 // response: each write is the tensor's next iteration, and a step runs once per iteration for
 // which every tensor it reads exists (Triton's rule).
@@ -41,7 +27,7 @@ class EnsembleScheduler::Context {
   // that use it and, for a requested output, the response), and the iteration its next write gets.
   struct Entry {
     uint32_t iteration;
-    Tensor tensor;
+    EnsembleTensor tensor;
     int uses;
   };
   std::vector<std::vector<Entry>> tensors;
@@ -53,7 +39,7 @@ class EnsembleScheduler::Context {
   Status error;
   std::mutex send_mu;  // decoupled: the client's responses leave in the order they were made
 
-  const Tensor* Find(int t, uint32_t iteration) const {
+  const EnsembleTensor* Find(int t, uint32_t iteration) const {
     for (const Entry& e : tensors[t])
       if (e.iteration == iteration) return &e.tensor;
     return nullptr;
@@ -106,47 +92,6 @@ class EnsembleScheduler::StepLimiter {
   uint32_t in_flight_ = 0;
   std::deque<Ready> waiting_;
 };
-
-EnsembleWiring EnsembleWiring::Of(const inference::ModelConfig& config) {
-  EnsembleWiring w;
-  std::map<std::string, int> index;  // tensor name -> its index in tensors
-  auto tensor_index = [&](const std::string& name) {
-    auto [it, fresh] = index.emplace(name, static_cast<int>(w.tensors.size()));
-    if (fresh) w.tensors.push_back(name);
-    return it->second;
-  };
-  for (const auto& in : config.input()) w.inputs.emplace_back(in.name(), tensor_index(in.name()));
-  for (const auto& out : config.output()) {
-    w.outputs[out.name()] = tensor_index(out.name());
-    w.output_dims[out.name()].assign(out.dims().begin(), out.dims().end());
-  }
-  for (const auto& s : config.ensemble_scheduling().step()) {
-    Step step;
-    step.model = s.model_name();
-    step.version = s.model_version();
-    // Sorted by the model's tensor names: a step's request lists them in a fixed order.
-    std::map<std::string, std::string> in(s.input_map().begin(), s.input_map().end());
-    std::map<std::string, std::string> out(s.output_map().begin(), s.output_map().end());
-    for (const auto& [model_input, tensor] : in)
-      step.inputs.emplace_back(model_input, tensor_index(tensor));
-    for (const auto& [model_output, tensor] : out)
-      step.outputs.emplace_back(model_output, tensor_index(tensor));
-    w.steps.push_back(std::move(step));
-  }
-  w.producer.assign(w.tensors.size(), -1);
-  w.readers.assign(w.tensors.size(), {});
-  for (int i = 0; i < static_cast<int>(w.steps.size()); ++i) {
-    for (const auto& [name, t] : w.steps[i].outputs) w.producer[t] = i;
-    for (const auto& [name, t] : w.steps[i].inputs)
-      if (std::find(w.readers[t].begin(), w.readers[t].end(), i) == w.readers[t].end()) {
-        w.readers[t].push_back(i);
-        w.steps[i].reads.push_back(t);
-      }
-  }
-  w.is_output.assign(w.tensors.size(), 0);
-  for (const auto& [name, t] : w.outputs) w.is_output[t] = 1;
-  return w;
-}
 
 EnsembleScheduler::EnsembleScheduler(const inference::ModelConfig& config,
                                      RequestObserver* requests, ExecutionObserver* executions,
@@ -205,8 +150,8 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
     if (it == wiring_.inputs.end()) continue;  // Model::Validate refused unknown inputs
     updates.push_back(
         Write(c, it->second,
-              Tensor{in.datatype, in.shape, in.data, in.byte_size, in.location,
-                     in.owned ? in.owned : request->payload, true, max_batch_size_ > 0}));
+              EnsembleTensor{in.datatype, in.shape, in.data, in.byte_size, in.location,
+                             in.owned ? in.owned : request->payload, true, max_batch_size_ > 0}));
   }
   c.respond = std::move(request->on_complete);
   c.request = std::move(request);
@@ -224,7 +169,7 @@ Status EnsembleScheduler::Enqueue(std::unique_ptr<InferenceRequest>& request) {
   return Status::Ok();
 }
 
-EnsembleScheduler::Update EnsembleScheduler::Write(Context& c, int t, Tensor tensor) const {
+EnsembleScheduler::Update EnsembleScheduler::Write(Context& c, int t, EnsembleTensor tensor) const {
   const uint32_t iteration = c.next_iteration[t]++;
   int uses = wiring_.is_output[t] && c.needed[t] ? 1 : 0;  // the response
   for (int s : wiring_.readers[t]) uses += c.used[s];
@@ -249,44 +194,9 @@ void EnsembleScheduler::ReadyLocked(const std::shared_ptr<Context>& context,
 
 std::unique_ptr<InferenceRequest> EnsembleScheduler::StepRequest(
     const std::shared_ptr<Context>& context, int index, uint32_t iteration) {
-  const Step& step = wiring_.steps[index];
-  const InferenceRequest& top = *context->request;
-  auto r = std::make_unique<InferenceRequest>();
-  r->model_name = step.model;
-  r->model_version = step.version;
-  // Each step carries the client's id, sequence, priority, timeout and parameters (Triton's).
-  r->id = top.id;
-  r->priority = top.priority;
-  r->timeout_us = top.timeout_us;
-  r->deadline_ns = top.deadline_ns;
-  r->parameters = top.parameters;
-  r->flags = top.flags;
-  r->correlation_id = top.correlation_id;
-  r->cancel = top.cancel;
-  r->ensemble_step = true;
-  // A traced ensemble's steps are traced as its children (their parent_id, their model spans
-  // under its own).
-  if (top.trace) r->trace = top.trace->Child(step.model, step.version);
-  for (const auto& [name, t] : step.inputs) {
-    const Tensor& tensor = *context->Find(t, iteration);
-    if (!tensor.present) continue;  // left out upstream: the model may take it as optional
-    if (wiring_.producer[t] >= 0)
-      CountHandoff(HandoffKind::kEnsemble, tensor.location.type == MemoryType::kGpu,
-                   tensor.byte_size);
-    InferInput in;
-    in.name = name;
-    in.datatype = tensor.datatype;
-    in.shape = tensor.shape;
-    in.from_batching = tensor.from_batching;
-    in.Borrow(tensor.data, tensor.byte_size, tensor.location, tensor.keep);
-    r->inputs.push_back(std::move(in));
-  }
-  for (const auto& [name, t] : step.outputs)
-    if (context->needed[t]) {
-      RequestedOutput& out = r->outputs.emplace_back();
-      out.name = name;
-      out.device_ok = !wiring_.is_output[t];  // read by steps only: it may stay on a GPU
-    }
+  auto r = MakeStepRequest(
+      wiring_, index, *context->request, [&](int t) { return context->Find(t, iteration); },
+      context->needed);
   r->times.received_ns = SteadyNowNs();
   r->on_complete = [this, context, index](std::unique_ptr<InferenceResponse> response) {
     StepDone(context, index, std::move(response));
@@ -352,16 +262,16 @@ void EnsembleScheduler::StepDone(const std::shared_ptr<Context>& context, int in
       if (!c.needed[t]) continue;
       auto o = std::find_if(kept->outputs.begin(), kept->outputs.end(),
                             [&](const InferOutput& x) { return x.name == output.first; });
-      Tensor tensor;  // a placeholder unless the step wrote it
+      EnsembleTensor tensor;  // a placeholder unless the step wrote it
       if (o != kept->outputs.end())
-        tensor = Tensor{o->datatype,
-                        o->shape,
-                        o->buffer.data(),
-                        o->buffer.size(),
-                        o->buffer.location(),
-                        std::shared_ptr<const void>(kept, o->bytes()),
-                        true,
-                        kept->model_batches};
+        tensor = EnsembleTensor{o->datatype,
+                                o->shape,
+                                o->buffer.data(),
+                                o->buffer.size(),
+                                o->buffer.location(),
+                                std::shared_ptr<const void>(kept, o->bytes()),
+                                true,
+                                kept->model_batches};
       updates.push_back(Write(c, t, std::move(tensor)));
     }
     ReadyLocked(context, updates, &ready);
@@ -403,7 +313,10 @@ std::unique_ptr<InferenceResponse> EnsembleScheduler::DecoupledResponseLocked(
                      [&](const auto& w) { return c.Find(wiring_.outputs.at(w.name), iteration); }))
       continue;
     auto response = std::make_unique<InferenceResponse>();
-    if (Status s = FillOutputs(c, iteration, *response); !s.ok()) {
+    if (Status s = FillEnsembleResponse(
+            wiring_, max_batch_size_ > 0, *c.request, [&](int t) { return c.Find(t, iteration); },
+            *response);
+        !s.ok()) {
       c.error = s;
       return nullptr;
     }
@@ -411,58 +324,6 @@ std::unique_ptr<InferenceResponse> EnsembleScheduler::DecoupledResponseLocked(
     return response;
   }
   return nullptr;
-}
-
-Status EnsembleScheduler::FillOutputs(Context& c, uint32_t iteration,
-                                      InferenceResponse& response) const {
-  const InferenceRequest& request = *c.request;
-  for (const RequestedOutput& wanted : request.outputs) {
-    const int t = wiring_.outputs.at(wanted.name);
-    const Tensor& tensor = *c.Find(t, iteration);
-    if (!tensor.present) {  // a step left it out: the response lacks it (Triton's)
-      LOG_VERBOSE(1) << "in ensemble '" << name_ << "': Composing models did not output tensor "
-                     << wiring_.tensors[t];
-      continue;
-    }
-    InferOutput out;
-    out.name = wanted.name;
-    out.datatype = tensor.datatype;
-    out.shape = EnsembleReshape(tensor.shape, tensor.from_batching, max_batch_size_ > 0,
-                                wiring_.output_dims.at(wanted.name));
-    out.binary = wanted.binary;
-    out.buffer =
-        Buffer(const_cast<uint8_t*>(tensor.data), tensor.byte_size, tensor.location, tensor.keep);
-    if (wanted.has_destination) {
-      RETURN_IF_ERROR(CheckOutputRegion(wanted, wanted.name, tensor.byte_size));
-      Buffer region(wanted.destination.data(), tensor.byte_size, wanted.destination.location(),
-                    wanted.destination.owner());
-      RETURN_IF_ERROR(CopyIntoRegion(region, tensor.data, tensor.byte_size));
-      out.buffer = region;
-      out.in_shared_memory = true;
-    }
-    response.outputs.push_back(std::move(out));
-  }
-  // Every ensemble response carries the request's sequence id and flags (Triton's).
-  auto parameter = [&](const char* name, RequestParameter::Type type) -> RequestParameter& {
-    RequestParameter& p = response.parameters.emplace_back();
-    p.name = name;
-    p.type = type;
-    return p;
-  };
-  if (request.correlation_id.is_text)
-    parameter("sequence_id", RequestParameter::Type::kString).string_value =
-        request.correlation_id.text;
-  else
-    parameter("sequence_id", RequestParameter::Type::kInt64).int_value =
-        static_cast<int64_t>(request.correlation_id.number);
-  parameter("sequence_start", RequestParameter::Type::kBool).bool_value =
-      (request.flags & NEREID_REQUEST_FLAG_SEQUENCE_START) != 0;
-  parameter("sequence_end", RequestParameter::Type::kBool).bool_value =
-      (request.flags & NEREID_REQUEST_FLAG_SEQUENCE_END) != 0;
-  response.model_name = request.model_name;
-  response.model_version = request.model_version;
-  response.id = request.id;
-  return Status::Ok();
 }
 
 void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
@@ -482,7 +343,10 @@ void EnsembleScheduler::Finish(const std::shared_ptr<Context>& context) {
                                 "more ensemble steps can be made");
       else
         response = std::make_unique<InferenceResponse>();
-      if (response) error = FillOutputs(c, 0, *response);
+      if (response)
+        error = FillEnsembleResponse(
+            wiring_, max_batch_size_ > 0, *c.request, [&](int t) { return c.Find(t, 0); },
+            *response);
     }
   }
   std::unique_ptr<InferenceRequest> request = std::move(c.request);
@@ -541,19 +405,6 @@ bool EnsembleScheduler::StopUntil(std::chrono::steady_clock::time_point deadline
 size_t EnsembleScheduler::Pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   return in_flight_;
-}
-
-std::vector<int64_t> EnsembleReshape(const std::vector<int64_t>& shape, bool from_batching,
-                                     bool reader_batches, const std::vector<int64_t>& dims) {
-  if (from_batching == reader_batches) return shape;
-  if (reader_batches) {
-    if (!DimsMatch(shape, dims)) return shape;  // taken as already batched
-    std::vector<int64_t> batched{1};
-    batched.insert(batched.end(), shape.begin(), shape.end());
-    return batched;
-  }
-  if (DimsMatch(shape, dims) || shape.empty() || shape[0] != 1) return shape;
-  return {shape.begin() + 1, shape.end()};
 }
 
 StatusOr<std::unique_ptr<Scheduler>> MakeEnsembleScheduler(SchedulerContext& context) {

@@ -22,32 +22,10 @@
 #include "config/model_config.h"
 #include "metrics/observers.h"
 #include "request/infer_api.h"
+#include "scheduler/ensemble_wiring.h"
 #include "scheduler/scheduler.h"
 
 namespace nereid {
-
-// An ensemble's steps and tensors as its config wires them: each tensor by index, the step that
-// writes it and those that read it, and the ensemble's own inputs and outputs.
-struct EnsembleWiring {
-  struct Step {
-    std::string model;
-    int64_t version = -1;
-    std::vector<std::pair<std::string, int>> inputs;   // model input -> tensor index
-    std::vector<std::pair<std::string, int>> outputs;  // model output -> tensor index
-    std::vector<int> reads;  // distinct tensors among 'inputs' (one may feed two model inputs)
-  };
-  std::vector<std::string> tensors;  // by index
-  std::vector<Step> steps;
-  std::vector<int> producer;                                // by tensor: the step writing it, or -1
-  std::vector<std::vector<int>> readers;                    // by tensor: the steps reading it
-  std::vector<std::pair<std::string, int>> inputs;          // ensemble input -> tensor
-  std::map<std::string, int> outputs;                       // ensemble output -> tensor
-  std::map<std::string, std::vector<int64_t>> output_dims;  // ensemble output -> config dims
-  std::vector<char> is_output;                              // by tensor
-
-  // From a config the repository has checked (ensemble_config.h).
-  static EnsembleWiring Of(const inference::ModelConfig& config);
-};
 
 class EnsembleScheduler final : public Scheduler {
  public:
@@ -65,7 +43,6 @@ class EnsembleScheduler final : public Scheduler {
 
  private:
   using Step = EnsembleWiring::Step;
-  struct Tensor;
   class Context;
   class StepLimiter;
   using Update = std::pair<int, uint32_t>;  // a tensor and the iteration just written
@@ -76,7 +53,7 @@ class EnsembleScheduler final : public Scheduler {
   };
 
   // Records a value of tensor 't' (with the context's lock): the tensor's next iteration.
-  Update Write(Context& c, int t, Tensor tensor) const;
+  Update Write(Context& c, int t, EnsembleTensor tensor) const;
   // The step requests that 'updates' make ready: each step whose tensors all exist at an updated
   // iteration, once per iteration (with the context's lock).
   void ReadyLocked(const std::shared_ptr<Context>& context, const std::vector<Update>& updates,
@@ -92,8 +69,6 @@ class EnsembleScheduler final : public Scheduler {
   // at one iteration), if any (with the context's lock).
   std::unique_ptr<InferenceResponse> DecoupledResponseLocked(Context& c,
                                                              const std::vector<Update>& updates);
-  // The requested outputs at 'iteration', Triton's sequence parameters, the model's name.
-  Status FillOutputs(Context& c, uint32_t iteration, InferenceResponse& response) const;
   // Once nothing is left to run: the response (the error, or the final flag of a decoupled one)
   // and the statistics.
   void Finish(const std::shared_ptr<Context>& context);
@@ -117,13 +92,6 @@ class EnsembleScheduler final : public Scheduler {
   size_t in_flight_ = 0;
   bool stopping_ = false;
 };
-
-// Triton's shape rule between an ensemble tensor and its reader, where one batches and the other
-// does not: a tensor from a non-batching writer that matches a batching reader's 'dims' gets a
-// batch dimension of 1; a tensor of batch 1 from a batching writer that does not match a
-// non-batching reader's 'dims' loses it. Any other shape passes as it is.
-std::vector<int64_t> EnsembleReshape(const std::vector<int64_t>& shape, bool from_batching,
-                                     bool reader_batches, const std::vector<int64_t>& dims);
 
 // The "ensemble" entry of SchedulerFactory.
 struct SchedulerContext;
