@@ -308,6 +308,12 @@ bool ChooseRowSplit(const ModelState& m) {
   if (threads > 1) team = std::make_unique<kernels::ThreadTeam>(threads);
   kernels::ParallelScope scope(team.get());
   const double one = TimeRows(m, *m.graph, 1);  // (warms the graph's buffers too)
+  if (one < 0) {
+    Log(NEREID_LOG_INFO, "model '" + m.name +
+                             "': a row cannot be timed at load (inputs of variable dims, or "
+                             "outputs without the batch dimension): batches run whole");
+    return false;
+  }
   if (one < 5e-4 || one > 2e-2) {
     char line[160];
     std::snprintf(line, sizeof(line),

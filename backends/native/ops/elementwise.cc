@@ -1,10 +1,13 @@
 // Elementwise ops and activations: broadcasting binary arithmetic (Add, Sub, Mul, Div, Pow, PRelu),
-// the variadic Max, Min, Sum and Mean, and unary maths and activations (Relu, Sigmoid, Tanh, Clip,
-// LeakyRelu, HardSigmoid, HardSwish, Abs, Neg, Exp, Log, Sqrt, Reciprocal, Floor, Ceil, Erf).
+// the variadic Max, Min, Sum and Mean, unary maths and activations (Relu, Sigmoid, Tanh, Clip,
+// LeakyRelu, HardSigmoid, HardSwish, Abs, Neg, Exp, Log, Sqrt, Reciprocal, Floor, Ceil, Erf),
+// comparisons into BOOL (Equal, Less, LessOrEqual, Greater, GreaterOrEqual), logic on BOOL (And,
+// Or, Xor, Not) and Where.
 #include "cpu/elementwise.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -17,11 +20,13 @@ namespace {
 // Elements per piece when a loop is split over the thread team (smaller loops run inline).
 constexpr int64_t kParallelGrain = int64_t{1} << 15;
 
-template <typename T, typename Op>
+// y = op(a, b) elementwise with broadcasting; operands of type T, the result of type R (BOOL,
+// as uint8_t, for comparisons).
+template <typename T, typename R = T, typename Op>
 void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
-  T* py = y.mutable_data<T>();
+  R* py = y.mutable_data<R>();
   const int64_t n = y.elements();
   if (n == 0) return;  // (an empty dimension: nothing to divide rows by)
   const int64_t pieces = std::max<int64_t>(1, n / kParallelGrain);
@@ -62,7 +67,7 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
         oa += index[d] * sa[d];
         ob += index[d] * sb[d];
       }
-      T* out = py + row * inner;
+      R* out = py + row * inner;
       if (ib == 0 && ia == 1) {  // a row against one value (per-channel scale in NCHW)
         const T s = pb[ob];
         for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], s);
@@ -398,6 +403,122 @@ Status Tanh(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   return UnaryFloat(node, in, out, kernels::Tanh, [](auto v) { return std::tanh(v); });
 }
 
+// ---- comparisons, logic, Where
+// -------------------------------------------------------------------
+
+// y = cmp(a, b) into BOOL: numeric operands of one type (BOOL ones too, for Equal).
+template <typename Cmp>
+Status Compare(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out,
+               Cmp cmp) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  const Tensor &a = *in[0], &b = *in[1];
+  if (a.type() != b.type())
+    return node.Error("input types differ: " + std::string(DataTypeName(a.type())) + " and " +
+                      std::string(DataTypeName(b.type())));
+  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, a.shape(), b.shape()));
+  Tensor result = Tensor::Uninitialized(DataType::kBool, shape);
+  if (a.type() == DataType::kBool) {
+    BinaryLoop<uint8_t, uint8_t>(
+        a, b, result, [&](uint8_t x, uint8_t y) -> uint8_t { return cmp(x != 0, y != 0) ? 1 : 0; });
+  } else {
+    RETURN_IF_ERROR(DispatchNumeric(node, a.type(), [&](auto tag) -> Status {
+      using T = decltype(tag);
+      BinaryLoop<T, uint8_t>(a, b, result, [&](T x, T y) -> uint8_t { return cmp(x, y) ? 1 : 0; });
+      return Status::Ok();
+    }));
+  }
+  out[0] = std::move(result);
+  return Status::Ok();
+}
+
+#define NEREID_COMPARISON(Name, expr)                                                            \
+  Status Name(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) { \
+    return Compare(n, in, out, [](auto x, auto y) -> bool { return expr; });                     \
+  }
+NEREID_COMPARISON(Equal, x == y)
+NEREID_COMPARISON(Less, x < y)
+NEREID_COMPARISON(LessOrEqual, x <= y)
+NEREID_COMPARISON(Greater, x > y)
+NEREID_COMPARISON(GreaterOrEqual, x >= y)
+#undef NEREID_COMPARISON
+
+// And, Or, Xor: BOOL operands only (as ONNX defines them).
+template <typename Logic>
+Status BinaryLogic(const OpNode& node, const std::vector<const Tensor*>& in,
+                   std::vector<Tensor>& out, Logic logic) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 2));
+  for (const Tensor* t : in)
+    if (t->type() != DataType::kBool)
+      return node.Error("inputs must be BOOL, not " + std::string(DataTypeName(t->type())));
+  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, in[0]->shape(), in[1]->shape()));
+  Tensor result = Tensor::Uninitialized(DataType::kBool, shape);
+  BinaryLoop<uint8_t, uint8_t>(*in[0], *in[1], result, [&](uint8_t x, uint8_t y) -> uint8_t {
+    return logic(x != 0, y != 0) ? 1 : 0;
+  });
+  out[0] = std::move(result);
+  return Status::Ok();
+}
+Status And(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return BinaryLogic(n, in, out, [](bool x, bool y) { return x && y; });
+}
+Status Or(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return BinaryLogic(n, in, out, [](bool x, bool y) { return x || y; });
+}
+Status Xor(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return BinaryLogic(n, in, out, [](bool x, bool y) { return x != y; });
+}
+Status Not(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  if (x.type() != DataType::kBool)
+    return node.Error("input must be BOOL, not " + std::string(DataTypeName(x.type())));
+  Tensor y = Tensor::Uninitialized(DataType::kBool, x.shape());
+  const uint8_t* px = x.data<uint8_t>();
+  uint8_t* py = y.mutable_data<uint8_t>();
+  for (int64_t i = 0; i < x.elements(); ++i) py[i] = px[i] == 0 ? 1 : 0;
+  out[0] = std::move(y);
+  return Status::Ok();
+}
+
+// Where(condition, X, Y): X's element where the BOOL condition holds, else Y's, all three
+// broadcast to one shape; X and Y of one type (any fixed-size type: elements are copied).
+Status Where(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 3));
+  const Tensor &c = *in[0], &x = *in[1], &y = *in[2];
+  if (c.type() != DataType::kBool)
+    return node.Error("condition must be BOOL, not " + std::string(DataTypeName(c.type())));
+  if (x.type() != y.type())
+    return node.Error("X and Y types differ: " + std::string(DataTypeName(x.type())) + " and " +
+                      std::string(DataTypeName(y.type())));
+  if (x.type() == DataType::kBytes) return node.Refuse("BYTES (STRING) tensors are not supported");
+  ASSIGN_OR_RETURN(auto xy, BroadcastShape(node, x.shape(), y.shape()));
+  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, c.shape(), xy));
+  RETURN_IF_ERROR(CheckOutputShape(node, shape, x.type()));
+  Tensor result = Tensor::Uninitialized(x.type(), shape);
+  const size_t esize = DataTypeSize(x.type());
+  const int64_t n = result.elements();
+  const size_t rank = shape.size();
+  const auto sc = BroadcastStrides(c.shape(), shape);
+  const auto sx = BroadcastStrides(x.shape(), shape);
+  const auto sy = BroadcastStrides(y.shape(), shape);
+  const uint8_t* pc = c.data<uint8_t>();
+  const uint8_t *px = x.raw(), *py = y.raw();
+  uint8_t* po = result.mutable_raw();
+  std::vector<int64_t> index(rank, 0);
+  int64_t oc = 0, ox = 0, oy = 0;  // the operands' element offsets at 'index'
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(po + i * esize, pc[oc] ? px + ox * esize : py + oy * esize, esize);
+    for (size_t d = rank; d-- > 0;) {
+      oc += sc[d], ox += sx[d], oy += sy[d];
+      if (++index[d] < shape[d]) break;
+      oc -= sc[d] * shape[d], ox -= sx[d] * shape[d], oy -= sy[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+  out[0] = std::move(result);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<OpDef> ElementwiseOps() {
@@ -426,7 +547,17 @@ std::vector<OpDef> ElementwiseOps() {
           {"Reciprocal", Reciprocal},
           {"Floor", Floor},
           {"Ceil", Ceil},
-          {"Erf", Erf}};
+          {"Erf", Erf},
+          {"Equal", Equal},
+          {"Less", Less},
+          {"LessOrEqual", LessOrEqual},
+          {"Greater", Greater},
+          {"GreaterOrEqual", GreaterOrEqual},
+          {"And", And},
+          {"Or", Or},
+          {"Xor", Xor},
+          {"Not", Not},
+          {"Where", Where}};
 }
 
 }  // namespace nereid::native
