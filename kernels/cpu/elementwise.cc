@@ -30,8 +30,21 @@ void Tanh(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
+void Erf(const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (HasAvx2Fma()) return ErfAvx2(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+}
+
 void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t inner) {
   for (int64_t o = 0; o < outer; ++o) {
+#if defined(__x86_64__)
+    // Contiguous rows (the last axis: attention's scores) in vectors.
+    if (inner == 1 && HasAvx2Fma() &&
+        SoftmaxRowAvx2(x + o * axis_size, y + o * axis_size, axis_size))
+      continue;
+#endif
     for (int64_t in = 0; in < inner; ++in) {
       const float* xs = x + o * axis_size * inner + in;
       float* ys = y + o * axis_size * inner + in;

@@ -1,5 +1,6 @@
 // Float activation kernels of the native engine: AVX2 or NEON where the CPU has it (Relu and
-// Sigmoid), a portable loop otherwise. y may equal x (in place).
+// Sigmoid; Erf and Softmax over contiguous rows in AVX2), a portable loop otherwise. y may equal x
+// (in place).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@ namespace nereid::kernels {
 void Relu(const float* x, float* y, int64_t n);
 void Sigmoid(const float* x, float* y, int64_t n);
 void Tanh(const float* x, float* y, int64_t n);
+void Erf(const float* x, float* y, int64_t n);
 // Softmax over 'axis_size' elements with stride 'inner', for each of 'outer' x 'inner' slices.
 void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t inner);
 

@@ -20,6 +20,9 @@ inline float SigmoidScalar(float v) {
 #if defined(__x86_64__)
 void ReluAvx2(const float* x, float* y, int64_t n);     // AVX2
 void SigmoidAvx2(const float* x, float* y, int64_t n);  // AVX2 and FMA
+void ErfAvx2(const float* x, float* y, int64_t n);      // AVX2 and FMA
+// One contiguous row; false (nothing written that counts) when it holds NaN or infinity.
+bool SoftmaxRowAvx2(const float* x, float* y, int64_t n);  // AVX2 and FMA
 #elif defined(__aarch64__)
 void ReluNeon(const float* x, float* y, int64_t n);
 void SigmoidNeon(const float* x, float* y, int64_t n);

@@ -314,9 +314,11 @@ NEREID_FLOAT_UNARY(Sqrt, std::sqrt(v))
 NEREID_FLOAT_UNARY(Reciprocal, 1 / v)
 NEREID_FLOAT_UNARY(Floor, std::floor(v))
 NEREID_FLOAT_UNARY(Ceil, std::ceil(v))
-NEREID_FLOAT_UNARY(Erf, std::erf(v))
 NEREID_FLOAT_UNARY(HardSwish, v* std::max<decltype(v)>(0, std::min<decltype(v)>(1, v / 6 + 0.5)))
 #undef NEREID_FLOAT_UNARY
+Status Erf(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return UnaryFloat(node, in, out, kernels::Erf, [](auto v) -> decltype(v) { return std::erf(v); });
+}
 
 Status Abs(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   return UnaryNumeric(node, in, out, [](auto v) -> decltype(v) {
