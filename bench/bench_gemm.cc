@@ -75,6 +75,11 @@ int main(int argc, char** argv) {
       {256, 256, 256, false, "square 256"},
       {512, 512, 512, false, "square 512"},
       {1024, 1024, 1024, false, "square 1024"},
+      // A text encoder's layers at 128 tokens (MiniLM, hidden 384, FFN 1536; BERT-base 768/3072).
+      {128, 384, 384, false, "MiniLM q/k/v/out, 128 tok"},
+      {128, 1536, 384, false, "MiniLM FFN up, 128 tok"},
+      {128, 384, 1536, false, "MiniLM FFN down, 128 tok"},
+      {128, 3072, 768, false, "BERT FFN up, 128 tok"},
   };
   std::printf("kernel: %s, threads: 1\n", nereid::kernels::SgemmKernelName());
   std::printf("| %-26s | %5s | %5s | %5s | %12s | %12s | %9s | %14s |\n", "case", "M", "N", "K",

@@ -5,8 +5,10 @@
   native_vs_ort.py --bench-native=build/bench_native MODEL.onnx... [--batch=1,8] [--threads=1]
                    [--rounds=5] [--iterations=10] [--int8]
 
-MODEL.onnx:3,48,320 gives the first input's dims after the batch (for variable ones); other
-inputs get their declared shapes (variable dims 1) and random values.
+MODEL.onnx:3,48,320 gives the dims after the batch of every input of that rank (for variable ones:
+MODEL.onnx:128 for a text encoder's tokens and mask); other inputs get their declared shapes
+(variable dims 1). Values are random: token ids ("*input_ids") below 1000, masks ("*mask*") ones,
+other integers 0-3.
 
 For each model and batch: ORT (CPU provider, intra-op threads --threads, all graph
 optimizations) and bench_native (the same number of threads: its intra-op team) alternate
@@ -70,7 +72,9 @@ def dummy(meta, shape_override, batch, seed):
         shape[0] = batch if not isinstance(meta.shape[0], int) or shape_override else shape[0]
     kind = meta.type
     if "int64" in kind:
-        return rng.integers(0, 4, shape).astype(np.int64)
+        if "mask" in meta.name:
+            return np.ones(shape, np.int64)
+        return rng.integers(0, 1000 if meta.name.endswith("input_ids") else 4, shape).astype(np.int64)
     if "bool" in kind:
         return np.zeros(shape, np.bool_)
     return rng.uniform(-1, 1, shape).astype(np.float32)
@@ -112,7 +116,8 @@ def main():
             for batch in [int(b) for b in args.batch.split(",")]:
                 feeds = {}
                 for k, meta in enumerate(sess.get_inputs()):
-                    override = [batch] + [int(d) for d in dims.split(",")] if dims and k == 0 else None
+                    after = [int(d) for d in dims.split(",")] if dims else []
+                    override = [batch] + after if after and len(meta.shape) == len(after) + 1 else None
                     feeds[meta.name] = dummy(meta, override, batch, seed=batch * 131 + k)
                 feeds_file, y_file = os.path.join(tmp, "feeds.bin"), os.path.join(tmp, "y.bin")
                 write_feeds(feeds_file, feeds)

@@ -32,6 +32,7 @@ void FuseHardSwishes(GraphBody& g);
 void FuseLayerNorms(GraphBody& g);
 void FuseConvEpilogues(GraphBody& g);
 void FuseGemmActivations(GraphBody& g);
+void FuseMatMulEpilogues(GraphBody& g);
 void RemoveDeadNodes(GraphBody& g);
 void ChooseChannelsLast(GraphBody& g);
 void PackWeights(GraphBody& g, const GraphOptions& options);
@@ -50,6 +51,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   FuseGemmActivations(g);              // Gemm -> Relu/Sigmoid: one node
   RemoveDeadNodes(g);                  // nothing reads them
   if (options.pack_weights) {
+    FuseMatMulEpilogues(g);  // MatMul by a weight -> Add(bias) -> Add(residual): one node
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
     ReleasePackedOriginals(g);
@@ -512,6 +514,73 @@ void FuseConvEpilogues(GraphBody& g) {
   if (residuals || activations)
     g.pass_log.push_back("Conv epilogues fused: " + std::to_string(residuals) + " residual Add, " +
                          std::to_string(activations) + " activation");
+}
+
+// MatMul(x, W) by a constant 2-D FP32 weight, then Add of a constant bias of W's columns ([n]
+// or [1, ..., 1, n]), then Add of another value (a residual branch: a transformer layer's
+// x + f(x)): the MatMul takes them as inputs 2 and 3 (-1: absent) and adds them while its output
+// tiles are in cache (the CPU's epilogue), where three passes over the activations were.
+// The CPU graph only: the GPU compiler reads MatMul as the file has it.
+void FuseMatMulEpilogues(GraphBody& g) {
+  std::vector<int> readers = g.Readers();
+  std::map<int, size_t> reader_of;  // value id -> the index of its one reader
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int id : g.nodes[i].inputs)
+      if (id >= 0) reader_of[id] = i;
+  // The node reading 'value' when it is the value's only reader and a two-input Add.
+  auto only_add = [&](int value) -> Node* {
+    if (value < 0 || readers[value] != 1 || !reader_of.count(value)) return nullptr;
+    Node& next = g.nodes[reader_of[value]];
+    if (next.op.op_type() != "Add" || next.inputs.size() != 2 || next.outputs.size() != 1 ||
+        next.inputs[0] == next.inputs[1])
+      return nullptr;
+    return &next;
+  };
+  std::vector<bool> dead(g.nodes.size(), false);
+  int biases = 0, residuals = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& mm = g.nodes[i];
+    if (dead[i] || mm.op.op_type() != "MatMul" || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
+        !g.IsConstant(mm.inputs[1]))
+      continue;
+    const Tensor& w = g.constants[mm.inputs[1]];
+    if (w.type() != DataType::kFp32 || w.shape().size() != 2) continue;
+    const int64_t n = w.shape()[1];
+    Node* add = only_add(mm.outputs[0]);
+    if (add == nullptr) continue;
+    const int b = add->inputs[0] == mm.outputs[0] ? add->inputs[1] : add->inputs[0];
+    if (!g.IsConstant(b)) continue;
+    const Tensor& bias = g.constants[b];
+    const auto& bs = bias.shape();
+    if (bias.type() != DataType::kFp32 || bs.empty() || bs.back() != n ||
+        Product(bs, 0, bs.size() - 1) != 1)
+      continue;
+    // The MatMul moves to the last fused node's place: the residual is computed by then.
+    size_t last = reader_of[mm.outputs[0]];
+    mm.inputs = {mm.inputs[0], mm.inputs[1], b, -1};
+    mm.outputs[0] = add->outputs[0];
+    ++biases;
+    if (Node* second = only_add(mm.outputs[0])) {
+      const int r = second->inputs[0] == mm.outputs[0] ? second->inputs[1] : second->inputs[0];
+      if (r >= 0 && !g.IsConstant(r)) {
+        mm.inputs[3] = r;
+        mm.outputs[0] = second->outputs[0];
+        dead[last] = true;
+        last = reader_of[add->outputs[0]];
+        ++residuals;
+      }
+    }
+    g.nodes[last] = std::move(mm);
+    dead[i] = true;
+    dead[last] = false;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  if (biases)
+    g.pass_log.push_back("MatMul epilogues fused: " + std::to_string(biases) + " bias, " +
+                         std::to_string(residuals) + " residual Add");
 }
 
 void FuseGemmActivations(GraphBody& g) {

@@ -58,10 +58,43 @@ void NaiveMatMul(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) 
     }
 }
 
+// y += bias (over the last dimension) + residual (any shape broadcasting to y's), in that order,
+// where the fused epilogue cannot add them (FuseMatMulEpilogues).
+Status AddEpilogue(const OpNode& node, const Tensor* bias, const Tensor* residual, Tensor& y) {
+  float* py = y.mutable_data<float>();
+  const int64_t n = y.shape().empty() ? 1 : y.shape().back();
+  if (bias != nullptr)
+    for (int64_t i = 0; i < y.elements(); ++i) py[i] += bias->data<float>()[i % n];
+  if (residual == nullptr) return Status::Ok();
+  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, y.shape(), residual->shape()));
+  if (shape != y.shape())
+    return node.Error("the residual " + ShapeString(residual->shape()) + " widens the product " +
+                      ShapeString(y.shape()));
+  const auto strides = BroadcastStrides(residual->shape(), shape);
+  const float* pr = residual->data<float>();
+  std::vector<int64_t> index(shape.size(), 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < y.elements(); ++i) {
+    py[i] += pr[offset];
+    for (size_t d = shape.size(); d-- > 0;) {
+      offset += strides[d];
+      if (++index[d] < shape[d]) break;
+      offset -= strides[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+  return Status::Ok();
+}
+
 Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   RETURN_IF_ERROR(RequireInputs(node, in, 2));
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
+  // Fused by the graph's passes: a bias of B's columns and a residual, added to the product.
+  const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+  const Tensor* residual = in.size() > 3 ? in[3] : nullptr;
+  if ((bias && bias->type() != a.type()) || (residual && residual->type() != a.type()))
+    return node.Error("the fused bias and residual must be of the product's type");
   if (a.type() != b.type()) return node.Error("input types differ");
   if (a.shape().empty() || b.shape().empty()) return node.Error("inputs must have rank >= 1");
   std::vector<int64_t> sa = a.shape(), sb = b.shape();
@@ -77,8 +110,18 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   std::vector<int64_t> shape = batch;
   if (!a_vec) shape.push_back(m);
   if (!b_vec) shape.push_back(n);
-  out[0] = Tensor::Allocate(a.type(), shape);
-  const int64_t batches = Product(batch, 0, batch.size());
+  // Every path writes every element (a product over k = 0 is zeros: allocated zeroed).
+  out[0] = k == 0 ? Tensor::Allocate(a.type(), shape) : Tensor::Uninitialized(a.type(), shape);
+  int64_t batches = Product(batch, 0, batch.size());
+  // One matrix B for every batch (a weight): the batches' rows are one product of batches * m
+  // rows (A and Y are contiguous in that order), one call the kernels split as they choose.
+  const bool one_b = bb.empty() && !b_vec && !a_vec;
+  const int64_t rows = one_b ? batches * m : m;
+  if (one_b) {
+    batch.clear();
+    ba.clear();
+    batches = 1;
+  }
   const auto stride_a = BroadcastStrides(ba, batch), stride_b = BroadcastStrides(bb, batch);
   return DispatchNumeric(node, a.type(), [&](auto tag) -> Status {
     using T = decltype(tag);
@@ -89,26 +132,52 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
         oa += index[d] * stride_a[d];
         ob += index[d] * stride_b[d];
       }
-      const T* pa = a.data<T>() + oa * m * k;
-      T* pc = out[0].mutable_data<T>() + bi * m * n;
+      const T* pa = a.data<T>() + oa * rows * k;
+      T* pc = out[0].mutable_data<T>() + bi * rows * n;
       // Packed constant weights: their original bytes may be gone (the graph keeps only the
       // packed copy), so 'b' is read only on the other paths.
       if constexpr (std::is_same_v<T, float>) {
+        // The fused epilogue, while each tile is in cache: one product over every row, the
+        // residual exactly of the output's shape.
+        const bool fused = one_b && (bias || residual) &&
+                           (node.packed_int8 != nullptr || node.packed_b != nullptr) &&
+                           (!bias || bias->elements() == n) &&
+                           (!residual || residual->shape() == shape);
+        if (fused) {
+          kernels::GemmEpilogue ep;
+          ep.bias = bias ? bias->data<float>() : nullptr;
+          ep.residual = residual ? residual->data<float>() : nullptr;
+          ep.ld_residual = n;
+          if (node.packed_int8 != nullptr) {
+            kernels::GemmInt8Fused(rows, pa, k, *node.packed_int8, pc, n, ep);
+          } else {
+            kernels::SgemmPackedFused(
+                rows,
+                [pa, k](int64_t i0, int64_t, int64_t p0, int64_t, float*, int64_t* lda) {
+                  *lda = k;
+                  return pa + i0 * k + p0;
+                },
+                *node.packed_b, pc, n, ep);
+          }
+          return Status::Ok();
+        }
         if (node.packed_int8 != nullptr && !b_vec)
-          kernels::GemmInt8(m, pa, k, *node.packed_int8, nullptr, pc, n);
+          kernels::GemmInt8(rows, pa, k, *node.packed_int8, nullptr, pc, n);
         else if (node.packed_b != nullptr && !b_vec)
-          kernels::SgemmPacked(false, m, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
+          kernels::SgemmPacked(false, rows, 1.f, pa, k, *node.packed_b, 0.f, pc, n);
         else
-          kernels::Sgemm(false, false, m, n, k, 1.f, pa, k, b.data<T>() + ob * k * n, n, 0.f, pc,
+          kernels::Sgemm(false, false, rows, n, k, 1.f, pa, k, b.data<T>() + ob * k * n, n, 0.f, pc,
                          n);
       } else {
-        NaiveMatMul<T>(m, n, k, pa, b.data<T>() + ob * k * n, pc);
+        NaiveMatMul<T>(rows, n, k, pa, b.data<T>() + ob * k * n, pc);
       }
       for (size_t d = batch.size(); d-- > 0;) {
         if (++index[d] < batch[d]) break;
         index[d] = 0;
       }
     }
+    if constexpr (std::is_same_v<T, float>) return AddEpilogue(node, bias, residual, out[0]);
+    if (bias || residual) return node.Error("a fused bias or residual needs FP32");
     return Status::Ok();
   });
 }
