@@ -33,6 +33,7 @@ void FuseLayerNorms(GraphBody& g);
 void FuseConvEpilogues(GraphBody& g);
 void FuseGemmActivations(GraphBody& g);
 void FuseMatMulEpilogues(GraphBody& g);
+void FuseGelus(GraphBody& g);
 void RemoveDeadNodes(GraphBody& g);
 void ChooseChannelsLast(GraphBody& g);
 void PackWeights(GraphBody& g, const GraphOptions& options);
@@ -52,6 +53,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   RemoveDeadNodes(g);                  // nothing reads them
   if (options.pack_weights) {
     FuseMatMulEpilogues(g);  // MatMul by a weight -> Add(bias) -> Add(residual): one node
+    FuseGelus(g);            // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu node
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
     ReleasePackedOriginals(g);
@@ -581,6 +583,67 @@ void FuseMatMulEpilogues(GraphBody& g) {
   if (biases)
     g.pass_log.push_back("MatMul epilogues fused: " + std::to_string(biases) + " bias, " +
                          std::to_string(residuals) + " residual Add");
+}
+
+// GELU as PyTorch exports it (HF's BERT: x * 0.5 * (1 + erf(x / sqrt(2)))): Div(x, d) -> Erf ->
+// Add(., 1) -> Mul(x, .) -> Mul(., 0.5), or with the 0.5 taken first (Mul(x, 0.5) ->
+// Mul(., Add(...))). One Gelu node with the file's divisor as its second input computes the same
+// steps in one pass (x 0.5 is exact either way round). The CPU graph only.
+void FuseGelus(GraphBody& g) {
+  const Patterns p(g);
+  const OpDef* gelu = FindOpDef("Gelu");
+  std::vector<bool> dead(g.nodes.size(), false);
+  int fused = 0;
+  auto is = [&p](int id, float want) {
+    float v = 0.f;
+    return p.Scalar(id, &v) && v == want;
+  };
+  // The input of 'mul' other than 'id' (-1 when neither is 'id').
+  auto other = [](const Node& mul, int id) {
+    return mul.inputs[0] == id ? mul.inputs[1] : mul.inputs[1] == id ? mul.inputs[0] : -1;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& last = g.nodes[i];
+    if (dead[i] || last.op.op_type() != "Mul" || last.inputs.size() != 2 ||
+        last.outputs.size() != 1)
+      continue;
+    for (int side = 0; side < 2; ++side) {
+      // last = Mul(a, b): either (Mul(x, t), 0.5) or (Mul(x, 0.5), t), t = Add(Erf(Div(x, d)), 1).
+      Node* inner = p.MadeBy(last.inputs[side], "Mul");
+      if (inner == nullptr || inner->inputs.size() != 2) continue;
+      const int b = last.inputs[1 - side];
+      std::vector<std::pair<int, int>> tries;  // (x, t) candidates
+      if (is(b, 0.5f))
+        tries = {{inner->inputs[0], inner->inputs[1]}, {inner->inputs[1], inner->inputs[0]}};
+      for (int k = 0; k < 2; ++k)
+        if (is(inner->inputs[k], 0.5f)) tries.push_back({inner->inputs[1 - k], b});
+      for (const auto& [x, t] : tries) {
+        Node* add = p.MadeBy(t, "Add");
+        if (add == nullptr || add->inputs.size() != 2) continue;
+        const int e = is(add->inputs[1], 1.f)   ? add->inputs[0]
+                      : is(add->inputs[0], 1.f) ? add->inputs[1]
+                                                : -1;
+        Node* erf = e < 0 ? nullptr : p.MadeBy(e, "Erf");
+        Node* div =
+            erf == nullptr || erf->inputs.size() != 1 ? nullptr : p.MadeBy(erf->inputs[0], "Div");
+        float d = 0.f;
+        if (div == nullptr || div->inputs.size() != 2 || div->inputs[0] != x ||
+            !p.Scalar(div->inputs[1], &d) || other(*inner, x) < 0)
+          continue;
+        for (Node* n : {inner, add, erf, div}) dead[p.Index(n)] = true;
+        last = g.MakeNode("Gelu", last.op.name() + ".gelu", gelu->fn, {x, div->inputs[1]},
+                          {last.outputs[0]});
+        ++fused;
+        break;
+      }
+      if (last.op.op_type() == "Gelu") break;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  if (fused) g.pass_log.push_back("GELU patterns fused: " + std::to_string(fused));
 }
 
 void FuseGemmActivations(GraphBody& g) {

@@ -37,6 +37,13 @@ void Erf(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
 }
 
+void GeluErf(const float* x, float* y, int64_t n, float divisor) {
+#if defined(__x86_64__)
+  if (HasAvx2Fma()) return GeluErfAvx2(x, y, n, divisor);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = GeluScalar(x[i], divisor);
+}
+
 void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t inner) {
   for (int64_t o = 0; o < outer; ++o) {
 #if defined(__x86_64__)

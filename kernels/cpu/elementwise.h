@@ -11,6 +11,8 @@ void Relu(const float* x, float* y, int64_t n);
 void Sigmoid(const float* x, float* y, int64_t n);
 void Tanh(const float* x, float* y, int64_t n);
 void Erf(const float* x, float* y, int64_t n);
+// GELU, x * (erf(x / divisor) + 1) * 0.5, in the order exporters write it (divisor sqrt(2)).
+void GeluErf(const float* x, float* y, int64_t n, float divisor);
 // Softmax over 'axis_size' elements with stride 'inner', for each of 'outer' x 'inner' slices.
 void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t inner);
 

@@ -17,10 +17,14 @@ inline float SigmoidScalar(float v) {
   return v >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
 }
 
+// GELU as exporters write it out: x * (erf(x / divisor) + 1) * 0.5 (divisor sqrt(2)).
+inline float GeluScalar(float v, float divisor) { return v * (std::erf(v / divisor) + 1.f) * 0.5f; }
+
 #if defined(__x86_64__)
 void ReluAvx2(const float* x, float* y, int64_t n);     // AVX2
 void SigmoidAvx2(const float* x, float* y, int64_t n);  // AVX2 and FMA
 void ErfAvx2(const float* x, float* y, int64_t n);      // AVX2 and FMA
+void GeluErfAvx2(const float* x, float* y, int64_t n, float divisor);  // AVX2 and FMA
 // One contiguous row; false (nothing written that counts) when it holds NaN or infinity.
 bool SoftmaxRowAvx2(const float* x, float* y, int64_t n);  // AVX2 and FMA
 #elif defined(__aarch64__)

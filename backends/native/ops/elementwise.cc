@@ -316,6 +316,30 @@ NEREID_FLOAT_UNARY(Floor, std::floor(v))
 NEREID_FLOAT_UNARY(Ceil, std::ceil(v))
 NEREID_FLOAT_UNARY(HardSwish, v* std::max<decltype(v)>(0, std::min<decltype(v)>(1, v / 6 + 0.5)))
 #undef NEREID_FLOAT_UNARY
+// ONNX's Gelu (opset 20, approximate "none"): x * (erf(x / sqrt(2)) + 1) * 0.5. The GELU pass
+// (FuseGelus) makes Gelu nodes of the written-out form with its divisor as a second input.
+Status Gelu(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 1));
+  const Tensor& x = *in[0];
+  float divisor = std::sqrt(2.f);
+  if (in.size() > 1 && in[1] != nullptr) {
+    if (in[1]->type() != DataType::kFp32 || in[1]->elements() != 1)
+      return node.Error("the divisor must be one FP32 value");
+    divisor = in[1]->data<float>()[0];
+  }
+  if (x.type() != DataType::kFp32) return node.Refuse("only FP32 is supported");
+  out[0] = Tensor::Uninitialized(x.type(), x.shape());
+  kernels::GeluErf(x.data<float>(), out[0].mutable_data<float>(), x.elements(), divisor);
+  return Status::Ok();
+}
+
+Status CheckGelu(const OpNode& node, const std::vector<const Tensor*>&) {
+  const std::string approximate = node.AttrString("approximate", "none");
+  if (approximate != "none")
+    return node.Refuse("approximate '" + approximate + "' is not supported (only 'none')");
+  return Status::Ok();
+}
+
 Status Erf(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   return UnaryFloat(node, in, out, kernels::Erf, [](auto v) -> decltype(v) { return std::erf(v); });
 }
@@ -550,6 +574,7 @@ std::vector<OpDef> ElementwiseOps() {
           {"Floor", Floor},
           {"Ceil", Ceil},
           {"Erf", Erf},
+          {"Gelu", Gelu, CheckGelu},
           {"Equal", Equal},
           {"Less", Less},
           {"LessOrEqual", LessOrEqual},

@@ -63,38 +63,54 @@ __attribute__((target("avx2,fma"))) void SigmoidAvx2(const float* x, float* y, i
 // erf(x): below |x| = 0.5 its Taylor series to x^13 (error under 1e-9), above it Abramowitz and
 // Stegun's 7.1.26, 1 - t(a1 + t(a2 + t(a3 + t(a4 + t a5)))) e^(-x^2) with t = 1 / (1 + p|x|)
 // (absolute error under 1.5e-7, where erf >= 0.52), with x's sign. NaN in, NaN out.
-__attribute__((target("avx2,fma"))) void ErfAvx2(const float* x, float* y, int64_t n) {
+static __attribute__((target("avx2,fma"))) inline __m256 ErfVec(__m256 v) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 a = _mm256_andnot_ps(sign, v);
+  const __m256 z = _mm256_mul_ps(v, v);
+  // 2/sqrt(pi) (1 - z/3 + z^2/10 - z^3/42 + z^4/216 - z^5/1320 + z^6/9360), times x.
+  __m256 s = _mm256_set1_ps(1.128379167f / 9360);
+  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 1320));
+  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f / 216));
+  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 42));
+  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f / 10));
+  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 3));
+  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f));
+  const __m256 small = _mm256_mul_ps(s, v);
+  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), a, one));
+  __m256 q = _mm256_set1_ps(1.061405429f);
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-1.453152027f));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(1.421413741f));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-0.284496736f));
+  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0.254829592f));
+  q = _mm256_mul_ps(q, t);
+  const __m256 e = ExpNonPositive(_mm256_xor_ps(z, sign));  // e^(-x^2)
+  __m256 large = _mm256_fnmadd_ps(q, e, one);
+  large = _mm256_or_ps(large, _mm256_and_ps(v, sign));  // x's sign
+  const __m256 out =
+      _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.5f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(out, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
+__attribute__((target("avx2,fma"))) void ErfAvx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ErfVec(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) y[i] = std::erf(x[i]);
+}
+
+// x (erf(x / divisor) + 1) / 2, each step as the graph wrote it (GeluScalar).
+__attribute__((target("avx2,fma"))) void GeluErfAvx2(const float* x, float* y, int64_t n,
+                                                     float divisor) {
+  const __m256 d = _mm256_set1_ps(divisor);
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 half = _mm256_set1_ps(0.5f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 a = _mm256_andnot_ps(sign, v);
-    const __m256 z = _mm256_mul_ps(v, v);
-    // 2/sqrt(pi) (1 - z/3 + z^2/10 - z^3/42 + z^4/216 - z^5/1320 + z^6/9360), times x.
-    __m256 s = _mm256_set1_ps(1.128379167f / 9360);
-    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 1320));
-    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f / 216));
-    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 42));
-    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f / 10));
-    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 3));
-    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f));
-    const __m256 small = _mm256_mul_ps(s, v);
-    const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), a, one));
-    __m256 q = _mm256_set1_ps(1.061405429f);
-    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-1.453152027f));
-    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(1.421413741f));
-    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-0.284496736f));
-    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0.254829592f));
-    q = _mm256_mul_ps(q, t);
-    const __m256 e = ExpNonPositive(_mm256_xor_ps(z, sign));  // e^(-x^2)
-    __m256 large = _mm256_fnmadd_ps(q, e, one);
-    large = _mm256_or_ps(large, _mm256_and_ps(v, sign));  // x's sign
-    __m256 out = _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.5f), _CMP_LT_OQ));
-    out = _mm256_blendv_ps(out, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    _mm256_storeu_ps(y + i, out);
+    const __m256 e = _mm256_add_ps(ErfVec(_mm256_div_ps(v, d)), one);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, e), half));
   }
-  for (; i < n; ++i) y[i] = std::erf(x[i]);
+  for (; i < n; ++i) y[i] = GeluScalar(x[i], divisor);
 }
 
 // Softmax over each of 'rows' contiguous rows of 'n': the row's maximum, e^(x - max) and its

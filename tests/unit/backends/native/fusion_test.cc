@@ -210,6 +210,88 @@ TEST(LayerNormFusionTest, TheWrittenOutFormsBecomeOneNodeAndResultsHold) {
       }
 }
 
+// A transformer layer's feed-forward block as PyTorch exports it: MatMul by W1 -> Add(b1) -> GELU
+// written out (Div by sqrt(2), Erf, Add 1, Mul by x, Mul by 0.5; or the 0.5 first) -> MatMul by
+// W2 -> Add(b2) -> Add(x) (the residual). Fused: two MatMuls with their bias (and the residual)
+// and one Gelu; the answers hold against float64, for 3-D inputs (batch x tokens x width).
+struct FeedForward {
+  static constexpr int64_t kBatch = 2, kTokens = 5, kWidth = 16, kHidden = 48;
+  bool half_first = false;
+  std::vector<float> x, w1, b1, w2, b2;
+  FeedForward() {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (auto [v, size] : {std::pair{&x, kBatch * kTokens * kWidth},
+                           {&w1, kWidth * kHidden},
+                           {&b1, kHidden},
+                           {&w2, kHidden * kWidth},
+                           {&b2, kWidth}})
+      for (int64_t i = 0; i < size; ++i) v->push_back(d(rng));
+  }
+  std::unique_ptr<onnx::ModelProto> Model() const {
+    auto model = std::make_unique<onnx::ModelProto>();
+    model->set_ir_version(8);
+    model->add_opset_import()->set_version(17);
+    auto* g = model->mutable_graph();
+    AddFloatTensor(g, "w1", {kWidth, kHidden}, w1);
+    AddFloatTensor(g, "b1", {kHidden}, b1);
+    AddFloatTensor(g, "w2", {kHidden, kWidth}, w2);
+    AddFloatTensor(g, "b2", {kWidth}, b2);
+    AddFloatTensor(g, "sqrt2", {}, {1.4142135381698608f});
+    AddFloatTensor(g, "one", {}, {1.f});
+    AddFloatTensor(g, "half", {}, {0.5f});
+    AddValueInfo(g->mutable_input(), "x", {kBatch, kTokens, kWidth});
+    AddValueInfo(g->mutable_output(), "y", {kBatch, kTokens, kWidth});
+    AddNode(g, "MatMul", {"x", "w1"}, "p1");
+    AddNode(g, "Add", {"p1", "b1"}, "h");
+    AddNode(g, "Div", {"h", "sqrt2"}, "s");
+    AddNode(g, "Erf", {"s"}, "e");
+    AddNode(g, "Add", {"e", "one"}, "t");
+    if (half_first) {
+      AddNode(g, "Mul", {"h", "half"}, "hh");
+      AddNode(g, "Mul", {"hh", "t"}, "gelu");
+    } else {
+      AddNode(g, "Mul", {"h", "t"}, "ht");
+      AddNode(g, "Mul", {"ht", "half"}, "gelu");
+    }
+    AddNode(g, "MatMul", {"gelu", "w2"}, "p2");
+    AddNode(g, "Add", {"b2", "p2"}, "o");  // (the bias on either side)
+    AddNode(g, "Add", {"o", "x"}, "y");
+    return model;
+  }
+  double Reference(int64_t row, int64_t j) const {
+    std::vector<double> gelu(kHidden);
+    for (int64_t c = 0; c < kHidden; ++c) {
+      double h = b1[c];
+      for (int64_t i = 0; i < kWidth; ++i) h += double(x[row * kWidth + i]) * w1[i * kHidden + c];
+      gelu[c] = h * 0.5 * (1 + std::erf(h / std::sqrt(2.0)));
+    }
+    double y = b2[j] + x[row * kWidth + j];
+    for (int64_t c = 0; c < kHidden; ++c) y += gelu[c] * w2[c * kWidth + j];
+    return y;
+  }
+};
+
+TEST(TransformerFusionTest, FeedForwardBecomesTwoMatMulsAndAGeluAndResultsHold) {
+  for (bool half_first : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "0.5 first " << half_first);
+    FeedForward ff;
+    ff.half_first = half_first;
+    auto graph = Graph::FromProto(ff.Model());
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    EXPECT_EQ((*graph)->node_count(), 3u);  // MatMul+bias, Gelu, MatMul+bias+residual
+    Tensor x = Tensor::Allocate(DataType::kFp32, {ff.kBatch, ff.kTokens, ff.kWidth});
+    std::copy(ff.x.begin(), ff.x.end(), x.mutable_data<float>());
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &out).ok());
+    ASSERT_EQ(out[0].shape(), (std::vector<int64_t>{ff.kBatch, ff.kTokens, ff.kWidth}));
+    for (int64_t r = 0; r < ff.kBatch * ff.kTokens; ++r)
+      for (int64_t j = 0; j < ff.kWidth; ++j)
+        ASSERT_NEAR(out[0].data<float>()[r * ff.kWidth + j], ff.Reference(r, j), 2e-5)
+            << r << ", " << j;
+  }
+}
+
 // Conv -> Resize (nearest or linear, by scales or sizes) -> Conv: the layout pass keeps the Resize
 // channels-last between the convolutions; its answers equal the NCHW graph's (the same arithmetic
 // per element).
