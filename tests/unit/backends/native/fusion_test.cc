@@ -292,6 +292,36 @@ TEST(TransformerFusionTest, FeedForwardBecomesTwoMatMulsAndAGeluAndResultsHold) 
   }
 }
 
+// ONNX's own Gelu (opset 20; Debian's node tests predate it): approximate "none" against
+// float64, "tanh" refused at load naming the attribute.
+TEST(TransformerFusionTest, OnnxGeluMatchesFloat64AndItsTanhFormIsRefused) {
+  for (const char* approximate : {"none", "tanh"}) {
+    auto model = std::make_unique<onnx::ModelProto>();
+    model->set_ir_version(9);
+    model->add_opset_import()->set_version(20);
+    auto* g = model->mutable_graph();
+    AddValueInfo(g->mutable_input(), "x", {37});
+    AddValueInfo(g->mutable_output(), "y", {37});
+    SetString(AddNode(g, "Gelu", {"x"}, "y"), "approximate", approximate);
+    auto graph = Graph::FromProto(std::move(model));
+    if (std::string(approximate) == "tanh") {
+      ASSERT_FALSE(graph.ok());
+      EXPECT_NE(graph.status().message().find("approximate 'tanh'"), std::string::npos)
+          << graph.status().message();
+      continue;
+    }
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    Tensor x = Tensor::Allocate(DataType::kFp32, {37});
+    for (int i = 0; i < 37; ++i) x.mutable_data<float>()[i] = -6.f + i / 3.f;
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &out).ok());
+    for (int i = 0; i < 37; ++i) {
+      const double v = -6.0 + i / 3.0;
+      EXPECT_NEAR(out[0].data<float>()[i], v * 0.5 * (1 + std::erf(v / std::sqrt(2.0))), 1e-6);
+    }
+  }
+}
+
 // Conv -> Resize (nearest or linear, by scales or sizes) -> Conv: the layout pass keeps the Resize
 // channels-last between the convolutions; its answers equal the NCHW graph's (the same arithmetic
 // per element).

@@ -48,7 +48,6 @@ const std::pair<const char*, const char*> kOps[] = {
     {"floor", "Floor"},
     {"ceil", "Ceil"},
     {"erf", "Erf"},
-    {"gelu", "Gelu"},
     {"equal", "Equal"},
     {"less", "Less"},
     {"less_equal", "LessOrEqual"},
@@ -121,7 +120,6 @@ const std::map<std::string, std::string> kNotSupported = {
     {"min_float16", "FP16 elementwise ops run on the GPU engine only"},
     {"maxpool_2d_uint8", "pools run on FP32 only"},
     {"with_argmax", "MaxPool's Indices output is refused at load"},
-    {"gelu_tanh", "Gelu's tanh approximation is refused at load"},
     {"cubic", "cubic Resize is refused at load (nearest and linear)"},
     {"tf_crop_and_resize", "Resize's tf_crop_and_resize is refused at load"},
 };
