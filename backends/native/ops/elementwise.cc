@@ -257,6 +257,18 @@ Status Mean(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   return Status::Ok();
 }
 
+// fn(begin, end) over [0, n) in pieces of kParallelGrain or more (multiples of 64 elements),
+// across the thread team.
+template <typename F>
+void ForPieces(int64_t n, F&& fn) {
+  const int64_t pieces = std::max<int64_t>(1, n / kParallelGrain);
+  kernels::ParallelFor(pieces, [&](int64_t p) {
+    const int64_t begin = n * p / pieces / 64 * 64;
+    const int64_t end = p + 1 == pieces ? n : n * (p + 1) / pieces / 64 * 64;
+    fn(begin, end);
+  });
+}
+
 // A float unary op: 'kernel' (a vector kernel of cpu/elementwise.h) on FP32 when given, else 'f'
 // element by element on FP32 and FP64.
 template <typename F>
@@ -269,7 +281,8 @@ Status UnaryFloat(const OpNode& node, const std::vector<const Tensor*>& in,
     const float* px = x.data<float>();
     float* py = out[0].mutable_data<float>();
     if (kernel != nullptr)
-      kernel(px, py, x.elements());
+      ForPieces(x.elements(),
+                [&](int64_t begin, int64_t end) { kernel(px + begin, py + begin, end - begin); });
     else
       for (int64_t i = 0; i < x.elements(); ++i) py[i] = f(px[i]);
     return Status::Ok();
@@ -329,7 +342,11 @@ Status Gelu(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   }
   if (x.type() != DataType::kFp32) return node.Refuse("only FP32 is supported");
   out[0] = Tensor::Uninitialized(x.type(), x.shape());
-  kernels::GeluErf(x.data<float>(), out[0].mutable_data<float>(), x.elements(), divisor);
+  const float* px = x.data<float>();
+  float* py = out[0].mutable_data<float>();
+  ForPieces(x.elements(), [&](int64_t begin, int64_t end) {
+    kernels::GeluErf(px + begin, py + begin, end - begin, divisor);
+  });
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include "cpu/elementwise.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/parallel.h"
 #include "ops/op.h"
 
 namespace nereid::native {
@@ -123,44 +124,48 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
     batches = 1;
   }
   const auto stride_a = BroadcastStrides(ba, batch), stride_b = BroadcastStrides(bb, batch);
+  // The fused epilogue, while each tile is in cache: one product over every row by packed
+  // weights, the residual exactly of the output's shape.
+  const bool fused = a.type() == DataType::kFp32 && one_b && (bias || residual) &&
+                     (node.packed_int8 != nullptr || node.packed_b != nullptr) &&
+                     (!bias || bias->elements() == n) && (!residual || residual->shape() == shape);
+  if (fused) {
+    const float* pa = a.data<float>();
+    float* pc = out[0].mutable_data<float>();
+    kernels::GemmEpilogue ep;
+    ep.bias = bias ? bias->data<float>() : nullptr;
+    ep.residual = residual ? residual->data<float>() : nullptr;
+    ep.ld_residual = n;
+    if (node.packed_int8 != nullptr) {
+      kernels::GemmInt8Fused(rows, pa, k, *node.packed_int8, pc, n, ep);
+    } else {
+      kernels::SgemmPackedFused(
+          rows,
+          [pa, k](int64_t i0, int64_t, int64_t p0, int64_t, float*, int64_t* lda) {
+            *lda = k;
+            return pa + i0 * k + p0;
+          },
+          *node.packed_b, pc, n, ep);
+    }
+    return Status::Ok();
+  }
   return DispatchNumeric(node, a.type(), [&](auto tag) -> Status {
     using T = decltype(tag);
-    std::vector<int64_t> index(batch.size(), 0);
-    for (int64_t bi = 0; bi < batches; ++bi) {
+    // One product per batch index; several (attention's batch x heads) run side by side over the
+    // thread team, each product then on one thread.
+    auto product = [&](int64_t bi) {
       int64_t oa = 0, ob = 0;
-      for (size_t d = 0; d < batch.size(); ++d) {
-        oa += index[d] * stride_a[d];
-        ob += index[d] * stride_b[d];
+      for (size_t d = batch.size(), rest = bi; d-- > 0;) {
+        const int64_t i = static_cast<int64_t>(rest) % batch[d];
+        rest /= batch[d];
+        oa += i * stride_a[d];
+        ob += i * stride_b[d];
       }
       const T* pa = a.data<T>() + oa * rows * k;
       T* pc = out[0].mutable_data<T>() + bi * rows * n;
       // Packed constant weights: their original bytes may be gone (the graph keeps only the
       // packed copy), so 'b' is read only on the other paths.
       if constexpr (std::is_same_v<T, float>) {
-        // The fused epilogue, while each tile is in cache: one product over every row, the
-        // residual exactly of the output's shape.
-        const bool fused = one_b && (bias || residual) &&
-                           (node.packed_int8 != nullptr || node.packed_b != nullptr) &&
-                           (!bias || bias->elements() == n) &&
-                           (!residual || residual->shape() == shape);
-        if (fused) {
-          kernels::GemmEpilogue ep;
-          ep.bias = bias ? bias->data<float>() : nullptr;
-          ep.residual = residual ? residual->data<float>() : nullptr;
-          ep.ld_residual = n;
-          if (node.packed_int8 != nullptr) {
-            kernels::GemmInt8Fused(rows, pa, k, *node.packed_int8, pc, n, ep);
-          } else {
-            kernels::SgemmPackedFused(
-                rows,
-                [pa, k](int64_t i0, int64_t, int64_t p0, int64_t, float*, int64_t* lda) {
-                  *lda = k;
-                  return pa + i0 * k + p0;
-                },
-                *node.packed_b, pc, n, ep);
-          }
-          return Status::Ok();
-        }
         if (node.packed_int8 != nullptr && !b_vec)
           kernels::GemmInt8(rows, pa, k, *node.packed_int8, nullptr, pc, n);
         else if (node.packed_b != nullptr && !b_vec)
@@ -171,11 +176,11 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
       } else {
         NaiveMatMul<T>(rows, n, k, pa, b.data<T>() + ob * k * n, pc);
       }
-      for (size_t d = batch.size(); d-- > 0;) {
-        if (++index[d] < batch[d]) break;
-        index[d] = 0;
-      }
-    }
+    };
+    if (batches == 1)
+      product(0);
+    else
+      kernels::ParallelForWork(batches, batches * rows * n * k, product);
     if constexpr (std::is_same_v<T, float>) return AddEpilogue(node, bias, residual, out[0]);
     if (bias || residual) return node.Error("a fused bias or residual needs FP32");
     return Status::Ok();

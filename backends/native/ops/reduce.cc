@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "cpu/elementwise.h"
+#include "cpu/parallel.h"
 #include "ops/op.h"
 
 namespace nereid::native {
@@ -18,18 +19,24 @@ Status Softmax(const OpNode& node, const std::vector<const Tensor*>& in, std::ve
   const bool legacy = node.opset() < 13;  // before opset 13: coerce to 2-D at 'axis' (default 1)
   const int64_t axis = NormalizeAxis(node.AttrInt("axis", legacy ? 1 : -1), rank);
   if (axis < 0 || axis >= std::max<int64_t>(rank, 1)) return node.Error("axis out of range");
-  out[0] = Tensor::Allocate(x.type(), x.shape());
+  out[0] = Tensor::Uninitialized(x.type(), x.shape());
   if (rank == 0) {
     out[0].mutable_data<float>()[0] = 1.f;
     return Status::Ok();
   }
   const auto& s = x.shape();
-  if (legacy)
-    kernels::Softmax(x.data<float>(), out[0].mutable_data<float>(), Product(s, 0, axis),
-                     Product(s, axis, s.size()), 1);
-  else
-    kernels::Softmax(x.data<float>(), out[0].mutable_data<float>(), Product(s, 0, axis), s[axis],
-                     Product(s, axis + 1, s.size()));
+  const int64_t outer = Product(s, 0, axis);
+  const int64_t size = legacy ? Product(s, axis, s.size()) : s[axis];
+  const int64_t inner = legacy ? 1 : Product(s, axis + 1, s.size());
+  // Slices of 'outer' in pieces over the thread team (attention: batch x heads x tokens rows).
+  const float* px = x.data<float>();
+  float* py = out[0].mutable_data<float>();
+  const int64_t pieces = std::min<int64_t>(outer, 64);
+  kernels::ParallelForWork(pieces, x.elements(), [&](int64_t p) {
+    const int64_t first = outer * p / pieces, last = outer * (p + 1) / pieces;
+    const int64_t offset = first * size * inner;
+    kernels::Softmax(px + offset, py + offset, last - first, size, inner);
+  });
   return Status::Ok();
 }
 
