@@ -663,10 +663,13 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
       blocks = std::max(row_blocks, std::min(m / cfg.mr, (4 * threads + panels - 1) / panels));
     const int64_t parts =
         blocks >= 2 * threads ? 1 : std::min(panels, (2 * threads + blocks - 1) / blocks);
+    // Few blocks (fewer than two a thread) split the rows evenly: MC-sized ones would leave a
+    // short last block (128 rows: 96 + 32), and the thread holding it idle half the time.
+    const bool even = blocks != row_blocks || (threads > 1 && blocks < 2 * threads);
     ParallelForWork(blocks * parts, m * nc * k, [&](int64_t item) {
       const int64_t r = item / parts, part = item % parts;
-      const int64_t i0 = blocks == row_blocks ? r * kMc : m * r / blocks;
-      const int64_t i1 = blocks == row_blocks ? std::min(m, i0 + kMc) : m * (r + 1) / blocks;
+      const int64_t i0 = even ? m * r / blocks : r * kMc;
+      const int64_t i1 = even ? m * (r + 1) / blocks : std::min(m, i0 + kMc);
       const int64_t p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
       if (p0 == p1 || i0 == i1) return;
       const int64_t col0 = p0 * cfg.nr, cols = std::min(p1 * cfg.nr, nc) - col0;

@@ -1,8 +1,10 @@
 // Shape and data-movement ops: Identity, Reshape, Flatten, Squeeze, Unsqueeze (views); Concat,
-// Transpose, Slice, Gather, Pad, Expand, Split; Shape, Size, ConstantOfShape, Constant, Cast.
+// Transpose, Slice, Gather, Pad, Expand, Split; Shape, Size, ConstantOfShape, Range, Constant,
+// Cast.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -502,6 +504,36 @@ Status ConstantOfShape(const OpNode& node, const std::vector<const Tensor*>& in,
   return Status::Ok();
 }
 
+// Range(start, limit, delta): start, start + delta, ... while short of limit (scalars of one
+// numeric type); count max(ceil((limit - start) / delta), 0). A zero, NaN or infinite step or
+// bound is an error, and a count past the output limit is refused (CheckOutputShape).
+Status Range(const OpNode& node, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  RETURN_IF_ERROR(RequireInputs(node, in, 3));
+  const DataType type = in[0]->type();
+  for (const Tensor* t : in)
+    if (t->type() != type || t->elements() != 1)
+      return node.Error("start, limit and delta must be scalars of one type");
+  return DispatchNumeric(node, type, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const T start = in[0]->data<T>()[0], limit = in[1]->data<T>()[0], delta = in[2]->data<T>()[0];
+    const double span =
+        (static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta);
+    if (delta == T(0) || !std::isfinite(span))
+      return node.Error("the range from " + std::to_string(static_cast<double>(start)) + " to " +
+                        std::to_string(static_cast<double>(limit)) + " by " +
+                        std::to_string(static_cast<double>(delta)) + " has no finite count");
+    const double count = std::max(std::ceil(span), 0.0);
+    if (count > static_cast<double>(int64_t{1} << 40))
+      return node.Error("the range has " + std::to_string(count) + " elements");
+    const std::vector<int64_t> shape{static_cast<int64_t>(count)};
+    RETURN_IF_ERROR(CheckOutputShape(node, shape, type));
+    out[0] = Tensor::Uninitialized(type, shape);
+    T* y = out[0].template mutable_data<T>();
+    for (int64_t i = 0; i < shape[0]; ++i) y[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    return Status::Ok();
+  });
+}
+
 // Pad: 'pads' (begin for each axis, then end; negative crops) and the value as attributes before
 // opset 11, inputs from 11 on (with the optional 'axes' of opset 18). Modes constant, reflect,
 // edge.
@@ -656,6 +688,7 @@ std::vector<OpDef> ShapeOps() {
           {"Shape", Shape},
           {"Size", Size},
           {"ConstantOfShape", ConstantOfShape},
+          {"Range", Range},
           {"Constant", Constant},
           {"Cast", Cast}};
 }

@@ -86,6 +86,7 @@ const std::pair<const char*, const char*> kOps[] = {
     {"split", "Split"},
     {"shape", "Shape"},
     {"constantofshape", "ConstantOfShape"},
+    {"range", "Range"},
     {"constant", "Constant"},
     {"cast", "Cast"},
     {"conv", "Conv"},
@@ -120,6 +121,7 @@ const std::map<std::string, std::string> kNotSupported = {
     {"min_float16", "FP16 elementwise ops run on the GPU engine only"},
     {"maxpool_2d_uint8", "pools run on FP32 only"},
     {"with_argmax", "MaxPool's Indices output is refused at load"},
+    {"delta_expanded", "Range's expanded form needs Loop, which is not implemented"},
     {"cubic", "cubic Resize is refused at load (nearest and linear)"},
     {"tf_crop_and_resize", "Resize's tf_crop_and_resize is refused at load"},
 };

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <tuple>
 
 #include "graph.h"
 
@@ -163,6 +164,25 @@ TEST(HostileOps, ShapeValuesFromTensorsAreBounded) {
   Case reshape("Reshape");
   reshape.Const("shape", {2}, {-1, -1});
   EXPECT_FALSE(reshape.Try({4}).ok());
+}
+
+TEST(HostileOps, RangeCountsAreFiniteAndBounded) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // start is the request's scalar x (0 here); limit and delta constants.
+  for (auto [limit, delta, ok] :
+       std::vector<std::tuple<float, float, bool>>{{5.f, 1.f, true},
+                                                   {-5.f, 1.f, true},  // (an empty range)
+                                                   {1e30f, 1.f, false},
+                                                   {5.f, 0.f, false},
+                                                   {inf, 1.f, false},
+                                                   {nan, 1.f, false},
+                                                   {5.f, nan, false},
+                                                   {5.f, 1e-30f, false}}) {
+    Case range("Range", 11);
+    range.Const("limit", {}, {}, {limit}).Const("delta", {}, {}, {delta});
+    EXPECT_EQ(range.Try({}).ok(), ok) << limit << " by " << delta;
+  }
 }
 
 TEST(HostileOps, SliceAndGatherExtremes) {
