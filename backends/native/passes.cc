@@ -639,11 +639,45 @@ void FuseGelus(GraphBody& g) {
       if (last.op.op_type() == "Gelu") break;
     }
   }
+  // A Gelu whose input is a MatMul's output read by nothing else (a feed-forward block's first
+  // product) becomes that MatMul's epilogue: applied while its tiles are in cache, not in a pass
+  // over the activations from memory.
+  int into_matmul = 0;
+  {
+    std::vector<int> readers = g.Readers();  // of the nodes that stay
+    std::map<int, size_t> producer;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int id : g.nodes[i].inputs)
+        if (id >= 0 && dead[i]) --readers[id];
+      if (!dead[i])
+        for (int id : g.nodes[i].outputs)
+          if (id >= 0) producer[id] = i;
+    }
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node& gel = g.nodes[i];
+      if (dead[i] || gel.op.op_type() != "Gelu" || gel.inputs.size() != 2) continue;
+      const int x = gel.inputs[0];
+      auto it = producer.find(x);
+      float d = 0.f;
+      if (it == producer.end() || !p.Scalar(gel.inputs[1], &d) || readers[x] != 1) continue;
+      Node& mm = g.nodes[it->second];
+      if (mm.op.op_type() != "MatMul" || mm.op.activation != OpNode::Activation::kNone ||
+          mm.outputs.size() != 1 || (mm.inputs.size() > 3 && mm.inputs[3] >= 0))
+        continue;
+      mm.op.activation = OpNode::Activation::kGelu;
+      mm.op.activation_a = d;
+      mm.outputs[0] = gel.outputs[0];
+      dead[i] = true;
+      ++into_matmul;
+    }
+  }
   std::vector<Node> kept;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(kept);
-  if (fused) g.pass_log.push_back("GELU patterns fused: " + std::to_string(fused));
+  if (fused)
+    g.pass_log.push_back("GELU patterns fused: " + std::to_string(fused) + ", " +
+                         std::to_string(into_matmul) + " of them into their MatMul's epilogue");
 }
 
 void FuseGemmActivations(GraphBody& g) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cpu/cpu_features.h"
+#include "cpu/elementwise.h"
 #include "cpu/gemm_isa.h"
 #include "cpu/parallel.h"
 #include "cpu/simd_f32.h"
@@ -501,6 +502,8 @@ NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const
       return ActivateRow<GemmEpilogue::kHardSigmoid>(row, n, lo, hi);
     case GemmEpilogue::kHardSwish:
       return ActivateRow<GemmEpilogue::kHardSwish>(row, n, lo, hi);
+    case GemmEpilogue::kGelu:
+      return GeluErf(row, row, n, lo);  // (vector erf)
     case GemmEpilogue::kNone:
       return;
   }
@@ -535,8 +538,11 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
   if (t_scratch_size < need) t_scratch = AllocAligned(t_scratch_size = need);
   if (cfg.rows == nullptr && t_packed_a_size < need)
     t_packed_a = AllocAligned(t_packed_a_size = need);
-  // A fused rows kernel applies the epilogue in its stores; the others get passes over C.
+  // A fused rows kernel applies the epilogue in its stores; the others get passes over C. GELU
+  // (a vector erf) is no tile kernel's: the tiles store the sums with bias and residual, and a
+  // pass over the block, still in cache, applies it.
   const bool fused = cfg.rows != nullptr && cfg.rows_fused != nullptr;
+  const bool tile_activation = ep.activation != GemmEpilogue::kGelu;
   if (pc == 0 && !fused) init(ic, jc + col0, mc, cols);
   TileA tiles[64];  // (MC / MR + 1 at most)
   int count = 0;
@@ -574,7 +580,8 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
         te.residual =
             ep.residual != nullptr ? ep.residual + (ic + ir) * ep.ld_residual + jc + jr : nullptr;
         te.ld_residual = ep.ld_residual;
-        te.activation = ep.activation, te.lo = ep.lo, te.hi = ep.hi;
+        te.activation = tile_activation ? ep.activation : GemmEpilogue::kNone;
+        te.lo = ep.lo, te.hi = ep.hi;
         const sgemm::RowsFusedKernel* kernels =
             width <= cfg.nr / 2 && cfg.rows_fused_narrow != nullptr ? cfg.rows_fused_narrow
                                                                     : cfg.rows_fused;
@@ -587,7 +594,7 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
       }
     }
   }
-  if (last && !fused) finish(ic, jc + col0, mc, cols);
+  if (last && (!fused || !tile_activation)) finish(ic, jc + col0, mc, cols);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // Small-M products (batch-1 inference) take a streaming path that reads B once without packing.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -55,8 +56,17 @@ struct GemmEpilogue {
   const float* bias = nullptr;
   const float* residual = nullptr;
   int64_t ld_residual = 0;
-  enum Activation { kNone, kRelu, kClip, kLeakyRelu, kHardSigmoid, kHardSwish } activation = kNone;
-  // kClip's bounds; kLeakyRelu's alpha is lo; kHardSigmoid's alpha and beta are lo and hi.
+  enum Activation {
+    kNone,
+    kRelu,
+    kClip,
+    kLeakyRelu,
+    kHardSigmoid,
+    kHardSwish,
+    kGelu
+  } activation = kNone;
+  // kClip's bounds; kLeakyRelu's alpha is lo; kHardSigmoid's alpha and beta are lo and hi;
+  // kGelu's divisor (sqrt(2): v * (erf(v / lo) + 1) * 0.5) is lo.
   float lo = 0.f, hi = 0.f;
 };
 
@@ -79,6 +89,8 @@ inline float Activate(const GemmEpilogue& ep, float v) {
       const float t = v * (1.f / 6.f) + 0.5f;
       return v * (t < 0.f ? 0.f : (t > 1.f ? 1.f : t));
     }
+    case GemmEpilogue::kGelu:
+      return v * (std::erf(v / ep.lo) + 1.f) * 0.5f;
     case GemmEpilogue::kNone:
       break;
   }

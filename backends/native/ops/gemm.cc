@@ -32,6 +32,9 @@ kernels::GemmEpilogue EpilogueOf(const OpNode& node) {
     case A::kHardSwish:
       ep.activation = E::kHardSwish;
       break;
+    case A::kGelu:
+      ep.activation = E::kGelu;
+      break;
     case A::kNone:
     case A::kSigmoid:  // (Gemm only: applied by ApplyActivation)
       break;
@@ -43,6 +46,8 @@ kernels::GemmEpilogue EpilogueOf(const OpNode& node) {
 void ApplyActivation(const OpNode& node, float* y, int64_t n) {
   if (node.activation == OpNode::Activation::kSigmoid) return kernels::Sigmoid(y, y, n);
   if (node.activation == OpNode::Activation::kRelu) return kernels::Relu(y, y, n);
+  if (node.activation == OpNode::Activation::kGelu)
+    return kernels::GeluErf(y, y, n, node.activation_a);
   const kernels::GemmEpilogue ep = EpilogueOf(node);
   for (int64_t i = 0; i < n; ++i) y[i] = kernels::Activate(ep, y[i]);
 }
@@ -126,13 +131,14 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   const auto stride_a = BroadcastStrides(ba, batch), stride_b = BroadcastStrides(bb, batch);
   // The fused epilogue, while each tile is in cache: one product over every row by packed
   // weights, the residual exactly of the output's shape.
-  const bool fused = a.type() == DataType::kFp32 && one_b && (bias || residual) &&
+  const bool activated = node.activation != OpNode::Activation::kNone;
+  const bool fused = a.type() == DataType::kFp32 && one_b && (bias || residual || activated) &&
                      (node.packed_int8 != nullptr || node.packed_b != nullptr) &&
                      (!bias || bias->elements() == n) && (!residual || residual->shape() == shape);
   if (fused) {
     const float* pa = a.data<float>();
     float* pc = out[0].mutable_data<float>();
-    kernels::GemmEpilogue ep;
+    kernels::GemmEpilogue ep = EpilogueOf(node);
     ep.bias = bias ? bias->data<float>() : nullptr;
     ep.residual = residual ? residual->data<float>() : nullptr;
     ep.ld_residual = n;
@@ -181,8 +187,13 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
       product(0);
     else
       kernels::ParallelForWork(batches, batches * rows * n * k, product);
-    if constexpr (std::is_same_v<T, float>) return AddEpilogue(node, bias, residual, out[0]);
-    if (bias || residual) return node.Error("a fused bias or residual needs FP32");
+    if constexpr (std::is_same_v<T, float>) {
+      RETURN_IF_ERROR(AddEpilogue(node, bias, residual, out[0]));
+      ApplyActivation(node, out[0].mutable_data<float>(), out[0].elements());
+      return Status::Ok();
+    }
+    if (bias || residual || activated)
+      return node.Error("a fused bias, residual or activation needs FP32");
     return Status::Ok();
   });
 }

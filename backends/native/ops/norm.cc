@@ -153,6 +153,8 @@ Status LayerNormalization(const OpNode& node, const std::vector<const Tensor*>& 
   if (out.size() > 1) mean_out = Tensor::Allocate(DataType::kFp32, stat_shape);
   if (out.size() > 2) inv_out = Tensor::Allocate(DataType::kFp32, stat_shape);
   const float eps = node.AttrFloat("epsilon", 1e-5f);
+  const bool full_scale = param[0] != nullptr && !one[0];
+  const bool full_bias = param[1] != nullptr && !one[1];
   const float* px = x.data<float>();
   float* py = y.mutable_data<float>();
   kernels::ParallelForWork(rows, rows * inner, [&](int64_t r) {
@@ -163,11 +165,17 @@ Status LayerNormalization(const OpNode& node, const std::vector<const Tensor*>& 
     const double squares = LaneSum(xr, inner, true, static_cast<float>(mean));
     const double inv = 1.0 / std::sqrt(squares / static_cast<double>(inner) + eps);
     const float m = static_cast<float>(mean), s = static_cast<float>(inv);
-    for (int64_t i = 0; i < inner; ++i) {
-      float v = (xr[i] - m) * s;
-      if (param[0] != nullptr) v *= param[0][one[0] ? 0 : i];
-      if (param[1] != nullptr) v += param[1][one[1] ? 0 : i];
-      yr[i] = v;
+    if (full_scale && full_bias) {  // the common form: one loop the compiler vectorizes
+      const float* scale = param[0];
+      const float* shift = param[1];
+      for (int64_t i = 0; i < inner; ++i) yr[i] = (xr[i] - m) * s * scale[i] + shift[i];
+    } else {
+      for (int64_t i = 0; i < inner; ++i) {
+        float v = (xr[i] - m) * s;
+        if (param[0] != nullptr) v *= param[0][one[0] ? 0 : i];
+        if (param[1] != nullptr) v += param[1][one[1] ? 0 : i];
+        yr[i] = v;
+      }
     }
     if (mean_out.valid()) mean_out.mutable_data<float>()[r] = m;
     if (inv_out.valid()) inv_out.mutable_data<float>()[r] = s;

@@ -59,9 +59,11 @@ class OpNode {
     kClip,
     kLeakyRelu,
     kHardSigmoid,
-    kHardSwish
+    kHardSwish,
+    kGelu
   } activation = Activation::kNone;
-  // Parameters: kClip's bounds, kLeakyRelu's alpha (a), kHardSigmoid's alpha and beta.
+  // Parameters: kClip's bounds, kLeakyRelu's alpha (a), kHardSigmoid's alpha and beta, kGelu's
+  // divisor (a; MatMul only, FuseGelus).
   float activation_a = 0.f, activation_b = 0.f;
   // Conv: a residual added to the output before the activation is the node's last input (the
   // graph's passes fuse Conv -> Add(x, residual) -> activation).

@@ -212,10 +212,11 @@ TEST(LayerNormFusionTest, TheWrittenOutFormsBecomeOneNodeAndResultsHold) {
 
 // A transformer layer's feed-forward block as PyTorch exports it: MatMul by W1 -> Add(b1) -> GELU
 // written out (Div by sqrt(2), Erf, Add 1, Mul by x, Mul by 0.5; or the 0.5 first) -> MatMul by
-// W2 -> Add(b2) -> Add(x) (the residual). Fused: two MatMuls with their bias (and the residual)
-// and one Gelu; the answers hold against float64, for 3-D inputs (batch x tokens x width).
+// W2 -> Add(b2) -> Add(x) (the residual). Fused: two MatMuls, the first with its bias and the GELU
+// in its epilogue, the second with its bias and the residual; the answers hold against float64,
+// for 3-D inputs (batch x tokens x width), on enough rows and columns for the tile kernels.
 struct FeedForward {
-  static constexpr int64_t kBatch = 2, kTokens = 5, kWidth = 16, kHidden = 48;
+  static constexpr int64_t kBatch = 2, kTokens = 20, kWidth = 64, kHidden = 160;
   bool half_first = false;
   std::vector<float> x, w1, b1, w2, b2;
   FeedForward() {
@@ -272,14 +273,14 @@ struct FeedForward {
   }
 };
 
-TEST(TransformerFusionTest, FeedForwardBecomesTwoMatMulsAndAGeluAndResultsHold) {
+TEST(TransformerFusionTest, FeedForwardBecomesTwoMatMulsAndResultsHold) {
   for (bool half_first : {false, true}) {
     SCOPED_TRACE(testing::Message() << "0.5 first " << half_first);
     FeedForward ff;
     ff.half_first = half_first;
     auto graph = Graph::FromProto(ff.Model());
     ASSERT_TRUE(graph.ok()) << graph.status().message();
-    EXPECT_EQ((*graph)->node_count(), 3u);  // MatMul+bias, Gelu, MatMul+bias+residual
+    EXPECT_EQ((*graph)->node_count(), 2u);  // MatMul+bias+GELU, MatMul+bias+residual
     Tensor x = Tensor::Allocate(DataType::kFp32, {ff.kBatch, ff.kTokens, ff.kWidth});
     std::copy(ff.x.begin(), ff.x.end(), x.mutable_data<float>());
     std::vector<Tensor> out;
@@ -287,7 +288,8 @@ TEST(TransformerFusionTest, FeedForwardBecomesTwoMatMulsAndAGeluAndResultsHold) 
     ASSERT_EQ(out[0].shape(), (std::vector<int64_t>{ff.kBatch, ff.kTokens, ff.kWidth}));
     for (int64_t r = 0; r < ff.kBatch * ff.kTokens; ++r)
       for (int64_t j = 0; j < ff.kWidth; ++j)
-        ASSERT_NEAR(out[0].data<float>()[r * ff.kWidth + j], ff.Reference(r, j), 2e-5)
+        ASSERT_NEAR(out[0].data<float>()[r * ff.kWidth + j], ff.Reference(r, j),
+                    5e-5 + 2e-6 * std::abs(ff.Reference(r, j)))
             << r << ", " << j;
   }
 }

@@ -69,6 +69,9 @@ std::vector<float> Reference(const Case& c, const Conv2dGeometry& g, const std::
             case GemmEpilogue::kHardSwish:
               acc = acc * std::min(1.0, std::max(0.0, acc / 6 + 0.5));
               break;
+            case GemmEpilogue::kGelu:
+              acc = acc * 0.5 * (1 + std::erf(acc / ep.lo));
+              break;
             case GemmEpilogue::kNone:
               break;
           }
