@@ -189,7 +189,7 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
       kernels::ParallelForWork(batches, batches * rows * n * k, product);
     if constexpr (std::is_same_v<T, float>) {
       RETURN_IF_ERROR(AddEpilogue(node, bias, residual, out[0]));
-      ApplyActivation(node, out[0].mutable_data<float>(), out[0].elements());
+      if (activated) ApplyActivation(node, out[0].mutable_data<float>(), out[0].elements());
       return Status::Ok();
     }
     if (bias || residual || activated)
