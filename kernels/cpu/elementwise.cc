@@ -32,6 +32,7 @@ void Tanh(const float* x, float* y, int64_t n) {
 
 void Erf(const float* x, float* y, int64_t n) {
 #if defined(__x86_64__)
+  if (HasAvx512F()) return ErfAvx512(x, y, n);
   if (HasAvx2Fma()) return ErfAvx2(x, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
@@ -39,6 +40,7 @@ void Erf(const float* x, float* y, int64_t n) {
 
 void GeluErf(const float* x, float* y, int64_t n, float divisor) {
 #if defined(__x86_64__)
+  if (HasAvx512F()) return GeluErfAvx512(x, y, n, divisor);
   if (HasAvx2Fma()) return GeluErfAvx2(x, y, n, divisor);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = GeluScalar(x[i], divisor);

@@ -21,10 +21,12 @@ inline float SigmoidScalar(float v) {
 inline float GeluScalar(float v, float divisor) { return v * (std::erf(v / divisor) + 1.f) * 0.5f; }
 
 #if defined(__x86_64__)
-void ReluAvx2(const float* x, float* y, int64_t n);     // AVX2
-void SigmoidAvx2(const float* x, float* y, int64_t n);  // AVX2 and FMA
-void ErfAvx2(const float* x, float* y, int64_t n);      // AVX2 and FMA
-void GeluErfAvx2(const float* x, float* y, int64_t n, float divisor);  // AVX2 and FMA
+void ReluAvx2(const float* x, float* y, int64_t n);                      // AVX2
+void SigmoidAvx2(const float* x, float* y, int64_t n);                   // AVX2 and FMA
+void ErfAvx2(const float* x, float* y, int64_t n);                       // AVX2 and FMA
+void GeluErfAvx2(const float* x, float* y, int64_t n, float divisor);    // AVX2 and FMA
+void ErfAvx512(const float* x, float* y, int64_t n);                     // AVX-512F
+void GeluErfAvx512(const float* x, float* y, int64_t n, float divisor);  // AVX-512F
 // One contiguous row; false (nothing written that counts) when it holds NaN or infinity.
 bool SoftmaxRowAvx2(const float* x, float* y, int64_t n);  // AVX2 and FMA
 #elif defined(__aarch64__)

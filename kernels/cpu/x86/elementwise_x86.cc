@@ -141,8 +141,8 @@ __attribute__((target("avx2,fma"))) bool SoftmaxRowAvx2(const float* x, float* y
   for (i = 0; i + 8 <= n; i += 8) {
     const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
     // Below -87.3 (a mask's -inf or -1e4) e^d is 0, not the clamp's 8e-39.
-    const __m256 e = _mm256_and_ps(ExpNonPositive(d),
-                                   _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+    const __m256 e =
+        _mm256_and_ps(ExpNonPositive(d), _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
     vsum = _mm256_add_ps(vsum, e);
     _mm256_storeu_ps(y + i, e);
   }
@@ -158,6 +158,75 @@ __attribute__((target("avx2,fma"))) bool SoftmaxRowAvx2(const float* x, float* y
     _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
   for (int64_t j = i; j < n; ++j) y[j] *= static_cast<float>(1.0 / sum);
   return true;
+}
+
+// ---- AVX-512: the same exp, erf and GELU on 16 lanes ----
+
+static __attribute__((target("avx512f"))) inline __m512 ExpNonPositive512(__m512 v) {
+  v = _mm512_max_ps(v, _mm512_set1_ps(-87.3f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), v);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// ErfVec's method on 16 lanes (sign and NaN by mask).
+static __attribute__((target("avx512f"))) inline __m512 ErfVec512(__m512 v) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512 a = _mm512_abs_ps(v);
+  const __m512 z = _mm512_mul_ps(v, v);
+  __m512 s = _mm512_set1_ps(1.128379167f / 9360);
+  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.128379167f / 1320));
+  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(1.128379167f / 216));
+  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.128379167f / 42));
+  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(1.128379167f / 10));
+  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.128379167f / 3));
+  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(1.128379167f));
+  const __m512 small = _mm512_mul_ps(s, v);
+  const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), a, one));
+  __m512 q = _mm512_set1_ps(1.061405429f);
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.453152027f));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.421413741f));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0.284496736f));
+  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
+  q = _mm512_mul_ps(q, t);
+  const __m512 e = ExpNonPositive512(_mm512_sub_ps(_mm512_setzero_ps(), z));
+  __m512 large = _mm512_fnmadd_ps(q, e, one);
+  large = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(large),
+                                              _mm512_and_si512(_mm512_castps_si512(v), sign_bit)));
+  const __m512 out =
+      _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.5f), _CMP_LT_OQ), large, small);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), out, v);
+}
+
+__attribute__((target("avx512f"))) void ErfAvx512(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, ErfVec512(_mm512_loadu_ps(x + i)));
+  if (i < n) ErfAvx2(x + i, y + i, n - i);
+}
+
+__attribute__((target("avx512f"))) void GeluErfAvx512(const float* x, float* y, int64_t n,
+                                                      float divisor) {
+  const __m512 inv = _mm512_set1_ps(1.f / divisor);
+  const __m512 one = _mm512_set1_ps(1.f), half = _mm512_set1_ps(0.5f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 e = _mm512_add_ps(ErfVec512(_mm512_mul_ps(v, inv)), one);
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(v, e), half));
+  }
+  if (i < n) GeluErfAvx2(x + i, y + i, n - i, divisor);
 }
 
 }  // namespace nereid::kernels
