@@ -235,7 +235,21 @@ Status Cast(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
     return node.Error("casts to or from STRING are not supported");
   if (to == DataType::kInvalid)
     return node.Error("unsupported target type " + std::to_string(node.AttrInt("to", 0)));
-  out[0] = Tensor::Allocate(to, x.shape());
+  out[0] = Tensor::Uninitialized(to, x.shape());
+  // To FP32 from the integer types masks and ids come in: one rounding, as static_cast does.
+  if (to == DataType::kFp32) {
+    float* y = out[0].mutable_data<float>();
+    auto from = [&](auto tag) {
+      const auto* v = x.data<decltype(tag)>();
+      for (int64_t i = 0; i < x.elements(); ++i) y[i] = static_cast<float>(v[i]);
+      return true;
+    };
+    if ((x.type() == DataType::kInt64 && from(int64_t{})) ||
+        (x.type() == DataType::kInt32 && from(int32_t{})) ||
+        (x.type() == DataType::kUint8 && from(uint8_t{})) ||
+        (x.type() == DataType::kFp32 && from(float{})))
+      return Status::Ok();
+  }
   const size_t si = DataTypeSize(x.type()), so = DataTypeSize(to);
   const uint8_t* src = x.raw();
   uint8_t* dst = out[0].mutable_raw();
@@ -469,16 +483,33 @@ Status Expand(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   ASSIGN_OR_RETURN(auto target, IntValues(node, *in[1], "shape"));
   ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, x.shape(), target));
   RETURN_IF_ERROR(CheckOutputShape(node, shape, x.type()));
-  out[0] = Tensor::Allocate(x.type(), shape);
+  out[0] = Tensor::Uninitialized(x.type(), shape);
+  if (out[0].elements() == 0) return Status::Ok();
   const auto strides = BroadcastStrides(x.shape(), shape);
   const size_t esize = DataTypeSize(x.type());
   const int64_t rank = static_cast<int64_t>(shape.size());
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t e = 0; e < out[0].elements(); ++e) {
+  // Rows of the last dimension: a copy of x's row (stride 1) or one element repeated (stride 0).
+  const int64_t inner = rank ? shape[rank - 1] : 1;
+  const int64_t inner_stride = rank ? strides[rank - 1] : 0;
+  const int64_t rows = out[0].elements() / inner;
+  std::vector<int64_t> index(std::max<int64_t>(rank - 1, 0), 0);
+  uint8_t* dst = out[0].mutable_raw();
+  for (int64_t r = 0; r < rows; ++r, dst += inner * esize) {
     int64_t offset = 0;
-    for (int64_t d = 0; d < rank; ++d) offset += index[d] * strides[d];
-    std::memcpy(out[0].mutable_raw() + e * esize, x.raw() + offset * esize, esize);
-    for (int64_t d = rank; d-- > 0;) {
+    for (int64_t d = 0; d + 1 < rank; ++d) offset += index[d] * strides[d];
+    const uint8_t* src = x.raw() + offset * esize;
+    if (inner_stride == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(inner) * esize);
+    } else {
+      // One element, then doubling copies of what is written.
+      std::memcpy(dst, src, esize);
+      for (int64_t done = 1; done < inner;) {
+        const int64_t n = std::min(done, inner - done);
+        std::memcpy(dst + done * esize, dst, static_cast<size_t>(n) * esize);
+        done += n;
+      }
+    }
+    for (int64_t d = rank - 1; d-- > 0;) {
       if (++index[d] < shape[d]) break;
       index[d] = 0;
     }
