@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/parallel.h"
 #include "nereid/half.h"
 #include "ops/op.h"
 
@@ -44,35 +45,51 @@ void TransposeBytes(const uint8_t* src, const std::vector<int64_t>& shape,
     return;
   }
   const int64_t inner = out_shape[rank - 1], inner_stride = stride[rank - 1];
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t row = 0; row < total / inner; ++row) {
-    int64_t offset = 0;
-    for (size_t d = 0; d + 1 < rank; ++d) offset += index[d] * stride[d];
-    auto copy = [&](auto tag) {
-      using T = decltype(tag);
-      const T* s = reinterpret_cast<const T*>(src) + offset;
-      T* o = reinterpret_cast<T*>(dst) + row * inner;
-      for (int64_t j = 0; j < inner; ++j) o[j] = s[j * inner_stride];
-    };
-    switch (esize) {
-      case 1:
-        copy(uint8_t{});
-        break;
-      case 2:
-        copy(uint16_t{});
-        break;
-      case 4:
-        copy(uint32_t{});
-        break;
-      default:
-        copy(uint64_t{});
-        break;
+  const int64_t rows = total / inner;
+  // Rows of the output in pieces over the thread team (attention's heads: thousands of rows);
+  // a row whose source is contiguous (the last axis stays last) is one copy.
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(rows, total / (1 << 15)));
+  kernels::ParallelFor(pieces, [&](int64_t p) {
+    const int64_t first = rows * p / pieces, last = rows * (p + 1) / pieces;
+    std::vector<int64_t> index(rank, 0);
+    for (int64_t d = static_cast<int64_t>(rank) - 2, r = first; d >= 0; --d) {
+      index[d] = r % out_shape[d];
+      r /= out_shape[d];
     }
-    for (size_t d = rank - 1; d-- > 0;) {
-      if (++index[d] < out_shape[d]) break;
-      index[d] = 0;
+    for (int64_t row = first; row < last; ++row) {
+      int64_t offset = 0;
+      for (size_t d = 0; d + 1 < rank; ++d) offset += index[d] * stride[d];
+      if (inner_stride == 1) {
+        std::memcpy(dst + row * inner * esize, src + offset * esize,
+                    static_cast<size_t>(inner) * esize);
+      } else {
+        auto copy = [&](auto tag) {
+          using T = decltype(tag);
+          const T* s = reinterpret_cast<const T*>(src) + offset;
+          T* o = reinterpret_cast<T*>(dst) + row * inner;
+          for (int64_t j = 0; j < inner; ++j) o[j] = s[j * inner_stride];
+        };
+        switch (esize) {
+          case 1:
+            copy(uint8_t{});
+            break;
+          case 2:
+            copy(uint16_t{});
+            break;
+          case 4:
+            copy(uint32_t{});
+            break;
+          default:
+            copy(uint64_t{});
+            break;
+        }
+      }
+      for (size_t d = rank - 1; d-- > 0;) {
+        if (++index[d] < out_shape[d]) break;
+        index[d] = 0;
+      }
     }
-  }
+  });
 }
 
 namespace {
