@@ -34,6 +34,7 @@ void FuseConvEpilogues(GraphBody& g);
 void FuseGemmActivations(GraphBody& g);
 void FuseMatMulEpilogues(GraphBody& g);
 void FuseGelus(GraphBody& g);
+void FuseAttention(GraphBody& g);
 void RemoveDeadNodes(GraphBody& g);
 void ChooseChannelsLast(GraphBody& g);
 void PackWeights(GraphBody& g, const GraphOptions& options);
@@ -54,6 +55,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   if (options.pack_weights) {
     FuseMatMulEpilogues(g);  // MatMul by a weight -> Add(bias) -> Add(residual): one node
     FuseGelus(g);            // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu node
+    FuseAttention(g);        // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
     ReleasePackedOriginals(g);
@@ -678,6 +680,70 @@ void FuseGelus(GraphBody& g) {
   if (fused)
     g.pass_log.push_back("GELU patterns fused: " + std::to_string(fused) + ", " +
                          std::to_string(into_matmul) + " of them into their MatMul's epilogue");
+}
+
+// Attention as PyTorch exports it (HF's BERT): MatMul(Q, Kt) -> Div (or Mul) by a constant
+// scalar -> Add(mask) (optional) -> Softmax over the last axis (opset 13 on) -> MatMul(., V), each
+// value read by the next alone, becomes one Attention node (ops/attention.cc) in the last
+// MatMul's place. The CPU graph only.
+void FuseAttention(GraphBody& g) {
+  if (g.opset < 13) return;  // (Softmax's axis then coerces to 2-D)
+  const Patterns p(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& second = g.nodes[i];
+    if (dead[i] || second.op.op_type() != "MatMul" || second.inputs.size() != 2 ||
+        second.outputs.size() != 1 || g.IsConstant(second.inputs[1]))
+      continue;
+    Node* softmax = p.MadeBy(second.inputs[0], "Softmax");
+    if (softmax == nullptr || softmax->inputs.size() != 1 || softmax->op.AttrInt("axis", -1) != -1)
+      continue;
+    // The scaled scores: Div/Mul(MatMul(Q, Kt), constant scalar), read by the Softmax or by the
+    // Add of the mask (either of its sides).
+    Node *scale = nullptr, *first = nullptr;
+    bool divide = false;
+    auto scaled = [&](int value) {
+      scale = p.MadeBy(value, "Div");
+      divide = scale != nullptr;
+      if (scale == nullptr) scale = p.MadeBy(value, "Mul");
+      float c = 0.f;
+      if (scale == nullptr || scale->inputs.size() != 2 || !p.Scalar(scale->inputs[1], &c))
+        return false;
+      first = p.MadeBy(scale->inputs[0], "MatMul");
+      return first != nullptr && first->inputs.size() == 2 && !g.IsConstant(first->inputs[1]) &&
+             first->op.activation == OpNode::Activation::kNone;
+    };
+    int mask = -1;
+    Node* add = p.MadeBy(softmax->inputs[0], "Add");
+    if (add != nullptr && add->inputs.size() == 2) {
+      if (scaled(add->inputs[0]))
+        mask = add->inputs[1];
+      else if (scaled(add->inputs[1]))
+        mask = add->inputs[0];
+      else
+        continue;
+    } else if (add != nullptr || !scaled(softmax->inputs[0])) {
+      continue;
+    }
+    for (Node* n : {first, scale, softmax}) dead[p.Index(n)] = true;
+    if (add != nullptr) dead[p.Index(add)] = true;
+    Node made =
+        g.MakeNode("Attention", second.op.name() + ".attention", Attention,
+                   {first->inputs[0], first->inputs[1], scale->inputs[1], mask, second.inputs[1]},
+                   {second.outputs[0]});
+    auto* divide_attr = g.made_nodes.back()->add_attribute();
+    divide_attr->set_name("divide");
+    divide_attr->set_type(onnx::AttributeProto::INT);
+    divide_attr->set_i(divide ? 1 : 0);
+    second = std::move(made);
+    ++fused;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  if (fused) g.pass_log.push_back("attention fused: " + std::to_string(fused));
 }
 
 void FuseGemmActivations(GraphBody& g) {

@@ -102,6 +102,9 @@ std::vector<OpDef> ConvOps();
 std::vector<OpDef> PoolOps();
 std::vector<OpDef> NormOps();
 std::vector<OpDef> ResizeOps();
+// Attention fused by the graph's passes (ops/attention.cc; not an ONNX op: no file names it).
+Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
+                 std::vector<Tensor>& out);
 
 // The activation fused into a Gemm or Conv (OpNode::activation), applied in place.
 void ApplyActivation(const OpNode& node, float* y, int64_t n);
