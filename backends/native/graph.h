@@ -98,8 +98,8 @@ struct GraphBody {
 // The graph passes (passes.cc), in the one order this runs them: constant folding,
 // BatchNormalization and per-channel scales folded into Conv, ops written out fused (HardSwish,
 // LayerNormalization), epilogues fused into Conv and Gemm, dead nodes removed, then for the CPU
-// MatMul's bias, residual and GELU epilogues, the channels-last layout and packed weights, and
-// the values' lifetimes.
+// MatMul's bias, residual and GELU epilogues, attention as one node, the channels-last layout and
+// packed weights, and the values' lifetimes.
 Status RunPasses(GraphBody& g, const GraphOptions& options);
 
 class Graph {
