@@ -64,30 +64,15 @@ void NaiveMatMul(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) 
     }
 }
 
-// y += bias (over the last dimension) + residual (any shape broadcasting to y's), in that order,
-// where the fused epilogue cannot add them (FuseMatMulEpilogues).
+// y + bias, then + residual, by the Add op itself (numpy broadcasting, a widening shape
+// included), where the fused epilogue does not take them (FuseMatMulEpilogues).
 Status AddEpilogue(const OpNode& node, const Tensor* bias, const Tensor* residual, Tensor& y) {
-  float* py = y.mutable_data<float>();
-  const int64_t n = y.shape().empty() ? 1 : y.shape().back();
-  if (bias != nullptr)
-    for (int64_t i = 0; i < y.elements(); ++i) py[i] += bias->data<float>()[i % n];
-  if (residual == nullptr) return Status::Ok();
-  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, y.shape(), residual->shape()));
-  if (shape != y.shape())
-    return node.Error("the residual " + ShapeString(residual->shape()) + " widens the product " +
-                      ShapeString(y.shape()));
-  const auto strides = BroadcastStrides(residual->shape(), shape);
-  const float* pr = residual->data<float>();
-  std::vector<int64_t> index(shape.size(), 0);
-  int64_t offset = 0;
-  for (int64_t i = 0; i < y.elements(); ++i) {
-    py[i] += pr[offset];
-    for (size_t d = shape.size(); d-- > 0;) {
-      offset += strides[d];
-      if (++index[d] < shape[d]) break;
-      offset -= strides[d] * shape[d];
-      index[d] = 0;
-    }
+  const OpFn add = FindOp("Add");
+  std::vector<Tensor> sum(1);
+  for (const Tensor* term : {bias, residual}) {
+    if (term == nullptr) continue;
+    RETURN_IF_ERROR(add(node, {&y, term}, sum));
+    y = std::move(sum[0]);
   }
   return Status::Ok();
 }

@@ -411,6 +411,55 @@ TEST(TransformerFusionTest, AttentionBecomesOneNodeAndResultsHold) {
   }
 }
 
+// MatMul -> Add(bias) -> Add(residual) fused: a residual of the product's shape goes into the
+// epilogue; one that broadcasts ([n]) or widens the product ([2, m, n]) is added as ONNX's Add
+// adds it.
+TEST(TransformerFusionTest, AFusedResidualOfAnyShapeAddsAsOnnxDoes) {
+  constexpr int64_t M = 13, K = 24, N = 40;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> x(M * K), w(K * N), b(N);
+  for (auto* v : {&x, &w, &b})
+    for (float& f : *v) f = u(rng);
+  for (const std::vector<int64_t>& rshape :
+       {std::vector<int64_t>{M, N}, std::vector<int64_t>{N}, std::vector<int64_t>{2, M, N}}) {
+    SCOPED_TRACE(testing::Message() << "residual rank " << rshape.size());
+    auto model = std::make_unique<onnx::ModelProto>();
+    model->set_ir_version(8);
+    model->add_opset_import()->set_version(17);
+    auto* g = model->mutable_graph();
+    AddFloatTensor(g, "w", {K, N}, w);
+    AddFloatTensor(g, "b", {N}, b);
+    AddValueInfo(g->mutable_input(), "x", {M, K});
+    AddValueInfo(g->mutable_input(), "r", rshape);
+    AddValueInfo(g->mutable_output(), "y",
+                 rshape.size() == 3 ? rshape : std::vector<int64_t>{M, N});
+    AddNode(g, "MatMul", {"x", "w"}, "p");
+    AddNode(g, "Add", {"p", "b"}, "o");
+    AddNode(g, "Add", {"o", "r"}, "y");
+    auto graph = Graph::FromProto(std::move(model));
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    EXPECT_EQ((*graph)->node_count(), 1u);
+    Tensor tx = Tensor::Allocate(DataType::kFp32, {M, K});
+    std::copy(x.begin(), x.end(), tx.mutable_data<float>());
+    Tensor tr = Tensor::Allocate(DataType::kFp32, rshape);
+    for (int64_t i = 0; i < tr.elements(); ++i) tr.mutable_data<float>()[i] = 0.01f * (i % 97);
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*graph)->Run({{"x", tx}, {"r", tr}}, {"y"}, &out).ok());
+    const int64_t copies = rshape.size() == 3 ? 2 : 1;
+    ASSERT_EQ(out[0].elements(), copies * M * N);
+    for (int64_t c = 0; c < copies; ++c)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double want = b[j];
+          for (int64_t e = 0; e < K; ++e) want += double(x[i * K + e]) * w[e * N + j];
+          const int64_t r = rshape.size() == 1 ? j : (c * M + i) * N + j;
+          want += tr.data<float>()[r];
+          ASSERT_NEAR(out[0].data<float>()[(c * M + i) * N + j], want, 1e-5) << i << ", " << j;
+        }
+  }
+}
+
 // Conv -> Resize (nearest or linear, by scales or sizes) -> Conv: the layout pass keeps the Resize
 // channels-last between the convolutions; its answers equal the NCHW graph's (the same arithmetic
 // per element).
