@@ -119,7 +119,8 @@ Status MatMul(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   const bool activated = node.activation != OpNode::Activation::kNone;
   const bool fused = a.type() == DataType::kFp32 && one_b && (bias || residual || activated) &&
                      (node.packed_int8 != nullptr || node.packed_b != nullptr) &&
-                     (!bias || bias->elements() == n) && (!residual || residual->shape() == shape);
+                     (!bias || (bias->elements() == n && bias->shape().size() <= shape.size())) &&
+                     (!residual || residual->shape() == shape);
   if (fused) {
     const float* pa = a.data<float>();
     float* pc = out[0].mutable_data<float>();
