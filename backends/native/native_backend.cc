@@ -426,10 +426,11 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   std::string passes;
   for (const auto& line : state->graph->pass_log()) passes += (passes.empty() ? "" : "; ") + line;
   if (!passes.empty())
-    Log(NEREID_LOG_INFO, "model '" + state->name + "': graph passes: " + passes +
-                             (precision == "int8" ? " (int8 covers Gemm/MatMul weights; Conv "
-                                                    "runs in fp32 on the CPU)"
-                                                  : ""));
+    Log(NEREID_LOG_INFO,
+        "model '" + state->name + "': graph passes: " + passes +
+            (precision == "int8" ? " (int8: Gemm/MatMul weights and convolutions but depthwise "
+                                   "ones; attention's products and depthwise convolutions fp32)"
+                                 : ""));
   return state;
 }
 
