@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
       {128, 1536, 384, false, "MiniLM FFN up, 128 tok"},
       {128, 384, 1536, false, "MiniLM FFN down, 128 tok"},
       {128, 3072, 768, false, "BERT FFN up, 128 tok"},
+      {128, 128, 32, false, "attention Q.Kt, one head"},
+      {128, 32, 128, false, "attention P.V, one head"},
   };
   std::printf("kernel: %s, threads: 1\n", nereid::kernels::SgemmKernelName());
   std::printf("| %-26s | %5s | %5s | %5s | %12s | %12s | %9s | %14s |\n", "case", "M", "N", "K",

@@ -6,6 +6,8 @@
 // the graph's own order of operations (the same arithmetic as the nodes it replaces). Shapes the
 // kernel does not take (batch dims that differ, a mask that widens the scores) run the nodes'
 // own ops one after another.
+#include "cpu/attention.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -81,7 +83,8 @@ Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
     thread_local std::vector<float> scratch;
     if (scratch.size() < static_cast<size_t>(s * t)) scratch.resize(s * t);
     float* p = scratch.data();
-    kernels::Sgemm(false, false, s, t, d, 1.f, pq + h * s * d, d, pk + h * d * t, t, 0.f, p, t);
+    if (!kernels::AttentionScores(pq + h * s * d, s, d, pk + h * d * t, t, p))
+      kernels::Sgemm(false, false, s, t, d, 1.f, pq + h * s * d, d, pk + h * d * t, t, 0.f, p, t);
     // The mask's offset of this head's first score: the batch dims of index h.
     int64_t mask_base = 0;
     if (mask != nullptr)
@@ -102,8 +105,9 @@ Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
       }
       kernels::Softmax(row, row, 1, t, 1);
     }
-    kernels::Sgemm(false, false, s, dv, t, 1.f, p, t, pv + h * t * dv, dv, 0.f, py + h * s * dv,
-                   dv);
+    if (!kernels::AttentionContext(p, s, t, pv + h * t * dv, dv, py + h * s * dv))
+      kernels::Sgemm(false, false, s, dv, t, 1.f, p, t, pv + h * t * dv, dv, 0.f, py + h * s * dv,
+                     dv);
   });
   return Status::Ok();
 }

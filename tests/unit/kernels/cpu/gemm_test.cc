@@ -9,7 +9,9 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "cpu/attention.h"
 #include "cpu/parallel.h"
 
 namespace nereid::kernels {
@@ -132,6 +134,35 @@ TEST(SgemmPackedTest, FewRowsOverATeamMatchOneThread) {
       worst = std::max(worst, std::abs(want - one[(m - 1) * n + j]));
     }
     EXPECT_LT(worst, 1e-3) << m << " rows";
+  }
+}
+
+}  // namespace
+}  // namespace nereid::kernels
+
+// The attention head's products (cpu/attention.h) against float64: a head's shapes and ragged
+// ones (columns and rows not whole vectors or row groups). Where the CPU has no AVX-512 they
+// answer false and the caller uses Sgemm.
+namespace nereid::kernels {
+namespace {
+
+TEST(AttentionProducts, MatchFloat64) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto [rows, k, n] : {std::tuple{128, 32, 128}, {128, 128, 32}, {7, 3, 70}, {1, 5, 17}}) {
+    std::vector<float> x(rows * k), b(k * n), y(rows * n, -7.f);
+    for (float& v : x) v = u(rng);
+    for (float& v : b) v = u(rng);
+    if (!AttentionScores(x.data(), rows, k, b.data(), n, y.data())) GTEST_SKIP() << "no AVX-512";
+    std::vector<float> y2(rows * n, -7.f);
+    ASSERT_TRUE(AttentionContext(x.data(), rows, k, b.data(), n, y2.data()));
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < n; ++j) {
+        double want = 0;
+        for (int e = 0; e < k; ++e) want += double(x[i * k + e]) * b[e * n + j];
+        ASSERT_NEAR(y[i * n + j], want, 1e-5) << rows << "x" << k << "x" << n;
+        ASSERT_EQ(y[i * n + j], y2[i * n + j]);
+      }
   }
 }
 

@@ -1,0 +1,18 @@
+// The two products of one attention head, shaped for it: scores = Q Kt and context = P V, with
+// Q s x d, Kt d x t, P s x t and V t x dv row-major, each small (a head: 128 x 32 x 128) and
+// read whole from cache. Each output row is a sum of the other operand's rows weighted by the
+// row's values (an outer-product form), in AVX-512 registers, several rows at a time sharing the
+// loads: where the GEMM's packing and tile calls cost as much as the products (Sgemm reached 100
+// and 77 GFLOP/s on these shapes here). False where this CPU has no AVX-512 (the caller then
+// uses Sgemm).
+#pragma once
+
+#include <cstdint>
+
+namespace nereid::kernels {
+
+bool AttentionScores(const float* q, int64_t s, int64_t d, const float* kt, int64_t t,
+                     float* scores);
+bool AttentionContext(const float* p, int64_t s, int64_t t, const float* v, int64_t dv, float* out);
+
+}  // namespace nereid::kernels
