@@ -1,5 +1,6 @@
 // Float activation kernels of the native engine: AVX2 or NEON where the CPU has it (Relu and
-// Sigmoid; Erf and Softmax over contiguous rows in AVX2), a portable loop otherwise. y may equal x
+// Sigmoid; Softmax over contiguous rows in AVX2; Erf and GELU in AVX-512 or AVX2), a portable
+// loop otherwise. y may equal x
 // (in place).
 #pragma once
 

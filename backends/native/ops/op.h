@@ -1,6 +1,7 @@
 // Operators of the native engine. Each ONNX op is a function looked up by op_type in a registry
 // made of op families, one file each (ops/<family>.cc: elementwise, gemm, shape, reduce, conv,
-// pool, norm, resize), listed once in ops/op.cc. Each op checks its inputs and attributes and
+// pool, norm, resize), listed once in ops/op.cc; ops/attention.cc holds the one node the graph's
+// passes make that no file names (attention). Each op checks its inputs and attributes and
 // returns a clear Status on anything it does not support; it never asserts. An attribute value an
 // op cannot run exactly is also refused at load (OpDef::check), so a model is refused before it is
 // READY, naming the node.
