@@ -49,12 +49,13 @@ mkdir -p "$STAGE/include" && cp -r /usr/include/rapidjson "$STAGE/include/"
 # that once.
 tar -C "$STAGE" -cf - bin lib include | xz -T1 -9 > .devcarry/bundle.tar.xz
 for model in ${MODELS-simple recommend_model}; do cp -r "examples/models/$model" .devcarry/models/; done
-# GPU=1: the real models the GPU tests serve (RapidOCR's detector and classifier, openWakeWord's
+# GPU=1: the real models the GPU tests serve (RapidOCR's detector, recogniser and classifier, openWakeWord's
 # embedding), from the packages installed here, under their site-packages paths
 # (tests/e2e/real_models.py reads NEREID_PACKAGE_ROOT there).
 if [ -n "${GPU:-}" ]; then
   SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   for f in rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx \
+           rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx \
            rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx \
            openwakeword/resources/models/embedding_model.onnx; do
     if [ -f "$SITE/$f" ]; then

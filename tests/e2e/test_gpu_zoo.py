@@ -37,6 +37,7 @@ if _ocr:
 if "wakeword_embedding" in real_models.model_files():
     REAL["wakeword_embedding"] = (real_models.model_files()["wakeword_embedding"], [76, 32, 1],
                                   [1, 1, 96])
+REAL = {name: entry for name, entry in REAL.items() if os.path.exists(entry[0])}  # (as carried)
 # Of the output's largest magnitude: the sums run in another order than ONNX Runtime's
 # (docs/native-engine.md); bf16 rounds every activation between layers.
 TOLERANCE = {"fp32": 2e-4, "bf16": 6e-2}
