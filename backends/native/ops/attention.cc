@@ -73,7 +73,7 @@ Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
   shape.push_back(dv);
   RETURN_IF_ERROR(CheckOutputShape(node, shape, DataType::kFp32));
   out[0] = Tensor::Uninitialized(DataType::kFp32, shape);
-  const int64_t heads = s == 0 ? 0 : q.elements() / (s * d);
+  const int64_t heads = Product(sq, 0, rank - 2);  // (batch x heads: the dims before S, D)
   const float c = scale.data<float>()[0];
   const float* pq = q.data<float>();
   const float* pk = kt.data<float>();

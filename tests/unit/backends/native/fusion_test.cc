@@ -411,6 +411,38 @@ TEST(TransformerFusionTest, AttentionBecomesOneNodeAndResultsHold) {
   }
 }
 
+// Empty heads (a head size or a token count of 0, from a request's shapes) run: scores of zero
+// depth are zeros, so each query averages V's rows; zero queries answer an empty tensor.
+TEST(TransformerFusionTest, AttentionOfEmptyShapesAnswers) {
+  auto model = std::make_unique<onnx::ModelProto>();
+  model->set_ir_version(8);
+  model->add_opset_import()->set_version(17);
+  auto* g = model->mutable_graph();
+  for (const char* name : {"q", "kt", "v"}) AddValueInfo(g->mutable_input(), name, {1, 2, -1, -1});
+  AddValueInfo(g->mutable_output(), "y", {1, 2, -1, -1});
+  AddFloatTensor(g, "c", {}, {2.f});
+  AddNode(g, "MatMul", {"q", "kt"}, "scores");
+  AddNode(g, "Div", {"scores", "c"}, "scaled");
+  AddNode(g, "Softmax", {"scaled"}, "p");
+  AddNode(g, "MatMul", {"p", "v"}, "y");
+  auto graph = Graph::FromProto(std::move(model));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  ASSERT_EQ((*graph)->node_count(), 1u);
+  for (auto [s, d] : {std::pair<int64_t, int64_t>{3, 0}, {0, 4}}) {
+    Tensor q = Tensor::Allocate(DataType::kFp32, {1, 2, s, d});
+    Tensor kt = Tensor::Allocate(DataType::kFp32, {1, 2, d, 3});
+    Tensor v = Tensor::Allocate(DataType::kFp32, {1, 2, 3, 4});
+    for (int64_t i = 0; i < v.elements(); ++i) v.mutable_data<float>()[i] = static_cast<float>(i);
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*graph)->Run({{"q", q}, {"kt", kt}, {"v", v}}, {"y"}, &out).ok());
+    ASSERT_EQ(out[0].shape(), (std::vector<int64_t>{1, 2, s, 4}));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < s; ++i)
+        for (int64_t e = 0; e < 4; ++e)  // the mean of V's three rows of head h
+          EXPECT_NEAR(out[0].data<float>()[(h * s + i) * 4 + e], h * 12 + 4 + e, 1e-5);
+  }
+}
+
 // MatMul -> Add(bias) -> Add(residual) fused: a residual of the product's shape goes into the
 // epilogue; one that broadcasts ([n]) or widens the product ([2, m, n]) is added as ONNX's Add
 // adds it.
