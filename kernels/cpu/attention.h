@@ -11,8 +11,9 @@
 
 namespace nereid::kernels {
 
-bool AttentionScores(const float* q, int64_t s, int64_t d, const float* kt, int64_t t,
-                     float* scores);
-bool AttentionContext(const float* p, int64_t s, int64_t t, const float* v, int64_t dv, float* out);
+// y (rows x n) = x (rows x k) b (k x n), all row-major: Q Kt (rows s, k d, n t) or P V (rows s,
+// k t, n dv).
+bool AttentionHeadProduct(const float* x, int64_t rows, int64_t k, const float* b, int64_t n,
+                          float* y);
 
 }  // namespace nereid::kernels

@@ -83,7 +83,7 @@ Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
     thread_local std::vector<float> scratch;
     if (scratch.size() < static_cast<size_t>(s * t)) scratch.resize(s * t);
     float* p = scratch.data();
-    if (!kernels::AttentionScores(pq + h * s * d, s, d, pk + h * d * t, t, p))
+    if (!kernels::AttentionHeadProduct(pq + h * s * d, s, d, pk + h * d * t, t, p))
       kernels::Sgemm(false, false, s, t, d, 1.f, pq + h * s * d, d, pk + h * d * t, t, 0.f, p, t);
     // The mask's offset of this head's first score: the batch dims of index h.
     int64_t mask_base = 0;
@@ -105,7 +105,7 @@ Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
       }
       kernels::Softmax(row, row, 1, t, 1);
     }
-    if (!kernels::AttentionContext(p, s, t, pv + h * t * dv, dv, py + h * s * dv))
+    if (!kernels::AttentionHeadProduct(p, s, t, pv + h * t * dv, dv, py + h * s * dv))
       kernels::Sgemm(false, false, s, dv, t, 1.f, p, t, pv + h * t * dv, dv, 0.f, py + h * s * dv,
                      dv);
   });
