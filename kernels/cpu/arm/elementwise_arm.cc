@@ -1,6 +1,8 @@
 // The activations in NEON (cpu/elementwise_isa.h).
 #include <arm_neon.h>
 
+#include <iterator>
+
 #include "cpu/elementwise_isa.h"
 
 namespace nereid::kernels {
@@ -19,19 +21,16 @@ void ReluNeon(const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = ReluScalar(x[i]);
 }
 
-// The AVX2 form's exp(v) for v <= 0, in NEON: the same range reduction and polynomial.
+// The AVX2 form's exp(v) for v <= 0, in NEON: the same range reduction and polynomial
+// (cpu/elementwise_isa.h).
 static inline float32x4_t ExpNonPositive(float32x4_t v) {
-  v = vmaxq_f32(v, vdupq_n_f32(-87.3f));
-  const float32x4_t k = vrndnq_f32(vmulq_n_f32(v, 1.44269504088896341f));
-  float32x4_t r = vfmsq_n_f32(v, k, 0.693359375f);  // v - k ln2, ln2 split hi/lo
-  r = vfmsq_n_f32(r, k, -2.12194440e-4f);
-  float32x4_t p = vdupq_n_f32(1.0f / 720);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
-  p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
-  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
-  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  v = vmaxq_f32(v, vdupq_n_f32(kExpLowest));
+  const float32x4_t k = vrndnq_f32(vmulq_n_f32(v, kLog2e));
+  float32x4_t r = vfmsq_n_f32(v, k, kLn2Hi);  // v - k ln2, ln2 split hi/lo
+  r = vfmsq_n_f32(r, k, kLn2Lo);
+  float32x4_t p = vdupq_n_f32(kExpSeries[0]);
+  for (size_t i = 1; i < std::size(kExpSeries); ++i)
+    p = vfmaq_f32(vdupq_n_f32(kExpSeries[i]), p, r);
   const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(k), vdupq_n_s32(127)), 23);
   return vmulq_f32(p, vreinterpretq_f32_s32(e));
 }

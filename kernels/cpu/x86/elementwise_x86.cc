@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "cpu/elementwise_isa.h"
 
@@ -22,21 +23,17 @@ __attribute__((target("avx2"))) void ReluAvx2(const float* x, float* y, int64_t 
   for (; i < n; ++i) y[i] = ReluScalar(x[i]);
 }
 
-// exp(v) for v <= 0 (no overflow), v >= -87.3 clamped (below, exp underflows to ~0 anyway):
-// 2^k * p(r) with v = k ln2 + r, |r| <= ln2/2, p a degree-6 polynomial (relative error ~2e-7).
+// exp(v) for v <= 0 (no overflow), clamped at kExpLowest (below, exp underflows to ~0 anyway):
+// kExpSeries on the range-reduced r (cpu/elementwise_isa.h).
 static __attribute__((target("avx2,fma"))) inline __m256 ExpNonPositive(__m256 v) {
-  v = _mm256_max_ps(v, _mm256_set1_ps(-87.3f));
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+  v = _mm256_max_ps(v, _mm256_set1_ps(kExpLowest));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), v);  // ln2 split hi/lo
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Hi), v);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpSeries[0]);
+  for (size_t i = 1; i < std::size(kExpSeries); ++i)
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpSeries[i]));
   const __m256i e =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -60,36 +57,28 @@ __attribute__((target("avx2,fma"))) void SigmoidAvx2(const float* x, float* y, i
   for (; i < n; ++i) y[i] = SigmoidScalar(x[i]);
 }
 
-// erf(x): below |x| = 0.5 its Taylor series to x^13 (error under 1e-9), above it Abramowitz and
-// Stegun's 7.1.26, 1 - t(a1 + t(a2 + t(a3 + t(a4 + t a5)))) e^(-x^2) with t = 1 / (1 + p|x|)
-// (absolute error under 1.5e-7, where erf >= 0.52), with x's sign. NaN in, NaN out.
+// erf(x) by kErfSeries below kErfSeriesBelow and Abramowitz and Stegun's 7.1.26 above
+// (cpu/elementwise_isa.h), with x's sign. NaN in, NaN out. (A reciprocal estimate and a Newton
+// step instead of the divide were tried: NaN at infinity, 3.2e-7.)
 static __attribute__((target("avx2,fma"))) inline __m256 ErfVec(__m256 v) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   const __m256 one = _mm256_set1_ps(1.f);
   const __m256 a = _mm256_andnot_ps(sign, v);
   const __m256 z = _mm256_mul_ps(v, v);
-  // 2/sqrt(pi) (1 - z/3 + z^2/10 - z^3/42 + z^4/216 - z^5/1320 + z^6/9360), times x.
-  __m256 s = _mm256_set1_ps(1.128379167f / 9360);
-  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 1320));
-  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f / 216));
-  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 42));
-  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f / 10));
-  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(-1.128379167f / 3));
-  s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(1.128379167f));
+  __m256 s = _mm256_set1_ps(kErfSeries[0]);
+  for (size_t i = 1; i < std::size(kErfSeries); ++i)
+    s = _mm256_fmadd_ps(s, z, _mm256_set1_ps(kErfSeries[i]));
   const __m256 small = _mm256_mul_ps(s, v);
-  // (A reciprocal estimate and a Newton step instead of the divide: NaN at infinity, 3.2e-7.)
-  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), a, one));
-  __m256 q = _mm256_set1_ps(1.061405429f);
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-1.453152027f));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(1.421413741f));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-0.284496736f));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0.254829592f));
+  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(kErfAsP), a, one));
+  __m256 q = _mm256_set1_ps(kErfAs[0]);
+  for (size_t i = 1; i < std::size(kErfAs); ++i)
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(kErfAs[i]));
   q = _mm256_mul_ps(q, t);
   const __m256 e = ExpNonPositive(_mm256_xor_ps(z, sign));  // e^(-x^2)
   __m256 large = _mm256_fnmadd_ps(q, e, one);
   large = _mm256_or_ps(large, _mm256_and_ps(v, sign));  // x's sign
   const __m256 out =
-      _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.5f), _CMP_LT_OQ));
+      _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(kErfSeriesBelow), _CMP_LT_OQ));
   return _mm256_blendv_ps(out, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
@@ -142,7 +131,7 @@ __attribute__((target("avx2,fma"))) bool SoftmaxRowAvx2(const float* x, float* y
     const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
     // Below -87.3 (a mask's -inf or -1e4) e^d is 0, not the clamp's 8e-39.
     const __m256 e =
-        _mm256_and_ps(ExpNonPositive(d), _mm256_cmp_ps(d, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+        _mm256_and_ps(ExpNonPositive(d), _mm256_cmp_ps(d, _mm256_set1_ps(kExpLowest), _CMP_GE_OQ));
     vsum = _mm256_add_ps(vsum, e);
     _mm256_storeu_ps(y + i, e);
   }
@@ -162,21 +151,20 @@ __attribute__((target("avx2,fma"))) bool SoftmaxRowAvx2(const float* x, float* y
 
 // ---- AVX-512: the same exp, erf and GELU on 16 lanes ----
 
+// (maskz forms, all lanes: the plain ones read _mm512_undefined_ps, which GCC 12 warns about
+// inlined, as gemm_x86.cc notes.)
 static __attribute__((target("avx512f"))) inline __m512 ExpNonPositive512(__m512 v) {
-  v = _mm512_max_ps(v, _mm512_set1_ps(-87.3f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), v);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  constexpr __mmask16 kAll = 0xffff;
+  v = _mm512_maskz_max_ps(kAll, v, _mm512_set1_ps(kExpLowest));
+  const __m512 k = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(v, _mm512_set1_ps(kLog2e)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), v);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpSeries[0]);
+  for (size_t i = 1; i < std::size(kExpSeries); ++i)
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpSeries[i]));
+  const __m512i e = _mm512_maskz_slli_epi32(
+      kAll, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, k), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
@@ -186,27 +174,21 @@ static __attribute__((target("avx512f"))) inline __m512 ErfVec512(__m512 v) {
   const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const __m512 a = _mm512_abs_ps(v);
   const __m512 z = _mm512_mul_ps(v, v);
-  __m512 s = _mm512_set1_ps(1.128379167f / 9360);
-  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.128379167f / 1320));
-  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(1.128379167f / 216));
-  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.128379167f / 42));
-  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(1.128379167f / 10));
-  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-1.128379167f / 3));
-  s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(1.128379167f));
+  __m512 s = _mm512_set1_ps(kErfSeries[0]);
+  for (size_t i = 1; i < std::size(kErfSeries); ++i)
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(kErfSeries[i]));
   const __m512 small = _mm512_mul_ps(s, v);
-  const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), a, one));
-  __m512 q = _mm512_set1_ps(1.061405429f);
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-1.453152027f));
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.421413741f));
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0.284496736f));
-  q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0.254829592f));
+  const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(kErfAsP), a, one));
+  __m512 q = _mm512_set1_ps(kErfAs[0]);
+  for (size_t i = 1; i < std::size(kErfAs); ++i)
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(kErfAs[i]));
   q = _mm512_mul_ps(q, t);
   const __m512 e = ExpNonPositive512(_mm512_sub_ps(_mm512_setzero_ps(), z));
   __m512 large = _mm512_fnmadd_ps(q, e, one);
   large = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(large),
                                               _mm512_and_si512(_mm512_castps_si512(v), sign_bit)));
-  const __m512 out =
-      _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.5f), _CMP_LT_OQ), large, small);
+  const __m512 out = _mm512_mask_blend_ps(
+      _mm512_cmp_ps_mask(a, _mm512_set1_ps(kErfSeriesBelow), _CMP_LT_OQ), large, small);
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), out, v);
 }
 
