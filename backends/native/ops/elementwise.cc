@@ -48,41 +48,22 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
   const size_t rank = shape.size();
   const auto sa = BroadcastStrides(a.shape(), shape);
   const auto sb = BroadcastStrides(b.shape(), shape);
-  // Walk rows of the last dimension (the inner loop strided only by 0 or 1), in pieces of rows
-  // over the thread team; each piece finds its first row's index by division.
-  const int64_t inner = rank ? std::max<int64_t>(shape[rank - 1], 1) : 1;
+  // Rows of the last dimension, the inner loop strided only by 0 or 1.
+  const int64_t inner = rank ? shape[rank - 1] : 1;
   const int64_t ia = rank ? sa[rank - 1] : 0, ib = rank ? sb[rank - 1] : 0;
-  const int64_t rows = n / inner;
-  const int64_t row_pieces = std::max<int64_t>(1, std::min(rows, n / kParallelGrain));
-  kernels::ParallelFor(row_pieces, [&](int64_t p) {
-    const int64_t first = rows * p / row_pieces, last = rows * (p + 1) / row_pieces;
-    std::vector<int64_t> index(rank, 0);
-    for (int64_t d = static_cast<int64_t>(rank) - 2, r = first; d >= 0; --d) {
-      index[d] = r % shape[d];
-      r /= shape[d];
-    }
-    for (int64_t row = first; row < last; ++row) {
-      int64_t oa = 0, ob = 0;
-      for (size_t d = 0; d + 1 < rank; ++d) {
-        oa += index[d] * sa[d];
-        ob += index[d] * sb[d];
-      }
-      R* out = py + row * inner;
-      if (ib == 0 && ia == 1) {  // a row against one value (per-channel scale in NCHW)
-        const T s = pb[ob];
-        for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], s);
-      } else if (ia == 0 && ib == 1) {  // one value against a row
-        const T s = pa[oa];
-        for (int64_t j = 0; j < inner; ++j) out[j] = op(s, pb[ob + j]);
-      } else if (ia == 1 && ib == 1) {  // rows against rows (per-pixel scale in NHWC)
-        for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], pb[ob + j]);
-      } else {
-        for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j * ia], pb[ob + j * ib]);
-      }
-      for (size_t d = rank - 1; d-- > 0;) {
-        if (++index[d] < shape[d]) break;
-        index[d] = 0;
-      }
+  ForEachRow(shape, [&](int64_t row, const std::vector<int64_t>& index) {
+    const int64_t oa = RowOffset(index, sa), ob = RowOffset(index, sb);
+    R* out = py + row * inner;
+    if (ib == 0 && ia == 1) {  // a row against one value (per-channel scale in NCHW)
+      const T s = pb[ob];
+      for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], s);
+    } else if (ia == 0 && ib == 1) {  // one value against a row
+      const T s = pa[oa];
+      for (int64_t j = 0; j < inner; ++j) out[j] = op(s, pb[ob + j]);
+    } else if (ia == 1 && ib == 1) {  // rows against rows (per-pixel scale in NHWC)
+      for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j], pb[ob + j]);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) out[j] = op(pa[oa + j * ia], pb[ob + j * ib]);
     }
   });
 }
@@ -539,25 +520,23 @@ Status Where(const OpNode& node, const std::vector<const Tensor*>& in, std::vect
   RETURN_IF_ERROR(CheckOutputShape(node, shape, x.type()));
   Tensor result = Tensor::Uninitialized(x.type(), shape);
   const size_t esize = DataTypeSize(x.type());
-  const int64_t n = result.elements();
   const size_t rank = shape.size();
   const auto sc = BroadcastStrides(c.shape(), shape);
   const auto sx = BroadcastStrides(x.shape(), shape);
   const auto sy = BroadcastStrides(y.shape(), shape);
+  const int64_t inner = rank ? shape[rank - 1] : 1;
+  const int64_t jc = rank ? sc[rank - 1] : 0, jx = rank ? sx[rank - 1] : 0,
+                jy = rank ? sy[rank - 1] : 0;
   const uint8_t* pc = c.data<uint8_t>();
   const uint8_t *px = x.raw(), *py = y.raw();
   uint8_t* po = result.mutable_raw();
-  std::vector<int64_t> index(rank, 0);
-  int64_t oc = 0, ox = 0, oy = 0;  // the operands' element offsets at 'index'
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(po + i * esize, pc[oc] ? px + ox * esize : py + oy * esize, esize);
-    for (size_t d = rank; d-- > 0;) {
-      oc += sc[d], ox += sx[d], oy += sy[d];
-      if (++index[d] < shape[d]) break;
-      oc -= sc[d] * shape[d], ox -= sx[d] * shape[d], oy -= sy[d] * shape[d];
-      index[d] = 0;
-    }
-  }
+  ForEachRow(shape, [&](int64_t row, const std::vector<int64_t>& index) {
+    const int64_t oc = RowOffset(index, sc), ox = RowOffset(index, sx), oy = RowOffset(index, sy);
+    uint8_t* out = po + row * inner * esize;
+    for (int64_t j = 0; j < inner; ++j)
+      std::memcpy(out + j * esize,
+                  pc[oc + j * jc] ? px + (ox + j * jx) * esize : py + (oy + j * jy) * esize, esize);
+  });
   out[0] = std::move(result);
   return Status::Ok();
 }

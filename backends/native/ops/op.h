@@ -7,9 +7,11 @@
 // READY, naming the node.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "cpu/parallel.h"
 #include "tensor.h"
 
 namespace onnx {
@@ -135,6 +137,41 @@ StatusOr<std::vector<int64_t>> BroadcastShape(const OpNode& node, const std::vec
 // Element strides of 'shape' aligned to 'out' (rank-padded), 0 on broadcast dimensions.
 std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& shape,
                                       const std::vector<int64_t>& out);
+// The rows of 'shape''s last dimension (rank 0: one row of one element), in pieces of about
+// 2^15 elements over the thread team: fn(row, index) for each, 'index' the row's coordinates in
+// the leading dimensions (rank - 1 of them), found by division for a piece's first row and then
+// counted on. Nothing for an empty shape. The broadcasting ops' and the data movers' walk.
+template <typename F>
+void ForEachRow(const std::vector<int64_t>& shape, F&& fn) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t n = Product(shape, 0, shape.size());
+  if (n == 0) return;
+  const int64_t rows = n / (rank > 0 ? shape[rank - 1] : 1);
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(rows, n >> 15));
+  kernels::ParallelFor(pieces, [&](int64_t p) {
+    const int64_t first = rows * p / pieces, last = rows * (p + 1) / pieces;
+    std::vector<int64_t> index(std::max<int64_t>(rank - 1, 0), 0);
+    for (int64_t d = rank - 2, r = first; d >= 0; --d) {
+      index[d] = r % shape[d];
+      r /= shape[d];
+    }
+    for (int64_t row = first; row < last; ++row) {
+      fn(row, static_cast<const std::vector<int64_t>&>(index));
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        if (++index[d] < shape[d]) break;
+        index[d] = 0;
+      }
+    }
+  });
+}
+// The offset of a row at 'index' (ForEachRow's) in an operand of 'strides' (its element strides
+// over the walk's shape, BroadcastStrides).
+inline int64_t RowOffset(const std::vector<int64_t>& index, const std::vector<int64_t>& strides) {
+  int64_t offset = 0;
+  for (size_t d = 0; d < index.size(); ++d) offset += index[d] * strides[d];
+  return offset;
+}
+
 // An INT64 or INT32 1-D (or scalar) tensor's values.
 StatusOr<std::vector<int64_t>> IntValues(const OpNode& node, const Tensor& t, const char* what);
 

@@ -37,57 +37,35 @@ void TransposeBytes(const uint8_t* src, const std::vector<int64_t>& shape,
     out_shape[d] = shape[perm[d]];
     stride[d] = in_stride[perm[d]];
   }
-  int64_t total = 1;
-  for (int64_t d : out_shape) total *= d;
-  if (total == 0) return;
-  if (rank == 0) {
-    std::memcpy(dst, src, esize);
-    return;
-  }
-  const int64_t inner = out_shape[rank - 1], inner_stride = stride[rank - 1];
-  const int64_t rows = total / inner;
-  // Rows of the output in pieces over the thread team (attention's heads: thousands of rows);
-  // a row whose source is contiguous (the last axis stays last) is one copy.
-  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(rows, total / (1 << 15)));
-  kernels::ParallelFor(pieces, [&](int64_t p) {
-    const int64_t first = rows * p / pieces, last = rows * (p + 1) / pieces;
-    std::vector<int64_t> index(rank, 0);
-    for (int64_t d = static_cast<int64_t>(rank) - 2, r = first; d >= 0; --d) {
-      index[d] = r % out_shape[d];
-      r /= out_shape[d];
+  const int64_t inner = rank ? out_shape[rank - 1] : 1, inner_stride = rank ? stride[rank - 1] : 1;
+  // Rows of the output over the thread team (attention's heads: thousands of rows); a row whose
+  // source is contiguous (the last axis stays last) is one copy.
+  ForEachRow(out_shape, [&](int64_t row, const std::vector<int64_t>& index) {
+    const int64_t offset = RowOffset(index, stride);
+    if (inner_stride == 1) {
+      std::memcpy(dst + row * inner * esize, src + offset * esize,
+                  static_cast<size_t>(inner) * esize);
+      return;
     }
-    for (int64_t row = first; row < last; ++row) {
-      int64_t offset = 0;
-      for (size_t d = 0; d + 1 < rank; ++d) offset += index[d] * stride[d];
-      if (inner_stride == 1) {
-        std::memcpy(dst + row * inner * esize, src + offset * esize,
-                    static_cast<size_t>(inner) * esize);
-      } else {
-        auto copy = [&](auto tag) {
-          using T = decltype(tag);
-          const T* s = reinterpret_cast<const T*>(src) + offset;
-          T* o = reinterpret_cast<T*>(dst) + row * inner;
-          for (int64_t j = 0; j < inner; ++j) o[j] = s[j * inner_stride];
-        };
-        switch (esize) {
-          case 1:
-            copy(uint8_t{});
-            break;
-          case 2:
-            copy(uint16_t{});
-            break;
-          case 4:
-            copy(uint32_t{});
-            break;
-          default:
-            copy(uint64_t{});
-            break;
-        }
-      }
-      for (size_t d = rank - 1; d-- > 0;) {
-        if (++index[d] < out_shape[d]) break;
-        index[d] = 0;
-      }
+    auto copy = [&](auto tag) {
+      using T = decltype(tag);
+      const T* s = reinterpret_cast<const T*>(src) + offset;
+      T* o = reinterpret_cast<T*>(dst) + row * inner;
+      for (int64_t j = 0; j < inner; ++j) o[j] = s[j * inner_stride];
+    };
+    switch (esize) {
+      case 1:
+        copy(uint8_t{});
+        break;
+      case 2:
+        copy(uint16_t{});
+        break;
+      case 4:
+        copy(uint32_t{});
+        break;
+      default:
+        copy(uint64_t{});
+        break;
     }
   });
 }
@@ -501,36 +479,27 @@ Status Expand(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, x.shape(), target));
   RETURN_IF_ERROR(CheckOutputShape(node, shape, x.type()));
   out[0] = Tensor::Uninitialized(x.type(), shape);
-  if (out[0].elements() == 0) return Status::Ok();
   const auto strides = BroadcastStrides(x.shape(), shape);
   const size_t esize = DataTypeSize(x.type());
   const int64_t rank = static_cast<int64_t>(shape.size());
   // Rows of the last dimension: a copy of x's row (stride 1) or one element repeated (stride 0).
   const int64_t inner = rank ? shape[rank - 1] : 1;
   const int64_t inner_stride = rank ? strides[rank - 1] : 0;
-  const int64_t rows = out[0].elements() / inner;
-  std::vector<int64_t> index(std::max<int64_t>(rank - 1, 0), 0);
-  uint8_t* dst = out[0].mutable_raw();
-  for (int64_t r = 0; r < rows; ++r, dst += inner * esize) {
-    int64_t offset = 0;
-    for (int64_t d = 0; d + 1 < rank; ++d) offset += index[d] * strides[d];
-    const uint8_t* src = x.raw() + offset * esize;
+  ForEachRow(shape, [&](int64_t row, const std::vector<int64_t>& index) {
+    uint8_t* dst = out[0].mutable_raw() + row * inner * esize;
+    const uint8_t* src = x.raw() + RowOffset(index, strides) * esize;
     if (inner_stride == 1) {
       std::memcpy(dst, src, static_cast<size_t>(inner) * esize);
-    } else {
-      // One element, then doubling copies of what is written.
-      std::memcpy(dst, src, esize);
-      for (int64_t done = 1; done < inner;) {
-        const int64_t n = std::min(done, inner - done);
-        std::memcpy(dst + done * esize, dst, static_cast<size_t>(n) * esize);
-        done += n;
-      }
+      return;
     }
-    for (int64_t d = rank - 1; d-- > 0;) {
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
+    // One element, then doubling copies of what is written.
+    std::memcpy(dst, src, esize);
+    for (int64_t done = 1; done < inner;) {
+      const int64_t n = std::min(done, inner - done);
+      std::memcpy(dst + done * esize, dst, static_cast<size_t>(n) * esize);
+      done += n;
     }
-  }
+  });
   return Status::Ok();
 }
 
