@@ -41,6 +41,15 @@ void PackWeights(GraphBody& g, const GraphOptions& options);
 void ReleasePackedOriginals(GraphBody& g);
 void PlanLifetimes(GraphBody& g);
 
+// Drops the nodes marked in 'marked' (by index), keeping the others in order: how a pass that
+// fused or folded nodes ends.
+void EraseMarked(GraphBody& g, const std::vector<bool>& marked) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!marked[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+}
+
 }  // namespace
 
 Status RunPasses(GraphBody& g, const GraphOptions& options) {
@@ -165,10 +174,7 @@ int FoldIntoConvs(GraphBody& g, const AffineOf& affine_of) {
       break;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   return folded;
 }
 
@@ -319,10 +325,7 @@ void FuseHardSwishes(GraphBody& g) {
       break;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   if (fused) g.pass_log.push_back("HardSwish patterns fused: " + std::to_string(fused));
 }
 
@@ -413,10 +416,7 @@ void FuseLayerNorms(GraphBody& g) {
     dead[at] = false;
     ++fused;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   if (fused) g.pass_log.push_back("LayerNormalization patterns fused: " + std::to_string(fused));
 }
 
@@ -511,10 +511,7 @@ void FuseConvEpilogues(GraphBody& g) {
     dead[i] = true;
     dead[r] = false;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   if (residuals || activations)
     g.pass_log.push_back("Conv epilogues fused: " + std::to_string(residuals) + " residual Add, " +
                          std::to_string(activations) + " activation");
@@ -526,19 +523,13 @@ void FuseConvEpilogues(GraphBody& g) {
 // tiles are in cache (the CPU's epilogue), where three passes over the activations were.
 // The CPU graph only: the GPU compiler reads MatMul as the file has it.
 void FuseMatMulEpilogues(GraphBody& g) {
-  std::vector<int> readers = g.Readers();
-  std::map<int, size_t> reader_of;  // value id -> the index of its one reader
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (int id : g.nodes[i].inputs)
-      if (id >= 0) reader_of[id] = i;
+  const Patterns p(g);
   // The node reading 'value' when it is the value's only reader and a two-input Add.
-  auto only_add = [&](int value) -> Node* {
-    if (value < 0 || readers[value] != 1 || !reader_of.count(value)) return nullptr;
-    Node& next = g.nodes[reader_of[value]];
-    if (next.op.op_type() != "Add" || next.inputs.size() != 2 || next.outputs.size() != 1 ||
-        next.inputs[0] == next.inputs[1])
-      return nullptr;
-    return &next;
+  auto only_add = [&p](int value) -> Node* {
+    Node* next = value < 0 ? nullptr : p.ReadBy(value, "Add");
+    return next != nullptr && next->inputs.size() == 2 && next->inputs[0] != next->inputs[1]
+               ? next
+               : nullptr;
   };
   std::vector<bool> dead(g.nodes.size(), false);
   int biases = 0, residuals = 0;
@@ -560,7 +551,7 @@ void FuseMatMulEpilogues(GraphBody& g) {
         Product(bs, 0, bs.size() - 1) != 1)
       continue;
     // The MatMul moves to the last fused node's place: the residual is computed by then.
-    size_t last = reader_of[mm.outputs[0]];
+    size_t last = p.Index(add);
     mm.inputs = {mm.inputs[0], mm.inputs[1], b, -1};
     mm.outputs[0] = add->outputs[0];
     ++biases;
@@ -570,7 +561,7 @@ void FuseMatMulEpilogues(GraphBody& g) {
         mm.inputs[3] = r;
         mm.outputs[0] = second->outputs[0];
         dead[last] = true;
-        last = reader_of[add->outputs[0]];
+        last = p.Index(second);
         ++residuals;
       }
     }
@@ -578,10 +569,7 @@ void FuseMatMulEpilogues(GraphBody& g) {
     dead[i] = true;
     dead[last] = false;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   if (biases)
     g.pass_log.push_back("MatMul epilogues fused: " + std::to_string(biases) + " bias, " +
                          std::to_string(residuals) + " residual Add");
@@ -673,10 +661,7 @@ void FuseGelus(GraphBody& g) {
       ++into_matmul;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   if (fused)
     g.pass_log.push_back("GELU patterns fused: " + std::to_string(fused) + ", " +
                          std::to_string(into_matmul) + " of them into their MatMul's epilogue");
@@ -739,10 +724,7 @@ void FuseAttention(GraphBody& g) {
     second = std::move(made);
     ++fused;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead);
   if (fused) g.pass_log.push_back("attention fused: " + std::to_string(fused));
 }
 
@@ -767,10 +749,7 @@ void FuseGemmActivations(GraphBody& g) {
       break;
     }
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!fused[i]) kept.push_back(std::move(g.nodes[i]));
-  g.nodes = std::move(kept);
+  EraseMarked(g, fused);
   if (count) g.pass_log.push_back("Gemm activations fused: " + std::to_string(count));
 }
 
