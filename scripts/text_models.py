@@ -21,33 +21,19 @@ import argparse
 import os
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper, save
+from onnx import TensorProto, helper, save
+
+import vision_models
 
 SHAPES = {"bert_base": dict(layers=12, hidden=768, heads=12, ffn=3072, vocab=30522, positions=512),
           "bert_tiny": dict(layers=2, hidden=128, heads=2, ffn=512, vocab=30522, positions=512)}
 
 
-class Builder:
-    def __init__(self, seed):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.count = [], [], 0
-
-    def name(self, prefix):
-        self.count += 1
-        return f"{prefix}_{self.count}"
-
-    def const(self, prefix, array):
-        n = self.name(prefix)
-        self.inits.append(numpy_helper.from_array(np.asarray(array), n))
-        return n
+class Builder(vision_models.Builder):
+    """vision_models' graph builder (names, constants, nodes) with a transformer's pieces."""
 
     def weight(self, prefix, shape, scale=0.02):
         return self.const(prefix, (self.rng.standard_normal(shape) * scale).astype(np.float32))
-
-    def node(self, op, inputs, **attrs):
-        out = self.name(op.lower())
-        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        return out
 
     def linear(self, x, n_in, n_out):
         y = self.node("MatMul", [x, self.weight("w", (n_in, n_out))])

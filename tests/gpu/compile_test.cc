@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 using onnx_builder::AddInt64Tensor;
 using onnx_builder::AddNode;
 using onnx_builder::AddValueInfo;
+using onnx_builder::NewModel;
 using onnx_builder::SetInts;
 
 // The site-packages of the repository's .venv (scripts/install-deps.sh), or empty.
@@ -250,9 +251,7 @@ TEST(GpuCompile, RefusesOpenDims) {
 // back first); or an op without a GPU kernel (Erf).
 std::unique_ptr<onnx::ModelProto> SmallModel(const std::vector<int64_t>& perm,
                                              const std::string& reader) {
-  auto model = std::make_unique<onnx::ModelProto>();
-  model->set_ir_version(8);
-  model->add_opset_import()->set_version(13);
+  auto model = NewModel(13);
   auto* g = model->mutable_graph();
   AddValueInfo(g->mutable_input(), "x", {-1, 4, 6});
   SetInts(AddNode(g, "Transpose", {"x"}, "t"), "perm", perm);

@@ -19,6 +19,7 @@ using onnx_builder::AddFloatTensor;
 using onnx_builder::AddInt64Tensor;
 using onnx_builder::AddNode;
 using onnx_builder::AddValueInfo;
+using onnx_builder::NewModel;
 using onnx_builder::SetInt;
 using onnx_builder::SetInts;
 using onnx_builder::SetString;
@@ -35,9 +36,7 @@ struct Mlp {
   // Gemm(transB) + Relu, Gemm(transB) + Sigmoid; 'hidden_is_output' also returns the first Gemm's
   // raw output, which must then stay unfused.
   std::unique_ptr<onnx::ModelProto> Model(bool hidden_is_output) const {
-    auto model = std::make_unique<onnx::ModelProto>();
-    model->set_ir_version(8);
-    model->add_opset_import()->set_version(17);
+    auto model = NewModel(17);
     auto* g = model->mutable_graph();
     AddFloatTensor(g, "w0", {n, k}, w0);
     AddFloatTensor(g, "b0", {n}, b0);
@@ -146,9 +145,7 @@ struct WrittenOutLayerNorm {
     for (int64_t i = 0; i < kWidth; ++i) scale.push_back(d(rng)), bias.push_back(d(rng));
   }
   std::unique_ptr<onnx::ModelProto> Model() const {
-    auto model = std::make_unique<onnx::ModelProto>();
-    model->set_ir_version(8);
-    model->add_opset_import()->set_version(13);
+    auto model = NewModel(13);
     auto* g = model->mutable_graph();
     AddFloatTensor(g, "two", {}, {2.f});
     AddFloatTensor(g, "eps", {}, {1e-5f});
@@ -230,9 +227,7 @@ struct FeedForward {
       for (int64_t i = 0; i < size; ++i) v->push_back(d(rng));
   }
   std::unique_ptr<onnx::ModelProto> Model() const {
-    auto model = std::make_unique<onnx::ModelProto>();
-    model->set_ir_version(8);
-    model->add_opset_import()->set_version(17);
+    auto model = NewModel(17);
     auto* g = model->mutable_graph();
     AddFloatTensor(g, "w1", {kWidth, kHidden}, w1);
     AddFloatTensor(g, "b1", {kHidden}, b1);
@@ -298,9 +293,7 @@ TEST(TransformerFusionTest, FeedForwardBecomesTwoMatMulsAndResultsHold) {
 // float64, "tanh" refused at load naming the attribute.
 TEST(TransformerFusionTest, OnnxGeluMatchesFloat64AndItsTanhFormIsRefused) {
   for (const char* approximate : {"none", "tanh"}) {
-    auto model = std::make_unique<onnx::ModelProto>();
-    model->set_ir_version(9);
-    model->add_opset_import()->set_version(20);
+    auto model = NewModel(20, 9);
     auto* g = model->mutable_graph();
     AddValueInfo(g->mutable_input(), "x", {37});
     AddValueInfo(g->mutable_output(), "y", {37});
@@ -342,9 +335,7 @@ TEST(TransformerFusionTest, AttentionBecomesOneNodeAndResultsHold) {
   for (const Form& form : {Form{"Div", {B, 1, 1, S}}, Form{"Div", {}}, Form{"Mul", {B, 1, 1, S}},
                            Form{"Div", {B, H, S, S}}, Form{"Div", {1, B, H, S, S}}}) {
     SCOPED_TRACE(testing::Message() << form.scale_op << " mask rank " << form.mask_shape.size());
-    auto model = std::make_unique<onnx::ModelProto>();
-    model->set_ir_version(8);
-    model->add_opset_import()->set_version(17);
+    auto model = NewModel(17);
     auto* g = model->mutable_graph();
     AddValueInfo(g->mutable_input(), "q", {B, H, S, D});
     AddValueInfo(g->mutable_input(), "kt", {B, H, D, S});
@@ -414,9 +405,7 @@ TEST(TransformerFusionTest, AttentionBecomesOneNodeAndResultsHold) {
 // Empty heads (a head size or a token count of 0, from a request's shapes) run: scores of zero
 // depth are zeros, so each query averages V's rows; zero queries answer an empty tensor.
 TEST(TransformerFusionTest, AttentionOfEmptyShapesAnswers) {
-  auto model = std::make_unique<onnx::ModelProto>();
-  model->set_ir_version(8);
-  model->add_opset_import()->set_version(17);
+  auto model = NewModel(17);
   auto* g = model->mutable_graph();
   for (const char* name : {"q", "kt", "v"}) AddValueInfo(g->mutable_input(), name, {1, 2, -1, -1});
   AddValueInfo(g->mutable_output(), "y", {1, 2, -1, -1});
@@ -456,9 +445,7 @@ TEST(TransformerFusionTest, AFusedResidualOfAnyShapeAddsAsOnnxDoes) {
   for (const std::vector<int64_t>& rshape :
        {std::vector<int64_t>{M, N}, std::vector<int64_t>{N}, std::vector<int64_t>{2, M, N}}) {
     SCOPED_TRACE(testing::Message() << "residual rank " << rshape.size());
-    auto model = std::make_unique<onnx::ModelProto>();
-    model->set_ir_version(8);
-    model->add_opset_import()->set_version(17);
+    auto model = NewModel(17);
     auto* g = model->mutable_graph();
     AddFloatTensor(g, "w", {K, N}, w);
     AddFloatTensor(g, "b", {N}, b);
@@ -500,9 +487,7 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     for (bool by_sizes : {false, true}) {
       SCOPED_TRACE(testing::Message() << mode << (by_sizes ? " by sizes" : " by scales"));
       auto model = [&] {
-        auto m = std::make_unique<onnx::ModelProto>();
-        m->set_ir_version(8);
-        m->add_opset_import()->set_version(13);
+        auto m = NewModel(13);
         auto* g = m->mutable_graph();
         std::mt19937 rng(7);
         std::uniform_real_distribution<float> d(-1, 1);

@@ -1,15 +1,24 @@
 // Builds small ONNX graphs in memory for the engine's tests (the CPU's and the GPU compiler's):
-// FP32 and INT64 initializers, FP32 value infos, nodes named after their op and output, and their
-// attributes.
+// an empty model of an opset, FP32 and INT64 initializers, FP32 value infos, nodes named after
+// their op and output, and their attributes.
 #pragma once
 
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace nereid::native::onnx_builder {
+
+// A model of the default domain at 'opset' with an empty graph (model->mutable_graph()).
+inline std::unique_ptr<onnx::ModelProto> NewModel(int64_t opset, int64_t ir_version = 8) {
+  auto model = std::make_unique<onnx::ModelProto>();
+  model->set_ir_version(ir_version);
+  model->add_opset_import()->set_version(opset);
+  return model;
+}
 
 inline void AddFloatTensor(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
                            const std::vector<float>& values) {
