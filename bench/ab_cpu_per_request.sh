@@ -13,20 +13,7 @@ PYTHON=.venv/bin/python
 . bench/common.sh
 REPO=$(mktemp -d)
 cp -r examples/models/. "$REPO/"
-ORT_LIB=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -1)
-export NEREID_ONNXRUNTIME_LIBRARY=${NEREID_ONNXRUNTIME_LIBRARY:-$ORT_LIB}
-start() {  # start BINARY LOG -> "pid http_port grpc_port"
-  local h g
-  h=$(free_port); g=$(free_port)
-  "$1" serve --model-repository="$REPO" --http-port="$h" --grpc-port="$g" --allow-metrics=false \
-    >"$2" 2>&1 &
-  echo "$! $h $g"
-}
-read -r PA HA GA < <(start "$BASE" "$REPO/baseline.log")
-read -r PB HB GB < <(start "$CAND" "$REPO/candidate.log")
-trap 'kill $PA $PB 2>/dev/null; wait 2>/dev/null || true; rm -rf "$REPO"' EXIT
-wait_ready "http://localhost:$HA/v2/health/ready"
-wait_ready "http://localhost:$HB/v2/health/ready"
+ab_pair "$BASE" "$CAND" "$REPO"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "date: $(date -u +%Y-%m-%d), machine: $(nproc) cores; $PROTO, concurrency ${C:-1}"
 for r in $(seq "${ROUNDS:-4}"); do

@@ -17,23 +17,7 @@ PYTHON=.venv/bin/python
 REPO=$(mktemp -d)
 cp -r examples/models/. "$REPO/"
 .venv/bin/python -c "import sys; sys.path.insert(0, 'tests/e2e'); import models; models.write_identity_models('$REPO')"
-# Both servers load the same ONNX Runtime: a baseline built in a fresh worktree has no
-# build/backends/onnxruntime link to the venv's library, and would otherwise serve `simple` on
-# the native engine instead (not the same model run at all).
-ORT_LIB=$(ls "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -1)
-export NEREID_ONNXRUNTIME_LIBRARY=${NEREID_ONNXRUNTIME_LIBRARY:-$ORT_LIB}
-start() {  # start BINARY LOG -> "pid http_port grpc_port"
-  local h g
-  h=$(free_port); g=$(free_port)
-  "$1" serve --model-repository="$REPO" --http-port="$h" --grpc-port="$g" \
-    --allow-metrics=false --http-max-input-size=16777216 >"$2" 2>&1 &
-  echo "$! $h $g"
-}
-read -r PA HA GA < <(start "$BASE" "$REPO/baseline.log")
-read -r PB HB GB < <(start "$CAND" "$REPO/candidate.log")
-trap 'kill $PA $PB 2>/dev/null; wait 2>/dev/null || true; rm -rf "$REPO"' EXIT
-wait_ready "http://localhost:$HA/v2/health/ready"
-wait_ready "http://localhost:$HB/v2/health/ready"
+ab_pair "$BASE" "$CAND" "$REPO" --http-max-input-size=16777216
 for who in baseline candidate; do  # what serves each model, so that a mismatch shows
   echo "$who: $(grep -o "model 'simple'[^;(]*" "$REPO/$who.log" | head -1)"
 done
