@@ -474,13 +474,7 @@ Status BinaryLogic(const OpNode& node, const std::vector<const Tensor*>& in,
   for (const Tensor* t : in)
     if (t->type() != DataType::kBool)
       return node.Error("inputs must be BOOL, not " + std::string(DataTypeName(t->type())));
-  ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, in[0]->shape(), in[1]->shape()));
-  Tensor result = Tensor::Uninitialized(DataType::kBool, shape);
-  BinaryLoop<uint8_t, uint8_t>(*in[0], *in[1], result, [&](uint8_t x, uint8_t y) -> uint8_t {
-    return logic(x != 0, y != 0) ? 1 : 0;
-  });
-  out[0] = std::move(result);
-  return Status::Ok();
+  return Compare(node, in, out, logic);  // (its BOOL path: the operands as bool)
 }
 Status And(const OpNode& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   return BinaryLogic(n, in, out, [](bool x, bool y) { return x && y; });
