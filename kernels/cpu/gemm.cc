@@ -489,7 +489,10 @@ template <GemmEpilogue::Activation kAct>
   for (int64_t j = 0; j < n; ++j) row[j] = Activate(ep, row[j]);
 }
 
-NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const GemmEpilogue& ep) {
+}  // namespace
+
+NEREID_VECTOR_CLONES void ActivateEpilogueRow(float* __restrict row, int64_t n,
+                                              const GemmEpilogue& ep) {
   const float lo = ep.lo, hi = ep.hi;
   switch (ep.activation) {
     case GemmEpilogue::kRelu:
@@ -508,8 +511,6 @@ NEREID_VECTOR_CLONES void EpilogueFinish(float* __restrict row, int64_t n, const
       return;
   }
 }
-
-}  // namespace
 
 namespace {
 
@@ -611,7 +612,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   };
   auto finish = [&](int64_t ic, int64_t jc, int64_t mc, int64_t nc) {
     if (ep.activation == GemmEpilogue::kNone) return;
-    for (int64_t i = ic; i < ic + mc; ++i) EpilogueFinish(c + i * ldc + jc, nc, ep);
+    for (int64_t i = ic; i < ic + mc; ++i) ActivateEpilogueRow(c + i * ldc + jc, nc, ep);
   };
   const int64_t kKc = b.kc(), kMc = cfg.mc, kNc = cfg.nc;  // (b.kc() <= cfg.kc: scratch sizes)
   if (k <= 0) {                                            // no products: C is the epilogue of zero

@@ -97,6 +97,10 @@ inline float Activate(const GemmEpilogue& ep, float v) {
   return v;
 }
 
+// The epilogue's activation on a stored row of C (what a fused product does after its last
+// depth block): one vector loop per kind, GELU by the vector erf.
+void ActivateEpilogueRow(float* row, int64_t n, const GemmEpilogue& ep);
+
 // Rows [i0, i0 + mc) x depth [pc, pc + kc) of an implicit A, row-major: a pointer into the
 // caller's memory, or into 'scratch' (room for the kernel's MC x KC block) after filling it;
 // '*lda' receives the row stride. Implicit-GEMM convolution gathers A from the image here

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "cpu/cpu_features.h"
-#include "cpu/elementwise.h"
 #include "cpu/gemm_int8_isa.h"
 
 namespace nereid::kernels {
@@ -235,11 +234,8 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
     for (int64_t i = 0; i < m; ++i)
       std::memcpy(y + i * ldy, ep.residual + i * ep.ld_residual, static_cast<size_t>(n) * 4);
   GemmInt8(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr);
-  if (ep.activation == GemmEpilogue::kGelu)
-    for (int64_t i = 0; i < m; ++i) GeluErf(y + i * ldy, y + i * ldy, n, ep.lo);
-  else if (ep.activation != GemmEpilogue::kNone)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = Activate(ep, y[i * ldy + j]);
+  if (ep.activation != GemmEpilogue::kNone)
+    for (int64_t i = 0; i < m; ++i) ActivateEpilogueRow(y + i * ldy, n, ep);
 }
 
 const char* GemmInt8KernelName() { return kNames[Selected().load(std::memory_order_relaxed)]; }

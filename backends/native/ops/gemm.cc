@@ -46,10 +46,7 @@ kernels::GemmEpilogue EpilogueOf(const OpNode& node) {
 void ApplyActivation(const OpNode& node, float* y, int64_t n) {
   if (node.activation == OpNode::Activation::kSigmoid) return kernels::Sigmoid(y, y, n);
   if (node.activation == OpNode::Activation::kRelu) return kernels::Relu(y, y, n);
-  if (node.activation == OpNode::Activation::kGelu)
-    return kernels::GeluErf(y, y, n, node.activation_a);
-  const kernels::GemmEpilogue ep = EpilogueOf(node);
-  for (int64_t i = 0; i < n; ++i) y[i] = kernels::Activate(ep, y[i]);
+  kernels::ActivateEpilogueRow(y, n, EpilogueOf(node));
 }
 
 namespace {

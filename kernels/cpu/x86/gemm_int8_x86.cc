@@ -8,7 +8,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "cpu/elementwise.h"
 #include "cpu/gemm_int8_isa.h"
 
 // GCC 12 at -O3 warns that its own unmasked max/min/cvt intrinsics read an uninitialized '__Y'
@@ -149,13 +148,6 @@ __attribute__((target("avx512f"))) float QuantizeAvx512(const float* row, int64_
 
 constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broadcast: 27 of 32
 
-// The activations without a vector form here, on a stored row segment: GELU by the vector erf
-// kernel, the rest value by value.
-inline void ActivateStored(const GemmEpilogue& ep, float* out, int64_t width) {
-  if (ep.activation == GemmEpilogue::kGelu) return GeluErf(out, out, width, ep.lo);
-  for (int64_t c = 0; c < width; ++c) out[c] = Activate(ep, out[c]);
-}
-
 // Columns c0 .. c0 + width (at most 16) of one row of y from their exact int32 dot products:
 // dot * x_scale * w_scale + bias (+ residual), then the activation (Relu and Clip in vector form,
 // the others after the store).
@@ -177,7 +169,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRow16(
   _mm512_mask_storeu_ps(out, mask, v);
   if (ep.activation != GemmEpilogue::kNone && ep.activation != GemmEpilogue::kRelu &&
       ep.activation != GemmEpilogue::kClip)
-    ActivateStored(ep, out, width);
+    ActivateEpilogueRow(out, width, ep);
 }
 
 // FinishRow16 over 'rows' rows of int32 sums (acc, ld apart) for one block of columns: the
@@ -205,7 +197,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
       if constexpr (kAct == GemmEpilogue::kClip) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
       float* out = y + r * ldy + c0;
       _mm512_mask_storeu_ps(out, mask, v);
-      if constexpr (kAct == -1) ActivateStored(ep, out, width);  // the others, after the store
+      if constexpr (kAct == -1) ActivateEpilogueRow(out, width, ep);  // the others, after the store
     }
   };
   switch (activation) {
