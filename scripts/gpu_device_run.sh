@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; also "vision", "images", "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "vision", "text", "images", "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -20,7 +20,8 @@ for wheels in .whl .whl_min; do
   fi
 done
 export PYTHONUNBUFFERED=1
-[ -d .devcarry/pkgs ] && export NEREID_PACKAGE_ROOT="$PWD/.devcarry/pkgs"
+# (NEREID_PACKAGE_ROOT set by the caller: model files carried in a call of their own.)
+[ -z "${NEREID_PACKAGE_ROOT:-}" ] && [ -d .devcarry/pkgs ] && export NEREID_PACKAGE_ROOT="$PWD/.devcarry/pkgs"
 # The ONNX node tests the GPU engine's conformance test runs: Debian's, else the ones
 # device_carry.sh carried, else the onnx wheel's (recent wheels ship none).
 if [ -d .devcarry/onnx-node ]; then
@@ -61,6 +62,12 @@ if [[ " $SECTIONS " == *" vision "* ]]; then
     --precisions "${VISION_PRECISIONS:-fp32,bf16,fp16,int8}" --iters "${VISION_ITERS:-200}" \
     --rate "${VISION_RATE:-500}" 2>&1 |
     tee "$OUT/gpu_vision.txt"
+fi
+if [[ " $SECTIONS " == *" text "* ]]; then
+  echo "== BERT-base on the native GPU engine vs PyTorch (bench/gpu_text.py)"
+  python3 bench/gpu_text.py "$PWD/$C/bin/nereid" --batches "${TEXT_BATCHES:-1,64}" \
+    --precisions "${TEXT_PRECISIONS:-fp32,bf16,fp16}" --iters "${TEXT_ITERS:-100}" 2>&1 |
+    tee "$OUT/gpu_text.txt"
 fi
 if [[ " $SECTIONS " == *" images "* ]]; then
   # Triton's image_client.py, grpc_image_client.py and ensemble_image_client.py, unchanged, against

@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <set>
 
 #include "cuda/gemm.h"
 #include "gpu_model.h"
@@ -117,13 +119,42 @@ StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std:
   }
 }
 
+bool IsSqrt2(float d) { return std::fabs(d - kSqrt2) <= 1e-6f; }
+
+bool ScalarOf(const Tensor& t, float* v) {
+  if (!t.valid() || t.type() != DataType::kFp32 || t.elements() != 1) return false;
+  *v = t.data<float>()[0];
+  return true;
+}
+
+StatusOr<kc::Activation> GpuActivationOf(const Graph::Node& node, const std::string& who) {
+  using A = OpNode::Activation;
+  switch (node.op.activation) {
+    case A::kNone:
+      return kc::Activation::kNone;
+    case A::kRelu:
+      return kc::Activation::kRelu;
+    case A::kSigmoid:
+      return kc::Activation::kSigmoid;
+    case A::kGelu:
+      if (IsSqrt2(node.op.activation_a)) return kc::Activation::kGelu;
+      return Unsupported(who + ": a GELU of erf(x / " + std::to_string(node.op.activation_a) +
+                         "): the GPU's divides by sqrt(2)");
+    default:
+      return Unsupported(who + ": its fused activation has no GPU GEMM epilogue");
+  }
+}
+
 std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,
                                            const OpNode& node, int id) {
   if (id < 0) return std::nullopt;
   if (auto it = m.shape_values.find(id); it != m.shape_values.end()) return it->second;
-  if (static_cast<size_t>(id) >= graph.value_count() || !graph.constant(id).valid())
-    return std::nullopt;
-  auto v = IntValues(node, graph.constant(id), "input");
+  const Tensor* t = nullptr;
+  if (auto it = m.host_constants.find(id); it != m.host_constants.end()) t = &it->second;
+  if (t == nullptr && static_cast<size_t>(id) < graph.value_count() && graph.constant(id).valid())
+    t = &graph.constant(id);
+  if (t == nullptr) return std::nullopt;
+  auto v = IntValues(node, *t, "input");
   if (!v.ok()) return std::nullopt;
   return std::move(v).value();
 }
@@ -131,7 +162,9 @@ std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m
 const Tensor& GpuNode::Constant(size_t k) const {
   static const Tensor kNone;
   const int id = in(k);
-  return id >= 0 && static_cast<size_t>(id) < graph.value_count() ? graph.constant(id) : kNone;
+  if (id < 0) return kNone;
+  if (auto it = m.host_constants.find(id); it != m.host_constants.end()) return it->second;
+  return static_cast<size_t>(id) < graph.value_count() ? graph.constant(id) : kNone;
 }
 
 StatusOr<ValueSpec> GpuNode::Input(size_t k) const {
@@ -149,16 +182,89 @@ namespace {
 const std::map<std::string, GpuOpDef>& GpuOps() {
   static const std::map<std::string, GpuOpDef> ops = [] {
     std::map<std::string, GpuOpDef> map;
-    for (auto family :
-         {GpuConvOps, GpuElementwiseOps, GpuGemmOps, GpuNormOps, GpuResizeOps, GpuShapeOps})
+    for (auto family : {GpuConvOps, GpuElementwiseOps, GpuGemmOps, GpuNormOps, GpuReduceOps,
+                        GpuResizeOps, GpuShapeOps})
       for (const GpuOpDef& def : family()) map.emplace(def.op_type, def);
     return map;
   }();
   return ops;
 }
 
+// Ops whose output keeps a row-broadcast input's leading axis as its own (elementwise ops where
+// that input has the output's rank; Gather by such indices).
+bool KeepsLeadingAxis(const GpuNode& n, const std::vector<const Tensor*>& in, size_t k) {
+  static const std::set<std::string> kElementwise = {"Add",   "Sub",  "Mul",     "Div",
+                                                     "Equal", "Less", "Greater", "Where",
+                                                     "Not",   "Cast", "Neg",     "Identity"};
+  const std::string& op = n.node.op.op_type();
+  if (op == "Gather") return k == 1 && n.node.op.AttrInt("axis", 0) == 0;
+  if (!kElementwise.count(op)) return false;
+  for (const Tensor* t : in)
+    if (t != nullptr && t->shape().size() > in[k]->shape().size()) return false;
+  return true;
+}
+
+// A node whose inputs are all known at load (constants, those computed so before, shapes without
+// the batch) runs once here through the CPU's op, its outputs host constants: what a request
+// cannot change is computed before any does. False for any other node.
+StatusOr<bool> EvaluateOnHost(const GpuNode& n) {
+  GpuModel& m = n.m;
+  const auto& ids = n.node.inputs;
+  std::vector<Tensor> shapes(ids.size());
+  std::vector<const Tensor*> in(ids.size(), nullptr);
+  std::vector<size_t> broadcast;  // inputs standing for the same tensor in every row
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (ids[k] < 0) continue;
+    if (n.Constant(k).valid()) {
+      in[k] = &n.Constant(k);
+      if (m.row_broadcast.count(ids[k])) broadcast.push_back(k);
+      continue;
+    }
+    auto it = m.shape_values.find(ids[k]);
+    if (it == m.shape_values.end() ||
+        std::count(it->second.begin(), it->second.end(), kRowsDim) > 0)
+      return false;
+    shapes[k] = Tensor::Allocate(
+        DataType::kInt64, m.scalar_shapes.count(ids[k])
+                              ? std::vector<int64_t>{}
+                              : std::vector<int64_t>{static_cast<int64_t>(it->second.size())});
+    std::copy(it->second.begin(), it->second.end(), shapes[k].mutable_data<int64_t>());
+    in[k] = &shapes[k];
+  }
+  if (n.node.fn == nullptr || n.node.outputs.empty()) return false;
+  if (!broadcast.empty() && n.node.op.op_type() == "Shape") {
+    // The batch's place holds a 1 in the host's tensor: the shape names the batch there.
+    std::vector<int64_t> shape = in[0]->shape();
+    shape[0] = m.fixed_rows > 0 ? m.fixed_rows : kRowsDim;
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+    const int64_t start = clamp(n.node.op.AttrInt("start", 0));
+    const int64_t end = clamp(n.node.op.AttrInt("end", rank));
+    m.shape_values[n.out()] =
+        std::vector<int64_t>(shape.begin() + start, shape.begin() + std::max(start, end));
+    return true;
+  }
+  for (size_t k : broadcast)
+    if (!KeepsLeadingAxis(n, in, k))
+      return Unsupported(n.who +
+                         " reads a tensor that is the same in every row (an expanded "
+                         "constant) in a way that moves its batch axis: not on the GPU");
+  std::vector<Tensor> out(n.node.outputs.size());
+  // A constant subgraph that fails would fail every request: the model is refused.
+  RETURN_IF_ERROR(n.node.fn(n.node.op, in, out));
+  for (size_t o = 0; o < out.size(); ++o) {
+    const int id = n.node.outputs[o];
+    if (id < 0) continue;
+    m.host_constants[id] = std::move(out[o]);
+    if (!broadcast.empty()) m.row_broadcast.insert(id);
+  }
+  return true;
+}
+
 Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
   const GpuNode n{graph, node, m, "node '" + node.op.name() + "' (" + node.op.op_type() + ")"};
+  ASSIGN_OR_RETURN(const bool on_host, EvaluateOnHost(n));
+  if (on_host) return Status::Ok();
   ASSIGN_OR_RETURN(const bool shape_op, CompileShapeOp(n));
   if (shape_op) return Status::Ok();
   const auto it = GpuOps().find(node.op.op_type());
@@ -300,6 +406,7 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     m->inputs.push_back(io);
   }
   for (const auto& node : graph.nodes()) RETURN_IF_ERROR(CompileNode(graph, node, *m));
+  m->host_constants.clear();  // uploaded where read
   for (const ValueInfo& v : graph.outputs()) {
     int id = graph.FindValue(v.name);
     if (id >= 0 && m->views.count(id))
@@ -327,11 +434,12 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
 }
 
 std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
-  static const char* const kNames[] = {
-      "gemm", "binary",        "broadcast", "unary",       "convert",    "activation",
-      "conv", "convtranspose", "pool",      "global pool", "layout",     "softmax",
-      "lrn",  "strided copy",  "resize",    "concat",      "layer norm", "batched matmul"};
-  static_assert(std::size(kNames) == Step::kBatchedMatMul + 1);
+  static const char* const kNames[] = {"gemm",       "binary",         "broadcast", "unary",
+                                       "convert",    "activation",     "conv",      "convtranspose",
+                                       "pool",       "global pool",    "layout",    "softmax",
+                                       "lrn",        "strided copy",   "resize",    "concat",
+                                       "layer norm", "batched matmul", "gather",    "reduce"};
+  static_assert(std::size(kNames) == Step::kReduce + 1);
   std::map<std::string, int> counts;
   for (const Step& s : m.steps) ++counts[kNames[s.kind]];
   return counts;

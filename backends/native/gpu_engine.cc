@@ -31,6 +31,38 @@ namespace nereid::native {
 // Buckets tuned when an instance starts; larger ones on first use.
 constexpr int64_t kEagerTuneRows = 64;
 
+namespace {
+
+// A request's indices into a table (an input a Gather reads): each in [-limit, limit), as ONNX's
+// Gather wants, checked before anything runs. Indices in device memory are not read back.
+template <typename I>
+Status CheckIndexPart(const IoSpec& io, const GpuPart& part, size_t* at) {
+  const auto* v = static_cast<const I*>(part.data);
+  for (size_t i = 0; i < part.bytes / sizeof(I); ++i, ++*at)
+    if (v[i] < -io.index_limit || v[i] >= io.index_limit)
+      return InvalidArgument("input '" + io.name + "' has index " + std::to_string(v[i]) +
+                             " at element " + std::to_string(*at) + ": indices must lie in [" +
+                             std::to_string(-io.index_limit) + ", " +
+                             std::to_string(io.index_limit - 1) + "]");
+  return Status::Ok();
+}
+
+Status CheckIndices(const IoSpec& io, const GpuFeed& feed) {
+  if (io.index_limit <= 0) return Status::Ok();
+  size_t at = 0;
+  for (const GpuPart& part : feed.parts) {
+    if (part.device)
+      return InvalidArgument("input '" + io.name +
+                             "' indexes a table and must come in host memory (its indices are "
+                             "checked before the model runs)");
+    RETURN_IF_ERROR(io.type == DataType::kInt64 ? CheckIndexPart<int64_t>(io, part, &at)
+                                                : CheckIndexPart<int32_t>(io, part, &at));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 class GpuInstance final : public GemmBench {
  public:
   explicit GpuInstance(std::shared_ptr<const GpuModel> model) : m_(std::move(model)) {}
@@ -92,6 +124,7 @@ class GpuInstance final : public GemmBench {
       if (total != want)
         return InvalidArgument("input '" + io.name + "' has the wrong size for " +
                                std::to_string(rows) + " rows");
+      RETURN_IF_ERROR(CheckIndices(io, *feed));
       const bool large_pinned =
           feed->parts.size() == 1 && feed->parts[0].pinned && want >= kDirectMin;
       if ((on_device || large_pinned) && i < 32) {
@@ -318,6 +351,7 @@ class GpuInstance final : public GemmBench {
     p.x = Buf(s.in), p.w = s.w, p.y = Buf(s.out);
     p.out_type = m_->values[s.out].type;
     p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
+    p.residual = s.residual >= 0 ? Buf(s.residual) : nullptr;
     p.tf32 = m_->precision == Precision::kTf32;
     p.workspace = static_cast<float*>(acc_.data), p.workspace_floats = acc_floats_;
     if (s.w_scale != nullptr) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,9 @@ struct Step {
     kResize,
     kConcat,
     kLayerNorm,
-    kBatchedMatMul
+    kBatchedMatMul,
+    kGather,  // rows of a constant table (w: table_rows x k) by the indices in value 'in'
+    kReduce   // pool (kSum, kAverage, kMax) over the middle of [rows x outer, m, k]
   } kind = kGemm;
   int in = -1, out = -1;
   // kGemm
@@ -116,6 +119,9 @@ struct IoSpec {
   DataType type = DataType::kInvalid;
   std::vector<int64_t> dims;
   size_t row_bytes = 0;
+  // Inputs of indices a Gather reads a table of this many rows by: every value of a request must
+  // lie in [-index_limit, index_limit), checked on the host before it runs (0: no check).
+  int64_t index_limit = 0;
 };
 
 class GpuModel {
@@ -139,6 +145,12 @@ class GpuModel {
   // Integer vectors known at compile time though computed by nodes (Shape of a value and the
   // slicing and gathering after it), kRowsDim standing for the batch.
   std::map<int, std::vector<int64_t>> shape_values;
+  std::set<int> scalar_shapes;  // those of them that are scalars (a Gather by a scalar index)
+  // Values computed at compile time from constants and known shapes (the CPU's op run once on the
+  // host): position ids sliced to the sequence, their embeddings, masks of known shape. Those in
+  // row_broadcast stand for the same tensor in every row: a leading 1 where the batch goes.
+  std::map<int, Tensor> host_constants;
+  std::set<int> row_broadcast;
   // A value a Transpose made with the batch axis elsewhere than first (attention's
   // [3, rows, heads, seq, d] of Q, K and V): not computed but read as the source's buffer through
   // strides, until Slice and Squeeze bring the batch first again and one strided copy computes it.
@@ -228,8 +240,9 @@ std::vector<GpuOpDef> GpuConvOps();         // Conv, ConvTranspose, the pools
 std::vector<GpuOpDef> GpuElementwiseOps();  // arithmetic, activations, Identity, Dropout
 std::vector<GpuOpDef> GpuGemmOps();         // Gemm, MatMul
 std::vector<GpuOpDef> GpuNormOps();         // BatchNormalization, LRN, Softmax
+std::vector<GpuOpDef> GpuReduceOps();       // ReduceSum, ReduceMean, ReduceMax
 std::vector<GpuOpDef> GpuResizeOps();       // Resize
-std::vector<GpuOpDef> GpuShapeOps();        // Flatten, Reshape, Transpose, Concat
+std::vector<GpuOpDef> GpuShapeOps();  // Flatten, Reshape, Transpose, Concat, Gather, Expand, Cast
 // Shape, and Cast, Slice, Gather, Concat, Unsqueeze, Squeeze, Identity of its results: worked out
 // at compile time (kRowsDim for the batch) where the inputs are known; false for any other node.
 StatusOr<bool> CompileShapeOp(const GpuNode& n);
@@ -257,6 +270,14 @@ std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m
 // names one (the activations' memory plan follows them).
 std::vector<int> StepReads(const GpuModel& m, const Step& s);
 std::vector<int> StepWrites(const GpuModel& m, const Step& s);
+// sqrt(2), the divisor inside erf of the GPU's GELU; whether a model's divisor is it (to float
+// rounding), and a constant's one FP32 value.
+constexpr float kSqrt2 = 1.41421356237f;
+bool IsSqrt2(float d);
+bool ScalarOf(const Tensor& t, float* v);
+// A Gemm or MatMul node's fused activation as the GEMM epilogues name it (Relu, Sigmoid, GELU);
+// refused for others.
+StatusOr<kc::Activation> GpuActivationOf(const Graph::Node& node, const std::string& who);
 // An epilogue's activation as the kernels name it; refused for those without one.
 StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who);
 

@@ -136,6 +136,18 @@ Status LaunchStep(const GpuModel& m, const Step& s, int64_t rows, const StepBuff
                   "pooling kernel");
       break;
     }
+    case Step::kGather: {
+      const ValueSpec& idx = m.values[s.in];
+      CUDA_RETURN(kc::GatherRows(out.type, s.w, s.n, s.k, idx.type, b.buf(s.in),
+                                 rows * idx.row_elems, b.buf(s.out), stream),
+                  "gather kernel");
+      break;
+    }
+    case Step::kReduce:
+      CUDA_RETURN(kc::GlobalPoolNhwc(s.pool, rows * s.outer, s.m, s.k, out.type, b.buf(s.in),
+                                     b.buf(s.out), stream),
+                  "reduction kernel");
+      break;
     case Step::kGlobalPool: {
       const ValueSpec& in = m.values[s.in];
       CUDA_RETURN(kc::GlobalPoolNhwc(s.pool, rows, in.dims[1] * in.dims[2], in.dims[0], out.type,

@@ -638,16 +638,29 @@ struct NativeBackend {
                                  [[maybe_unused]] NereidInstance* handle, NereidRequest** requests,
                                  uint32_t count, std::vector<backend::Status>& failed) {
     const uint32_t variant = NereidInstanceVariant(handle);
+    auto run = [&](NereidRequest** batch, uint32_t n, std::vector<backend::Status>& f) {
 #ifdef NEREID_NATIVE_GPU
-    if (!instance.gpus.empty()) {
-      if (variant >= instance.gpus.size() || !instance.gpus[variant])
-        return backend::Internal("precision variant " + std::to_string(variant) + " is not loaded");
-      return native::ExecuteBatchGpu(model, handle, *instance.gpus[variant], requests, count,
-                                     failed);
-    }
+      if (!instance.gpus.empty()) {
+        if (variant >= instance.gpus.size() || !instance.gpus[variant])
+          return backend::Internal("precision variant " + std::to_string(variant) +
+                                   " is not loaded");
+        return native::ExecuteBatchGpu(model, handle, *instance.gpus[variant], batch, n, f);
+      }
 #endif
-    nereid::kernels::ParallelScope scope(instance.team.get());
-    return native::ExecuteBatch(model, model.CpuGraph(variant), requests, count, failed);
+      nereid::kernels::ParallelScope scope(instance.team.get());
+      return native::ExecuteBatch(model, model.CpuGraph(variant), batch, n, f);
+    };
+    backend::Status status = run(requests, count, failed);
+    if (status.ok() || count == 1 || status.code() != backend::Status::Code::kInvalidArgument)
+      return status;
+    // One request's data failed the batch (a token id outside the embedding table): each runs
+    // again alone, so that only the request at fault fails.
+    for (uint32_t r = 0; r < count; ++r) {
+      std::vector<backend::Status> one(1);
+      backend::Status alone = run(&requests[r], 1, one);
+      failed[r] = alone.ok() ? one[0] : alone;
+    }
+    return backend::Status::Ok();
   }
 };
 

@@ -61,10 +61,10 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   FuseConvEpilogues(g);                // Conv -> Add(residual) -> Relu/Clip: one node
   FuseGemmActivations(g);              // Gemm -> Relu/Sigmoid: one node
   RemoveDeadNodes(g);                  // nothing reads them
+  FuseMatMulEpilogues(g);              // MatMul by a weight -> Add(bias) -> Add(residual)
+  FuseGelus(g);  // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu (a MatMul's epilogue)
   if (options.pack_weights) {
-    FuseMatMulEpilogues(g);  // MatMul by a weight -> Add(bias) -> Add(residual): one node
-    FuseGelus(g);            // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu node
-    FuseAttention(g);        // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
+    FuseAttention(g);  // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
     ReleasePackedOriginals(g);
@@ -520,8 +520,8 @@ void FuseConvEpilogues(GraphBody& g) {
 // MatMul(x, W) by a constant 2-D FP32 weight, then Add of a constant bias of W's columns ([n]
 // or [1, ..., 1, n]), then Add of another value (a residual branch: a transformer layer's
 // x + f(x)): the MatMul takes them as inputs 2 and 3 (-1: absent) and adds them while its output
-// tiles are in cache (the CPU's epilogue), where three passes over the activations were.
-// The CPU graph only: the GPU compiler reads MatMul as the file has it.
+// tiles are in cache (the CPU's and the GPU's GEMM epilogues), where three passes over the
+// activations were.
 void FuseMatMulEpilogues(GraphBody& g) {
   const Patterns p(g);
   // The node reading 'value' when it is the value's only reader and a two-input Add.

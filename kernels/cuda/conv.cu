@@ -373,23 +373,25 @@ __global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_r
   }
 }
 
-// One thread per (image, channel), reading the channel down the pixels (coalesced across threads).
+// One thread per (image, channel), reading the channel down the pixels (coalesced across threads);
+// the images over the grid's y (more than it holds: each block steps on by its height).
 template <typename T, PoolKind kKind>
 __global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T* y) {
   const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t img = blockIdx.y;
-  if (ch >= c || img >= n) return;
-  const T* src = x + img * hw * c + ch;
-  float out = kKind == PoolKind::kMax ? -INFINITY : 0.f;
-  for (int64_t i = 0; i < hw; ++i) {
-    const float v = ToFloat(src[i * c]);
-    if constexpr (kKind == PoolKind::kMax)
-      out = v > out || v != v ? v : out;
-    else
-      out += v;
+  if (ch >= c) return;
+  for (int64_t img = blockIdx.y; img < n; img += gridDim.y) {
+    const T* src = x + img * hw * c + ch;
+    float out = kKind == PoolKind::kMax ? -INFINITY : 0.f;
+    for (int64_t i = 0; i < hw; ++i) {
+      const float v = ToFloat(src[i * c]);
+      if constexpr (kKind == PoolKind::kMax)
+        out = v > out || v != v ? v : out;
+      else
+        out += v;
+    }
+    if constexpr (kKind == PoolKind::kAverage) out *= 1.f / static_cast<float>(hw);
+    y[img * c + ch] = FromFloat<T>(out);
   }
-  if constexpr (kKind == PoolKind::kAverage) out *= 1.f / static_cast<float>(hw);
-  y[img * c + ch] = FromFloat<T>(out);
 }
 
 // ---- layouts ------------------------------------------------------------------------------------
@@ -538,7 +540,8 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
 cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_bottom,
                        int64_t pad_right, bool count_include_pad, ElemType type, const void* x,
                        void* y, cudaStream_t stream) {
-  if (!GeometryValid(g) || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  if (!GeometryValid(g) || x == nullptr || y == nullptr || kind == PoolKind::kSum)
+    return cudaErrorInvalidValue;
   const unsigned grid = GridFor(g.n * g.oh * g.ow * g.c_in, 1);
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
@@ -555,17 +558,23 @@ cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_botto
 
 cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, ElemType type,
                            const void* x, void* y, cudaStream_t stream) {
-  if (n <= 0 || n > 65535 || hw <= 0 || c <= 0 || x == nullptr || y == nullptr)
-    return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((c + 255) / 256), static_cast<unsigned>(n));
+  if (n <= 0 || hw <= 0 || c <= 0 || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((c + 255) / 256),
+                  static_cast<unsigned>(std::min<int64_t>(n, 65535)));
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    if (kind == PoolKind::kMax)
-      GlobalPoolKernel<T, PoolKind::kMax>
+    auto launch = [&](auto k) {
+      GlobalPoolKernel<T, decltype(k)::value>
           <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
-    else
-      GlobalPoolKernel<T, PoolKind::kAverage>
-          <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
+    };
+    switch (kind) {
+      case PoolKind::kMax:
+        return launch(std::integral_constant<PoolKind, PoolKind::kMax>{});
+      case PoolKind::kAverage:
+        return launch(std::integral_constant<PoolKind, PoolKind::kAverage>{});
+      case PoolKind::kSum:
+        return launch(std::integral_constant<PoolKind, PoolKind::kSum>{});
+    }
   });
 }
 

@@ -73,11 +73,11 @@ cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type
 // pads at the bottom and right follow from g.oh and g.ow; 'count_include_pad' divides
 // AveragePool's sums by the window clipped to the padded image (ONNX's rule) rather than to the
 // image. g.c_out is ignored (a pool keeps g.c_in channels).
-enum class PoolKind { kMax, kAverage };
+enum class PoolKind { kMax, kAverage, kSum };  // kSum: GlobalPoolNhwc only
 cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_bottom,
                        int64_t pad_right, bool count_include_pad, ElemType type, const void* x,
                        void* y, cudaStream_t stream);
-// x: n x hw x c; y: n x c.
+// x: n x hw x c; y: n x c (also ReduceMax, ReduceMean and ReduceSum over a middle axis).
 cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, ElemType type,
                            const void* x, void* y, cudaStream_t stream);
 

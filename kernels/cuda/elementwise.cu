@@ -297,6 +297,10 @@ cudaError_t Convert(ElemType from, const void* in, ElemType to, void* out, int64
       return LaunchConvert<__nv_bfloat16>(in, to, out, count, stream);
     case ElemType::kF16:
       return LaunchConvert<__half>(in, to, out, count, stream);
+    case ElemType::kI32:
+      return LaunchConvert<int32_t>(in, to, out, count, stream);
+    case ElemType::kI64:
+      return LaunchConvert<int64_t>(in, to, out, count, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -32,7 +32,8 @@ cudaError_t BinaryBroadcast(BinaryOp op, ElemType type, const void* a, const voi
 cudaError_t Unary(Activation act, ElemType type, const void* in, void* out, int64_t count,
                   cudaStream_t stream);
 
-// Float type conversion (kF32, kBF16, kF16 in any direction, rounding to nearest even).
+// Type conversion to kF32, kBF16 or kF16 (rounding to nearest even) from those or from kI32 and
+// kI64 (ONNX's Cast of integers to FLOAT: an attention mask).
 cudaError_t Convert(ElemType from, const void* in, ElemType to, void* out, int64_t count,
                     cudaStream_t stream);
 

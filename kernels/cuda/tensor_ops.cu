@@ -333,4 +333,44 @@ void ConvTransposeWeights(const Conv2dGeometry& g, const float* onnx, float* out
               onnx[((ci * cog + co) * g.kh + ky) * g.kw + kx];
 }
 
+namespace {
+
+// One thread per output element, a row's elements side by side (coalesced reads of the table's
+// row and writes of y's).
+template <typename T, typename I>
+__global__ void GatherRowsKernel(const T* __restrict__ table, int64_t table_rows, int64_t width,
+                                 const I* __restrict__ indices, int64_t count, T* __restrict__ y) {
+  const int64_t total = count * width;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / width, col = e - i * width;
+    int64_t row = static_cast<int64_t>(indices[i]);
+    if (row < 0) row += table_rows;
+    y[e] = row >= 0 && row < table_rows ? table[row * width + col] : T{};
+  }
+}
+
+}  // namespace
+
+cudaError_t GatherRows(ElemType type, const void* table, int64_t table_rows, int64_t width,
+                       ElemType index_type, const void* indices, int64_t count, void* y,
+                       cudaStream_t stream) {
+  if (table_rows < 1 || width < 1 || count < 0 ||
+      (index_type != ElemType::kI32 && index_type != ElemType::kI64))
+    return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  return WithFloatType(type, [&](auto t) {
+    using T = decltype(t);
+    const unsigned grid = GridFor(count * width);
+    if (index_type == ElemType::kI64)
+      GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const T*>(table), table_rows, width,
+                                                 static_cast<const int64_t*>(indices), count,
+                                                 static_cast<T*>(y));
+    else
+      GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const T*>(table), table_rows, width,
+                                                 static_cast<const int32_t*>(indices), count,
+                                                 static_cast<T*>(y));
+  });
+}
+
 }  // namespace nereid::kernels::cuda

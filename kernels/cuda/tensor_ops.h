@@ -1,6 +1,7 @@
 // The native engine's GPU kernels for the ops around convolutions in vision models (the model
 // zoo's, RapidOCR's, openWakeWord's): Softmax, LayerNorm, products of two activations, LRN,
-// Transpose and strided copies, Resize and ConvTranspose. Concat
+// Transpose and strided copies, Resize and ConvTranspose; and for text encoders the rows of an
+// embedding table gathered by token ids. Concat
 // needs no kernel (strided copies). Types kF32, kBF16, kF16 with fp32 arithmetic (Transpose moves
 // any element size). Entry points check their arguments, return cudaErrorInvalidValue for what
 // they cannot run and never synchronize.
@@ -27,6 +28,14 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
 // row-major, fp32 sums (the products of two activations, as attention's; CUDA cores).
 cudaError_t BatchedMatMul(ElemType type, const void* a, const void* b, void* c, int64_t batch,
                           int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+// y[i] = the row of 'table' (table_rows x width, of the type) that indices[i] names, for i <
+// count: an embedding lookup. 'indices' kI32 or kI64 on the device; a negative index counts from
+// the end (ONNX's Gather); one outside [-table_rows, table_rows) gives a row of zeros (the host
+// refuses such a request before it runs: this is never an out-of-bounds read).
+cudaError_t GatherRows(ElemType type, const void* table, int64_t table_rows, int64_t width,
+                       ElemType index_type, const void* indices, int64_t count, void* y,
+                       cudaStream_t stream);
 
 // ONNX LRN across channels on an NHWC tensor of 'pixels' x c: y = x / (bias + alpha / size *
 // sum of x^2 over channels [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)])^beta.

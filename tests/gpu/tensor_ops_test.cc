@@ -1,12 +1,17 @@
 // The GPU kernels of attention-shaped models (kernels/cuda/tensor_ops.h) against float64
-// references on the host, per element type: LayerNorm, BatchedMatMul and StridedCopy.
+// references on the host, per element type: LayerNorm, BatchedMatMul, StridedCopy, and a text
+// encoder's embedding gather, mean pooling (GlobalPoolNhwc's sum over a middle axis) and mask
+// conversion (Convert from INT64).
 #include "cuda/tensor_ops.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "cuda/conv.h"
+#include "cuda/elementwise.h"
 #include "gpu_test_util.h"
 
 namespace nereid::gpu_test {
@@ -119,6 +124,82 @@ TEST(CudaTensorOps, StridedCopyReadsATransposedSlice) {
   EXPECT_EQ(kc::BatchedMatMul(ElemType::kI32, dx.get(), dx.get(), dy.get(), 1, 2, 2, 2, nullptr),
             cudaErrorInvalidValue);
   cudaGetLastError();
+}
+
+TEST(CudaTensorOps, GatherRowsReadsTheTableByIdsAndNeverOutsideIt) {
+  NEREID_REQUIRE_GPU();
+  const int64_t rows = 9, width = 300;  // a row wider than a block
+  const std::vector<float> table = Random(rows * width, 21);
+  // ids from the end (-1, -9), the first and last rows, and two outside the table (9, -10).
+  const std::vector<int64_t> ids = {3, -1, 0, 8, -9, 9, -10, 4};
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
+    for (ElemType it : {ElemType::kI64, ElemType::kI32}) {
+      SCOPED_TRACE(testing::Message()
+                   << "type " << static_cast<int>(t) << ", index " << static_cast<int>(it));
+      std::vector<uint8_t> idx_bytes(ids.size() * kc::ElemSize(it));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (it == ElemType::kI64)
+          std::memcpy(idx_bytes.data() + i * 8, &ids[i], 8);
+        else {
+          const auto v = static_cast<int32_t>(ids[i]);
+          std::memcpy(idx_bytes.data() + i * 4, &v, 4);
+        }
+      }
+      DeviceBuffer dt(Encode(table, t)), di(idx_bytes);
+      DeviceBuffer dy(std::vector<uint8_t>(ids.size() * width * kc::ElemSize(t), 0xff));
+      CUDA_OK(kc::GatherRows(t, dt.get(), rows, width, it, di.get(),
+                             static_cast<int64_t>(ids.size()), dy.get(), nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> y = Decode(dy.Read(), t), tr = Rounded(table, t);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int64_t row = ids[i] < 0 ? ids[i] + rows : ids[i];
+        const bool inside = row >= 0 && row < rows;
+        for (int64_t c = 0; c < width; ++c)
+          ASSERT_EQ(y[i * width + c], inside ? tr[row * width + c] : 0.0) << i << " " << c;
+      }
+    }
+  DeviceBuffer dt(Encode(table, ElemType::kF32)), dy(width * 4);
+  EXPECT_EQ(kc::GatherRows(ElemType::kF32, dt.get(), rows, width, ElemType::kF32, dt.get(), 1,
+                           dy.get(), nullptr),
+            cudaErrorInvalidValue);  // indices must be integers
+  cudaGetLastError();
+}
+
+TEST(CudaTensorOps, SumOverAMiddleAxisAndIntegerMasksConverted) {
+  NEREID_REQUIRE_GPU();
+  // [70000 x 3, 5]: more images than a grid's y (65535) holds.
+  const int64_t n = 70000, hw = 3, c = 5;
+  const std::vector<float> x = Random(n * hw * c, 31);
+  for (kc::PoolKind kind : {kc::PoolKind::kSum, kc::PoolKind::kAverage, kc::PoolKind::kMax}) {
+    DeviceBuffer dx(Encode(x, ElemType::kF32)), dy(n * c * 4);
+    CUDA_OK(kc::GlobalPoolNhwc(kind, n, hw, c, ElemType::kF32, dx.get(), dy.get(), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> y = Decode(dy.Read(), ElemType::kF32);
+    std::vector<double> ref(n * c);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double acc = kind == kc::PoolKind::kMax ? -INFINITY : 0;
+        for (int64_t p = 0; p < hw; ++p) {
+          const double v = x[(i * hw + p) * c + ch];
+          acc = kind == kc::PoolKind::kMax ? std::max(acc, v) : acc + v;
+        }
+        ref[i * c + ch] = kind == kc::PoolKind::kAverage ? acc / hw : acc;
+      }
+    EXPECT_LT(RelativeError(y, ref), 1e-6) << static_cast<int>(kind);
+  }
+  // A mask of INT64 0/1 (and a large id) to each float type.
+  const std::vector<int64_t> mask = {0, 1, 1, 0, 1, 1 << 20};
+  std::vector<uint8_t> bytes(mask.size() * 8);
+  std::memcpy(bytes.data(), mask.data(), bytes.size());
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+    DeviceBuffer dm(bytes), dy(mask.size() * kc::ElemSize(t));
+    CUDA_OK(kc::Convert(ElemType::kI64, dm.get(), t, dy.get(), static_cast<int64_t>(mask.size()),
+                        nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> y = Decode(dy.Read(), t);
+    for (size_t i = 0; i < mask.size(); ++i)
+      EXPECT_EQ(y[i], t == ElemType::kF16 && mask[i] > 65504 ? INFINITY : double(mask[i])) << i;
+  }
 }
 
 }  // namespace

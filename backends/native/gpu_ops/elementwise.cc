@@ -190,6 +190,10 @@ Status Unary(const GpuNode& n) {
   Step s;
   s.kind = Step::kUnary;
   s.act = kActivations.at(op);
+  float divisor = kSqrt2;  // a fused GELU's x / d inside erf (FuseGelus): the kernel's is sqrt(2)
+  if (op == "Gelu" && n.in(1) >= 0 && (!ScalarOf(n.Constant(1), &divisor) || !IsSqrt2(divisor)))
+    return Unsupported(n.who + ": erf(x / " + std::to_string(divisor) +
+                       "): the GPU's GELU divides by sqrt(2)");
   s.in = n.m.Resolve(n.in(0));
   return AddElementwise(n.m, s, x, n.out());
 }

@@ -38,7 +38,6 @@ Status ProductOfValues(const GpuNode& g) {
 }
 
 Status Gemm(const GpuNode& g) {
-  const Graph& graph = g.graph;
   const Graph::Node& node = g.node;
   GpuModel& m = g.m;
   const std::string& who = g.who;
@@ -93,22 +92,29 @@ Status Gemm(const GpuNode& g) {
     ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
   }
   s.alpha = gemm ? node.op.AttrFloat("alpha", 1.f) : 1.f;
-  if (gemm && node.inputs.size() > 2 && node.inputs[2] >= 0) {
-    const Tensor& c = graph.constant(node.inputs[2]);
+  // Gemm's C, or the bias FuseMatMulEpilogues gave a MatMul.
+  if (node.inputs.size() > 2 && node.inputs[2] >= 0) {
+    const Tensor& c = g.Constant(2);
     if (!c.valid() || c.elements() != n)
       return Unsupported(who + ": C must be a constant bias of " + std::to_string(n) +
                          " elements on the GPU");
     std::vector<float> bias = FloatsOf(c);
-    const float beta = node.op.AttrFloat("beta", 1.f);
+    const float beta = gemm ? node.op.AttrFloat("beta", 1.f) : 1.f;
     for (float& v : bias) v *= beta;
     ASSIGN_OR_RETURN(const void* dbias, m.UploadFloats(bias, kc::ElemType::kF32));
     s.bias = static_cast<const float*>(dbias);
   }
-  s.act = node.op.activation == OpNode::Activation::kRelu      ? kc::Activation::kRelu
-          : node.op.activation == OpNode::Activation::kSigmoid ? kc::Activation::kSigmoid
-                                                               : kc::Activation::kNone;
+  ASSIGN_OR_RETURN(s.act, GpuActivationOf(node, who));
   std::vector<int64_t> dims(x->dims.begin(), x->dims.end() - 1);
   dims.push_back(n);
+  // The residual FuseMatMulEpilogues gave a MatMul: a value of the output's shape, added last.
+  if (!gemm && node.inputs.size() > 3 && node.inputs[3] >= 0) {
+    ASSIGN_OR_RETURN(const ValueSpec r, g.Input(3));
+    if (r.dims != dims || r.logical != DataType::kFp32)
+      return Unsupported(who + ": a residual of " + ShapeString(r.dims) +
+                         " per row on an output of " + ShapeString(dims));
+    s.residual = m.Resolve(InLayout(m, node.inputs[3], false));
+  }
   m.values[out] = ValueSpec{true, m.float_type, DataType::kFp32, dims, outer * n, -1};
   s.out = out;
   m.steps.push_back(s);

@@ -277,6 +277,219 @@ Status Reshape(const GpuNode& n) {
 
 Status Concat(const GpuNode& n) { return CompileConcat(n.graph, n.node, n.m, n.who); }
 
+// Gather of a constant table's rows by indices straight from a model input (an embedding lookup:
+// each request's indices checked against the table on the host before it runs), or of a value
+// along an axis after the rows by one constant index (a sequence's first token), as a view.
+Status Gather(const GpuNode& n) {
+  const OpNode& op = n.node.op;
+  const Tensor& table = n.Constant(0);
+  if (!table.valid()) {
+    if (!n.m.views.count(n.in(0))) RETURN_IF_ERROR(n.Input(0).status());
+    View y = ViewOf(n.m, n.in(0));
+    const int64_t rank = static_cast<int64_t>(y.dims.size());
+    int64_t axis = op.AttrInt("axis", 0);
+    if (axis < 0) axis += rank;
+    const auto index = IntsOf(n.graph, n.m, op, n.in(1));
+    if (axis < 0 || axis >= rank) return op.Error("axis out of range");
+    if (static_cast<size_t>(axis) == y.batch_axis)
+      return Unsupported(n.who + ": a gather along the batch axis");
+    if (!index || index->size() != 1)
+      return Unsupported(n.who + ": the GPU engine gathers a value by one constant index");
+    const int64_t dim = y.dims[axis];
+    int64_t i = (*index)[0];
+    if (i < -dim || i >= dim)
+      return op.Error("index " + std::to_string(i) + " is out of range for a dimension of " +
+                      std::to_string(dim));
+    if (i < 0) i += dim;
+    y.offset += i * y.strides[axis];
+    if (n.Constant(1).shape().empty()) {  // a scalar index drops the axis
+      y.dims.erase(y.dims.begin() + axis), y.strides.erase(y.strides.begin() + axis);
+      if (y.batch_axis > static_cast<size_t>(axis)) --y.batch_axis;
+    } else {
+      y.dims[axis] = 1;
+    }
+    return Emit(n.m, std::move(y), n.out(), n.who);
+  }
+  if (op.AttrInt("axis", 0) != 0)
+    return Unsupported(n.who + ": the GPU engine gathers a table's rows (axis 0) only");
+  if (table.type() != DataType::kFp32 || table.shape().empty())
+    return Unsupported(n.who + ": the GPU engine gathers rows of an FP32 table");
+  ASSIGN_OR_RETURN(const ValueSpec idx, n.Input(1));
+  IoSpec* io = nullptr;
+  for (IoSpec& input : n.m.inputs)
+    if (input.value == n.in(1)) io = &input;
+  if (io == nullptr || (idx.logical != DataType::kInt64 && idx.logical != DataType::kInt32))
+    return Unsupported(n.who +
+                       ": the GPU engine gathers a table's rows by INT64 or INT32 indices that "
+                       "come straight from a model input (checked against the table before "
+                       "each run)");
+  const int64_t table_rows = table.shape()[0];
+  const int64_t width = table.elements() / std::max<int64_t>(table_rows, 1);
+  if (table_rows < 1 || width < 1) return Unsupported(n.who + ": an empty table");
+  io->index_limit = io->index_limit > 0 ? std::min(io->index_limit, table_rows) : table_rows;
+  Step s;
+  s.kind = Step::kGather;
+  s.in = n.m.Resolve(n.in(1));
+  ASSIGN_OR_RETURN(s.w, n.m.UploadFloats(FloatsOf(table), n.m.float_type));
+  s.n = table_rows, s.k = width;
+  ValueSpec y{true, n.m.float_type, DataType::kFp32, idx.dims, 0, -1};
+  y.dims.insert(y.dims.end(), table.shape().begin() + 1, table.shape().end());
+  y.row_elems = idx.row_elems * width;
+  return AddElementwise(n.m, s, y, n.out());
+}
+
+// Expand of a value to a shape that keeps its rows: its axes of size 1 read with stride 0.
+Status Expand(const GpuNode& n) {
+  const OpNode& op = n.node.op;
+  if (!n.m.views.count(n.in(0))) RETURN_IF_ERROR(n.Input(0).status());
+  auto shape = IntsOf(n.graph, n.m, op, n.in(1));
+  if (!shape) return Unsupported(n.who + ": the GPU engine expands to a shape known at load");
+  View x = ViewOf(n.m, n.in(0));
+  if (x.batch_axis != 0 || shape->size() != x.dims.size())
+    return Unsupported(n.who + ": the GPU engine expands a value of the shape's rank, rows first");
+  View y = x;
+  for (size_t d = 0; d < x.dims.size(); ++d) {
+    const int64_t want = (*shape)[d];
+    if (d == 0) {
+      if (want != kRowsDim && want != 1 && !(n.m.fixed_rows > 0 && want == n.m.fixed_rows))
+        return Unsupported(n.who + ": an expand of the rows to " + std::to_string(want));
+      continue;
+    }
+    if (want == x.dims[d] || want == 1) continue;
+    if (x.dims[d] != 1 || want < 1)
+      return op.Error("cannot expand " + ShapeString(x.dims) + " to " + ShapeString(*shape));
+    y.dims[d] = want, y.strides[d] = 0;
+  }
+  return Emit(n.m, std::move(y), n.out(), n.who);
+}
+
+// Cast of a value: integers to FLOAT (an attention mask) by a conversion, a type to itself by
+// sharing the buffer.
+Status Cast(const GpuNode& n) {
+  ASSIGN_OR_RETURN(const ValueSpec x, n.Input(0));
+  const int64_t to = n.node.op.AttrInt("to", 0);
+  const DataType target = to == 1   ? DataType::kFp32
+                          : to == 7 ? DataType::kInt64
+                          : to == 6 ? DataType::kInt32
+                                    : DataType::kInvalid;
+  if (target == x.logical) {
+    ValueSpec alias = x;
+    alias.alias = n.m.Resolve(n.in(0));
+    n.m.values[n.out()] = alias;
+    return Status::Ok();
+  }
+  if (target != DataType::kFp32 || (x.logical != DataType::kInt64 && x.logical != DataType::kInt32))
+    return Unsupported(n.who + ": the GPU engine casts INT64 and INT32 to FLOAT only");
+  Step s;
+  s.kind = Step::kConvert;
+  s.in = n.m.Resolve(InLayout(n.m, n.in(0), false));
+  ValueSpec y = x;
+  y.type = n.m.float_type, y.logical = DataType::kFp32, y.nhwc = false;
+  return AddElementwise(n.m, s, y, n.out());
+}
+
+// Nodes over shape vectors that hold the batch (kRowsDim) or shaped by one, worked out at
+// compile time where the batch cannot change the answer: Reshape of a shape to 1-D, Equal (the
+// batch is never below 1), Where between shapes, ConstantOfShape and Expand of a constant to a
+// shape with the batch first (a tensor the same in every row: row_broadcast).
+StatusOr<bool> CompileSymbolicShapeOp(const GpuNode& n) {
+  GpuModel& m = n.m;
+  const OpNode& op = n.node.op;
+  const std::string& type = op.op_type();
+  auto rows_in = [&](int id) {
+    auto it = m.shape_values.find(id);
+    return it != m.shape_values.end() &&
+           std::count(it->second.begin(), it->second.end(), kRowsDim) > 0;
+  };
+  bool any = false;
+  for (int id : n.node.inputs) any = any || rows_in(id);
+  if (!any || n.node.outputs.size() != 1 || n.out() < 0) return false;
+  auto ints = [&](size_t k) { return IntsOf(n.graph, m, op, n.in(k)); };
+  // Elementwise over 1-D vectors of equal length or one of length 1.
+  auto pair = [&](const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                  std::vector<std::pair<int64_t, int64_t>>* out) -> Status {
+    if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
+      return op.Error("shapes of " + std::to_string(a.size()) + " and " + std::to_string(b.size()) +
+                      " elements do not broadcast");
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+      out->emplace_back(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]);
+    return Status::Ok();
+  };
+  if (type == "Shape") {  // of a shape vector: its length (a scalar's: nothing)
+    std::vector<int64_t> length;
+    if (!m.scalar_shapes.count(n.in(0)))
+      length.push_back(static_cast<int64_t>(m.shape_values[n.in(0)].size()));
+    const int64_t rank = static_cast<int64_t>(length.size());
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+    if (clamp(op.AttrInt("start", 0)) >= clamp(op.AttrInt("end", rank))) length.clear();
+    m.shape_values[n.out()] = length;
+    return true;
+  }
+  if (type == "Reshape" && m.shape_values.count(n.in(0))) {
+    const auto data = ints(0), shape = ints(1);
+    if (!data || !shape || shape->size() != 1 ||
+        ((*shape)[0] != -1 && (*shape)[0] != static_cast<int64_t>(data->size())))
+      return Unsupported(n.who + ": reshapes a shape holding the batch to other than 1-D");
+    m.shape_values[n.out()] = *data;
+    return true;
+  }
+  if (type == "Equal") {
+    const auto a = ints(0), b = ints(1);
+    if (!a || !b) return false;
+    std::vector<std::pair<int64_t, int64_t>> p;
+    RETURN_IF_ERROR(pair(*a, *b, &p));
+    Tensor y = Tensor::Allocate(DataType::kBool, {static_cast<int64_t>(p.size())});
+    for (size_t i = 0; i < p.size(); ++i) {
+      const auto [x, z] = p[i];
+      const bool x_rows = x == kRowsDim, z_rows = z == kRowsDim;
+      if (x_rows != z_rows && (x_rows ? z : x) >= 1)
+        return Unsupported(n.who + ": compares the batch size with " +
+                           std::to_string(x_rows ? z : x) + ", unknown until a request comes");
+      y.mutable_data<bool>()[i] = x == z;
+    }
+    m.host_constants[n.out()] = std::move(y);
+    return true;
+  }
+  if (type == "Where") {
+    const Tensor& cond = n.Constant(0);
+    const auto a = ints(1), b = ints(2);
+    if (!cond.valid() || cond.type() != DataType::kBool || cond.shape().size() > 1 || !a || !b)
+      return Unsupported(n.who + ": picks between shapes by a condition unknown at load");
+    std::vector<std::pair<int64_t, int64_t>> p;
+    RETURN_IF_ERROR(pair(*a, *b, &p));
+    const int64_t nc = cond.elements();
+    if (nc != 1 && nc != static_cast<int64_t>(p.size()))
+      return op.Error("a condition of " + std::to_string(nc) + " elements");
+    std::vector<int64_t> y;
+    for (size_t i = 0; i < p.size(); ++i)
+      y.push_back(cond.data<bool>()[nc == 1 ? 0 : i] ? p[i].first : p[i].second);
+    m.shape_values[n.out()] = y;
+    return true;
+  }
+  // ConstantOfShape and Expand of a constant: the CPU's op with the batch as 1.
+  const bool fill = type == "ConstantOfShape";
+  if (!fill && !(type == "Expand" && n.Constant(0).valid())) return false;
+  const auto shape = ints(fill ? 0 : 1);
+  if (!shape || shape->empty() || (*shape)[0] != kRowsDim ||
+      std::count(shape->begin(), shape->end(), kRowsDim) != 1)
+    return Unsupported(n.who + ": the batch must come first in the shape");
+  if (!fill && n.Constant(0).shape().size() == shape->size() && n.Constant(0).shape()[0] != 1)
+    return op.Error("cannot expand a constant of " + std::to_string(n.Constant(0).shape()[0]) +
+                    " along the batch");
+  if (!fill && n.Constant(0).shape().size() > shape->size())
+    return Unsupported(n.who + ": expands a constant of higher rank than its shape");
+  Tensor one_row = Tensor::Allocate(DataType::kInt64, {static_cast<int64_t>(shape->size())});
+  std::copy(shape->begin(), shape->end(), one_row.mutable_data<int64_t>());
+  one_row.mutable_data<int64_t>()[0] = 1;
+  std::vector<const Tensor*> in = {fill ? &one_row : &n.Constant(0)};
+  if (!fill) in.push_back(&one_row);
+  std::vector<Tensor> out(1);
+  RETURN_IF_ERROR(n.node.fn(op, in, out));
+  m.host_constants[n.out()] = std::move(out[0]);
+  m.row_broadcast.insert(n.out());
+  return true;
+}
+
 }  // namespace
 
 StatusOr<bool> CompileShapeOp(const GpuNode& g) {
@@ -286,6 +499,8 @@ StatusOr<bool> CompileShapeOp(const GpuNode& g) {
   const std::string& who = g.who;
   const std::string& op = node.op.op_type();
   if (node.outputs.size() != 1 || node.outputs[0] < 0 || node.inputs.empty()) return false;
+  ASSIGN_OR_RETURN(const bool symbolic, CompileSymbolicShapeOp(g));
+  if (symbolic) return true;
   const int out = node.outputs[0];
   if (op == "Shape") {
     const int id = node.inputs[0];
@@ -340,6 +555,7 @@ StatusOr<bool> CompileShapeOp(const GpuNode& g) {
       picked.push_back(data[i < 0 ? i + n : i]);
     }
     m.shape_values[out] = picked;
+    if (g.Constant(1).valid() && g.Constant(1).shape().empty()) m.scalar_shapes.insert(out);
     return true;
   }
   if (op == "Slice") {
@@ -364,7 +580,10 @@ std::vector<GpuOpDef> GpuShapeOps() {
           {"Slice", Slice},
           {"Squeeze", SqueezeOrUnsqueeze},
           {"Unsqueeze", SqueezeOrUnsqueeze},
-          {"Concat", Concat}};
+          {"Concat", Concat},
+          {"Gather", Gather},
+          {"Expand", Expand},
+          {"Cast", Cast}};
 }
 
 }  // namespace nereid::native

