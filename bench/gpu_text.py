@@ -42,11 +42,14 @@ def torch_times(batches, iters, precisions):
     import transformers
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=12,
-                                  num_attention_heads=12, intermediate_size=3072)
+                                  num_attention_heads=12, intermediate_size=3072,
+                                  attn_implementation="sdpa")
+    print(f"transformers {transformers.__version__}, attention: "
+          f"{getattr(cfg, '_attn_implementation', '?')}")
     out = {}
     for precision in precisions:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-        model = transformers.BertModel(cfg, add_pooling_layer=False, attn_implementation="sdpa")
+        model = transformers.BertModel(cfg, add_pooling_layer=False)
         model = model.eval().cuda().to(dtype)
         for batch in batches:
             host_in = torch.randint(0, VOCAB, (batch, TOKENS)).pin_memory()

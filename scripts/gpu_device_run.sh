@@ -22,6 +22,8 @@ done
 export PYTHONUNBUFFERED=1
 # (NEREID_PACKAGE_ROOT set by the caller: model files carried in a call of their own.)
 [ -z "${NEREID_PACKAGE_ROOT:-}" ] && [ -d .devcarry/pkgs ] && export NEREID_PACKAGE_ROOT="$PWD/.devcarry/pkgs"
+# Model files carried compressed (device_carry.sh), unpacked beside themselves once.
+[ -n "${NEREID_PACKAGE_ROOT:-}" ] && find "$NEREID_PACKAGE_ROOT" -name '*.onnx.xz' -exec xz -dkf {} \;
 # The ONNX node tests the GPU engine's conformance test runs: Debian's, else the ones
 # device_carry.sh carried, else the onnx wheel's (recent wheels ship none).
 if [ -d .devcarry/onnx-node ]; then

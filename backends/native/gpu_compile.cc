@@ -182,8 +182,8 @@ namespace {
 const std::map<std::string, GpuOpDef>& GpuOps() {
   static const std::map<std::string, GpuOpDef> ops = [] {
     std::map<std::string, GpuOpDef> map;
-    for (auto family : {GpuConvOps, GpuElementwiseOps, GpuGemmOps, GpuNormOps, GpuReduceOps,
-                        GpuResizeOps, GpuShapeOps})
+    for (auto family : {GpuAttentionOps, GpuConvOps, GpuElementwiseOps, GpuGemmOps, GpuNormOps,
+                        GpuReduceOps, GpuResizeOps, GpuShapeOps})
       for (const GpuOpDef& def : family()) map.emplace(def.op_type, def);
     return map;
   }();
@@ -294,7 +294,7 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
 
 std::vector<int> StepReads(const GpuModel& m, const Step& s) {
   std::vector<int> ids;
-  for (int id : {s.in, s.a.value, s.b.value, s.residual})
+  for (int id : {s.in, s.a.value, s.b.value, s.residual, s.mask})
     if (id >= 0) ids.push_back(m.Resolve(id));
   for (const auto& part : s.parts)
     if (part.first >= 0) ids.push_back(m.Resolve(part.first));
@@ -309,6 +309,24 @@ std::vector<int> StepWrites(const GpuModel& m, const Step& s) {
 }
 
 namespace {
+
+// Drops the steps whose outputs nothing reads (a strided copy whose reader took its source
+// instead), last to first so that what only they read goes too.
+void RemoveDeadSteps(GpuModel& m) {
+  std::vector<bool> live(m.values.size(), false);
+  for (const IoSpec& io : m.outputs) live[m.Resolve(io.value)] = true;
+  std::vector<Step> kept;
+  for (size_t i = m.steps.size(); i-- > 0;) {
+    const Step& s = m.steps[i];
+    bool needed = false;
+    for (int id : StepWrites(m, s)) needed = needed || live[id];
+    if (!needed) continue;
+    for (int id : StepReads(m, s)) live[id] = true;
+    kept.push_back(s);
+  }
+  if (kept.size() == m.steps.size()) return;
+  m.steps.assign(kept.rbegin(), kept.rend());
+}
 
 void PlanArena(GpuModel& m) {
   const size_t n = m.values.size();
@@ -429,17 +447,18 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     }
     m->outputs.push_back(io);
   }
+  RemoveDeadSteps(*m);
   PlanArena(*m);
   return std::shared_ptr<const GpuModel>(std::move(m));
 }
 
 std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
-  static const char* const kNames[] = {"gemm",       "binary",         "broadcast", "unary",
-                                       "convert",    "activation",     "conv",      "convtranspose",
-                                       "pool",       "global pool",    "layout",    "softmax",
-                                       "lrn",        "strided copy",   "resize",    "concat",
-                                       "layer norm", "batched matmul", "gather",    "reduce"};
-  static_assert(std::size(kNames) == Step::kReduce + 1);
+  static const char* const kNames[] = {
+      "gemm",   "binary",        "broadcast", "unary",       "convert",    "activation",
+      "conv",   "convtranspose", "pool",      "global pool", "layout",     "softmax",
+      "lrn",    "strided copy",  "resize",    "concat",      "layer norm", "batched matmul",
+      "gather", "reduce",        "attention"};
+  static_assert(std::size(kNames) == Step::kAttention + 1);
   std::map<std::string, int> counts;
   for (const Step& s : m.steps) ++counts[kNames[s.kind]];
   return counts;
@@ -474,9 +493,11 @@ std::string Describe(const GpuModel& m) {
                 "%.2f MiB of activations per row (%.2f without sharing)",
                 static_cast<double>(m.arena_row_bytes) / (1 << 20),
                 static_cast<double>(m.unplanned_row_bytes) / (1 << 20));
-  return convs + std::to_string(m.gemms) + " GEMM(s), " + std::to_string(m.elementwise) +
-         " elementwise op(s); " + precision + ", " + mib + " MiB of weights on GPU " +
-         std::to_string(m.device) + ", " + activations;
+  const std::string attention =
+      m.fused_attention > 0 ? std::to_string(m.fused_attention) + " fused attention(s), " : "";
+  return convs + std::to_string(m.gemms) + " GEMM(s), " + attention +
+         std::to_string(m.elementwise) + " elementwise op(s); " + precision + ", " + mib +
+         " MiB of weights on GPU " + std::to_string(m.device) + ", " + activations;
 }
 
 }  // namespace nereid::native

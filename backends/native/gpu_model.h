@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention.h"
 #include "cuda/common.h"
 #include "cuda/conv.h"
 #include "cuda/elementwise.h"
@@ -66,8 +69,9 @@ struct Step {
     kConcat,
     kLayerNorm,
     kBatchedMatMul,
-    kGather,  // rows of a constant table (w: table_rows x k) by the indices in value 'in'
-    kReduce   // pool (kSum, kAverage, kMax) over the middle of [rows x outer, m, k]
+    kGather,    // rows of a constant table (w: table_rows x k) by the indices in value 'in'
+    kReduce,    // pool (kSum, kAverage, kMax) over the middle of [rows x outer, m, k]
+    kAttention  // fused attention: q from a.value, k from b.value, v from 'in', mask 'mask'
   } kind = kGemm;
   int in = -1, out = -1;
   // kGemm
@@ -108,6 +112,11 @@ struct Step {
   // (the rows': a row of the input) and the first element read
   std::vector<int64_t> dims, strides;
   int64_t offset = 0;
+  // kAttention: the problem without its pointers (set per run), and where Q, K and V start in
+  // their buffers (elements)
+  kc::AttentionProblem attention;
+  int64_t q_offset = 0, k_offset = 0, v_offset = 0;
+  int mask = -1;
   // kResize: taps on the device (window.h/w/c_in -> window.oh/ow)
   const kc::ResizeTap* taps_y = nullptr;
   const kc::ResizeTap* taps_x = nullptr;
@@ -139,6 +148,7 @@ class GpuModel {
   std::vector<void*> weights;
   size_t weight_bytes = 0;
   int gemms = 0, elementwise = 0;
+  int fused_attention = 0;  // attention nodes on the fused kernel
   int convs = 0, pools = 0;
   std::map<std::string, int> conv_kernels;  // by kernel name: how many convolutions run on it
   std::map<int, int> layout_copies[2];      // [nhwc]: value id -> its copy in that layout
@@ -162,6 +172,9 @@ class GpuModel {
     size_t batch_axis = 0;
   };
   std::map<int, View> views;
+  // Values a strided copy computed from another buffer (Transpose, Slice): a reader that takes
+  // strides (fused attention) reads the source instead, and the copy goes if nothing else reads it.
+  std::map<int, View> strided_copies;
   int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
@@ -200,12 +213,17 @@ class GpuModel {
     CUDA_RETURN(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
     return static_cast<const void*>(p);
   }
-  // Uploads float values converted to 'type'.
+  // Uploads float values converted to 'type'. A finite value stays finite: beyond the type's
+  // range it becomes the largest finite one of its sign (an attention mask's FP32 lowest, -3.4e38,
+  // is bf16's and fp16's lowest, not -inf, whose product with 0 would be NaN).
   StatusOr<const void*> UploadFloats(const std::vector<float>& v, kc::ElemType type) {
     if (type == kc::ElemType::kF32) return Upload(v.data(), v.size() * 4);
+    const float max = type == kc::ElemType::kBF16 ? Bf16ToFloat(0x7f7f) : 65504.f;
     std::vector<uint16_t> half(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      half[i] = type == kc::ElemType::kBF16 ? FloatToBf16(v[i]) : FloatToHalf(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float x = std::isfinite(v[i]) ? std::clamp(v[i], -max, max) : v[i];
+      half[i] = type == kc::ElemType::kBF16 ? FloatToBf16(x) : FloatToHalf(x);
+    }
     return Upload(half.data(), half.size() * 2);
   }
 };
@@ -236,6 +254,7 @@ struct GpuOpDef {
   int max_outputs = 1;  // outputs beyond the first stay undefined (their readers are refused)
 };
 // The families (gpu_ops/*.cc).
+std::vector<GpuOpDef> GpuAttentionOps();    // Attention (FuseAttention's node)
 std::vector<GpuOpDef> GpuConvOps();         // Conv, ConvTranspose, the pools
 std::vector<GpuOpDef> GpuElementwiseOps();  // arithmetic, activations, Identity, Dropout
 std::vector<GpuOpDef> GpuGemmOps();         // Gemm, MatMul

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cuda/attention.h"
 #include "cuda/conv.h"
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
@@ -141,6 +142,18 @@ Status LaunchStep(const GpuModel& m, const Step& s, int64_t rows, const StepBuff
       CUDA_RETURN(kc::GatherRows(out.type, s.w, s.n, s.k, idx.type, b.buf(s.in),
                                  rows * idx.row_elems, b.buf(s.out), stream),
                   "gather kernel");
+      break;
+    }
+    case Step::kAttention: {
+      kc::AttentionProblem p = s.attention;
+      const size_t size = kc::ElemSize(out.type);
+      p.rows = rows;
+      p.q = static_cast<const uint8_t*>(b.buf(s.a.value)) + s.q_offset * size;
+      p.k = static_cast<const uint8_t*>(b.buf(s.b.value)) + s.k_offset * size;
+      p.v = static_cast<const uint8_t*>(b.buf(s.in)) + s.v_offset * size;
+      p.mask = s.mask >= 0 ? b.buf(s.mask) : nullptr;
+      p.out = b.buf(s.out);
+      CUDA_RETURN(kc::Attention(p, stream), "attention kernel");
       break;
     }
     case Step::kReduce:

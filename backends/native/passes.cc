@@ -62,9 +62,9 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   FuseGemmActivations(g);              // Gemm -> Relu/Sigmoid: one node
   RemoveDeadNodes(g);                  // nothing reads them
   FuseMatMulEpilogues(g);              // MatMul by a weight -> Add(bias) -> Add(residual)
-  FuseGelus(g);  // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu (a MatMul's epilogue)
+  FuseGelus(g);      // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu (a MatMul's epilogue)
+  FuseAttention(g);  // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
   if (options.pack_weights) {
-    FuseAttention(g);  // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
     ReleasePackedOriginals(g);
@@ -578,7 +578,7 @@ void FuseMatMulEpilogues(GraphBody& g) {
 // GELU as PyTorch exports it (HF's BERT: x * 0.5 * (1 + erf(x / sqrt(2)))): Div(x, d) -> Erf ->
 // Add(., 1) -> Mul(x, .) -> Mul(., 0.5), or with the 0.5 taken first (Mul(x, 0.5) ->
 // Mul(., Add(...))). One Gelu node with the file's divisor as its second input computes the same
-// steps in one pass (x 0.5 is exact either way round). The CPU graph only.
+// steps in one pass (x 0.5 is exact either way round).
 void FuseGelus(GraphBody& g) {
   const Patterns p(g);
   const OpDef* gelu = FindOpDef("Gelu");
@@ -670,7 +670,8 @@ void FuseGelus(GraphBody& g) {
 // Attention as PyTorch exports it (HF's BERT): MatMul(Q, Kt) -> Div (or Mul) by a constant
 // scalar -> Add(mask) (optional) -> Softmax over the last axis (opset 13 on) -> MatMul(., V), each
 // value read by the next alone, becomes one Attention node (ops/attention.cc) in the last
-// MatMul's place. The CPU graph only.
+// MatMul's place (the CPU's kernel, the GPU's fused one, or the ops it replaced where their shapes
+// do not fit either).
 void FuseAttention(GraphBody& g) {
   if (g.opset < 13) return;  // (Softmax's axis then coerces to 2-D)
   const Patterns p(g);

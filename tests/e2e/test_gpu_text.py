@@ -135,6 +135,9 @@ def test_every_encoder_runs_on_the_gpu_engine(server):
             name = f"{model}_{precision}"
             line = next((l for l in log.splitlines() if f"model '{name}' on GPU 0" in l), "")
             assert "native GPU engine" in line, log
+            # bf16 and fp16: every layer's attention on the fused kernel (fp32: its five ops).
+            fused = "fused attention" in line
+            assert fused == (precision != "fp32"), line
 
 
 @pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
@@ -178,7 +181,7 @@ def test_a_token_outside_the_vocabulary_fails_only_its_request(server, repo):
     negative = ids.copy()
     negative[0, 0] = -30523
     with pytest.raises(InferenceServerException) as e:
-        infer(server.url, "minilm_fp32", "minilm", negative, mask, True)
+        infer(server.grpc_url, "minilm_fp32", "minilm", negative, mask, True)
     assert "indices must lie in [-30522, 30521]" in e.value.message(), e.value.message()
     # Bad requests among good ones in the same batches: only the bad ones fail.
     jobs = [(bad if i % 4 == 0 else ids) for i in range(32)]

@@ -109,6 +109,7 @@ Status Emit(GpuModel& m, View v, int out, const std::string& who) {
   s.dims = v.dims;
   s.strides = v.strides;
   s.offset = v.offset;
+  m.strided_copies[out] = std::move(v);
   return AddElementwise(m, s, y, out);
 }
 

@@ -1,0 +1,177 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention.h"
+#include "cuda/device_math.cuh"
+
+namespace nereid::kernels::cuda {
+namespace {
+
+constexpr int kQueries = 64, kKeys = 64, kThreads = 128;
+
+template <typename T>
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  T pair[2] = {FromFloat<T>(lo), FromFloat<T>(hi)};
+  uint32_t r;
+  memcpy(&r, pair, 4);
+  return r;
+}
+
+__device__ __forceinline__ uint32_t Load32(const void* p) {
+  return *static_cast<const uint32_t*>(p);
+}
+
+// Copies 'count' rows of D elements (16 bytes at a time; rows past 'valid' zero) from a strided
+// source into shared rows 'pitch' elements apart.
+template <typename T, int D>
+__device__ __forceinline__ void LoadRows(T* dst, int pitch, const T* src, int64_t stride, int count,
+                                         int valid) {
+  constexpr int kVec = 8;  // elements per 16 bytes
+  for (int i = threadIdx.x; i < count * (D / kVec); i += kThreads) {
+    const int r = i / (D / kVec), c = (i % (D / kVec)) * kVec;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < valid) v = *reinterpret_cast<const uint4*>(src + r * stride + c);
+    *reinterpret_cast<uint4*>(dst + r * pitch + c) = v;
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) {
+  constexpr int kPitch = D + 8, kVtPitch = kKeys + 8;  // padded rows: fewer bank conflicts
+  __shared__ __align__(16) T sq[kQueries * kPitch];
+  __shared__ __align__(16) T sk[kKeys * kPitch];
+  __shared__ __align__(16) T svt[D * kVtPitch];  // V transposed: [d][key]
+  __shared__ float smask[kKeys];
+  const int64_t row = blockIdx.z, head = blockIdx.y, q0 = blockIdx.x * int64_t{kQueries};
+  const int64_t n = p.tokens;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const T* q = static_cast<const T*>(p.q) + row * p.q_row + head * p.q_head + q0 * p.q_token;
+  const T* kbase = static_cast<const T*>(p.k) + row * p.k_row + head * p.k_head;
+  const T* vbase = static_cast<const T*>(p.v) + row * p.v_row + head * p.v_head;
+  const T* mask = static_cast<const T*>(p.mask) + (p.mask ? row * p.mask_row : 0);
+  LoadRows<T, D>(sq, kPitch, q, p.q_token, kQueries,
+                 static_cast<int>(n - q0 < kQueries ? n - q0 : kQueries));
+  __syncthreads();
+  // This warp's 16 queries as A fragments, one per 16 of d.
+  uint32_t qa[D / 16][4];
+  const T* qw = sq + warp * 16 * kPitch;
+  for (int kk = 0; kk < D / 16; ++kk) {
+    qa[kk][0] = Load32(qw + g * kPitch + kk * 16 + 2 * t);
+    qa[kk][1] = Load32(qw + (g + 8) * kPitch + kk * 16 + 2 * t);
+    qa[kk][2] = Load32(qw + g * kPitch + kk * 16 + 2 * t + 8);
+    qa[kk][3] = Load32(qw + (g + 8) * kPitch + kk * 16 + 2 * t + 8);
+  }
+  float o[D / 8][4] = {};
+  float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.f, 0.f};
+  for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
+    const int valid = static_cast<int>(n - k0 < kKeys ? n - k0 : kKeys);
+    __syncthreads();  // the previous tile is no longer read
+    LoadRows<T, D>(sk, kPitch, kbase + k0 * p.k_token, p.k_token, kKeys, valid);
+    for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
+      const int key = i / D, c = i % D;
+      svt[c * kVtPitch + key] = key < valid ? vbase[(k0 + key) * p.v_token + c] : T{};
+    }
+    for (int i = threadIdx.x; i < kKeys; i += kThreads)
+      smask[i] = i >= valid ? -INFINITY : p.mask ? ToFloat(mask[k0 + i]) : 0.f;
+    __syncthreads();
+    // Scores of 16 queries x 64 keys: 8 tiles of 8 keys.
+    float s[kKeys / 8][4] = {};
+    for (int kk = 0; kk < D / 16; ++kk)
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+        const T* kr = sk + (nt * 8 + g) * kPitch + kk * 16 + 2 * t;
+        MmaStep<T>(s[nt], qa[kk], Load32(kr), Load32(kr + 8));
+      }
+    // Scale and mask; each row's maximum over the tile (a row's 64 scores lie in the 4 lanes of
+    // its quad).
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = s[nt][e] * p.scale + smask[nt * 8 + 2 * t + (e & 1)];
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+      }
+    float correction[2], tile_sum[2] = {0.f, 0.f}, base[2];
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffff, tile_max[r], 2));
+      const float m = fmaxf(running_max[r], tile_max[r]);
+      base[r] = m == -INFINITY ? 0.f : m;  // every key so far masked out: no NaN from inf - inf
+      correction[r] = __expf(running_max[r] - base[r]);
+      running_max[r] = m;
+    }
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = __expf(s[nt][e] - base[e / 2]);
+        tile_sum[e / 2] += s[nt][e];
+      }
+    for (int r = 0; r < 2; ++r) {
+      tile_sum[r] += __shfl_xor_sync(0xffffffff, tile_sum[r], 1);
+      tile_sum[r] += __shfl_xor_sync(0xffffffff, tile_sum[r], 2);
+      running_sum[r] = running_sum[r] * correction[r] + tile_sum[r];
+    }
+    for (int dn = 0; dn < D / 8; ++dn)
+      for (int e = 0; e < 4; ++e) o[dn][e] *= correction[e / 2];
+    // o += P V: the score accumulators of two key tiles are the A fragment of 16 keys.
+    for (int j = 0; j < kKeys / 16; ++j) {
+      const uint32_t pa[4] = {Pack<T>(s[2 * j][0], s[2 * j][1]), Pack<T>(s[2 * j][2], s[2 * j][3]),
+                              Pack<T>(s[2 * j + 1][0], s[2 * j + 1][1]),
+                              Pack<T>(s[2 * j + 1][2], s[2 * j + 1][3])};
+      for (int dn = 0; dn < D / 8; ++dn) {
+        const T* vr = svt + (dn * 8 + g) * kVtPitch + j * 16 + 2 * t;
+        MmaStep<T>(o[dn], pa, Load32(vr), Load32(vr + 8));
+      }
+    }
+  }
+  // Each query's row divided by its sum, stored as [rows, heads, tokens, d].
+  T* out = static_cast<T*>(p.out) + ((row * p.heads + head) * n + q0 + warp * 16) * D;
+  for (int r = 0; r < 2; ++r) {
+    const int64_t query = q0 + warp * 16 + g + 8 * r;
+    if (query >= n) continue;
+    const float inv = 1.f / running_sum[r];
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<uint32_t*>(out + (g + 8 * r) * D + dn * 8 + 2 * t) =
+          Pack<T>(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
+  }
+}
+
+template <typename T>
+cudaError_t Launch(const AttentionProblem& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.tokens + kQueries - 1) / kQueries),
+                  static_cast<unsigned>(p.heads), static_cast<unsigned>(p.rows));
+  switch (p.d) {
+    case 32:
+      AttentionKernel<T, 32><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    case 64:
+      AttentionKernel<T, 64><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool AttentionSupported(const AttentionProblem& p) {
+  if ((p.type != ElemType::kBF16 && p.type != ElemType::kF16) || (p.d != 32 && p.d != 64) ||
+      p.rows < 0 || p.heads < 1 || p.heads > 65535 || p.tokens < 1 || p.rows > 65535)
+    return false;
+  for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token})
+    if (s % 8 != 0) return false;
+  for (const void* ptr : {p.q, p.k, static_cast<const void*>(p.out)})
+    if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  return true;
+}
+
+cudaError_t Attention(const AttentionProblem& p, cudaStream_t stream) {
+  if (!AttentionSupported(p) || p.q == nullptr || p.k == nullptr || p.v == nullptr ||
+      p.out == nullptr)
+    return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  return p.type == ElemType::kBF16 ? Launch<__nv_bfloat16>(p, stream) : Launch<__half>(p, stream);
+}
+
+}  // namespace nereid::kernels::cuda
