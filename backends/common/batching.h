@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
+#include <list>
 #include <string>
 #include <vector>
 
@@ -79,13 +81,79 @@ inline StatusOr<BatchInput> GatherInput(const ModelIo& m, NereidRequest** reques
   in.shape.assign(in.first.shape, in.first.shape + in.first.dims_count);
   if (batching && !in.shape.empty()) in.shape[0] = total_rows;
   auto spec = m.inputs.find(in.first.name);
-  if (spec != m.inputs.end() && spec->second.has_reshape)
+  if (batching && spec != m.inputs.end() && spec->second.ragged) {
+    // Every request's elements end to end, whatever their shapes (Triton's ragged batching).
+    int64_t elements = 0;
+    for (const NereidTensor& part : in.parts)
+      elements += ElementCount(std::vector<int64_t>(part.shape, part.shape + part.dims_count));
+    in.shape = {elements};
+  } else if (spec != m.inputs.end() && spec->second.has_reshape) {
     in.shape = BatchPrefixed(in.shape, batching, spec->second.reshape);
+  }
   // The server checked each request's bytes against its shape; the backend checks again that
   // what it is about to read (after any reshape) is exactly what it was given.
   if (type != DataType::kBytes)
     RETURN_IF_ERROR(FitShape(in.first.name, type, in.total_bytes, in.shape));
   return in;
+}
+
+// The shape of input 'name' in each request.
+inline StatusOr<std::vector<std::vector<int64_t>>> RequestShapes(NereidRequest** requests,
+                                                                 uint32_t count,
+                                                                 const std::string& name) {
+  std::vector<std::vector<int64_t>> shapes(count);
+  for (uint32_t r = 0; r < count; ++r) {
+    NereidTensor t;
+    RETURN_IF_ERROR(FromError(NereidRequestInputByName(requests[r], name.c_str(), &t)));
+    shapes[r].assign(t.shape, t.shape + t.dims_count);
+  }
+  return shapes;
+}
+
+// The values and shape of batch input 't' for a batch of requests whose source input has
+// 'shapes' (Triton's BatchInput kinds: element counts per request, plain or accumulated, with a
+// leading zero; the largest count as the shape alone; each batch item's shape after the batch
+// dimension, as rows or flattened).
+inline StatusOr<std::pair<std::vector<double>, std::vector<int64_t>>> BatchTensorValues(
+    const BatchTensor& t, const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<double> v;
+  std::vector<int64_t> shape;
+  if (t.kind == "BATCH_ELEMENT_COUNT" || t.kind == "BATCH_ACCUMULATED_ELEMENT_COUNT" ||
+      t.kind == "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO") {
+    const bool accumulate = t.kind != "BATCH_ELEMENT_COUNT";
+    if (t.kind == "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO") v.push_back(0);
+    double sum = 0;
+    for (const auto& s : shapes) {
+      const double n = static_cast<double>(ElementCount(s));
+      sum += n;
+      v.push_back(accumulate ? sum : n);
+    }
+    shape = {static_cast<int64_t>(v.size())};
+  } else if (t.kind == "BATCH_MAX_ELEMENT_COUNT_AS_SHAPE") {
+    int64_t most = 0;
+    for (const auto& s : shapes) most = std::max(most, ElementCount(s));
+    v.assign(static_cast<size_t>(most), 0);
+    shape = {most};
+  } else if (t.kind == "BATCH_ITEM_SHAPE" || t.kind == "BATCH_ITEM_SHAPE_FLATTEN") {
+    int64_t items = 0, rank = 0;
+    for (const auto& s : shapes) {
+      if (s.empty())
+        return InvalidArgument("batch input '" + t.targets[0] + "': source input '" + t.source +
+                               "' has no batch dimension");
+      rank = static_cast<int64_t>(s.size()) - 1;
+      items += s[0];
+      for (int64_t item = 0; item < s[0]; ++item)
+        for (size_t d = 1; d < s.size(); ++d) v.push_back(static_cast<double>(s[d]));
+    }
+    if (static_cast<int64_t>(v.size()) != items * rank)
+      return InvalidArgument("batch input '" + t.targets[0] + "': the requests' '" + t.source +
+                             "' differ in rank");
+    shape = t.kind == "BATCH_ITEM_SHAPE" ? std::vector<int64_t>{items, rank}
+                                         : std::vector<int64_t>{items * rank};
+  } else {
+    return Unsupported("batch input kind '" + t.kind + "'");
+  }
+  return std::make_pair(std::move(v), std::move(shape));
 }
 
 // The outputs each request asked for ('wanted', per request) and their union, in first-asked order:
@@ -102,6 +170,45 @@ inline std::vector<std::string> OutputsToFetch(NereidRequest** requests, uint32_
   return fetch;
 }
 
+// batch_output BATCH_SCATTER_WITH_INPUT_SHAPE: result [elements of every request's 'source',
+// ...] split in request order, each request's part shaped as its 'source' (then the result's
+// later dims).
+inline Status ScatterByInputShape(NereidRequest** requests, uint32_t count,
+                                  const std::vector<std::vector<std::string>>& wanted,
+                                  const std::string& name, const std::string& source, DataType type,
+                                  const std::vector<int64_t>& result_shape, const uint8_t* data,
+                                  size_t bytes, std::vector<Status>& failed) {
+  if (type == DataType::kBytes || result_shape.empty())
+    return Unsupported("output '" + name +
+                       "': scattering by input shape needs a fixed-size "
+                       "type and a first dimension");
+  ASSIGN_OR_RETURN(const auto shapes, RequestShapes(requests, count, source));
+  const std::vector<int64_t> inner(result_shape.begin() + 1, result_shape.end());
+  const size_t element_bytes = DataTypeSize(type) * static_cast<size_t>(ElementCount(inner));
+  int64_t total = 0;
+  for (const auto& s : shapes) total += ElementCount(s);
+  if (total != result_shape[0] || static_cast<size_t>(total) * element_bytes != bytes)
+    return Internal("output '" + name + "' has shape " + ShapeString(result_shape) + " but the " +
+                    "batch's '" + source + "' holds " + std::to_string(total) + " elements");
+  size_t at = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    const size_t part = static_cast<size_t>(ElementCount(shapes[r])) * element_bytes;
+    const size_t begin = at;
+    at += part;
+    if (std::find(wanted[r].begin(), wanted[r].end(), name) == wanted[r].end() || !failed[r].ok())
+      continue;
+    std::vector<int64_t> shape = shapes[r];
+    shape.insert(shape.end(), inner.begin(), inner.end());
+    auto buffer = AllocateOutput(requests[r], name, type, shape, part);
+    if (!buffer.ok()) {
+      failed[r] = buffer.status();
+      continue;
+    }
+    if (part > 0) std::memcpy(buffer->data, data + begin, part);
+  }
+  return Status::Ok();
+}
+
 // Splits one output of a batch run back into the requests: each request that asked for 'name'
 // (and has not failed) gets its rows of 'data' in a response buffer, its shape the result's with
 // its own row count, or the config's reshape. BYTES results are split at element boundaries. An
@@ -113,6 +220,9 @@ inline Status ScatterOutput(const ModelIo& m, NereidRequest** requests, uint32_t
                             const std::vector<int64_t>& result_shape, const uint8_t* data,
                             size_t bytes, std::vector<Status>& failed) {
   const bool batching = m.max_batch_size > 0;
+  if (auto scatter = m.scatter_outputs.find(name); batching && scatter != m.scatter_outputs.end())
+    return ScatterByInputShape(requests, count, wanted, name, scatter->second, type, result_shape,
+                               data, bytes, failed);
   int64_t total_rows = 0;
   for (int64_t r : rows) total_rows += r;
   if (batching && (result_shape.empty() || result_shape[0] != total_rows))
@@ -176,6 +286,36 @@ class Batch {
       ASSIGN_OR_RETURN(BatchInput in, GatherInput(m, requests, count, i, b.rows_));
       RETURN_IF_ERROR(feed(in));
     }
+    // The batch inputs: made here, held by the batch while the framework reads them.
+    for (const BatchTensor& t : m.batch_inputs) {
+      ASSIGN_OR_RETURN(const auto shapes, RequestShapes(requests, count, t.source));
+      ASSIGN_OR_RETURN(auto values, BatchTensorValues(t, shapes));
+      std::vector<uint8_t> bytes(values.first.size() * 4);
+      for (size_t k = 0; k < values.first.size(); ++k) {
+        const float f = static_cast<float>(values.first[k]);
+        const auto n = static_cast<int32_t>(values.first[k]);
+        std::memcpy(
+            bytes.data() + k * 4,
+            t.type == DataType::kFp32 ? static_cast<const void*>(&f) : static_cast<const void*>(&n),
+            4);
+      }
+      b.made_.push_back(std::move(bytes));
+      b.made_shapes_.push_back(std::move(values.second));
+      for (const std::string& target : t.targets) {
+        BatchInput in;
+        in.first.name = target.c_str();
+        in.first.datatype = static_cast<NereidDataType>(t.type);
+        in.first.data = b.made_.back().data();
+        in.first.byte_size = b.made_.back().size();
+        in.first.memory_type = NEREID_MEMORY_CPU;
+        in.first.shape = b.made_shapes_.back().data();
+        in.first.dims_count = static_cast<uint32_t>(b.made_shapes_.back().size());
+        in.parts = {in.first};
+        in.shape = b.made_shapes_.back();
+        in.total_bytes = in.first.byte_size;
+        RETURN_IF_ERROR(feed(in));
+      }
+    }
     b.fetch_ = OutputsToFetch(requests, count, b.wanted_);
     return b;
   }
@@ -215,6 +355,9 @@ class Batch {
   std::vector<int64_t> rows_;
   std::vector<std::vector<std::string>> wanted_;
   std::vector<std::string> fetch_;
+  // The batch inputs' bytes and shapes (a list: what the framework was handed stays put).
+  std::list<std::vector<uint8_t>> made_;
+  std::list<std::vector<int64_t>> made_shapes_;
 };
 
 }  // namespace nereid::backend

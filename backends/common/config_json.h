@@ -23,6 +23,18 @@ struct IoSpec {
   std::vector<int64_t> dims;
   bool has_reshape = false;
   std::vector<int64_t> reshape;
+  // allow_ragged_batch: a batch joins the requests' tensors of different shapes end to end, and
+  // the model sees one 1-D tensor of every element.
+  bool ragged = false;
+};
+
+// A tensor the server makes for each batch (Triton's batch_input): of kind (BatchInput.Kind's
+// name), computed from source_input's shape in each request, fed to the model as each target.
+struct BatchTensor {
+  std::string kind;
+  std::vector<std::string> targets;
+  DataType type = DataType::kInvalid;  // FP32 or INT32
+  std::string source;
 };
 
 // The parts of a model's config the ONNX checks read.
@@ -31,6 +43,10 @@ struct ModelIo {
   int64_t max_batch_size = 0;
   std::map<std::string, IoSpec> inputs;
   std::map<std::string, IoSpec> outputs;
+  std::vector<BatchTensor> batch_inputs;
+  // batch_output BATCH_SCATTER_WITH_INPUT_SHAPE: output name -> its source input (each request
+  // gets the elements its source input's shape holds, in that shape).
+  std::map<std::string, std::string> scatter_outputs;
 };
 
 inline DataType ConfigType(const std::string& name) {
@@ -87,6 +103,8 @@ inline std::map<std::string, IoSpec> ReadIo(const rapidjson::Value& config, cons
       s.has_reshape = true;
       s.reshape = IntArray(v["reshape"], "shape");
     }
+    s.ragged = v.HasMember("allow_ragged_batch") && v["allow_ragged_batch"].IsBool() &&
+               v["allow_ragged_batch"].GetBool();
     specs[s.name] = s;
   }
   return specs;
@@ -128,6 +146,46 @@ inline void AddSequenceTensors(const rapidjson::Value& config, ModelIo& io) {
     }
 }
 
+// Triton's batch_input and batch_output: each batch input's targets become model inputs (1-D per
+// batch, as the model sees them; BATCH_ITEM_SHAPE [items, the source's dims]).
+inline void AddBatchTensors(const rapidjson::Value& config, ModelIo& io) {
+  auto strings = [](const rapidjson::Value& v, const char* key) {
+    std::vector<std::string> out;
+    if (v.HasMember(key) && v[key].IsArray())
+      for (const auto& e : v[key].GetArray())
+        if (e.IsString()) out.push_back(e.GetString());
+    return out;
+  };
+  if (config.HasMember("batch_input") && config["batch_input"].IsArray())
+    for (const auto& b : config["batch_input"].GetArray()) {
+      BatchTensor t;
+      t.kind = StringField(b, "kind");
+      if (t.kind.empty()) t.kind = "BATCH_ELEMENT_COUNT";  // the enum's zero (JSON leaves it out)
+      t.type = ConfigType(StringField(b, "data_type"));
+      t.targets = strings(b, "target_name");
+      const auto sources = strings(b, "source_input");
+      t.source = sources.empty() ? "" : sources[0];
+      for (const std::string& target : t.targets) {
+        IoSpec s;
+        s.name = target;
+        s.type = t.type;
+        if (t.kind == "BATCH_ITEM_SHAPE")
+          if (auto it = io.inputs.find(t.source); it != io.inputs.end())
+            s.dims = {static_cast<int64_t>(it->second.dims.size())};
+        io.inputs.emplace(target, s);
+      }
+      io.batch_inputs.push_back(std::move(t));
+    }
+  if (config.HasMember("batch_output") && config["batch_output"].IsArray())
+    for (const auto& b : config["batch_output"].GetArray()) {
+      const auto sources = strings(b, "source_input");
+      for (const std::string& target : strings(b, "target_name")) {
+        if (!sources.empty()) io.scatter_outputs[target] = sources[0];
+        if (auto it = io.outputs.find(target); it != io.outputs.end()) it->second.ragged = true;
+      }
+    }
+}
+
 inline ModelIo ReadModelIo(const std::string& name, const rapidjson::Value& config) {
   ModelIo io;
   io.name = name;
@@ -137,6 +195,7 @@ inline ModelIo ReadModelIo(const std::string& name, const rapidjson::Value& conf
   io.inputs = ReadIo(config, "input");
   io.outputs = ReadIo(config, "output");
   AddSequenceTensors(config, io);
+  AddBatchTensors(config, io);
   return io;
 }
 

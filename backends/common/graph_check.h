@@ -97,6 +97,11 @@ inline Status CheckTensor(const ModelIo& m, const char* kind, const IoSpec& spec
   const bool batching = m.max_batch_size > 0;
   std::vector<int64_t> full = dims;
   if (batching) full.insert(full.begin(), -1);
+  // A ragged input reaches the model as one 1-D tensor of every request's elements; an output
+  // scattered by an input's shape leaves it as [those elements, the dims after the first].
+  const bool input = std::string(kind) == "input";
+  if (batching && spec.ragged && g.dims.size() == (input ? 1 : std::max<size_t>(dims.size(), 1)))
+    return Status::Ok();
   bool fits = full.size() == g.dims.size();
   for (size_t i = batching ? 1 : 0; fits && i < full.size(); ++i)
     fits = full[i] == -1 || g.dims[i] == -1 || full[i] == g.dims[i];

@@ -85,6 +85,13 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
   auto it = m.gpu_models.find({device, precision_name});
   if (it != m.gpu_models.end()) return it->second;
   ASSIGN_OR_RETURN(Precision precision, ParsePrecision(precision_name));
+  // A GPU run gathers each request's rows straight into staging: no ragged joins or batch inputs.
+  bool ragged = !m.batch_inputs.empty() || !m.scatter_outputs.empty();
+  for (const auto& [name, io] : m.inputs) ragged = ragged || io.ragged;
+  if (ragged)
+    return Unsupported(
+        "ragged batching (allow_ragged_batch, batch_input, batch_output) runs on "
+        "KIND_CPU instances only: the GPU engine takes inputs of fixed dims");
   // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the file's
   // weights from a graph of its own, dropped once they are on the device.
   if (!m.unpacked) {

@@ -511,14 +511,22 @@ std::vector<std::string> ModelConfigErrors(const inference::ModelConfig& config,
     check.Fail({{"version_policy"}}, "version_policy.specific.versions",
                "a specific version policy must list at least one version");
 
-  // Valid for Triton, but a model Nereid would serve wrongly: refused until built.
-  const std::string not_yet = ": not supported yet, and a model that needs them cannot be served";
-  if (config.batch_input_size() > 0)
+  // Batch inputs and outputs are made and scattered by the backends that join a batch's tensors
+  // themselves (ONNX Runtime's, the native engine's on the CPU, PyTorch's): valid for Triton with
+  // the others too, but a model Nereid would serve wrongly there, so refused.
+  const std::string& backend = config.backend();
+  const std::string& platform = config.platform();
+  const bool batches_itself = backend == "onnxruntime" || backend == "pytorch" ||
+                              platform == "onnxruntime_onnx" || platform == "pytorch_libtorch";
+  const std::string elsewhere =
+      " are served by the onnxruntime and pytorch backends only (this model's backend: '" +
+      (backend.empty() ? platform : backend) + "')";
+  if (config.batch_input_size() > 0 && !batches_itself)
     check.Fail({{"batch_input"}}, "batch_input",
-               "batch inputs (tensors the server adds to each batch)" + not_yet);
-  if (config.batch_output_size() > 0)
+               "batch inputs (tensors the server adds to each batch)" + elsewhere);
+  if (config.batch_output_size() > 0 && !batches_itself)
     check.Fail({{"batch_output"}}, "batch_output",
-               "batch outputs (scattered by input shape)" + not_yet);
+               "batch outputs (scattered by input shape)" + elsewhere);
   return check.TakeErrors();
 }
 

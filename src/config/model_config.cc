@@ -168,9 +168,11 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
       "response_cache",
       "model_warmup",
       "ensemble_scheduling",
+      "batch_input",
+      "batch_output",
   };
   static const std::map<std::string, std::set<std::string>> kActedOnInside = {
-      {"input", {"name", "data_type", "dims", "reshape", "optional"}},
+      {"input", {"name", "data_type", "dims", "reshape", "optional", "allow_ragged_batch"}},
       {"output", {"name", "data_type", "dims", "reshape", "label_filename"}},
       {"instance_group", {"name", "kind", "count", "gpus", "rate_limiter"}},
   };

@@ -46,6 +46,8 @@ DynamicBatcher::DynamicBatcher(const inference::ModelConfig& config,
       preserve_ordering_(config.dynamic_batching().preserve_ordering()),
       queue_(config.dynamic_batching()) {
   limits_.max_batch_size = std::max(config.max_batch_size(), 1);
+  for (const auto& input : config.input())
+    if (input.allow_ragged_batch()) ragged_.insert(input.name());
   for (int32_t p : config.dynamic_batching().preferred_batch_size()) limits_.preferred.push_back(p);
   std::sort(limits_.preferred.begin(), limits_.preferred.end());
   if (goal.goal_us > 0)
@@ -93,13 +95,14 @@ bool DynamicBatcher::Candidates(std::vector<BatchCandidate>* out) const {
     const InferenceRequest& r = *e.request;
     if (first != nullptr) {
       // Requests are merged only when every input has the same shape apart from the batch
-      // dimension.
+      // dimension, or allows ragged batches (its elements joined end to end whatever the shape).
       bool same = r.inputs.size() == first->inputs.size();
       for (size_t i = 0; same && i < r.inputs.size(); ++i) {
         const InferInput* other = first->FindInput(r.inputs[i].name);
-        same =
-            other != nullptr && other->shape.size() == r.inputs[i].shape.size() &&
-            std::equal(other->shape.begin() + 1, other->shape.end(), r.inputs[i].shape.begin() + 1);
+        same = other != nullptr && (ragged_.count(r.inputs[i].name) > 0 ||
+                                    (other->shape.size() == r.inputs[i].shape.size() &&
+                                     std::equal(other->shape.begin() + 1, other->shape.end(),
+                                                r.inputs[i].shape.begin() + 1)));
       }
       if (!same || total + r.batch_size > limits_.max_batch_size) {
         blocked = true;

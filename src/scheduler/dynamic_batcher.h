@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "common/clock.h"
@@ -60,6 +62,7 @@ class DynamicBatcher : public InstanceThreadsScheduler {
   const Clock* clock_;
   RequestObserver* requests_;
   BatchLimits limits_;
+  std::set<std::string> ragged_;  // inputs with allow_ragged_batch
   uint64_t max_delay_ns_;
   bool preserve_ordering_;
   std::unique_ptr<AdaptiveDelay> adaptive_;

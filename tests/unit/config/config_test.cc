@@ -318,12 +318,19 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
 }
 
 TEST(ConfigTest, UnsupportedFeaturesAreRefusedNotIgnored) {
+  // Batch inputs and outputs: made by the backends that join a batch themselves; refused for the
+  // others (here: a model of no backend), accepted for onnxruntime.
   for (const std::string& extra :
        {std::string("batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: \"N\" data_type: "
-                    "TYPE_FP32 source_input: \"IN\" } ]\n")}) {
+                    "TYPE_FP32 source_input: \"IN\" } ]\n"),
+        std::string("batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: \"OUT\" "
+                    "source_input: \"IN\" } ]\n")}) {
     Status s = ParseAndValidate(WithIo(extra));
     ASSERT_FALSE(s.ok()) << extra;
-    EXPECT_NE(s.message().find("not supported yet"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("served by the onnxruntime and pytorch backends only"),
+              std::string::npos)
+        << s.message();
+    EXPECT_TRUE(ParseAndValidate(WithIo(extra + "backend: \"onnxruntime\"\n")).ok()) << extra;
   }
   // Sequence control inputs and implicit state are served (the sequence batcher).
   EXPECT_TRUE(ParseAndValidate(WithIo("sequence_batching { control_input [ { name: \"S\" control "
@@ -418,9 +425,11 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "dynamic_batching"), ignored.end());
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "response_cache"), ignored.end());
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "model_warmup"), ignored.end());
-  for (const char* f : {"optimization", "batch_input", "model_metrics", "runtime", "metric_tags"})
+  for (const char* f : {"optimization", "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
+  for (const char* f : {"batch_input", "batch_output", "input[0].allow_ragged_batch"})
+    EXPECT_EQ(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   // The rate limiter acts on rate_limiter (with --rate-limit=execution_count).
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "instance_group[0].rate_limiter"),
             ignored.end());
