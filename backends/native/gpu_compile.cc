@@ -397,6 +397,12 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
   }
   m->values.resize(graph.value_count());
   m->fixed_rows = shapes.fixed_rows;
+  m->readers.assign(graph.value_count(), 0);
+  for (const auto& node : graph.nodes())
+    for (int id : node.inputs)
+      if (id >= 0) ++m->readers[id];
+  for (const ValueInfo& v : graph.outputs())
+    if (const int id = graph.FindValue(v.name); id >= 0) ++m->readers[id];
   for (const ValueInfo& v : graph.inputs()) {
     const std::string what = "input '" + v.name + "'";
     if (v.has_default) return Unsupported(what + " is optional: not supported on the GPU");

@@ -12,8 +12,10 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "cpu/gemm_int8.h"
+#include "cpu/parallel.h"
 #include "cuda/conv.h"
 #include "cuda/elementwise.h"
 #include "cuda/epilogue.h"
@@ -110,6 +112,7 @@ class GpuInstance final : public GemmBench {
     const size_t ni = m_->inputs.size();
     uint64_t direct = 0;
     direct_src_.assign(ni, {});
+    copies_.clear();  // (a run refused part way leaves none behind)
     direct_dst_.assign(m_->outputs.size(), nullptr);
     for (size_t i = 0; i < ni; ++i) {
       const IoSpec& io = m_->inputs[i];
@@ -137,10 +140,11 @@ class GpuInstance final : public GemmBench {
       uint8_t* dst = static_cast<uint8_t*>(staging_in_[i].data);
       size_t at = 0;
       for (const GpuPart& part : feed->parts) {
-        std::memcpy(dst + at, part.data, part.bytes);
+        copies_.push_back({dst + at, static_cast<const uint8_t*>(part.data), part.bytes});
         at += part.bytes;
       }
     }
+    StageCopies();
     for (size_t o = 0; o < m_->outputs.size() && o < destinations.size(); ++o) {
       const GpuDestination& d = destinations[o];
       if (d.data == nullptr || ni + o >= 64) continue;
@@ -191,6 +195,41 @@ class GpuInstance final : public GemmBench {
   }
 
  private:
+  // The copies into pinned staging of one run, made by StageCopies.
+  struct HostCopy {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t bytes;
+  };
+
+  // Runs copies_ (and clears it): one thread below kParallelCopyMin bytes; above, pieces of
+  // kCopyPiece bytes over a team of copy threads, as one thread copies pageable memory at ~5 GB/s
+  // (a batch of 64 images of 3x224x224 FP32, 38 MB: 7.7 ms on one thread).
+  void StageCopies() {
+    constexpr size_t kParallelCopyMin = 4 << 20, kCopyPiece = 1 << 20;
+    size_t total = 0;
+    for (const HostCopy& c : copies_) total += c.bytes;
+    if (total < kParallelCopyMin) {
+      for (const HostCopy& c : copies_) std::memcpy(c.dst, c.src, c.bytes);
+      copies_.clear();
+      return;
+    }
+    if (copy_team_ == nullptr) {
+      const int threads =
+          std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 2, 8);
+      copy_team_ = std::make_unique<kernels::ThreadTeam>(threads);
+    }
+    std::vector<HostCopy> pieces;
+    for (const HostCopy& c : copies_)
+      for (size_t at = 0; at < c.bytes; at += kCopyPiece)
+        pieces.push_back({c.dst + at, c.src + at, std::min(kCopyPiece, c.bytes - at)});
+    copy_team_->Run(static_cast<int64_t>(pieces.size()),
+                    [&](int64_t k) { std::memcpy(pieces[k].dst, pieces[k].src, pieces[k].bytes); });
+    copies_.clear();
+  }
+
+  std::vector<HostCopy> copies_;
+  std::unique_ptr<kernels::ThreadTeam> copy_team_;  // made on the first large copy
   void* Buf(int id) const { return buffers_[m_->Resolve(id)]; }
 
   Status Allocate(NereidMemoryType type, size_t bytes, NereidBuffer* out) {

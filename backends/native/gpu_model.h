@@ -175,6 +175,10 @@ class GpuModel {
   // Values a strided copy computed from another buffer (Transpose, Slice): a reader that takes
   // strides (fused attention) reads the source instead, and the copy goes if nothing else reads it.
   std::map<int, View> strided_copies;
+  // By value id: how many nodes (and graph outputs) read it; and the fused attention step that
+  // writes a value (a Transpose that alone reads it can have the step write its own output).
+  std::vector<int> readers;
+  std::map<int, size_t> attention_steps;
   int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)

@@ -124,14 +124,17 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
       }
     }
   }
-  // Each query's row divided by its sum, stored as [rows, heads, tokens, d].
-  T* out = static_cast<T*>(p.out) + ((row * p.heads + head) * n + q0 + warp * 16) * D;
+  // Each query's row divided by its sum, stored through the output's strides.
+  const int64_t out_row = p.out_token ? p.out_row : p.heads * n * D;
+  const int64_t out_head = p.out_token ? p.out_head : n * D,
+                out_token = p.out_token ? p.out_token : D;
+  T* out = static_cast<T*>(p.out) + row * out_row + head * out_head;
   for (int r = 0; r < 2; ++r) {
     const int64_t query = q0 + warp * 16 + g + 8 * r;
     if (query >= n) continue;
     const float inv = 1.f / running_sum[r];
     for (int dn = 0; dn < D / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(out + (g + 8 * r) * D + dn * 8 + 2 * t) =
+      *reinterpret_cast<uint32_t*>(out + query * out_token + dn * 8 + 2 * t) =
           Pack<T>(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
   }
 }
@@ -159,7 +162,8 @@ bool AttentionSupported(const AttentionProblem& p) {
   if ((p.type != ElemType::kBF16 && p.type != ElemType::kF16) || (p.d != 32 && p.d != 64) ||
       p.rows < 0 || p.heads < 1 || p.heads > 65535 || p.tokens < 1 || p.rows > 65535)
     return false;
-  for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token})
+  for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token, p.out_row,
+                    p.out_head, p.out_token})
     if (s % 8 != 0) return false;
   for (const void* ptr : {p.q, p.k, static_cast<const void*>(p.out)})
     if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;

@@ -8,7 +8,8 @@ namespace nereid::kernels::cuda {
 
 // Q, K and V are read through element strides (the rows', the heads', the tokens'; the head
 // dimension contiguous), so a projection's output [rows, tokens, heads x d] is read where it is,
-// without a transposing copy; 'out' is [rows, heads, tokens, d], contiguous. 'mask' (of the
+// without a transposing copy; 'out' likewise through strides (by default [rows, heads, tokens,
+// d], contiguous). 'mask' (of the
 // element type, or null): one additive value per key and row (mask[row * mask_row + key]), as an
 // encoder's padding mask broadcasts over heads and queries.
 struct AttentionProblem {
@@ -24,6 +25,10 @@ struct AttentionProblem {
   int64_t v_row = 0, v_head = 0, v_token = 0;
   int64_t mask_row = 0;
   float scale = 1.f;  // the scores' factor (1 / the divisor of a Div)
+  // Where each (row, head, token) of 'out' starts (elements; d contiguous): all 0 for
+  // [rows, heads, tokens, d], or [rows, tokens, heads x d] for a context transposed back as the
+  // next projection reads it.
+  int64_t out_row = 0, out_head = 0, out_token = 0;
 };
 
 // Whether Attention runs 'p' (types, d of 32 or 64 (MiniLM's, BERT's), 16-byte aligned rows: every

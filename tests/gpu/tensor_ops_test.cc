@@ -258,7 +258,22 @@ TEST(CudaTensorOps, FusedAttentionMatchesFloat64Reference) {
               }
             }
         // The probabilities are rounded to the type before their product with V.
-        EXPECT_LT(RelativeError(Decode(dy.Read(), t), ref), t == ElemType::kBF16 ? 2e-2 : 4e-3);
+        const std::vector<double> y = Decode(dy.Read(), t);
+        EXPECT_LT(RelativeError(y, ref), t == ElemType::kBF16 ? 2e-2 : 4e-3);
+        // The same written as [rows, tokens, heads x d] (a context transposed back): the same
+        // values in their places.
+        DeviceBuffer dz(rows * heads * tokens * d * kc::ElemSize(t));
+        p.out = dz.get();
+        p.out_row = tokens * width, p.out_head = d, p.out_token = width;
+        CUDA_OK(kc::Attention(p, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<double> z = Decode(dz.Read(), t);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < tokens; ++i)
+              for (int64_t e = 0; e < d; ++e)
+                ASSERT_EQ(z[(r * tokens + i) * width + h * d + e],
+                          y[((r * heads + h) * tokens + i) * d + e]);
       }
   kc::AttentionProblem bad;
   bad.type = ElemType::kF32, bad.heads = 1, bad.tokens = 1, bad.d = 64;

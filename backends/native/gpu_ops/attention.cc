@@ -126,6 +126,7 @@ Status Attention(const GpuNode& n) {
       ValueSpec y{true, m.float_type, DataType::kFp32, q.dims, 0, -1};
       y.row_elems = ElementCount(y.dims.data(), y.dims.size());
       ++m.fused_attention;
+      m.attention_steps[n.out()] = m.steps.size();
       return AddElementwise(m, st, y, n.out());
     }
   }

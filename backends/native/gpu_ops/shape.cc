@@ -116,6 +116,23 @@ Status Emit(GpuModel& m, View v, int out, const std::string& who) {
 // Transpose (any permutation: one moving the batch leaves a view for Slice and Squeeze to bring it
 // back first).
 Status Transpose(const GpuNode& n) {
+  // A fused attention's context [heads, tokens, d] per row, transposed back to [tokens, heads, d]
+  // and read by nothing else: the attention writes it so itself.
+  if (auto it = n.m.attention_steps.find(n.in(0));
+      it != n.m.attention_steps.end() && n.m.readers[n.in(0)] == 1 &&
+      n.node.op.AttrInts("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+    Step& s = n.m.steps[it->second];
+    ValueSpec y = n.m.values[n.in(0)];
+    const int64_t heads = y.dims[0], tokens = y.dims[1], d = y.dims[2];
+    y.dims = {tokens, heads, d};
+    s.attention.out_row = tokens * heads * d, s.attention.out_head = d;
+    s.attention.out_token = heads * d;
+    s.out = n.out();
+    n.m.values[n.out()] = y;
+    n.m.values[n.in(0)] = ValueSpec{};  // no longer written
+    n.m.attention_steps.erase(it);
+    return Status::Ok();
+  }
   if (!n.m.views.count(n.in(0))) RETURN_IF_ERROR(n.Input(0).status());
   View x = ViewOf(n.m, n.in(0));
   const size_t rank = x.dims.size();
