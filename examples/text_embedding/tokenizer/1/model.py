@@ -1,6 +1,8 @@
 """BERT WordPiece tokenization for the text_embedding ensemble: TEXT (BYTES, one sentence per
-element) -> input_ids and attention_mask (INT64, [sentences, tokens]), padded to the request's
-longest sentence with [PAD] (id 0) and cut at the config's max_tokens (with [CLS] and [SEP])."""
+element) -> input_ids and attention_mask (INT64, [sentences, tokens]), padded with [PAD] (id 0)
+to the request's longest sentence (or, with the parameter pad_to_max_tokens "true", to max_tokens:
+an encoder on the GPU takes a fixed length) and cut at the config's max_tokens (with [CLS] and
+[SEP])."""
 import json
 import os
 
@@ -16,7 +18,9 @@ class TritonPythonModel:
         vocab = os.path.join(args["model_repository"], args["model_version"], "vocab.txt")
         self.tokenizer = BertWordPieceTokenizer(vocab, lowercase=True)
         self.tokenizer.enable_truncation(max_length=max_tokens)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        fixed = config["parameters"].get("pad_to_max_tokens", {}).get("string_value") == "true"
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]",
+                                      length=max_tokens if fixed else None)
 
     def execute(self, requests):
         responses = []
