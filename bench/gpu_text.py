@@ -9,7 +9,8 @@
    random weights, last_hidden_state only), configured for ONNX Runtime (platform
    onnxruntime_onnx, KIND_GPU, --onnx-engine=auto), dims [128], precision fp32, bf16, fp16: the
    server-side compute per execution (statistics extension: the copies and the kernels, host to
-   host), one request in flight over gRPC, an all-ones mask.
+   host), one request in flight over gRPC, an all-ones mask; int8 (per-channel weights, each
+   token's activations quantized as it comes) against PyTorch's bf16.
 3. Agreement with ONNX Runtime fp32 on the CPU: 4 sequences of random ids with padded tails, the
    largest difference relative to the largest output, per precision.
 
@@ -33,7 +34,9 @@ from gpu_serving import capture_graph  # noqa: E402  (bench/, this file's folder
 from gpu_vision import server_compute_feeds  # noqa: E402
 
 TOKENS, HIDDEN, VOCAB = 128, 768, 30522
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+# Nereid's int8 (GEMMs on int8 tensor cores, the rest bf16) against PyTorch's bf16.
+TORCH_OF = {"int8": "bf16"}
 
 
 def torch_times(batches, iters, precisions):
@@ -105,7 +108,7 @@ def main():
     parser.add_argument("binary")
     parser.add_argument("--batches", default="1,64")
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument("--precisions", default="fp32,bf16,fp16")
     parser.add_argument("--out", default=tempfile.mkdtemp())
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -130,7 +133,8 @@ def main():
 
     print(f"== 1+2. BERT-base, {TOKENS} tokens, per batch, host to host (us): PyTorch CUDA graph "
           "(SDPA) vs Nereid's server-side compute (gRPC, one in flight)")
-    torch_us = torch_times(batches, args.iters, precisions)
+    torch_us = torch_times(batches, args.iters,
+                           sorted({TORCH_OF.get(p, p) for p in precisions}, key=PRECISIONS.index))
     server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
                     "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=1073741824")
     try:
@@ -144,7 +148,7 @@ def main():
                 mask = np.ones((b, TOKENS), np.int64)
                 ours = server_compute_feeds(client, f"bert_{p}", feeds(grpcclient, ids, mask),
                                             args.iters if b < 64 else max(args.iters // 5, 10))
-                mean, p50 = torch_us[(p, b)]
+                mean, p50 = torch_us[(TORCH_OF.get(p, p), b)]
                 print(f"{p:>9} {b:>6} | {mean:12.1f} {p50:8.1f} {b / mean * 1e6:8.0f} | "
                       f"{ours:8.1f} {b / ours * 1e6:8.0f} | {ours / mean:18.2f}x")
         print()

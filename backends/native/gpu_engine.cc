@@ -276,11 +276,12 @@ class GpuInstance final : public GemmBench {
     RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(acc) * 4, &acc_));
     acc_floats_ = acc;
     if (m_->int8_gemms > 0 || m_->int8_convs > 0) {  // int8 activations, quantized per row
-      RETURN_IF_ERROR(
-          Allocate(NEREID_MEMORY_GPU,
-                   static_cast<size_t>(capacity * std::max(m_->int8_max_k, m_->int8_conv_max_in)),
-                   &quantized_));
-      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &row_scale_));
+      const int64_t vectors = capacity * m_->int8_max_vectors;
+      RETURN_IF_ERROR(Allocate(
+          NEREID_MEMORY_GPU,
+          static_cast<size_t>(std::max(vectors * m_->int8_max_k, capacity * m_->int8_conv_max_in)),
+          &quantized_));
+      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(vectors) * 4, &row_scale_));
       if (m_->int8_convs > 0)
         RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &absmax_));
     }
@@ -405,7 +406,7 @@ class GpuInstance final : public GemmBench {
   Status RunGemm(const Step& s, int64_t rows, const GemmChoice* choice) {
     const kc::GemmProblem p = Problem(s, rows);
     if (p.ab_type == kc::ElemType::kI8) {
-      CUDA_RETURN(kc::QuantizeRowsInt8(m_->values[s.in].type, Buf(s.in), rows, s.k,
+      CUDA_RETURN(kc::QuantizeRowsInt8(m_->values[s.in].type, Buf(s.in), rows * s.outer, s.k,
                                        static_cast<int8_t*>(quantized_.data),
                                        static_cast<float*>(row_scale_.data), stream_),
                   "int8 quantization");

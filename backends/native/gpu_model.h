@@ -179,9 +179,10 @@ class GpuModel {
   // writes a value (a Transpose that alone reads it can have the step write its own output).
   std::vector<int> readers;
   std::map<int, size_t> attention_steps;
-  int64_t fixed_rows = 0;  // a model without batching whose config fixes its first dimension
-  int int8_gemms = 0;      // the int8 precision: GEMMs run in int8 (the others in bf16)
-  int64_t int8_max_k = 0;  // their largest k (the per-row quantized activations' scratch)
+  int64_t fixed_rows = 0;        // a model without batching whose config fixes its first dimension
+  int int8_gemms = 0;            // the int8 precision: GEMMs run in int8 (the others in bf16)
+  int64_t int8_max_k = 0;        // their largest k (the per-row quantized activations' scratch)
+  int64_t int8_max_vectors = 1;  // and the most vectors of x in one row (a sequence's tokens)
   // ... and convolutions in int8 (one group, c_in a multiple of 16; the rest in bf16), their
   // images quantized per row (per image) into the same scratch: the largest image they read.
   int int8_convs = 0;

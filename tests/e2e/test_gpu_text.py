@@ -80,7 +80,7 @@ def repo(tmp_path_factory):
     sources = {"minilm": MINILM, "bert_tiny": str(files / "bert_tiny.onnx")}
     for model in OUTPUTS:
         source = sources[model]
-        for precision in PRECISIONS:
+        for precision in PRECISIONS + (("int8",) if model == "minilm" else ()):
             name = f"{model}_{precision}"
             (root / name / "1").mkdir(parents=True)
             shutil.copy(source, root / name / "1" / "model.onnx")
@@ -221,3 +221,20 @@ def test_the_embedding_ensemble_with_its_encoder_on_the_gpu(tmp_path):
             assert relative_diff(got, want) < TOLERANCE["fp32"]
     finally:
         assert s.stop() == 0, s.read_log()
+
+
+@NEEDS_MINILM
+def test_int8_sentence_embeddings_stay_close_to_fp32(server, repo):
+    # GEMMs on int8 tensor cores (weights per output channel, each token's activations quantized
+    # as it comes), everything between them bf16: each sentence's embedding against ONNX
+    # Runtime's fp32 (the CPU's int8 engine: cosine >= 0.998).
+    log = server.read_log()
+    line = next((l for l in log.splitlines() if "model 'minilm_int8' on GPU 0" in l), "")
+    assert "18 of 18 GEMMs in int8" in line, line
+    for sentence in SENTENCES:
+        ids, mask = padded([sentence])
+        _, got = infer(server.url, "minilm_int8", "minilm", ids, mask, False)
+        want = reference(repo, "minilm", ids, mask)[1]
+        cosine = float(np.dot(got[0], want[0]) / np.linalg.norm(got[0]) / np.linalg.norm(want[0]))
+        print(f"minilm int8 cosine: {cosine:.5f}")
+        assert cosine > 0.99, sentence

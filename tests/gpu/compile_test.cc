@@ -339,6 +339,11 @@ TEST(GpuCompile, TextEncoderCompilesWithItsShapeArithmeticDoneAtLoad) {
     EXPECT_EQ(outputs.at("461"), (std::vector<int64_t>{384}));
     EXPECT_EQ(outputs.at("onnx::Shape_422"), (std::vector<int64_t>{128, 384}));
   }
+  // int8: every GEMM on int8 operands, each of a row's 128 tokens quantized with its own scale.
+  auto int8 = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
+  ASSERT_TRUE(int8.ok()) << int8.status().message();
+  EXPECT_NE(Describe(**int8).find("18 of 18 GEMMs in int8"), std::string::npos) << Describe(**int8);
+  EXPECT_EQ((*int8)->int8_max_vectors, 128);
 }
 
 void SetInt64(onnx::ValueInfoProto* v) {

@@ -76,10 +76,10 @@ Status Gemm(const GpuNode& g) {
   s.kind = Step::kGemm;
   s.in = m.Resolve(x->dims.size() > 1 ? InLayout(m, node.inputs[0], false) : node.inputs[0]);
   s.n = n, s.k = k, s.outer = outer;
-  if (m.precision == Precision::kInt8 && k % 16 == 0 && outer == 1) {
-    // Per output channel, the same arithmetic as the device's per-row quantization. A GEMM whose
-    // k is no multiple of 16 (no int8 kernel takes it) or whose rows hold several vectors (the
-    // quantization's scratch holds one per row) stays in bf16.
+  if (m.precision == Precision::kInt8 && k % 16 == 0) {
+    // Per output channel, the same arithmetic as the device's quantization of each vector of x
+    // (each of a row's 'outer' vectors: a sequence's tokens each get their own scale). A GEMM whose
+    // k is no multiple of 16 (no int8 kernel takes it) stays in bf16.
     std::vector<int8_t> q(w.size());
     std::vector<float> scale(static_cast<size_t>(n));
     kernels::QuantizeRowsInt8(w.data(), n, k, k, q.data(), scale.data());
@@ -88,6 +88,7 @@ Status Gemm(const GpuNode& g) {
     s.w_scale = static_cast<const float*>(dscale);
     ++m.int8_gemms;
     m.int8_max_k = std::max(m.int8_max_k, k);
+    m.int8_max_vectors = std::max(m.int8_max_vectors, outer);
   } else {
     ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
   }
