@@ -296,6 +296,9 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
         std::string(TORCH_VERSION) + ", which serves TorchScript (platform 'pytorch_libtorch')");
 #endif
   m->input_order = Names(config, "input");
+  // Batch inputs (ragged batching) are forward()'s arguments too, after the config's inputs.
+  for (const backend::BatchTensor& t : m->batch_inputs)
+    m->input_order.insert(m->input_order.end(), t.targets.begin(), t.targets.end());
   m->output_order = Names(config, "output");
   if (m->input_order.empty() || m->output_order.empty())
     return backend::InvalidArgument(

@@ -65,6 +65,19 @@ class Raises(torch.nn.Module):
             raise ValueError("negative sums are not served by this model")
         return x
 
+class RaggedSums(torch.nn.Module):
+    # Triton's ragged batching: x holds every request's elements end to end, ends where each
+    # request's end (BATCH_ACCUMULATED_ELEMENT_COUNT); one sum per request.
+    def forward(self, x, ends):
+        sums = []
+        start = 0
+        for i in range(ends.shape[0]):
+            end = int(ends[i])
+            sums.append(x[start:end].sum().reshape(1))
+            start = end
+        return torch.stack(sums)
+
+torch.jit.script(RaggedSums()).save(f"{out}/ragged.pt")
 torch.jit.script(InPlace()).save(f"{out}/inplace.pt")
 torch.jit.script(Raises()).save(f"{out}/raises.pt")
 words = torch.jit.script(Words())
@@ -139,6 +152,15 @@ def torch_repo(tmp_path_factory):
                          { key: "INFERENCE_MODE" value { string_value: "False" } },
                          { key: "INTRA_OP_THREAD_COUNT" value { string_value: "2" } },
                          { key: "ENABLE_WEIGHT_SHARING" value { string_value: "true" } } ]
+            '''),
+        ("ragged_sums", "ragged.pt", '''
+            platform: "pytorch_libtorch"
+            max_batch_size: 4
+            input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
+            output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+            batch_input [ { kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "INPUT__1"
+                            data_type: TYPE_FP32 source_input: "INPUT__0" } ]
+            dynamic_batching { max_queue_delay_microseconds: 1000000 }
             '''),
         ("inplace", "inplace.pt", '''
             platform: "pytorch_libtorch"
@@ -232,6 +254,27 @@ def test_named_inputs_bind_to_forward_arguments(torch_server):
     r = c.infer("addsub", inputs)
     assert (r.as_numpy("OUTPUT__0") == a + b).all() and (r.as_numpy("OUTPUT__1") == a - b).all()
     assert "model 'addsub' runs on libtorch" in torch_server.read_log()
+
+
+def test_ragged_requests_are_joined_and_each_answered(torch_server):
+    # Four requests of 2, 4, 1 and 3 elements over one gRPC stream: one batch (the statistics say
+    # so), the TorchScript model given their elements end to end and where each ends.
+    import queue
+    client = grpcclient.InferenceServerClient(torch_server.grpc_url)
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    lengths = [2, 4, 1, 3]
+    for n in lengths:
+        x = grpcclient.InferInput("INPUT__0", [1, n], "FP32")
+        x.set_data_from_numpy(np.full((1, n), n, np.float32))
+        client.async_stream_infer("ragged_sums", [x])
+    results = [answers.get(timeout=30) for _ in lengths]
+    client.stop_stream()
+    for n, r in zip(lengths, results):
+        assert not isinstance(r, Exception), r.message()
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT__0"), [[n * n]])
+    stats = client.get_inference_statistics("ragged_sums", as_json=True)["model_stats"][0]
+    assert any(int(b["batch_size"]) == 4 for b in stats["batch_stats"]), stats["batch_stats"]
 
 
 def test_bad_models_fail_to_load_with_the_reason(torch_server):
