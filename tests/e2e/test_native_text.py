@@ -139,3 +139,21 @@ def test_int8_sentence_embeddings_stay_close_to_fp32(text_server, session):
         cosine = float(np.dot(got[0], want[0]) / np.linalg.norm(got[0]) / np.linalg.norm(want[0]))
         print(f"int8 cosine: {cosine:.5f}")
         assert cosine > 0.99, sentence
+
+
+def test_a_token_outside_the_vocabulary_fails_only_its_request(text_server, session):
+    # Gather's index check fails the batch it is in; the batch then runs request by request, so
+    # the requests beside a bad one are answered (the dynamic batcher joins these, one length).
+    ids, mask = tokens([SENTENCES[0]])
+    bad = ids.copy()
+    bad[0, 2] = 99999
+    jobs = [(bad if i % 3 == 0 else ids) for i in range(24)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(infer, text_server.url, j, mask, False) for j in jobs]
+    for i, f in enumerate(futures):
+        if i % 3 == 0:
+            with pytest.raises(Exception) as e:
+                f.result()
+            assert "out of range" in str(e.value), str(e.value)
+        else:
+            check(session, ids, mask, *f.result())
