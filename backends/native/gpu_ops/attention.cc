@@ -71,7 +71,6 @@ Status Unfused(const GpuNode& n, const ValueSpec& q, const ValueSpec& kt, const 
   ValueSpec spec = m.values[masked];
   spec.alias = -1;
   RETURN_IF_ERROR(AddElementwise(m, softmax, spec, probs));
-  (void)dv;
   return product(probs, n.in(4), s, t, dv, n.out());
 }
 
