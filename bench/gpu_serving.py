@@ -50,6 +50,22 @@ def mlp_graph(layers, batch, dtype):
     return capture_graph(forward), host_in
 
 
+def replay_times(graph, iters):
+    """(mean, median) us of 'iters' replays of a captured graph, each waited for, after 10 warm-up
+    replays: PyTorch's best per batch as gpu_vision.py and gpu_text.py compare against it."""
+    import torch
+    for _ in range(10):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.fmean(times), statistics.median(times)
+
+
 def replay_paced(graph, period, duration):
     """Replays the CUDA graph once every 'period' seconds (waiting for each; a late one runs at
     once) until 'duration' seconds of slots have passed: how many replays ran."""

@@ -18,11 +18,9 @@ Usage: python3 bench/gpu_text.py NEREID_BINARY [--batches 1,64] [--iters 100] [-
 """
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -30,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 os.environ.setdefault("NEREID_BINARY", "")
-from gpu_serving import capture_graph  # noqa: E402  (bench/, this file's folder)
+from gpu_serving import capture_graph, replay_times  # noqa: E402  (bench/, this file's folder)
 from gpu_vision import server_compute_feeds  # noqa: E402
 
 TOKENS, HIDDEN, VOCAB = 128, 768, 30522
@@ -65,16 +63,8 @@ def torch_times(batches, iters, precisions):
                     y = model(input_ids=dev_in).last_hidden_state
                 host_out.copy_(y.float(), non_blocking=True)
             graph = capture_graph(forward)
-            for _ in range(10):
-                graph.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(iters if batch < 64 else max(iters // 5, 10)):
-                t0 = time.perf_counter()
-                graph.replay()
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) * 1e6)
-            out[(precision, batch)] = (statistics.fmean(times), statistics.median(times))
+            out[(precision, batch)] = replay_times(
+                graph, iters if batch < 64 else max(iters // 5, 10))
             del graph
         model = None  # (its weights freed before the next precision's)
         torch.cuda.empty_cache()

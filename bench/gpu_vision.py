@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 os.environ.setdefault("NEREID_BINARY", "")
-from gpu_serving import capture_graph, replay_paced  # noqa: E402  (bench/, this file's folder)
+from gpu_serving import capture_graph, replay_times, replay_paced  # noqa: E402  (bench/, this file's folder)
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 # Nereid's int8 against PyTorch's best (fp16 channels-last): PyTorch has no int8 CUDA-graph path
 # for torchvision's ResNet-50 to compare with.
@@ -69,16 +69,8 @@ def torch_times(batches, iters, precisions):
                 with torch.no_grad():
                     host_out.copy_(model(x).float(), non_blocking=True)
             graph = capture_graph(forward)
-            for _ in range(10):
-                graph.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(iters if batch < 64 else max(iters // 10, 10)):
-                t0 = time.perf_counter()
-                graph.replay()
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) * 1e6)
-            out[(precision, batch)] = (statistics.fmean(times), statistics.median(times))
+            out[(precision, batch)] = replay_times(
+                graph, iters if batch < 64 else max(iters // 10, 10))
             del graph
         net = net.float().to(memory_format=torch.contiguous_format)
     return out

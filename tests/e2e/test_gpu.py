@@ -34,6 +34,13 @@ GPUS, NO_GPU_REASON = gpu_count()
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}")
 
 
+def relative_diff(got, want):
+    """The largest difference relative to the largest reference value (test_gpu_vision.py's and
+    test_gpu_text.py's measure against ONNX Runtime)."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-3)
+
+
 
 def write_repo(root, precisions=("fp32", "tf32", "bf16", "fp16", "int8"), extra=None):
     """examples/models_gpu with its models generated, plus recommend_model_<precision> variants and

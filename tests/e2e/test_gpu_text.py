@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 import real_models
 from conftest import Server
-from test_gpu import GPUS, NO_GPU_REASON
+from test_gpu import GPUS, NO_GPU_REASON, relative_diff
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
 import text_embedding_repo  # noqa: E402
@@ -122,11 +122,6 @@ def infer(url, name, model, ids, mask, grpc):
     result = mod.InferenceServerClient(url).infer(
         name, inputs, outputs=[mod.InferRequestedOutput(n) for n in names])
     return [result.as_numpy(n) for n in names]
-
-
-def relative_diff(got, want):
-    assert got.shape == want.shape, (got.shape, want.shape)
-    return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-3)
 
 
 def test_every_encoder_runs_on_the_gpu_engine(server):

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from conftest import Server
-from test_gpu import GPUS, NO_GPU_REASON
+from test_gpu import GPUS, NO_GPU_REASON, relative_diff
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
 import vision_models  # noqa: E402
@@ -86,11 +86,6 @@ def infer(url, name, x, grpc):
     i = mod.InferInput("input", list(x.shape), "FP32")
     i.set_data_from_numpy(x)
     return mod.InferenceServerClient(url).infer(name, [i]).as_numpy("output")
-
-
-def relative_diff(got, want):
-    assert got.shape == want.shape, (got.shape, want.shape)
-    return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-3)
 
 
 def test_every_cnn_runs_on_the_gpu_engine(server):

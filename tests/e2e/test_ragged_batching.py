@@ -14,18 +14,11 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
 from conftest import Server
+from test_onnxruntime import float_io, write_model
 
 
 def save(repo, name, nodes, inputs, outputs, config):
-    (repo / name / "1").mkdir(parents=True)
-    graph = helper.make_graph(nodes, name, inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    (repo / name / "1" / "model.onnx").write_bytes(model.SerializeToString())
-    (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n' + config)
-
-
-def fp32(name, dims):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+    write_model(repo, name, nodes, inputs, outputs, f'name: "{name}"\n' + config)
 
 
 def echo_model(repo, name, kinds, ragged_dims="[ -1 ]"):
@@ -42,8 +35,8 @@ def echo_model(repo, name, kinds, ragged_dims="[ -1 ]"):
                      ("BATCH_INPUT", "BATCH_OUTPUT")):
         nodes += [helper.make_node("Reshape", [src, "shape"], [src + "_row"]),
                   helper.make_node("MatMul", ["expander", src + "_row"], [dst])]
-    inputs = [fp32(n, [f"{n}_n"]) for n in ("RAGGED_INPUT", "BATCH_AND_SIZE_INPUT", "BATCH_INPUT")]
-    outputs = [fp32(n, [f"{n}_b", f"{n}_n"])
+    inputs = [float_io(n, [f"{n}_n"]) for n in ("RAGGED_INPUT", "BATCH_AND_SIZE_INPUT", "BATCH_INPUT")]
+    outputs = [float_io(n, [f"{n}_b", f"{n}_n"])
                for n in ("RAGGED_OUTPUT", "BATCH_AND_SIZE_OUTPUT", "BATCH_OUTPUT")]
     config = f"""max_batch_size: 4
 input [ {{ name: "RAGGED_INPUT" data_type: TYPE_FP32 dims: {ragged_dims} allow_ragged_batch: true }} ]
@@ -72,8 +65,8 @@ def build(root):
                ("BATCH_ACCUMULATED_ELEMENT_COUNT", "BATCH_ITEM_SHAPE_FLATTEN"), "[ -1, -1 ]")
     # Each item's shape as rows [items, 2], answered per item.
     save(root, "batch_item", [helper.make_node("Identity", ["BATCH_INPUT"], ["BATCH_OUTPUT"])],
-         [fp32("RAGGED_INPUT", ["n"]), fp32("BATCH_INPUT", ["items", 2])],
-         [fp32("BATCH_OUTPUT", ["items", 2])],
+         [float_io("RAGGED_INPUT", ["n"]), float_io("BATCH_INPUT", ["items", 2])],
+         [float_io("BATCH_OUTPUT", ["items", 2])],
          """max_batch_size: 4
 input [ { name: "RAGGED_INPUT" data_type: TYPE_FP32 dims: [ -1, -1 ] allow_ragged_batch: true } ]
 output [ { name: "BATCH_OUTPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
@@ -84,7 +77,7 @@ backend: "onnxruntime"
 """)
     # An identity whose output goes back to each request in its input's shape.
     save(root, "ragged_io", [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
-         [fp32("INPUT0", ["n"])], [fp32("OUTPUT0", ["n"])],
+         [float_io("INPUT0", ["n"])], [float_io("OUTPUT0", ["n"])],
          """max_batch_size: 4
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
