@@ -119,6 +119,13 @@ StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std:
   }
 }
 
+std::vector<int64_t> ShapeOpResult(const OpNode& op, const std::vector<int64_t>& shape) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  const int64_t start = clamp(op.AttrInt("start", 0)), end = clamp(op.AttrInt("end", rank));
+  return std::vector<int64_t>(shape.begin() + start, shape.begin() + std::max(start, end));
+}
+
 bool IsSqrt2(float d) { return std::fabs(d - kSqrt2) <= 1e-6f; }
 
 bool ScalarOf(const Tensor& t, float* v) {
@@ -236,12 +243,7 @@ StatusOr<bool> EvaluateOnHost(const GpuNode& n) {
     // The batch's place holds a 1 in the host's tensor: the shape names the batch there.
     std::vector<int64_t> shape = in[0]->shape();
     shape[0] = m.fixed_rows > 0 ? m.fixed_rows : kRowsDim;
-    const int64_t rank = static_cast<int64_t>(shape.size());
-    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
-    const int64_t start = clamp(n.node.op.AttrInt("start", 0));
-    const int64_t end = clamp(n.node.op.AttrInt("end", rank));
-    m.shape_values[n.out()] =
-        std::vector<int64_t>(shape.begin() + start, shape.begin() + std::max(start, end));
+    m.shape_values[n.out()] = ShapeOpResult(n.node.op, shape);
     return true;
   }
   for (size_t k : broadcast)

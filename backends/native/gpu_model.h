@@ -271,6 +271,10 @@ std::vector<GpuOpDef> GpuShapeOps();  // Flatten, Reshape, Transpose, Concat, Ga
 // at compile time (kRowsDim for the batch) where the inputs are known; false for any other node.
 StatusOr<bool> CompileShapeOp(const GpuNode& n);
 
+// ONNX Shape's result for a tensor of 'shape': its dims from the node's start to its end
+// (negative counting from the rank, clamped), as the three places a shape is known at compile
+// time (a value's, a constant's the same in every row, a shape vector's) take it.
+std::vector<int64_t> ShapeOpResult(const OpNode& op, const std::vector<int64_t>& shape);
 // The storage of a graph type at the model's float type; refused beyond FP32/INT32/INT64.
 StatusOr<kc::ElemType> StorageType(DataType t, kc::ElemType float_type, const std::string& what);
 std::vector<float> FloatsOf(const Tensor& t);
@@ -286,6 +290,9 @@ int AddLayoutCopy(GpuModel& m, int source, int64_t channels, ValueSpec spec);
 // Value 'id' in the layout asked for: itself, or a copy converted once (every later reader shares
 // it). Values of one pixel per image are both layouts at once.
 int InLayout(GpuModel& m, int id, bool nhwc);
+// Value 'id' per row as a view: its own (a Transpose moved its batch), or its NCHW buffer whole
+// (dims and strides include the rows', first: a row's elements).
+GpuModel::View ViewOf(GpuModel& m, int id);
 // The integers of value 'id' where they are known at load: a 1-D INT64/INT32 constant's (read
 // as the CPU ops read them, IntValues), or a shape worked out by CompileShapeOp.
 std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,

@@ -12,14 +12,7 @@ namespace {
 // the value itself, contiguous. dims and strides include the rows' (first: a row's elements).
 GpuModel::View StridedSource(GpuModel& m, int id) {
   if (auto it = m.strided_copies.find(id); it != m.strided_copies.end()) return it->second;
-  GpuModel::View v;
-  v.source = m.Resolve(InLayout(m, id, false));
-  const ValueSpec& x = m.values[id];
-  v.dims = {1};
-  v.dims.insert(v.dims.end(), x.dims.begin(), x.dims.end());
-  v.strides.assign(v.dims.size(), 1);
-  for (size_t d = v.dims.size() - 1; d-- > 0;) v.strides[d] = v.strides[d + 1] * v.dims[d + 1];
-  return v;
+  return ViewOf(m, id);
 }
 
 // The replaced ops one after another: scores = Q Kt, scaled, masked, softmax, times V.

@@ -63,6 +63,8 @@ Status CompileReshape(const Graph& graph, const Graph::Node& node, const ValueSp
 
 using View = GpuModel::View;
 
+}  // namespace
+
 // Value 'id' as a view: its own (a Transpose moved its batch), or its NCHW buffer whole.
 View ViewOf(GpuModel& m, int id) {
   if (auto it = m.views.find(id); it != m.views.end()) return it->second;
@@ -75,6 +77,8 @@ View ViewOf(GpuModel& m, int id) {
   for (size_t d = v.dims.size() - 1; d-- > 0;) v.strides[d] = v.strides[d + 1] * v.dims[d + 1];
   return v;
 }
+
+namespace {
 
 // The view as value 'out': with the batch first, the source itself under other dims when the view
 // reads it whole and in order, else one strided copy; with the batch elsewhere, left a view.
@@ -434,13 +438,10 @@ StatusOr<bool> CompileSymbolicShapeOp(const GpuNode& n) {
     return Status::Ok();
   };
   if (type == "Shape") {  // of a shape vector: its length (a scalar's: nothing)
-    std::vector<int64_t> length;
+    std::vector<int64_t> shape;
     if (!m.scalar_shapes.count(n.in(0)))
-      length.push_back(static_cast<int64_t>(m.shape_values[n.in(0)].size()));
-    const int64_t rank = static_cast<int64_t>(length.size());
-    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
-    if (clamp(op.AttrInt("start", 0)) >= clamp(op.AttrInt("end", rank))) length.clear();
-    m.shape_values[n.out()] = length;
+      shape.push_back(static_cast<int64_t>(m.shape_values[n.in(0)].size()));
+    m.shape_values[n.out()] = ShapeOpResult(op, shape);
     return true;
   }
   if (type == "Reshape" && m.shape_values.count(n.in(0))) {
@@ -525,12 +526,7 @@ StatusOr<bool> CompileShapeOp(const GpuNode& g) {
     if (id < 0 || !m.values[id].defined) return false;
     std::vector<int64_t> shape = {m.fixed_rows > 0 ? m.fixed_rows : kRowsDim};
     shape.insert(shape.end(), m.values[id].dims.begin(), m.values[id].dims.end());
-    const int64_t rank = static_cast<int64_t>(shape.size());
-    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
-    const int64_t start = clamp(node.op.AttrInt("start", 0));
-    const int64_t end = clamp(node.op.AttrInt("end", rank));
-    m.shape_values[out] =
-        std::vector<int64_t>(shape.begin() + start, shape.begin() + std::max(start, end));
+    m.shape_values[out] = ShapeOpResult(node.op, shape);
     return true;
   }
   if (!m.shape_values.count(node.inputs[0]) && op != "Concat") return false;
