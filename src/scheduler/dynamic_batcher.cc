@@ -99,10 +99,11 @@ bool DynamicBatcher::Candidates(std::vector<BatchCandidate>* out) const {
       bool same = r.inputs.size() == first->inputs.size();
       for (size_t i = 0; same && i < r.inputs.size(); ++i) {
         const InferInput* other = first->FindInput(r.inputs[i].name);
-        same = other != nullptr && (ragged_.count(r.inputs[i].name) > 0 ||
-                                    (other->shape.size() == r.inputs[i].shape.size() &&
-                                     std::equal(other->shape.begin() + 1, other->shape.end(),
-                                                r.inputs[i].shape.begin() + 1)));
+        same = other != nullptr &&
+               ((other->shape.size() == r.inputs[i].shape.size() &&
+                 std::equal(other->shape.begin() + 1, other->shape.end(),
+                            r.inputs[i].shape.begin() + 1)) ||
+                ragged_.count(r.inputs[i].name) > 0);  // (looked up only when shapes differ)
       }
       if (!same || total + r.batch_size > limits_.max_batch_size) {
         blocked = true;
