@@ -127,7 +127,7 @@ bool Always() { return true; }
 // Fastest first where one CPU runs several; Calibrate() decides between them.
 const KernelConfig kKernels[] = {
 #if defined(__x86_64__)
-    {"avx512-12x32", sgemm::MicroKernelAvx512Full, 12, 32, 256, 96, 3072, HasAvx512F,
+    {"avx512-12x32", sgemm::MicroKernelAvx512Full, 12, 32, 256, 144, 3072, HasAvx512F,
      sgemm::kAvx512Partial, sgemm::kAvx512Rows, sgemm::kAvx512RowsFused,
      sgemm::kAvx512RowsFusedNarrow},
     {"avx2-fma-6x16", sgemm::MicroKernelAvx2Full, kMr, kNr, 256, 72, 3072, HasAvx2Fma,
@@ -625,7 +625,9 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   // Work items: row blocks of C times column parts, each through all of K (one ParallelFor per
   // NC block, no barrier per K block). Few row blocks (late layers, batch 1) split the columns
   // too, in NR-wide parts, so every thread of the team has work.
-  const int64_t row_blocks = (m + kMc - 1) / kMc;
+  // (Blocks of whole MR-row tiles, MC / MR of them at most.)
+  const int64_t tiles = (m + cfg.mr - 1) / cfg.mr, tiles_per_block = kMc / cfg.mr;
+  const int64_t row_blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
   const int threads = ParallelThreads();
   // With column parts, each part would gather the same rows of A again: when A is gathered (not
   // a view of the caller's memory), it is gathered once, whole (M x K, small when M is), and the
@@ -665,19 +667,24 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
     const int64_t panels = (nc + cfg.nr - 1) / cfg.nr;
     // Fewer row blocks x panels than 4 per thread (a 7x7 layer at batch 1: 1 x 5 on 2 threads,
     // 3:2 at best): the rows split evenly into more, smaller blocks (MR rows at least), so the
-    // items come out even. Then the columns split into even groups of panels.
+    // items come out even. Then the columns split into even groups of panels. Otherwise the
+    // blocks come in a multiple of the threads, whole tiles split evenly among them: MC-sized
+    // blocks would leave a short last one (128 rows: 96 + 32; 1,024 rows on two threads: seven
+    // of 144 and one of 16, one thread idle for a block's time at the end).
     int64_t blocks = row_blocks;
-    if (threads > 1 && row_blocks * panels < 4 * threads)
+    const bool few = threads > 1 && row_blocks * panels < 4 * threads;
+    if (few)
       blocks = std::max(row_blocks, std::min(m / cfg.mr, (4 * threads + panels - 1) / panels));
+    else
+      blocks =
+          std::max(row_blocks, std::min(tiles, (row_blocks + threads - 1) / threads * threads));
     const int64_t parts =
         blocks >= 2 * threads ? 1 : std::min(panels, (2 * threads + blocks - 1) / blocks);
-    // Few blocks (fewer than two a thread) split the rows evenly: MC-sized ones would leave a
-    // short last block (128 rows: 96 + 32), and the thread holding it idle half the time.
-    const bool even = blocks != row_blocks || (threads > 1 && blocks < 2 * threads);
     ParallelForWork(blocks * parts, m * nc * k, [&](int64_t item) {
       const int64_t r = item / parts, part = item % parts;
-      const int64_t i0 = even ? m * r / blocks : r * kMc;
-      const int64_t i1 = even ? m * (r + 1) / blocks : std::min(m, i0 + kMc);
+      const int64_t i0 = few ? m * r / blocks : std::min(m, tiles * r / blocks * cfg.mr);
+      const int64_t i1 =
+          few ? m * (r + 1) / blocks : std::min(m, tiles * (r + 1) / blocks * cfg.mr);
       const int64_t p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
       if (p0 == p1 || i0 == i1) return;
       const int64_t col0 = p0 * cfg.nr, cols = std::min(p1 * cfg.nr, nc) - col0;

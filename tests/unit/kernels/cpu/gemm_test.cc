@@ -137,6 +137,45 @@ TEST(SgemmPackedTest, FewRowsOverATeamMatchOneThread) {
   }
 }
 
+TEST(SgemmPackedTest, FusedRowBlocksOverATeamMatchOneThreadAndFloat64) {
+  // A MatMul by a weight with its bias and residual: the rows split into blocks of whole tiles
+  // (one thread) or into a multiple of the team's threads (three); every row count around the
+  // tile and block edges gives the same sums either way, within float64's.
+  const int n = 200, k = 300;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int max_m = 1100;
+  std::vector<float> a(static_cast<size_t>(max_m) * k), b(k * n), bias(n),
+      residual(static_cast<size_t>(max_m) * n);
+  for (auto* v : {&a, &b, &bias, &residual})
+    for (float& x : *v) x = u(rng);
+  const PackedMatrixB packed(false, k, n, b.data(), n);
+  GemmEpilogue ep;
+  ep.bias = bias.data(), ep.residual = residual.data(), ep.ld_residual = n;
+  const RowsAFn rows = [&](int64_t i0, int64_t, int64_t p0, int64_t, float*, int64_t* lda) {
+    *lda = k;
+    return static_cast<const float*>(a.data() + i0 * k + p0);
+  };
+  ThreadTeam team(3);
+  for (int m : {1, 11, 12, 13, 128, 143, 144, 145, 300, 1024, max_m}) {
+    std::vector<float> one(static_cast<size_t>(m) * n), three(one.size(), 7.f);
+    SgemmPackedFused(m, rows, packed, one.data(), n, ep);
+    {
+      ParallelScope scope(&team);
+      SgemmPackedFused(m, rows, packed, three.data(), n, ep);
+    }
+    ASSERT_EQ(one, three) << m << " rows";
+    double worst = 0;
+    for (int i = 0; i < m; i += std::max(1, m / 7))
+      for (int j = 0; j < n; ++j) {
+        double want = double(bias[j]) + residual[size_t(i) * n + j];
+        for (int p = 0; p < k; ++p) want += double(a[size_t(i) * k + p]) * b[p * n + j];
+        worst = std::max(worst, std::abs(want - one[size_t(i) * n + j]));
+      }
+    EXPECT_LT(worst, 1e-3) << m << " rows";
+  }
+}
+
 }  // namespace
 }  // namespace nereid::kernels
 
