@@ -152,6 +152,49 @@ StatusOr<kc::Activation> GpuActivationOf(const Graph::Node& node, const std::str
   }
 }
 
+bool ComposeViews(const GpuModel::View& outer, const GpuModel::View& copy, GpuModel::View* out) {
+  const size_t rank = copy.dims.size();
+  std::vector<int64_t> contiguous(rank, 1), reach(rank, 0);
+  for (size_t d = rank - 1; d-- > 0;) contiguous[d] = contiguous[d + 1] * copy.dims[d + 1];
+  GpuModel::View v = outer;
+  v.source = copy.source;
+  v.offset = copy.offset;
+  // The axis of the copy a step of 'stride' elements walks along, and how far per step.
+  auto axis_of = [&](int64_t stride, size_t* axis, int64_t* step) {
+    for (size_t d = 0; d < rank; ++d)
+      if (stride >= contiguous[d] && stride % contiguous[d] == 0 &&
+          stride / contiguous[d] < copy.dims[d]) {
+        *axis = d, *step = stride / contiguous[d];
+        return true;
+      }
+    return false;
+  };
+  for (size_t e = 0; e < outer.dims.size(); ++e) {
+    if (e == outer.batch_axis) {
+      v.strides[e] = copy.strides[copy.batch_axis];  // a row of the copy: a row of its source
+      continue;
+    }
+    if (outer.dims[e] == 1) continue;
+    size_t d = 0;
+    int64_t step = 0;
+    if (!axis_of(outer.strides[e], &d, &step) || d == copy.batch_axis) return false;
+    v.strides[e] = step * copy.strides[d];
+    reach[d] += (outer.dims[e] - 1) * step;
+  }
+  int64_t rest = outer.offset;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t index = rest / contiguous[d];
+    rest %= contiguous[d];
+    if (index > 0 && d == copy.batch_axis) return false;
+    v.offset += index * copy.strides[d];
+    reach[d] += index;
+  }
+  for (size_t d = 0; d < rank; ++d)
+    if (reach[d] >= copy.dims[d] && copy.dims[d] > 0) return false;
+  *out = std::move(v);
+  return true;
+}
+
 std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,
                                            const OpNode& node, int id) {
   if (id < 0) return std::nullopt;

@@ -293,6 +293,11 @@ int InLayout(GpuModel& m, int id, bool nhwc);
 // Value 'id' per row as a view: its own (a Transpose moved its batch), or its NCHW buffer whole
 // (dims and strides include the rows', first: a row's elements).
 GpuModel::View ViewOf(GpuModel& m, int id);
+// View 'outer' of a buffer that a strided copy made from 'copy' (a contiguous [copy.dims]) as a
+// view of copy's own source, when each of outer's axes walks within one axis of the copy (a
+// transpose of a column slice: Q sliced from a merged projection, then its heads moved): *out, and
+// true; false otherwise.
+bool ComposeViews(const GpuModel::View& outer, const GpuModel::View& copy, GpuModel::View* out);
 // The integers of value 'id' where they are known at load: a 1-D INT64/INT32 constant's (read
 // as the CPU ops read them, IntValues), or a shape worked out by CompileShapeOp.
 std::optional<std::vector<int64_t>> IntsOf(const Graph& graph, const GpuModel& m,

@@ -35,6 +35,7 @@ void FuseGemmActivations(GraphBody& g);
 void FuseMatMulEpilogues(GraphBody& g);
 void FuseGelus(GraphBody& g);
 void FuseAttention(GraphBody& g);
+void MergeSiblingMatMuls(GraphBody& g);
 void RemoveDeadNodes(GraphBody& g);
 void ChooseChannelsLast(GraphBody& g);
 void PackWeights(GraphBody& g, const GraphOptions& options);
@@ -64,6 +65,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   FuseMatMulEpilogues(g);              // MatMul by a weight -> Add(bias) -> Add(residual)
   FuseGelus(g);      // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu (a MatMul's epilogue)
   FuseAttention(g);  // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
+  if (!options.pack_weights) MergeSiblingMatMuls(g);  // GPU: Q, K and V as one GEMM
   if (options.pack_weights) {
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
@@ -665,6 +667,89 @@ void FuseGelus(GraphBody& g) {
   if (fused)
     g.pass_log.push_back("GELU patterns fused: " + std::to_string(fused) + ", " +
                          std::to_string(into_matmul) + " of them into their MatMul's epilogue");
+}
+
+// MatMuls of one input by constant 2-D FP32 weights of the same depth, each with a bias of its
+// columns or none alike and no residual or activation (an attention's Q, K and V projections),
+// become one MatMul by the weights side by side, each output a Slice of its columns: one GEMM
+// where there were several (on the GPU, whose Slices are views the fused attention reads through).
+// The GPU graph only: the CPU's attention kernel takes Q, K and V as tensors of their own.
+void MergeSiblingMatMuls(GraphBody& g) {
+  const OpDef* slice = FindOpDef("Slice");
+  std::map<int, std::vector<size_t>> by_input;  // x -> the MatMuls reading it
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op.op_type() != "MatMul" || n.outputs.size() != 1 || n.inputs.size() < 2 ||
+        n.op.activation != OpNode::Activation::kNone || !g.IsConstant(n.inputs[1]) ||
+        (n.inputs.size() > 3 && n.inputs[3] >= 0))
+      continue;
+    const Tensor& w = g.constants[n.inputs[1]];
+    if (w.type() == DataType::kFp32 && w.shape().size() == 2) by_input[n.inputs[0]].push_back(i);
+  }
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::map<size_t, std::vector<Node>> placed;  // at node index: the merged MatMul and its Slices
+  int merged = 0;
+  for (const auto& [x, members] : by_input) {
+    if (members.size() < 2) continue;
+    const int64_t k = g.constants[g.nodes[members[0]].inputs[1]].shape()[0];
+    bool fits = true,
+         biased = g.nodes[members[0]].inputs.size() > 2 && g.nodes[members[0]].inputs[2] >= 0;
+    int64_t total = 0;
+    for (size_t i : members) {
+      const Node& n = g.nodes[i];
+      const Tensor& w = g.constants[n.inputs[1]];
+      const bool has_bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+      fits = fits && w.shape()[0] == k && has_bias == biased &&
+             (!has_bias ||
+              (g.IsConstant(n.inputs[2]) && g.constants[n.inputs[2]].type() == DataType::kFp32 &&
+               g.constants[n.inputs[2]].elements() == w.shape()[1]));
+      total += w.shape()[1];
+    }
+    if (!fits) continue;
+    Tensor w_all = Tensor::Allocate(DataType::kFp32, {k, total});
+    Tensor b_all = Tensor::Allocate(DataType::kFp32, {total});
+    int64_t at = 0;
+    std::vector<Node> nodes;
+    const int merged_out = g.AddValue("merged_matmul");
+    for (size_t i : members) {
+      const Node& n = g.nodes[i];
+      const Tensor& w = g.constants[n.inputs[1]];
+      const int64_t cols = w.shape()[1];
+      for (int64_t r = 0; r < k; ++r)
+        std::copy_n(w.data<float>() + r * cols, cols, w_all.mutable_data<float>() + r * total + at);
+      if (biased)
+        std::copy_n(g.constants[n.inputs[2]].data<float>(), cols, b_all.mutable_data<float>() + at);
+      auto ints = [](int64_t v) {
+        Tensor t = Tensor::Allocate(DataType::kInt64, {1});
+        t.mutable_data<int64_t>()[0] = v;
+        return t;
+      };
+      const int starts = g.AddValue("merged_start", ints(at)),
+                ends = g.AddValue("merged_end", ints(at + cols)),
+                axes = g.AddValue("merged_axis", ints(-1));
+      nodes.push_back(g.MakeNode("Slice", n.op.name() + ".columns", slice->fn,
+                                 {merged_out, starts, ends, axes}, {n.outputs[0]}));
+      at += cols;
+      dead[i] = true;
+    }
+    const Node& first = g.nodes[members[0]];
+    Node mm = g.MakeNode("MatMul", first.op.name() + ".merged", first.fn,
+                         {x, g.AddValue("merged_weights", std::move(w_all)),
+                          biased ? g.AddValue("merged_bias", std::move(b_all)) : -1},
+                         {merged_out});
+    nodes.insert(nodes.begin(), std::move(mm));
+    placed[members[0]] = std::move(nodes);
+    ++merged;
+  }
+  if (!merged) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = placed.find(i); it != placed.end())
+      for (Node& n : it->second) kept.push_back(std::move(n));
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  g.pass_log.push_back("sibling MatMuls merged: " + std::to_string(merged) + " groups");
 }
 
 // Attention as PyTorch exports it (HF's BERT): MatMul(Q, Kt) -> Div (or Mul) by a constant

@@ -8,10 +8,17 @@
 namespace nereid::native {
 namespace {
 
-// Value 'id' per row as [dims] read from a buffer through strides: a strided copy's source, or
-// the value itself, contiguous. dims and strides include the rows' (first: a row's elements).
+// Value 'id' per row as [dims] read from a buffer through strides: a strided copy's source (that
+// copy's own source where it was itself a strided copy and the two compose), or the value itself,
+// contiguous. dims and strides include the rows' (first: a row's elements).
 GpuModel::View StridedSource(GpuModel& m, int id) {
-  if (auto it = m.strided_copies.find(id); it != m.strided_copies.end()) return it->second;
+  if (auto it = m.strided_copies.find(id); it != m.strided_copies.end()) {
+    GpuModel::View v = it->second;
+    for (auto inner = m.strided_copies.find(v.source); inner != m.strided_copies.end();
+         inner = m.strided_copies.find(v.source))
+      if (!ComposeViews(v, inner->second, &v)) break;
+    return v;
+  }
   return ViewOf(m, id);
 }
 

@@ -65,7 +65,9 @@ using View = GpuModel::View;
 
 }  // namespace
 
-// Value 'id' as a view: its own (a Transpose moved its batch), or its NCHW buffer whole.
+// Value 'id' as a view: its own (a Transpose moved its batch), or its NCHW buffer whole; where
+// that buffer is a strided copy's output, the copy's source read through composed strides (so
+// the copy need not run when nothing else reads it).
 View ViewOf(GpuModel& m, int id) {
   if (auto it = m.views.find(id); it != m.views.end()) return it->second;
   View v;
@@ -75,6 +77,9 @@ View ViewOf(GpuModel& m, int id) {
   v.dims.insert(v.dims.end(), x.dims.begin(), x.dims.end());
   v.strides.assign(v.dims.size(), 1);
   for (size_t d = v.dims.size() - 1; d-- > 0;) v.strides[d] = v.strides[d + 1] * v.dims[d + 1];
+  for (auto copy = m.strided_copies.find(v.source); copy != m.strided_copies.end();
+       copy = m.strided_copies.find(v.source))
+    if (!ComposeViews(v, copy->second, &v)) break;
   return v;
 }
 
