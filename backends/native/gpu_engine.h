@@ -35,6 +35,7 @@ const char* PrecisionName(Precision p);
 
 class GpuModel;
 class GpuInstance;
+class GpuWeightStore;
 
 // What the model's config says of the shapes (the GPU engine compiles for fixed ones).
 struct GpuShapes {
@@ -43,7 +44,14 @@ struct GpuShapes {
   // A model without batching whose config fixes its first dimension: that count (a Reshape to it
   // keeps the rows), else 0.
   int64_t fixed_rows = 0;
+  // Where the weights go on the device: models compiled into one store (one graph's plans for
+  // each value of its open dimensions) share each identical weight's copy; null: a store of the
+  // model's own.
+  std::shared_ptr<GpuWeightStore> weights;
 };
+std::shared_ptr<GpuWeightStore> MakeGpuWeightStore(int device);
+// The bytes a store holds on its device.
+size_t StoredBytes(const GpuWeightStore& store);
 
 // The device for CompileForGpu that compiles without one: every check, shape and step, no weights
 // uploaded and no instance to run (the tests of the compiler on machines without a GPU).

@@ -8,8 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <compare>
+#include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -133,20 +137,78 @@ struct IoSpec {
   int64_t index_limit = 0;
 };
 
+// Device copies of weights: one per distinct content, shared by every model compiled into the
+// store (the plans of one graph for each value of its open dimensions: their weights are the
+// same bytes; the constants worked out per shape are not, and get their own).
+class GpuWeightStore {
+ public:
+  explicit GpuWeightStore(int device) : device_(device) {}
+  ~GpuWeightStore() {
+    if (!copies_.empty()) cudaSetDevice(device_);
+    for (auto& [key, p] : copies_) cudaFree(p);
+  }
+  GpuWeightStore(const GpuWeightStore&) = delete;
+  GpuWeightStore& operator=(const GpuWeightStore&) = delete;
+
+  // The device copy of 'bytes' at 'data': an earlier one of the same content, else a new one.
+  StatusOr<const void*> Upload(const void* data, size_t bytes) {
+    const Key key = KeyOf(data, bytes);
+    std::lock_guard lock(mu_);
+    if (auto it = copies_.find(key); it != copies_.end())
+      return static_cast<const void*>(it->second);
+    void* p = nullptr;
+    CUDA_RETURN(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (weights)");
+    if (cudaError_t e = cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
+      cudaFree(p);
+      return Internal(std::string("cudaMemcpy (weights): ") + cudaGetErrorString(e));
+    }
+    copies_.emplace(key, p);
+    stored_bytes_ += bytes;
+    return static_cast<const void*>(p);
+  }
+  size_t stored_bytes() const {
+    std::lock_guard lock(mu_);
+    return stored_bytes_;
+  }
+
+ private:
+  // The size and two independent 64-bit hashes of the content (a collision of both between two
+  // weights of one model is not a practical concern; the device copies are never written).
+  struct Key {
+    size_t bytes;
+    uint64_t h1, h2;
+    auto operator<=>(const Key&) const = default;
+  };
+  static Key KeyOf(const void* data, size_t bytes) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x9e3779b97f4a7c15ull;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h1 = (h1 ^ w) * 0x100000001b3ull;
+      h2 = ((h2 + w) * 0xff51afd7ed558ccdull);
+      h2 ^= h2 >> 29;
+    }
+    for (; i < bytes; ++i)
+      h1 = (h1 ^ p[i]) * 0x100000001b3ull, h2 = (h2 + p[i]) * 0xc4ceb9fe1a85ec53ull;
+    return {bytes, h1, h2};
+  }
+  int device_;
+  mutable std::mutex mu_;
+  std::map<Key, void*> copies_;
+  size_t stored_bytes_ = 0;
+};
+
 class GpuModel {
  public:
-  ~GpuModel() {
-    if (!weights.empty()) cudaSetDevice(device);
-    for (void* p : weights) cudaFree(p);
-  }
   int device = 0;
   Precision precision = Precision::kFp32;
   kc::ElemType float_type = kc::ElemType::kF32;
   std::vector<ValueSpec> values;
   std::vector<Step> steps;
   std::vector<IoSpec> inputs, outputs;
-  std::vector<void*> weights;
-  size_t weight_bytes = 0;
+  size_t weight_bytes = 0;  // of the weights it reads (shared ones included)
   int gemms = 0, elementwise = 0;
   int fused_attention = 0;  // attention nodes on the fused kernel
   int convs = 0, pools = 0;
@@ -205,18 +267,17 @@ class GpuModel {
     values.push_back(std::move(spec));
     return static_cast<int>(values.size()) - 1;
   }
-  // Copies host bytes to a new device allocation owned by the model.
+  // The device copy of host bytes: in the store the model shares with the other plans of its
+  // graph, else in its own.
+  std::shared_ptr<GpuWeightStore> store;
   StatusOr<const void*> Upload(const void* data, size_t bytes) {
     weight_bytes += bytes;
     if (device == kGpuPlanOnly) {  // no device: any aligned address stands for the weights
       alignas(256) static const uint8_t kNowhere[256] = {};
       return static_cast<const void*>(kNowhere);
     }
-    void* p = nullptr;
-    CUDA_RETURN(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (weights)");
-    weights.push_back(p);
-    CUDA_RETURN(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
-    return static_cast<const void*>(p);
+    if (!store) store = std::make_shared<GpuWeightStore>(device);
+    return store->Upload(data, bytes);
   }
   // Uploads float values converted to 'type'. A finite value stays finite: beyond the type's
   // range it becomes the largest finite one of its sign (an attention mask's FP32 lowest, -3.4e38,

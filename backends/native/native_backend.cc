@@ -55,10 +55,17 @@ struct ModelState : backend::ModelIo {
   const Graph& CpuGraph(uint32_t variant) const {
     return variant < variants.size() && variants[variant] == "int8" ? *int8_graph : *graph;
   }
+  // "nereid.open_dims": the values the config's open dimensions (-1 after the batch) take on the
+  // GPU, ascending; one compiled plan per value. Empty: the config fixes every dimension.
+  std::vector<int64_t> open_dims;
+  // The plans the GPU instances hold per precision: one per open_dims value, or one.
+  size_t GpuPlanCount() const { return std::max<size_t>(open_dims.size(), 1); }
 #ifdef NEREID_NATIVE_GPU
-  // The graph compiled per device and precision, shared by that device's instances.
+  // The graph compiled per device, precision and open_dims value (0: none), shared by that
+  // device's instances; the plans of one device and precision share their weights.
   std::mutex gpu_mu;
-  std::map<std::pair<int, std::string>, std::shared_ptr<const GpuModel>> gpu_models;
+  std::map<std::tuple<int, std::string, int64_t>, std::shared_ptr<const GpuModel>> gpu_models;
+  std::map<std::pair<int, std::string>, std::shared_ptr<GpuWeightStore>> gpu_weights;
   // The file's weights as the GPU compiler reads them, kept while a device still lacks one of
   // the precisions its instances run (one parse for all of them).
   std::unique_ptr<Graph> unpacked;
@@ -69,7 +76,8 @@ struct InstanceState {
   // CPU instances with intra_op_thread_count > 1: the threads the kernels split their loops over.
   std::unique_ptr<kernels::ThreadTeam> team;
 #ifdef NEREID_NATIVE_GPU
-  std::vector<GpuInstancePtr> gpus;  // KIND_GPU instances: one per precision (null: refused)
+  // KIND_GPU instances: per precision, one plan per open_dims value (none: refused by the guard).
+  std::vector<std::vector<GpuInstancePtr>> gpus;
 #endif
 };
 
@@ -78,11 +86,59 @@ constexpr const char* kPrecisions[] = {"fp32", "tf32", "bf16", "fp16", "int8"};
 constexpr const char* kModelFile = "model.onnx";
 
 #ifdef NEREID_NATIVE_GPU
-// The model compiled for 'device' in 'precision' (compiled once, shared by the device's instances).
+// The open_dims value of plan 'plan' (0: the model has none).
+int64_t OpenValue(const ModelState& m, size_t plan) {
+  return plan < m.open_dims.size() ? m.open_dims[plan] : 0;
+}
+
+// A tensor's dims as the config lists them: without the batch where the model batches.
+std::vector<int64_t> ConfigDims(const ModelState& m, const int64_t* shape, size_t count) {
+  const size_t skip = m.max_batch_size > 0 && count > 0 ? 1 : 0;
+  return std::vector<int64_t>(shape + skip, shape + count);
+}
+
+// Which plan runs inputs of these dims (after the batch; 'dims_of' by input name): the one whose
+// open_dims value every open dimension holds. InvalidArgument naming the input otherwise.
+template <typename DimsOf>
+StatusOr<size_t> PlanFor(const ModelState& m, const DimsOf& dims_of) {
+  if (m.open_dims.empty()) return size_t{0};
+  int64_t value = 0;
+  std::string where;
+  for (const auto& [name, io] : m.inputs) {
+    const std::vector<int64_t> dims = dims_of(name);
+    // Without batching the config's first dimension is the rows, not an open one.
+    for (size_t d = m.max_batch_size == 0 ? 1 : 0; d < io.dims.size() && d < dims.size(); ++d) {
+      if (io.dims[d] != -1) continue;
+      if (value != 0 && dims[d] != value)
+        return InvalidArgument("input '" + name + "' has " + std::to_string(dims[d]) + " where " +
+                               where + " has " + std::to_string(value) +
+                               ": on the GPU every open dimension takes the same value "
+                               "(parameter nereid.open_dims)");
+      value = dims[d];
+      where = "input '" + name + "'";
+    }
+  }
+  for (size_t p = 0; p < m.open_dims.size(); ++p)
+    if (m.open_dims[p] == value) return p;
+  std::string list;
+  for (size_t p = 0; p < m.open_dims.size(); ++p)
+    list += (p == 0                        ? ""
+             : p + 1 == m.open_dims.size() ? " or "
+                                           : ", ") +
+            std::to_string(m.open_dims[p]);
+  return InvalidArgument(where + " has " + std::to_string(value) +
+                         " in its open dimension: on the GPU this model takes " + list +
+                         " (parameter nereid.open_dims); pad to one of them");
+}
+
+// The model compiled for 'device' in 'precision' for plan 'plan' (compiled once, shared by the
+// device's instances).
 StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
-                                                      const std::string& precision_name) {
+                                                      const std::string& precision_name,
+                                                      size_t plan) {
   std::lock_guard lock(m.gpu_mu);
-  auto it = m.gpu_models.find({device, precision_name});
+  const int64_t open = OpenValue(m, plan);
+  auto it = m.gpu_models.find({device, precision_name, open});
   if (it != m.gpu_models.end()) return it->second;
   ASSIGN_OR_RETURN(Precision precision, ParsePrecision(precision_name));
   // A GPU run gathers each request's rows straight into staging: no ragged joins or batch inputs.
@@ -103,6 +159,7 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
   }
   // The config's dims (after the batch) fix what the file leaves open; without batching, a first
   // dimension every input fixes alike is the rows count.
+  // (open dims: the plan's value.)
   GpuShapes shapes;
   int64_t first = -2;
   for (const auto& [name, io] : m.inputs) {
@@ -111,21 +168,33 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
       first = first == -2 || first == d[0] ? d[0] : -1;
       d.erase(d.begin());
     }
+    if (open > 0) std::replace(d.begin(), d.end(), int64_t{-1}, open);
     shapes.input_dims[name] = d;
   }
   if (first > 0) shapes.fixed_rows = first;
+  std::shared_ptr<GpuWeightStore>& store = m.gpu_weights[{device, precision_name}];
+  if (!store) store = MakeGpuWeightStore(device);
+  shapes.weights = store;
   ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> made,
                    CompileForGpu(*m.unpacked, device, precision, shapes));
-  Log(NEREID_LOG_INFO, "model '" + m.name + "' on GPU " + std::to_string(device) +
-                           (m.variants.empty() ? "" : " (variant " + precision_name + ")") +
-                           ": native GPU engine, " + Describe(*made) +
-                           "; a CUDA graph per batch size");
-  m.gpu_models.emplace(std::make_pair(device, precision_name), made);
+  std::string which;
+  if (!m.variants.empty()) which = "variant " + precision_name;
+  if (open > 0)
+    which += (which.empty() ? "" : ", ") + std::string("open dims ") + std::to_string(open);
+  Log(NEREID_LOG_INFO,
+      "model '" + m.name + "' on GPU " + std::to_string(device) +
+          (which.empty() ? "" : " (" + which + ")") + ": native GPU engine, " + Describe(*made) +
+          "; a CUDA graph per batch size" +
+          (open > 0 ? "; weights shared by the open dims' plans: " +
+                          std::to_string(StoredBytes(*store) >> 10) + " KiB on the device so far"
+                    : std::string()));
+  m.gpu_models.emplace(std::make_tuple(device, precision_name, open), made);
   const std::vector<std::string> precisions = m.Precisions();
   bool all = true;
   for (size_t v = 0; v < precisions.size(); ++v)
-    all = all && ((v < m.admitted.size() && !m.admitted[v]) ||
-                  m.gpu_models.count({device, precisions[v]}) > 0);
+    for (size_t p = 0; p < m.GpuPlanCount(); ++p)
+      all = all && ((v < m.admitted.size() && !m.admitted[v]) ||
+                    m.gpu_models.count({device, precisions[v], OpenValue(m, p)}) > 0);
   if (all) m.unpacked.reset();
   return made;
 }
@@ -135,7 +204,13 @@ StatusOr<std::vector<Tensor>> RunCalibrationOnGpu(
     ModelState& m, int device, const std::string& precision,
     const std::vector<std::pair<std::string, Tensor>>& inputs,
     const std::vector<std::string>& fetch) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> compiled, GpuModelFor(m, device, precision));
+  ASSIGN_OR_RETURN(const size_t plan, PlanFor(m, [&](const std::string& name) {
+                     for (const auto& [n, t] : inputs)
+                       if (n == name) return ConfigDims(m, t.shape().data(), t.shape().size());
+                     return std::vector<int64_t>();
+                   }));
+  ASSIGN_OR_RETURN(std::shared_ptr<const GpuModel> compiled,
+                   GpuModelFor(m, device, precision, plan));
   ASSIGN_OR_RETURN(GpuInstancePtr gpu, CreateGpuInstance(std::move(compiled)));
   std::vector<GpuFeed> feeds;
   for (const auto& [name, t] : inputs)
@@ -342,6 +417,37 @@ bool ChooseRowSplit(const ModelState& m) {
   return chosen;
 }
 
+// "nereid.open_dims": positive values, comma-separated, each once; at most 16 (a plan each).
+StatusOr<std::vector<int64_t>> ParseOpenDims(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument(
+        "parameter 'nereid.open_dims' must list the values of the open "
+        "dimensions, comma-separated (\"16,32,64,128\"): " +
+        why + " in '" + text + "'");
+  };
+  std::vector<int64_t> values;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(at, end - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.empty() || item.size() > 7 ||
+        !std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return bad("'" + item + "' is not a whole number");
+    const int64_t v = std::stoll(item);
+    if (v < 1 || v > (1 << 20)) return bad(item + " is outside [1, 1048576]");
+    if (std::find(values.begin(), values.end(), v) != values.end())
+      return bad(item + " is listed twice");
+    values.push_back(v);
+    at = end + 1;
+  }
+  if (values.size() > 16) return bad("more than 16 values (each is a compiled plan)");
+  std::sort(values.begin(), values.end());
+  return values;
+}
+
 StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   const std::string name = NereidModelName(model);
   rapidjson::Document config;
@@ -394,6 +500,19 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
                    backend::IntParameter(name, config, "intra_op_thread_count", 0, 256, 1));
   state->intra_op_threads = std::max(state->intra_op_threads, 1);
   state->variants = std::move(variants);
+  if (std::string text = backend::Parameter(config, "nereid.open_dims"); !text.empty()) {
+    auto parsed = ParseOpenDims(text);
+    if (!parsed.ok()) return InvalidArgument("model '" + name + "': " + parsed.status().message());
+    bool open = false;
+    for (const auto& [input, io] : state->inputs)
+      for (size_t d = state->max_batch_size == 0 ? 1 : 0; d < io.dims.size(); ++d)
+        open = open || io.dims[d] == -1;
+    if (!open)
+      return InvalidArgument("model '" + name +
+                             "': parameter 'nereid.open_dims' is set but no input's dims "
+                             "(after the batch) hold -1");
+    state->open_dims = std::move(parsed).value();
+  }
   // The CPU's int8 graph serves CPU instances and the guard where it measures on the CPU.
   if (HasCpuInstances(config) &&
       std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
@@ -500,28 +619,42 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
         return Unsupported(who + ": '" + name + "' has a reshape, which the GPU engine lacks");
   const std::vector<std::string> precisions = m.Precisions();
   for (size_t v = 0; v < precisions.size(); ++v) {
-    if (v < m.admitted.size() && !m.admitted[v]) {
-      state.gpus.emplace_back();  // refused by the guard: never chosen
-      continue;
+    state.gpus.emplace_back();
+    if (v < m.admitted.size() && !m.admitted[v]) continue;  // refused by the guard: never chosen
+    for (size_t p = 0; p < m.GpuPlanCount(); ++p) {
+      auto compiled = GpuModelFor(m, device, precisions[v], p);
+      if (!compiled.ok())
+        return Status(compiled.status().code(),
+                      who + " (KIND_GPU): " + compiled.status().message());
+      auto gpu = CreateGpuInstance(std::move(compiled).value());
+      if (!gpu.ok()) return Status(gpu.status().code(), who + ": " + gpu.status().message());
+      std::string which = precisions.size() > 1 ? precisions[v] : "";
+      if (const int64_t open = OpenValue(m, p); open > 0)
+        which += (which.empty() ? "" : ", ") + std::string("open dims ") + std::to_string(open);
+      Log(NEREID_LOG_INFO, who + " on GPU " + std::to_string(device) +
+                               (which.empty() ? "" : " (" + which + ")") + ": " +
+                               GemmTuning(**gpu));
+      state.gpus.back().push_back(std::move(gpu).value());
     }
-    auto compiled = GpuModelFor(m, device, precisions[v]);
-    if (!compiled.ok())
-      return Status(compiled.status().code(), who + " (KIND_GPU): " + compiled.status().message());
-    auto gpu = CreateGpuInstance(std::move(compiled).value());
-    if (!gpu.ok()) return Status(gpu.status().code(), who + ": " + gpu.status().message());
-    Log(NEREID_LOG_INFO, who + " on GPU " + std::to_string(device) +
-                             (precisions.size() > 1 ? " (" + precisions[v] + ")" : "") + ": " +
-                             GemmTuning(**gpu));
-    state.gpus.push_back(std::move(gpu).value());
   }
   return Status::Ok();
 }
 
-// The GPU path of ExecuteBatch: each request's rows are gathered straight into the instance's
-// pinned staging buffers, the graph runs on the device, and each request's rows of every output it
-// asked for are copied into its response.
-Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance, GpuInstance& gpu,
-                       NereidRequest** requests, uint32_t count, std::vector<Status>& failed) {
+// The GPU path of ExecuteBatch: the plan for the batch's open dims (its requests share their
+// shapes), each request's rows gathered straight into the instance's pinned staging buffers, the
+// graph run on the device, and each request's rows of every output it asked for copied into its
+// response.
+Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
+                       const std::vector<GpuInstancePtr>& plans, NereidRequest** requests,
+                       uint32_t count, std::vector<Status>& failed) {
+  ASSIGN_OR_RETURN(const size_t plan, PlanFor(m, [&](const std::string& name) {
+                     NereidTensor t;
+                     if (!FromError(NereidRequestInputByName(requests[0], name.c_str(), &t)).ok())
+                       return std::vector<int64_t>();
+                     return ConfigDims(m, t.shape, t.dims_count);
+                   }));
+  if (plan >= plans.size()) return Internal("no GPU plan for the batch's dims");
+  GpuInstance& gpu = *plans[plan];
   std::vector<GpuFeed> feeds;
   std::vector<int64_t> rows(count, 0);
   int64_t total_rows = 0;
@@ -648,10 +781,10 @@ struct NativeBackend {
     auto run = [&](NereidRequest** batch, uint32_t n, std::vector<backend::Status>& f) {
 #ifdef NEREID_NATIVE_GPU
       if (!instance.gpus.empty()) {
-        if (variant >= instance.gpus.size() || !instance.gpus[variant])
+        if (variant >= instance.gpus.size() || instance.gpus[variant].empty())
           return backend::Internal("precision variant " + std::to_string(variant) +
                                    " is not loaded");
-        return native::ExecuteBatchGpu(model, handle, *instance.gpus[variant], batch, n, f);
+        return native::ExecuteBatchGpu(model, handle, instance.gpus[variant], batch, n, f);
       }
 #endif
       nereid::kernels::ParallelScope scope(instance.team.get());

@@ -9,6 +9,7 @@ answered. Without a GPU every test skips with the driver's reason; scripts/gpu_d
 this file on the device machine."""
 import concurrent.futures
 import os
+import re
 import shutil
 import sys
 
@@ -43,6 +44,7 @@ OUTPUTS = {"bert_tiny": ("last_hidden_state", "sentence_embedding", 128)}
 if MINILM is not None:
     OUTPUTS["minilm"] = ("onnx::Shape_422", "461", 384)
 PRECISIONS = ("fp32", "bf16", "fp16")
+LENGTHS = (16, 32, 64, 128)  # bert_tiny_lengths_*: the tokens dimension open, a plan per length
 # Of the largest output magnitude: fp32 sums in another order than ONNX Runtime; bf16 and fp16
 # round every activation between the GEMMs (their products sum in fp32). Measured on an H200:
 # see docs/native-engine.md.
@@ -52,17 +54,21 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.",
              "Nereid serves Triton's models on its own engine, on the CPU and the GPU.", "Hi"]
 
 
-def config(name, model, precision):
+def config(name, model, precision, lengths=None):
+    """lengths: the tokens dimension left open, one plan per length (nereid.open_dims)."""
     per_token, per_sentence, width = OUTPUTS[model]
-    return f"""name: "{name}"
+    tokens = -1 if lengths else TOKENS
+    open_dims = (f'parameters {{ key: "nereid.open_dims" value {{ string_value: '
+                 f'"{",".join(map(str, lengths))}" }} }}\n' if lengths else "")
+    return open_dims + f"""name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: 16
 input [
-  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ {TOKENS} ] }},
-  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ {TOKENS} ] }}
+  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ {tokens} ] }},
+  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ {tokens} ] }}
 ]
 output [
-  {{ name: "{per_token}" data_type: TYPE_FP32 dims: [ {TOKENS}, {width} ] }},
+  {{ name: "{per_token}" data_type: TYPE_FP32 dims: [ {tokens}, {width} ] }},
   {{ name: "{per_sentence}" data_type: TYPE_FP32 dims: [ {width} ] }}
 ]
 instance_group [ {{ kind: KIND_GPU count: 1 }} ]
@@ -85,6 +91,11 @@ def repo(tmp_path_factory):
             (root / name / "1").mkdir(parents=True)
             shutil.copy(source, root / name / "1" / "model.onnx")
             (root / name / "config.pbtxt").write_text(config(name, model, precision))
+    for precision in ("fp32", "bf16"):
+        name = f"bert_tiny_lengths_{precision}"
+        (root / name / "1").mkdir(parents=True)
+        shutil.copy(sources["bert_tiny"], root / name / "1" / "model.onnx")
+        (root / name / "config.pbtxt").write_text(config(name, "bert_tiny", precision, LENGTHS))
     return root
 
 
@@ -105,10 +116,10 @@ def reference(repo, model, ids, mask):
     return _sessions[model].run(list(OUTPUTS[model][:2]), {"input_ids": ids, "attention_mask": mask})
 
 
-def padded(texts):
-    """Token ids and masks of 'texts', each padded to TOKENS."""
+def padded(texts, length=TOKENS):
+    """Token ids and masks of 'texts', each padded to 'length'."""
     ids, mask = real_models.WordPiece(os.path.join(VOCAB_DIR, "vocab.txt")).batch(texts)
-    pad = TOKENS - ids.shape[1]
+    pad = length - ids.shape[1]
     return np.pad(ids, ((0, 0), (0, pad))), np.pad(mask, ((0, 0), (0, pad)))
 
 
@@ -149,6 +160,60 @@ def test_answers_match_onnxruntime(server, repo, model, precision, grpc):
             diff = relative_diff(g, w)
             print(f"{model} {precision} batch {batch}: {diff:.2e}")
             assert diff < TOLERANCE[precision]
+
+
+def test_open_dims_compile_a_plan_per_length_sharing_the_weights(server):
+    log = server.read_log()
+    for precision in ("fp32", "bf16"):
+        name = f"bert_tiny_lengths_{precision}"
+        stored = []
+        for length in LENGTHS:
+            line = next((l for l in log.splitlines()
+                         if f"model '{name}' on GPU 0 (open dims {length})" in l), "")
+            assert "native GPU engine" in line, log
+            stored.append(int(re.search(r"plans: (\d+) KiB on the device", line).group(1)))
+        # Every plan after the first adds only what differs per length (the position
+        # embeddings worked out at load), not another copy of the layers' weights.
+        assert stored[-1] - stored[0] < stored[0] / 2, stored
+        assert f"model '{name}' instance '{name}_0_0' on GPU 0 (open dims 128)" in log
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+@pytest.mark.parametrize("precision", ("fp32", "bf16"))
+def test_each_length_runs_on_its_plan_and_matches_onnxruntime(server, repo, precision, grpc):
+    url = server.grpc_url if grpc else server.url
+    for length in LENGTHS:
+        for batch in (1, len(SENTENCES)):
+            ids, mask = padded(SENTENCES[:batch], length)
+            got = infer(url, f"bert_tiny_lengths_{precision}", "bert_tiny", ids, mask, grpc)
+            want = reference(repo, "bert_tiny", ids, mask)
+            assert got[0].shape == (batch, length, OUTPUTS["bert_tiny"][2])
+            for g, w in zip(got, want):
+                assert relative_diff(g, w) < TOLERANCE[precision], (length, batch)
+
+
+def test_a_length_without_a_plan_is_refused_and_the_others_answered(server, repo):
+    ids, mask = padded(SENTENCES[:2], 20)
+    for url, grpc in ((server.url, False), (server.grpc_url, True)):
+        with pytest.raises(InferenceServerException) as e:
+            infer(url, "bert_tiny_lengths_bf16", "bert_tiny", ids, mask, grpc)
+        assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+        assert ("has 20 in its open dimension: on the GPU this model takes 16, 32, 64 or 128 "
+                "(parameter nereid.open_dims); pad to one of them") in e.value.message()
+    # Concurrent requests of every length (and some without a plan) through the dynamic
+    # batcher: each of a planned length answered with its own sentence's hidden states.
+    jobs = [(SENTENCES[i % len(SENTENCES)], (16, 20, 32, 64, 128, 100)[i % 6]) for i in range(48)]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(infer, server.url, "bert_tiny_lengths_bf16", "bert_tiny",
+                               *padded([text], length), False) for text, length in jobs]
+    for (text, length), f in zip(jobs, futures):
+        if length not in LENGTHS:
+            with pytest.raises(InferenceServerException):
+                f.result()
+            continue
+        got = f.result()
+        want = reference(repo, "bert_tiny", *padded([text], length))
+        assert relative_diff(got[0], want[0]) < TOLERANCE["bf16"], (text, length)
 
 
 @NEEDS_MINILM

@@ -141,3 +141,74 @@ def test_bad_text_is_refused_and_the_server_keeps_serving(text_server, text, mes
     assert message in str(e.value)
     assert "in ensemble 'text_embedding'" in str(e.value)
     assert embed(text_server, ["still serving"], grpc=False).shape == (1, 384)
+
+
+def test_the_gpu_repositorys_tokenizer_pads_to_the_encoders_lengths(tmp_path, reference):
+    # The repository --kind KIND_GPU writes, its encoder moved back to the CPU (which takes any
+    # length and ignores nereid.open_dims): the tokenizer pads each request to the first of the
+    # lengths that holds its longest sentence; the masks keep every embedding the unpadded one.
+    repo = text_embedding_repo.write(str(tmp_path / "te"), "KIND_GPU")
+    config = os.path.join(repo, "minilm_l3", "config.pbtxt")
+    with open(config) as f:
+        text = f.read()
+    lengths = ",".join(str(n) for n in text_embedding_repo.GPU_LENGTHS)
+    assert f'"nereid.open_dims" value {{ string_value: "{lengths}" }}' in text
+    with open(config, "w") as f:
+        f.write(text.replace("KIND_GPU", "KIND_CPU"))
+    s = Server(repo, "--onnx-engine=auto", env={"NEREID_PYTHON": sys.executable})
+    try:
+        client = httpclient.InferenceServerClient(s.url)
+        for batch, length in ((SENTENCES[:1], 16), (SENTENCES + ["word " * 20], 32), (["word " * 40, "Hi"], 48),
+                              (["word " * 200], 128)):
+            text = httpclient.InferInput("TEXT", [len(batch)], "BYTES")
+            text.set_data_from_numpy(np.array([t.encode() for t in batch], dtype=object))
+            tokens = client.infer("tokenizer", [text])
+            assert tokens.as_numpy("input_ids").shape == (len(batch), length)
+            assert tokens.as_numpy("attention_mask")[-1].sum() <= length
+            if length == 128:
+                continue  # (cut at max_tokens: the reference would embed the whole sentence)
+            got = embed(s, batch, grpc=False)
+            for sentence, row in zip(batch, got):
+                assert cosine(row, reference(sentence)) > 0.99999, sentence
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("value, message", [
+    ("16,32,abc", "'abc' is not a whole number"),
+    ("16,,32", "'' is not a whole number"),
+    ("0", "0 is outside [1, 1048576]"),
+    ("99999999", "'99999999' is not a whole number"),
+    ("32,16,32", "32 is listed twice"),
+    (",".join(str(n) for n in range(1, 18)), "more than 16 values")])
+def test_a_bad_open_dims_value_refuses_the_model(tmp_path, value, message):
+    repo = text_embedding_repo.write(str(tmp_path / "te"))
+    config = os.path.join(repo, "minilm_l3", "config.pbtxt")
+    with open(config, "a") as f:
+        f.write(f'parameters {{ key: "nereid.open_dims" value {{ string_value: "{value}" }} }}\n')
+    s = Server(repo, "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false",
+               env={"NEREID_PYTHON": sys.executable})
+    try:
+        assert not httpclient.InferenceServerClient(s.url).is_model_ready("minilm_l3")
+        log = s.read_log()
+        assert "parameter 'nereid.open_dims' must list the values of the open dimensions" in log
+        assert message in log, log
+    finally:
+        s.stop()
+
+
+def test_open_dims_on_a_model_without_open_dimensions_refuses_it(tmp_path):
+    repo = text_embedding_repo.write(str(tmp_path / "te"))
+    config = os.path.join(repo, "minilm_l3", "config.pbtxt")
+    with open(config) as f:
+        text = f.read().replace("dims: [ -1, -1 ]", "dims: [ -1, 128 ]")
+    with open(config, "w") as f:
+        f.write(text + 'parameters { key: "nereid.open_dims" value { string_value: "128" } }\n')
+    s = Server(repo, "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false",
+               env={"NEREID_PYTHON": sys.executable})
+    try:
+        assert not httpclient.InferenceServerClient(s.url).is_model_ready("minilm_l3")
+        assert "parameter 'nereid.open_dims' is set but no input's dims (after the batch) hold " \
+            "-1" in s.read_log()
+    finally:
+        s.stop()
