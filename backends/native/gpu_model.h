@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <compare>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -17,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/attention.h"
@@ -177,7 +177,9 @@ class GpuWeightStore {
   struct Key {
     size_t bytes;
     uint64_t h1, h2;
-    auto operator<=>(const Key&) const = default;
+    bool operator<(const Key& o) const {
+      return std::tie(bytes, h1, h2) < std::tie(o.bytes, o.h1, o.h2);
+    }
   };
   static Key KeyOf(const void* data, size_t bytes) {
     const auto* p = static_cast<const uint8_t*>(data);
