@@ -282,7 +282,7 @@ def main():
         os.makedirs(os.path.join(repo, "models", f"resnet50_{p}", "1"))
         os.link(onnx_path, os.path.join(repo, "models", f"resnet50_{p}", "1", "model.onnx"))
         with open(os.path.join(repo, "models", f"resnet50_{p}", "config.pbtxt"), "w") as f:
-            f.write(config(f"resnet50_{p}", p, max(batches)))
+            f.write(config(f"resnet50_{p}", p, max(batches + [32])))  # (section 3 sends 32)
     # Section 4: the same bf16 model with dynamic batching (up to 64 images per execution).
     os.makedirs(os.path.join(repo, "models", "resnet50_batched", "1"))
     os.link(onnx_path, os.path.join(repo, "models", "resnet50_batched", "1", "model.onnx"))
