@@ -203,6 +203,12 @@ def test_a_length_without_a_plan_is_refused_and_the_others_answered(server, repo
         assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
         assert ("has 20 in its open dimension: on the GPU this model takes 16, 32, 64 or 128 "
                 "(parameter nereid.open_dims); pad to one of them") in e.value.message()
+    # The ids and the mask at different planned lengths: no plan takes both.
+    ids16, _ = padded(SENTENCES[:1], 16)
+    _, mask32 = padded(SENTENCES[:1], 32)
+    with pytest.raises(InferenceServerException) as e:
+        infer(server.url, "bert_tiny_lengths_bf16", "bert_tiny", ids16, mask32, False)
+    assert "on the GPU every open dimension takes the same value" in e.value.message()
     # Concurrent requests of every length (and some without a plan) through the dynamic
     # batcher: each of a planned length answered with its own sentence's hidden states.
     jobs = [(SENTENCES[i % 4], (16, 20, 32, 64, 128, 100)[i % 6]) for i in range(48)]

@@ -24,12 +24,16 @@ def test_concurrency_sweep_writes_table_csv_and_json(server, tmp_path, protocol)
     assert [r["Concurrency"] for r in rows] == ["1", "2"]
     assert all(float(r["Inferences/Second"]) > 0 and r["Errors"] == "0" for r in rows)
     # The server's own view of each window, from the statistics extension over the same protocol:
-    # simple is not batched, so one request per execution, and its compute time is measured.
-    assert all(float(r["Server Batch Size"]) == 1.0 and float(r["Server Compute Infer"]) > 0
-               for r in rows)
+    # simple is not batched, so one request per execution, and its compute time is measured. (An
+    # execution and its request's success are counted one after the other, as Triton counts
+    # them: a window's edge can fall between the two, so the ratio of its thousands of requests
+    # to its executions is 1 within one in a hundred, not always exactly; seen under the
+    # full suite's load.)
+    assert all(abs(float(r["Server Batch Size"]) - 1.0) < 2e-2 and
+               float(r["Server Compute Infer"]) > 0 for r in rows)
     results = json.load(open(tmp_path / "r.json"))["results"]
     assert results[0]["count"] > 0 and results[0]["p99_us"] >= results[0]["p50_us"] > 0
-    assert results[0]["server_batch_size"] == 1.0
+    assert abs(results[0]["server_batch_size"] - 1.0) < 2e-2
 
 
 def test_server_batch_size_shows_dynamic_batching(server, tmp_path):
