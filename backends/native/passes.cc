@@ -1001,10 +1001,17 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
         continue;
       const size_t rank = w.shape().size();
       // The int8 precision quantizes the weights of every convolution but depthwise ones (their
-      // kernel is fp32; they are a small share of the work).
-      auto plan = std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1],
-                                             rank == 4 ? w.shape()[2] : 1, w.shape()[rank - 1],
-                                             groups, options.int8_weights);
+      // kernel is fp32; they are a small share of the work) and those of fewer than 2,048
+      // multiply-adds per output pixel (depth x output channels per group): there each pixel's
+      // quantization and the int8 tiles' setup cost more than the products save. MobileNetV2 at
+      // batch 1, one thread, fp32 against int8 per layer: the 3-channel stem (27 x 32) 287 vs
+      // 522 us, a 1x1 of 32 -> 16 193 vs 277, of 16 -> 96 420 vs 479; from 2,304 (96 x 24) on
+      // int8 wins (152 vs 130 us), at 20k and more by 4-5x.
+      const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
+      const int64_t macs_per_pixel = w.shape()[1] * kh * kw * (w.shape()[0] / groups);
+      auto plan =
+          std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1], kh, kw, groups,
+                                     options.int8_weights && macs_per_pixel >= 2048);
       int8_convs += plan->weights.int8();
       if (node.inputs.size() > 2 && node.inputs[2] >= 0 && g.IsConstant(node.inputs[2])) {
         const Tensor& b = g.constants[node.inputs[2]];

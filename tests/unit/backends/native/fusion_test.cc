@@ -535,6 +535,50 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     }
 }
 
+TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
+  // precision int8: a 3-channel stem (27 x 32 = 864 multiply-adds per output pixel) stays fp32,
+  // where each pixel's quantization costs more than int8 saves; a 3x3 of 32 -> 64 (18,432)
+  // runs in int8; the answers stay within int8's error of fp32's.
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> d(-0.5f, 0.5f);
+    std::vector<float> w0(32 * 3 * 9), w1(64 * 32 * 9);
+    for (auto* w : {&w0, &w1})
+      for (float& v : *w) v = d(rng);
+    AddFloatTensor(g, "w0", {32, 3, 3, 3}, w0);
+    AddFloatTensor(g, "w1", {64, 32, 3, 3}, w1);
+    AddValueInfo(g->mutable_input(), "x", {1, 3, 12, 12});
+    AddValueInfo(g->mutable_output(), "y", {});
+    SetInts(AddNode(g, "Conv", {"x", "w0"}, "a"), "pads", {1, 1, 1, 1});
+    SetInts(AddNode(g, "Conv", {"a", "w1"}, "y"), "pads", {1, 1, 1, 1});
+    return m;
+  };
+  Tensor x = Tensor::Allocate(DataType::kFp32, {1, 3, 12, 12});
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (int64_t i = 0; i < x.elements(); ++i) x.mutable_data<float>()[i] = d(rng);
+  std::vector<Tensor> got[2];
+  for (bool int8 : {false, true}) {
+    GraphOptions options;
+    options.int8_weights = int8;
+    auto graph = Graph::FromProto(model(), options);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    std::string packed;
+    for (const std::string& line : (*graph)->pass_log())
+      if (line.rfind("Conv weights packed", 0) == 0) packed = line;
+    EXPECT_EQ(packed, int8 ? "Conv weights packed: 2 (1 in int8)" : "Conv weights packed: 2");
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[int8]).ok());
+  }
+  float largest = 0, worst = 0;
+  for (int64_t i = 0; i < got[0][0].elements(); ++i) {
+    largest = std::max(largest, std::abs(got[0][0].data<float>()[i]));
+    worst = std::max(worst, std::abs(got[1][0].data<float>()[i] - got[0][0].data<float>()[i]));
+  }
+  EXPECT_LT(worst, 0.05f * largest);
+}
+
 TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
   std::vector<float> x;
   for (float v = -100.f; v <= 100.f; v += 0.37f) x.push_back(v);
