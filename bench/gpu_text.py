@@ -33,7 +33,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 os.environ.setdefault("NEREID_BINARY", "")
 from gpu_serving import capture_graph, replay_times  # noqa: E402  (bench/, this file's folder)
-from gpu_vision import server_compute_feeds  # noqa: E402
+from gpu_vision import add_model, server_compute_feeds  # noqa: E402
 
 TOKENS, HIDDEN, VOCAB = 128, 768, 30522
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
@@ -142,15 +142,10 @@ def main():
                     "--models", "bert_base"], check=True, stdout=subprocess.DEVNULL)
     onnx_path = os.path.join(export, "bert_base.onnx")
     for p in precisions:
-        os.makedirs(os.path.join(repo, "models", f"bert_{p}", "1"))
-        os.link(onnx_path, os.path.join(repo, "models", f"bert_{p}", "1", "model.onnx"))
-        with open(os.path.join(repo, "models", f"bert_{p}", "config.pbtxt"), "w") as f:
-            f.write(config(f"bert_{p}", p, max(batches)))
+        add_model(repo, f"bert_{p}", onnx_path, config(f"bert_{p}", p, max(batches)))
     if args.lengths and "bf16" in precisions:
-        os.makedirs(os.path.join(repo, "models", "bert_lengths_bf16", "1"))
-        os.link(onnx_path, os.path.join(repo, "models", "bert_lengths_bf16", "1", "model.onnx"))
-        with open(os.path.join(repo, "models", "bert_lengths_bf16", "config.pbtxt"), "w") as f:
-            f.write(config("bert_lengths_bf16", "bf16", 64, args.lengths))
+        add_model(repo, "bert_lengths_bf16", onnx_path,
+                  config("bert_lengths_bf16", "bf16", 64, args.lengths))
 
     print(f"== 1+2. BERT-base, {TOKENS} tokens, per batch, host to host (us): PyTorch CUDA graph "
           "(SDPA) vs Nereid's server-side compute (gRPC, one in flight)")

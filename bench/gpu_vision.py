@@ -92,6 +92,14 @@ parameters {{ key: "precision" value {{ string_value: "{precision}" }} }}
 """
 
 
+def add_model(repo, name, onnx_path, config_text):
+    """Model 'name' in repo/models: the exported file linked (not copied) and its config."""
+    os.makedirs(os.path.join(repo, "models", name, "1"))
+    os.link(onnx_path, os.path.join(repo, "models", name, "1", "model.onnx"))
+    with open(os.path.join(repo, "models", name, "config.pbtxt"), "w") as f:
+        f.write(config_text)
+
+
 def server_compute(client, mod, model, x, iters):
     """Mean server-side compute per execution (us), one request in flight."""
     t = mod.InferInput("input", list(x.shape), "FP32")
@@ -278,17 +286,13 @@ def main():
     repo = tempfile.mkdtemp()
     onnx_path = os.path.join(repo, "export", "resnet50.onnx")
     export(onnx_path)
-    for p in precisions:
-        os.makedirs(os.path.join(repo, "models", f"resnet50_{p}", "1"))
-        os.link(onnx_path, os.path.join(repo, "models", f"resnet50_{p}", "1", "model.onnx"))
-        with open(os.path.join(repo, "models", f"resnet50_{p}", "config.pbtxt"), "w") as f:
-            f.write(config(f"resnet50_{p}", p, max(batches + [32])))  # (section 3 sends 32)
+    for p in precisions:  # (section 3 sends 32 images)
+        add_model(repo, f"resnet50_{p}", onnx_path,
+                  config(f"resnet50_{p}", p, max(batches + [32])))
     # Section 4: the same bf16 model with dynamic batching (up to 64 images per execution).
-    os.makedirs(os.path.join(repo, "models", "resnet50_batched", "1"))
-    os.link(onnx_path, os.path.join(repo, "models", "resnet50_batched", "1", "model.onnx"))
-    with open(os.path.join(repo, "models", "resnet50_batched", "config.pbtxt"), "w") as f:
-        f.write(config("resnet50_batched", "bf16", 64,
-                       "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"))
+    add_model(repo, "resnet50_batched", onnx_path,
+              config("resnet50_batched", "bf16", 64,
+                     "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"))
 
     print("== 1+2. ResNet-50 224x224 per batch, host to host (us): PyTorch CUDA graph (fp32; "
           "fp16/bf16 channels-last) vs Nereid's server-side compute (gRPC, one in flight)")

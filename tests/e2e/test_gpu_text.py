@@ -84,18 +84,16 @@ def repo(tmp_path_factory):
     files.mkdir()
     onnx.save(text_models.encoder("bert_tiny", seed=3, pooled=True), str(files / "bert_tiny.onnx"))
     sources = {"minilm": MINILM, "bert_tiny": str(files / "bert_tiny.onnx")}
-    for model in OUTPUTS:
-        source = sources[model]
-        for precision in PRECISIONS + (("int8",) if model == "minilm" else ()):
-            name = f"{model}_{precision}"
-            (root / name / "1").mkdir(parents=True)
-            shutil.copy(source, root / name / "1" / "model.onnx")
-            (root / name / "config.pbtxt").write_text(config(name, model, precision))
-    for precision in ("fp32", "bf16"):
-        name = f"bert_tiny_lengths_{precision}"
+    # name -> (model, precision, lengths): each precision of each encoder, and bert_tiny with
+    # its tokens dimension open in two of them.
+    models = {f"{model}_{precision}": (model, precision, None) for model in OUTPUTS
+              for precision in PRECISIONS + (("int8",) if model == "minilm" else ())}
+    models.update({f"bert_tiny_lengths_{precision}": ("bert_tiny", precision, LENGTHS)
+                   for precision in ("fp32", "bf16")})
+    for name, (model, precision, lengths) in models.items():
         (root / name / "1").mkdir(parents=True)
-        shutil.copy(sources["bert_tiny"], root / name / "1" / "model.onnx")
-        (root / name / "config.pbtxt").write_text(config(name, "bert_tiny", precision, LENGTHS))
+        shutil.copy(sources[model], root / name / "1" / "model.onnx")
+        (root / name / "config.pbtxt").write_text(config(name, model, precision, lengths))
     return root
 
 

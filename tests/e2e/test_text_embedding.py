@@ -174,6 +174,25 @@ def test_the_gpu_repositorys_tokenizer_pads_to_the_encoders_lengths(tmp_path, re
         assert s.stop() == 0
 
 
+def refused_encoder_log(tmp_path, dims, open_dims):
+    """The server's log after loading the example with the encoder's dims 'dims' and
+    nereid.open_dims 'open_dims': the encoder must be refused (not ready)."""
+    repo = text_embedding_repo.write(str(tmp_path / "te"))
+    config = os.path.join(repo, "minilm_l3", "config.pbtxt")
+    with open(config) as f:
+        text = f.read().replace("dims: [ -1, -1 ]", f"dims: {dims}")
+    with open(config, "w") as f:
+        f.write(text + f'parameters {{ key: "nereid.open_dims" value {{ string_value: '
+                       f'"{open_dims}" }} }}\n')
+    s = Server(repo, "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false",
+               env={"NEREID_PYTHON": sys.executable})
+    try:
+        assert not httpclient.InferenceServerClient(s.url).is_model_ready("minilm_l3")
+        return s.read_log()
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("value, message", [
     ("16,32,abc", "'abc' is not a whole number"),
     ("16,,32", "'' is not a whole number"),
@@ -182,33 +201,12 @@ def test_the_gpu_repositorys_tokenizer_pads_to_the_encoders_lengths(tmp_path, re
     ("32,16,32", "32 is listed twice"),
     (",".join(str(n) for n in range(1, 18)), "more than 16 values")])
 def test_a_bad_open_dims_value_refuses_the_model(tmp_path, value, message):
-    repo = text_embedding_repo.write(str(tmp_path / "te"))
-    config = os.path.join(repo, "minilm_l3", "config.pbtxt")
-    with open(config, "a") as f:
-        f.write(f'parameters {{ key: "nereid.open_dims" value {{ string_value: "{value}" }} }}\n')
-    s = Server(repo, "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false",
-               env={"NEREID_PYTHON": sys.executable})
-    try:
-        assert not httpclient.InferenceServerClient(s.url).is_model_ready("minilm_l3")
-        log = s.read_log()
-        assert "parameter 'nereid.open_dims' must list the values of the open dimensions" in log
-        assert message in log, log
-    finally:
-        s.stop()
+    log = refused_encoder_log(tmp_path, "[ -1, -1 ]", value)
+    assert "parameter 'nereid.open_dims' must list the values of the open dimensions" in log
+    assert message in log, log
 
 
 def test_open_dims_on_a_model_without_open_dimensions_refuses_it(tmp_path):
-    repo = text_embedding_repo.write(str(tmp_path / "te"))
-    config = os.path.join(repo, "minilm_l3", "config.pbtxt")
-    with open(config) as f:
-        text = f.read().replace("dims: [ -1, -1 ]", "dims: [ -1, 128 ]")
-    with open(config, "w") as f:
-        f.write(text + 'parameters { key: "nereid.open_dims" value { string_value: "128" } }\n')
-    s = Server(repo, "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false",
-               env={"NEREID_PYTHON": sys.executable})
-    try:
-        assert not httpclient.InferenceServerClient(s.url).is_model_ready("minilm_l3")
-        assert "parameter 'nereid.open_dims' is set but no input's dims (after the batch) hold " \
-            "-1" in s.read_log()
-    finally:
-        s.stop()
+    log = refused_encoder_log(tmp_path, "[ -1, 128 ]", "128")
+    assert "parameter 'nereid.open_dims' is set but no input's dims (after the batch) hold " \
+        "-1" in log, log
