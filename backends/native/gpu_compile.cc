@@ -332,14 +332,18 @@ Status CompileNode(const Graph& graph, const Graph::Node& node, GpuModel& m) {
   if (node.outputs.empty() || node.outputs[0] < 0 || outputs > it->second.max_outputs)
     return Unsupported(n.who + ": " + std::to_string(it->second.max_outputs) +
                        " output(s) expected");
-  return it->second.compile(n);
+  if (!m.ragged()) return it->second.compile(n);
+  ASSIGN_OR_RETURN(const RaggedRole role, PrepareRaggedNode(n));
+  const size_t first_step = m.steps.size();
+  RETURN_IF_ERROR(it->second.compile(n));
+  return FinishRaggedNode(n, role, first_step);
 }
 
 }  // namespace
 
 std::vector<int> StepReads(const GpuModel& m, const Step& s) {
   std::vector<int> ids;
-  for (int id : {s.in, s.a.value, s.b.value, s.residual, s.mask})
+  for (int id : {s.in, s.a.value, s.b.value, s.residual, s.mask, s.token_sequence, s.sequence_ends})
     if (id >= 0) ids.push_back(m.Resolve(id));
   for (const auto& part : s.parts)
     if (part.first >= 0) ids.push_back(m.Resolve(part.first));
@@ -417,10 +421,37 @@ void PlanArena(GpuModel& m) {
 
 StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int device,
                                                         Precision precision,
-                                                        const GpuShapes& shapes) {
+                                                        const GpuShapes& given) {
+  GpuShapes shapes = given;
+  std::shared_ptr<const GpuModel> longest;
+  if (const int64_t length = given.ragged_max_length; length > 0) {
+    // A ragged plan: first the graph at its longest length, without a device, for the dims and
+    // constants that tell each value's tokens axis; then at one token per sequence.
+    GpuShapes at_longest = given;
+    at_longest.ragged_max_length = at_longest.ragged_max_sequences = 0;
+    at_longest.keep_host_constants = true;
+    at_longest.weights = nullptr;
+    for (auto& [name, dims] : at_longest.input_dims)
+      std::replace(dims.begin(), dims.end(), int64_t{-1}, length);
+    auto made = CompileForGpu(graph, kGpuPlanOnly, precision, at_longest);
+    if (!made.ok())
+      return Status(made.status().code(),
+                    "ragged batching: at its longest sequence, " + std::to_string(length) +
+                        " tokens (parameter nereid.max_sequence_length), the graph does not "
+                        "compile for the GPU: " +
+                        made.status().message());
+    longest = std::move(made).value();
+    for (auto& [name, dims] : shapes.input_dims)
+      std::replace(dims.begin(), dims.end(), int64_t{-1}, int64_t{1});
+  }
   if (device != kGpuPlanOnly)
     CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   auto m = std::make_shared<GpuModel>();
+  m->longest = longest;
+  if (longest) {
+    m->ragged_max_length = given.ragged_max_length;
+    m->ragged_sequences = given.ragged_max_sequences + 1;  // (and the padding's)
+  }
   m->device = device;
   m->store = shapes.weights;
   m->precision = precision;
@@ -475,8 +506,9 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     }
     m->inputs.push_back(io);
   }
+  if (m->ragged()) RETURN_IF_ERROR(AddRaggedInputs(*m));
   for (const auto& node : graph.nodes()) RETURN_IF_ERROR(CompileNode(graph, node, *m));
-  m->host_constants.clear();  // uploaded where read
+  if (!shapes.keep_host_constants) m->host_constants.clear();  // uploaded where read
   for (const ValueInfo& v : graph.outputs()) {
     int id = graph.FindValue(v.name);
     if (id >= 0 && m->views.count(id))
@@ -485,6 +517,11 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
                          "with the batch first");
     if (id < 0 || !m->values[id].defined)
       return Unsupported("output '" + v.name + "' is not computed from the inputs on the GPU");
+    const int tokens_axis = m->ragged() ? RaggedTokensAxis(*m, id) : 0;
+    if (tokens_axis == -2 || tokens_axis > 1)
+      return Unsupported("output '" + v.name +
+                         "': ragged batching on the GPU answers outputs per sequence or [batch, "
+                         "tokens, ...], not this one's shape");
     id = InLayout(*m, id, false);
     const ValueSpec spec = m->values[id];
     IoSpec io{v.name, id, spec.logical, spec.dims,
@@ -495,10 +532,13 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
       Step s;
       s.kind = Step::kConvert;
       s.in = id, s.out = io.value;
+      s.sequences = tokens_axis == -1;
       m->steps.push_back(s);
     }
+    io.sequences = tokens_axis == -1;
     m->outputs.push_back(io);
   }
+  if (m->ragged()) RETURN_IF_ERROR(FinishRagged(*m));
   RemoveDeadSteps(*m);
   PlanArena(*m);
   return std::shared_ptr<const GpuModel>(std::move(m));

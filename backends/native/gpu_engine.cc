@@ -63,6 +63,14 @@ Status CheckIndices(const IoSpec& io, const GpuFeed& feed) {
   return Status::Ok();
 }
 
+// The rows a ragged plan runs for 'tokens' tokens (a CUDA graph each): multiples of 16 up to 256,
+// then of an eighth of the power of two below, so at most 1/8 of the rows are padding.
+int64_t RaggedBucket(int64_t tokens) {
+  int64_t step = 16;
+  while (step * 16 < tokens) step *= 2;
+  return (tokens + step - 1) / step * step;
+}
+
 }  // namespace
 
 class GpuInstance final : public GemmBench {
@@ -98,11 +106,30 @@ class GpuInstance final : public GemmBench {
 
   Status Run(int64_t rows, const std::vector<GpuFeed>& feeds,
              const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
-             uint64_t* start_ns, uint64_t* end_ns) {
+             uint64_t* start_ns, uint64_t* end_ns, const std::vector<int64_t>* sequences) {
     if (rows < 1) return InvalidArgument("a GPU run needs at least one row");
+    // A ragged plan runs its tokens padded to a bucket (the padding a sequence of its own).
+    const int64_t run_rows = m_->ragged() ? RaggedBucket(rows) : rows;
+    if (m_->ragged()) {
+      if (sequences == nullptr || sequences->empty() ||
+          static_cast<int64_t>(sequences->size()) >= m_->ragged_sequences)
+        return InvalidArgument("a ragged plan runs 1 to " +
+                               std::to_string(m_->ragged_sequences - 1) + " sequences at a time");
+      int64_t total = 0;
+      for (int64_t n : *sequences) {
+        if (n < 1 || n > m_->ragged_max_length)
+          return InvalidArgument(
+              "a sequence of " + std::to_string(n) + " tokens: this model takes 1 to " +
+              std::to_string(m_->ragged_max_length) + " (parameter nereid.max_sequence_length)");
+        total += n;
+      }
+      if (total != rows) return InvalidArgument("the sequences' tokens are not the rows");
+    } else if (sequences != nullptr) {
+      return InvalidArgument("sequences given to a plan that is not ragged");
+    }
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
-    RETURN_IF_ERROR(Grow(rows));
-    if (const int64_t bucket = TuneBucket(rows); !tuner_->Tuned(bucket))
+    RETURN_IF_ERROR(Grow(std::max(run_rows, m_->ragged_sequences)));
+    if (const int64_t bucket = TuneBucket(run_rows); !tuner_->Tuned(bucket))
       RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
     *start_ns = NereidNowNs();
     // Which copies go straight between request memory and the device (bit i: input i; bit
@@ -116,6 +143,7 @@ class GpuInstance final : public GemmBench {
     direct_dst_.assign(m_->outputs.size(), nullptr);
     for (size_t i = 0; i < ni; ++i) {
       const IoSpec& io = m_->inputs[i];
+      if (io.engine_made) continue;  // (written below)
       const GpuFeed* feed = nullptr;
       for (const auto& f : feeds)
         if (f.name == io.name) feed = &f;
@@ -143,9 +171,12 @@ class GpuInstance final : public GemmBench {
         copies_.push_back({dst + at, static_cast<const uint8_t*>(part.data), part.bytes});
         at += part.bytes;
       }
+      // A ragged plan's padding rows: zeros (token 0, masked out, a sequence of its own).
+      std::memset(dst + at, 0, static_cast<size_t>(run_rows - rows) * io.row_bytes);
     }
     StageCopies();
-    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size(); ++o) {
+    if (m_->ragged()) WriteSequences(run_rows, *sequences);
+    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size() && !m_->ragged(); ++o) {
       const GpuDestination& d = destinations[o];
       if (d.data == nullptr || ni + o >= 64) continue;
       if (d.device || static_cast<size_t>(rows) * m_->outputs[o].row_bytes >= kDirectMin) {
@@ -157,19 +188,20 @@ class GpuInstance final : public GemmBench {
     const bool measured = phases_.Begin();
     auto mark = [&](int i) { return phases_.Mark(i, stream_); };
     CUDA_RETURN(mark(0), "cudaEventRecord");
-    RETURN_IF_ERROR(EnqueueDirect(rows, direct, true));
-    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
+    RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, true));
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(run_rows, true, direct));
     CUDA_RETURN(mark(1), "cudaEventRecord");
-    RETURN_IF_ERROR(LaunchGraph(rows, direct));
+    RETURN_IF_ERROR(LaunchGraph(run_rows, direct));
     CUDA_RETURN(mark(2), "cudaEventRecord");
-    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
-    RETURN_IF_ERROR(EnqueueDirect(rows, direct, false));
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(run_rows, false, direct));
+    RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, false));
     CUDA_RETURN(mark(3), "cudaEventRecord");
     const uint64_t enqueued_ns = NereidNowNs();
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
     *end_ns = NereidNowNs();
     if (measured)
-      phases_.Note(rows, direct, copies_in_graph_, {*start_ns, gathered_ns, enqueued_ns, *end_ns});
+      phases_.Note(run_rows, direct, copies_in_graph_,
+                   {*start_ns, gathered_ns, enqueued_ns, *end_ns});
     device_ns_ = phases_.DeviceNs();
     results->clear();
     for (size_t i = 0; i < m_->outputs.size(); ++i) {
@@ -177,12 +209,13 @@ class GpuInstance final : public GemmBench {
       GpuResult r;
       r.name = io.name;
       r.type = io.type;
-      r.shape = {rows};
+      const int64_t out_rows = io.sequences ? static_cast<int64_t>(sequences->size()) : rows;
+      r.shape = {out_rows};
       r.shape.insert(r.shape.end(), io.dims.begin(), io.dims.end());
       r.in_destination = direct_dst_[i] != nullptr;
       r.data =
           static_cast<const uint8_t*>(r.in_destination ? direct_dst_[i] : staging_out_[i].data);
-      r.bytes = static_cast<size_t>(rows) * io.row_bytes;
+      r.bytes = static_cast<size_t>(out_rows) * io.row_bytes;
       results->push_back(std::move(r));
     }
     return Status::Ok();
@@ -190,7 +223,9 @@ class GpuInstance final : public GemmBench {
 
   std::vector<GpuOutputInfo> outputs() const {
     std::vector<GpuOutputInfo> out;
-    for (const IoSpec& io : m_->outputs) out.push_back({io.name, io.type, io.dims, io.row_bytes});
+    for (const IoSpec& io : m_->outputs)
+      out.push_back(
+          {io.name, io.type, io.dims, io.row_bytes, io.sequences, m_->ragged() && !io.sequences});
     return out;
   }
 
@@ -351,7 +386,7 @@ class GpuInstance final : public GemmBench {
     const auto& ios = to_device ? m_->inputs : m_->outputs;
     for (size_t i = 0; i < ios.size(); ++i) {
       if (direct >> (to_device ? i : ni + i) & 1) continue;
-      const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
+      const size_t bytes = static_cast<size_t>(RowsOf(ios[i], rows)) * ios[i].row_bytes;
       void* host = (to_device ? staging_in_ : staging_out_)[i].data;
       void* device = Buf(ios[i].value);
       void* mapped = (to_device ? mapped_in_ : mapped_out_)[i];
@@ -369,17 +404,49 @@ class GpuInstance final : public GemmBench {
     return Status::Ok();
   }
 
+  // The rows of an input, output or step when the graph runs 'rows': a ragged plan's values per
+  // sequence have a row per sequence (its capacity of them).
+  int64_t RowsOf(const IoSpec& io, int64_t rows) const {
+    return io.sequences ? m_->ragged_sequences : rows;
+  }
+
+  // A ragged plan's own inputs for 'sequences' packed end to end, padded to
+  // 'run_rows' (the padding one more sequence, and the sequences after it empty): each token's
+  // position in its sequence and its sequence, each sequence's end.
+  void WriteSequences(int64_t run_rows, const std::vector<int64_t>& sequences) {
+    for (size_t i = 0; i < m_->inputs.size(); ++i) {
+      const IoSpec& io = m_->inputs[i];
+      if (!io.engine_made) continue;
+      auto* out = static_cast<int32_t*>(staging_in_[i].data);
+      if (io.value == m_->sequence_ends) {
+        int64_t end = 0;
+        for (int64_t s = 0; s < m_->ragged_sequences; ++s) {
+          end = static_cast<size_t>(s) < sequences.size() ? end + sequences[s] : run_rows;
+          out[s] = static_cast<int32_t>(end);
+        }
+        continue;
+      }
+      const bool positions = io.value == m_->positions;
+      int64_t t = 0;
+      for (size_t s = 0; s < sequences.size(); ++s)
+        for (int64_t p = 0; p < sequences[s]; ++p, ++t)
+          out[t] = static_cast<int32_t>(positions ? p : static_cast<int64_t>(s));
+      for (; t < run_rows; ++t) out[t] = positions ? 0 : static_cast<int32_t>(sequences.size());
+    }
+  }
+
   Status EnqueueSteps(int64_t rows) {
     const StepBuffers buffers{
         [this](int id) { return Buf(id); }, quantized_.data, static_cast<float*>(row_scale_.data),
         static_cast<unsigned*>(absmax_.data), static_cast<float*>(conv_workspace_.data)};
     for (const Step& s : m_->steps) {
+      const int64_t n = s.sequences ? m_->ragged_sequences : rows;
       if (s.kind == Step::kGemm) {
         RETURN_IF_ERROR(
-            RunGemm(s, rows, tuner_->Choice(static_cast<size_t>(&s - m_->steps.data()), rows)));
+            RunGemm(s, n, tuner_->Choice(static_cast<size_t>(&s - m_->steps.data()), n)));
         continue;
       }
-      RETURN_IF_ERROR(LaunchStep(*m_, s, rows, buffers, stream_));
+      RETURN_IF_ERROR(LaunchStep(*m_, s, n, buffers, stream_));
     }
     return Status::Ok();
   }
@@ -521,8 +588,10 @@ uint64_t LastDeviceNs(const GpuInstance& instance) { return instance.device_ns()
 
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
                 const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
-                uint64_t* compute_start_ns, uint64_t* compute_end_ns) {
-  return instance.Run(rows, feeds, destinations, results, compute_start_ns, compute_end_ns);
+                uint64_t* compute_start_ns, uint64_t* compute_end_ns,
+                const std::vector<int64_t>* sequences) {
+  return instance.Run(rows, feeds, destinations, results, compute_start_ns, compute_end_ns,
+                      sequences);
 }
 
 std::vector<GpuOutputInfo> GpuOutputs(const GpuInstance& instance) { return instance.outputs(); }

@@ -48,6 +48,12 @@ struct GpuShapes {
   // each value of its open dimensions) share each identical weight's copy; null: a store of the
   // model's own.
   std::shared_ptr<GpuWeightStore> weights;
+  // Ragged batching (allow_ragged_batch on a [batch, tokens] encoder): the graph compiled
+  // token-major (RunOnGpu's 'sequences'), sequences of 1 to ragged_max_length tokens, at most
+  // ragged_max_sequences of them a run; the open dims in input_dims (-1) are the tokens. 0: not.
+  int64_t ragged_max_length = 0, ragged_max_sequences = 0;
+  // (Internal: the plan compiled only to read its dims and constants, kept after compiling.)
+  bool keep_host_constants = false;
 };
 std::shared_ptr<GpuWeightStore> MakeGpuWeightStore(int device);
 // The bytes a store holds on its device.
@@ -95,6 +101,8 @@ struct GpuOutputInfo {
   DataType type;
   std::vector<int64_t> dims;
   size_t row_bytes = 0;
+  // Ragged plans: a row per sequence (pooled), or per token (dims[0] the tokens' 1), else neither.
+  bool sequences = false, per_token = false;
 };
 std::vector<GpuOutputInfo> GpuOutputs(const GpuInstance& instance);
 
@@ -126,9 +134,14 @@ std::string GemmTuning(const GpuInstance& instance);
 // may be empty or hold nulls): device memory always, and page-locked buffers for outputs of 64 KiB
 // or more, are written directly; other results point into staging memory until the next run.
 // 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
+//
+// A ragged plan takes 'sequences' (each one's tokens, in the order they lie in the inputs; rows is
+// their sum) and answers its per-token outputs with those rows and its pooled ones with a row per
+// sequence; 'destinations' are not written directly.
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
                 const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,
-                uint64_t* compute_start_ns, uint64_t* compute_end_ns);
+                uint64_t* compute_start_ns, uint64_t* compute_end_ns,
+                const std::vector<int64_t>* sequences = nullptr);
 // The device time of the instance's last run (CUDA events around its copies and kernels).
 uint64_t LastDeviceNs(const GpuInstance& instance);
 

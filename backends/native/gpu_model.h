@@ -121,6 +121,13 @@ struct Step {
   kc::AttentionProblem attention;
   int64_t q_offset = 0, k_offset = 0, v_offset = 0;
   int mask = -1;
+  // Ragged plans (GpuModel::ragged): kAttention over the packed sequences (each query's own
+  // sequence's keys), and kReduce pooling each sequence's tokens, read these values (the
+  // engine's, GpuModel::token_sequence and sequence_ends); -1 otherwise.
+  int token_sequence = -1, sequence_ends = -1;
+  // Runs over the batch's sequences (rows: GpuModel::ragged_sequences) rather than its tokens:
+  // what follows a pooling over each sequence's tokens in a ragged plan.
+  bool sequences = false;
   // kResize: taps on the device (window.h/w/c_in -> window.oh/ow)
   const kc::ResizeTap* taps_y = nullptr;
   const kc::ResizeTap* taps_x = nullptr;
@@ -135,6 +142,10 @@ struct IoSpec {
   // Inputs of indices a Gather reads a table of this many rows by: every value of a request must
   // lie in [-index_limit, index_limit), checked on the host before it runs (0: no check).
   int64_t index_limit = 0;
+  // Ragged plans: an input the engine makes itself (each token's position and sequence, each
+  // sequence's end), not the caller; an input or output with a row per sequence (not per token).
+  bool engine_made = false;
+  bool sequences = false;
 };
 
 // Device copies of weights: one per distinct content, shared by every model compiled into the
@@ -243,6 +254,17 @@ class GpuModel {
   // writes a value (a Transpose that alone reads it can have the step write its own output).
   std::vector<int> readers;
   std::map<int, size_t> attention_steps;
+  // Ragged plans (GpuShapes::ragged_max_length): the graph compiled token-major, a row per token
+  // of every sequence packed end to end (its tokens dimension 1), the ops along the tokens
+  // (attention, pooling, position embeddings) made per sequence from the engine's own inputs:
+  // each token's position in its sequence and sequence (INT32), each sequence's end (INT32, a row
+  // per sequence). Steps after a pooling run on ragged_sequences rows.
+  int64_t ragged_max_length = 0, ragged_sequences = 0;
+  int positions = -1, token_sequence = -1, sequence_ends = -1;
+  // While compiling a ragged plan: the same graph compiled without a device at the longest
+  // length, whose dims and constants tell each value's tokens axis (and what depends on it).
+  std::shared_ptr<const GpuModel> longest;
+  bool ragged() const { return ragged_max_length > 0; }
   int64_t fixed_rows = 0;        // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;            // the int8 precision: GEMMs run in int8 (the others in bf16)
   int64_t int8_max_k = 0;        // their largest k (the per-row quantized activations' scratch)
@@ -379,6 +401,19 @@ bool ScalarOf(const Tensor& t, float* v);
 StatusOr<kc::Activation> GpuActivationOf(const Graph::Node& node, const std::string& who);
 // An epilogue's activation as the kernels name it; refused for those without one.
 StatusOr<kc::ConvActivation> ConvActivationOf(OpNode::Activation act, const std::string& who);
+
+// Ragged plans (gpu_ragged.cc; GpuModel::ragged): the engine's inputs (after the graph's, whose
+// tokens dimension is checked); each node the device runs is checked before it compiles (its
+// constants that differ per position made values gathered by position) and given a role, its
+// steps fixed after; the attention steps' strides once every node has compiled.
+enum class RaggedRole { kTokens, kSequences, kAttention, kPool };
+Status AddRaggedInputs(GpuModel& m);
+StatusOr<RaggedRole> PrepareRaggedNode(const GpuNode& n);
+Status FinishRaggedNode(const GpuNode& n, RaggedRole role, size_t first_step);
+Status FinishRagged(GpuModel& m);
+// The tokens axis of value 'id' in a ragged plan being compiled (its full dims, batch first), -1
+// for a value per sequence, -2 for one whose dims depend on the length otherwise.
+int RaggedTokensAxis(const GpuModel& m, int id);
 
 // An operand of a binary op: a value of the graph, or a constant (a graph's, or one the compiler
 // made).

@@ -153,10 +153,21 @@ Status LaunchStep(const GpuModel& m, const Step& s, int64_t rows, const StepBuff
       p.v = static_cast<const uint8_t*>(b.buf(s.in)) + s.v_offset * size;
       p.mask = s.mask >= 0 ? b.buf(s.mask) : nullptr;
       p.out = b.buf(s.out);
+      if (s.token_sequence >= 0) {  // a ragged plan: one row of every sequence's tokens
+        p.rows = 1, p.tokens = rows;
+        p.token_sequence = static_cast<const int32_t*>(b.buf(s.token_sequence));
+        p.sequence_ends = static_cast<const int32_t*>(b.buf(s.sequence_ends));
+      }
       CUDA_RETURN(kc::Attention(p, stream), "attention kernel");
       break;
     }
     case Step::kReduce:
+      if (s.sequence_ends >= 0) {  // each sequence's tokens pooled (rows: the sequences)
+        CUDA_RETURN(kc::GlobalPoolNhwc(s.pool, rows, 0, s.k, out.type, b.buf(s.in), b.buf(s.out),
+                                       stream, static_cast<const int32_t*>(b.buf(s.sequence_ends))),
+                    "reduction kernel");
+        break;
+      }
       CUDA_RETURN(kc::GlobalPoolNhwc(s.pool, rows * s.outer, s.m, s.k, out.type, b.buf(s.in),
                                      b.buf(s.out), stream),
                   "reduction kernel");

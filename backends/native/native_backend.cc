@@ -58,6 +58,11 @@ struct ModelState : backend::ModelIo {
   // "nereid.open_dims": the values the config's open dimensions (-1 after the batch) take on the
   // GPU, ascending; one compiled plan per value. Empty: the config fixes every dimension.
   std::vector<int64_t> open_dims;
+  // Ragged batching of token inputs (allow_ragged_batch on inputs the graph takes as [batch,
+  // tokens]; docs/ragged-batching.md): each request's sequences at their own length, at most this
+  // many tokens ("nereid.max_sequence_length"); 0: not. A GPU instance runs a batch's sequences
+  // packed end to end (a ragged plan), a CPU instance each request alone.
+  int64_t ragged_max_length = 0;
   // The plans the GPU instances hold per precision: one per open_dims value, or one.
   size_t GpuPlanCount() const { return std::max<size_t>(open_dims.size(), 1); }
 #ifdef NEREID_NATIVE_GPU
@@ -141,13 +146,15 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
   auto it = m.gpu_models.find({device, precision_name, open});
   if (it != m.gpu_models.end()) return it->second;
   ASSIGN_OR_RETURN(Precision precision, ParsePrecision(precision_name));
-  // A GPU run gathers each request's rows straight into staging: no ragged joins or batch inputs.
+  // A GPU run gathers each request's rows straight into staging: no joins of 1-D ragged inputs or
+  // batch inputs (ragged token inputs run on a ragged plan).
   bool ragged = !m.batch_inputs.empty() || !m.scatter_outputs.empty();
   for (const auto& [name, io] : m.inputs) ragged = ragged || io.ragged;
   if (ragged)
     return Unsupported(
-        "ragged batching (allow_ragged_batch, batch_input, batch_output) runs on "
-        "KIND_CPU instances only: the GPU engine takes inputs of fixed dims");
+        "ragged batching into 1-D inputs (allow_ragged_batch, batch_input, batch_output) runs on "
+        "KIND_CPU instances only: on the GPU, ragged inputs are [batch, tokens] (a text "
+        "encoder's; docs/ragged-batching.md)");
   // The CPU graph holds its weights packed for the CPU kernels; the GPU compiler reads the file's
   // weights from a graph of its own, dropped once they are on the device.
   if (!m.unpacked) {
@@ -172,6 +179,8 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
     shapes.input_dims[name] = d;
   }
   if (first > 0) shapes.fixed_rows = first;
+  shapes.ragged_max_length = m.ragged_max_length;
+  shapes.ragged_max_sequences = m.max_batch_size;
   std::shared_ptr<GpuWeightStore>& store = m.gpu_weights[{device, precision_name}];
   if (!store) store = MakeGpuWeightStore(device);
   shapes.weights = store;
@@ -184,7 +193,11 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
   Log(NEREID_LOG_INFO,
       "model '" + m.name + "' on GPU " + std::to_string(device) +
           (which.empty() ? "" : " (" + which + ")") + ": native GPU engine, " + Describe(*made) +
-          "; a CUDA graph per batch size" +
+          (m.ragged_max_length > 0
+               ? "; ragged: each batch's sequences packed end to end (up to " +
+                     std::to_string(m.ragged_max_length) +
+                     " tokens each), a CUDA graph per count of tokens rounded up by at most 1/8"
+               : "; a CUDA graph per batch size") +
           (open > 0 ? "; weights shared by the open dims' plans: " +
                           std::to_string(StoredBytes(*store) >> 10) + " KiB on the device so far"
                     : std::string()));
@@ -217,8 +230,15 @@ StatusOr<std::vector<Tensor>> RunCalibrationOnGpu(
     feeds.push_back({name, {{t.raw(), t.bytes(), false, false}}});
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;
-  RETURN_IF_ERROR(
-      RunOnGpu(*gpu, inputs.front().second.shape()[0], feeds, {}, &results, &start, &end));
+  const std::vector<int64_t>& shape = inputs.front().second.shape();
+  int64_t rows = shape[0];
+  std::vector<int64_t> sequences;  // a ragged plan: the rows' sequences of shape[1] tokens
+  if (m.ragged_max_length > 0 && shape.size() == 2) {
+    sequences.assign(static_cast<size_t>(shape[0]), shape[1]);
+    rows = shape[0] * shape[1];
+  }
+  RETURN_IF_ERROR(RunOnGpu(*gpu, rows, feeds, {}, &results, &start, &end,
+                           sequences.empty() ? nullptr : &sequences));
   std::vector<Tensor> out;
   for (const std::string& name : fetch) {
     const GpuResult* r = nullptr;
@@ -448,6 +468,84 @@ StatusOr<std::vector<int64_t>> ParseOpenDims(const std::string& text) {
   return values;
 }
 
+// Ragged batching of token inputs: every input allows ragged batches and is [batch, tokens] in the
+// graph (dims [ -1 ] in the config), no batch inputs or outputs (those are for models that take
+// the joined elements as one 1-D tensor), no open_dims; "nereid.max_sequence_length" (default
+// 512) bounds a sequence. Other ragged configs are left as they are.
+Status ReadRaggedTokens(ModelState& m, const rapidjson::Value& config) {
+  const std::string who = "model '" + m.name + "': ";
+  std::string token_input, other;
+  for (const auto& [name, io] : m.inputs) {
+    bool two_d = false;
+    for (const ValueInfo& g : m.graph->inputs())
+      if (g.name == name) two_d = g.dims.size() == 2;
+    (io.ragged && two_d && m.max_batch_size > 0 ? token_input : other) = name;
+  }
+  const bool named = !backend::Parameter(config, "nereid.max_sequence_length").empty();
+  if (token_input.empty()) {
+    if (named)
+      return InvalidArgument(
+          who +
+          "parameter 'nereid.max_sequence_length' is set, but no input is a "
+          "ragged [batch, tokens] input (allow_ragged_batch: true, dims [ -1 ])");
+    return Status::Ok();
+  }
+  if (!other.empty())
+    return InvalidArgument(who + "input '" + token_input +
+                           "' is a ragged [batch, tokens] input, so every input must be one, "
+                           "but input '" +
+                           other +
+                           "' is not (allow_ragged_batch: true, [batch, "
+                           "tokens] in the graph)");
+  if (!m.batch_inputs.empty() || !m.scatter_outputs.empty())
+    return InvalidArgument(who +
+                           "batch_input and batch_output serve models that take the joined "
+                           "elements as one 1-D tensor; this one takes [batch, tokens] inputs");
+  for (const auto& [name, io] : m.inputs)
+    if (io.dims != std::vector<int64_t>{-1})
+      return InvalidArgument(who + "ragged input '" + name +
+                             "' must have dims [ -1 ] (its tokens)");
+  if (!m.open_dims.empty())
+    return InvalidArgument(who + "set 'nereid.open_dims' or ragged inputs, not both");
+  ASSIGN_OR_RETURN(
+      const int length,
+      backend::IntParameter(m.name, config, "nereid.max_sequence_length", 1, 1 << 16, 512));
+  m.ragged_max_length = length;
+  for (auto& [name, io] : m.inputs) io.ragged = false;  // each request's [batch, tokens] as it is
+  Log(NEREID_LOG_INFO, who +
+                           "ragged token inputs: each request's sequences at their own length, "
+                           "up to " +
+                           std::to_string(length) + " tokens");
+  return Status::Ok();
+}
+
+// A request's sequences in a model with ragged token inputs: every input [batch, tokens] of the
+// same shape, 1 to ragged_max_length tokens. *batch and *tokens get them.
+Status RequestSequences(const ModelState& m, NereidRequest* request, int64_t* batch,
+                        int64_t* tokens) {
+  const uint32_t inputs = NereidRequestInputCount(request);
+  std::string first;
+  for (uint32_t i = 0; i < inputs; ++i) {
+    NereidTensor t;
+    RETURN_IF_ERROR(FromError(NereidRequestInput(request, i, &t)));
+    if (t.dims_count != 2)
+      return InvalidArgument("input '" + std::string(t.name) + "' must be [batch, tokens]");
+    if (i == 0) {
+      *batch = t.shape[0], *tokens = t.shape[1], first = t.name;
+    } else if (t.shape[0] != *batch || t.shape[1] != *tokens) {
+      return InvalidArgument("inputs of one request must have one shape [batch, tokens]: '" +
+                             first + "' is [" + std::to_string(*batch) + ", " +
+                             std::to_string(*tokens) + "], '" + t.name + "' [" +
+                             std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + "]");
+    }
+  }
+  if (*tokens < 1 || *tokens > m.ragged_max_length)
+    return InvalidArgument("input '" + first + "' has " + std::to_string(*tokens) +
+                           " tokens: this model takes 1 to " + std::to_string(m.ragged_max_length) +
+                           " (parameter nereid.max_sequence_length)");
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   const std::string name = NereidModelName(model);
   rapidjson::Document config;
@@ -513,6 +611,7 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
                              "(after the batch) hold -1");
     state->open_dims = std::move(parsed).value();
   }
+  RETURN_IF_ERROR(ReadRaggedTokens(*state, config));
   // The CPU's int8 graph serves CPU instances and the guard where it measures on the CPU.
   if (HasCpuInstances(config) &&
       std::find(state->variants.begin(), state->variants.end(), "int8") != state->variants.end()) {
@@ -655,8 +754,15 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
                    }));
   if (plan >= plans.size()) return Internal("no GPU plan for the batch's dims");
   GpuInstance& gpu = *plans[plan];
+  // Ragged token inputs: each request's sequences (batch x tokens), packed end to end.
+  const bool ragged = m.ragged_max_length > 0;
+  std::vector<int64_t> sequences, batch(count, 0), tokens(count, 0);
+  for (uint32_t r = 0; r < count && ragged; ++r) {
+    RETURN_IF_ERROR(RequestSequences(m, requests[r], &batch[r], &tokens[r]));
+    sequences.insert(sequences.end(), static_cast<size_t>(batch[r]), tokens[r]);
+  }
   std::vector<GpuFeed> feeds;
-  std::vector<int64_t> rows(count, 0);
+  std::vector<int64_t> rows(count, 0);  // per request (ragged: its tokens)
   int64_t total_rows = 0;
   const uint32_t inputs = NereidRequestInputCount(requests[0]);
   for (uint32_t i = 0; i < inputs; ++i) {
@@ -671,7 +777,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
       // Device memory of any GPU is read with one cudaMemcpyAsync (cudaMemcpyDefault): from
       // another GPU's region (a CUDA shared-memory region on GPU 0 read by an instance on GPU 1)
       // the driver copies peer to peer, or stages it through the host where peers are off.
-      const int64_t n = t.dims_count > 0 ? t.shape[0] : 1;
+      const int64_t n = ragged ? batch[r] * tokens[r] : t.dims_count > 0 ? t.shape[0] : 1;
       if (i == 0) rows[r] = n;
       if (n != rows[r])
         return InvalidArgument("inputs of one request must agree on their first dimension");
@@ -687,7 +793,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
   const std::vector<GpuOutputInfo> outputs = GpuOutputs(gpu);
   std::vector<GpuDestination> destinations(outputs.size());
   std::vector<void*> allocated_data(outputs.size(), nullptr);
-  if (count == 1) {
+  if (count == 1 && !ragged) {
     for (const std::string& name : backend::RequestedOutputs(requests[0]))
       for (size_t o = 0; o < outputs.size(); ++o) {
         if (outputs[o].name != name) continue;
@@ -708,9 +814,10 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
   }
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;
-  RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, destinations, &results, &start, &end));
+  RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, destinations, &results, &start, &end,
+                           ragged ? &sequences : nullptr));
   NereidRequestSetDeviceTime(requests[0], LastDeviceNs(gpu));
-  int64_t row = 0;
+  int64_t row = 0, sequence = 0;
   for (uint32_t r = 0; r < count; ++r) {
     NereidRequestSetComputeTimes(requests[r], start, end);
     for (const std::string& name : backend::RequestedOutputs(requests[r])) {
@@ -725,19 +832,29 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
           std::memcpy(allocated_data[index], result->data, result->bytes);
         continue;
       }
-      const size_t row_bytes = result->bytes / static_cast<size_t>(total_rows);
+      const size_t row_bytes = outputs[index].row_bytes;
+      // This request's rows: its own (ragged: its tokens, or its sequences for pooled outputs).
+      int64_t first = row, n = rows[r];
       std::vector<int64_t> shape = result->shape;
       shape[0] = rows[r];
+      if (ragged && outputs[index].sequences) {
+        first = sequence, n = batch[r], shape[0] = batch[r];
+      } else if (ragged) {  // [tokens, 1, ...] -> [batch, tokens, ...]
+        shape.erase(shape.begin());
+        shape[0] = tokens[r];
+        shape.insert(shape.begin(), batch[r]);
+      }
       auto buffer = backend::AllocateOutput(requests[r], name, result->type, shape,
-                                            row_bytes * static_cast<size_t>(rows[r]));
+                                            row_bytes * static_cast<size_t>(n));
       if (!buffer.ok()) {
         failed[r] = buffer.status();
         continue;
       }
-      std::memcpy(buffer->data, result->data + row_bytes * static_cast<size_t>(row),
-                  row_bytes * static_cast<size_t>(rows[r]));
+      std::memcpy(buffer->data, result->data + row_bytes * static_cast<size_t>(first),
+                  row_bytes * static_cast<size_t>(n));
     }
     row += rows[r];
+    sequence += batch[r];
   }
   return Status::Ok();
 }
@@ -790,6 +907,21 @@ struct NativeBackend {
       nereid::kernels::ParallelScope scope(instance.team.get());
       return native::ExecuteBatch(model, model.CpuGraph(variant), batch, n, f);
     };
+    bool gpu = false;
+#ifdef NEREID_NATIVE_GPU
+    gpu = !instance.gpus.empty();
+#endif
+    // Ragged token inputs on the CPU: each request alone, its [batch, tokens] as they come.
+    if (model.ragged_max_length > 0 && !gpu) {
+      for (uint32_t r = 0; r < count; ++r) {
+        int64_t batch = 0, tokens = 0;
+        backend::Status shape = native::RequestSequences(model, requests[r], &batch, &tokens);
+        std::vector<backend::Status> one(1);
+        backend::Status alone = shape.ok() ? run(&requests[r], 1, one) : shape;
+        failed[r] = alone.ok() ? one[0] : alone;
+      }
+      return backend::Status::Ok();
+    }
     backend::Status status = run(requests, count, failed);
     if (status.ok() || count == 1 || status.code() != backend::Status::Code::kInvalidArgument)
       return status;

@@ -45,8 +45,19 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   __shared__ __align__(16) T sk[kKeys * kPitch];
   __shared__ __align__(16) T svt[D * kVtPitch];  // V transposed: [d][key]
   __shared__ float smask[kKeys];
+  __shared__ int32_t skey_seq[kKeys];
   const int64_t row = blockIdx.z, head = blockIdx.y, q0 = blockIdx.x * int64_t{kQueries};
   const int64_t n = p.tokens;
+  // Packed sequences: the keys of the sequences this block's queries belong to (they lie side by
+  // side), each score outside its query's own sequence masked out.
+  const bool packed = p.token_sequence != nullptr;
+  int64_t key_begin = 0, key_end = n;
+  if (packed) {
+    const int32_t first = p.token_sequence[q0];
+    const int32_t last = p.token_sequence[q0 + kQueries - 1 < n ? q0 + kQueries - 1 : n - 1];
+    key_begin = first > 0 ? p.sequence_ends[first - 1] : 0;
+    key_end = p.sequence_ends[last];
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T* q = static_cast<const T*>(p.q) + row * p.q_row + head * p.q_head + q0 * p.q_token;
   const T* kbase = static_cast<const T*>(p.k) + row * p.k_row + head * p.k_head;
@@ -66,16 +77,24 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   }
   float o[D / 8][4] = {};
   float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.f, 0.f};
-  for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
-    const int valid = static_cast<int>(n - k0 < kKeys ? n - k0 : kKeys);
+  int32_t query_seq[2] = {0, 0};
+  if (packed)
+    for (int r = 0; r < 2; ++r) {
+      const int64_t query = q0 + warp * 16 + g + 8 * r;
+      query_seq[r] = query < n ? p.token_sequence[query] : -1;
+    }
+  for (int64_t k0 = key_begin; k0 < key_end; k0 += kKeys) {
+    const int valid = static_cast<int>(key_end - k0 < kKeys ? key_end - k0 : kKeys);
     __syncthreads();  // the previous tile is no longer read
     LoadRows<T, D>(sk, kPitch, kbase + k0 * p.k_token, p.k_token, kKeys, valid);
     for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
       const int key = i / D, c = i % D;
       svt[c * kVtPitch + key] = key < valid ? vbase[(k0 + key) * p.v_token + c] : T{};
     }
-    for (int i = threadIdx.x; i < kKeys; i += kThreads)
+    for (int i = threadIdx.x; i < kKeys; i += kThreads) {
       smask[i] = i >= valid ? -INFINITY : p.mask ? ToFloat(mask[k0 + i]) : 0.f;
+      if (packed) skey_seq[i] = i < valid ? p.token_sequence[k0 + i] : -2;
+    }
     __syncthreads();
     // Scores of 16 queries x 64 keys: 8 tiles of 8 keys.
     float s[kKeys / 8][4] = {};
@@ -89,7 +108,9 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
     float tile_max[2] = {-INFINITY, -INFINITY};
     for (int nt = 0; nt < kKeys / 8; ++nt)
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = s[nt][e] * p.scale + smask[nt * 8 + 2 * t + (e & 1)];
+        const int key = nt * 8 + 2 * t + (e & 1);
+        s[nt][e] = packed && skey_seq[key] != query_seq[e / 2] ? -INFINITY
+                                                               : s[nt][e] * p.scale + smask[key];
         tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
       }
     float correction[2], tile_sum[2] = {0.f, 0.f}, base[2];
@@ -132,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   for (int r = 0; r < 2; ++r) {
     const int64_t query = q0 + warp * 16 + g + 8 * r;
     if (query >= n) continue;
-    const float inv = 1.f / running_sum[r];
+    const float inv = running_sum[r] > 0.f ? 1.f / running_sum[r] : 0.f;
     for (int dn = 0; dn < D / 8; ++dn)
       *reinterpret_cast<uint32_t*>(out + query * out_token + dn * 8 + 2 * t) =
           Pack<T>(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
@@ -160,7 +181,9 @@ cudaError_t Launch(const AttentionProblem& p, cudaStream_t stream) {
 
 bool AttentionSupported(const AttentionProblem& p) {
   if ((p.type != ElemType::kBF16 && p.type != ElemType::kF16) || (p.d != 32 && p.d != 64) ||
-      p.rows < 0 || p.heads < 1 || p.heads > 65535 || p.tokens < 1 || p.rows > 65535)
+      p.rows < 0 || p.heads < 1 || p.heads > 65535 || p.tokens < 1 || p.rows > 65535 ||
+      (p.token_sequence != nullptr) != (p.sequence_ends != nullptr) ||
+      (p.token_sequence != nullptr && p.rows > 1))
     return false;
   for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token, p.out_row,
                     p.out_head, p.out_token})

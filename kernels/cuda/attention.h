@@ -29,6 +29,11 @@ struct AttentionProblem {
   // [rows, heads, tokens, d], or [rows, tokens, heads x d] for a context transposed back as the
   // next projection reads it.
   int64_t out_row = 0, out_head = 0, out_token = 0;
+  // Sequences packed end to end (ragged batching; rows 1, 'tokens' every sequence's): token t
+  // belongs to sequence token_sequence[t], which spans [ends[s - 1] (0 for the first), ends[s]);
+  // each query attends to the keys of its own sequence only. Null: one sequence per row.
+  const int32_t* token_sequence = nullptr;
+  const int32_t* sequence_ends = nullptr;
 };
 
 // Whether Attention runs 'p' (types, d of 32 or 64 (MiniLM's, BERT's), 16-byte aligned rows: every

@@ -353,13 +353,18 @@ __global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_r
 
 // One thread per (image, channel), reading the channel down the pixels (coalesced across threads);
 // the images over the grid's y (more than it holds: each block steps on by its height).
+// With 'ends' the images are segments of one run of pixels: image i spans pixels [ends[i - 1] (0
+// for the first), ends[i]) (packed sequences' tokens); an empty one pools to 0.
 template <typename T, PoolKind kKind>
-__global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T* y) {
+__global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T* y,
+                                 const int32_t* ends) {
   const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (ch >= c) return;
   for (int64_t img = blockIdx.y; img < n; img += gridDim.y) {
-    const T* src = x + img * hw * c + ch;
-    float out = kKind == PoolKind::kMax ? -INFINITY : 0.f;
+    const int64_t begin = ends == nullptr ? img * hw : img > 0 ? ends[img - 1] : 0;
+    if (ends != nullptr) hw = ends[img] > begin ? ends[img] - begin : 0;
+    const T* src = x + begin * c + ch;
+    float out = kKind == PoolKind::kMax && hw > 0 ? -INFINITY : 0.f;
     for (int64_t i = 0; i < hw; ++i) {
       const float v = ToFloat(src[i * c]);
       if constexpr (kKind == PoolKind::kMax)
@@ -367,7 +372,7 @@ __global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T
       else
         out += v;
     }
-    if constexpr (kKind == PoolKind::kAverage) out *= 1.f / static_cast<float>(hw);
+    if constexpr (kKind == PoolKind::kAverage) out *= hw > 0 ? 1.f / static_cast<float>(hw) : 0.f;
     y[img * c + ch] = FromFloat<T>(out);
   }
 }
@@ -535,15 +540,16 @@ cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_botto
 }
 
 cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, ElemType type,
-                           const void* x, void* y, cudaStream_t stream) {
-  if (n <= 0 || hw <= 0 || c <= 0 || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+                           const void* x, void* y, cudaStream_t stream, const int32_t* ends) {
+  if (n <= 0 || (hw <= 0 && ends == nullptr) || c <= 0 || x == nullptr || y == nullptr)
+    return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((c + 255) / 256),
                   static_cast<unsigned>(std::min<int64_t>(n, 65535)));
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto k) {
       GlobalPoolKernel<T, decltype(k)::value>
-          <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y));
+          <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y), ends);
     };
     switch (kind) {
       case PoolKind::kMax:

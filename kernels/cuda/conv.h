@@ -77,9 +77,13 @@ enum class PoolKind { kMax, kAverage, kSum };  // kSum: GlobalPoolNhwc only
 cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_bottom,
                        int64_t pad_right, bool count_include_pad, ElemType type, const void* x,
                        void* y, cudaStream_t stream);
-// x: n x hw x c; y: n x c (also ReduceMax, ReduceMean and ReduceSum over a middle axis).
+// x: n x hw x c; y: n x c (also ReduceMax, ReduceMean and ReduceSum over a middle axis). With
+// 'ends' (device memory, n values) image i is pixels [ends[i - 1] (0 for the first), ends[i]) of
+// x (hw ignored): the packed sequences of a ragged batch pooled over their own tokens; an empty
+// one gives 0.
 cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, ElemType type,
-                           const void* x, void* y, cudaStream_t stream);
+                           const void* x, void* y, cudaStream_t stream,
+                           const int32_t* ends = nullptr);
 
 // x: n x c x hw -> y: n x hw x c, and back. 'c_pad' > c gives y c_pad channels, the extra ones
 // zero (a first convolution's 3 channels made 8, for the tensor-core kernel).

