@@ -16,7 +16,10 @@
 4. Lengths drawn uniformly from 16-128 (bf16, 512 sequences in requests of up to 64): every
    sequence padded to 128 for the fixed-length model, against each padded to the first of
    --lengths that holds it for the same model with its tokens dimension open (nereid.open_dims:
-   a plan and CUDA graphs per length); the server-side compute of all of them, sequences/s.
+   a plan and CUDA graphs per length), against ragged batching (allow_ragged_batch: each sequence
+   its own unpadded request, 64 in flight, the dynamic batcher joining up to 64 and the engine
+   running them packed end to end); the server-side compute of all of them (per execution, the
+   statistics' batch_stats), sequences/s.
 
 Usage: python3 bench/gpu_text.py NEREID_BINARY [--batches 1,64] [--iters 100] [--lengths 32,64,96,128]
 """
@@ -109,6 +112,47 @@ def total_compute(client, model, requests):
     return (snapshot() - ns0) / 1e3, wall * 1e6
 
 
+def ragged_config(name, max_batch):
+    return f"""name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: {max_batch}
+input [
+  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] allow_ragged_batch: true }},
+  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] allow_ragged_batch: true }}
+]
+output [ {{ name: "last_hidden_state" data_type: TYPE_FP32 dims: [ -1, {HIDDEN} ] }} ]
+instance_group [ {{ kind: KIND_GPU count: 1 }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+parameters {{ key: "precision" value {{ string_value: "bf16" }} }}
+parameters {{ key: "nereid.max_sequence_length" value {{ string_value: "{TOKENS}" }} }}
+"""
+
+
+def batched_compute(client, model, requests, in_flight=64):
+    """(server-side compute in us summed per execution, executions, client wall us) of
+    'requests' sent with 'in_flight' outstanding (the dynamic batcher joins them), after a
+    first pass that compiles every graph."""
+    import concurrent.futures
+    import time
+
+    def run_all():
+        with concurrent.futures.ThreadPoolExecutor(in_flight) as pool:
+            for f in [pool.submit(client.infer, model, inputs) for inputs in requests]:
+                f.result()
+
+    def snapshot():
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        batches = s.get("batch_stats", [])
+        return (sum(int(b["compute_infer"].get("ns", 0)) for b in batches),
+                sum(int(b["compute_infer"].get("count", 0)) for b in batches))
+    run_all()
+    (ns0, n0), t0 = snapshot(), time.perf_counter()
+    run_all()
+    wall = time.perf_counter() - t0
+    ns1, n1 = snapshot()
+    return (ns1 - ns0) / 1e3, n1 - n0, wall * 1e6
+
+
 def feeds(mod, ids, mask):
     inputs = [mod.InferInput("input_ids", list(ids.shape), "INT64"),
               mod.InferInput("attention_mask", list(mask.shape), "INT64")]
@@ -146,6 +190,7 @@ def main():
     if args.lengths and "bf16" in precisions:
         add_model(repo, "bert_lengths_bf16", onnx_path,
                   config("bert_lengths_bf16", "bf16", 64, args.lengths))
+        add_model(repo, "bert_ragged_bf16", onnx_path, ragged_config("bert_ragged_bf16", 64))
 
     print(f"== 1+2. BERT-base, {TOKENS} tokens, per batch, host to host (us): PyTorch CUDA graph "
           "(SDPA) vs Nereid's server-side compute (gRPC, one in flight)")
@@ -205,8 +250,19 @@ def main():
                 results[name] = compute
                 print(f"{name:>9}: {len(reqs):3d} requests, server compute {compute / 1e3:8.2f} ms "
                       f"({len(lengths) / compute * 1e6:8.0f} seq/s), client wall {wall / 1e3:8.2f} ms")
+            # Ragged: each sequence its own request, unpadded, joined by the batcher.
+            singles = []
+            for n in lengths:
+                ids = rng.integers(0, VOCAB, (1, int(n)), dtype=np.int64)
+                singles.append(feeds(grpcclient, ids, np.ones((1, int(n)), np.int64)))
+            compute, runs, wall = batched_compute(client, "bert_ragged_bf16", singles)
+            results["ragged"] = compute
+            print(f"{'ragged':>9}: {len(singles):3d} requests in {runs} executions, server compute "
+                  f"{compute / 1e3:8.2f} ms ({len(lengths) / compute * 1e6:8.0f} seq/s), client "
+                  f"wall {wall / 1e3:8.2f} ms (64 in flight)")
             print(f"   open-dims plans / padded: {results['padded'] / results['lengths']:.2f}x the "
-                  f"sequences/s (tokens: {len(lengths) * TOKENS} padded, "
+                  f"sequences/s; ragged / padded: {results['padded'] / results['ragged']:.2f}x "
+                  f"(tokens: {len(lengths) * TOKENS} padded, "
                   f"{sum(next(b for b in buckets if b >= n) for n in lengths)} bucketed, "
                   f"{int(lengths.sum())} real)")
             print()

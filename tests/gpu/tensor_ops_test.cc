@@ -282,5 +282,103 @@ TEST(CudaTensorOps, FusedAttentionMatchesFloat64Reference) {
   EXPECT_FALSE(kc::AttentionSupported(bad));
 }
 
+// Sequences packed end to end (a ragged plan: rows 1, each token's sequence and each sequence's
+// end given): each query attends to its own sequence's keys only, as if each sequence ran alone.
+// Lengths 5, 70, 1, 64, 33 and 3 padding tokens (a sequence of their own): blocks of 64 queries
+// that span several sequences, a sequence of one token, one starting mid-tile. The same lengths'
+// rows pooled per sequence (GlobalPoolNhwc with ends): sums, means and maxima of each one's rows;
+// the sequences after the last empty (0).
+TEST(CudaTensorOps, PackedSequencesAttendAndPoolWithinTheirOwnTokens) {
+  NEREID_REQUIRE_GPU();
+  const std::vector<int32_t> lengths = {5, 70, 1, 64, 33, 3};
+  std::vector<int32_t> sequence, ends;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    for (int32_t i = 0; i < lengths[s]; ++i) sequence.push_back(static_cast<int32_t>(s));
+    ends.push_back(static_cast<int32_t>(sequence.size()));
+  }
+  const int64_t tokens = static_cast<int64_t>(sequence.size());
+  auto bytes = [](const std::vector<int32_t>& v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  DeviceBuffer dseq(bytes(sequence)), dends(bytes(ends));
+  for (ElemType t : {ElemType::kBF16, ElemType::kF16})
+    for (int64_t d : {32, 64}) {
+      SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(t) << ", d " << d);
+      const int64_t heads = 2, width = 3 * heads * d;  // Q, K and V side by side per token
+      const std::vector<float> qkv = Random(tokens * width, 51, -2.f, 2.f);
+      std::vector<float> mask(tokens, 0.f);
+      mask[8] = mask[9] = t == ElemType::kBF16 ? -3.38e38f : -65504.f;  // masked keys
+      const std::vector<double> r = Rounded(qkv, t);
+      DeviceBuffer dx(Encode(qkv, t)), dm(Encode(mask, t));
+      DeviceBuffer dy(tokens * heads * d * kc::ElemSize(t));
+      kc::AttentionProblem p;
+      p.type = t, p.mask = dm.get(), p.out = dy.get();
+      const size_t size = kc::ElemSize(t);
+      p.q = dx.get();
+      p.k = static_cast<const uint8_t*>(dx.get()) + heads * d * size;
+      p.v = static_cast<const uint8_t*>(dx.get()) + 2 * heads * d * size;
+      p.rows = 1, p.heads = heads, p.tokens = tokens, p.d = d;
+      p.q_head = p.k_head = p.v_head = d;
+      p.q_token = p.k_token = p.v_token = width;
+      p.out_head = d, p.out_token = heads * d;
+      p.token_sequence = static_cast<const int32_t*>(dseq.get());
+      p.sequence_ends = static_cast<const int32_t*>(dends.get());
+      p.scale = 1.f / std::sqrt(static_cast<float>(d));
+      ASSERT_TRUE(kc::AttentionSupported(p));
+      CUDA_OK(kc::Attention(p, nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> y = Decode(dy.Read(), t);
+      std::vector<double> ref(tokens * heads * d);
+      for (int64_t i = 0; i < tokens; ++i) {
+        const int32_t s = sequence[i];
+        const int64_t begin = s > 0 ? ends[s - 1] : 0, end = ends[s];
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<double> scores(end - begin);
+          double top = -INFINITY, sum = 0;
+          for (int64_t j = begin; j < end; ++j) {
+            double acc = 0;
+            for (int64_t e = 0; e < d; ++e)
+              acc += r[i * width + h * d + e] * r[j * width + heads * d + h * d + e];
+            scores[j - begin] = acc * p.scale + Rounded({mask[j]}, t)[0];
+            top = std::max(top, scores[j - begin]);
+          }
+          for (double& v : scores) sum += v = std::exp(v - top);
+          for (int64_t e = 0; e < d; ++e) {
+            double acc = 0;
+            for (int64_t j = begin; j < end; ++j)
+              acc += scores[j - begin] / sum * r[j * width + 2 * heads * d + h * d + e];
+            ref[(i * heads + h) * d + e] = acc;
+          }
+        }
+      }
+      EXPECT_LT(RelativeError(y, ref), t == ElemType::kBF16 ? 2e-2 : 4e-3);
+    }
+  // Pooling each sequence's rows of 7 values; 8 sequences asked for, the last 2 empty.
+  const int64_t c = 7, count = 8;
+  std::vector<int32_t> pool_ends = ends;
+  pool_ends.resize(count, ends.back());
+  DeviceBuffer dpe(bytes(pool_ends));
+  const std::vector<float> x = Random(tokens * c, 52);
+  for (kc::PoolKind kind : {kc::PoolKind::kSum, kc::PoolKind::kAverage, kc::PoolKind::kMax}) {
+    DeviceBuffer dx(Encode(x, ElemType::kF32)), dy(count * c * 4);
+    CUDA_OK(kc::GlobalPoolNhwc(kind, count, 0, c, ElemType::kF32, dx.get(), dy.get(), nullptr,
+                               static_cast<const int32_t*>(dpe.get())));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> y = Decode(dy.Read(), ElemType::kF32);
+    for (int64_t s = 0; s < count; ++s)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t begin = s > 0 ? pool_ends[s - 1] : 0, end = pool_ends[s];
+        double acc = kind == kc::PoolKind::kMax && end > begin ? -INFINITY : 0;
+        for (int64_t i = begin; i < end; ++i)
+          acc = kind == kc::PoolKind::kMax ? std::max(acc, double(x[i * c + ch]))
+                                           : acc + x[i * c + ch];
+        if (kind == kc::PoolKind::kAverage && end > begin) acc /= static_cast<double>(end - begin);
+        EXPECT_NEAR(y[s * c + ch], acc, 1e-5) << s << " " << ch << " " << static_cast<int>(kind);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace nereid::gpu_test
