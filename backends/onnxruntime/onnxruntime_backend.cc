@@ -24,6 +24,7 @@
 #include "common/batching.h"
 #include "common/config_json.h"
 #include "common/graph_check.h"
+#include "execution_providers.h"
 #include "nereid/backend.h"
 #include "ort_api.h"
 
@@ -47,6 +48,13 @@ struct Runtime {
   ort::OrtMemoryInfo* cpu = nullptr;       // describes host buffers handed to ORT
   std::string version;
   std::string path;
+  // The execution providers the library offers (GetAvailableProviders), where its API has the
+  // providers' entries (kProvidersApiVersion); empty otherwise.
+  bool providers_api = false;
+  std::vector<std::string> providers;
+  bool Offers(const std::string& provider) const {
+    return std::find(providers.begin(), providers.end(), provider) != providers.end();
+  }
 };
 Runtime* g_ort = nullptr;
 
@@ -89,9 +97,14 @@ using ShapeInfoPtr = std::unique_ptr<
     ort::OrtTensorTypeAndShapeInfo,
     Releaser<ort::OrtTensorTypeAndShapeInfo, &ort::Api::ReleaseTensorTypeAndShapeInfo>>;
 
+// The last error ORT logged on this thread (an execution provider's reason for failing, which its
+// returned status may not carry: "Failed to load shared library" for an absent device).
+thread_local std::string t_last_ort_error;
+
 // ORT's log lines go to the server log.
 void LogFromOrt(void*, ort::LoggingLevel severity, const char* category, const char*,
                 const char* location, const char* message) {
+  if (severity >= ort::kError && message != nullptr) t_last_ort_error = message;
   const NereidLogLevel level = severity >= ort::kError     ? NEREID_LOG_ERROR
                                : severity == ort::kWarning ? NEREID_LOG_WARNING
                                                            : NEREID_LOG_VERBOSE;
@@ -172,11 +185,25 @@ Status LoadRuntime() {
     status =
         Check(Api().CreateCpuMemoryInfo(ort::kDeviceAllocator, ort::kMemTypeDefault, &runtime->cpu),
               "describing host memory for ONNX Runtime");
+  if (status.ok() && base->GetApi(ort::kProvidersApiVersion) != nullptr) {
+    runtime->providers_api = true;
+    char** names = nullptr;
+    int count = 0;
+    status = Check(Api().GetAvailableProviders(&names, &count), "listing execution providers");
+    for (int i = 0; status.ok() && i < count; ++i) runtime->providers.emplace_back(names[i]);
+    if (status.ok()) Api().ReleaseAvailableProviders(names, count);
+  }
   if (!status.ok()) {
     g_ort = nullptr;
     return status;
   }
-  Log(NEREID_LOG_INFO, "ONNX Runtime " + runtime->version + " loaded from " + runtime->path);
+  std::string offered;
+  for (const auto& p : runtime->providers) offered += (offered.empty() ? "" : ", ") + p;
+  Log(NEREID_LOG_INFO, "ONNX Runtime " + runtime->version + " loaded from " + runtime->path +
+                           "; execution providers: " +
+                           (runtime->providers_api ? offered
+                                                   : std::string("CPU (a library before 1.17: "
+                                                                 "no execution accelerators)")));
   static_cast<void>(runtime.release());  // g_ort keeps it for the process's life
   return Status::Ok();
 }
@@ -347,30 +374,171 @@ StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson
   return s;
 }
 
+// Appends provider 'r' (on GPU 'device' for CUDA and TensorRT): OK, or why it cannot serve.
+Status AppendProviderAs(ort::OrtSessionOptions* o, const ProviderRequest& r, int device) {
+  if (!g_ort->providers_api)
+    return backend::Unavailable("ONNX Runtime " + g_ort->version +
+                                " predates 1.17: no execution providers but the CPU's");
+  if (!g_ort->Offers(r.ProviderName())) {
+    std::string offered;
+    for (const auto& p : g_ort->providers) offered += (offered.empty() ? "" : ", ") + p;
+    return backend::Unavailable("the ONNX Runtime library at " + g_ort->path + " has no " +
+                                r.ProviderName() + " (it offers " + offered + ")");
+  }
+  std::vector<std::pair<std::string, std::string>> options = r.options;
+  if (r.kind != ProviderRequest::Kind::kOpenVino)
+    options.emplace_back("device_id", std::to_string(device));
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : options) keys.push_back(k.c_str()), values.push_back(v.c_str());
+  const std::string what = r.Describe();
+  switch (r.kind) {
+    case ProviderRequest::Kind::kOpenVino:
+      return Check(Api().SessionOptionsAppendExecutionProvider_OpenVINO_V2(
+                       o, keys.data(), values.data(), keys.size()),
+                   what);
+    case ProviderRequest::Kind::kTensorRt: {
+      ort::OrtTensorRTProviderOptionsV2* trt = nullptr;
+      RETURN_IF_ERROR(Check(Api().CreateTensorRTProviderOptions(&trt), what));
+      Status s = Check(
+          Api().UpdateTensorRTProviderOptions(trt, keys.data(), values.data(), keys.size()), what);
+      if (s.ok()) s = Check(Api().SessionOptionsAppendExecutionProvider_TensorRT_V2(o, trt), what);
+      Api().ReleaseTensorRTProviderOptions(trt);
+      return s;
+    }
+    case ProviderRequest::Kind::kCuda: {
+      ort::OrtCUDAProviderOptionsV2* cuda = nullptr;
+      RETURN_IF_ERROR(Check(Api().CreateCUDAProviderOptions(&cuda), what));
+      Status s = Check(
+          Api().UpdateCUDAProviderOptions(cuda, keys.data(), values.data(), keys.size()), what);
+      if (s.ok()) s = Check(Api().SessionOptionsAppendExecutionProvider_CUDA_V2(o, cuda), what);
+      Api().ReleaseCUDAProviderOptions(cuda);
+      return s;
+    }
+  }
+  return backend::Internal("unknown execution provider");
+}
+
+// AppendProviderAs, its failure with the cause ORT logged (the last line's end: "[OpenVINO] Device
+// NPU is not available").
+Status AppendProvider(ort::OrtSessionOptions* o, const ProviderRequest& r, int device) {
+  t_last_ort_error.clear();
+  Status s = AppendProviderAs(o, r, device);
+  if (s.ok() || t_last_ort_error.empty()) return s;
+  std::string cause = t_last_ort_error;
+  if (const size_t at = cause.rfind("] "); at != std::string::npos) cause = cause.substr(at + 2);
+  while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
+  return Status(s.code(), s.message() + " (" + cause + ")");
+}
+
+// Where an instance's session runs: what the config asked, the providers that serve (ORT's CPU
+// provider after them always), and why any asked for does not.
+struct SessionPlacement {
+  std::string requested = "cpu";  // "openvino:NPU", "cuda:0", ...
+  std::string device = "cpu";     // the first provider that serves, the same way
+  std::string providers = "CPU";  // "OpenVINO (device_type CPU), CPU"
+  std::vector<std::string> fallbacks;
+};
+
+std::string DeviceName(const ProviderRequest& r, int device) {
+  switch (r.kind) {
+    case ProviderRequest::Kind::kOpenVino:
+      return "openvino:" + r.Device();
+    case ProviderRequest::Kind::kTensorRt:
+      return "tensorrt:" + std::to_string(device);
+    case ProviderRequest::Kind::kCuda:
+      return "cuda:" + std::to_string(device);
+  }
+  return "cpu";
+}
+
+// Opens a session of 'path' with the execution providers 'wanted' (in order) before ORT's CPU
+// provider. A provider that cannot serve (the library lacks it, its device is absent, it cannot
+// take the model) is left out with its reason in 'placement', or, with 'refuse', fails the load.
 StatusOr<SessionPtr> OpenSession(const std::string& model, const std::string& path,
-                                 const SessionSettings& s) {
+                                 const SessionSettings& s,
+                                 const std::vector<ProviderRequest>& wanted = {}, int device = 0,
+                                 bool refuse = false, SessionPlacement* placement = nullptr) {
   const std::string who = "model '" + model + "'";
-  ort::OrtSessionOptions* raw = nullptr;
-  RETURN_IF_ERROR(Check(Api().CreateSessionOptions(&raw), who));
-  OptionsPtr options(raw);
-  RETURN_IF_ERROR(Check(Api().SetIntraOpNumThreads(raw, s.intra_op_threads), who));
-  RETURN_IF_ERROR(Check(Api().SetInterOpNumThreads(raw, s.inter_op_threads), who));
-  RETURN_IF_ERROR(Check(Api().SetSessionExecutionMode(raw, s.mode), who));
-  RETURN_IF_ERROR(Check(Api().SetSessionGraphOptimizationLevel(raw, s.level), who));
-  RETURN_IF_ERROR(Check(Api().SetSessionLogId(raw, model.c_str()), who));
-  if (s.mem_arena == 1) RETURN_IF_ERROR(Check(Api().EnableCpuMemArena(raw), who));
-  if (s.mem_arena == 0) RETURN_IF_ERROR(Check(Api().DisableCpuMemArena(raw), who));
-  if (s.mem_pattern == 1) RETURN_IF_ERROR(Check(Api().EnableMemPattern(raw), who));
-  if (s.mem_pattern == 0) RETURN_IF_ERROR(Check(Api().DisableMemPattern(raw), who));
-  if (!s.device_allocator_for_initializers.empty())
-    RETURN_IF_ERROR(
-        Check(Api().AddSessionConfigEntry(raw, "session.use_device_allocator_for_initializers",
-                                          s.device_allocator_for_initializers.c_str()),
-              who));
-  ort::OrtSession* session = nullptr;
-  RETURN_IF_ERROR(Check(Api().CreateSession(g_ort->env, path.c_str(), raw, &session),
-                        who + ": ONNX Runtime cannot load " + path));
-  return SessionPtr(session);
+  auto options_for = [&](const std::vector<const ProviderRequest*>& providers,
+                         std::vector<const ProviderRequest*>* appended,
+                         std::vector<std::string>* failed) -> StatusOr<OptionsPtr> {
+    ort::OrtSessionOptions* raw = nullptr;
+    RETURN_IF_ERROR(Check(Api().CreateSessionOptions(&raw), who));
+    OptionsPtr options(raw);
+    RETURN_IF_ERROR(Check(Api().SetIntraOpNumThreads(raw, s.intra_op_threads), who));
+    RETURN_IF_ERROR(Check(Api().SetInterOpNumThreads(raw, s.inter_op_threads), who));
+    RETURN_IF_ERROR(Check(Api().SetSessionExecutionMode(raw, s.mode), who));
+    RETURN_IF_ERROR(Check(Api().SetSessionGraphOptimizationLevel(raw, s.level), who));
+    RETURN_IF_ERROR(Check(Api().SetSessionLogId(raw, model.c_str()), who));
+    if (s.mem_arena == 1) RETURN_IF_ERROR(Check(Api().EnableCpuMemArena(raw), who));
+    if (s.mem_arena == 0) RETURN_IF_ERROR(Check(Api().DisableCpuMemArena(raw), who));
+    if (s.mem_pattern == 1) RETURN_IF_ERROR(Check(Api().EnableMemPattern(raw), who));
+    if (s.mem_pattern == 0) RETURN_IF_ERROR(Check(Api().DisableMemPattern(raw), who));
+    if (!s.device_allocator_for_initializers.empty())
+      RETURN_IF_ERROR(
+          Check(Api().AddSessionConfigEntry(raw, "session.use_device_allocator_for_initializers",
+                                            s.device_allocator_for_initializers.c_str()),
+                who));
+    for (const ProviderRequest* r : providers) {
+      Status added = AppendProvider(raw, *r, device);
+      if (added.ok()) {
+        appended->push_back(r);
+        continue;
+      }
+      const std::string reason = r->origin + ": " + added.message();
+      if (refuse)
+        return Status(added.code(),
+                      who + ": " + reason + " (parameter nereid.accelerator_fallback is refuse)");
+      failed->push_back(reason);
+    }
+    return options;
+  };
+  std::vector<const ProviderRequest*> providers;
+  for (const ProviderRequest& r : wanted) providers.push_back(&r);
+  std::vector<const ProviderRequest*> appended;
+  std::vector<std::string> failed;
+  ASSIGN_OR_RETURN(OptionsPtr options, options_for(providers, &appended, &failed));
+  // OpenVINO's session creation is not thread-safe (Triton serializes it the same way).
+  static std::mutex openvino_mu;
+  auto create = [&](ort::OrtSessionOptions* o, bool openvino) -> StatusOr<SessionPtr> {
+    std::unique_lock lock(openvino_mu, std::defer_lock);
+    if (openvino) lock.lock();
+    ort::OrtSession* session = nullptr;
+    RETURN_IF_ERROR(Check(Api().CreateSession(g_ort->env, path.c_str(), o, &session),
+                          who + ": ONNX Runtime cannot load " + path));
+    return SessionPtr(session);
+  };
+  auto uses_openvino = [](const std::vector<const ProviderRequest*>& list) {
+    return std::any_of(list.begin(), list.end(), [](const ProviderRequest* r) {
+      return r->kind == ProviderRequest::Kind::kOpenVino;
+    });
+  };
+  auto session = create(options.get(), uses_openvino(appended));
+  if (!session.ok() && !appended.empty()) {
+    // A provider that refuses the model at session creation: the CPU provider alone, or refused.
+    std::string names;
+    for (const ProviderRequest* r : appended) names += (names.empty() ? "" : ", ") + r->origin;
+    const std::string reason = names + ": " + session.status().message();
+    if (refuse)
+      return Status(session.status().code(),
+                    reason + " (parameter nereid.accelerator_fallback is refuse)");
+    failed.push_back(reason);
+    appended.clear();
+    std::vector<const ProviderRequest*> none;
+    std::vector<std::string> ignored;
+    ASSIGN_OR_RETURN(options, options_for(none, &appended, &ignored));
+    session = create(options.get(), false);
+  }
+  if (!session.ok()) return session.status();
+  if (placement != nullptr) {
+    if (!wanted.empty()) placement->requested = DeviceName(wanted.front(), device);
+    placement->device = appended.empty() ? "cpu" : DeviceName(*appended.front(), device);
+    placement->providers.clear();
+    for (const ProviderRequest* r : appended) placement->providers += r->Describe() + ", ";
+    placement->providers += "CPU";
+    placement->fallbacks = std::move(failed);
+  }
+  return session;
 }
 
 // One input or output of a session, as the config checks see it.
@@ -425,8 +593,10 @@ struct ModelState : backend::ModelIo {
   // that matched are written by ORT straight into the response, whose shape is fixed before the
   // run; the others are returned as ORT produced them, as Triton does.
   mutable std::map<std::string, std::atomic<int>> declared_shape_holds;
+  int64_t version = 0;
+  Placement placement;  // execution accelerators, the accelerator kind's device
   std::mutex mu;
-  SessionPtr spare;  // the session opened at load, taken by the first instance
+  SessionPtr spare;  // the session opened at load (CPU provider), taken by a first CPU instance
 };
 
 // The graph's declared shape of an output with the batch's rows in place of the batch dimension.
@@ -436,8 +606,38 @@ std::vector<int64_t> DeclaredShape(const backend::ValueInfo& g, bool batching, i
   return shape;
 }
 
+// Metrics of where instances run (backend-made families, on the server's metrics endpoint).
+struct PlacementMetrics {
+  NereidMetricFamily* placement = nullptr;  // gauge: 1 per instance, labelled with its device
+  NereidMetricFamily* fallbacks = nullptr;  // counter: instances that did not get their device
+  PlacementMetrics() {
+    backend::FromError(
+        NereidMetricFamilyNew(NEREID_METRIC_GAUGE, "nereid_instance_placement",
+                              "Where each instance of a model runs (1 per instance): the device "
+                              "its config asked for and the one serving (an execution provider "
+                              "that could not serve falls back to the CPU)",
+                              &placement))
+        .ok();
+    backend::FromError(
+        NereidMetricFamilyNew(NEREID_METRIC_COUNTER, "nereid_placement_fallback_total",
+                              "Instances placed elsewhere than their config asked (the provider or "
+                              "its device was missing, or it refused the model)",
+                              &fallbacks))
+        .ok();
+  }
+};
+
 struct InstanceState {
   SessionPtr session;
+  NereidMetric* placement = nullptr;  // (PlacementMetrics)
+  NereidMetric* fallback = nullptr;
+  InstanceState() = default;
+  InstanceState(const InstanceState&) = delete;
+  InstanceState& operator=(const InstanceState&) = delete;
+  ~InstanceState() {
+    for (NereidMetric* m : {placement, fallback})
+      if (m != nullptr) NereidMetricDelete(m);
+  }
 };
 
 std::string ModelFilePath(NereidModel* model, const rapidjson::Value& config) {
@@ -462,6 +662,8 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   if (!std::filesystem::exists(state->path))
     return backend::NotFound("model '" + name + "': no model file at " + state->path);
   ASSIGN_OR_RETURN(state->settings, ReadSettings(name, config));
+  state->version = NereidModelVersion(model);
+  ASSIGN_OR_RETURN(state->placement, ReadPlacement(name, config, NereidModelVersionPath(model)));
   ASSIGN_OR_RETURN(state->spare, OpenSession(name, state->path, state->settings));
   size_t inputs = 0, outputs = 0;
   RETURN_IF_ERROR(Check(Api().SessionGetInputCount(state->spare.get(), &inputs), name));
@@ -485,19 +687,77 @@ StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {
   }
   static_cast<backend::ModelIo&>(*state) = backend::ReadModelIo(name, config);
   RETURN_IF_ERROR(backend::CheckAgainstGraph(*state, state->graph_inputs, state->graph_outputs));
-  Log(NEREID_LOG_INFO, "model '" + name + "' runs on ONNX Runtime " + g_ort->version +
-                           " (CPU execution provider; " + state->settings.Describe() + ")");
+  Log(NEREID_LOG_INFO, "model '" + name + "' runs on ONNX Runtime " + g_ort->version + " (" +
+                           state->settings.Describe() + ")");
   return state;
 }
 
-StatusOr<std::unique_ptr<InstanceState>> InitializeInstance(ModelState* model) {
+StatusOr<std::unique_ptr<InstanceState>> InitializeInstance(ModelState* model,
+                                                            NereidInstance* instance) {
   auto state = std::make_unique<InstanceState>();
-  {
-    std::lock_guard lock(model->mu);
-    state->session = std::move(model->spare);
+  const std::string name = NereidInstanceName(instance);
+  const NereidInstanceKind kind = NereidInstanceGetKind(instance);
+  const int device = NereidInstanceDeviceId(instance);
+  const Placement& p = model->placement;
+  std::vector<ProviderRequest> wanted;
+  std::string kind_name = "KIND_CPU";
+  if (kind == NEREID_INSTANCE_GPU) {
+    kind_name = "KIND_GPU";
+    wanted = p.gpu;
+    if (std::none_of(wanted.begin(), wanted.end(), [](const ProviderRequest& r) {
+          return r.kind == ProviderRequest::Kind::kCuda;
+        })) {
+      ProviderRequest cuda;
+      cuda.kind = ProviderRequest::Kind::kCuda;
+      cuda.origin = "KIND_GPU";
+      wanted.push_back(cuda);
+    }
+  } else if (kind == NEREID_INSTANCE_MODEL) {
+    kind_name = "KIND_MODEL";
+    wanted = p.accelerator;
+  } else {
+    wanted = p.cpu;
   }
+  if (kind != NEREID_INSTANCE_GPU && !p.gpu.empty())
+    Log(NEREID_LOG_INFO, "model '" + model->name + "' instance '" + name + "' (" + kind_name +
+                             "): gpu_execution_accelerator not applied (KIND_GPU instances "
+                             "only)");
+  if (wanted.empty()) {
+    std::lock_guard lock(model->mu);
+    if (kind == NEREID_INSTANCE_CPU) state->session = std::move(model->spare);
+  }
+  SessionPlacement placement;
   if (!state->session) {
-    ASSIGN_OR_RETURN(state->session, OpenSession(model->name, model->path, model->settings));
+    ASSIGN_OR_RETURN(state->session, OpenSession(model->name, model->path, model->settings, wanted,
+                                                 device, p.refuse, &placement));
+  }
+  for (const std::string& reason : placement.fallbacks)
+    Log(NEREID_LOG_WARNING, "model '" + model->name + "' instance '" + name + "' (" + kind_name +
+                                "): falls back from " + reason);
+  Log(NEREID_LOG_INFO,
+      "model '" + model->name + "' instance '" + name + "' (" + kind_name +
+          ") runs on ONNX Runtime's " + placement.providers + " execution provider(s); device " +
+          placement.device +
+          (placement.requested != placement.device ? " (asked for " + placement.requested + ")"
+                                                   : std::string()));
+  static PlacementMetrics metrics;
+  const std::string version = std::to_string(model->version);
+  if (metrics.placement != nullptr) {
+    const char* names[] = {"model", "version", "instance", "requested", "device"};
+    const char* values[] = {model->name.c_str(), version.c_str(), name.c_str(),
+                            placement.requested.c_str(), placement.device.c_str()};
+    if (backend::FromError(
+            NereidMetricNew(metrics.placement, names, values, 5, nullptr, 0, &state->placement))
+            .ok())
+      NereidMetricSet(state->placement, 1);
+  }
+  if (metrics.fallbacks != nullptr && !placement.fallbacks.empty()) {
+    const char* names[] = {"model", "version", "requested"};
+    const char* values[] = {model->name.c_str(), version.c_str(), placement.requested.c_str()};
+    if (backend::FromError(
+            NereidMetricNew(metrics.fallbacks, names, values, 3, nullptr, 0, &state->fallback))
+            .ok())
+      NereidMetricIncrement(state->fallback, 1);
   }
   return state;
 }
@@ -715,9 +975,9 @@ struct OnnxRuntimeBackend {
   static backend::StatusOr<std::unique_ptr<Model>> LoadModel(NereidModel* model) {
     return ortb::InitializeModel(model);
   }
-  static backend::StatusOr<std::unique_ptr<Instance>> CreateInstance(NereidInstance*,
+  static backend::StatusOr<std::unique_ptr<Instance>> CreateInstance(NereidInstance* instance,
                                                                      Model& model) {
-    return ortb::InitializeInstance(&model);
+    return ortb::InitializeInstance(&model, instance);
   }
   static backend::Status Execute(const Model& model, Instance& instance, NereidInstance*,
                                  NereidRequest** requests, uint32_t count,
@@ -727,3 +987,12 @@ struct OnnxRuntimeBackend {
 };
 
 NEREID_BATCH_BACKEND(OnnxRuntimeBackend)
+
+extern "C" {
+
+// KIND_GPU instances where the loaded library has CUDA's execution provider (onnxruntime-gpu).
+NEREID_EXPORT int NereidBackendSupportsGpu(void) {
+  return ortb::LoadRuntime().ok() && ortb::g_ort->Offers("CUDAExecutionProvider") ? 1 : 0;
+}
+
+}  // extern "C"

@@ -14,8 +14,10 @@
 
 namespace nereid::ort {
 
-// ONNX Runtime 1.13's API version: every entry used here exists since then.
+// ONNX Runtime 1.13's API version: every entry used here exists since then, but the execution
+// providers' (from index 170), which need kProvidersApiVersion (1.17: OpenVINO's V2 options).
 inline constexpr uint32_t kApiVersion = 13;
+inline constexpr uint32_t kProvidersApiVersion = 17;
 
 struct OrtStatus;
 struct OrtEnv;
@@ -27,6 +29,8 @@ struct OrtTypeInfo;
 struct OrtTensorTypeAndShapeInfo;
 struct OrtMemoryInfo;
 struct OrtAllocator;
+struct OrtTensorRTProviderOptionsV2;
+struct OrtCUDAProviderOptionsV2;
 
 // ONNXTensorElementDataType.
 enum ElementType : int {
@@ -66,7 +70,7 @@ using LoggingFunction = void (*)(void* param, LoggingLevel severity, const char*
 
 #define NEREID_ORT_UNUSED(first, last) void* unused_##first##_##last[(last) - (first) + 1]
 
-// OrtApi, entries 0..142 (indices in the comments).
+// OrtApi, entries 0..275 (indices in the comments).
 struct Api {
   OrtStatus* (*CreateStatus)(int code, const char* msg) noexcept;                         // 0
   int (*GetErrorCode)(const OrtStatus* status) noexcept;                                  // 1
@@ -155,9 +159,36 @@ struct Api {
   void (*ReleaseTypeInfo)(OrtTypeInfo*) noexcept;                              // 98
   void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo*) noexcept;  // 99
   void (*ReleaseSessionOptions)(OrtSessionOptions*) noexcept;                  // 100
-  NEREID_ORT_UNUSED(101, 129);
+  NEREID_ORT_UNUSED(101, 124);
+  OrtStatus* (*GetAvailableProviders)(char*** names, int* count) noexcept;    // 125
+  OrtStatus* (*ReleaseAvailableProviders)(char** names, int count) noexcept;  // 126
+  NEREID_ORT_UNUSED(127, 129);
   OrtStatus* (*AddSessionConfigEntry)(OrtSessionOptions* o, const char* key,
                                       const char* value) noexcept;  // 130
+  // ---- execution providers (kProvidersApiVersion) ----
+  NEREID_ORT_UNUSED(131, 169);
+  OrtStatus* (*SessionOptionsAppendExecutionProvider_TensorRT_V2)(
+      OrtSessionOptions* o, const OrtTensorRTProviderOptionsV2* trt) noexcept;               // 170
+  OrtStatus* (*CreateTensorRTProviderOptions)(OrtTensorRTProviderOptionsV2** out) noexcept;  // 171
+  OrtStatus* (*UpdateTensorRTProviderOptions)(OrtTensorRTProviderOptionsV2* trt,
+                                              const char* const* keys, const char* const* values,
+                                              size_t count) noexcept;  // 172
+  NEREID_ORT_UNUSED(173, 173);
+  void (*ReleaseTensorRTProviderOptions)(OrtTensorRTProviderOptionsV2*) noexcept;  // 174
+  NEREID_ORT_UNUSED(175, 203);
+  OrtStatus* (*SessionOptionsAppendExecutionProvider_CUDA_V2)(
+      OrtSessionOptions* o, const OrtCUDAProviderOptionsV2* cuda) noexcept;          // 204
+  OrtStatus* (*CreateCUDAProviderOptions)(OrtCUDAProviderOptionsV2** out) noexcept;  // 205
+  OrtStatus* (*UpdateCUDAProviderOptions)(OrtCUDAProviderOptionsV2* cuda, const char* const* keys,
+                                          const char* const* values,
+                                          size_t count) noexcept;  // 206
+  NEREID_ORT_UNUSED(207, 207);
+  void (*ReleaseCUDAProviderOptions)(OrtCUDAProviderOptionsV2*) noexcept;  // 208
+  NEREID_ORT_UNUSED(209, 274);
+  OrtStatus* (*SessionOptionsAppendExecutionProvider_OpenVINO_V2)(OrtSessionOptions* o,
+                                                                  const char* const* keys,
+                                                                  const char* const* values,
+                                                                  size_t count) noexcept;  // 275
 };
 
 #undef NEREID_ORT_UNUSED
@@ -195,7 +226,16 @@ NEREID_ORT_INDEX(AllocatorFree, 76);
 NEREID_ORT_INDEX(GetAllocatorWithDefaultOptions, 78);
 NEREID_ORT_INDEX(ReleaseEnv, 92);
 NEREID_ORT_INDEX(ReleaseSessionOptions, 100);
+NEREID_ORT_INDEX(GetAvailableProviders, 125);
+NEREID_ORT_INDEX(ReleaseAvailableProviders, 126);
 NEREID_ORT_INDEX(AddSessionConfigEntry, 130);
+NEREID_ORT_INDEX(SessionOptionsAppendExecutionProvider_TensorRT_V2, 170);
+NEREID_ORT_INDEX(UpdateTensorRTProviderOptions, 172);
+NEREID_ORT_INDEX(ReleaseTensorRTProviderOptions, 174);
+NEREID_ORT_INDEX(SessionOptionsAppendExecutionProvider_CUDA_V2, 204);
+NEREID_ORT_INDEX(UpdateCUDAProviderOptions, 206);
+NEREID_ORT_INDEX(ReleaseCUDAProviderOptions, 208);
+NEREID_ORT_INDEX(SessionOptionsAppendExecutionProvider_OpenVINO_V2, 275);
 #undef NEREID_ORT_INDEX
 
 // OrtApiBase: what OrtGetApiBase() returns.

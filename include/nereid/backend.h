@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 8u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 9u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -83,8 +83,14 @@ typedef enum {
   NEREID_MEMORY_SHM = 3
 } NereidMemoryType;
 
-/* From the instance_group the instance was created for. */
-typedef enum { NEREID_INSTANCE_CPU = 0, NEREID_INSTANCE_GPU = 1 } NereidInstanceKind;
+/* From the instance_group the instance was created for. MODEL (since 2.9): a KIND_MODEL group,
+ * whose backend places the model itself (the ONNX Runtime backend on the accelerator that the
+ * config parameter "nereid.device" names); backends that do not place models run it as CPU. */
+typedef enum {
+  NEREID_INSTANCE_CPU = 0,
+  NEREID_INSTANCE_GPU = 1,
+  NEREID_INSTANCE_MODEL = 2
+} NereidInstanceKind;
 
 typedef enum {
   NEREID_LOG_INFO = 0,

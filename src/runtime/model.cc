@@ -133,7 +133,10 @@ StatusOr<std::shared_ptr<Model>> Model::Create(
       for (int i = 0; i < group.count(); ++i) {
         auto instance = std::make_unique<ModelInstance>(
             model.get(), group.name() + "_" + std::to_string(index++),
-            gpu ? NEREID_INSTANCE_GPU : NEREID_INSTANCE_CPU, device);
+            gpu                                                         ? NEREID_INSTANCE_GPU
+            : group.kind() == inference::ModelInstanceGroup::KIND_MODEL ? NEREID_INSTANCE_MODEL
+                                                                        : NEREID_INSTANCE_CPU,
+            device);
         if (model->rate_limiter_ != nullptr && group.has_rate_limiter()) {
           std::vector<RateLimiter::Resource> resources;
           for (const auto& r : group.rate_limiter().resources())

@@ -1,0 +1,230 @@
+"""Placement on ONNX Runtime's execution providers (docs/placement.md): the server runs ONNX
+Runtime from the onnxruntime-openvino wheel (scripts/requirements-openvino.txt, installed into
+.venv/onnxruntime-openvino; NEREID_ONNXRUNTIME_LIBRARY points at its library) and serves
+
+- Triton's `cpu_execution_accelerator: [ { name: "openvino" } ]` on KIND_CPU, on OpenVINO's CPU
+  plugin, its answers equal to ORT's CPU provider's (Python's onnxruntime) within tolerance;
+- Nereid's accelerator kind: KIND_MODEL with `nereid.device: "openvino:CPU"` on the same, and
+  `openvino:NPU` (no NPU here) falling back to the CPU provider with a log line and a metric, or
+  refused with `nereid.accelerator_fallback: "refuse"`;
+- gpu_execution_accelerators on KIND_CPU instances not applied (logged), as Triton does;
+- configs Triton refuses (an unknown accelerator or parameter) refused with Triton's words, and
+  a cache folder outside the model's directory refused.
+
+A BERT-shaped encoder (scripts/text_models.py bert_tiny) and a small CNN (convolutions, grouped
+and dilated, batch norm, pooling)."""
+import glob
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import urllib.request
+
+from conftest import Server
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import text_models  # noqa: E402
+import vision_models  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+LIBRARY = next(iter(sorted(glob.glob(os.path.join(
+    ROOT, ".venv", "onnxruntime-openvino", "onnxruntime", "capi", "libonnxruntime.so.*")))), None)
+pytestmark = pytest.mark.skipif(
+    LIBRARY is None, reason="onnxruntime-openvino is not installed (scripts/install-deps.sh)")
+
+TEXT_IO = """max_batch_size: 8
+input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] },
+        { name: "attention_mask" data_type: TYPE_INT64 dims: [ -1 ] } ]
+output [ { name: "sentence_embedding" data_type: TYPE_FP32 dims: [ 128 ] } ]
+"""
+CNN_IO = """max_batch_size: 8
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 32, 32 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 10 ] } ]
+"""
+OPENVINO = ('optimization { execution_accelerators { cpu_execution_accelerator: [ { name: '
+            '"openvino"%s } ] } }\n')
+CPU = "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+MODEL_KIND = "instance_group [ { kind: KIND_MODEL count: 1 } ]\n"
+
+
+def device(name, fallback=None):
+    out = f'parameters {{ key: "nereid.device" value {{ string_value: "{name}" }} }}\n'
+    if fallback:
+        out += (f'parameters {{ key: "nereid.accelerator_fallback" value {{ string_value: '
+                f'"{fallback}" }} }}\n')
+    return out
+
+
+# name -> (file, io, rest of the config)
+MODELS = {
+    "text_cpu": ("text", TEXT_IO, CPU),
+    "text_openvino": ("text", TEXT_IO, CPU + OPENVINO % ' parameters { key: "precision" value: '
+                                                        '"FP32" }'),
+    "text_device_cpu": ("text", TEXT_IO, MODEL_KIND + device("openvino:CPU")),
+    "text_npu": ("text", TEXT_IO, MODEL_KIND + device("openvino:NPU")),
+    "cnn_openvino": ("cnn", CNN_IO, CPU + OPENVINO % ""),
+    "cnn_device_cpu": ("cnn", CNN_IO, MODEL_KIND + device("openvino:CPU")),
+    "cnn_tensorrt_on_cpu": ("cnn", CNN_IO, CPU + 'optimization { execution_accelerators { '
+                            'gpu_execution_accelerator: [ { name: "tensorrt" parameters { key: '
+                            '"precision_mode" value: "FP16" } } ] } }\n'),
+}
+# Refused at load, with the words in the log.
+BAD = {
+    "npu_refuse": (MODEL_KIND + device("openvino:NPU", "refuse"),
+                   "model 'npu_refuse': parameter nereid.device 'openvino:NPU': OpenVINO "
+                   "(device_type NPU): SessionOptionsAppendExecutionProvider_OpenVINO_V2: "),
+    "unknown_cpu": (CPU + 'optimization { execution_accelerators { cpu_execution_accelerator: '
+                    '[ { name: "unknown_cpu" } ] } }\n',
+                    "unknown Execution Accelerator 'unknown_cpu' is requested"),
+    "unknown_trt_param": (CPU + 'optimization { execution_accelerators { '
+                          'gpu_execution_accelerator: [ { name: "tensorrt" parameters { key: '
+                          '"segment_size" value: "1" } } ] } }\n',
+                          "unknown parameter 'segment_size' is provided for TensorRT Execution "
+                          "Accelerator"),
+    "bad_trt_value": (CPU + 'optimization { execution_accelerators { gpu_execution_accelerator: '
+                      '[ { name: "tensorrt" parameters { key: "max_workspace_size_bytes" value: '
+                      '"abc" } } ] } }\n',
+                      "failed to convert 'abc' to unsigned long long integral number"),
+    "cache_outside": (CPU + OPENVINO % ' parameters { key: "cache_dir" value: "../../elsewhere" }',
+                      "parameter 'cache_dir' must be a folder inside the model's version "
+                      "directory (a relative path), got '../../elsewhere'"),
+    "bad_device": (MODEL_KIND + device("npu"),
+                   "parameter 'nereid.device' must name an accelerator as openvino:<device>"),
+    "device_without_kind": (CPU + device("openvino:CPU"),
+                            "parameter 'nereid.device' places KIND_MODEL instances, but no "
+                            "instance_group is KIND_MODEL"),
+    "bad_fallback": (MODEL_KIND + device("openvino:CPU", "sometimes"),
+                     "parameter 'nereid.accelerator_fallback' must be cpu or refuse, got "
+                     "'sometimes'"),
+}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("placement") / "models"
+    files = {"text": text_models.encoder("bert_tiny", seed=9, pooled=True),
+             "cnn": vision_models.small_cnn(seed=4, size=32, classes=10)}
+    for name, (kind, io, rest) in MODELS.items():
+        (root / name / "1").mkdir(parents=True)
+        onnx.save(files[kind], str(root / name / "1" / "model.onnx"))
+        (root / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nplatform: "onnxruntime_onnx"\n' + io + rest)
+    for name, (rest, _) in BAD.items():
+        (root / name / "1").mkdir(parents=True)
+        onnx.save(files["text"], str(root / name / "1" / "model.onnx"))
+        (root / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nplatform: "onnxruntime_onnx"\n' + TEXT_IO + rest)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    s = Server(str(repo), "--onnx-engine=onnxruntime", "--exit-on-error=false",
+               "--strict-readiness=false", env={"NEREID_ONNXRUNTIME_LIBRARY": LIBRARY})
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+def reference(repo, name, feeds, output):
+    session = onnxruntime.InferenceSession(str(repo / name / "1" / "model.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    return session.run([output], feeds)[0]
+
+
+def text_feeds(batch, tokens, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, 1000, (batch, tokens), dtype=np.int64)
+    mask = np.ones((batch, tokens), np.int64)
+    mask[0, tokens // 2:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def infer(url, name, feeds, output, grpc):
+    mod = grpcclient if grpc else httpclient
+    inputs = []
+    for key, value in feeds.items():
+        inputs.append(mod.InferInput(key, list(value.shape),
+                                     "INT64" if value.dtype == np.int64 else "FP32"))
+        inputs[-1].set_data_from_numpy(value)
+    return mod.InferenceServerClient(url).infer(name, inputs).as_numpy(output)
+
+
+def test_the_library_offers_openvino(server):
+    assert re.search(r"execution providers: OpenVINOExecutionProvider, CPUExecutionProvider",
+                     server.read_log()), server.read_log()
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+@pytest.mark.parametrize("name", ["text_cpu", "text_openvino", "text_device_cpu", "text_npu",
+                                  "cnn_openvino", "cnn_device_cpu", "cnn_tensorrt_on_cpu"])
+def test_every_placement_answers_as_the_cpu_provider(server, repo, name, grpc):
+    url = server.grpc_url if grpc else server.url
+    for batch in (1, 5):
+        if name.startswith("text"):
+            feeds, output = text_feeds(batch, 19, batch), "sentence_embedding"
+        else:
+            feeds = {"input": np.random.default_rng(batch).standard_normal(
+                (batch, 3, 32, 32)).astype(np.float32)}
+            output = "output"
+        got = infer(url, name, feeds, output, grpc)
+        want = reference(repo, name, feeds, output)
+        assert got.shape == want.shape
+        # OpenVINO's CPU plugin runs its own kernels (fp32: "precision" FP32, its default on CPU).
+        assert np.abs(got - want).max() <= 1e-4 * max(np.abs(want).max(), 1), name
+
+
+def test_the_log_and_metrics_say_where_each_instance_runs(server):
+    log = server.read_log()
+    lines = {m: next((l for l in log.splitlines() if f"model '{m}' instance '{m}_0_0'" in l
+                      and "runs on ONNX Runtime's" in l), "") for m in MODELS}
+    assert "OpenVINO (device_type CPU, precision FP32), CPU execution provider(s); device " \
+           "openvino:CPU" in lines["text_openvino"], lines
+    assert "(KIND_MODEL) runs on ONNX Runtime's OpenVINO (device_type CPU), CPU" in \
+        lines["text_device_cpu"], lines
+    assert "CPU execution provider(s); device cpu (asked for openvino:NPU)" in \
+        lines["text_npu"], lines
+    assert ("model 'text_npu' instance 'text_npu_0_0' (KIND_MODEL): falls back from parameter "
+            "nereid.device 'openvino:NPU': OpenVINO (device_type NPU): ") in log
+    assert "Device NPU is not available" in log  # OpenVINO's own reason, carried into the line
+    assert ("model 'cnn_tensorrt_on_cpu' instance 'cnn_tensorrt_on_cpu_0_0' (KIND_CPU): "
+            "gpu_execution_accelerator not applied (KIND_GPU instances only)") in log
+    text = urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics").read().decode()
+    assert ('nereid_instance_placement{device="openvino:CPU",instance="text_openvino_0_0",'
+            'model="text_openvino",requested="openvino:CPU",version="1"} 1') in text, text
+    assert ('nereid_instance_placement{device="cpu",instance="text_npu_0_0",model="text_npu",'
+            'requested="openvino:NPU",version="1"} 1') in text, text
+    assert ('nereid_placement_fallback_total{model="text_npu",requested="openvino:NPU",'
+            'version="1"} 1') in text, text
+    assert 'nereid_placement_fallback_total{model="text_openvino"' not in text
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_configs_that_cannot_place_are_refused(server, name):
+    client = httpclient.InferenceServerClient(server.url)
+    assert not client.is_model_ready(name)
+    assert BAD[name][1] in server.read_log(), server.read_log()
+
+
+def test_the_cache_folder_stays_inside_the_model(tmp_path):
+    repo = tmp_path / "models"
+    (repo / "m" / "1").mkdir(parents=True)
+    onnx.save(vision_models.small_cnn(seed=4, size=32, classes=10), str(repo / "m" / "1" / "model.onnx"))
+    (repo / "m" / "config.pbtxt").write_text(
+        'name: "m"\nplatform: "onnxruntime_onnx"\n' + CNN_IO + CPU +
+        OPENVINO % ' parameters { key: "cache_dir" value: "ov_cache" }')
+    s = Server(str(repo), "--onnx-engine=onnxruntime", env={"NEREID_ONNXRUNTIME_LIBRARY": LIBRARY})
+    try:
+        x = np.zeros((1, 3, 32, 32), np.float32)
+        infer(s.url, "m", {"input": x}, "output", False)
+        # OpenVINO compiled the model into the cache folder in the version directory.
+        assert os.listdir(repo / "m" / "1" / "ov_cache"), "no cache written"
+    finally:
+        assert s.stop() == 0
+    shutil.rmtree(repo)
