@@ -3,7 +3,7 @@
 (max absolute and relative error, top-1 agreement) and times interleaved in one run.
 
   native_vs_ort.py --bench-native=build/bench_native MODEL.onnx... [--batch=1,8] [--threads=1]
-                   [--rounds=5] [--iterations=10] [--int8]
+                   [--rounds=5] [--iterations=10] [--int8] [--openvino]
 
 MODEL.onnx:3,48,320 gives the dims after the batch of every input of that rank (for variable ones:
 MODEL.onnx:128 for a text encoder's tokens and mask); other inputs get their declared shapes
@@ -15,6 +15,11 @@ optimizations) and bench_native (the same number of threads: its intra-op team) 
 --rounds times, each timing --iterations runs after a warm-up; the table shows the median of the
 per-round medians. Exit status 1 when an output differs beyond
 --rtol/--atol (documented per precision in docs/native-engine.md).
+
+--openvino adds ONNX Runtime's OpenVINO execution provider (device CPU, num_of_threads --threads)
+to the alternation, from the onnxruntime-openvino wheel: run the script with that wheel's package
+first on the path (PYTHONPATH=.venv/onnxruntime-openvino; scripts/install-deps.sh installs it
+there), so that 'onnxruntime' is that build (both providers, one library version).
 """
 
 import argparse
@@ -36,6 +41,14 @@ def ort_session(path, threads):
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def openvino_session(path, threads):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(path, so, providers=[
+        ("OpenVINOExecutionProvider", {"device_type": "CPU", "num_of_threads": str(threads)})])
 
 
 def ort_time(sess, feeds, iterations):
@@ -103,16 +116,31 @@ def main():
     parser.add_argument("--int8", action="store_true")
     parser.add_argument("--split-rows", action="store_true",
                         help="the native engine runs batches row by row (nereid.split_batches)")
+    parser.add_argument("--openvino", action="store_true",
+                        help="also ONNX Runtime's OpenVINO provider (see the usage above)")
     parser.add_argument("--rtol", type=float, default=1e-3)
     parser.add_argument("--atol", type=float, default=1e-4)
     args = parser.parse_args()
+    if args.openvino and "OpenVINOExecutionProvider" not in ort.get_available_providers():
+        sys.exit(f"onnxruntime {ort.__version__} from {ort.__file__} has no OpenVINO provider: "
+                 "run with PYTHONPATH=.venv/onnxruntime-openvino")
     failed = False
+    print(f"onnxruntime {ort.__version__}, {args.threads} thread(s)")
     print(f"{'model':<24} {'batch':>5} {'ort_us':>10} {'native_us':>10} {'native/ort':>10} "
-          f"{'max_abs':>9} {'max_rel':>9} {'top1':>6} {'abs/max':>9}")
+          + (f"{'openvino_us':>11} {'ov/ort':>7} {'ov_abs/max':>10} " if args.openvino else "")
+          + f"{'max_abs':>9} {'max_rel':>9} {'top1':>6} {'abs/max':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             path, _, dims = model.partition(":")
             sess = ort_session(path, args.threads)
+            ov = None
+            if args.openvino:
+                try:
+                    ov = openvino_session(path, args.threads)
+                except Exception as e:  # noqa: BLE001 (OpenVINO's own compile errors)
+                    cause = str(e).split("Arguments")[-1].strip().splitlines()[0][:100]
+                    print(f"{os.path.basename(path)[:24]:<24}  OpenVINO refuses the model: "
+                          f"...{cause}")
             for batch in [int(b) for b in args.batch.split(",")]:
                 feeds = {}
                 for k, meta in enumerate(sess.get_inputs()):
@@ -122,10 +150,12 @@ def main():
                 feeds_file, y_file = os.path.join(tmp, "feeds.bin"), os.path.join(tmp, "y.bin")
                 write_feeds(feeds_file, feeds)
                 want = sess.run(None, feeds)[0]
-                ort_times, native_times = [], []
+                ort_times, native_times, ov_times = [], [], []
                 try:
                     for _ in range(args.rounds):
                         ort_times.append(ort_time(sess, feeds, args.iterations))
+                        if ov is not None:
+                            ov_times.append(ort_time(ov, feeds, args.iterations))
                         native_times.append(native_run(args.bench_native, path, args.iterations,
                                                        feeds_file, y_file, args.int8,
                                                        args.threads, args.split_rows))
@@ -144,8 +174,13 @@ def main():
                 ok = np.allclose(got, want, rtol=args.rtol, atol=args.atol * max(scale, 1.0))
                 failed |= not ok
                 o, n = statistics.median(ort_times), statistics.median(native_times)
+                ov_cols = f"{'-':>11} {'-':>7} {'-':>10} " if args.openvino else ""
+                if ov is not None:
+                    v = statistics.median(ov_times)
+                    ov_diff = float(np.abs(ov.run(None, feeds)[0] - want).max())
+                    ov_cols = f"{v:>11.0f} {v / o:>7.2f} {ov_diff / max(scale, 1e-30):>10.2e} "
                 print(f"{os.path.basename(path)[:24]:<24} {batch:>5} {o:>10.0f} {n:>10.0f} "
-                      f"{n / o:>10.2f} {max_abs:>9.2e} {max_rel:>9.2e} {top1:>6.2f} "
+                      f"{n / o:>10.2f} {ov_cols}{max_abs:>9.2e} {max_rel:>9.2e} {top1:>6.2f} "
                       f"{max_abs / max(scale, 1e-30):>9.2e}{'' if ok else '  MISMATCH'}")
     sys.exit(1 if failed else 0)
 

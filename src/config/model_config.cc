@@ -179,7 +179,11 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
   std::vector<std::string> ignored;
   std::vector<const pb::FieldDescriptor*> fields;
   config.GetReflection()->ListFields(config, &fields);
+  // The ONNX Runtime backend acts on optimization (graph level, execution accelerators).
+  const bool onnxruntime =
+      config.backend() == "onnxruntime" || config.platform() == "onnxruntime_onnx";
   for (const auto* field : fields) {
+    if (field->name() == "optimization" && onnxruntime) continue;
     if (!kActedOn.count(field->name())) {
       ignored.push_back(field->name());
       continue;
