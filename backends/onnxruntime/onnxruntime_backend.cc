@@ -740,6 +740,9 @@ StatusOr<std::unique_ptr<InstanceState>> InitializeInstance(ModelState* model,
           placement.device +
           (placement.requested != placement.device ? " (asked for " + placement.requested + ")"
                                                    : std::string()));
+  backend::FromError(NereidInstanceSetPlacement(instance, placement.device.c_str(),
+                                                placement.requested.c_str()))
+      .ok();  // (only what the statistics and traces show)
   static PlacementMetrics metrics;
   const std::string version = std::to_string(model->version);
   if (metrics.placement != nullptr) {

@@ -224,6 +224,11 @@ int32_t NereidInstanceDeviceId(const NereidInstance* instance);
 /* During NereidInstanceExecute (since 2.8): the index, among the variants the model declared with
  * NereidModelSetVariants, of the one this execution runs in; 0 when none were declared. */
 uint32_t NereidInstanceVariant(const NereidInstance* instance);
+/* During NereidInstanceInitialize (since 2.9): where the instance runs, for the statistics,
+ * traces and logs ("openvino:CPU", "cuda:0", "cpu"), and what its config asked for; NULL
+ * 'requested': the same. Without it the kind and device say ("cpu", "gpu:0", "model"). */
+NereidError* NereidInstanceSetPlacement(NereidInstance* instance, const char* device,
+                                        const char* requested);
 void NereidInstanceSetState(NereidInstance* instance, void* state);
 void* NereidInstanceState(const NereidInstance* instance);
 

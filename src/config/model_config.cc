@@ -179,11 +179,18 @@ std::vector<std::string> IgnoredConfigFields(const inference::ModelConfig& confi
   std::vector<std::string> ignored;
   std::vector<const pb::FieldDescriptor*> fields;
   config.GetReflection()->ListFields(config, &fields);
-  // The ONNX Runtime backend acts on optimization (graph level, execution accelerators).
+  // The ONNX Runtime backend acts on optimization's graph level and execution accelerators.
   const bool onnxruntime =
       config.backend() == "onnxruntime" || config.platform() == "onnxruntime_onnx";
   for (const auto* field : fields) {
-    if (field->name() == "optimization" && onnxruntime) continue;
+    if (field->name() == "optimization" && onnxruntime) {
+      std::vector<const pb::FieldDescriptor*> sub;
+      config.optimization().GetReflection()->ListFields(config.optimization(), &sub);
+      for (const auto* f : sub)
+        if (f->name() != "graph" && f->name() != "execution_accelerators")
+          ignored.push_back("optimization." + f->name());
+      continue;
+    }
     if (!kActedOn.count(field->name())) {
       ignored.push_back(field->name());
       continue;

@@ -139,6 +139,13 @@ NereidInstanceKind NereidInstanceGetKind(const NereidInstance* instance) {
 int32_t NereidInstanceDeviceId(const NereidInstance* instance) {
   return AsInstance(instance)->device_id();
 }
+NereidError* NereidInstanceSetPlacement(NereidInstance* instance, const char* device,
+                                        const char* requested) {
+  if (instance == nullptr || device == nullptr || *device == '\0')
+    return Error(NEREID_ERROR_INVALID_ARG, "NereidInstanceSetPlacement: no device");
+  AsInstance(instance)->SetPlacement(device, requested != nullptr ? requested : device);
+  return nullptr;
+}
 uint32_t NereidInstanceVariant(const NereidInstance* instance) {
   return AsInstance(instance)->variant();
 }

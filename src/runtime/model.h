@@ -96,6 +96,8 @@ class Model {
   bool reads_device_inputs() const { return ReadsDeviceInputs(config_); }
   ModelStats& stats() { return *stats_; }
   const ModelStats& stats() const { return *stats_; }
+  // Its instances (none for an ensemble), fixed once it serves.
+  const std::vector<std::unique_ptr<ModelInstance>>& instances() const { return instances_; }
   Scheduler* scheduler() const { return scheduler_.get(); }
   // The response cache when the config enables it (null: none), the nereid.max_queued_* limits
   // (null: none), and this load's number among the process's loads (part of cache keys).

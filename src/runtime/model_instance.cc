@@ -9,6 +9,7 @@
 #include "nereid/backend_util.h"
 #include "runtime/backend_abi.h"
 #include "runtime/model.h"
+#include "trace/trace.h"
 
 namespace nereid {
 namespace {
@@ -107,6 +108,7 @@ ExecutionSummary ModelInstance::Execute(std::vector<std::unique_ptr<InferenceReq
       continue;
     }
     request->times.compute_start_ns = start;
+    if (request->trace) request->trace->SetPlacement(name_, placement_);
     summary.rows += request->batch_size;
     auto* r = new BackendRequest();
     r->request = std::move(request);

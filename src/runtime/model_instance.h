@@ -25,7 +25,14 @@ struct BackendRequest;
 class ModelInstance : public BatchExecutor {
  public:
   ModelInstance(Model* model, std::string name, NereidInstanceKind kind, int32_t device_id)
-      : model_(model), name_(std::move(name)), kind_(kind), device_id_(device_id) {}
+      : model_(model),
+        name_(std::move(name)),
+        kind_(kind),
+        device_id_(device_id),
+        placement_(kind == NEREID_INSTANCE_GPU     ? "gpu:" + std::to_string(device_id)
+                   : kind == NEREID_INSTANCE_MODEL ? "model"
+                                                   : "cpu"),
+        requested_(placement_) {}
 
   Status Initialize();
   // Waits until 'deadline' for every request handed to the backend to be completed: true when
@@ -68,6 +75,14 @@ class ModelInstance : public BatchExecutor {
   const std::string& name() const { return name_; }
   NereidInstanceKind kind() const { return kind_; }
   int32_t device_id() const { return device_id_; }
+  // Where it runs ("openvino:CPU", "gpu:0", "cpu") and what its config asked for: the backend's
+  // word (NereidInstanceSetPlacement, while it initializes the instance), else its kind's.
+  void SetPlacement(std::string device, std::string requested) {
+    placement_ = std::move(device);
+    requested_ = std::move(requested);
+  }
+  const std::string& placement() const { return placement_; }
+  const std::string& requested_placement() const { return requested_; }
   void* state = nullptr;  // backend-owned
 
  private:
@@ -82,6 +97,7 @@ class ModelInstance : public BatchExecutor {
   std::string name_;
   NereidInstanceKind kind_;
   int32_t device_id_;
+  std::string placement_, requested_;  // written before the instance serves, read after
   bool initialized_ = false;
   std::mutex mu_;
   std::condition_variable idle_;

@@ -137,6 +137,21 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
       out_e.active_watts = e.active_watts;
     }
     if (const VariantController* v = m->variants()) s.variants_json = v->Json();
+    // Where it runs: its instances, or an ensemble's steps' models' (each ready version).
+    auto place = [&s](const Model& model) {
+      for (const auto& instance : model.instances())
+        s.placement.push_back({model.name(), instance->name(),
+                               instance->kind() == NEREID_INSTANCE_GPU     ? "KIND_GPU"
+                               : instance->kind() == NEREID_INSTANCE_MODEL ? "KIND_MODEL"
+                                                                           : "KIND_CPU",
+                               instance->placement(), instance->requested_placement()});
+    };
+    place(*m);
+    for (const auto& step : m->config().ensemble_scheduling().step()) {
+      auto steps = repository_->StatisticsModels(step.model_name(), step.model_version());
+      if (steps.ok())
+        for (const auto& sm : *steps) place(*sm);
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -68,6 +68,13 @@ struct ModelStatistics {
     double active_watts = 0;          // the fitted power while its batches are busy (0: not yet)
   };
   std::vector<Energy> energy;
+  // Nereid's extension: where each instance runs (its backend's word, else its kind's), and for
+  // an ensemble each step's model's instances, the step's model named (docs/placement.md).
+  struct Placement {
+    std::string model;  // the instance's model (an ensemble's step)
+    std::string instance, kind, device, requested;
+  };
+  std::vector<Placement> placement;
   // Nereid's extension: the precision variants, their guard results, measured table and policy
   // state (VariantController::Json); empty for a model without variants.
   std::string variants_json;

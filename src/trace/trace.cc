@@ -359,6 +359,12 @@ void Trace::SetVersion(int64_t version) {
   version_ = version;
 }
 
+void Trace::SetPlacement(const std::string& instance, const std::string& device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  instance_ = instance;
+  device_ = device;
+}
+
 void Trace::RecordTensor(const char* activity, const std::string& name, DataType type,
                          const std::vector<int64_t>& shape, const uint8_t* data, size_t bytes) {
   if (!tensors() || data == nullptr) return;
@@ -430,6 +436,12 @@ void Trace::AppendTritonJson(std::string* out) const {
     AppendJsonString(out, request_id_);
   }
   if (parent_id_ != 0) *out += ",\"parent_id\":" + std::to_string(parent_id_);
+  if (!instance_.empty()) {  // (Nereid's: the instance that ran it and its device)
+    *out += ",\"model_instance\":";
+    AppendJsonString(out, instance_);
+    *out += ",\"device\":";
+    AppendJsonString(out, device_);
+  }
   *out += "},{\"id\":" + std::to_string(id_) + ",\"timestamps\":[";
   bool first = true;
   for (const auto& [name, ns] : timestamps_) {
@@ -472,6 +484,10 @@ void Trace::AppendSpans(std::vector<std::string>* spans) const {
     s.IntAttribute(9, "model_version", version_);
     if (!request_id_.empty()) s.StringAttribute(9, "request_id", request_id_);
     if (parent_id_ != 0) s.IntAttribute(9, "parent_id", static_cast<int64_t>(parent_id_));
+    if (!instance_.empty()) {
+      s.StringAttribute(9, "model_instance", instance_);
+      s.StringAttribute(9, "device", device_);
+    }
     s.IntAttribute(9, "trace_id", static_cast<int64_t>(id_));
     for (const auto& [n, ns] : timestamps_)
       if (events(n)) {

@@ -77,6 +77,9 @@ class Trace : public std::enable_shared_from_this<Trace> {
   static constexpr size_t kMaxTensorElements = 65536;
   // The version the request was routed to (an ensemble step's config may say -1: newest).
   void SetVersion(int64_t version);
+  // The instance that ran the request and where it runs ("openvino:CPU", "gpu:0"): an ensemble
+  // step's trace says where that step ran.
+  void SetPlacement(const std::string& instance, const std::string& device);
   // A step of this (ensemble) request on 'model'.
   std::shared_ptr<Trace> Child(const std::string& model, int64_t version);
   // The W3C header naming this trace's model span, for a call this request makes.
@@ -93,6 +96,7 @@ class Trace : public std::enable_shared_from_this<Trace> {
   std::string model_;
   int64_t version_ = -1;
   std::string request_id_;
+  std::string instance_, device_;         // SetPlacement
   SpanContext context_;                   // trace id; span_id: the frontend's span
   std::array<uint8_t, 8> model_span_{};   // this request's model span
   std::array<uint8_t, 8> parent_span_{};  // the caller's span (root) or the ensemble's model span

@@ -248,3 +248,113 @@ def test_the_cache_folder_stays_inside_the_model(tmp_path):
     finally:
         assert s.stop() == 0
     shutil.rmtree(repo)
+
+
+def fields(raw):
+    """The fields of a serialized protobuf message: [(number, bytes or int)]."""
+    out, at = [], 0
+
+    def varint():
+        nonlocal at
+        value, shift = 0, 0
+        while True:
+            b = raw[at]
+            at += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return value
+    while at < len(raw):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            out.append((number, varint()))
+        elif wire == 2:
+            n = varint()
+            out.append((number, raw[at:at + n]))
+            at += n
+        elif wire == 1:
+            out.append((number, raw[at:at + 8]))
+            at += 8
+        else:
+            out.append((number, raw[at:at + 4]))
+            at += 4
+    return out
+
+
+def grpc_placement(stats):
+    """Nereid's field 1001 of a ModelStatistics, which Triton's own stubs keep as unknown."""
+    names = {1: "model", 2: "instance", 3: "kind", 4: "device", 5: "requested"}
+    return [{names[n]: v.decode() for n, v in fields(raw)}
+            for number, raw in fields(stats.SerializeToString()) if number == 1001]
+
+
+def test_statistics_show_where_each_instance_runs(server):
+    want = [{"model": "text_npu", "instance": "text_npu_0_0", "kind": "KIND_MODEL",
+             "device": "cpu", "requested": "openvino:NPU"}]
+    http = httpclient.InferenceServerClient(server.url)
+    assert http.get_inference_statistics("text_npu")["model_stats"][0]["placement"] == want
+    assert http.get_inference_statistics("text_openvino")["model_stats"][0]["placement"][0][
+        "device"] == "openvino:CPU"
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    assert grpc_placement(grpc.get_inference_statistics("text_npu").model_stats[0]) == want
+
+
+def test_an_ensemble_shows_each_steps_placement_in_statistics_and_traces(tmp_path):
+    """A pipeline of a step on ORT's CPU provider (a scaling) and one on OpenVINO (the CNN): the
+    ensemble's statistics list each step's instances and devices; its trace's children say
+    which instance and device ran each step."""
+    from onnx import TensorProto, helper
+    repo = tmp_path / "models"
+    (repo / "scale" / "1").mkdir(parents=True)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["y"])], "scale",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, 32, 32])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8),
+              str(repo / "scale" / "1" / "model.onnx"))
+    (repo / "scale" / "config.pbtxt").write_text(
+        'name: "scale"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 3, 32, 32 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 3, 32, 32 ] } ]\n' + CPU)
+    (repo / "cnn" / "1").mkdir(parents=True)
+    onnx.save(vision_models.small_cnn(seed=4, size=32, classes=10), str(repo / "cnn" / "1" / "model.onnx"))
+    (repo / "cnn" / "config.pbtxt").write_text(
+        'name: "cnn"\nplatform: "onnxruntime_onnx"\n' + CNN_IO + MODEL_KIND + device("openvino:CPU"))
+    (repo / "pipeline" / "1").mkdir(parents=True)
+    (repo / "pipeline" / "config.pbtxt").write_text("""name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_FP32 dims: [ 3, 32, 32 ] } ]
+output [ { name: "SCORES" data_type: TYPE_FP32 dims: [ 10 ] } ]
+ensemble_scheduling { step [
+  { model_name: "scale" model_version: -1 input_map { key: "x" value: "IMAGE" }
+    output_map { key: "y" value: "scaled" } },
+  { model_name: "cnn" model_version: -1 input_map { key: "input" value: "scaled" }
+    output_map { key: "output" value: "SCORES" } } ] }
+""")
+    trace = str(tmp_path / "trace.json")
+    s = Server(str(repo), "--trace-config", f"triton,file={trace}", "--trace-config",
+               "level=TIMESTAMPS", "--trace-config", "rate=1",
+               env={"NEREID_ONNXRUNTIME_LIBRARY": LIBRARY})
+    try:
+        x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+        got = infer(s.url, "pipeline", {"IMAGE": x}, "SCORES", False)
+        want = reference(repo, "cnn", {"input": 2 * x}, "output")
+        assert np.abs(got - want).max() <= 1e-4 * max(np.abs(want).max(), 1)
+        stats = httpclient.InferenceServerClient(s.url).get_inference_statistics("pipeline")
+        assert stats["model_stats"][0]["placement"] == [
+            {"model": "scale", "instance": "scale_0_0", "kind": "KIND_CPU", "device": "cpu",
+             "requested": "cpu"},
+            {"model": "cnn", "instance": "cnn_0_0", "kind": "KIND_MODEL",
+             "device": "openvino:CPU", "requested": "openvino:CPU"}], stats
+    finally:
+        assert s.stop() == 0, s.read_log()
+    import json
+    with open(trace) as f:
+        entries = json.load(f)
+    steps = {e["model_name"]: e for e in entries if "model_name" in e and "parent_id" in e}
+    assert steps["scale"]["model_instance"] == "scale_0_0" and steps["scale"]["device"] == "cpu"
+    assert steps["cnn"]["model_instance"] == "cnn_0_0"
+    assert steps["cnn"]["device"] == "openvino:CPU", entries

@@ -56,6 +56,14 @@ void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
       if (e.carbon_grams >= 0) o->set_carbon_grams(e.carbon_grams);
       o->set_active_watts(e.active_watts);
     }
+    for (const auto& p : st.placement) {
+      auto* o = out->add_placement();
+      o->set_model(p.model);
+      o->set_instance(p.instance);
+      o->set_kind(p.kind);
+      o->set_device(p.device);
+      o->set_requested(p.requested);
+    }
   }
 }
 

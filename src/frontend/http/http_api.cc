@@ -161,6 +161,24 @@ Reply StatisticsReply(const ServerApi& api, const Route& route) {
       }
       w.EndArray();
     }
+    if (!st.placement.empty()) {
+      w.Key("placement");
+      w.StartArray();
+      for (const auto& p : st.placement) {
+        w.StartObject();
+        for (const auto& [key, value] :
+             {std::pair<const char*, const std::string*>{"model", &p.model},
+              {"instance", &p.instance},
+              {"kind", &p.kind},
+              {"device", &p.device},
+              {"requested", &p.requested}}) {
+          w.Key(key);
+          w.String(value->c_str());
+        }
+        w.EndObject();
+      }
+      w.EndArray();
+    }
     w.EndObject();
   }
   w.EndArray();
