@@ -75,7 +75,27 @@ StatusOr<ModelMetadata> InferenceServer::GetModelMetadata(const std::string& nam
   m.platform = model->platform();
   m.inputs = model->Metadata(true);
   m.outputs = model->Metadata(false);
+  m.placement = Placement(*model);
   return m;
+}
+
+std::vector<InstancePlacement> InferenceServer::Placement(const Model& model) const {
+  std::vector<InstancePlacement> out;
+  auto place = [&out](const Model& m) {
+    for (const auto& instance : m.instances())
+      out.push_back({m.name(), instance->name(),
+                     instance->kind() == NEREID_INSTANCE_GPU     ? "KIND_GPU"
+                     : instance->kind() == NEREID_INSTANCE_MODEL ? "KIND_MODEL"
+                                                                 : "KIND_CPU",
+                     instance->placement(), instance->requested_placement()});
+  };
+  place(model);
+  for (const auto& step : model.config().ensemble_scheduling().step()) {
+    auto steps = repository_->StatisticsModels(step.model_name(), step.model_version());
+    if (steps.ok())
+      for (const auto& m : *steps) place(*m);
+  }
+  return out;
 }
 
 StatusOr<std::string> InferenceServer::ModelConfigJson(const std::string& name,
@@ -137,21 +157,7 @@ StatusOr<std::vector<ModelStatistics>> InferenceServer::Statistics(const std::st
       out_e.active_watts = e.active_watts;
     }
     if (const VariantController* v = m->variants()) s.variants_json = v->Json();
-    // Where it runs: its instances, or an ensemble's steps' models' (each ready version).
-    auto place = [&s](const Model& model) {
-      for (const auto& instance : model.instances())
-        s.placement.push_back({model.name(), instance->name(),
-                               instance->kind() == NEREID_INSTANCE_GPU     ? "KIND_GPU"
-                               : instance->kind() == NEREID_INSTANCE_MODEL ? "KIND_MODEL"
-                                                                           : "KIND_CPU",
-                               instance->placement(), instance->requested_placement()});
-    };
-    place(*m);
-    for (const auto& step : m->config().ensemble_scheduling().step()) {
-      auto steps = repository_->StatisticsModels(step.model_name(), step.model_version());
-      if (steps.ok())
-        for (const auto& sm : *steps) place(*sm);
-    }
+    s.placement = Placement(*m);
     out.push_back(std::move(s));
   }
   return out;

@@ -67,6 +67,8 @@ class InferenceServer final : public ServerApi, public InferApi {
   Status Submit(std::unique_ptr<InferenceRequest>& request) override;
 
  private:
+  // Where 'model' runs: its instances, or an ensemble's steps' models' (each ready version).
+  std::vector<InstancePlacement> Placement(const Model& model) const;
   // Validates and enqueues a routed request (request->model set). On error the caller still owns
   // the request. Its responses come through request->on_complete.
   Status Enqueue(std::unique_ptr<InferenceRequest>& request);

@@ -36,11 +36,20 @@ struct ServerMetadata {
   std::vector<std::string> extensions;
 };
 
+// Nereid's extension: where an instance runs (its backend's word, else its kind's), in the
+// metadata and the statistics (docs/placement.md).
+struct InstancePlacement {
+  std::string model;  // the instance's model (an ensemble's step's)
+  std::string instance, kind, device, requested;
+};
+
 struct ModelMetadata {
   std::string name;
   std::vector<int64_t> versions;  // ready versions
   std::string platform;
   std::vector<TensorMetadata> inputs, outputs;
+  // The version's instances, or an ensemble's steps' models' (each ready version).
+  std::vector<InstancePlacement> placement;
 };
 
 struct DurationSnapshot {
@@ -68,13 +77,8 @@ struct ModelStatistics {
     double active_watts = 0;          // the fitted power while its batches are busy (0: not yet)
   };
   std::vector<Energy> energy;
-  // Nereid's extension: where each instance runs (its backend's word, else its kind's), and for
-  // an ensemble each step's model's instances, the step's model named (docs/placement.md).
-  struct Placement {
-    std::string model;  // the instance's model (an ensemble's step)
-    std::string instance, kind, device, requested;
-  };
-  std::vector<Placement> placement;
+  // Nereid's extension: as ModelMetadata::placement.
+  std::vector<InstancePlacement> placement;
   // Nereid's extension: the precision variants, their guard results, measured table and policy
   // state (VariantController::Json); empty for a model without variants.
   std::string variants_json;

@@ -289,7 +289,7 @@ def grpc_placement(stats):
             for number, raw in fields(stats.SerializeToString()) if number == 1001]
 
 
-def test_statistics_show_where_each_instance_runs(server):
+def test_statistics_and_metadata_show_where_each_instance_runs(server):
     want = [{"model": "text_npu", "instance": "text_npu_0_0", "kind": "KIND_MODEL",
              "device": "cpu", "requested": "openvino:NPU"}]
     http = httpclient.InferenceServerClient(server.url)
@@ -298,6 +298,9 @@ def test_statistics_show_where_each_instance_runs(server):
         "device"] == "openvino:CPU"
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     assert grpc_placement(grpc.get_inference_statistics("text_npu").model_stats[0]) == want
+    # The model's metadata too (a field of Nereid's beside KServe's).
+    assert http.get_model_metadata("text_npu")["placement"] == want
+    assert grpc_placement(grpc.get_model_metadata("text_npu")) == want
 
 
 def test_an_ensemble_shows_each_steps_placement_in_statistics_and_traces(tmp_path):

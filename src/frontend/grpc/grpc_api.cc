@@ -19,6 +19,19 @@ void FillDuration(const DurationSnapshot& d, pb::StatisticDuration* out) {
   out->set_ns(d.ns);
 }
 
+// Nereid's extension to the metadata and the statistics (field 1001 of each).
+void FillPlacement(const std::vector<InstancePlacement>& placement,
+                   google::protobuf::RepeatedPtrField<pb::InstancePlacement>* out) {
+  for (const InstancePlacement& p : placement) {
+    auto* o = out->Add();
+    o->set_model(p.model);
+    o->set_instance(p.instance);
+    o->set_kind(p.kind);
+    o->set_device(p.device);
+    o->set_requested(p.requested);
+  }
+}
+
 void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
                     pb::ModelStatisticsResponse* response) {
   for (const nereid::ModelStatistics& st : models) {
@@ -56,14 +69,7 @@ void FillStatistics(const std::vector<nereid::ModelStatistics>& models,
       if (e.carbon_grams >= 0) o->set_carbon_grams(e.carbon_grams);
       o->set_active_watts(e.active_watts);
     }
-    for (const auto& p : st.placement) {
-      auto* o = out->add_placement();
-      o->set_model(p.model);
-      o->set_instance(p.instance);
-      o->set_kind(p.kind);
-      o->set_device(p.device);
-      o->set_requested(p.requested);
-    }
+    FillPlacement(st.placement, out->mutable_placement());
   }
 }
 
@@ -136,6 +142,7 @@ Status AnswerModelMetadata(const ServerApi& api, const pb::ModelMetadataRequest&
       out->set_datatype(std::string(DataTypeName(t.datatype)));
       for (int64_t d : t.shape) out->add_shape(d);
     }
+  FillPlacement(metadata.placement, response->mutable_placement());
   return Status::Ok();
 }
 

@@ -75,6 +75,27 @@ void WriteDuration(JsonWriter& w, const char* key, const DurationSnapshot& d) {
   w.Uint64(d.ns);
   w.EndObject();
 }
+
+// Nereid's extension to the metadata and the statistics: "placement", where each instance runs
+// (nothing when the model has no instances).
+void WritePlacement(JsonWriter& w, const std::vector<InstancePlacement>& placement) {
+  if (placement.empty()) return;
+  w.Key("placement");
+  w.StartArray();
+  for (const InstancePlacement& p : placement) {
+    w.StartObject();
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"model", &p.model},
+                                     {"instance", &p.instance},
+                                     {"kind", &p.kind},
+                                     {"device", &p.device},
+                                     {"requested", &p.requested}}) {
+      w.Key(key);
+      w.String(value->c_str());
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+}
 }  // namespace
 
 // The statistics extension, in Triton's JSON shape.
@@ -161,24 +182,7 @@ Reply StatisticsReply(const ServerApi& api, const Route& route) {
       }
       w.EndArray();
     }
-    if (!st.placement.empty()) {
-      w.Key("placement");
-      w.StartArray();
-      for (const auto& p : st.placement) {
-        w.StartObject();
-        for (const auto& [key, value] :
-             {std::pair<const char*, const std::string*>{"model", &p.model},
-              {"instance", &p.instance},
-              {"kind", &p.kind},
-              {"device", &p.device},
-              {"requested", &p.requested}}) {
-          w.Key(key);
-          w.String(value->c_str());
-        }
-        w.EndObject();
-      }
-      w.EndArray();
-    }
+    WritePlacement(w, st.placement);
     w.EndObject();
   }
   w.EndArray();
@@ -219,6 +223,7 @@ Reply ModelMetadataReply(const ServerApi& api, const Route& route) {
     }
     w.EndArray();
   }
+  WritePlacement(w, model.placement);
   w.EndObject();
   return {200, buffer.GetString()};
 }
