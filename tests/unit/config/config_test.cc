@@ -426,10 +426,11 @@ model_metrics { metric_control [ { metric_identifier { family: "nv_inference_req
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "response_cache"), ignored.end());
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "model_warmup"), ignored.end());
   // (An onnxruntime config: its backend acts on optimization's graph level and accelerators.)
-  for (const char* f : {"optimization.priority", "optimization.cuda", "model_metrics", "runtime",
-                        "metric_tags"})
+  for (const char* f :
+       {"optimization.priority", "optimization.cuda", "model_metrics", "runtime", "metric_tags"})
     EXPECT_NE(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
-  for (const char* f : {"optimization", "optimization.graph", "optimization.execution_accelerators"})
+  for (const char* f :
+       {"optimization", "optimization.graph", "optimization.execution_accelerators"})
     EXPECT_EQ(std::find(ignored.begin(), ignored.end(), f), ignored.end()) << f;
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "input"), ignored.end());
   for (const char* f : {"batch_input", "batch_output", "input[0].allow_ragged_batch"})
