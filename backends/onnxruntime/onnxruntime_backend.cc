@@ -998,4 +998,9 @@ NEREID_EXPORT int NereidBackendSupportsGpu(void) {
   return ortb::LoadRuntime().ok() && ortb::g_ort->Offers("CUDAExecutionProvider") ? 1 : 0;
 }
 
+// Without it, a config's explicit KIND_GPU instances still load: each asks for CUDA (and its
+// TensorRT) and falls back to the CPU provider, logged and counted, or refuses the load as
+// nereid.accelerator_fallback says (docs/placement.md).
+NEREID_EXPORT int NereidBackendGpuFallback(void) { return 1; }
+
 }  // extern "C"

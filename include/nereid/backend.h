@@ -401,6 +401,11 @@ NEREID_EXPORT const char* NereidBackendModelFile(void);
  * KIND_AUTO (and a config without instance_group) to the GPUs it finds. A backend without it gets
  * CPU instances only; a config asking it for KIND_GPU fails to load. */
 NEREID_EXPORT int NereidBackendSupportsGpu(void);
+/* Optional (since 2.9). Nonzero when a backend that does not run on GPUs (SupportsGpu 0) still
+ * takes KIND_GPU instances a config asks for explicitly, and places them elsewhere itself with a
+ * logged reason (the ONNX Runtime backend with a library without CUDA's provider: ORT's CPU
+ * provider, or a refused load where the config says so). KIND_AUTO still resolves to the CPU. */
+NEREID_EXPORT int NereidBackendGpuFallback(void);
 
 /* Load one model version: read files, check them against the config, optionally auto-complete the
  * config with NereidModelSetConfigJson. Called from a loader thread; never concurrently for one

@@ -433,7 +433,7 @@ Status ResolveInstanceGroups(const std::string& model_name, const GpuAvailabilit
       check.Fail({{"instance_group", i}, {"kind"}}, field + ".kind", "KIND_GPU, but " + none);
       continue;
     }
-    if (!gpus.backend_supports_gpu) {
+    if (!gpus.backend_supports_gpu && !gpus.backend_gpu_fallback) {
       check.Fail(
           {{"instance_group", i}, {"kind"}}, field + ".kind",
           "KIND_GPU, but backend '" + gpus.backend + "' runs no KIND_GPU instances; use KIND_CPU");

@@ -21,6 +21,9 @@ struct GpuAvailability {
   std::string unavailable_reason;  // why there are none
   bool backend_supports_gpu = false;
   std::string backend;  // the backend's name, for messages
+  // The backend takes explicit KIND_GPU groups though it does not run on GPUs (it falls back,
+  // logged): they are placed on the GPUs as asked, KIND_AUTO still on the CPU.
+  bool backend_gpu_fallback = false;
 };
 
 // Resolves each instance group's kind as Triton does: KIND_AUTO becomes KIND_GPU when GPUs are

@@ -71,6 +71,8 @@ StatusOr<std::shared_ptr<Backend>> Backend::Load(const std::string& name, const 
   backend->backend_finalize_ = Symbol<NereidError* (*)()>(handle, "NereidBackendFinalize");
   if (auto gpu = Symbol<int (*)()>(handle, "NereidBackendSupportsGpu"))
     backend->supports_gpu_ = gpu() != 0;
+  if (auto fallback = Symbol<int (*)()>(handle, "NereidBackendGpuFallback"))
+    backend->gpu_fallback_ = fallback() != 0;
   auto declared = [handle](const char* symbol) {
     auto fn = Symbol<const char* (*)()>(handle, symbol);
     const char* text = fn != nullptr ? fn() : nullptr;

@@ -29,6 +29,8 @@ class Backend {
   const std::vector<std::string>& aliases() const { return aliases_; }
   // Whether it runs KIND_GPU instances (NereidBackendSupportsGpu).
   bool supports_gpu() const { return supports_gpu_; }
+  // Whether it takes explicit KIND_GPU instances anyway (NereidBackendGpuFallback).
+  bool gpu_fallback() const { return gpu_fallback_; }
   // The Triton platforms it serves (NereidBackendPlatforms); empty: it takes any.
   const std::vector<std::string>& platforms() const { return platforms_; }
   // The model file of a version directory when the config names none (NereidBackendModelFile);
@@ -51,6 +53,7 @@ class Backend {
   std::vector<std::string> platforms_;
   std::string model_file_;
   bool supports_gpu_ = false;
+  bool gpu_fallback_ = false;
   void* handle_ = nullptr;
   NereidError* (*backend_finalize_)() = nullptr;
 };

@@ -72,7 +72,8 @@ StatusOr<std::shared_ptr<Model>> Model::Prepare(
       name,
       GpuAvailability{driver.device_count(), driver.unavailable_reason(),
                       model->backend_ && model->backend_->supports_gpu(),
-                      model->backend_ ? model->backend_->name() : model->platform()},
+                      model->backend_ ? model->backend_->name() : model->platform(),
+                      model->backend_ && model->backend_->gpu_fallback()},
       locator, &model->config_));
   RETURN_IF_ERROR(ValidateModelConfig(model->config_, name, locator));
   model->config_json_ = ModelConfigToJson(model->config_);

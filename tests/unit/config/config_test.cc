@@ -91,12 +91,14 @@ output [ { name: "O" data_type: TYPE_FP32 dims: [1] } ])");
 
 // Instance placement as Triton resolves it, for a machine with 'gpus' GPUs and a backend that does
 // or does not run on them.
-StatusOr<inference::ModelConfig> Resolve(const std::string& groups, int gpus, bool backend_gpu) {
+StatusOr<inference::ModelConfig> Resolve(const std::string& groups, int gpus, bool backend_gpu,
+                                         bool gpu_fallback = false) {
   auto parsed = Parse(std::string(kGood) + groups);
   if (!parsed.ok()) return parsed.status();
   FillConfigDefaults("m", &parsed->config);
   RETURN_IF_ERROR(ResolveInstanceGroups(
-      "m", GpuAvailability{gpus, gpus == 0 ? "no CUDA driver" : "", backend_gpu, "native"},
+      "m",
+      GpuAvailability{gpus, gpus == 0 ? "no CUDA driver" : "", backend_gpu, "native", gpu_fallback},
       parsed->locator, &parsed->config));
   return parsed->config;
 }
@@ -137,6 +139,17 @@ TEST(ConfigTest, GpuInstancesNeedGpusAndABackendThatRunsOnThem) {
   EXPECT_NE(cpu_only.status().message().find("backend 'native' runs no KIND_GPU instances"),
             std::string::npos)
       << cpu_only.status().message();
+  // A backend that falls back itself (NereidBackendGpuFallback) takes explicit KIND_GPU groups,
+  // on the GPUs asked for; KIND_AUTO still resolves to the CPU; no GPU at all still fails.
+  using Group = inference::ModelInstanceGroup;
+  auto fallback = Resolve("instance_group [ { kind: KIND_GPU } ]\n", 2, false, true);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().message();
+  EXPECT_EQ(fallback->instance_group(0).kind(), Group::KIND_GPU);
+  EXPECT_EQ(fallback->instance_group(0).gpus_size(), 2);
+  auto automatic = Resolve("", 2, false, true);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->instance_group(0).kind(), Group::KIND_CPU);
+  EXPECT_FALSE(Resolve("instance_group [ { kind: KIND_GPU } ]\n", 0, false, true).ok());
 }
 
 // One case per class of config Triton rejects: the snippet is appended to a valid config (or
