@@ -28,6 +28,7 @@ import tritonclient.http as httpclient
 import urllib.request
 
 from conftest import Server
+from test_gpu import GPUS, NO_GPU_REASON
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
 import real_models  # noqa: E402
@@ -37,7 +38,7 @@ import vision_models  # noqa: E402
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 LIBRARY = next(iter(sorted(glob.glob(os.path.join(
     ROOT, ".venv", "onnxruntime-openvino", "onnxruntime", "capi", "libonnxruntime.so.*")))), None)
-pytestmark = pytest.mark.skipif(
+NEEDS_OPENVINO = pytest.mark.skipif(
     LIBRARY is None, reason="onnxruntime-openvino is not installed (scripts/install-deps.sh)")
 
 TEXT_IO = """max_batch_size: 8
@@ -170,11 +171,13 @@ def infer(url, name, feeds, output, grpc):
     return mod.InferenceServerClient(url).infer(name, inputs).as_numpy(output)
 
 
+@NEEDS_OPENVINO
 def test_the_library_offers_openvino(server):
     assert re.search(r"execution providers: OpenVINOExecutionProvider, CPUExecutionProvider",
                      server.read_log()), server.read_log()
 
 
+@NEEDS_OPENVINO
 @pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_placement_answers_as_the_cpu_provider(server, repo, name, grpc):
@@ -194,6 +197,7 @@ def test_every_placement_answers_as_the_cpu_provider(server, repo, name, grpc):
         assert np.abs(got - want).max() <= 1e-4 * max(np.abs(want).max(), 1), name
 
 
+@NEEDS_OPENVINO
 def test_the_log_and_metrics_say_where_each_instance_runs(server):
     log = server.read_log()
     lines = {m: next((l for l in log.splitlines() if f"model '{m}' instance '{m}_0_0'" in l
@@ -225,6 +229,7 @@ def test_the_log_and_metrics_say_where_each_instance_runs(server):
             lines["minilm_openvino"], lines
 
 
+@NEEDS_OPENVINO
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_configs_that_cannot_place_are_refused(server, name):
     client = httpclient.InferenceServerClient(server.url)
@@ -232,6 +237,7 @@ def test_configs_that_cannot_place_are_refused(server, name):
     assert BAD[name][1] in server.read_log(), server.read_log()
 
 
+@NEEDS_OPENVINO
 def test_the_cache_folder_stays_inside_the_model(tmp_path):
     repo = tmp_path / "models"
     (repo / "m" / "1").mkdir(parents=True)
@@ -289,6 +295,7 @@ def grpc_placement(stats):
             for number, raw in fields(stats.SerializeToString()) if number == 1001]
 
 
+@NEEDS_OPENVINO
 def test_statistics_and_metadata_show_where_each_instance_runs(server):
     want = [{"model": "text_npu", "instance": "text_npu_0_0", "kind": "KIND_MODEL",
              "device": "cpu", "requested": "openvino:NPU"}]
@@ -303,6 +310,7 @@ def test_statistics_and_metadata_show_where_each_instance_runs(server):
     assert grpc_placement(grpc.get_model_metadata("text_npu")) == want
 
 
+@NEEDS_OPENVINO
 def test_an_ensemble_shows_each_steps_placement_in_statistics_and_traces(tmp_path):
     """A pipeline of a step on ORT's CPU provider (a scaling) and one on OpenVINO (the CNN): the
     ensemble's statistics list each step's instances and devices; its trace's children say
@@ -361,3 +369,49 @@ ensemble_scheduling { step [
     assert steps["scale"]["model_instance"] == "scale_0_0" and steps["scale"]["device"] == "cpu"
     assert steps["cnn"]["model_instance"] == "cnn_0_0"
     assert steps["cnn"]["device"] == "openvino:CPU", entries
+
+
+@pytest.mark.skipif(GPUS == 0, reason=f"GPU tests skipped: {NO_GPU_REASON}")
+@pytest.mark.parametrize("fallback", ["cpu", "refuse"])
+def test_kind_gpu_on_a_library_without_cuda_falls_back_or_is_refused(tmp_path, fallback):
+    """The ONNX Runtime library the server finds by default (the plain onnxruntime wheel: no CUDA
+    provider) and a config asking for KIND_GPU with TensorRT: each instance falls back to the CPU
+    provider (logged, counted) and answers as it, or the load is refused."""
+    repo = tmp_path / "models"
+    (repo / "m" / "1").mkdir(parents=True)
+    onnx.save(vision_models.small_cnn(seed=4, size=32, classes=10), str(repo / "m" / "1" / "model.onnx"))
+    (repo / "m" / "config.pbtxt").write_text(
+        'name: "m"\nplatform: "onnxruntime_onnx"\n' + CNN_IO +
+        'instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]\n'
+        'optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" '
+        '} ] } }\n' + f'parameters {{ key: "nereid.accelerator_fallback" value {{ string_value: '
+        f'"{fallback}" }} }}\n')
+    # Python's onnxruntime (the CPU wheel; on the device machine the host's own).
+    library = sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi",
+                                            "libonnxruntime.so*")))
+    if not library or "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("no ONNX Runtime library without CUDA's provider here")
+    s = Server(str(repo), "--exit-on-error=false", "--strict-readiness=false",
+               env={"NEREID_ONNXRUNTIME_LIBRARY": library[0]})
+    try:
+        log = s.read_log()
+        ready = httpclient.InferenceServerClient(s.url).is_model_ready("m")
+        if fallback == "refuse":
+            assert not ready
+            assert "has no TensorrtExecutionProvider" in log and \
+                "(parameter nereid.accelerator_fallback is refuse)" in log, log
+            return
+        assert ready, log
+        assert "model 'm' instance 'm_0_0' (KIND_GPU): falls back from gpu_execution_accelerator " \
+               "'tensorrt': the ONNX Runtime library at" in log, log
+        assert "model 'm' instance 'm_0_0' (KIND_GPU): falls back from KIND_GPU: the ONNX Runtime " \
+               "library at" in log, log
+        x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+        got = infer(s.url, "m", {"input": x}, "output", False)
+        want = reference(repo, "m", {"input": x}, "output")
+        assert np.abs(got - want).max() <= 1e-4 * max(np.abs(want).max(), 1)
+        text = urllib.request.urlopen(f"http://localhost:{s.metrics_port}/metrics").read().decode()
+        assert 'nereid_placement_fallback_total{model="m",requested="tensorrt:0",version="1"} 1' \
+            in text, text
+    finally:
+        assert s.stop() == 0, s.read_log()
