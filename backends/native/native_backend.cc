@@ -907,32 +907,32 @@ struct NativeBackend {
       nereid::kernels::ParallelScope scope(instance.team.get());
       return native::ExecuteBatch(model, model.CpuGraph(variant), batch, n, f);
     };
-    bool gpu = false;
+    // Each request alone: every failure stays its own request's. Ragged token inputs on the CPU
+    // run so always (each request's [batch, tokens] checked, then as it comes).
+    const bool ragged_cpu = model.ragged_max_length > 0
 #ifdef NEREID_NATIVE_GPU
-    gpu = !instance.gpus.empty();
+                            && instance.gpus.empty()
 #endif
-    // Ragged token inputs on the CPU: each request alone, its [batch, tokens] as they come.
-    if (model.ragged_max_length > 0 && !gpu) {
+        ;
+    auto one_by_one = [&] {
       for (uint32_t r = 0; r < count; ++r) {
         int64_t batch = 0, tokens = 0;
-        backend::Status shape = native::RequestSequences(model, requests[r], &batch, &tokens);
+        backend::Status alone = ragged_cpu
+                                    ? native::RequestSequences(model, requests[r], &batch, &tokens)
+                                    : backend::Status::Ok();
         std::vector<backend::Status> one(1);
-        backend::Status alone = shape.ok() ? run(&requests[r], 1, one) : shape;
+        if (alone.ok()) alone = run(&requests[r], 1, one);
         failed[r] = alone.ok() ? one[0] : alone;
       }
       return backend::Status::Ok();
-    }
+    };
+    if (ragged_cpu) return one_by_one();
     backend::Status status = run(requests, count, failed);
     if (status.ok() || count == 1 || status.code() != backend::Status::Code::kInvalidArgument)
       return status;
     // One request's data failed the batch (a token id outside the embedding table): each runs
     // again alone, so that only the request at fault fails.
-    for (uint32_t r = 0; r < count; ++r) {
-      std::vector<backend::Status> one(1);
-      backend::Status alone = run(&requests[r], 1, one);
-      failed[r] = alone.ok() ? one[0] : alone;
-    }
-    return backend::Status::Ok();
+    return one_by_one();
   }
 };
 

@@ -46,11 +46,10 @@ Status CheckBool(const std::string& value) {
 Status CheckUnsigned(const std::string& value) {
   char* end = nullptr;
   errno = 0;
-  const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+  static_cast<void>(std::strtoull(value.c_str(), &end, 10));  // (only whether it parses)
   if (value.empty() || value[0] == '-' || errno != 0 || *end != '\0')
     return InvalidArgument("failed to convert '" + value +
                            "' to unsigned long long integral number");
-  (void)v;
   return Status::Ok();
 }
 
@@ -244,7 +243,8 @@ StatusOr<Placement> ReadPlacement(const std::string& model, const rapidjson::Val
   const std::string who = "model '" + model + "': ";
   auto fail = [&](const Status& s) { return Status(s.code(), who + s.message()); };
   Placement p;
-  for (const auto& [name, params] : Accelerators(config, "cpu_execution_accelerator")) {
+  const auto cpu = Accelerators(config, "cpu_execution_accelerator");
+  for (const auto& [name, params] : cpu) {
     if (name != "openvino")
       return fail(InvalidArgument("unknown Execution Accelerator '" + name + "' is requested"));
     auto r = OpenVino(params, model_dir, "cpu_execution_accelerator 'openvino'");
@@ -281,7 +281,7 @@ StatusOr<Placement> ReadPlacement(const std::string& model, const rapidjson::Val
                           p.device + "'"));
     std::map<std::string, std::string> params = {{"device_type", p.device.substr(prefix.size())}};
     // The openvino cpu_execution_accelerator's other parameters apply to the accelerator too.
-    for (const auto& [name, more] : Accelerators(config, "cpu_execution_accelerator"))
+    for (const auto& [name, more] : cpu)
       for (const auto& [key, value] : more)
         if (key != "device_type") params.emplace(key, value);
     auto r = OpenVino(params, model_dir, "parameter nereid.device '" + p.device + "'");

@@ -55,6 +55,11 @@ struct Runtime {
   bool Offers(const std::string& provider) const {
     return std::find(providers.begin(), providers.end(), provider) != providers.end();
   }
+  std::string ProviderList() const {
+    std::string list;
+    for (const auto& p : providers) list += (list.empty() ? "" : ", ") + p;
+    return list;
+  }
 };
 Runtime* g_ort = nullptr;
 
@@ -197,11 +202,9 @@ Status LoadRuntime() {
     g_ort = nullptr;
     return status;
   }
-  std::string offered;
-  for (const auto& p : runtime->providers) offered += (offered.empty() ? "" : ", ") + p;
   Log(NEREID_LOG_INFO, "ONNX Runtime " + runtime->version + " loaded from " + runtime->path +
                            "; execution providers: " +
-                           (runtime->providers_api ? offered
+                           (runtime->providers_api ? runtime->ProviderList()
                                                    : std::string("CPU (a library before 1.17: "
                                                                  "no execution accelerators)")));
   static_cast<void>(runtime.release());  // g_ort keeps it for the process's life
@@ -374,17 +377,27 @@ StatusOr<SessionSettings> ReadSettings(const std::string& model, const rapidjson
   return s;
 }
 
+// A provider whose options are an ORT object (TensorRT's, CUDA's): created, given 'keys' =
+// 'values', appended to 'o', released.
+template <typename Options, auto Create, auto Update, auto Append, auto Release>
+Status AppendWithOptions(ort::OrtSessionOptions* o, const std::vector<const char*>& keys,
+                         const std::vector<const char*>& values, const std::string& what) {
+  Options* options = nullptr;
+  RETURN_IF_ERROR(Check((Api().*Create)(&options), what));
+  Status s = Check((Api().*Update)(options, keys.data(), values.data(), keys.size()), what);
+  if (s.ok()) s = Check((Api().*Append)(o, options), what);
+  (Api().*Release)(options);
+  return s;
+}
+
 // Appends provider 'r' (on GPU 'device' for CUDA and TensorRT): OK, or why it cannot serve.
 Status AppendProviderAs(ort::OrtSessionOptions* o, const ProviderRequest& r, int device) {
   if (!g_ort->providers_api)
     return backend::Unavailable("ONNX Runtime " + g_ort->version +
                                 " predates 1.17: no execution providers but the CPU's");
-  if (!g_ort->Offers(r.ProviderName())) {
-    std::string offered;
-    for (const auto& p : g_ort->providers) offered += (offered.empty() ? "" : ", ") + p;
+  if (!g_ort->Offers(r.ProviderName()))
     return backend::Unavailable("the ONNX Runtime library at " + g_ort->path + " has no " +
-                                r.ProviderName() + " (it offers " + offered + ")");
-  }
+                                r.ProviderName() + " (it offers " + g_ort->ProviderList() + ")");
   std::vector<std::pair<std::string, std::string>> options = r.options;
   if (r.kind != ProviderRequest::Kind::kOpenVino)
     options.emplace_back("device_id", std::to_string(device));
@@ -396,24 +409,17 @@ Status AppendProviderAs(ort::OrtSessionOptions* o, const ProviderRequest& r, int
       return Check(Api().SessionOptionsAppendExecutionProvider_OpenVINO_V2(
                        o, keys.data(), values.data(), keys.size()),
                    what);
-    case ProviderRequest::Kind::kTensorRt: {
-      ort::OrtTensorRTProviderOptionsV2* trt = nullptr;
-      RETURN_IF_ERROR(Check(Api().CreateTensorRTProviderOptions(&trt), what));
-      Status s = Check(
-          Api().UpdateTensorRTProviderOptions(trt, keys.data(), values.data(), keys.size()), what);
-      if (s.ok()) s = Check(Api().SessionOptionsAppendExecutionProvider_TensorRT_V2(o, trt), what);
-      Api().ReleaseTensorRTProviderOptions(trt);
-      return s;
-    }
-    case ProviderRequest::Kind::kCuda: {
-      ort::OrtCUDAProviderOptionsV2* cuda = nullptr;
-      RETURN_IF_ERROR(Check(Api().CreateCUDAProviderOptions(&cuda), what));
-      Status s = Check(
-          Api().UpdateCUDAProviderOptions(cuda, keys.data(), values.data(), keys.size()), what);
-      if (s.ok()) s = Check(Api().SessionOptionsAppendExecutionProvider_CUDA_V2(o, cuda), what);
-      Api().ReleaseCUDAProviderOptions(cuda);
-      return s;
-    }
+    case ProviderRequest::Kind::kTensorRt:
+      return AppendWithOptions<ort::OrtTensorRTProviderOptionsV2,
+                               &ort::Api::CreateTensorRTProviderOptions,
+                               &ort::Api::UpdateTensorRTProviderOptions,
+                               &ort::Api::SessionOptionsAppendExecutionProvider_TensorRT_V2,
+                               &ort::Api::ReleaseTensorRTProviderOptions>(o, keys, values, what);
+    case ProviderRequest::Kind::kCuda:
+      return AppendWithOptions<ort::OrtCUDAProviderOptionsV2, &ort::Api::CreateCUDAProviderOptions,
+                               &ort::Api::UpdateCUDAProviderOptions,
+                               &ort::Api::SessionOptionsAppendExecutionProvider_CUDA_V2,
+                               &ort::Api::ReleaseCUDAProviderOptions>(o, keys, values, what);
   }
   return backend::Internal("unknown execution provider");
 }

