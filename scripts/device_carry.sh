@@ -17,6 +17,9 @@ strip -o "$STAGE/bin/nereid" build/nereid
 strip -o "$STAGE/bin/nereid-perf" build/nereid-perf
 strip -o "$STAGE/bin/backends/libnereid_backend_native.so" build/backends/libnereid_backend_native.so
 strip -o "$STAGE/bin/backends/libnereid_backend_python.so" build/backends/libnereid_backend_python.so
+# The ONNX Runtime backend without a library: tests there point NEREID_ONNXRUNTIME_LIBRARY at the
+# host's onnxruntime wheel.
+strip -o "$STAGE/bin/backends/libnereid_backend_onnxruntime.so" build/backends/libnereid_backend_onnxruntime.so
 mkdir -p "$STAGE/bin/backends/python" && cp build/backends/python/*.py "$STAGE/bin/backends/python/"
 BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
 # GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
