@@ -95,21 +95,27 @@ parameters {{ key: "precision" value {{ string_value: "{precision}" }} }}
        if lengths else "")
 
 
+def executions(client, model):
+    """(ns, count) of the model's executions so far, from the statistics' batch_stats: each
+    execution's whole span on the server (the inputs gathered into staging, the GPU run, each
+    request's outputs answered), the same measure for a padded batch as for a ragged one."""
+    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    batches = s.get("batch_stats", [])
+    return (sum(int(b["compute_infer"].get("ns", 0)) for b in batches),
+            sum(int(b["compute_infer"].get("count", 0)) for b in batches))
+
+
 def total_compute(client, model, requests):
-    """(server-side compute in us, client wall time in us) of 'requests' (lists of inputs), one
+    """(server execution time in us, client wall time in us) of 'requests' (lists of inputs), one
     in flight, after each has run once."""
     import time
     for inputs in requests:
         client.infer(model, inputs)
-
-    def snapshot():
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        return int(s["inference_stats"]["compute_infer"].get("ns", 0))
-    ns0, t0 = snapshot(), time.perf_counter()
+    (ns0, _), t0 = executions(client, model), time.perf_counter()
     for inputs in requests:
         client.infer(model, inputs)
     wall = time.perf_counter() - t0
-    return (snapshot() - ns0) / 1e3, wall * 1e6
+    return (executions(client, model)[0] - ns0) / 1e3, wall * 1e6
 
 
 def ragged_config(name, max_batch):
@@ -128,28 +134,32 @@ parameters {{ key: "nereid.max_sequence_length" value {{ string_value: "{TOKENS}
 """
 
 
-def batched_compute(client, model, requests, in_flight=64):
-    """(server-side compute in us summed per execution, executions, client wall us) of
-    'requests' sent with 'in_flight' outstanding (the dynamic batcher joins them), after a
-    first pass that compiles every graph."""
-    import concurrent.futures
+def batched_compute(client, model, requests, in_flight):
+    """(server execution time in us summed over executions, executions, client wall us) of
+    'requests' sent asynchronously with up to 'in_flight' outstanding (the dynamic batcher joins
+    them), after a first pass that tunes and captures every graph the batches need."""
+    import threading
     import time
 
     def run_all():
-        with concurrent.futures.ThreadPoolExecutor(in_flight) as pool:
-            for f in [pool.submit(client.infer, model, inputs) for inputs in requests]:
-                f.result()
+        slots, errors = threading.Semaphore(in_flight), []
 
-    def snapshot():
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        batches = s.get("batch_stats", [])
-        return (sum(int(b["compute_infer"].get("ns", 0)) for b in batches),
-                sum(int(b["compute_infer"].get("count", 0)) for b in batches))
+        def done(result, error):
+            if error is not None:
+                errors.append(error)
+            slots.release()
+        for inputs in requests:
+            slots.acquire()
+            client.async_infer(model, inputs, done)
+        for _ in range(in_flight):
+            slots.acquire()
+        if errors:
+            raise errors[0]
     run_all()
-    (ns0, n0), t0 = snapshot(), time.perf_counter()
+    (ns0, n0), t0 = executions(client, model), time.perf_counter()
     run_all()
     wall = time.perf_counter() - t0
-    ns1, n1 = snapshot()
+    ns1, n1 = executions(client, model)
     return (ns1 - ns0) / 1e3, n1 - n0, wall * 1e6
 
 
@@ -248,18 +258,21 @@ def main():
                                       ("lengths", "bert_lengths_bf16", bucketed)):
                 compute, wall = total_compute(client, model, reqs)
                 results[name] = compute
-                print(f"{name:>9}: {len(reqs):3d} requests, server compute {compute / 1e3:8.2f} ms "
+                print(f"{name:>9}: {len(reqs):3d} requests in {len(reqs):3d} executions, server "
+                      f"{compute / 1e3:8.2f} ms "
                       f"({len(lengths) / compute * 1e6:8.0f} seq/s), client wall {wall / 1e3:8.2f} ms")
             # Ragged: each sequence its own request, unpadded, joined by the batcher.
             singles = []
             for n in lengths:
                 ids = rng.integers(0, VOCAB, (1, int(n)), dtype=np.int64)
                 singles.append(feeds(grpcclient, ids, np.ones((1, int(n)), np.int64)))
-            compute, runs, wall = batched_compute(client, "bert_ragged_bf16", singles)
-            results["ragged"] = compute
-            print(f"{'ragged':>9}: {len(singles):3d} requests in {runs} executions, server compute "
-                  f"{compute / 1e3:8.2f} ms ({len(lengths) / compute * 1e6:8.0f} seq/s), client "
-                  f"wall {wall / 1e3:8.2f} ms (64 in flight)")
+            for in_flight in (64, len(singles)):
+                compute, runs, wall = batched_compute(client, "bert_ragged_bf16", singles,
+                                                      in_flight)
+                results["ragged"] = compute
+                print(f"{'ragged':>9}: {len(singles):3d} requests in {runs:3d} executions, server "
+                      f"{compute / 1e3:8.2f} ms ({len(lengths) / compute * 1e6:8.0f} seq/s), client "
+                      f"wall {wall / 1e3:8.2f} ms ({in_flight} in flight)")
             print(f"   open-dims plans / padded: {results['padded'] / results['lengths']:.2f}x the "
                   f"sequences/s; ragged / padded: {results['padded'] / results['ragged']:.2f}x "
                   f"(tokens: {len(lengths) * TOKENS} padded, "

@@ -98,6 +98,30 @@ class GpuInstance final : public GemmBench {
     RETURN_IF_ERROR(Grow(kEagerTuneRows));  // once, rather than bucket by bucket
     for (int64_t rows = 1; rows <= kEagerTuneRows; rows = TuneBucket(rows + 1))
       RETURN_IF_ERROR(tuner_->Tune(*this, rows));
+    if (m_->ragged()) RETURN_IF_ERROR(WarmRagged());
+    return Status::Ok();
+  }
+
+  // A ragged plan's token count changes from batch to batch, and each bucket of it has a graph of
+  // its own: all of them, up to the most tokens a batch holds, are tuned and captured (and run
+  // once, on zeros) here, so that no request waits for a capture and no buffer grows later.
+  Status WarmRagged() {
+    const int64_t most = RaggedBucket((m_->ragged_sequences - 1) * m_->ragged_max_length);
+    RETURN_IF_ERROR(Grow(std::max(most, m_->ragged_sequences)));
+    for (size_t i = 0; i < m_->inputs.size(); ++i)
+      std::memset(staging_in_[i].data, 0, static_cast<size_t>(capacity_) * m_->inputs[i].row_bytes);
+    std::vector<int64_t> sequences;
+    for (int64_t rows = 16; rows <= most; rows = RaggedBucket(rows + 1)) {
+      if (const int64_t bucket = TuneBucket(rows); !tuner_->Tuned(bucket))
+        RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
+      sequences.assign(static_cast<size_t>(rows / m_->ragged_max_length), m_->ragged_max_length);
+      if (rows % m_->ragged_max_length != 0) sequences.push_back(rows % m_->ragged_max_length);
+      if (static_cast<int64_t>(sequences.size()) >= m_->ragged_sequences) break;
+      WriteSequences(rows, sequences);
+      if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, 0));
+      RETURN_IF_ERROR(LaunchGraph(rows, 0));
+      CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
+    }
     return Status::Ok();
   }
 
@@ -410,9 +434,9 @@ class GpuInstance final : public GemmBench {
     return io.sequences ? m_->ragged_sequences : rows;
   }
 
-  // A ragged plan's own inputs for 'sequences' packed end to end, padded to
-  // 'run_rows' (the padding one more sequence, and the sequences after it empty): each token's
-  // position in its sequence and its sequence, each sequence's end.
+  // A ragged plan's own inputs for 'sequences' packed end to end, padded to 'run_rows': each
+  // token's position in its sequence and its sequence (the padding's -1: attention skips it),
+  // each sequence's end (the padding pooled as one more sequence, those after it empty).
   void WriteSequences(int64_t run_rows, const std::vector<int64_t>& sequences) {
     for (size_t i = 0; i < m_->inputs.size(); ++i) {
       const IoSpec& io = m_->inputs[i];
@@ -431,7 +455,7 @@ class GpuInstance final : public GemmBench {
       for (size_t s = 0; s < sequences.size(); ++s)
         for (int64_t p = 0; p < sequences[s]; ++p, ++t)
           out[t] = static_cast<int32_t>(positions ? p : static_cast<int64_t>(s));
-      for (; t < run_rows; ++t) out[t] = positions ? 0 : static_cast<int32_t>(sequences.size());
+      for (; t < run_rows; ++t) out[t] = positions ? 0 : -1;
     }
   }
 

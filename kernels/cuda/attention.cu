@@ -49,14 +49,17 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   const int64_t row = blockIdx.z, head = blockIdx.y, q0 = blockIdx.x * int64_t{kQueries};
   const int64_t n = p.tokens;
   // Packed sequences: the keys of the sequences this block's queries belong to (they lie side by
-  // side), each score outside its query's own sequence masked out.
+  // side), each score outside its query's own sequence masked out. Padding (a negative sequence,
+  // after the real tokens) is skipped: a block of it returns at once, leaving its rows unwritten.
   const bool packed = p.token_sequence != nullptr;
   int64_t key_begin = 0, key_end = n;
   if (packed) {
     const int32_t first = p.token_sequence[q0];
-    const int32_t last = p.token_sequence[q0 + kQueries - 1 < n ? q0 + kQueries - 1 : n - 1];
+    if (first < 0) return;
+    int64_t last = q0 + kQueries - 1 < n ? q0 + kQueries - 1 : n - 1;
+    while (p.token_sequence[last] < 0) --last;  // stops at q0 at the latest
     key_begin = first > 0 ? p.sequence_ends[first - 1] : 0;
-    key_end = p.sequence_ends[last];
+    key_end = p.sequence_ends[p.token_sequence[last]];
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T* q = static_cast<const T*>(p.q) + row * p.q_row + head * p.q_head + q0 * p.q_token;

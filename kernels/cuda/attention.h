@@ -31,7 +31,9 @@ struct AttentionProblem {
   int64_t out_row = 0, out_head = 0, out_token = 0;
   // Sequences packed end to end (ragged batching; rows 1, 'tokens' every sequence's): token t
   // belongs to sequence token_sequence[t], which spans [ends[s - 1] (0 for the first), ends[s]);
-  // each query attends to the keys of its own sequence only. Null: one sequence per row.
+  // each query attends to the keys of its own sequence only. Tokens after the real ones may be
+  // padding (token_sequence -1): nothing attends to them and their rows of 'out' are not written.
+  // Null: one sequence per row.
   const int32_t* token_sequence = nullptr;
   const int32_t* sequence_ends = nullptr;
 };
