@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -221,6 +222,17 @@ def test_the_log_and_metrics_say_where_each_instance_runs(server):
     assert ('nereid_placement_fallback_total{model="text_npu",requested="openvino:NPU",'
             'version="1"} 1') in text, text
     assert 'nereid_placement_fallback_total{model="text_openvino"' not in text
+    # An accelerator without a meter: its energy is the host CPU's estimate, labelled so.
+    estimate = re.compile(r'^nereid_energy_inferences_total\{model="text_device_cpu",version="1",'
+                          r'scope="process-cpu",source="estimate"\} ([0-9.e+]+)$', re.M)
+    for _ in range(50):
+        found = estimate.search(text)
+        if found and float(found.group(1)) > 0:
+            break
+        time.sleep(0.1)
+        text = urllib.request.urlopen(
+            f"http://localhost:{server.metrics_port}/metrics").read().decode()
+    assert found and float(found.group(1)) > 0, text
     if MINILM is not None:  # a provider that refuses the model when the session is created
         assert ("model 'minilm_openvino' instance 'minilm_openvino_0_0' (KIND_CPU): falls back "
                 "from cpu_execution_accelerator 'openvino': model 'minilm_openvino': ONNX Runtime "
