@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/common.h"
+#include "cuda/launch.cuh"
 
 namespace nereid::kernels::cuda {
 

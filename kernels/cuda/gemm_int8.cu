@@ -16,6 +16,7 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* 
                                                                        int64_t k,
                                                                        int8_t* __restrict__ q,
                                                                        float* __restrict__ scale) {
+  PdlWait();
   const T* row = in + blockIdx.x * k;
   float absmax = 0.f;
   for (int64_t i = threadIdx.x; i < k; i += kQuantizeThreads)
@@ -46,6 +47,7 @@ constexpr int64_t kChunk = 8192;
 template <typename T>
 __global__ __launch_bounds__(kQuantizeThreads) void AbsMaxChunksKernel(
     const T* __restrict__ in, int64_t k, unsigned* __restrict__ bits) {
+  PdlWait();
   const T* row = in + blockIdx.y * k;
   const int64_t end = min(k, (static_cast<int64_t>(blockIdx.x) + 1) * kChunk);
   float absmax = 0.f;
@@ -60,6 +62,7 @@ template <typename T>
 __global__ __launch_bounds__(kQuantizeThreads) void QuantizeChunksKernel(
     const T* __restrict__ in, int64_t k, const unsigned* __restrict__ bits, int8_t* __restrict__ q,
     float* __restrict__ scale) {
+  PdlWait();
   const float absmax = __uint_as_float(bits[blockIdx.y]);
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
   if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y] = absmax / 127.f;
@@ -90,6 +93,7 @@ __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
     const float* __restrict__ w_scale, int m, int n, int k, float alpha,
     const float* __restrict__ bias, Activation act, const OutT* __restrict__ residual,
     OutT* __restrict__ y) {
+  PdlWait();
   const int j0 = blockIdx.x * kWRows;
   int acc[kWRows][M];
 #pragma unroll
@@ -143,10 +147,11 @@ template <int M, typename OutT>
 cudaError_t LaunchSmall(const GemmProblem& p, cudaStream_t stream) {
   constexpr int kWRows = WRowsFor(M);
   const auto blocks = static_cast<unsigned>((p.n + kWRows - 1) / kWRows);
-  SmallMInt8Kernel<M, OutT><<<blocks, kSmallThreads, 0, stream>>>(
-      static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w), p.w_scale,
-      static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), p.alpha, p.bias, p.act,
-      static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
+  LaunchKernel(SmallMInt8Kernel<M, OutT>, blocks, kSmallThreads, 0, stream,
+               static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w),
+               p.w_scale, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
+               p.alpha, p.bias, p.act, static_cast<const OutT*>(p.residual),
+               static_cast<OutT*>(p.y));
   return cudaGetLastError();
 }
 
@@ -168,16 +173,16 @@ cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int
   const auto blocks = static_cast<unsigned>(rows);
   switch (in_type) {
     case ElemType::kF32:
-      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const float*>(in), k,
-                                                                  q, scale);
+      LaunchKernel(QuantizeRowsKernel<float>, blocks, kQuantizeThreads, 0, stream,
+                   static_cast<const float*>(in), k, q, scale);
       break;
     case ElemType::kBF16:
-      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(in), k, q, scale);
+      LaunchKernel(QuantizeRowsKernel<__nv_bfloat16>, blocks, kQuantizeThreads, 0, stream,
+                   static_cast<const __nv_bfloat16*>(in), k, q, scale);
       break;
     case ElemType::kF16:
-      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const __half*>(in), k,
-                                                                  q, scale);
+      LaunchKernel(QuantizeRowsKernel<__half>, blocks, kQuantizeThreads, 0, stream,
+                   static_cast<const __half*>(in), k, q, scale);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -197,8 +202,10 @@ cudaError_t QuantizeLongRowsInt8(ElemType in_type, const void* in, int64_t rows,
       e != cudaSuccess)
     return e;
   auto launch = [&](const auto* typed) {
-    AbsMaxChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits);
-    QuantizeChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits, q, scale);
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+    LaunchKernel(AbsMaxChunksKernel<T>, grid, kQuantizeThreads, 0, stream, typed, k, absmax_bits);
+    LaunchKernel(QuantizeChunksKernel<T>, grid, kQuantizeThreads, 0, stream, typed, k, absmax_bits,
+                 q, scale);
     return cudaGetLastError();
   };
   switch (in_type) {
