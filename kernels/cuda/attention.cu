@@ -40,7 +40,6 @@ __device__ __forceinline__ void LoadRows(T* dst, int pitch, const T* src, int64_
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) {
-  PdlWait();
   constexpr int kPitch = D + 8, kVtPitch = kKeys + 8;  // padded rows: fewer bank conflicts
   __shared__ __align__(16) T sq[kQueries * kPitch];
   __shared__ __align__(16) T sk[kKeys * kPitch];
@@ -170,10 +169,10 @@ cudaError_t Launch(const AttentionProblem& p, cudaStream_t stream) {
                   static_cast<unsigned>(p.heads), static_cast<unsigned>(p.rows));
   switch (p.d) {
     case 32:
-      LaunchKernel(AttentionKernel<T, 32>, grid, kThreads, 0, stream, p);
+      AttentionKernel<T, 32><<<grid, kThreads, 0, stream>>>(p);
       break;
     case 64:
-      LaunchKernel(AttentionKernel<T, 64>, grid, kThreads, 0, stream, p);
+      AttentionKernel<T, 64><<<grid, kThreads, 0, stream>>>(p);
       break;
     default:
       return cudaErrorInvalidValue;

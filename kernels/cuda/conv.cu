@@ -57,7 +57,6 @@ constexpr int kGenericTile = 64, kGenericDepth = 16;
 
 template <typename T>
 __global__ void __launch_bounds__(256) ConvGenericKernel(ConvProblem p) {
-  PdlWait();
   const Conv2dGeometry& g = p.g;
   const int64_t pixels = g.n * g.oh * g.ow;
   const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups;
@@ -131,7 +130,6 @@ __global__ void __launch_bounds__(256) ConvGenericKernel(ConvProblem p) {
 // One thread per output element, channels fastest (coalesced); weights as [kh][kw][c].
 template <typename T>
 __global__ void ConvDepthwiseKernel(ConvProblem p) {
-  PdlWait();
   const Conv2dGeometry& g = p.g;
   const int64_t c = g.c_out, total = g.n * g.oh * g.ow * c;
   const T* x = static_cast<const T*>(p.x);
@@ -192,7 +190,6 @@ __device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* share
 // T: x's and w's storage (bf16, fp16, or int8 with p.x_scale and p.w_scale); O: y's.
 template <typename T, typename O>
 __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int splits) {
-  PdlWait();
   constexpr int kVec = kTcVec<T>, kStep = kTcStepBytes / sizeof(T), kRow = kTcRowBytes / sizeof(T);
   using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
   const Conv2dGeometry& g = p.g;
@@ -305,7 +302,6 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
 // The splits' partial sums added up, then the epilogue.
 template <typename T>
 __global__ void ConvSplitEpilogueKernel(ConvProblem p, int splits) {
-  PdlWait();
   const int64_t total = p.g.n * p.g.oh * p.g.ow * p.g.c_out;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -320,7 +316,6 @@ __global__ void ConvSplitEpilogueKernel(ConvProblem p, int splits) {
 template <typename T, PoolKind kKind>
 __global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_right,
                              bool count_include_pad, const T* x, T* y) {
-  PdlWait();
   const int64_t c = g.c_in, total = g.n * g.oh * g.ow * c;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -363,7 +358,6 @@ __global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_r
 template <typename T, PoolKind kKind>
 __global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T* y,
                                  const int32_t* ends) {
-  PdlWait();
   const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (ch >= c) return;
   for (int64_t img = blockIdx.y; img < n; img += gridDim.y) {
@@ -389,7 +383,6 @@ __global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T
 // Channels-last output may have c_pad >= c channels, the extra ones zero.
 template <typename U, bool kToLast>
 __global__ void TransposeKernel(const U* x, int64_t n, int64_t c, int64_t hw, int64_t c_pad, U* y) {
-  PdlWait();
   const int64_t total = n * (kToLast ? c_pad : c) * hw;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -502,8 +495,8 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
       auto launch = [&](auto in, auto out) {
         using T = decltype(in);
         using O = decltype(out);
-        LaunchKernel(ConvTensorCoreKernel<T, O>, split_grid, 256, 0, stream, p, splits);
-        if (splits > 1) LaunchKernel(ConvSplitEpilogueKernel<O>, finish, 256, 0, stream, p, splits);
+        ConvTensorCoreKernel<T, O><<<split_grid, 256, 0, stream>>>(p, splits);
+        if (splits > 1) ConvSplitEpilogueKernel<O><<<finish, 256, 0, stream>>>(p, splits);
         return cudaGetLastError();
       };
       if (p.int8 && p.type == ElemType::kBF16) return launch(int8_t{}, __nv_bfloat16{});
@@ -513,17 +506,15 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
     }
     case ConvKernel::kDepthwise:
       return WithFloatType(p.type, [&](auto t) {
-        LaunchKernel(ConvDepthwiseKernel<decltype(t)>, GridFor(pixels * g.c_out, 1), 256, 0, stream,
-                     p);
+        ConvDepthwiseKernel<decltype(t)><<<GridFor(pixels * g.c_out, 1), 256, 0, stream>>>(p);
       });
     case ConvKernel::kGeneric: {
       const dim3 grid(static_cast<unsigned>((pixels + kGenericTile - 1) / kGenericTile),
                       static_cast<unsigned>((g.c_out / g.groups + kGenericTile - 1) / kGenericTile),
                       static_cast<unsigned>(g.groups));
       if (grid.y > 65535) return cudaErrorInvalidValue;
-      return WithFloatType(p.type, [&](auto t) {
-        LaunchKernel(ConvGenericKernel<decltype(t)>, grid, 256, 0, stream, p);
-      });
+      return WithFloatType(
+          p.type, [&](auto t) { ConvGenericKernel<decltype(t)><<<grid, 256, 0, stream>>>(p); });
     }
   }
   return cudaErrorInvalidValue;
@@ -538,11 +529,13 @@ cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_botto
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     if (kind == PoolKind::kMax)
-      LaunchKernel(Pool2dKernel<T, PoolKind::kMax>, grid, 256, 0, stream, g, pad_bottom, pad_right,
-                   count_include_pad, static_cast<const T*>(x), static_cast<T*>(y));
+      Pool2dKernel<T, PoolKind::kMax>
+          <<<grid, 256, 0, stream>>>(g, pad_bottom, pad_right, count_include_pad,
+                                     static_cast<const T*>(x), static_cast<T*>(y));
     else
-      LaunchKernel(Pool2dKernel<T, PoolKind::kAverage>, grid, 256, 0, stream, g, pad_bottom,
-                   pad_right, count_include_pad, static_cast<const T*>(x), static_cast<T*>(y));
+      Pool2dKernel<T, PoolKind::kAverage>
+          <<<grid, 256, 0, stream>>>(g, pad_bottom, pad_right, count_include_pad,
+                                     static_cast<const T*>(x), static_cast<T*>(y));
   });
 }
 
@@ -555,8 +548,8 @@ cudaError_t GlobalPoolNhwc(PoolKind kind, int64_t n, int64_t hw, int64_t c, Elem
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     auto launch = [&](auto k) {
-      LaunchKernel(GlobalPoolKernel<T, decltype(k)::value>, grid, 256, 0, stream, n, hw, c,
-                   static_cast<const T*>(x), static_cast<T*>(y), ends);
+      GlobalPoolKernel<T, decltype(k)::value>
+          <<<grid, 256, 0, stream>>>(n, hw, c, static_cast<const T*>(x), static_cast<T*>(y), ends);
     };
     switch (kind) {
       case PoolKind::kMax:
@@ -578,11 +571,11 @@ cudaError_t Transpose(ElemType type, const void* x, int64_t n, int64_t c, int64_
     return cudaErrorInvalidValue;
   const unsigned grid = GridFor(n * c_pad * hw, 1);
   if (ElemSize(type) == 4)
-    LaunchKernel(TransposeKernel<uint32_t, kToLast>, grid, 256, 0, stream,
-                 static_cast<const uint32_t*>(x), n, c, hw, c_pad, static_cast<uint32_t*>(y));
+    TransposeKernel<uint32_t, kToLast><<<grid, 256, 0, stream>>>(
+        static_cast<const uint32_t*>(x), n, c, hw, c_pad, static_cast<uint32_t*>(y));
   else
-    LaunchKernel(TransposeKernel<uint16_t, kToLast>, grid, 256, 0, stream,
-                 static_cast<const uint16_t*>(x), n, c, hw, c_pad, static_cast<uint16_t*>(y));
+    TransposeKernel<uint16_t, kToLast><<<grid, 256, 0, stream>>>(
+        static_cast<const uint16_t*>(x), n, c, hw, c_pad, static_cast<uint16_t*>(y));
   return cudaGetLastError();
 }
 
@@ -601,7 +594,6 @@ cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, in
 template <typename T>
 __global__ void ConvActivationKernel(ConvActivation act, float a, float b, const T* __restrict__ x,
                                      T* __restrict__ y, int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride)
@@ -614,8 +606,8 @@ cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type
   if (count == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(ConvActivationKernel<T>, GridFor(count), 256, 0, stream, act, a, b,
-                 static_cast<const T*>(x), static_cast<T*>(y), count);
+    ConvActivationKernel<T><<<GridFor(count), 256, 0, stream>>>(act, a, b, static_cast<const T*>(x),
+                                                                static_cast<T*>(y), count);
   });
 }
 

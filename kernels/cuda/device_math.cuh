@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "cuda/common.h"
-#include "cuda/launch.cuh"
 
 namespace nereid::kernels::cuda {
 

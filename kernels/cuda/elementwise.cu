@@ -90,7 +90,6 @@ __device__ __forceinline__ T Apply(T x, T y) {
 template <typename T, BinaryOp Op>
 __global__ void BinaryKernel(const T* __restrict__ a, int64_t a_count, const T* __restrict__ b,
                              int64_t b_count, T* __restrict__ out, int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -103,7 +102,6 @@ __global__ void BinaryKernel(const T* __restrict__ a, int64_t a_count, const T* 
 template <typename T, BinaryOp Op>
 __global__ void BroadcastKernel(const T* __restrict__ a, const T* __restrict__ b,
                                 T* __restrict__ out, BroadcastShape s, int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -142,9 +140,9 @@ template <typename T>
 cudaError_t LaunchBinary(BinaryOp op, const void* a, int64_t a_count, const void* b,
                          int64_t b_count, void* out, int64_t count, cudaStream_t stream) {
   DispatchBinary(op, [&](auto o) {
-    LaunchKernel(BinaryKernel<T, decltype(o)::value>, GridFor(count), 256, 0, stream,
-                 static_cast<const T*>(a), a_count, static_cast<const T*>(b), b_count,
-                 static_cast<T*>(out), count);
+    BinaryKernel<T, decltype(o)::value><<<GridFor(count), 256, 0, stream>>>(
+        static_cast<const T*>(a), a_count, static_cast<const T*>(b), b_count, static_cast<T*>(out),
+        count);
   });
   return cudaGetLastError();
 }
@@ -153,9 +151,8 @@ template <typename T>
 cudaError_t LaunchBroadcast(BinaryOp op, const void* a, const void* b, const BroadcastShape& s,
                             void* out, int64_t count, cudaStream_t stream) {
   DispatchBinary(op, [&](auto o) {
-    LaunchKernel(BroadcastKernel<T, decltype(o)::value>, GridFor(count), 256, 0, stream,
-                 static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), s,
-                 count);
+    BroadcastKernel<T, decltype(o)::value><<<GridFor(count), 256, 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), s, count);
   });
   return cudaGetLastError();
 }
@@ -182,7 +179,6 @@ cudaError_t DispatchArithmetic(ElemType type, const F& f) {
 
 template <typename T, Activation A>
 __global__ void UnaryKernel(const T* __restrict__ in, T* __restrict__ out, int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride)
@@ -193,8 +189,8 @@ template <typename T>
 cudaError_t LaunchUnary(Activation act, const void* in, void* out, int64_t count,
                         cudaStream_t stream) {
   auto launch = [&](auto a) {
-    LaunchKernel(UnaryKernel<T, decltype(a)::value>, GridFor(count), 256, 0, stream,
-                 static_cast<const T*>(in), static_cast<T*>(out), count);
+    UnaryKernel<T, decltype(a)::value><<<GridFor(count), 256, 0, stream>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), count);
   };
   NEREID_DISPATCH_ACTIVATION(act, launch);
   return cudaGetLastError();
@@ -202,7 +198,6 @@ cudaError_t LaunchUnary(Activation act, const void* in, void* out, int64_t count
 
 template <typename From, typename To>
 __global__ void ConvertKernel(const From* __restrict__ in, To* __restrict__ out, int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride)
@@ -216,16 +211,13 @@ cudaError_t LaunchConvert(const void* in, ElemType to, void* out, int64_t count,
   const unsigned grid = GridFor(count);
   switch (to) {
     case ElemType::kF32:
-      LaunchKernel(ConvertKernel<From, float>, grid, 256, 0, stream, src, static_cast<float*>(out),
-                   count);
+      ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<float*>(out), count);
       break;
     case ElemType::kBF16:
-      LaunchKernel(ConvertKernel<From, __nv_bfloat16>, grid, 256, 0, stream, src,
-                   static_cast<__nv_bfloat16*>(out), count);
+      ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<__nv_bfloat16*>(out), count);
       break;
     case ElemType::kF16:
-      LaunchKernel(ConvertKernel<From, __half>, grid, 256, 0, stream, src,
-                   static_cast<__half*>(out), count);
+      ConvertKernel<<<grid, 256, 0, stream>>>(src, static_cast<__half*>(out), count);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -261,7 +253,6 @@ cudaError_t BinaryBroadcast(BinaryOp op, ElemType type, const void* a, const voi
 
 template <typename T>
 __global__ void CopyKernel(const T* __restrict__ in, T* __restrict__ out, int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride)
@@ -272,11 +263,11 @@ cudaError_t CopyBytes(void* dst, const void* src, size_t bytes, cudaStream_t str
   if (bytes == 0) return cudaSuccess;
   const auto count = static_cast<int64_t>(bytes);
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0) {
-    LaunchKernel(CopyKernel<uint4>, GridFor(count / 16), 256, 0, stream,
-                 static_cast<const uint4*>(src), static_cast<uint4*>(dst), count / 16);
+    CopyKernel<<<GridFor(count / 16), 256, 0, stream>>>(static_cast<const uint4*>(src),
+                                                        static_cast<uint4*>(dst), count / 16);
   } else {
-    LaunchKernel(CopyKernel<uint8_t>, GridFor(count), 256, 0, stream,
-                 static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), count);
+    CopyKernel<<<GridFor(count), 256, 0, stream>>>(static_cast<const uint8_t*>(src),
+                                                   static_cast<uint8_t*>(dst), count);
   }
   return cudaGetLastError();
 }

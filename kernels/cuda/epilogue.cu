@@ -10,7 +10,6 @@ template <typename OutT, Activation A>
 __global__ void BiasActivationKernel(const float* acc, int splits, float alpha, int64_t rows,
                                      int64_t cols, const float* __restrict__ bias,
                                      const OutT* residual, OutT* out) {
-  PdlWait();
   const int64_t count = rows * cols;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -30,9 +29,9 @@ void Launch(const float* acc, int splits, float alpha, int64_t rows, int64_t col
             const float* bias, Activation act, const void* residual, void* out,
             cudaStream_t stream) {
   auto launch = [&](auto a) {
-    LaunchKernel(BiasActivationKernel<OutT, decltype(a)::value>, GridFor(rows * cols), 256, 0,
-                 stream, acc, splits, alpha, rows, cols, bias, static_cast<const OutT*>(residual),
-                 static_cast<OutT*>(out));
+    BiasActivationKernel<OutT, decltype(a)::value><<<GridFor(rows * cols), 256, 0, stream>>>(
+        acc, splits, alpha, rows, cols, bias, static_cast<const OutT*>(residual),
+        static_cast<OutT*>(out));
   };
   NEREID_DISPATCH_ACTIVATION(act, launch);
 }

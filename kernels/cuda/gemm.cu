@@ -106,7 +106,6 @@ __global__ __launch_bounds__(kWarps * 32) void SmallMKernel(Activation act, int 
                                                             const T* __restrict__ w, float alpha,
                                                             const float* __restrict__ bias,
                                                             const OutT* residual, OutT* y) {
-  PdlWait();
   constexpr int V = Vec<T>::kCount;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
@@ -127,7 +126,6 @@ template <typename T, int M, int kRows, typename OutT>
 __global__ __launch_bounds__(kWarps * 32) void SmallMSplitKernel(
     Activation act, int m, int64_t n, int64_t k, const T* __restrict__ x, const T* __restrict__ w,
     float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y) {
-  PdlWait();
   constexpr int V = Vec<T>::kCount;
   __shared__ float partial[kWarps][kRows][M];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -167,7 +165,6 @@ __global__ __launch_bounds__(kSharedWarps * 32) void SmallMSharedKernel(
     Activation act, int m, int64_t n, int64_t k, int64_t kt, const T* __restrict__ x,
     const T* __restrict__ w, float alpha, const float* __restrict__ bias, const OutT* residual,
     OutT* y) {
-  PdlWait();
   constexpr int V = Vec<T>::kCount;
   extern __shared__ uint4 shared_raw[];
   T* xs = reinterpret_cast<T*>(shared_raw);  // M x kt
@@ -279,7 +276,6 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
     Activation act, int m, int n, int k, const T* __restrict__ x, const T* __restrict__ w,
     float alpha, const float* __restrict__ bias, const OutT* residual, OutT* y,
     const float* __restrict__ x_scale, const float* __restrict__ w_scale) {
-  PdlWait();
   constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   using Acc = std::conditional_t<kInt8, int, float>;
   constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
@@ -415,20 +411,13 @@ cudaError_t LaunchTensorCoreKernel(const GemmProblem& p, int splits, cudaStream_
                         static_cast<unsigned>(splits), 1);
   config.blockDim = dim3(kTcWarps * 32, 1, 1);
   config.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  unsigned count = 0;
-  if (splits > 1) {
-    attrs[count].id = cudaLaunchAttributeClusterDimension;
-    attrs[count].val.clusterDim.x = 1;
-    attrs[count].val.clusterDim.y = static_cast<unsigned>(splits);
-    attrs[count++].val.clusterDim.z = 1;
-  }
-  if (PdlEnabled()) {  // (launch.cuh)
-    attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[count++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  config.attrs = attrs;
-  config.numAttrs = count;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = splits > 1 ? 1 : 0;
   return cudaLaunchKernelEx(&config, &SmallMTensorCoreKernel<T, kRT, kNT, OutT>, p.act,
                             static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
                             static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.alpha, p.bias,
@@ -454,20 +443,20 @@ void LaunchVariant(SmallMVariant variant, const GemmProblem& p, cudaStream_t str
   const int m = static_cast<int>(p.m);
   const int64_t warps = (p.n + kRows - 1) / kRows;
   if (variant == SmallMVariant::kSplitK2) {
-    LaunchKernel(SmallMSplitKernel<T, M, kRows, OutT>, static_cast<unsigned>(warps), kWarps * 32, 0,
-                 stream, p.act, m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
+    SmallMSplitKernel<T, M, kRows, OutT><<<static_cast<unsigned>(warps), kWarps * 32, 0, stream>>>(
+        p.act, m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
   } else if (variant == SmallMVariant::kSharedX) {
     constexpr int64_t V = 16 / sizeof(T);
     int64_t kt = static_cast<int64_t>(kSharedXBytes / (M * sizeof(T))) / (32 * V) * (32 * V);
     const int64_t k_round = (p.k + 32 * V - 1) / (32 * V) * (32 * V);
     kt = kt < k_round ? kt : k_round;
     const unsigned grid = static_cast<unsigned>((warps + kSharedWarps - 1) / kSharedWarps);
-    LaunchKernel(SmallMSharedKernel<T, M, kRows, OutT>, grid, kSharedWarps * 32, M * kt * sizeof(T),
-                 stream, p.act, m, p.n, p.k, kt, x, w, p.alpha, p.bias, res, y);
+    SmallMSharedKernel<T, M, kRows, OutT><<<grid, kSharedWarps * 32, M * kt * sizeof(T), stream>>>(
+        p.act, m, p.n, p.k, kt, x, w, p.alpha, p.bias, res, y);
   } else {
     const unsigned grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    LaunchKernel(SmallMKernel<T, M, kRows, OutT>, grid, kWarps * 32, 0, stream, p.act, m, p.n, p.k,
-                 x, w, p.alpha, p.bias, res, y);
+    SmallMKernel<T, M, kRows, OutT>
+        <<<grid, kWarps * 32, 0, stream>>>(p.act, m, p.n, p.k, x, w, p.alpha, p.bias, res, y);
   }
 }
 

@@ -16,7 +16,6 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* 
                                                                        int64_t k,
                                                                        int8_t* __restrict__ q,
                                                                        float* __restrict__ scale) {
-  PdlWait();
   const T* row = in + blockIdx.x * k;
   float absmax = 0.f;
   for (int64_t i = threadIdx.x; i < k; i += kQuantizeThreads)
@@ -47,7 +46,6 @@ constexpr int64_t kChunk = 8192;
 template <typename T>
 __global__ __launch_bounds__(kQuantizeThreads) void AbsMaxChunksKernel(
     const T* __restrict__ in, int64_t k, unsigned* __restrict__ bits) {
-  PdlWait();
   const T* row = in + blockIdx.y * k;
   const int64_t end = min(k, (static_cast<int64_t>(blockIdx.x) + 1) * kChunk);
   float absmax = 0.f;
@@ -62,7 +60,6 @@ template <typename T>
 __global__ __launch_bounds__(kQuantizeThreads) void QuantizeChunksKernel(
     const T* __restrict__ in, int64_t k, const unsigned* __restrict__ bits, int8_t* __restrict__ q,
     float* __restrict__ scale) {
-  PdlWait();
   const float absmax = __uint_as_float(bits[blockIdx.y]);
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
   if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y] = absmax / 127.f;
@@ -93,7 +90,6 @@ __global__ __launch_bounds__(kSmallThreads) void SmallMInt8Kernel(
     const float* __restrict__ w_scale, int m, int n, int k, float alpha,
     const float* __restrict__ bias, Activation act, const OutT* __restrict__ residual,
     OutT* __restrict__ y) {
-  PdlWait();
   const int j0 = blockIdx.x * kWRows;
   int acc[kWRows][M];
 #pragma unroll
@@ -147,11 +143,10 @@ template <int M, typename OutT>
 cudaError_t LaunchSmall(const GemmProblem& p, cudaStream_t stream) {
   constexpr int kWRows = WRowsFor(M);
   const auto blocks = static_cast<unsigned>((p.n + kWRows - 1) / kWRows);
-  LaunchKernel(SmallMInt8Kernel<M, OutT>, blocks, kSmallThreads, 0, stream,
-               static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w),
-               p.w_scale, static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k),
-               p.alpha, p.bias, p.act, static_cast<const OutT*>(p.residual),
-               static_cast<OutT*>(p.y));
+  SmallMInt8Kernel<M, OutT><<<blocks, kSmallThreads, 0, stream>>>(
+      static_cast<const int8_t*>(p.x), p.x_scale, static_cast<const int8_t*>(p.w), p.w_scale,
+      static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), p.alpha, p.bias, p.act,
+      static_cast<const OutT*>(p.residual), static_cast<OutT*>(p.y));
   return cudaGetLastError();
 }
 
@@ -173,16 +168,16 @@ cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int
   const auto blocks = static_cast<unsigned>(rows);
   switch (in_type) {
     case ElemType::kF32:
-      LaunchKernel(QuantizeRowsKernel<float>, blocks, kQuantizeThreads, 0, stream,
-                   static_cast<const float*>(in), k, q, scale);
+      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const float*>(in), k,
+                                                                  q, scale);
       break;
     case ElemType::kBF16:
-      LaunchKernel(QuantizeRowsKernel<__nv_bfloat16>, blocks, kQuantizeThreads, 0, stream,
-                   static_cast<const __nv_bfloat16*>(in), k, q, scale);
+      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(in), k, q, scale);
       break;
     case ElemType::kF16:
-      LaunchKernel(QuantizeRowsKernel<__half>, blocks, kQuantizeThreads, 0, stream,
-                   static_cast<const __half*>(in), k, q, scale);
+      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const __half*>(in), k,
+                                                                  q, scale);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -202,10 +197,8 @@ cudaError_t QuantizeLongRowsInt8(ElemType in_type, const void* in, int64_t rows,
       e != cudaSuccess)
     return e;
   auto launch = [&](const auto* typed) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
-    LaunchKernel(AbsMaxChunksKernel<T>, grid, kQuantizeThreads, 0, stream, typed, k, absmax_bits);
-    LaunchKernel(QuantizeChunksKernel<T>, grid, kQuantizeThreads, 0, stream, typed, k, absmax_bits,
-                 q, scale);
+    AbsMaxChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits);
+    QuantizeChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits, q, scale);
     return cudaGetLastError();
   };
   switch (in_type) {

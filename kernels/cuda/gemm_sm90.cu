@@ -203,7 +203,6 @@ __global__ __launch_bounds__(Threads<BM>(),
                              1) void Sm90Kernel(const __grid_constant__ CUtensorMap map_x,
                                                 const __grid_constant__ CUtensorMap map_w,
                                                 const Sm90Args a) {
-  PdlWait();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Mma = sm90::Wgmma<T, BN>;
   using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int, float>;
@@ -436,7 +435,7 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
   args.alpha = p.alpha, args.bias = p.bias, args.residual = p.residual, args.y = p.y;
   args.x_scale = p.x_scale, args.w_scale = p.w_scale;
   args.act = p.act, args.splits = splits, args.partial = p.workspace;
-  LaunchKernel(kernel, grid, Threads<BM>(), kSmem, stream, map_x, map_w, args);
+  kernel<<<grid, Threads<BM>(), kSmem, stream>>>(map_x, map_w, args);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || splits == 1) return e;
   return SplitEpilogue(p.workspace, splits, p.alpha, p.m, p.n, p.bias, p.act, p.residual,
                        p.out_type, p.y, stream);

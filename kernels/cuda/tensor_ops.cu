@@ -30,7 +30,6 @@ __device__ float BlockReduce(float v, float* scratch) {
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
     SoftmaxKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
-  PdlWait();
   __shared__ float scratch[kSoftmaxThreads / 32];
   const T* row = x + blockIdx.x * n;
   T* out = y + blockIdx.x * n;
@@ -51,7 +50,6 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     LayerNormKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n,
                     const float* __restrict__ scale, const float* __restrict__ bias, float eps,
                     T* __restrict__ mean_out, T* __restrict__ inv_out) {
-  PdlWait();
   __shared__ float scratch[kSoftmaxThreads / 32];
   const T* row = x + blockIdx.x * n;
   T* out = y + blockIdx.x * n;
@@ -81,7 +79,6 @@ template <typename T>
 __global__ void BatchedMatMulKernel(const T* __restrict__ a, const T* __restrict__ b,
                                     T* __restrict__ c, int64_t batch, int64_t m, int64_t n,
                                     int64_t k) {
-  PdlWait();
   __shared__ float as[kMatMulTile][kMatMulTile + 1], bs[kMatMulTile][kMatMulTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t row = static_cast<int64_t>(blockIdx.y) * kMatMulTile + ty;
@@ -106,7 +103,6 @@ template <typename T>
 __global__ void LrnKernel(const T* __restrict__ x, T* __restrict__ y, int64_t count, int64_t c,
                           int64_t before, int64_t after, float alpha_over_size, float beta,
                           float bias) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -131,7 +127,6 @@ struct TransposeArgs {
 template <typename T>
 __global__ void TransposeKernel(const T* __restrict__ x, T* __restrict__ y, TransposeArgs a,
                                 int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -149,7 +144,6 @@ __global__ void ResizeKernel(const T* __restrict__ x, int64_t h, int64_t w, int6
                              const ResizeTap* __restrict__ ty, int64_t oh,
                              const ResizeTap* __restrict__ tx, int64_t ow, T* __restrict__ y,
                              int64_t count) {
-  PdlWait();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -169,7 +163,6 @@ template <typename T>
 __global__ void ConvTransposeKernel(Conv2dGeometry g, const T* __restrict__ x,
                                     const T* __restrict__ w, const float* __restrict__ bias,
                                     T* __restrict__ y, int64_t count) {
-  PdlWait();
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -203,8 +196,8 @@ cudaError_t Softmax(ElemType type, const void* x, void* y, int64_t rows, int64_t
   if (rows == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(SoftmaxKernel<T>, static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream,
-                 static_cast<const T*>(x), static_cast<T*>(y), n);
+    SoftmaxKernel<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), n);
   });
 }
 
@@ -215,9 +208,9 @@ cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64
   if (count == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(LrnKernel<T>, GridFor(count), 256, 0, stream, static_cast<const T*>(x),
-                 static_cast<T*>(y), count, c, (size - 1) / 2, size / 2,
-                 alpha / static_cast<float>(size), beta, bias);
+    LrnKernel<T><<<GridFor(count), 256, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                     count, c, (size - 1) / 2, size / 2,
+                                                     alpha / static_cast<float>(size), beta, bias);
   });
 }
 
@@ -228,9 +221,9 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
   if (rows == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(LayerNormKernel<T>, static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream,
-                 static_cast<const T*>(x), static_cast<T*>(y), n, scale, bias, eps,
-                 static_cast<T*>(mean), static_cast<T*>(inv_std));
+    LayerNormKernel<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), n, scale, bias, eps, static_cast<T*>(mean),
+        static_cast<T*>(inv_std));
   });
 }
 
@@ -245,9 +238,8 @@ cudaError_t BatchedMatMul(ElemType type, const void* a, const void* b, void* c, 
                   static_cast<unsigned>(batch < 65535 ? batch : 65535));
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(BatchedMatMulKernel<T>, grid, dim3(kMatMulTile, kMatMulTile), 0, stream,
-                 static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), batch, m,
-                 n, k);
+    BatchedMatMulKernel<T><<<grid, dim3(kMatMulTile, kMatMulTile), 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), batch, m, n, k);
   });
 }
 
@@ -286,8 +278,8 @@ cudaError_t StridedCopy(size_t elem_bytes, const void* x, void* y, int rank,
   if (count == 0) return cudaSuccess;
   auto launch = [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(TransposeKernel<T>, GridFor(count), 256, 0, stream, static_cast<const T*>(x),
-                 static_cast<T*>(y), a, count);
+    TransposeKernel<T><<<GridFor(count), 256, 0, stream>>>(static_cast<const T*>(x),
+                                                           static_cast<T*>(y), a, count);
     return cudaGetLastError();
   };
   switch (elem_bytes) {
@@ -312,8 +304,8 @@ cudaError_t ResizeNhwc(ElemType type, const void* x, int64_t n, int64_t h, int64
   if (count == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(ResizeKernel<T>, GridFor(count), 256, 0, stream, static_cast<const T*>(x), h, w, c,
-                 taps_y, oh, taps_x, ow, static_cast<T*>(y), count);
+    ResizeKernel<T><<<GridFor(count), 256, 0, stream>>>(static_cast<const T*>(x), h, w, c, taps_y,
+                                                        oh, taps_x, ow, static_cast<T*>(y), count);
   });
 }
 
@@ -326,9 +318,8 @@ cudaError_t ConvTransposeNhwc(ElemType type, const Conv2dGeometry& g, const void
   if (count == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    LaunchKernel(ConvTransposeKernel<T>, GridFor(count, 1), 256, 0, stream, g,
-                 static_cast<const T*>(x), static_cast<const T*>(w), bias, static_cast<T*>(y),
-                 count);
+    ConvTransposeKernel<T><<<GridFor(count, 1), 256, 0, stream>>>(
+        g, static_cast<const T*>(x), static_cast<const T*>(w), bias, static_cast<T*>(y), count);
   });
 }
 
@@ -349,7 +340,6 @@ namespace {
 template <typename T, typename I>
 __global__ void GatherRowsKernel(const T* __restrict__ table, int64_t table_rows, int64_t width,
                                  const I* __restrict__ indices, int64_t count, T* __restrict__ y) {
-  PdlWait();
   const int64_t total = count * width;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -373,13 +363,13 @@ cudaError_t GatherRows(ElemType type, const void* table, int64_t table_rows, int
     using T = decltype(t);
     const unsigned grid = GridFor(count * width);
     if (index_type == ElemType::kI64)
-      LaunchKernel(GatherRowsKernel<T, int64_t>, grid, 256, 0, stream, static_cast<const T*>(table),
-                   table_rows, width, static_cast<const int64_t*>(indices), count,
-                   static_cast<T*>(y));
+      GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const T*>(table), table_rows, width,
+                                                 static_cast<const int64_t*>(indices), count,
+                                                 static_cast<T*>(y));
     else
-      LaunchKernel(GatherRowsKernel<T, int32_t>, grid, 256, 0, stream, static_cast<const T*>(table),
-                   table_rows, width, static_cast<const int32_t*>(indices), count,
-                   static_cast<T*>(y));
+      GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const T*>(table), table_rows, width,
+                                                 static_cast<const int32_t*>(indices), count,
+                                                 static_cast<T*>(y));
   });
 }
 
