@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   const int64_t n = p.tokens;
   // Packed sequences: the keys of the sequences this block's queries belong to (they lie side by
   // side), each score outside its query's own sequence masked out. Padding (a negative sequence,
-  // after the real tokens) is skipped: a block of it returns at once, leaving its rows unwritten.
+  // after the real tokens) is skipped: a block of it returns at once (rows of it in a block with
+  // real queries get whatever they get; nothing reads them).
   const bool packed = p.token_sequence != nullptr;
   int64_t key_begin = 0, key_end = n;
   if (packed) {

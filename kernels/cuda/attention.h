@@ -32,7 +32,7 @@ struct AttentionProblem {
   // Sequences packed end to end (ragged batching; rows 1, 'tokens' every sequence's): token t
   // belongs to sequence token_sequence[t], which spans [ends[s - 1] (0 for the first), ends[s]);
   // each query attends to the keys of its own sequence only. Tokens after the real ones may be
-  // padding (token_sequence -1): nothing attends to them and their rows of 'out' are not written.
+  // padding (token_sequence -1): nothing attends to them and their rows of 'out' mean nothing.
   // Null: one sequence per row.
   const int32_t* token_sequence = nullptr;
   const int32_t* sequence_ends = nullptr;
