@@ -114,9 +114,12 @@ class GpuInstance final : public GemmBench {
     for (int64_t rows = 16; rows <= most; rows = RaggedBucket(rows + 1)) {
       if (const int64_t bucket = TuneBucket(rows); !tuner_->Tuned(bucket))
         RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
-      sequences.assign(static_cast<size_t>(rows / m_->ragged_max_length), m_->ragged_max_length);
-      if (rows % m_->ragged_max_length != 0) sequences.push_back(rows % m_->ragged_max_length);
-      if (static_cast<int64_t>(sequences.size()) >= m_->ragged_sequences) break;
+      // Sequences of the longest length while a batch may hold them; the rest is padding.
+      sequences.clear();
+      for (int64_t left = rows;
+           left > 0 && static_cast<int64_t>(sequences.size()) + 1 < m_->ragged_sequences;
+           left -= sequences.back())
+        sequences.push_back(std::min(left, m_->ragged_max_length));
       WriteSequences(rows, sequences);
       if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, 0));
       RETURN_IF_ERROR(LaunchGraph(rows, 0));
