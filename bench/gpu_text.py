@@ -272,7 +272,8 @@ def main():
                 compute, runs, wall = batched_compute(client, "bert_ragged_bf16", singles,
                                                       in_flight)
                 results["ragged"] = compute
-                print(f"{'ragged':>9}: {len(singles):3d} requests in {runs:3d} executions, server "
+                print(f"{'ragged':>9}: {len(singles):3d} requests in {runs:3d} executions "
+                      f"({len(singles) / max(runs, 1):.1f} sequences each), server "
                       f"{compute / 1e3:8.2f} ms ({len(lengths) / compute * 1e6:8.0f} seq/s), client "
                       f"wall {wall / 1e3:8.2f} ms ({in_flight} in flight)")
             print(f"   open-dims plans / padded: {results['padded'] / results['lengths']:.2f}x the "
