@@ -102,6 +102,12 @@ class GpuInstance final : public GemmBench {
     return Status::Ok();
   }
 
+  // The GEMMs' choices for 'rows' rows: tuned on first use of their bucket.
+  Status TuneFor(int64_t rows) {
+    const int64_t bucket = TuneBucket(rows);
+    return tuner_->Tuned(bucket) ? Status::Ok() : tuner_->Tune(*this, bucket);
+  }
+
   // A ragged plan's token count changes from batch to batch, and each bucket of it has a graph of
   // its own: all of them, up to the most tokens a batch holds, are tuned and captured (and run
   // once, on zeros) here, so that no request waits for a capture and no buffer grows later.
@@ -112,8 +118,7 @@ class GpuInstance final : public GemmBench {
       std::memset(staging_in_[i].data, 0, static_cast<size_t>(capacity_) * m_->inputs[i].row_bytes);
     std::vector<int64_t> sequences;
     for (int64_t rows = 16; rows <= most; rows = RaggedBucket(rows + 1)) {
-      if (const int64_t bucket = TuneBucket(rows); !tuner_->Tuned(bucket))
-        RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
+      RETURN_IF_ERROR(TuneFor(rows));
       // Sequences of the longest length while a batch may hold them; the rest is padding.
       sequences.clear();
       for (int64_t left = rows;
@@ -156,8 +161,7 @@ class GpuInstance final : public GemmBench {
     }
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     RETURN_IF_ERROR(Grow(std::max(run_rows, m_->ragged_sequences)));
-    if (const int64_t bucket = TuneBucket(run_rows); !tuner_->Tuned(bucket))
-      RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
+    RETURN_IF_ERROR(TuneFor(run_rows));
     *start_ns = NereidNowNs();
     // Which copies go straight between request memory and the device (bit i: input i; bit
     // inputs + o: output o); the others pass through staging. A graph is captured per row count

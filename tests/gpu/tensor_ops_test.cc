@@ -297,8 +297,8 @@ TEST(CudaTensorOps, PackedSequencesAttendAndPoolWithinTheirOwnTokens) {
     ends.push_back(static_cast<int32_t>(sequence.size()));
   }
   const int64_t real = static_cast<int64_t>(sequence.size());
-  sequence.resize(real + 90,
-                  -1);  // padding: two blocks of queries of it, one shared with real ones
+  // Padding: two blocks of queries of it, one shared with real ones.
+  sequence.resize(real + 90, -1);
   const int64_t tokens = static_cast<int64_t>(sequence.size());
   auto bytes = [](const std::vector<int32_t>& v) {
     std::vector<uint8_t> b(v.size() * 4);
