@@ -209,21 +209,35 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
     ep.bias = bias ? bias + grp * cog : nullptr;
     ep.residual = residual ? residual + grp * cog : nullptr;
     ep.ld_residual = g.c_out;
-    // Whole windows in one depth block (a stem's 7x7 over 3 channels: 147): a tile of pixels in
-    // one output row, its windows inside the image, is the image itself read in place, rows
-    // stride * c apart, one segment per window row (each kw * c contiguous floats). ResNet-50's
-    // stem gathered 30% of its time.
+    // A tile of pixels in one output row whose windows' part in a depth block lies inside the
+    // image is the image itself read in place, rows stride * c apart: a piece of one window row
+    // (kw * c contiguous floats), or whole window rows, one segment each. ResNet-50's stem (7x7
+    // over 3 channels, whole windows in one block) gathered 30% of its time; 3x3 layers of 64
+    // channels (576 = three blocks of one window row) gathered every tile.
     RowsViewFn view;
     const int64_t run = g.kw * g.c_in;
-    if (!direct && g.groups == 1 && g.dilation_w == 1 && g.kh * run <= w.group(grp).kc()) {
-      view = [&g, xg, run](int64_t i0, int64_t rows, RowsView* v) {
+    if (!direct && g.groups == 1 && g.dilation_w == 1) {
+      view = [&g, xg, run](int64_t i0, int64_t rows, int64_t pc, int64_t kc, RowsView* v) {
+        const int64_t ky0 = pc / run, off = pc - ky0 * run;
+        int64_t segments = 1;
+        if (off + kc > run) {
+          if (off != 0 || kc % run != 0) return false;
+          segments = kc / run;
+        }
+        // The taps (window columns kx0 .. kx1, window rows ky0 .. ky1) the block touches.
+        const int64_t kx0 = off / g.c_in;
+        const int64_t kx1 = segments > 1 ? g.kw - 1 : (off + kc - 1) / g.c_in;
+        const int64_t ky1 = ky0 + segments - 1;
         const int64_t ox = i0 % g.ow, oy = i0 / g.ow % g.oh, b = i0 / (g.ow * g.oh);
-        const int64_t ix = ox * g.stride_w - g.pad_left, iy = oy * g.stride_h - g.pad_top;
-        if (ox + rows > g.ow || ix < 0 || (ox + rows - 1) * g.stride_w - g.pad_left + g.kw > g.w ||
-            iy < 0 || iy + (g.kh - 1) * g.dilation_h >= g.h)
+        const int64_t ix = ox * g.stride_w - g.pad_left;
+        const int64_t iy = oy * g.stride_h - g.pad_top + ky0 * g.dilation_h;
+        if (ox + rows > g.ow || ix + kx0 < 0 ||
+            (ox + rows - 1) * g.stride_w - g.pad_left + kx1 >= g.w || iy < 0 ||
+            iy + (ky1 - ky0) * g.dilation_h >= g.h)
           return false;
-        *v = {xg + ((b * g.h + iy) * g.w + ix) * g.c_in, g.stride_w * g.c_in, run,
-              g.dilation_h * g.w * g.c_in};
+        // (One offset, never negative: ix < 0 only where the block starts past the left edge.)
+        *v = {xg + ((b * g.h + iy) * g.w + ix) * g.c_in + off, g.stride_w * g.c_in,
+              segments > 1 ? run : kc, g.dilation_h * g.w * g.c_in};
         return true;
       };
     }

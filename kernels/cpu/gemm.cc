@@ -528,8 +528,8 @@ struct TileA {
 };
 
 // One MC-row block of C against columns [col0, col0 + cols) (NR-aligned) of one KC x NC block of
-// B: 'init' before the first K block, 'finish' after the last. 'view' (fused rows kernels, the
-// whole depth in this block): tiles read in place where it gives them, the others gathered.
+// B: 'init' before the first K block, 'finish' after the last. 'view' (fused rows kernels):
+// tiles read in place where it gives them, the others gathered.
 template <typename Init, typename Finish>
 void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn& view,
                 const float* b_block, float* c, int64_t ldc, int64_t ic, int64_t mc, int64_t jc,
@@ -553,10 +553,10 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
       rows = (rows + rest + 1) / 2;
     tiles[count++] = TileA{ir, rows, {}};
   }
-  if (fused && view && pc == 0 && last) {
+  if (fused && view) {
     for (int t = 0; t < count; ++t) {
       TileA& tile = tiles[t];
-      if (view(ic + tile.ir, tile.rows, &tile.a)) continue;
+      if (view(ic + tile.ir, tile.rows, pc, kc, &tile.a)) continue;
       int64_t ld = 0;
       float* scratch = t_scratch.get() + tile.ir * kc;
       tile.a = {rows_a(ic + tile.ir, tile.rows, pc, kc, scratch, &ld), ld, kc, 0};
@@ -567,10 +567,14 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
     if (cfg.rows == nullptr) PackA(cfg.mr, false, a_block, lda, mc, kc, t_packed_a.get());
     for (int t = 0; t < count; ++t) tiles[t].a = {a_block + tiles[t].ir * lda, lda, kc, 0};
   }
-  for (int64_t jr = col0; jr < col0 + cols; jr += cfg.nr) {
-    const float* bp = b_block + jr * kc;
-    const int64_t width = std::min(cfg.nr, col0 + cols - jr);
-    for (int t = 0; t < count; ++t) {
+  // Each row tile against every column panel in turn: the tile's A stays in L1 and its rows of C
+  // (and of the residual) are written (read) whole, one after another, which the prefetchers
+  // follow; panels outside, each C row was touched nr floats at a time, a stride apart. A
+  // 64 -> 256 1x1 layer at 56x56 with its residual, one thread: 1,074 -> 745 us.
+  for (int t = 0; t < count; ++t) {
+    for (int64_t jr = col0; jr < col0 + cols; jr += cfg.nr) {
+      const float* bp = b_block + jr * kc;
+      const int64_t width = std::min(cfg.nr, col0 + cols - jr);
       const int64_t ir = tiles[t].ir, rows = tiles[t].rows;
       const RowsView& a = tiles[t].a;
       float* ct = c + (ic + ir) * ldc + jc + jr;

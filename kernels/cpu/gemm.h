@@ -109,7 +109,7 @@ void ActivateEpilogueRow(float* row, int64_t n, const GemmEpilogue& ep);
 using RowsAFn = std::function<const float*(int64_t i0, int64_t mc, int64_t pc, int64_t kc,
                                            float* scratch, int64_t* lda)>;
 
-// Rows i0 .. i0 + rows of A over its whole depth read in place, where they can be: the depth in
+// Rows i0 .. i0 + rows of A, depth pc .. pc + kc, read in place where they can be: the depth in
 // segments of seg_len, each seg_stride floats on from the one before, rows lda apart (a
 // convolution's windows within one output row, inside the image: the image itself, no gather).
 // False where not (A's rows then come from 'rows_a').
@@ -117,12 +117,13 @@ struct RowsView {
   const float* a = nullptr;
   int64_t lda = 0, seg_len = 0, seg_stride = 0;
 };
-using RowsViewFn = std::function<bool(int64_t i0, int64_t rows, RowsView* view)>;
+using RowsViewFn =
+    std::function<bool(int64_t i0, int64_t rows, int64_t pc, int64_t kc, RowsView* view)>;
 
 // C = epilogue(A * B) for an m-row A supplied by 'rows_a' and pre-packed B; the bias, residual
 // and activation are applied to each block of C while it is in cache. The x86 micro-kernels read
 // the rows directly (no packing of A); elsewhere A is packed from them. 'view' (optional): tiles
-// of rows read in place where the depth is one block and the AVX-512 kernel runs.
+// of rows read in place, per depth block, where the AVX-512 kernel runs.
 void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
                       int64_t ldc, const GemmEpilogue& epilogue, const RowsViewFn& view = {});
 

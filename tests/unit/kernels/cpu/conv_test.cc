@@ -197,7 +197,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // Stride 1 on wide images: depth blocks starting inside a window row (360 =
                       // 2 blocks, 3 rows of 120), two images, a 5x5 window, no pads.
                       Case{2, 6, 30, 40, 20, 3, 1, 1, 1, 1}, Case{1, 8, 26, 16, 8, 5, 1, 2, 1, 1},
-                      Case{1, 7, 28, 32, 48, 3, 1, 0, 1, 1}));
+                      Case{1, 7, 28, 32, 48, 3, 1, 0, 1, 1},
+                      // Depth blocks read in place one by one: 3x3 over 64 channels (576 = three
+                      // blocks of one window row), over 256 (2,304 = nine of one tap: the edge
+                      // pixels' inner taps in place too), over 128 at stride 2 (blocks across
+                      // window rows, gathered), a 1x1 at stride 2 over 300 (160 + 140).
+                      Case{1, 5, 40, 64, 16, 3, 1, 1, 1, 1}, Case{1, 4, 30, 256, 8, 3, 1, 1, 1, 1},
+                      Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1},
+                      Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1}));
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
   ThreadTeam team(4);
