@@ -3,7 +3,7 @@
 //
 //   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
 //                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last] [--threads=N]
-//                [--profile=N] [--split-rows]
+//                [--profile=N] [--split-rows] [--gpu=PRECISION]
 // --feeds gives every input instead (models with several): records of u32 name length, name,
 // u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
 // The model's first input gets [batch, dims from the file...] (other variable dims 1), or
@@ -13,16 +13,122 @@
 // best_us <min> iterations <n>"; --profile=N then lists the N nodes that took longest (share of
 // the run, us per run, op and node name). --split-rows runs the batch as the backend does where
 // nereid.split_batches chose it: Graph::RunRows, the rows side by side over the threads.
+// Inputs not fed by --feeds: every input of the graph, --shape (or its dims, open ones 1) with the
+// batch first, floats of a fixed pattern, integers 1 (a valid index); inputs with a default
+// (weights an older file lists as inputs) keep it.
+// --gpu=fp32|tf32|bf16|fp16|int8 (builds with CUDA): the graph compiled for GPU 0 in that
+// precision and run host to host (RunOnGpu, as the server's KIND_GPU instances run it); times as
+// above, and --profile=N lists the N steps of the plan that take longest (each timed alone,
+// ProfileGpuSteps) and the time per kind of step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "cpu/parallel.h"
 #include "graph.h"
+#if defined(NEREID_NATIVE_GPU)
+#include "gpu_engine.h"
+#endif
+
+namespace {
+
+// "run_us <mean> p50_us <median> best_us <min> iterations <n>" (sorts 'times').
+void PrintTimes(std::vector<double>& times) {
+  double sum = 0;
+  for (double t : times) sum += t;
+  std::sort(times.begin(), times.end());
+  std::printf("run_us %.1f p50_us %.1f best_us %.1f iterations %zu\n", sum / times.size(),
+              times[times.size() / 2], times[0], times.size());
+}
+
+}  // namespace
+
+#if defined(NEREID_NATIVE_GPU)
+namespace {
+
+// --gpu: the graph on GPU 0, host to host, as a KIND_GPU instance runs it.
+int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name,
+           const std::vector<std::pair<std::string, nereid::native::Tensor>>& feeds, int64_t batch,
+           int iterations, size_t profile, const std::string& output_file) {
+  namespace nn = nereid::native;
+  auto precision = nn::ParsePrecision(precision_name);
+  if (!precision.ok()) {
+    std::fprintf(stderr, "%s\n", precision.status().message().c_str());
+    return 2;
+  }
+  nn::GpuShapes shapes;
+  for (const auto& [name, t] : feeds)
+    shapes.input_dims[name] = std::vector<int64_t>(t.shape().begin() + 1, t.shape().end());
+  auto compiled = nn::CompileForGpu(graph, 0, *precision, shapes);
+  if (!compiled.ok()) {
+    std::fprintf(stderr, "%s\n", compiled.status().message().c_str());
+    return 1;
+  }
+  std::printf("gpu: %s\n", nn::Describe(**compiled).c_str());
+  auto instance = nn::CreateGpuInstance(*compiled);
+  if (!instance.ok()) {
+    std::fprintf(stderr, "%s\n", instance.status().message().c_str());
+    return 1;
+  }
+  std::vector<nn::GpuFeed> gpu_feeds;
+  for (const auto& [name, t] : feeds) gpu_feeds.push_back({name, {{t.raw(), t.bytes()}}});
+  std::vector<nn::GpuResult> results;
+  std::vector<double> times;
+  for (int it = 0; it < std::max(iterations, 1) + 3; ++it) {  // (3 first: the graph's capture)
+    uint64_t start = 0, end = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = nn::RunOnGpu(**instance, batch, gpu_feeds, {}, &results, &start, &end);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 1;
+    }
+    if (it >= 3) times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  if (!output_file.empty() && !results.empty()) {
+    std::ofstream out(output_file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(results[0].data),
+              static_cast<std::streamsize>(results[0].bytes));
+  }
+  PrintTimes(times);
+  if (profile) {
+    auto steps = nn::ProfileGpuSteps(**instance, batch, std::max(iterations, 1));
+    if (!steps.ok()) {
+      std::fprintf(stderr, "%s\n", steps.status().message().c_str());
+      return 1;
+    }
+    double total = 0;
+    std::map<std::string, std::pair<double, int>> kinds;
+    for (const auto& s : *steps) {
+      total += s.us;
+      kinds[s.kind].first += s.us;
+      ++kinds[s.kind].second;
+    }
+    std::printf("steps %zu, %.1f us each timed alone, summed\n", steps->size(), total);
+    std::printf("%6s %9s %6s  %s\n", "share", "us", "steps", "kind");
+    for (const auto& [kind, v] : kinds)
+      std::printf("%5.1f%% %9.1f %6d  %s\n", 100 * v.first / total, v.first, v.second,
+                  kind.c_str());
+    std::vector<size_t> order(steps->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return (*steps)[a].us > (*steps)[b].us; });
+    std::printf("%6s %9s  %s\n", "step", "us", "kind");
+    for (size_t i = 0; i < std::min(order.size(), profile); ++i) {
+      const auto& s = (*steps)[order[i]];
+      std::printf("%6zu %9.1f  %s %s\n", order[i], s.us, s.kind.c_str(), s.detail.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+#endif
 
 int main(int argc, char** argv) {
   using nereid::native::Graph;
@@ -33,6 +139,7 @@ int main(int argc, char** argv) {
   int iterations = 20, threads = 1;
   size_t profile = 0;
   bool split_rows = false;
+  std::string gpu;
   nereid::native::GraphOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -62,6 +169,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(value("--threads=").c_str());
     } else if (a == "--int8") {
       options.int8_weights = true;
+    } else if (a.rfind("--gpu=", 0) == 0) {
+      gpu = value("--gpu=");
     } else if (a == "--split-rows") {
       split_rows = true;
     } else if (a == "--no-channels-last") {
@@ -71,32 +180,52 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+#if !defined(NEREID_NATIVE_GPU)
+  if (!gpu.empty()) {
+    std::fprintf(stderr, "--gpu: this build has no CUDA\n");
+    return 2;
+  }
+#endif
+  // The GPU compiler reads the file's weights as they are (the backend loads it so).
+  if (!gpu.empty()) options.pack_weights = false;
   auto graph = Graph::Load(model, options);
   if (!graph.ok()) {
     std::fprintf(stderr, "%s\n", graph.status().message().c_str());
     return 1;
   }
   for (const auto& line : (*graph)->pass_log()) std::printf("pass: %s\n", line.c_str());
-  const auto& info = (*graph)->inputs()[0];
-  std::vector<int64_t> shape = shape_flag.empty() ? info.dims : shape_flag;
-  if (shape.empty()) shape = {batch};
-  shape[0] = batch;
-  for (int64_t& d : shape)
-    if (d < 0) d = 1;
-  Tensor x = Tensor::Allocate(nereid::backend::DataType::kFp32, shape);
-  float* px = x.mutable_data<float>();
-  if (!input_file.empty()) {
-    std::ifstream in(input_file, std::ios::binary);
-    in.read(reinterpret_cast<char*>(px), static_cast<std::streamsize>(x.bytes()));
-    if (in.gcount() != static_cast<std::streamsize>(x.bytes())) {
-      std::fprintf(stderr, "%s holds fewer than %zu bytes\n", input_file.c_str(), x.bytes());
-      return 1;
+  std::vector<std::pair<std::string, Tensor>> feeds;
+  for (const auto& info : (*graph)->inputs()) {
+    if (info.has_default) continue;  // (an initializer listed as an input: its weights)
+    std::vector<int64_t> shape = shape_flag.empty() ? info.dims : shape_flag;
+    if (shape.empty()) shape = {batch};
+    shape[0] = batch;
+    for (int64_t& d : shape)
+      if (d < 0) d = 1;
+    Tensor x = Tensor::Allocate(info.type, shape);
+    if (info.type == nereid::backend::DataType::kInt64) {
+      std::fill_n(x.mutable_data<int64_t>(), x.elements(), int64_t{1});
+    } else if (info.type == nereid::backend::DataType::kInt32) {
+      std::fill_n(x.mutable_data<int32_t>(), x.elements(), 1);
+    } else if (info.type == nereid::backend::DataType::kFp32) {
+      float* px = x.mutable_data<float>();
+      if (!input_file.empty() && feeds.empty()) {
+        std::ifstream in(input_file, std::ios::binary);
+        in.read(reinterpret_cast<char*>(px), static_cast<std::streamsize>(x.bytes()));
+        if (in.gcount() != static_cast<std::streamsize>(x.bytes())) {
+          std::fprintf(stderr, "%s holds fewer than %zu bytes\n", input_file.c_str(), x.bytes());
+          return 1;
+        }
+      } else {
+        for (int64_t i = 0; i < x.elements(); ++i)
+          px[i] = static_cast<float>((i * 7919) % 1000) / 500.f - 1.f;
+      }
+    } else if (feeds_file.empty()) {
+      std::fprintf(stderr, "input %s: give its values with --feeds\n", info.name.c_str());
+      return 2;
     }
-  } else {
-    for (int64_t i = 0; i < x.elements(); ++i)
-      px[i] = static_cast<float>((i * 7919) % 1000) / 500.f - 1.f;
+    feeds.emplace_back(info.name, x);
   }
-  std::vector<std::pair<std::string, Tensor>> feeds{{info.name, x}};
   if (!feeds_file.empty()) {
     feeds.clear();
     std::ifstream in(feeds_file, std::ios::binary);
@@ -118,6 +247,9 @@ int main(int argc, char** argv) {
       feeds.emplace_back(name, t);
     }
   }
+#if defined(NEREID_NATIVE_GPU)
+  if (!gpu.empty()) return RunGpu(**graph, gpu, feeds, batch, iterations, profile, output_file);
+#endif
   const std::string out_name = (*graph)->outputs()[0].name;
   std::vector<Tensor> results;
   std::vector<double> times;
@@ -142,11 +274,7 @@ int main(int argc, char** argv) {
     out.write(reinterpret_cast<const char*>(results[0].raw()),
               static_cast<std::streamsize>(results[0].bytes()));
   }
-  double sum = 0;
-  for (double t : times) sum += t;
-  std::sort(times.begin(), times.end());
-  std::printf("run_us %.1f p50_us %.1f best_us %.1f iterations %zu\n", sum / times.size(),
-              times[times.size() / 2], times[0], times.size());
+  PrintTimes(times);
   if (profile) {  // the nodes by time, with their output shapes
     std::vector<size_t> order((*graph)->node_count());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

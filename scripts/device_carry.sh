@@ -22,14 +22,14 @@ strip -o "$STAGE/bin/backends/libnereid_backend_python.so" build/backends/libner
 strip -o "$STAGE/bin/backends/libnereid_backend_onnxruntime.so" build/backends/libnereid_backend_onnxruntime.so
 mkdir -p "$STAGE/bin/backends/python" && cp build/backends/python/*.py "$STAGE/bin/backends/python/"
 BINS=(build/nereid build/nereid-perf build/backends/libnereid_backend_native.so)
-# GPU=1: the GPU tests and benchmarks instead of the CPU GEMM benchmark (and its OpenBLAS), for
-# scripts/gpu_device_run.sh.
+# GPU=1: the GPU tests and benchmarks (bench_native --gpu among them) instead of the CPU GEMM
+# benchmark (and its OpenBLAS), for scripts/gpu_device_run.sh.
 # SERVE_ONLY=1: neither (the server, its backends and perf_analyzer; scripts/device_model_analyzer.sh;
 # with GPU=1 also the real models below, for the GPU end-to-end tests and bench/gpu_text.py).
 # NATIVE_BENCH=1: bench_native, for the native engine against ONNX Runtime (bench/native_device.sh).
 if [ -n "${SERVE_ONLY:-}" ]; then EXTRA=()
 elif [ -n "${NATIVE_BENCH:-}" ]; then EXTRA=(bench_native)
-elif [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu); else EXTRA=(bench_gemm); fi
+elif [ -n "${GPU:-}" ]; then EXTRA=(nereid_gpu_tests bench_gpu bench_native); else EXTRA=(bench_gemm); fi
 for b in "${EXTRA[@]}"; do strip -o "$STAGE/bin/$b" "build/$b"; BINS+=("build/$b"); done
 # Every shared library the binaries link, except glibc's, the C++ runtime (newer on the device)
 # and cuBLAS (600 MB; the device's CUDA 13 has it).

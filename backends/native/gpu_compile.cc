@@ -549,15 +549,19 @@ std::shared_ptr<GpuWeightStore> MakeGpuWeightStore(int device) {
 }
 size_t StoredBytes(const GpuWeightStore& store) { return store.stored_bytes(); }
 
-std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
+const char* StepKindName(Step::Kind kind) {
   static const char* const kNames[] = {
       "gemm",   "binary",        "broadcast", "unary",       "convert",    "activation",
       "conv",   "convtranspose", "pool",      "global pool", "layout",     "softmax",
       "lrn",    "strided copy",  "resize",    "concat",      "layer norm", "batched matmul",
       "gather", "reduce",        "attention"};
   static_assert(std::size(kNames) == Step::kAttention + 1);
+  return kNames[kind];
+}
+
+std::map<std::string, int> GpuStepCounts(const GpuModel& m) {
   std::map<std::string, int> counts;
-  for (const Step& s : m.steps) ++counts[kNames[s.kind]];
+  for (const Step& s : m.steps) ++counts[StepKindName(s.kind)];
   return counts;
 }
 

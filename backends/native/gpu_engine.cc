@@ -260,6 +260,51 @@ class GpuInstance final : public GemmBench {
     return out;
   }
 
+  // ProfileGpuSteps.
+  StatusOr<std::vector<GpuStepTime>> ProfileSteps(int64_t rows, int reps) {
+    if (m_->ragged()) return Unsupported("the step profile does not run ragged plans");
+    if (rows < 1 || rows > capacity_)
+      return InvalidArgument("the step profile needs a run of " + std::to_string(rows) +
+                             " rows first");
+    RETURN_IF_ERROR(TuneFor(rows));
+    const size_t n = m_->steps.size();
+    std::vector<cudaEvent_t> events(n + 1, nullptr);
+    struct Release {
+      std::vector<cudaEvent_t>& e;
+      ~Release() {
+        for (cudaEvent_t x : e)
+          if (x != nullptr) cudaEventDestroy(x);
+      }
+    } release{events};
+    for (cudaEvent_t& e : events) CUDA_RETURN(cudaEventCreate(&e), "cudaEventCreate");
+    std::vector<GpuStepTime> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      const Step& s = m_->steps[i];
+      out[i].kind = StepKindName(s.kind);
+      out[i].us = -1;
+      if (s.kind == Step::kGemm) {
+        const GemmChoice* choice = tuner_->Choice(i, rows);
+        out[i].detail = std::to_string(rows * s.outer) + "x" + std::to_string(s.n) + "x" +
+                        std::to_string(s.k) + " " + (choice ? choice->Name() : "cuBLAS");
+      }
+    }
+    const StepBuffers buffers = Buffers();
+    for (int rep = 0; rep < std::max(reps, 1); ++rep) {
+      CUDA_RETURN(cudaEventRecord(events[0], stream_), "cudaEventRecord");
+      for (size_t i = 0; i < n; ++i) {
+        RETURN_IF_ERROR(EnqueueStep(i, rows, buffers));
+        CUDA_RETURN(cudaEventRecord(events[i + 1], stream_), "cudaEventRecord");
+      }
+      CUDA_RETURN(cudaEventSynchronize(events[n]), "GPU execution");
+      for (size_t i = 0; i < n; ++i) {
+        float ms = 0;
+        CUDA_RETURN(cudaEventElapsedTime(&ms, events[i], events[i + 1]), "cudaEventElapsedTime");
+        if (out[i].us < 0 || ms * 1e3 < out[i].us) out[i].us = ms * 1e3;
+      }
+    }
+    return out;
+  }
+
  private:
   // The copies into pinned staging of one run, made by StageCopies.
   struct HostCopy {
@@ -466,19 +511,22 @@ class GpuInstance final : public GemmBench {
     }
   }
 
+  StepBuffers Buffers() const {
+    return {[this](int id) { return Buf(id); }, quantized_.data,
+            static_cast<float*>(row_scale_.data), static_cast<unsigned*>(absmax_.data),
+            static_cast<float*>(conv_workspace_.data)};
+  }
+
+  Status EnqueueStep(size_t i, int64_t rows, const StepBuffers& buffers) {
+    const Step& s = m_->steps[i];
+    const int64_t n = s.sequences ? m_->ragged_sequences : rows;
+    if (s.kind == Step::kGemm) return RunGemm(s, n, tuner_->Choice(i, n));
+    return LaunchStep(*m_, s, n, buffers, stream_);
+  }
+
   Status EnqueueSteps(int64_t rows) {
-    const StepBuffers buffers{
-        [this](int id) { return Buf(id); }, quantized_.data, static_cast<float*>(row_scale_.data),
-        static_cast<unsigned*>(absmax_.data), static_cast<float*>(conv_workspace_.data)};
-    for (const Step& s : m_->steps) {
-      const int64_t n = s.sequences ? m_->ragged_sequences : rows;
-      if (s.kind == Step::kGemm) {
-        RETURN_IF_ERROR(
-            RunGemm(s, n, tuner_->Choice(static_cast<size_t>(&s - m_->steps.data()), n)));
-        continue;
-      }
-      RETURN_IF_ERROR(LaunchStep(*m_, s, n, buffers, stream_));
-    }
+    const StepBuffers buffers = Buffers();
+    for (size_t i = 0; i < m_->steps.size(); ++i) RETURN_IF_ERROR(EnqueueStep(i, rows, buffers));
     return Status::Ok();
   }
 
@@ -616,6 +664,10 @@ StatusOr<GpuInstancePtr> CreateGpuInstance(std::shared_ptr<const GpuModel> model
 }
 
 uint64_t LastDeviceNs(const GpuInstance& instance) { return instance.device_ns(); }
+
+StatusOr<std::vector<GpuStepTime>> ProfileGpuSteps(GpuInstance& instance, int64_t rows, int reps) {
+  return instance.ProfileSteps(rows, reps);
+}
 
 Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>& feeds,
                 const std::vector<GpuDestination>& destinations, std::vector<GpuResult>* results,

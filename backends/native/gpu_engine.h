@@ -145,4 +145,16 @@ Status RunOnGpu(GpuInstance& instance, int64_t rows, const std::vector<GpuFeed>&
 // The device time of the instance's last run (CUDA events around its copies and kernels).
 uint64_t LastDeviceNs(const GpuInstance& instance);
 
+// One step of a plan, timed alone (ProfileGpuSteps).
+struct GpuStepTime {
+  std::string kind;    // "gemm", "attention", "layer norm", ...
+  std::string detail;  // a GEMM's m x n x k and implementation; empty otherwise
+  double us = 0;
+};
+// Where a plan's device time goes: after a run of 'rows' rows (whose values the buffers still
+// hold), each step enqueued alone, without a graph, a CUDA event after each, 'reps' times over;
+// per step its fastest time. Launch gaps that a graph replay hides count here when the GPU waits
+// on the host, so the sum can exceed a replay's time. Not for ragged plans.
+StatusOr<std::vector<GpuStepTime>> ProfileGpuSteps(GpuInstance& instance, int64_t rows, int reps);
+
 }  // namespace nereid::native

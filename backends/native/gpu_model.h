@@ -132,6 +132,8 @@ struct Step {
   const kc::ResizeTap* taps_y = nullptr;
   const kc::ResizeTap* taps_x = nullptr;
 };
+// "gemm", "layer norm", ... (GpuStepCounts' keys, the step profile's kinds).
+const char* StepKindName(Step::Kind kind);
 
 struct IoSpec {
   std::string name;
