@@ -3,7 +3,7 @@
 //
 //   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
 //                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last] [--threads=N]
-//                [--profile=N] [--split-rows] [--gpu=PRECISION]
+//                [--profile=N] [--split-rows] [--gpu=PRECISION [--ragged=N]]
 // --feeds gives every input instead (models with several): records of u32 name length, name,
 // u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
 // The model's first input gets [batch, dims from the file...] (other variable dims 1), or
@@ -19,11 +19,14 @@
 // --gpu=fp32|tf32|bf16|fp16|int8 (builds with CUDA): the graph compiled for GPU 0 in that
 // precision and run host to host (RunOnGpu, as the server's KIND_GPU instances run it); times as
 // above, and --profile=N lists the N steps of the plan that take longest (each timed alone,
-// ProfileGpuSteps) and the time per kind of step.
+// ProfileGpuSteps) and the time per kind of step. --ragged=N (an encoder's [batch, tokens] inputs):
+// the ragged plan (allow_ragged_batch) running N sequences packed end to end, their lengths drawn
+// uniformly from 16 to --shape's tokens (the longest the plan takes), the same draw every run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
@@ -54,7 +57,7 @@ namespace {
 // --gpu: the graph on GPU 0, host to host, as a KIND_GPU instance runs it.
 int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name,
            const std::vector<std::pair<std::string, nereid::native::Tensor>>& feeds, int64_t batch,
-           int iterations, size_t profile, const std::string& output_file) {
+           int ragged, int iterations, size_t profile, const std::string& output_file) {
   namespace nn = nereid::native;
   auto precision = nn::ParsePrecision(precision_name);
   if (!precision.ok()) {
@@ -64,6 +67,35 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
   nn::GpuShapes shapes;
   for (const auto& [name, t] : feeds)
     shapes.input_dims[name] = std::vector<int64_t>(t.shape().begin() + 1, t.shape().end());
+  // --ragged: sequences of 16 to 'longest' tokens, each its own part of every input.
+  std::vector<int64_t> lengths;
+  std::vector<std::vector<uint8_t>> packed(feeds.size());
+  if (ragged > 0) {
+    const int64_t longest = feeds[0].second.shape().size() == 2 ? feeds[0].second.shape()[1] : 0;
+    if (longest < 16) {
+      std::fprintf(stderr, "--ragged: inputs of [batch, tokens] with --shape's tokens >= 16\n");
+      return 2;
+    }
+    shapes.ragged_max_length = longest;
+    shapes.ragged_max_sequences = ragged;
+    uint64_t state = 12345;
+    for (int i = 0; i < ragged; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      lengths.push_back(16 + static_cast<int64_t>((state >> 33) % (longest - 15)));
+    }
+    int64_t tokens = 0;
+    for (int64_t n : lengths) tokens += n;
+    batch = tokens;
+    for (size_t f = 0; f < feeds.size(); ++f) {
+      const nereid::native::Tensor& t = feeds[f].second;
+      shapes.input_dims[feeds[f].first] = {-1};
+      const size_t element = t.bytes() / static_cast<size_t>(t.elements());
+      packed[f].resize(static_cast<size_t>(tokens) * element);
+      for (size_t at = 0; at < packed[f].size(); at += element)  // (a token's value: the first's)
+        std::memcpy(packed[f].data() + at, t.raw(), element);
+    }
+    std::printf("ragged: %d sequences, %lld tokens\n", ragged, static_cast<long long>(tokens));
+  }
   auto compiled = nn::CompileForGpu(graph, 0, *precision, shapes);
   if (!compiled.ok()) {
     std::fprintf(stderr, "%s\n", compiled.status().message().c_str());
@@ -76,13 +108,27 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
     return 1;
   }
   std::vector<nn::GpuFeed> gpu_feeds;
-  for (const auto& [name, t] : feeds) gpu_feeds.push_back({name, {{t.raw(), t.bytes()}}});
+  for (size_t f = 0; f < feeds.size(); ++f) {
+    const nereid::native::Tensor& t = feeds[f].second;
+    gpu_feeds.push_back({feeds[f].first, {}});
+    if (ragged == 0) {
+      gpu_feeds.back().parts.push_back({t.raw(), t.bytes()});
+      continue;
+    }
+    const size_t element = t.bytes() / static_cast<size_t>(t.elements());
+    size_t at = 0;
+    for (int64_t n : lengths) {
+      gpu_feeds.back().parts.push_back({packed[f].data() + at, static_cast<size_t>(n) * element});
+      at += static_cast<size_t>(n) * element;
+    }
+  }
   std::vector<nn::GpuResult> results;
   std::vector<double> times;
   for (int it = 0; it < std::max(iterations, 1) + 3; ++it) {  // (3 first: the graph's capture)
     uint64_t start = 0, end = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    auto s = nn::RunOnGpu(**instance, batch, gpu_feeds, {}, &results, &start, &end);
+    auto s = nn::RunOnGpu(**instance, batch, gpu_feeds, {}, &results, &start, &end,
+                          ragged > 0 ? &lengths : nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -140,6 +186,7 @@ int main(int argc, char** argv) {
   size_t profile = 0;
   bool split_rows = false;
   std::string gpu;
+  int ragged = 0;
   nereid::native::GraphOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -169,6 +216,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(value("--threads=").c_str());
     } else if (a == "--int8") {
       options.int8_weights = true;
+    } else if (a.rfind("--ragged=", 0) == 0) {
+      ragged = std::atoi(value("--ragged=").c_str());
     } else if (a.rfind("--gpu=", 0) == 0) {
       gpu = value("--gpu=");
     } else if (a == "--split-rows") {
@@ -248,7 +297,8 @@ int main(int argc, char** argv) {
     }
   }
 #if defined(NEREID_NATIVE_GPU)
-  if (!gpu.empty()) return RunGpu(**graph, gpu, feeds, batch, iterations, profile, output_file);
+  if (!gpu.empty())
+    return RunGpu(**graph, gpu, feeds, batch, ragged, iterations, profile, output_file);
 #endif
   const std::string out_name = (*graph)->outputs()[0].name;
   std::vector<Tensor> results;

@@ -262,7 +262,8 @@ class GpuInstance final : public GemmBench {
 
   // ProfileGpuSteps.
   StatusOr<std::vector<GpuStepTime>> ProfileSteps(int64_t rows, int reps) {
-    if (m_->ragged()) return Unsupported("the step profile does not run ragged plans");
+    // (A ragged plan: the tokens' bucket, the last run's sequences still on the device.)
+    if (m_->ragged()) rows = RaggedBucket(rows);
     if (rows < 1 || rows > capacity_)
       return InvalidArgument("the step profile needs a run of " + std::to_string(rows) +
                              " rows first");

@@ -154,7 +154,8 @@ struct GpuStepTime {
 // Where a plan's device time goes: after a run of 'rows' rows (whose values the buffers still
 // hold), each step enqueued alone, without a graph, a CUDA event after each, 'reps' times over;
 // per step its fastest time. Launch gaps that a graph replay hides count here when the GPU waits
-// on the host, so the sum can exceed a replay's time. Not for ragged plans.
+// on the host, so the sum can exceed a replay's time. A ragged plan: 'rows' is the last run's
+// tokens, and its sequences are the ones timed.
 StatusOr<std::vector<GpuStepTime>> ProfileGpuSteps(GpuInstance& instance, int64_t rows, int reps);
 
 }  // namespace nereid::native
