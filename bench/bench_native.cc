@@ -229,6 +229,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (ragged > 0 && gpu.empty()) {
+    std::fprintf(stderr, "--ragged runs the GPU engine's ragged plan: give --gpu too\n");
+    return 2;
+  }
 #if !defined(NEREID_NATIVE_GPU)
   if (!gpu.empty()) {
     std::fprintf(stderr, "--gpu: this build has no CUDA\n");
