@@ -49,10 +49,15 @@ void PrintTimes(std::vector<double>& times) {
               times[times.size() / 2], times[0], times.size());
 }
 
-}  // namespace
+// The indices of 'times', longest first (the profiles' order).
+std::vector<size_t> LongestFirst(const std::vector<double>& times) {
+  std::vector<size_t> order(times.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return times[a] > times[b]; });
+  return order;
+}
 
 #if defined(NEREID_NATIVE_GPU)
-namespace {
 
 // --gpu: the graph on GPU 0, host to host, as a KIND_GPU instance runs it.
 int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name,
@@ -67,9 +72,11 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
   nn::GpuShapes shapes;
   for (const auto& [name, t] : feeds)
     shapes.input_dims[name] = std::vector<int64_t>(t.shape().begin() + 1, t.shape().end());
-  // --ragged: sequences of 16 to 'longest' tokens, each its own part of every input.
+  // Each input whole, or with --ragged sequences of 16 to 'longest' tokens, each its own part
+  // (every token the value of the input's first).
   std::vector<int64_t> lengths;
   std::vector<std::vector<uint8_t>> packed(feeds.size());
+  std::vector<nn::GpuFeed> gpu_feeds;
   if (ragged > 0) {
     const int64_t longest = feeds[0].second.shape().size() == 2 ? feeds[0].second.shape()[1] : 0;
     if (longest < 16) {
@@ -83,18 +90,27 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       lengths.push_back(16 + static_cast<int64_t>((state >> 33) % (longest - 15)));
     }
-    int64_t tokens = 0;
-    for (int64_t n : lengths) tokens += n;
-    batch = tokens;
-    for (size_t f = 0; f < feeds.size(); ++f) {
-      const nereid::native::Tensor& t = feeds[f].second;
-      shapes.input_dims[feeds[f].first] = {-1};
-      const size_t element = t.bytes() / static_cast<size_t>(t.elements());
-      packed[f].resize(static_cast<size_t>(tokens) * element);
-      for (size_t at = 0; at < packed[f].size(); at += element)  // (a token's value: the first's)
-        std::memcpy(packed[f].data() + at, t.raw(), element);
+    batch = 0;
+    for (int64_t n : lengths) batch += n;
+    std::printf("ragged: %d sequences, %lld tokens\n", ragged, static_cast<long long>(batch));
+  }
+  for (size_t f = 0; f < feeds.size(); ++f) {
+    const nereid::native::Tensor& t = feeds[f].second;
+    gpu_feeds.push_back({feeds[f].first, {}});
+    if (ragged == 0) {
+      gpu_feeds.back().parts.push_back({t.raw(), t.bytes()});
+      continue;
     }
-    std::printf("ragged: %d sequences, %lld tokens\n", ragged, static_cast<long long>(tokens));
+    shapes.input_dims[feeds[f].first] = {-1};
+    const size_t element = t.bytes() / static_cast<size_t>(t.elements());
+    packed[f].resize(static_cast<size_t>(batch) * element);
+    for (size_t at = 0; at < packed[f].size(); at += element)
+      std::memcpy(packed[f].data() + at, t.raw(), element);
+    size_t at = 0;
+    for (int64_t n : lengths) {
+      gpu_feeds.back().parts.push_back({packed[f].data() + at, static_cast<size_t>(n) * element});
+      at += static_cast<size_t>(n) * element;
+    }
   }
   auto compiled = nn::CompileForGpu(graph, 0, *precision, shapes);
   if (!compiled.ok()) {
@@ -106,21 +122,6 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
   if (!instance.ok()) {
     std::fprintf(stderr, "%s\n", instance.status().message().c_str());
     return 1;
-  }
-  std::vector<nn::GpuFeed> gpu_feeds;
-  for (size_t f = 0; f < feeds.size(); ++f) {
-    const nereid::native::Tensor& t = feeds[f].second;
-    gpu_feeds.push_back({feeds[f].first, {}});
-    if (ragged == 0) {
-      gpu_feeds.back().parts.push_back({t.raw(), t.bytes()});
-      continue;
-    }
-    const size_t element = t.bytes() / static_cast<size_t>(t.elements());
-    size_t at = 0;
-    for (int64_t n : lengths) {
-      gpu_feeds.back().parts.push_back({packed[f].data() + at, static_cast<size_t>(n) * element});
-      at += static_cast<size_t>(n) * element;
-    }
   }
   std::vector<nn::GpuResult> results;
   std::vector<double> times;
@@ -160,10 +161,9 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
     for (const auto& [kind, v] : kinds)
       std::printf("%5.1f%% %9.1f %6d  %s\n", 100 * v.first / total, v.first, v.second,
                   kind.c_str());
-    std::vector<size_t> order(steps->size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return (*steps)[a].us > (*steps)[b].us; });
+    std::vector<double> us;
+    for (const auto& s : *steps) us.push_back(s.us);
+    const std::vector<size_t> order = LongestFirst(us);
     std::printf("%6s %9s  %s\n", "step", "us", "kind");
     for (size_t i = 0; i < std::min(order.size(), profile); ++i) {
       const auto& s = (*steps)[order[i]];
@@ -172,9 +172,9 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
   }
   return 0;
 }
+#endif
 
 }  // namespace
-#endif
 
 int main(int argc, char** argv) {
   using nereid::native::Graph;
@@ -330,10 +330,7 @@ int main(int argc, char** argv) {
   }
   PrintTimes(times);
   if (profile) {  // the nodes by time, with their output shapes
-    std::vector<size_t> order((*graph)->node_count());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return node_ns[a] > node_ns[b]; });
+    const std::vector<size_t> order = LongestFirst(node_ns);
     double total = 0;
     for (double ns : node_ns) total += ns;
     std::printf("%6s %9s  %s\n", "share", "us/run", "node");

@@ -284,8 +284,9 @@ class GpuInstance final : public GemmBench {
       out[i].kind = StepKindName(s.kind);
       out[i].us = -1;
       if (s.kind == Step::kGemm) {
-        const GemmChoice* choice = tuner_->Choice(i, rows);
-        out[i].detail = std::to_string(rows * s.outer) + "x" + std::to_string(s.n) + "x" +
+        const int64_t m = StepRows(s, rows);
+        const GemmChoice* choice = tuner_->Choice(i, m);
+        out[i].detail = std::to_string(m * s.outer) + "x" + std::to_string(s.n) + "x" +
                         std::to_string(s.k) + " " + (choice ? choice->Name() : "cuBLAS");
       }
     }
@@ -518,9 +519,15 @@ class GpuInstance final : public GemmBench {
             static_cast<float*>(conv_workspace_.data)};
   }
 
+  // The rows step 's' runs when the graph runs 'rows' (after a ragged plan's pooling: its
+  // sequences).
+  int64_t StepRows(const Step& s, int64_t rows) const {
+    return s.sequences ? m_->ragged_sequences : rows;
+  }
+
   Status EnqueueStep(size_t i, int64_t rows, const StepBuffers& buffers) {
     const Step& s = m_->steps[i];
-    const int64_t n = s.sequences ? m_->ragged_sequences : rows;
+    const int64_t n = StepRows(s, rows);
     if (s.kind == Step::kGemm) return RunGemm(s, n, tuner_->Choice(i, n));
     return LaunchStep(*m_, s, n, buffers, stream_);
   }

@@ -641,9 +641,9 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   // A convolution's windows, read in place where they can be ('view'), with tiles enough for two
   // per thread: the rows split into more blocks instead of the columns into parts, each thread
   // gathering (or viewing) only its own rows.
-  const bool rows_split =
-      threads > 1 && row_blocks < 2 * threads && view && tiles >= 2 * int64_t{threads};
-  if (threads > 1 && row_blocks < 2 * threads && !rows_split) {
+  const bool few_blocks = threads > 1 && row_blocks < 2 * threads;
+  const bool rows_split = few_blocks && view && tiles >= 2 * int64_t{threads};
+  if (few_blocks && !rows_split) {
     thread_local Buffer probe;
     thread_local size_t probe_size = 0;
     const size_t need = static_cast<size_t>(kMc) * kKc;
@@ -680,14 +680,15 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
     // blocks come in a multiple of the threads, whole tiles split evenly among them: MC-sized
     // blocks would leave a short last one (128 rows: 96 + 32; 1,024 rows on two threads: seven
     // of 144 and one of 16, one thread idle for a block's time at the end).
-    int64_t blocks = row_blocks;
     const bool few = threads > 1 && row_blocks * panels < 4 * threads && !rows_split;
-    if (few)
+    int64_t blocks = 0;
+    if (rows_split)
+      blocks = std::max(row_blocks, std::min(tiles, 2 * int64_t{threads}));
+    else if (few)
       blocks = std::max(row_blocks, std::min(m / cfg.mr, (4 * threads + panels - 1) / panels));
     else
       blocks =
           std::max(row_blocks, std::min(tiles, (row_blocks + threads - 1) / threads * threads));
-    if (rows_split) blocks = std::max(row_blocks, std::min(tiles, 2 * int64_t{threads}));
     const int64_t parts =
         blocks >= 2 * threads ? 1 : std::min(panels, (2 * threads + blocks - 1) / blocks);
     ParallelForWork(blocks * parts, m * nc * k, [&](int64_t item) {
