@@ -171,7 +171,7 @@ class GpuInstance final : public GemmBench {
     uint64_t direct = 0;
     direct_src_.assign(ni, {});
     copies_.clear();  // (a run refused part way leaves none behind)
-    direct_dst_.assign(m_->outputs.size(), nullptr);
+    direct_dst_.assign(m_->outputs.size(), {});
     for (size_t i = 0; i < ni; ++i) {
       const IoSpec& io = m_->inputs[i];
       if (io.engine_made) continue;  // (written below)
@@ -207,12 +207,29 @@ class GpuInstance final : public GemmBench {
     }
     StageCopies();
     if (m_->ragged()) WriteSequences(run_rows, *sequences);
-    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size() && !m_->ragged(); ++o) {
+    // Outputs copied straight into the caller's memory: device memory always, page-locked parts
+    // of 64 KiB or more each (smaller ones cost a copy each where staging takes one). Only the
+    // real rows (a ragged plan's tokens or sequences, not its bucket's padding).
+    for (size_t o = 0; o < m_->outputs.size() && o < destinations.size(); ++o) {
       const GpuDestination& d = destinations[o];
-      if (d.data == nullptr || ni + o >= 64) continue;
-      if (d.device || static_cast<size_t>(rows) * m_->outputs[o].row_bytes >= kDirectMin) {
+      const size_t bytes = static_cast<size_t>(OutputRows(m_->outputs[o], rows, sequences)) *
+                           m_->outputs[o].row_bytes;
+      if (ni + o >= 64) continue;
+      std::vector<GpuDestinationPart> parts = d.parts;
+      if (d.data != nullptr) parts = {{d.data, bytes, d.device, !d.device}};
+      if (parts.empty()) continue;
+      size_t total = 0;
+      bool device = false, large = true;
+      for (const GpuDestinationPart& part : parts) {
+        total += part.bytes, device |= part.device;
+        large = large && (part.device || (part.pinned && part.bytes >= kDirectMin));
+      }
+      if (total != bytes)
+        return InvalidArgument("the destination of output '" + m_->outputs[o].name + "' holds " +
+                               std::to_string(total) + " bytes, not its " + std::to_string(bytes));
+      if (device || large) {
         direct |= uint64_t{1} << (ni + o);
-        direct_dst_[o] = d.data;
+        direct_dst_[o] = std::move(parts);
       }
     }
     const uint64_t gathered_ns = NereidNowNs();
@@ -240,12 +257,13 @@ class GpuInstance final : public GemmBench {
       GpuResult r;
       r.name = io.name;
       r.type = io.type;
-      const int64_t out_rows = io.sequences ? static_cast<int64_t>(sequences->size()) : rows;
+      const int64_t out_rows = OutputRows(io, rows, sequences);
       r.shape = {out_rows};
       r.shape.insert(r.shape.end(), io.dims.begin(), io.dims.end());
-      r.in_destination = direct_dst_[i] != nullptr;
-      r.data =
-          static_cast<const uint8_t*>(r.in_destination ? direct_dst_[i] : staging_out_[i].data);
+      r.in_destination = !direct_dst_[i].empty();
+      r.data = static_cast<const uint8_t*>(!r.in_destination            ? staging_out_[i].data
+                                           : direct_dst_[i].size() == 1 ? direct_dst_[i][0].data
+                                                                        : nullptr);
       r.bytes = static_cast<size_t>(out_rows) * io.row_bytes;
       results->push_back(std::move(r));
     }
@@ -450,9 +468,13 @@ class GpuInstance final : public GemmBench {
           at += part.bytes;
         }
       } else {
-        const size_t bytes = static_cast<size_t>(rows) * ios[i].row_bytes;
-        CUDA_RETURN(cudaMemcpyAsync(direct_dst_[i], device, bytes, cudaMemcpyDefault, stream_),
-                    "copy from the GPU");
+        size_t at = 0;
+        for (const GpuDestinationPart& part : direct_dst_[i]) {
+          CUDA_RETURN(
+              cudaMemcpyAsync(part.data, device + at, part.bytes, cudaMemcpyDefault, stream_),
+              "copy from the GPU");
+          at += part.bytes;
+        }
       }
     }
     return Status::Ok();
@@ -480,6 +502,12 @@ class GpuInstance final : public GemmBench {
                   to_device ? "copy to the GPU" : "copy from the GPU");
     }
     return Status::Ok();
+  }
+
+  // The real rows of an output of a run of 'rows' (a ragged plan's tokens, not its bucket's, or
+  // its sequences).
+  static int64_t OutputRows(const IoSpec& io, int64_t rows, const std::vector<int64_t>* sequences) {
+    return io.sequences && sequences != nullptr ? static_cast<int64_t>(sequences->size()) : rows;
   }
 
   // The rows of an input, output or step when the graph runs 'rows': a ragged plan's values per
@@ -657,7 +685,8 @@ class GpuInstance final : public GemmBench {
   bool copies_in_graph_ = false;
   GraphCache graphs_;                             // by (rows, direct mask)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
-  std::vector<void*> direct_dst_;     // per output: this run's direct destination, or null
+  // Per output: this run's direct destination (its parts), or none.
+  std::vector<std::vector<GpuDestinationPart>> direct_dst_;
   std::unique_ptr<GemmTuner> tuner_;  // which implementation runs each GEMM, by row count
   PhaseLog phases_;
   uint64_t device_ns_ = 0;  // the last run's device time

@@ -83,10 +83,19 @@ struct GpuPart {
   bool device = false;
 };
 
-// Where the caller wants an output: page-locked host memory, or device memory (a CUDA region).
+// Where the caller wants an output: page-locked host memory, or device memory (a CUDA region);
+// or, for a batch of several requests (or a ragged plan's sequences), each request's rows at an
+// address of its own: 'parts' in row order, their bytes summing to the output's real rows ('data'
+// then null).
+struct GpuDestinationPart {
+  void* data = nullptr;
+  size_t bytes = 0;
+  bool device = false, pinned = false;
+};
 struct GpuDestination {
   void* data = nullptr;
   bool device = false;
+  std::vector<GpuDestinationPart> parts;
 };
 
 // One input of a run: each request's part, in batch order.
@@ -110,8 +119,8 @@ std::vector<GpuOutputInfo> GpuOutputs(const GpuInstance& instance);
 struct GpuResult {
   std::string name;
   DataType type;
-  std::vector<int64_t> shape;  // rows first
-  const uint8_t* data = nullptr;
+  std::vector<int64_t> shape;     // rows first
+  const uint8_t* data = nullptr;  // (null where the destination had parts)
   size_t bytes = 0;
   bool in_destination = false;  // copied into the caller's destination, not staging
 };
@@ -132,7 +141,8 @@ std::string GemmTuning(const GpuInstance& instance);
 // in device memory, are copied to the device straight from there (part by part), others through
 // the instance's staging memory (which also gathers a batch). 'destinations' (per model output,
 // may be empty or hold nulls): device memory always, and page-locked buffers for outputs of 64 KiB
-// or more, are written directly; other results point into staging memory until the next run.
+// or more (parts: each of them), are written directly; other results point into staging memory
+// until the next run.
 // 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
 //
 // A ragged plan takes 'sequences' (each one's tokens, in the order they lie in the inputs; rows is

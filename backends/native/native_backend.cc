@@ -19,6 +19,8 @@
 #include "graph.h"
 #include "variants.h"
 #ifdef NEREID_NATIVE_GPU
+#include <cuda_runtime.h>
+
 #include "gpu_engine.h"
 #endif
 #include "nereid/backend.h"
@@ -788,73 +790,81 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
     total_rows = input_rows;
     feeds.push_back(std::move(feed));
   }
-  // A request alone in its batch gets its outputs allocated first, for the device to write them
-  // straight there: its CUDA shared-memory region, else pinned host memory.
+  // Every request's outputs are allocated first (its CUDA shared-memory region, else pinned host
+  // memory), each request's rows of an output side by side in the run's order: where every
+  // request of the batch asked for an output and got its buffer, the device writes each one's
+  // rows straight there (one copy per request; a batch of encoders' per-token outputs split over
+  // its requests was a second pass over them on the host, into freshly faulted memory).
   const std::vector<GpuOutputInfo> outputs = GpuOutputs(gpu);
   std::vector<GpuDestination> destinations(outputs.size());
-  std::vector<void*> allocated_data(outputs.size(), nullptr);
-  if (count == 1 && !ragged) {
-    for (const std::string& name : backend::RequestedOutputs(requests[0]))
-      for (size_t o = 0; o < outputs.size(); ++o) {
-        if (outputs[o].name != name) continue;
-        std::vector<int64_t> shape = {total_rows};
-        shape.insert(shape.end(), outputs[o].dims.begin(), outputs[o].dims.end());
-        NereidBuffer buffer{};
-        RETURN_IF_ERROR(FromError(NereidRequestOutputAllocate(
-            requests[0], name.c_str(), static_cast<NereidDataType>(outputs[o].type), shape.data(),
-            static_cast<uint32_t>(shape.size()), outputs[o].row_bytes * total_rows,
-            NEREID_MEMORY_GPU, NereidInstanceDeviceId(instance), &buffer)));
-        allocated_data[o] = buffer.data;
-        if (buffer.memory_type == NEREID_MEMORY_GPU) {
-          destinations[o] = {buffer.data, true};  // on any GPU: copied as inputs are, above
-        } else if (buffer.memory_type == NEREID_MEMORY_CPU_PINNED) {
-          destinations[o] = {buffer.data, false};
-        }
+  std::vector<std::vector<NereidBuffer>> allocated(outputs.size(),
+                                                   std::vector<NereidBuffer>(count));
+  // (Each request's place in the run's rows of an output, and its bytes.)
+  std::vector<std::vector<std::pair<size_t, size_t>>> span(
+      outputs.size(), std::vector<std::pair<size_t, size_t>>(count));
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const GpuOutputInfo& out = outputs[o];
+    bool every = true;
+    size_t at = 0;
+    for (uint32_t r = 0; r < count; ++r) {
+      // This request's rows: its own (ragged: its tokens, or its sequences for pooled outputs).
+      int64_t n = rows[r];
+      std::vector<int64_t> shape = {rows[r]};
+      shape.insert(shape.end(), out.dims.begin(), out.dims.end());
+      if (ragged && out.sequences) {
+        n = batch[r], shape[0] = batch[r];
+      } else if (ragged) {  // [tokens, 1, ...] -> [batch, tokens, ...]
+        shape.erase(shape.begin());
+        shape[0] = tokens[r];
+        shape.insert(shape.begin(), batch[r]);
       }
+      const size_t bytes = out.row_bytes * static_cast<size_t>(n);
+      span[o][r] = {at, bytes};
+      at += bytes;
+      const auto wanted = backend::RequestedOutputs(requests[r]);
+      if (!failed[r].ok() || std::find(wanted.begin(), wanted.end(), out.name) == wanted.end()) {
+        every = false;
+        continue;
+      }
+      NereidBuffer& buffer = allocated[o][r];
+      if (Status e = FromError(NereidRequestOutputAllocate(
+              requests[r], out.name.c_str(), static_cast<NereidDataType>(out.type), shape.data(),
+              static_cast<uint32_t>(shape.size()), bytes, NEREID_MEMORY_GPU,
+              NereidInstanceDeviceId(instance), &buffer));
+          !e.ok()) {
+        failed[r] = e;
+        buffer = {};
+        every = false;
+        continue;
+      }
+      destinations[o].parts.push_back({buffer.data, bytes, buffer.memory_type == NEREID_MEMORY_GPU,
+                                       buffer.memory_type == NEREID_MEMORY_CPU_PINNED});
+    }
+    if (!every) destinations[o].parts.clear();
   }
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;
   RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, destinations, &results, &start, &end,
                            ragged ? &sequences : nullptr));
   NereidRequestSetDeviceTime(requests[0], LastDeviceNs(gpu));
-  int64_t row = 0, sequence = 0;
-  for (uint32_t r = 0; r < count; ++r) {
-    NereidRequestSetComputeTimes(requests[r], start, end);
-    for (const std::string& name : backend::RequestedOutputs(requests[r])) {
-      const GpuResult* result = nullptr;
-      size_t index = 0;
-      for (size_t o = 0; o < results.size(); ++o)
-        if (results[o].name == name) result = &results[o], index = o;
-      if (result == nullptr || !failed[r].ok()) continue;
-      if (allocated_data[index] != nullptr) {  // a request alone in its batch
-        // Already allocated: the device wrote it there, or it is copied there from staging.
-        if (!result->in_destination)
-          std::memcpy(allocated_data[index], result->data, result->bytes);
-        continue;
+  for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
+  // The rows the device did not write straight into a request's buffer: from staging (into a
+  // CUDA region, by a copy of the driver's).
+  for (size_t o = 0; o < results.size() && o < outputs.size(); ++o) {
+    if (results[o].in_destination) continue;
+    for (uint32_t r = 0; r < count; ++r) {
+      const NereidBuffer& buffer = allocated[o][r];
+      if (buffer.data == nullptr || !failed[r].ok()) continue;
+      const auto [offset, bytes] = span[o][r];
+      const uint8_t* from = results[o].data + offset;
+      if (buffer.memory_type == NEREID_MEMORY_GPU) {
+        if (cudaError_t e = cudaMemcpy(buffer.data, from, bytes, cudaMemcpyDefault);
+            e != cudaSuccess)
+          failed[r] = Internal(std::string("copy into a CUDA region: ") + cudaGetErrorString(e));
+      } else {
+        std::memcpy(buffer.data, from, bytes);
       }
-      const size_t row_bytes = outputs[index].row_bytes;
-      // This request's rows: its own (ragged: its tokens, or its sequences for pooled outputs).
-      int64_t first = row, n = rows[r];
-      std::vector<int64_t> shape = result->shape;
-      shape[0] = rows[r];
-      if (ragged && outputs[index].sequences) {
-        first = sequence, n = batch[r], shape[0] = batch[r];
-      } else if (ragged) {  // [tokens, 1, ...] -> [batch, tokens, ...]
-        shape.erase(shape.begin());
-        shape[0] = tokens[r];
-        shape.insert(shape.begin(), batch[r]);
-      }
-      auto buffer = backend::AllocateOutput(requests[r], name, result->type, shape,
-                                            row_bytes * static_cast<size_t>(n));
-      if (!buffer.ok()) {
-        failed[r] = buffer.status();
-        continue;
-      }
-      std::memcpy(buffer->data, result->data + row_bytes * static_cast<size_t>(first),
-                  row_bytes * static_cast<size_t>(n));
     }
-    row += rows[r];
-    sequence += batch[r];
   }
   return Status::Ok();
 }
