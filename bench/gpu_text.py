@@ -98,26 +98,46 @@ parameters {{ key: "precision" value {{ string_value: "{precision}" }} }}
 
 
 def executions(client, model):
-    """(ns, count) of the model's executions so far, from the statistics' batch_stats: each
-    execution's whole span on the server (the inputs gathered into staging, the GPU run, each
-    request's outputs answered), the same measure for a padded batch as for a ragged one."""
+    """The model's statistics so far: 'ns' and 'count' of its executions (batch_stats: each
+    execution's whole span on the server, the inputs gathered into staging, the GPU run, each
+    request's outputs answered; the same measure for a padded batch as for a ragged one), and the
+    per-request split summed over its requests (queue, compute_input: the execution's start to the
+    GPU run's, compute_infer: the run, compute_output: the run's end to the request's response)."""
     s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
     batches = s.get("batch_stats", [])
-    return (sum(int(b["compute_infer"].get("ns", 0)) for b in batches),
-            sum(int(b["compute_infer"].get("count", 0)) for b in batches))
+    out = {"ns": sum(int(b["compute_infer"].get("ns", 0)) for b in batches),
+           "count": sum(int(b["compute_infer"].get("count", 0)) for b in batches)}
+    stats = s.get("inference_stats", {})
+    for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        out[key] = int(stats.get(key, {}).get("ns", 0))
+    out["requests"] = int(stats.get("success", {}).get("count", 0))
+    return out
+
+
+def delta(after, before):
+    return {k: after[k] - before[k] for k in after}
+
+
+def split(d):
+    """'per request: ...' of a delta of executions(): the mean request's time in each part (us)."""
+    n = max(d["requests"], 1)
+    return ("per request (us): " +
+            ", ".join(f"{k} {d[k] / n / 1e3:.0f}" for k in
+                      ("success", "queue", "compute_input", "compute_infer", "compute_output")))
 
 
 def total_compute(client, model, requests):
-    """(server execution time in us, client wall time in us) of 'requests' (lists of inputs), one
-    in flight, after each has run once."""
+    """(server execution time in us, client wall time in us, the statistics' delta) of 'requests'
+    (lists of inputs), one in flight, after each has run once."""
     import time
     for inputs in requests:
         client.infer(model, inputs)
-    (ns0, _), t0 = executions(client, model), time.perf_counter()
+    before, t0 = executions(client, model), time.perf_counter()
     for inputs in requests:
         client.infer(model, inputs)
     wall = time.perf_counter() - t0
-    return (executions(client, model)[0] - ns0) / 1e3, wall * 1e6
+    d = delta(executions(client, model), before)
+    return d["ns"] / 1e3, wall * 1e6, d
 
 
 def ragged_config(name, max_batch):
@@ -137,9 +157,10 @@ parameters {{ key: "nereid.max_sequence_length" value {{ string_value: "{TOKENS}
 
 
 def batched_compute(client, model, requests, in_flight):
-    """(server execution time in us summed over executions, executions, client wall us) of
-    'requests' sent asynchronously with up to 'in_flight' outstanding (the dynamic batcher joins
-    them), after a first pass that tunes and captures every graph the batches need."""
+    """(server execution time in us summed over executions, executions, client wall us, the
+    statistics' delta) of 'requests' sent asynchronously with up to 'in_flight' outstanding (the
+    dynamic batcher joins them), after a first pass that tunes and captures every graph the
+    batches need."""
     import threading
     import time
 
@@ -158,11 +179,11 @@ def batched_compute(client, model, requests, in_flight):
         if errors:
             raise errors[0]
     run_all()
-    (ns0, n0), t0 = executions(client, model), time.perf_counter()
+    before, t0 = executions(client, model), time.perf_counter()
     run_all()
     wall = time.perf_counter() - t0
-    ns1, n1 = executions(client, model)
-    return (ns1 - ns0) / 1e3, n1 - n0, wall * 1e6
+    d = delta(executions(client, model), before)
+    return d["ns"] / 1e3, d["count"], wall * 1e6, d
 
 
 def feeds(mod, ids, mask):
@@ -183,7 +204,7 @@ def main():
     parser.add_argument("--lengths", default="32,64,96,128",
                         help="section 4: the open tokens dimension's plans ('' skips it)")
     args = parser.parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = [int(b) for b in args.batches.split(",") if b]  # ('': section 4 alone)
     precisions = args.precisions.split(",")
     os.environ["NEREID_BINARY"] = args.binary
     import conftest
@@ -198,7 +219,7 @@ def main():
                     "--models", "bert_base"], check=True, stdout=subprocess.DEVNULL)
     onnx_path = os.path.join(export, "bert_base.onnx")
     for p in precisions:
-        add_model(repo, f"bert_{p}", onnx_path, config(f"bert_{p}", p, max(batches)))
+        add_model(repo, f"bert_{p}", onnx_path, config(f"bert_{p}", p, max(batches, default=64)))
     if args.lengths and "bf16" in precisions:
         add_model(repo, "bert_lengths_bf16", onnx_path,
                   config("bert_lengths_bf16", "bf16", 64, args.lengths))
@@ -207,7 +228,8 @@ def main():
     print(f"== 1+2. BERT-base, {TOKENS} tokens, per batch, host to host (us): PyTorch CUDA graph "
           "(SDPA) vs Nereid's server-side compute (gRPC, one in flight)")
     torch_us = torch_times(batches, args.iters,
-                           sorted({TORCH_OF.get(p, p) for p in precisions}, key=PRECISIONS.index))
+                           sorted({TORCH_OF.get(p, p) for p in precisions},
+                                  key=PRECISIONS.index)) if batches else {}
     server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
                     "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=1073741824")
     try:
@@ -258,24 +280,26 @@ def main():
             results = {}
             for name, model, reqs in (("padded", "bert_bf16", fixed),
                                       ("lengths", "bert_lengths_bf16", bucketed)):
-                compute, wall = total_compute(client, model, reqs)
+                compute, wall, d = total_compute(client, model, reqs)
                 results[name] = compute
                 print(f"{name:>9}: {len(reqs):3d} requests in {len(reqs):3d} executions, server "
                       f"{compute / 1e3:8.2f} ms "
                       f"({len(lengths) / compute * 1e6:8.0f} seq/s), client wall {wall / 1e3:8.2f} ms")
+                print(f"{'':>11}{split(d)}")
             # Ragged: each sequence its own request, unpadded, joined by the batcher.
             singles = []
             for n in lengths:
                 ids = rng.integers(0, VOCAB, (1, int(n)), dtype=np.int64)
                 singles.append(feeds(grpcclient, ids, np.ones((1, int(n)), np.int64)))
             for in_flight in (64, len(singles)):
-                compute, runs, wall = batched_compute(client, "bert_ragged_bf16", singles,
-                                                      in_flight)
+                compute, runs, wall, d = batched_compute(client, "bert_ragged_bf16", singles,
+                                                         in_flight)
                 results["ragged"] = compute
                 print(f"{'ragged':>9}: {len(singles):3d} requests in {runs:3d} executions "
                       f"({len(singles) / max(runs, 1):.1f} sequences each), server "
                       f"{compute / 1e3:8.2f} ms ({len(lengths) / compute * 1e6:8.0f} seq/s), client "
                       f"wall {wall / 1e3:8.2f} ms ({in_flight} in flight)")
+                print(f"{'':>11}{split(d)}")
             print(f"   open-dims plans / padded: {results['padded'] / results['lengths']:.2f}x the "
                   f"sequences/s; ragged / padded: {results['padded'] / results['ragged']:.2f}x "
                   f"(tokens: {len(lengths) * TOKENS} padded, "
