@@ -157,6 +157,7 @@ Status LaunchStep(const GpuModel& m, const Step& s, int64_t rows, const StepBuff
         p.rows = 1, p.tokens = rows;
         p.token_sequence = static_cast<const int32_t*>(b.buf(s.token_sequence));
         p.sequence_ends = static_cast<const int32_t*>(b.buf(s.sequence_ends));
+        p.sequences = m.ragged_sequences, p.max_sequence = m.ragged_max_length;
       }
       CUDA_RETURN(kc::Attention(p, stream), "attention kernel");
       break;

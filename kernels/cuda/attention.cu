@@ -24,6 +24,16 @@ __device__ __forceinline__ uint32_t Load32(const void* p) {
   return *static_cast<const uint32_t*>(p);
 }
 
+// Four 8 x 8 tiles of 16-bit values from shared memory, transposed (ldmatrix .x4 .trans): lanes
+// 8i to 8i + 7 name tile i's rows; r[i] holds, for lane (g = lane / 4, t = lane % 4), the tile's
+// rows 2t and 2t + 1 of column g: an m16n8k16 B fragment from a row-major [k][n] tile.
+__device__ __forceinline__ void LoadMatrixTransposed(uint32_t (&r)[4], const void* smem) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
 // Copies 'count' rows of D elements (16 bytes at a time; rows past 'valid' zero) from a strided
 // source into shared rows 'pitch' elements apart.
 template <typename T, int D>
@@ -40,27 +50,26 @@ __device__ __forceinline__ void LoadRows(T* dst, int pitch, const T* src, int64_
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) {
-  constexpr int kPitch = D + 8, kVtPitch = kKeys + 8;  // padded rows: fewer bank conflicts
+  constexpr int kPitch = D + 8;  // padded rows: fewer bank conflicts
   __shared__ __align__(16) T sq[kQueries * kPitch];
   __shared__ __align__(16) T sk[kKeys * kPitch];
-  __shared__ __align__(16) T svt[D * kVtPitch];  // V transposed: [d][key]
+  __shared__ __align__(16) T sv[kKeys * kPitch];  // [key][d], read transposed by ldmatrix
   __shared__ float smask[kKeys];
-  __shared__ int32_t skey_seq[kKeys];
-  const int64_t row = blockIdx.z, head = blockIdx.y, q0 = blockIdx.x * int64_t{kQueries};
+  const int64_t row = blockIdx.z, head = blockIdx.y;
   const int64_t n = p.tokens;
-  // Packed sequences: the keys of the sequences this block's queries belong to (they lie side by
-  // side), each score outside its query's own sequence masked out. Padding (a negative sequence,
-  // after the real tokens) is skipped: a block of it returns at once (rows of it in a block with
-  // real queries get whatever they get; nothing reads them).
+  // Packed sequences: a block takes up to 64 queries of one sequence (blockIdx.x: the sequence,
+  // then its tile of queries) and that sequence's keys alone. Blocks past a sequence's end, and
+  // the padding's (a negative sequence after the real tokens), return at once.
   const bool packed = p.token_sequence != nullptr;
-  int64_t key_begin = 0, key_end = n;
+  int64_t q0 = blockIdx.x * int64_t{kQueries}, q_end = n, key_begin = 0, key_end = n;
   if (packed) {
-    const int32_t first = p.token_sequence[q0];
-    if (first < 0) return;
-    int64_t last = q0 + kQueries - 1 < n ? q0 + kQueries - 1 : n - 1;
-    while (p.token_sequence[last] < 0) --last;  // stops at q0 at the latest
-    key_begin = first > 0 ? p.sequence_ends[first - 1] : 0;
-    key_end = p.sequence_ends[p.token_sequence[last]];
+    const int64_t tiles = (p.max_sequence + kQueries - 1) / kQueries;
+    const int64_t s = blockIdx.x / tiles;
+    key_begin = s > 0 ? p.sequence_ends[s - 1] : 0;
+    key_end = p.sequence_ends[s];
+    q0 = key_begin + (blockIdx.x % tiles) * int64_t{kQueries};
+    if (q0 >= key_end || p.token_sequence[key_begin] < 0) return;
+    q_end = key_end;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const T* q = static_cast<const T*>(p.q) + row * p.q_row + head * p.q_head + q0 * p.q_token;
@@ -68,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   const T* vbase = static_cast<const T*>(p.v) + row * p.v_row + head * p.v_head;
   const T* mask = static_cast<const T*>(p.mask) + (p.mask ? row * p.mask_row : 0);
   LoadRows<T, D>(sq, kPitch, q, p.q_token, kQueries,
-                 static_cast<int>(n - q0 < kQueries ? n - q0 : kQueries));
+                 static_cast<int>(q_end - q0 < kQueries ? q_end - q0 : kQueries));
   __syncthreads();
   // This warp's 16 queries as A fragments, one per 16 of d.
   uint32_t qa[D / 16][4];
@@ -81,24 +90,13 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   }
   float o[D / 8][4] = {};
   float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.f, 0.f};
-  int32_t query_seq[2] = {0, 0};
-  if (packed)
-    for (int r = 0; r < 2; ++r) {
-      const int64_t query = q0 + warp * 16 + g + 8 * r;
-      query_seq[r] = query < n ? p.token_sequence[query] : -1;
-    }
   for (int64_t k0 = key_begin; k0 < key_end; k0 += kKeys) {
     const int valid = static_cast<int>(key_end - k0 < kKeys ? key_end - k0 : kKeys);
     __syncthreads();  // the previous tile is no longer read
     LoadRows<T, D>(sk, kPitch, kbase + k0 * p.k_token, p.k_token, kKeys, valid);
-    for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
-      const int key = i / D, c = i % D;
-      svt[c * kVtPitch + key] = key < valid ? vbase[(k0 + key) * p.v_token + c] : T{};
-    }
-    for (int i = threadIdx.x; i < kKeys; i += kThreads) {
+    LoadRows<T, D>(sv, kPitch, vbase + k0 * p.v_token, p.v_token, kKeys, valid);
+    for (int i = threadIdx.x; i < kKeys; i += kThreads)
       smask[i] = i >= valid ? -INFINITY : p.mask ? ToFloat(mask[k0 + i]) : 0.f;
-      if (packed) skey_seq[i] = i < valid ? p.token_sequence[k0 + i] : -2;
-    }
     __syncthreads();
     // Scores of 16 queries x 64 keys: 8 tiles of 8 keys.
     float s[kKeys / 8][4] = {};
@@ -113,8 +111,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
     for (int nt = 0; nt < kKeys / 8; ++nt)
       for (int e = 0; e < 4; ++e) {
         const int key = nt * 8 + 2 * t + (e & 1);
-        s[nt][e] = packed && skey_seq[key] != query_seq[e / 2] ? -INFINITY
-                                                               : s[nt][e] * p.scale + smask[key];
+        s[nt][e] = s[nt][e] * p.scale + smask[key];
         tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
       }
     float correction[2], tile_sum[2] = {0.f, 0.f}, base[2];
@@ -143,9 +140,13 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
       const uint32_t pa[4] = {Pack<T>(s[2 * j][0], s[2 * j][1]), Pack<T>(s[2 * j][2], s[2 * j][3]),
                               Pack<T>(s[2 * j + 1][0], s[2 * j + 1][1]),
                               Pack<T>(s[2 * j + 1][2], s[2 * j + 1][3])};
-      for (int dn = 0; dn < D / 8; ++dn) {
-        const T* vr = svt + (dn * 8 + g) * kVtPitch + j * 16 + 2 * t;
-        MmaStep<T>(o[dn], pa, Load32(vr), Load32(vr + 8));
+      // B fragments of 16 keys x 16 of d: lanes 0-15 name the keys' rows at d tile dn, lanes
+      // 16-31 at dn + 1; transposed, each thread holds its two keys of one d.
+      for (int dn = 0; dn < D / 8; dn += 2) {
+        uint32_t b[4];
+        LoadMatrixTransposed(b, sv + (j * 16 + (lane & 15)) * kPitch + (dn + (lane >> 4)) * 8);
+        MmaStep<T>(o[dn], pa, b[0], b[1]);
+        MmaStep<T>(o[dn + 1], pa, b[2], b[3]);
       }
     }
   }
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   T* out = static_cast<T*>(p.out) + row * out_row + head * out_head;
   for (int r = 0; r < 2; ++r) {
     const int64_t query = q0 + warp * 16 + g + 8 * r;
-    if (query >= n) continue;
+    if (query >= q_end) continue;
     const float inv = running_sum[r] > 0.f ? 1.f / running_sum[r] : 0.f;
     for (int dn = 0; dn < D / 8; ++dn)
       *reinterpret_cast<uint32_t*>(out + query * out_token + dn * 8 + 2 * t) =
@@ -166,8 +167,11 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
 
 template <typename T>
 cudaError_t Launch(const AttentionProblem& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.tokens + kQueries - 1) / kQueries),
-                  static_cast<unsigned>(p.heads), static_cast<unsigned>(p.rows));
+  const int64_t blocks = p.token_sequence != nullptr
+                             ? p.sequences * ((p.max_sequence + kQueries - 1) / kQueries)
+                             : (p.tokens + kQueries - 1) / kQueries;
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(p.rows));
   switch (p.d) {
     case 32:
       AttentionKernel<T, 32><<<grid, kThreads, 0, stream>>>(p);
@@ -187,12 +191,14 @@ bool AttentionSupported(const AttentionProblem& p) {
   if ((p.type != ElemType::kBF16 && p.type != ElemType::kF16) || (p.d != 32 && p.d != 64) ||
       p.rows < 0 || p.heads < 1 || p.heads > 65535 || p.tokens < 1 || p.rows > 65535 ||
       (p.token_sequence != nullptr) != (p.sequence_ends != nullptr) ||
-      (p.token_sequence != nullptr && p.rows > 1))
+      (p.token_sequence != nullptr &&
+       (p.rows > 1 || p.sequences < 1 || p.max_sequence < 1 ||
+        p.sequences * ((p.max_sequence + kQueries - 1) / kQueries) > 0x7fffffff)))
     return false;
-  for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token, p.out_row,
-                    p.out_head, p.out_token})
+  for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token, p.v_row, p.v_head,
+                    p.v_token, p.out_row, p.out_head, p.out_token})
     if (s % 8 != 0) return false;
-  for (const void* ptr : {p.q, p.k, static_cast<const void*>(p.out)})
+  for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out)})
     if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   return true;
 }

@@ -33,16 +33,19 @@ struct AttentionProblem {
   // belongs to sequence token_sequence[t], which spans [ends[s - 1] (0 for the first), ends[s]);
   // each query attends to the keys of its own sequence only. Tokens after the real ones may be
   // padding (token_sequence -1): nothing attends to them and their rows of 'out' mean nothing.
-  // Null: one sequence per row.
+  // 'sequences' entries of sequence_ends (empty ones and the padding's among them), none longer
+  // than 'max_sequence' tokens except the padding's. Null: one sequence per row.
   const int32_t* token_sequence = nullptr;
   const int32_t* sequence_ends = nullptr;
+  int64_t sequences = 0, max_sequence = 0;
 };
 
 // Whether Attention runs 'p' (types, d of 32 or 64 (MiniLM's, BERT's), 16-byte aligned rows: every
 // pointer and stride a multiple of 8 elements); the GPU compiler checks before choosing it.
 bool AttentionSupported(const AttentionProblem& p);
 
-// FlashAttention's scheme on mma.sync: a block of 4 warps takes 64 queries of one (row, head),
+// FlashAttention's scheme on mma.sync: a block of 4 warps takes 64 queries of one (row, head)
+// (of one sequence, packed: a block per sequence and 64 of its queries, its keys alone),
 // each warp 16; key tiles of 64 pass through shared memory; each warp keeps its queries' running
 // maximum and sum (the online softmax) and its part of the output in registers, the probabilities
 // going from the score accumulators straight into the second product's A fragments. Scores,

@@ -25,9 +25,11 @@ double Tolerance(ElemType t) { return t == ElemType::kF32 ? 1e-5 : 1e-2; }
 
 TEST(CudaTensorOps, LayerNormMatchesFloat64Reference) {
   NEREID_REQUIRE_GPU();
-  // 300 and 1000: a row longer than the block's 256 threads; 120: RapidOCR's recogniser's width.
+  // 300 and 1000: a row longer than the block's 256 threads; 120: RapidOCR's recogniser's width;
+  // 384 and 768: MiniLM's and BERT's (a warp per row, 16-byte vectors: 1 to 8 a lane, 2048 the
+  // most in bf16, 4096 past it); 300 and 1: not whole vectors (a block per row).
   for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
-    for (int64_t n : {1, 120, 300, 1000})
+    for (int64_t n : {1, 120, 300, 384, 768, 1000, 2048, 4096})
       for (bool affine : {true, false}) {
         SCOPED_TRACE(testing::Message()
                      << "type " << static_cast<int>(t) << ", n " << n << ", affine " << affine);
@@ -328,6 +330,7 @@ TEST(CudaTensorOps, PackedSequencesAttendAndPoolWithinTheirOwnTokens) {
       p.out_head = d, p.out_token = heads * d;
       p.token_sequence = static_cast<const int32_t*>(dseq.get());
       p.sequence_ends = static_cast<const int32_t*>(dends.get());
+      p.sequences = static_cast<int64_t>(ends.size()), p.max_sequence = 70;
       p.scale = 1.f / std::sqrt(static_cast<float>(d));
       ASSERT_TRUE(kc::AttentionSupported(p));
       CUDA_OK(kc::Attention(p, nullptr));
