@@ -140,8 +140,8 @@ std::string GemmTuning(const GpuInstance& instance);
 // Runs 'rows' rows through the graph. Inputs given as one page-locked part of 64 KiB or more, or
 // in device memory, are copied to the device straight from there (part by part), others through
 // the instance's staging memory (which also gathers a batch). 'destinations' (per model output,
-// may be empty or hold nulls): device memory always, and page-locked buffers for outputs of 64 KiB
-// or more (parts: each of them), are written directly; other results point into staging memory
+// may be empty or hold nulls): device memory always, and page-locked buffers of 64 KiB or more
+// (parts: 16 KiB each on average), are written directly; other results point into staging memory
 // until the next run.
 // 'compute_start_ns' and 'compute_end_ns' (NereidNowNs) bracket the copies and the kernels.
 //

@@ -799,6 +799,8 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
   std::vector<GpuDestination> destinations(outputs.size());
   std::vector<std::vector<NereidBuffer>> allocated(outputs.size(),
                                                    std::vector<NereidBuffer>(count));
+  std::vector<std::vector<std::string>> wanted(count);  // the outputs each request asked for
+  for (uint32_t r = 0; r < count; ++r) wanted[r] = backend::RequestedOutputs(requests[r]);
   // (Each request's place in the run's rows of an output, and its bytes.)
   std::vector<std::vector<std::pair<size_t, size_t>>> span(
       outputs.size(), std::vector<std::pair<size_t, size_t>>(count));
@@ -821,8 +823,8 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
       const size_t bytes = out.row_bytes * static_cast<size_t>(n);
       span[o][r] = {at, bytes};
       at += bytes;
-      const auto wanted = backend::RequestedOutputs(requests[r]);
-      if (!failed[r].ok() || std::find(wanted.begin(), wanted.end(), out.name) == wanted.end()) {
+      if (!failed[r].ok() ||
+          std::find(wanted[r].begin(), wanted[r].end(), out.name) == wanted[r].end()) {
         every = false;
         continue;
       }

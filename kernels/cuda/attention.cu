@@ -12,6 +12,11 @@ namespace {
 
 constexpr int kQueries = 64, kKeys = 64, kThreads = 128;
 
+// Packed sequences: the blocks of queries each sequence gets (its longest length's).
+__host__ __device__ __forceinline__ int64_t QueryTiles(const AttentionProblem& p) {
+  return (p.max_sequence + kQueries - 1) / kQueries;
+}
+
 template <typename T>
 __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   T pair[2] = {FromFloat<T>(lo), FromFloat<T>(hi)};
@@ -63,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   const bool packed = p.token_sequence != nullptr;
   int64_t q0 = blockIdx.x * int64_t{kQueries}, q_end = n, key_begin = 0, key_end = n;
   if (packed) {
-    const int64_t tiles = (p.max_sequence + kQueries - 1) / kQueries;
+    const int64_t tiles = QueryTiles(p);
     const int64_t s = blockIdx.x / tiles;
     key_begin = s > 0 ? p.sequence_ends[s - 1] : 0;
     key_end = p.sequence_ends[s];
@@ -167,9 +172,8 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
 
 template <typename T>
 cudaError_t Launch(const AttentionProblem& p, cudaStream_t stream) {
-  const int64_t blocks = p.token_sequence != nullptr
-                             ? p.sequences * ((p.max_sequence + kQueries - 1) / kQueries)
-                             : (p.tokens + kQueries - 1) / kQueries;
+  const int64_t blocks = p.token_sequence != nullptr ? p.sequences * QueryTiles(p)
+                                                     : (p.tokens + kQueries - 1) / kQueries;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.rows));
   switch (p.d) {
@@ -191,9 +195,8 @@ bool AttentionSupported(const AttentionProblem& p) {
   if ((p.type != ElemType::kBF16 && p.type != ElemType::kF16) || (p.d != 32 && p.d != 64) ||
       p.rows < 0 || p.heads < 1 || p.heads > 65535 || p.tokens < 1 || p.rows > 65535 ||
       (p.token_sequence != nullptr) != (p.sequence_ends != nullptr) ||
-      (p.token_sequence != nullptr &&
-       (p.rows > 1 || p.sequences < 1 || p.max_sequence < 1 ||
-        p.sequences * ((p.max_sequence + kQueries - 1) / kQueries) > 0x7fffffff)))
+      (p.token_sequence != nullptr && (p.rows > 1 || p.sequences < 1 || p.max_sequence < 1 ||
+                                       p.sequences * QueryTiles(p) > 0x7fffffff)))
     return false;
   for (int64_t s : {p.q_row, p.q_head, p.q_token, p.k_row, p.k_head, p.k_token, p.v_row, p.v_head,
                     p.v_token, p.out_row, p.out_head, p.out_token})

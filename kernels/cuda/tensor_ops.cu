@@ -9,23 +9,26 @@ namespace {
 
 constexpr int kSoftmaxThreads = 256;
 
-// The block's reduction of v (max or sum); every thread gets the result.
+// The warp's reduction of v (max or sum); every lane gets the result.
 template <bool kMax>
-__device__ float BlockReduce(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? fmaxf(v, other) : v + other;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch is reused between reductions
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < kSoftmaxThreads / 32 ? scratch[lane] : (kMax ? -FLT_MAX : 0.f);
+__device__ __forceinline__ float WarpReduce(float v) {
   for (int o = 16; o > 0; o >>= 1) {
     const float other = __shfl_xor_sync(0xffffffffu, v, o);
     v = kMax ? fmaxf(v, other) : v + other;
   }
   return v;
+}
+
+// The block's reduction of v (max or sum); every thread gets the result.
+template <bool kMax>
+__device__ float BlockReduce(float v, float* scratch) {
+  v = WarpReduce<kMax>(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch is reused between reductions
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < kSoftmaxThreads / 32 ? scratch[lane] : (kMax ? -FLT_MAX : 0.f);
+  return WarpReduce<kMax>(v);
 }
 
 template <typename T>
@@ -79,11 +82,6 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 // Statistics as above: the mean, then the squares around it, in fp32.
 constexpr int kRowWarps = 4;
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 template <typename T, int kPer>
 __global__ void __launch_bounds__(kRowWarps * 32)
     LayerNormRowsKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
@@ -105,14 +103,14 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[j][k] = ToFloat(e[k]), sum += v[j][k];
   }
-  const float mean = WarpSum(sum) / static_cast<float>(n);
+  const float mean = WarpReduce<false>(sum) / static_cast<float>(n);
   float squares = 0.f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j)
     if (lane + 32 * j < vectors)
 #pragma unroll
       for (int k = 0; k < kVec; ++k) squares += (v[j][k] - mean) * (v[j][k] - mean);
-  const float inv = rsqrtf(WarpSum(squares) / static_cast<float>(n) + eps);
+  const float inv = rsqrtf(WarpReduce<false>(squares) / static_cast<float>(n) + eps);
   if (lane == 0 && mean_out != nullptr) mean_out[row] = FromFloat<T>(mean);
   if (lane == 0 && inv_out != nullptr) inv_out[row] = FromFloat<T>(inv);
   uint4* out = reinterpret_cast<uint4*>(y + row * n);
