@@ -15,19 +15,28 @@ template <int R, int V>
 __attribute__((target("avx512f"))) void WeightedRows(const float* x, int64_t k, const float* b,
                                                      int64_t n, int64_t j0, __mmask16 tail,
                                                      float* y) {
+  // Every loop over R and V unrolled, so that the accumulators live in registers: without it GCC
+  // kept them in memory too and stored all R x V of them each step (2.5x the time).
   __m512 acc[R][V];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t e = 0; e < k; ++e) {
     __m512 row[V];
+#pragma GCC unroll 16
     for (int v = 0; v < V; ++v)
       row[v] = _mm512_maskz_loadu_ps(v + 1 == V ? tail : 0xffff, b + e * n + j0 + 16 * v);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 w = _mm512_set1_ps(x[r * k + e]);
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(w, row[v], acc[r][v]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int v = 0; v < V; ++v)
       _mm512_mask_storeu_ps(y + r * n + j0 + 16 * v, v + 1 == V ? tail : 0xffff, acc[r][v]);
 }
