@@ -219,9 +219,22 @@ void BenchGemm(kc::CublasGemm& cublas, double hbm_gbs) {
   for (int64_t m : {1, 32, 256})  // recommend_model's layers
     for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 1024}, {1024, 2048}, {1000, 1024}})
       shapes.push_back({m, n, k});
-  for (auto [type, tf32] : {std::pair{kc::ElemType::kBF16, false},
-                            {kc::ElemType::kF16, false},
-                            {kc::ElemType::kF32, true}}) {
+  // BENCH_GPU_SHAPES="MxNxK,...": those shapes alone, in bf16.
+  std::vector<std::pair<kc::ElemType, bool>> types = {
+      {kc::ElemType::kBF16, false}, {kc::ElemType::kF16, false}, {kc::ElemType::kF32, true}};
+  if (const char* only = std::getenv("BENCH_GPU_SHAPES"); only != nullptr) {
+    shapes.clear();
+    types.resize(1);
+    for (const char* at = only; *at != '\0';) {
+      Shape s{};
+      int used = 0;
+      if (std::sscanf(at, "%ldx%ldx%ld%n", &s.m, &s.n, &s.k, &used) != 3) break;
+      shapes.push_back(s);
+      at += used;
+      if (*at == ',') ++at;
+    }
+  }
+  for (auto [type, tf32] : types) {
     for (const Shape& s : shapes) {
       const size_t wbytes = s.n * s.k * kc::ElemSize(type);
       const int copies = static_cast<int>(

@@ -63,11 +63,11 @@ Status CheckIndices(const IoSpec& io, const GpuFeed& feed) {
   return Status::Ok();
 }
 
-// The rows a ragged plan runs for 'tokens' tokens (a CUDA graph each): multiples of 16 up to 256,
-// then of an eighth of the power of two below, so at most 1/8 of the rows are padding.
+// The rows a ragged plan runs for 'tokens' tokens (a CUDA graph each): multiples of 16 up to 512,
+// then of a sixteenth of the power of two below, so at most 1/16 of the rows are padding.
 int64_t RaggedBucket(int64_t tokens) {
   int64_t step = 16;
-  while (step * 16 < tokens) step *= 2;
+  while (step * 32 < tokens) step *= 2;
   return (tokens + step - 1) / step * step;
 }
 

@@ -198,7 +198,7 @@ StatusOr<std::shared_ptr<const GpuModel>> GpuModelFor(ModelState& m, int device,
           (m.ragged_max_length > 0
                ? "; ragged: each batch's sequences packed end to end (up to " +
                      std::to_string(m.ragged_max_length) +
-                     " tokens each), a CUDA graph per count of tokens rounded up by at most 1/8"
+                     " tokens each), a CUDA graph per count of tokens rounded up by at most 1/16"
                : "; a CUDA graph per batch size") +
           (open > 0 ? "; weights shared by the open dims' plans: " +
                           std::to_string(StoredBytes(*store) >> 10) + " KiB on the device so far"
