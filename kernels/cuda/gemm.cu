@@ -423,9 +423,9 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
 template <typename T, int kRT, int kNT, typename OutT>
 cudaError_t LaunchTensorCoreKernel(const GemmProblem& p, int splits, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT)),
-                        static_cast<unsigned>(splits),
-                        static_cast<unsigned>((p.m + 8 * kNT - 1) / (8 * kNT)));
+  config.gridDim =
+      dim3(static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT)), static_cast<unsigned>(splits),
+           static_cast<unsigned>((p.m + 8 * kNT - 1) / (8 * kNT)));
   config.blockDim = dim3(kTcWarps * 32, 1, 1);
   config.stream = stream;
   cudaLaunchAttribute cluster[1];

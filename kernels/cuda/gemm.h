@@ -50,10 +50,10 @@ struct GemmProblem {
 // m16n8k32; m <= 256 in groups of 64 rows, a block each, k a multiple of 32 bf16/fp16, 16 fp32
 // or 64 int8); the -K2/-K4/-K8 forms split k further over a thread-block cluster of 2, 4 or 8
 // blocks (Hopper), whose partial sums meet in distributed shared memory, so GEMMs with few output
-// columns keep enough blocks and loads in flight to stream w at HBM speed. Which wins depends on the shape: the engine times them against
-// cuBLAS per layer and row count. kSplitK2: a block of 4 warps streams 2 rows of w, the warps
-// splitting k (CUDA cores, m <= 16; 4x the loads in flight of kWarpRows2 for GEMMs with few output
-// columns).
+// columns keep enough blocks and loads in flight to stream w at HBM speed. Which wins depends on
+// the shape: the engine times them against cuBLAS per layer and row count. kSplitK2: a block of 4
+// warps streams 2 rows of w, the warps splitting k (CUDA cores, m <= 16; 4x the loads in flight of
+// kWarpRows2 for GEMMs with few output columns).
 enum class SmallMVariant {
   kWarpRows2,
   kWarpRows4,

@@ -226,8 +226,8 @@ std::vector<GemmCase> GemmCases(ShapeSet set) {
     case ShapeSet::kTensorCoreSmallM:  // every x-tile count (m <= 8, 16, 32, 64), groups of 64
                                        // rows (full and ragged), ragged n; k in fewer chunks
                                        // than a cluster has blocks (160)
-      shapes = {{1, 1000, 1024}, {7, 257, 512},   {16, 64, 4096},   {29, 130, 160},
-                {64, 2048, 256}, {41, 33, 8192},  {100, 200, 96},   {256, 130, 160}};
+      shapes = {{1, 1000, 1024}, {7, 257, 512},  {16, 64, 4096}, {29, 130, 160},
+                {64, 2048, 256}, {41, 33, 8192}, {100, 200, 96}, {256, 130, 160}};
       break;
     case ShapeSet::kGeneral:
       shapes = {{1, 1000, 1024}, {33, 129, 72}, {64, 256, 512}, {257, 100, 96}};
