@@ -39,19 +39,34 @@ __device__ __forceinline__ void LoadMatrixTransposed(uint32_t (&r)[4], const voi
                : "r"(at));
 }
 
-// Copies 'count' rows of D elements (16 bytes at a time; rows past 'valid' zero) from a strided
-// source into shared rows 'pitch' elements apart.
-template <typename T, int D>
-__device__ __forceinline__ void LoadRows(T* dst, int pitch, const T* src, int64_t stride, int count,
-                                         int valid) {
-  constexpr int kVec = 8;  // elements per 16 bytes
-  for (int i = threadIdx.x; i < count * (D / kVec); i += kThreads) {
-    const int r = i / (D / kVec), c = (i % (D / kVec)) * kVec;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < valid) v = *reinterpret_cast<const uint4*>(src + r * stride + c);
-    *reinterpret_cast<uint4*>(dst + r * pitch + c) = v;
+// kRows rows of D elements (16 bytes at a time) in the block's registers, loaded from a strided
+// source and stored to shared rows 'pitch' elements apart; rows past 'valid' (>= 1) read row 0
+// and become zeros. Every load is issued before any is used, so a tile costs one trip to memory,
+// and a tile loaded before the work on the previous one is in flight during it.
+template <typename T, int D, int kRows>
+struct RowTile {
+  static constexpr int kVec = 8;  // elements per 16 bytes
+  static constexpr int kPer = kRows * (D / kVec) / kThreads;
+  static_assert(kRows * (D / kVec) % kThreads == 0, "a tile is whole vectors per thread");
+  uint4 v[kPer];
+  __device__ __forceinline__ void Load(const T* src, int64_t stride, int valid) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      const int r = i / (D / kVec), c = (i % (D / kVec)) * kVec;
+      const uint4 x = *reinterpret_cast<const uint4*>(src + (r < valid ? r : 0) * stride + c);
+      v[j] = r < valid ? x : make_uint4(0, 0, 0, 0);
+    }
   }
-}
+  __device__ __forceinline__ void Store(T* dst, int pitch) const {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      const int r = i / (D / kVec), c = (i % (D / kVec)) * kVec;
+      *reinterpret_cast<uint4*>(dst + r * pitch + c) = v[j];
+    }
+  }
+};
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) {
@@ -80,9 +95,26 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   const T* q = static_cast<const T*>(p.q) + row * p.q_row + head * p.q_head + q0 * p.q_token;
   const T* kbase = static_cast<const T*>(p.k) + row * p.k_row + head * p.k_head;
   const T* vbase = static_cast<const T*>(p.v) + row * p.v_row + head * p.v_head;
-  const T* mask = static_cast<const T*>(p.mask) + (p.mask ? row * p.mask_row : 0);
-  LoadRows<T, D>(sq, kPitch, q, p.q_token, kQueries,
-                 static_cast<int>(q_end - q0 < kQueries ? q_end - q0 : kQueries));
+  // Without a mask, its loads read the keys (any address they may read) and count as zeros.
+  const T* mask = p.mask ? static_cast<const T*>(p.mask) + row * p.mask_row : kbase;
+  // The queries and the first tile of keys and values in one trip; each later tile (and its mask
+  // values, threads 0-63) is loaded while the one before is worked on.
+  RowTile<T, D, kKeys> kt, vt;
+  float mask_value = 0.f;
+  auto load_keys = [&](int64_t k0) {
+    const int valid = static_cast<int>(key_end - k0 < kKeys ? key_end - k0 : kKeys);
+    kt.Load(kbase + k0 * p.k_token, p.k_token, valid);
+    vt.Load(vbase + k0 * p.v_token, p.v_token, valid);
+    const int i = static_cast<int>(threadIdx.x) < valid ? static_cast<int>(threadIdx.x) : 0;
+    const float m = ToFloat(mask[k0 + i]);
+    mask_value = static_cast<int>(threadIdx.x) >= valid ? -INFINITY : p.mask ? m : 0.f;
+  };
+  {
+    RowTile<T, D, kQueries> qt;
+    qt.Load(q, p.q_token, static_cast<int>(q_end - q0 < kQueries ? q_end - q0 : kQueries));
+    load_keys(key_begin);
+    qt.Store(sq, kPitch);
+  }
   __syncthreads();
   // This warp's 16 queries as A fragments, one per 16 of d.
   uint32_t qa[D / 16][4];
@@ -96,13 +128,14 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(AttentionProblem p) 
   float o[D / 8][4] = {};
   float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.f, 0.f};
   for (int64_t k0 = key_begin; k0 < key_end; k0 += kKeys) {
-    const int valid = static_cast<int>(key_end - k0 < kKeys ? key_end - k0 : kKeys);
     __syncthreads();  // the previous tile is no longer read
-    LoadRows<T, D>(sk, kPitch, kbase + k0 * p.k_token, p.k_token, kKeys, valid);
-    LoadRows<T, D>(sv, kPitch, vbase + k0 * p.v_token, p.v_token, kKeys, valid);
-    for (int i = threadIdx.x; i < kKeys; i += kThreads)
-      smask[i] = i >= valid ? -INFINITY : p.mask ? ToFloat(mask[k0 + i]) : 0.f;
+    kt.Store(sk, kPitch);
+    vt.Store(sv, kPitch);
+    if (threadIdx.x < kKeys) smask[threadIdx.x] = mask_value;
     __syncthreads();
+    // The next tile (the last one again after the end: loads under a branch would be sunk to
+    // their use by the compiler, and nothing would be in flight).
+    load_keys(k0 + kKeys < key_end ? k0 + kKeys : k0);
     // Scores of 16 queries x 64 keys: 8 tiles of 8 keys.
     float s[kKeys / 8][4] = {};
     for (int kk = 0; kk < D / 16; ++kk)

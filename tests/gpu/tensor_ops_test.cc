@@ -208,75 +208,78 @@ TEST(CudaTensorOps, SumOverAMiddleAxisAndIntegerMasksConverted) {
 TEST(CudaTensorOps, FusedAttentionMatchesFloat64Reference) {
   NEREID_REQUIRE_GPU();
   // Q, K and V as an encoder's projections leave them: [rows, tokens, heads x d], read through
-  // strides; a padding mask per row (the last keys at the type's lowest); 77 tokens: a partial key
-  // and query tile; 130: three tiles.
+  // strides; a padding mask per row (the last keys at the type's lowest), or none; 77 tokens: a
+  // partial key and query tile; 130: three tiles.
   for (ElemType t : {ElemType::kBF16, ElemType::kF16})
     for (int64_t d : {32, 64})
-      for (int64_t tokens : {77, 130}) {
-        SCOPED_TRACE(testing::Message()
-                     << "type " << static_cast<int>(t) << ", d " << d << ", tokens " << tokens);
-        const int64_t rows = 2, heads = 3, width = heads * d;
-        const std::vector<float> q = Random(rows * tokens * width, 41, -2.f, 2.f);
-        const std::vector<float> k = Random(rows * tokens * width, 42, -2.f, 2.f);
-        const std::vector<float> v = Random(rows * tokens * width, 43);
-        const float lowest = t == ElemType::kBF16 ? -3.38e38f : -65504.f;
-        std::vector<float> mask(rows * tokens, 0.f);
-        for (int64_t key = tokens - 9; key < tokens; ++key) mask[1 * tokens + key] = lowest;
-        const std::vector<double> qr = Rounded(q, t), kr = Rounded(k, t), vr = Rounded(v, t);
-        DeviceBuffer dq(Encode(q, t)), dk(Encode(k, t)), dv(Encode(v, t)), dm(Encode(mask, t));
-        DeviceBuffer dy(rows * heads * tokens * d * kc::ElemSize(t));
-        kc::AttentionProblem p;
-        p.type = t, p.q = dq.get(), p.k = dk.get(), p.v = dv.get(), p.mask = dm.get();
-        p.out = dy.get();
-        p.rows = rows, p.heads = heads, p.tokens = tokens, p.d = d;
-        p.q_row = p.k_row = p.v_row = tokens * width;
-        p.q_head = p.k_head = p.v_head = d;
-        p.q_token = p.k_token = p.v_token = width;
-        p.mask_row = tokens;
-        p.scale = 1.f / std::sqrt(static_cast<float>(d));
-        ASSERT_TRUE(kc::AttentionSupported(p));
-        CUDA_OK(kc::Attention(p, nullptr));
-        CUDA_OK(cudaDeviceSynchronize());
-        std::vector<double> ref(rows * heads * tokens * d);
-        std::vector<double> scores(tokens);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t h = 0; h < heads; ++h)
-            for (int64_t i = 0; i < tokens; ++i) {
-              double top = -INFINITY, sum = 0;
-              for (int64_t j = 0; j < tokens; ++j) {
-                double acc = 0;
+      for (int64_t tokens : {77, 130})
+        for (bool masked : {true, false}) {
+          SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(t) << ", d " << d
+                                          << ", tokens " << tokens << ", masked " << masked);
+          const int64_t rows = 2, heads = 3, width = heads * d;
+          const std::vector<float> q = Random(rows * tokens * width, 41, -2.f, 2.f);
+          const std::vector<float> k = Random(rows * tokens * width, 42, -2.f, 2.f);
+          const std::vector<float> v = Random(rows * tokens * width, 43);
+          const float lowest = t == ElemType::kBF16 ? -3.38e38f : -65504.f;
+          std::vector<float> mask(rows * tokens, 0.f);
+          for (int64_t key = tokens - 9; key < tokens && masked; ++key)
+            mask[1 * tokens + key] = lowest;
+          const std::vector<double> qr = Rounded(q, t), kr = Rounded(k, t), vr = Rounded(v, t);
+          DeviceBuffer dq(Encode(q, t)), dk(Encode(k, t)), dv(Encode(v, t)), dm(Encode(mask, t));
+          DeviceBuffer dy(rows * heads * tokens * d * kc::ElemSize(t));
+          kc::AttentionProblem p;
+          p.type = t, p.q = dq.get(), p.k = dk.get(), p.v = dv.get();
+          p.mask = masked ? dm.get() : nullptr;
+          p.out = dy.get();
+          p.rows = rows, p.heads = heads, p.tokens = tokens, p.d = d;
+          p.q_row = p.k_row = p.v_row = tokens * width;
+          p.q_head = p.k_head = p.v_head = d;
+          p.q_token = p.k_token = p.v_token = width;
+          p.mask_row = tokens;
+          p.scale = 1.f / std::sqrt(static_cast<float>(d));
+          ASSERT_TRUE(kc::AttentionSupported(p));
+          CUDA_OK(kc::Attention(p, nullptr));
+          CUDA_OK(cudaDeviceSynchronize());
+          std::vector<double> ref(rows * heads * tokens * d);
+          std::vector<double> scores(tokens);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t h = 0; h < heads; ++h)
+              for (int64_t i = 0; i < tokens; ++i) {
+                double top = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < tokens; ++j) {
+                  double acc = 0;
+                  for (int64_t e = 0; e < d; ++e)
+                    acc += qr[(r * tokens + i) * width + h * d + e] *
+                           kr[(r * tokens + j) * width + h * d + e];
+                  scores[j] = acc * p.scale + Rounded({mask[r * tokens + j]}, t)[0];
+                  top = std::max(top, scores[j]);
+                }
+                for (double& s : scores) sum += s = std::exp(s - top);
+                for (int64_t e = 0; e < d; ++e) {
+                  double acc = 0;
+                  for (int64_t j = 0; j < tokens; ++j)
+                    acc += scores[j] / sum * vr[(r * tokens + j) * width + h * d + e];
+                  ref[((r * heads + h) * tokens + i) * d + e] = acc;
+                }
+              }
+          // The probabilities are rounded to the type before their product with V.
+          const std::vector<double> y = Decode(dy.Read(), t);
+          EXPECT_LT(RelativeError(y, ref), t == ElemType::kBF16 ? 2e-2 : 4e-3);
+          // The same written as [rows, tokens, heads x d] (a context transposed back): the same
+          // values in their places.
+          DeviceBuffer dz(rows * heads * tokens * d * kc::ElemSize(t));
+          p.out = dz.get();
+          p.out_row = tokens * width, p.out_head = d, p.out_token = width;
+          CUDA_OK(kc::Attention(p, nullptr));
+          CUDA_OK(cudaDeviceSynchronize());
+          const std::vector<double> z = Decode(dz.Read(), t);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t h = 0; h < heads; ++h)
+              for (int64_t i = 0; i < tokens; ++i)
                 for (int64_t e = 0; e < d; ++e)
-                  acc += qr[(r * tokens + i) * width + h * d + e] *
-                         kr[(r * tokens + j) * width + h * d + e];
-                scores[j] = acc * p.scale + Rounded({mask[r * tokens + j]}, t)[0];
-                top = std::max(top, scores[j]);
-              }
-              for (double& s : scores) sum += s = std::exp(s - top);
-              for (int64_t e = 0; e < d; ++e) {
-                double acc = 0;
-                for (int64_t j = 0; j < tokens; ++j)
-                  acc += scores[j] / sum * vr[(r * tokens + j) * width + h * d + e];
-                ref[((r * heads + h) * tokens + i) * d + e] = acc;
-              }
-            }
-        // The probabilities are rounded to the type before their product with V.
-        const std::vector<double> y = Decode(dy.Read(), t);
-        EXPECT_LT(RelativeError(y, ref), t == ElemType::kBF16 ? 2e-2 : 4e-3);
-        // The same written as [rows, tokens, heads x d] (a context transposed back): the same
-        // values in their places.
-        DeviceBuffer dz(rows * heads * tokens * d * kc::ElemSize(t));
-        p.out = dz.get();
-        p.out_row = tokens * width, p.out_head = d, p.out_token = width;
-        CUDA_OK(kc::Attention(p, nullptr));
-        CUDA_OK(cudaDeviceSynchronize());
-        const std::vector<double> z = Decode(dz.Read(), t);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t h = 0; h < heads; ++h)
-            for (int64_t i = 0; i < tokens; ++i)
-              for (int64_t e = 0; e < d; ++e)
-                ASSERT_EQ(z[(r * tokens + i) * width + h * d + e],
-                          y[((r * heads + h) * tokens + i) * d + e]);
-      }
+                  ASSERT_EQ(z[(r * tokens + i) * width + h * d + e],
+                            y[((r * heads + h) * tokens + i) * d + e]);
+        }
   kc::AttentionProblem bad;
   bad.type = ElemType::kF32, bad.heads = 1, bad.tokens = 1, bad.d = 64;
   EXPECT_FALSE(kc::AttentionSupported(bad));  // fp32 runs the unfused ops
