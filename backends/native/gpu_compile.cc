@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cuda/gemm.h"
+#include "cuda/tensor_ops.h"
 #include "gpu_model.h"
 #include "nereid/half.h"
 
@@ -377,6 +378,26 @@ void RemoveDeadSteps(GpuModel& m) {
   m.steps.assign(kept.rbegin(), kept.rend());
 }
 
+// Step::norm_follows: each GEMM whose output (not a model output) only the next step reads, a
+// LayerNorm over its rows (k its n) with no mean or inverse deviation written.
+void MarkNormsOfSums(GpuModel& m) {
+  std::vector<int> reads(m.values.size(), 0);
+  for (const IoSpec& io : m.outputs) ++reads[m.Resolve(io.value)];
+  for (const Step& s : m.steps)
+    for (int id : StepReads(m, s)) ++reads[id];
+  for (size_t i = 0; i + 1 < m.steps.size(); ++i) {
+    Step& g = m.steps[i];
+    const Step& ln = m.steps[i + 1];
+    g.norm_follows = g.kind == Step::kGemm && ln.kind == Step::kLayerNorm && g.residual >= 0 &&
+                     g.act == kc::Activation::kNone && g.w_scale == nullptr &&
+                     g.sequences == ln.sequences && m.Resolve(ln.in) == m.Resolve(g.out) &&
+                     reads[m.Resolve(g.out)] == 1 && ln.k == g.n && ln.outer == g.outer &&
+                     ln.mean_out < 0 && ln.inv_std_out < 0 &&
+                     m.values[ln.out].type == m.values[g.out].type &&
+                     kc::LayerNormOfSumSupported(m.values[g.out].type, g.n);
+  }
+}
+
 void PlanArena(GpuModel& m) {
   const size_t n = m.values.size();
   const int64_t last = static_cast<int64_t>(m.steps.size());
@@ -540,6 +561,7 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
   }
   if (m->ragged()) RETURN_IF_ERROR(FinishRagged(*m));
   RemoveDeadSteps(*m);
+  MarkNormsOfSums(*m);
   PlanArena(*m);
   return std::shared_ptr<const GpuModel>(std::move(m));
 }

@@ -566,8 +566,40 @@ class GpuInstance final : public GemmBench {
 
   Status EnqueueSteps(int64_t rows) {
     const StepBuffers buffers = Buffers();
-    for (size_t i = 0; i < m_->steps.size(); ++i) RETURN_IF_ERROR(EnqueueStep(i, rows, buffers));
+    for (size_t i = 0; i < m_->steps.size(); ++i) {
+      if (m_->steps[i].norm_follows) {
+        ASSIGN_OR_RETURN(const bool fused, RunGemmAndNorm(i, StepRows(m_->steps[i], rows)));
+        if (fused) {
+          ++i;  // the norm ran too
+          continue;
+        }
+      }
+      RETURN_IF_ERROR(EnqueueStep(i, rows, buffers));
+    }
     return Status::Ok();
+  }
+
+  // GEMM step 'i' (Step::norm_follows) and the LayerNorm after it as two kernels, where cuBLAS
+  // runs the GEMM: its accumulators left in acc_, and the norm taking the epilogue's sum from
+  // them. False (nothing run) where one of Nereid's kernels runs it, epilogue fused.
+  StatusOr<bool> RunGemmAndNorm(size_t i, int64_t rows) {
+    const Step& s = m_->steps[i];
+    const Step& ln = m_->steps[i + 1];
+    const GemmChoice* choice = tuner_->Choice(i, rows);
+    if (choice != nullptr && choice->impl != GemmChoice::Impl::kCublas) return false;
+    kc::GemmProblem p = Problem(s, rows);
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    if (!aligned(acc_.data) || !aligned(p.residual) || !aligned(Buf(ln.out))) return false;
+    const float* sum_bias = p.bias;
+    const void* residual = p.residual;
+    p.bias = nullptr, p.residual = nullptr;
+    p.out_type = kc::ElemType::kF32, p.y = acc_.data;  // cuBLAS writes it straight
+    if (std::string e = cublas_->Run(p, nullptr); !e.empty()) return Internal(e);
+    CUDA_RETURN(kc::LayerNormOfSum(m_->values[ln.out].type, static_cast<const float*>(acc_.data),
+                                   sum_bias, residual, Buf(ln.out), p.m, p.n,
+                                   static_cast<const float*>(ln.w), ln.bias, ln.epsilon, stream_),
+                "layer norm kernel");
+    return true;
   }
 
   kc::GemmProblem Problem(const Step& s, int64_t rows) const {

@@ -82,11 +82,15 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 // Statistics as above: the mean, then the squares around it, in fp32.
 constexpr int kRowWarps = 4;
 
-template <typename T, int kPer>
+// kSum: x is the sum a GEMM's epilogue would have written, made here from its fp32 accumulators
+// 'acc', the GEMM's bias 'sum_bias' (or null) and 'x' as the residual, rounded to T as the
+// epilogue rounds it (LayerNormOfSum).
+template <typename T, int kPer, bool kSum = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     LayerNormRowsKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int n,
                         const float* __restrict__ scale, const float* __restrict__ bias, float eps,
-                        T* __restrict__ mean_out, T* __restrict__ inv_out) {
+                        T* __restrict__ mean_out, T* __restrict__ inv_out,
+                        const float* __restrict__ acc, const float* __restrict__ sum_bias) {
   constexpr int kVec = 16 / sizeof(T);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -98,10 +102,28 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   for (int j = 0; j < kPer; ++j) {
     const int c = lane + 32 * j;
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (c < vectors) raw = in[c];
+    float4 a[kVec / 4];
+#pragma unroll
+    for (int q = 0; q < kVec / 4; ++q) a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c < vectors) {
+      raw = in[c];
+      if constexpr (kSum) {
+        const float4* pa = reinterpret_cast<const float4*>(acc + row * n) + c * (kVec / 4);
+#pragma unroll
+        for (int q = 0; q < kVec / 4; ++q) a[q] = pa[q];
+      }
+    }
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v[j][k] = ToFloat(e[k]), sum += v[j][k];
+    for (int k = 0; k < kVec; ++k) {
+      v[j][k] = ToFloat(e[k]);
+      if constexpr (kSum) {
+        float t = reinterpret_cast<const float*>(a)[k];
+        if (sum_bias != nullptr && c < vectors) t += sum_bias[c * kVec + k];
+        v[j][k] = ToFloat(FromFloat<T>(t + v[j][k]));
+      }
+      sum += v[j][k];
+    }
   }
   const float mean = WarpReduce<false>(sum) / static_cast<float>(n);
   float squares = 0.f;
@@ -290,7 +312,7 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
       const auto launch = [&](auto kernel) {
         kernel<<<blocks, kRowWarps * 32, 0, stream>>>(
             static_cast<const T*>(x), static_cast<T*>(y), rows, static_cast<int>(n), scale, bias,
-            eps, static_cast<T*>(mean), static_cast<T*>(inv_std));
+            eps, static_cast<T*>(mean), static_cast<T*>(inv_std), nullptr, nullptr);
       };
       if (per <= 1) return launch(LayerNormRowsKernel<T, 1>);
       if (per <= 2) return launch(LayerNormRowsKernel<T, 2>);
@@ -301,6 +323,38 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
     LayerNormKernel<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), n, scale, bias, eps, static_cast<T*>(mean),
         static_cast<T*>(inv_std));
+  });
+}
+
+bool LayerNormOfSumSupported(ElemType type, int64_t n) {
+  if (type != ElemType::kF32 && type != ElemType::kBF16 && type != ElemType::kF16) return false;
+  const int64_t vec = 16 / static_cast<int64_t>(ElemSize(type));
+  return n >= 1 && n % vec == 0 && (n / vec + 31) / 32 <= 8;
+}
+
+cudaError_t LayerNormOfSum(ElemType type, const float* acc, const float* sum_bias,
+                           const void* residual, void* y, int64_t rows, int64_t n,
+                           const float* scale, const float* bias, float eps, cudaStream_t stream) {
+  if (rows < 0 || rows > 0x7fffffff || !(eps >= 0.f) || !LayerNormOfSumSupported(type, n) ||
+      acc == nullptr || residual == nullptr)
+    return cudaErrorInvalidValue;
+  for (const void* p : {static_cast<const void*>(acc), residual, static_cast<const void*>(y)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  return WithFloatType(type, [&](auto t) {
+    using T = decltype(t);
+    const int64_t per = (n / (16 / static_cast<int64_t>(sizeof(T))) + 31) / 32;
+    const auto blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+    const auto launch = [&](auto kernel) {
+      kernel<<<blocks, kRowWarps * 32, 0, stream>>>(
+          static_cast<const T*>(residual), static_cast<T*>(y), rows, static_cast<int>(n), scale,
+          bias, eps, nullptr, nullptr, acc, sum_bias);
+    };
+    if (per <= 1) return launch(LayerNormRowsKernel<T, 1, true>);
+    if (per <= 2) return launch(LayerNormRowsKernel<T, 2, true>);
+    if (per <= 3) return launch(LayerNormRowsKernel<T, 3, true>);
+    if (per <= 4) return launch(LayerNormRowsKernel<T, 4, true>);
+    return launch(LayerNormRowsKernel<T, 8, true>);
   });
 }
 

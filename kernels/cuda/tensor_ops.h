@@ -24,6 +24,17 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
                       const float* scale, const float* bias, float eps, void* mean, void* inv_std,
                       cudaStream_t stream);
 
+// LayerNorm of the sum a GEMM's epilogue would have written, without writing it: each value
+// acc + sum_bias[col] (fp32; sum_bias optional) + residual, rounded to the type as the epilogue
+// rounds it, then normalized as LayerNorm does (a warp per row). For a GEMM run by cuBLAS whose
+// output only a layer norm reads: one kernel where the epilogue and the norm were two, and the
+// sum never stored. Rows of whole 16-byte vectors, up to 256 of them; acc, residual and y
+// 16-byte aligned.
+bool LayerNormOfSumSupported(ElemType type, int64_t n);
+cudaError_t LayerNormOfSum(ElemType type, const float* acc, const float* sum_bias,
+                           const void* residual, void* y, int64_t rows, int64_t n,
+                           const float* scale, const float* bias, float eps, cudaStream_t stream);
+
 // c[i] = a[i] b[i] for i < batch: a[i] m x k, b[i] k x n and c[i] m x n, each contiguous and
 // row-major, fp32 sums (the products of two activations, as attention's; CUDA cores).
 cudaError_t BatchedMatMul(ElemType type, const void* a, const void* b, void* c, int64_t batch,

@@ -334,6 +334,11 @@ TEST(GpuCompile, TextEncoderCompilesWithItsShapeArithmeticDoneAtLoad) {
     for (const auto& [kind, n] : want)
       EXPECT_EQ(counts.count(kind) ? counts.at(kind) : 0, n) << kind;
     EXPECT_EQ(counts.count("unary"), 0u) << "a GELU outside its GEMM's epilogue";
+    // Each layer's output projection and second feed-forward GEMM (residual added) feed only
+    // their layer norm: on cuBLAS, the norm takes their sums from the accumulators.
+    const auto& steps = (*model)->steps;
+    EXPECT_EQ(
+        std::count_if(steps.begin(), steps.end(), [](const Step& s) { return s.norm_follows; }), 6);
     ASSERT_EQ((*model)->inputs.size(), 2u);
     EXPECT_EQ((*model)->inputs[0].name, "input_ids");
     EXPECT_EQ((*model)->inputs[0].index_limit, 30522);  // the vocabulary

@@ -64,6 +64,54 @@ TEST(CudaTensorOps, LayerNormMatchesFloat64Reference) {
       }
 }
 
+// The norm of a GEMM's sum taken from its accumulators equals, bit for bit, the epilogue's
+// rounded sum normalized by LayerNorm: the sum made in the same order (accumulator + bias, then +
+// residual) and rounded as the epilogue rounds it.
+TEST(CudaTensorOps, LayerNormOfSumEqualsTheEpilogueThenTheNorm) {
+  NEREID_REQUIRE_GPU();
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16})
+    for (int64_t n : {64, 384, 768, 2048})
+      for (bool with_bias : {true, false}) {
+        if (!kc::LayerNormOfSumSupported(t, n)) {
+          EXPECT_EQ(t, ElemType::kF32) << n;  // fp32 rows up to 1,024 values
+          continue;
+        }
+        SCOPED_TRACE(testing::Message()
+                     << "type " << static_cast<int>(t) << ", n " << n << ", bias " << with_bias);
+        const int64_t rows = 37;
+        const std::vector<float> acc = Random(rows * n, 21 + n, -4.f, 4.f);
+        const std::vector<float> residual = Random(rows * n, 22, -2.f, 2.f);
+        const std::vector<float> bias = Random(n, 23), scale = Random(n, 24), shift = Random(n, 25);
+        const std::vector<double> res = Rounded(residual, t);
+        std::vector<float> sum(rows * n);
+        for (int64_t i = 0; i < rows * n; ++i) {
+          float v = acc[i];
+          if (with_bias) v += bias[i % n];
+          sum[i] = v + static_cast<float>(res[i]);
+        }
+        DeviceBuffer dacc(Encode(acc, ElemType::kF32)), dres(Encode(residual, t));
+        DeviceBuffer dsum(Encode(sum, t)), dbias(Encode(bias, ElemType::kF32));
+        DeviceBuffer dscale(Encode(scale, ElemType::kF32)), dshift(Encode(shift, ElemType::kF32));
+        DeviceBuffer want(rows * n * kc::ElemSize(t)), got(rows * n * kc::ElemSize(t));
+        const auto* fscale = static_cast<const float*>(dscale.get());
+        const auto* fshift = static_cast<const float*>(dshift.get());
+        CUDA_OK(kc::LayerNorm(t, dsum.get(), want.get(), rows, n, fscale, fshift, 1e-5f, nullptr,
+                              nullptr, nullptr));
+        CUDA_OK(kc::LayerNormOfSum(t, static_cast<const float*>(dacc.get()),
+                                   with_bias ? static_cast<const float*>(dbias.get()) : nullptr,
+                                   dres.get(), got.get(), rows, n, fscale, fshift, 1e-5f, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(got.Read(), want.Read());
+      }
+  EXPECT_FALSE(kc::LayerNormOfSumSupported(ElemType::kBF16, 300));   // not whole vectors
+  EXPECT_FALSE(kc::LayerNormOfSumSupported(ElemType::kBF16, 4096));  // 16 vectors a lane
+  DeviceBuffer a(64 * 4 + 16), r(64 * 2 + 16), y(64 * 2);
+  EXPECT_EQ(kc::LayerNormOfSum(ElemType::kBF16, static_cast<const float*>(a.get()), nullptr,
+                               static_cast<const uint8_t*>(r.get()) + 2, y.get(), 1, 64, nullptr,
+                               nullptr, 1e-5f, nullptr),
+            cudaErrorInvalidValue);  // a residual off 16 bytes
+}
+
 TEST(CudaTensorOps, BatchedMatMulMatchesFloat64Reference) {
   NEREID_REQUIRE_GPU();
   struct Shape {
