@@ -24,6 +24,9 @@ template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void DotTwoPanels(
     __m512i (&a)[R][2], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
     const int8_t* p1) {
+  // Every loop over R unrolled and every index of 'a' a constant, here and where 'a' is read: an
+  // index known only at run time kept the accumulators in memory, stored each step.
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
   for (int64_t g = 0; g < k4; ++g) {
     const __m512i w0 = _mm512_loadu_si512(p0 + g * 64), w1 = _mm512_loadu_si512(p1 + g * 64);
@@ -48,16 +51,17 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void KernelVnni(const uin
   if (p1 != nullptr) {
     DotTwoPanels<R>(a, x, stride, k4, p0, p1);
   } else {
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
     for (int64_t g = 0; g < k4; ++g) {
       const __m512i w0 = _mm512_loadu_si512(p0 + g * 64);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r)
         a[r][0] =
             _mm512_dpbusd_epi32(a[r][0], _mm512_set1_epi32(Load4(x + r * stride + 4 * g)), w0);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     _mm512_storeu_si512(acc[r], a[r][0]);
     _mm512_storeu_si512(acc[r] + kPanel, a[r][1]);
@@ -224,11 +228,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
   const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
   __m512i a[R][2];
   DotTwoPanels<R>(a, xq, stride, k4, p0, p1);
-  for (int h = 0; h < halves; ++h) {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    if (h == halves) break;
     const int64_t c0 = j0 + h * kPanel;
     const int64_t width = std::min<int64_t>(kPanel, j0 + cols - c0);
     const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
     const __m512i offset = _mm512_maskz_loadu_epi32(mask, w.offset() + c0);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
       FinishRow16(_mm512_sub_epi32(a[r][h], offset), xs[r], w, c0, width, y + r * ldy, ep,
                   residual != nullptr ? residual + r * ep.ld_residual : nullptr);
