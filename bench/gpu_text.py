@@ -24,6 +24,7 @@
    inputs gathered, the GPU run, each request answered), summed, sequences/s.
 
 Usage: python3 bench/gpu_text.py NEREID_BINARY [--batches 1,64] [--iters 100] [--lengths 32,64,96,128]
+       [--log-verbose]
 """
 import argparse
 import os
@@ -201,6 +202,9 @@ def main():
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
     parser.add_argument("--out", default=tempfile.mkdtemp())
+    parser.add_argument("--log-verbose", action="store_true",
+                        help="the server at --log-verbose=1: its host phases per batch of several "
+                             "requests printed at the end (timing events cost a little)")
     parser.add_argument("--lengths", default="32,64,96,128",
                         help="section 4: the open tokens dimension's plans ('' skips it)")
     args = parser.parse_args()
@@ -231,7 +235,8 @@ def main():
                            sorted({TORCH_OF.get(p, p) for p in precisions},
                                   key=PRECISIONS.index)) if batches else {}
     server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
-                    "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=1073741824")
+                    "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=1073741824",
+                    *(["--log-verbose=1"] if args.log_verbose else []))
     try:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         print(f"{'precision':>9} {'batch':>6} | {'PyTorch mean':>12} {'p50':>8} {'seq/s':>8} | "
@@ -311,7 +316,7 @@ def main():
         client.close()
         with open(server.log_path) as f:
             for line in f:
-                if "native GPU engine" in line:
+                if "native GPU engine" in line or "GPU batches of" in line:
                     print("   " + line.split("] ", 1)[-1].rstrip())
     finally:
         server.stop()

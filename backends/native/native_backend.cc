@@ -3,7 +3,9 @@
 // every op of the graph is implemented, and auto-completes inputs, outputs and max_batch_size from
 // the graph.
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -79,12 +81,22 @@ struct ModelState : backend::ModelIo {
 #endif
 };
 
+// Where a KIND_GPU instance's batches of several requests spend their time on the host, summed
+// until --log-verbose reports them (a line per 8 such batches): each request's inputs found, its
+// outputs allocated, the run (RunOnGpu: staging, the device and the wait for it) and the copies
+// from staging into outputs after it. (The responses' time after that is the statistics'
+// compute_output.)
+struct BatchPhases {
+  uint64_t batches = 0, requests = 0, read_ns = 0, allocate_ns = 0, run_ns = 0, after_ns = 0;
+};
+
 struct InstanceState {
   // CPU instances with intra_op_thread_count > 1: the threads the kernels split their loops over.
   std::unique_ptr<kernels::ThreadTeam> team;
 #ifdef NEREID_NATIVE_GPU
   // KIND_GPU instances: per precision, one plan per open_dims value (none: refused by the guard).
   std::vector<std::vector<GpuInstancePtr>> gpus;
+  BatchPhases phases;  // (an instance runs one batch at a time)
 #endif
 };
 
@@ -745,9 +757,32 @@ Status InitializeGpuInstance(ModelState& m, NereidInstance* instance, InstanceSt
 // shapes), each request's rows gathered straight into the instance's pinned staging buffers, the
 // graph run on the device, and each request's rows of every output it asked for copied into its
 // response.
+// Adds one batch's phases (t: its entry, inputs found, outputs allocated, run, end) and reports
+// every 8th batch at verbose level.
+void NoteBatchPhases(const ModelState& m, BatchPhases& p, uint32_t count,
+                     const std::array<uint64_t, 5>& t) {
+  ++p.batches, p.requests += count;
+  p.read_ns += t[1] - t[0], p.allocate_ns += t[2] - t[1], p.run_ns += t[3] - t[2];
+  p.after_ns += t[4] - t[3];
+  if (p.batches < 8) return;
+  const double n = static_cast<double>(p.batches);
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "model '%s': GPU batches of %.1f requests, mean of %llu: inputs found %.1f us, "
+                "outputs allocated %.1f us, run %.1f us, outputs from staging %.1f us",
+                m.name.c_str(), static_cast<double>(p.requests) / n,
+                static_cast<unsigned long long>(p.batches), p.read_ns / 1e3 / n,
+                p.allocate_ns / 1e3 / n, p.run_ns / 1e3 / n, p.after_ns / 1e3 / n);
+  Log(NEREID_LOG_VERBOSE, line);
+  p = {};
+}
+
 Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
                        const std::vector<GpuInstancePtr>& plans, NereidRequest** requests,
-                       uint32_t count, std::vector<Status>& failed) {
+                       uint32_t count, std::vector<Status>& failed, BatchPhases& phases) {
+  const bool timed = count > 1 && NereidLogEnabled(NEREID_LOG_VERBOSE) != 0;
+  std::array<uint64_t, 5> t{};
+  if (timed) t[0] = NereidNowNs();
   ASSIGN_OR_RETURN(const size_t plan, PlanFor(m, [&](const std::string& name) {
                      NereidTensor t;
                      if (!FromError(NereidRequestInputByName(requests[0], name.c_str(), &t)).ok())
@@ -790,6 +825,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
     total_rows = input_rows;
     feeds.push_back(std::move(feed));
   }
+  if (timed) t[1] = NereidNowNs();
   // Every request's outputs are allocated first (its CUDA shared-memory region, else pinned host
   // memory), each request's rows of an output side by side in the run's order: where every
   // request of the batch asked for an output and got its buffer, the device writes each one's
@@ -846,8 +882,10 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
   }
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;
+  if (timed) t[2] = NereidNowNs();
   RETURN_IF_ERROR(RunOnGpu(gpu, total_rows, feeds, destinations, &results, &start, &end,
                            ragged ? &sequences : nullptr));
+  if (timed) t[3] = NereidNowNs();
   NereidRequestSetDeviceTime(requests[0], LastDeviceNs(gpu));
   for (uint32_t r = 0; r < count; ++r) NereidRequestSetComputeTimes(requests[r], start, end);
   // The rows the device did not write straight into a request's buffer: from staging (into a
@@ -867,6 +905,10 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
         std::memcpy(buffer.data, from, bytes);
       }
     }
+  }
+  if (timed) {
+    t[4] = NereidNowNs();
+    NoteBatchPhases(m, phases, count, t);
   }
   return Status::Ok();
 }
@@ -913,7 +955,8 @@ struct NativeBackend {
         if (variant >= instance.gpus.size() || instance.gpus[variant].empty())
           return backend::Internal("precision variant " + std::to_string(variant) +
                                    " is not loaded");
-        return native::ExecuteBatchGpu(model, handle, instance.gpus[variant], batch, n, f);
+        return native::ExecuteBatchGpu(model, handle, instance.gpus[variant], batch, n, f,
+                                       instance.phases);
       }
 #endif
       nereid::kernels::ParallelScope scope(instance.team.get());
