@@ -539,6 +539,47 @@ TEST(GpuCompile, ReductionsRunOverAxesSideBySideAfterTheRows) {
   }
 }
 
+// x [N, 16] -> MatMul(w) + b + x -> LayerNormalization: an encoder layer's projection, its
+// residual and its norm; 'sum_out' also makes the sum a graph output.
+std::unique_ptr<onnx::ModelProto> ProjectionNormModel(bool sum_out) {
+  auto model = NewModel(17);
+  auto* g = model->mutable_graph();
+  AddValueInfo(g->mutable_input(), "x", {-1, 16});
+  onnx_builder::AddFloatTensor(g, "w", {16, 16}, std::vector<float>(256, 0.01f));
+  onnx_builder::AddFloatTensor(g, "b", {16}, std::vector<float>(16, 0.5f));
+  onnx_builder::AddFloatTensor(g, "scale", {16}, std::vector<float>(16, 2.f));
+  onnx_builder::AddFloatTensor(g, "shift", {16}, std::vector<float>(16, 1.f));
+  AddNode(g, "MatMul", {"x", "w"}, "mm");
+  AddNode(g, "Add", {"mm", "b"}, "biased");
+  AddNode(g, "Add", {"biased", "x"}, "sum");
+  AddNode(g, "LayerNormalization", {"sum", "scale", "shift"}, "y");
+  AddValueInfo(g->mutable_output(), "y", {});
+  if (sum_out) AddValueInfo(g->mutable_output(), "sum", {});
+  return model;
+}
+
+// A GEMM whose output only the next layer norm reads is marked so that, on cuBLAS, the norm takes
+// the sum from its accumulators; one whose output is read elsewhere too (here, a graph output) is
+// not.
+TEST(GpuCompile, ANormTakesTheSumOfTheGemmOnlyItReads) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16})
+    for (bool sum_out : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << "bf16 " << (p == Precision::kBf16) << ", sum out " << sum_out);
+      auto graph = Graph::FromProto(ProjectionNormModel(sum_out), {.pack_weights = false});
+      ASSERT_TRUE(graph.ok()) << graph.status().message();
+      auto model = CompileForGpu(**graph, kGpuPlanOnly, p);
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      const auto& steps = (*model)->steps;
+      ASSERT_EQ(GpuStepCounts(**model).at("gemm"), 1);
+      ASSERT_EQ(GpuStepCounts(**model).at("layer norm"), 1);
+      const auto gemm = std::find_if(steps.begin(), steps.end(),
+                                     [](const Step& s) { return s.kind == Step::kGemm; });
+      EXPECT_GE(gemm->residual, 0) << "the residual Add in the GEMM's epilogue";
+      EXPECT_EQ(gemm->norm_follows, !sum_out);
+    }
+}
+
 // x [N, 4] -> Shape -> Equal(., [c, 4]) -> Where(., [1, 1], shape) -> Expand(x', .): the shape
 // arithmetic of an exported mask, decided at load where the batch cannot change the answer.
 std::unique_ptr<onnx::ModelProto> MaskShapeModel(int64_t c) {
