@@ -265,13 +265,11 @@ __device__ __forceinline__ void RoundTf32(uint4& v) {
   v = make_uint4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
 }
 
-// kRT: 16-row tiles of w per block; kNT: 8-row tiles of x per block. gridDim.z > 1 takes x in
-// groups of 8 kNT rows, a group per block (w read again, mostly from L2). gridDim.y > 1 splits the
+// kRT: 16-row tiles of w per block; kNT: 8-row tiles of x (m <= 8 kNT). gridDim.y > 1 splits the
 // chunks of k over the blocks of a thread-block cluster (1 x gridDim.y x 1): each block sums its
 // warps' partials in its own shared memory, the cluster synchronizes, and each block then reads
 // its share of the values from every block's shared memory (in rank order, so the sum is
-// deterministic) and applies the epilogue. The partials are summed a pass of w tiles at a time,
-// so that they stay within 32 KiB of shared memory.
+// deterministic) and applies the epilogue.
 // int8 operands (T = int8_t): exact int32 sums, scaled by x_scale[row] * w_scale[col] as stored.
 template <typename T, int kRT, int kNT, typename OutT>
 __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
@@ -282,19 +280,10 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
   using Acc = std::conditional_t<kInt8, int, float>;
   constexpr int V = 16 / sizeof(T);  // elements per 16-byte load
   constexpr int kChunk = 4 * V;
-  // Chunks in flight per warp: fewer where the tiles' registers are many.
-  constexpr int U = kRT * kNT > 8 ? 2 : 4;
-  constexpr int kPass = kRT * kNT > 8 ? 1 : kRT;  // w tiles whose partials are summed at once
-  __shared__ Acc partial[kTcWarps][kPass][kNT][4][32];
+  constexpr int U = 4;  // chunks in flight per warp
+  __shared__ Acc partial[kTcWarps][kRT][kNT][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * 16 * kRT;
-  // This block's group of x rows.
-  const int r0 = static_cast<int>(blockIdx.z) * 8 * kNT;
-  m = min(m - r0, 8 * kNT);
-  x += static_cast<int64_t>(r0) * k;
-  y += static_cast<int64_t>(r0) * n;
-  if (residual != nullptr) residual += static_cast<int64_t>(r0) * n;
-  if constexpr (kInt8) x_scale += r0;
   const int chunks = k / kChunk;
   const int splits = static_cast<int>(gridDim.y);
   const int per_split = (chunks + splits - 1) / splits;
@@ -364,68 +353,62 @@ __global__ __launch_bounds__(kTcWarps * 32) void SmallMTensorCoreKernel(
           MmaChunk<T>(acc[rt][nt], wv[u][rt][0], wv[u][rt][1], xv[u][nt]);
   }
 
-  // Value i of a pass is register r = i / 32 % 4 of lane src = i % 32 for tiles nt = i / 128 % kNT
-  // and rt = pass + i / (128 kNT); in the C fragment of m16n8 that is w row g + 8 (r / 2), x row
-  // 2t + r % 2.
-  constexpr int kValues = kPass * kNT * 4 * 32;
 #pragma unroll
-  for (int pass = 0; pass < kRT; pass += kPass) {
-    if (pass > 0) __syncthreads();  // the previous pass's partials are read
+  for (int rt = 0; rt < kRT; ++rt)
 #pragma unroll
-    for (int rt = 0; rt < kPass; ++rt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
+      for (int r = 0; r < 4; ++r) partial[warp][rt][nt][r][lane] = acc[rt][nt][r];
+  __syncthreads();
+  // Value i is register r = i / 32 % 4 of lane src = i % 32 for tiles nt = i / 128 % kNT and
+  // rt = i / (128 kNT); in the C fragment of m16n8 that is w row g + 8 (r / 2), x row 2t + r % 2.
+  constexpr int kValues = kRT * kNT * 4 * 32;
+  auto store = [&](int i, Acc sum) {
+    const int src = i % 32, r = i / 32 % 4, nt = i / 128 % kNT, rt = i / (128 * kNT);
+    const int col = n0 + rt * 16 + src / 4 + 8 * (r / 2);
+    const int row = nt * 8 + 2 * (src % 4) + r % 2;
+    if (row >= m || col >= n) return;
+    float v = alpha * static_cast<float>(sum);
+    if constexpr (kInt8) v *= x_scale[row] * w_scale[col];
+    if (bias != nullptr) v += bias[col];
+    v = ActivateAny(act, v);
+    const int64_t at = static_cast<int64_t>(row) * n + col;
+    if (residual != nullptr) v += ToFloat(residual[at]);
+    y[at] = FromFloat<OutT>(v);
+  };
+  auto block_sum = [&](int i) {
+    Acc sum = 0;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) partial[warp][rt][nt][r][lane] = acc[pass + rt][nt][r];
-    __syncthreads();
-    auto store = [&](int i, Acc sum) {
-      const int src = i % 32, r = i / 32 % 4, nt = i / 128 % kNT, rt = pass + i / (128 * kNT);
-      const int col = n0 + rt * 16 + src / 4 + 8 * (r / 2);
-      const int row = nt * 8 + 2 * (src % 4) + r % 2;
-      if (row >= m || col >= n) return;
-      float v = alpha * static_cast<float>(sum);
-      if constexpr (kInt8) v *= x_scale[row] * w_scale[col];
-      if (bias != nullptr) v += bias[col];
-      v = ActivateAny(act, v);
-      const int64_t at = static_cast<int64_t>(row) * n + col;
-      if (residual != nullptr) v += ToFloat(residual[at]);
-      y[at] = FromFloat<OutT>(v);
-    };
-    auto block_sum = [&](int i) {
-      Acc sum = 0;
-#pragma unroll
-      for (int wi = 0; wi < kTcWarps; ++wi) sum += (&partial[wi][0][0][0][0])[i];
-      return sum;
-    };
-    if (splits == 1) {
-      for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) store(i, block_sum(i));
-      continue;
-    }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // In place: value i of warp 0's slice is read and written by one thread only.
-    Acc* const reduced = &partial[0][0][0][0][0];
-    for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) reduced[i] = block_sum(i);
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's sums are in its shared memory
-    const int rank = static_cast<int>(cluster.block_rank());
-    for (int i = threadIdx.x + rank * kTcWarps * 32; i < kValues; i += kTcWarps * 32 * splits) {
-      Acc sum = 0;
-      for (int q = 0; q < splits; ++q) sum += cluster.map_shared_rank(reduced, q)[i];
-      store(i, sum);
-    }
-    cluster.sync();  // no block moves on while another still reads its shared memory
-#endif
+    for (int wi = 0; wi < kTcWarps; ++wi) sum += (&partial[wi][0][0][0][0])[i];
+    return sum;
+  };
+  if (splits == 1) {
+    for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) store(i, block_sum(i));
+    return;
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // In place: value i of warp 0's slice is read and written by one thread only.
+  Acc* const reduced = &partial[0][0][0][0][0];
+  for (int i = threadIdx.x; i < kValues; i += kTcWarps * 32) reduced[i] = block_sum(i);
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's sums are in its shared memory
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int i = threadIdx.x + rank * kTcWarps * 32; i < kValues; i += kTcWarps * 32 * splits) {
+    Acc sum = 0;
+    for (int q = 0; q < splits; ++q) sum += cluster.map_shared_rank(reduced, q)[i];
+    store(i, sum);
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
 }
 
 // Launched as a cluster of 'splits' blocks along y when splits > 1.
 template <typename T, int kRT, int kNT, typename OutT>
 cudaError_t LaunchTensorCoreKernel(const GemmProblem& p, int splits, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  config.gridDim =
-      dim3(static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT)), static_cast<unsigned>(splits),
-           static_cast<unsigned>((p.m + 8 * kNT - 1) / (8 * kNT)));
+  config.gridDim = dim3(static_cast<unsigned>((p.n + 16 * kRT - 1) / (16 * kRT)),
+                        static_cast<unsigned>(splits), 1);
   config.blockDim = dim3(kTcWarps * 32, 1, 1);
   config.stream = stream;
   cudaLaunchAttribute cluster[1];
@@ -447,7 +430,8 @@ cudaError_t LaunchTensorCore(const GemmProblem& p, int splits, cudaStream_t stre
   if (p.m <= 8) return LaunchTensorCoreKernel<T, kRT, 1, OutT>(p, splits, stream);
   if (p.m <= 16) return LaunchTensorCoreKernel<T, kRT, 2, OutT>(p, splits, stream);
   if (p.m <= 32) return LaunchTensorCoreKernel<T, kRT, 4, OutT>(p, splits, stream);
-  return LaunchTensorCoreKernel<T, kRT, 8, OutT>(p, splits, stream);  // groups of 64 rows
+  // 33..64: one row tile, so the partial sums stay within 32 KiB of shared memory
+  return LaunchTensorCoreKernel<T, 1, 8, OutT>(p, splits, stream);
 }
 
 template <typename T, int M, int kRows, typename OutT>

@@ -5,8 +5,8 @@
 //  - GemmSmallM: Nereid's own kernel for serving batches (m <= 16): each warp streams rows of w
 //    once, 16 bytes per load, with the epilogue fused into its stores.
 //  - GemmSmallM kTensorCore16/32: the same streaming of w on the tensor cores (mma.sync), for
-//    m <= 256: w's rows are the MMA's rows and x's rows its columns, with k permuted inside each
-//    16-byte load so every load feeds the MMA fragments directly; x in groups of 64 rows.
+//    m <= 64: w's rows are the MMA's rows and x's rows its columns, with k permuted inside each
+//    16-byte load so every load feeds the MMA fragments directly.
 //  - GemmSm90: Nereid's Hopper GEMM (sm_90a: TMA, wgmma, a persistent warp-specialized grid) for
 //    shapes that fill the GPU, epilogue fused.
 //  - CublasGemm: cuBLAS (cublasGemmEx) with the epilogue as a second kernel; the fallback for
@@ -47,13 +47,13 @@ struct GemmProblem {
 // kSharedX: x staged in shared memory per block and tile of k, each warp streaming 4 rows of w
 // (fewer x reads for m > 1; m <= 16); kTensorCore16/32: a block of 8 warps streams 16 or 32 rows of
 // w on the tensor cores, the warps splitting k (bf16, fp16, tf32, and int8 with its scales on
-// m16n8k32; m <= 256 in groups of 64 rows, a block each, k a multiple of 32 bf16/fp16, 16 fp32
-// or 64 int8); the -K2/-K4/-K8 forms split k further over a thread-block cluster of 2, 4 or 8
-// blocks (Hopper), whose partial sums meet in distributed shared memory, so GEMMs with few output
-// columns keep enough blocks and loads in flight to stream w at HBM speed. Which wins depends on
-// the shape: the engine times them against cuBLAS per layer and row count. kSplitK2: a block of 4
-// warps streams 2 rows of w, the warps splitting k (CUDA cores, m <= 16; 4x the loads in flight of
-// kWarpRows2 for GEMMs with few output columns).
+// m16n8k32; m <= 64, k a multiple of 32 bf16/fp16, 16 fp32 or 64 int8); the -K2/-K4/-K8 forms split
+// k further over a thread-block cluster of 2, 4 or 8 blocks (Hopper), whose partial sums meet in
+// distributed shared memory, so GEMMs with few output columns keep enough blocks and loads in
+// flight to stream w at HBM speed. Which wins depends on the shape: the engine times them against
+// cuBLAS per layer and row count. kSplitK2: a block of 4 warps streams 2 rows of w, the warps
+// splitting k (CUDA cores, m <= 16; 4x the loads in flight of kWarpRows2 for GEMMs with few output
+// columns).
 enum class SmallMVariant {
   kWarpRows2,
   kWarpRows4,
@@ -78,7 +78,7 @@ constexpr SmallMVariant kSmallMVariants[] = {
 bool SmallMTensorCore(SmallMVariant v);
 int SmallMClusterSplits(SmallMVariant v);
 // The largest m any GemmSmallM variant takes, and the largest the CUDA-core variants take.
-constexpr int64_t kSmallMMax = 256;
+constexpr int64_t kSmallMMax = 64;
 constexpr int64_t kSmallMCudaCoreMax = 16;
 // Whether GemmSmallM 'v' can run 'p' (m within the variant's limit, k a multiple of its vector,
 // 16-byte aligned x and w, y in fp32 or in the operands' type; cluster splits need a GPU with
