@@ -295,6 +295,34 @@ cudaError_t LrnNhwc(ElemType type, const void* x, void* y, int64_t pixels, int64
   });
 }
 
+namespace {
+
+// The 16-byte vectors a lane of LayerNormRowsKernel takes for rows of n values of 'elem_size'
+// bytes (1 to 4, or 8), or 0 where the rows are not whole vectors or need more than 8 a lane.
+int64_t RowVectorsPerLane(int64_t n, int64_t elem_size) {
+  const int64_t vec = 16 / elem_size, per = (n / vec + 31) / 32;
+  return n >= 1 && n % vec == 0 && per <= 8 ? per : 0;
+}
+
+// LayerNormRowsKernel<T, per, kSum> over 'rows' rows, a warp each ('per' from RowVectorsPerLane).
+template <typename T, bool kSum>
+void LaunchLayerNormRows(int64_t per, const T* x, T* y, int64_t rows, int64_t n, const float* scale,
+                         const float* bias, float eps, T* mean, T* inv_std, const float* acc,
+                         const float* sum_bias, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  const auto launch = [&](auto kernel) {
+    kernel<<<blocks, kRowWarps * 32, 0, stream>>>(x, y, rows, static_cast<int>(n), scale, bias, eps,
+                                                  mean, inv_std, acc, sum_bias);
+  };
+  if (per <= 1) return launch(LayerNormRowsKernel<T, 1, kSum>);
+  if (per <= 2) return launch(LayerNormRowsKernel<T, 2, kSum>);
+  if (per <= 3) return launch(LayerNormRowsKernel<T, 3, kSum>);
+  if (per <= 4) return launch(LayerNormRowsKernel<T, 4, kSum>);
+  return launch(LayerNormRowsKernel<T, 8, kSum>);
+}
+
+}  // namespace
+
 cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64_t n,
                       const float* scale, const float* bias, float eps, void* mean, void* inv_std,
                       cudaStream_t stream) {
@@ -303,23 +331,13 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
     // Rows of whole 16-byte vectors, 16-byte aligned, at most 8 a lane: a warp each.
-    constexpr int64_t kVec = 16 / sizeof(T);
-    const int64_t per = (n / kVec + 31) / 32;
+    const int64_t per = RowVectorsPerLane(n, sizeof(T));
     const bool aligned =
         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-    if (n % kVec == 0 && per <= 8 && aligned) {
-      const auto blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
-      const auto launch = [&](auto kernel) {
-        kernel<<<blocks, kRowWarps * 32, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<T*>(y), rows, static_cast<int>(n), scale, bias,
-            eps, static_cast<T*>(mean), static_cast<T*>(inv_std), nullptr, nullptr);
-      };
-      if (per <= 1) return launch(LayerNormRowsKernel<T, 1>);
-      if (per <= 2) return launch(LayerNormRowsKernel<T, 2>);
-      if (per <= 3) return launch(LayerNormRowsKernel<T, 3>);
-      if (per <= 4) return launch(LayerNormRowsKernel<T, 4>);
-      return launch(LayerNormRowsKernel<T, 8>);
-    }
+    if (per > 0 && aligned)
+      return LaunchLayerNormRows<T, false>(per, static_cast<const T*>(x), static_cast<T*>(y), rows,
+                                           n, scale, bias, eps, static_cast<T*>(mean),
+                                           static_cast<T*>(inv_std), nullptr, nullptr, stream);
     LayerNormKernel<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), n, scale, bias, eps, static_cast<T*>(mean),
         static_cast<T*>(inv_std));
@@ -327,9 +345,8 @@ cudaError_t LayerNorm(ElemType type, const void* x, void* y, int64_t rows, int64
 }
 
 bool LayerNormOfSumSupported(ElemType type, int64_t n) {
-  if (type != ElemType::kF32 && type != ElemType::kBF16 && type != ElemType::kF16) return false;
-  const int64_t vec = 16 / static_cast<int64_t>(ElemSize(type));
-  return n >= 1 && n % vec == 0 && (n / vec + 31) / 32 <= 8;
+  return (type == ElemType::kF32 || type == ElemType::kBF16 || type == ElemType::kF16) &&
+         RowVectorsPerLane(n, static_cast<int64_t>(ElemSize(type))) > 0;
 }
 
 cudaError_t LayerNormOfSum(ElemType type, const float* acc, const float* sum_bias,
@@ -343,18 +360,9 @@ cudaError_t LayerNormOfSum(ElemType type, const float* acc, const float* sum_bia
   if (rows == 0) return cudaSuccess;
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
-    const int64_t per = (n / (16 / static_cast<int64_t>(sizeof(T))) + 31) / 32;
-    const auto blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
-    const auto launch = [&](auto kernel) {
-      kernel<<<blocks, kRowWarps * 32, 0, stream>>>(
-          static_cast<const T*>(residual), static_cast<T*>(y), rows, static_cast<int>(n), scale,
-          bias, eps, nullptr, nullptr, acc, sum_bias);
-    };
-    if (per <= 1) return launch(LayerNormRowsKernel<T, 1, true>);
-    if (per <= 2) return launch(LayerNormRowsKernel<T, 2, true>);
-    if (per <= 3) return launch(LayerNormRowsKernel<T, 3, true>);
-    if (per <= 4) return launch(LayerNormRowsKernel<T, 4, true>);
-    return launch(LayerNormRowsKernel<T, 8, true>);
+    LaunchLayerNormRows<T, true>(RowVectorsPerLane(n, sizeof(T)), static_cast<const T*>(residual),
+                                 static_cast<T*>(y), rows, n, scale, bias, eps, nullptr, nullptr,
+                                 acc, sum_bias, stream);
   });
 }
 
