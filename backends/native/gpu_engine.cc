@@ -217,8 +217,21 @@ class GpuInstance final : public GemmBench {
       const size_t bytes = static_cast<size_t>(OutputRows(m_->outputs[o], rows, sequences)) *
                            m_->outputs[o].row_bytes;
       if (ni + o >= 64) continue;
-      std::vector<GpuDestinationPart> parts = d.parts;
-      if (d.data != nullptr) parts = {{d.data, bytes, d.device, !d.device}};
+      std::vector<GpuDestinationPart> parts;
+      if (d.data != nullptr) {
+        parts = {{d.data, bytes, d.device, !d.device}};
+      } else {
+        // Pinned parts that follow one another (slices of the server's block for a batch) are
+        // one copy.
+        for (const GpuDestinationPart& part : d.parts) {
+          GpuDestinationPart* last = parts.empty() ? nullptr : &parts.back();
+          if (last != nullptr && last->pinned && part.pinned &&
+              static_cast<uint8_t*>(last->data) + last->bytes == part.data)
+            last->bytes += part.bytes;
+          else
+            parts.push_back(part);
+        }
+      }
       if (parts.empty()) continue;
       size_t total = 0;
       bool device = false, locked = true;

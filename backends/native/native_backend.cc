@@ -826,11 +826,13 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
     feeds.push_back(std::move(feed));
   }
   if (timed) t[1] = NereidNowNs();
-  // Every request's outputs are allocated first (its CUDA shared-memory region, else pinned host
-  // memory), each request's rows of an output side by side in the run's order: where every
-  // request of the batch asked for an output and got its buffer, the device writes each one's
-  // rows straight there (one copy per request; a batch of encoders' per-token outputs split over
-  // its requests was a second pass over them on the host, into freshly faulted memory).
+  // Every request's outputs are allocated first, each request's rows of an output side by side in
+  // the run's order: where every request of the batch asked for an output and got its buffer, the
+  // device writes each one's rows straight there (a batch of encoders' per-token outputs split
+  // over its requests was a second pass over them on the host, into freshly faulted memory). The
+  // server gives the whole batch one pinned block where it can (one allocation and one copy from
+  // the device instead of one per request), else each request its own buffer (its CUDA
+  // shared-memory region, pinned memory).
   const std::vector<GpuOutputInfo> outputs = GpuOutputs(gpu);
   std::vector<GpuDestination> destinations(outputs.size());
   std::vector<std::vector<NereidBuffer>> allocated(outputs.size(),
@@ -840,10 +842,14 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
   // (Each request's place in the run's rows of an output, and its bytes.)
   std::vector<std::vector<std::pair<size_t, size_t>>> span(
       outputs.size(), std::vector<std::pair<size_t, size_t>>(count));
+  std::vector<int64_t> shapes;  // per request, the output's shape (count x its rank)
+  std::vector<uint64_t> sizes(count);
+  std::vector<NereidRequest*> all(requests, requests + count);
   for (size_t o = 0; o < outputs.size(); ++o) {
     const GpuOutputInfo& out = outputs[o];
     bool every = true;
     size_t at = 0;
+    shapes.clear();
     for (uint32_t r = 0; r < count; ++r) {
       // This request's rows: its own (ragged: its tokens, or its sequences for pooled outputs).
       int64_t n = rows[r];
@@ -856,29 +862,44 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
         shape[0] = tokens[r];
         shape.insert(shape.begin(), batch[r]);
       }
-      const size_t bytes = out.row_bytes * static_cast<size_t>(n);
-      span[o][r] = {at, bytes};
-      at += bytes;
-      if (!failed[r].ok() ||
-          std::find(wanted[r].begin(), wanted[r].end(), out.name) == wanted[r].end()) {
-        every = false;
-        continue;
+      sizes[r] = out.row_bytes * static_cast<size_t>(n);
+      span[o][r] = {at, sizes[r]};
+      at += sizes[r];
+      shapes.insert(shapes.end(), shape.begin(), shape.end());
+      every = every && failed[r].ok() &&
+              std::find(wanted[r].begin(), wanted[r].end(), out.name) != wanted[r].end();
+    }
+    const auto rank = static_cast<uint32_t>(shapes.size() / count);
+    std::vector<NereidBuffer> block(count);
+    // Every request's rows in one block of the server's (one copy from the device for all of
+    // them), else each request's own buffer (a CUDA region, pinned memory).
+    if (every && count > 1 &&
+        NereidRequestsOutputAllocate(all.data(), count, out.name.c_str(),
+                                     static_cast<NereidDataType>(out.type), shapes.data(), rank,
+                                     sizes.data(), NEREID_MEMORY_GPU, block.data()) == nullptr) {
+      allocated[o] = block;
+    } else {
+      for (uint32_t r = 0; r < count; ++r) {
+        if (!failed[r].ok() ||
+            std::find(wanted[r].begin(), wanted[r].end(), out.name) == wanted[r].end())
+          continue;
+        if (Status e = FromError(NereidRequestOutputAllocate(
+                requests[r], out.name.c_str(), static_cast<NereidDataType>(out.type),
+                shapes.data() + static_cast<size_t>(r) * rank, rank, sizes[r], NEREID_MEMORY_GPU,
+                NereidInstanceDeviceId(instance), &allocated[o][r]));
+            !e.ok()) {
+          failed[r] = e;
+          allocated[o][r] = {};
+          every = false;
+        }
       }
-      NereidBuffer& buffer = allocated[o][r];
-      if (Status e = FromError(NereidRequestOutputAllocate(
-              requests[r], out.name.c_str(), static_cast<NereidDataType>(out.type), shape.data(),
-              static_cast<uint32_t>(shape.size()), bytes, NEREID_MEMORY_GPU,
-              NereidInstanceDeviceId(instance), &buffer));
-          !e.ok()) {
-        failed[r] = e;
-        buffer = {};
-        every = false;
-        continue;
-      }
-      destinations[o].parts.push_back({buffer.data, bytes, buffer.memory_type == NEREID_MEMORY_GPU,
+    }
+    for (uint32_t r = 0; r < count && every; ++r) {
+      const NereidBuffer& buffer = allocated[o][r];
+      destinations[o].parts.push_back({buffer.data, sizes[r],
+                                       buffer.memory_type == NEREID_MEMORY_GPU,
                                        buffer.memory_type == NEREID_MEMORY_CPU_PINNED});
     }
-    if (!every) destinations[o].parts.clear();
   }
   std::vector<GpuResult> results;
   uint64_t start = 0, end = 0;

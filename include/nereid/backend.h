@@ -36,7 +36,7 @@ extern "C" {
  * when functions are added). Both sides check: the server refuses a backend of another major or of
  * a newer minor than its own; a backend built with backend_util.h refuses a server of another
  * major or an older minor (NereidServerApiVersion). */
-#define NEREID_BACKEND_API_VERSION ((2u << 16) | 9u)
+#define NEREID_BACKEND_API_VERSION ((2u << 16) | 10u)
 #define NEREID_API_MAJOR(v) ((v) >> 16)
 #define NEREID_API_MINOR(v) ((v)&0xffffu)
 
@@ -266,6 +266,19 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
                                          uint32_t dims_count, uint64_t byte_size,
                                          NereidMemoryType preferred, int64_t preferred_device_id,
                                          NereidBuffer* buffer);
+/* Since 2.10. Output 'name' of 'count' requests of one batch, allocated at once in one block of the
+ * server's host memory (pinned where the pool has room), request i's bytes right after request
+ * i - 1's: a backend that produced the batch's rows side by side copies them out in one piece.
+ * shapes holds count x dims_count values; buffers gets count places. All or nothing: where one of
+ * the requests would be placed elsewhere (a client's shared-memory region, device memory for the
+ * next step of an ensemble), allocated this output already, asks for BYTES or gives sizes that do
+ * not match, it returns an error and allocates none; the backend then allocates each request's
+ * with NereidRequestOutputAllocate (which says why, per request). */
+NereidError* NereidRequestsOutputAllocate(NereidRequest* const* requests, uint32_t count,
+                                          const char* name, NereidDataType datatype,
+                                          const int64_t* shapes, uint32_t dims_count,
+                                          const uint64_t* byte_sizes, NereidMemoryType preferred,
+                                          NereidBuffer* buffers);
 /* Decoupled models only: sends the outputs allocated since the last send as one response, and
  * starts a new one. With NEREID_RESPONSE_FINAL it is the request's last response (the backend
  * still calls NereidRequestComplete). */

@@ -312,6 +312,64 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
   return nullptr;
 }
 
+NereidError* NereidRequestsOutputAllocate(NereidRequest* const* requests, uint32_t count,
+                                          const char* name, NereidDataType datatype,
+                                          const int64_t* shapes, uint32_t dims_count,
+                                          const uint64_t* byte_sizes, NereidMemoryType preferred,
+                                          NereidBuffer* buffers) {
+  if (requests == nullptr || name == nullptr || buffers == nullptr || byte_sizes == nullptr ||
+      (shapes == nullptr && dims_count > 0) || count == 0)
+    return Error(NEREID_ERROR_INVALID_ARG,
+                 "requests, output name, shapes, sizes and buffers must not be NULL");
+  const auto type = static_cast<nereid::DataType>(datatype);
+  if (type == nereid::DataType::kBytes)
+    return Error(NEREID_ERROR_UNSUPPORTED, "BYTES outputs are allocated request by request");
+  // Every request's place must be the server's host memory, as NereidRequestOutputAllocate would
+  // choose it: else none is allocated here.
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const BackendRequest* r = AsRequest(requests[i]);
+    const int64_t* shape = shapes + static_cast<size_t>(i) * dims_count;
+    const int64_t expected = nereid::TensorByteSize(type, shape, dims_count);
+    if (r->final_sent || expected < 0 || static_cast<uint64_t>(expected) != byte_sizes[i] ||
+        byte_sizes[i] > UINT64_MAX - total)
+      return Error(NEREID_ERROR_UNSUPPORTED,
+                   std::string("output '") + name + "' is not allocated for the batch at once");
+    for (const auto& out : r->response->outputs)
+      if (out.name == name)
+        return Error(NEREID_ERROR_UNSUPPORTED,
+                     std::string("output '") + name + "' is already allocated");
+    for (const auto& o : r->request->outputs)
+      if (o.name == name && (o.has_destination || (preferred == NEREID_MEMORY_GPU && o.device_ok)))
+        return Error(NEREID_ERROR_UNSUPPORTED,
+                     std::string("output '") + name + "' goes elsewhere for one request");
+    total += byte_sizes[i];
+  }
+  const NereidMemoryType where =
+      preferred == NEREID_MEMORY_GPU ? NEREID_MEMORY_CPU_PINNED : preferred;
+  auto block = nereid::DefaultAllocator().Allocate(
+      total, nereid::MemoryLocation{static_cast<nereid::MemoryType>(where), 0});
+  if (!block.ok()) return nereid::ErrorFromStatus(block.status());
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    BackendRequest* r = AsRequest(requests[i]);
+    nereid::InferOutput out;
+    out.name = name;
+    out.datatype = type;
+    const int64_t* shape = shapes + static_cast<size_t>(i) * dims_count;
+    out.shape.assign(shape, shape + dims_count);
+    // Each request's slice keeps the whole block alive until its response is gone.
+    out.buffer =
+        nereid::Buffer(block->data() + at, byte_sizes[i], block->location(), block->owner());
+    at += byte_sizes[i];
+    buffers[i].data = out.buffer.data();
+    buffers[i].memory_type = static_cast<NereidMemoryType>(out.buffer.location().type);
+    buffers[i].device_id = out.buffer.location().device;
+    r->response->outputs.push_back(std::move(out));
+  }
+  return nullptr;
+}
+
 NereidError* NereidRequestSend(NereidRequest* request, uint32_t flags) {
   BackendRequest* r = AsRequest(request);
   if (!r->instance->model()->decoupled())
