@@ -1,5 +1,6 @@
 #include "gemm_tuner.h"
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <tuple>
@@ -30,25 +31,35 @@ int64_t TuneBucket(int64_t rows) {
   return b;
 }
 
-backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
+backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows, int64_t narrow_from) {
   RETURN_IF_ERROR(bench.PrepareTuning(rows));
   // GEMMs of one shape and types (a layer repeated, a weight shared) are timed once.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, GemmChoice> by_shape;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool>, size_t> by_shape;  // -> step
   for (size_t step : gemm_steps_) {
     const kc::GemmProblem p = bench.Problem(step, rows);
     const auto shape = std::make_tuple(p.m, p.n, p.k, static_cast<int>(p.ab_type),
                                        static_cast<int>(p.out_type), p.tf32);
     if (auto seen = by_shape.find(shape); seen != by_shape.end()) {
-      choices_[step][rows] = seen->second;
+      choices_[step][rows] = choices_[seen->second][rows];
+      if (narrow_from == 0) ranked_[step][rows] = ranked_[seen->second][rows];
       continue;
     }
     std::vector<GemmChoice> candidates;
-    for (auto variant : kc::kSmallMVariants)
-      if (kc::SmallMSupported(p, variant))
-        candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
-    if (kc::SmallMInt8Supported(p)) candidates.push_back({GemmChoice::Impl::kSmallMInt8, {}, {}});
-    for (const auto& config : kc::kSm90Configs)
-      if (kc::Sm90Supported(p, config)) candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
+    if (narrow_from > 0) {  // the few fastest of Nereid's kernels at 'narrow_from'
+      const auto ranked = ranked_[step].find(narrow_from);
+      if (ranked != ranked_[step].end())
+        candidates.assign(ranked->second.begin(),
+                          ranked->second.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                       ranked->second.size(), kShortlist)));
+    } else {
+      for (auto variant : kc::kSmallMVariants)
+        if (kc::SmallMSupported(p, variant))
+          candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
+      if (kc::SmallMInt8Supported(p)) candidates.push_back({GemmChoice::Impl::kSmallMInt8, {}, {}});
+      for (const auto& config : kc::kSm90Configs)
+        if (kc::Sm90Supported(p, config))
+          candidates.push_back({GemmChoice::Impl::kSm90, {}, config});
+    }
     // Int8 has no cuBLAS: the first of Nereid's kernels is the one to beat.
     const bool int8 = p.ab_type == kc::ElemType::kI8;
     if (int8 && candidates.empty())
@@ -56,16 +67,26 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
                                   std::to_string(p.n) + " x " + std::to_string(p.k) +
                                   " on this GPU");
     GemmChoice chosen = int8 ? candidates.front() : GemmChoice{};  // else cuBLAS
+    std::vector<std::pair<float, size_t>> times;                   // Nereid's kernels, timed
     if (!candidates.empty()) {  // else cuBLAS alone: nothing to time it against
       ASSIGN_OR_RETURN(float best, bench.Time(step, rows, chosen));
+      if (int8) times.emplace_back(best, 0);
       for (size_t i = int8 ? 1 : 0; i < candidates.size(); ++i) {
         ASSIGN_OR_RETURN(float t, bench.Time(step, rows, candidates[i]));
+        times.emplace_back(t, i);
         // Against cuBLAS our kernel must win clearly (5%): a tie stays with cuBLAS.
         if (t < best * (int8 ? 1.f : 0.95f)) best = t, chosen = candidates[i];
       }
     }
     choices_[step][rows] = chosen;
-    by_shape.emplace(shape, chosen);
+    if (narrow_from == 0) {
+      std::stable_sort(times.begin(), times.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<GemmChoice>& ranked = ranked_[step][rows];
+      ranked.clear();
+      for (const auto& [t, i] : times) ranked.push_back(candidates[i]);
+    }
+    by_shape.emplace(shape, step);
   }
   tuned_.insert(rows);
   return backend::Status::Ok();
@@ -73,8 +94,10 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows) {
 
 const GemmChoice* GemmTuner::Choice(size_t step, int64_t rows) const {
   if (step >= choices_.size()) return nullptr;
-  auto it = choices_[step].find(TuneBucket(rows));
-  return it == choices_[step].end() ? nullptr : &it->second;
+  // The smallest count tuned that holds 'rows': the exact count where a plan tuned it, else its
+  // TuneBucket.
+  auto it = choices_[step].lower_bound(rows);
+  return it == choices_[step].end() || it->first > TuneBucket(rows) ? nullptr : &it->second;
 }
 
 std::string GemmTuner::Describe() const {

@@ -46,19 +46,28 @@ class GemmTuner {
  public:
   // 'gemm_steps': the step indices of the graph's GEMMs (of 'step_count' steps in all).
   GemmTuner(size_t step_count, std::vector<size_t> gemm_steps)
-      : choices_(step_count), gemm_steps_(std::move(gemm_steps)) {}
+      : choices_(step_count), ranked_(step_count), gemm_steps_(std::move(gemm_steps)) {}
+
+  // Nereid's kernels timed again when a count is tuned from another's ranking.
+  static constexpr size_t kShortlist = 3;
 
   bool Tuned(int64_t bucket) const { return tuned_.count(bucket) > 0; }
   // Times every candidate of every GEMM at 'rows' (a TuneBucket) against cuBLAS and keeps the
-  // fastest; cuBLAS stays wherever Nereid's kernels do not win by 5%.
-  backend::Status Tune(GemmBench& bench, int64_t rows);
-  // The choice for GEMM 'step' at 'rows' (null: cuBLAS, nothing tuned there).
+  // fastest; cuBLAS stays wherever Nereid's kernels do not win by 5%. With 'narrow_from' (a tuned
+  // TuneBucket above 'rows'): only cuBLAS and the kShortlist fastest of Nereid's kernels there are
+  // timed, at exactly 'rows' (a plan that runs few, known counts: which tile fills the SMs best
+  // turns on the count).
+  backend::Status Tune(GemmBench& bench, int64_t rows, int64_t narrow_from = 0);
+  // The choice for GEMM 'step' at 'rows': the one made at the smallest count tuned that holds it,
+  // at most its TuneBucket (null: cuBLAS, nothing tuned there).
   const GemmChoice* Choice(size_t step, int64_t rows) const;
   // For the load log: per GEMM, the implementation per range of tuned row counts.
   std::string Describe() const;
 
  private:
   std::vector<std::map<int64_t, GemmChoice>> choices_;  // per step, by tuned row count
+  // Per step, by TuneBucket: Nereid's kernels from fastest to slowest.
+  std::vector<std::map<int64_t, std::vector<GemmChoice>>> ranked_;
   std::vector<size_t> gemm_steps_;
   std::set<int64_t> tuned_;  // the row counts Tune() has run for
 };

@@ -32,6 +32,7 @@ namespace nereid::native {
 
 // Buckets tuned when an instance starts; larger ones on first use.
 constexpr int64_t kEagerTuneRows = 64;
+constexpr int64_t kExactTuneRows = 1024;  // (TuneFor)
 
 namespace {
 
@@ -102,10 +103,16 @@ class GpuInstance final : public GemmBench {
     return Status::Ok();
   }
 
-  // The GEMMs' choices for 'rows' rows: tuned on first use of their bucket.
+  // The GEMMs' choices for 'rows' rows: tuned on first use of their bucket. A ragged plan's
+  // buckets of 1,024 tokens and more (a graph each, all captured at load) are tuned again at their
+  // exact count, among the bucket's three fastest of Nereid's kernels and cuBLAS: which tile fills
+  // the SMs best turns on the count, and a TuneBucket holds counts up to 1.5x apart.
   Status TuneFor(int64_t rows) {
     const int64_t bucket = TuneBucket(rows);
-    return tuner_->Tuned(bucket) ? Status::Ok() : tuner_->Tune(*this, bucket);
+    if (!tuner_->Tuned(bucket)) RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
+    if (m_->ragged() && rows >= kExactTuneRows && rows != bucket && !tuner_->Tuned(rows))
+      return tuner_->Tune(*this, rows, bucket);
+    return Status::Ok();
   }
 
   // A ragged plan's token count changes from batch to batch, and each bucket of it has a graph of

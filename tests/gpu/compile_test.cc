@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../unit/backends/native/onnx_builder.h"
+#include "gemm_tuner.h"
 #include "gpu_engine.h"
 #include "gpu_model.h"
 #include "graph.h"
@@ -596,6 +597,59 @@ std::unique_ptr<onnx::ModelProto> MaskShapeModel(int64_t c) {
   AddNode(g, "Mul", {"x", "rows"}, "y");
   AddValueInfo(g->mutable_output(), "y", {});
   return model;
+}
+
+// A fake bench: every candidate "timed" by a rule of its name and the row count, nothing run.
+class RuledBench final : public GemmBench {
+ public:
+  backend::Status PrepareTuning(int64_t) override { return backend::Status::Ok(); }
+  kernels::cuda::GemmProblem Problem(size_t, int64_t rows) const override {
+    kernels::cuda::GemmProblem p;
+    p.m = rows, p.n = 768, p.k = 768;
+    p.ab_type = p.out_type = kernels::cuda::ElemType::kBF16;
+    return p;
+  }
+  backend::StatusOr<float> Time(size_t, int64_t rows, const GemmChoice& c) override {
+    ++timed;
+    // 128 x 128 tiles win at 4,864 rows and come second elsewhere, after 128 x 256; cuBLAS last.
+    const std::string name = c.Name();
+    if (name == "sm90-128x128") return rows == 4864 ? 1.f : 3.f;
+    if (name == "sm90-128x256") return 2.f;
+    return name == "cuBLAS" ? 5.f : 4.f;
+  }
+  int timed = 0;
+};
+
+// A row count gets the choice made at the smallest count tuned that holds it, at most its
+// TuneBucket: a ragged plan's exact bucket once tuned there (among the TuneBucket's three fastest
+// of Nereid's kernels and cuBLAS). On a Hopper GPU the rule above decides; elsewhere cuBLAS is the
+// only candidate and is not timed.
+TEST(GpuCompile, GemmChoicesComeFromTheSmallestTunedCountHoldingTheRows) {
+  RuledBench bench;
+  GemmTuner tuner(3, {1});
+  ASSERT_EQ(TuneBucket(4864), 6144);
+  ASSERT_TRUE(tuner.Tune(bench, 6144).ok());
+  const int full = bench.timed;
+  const GemmChoice* at_6144 = tuner.Choice(1, 4864);
+  ASSERT_NE(at_6144, nullptr);
+  EXPECT_EQ(tuner.Choice(1, 6144), at_6144);
+  EXPECT_EQ(tuner.Choice(1, 6145), nullptr);  // its bucket (8192) is not tuned
+  EXPECT_EQ(tuner.Choice(1, 100), nullptr);   // nor is 128's
+  EXPECT_EQ(tuner.Choice(0, 4864), nullptr);  // not a GEMM
+  ASSERT_TRUE(tuner.Tune(bench, 4864, 6144).ok());
+  EXPECT_TRUE(tuner.Tuned(4864) && tuner.Tuned(6144) && !tuner.Tuned(5120));
+  EXPECT_LE(bench.timed - full, static_cast<int>(GemmTuner::kShortlist) + 1);
+  const GemmChoice* at_4864 = tuner.Choice(1, 4864);
+  ASSERT_NE(at_4864, nullptr);
+  EXPECT_NE(at_4864, at_6144);
+  EXPECT_EQ(tuner.Choice(1, 4800), at_4864);
+  EXPECT_EQ(tuner.Choice(1, 4865), at_6144);
+  if (full > 0) {  // Nereid's kernels were candidates: the rule picked per count
+    EXPECT_EQ(at_4864->Name(), "sm90-128x128");
+    EXPECT_EQ(at_6144->Name(), "sm90-128x256");
+  } else {
+    EXPECT_EQ(at_4864->Name(), "cuBLAS");
+  }
 }
 
 TEST(GpuCompile, ShapeArithmeticHoldingTheBatchIsDecidedAtLoad) {
