@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "cpu/gemm_int8.h"
 #include "cpu/parallel.h"
@@ -32,7 +33,7 @@ namespace nereid::native {
 
 // Buckets tuned when an instance starts; larger ones on first use.
 constexpr int64_t kEagerTuneRows = 64;
-constexpr int64_t kExactTuneRows = 1024;  // (TuneFor)
+constexpr std::pair<int64_t, int64_t> kExactTuneRows = {1024, 8192};  // (TuneFor)
 
 namespace {
 
@@ -104,13 +105,15 @@ class GpuInstance final : public GemmBench {
   }
 
   // The GEMMs' choices for 'rows' rows: tuned on first use of their bucket. A ragged plan's
-  // buckets of 1,024 tokens and more (a graph each, all captured at load) are tuned again at their
+  // buckets of 1,024-8,192 tokens (a graph each, all captured at load) are tuned again at their
   // exact count, among the bucket's three fastest of Nereid's kernels and cuBLAS: which tile fills
-  // the SMs best turns on the count, and a TuneBucket holds counts up to 1.5x apart.
+  // the SMs best turns on the count where a GEMM is a few waves of tiles, and a TuneBucket holds
+  // counts up to 1.5x apart. (Above 8,192 rows the waves are many, and the load time grows.)
   Status TuneFor(int64_t rows) {
     const int64_t bucket = TuneBucket(rows);
     if (!tuner_->Tuned(bucket)) RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
-    if (m_->ragged() && rows >= kExactTuneRows && rows != bucket && !tuner_->Tuned(rows))
+    if (m_->ragged() && rows >= kExactTuneRows.first && rows <= kExactTuneRows.second &&
+        rows != bucket && !tuner_->Tuned(rows))
       return tuner_->Tune(*this, rows, bucket);
     return Status::Ok();
   }
