@@ -234,9 +234,10 @@ def main():
     torch_us = torch_times(batches, args.iters,
                            sorted({TORCH_OF.get(p, p) for p in precisions},
                                   key=PRECISIONS.index)) if batches else {}
+    # (Loading tunes and captures every graph the ragged model's batches can need: allow it time.)
     server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
                     "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=1073741824",
-                    *(["--log-verbose=1"] if args.log_verbose else []))
+                    *(["--log-verbose=1"] if args.log_verbose else []), start_timeout=180)
     try:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         print(f"{'precision':>9} {'batch':>6} | {'PyTorch mean':>12} {'p50':>8} {'seq/s':>8} | "
@@ -315,9 +316,23 @@ def main():
             print()
         client.close()
         with open(server.log_path) as f:
-            for line in f:
-                if "native GPU engine" in line or "GPU batches of" in line:
-                    print("   " + line.split("] ", 1)[-1].rstrip())
+            lines = f.readlines()
+        # Each model's load line, with the seconds since the server's first line (glog's time of
+        # day: HH:MM:SS.micros as the line's second field).
+        def seconds(line):
+            try:
+                h, m, sec = line.split()[1].split(":")
+                return int(h) * 3600 + int(m) * 60 + float(sec)
+            except (IndexError, ValueError):
+                return None
+        first = next((t for t in map(seconds, lines) if t is not None), None)
+        for line in lines:
+            if "native GPU engine" in line or "GPU batches of" in line:
+                at = seconds(line)
+                since = (f" [{at - first:.1f} s after the server started]"
+                         if "native GPU engine" in line and at is not None and first is not None
+                         else "")
+                print("   " + line.split("] ", 1)[-1].rstrip() + since)
     finally:
         server.stop()
 
