@@ -13,7 +13,6 @@
 #include <map>
 #include <set>
 #include <thread>
-#include <utility>
 
 #include "cpu/gemm_int8.h"
 #include "cpu/parallel.h"
@@ -33,7 +32,7 @@ namespace nereid::native {
 
 // Buckets tuned when an instance starts; larger ones on first use.
 constexpr int64_t kEagerTuneRows = 64;
-constexpr std::pair<int64_t, int64_t> kExactTuneRows = {1024, 8192};  // (TuneFor)
+constexpr int64_t kExactTuneMinRows = 1024, kExactTuneMaxRows = 8192;  // (TuneFor)
 
 namespace {
 
@@ -112,8 +111,8 @@ class GpuInstance final : public GemmBench {
   Status TuneFor(int64_t rows) {
     const int64_t bucket = TuneBucket(rows);
     if (!tuner_->Tuned(bucket)) RETURN_IF_ERROR(tuner_->Tune(*this, bucket));
-    if (m_->ragged() && rows >= kExactTuneRows.first && rows <= kExactTuneRows.second &&
-        rows != bucket && !tuner_->Tuned(rows))
+    if (m_->ragged() && rows >= kExactTuneMinRows && rows <= kExactTuneMaxRows && rows != bucket &&
+        !tuner_->Tuned(rows))
       return tuner_->Tune(*this, rows, bucket);
     return Status::Ok();
   }

@@ -845,6 +845,7 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
   std::vector<int64_t> shapes;  // per request, the output's shape (count x its rank)
   std::vector<uint64_t> sizes(count);
   std::vector<NereidRequest*> all(requests, requests + count);
+  std::vector<char> takes(count);  // per request: it asked for the output and has not failed
   for (size_t o = 0; o < outputs.size(); ++o) {
     const GpuOutputInfo& out = outputs[o];
     bool every = true;
@@ -866,23 +867,23 @@ Status ExecuteBatchGpu(const ModelState& m, NereidInstance* instance,
       span[o][r] = {at, sizes[r]};
       at += sizes[r];
       shapes.insert(shapes.end(), shape.begin(), shape.end());
-      every = every && failed[r].ok() &&
-              std::find(wanted[r].begin(), wanted[r].end(), out.name) != wanted[r].end();
+      takes[r] = failed[r].ok() &&
+                 std::find(wanted[r].begin(), wanted[r].end(), out.name) != wanted[r].end();
+      every = every && takes[r];
     }
     const auto rank = static_cast<uint32_t>(shapes.size() / count);
-    std::vector<NereidBuffer> block(count);
     // Every request's rows in one block of the server's (one copy from the device for all of
-    // them), else each request's own buffer (a CUDA region, pinned memory).
-    if (every && count > 1 &&
-        NereidRequestsOutputAllocate(all.data(), count, out.name.c_str(),
-                                     static_cast<NereidDataType>(out.type), shapes.data(), rank,
-                                     sizes.data(), NEREID_MEMORY_GPU, block.data()) == nullptr) {
-      allocated[o] = block;
-    } else {
+    // them; the buffers are written only where it allocates), else each request's own buffer (a
+    // CUDA region, pinned memory). (FromError frees the error that says it could not.)
+    const bool in_block =
+        every && count > 1 &&
+        FromError(NereidRequestsOutputAllocate(
+                      all.data(), count, out.name.c_str(), static_cast<NereidDataType>(out.type),
+                      shapes.data(), rank, sizes.data(), NEREID_MEMORY_GPU, allocated[o].data()))
+            .ok();
+    if (!in_block) {
       for (uint32_t r = 0; r < count; ++r) {
-        if (!failed[r].ok() ||
-            std::find(wanted[r].begin(), wanted[r].end(), out.name) == wanted[r].end())
-          continue;
+        if (!takes[r]) continue;
         if (Status e = FromError(NereidRequestOutputAllocate(
                 requests[r], out.name.c_str(), static_cast<NereidDataType>(out.type),
                 shapes.data() + static_cast<size_t>(r) * rank, rank, sizes[r], NEREID_MEMORY_GPU,

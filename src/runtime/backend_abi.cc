@@ -238,6 +238,25 @@ bool OverlapsAnInput(const nereid::InferenceRequest& request, const uint8_t* dat
   }
   return false;
 }
+
+bool HasOutput(const BackendRequest& r, const char* name) {
+  for (const auto& out : r.response->outputs)
+    if (out.name == name) return true;
+  return false;
+}
+
+// Adds output 'name' in 'out' (its buffer placed) to the response and tells the backend where it
+// is.
+void AddOutput(BackendRequest& r, const char* name, nereid::DataType type, const int64_t* shape,
+               uint32_t dims_count, nereid::InferOutput out, NereidBuffer* buffer) {
+  out.name = name;
+  out.datatype = type;
+  out.shape.assign(shape, shape + dims_count);
+  buffer->data = out.buffer.data();
+  buffer->memory_type = static_cast<NereidMemoryType>(out.buffer.location().type);
+  buffer->device_id = out.buffer.location().device;
+  r.response->outputs.push_back(std::move(out));
+}
 }  // namespace
 
 NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* name,
@@ -251,9 +270,8 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
   if (r->final_sent)
     return Error(NEREID_ERROR_INTERNAL,
                  std::string("output '") + name + "' allocated after the final response was sent");
-  for (const auto& out : r->response->outputs)
-    if (out.name == name)
-      return Error(NEREID_ERROR_INTERNAL, std::string("output '") + name + "' allocated twice");
+  if (HasOutput(*r, name))
+    return Error(NEREID_ERROR_INTERNAL, std::string("output '") + name + "' allocated twice");
   const auto type = static_cast<nereid::DataType>(datatype);
   if (type != nereid::DataType::kBytes) {
     const int64_t expected = nereid::TensorByteSize(type, shape, dims_count);
@@ -262,9 +280,6 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
                    std::string("output '") + name + "': byte_size does not match shape");
   }
   nereid::InferOutput out;
-  out.name = name;
-  out.datatype = type;
-  out.shape.assign(shape, shape + dims_count);
   const nereid::RequestedOutput* wanted = nullptr;
   for (const auto& o : r->request->outputs)
     if (o.name == name) wanted = &o;
@@ -305,10 +320,7 @@ NereidError* NereidRequestOutputAllocate(NereidRequest* request, const char* nam
     if (!allocated.ok()) return nereid::ErrorFromStatus(allocated.status());
     out.buffer = std::move(allocated).value();
   }
-  buffer->data = out.buffer.data();
-  buffer->memory_type = static_cast<NereidMemoryType>(out.buffer.location().type);
-  buffer->device_id = out.buffer.location().device;
-  r->response->outputs.push_back(std::move(out));
+  AddOutput(*r, name, type, shape, dims_count, std::move(out), buffer);
   return nullptr;
 }
 
@@ -335,10 +347,9 @@ NereidError* NereidRequestsOutputAllocate(NereidRequest* const* requests, uint32
         byte_sizes[i] > UINT64_MAX - total)
       return Error(NEREID_ERROR_UNSUPPORTED,
                    std::string("output '") + name + "' is not allocated for the batch at once");
-    for (const auto& out : r->response->outputs)
-      if (out.name == name)
-        return Error(NEREID_ERROR_UNSUPPORTED,
-                     std::string("output '") + name + "' is already allocated");
+    if (HasOutput(*r, name))
+      return Error(NEREID_ERROR_UNSUPPORTED,
+                   std::string("output '") + name + "' is already allocated");
     for (const auto& o : r->request->outputs)
       if (o.name == name && (o.has_destination || (preferred == NEREID_MEMORY_GPU && o.device_ok)))
         return Error(NEREID_ERROR_UNSUPPORTED,
@@ -352,20 +363,13 @@ NereidError* NereidRequestsOutputAllocate(NereidRequest* const* requests, uint32
   if (!block.ok()) return nereid::ErrorFromStatus(block.status());
   uint64_t at = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    BackendRequest* r = AsRequest(requests[i]);
     nereid::InferOutput out;
-    out.name = name;
-    out.datatype = type;
-    const int64_t* shape = shapes + static_cast<size_t>(i) * dims_count;
-    out.shape.assign(shape, shape + dims_count);
     // Each request's slice keeps the whole block alive until its response is gone.
     out.buffer =
         nereid::Buffer(block->data() + at, byte_sizes[i], block->location(), block->owner());
     at += byte_sizes[i];
-    buffers[i].data = out.buffer.data();
-    buffers[i].memory_type = static_cast<NereidMemoryType>(out.buffer.location().type);
-    buffers[i].device_id = out.buffer.location().device;
-    r->response->outputs.push_back(std::move(out));
+    AddOutput(*AsRequest(requests[i]), name, type, shapes + static_cast<size_t>(i) * dims_count,
+              dims_count, std::move(out), &buffers[i]);
   }
   return nullptr;
 }

@@ -78,6 +78,12 @@ TEST(OutputBlock, AllOrNothing) {
   const std::vector<int64_t> shapes = {2, 4, 2, 4};
   const std::vector<uint64_t> sizes = {32, 32};
   std::vector<NereidBuffer> b(2);
+  // Output "y" of rank 2 for the first 'count' requests of 'h': whether it was refused.
+  auto refused = [&b](std::vector<NereidRequest*>& h, uint32_t count, NereidDataType type,
+                      const int64_t* dims, const uint64_t* bytes, NereidMemoryType preferred) {
+    return Failed(NereidRequestsOutputAllocate(h.data(), count, "y", type, dims, 2, bytes,
+                                               preferred, b.data()));
+  };
   auto none_allocated = [](const std::vector<std::unique_ptr<BackendRequest>>& rs) {
     for (const auto& r : rs)
       if (!r->response->outputs.empty()) return false;
@@ -87,42 +93,28 @@ TEST(OutputBlock, AllOrNothing) {
     auto rs = Requests(2);
     rs[1]->request->outputs[0].has_destination = true;
     auto h = Handles(rs);
-    EXPECT_TRUE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 2, "y", NEREID_TYPE_FP32, shapes.data(), 2,
-                                            sizes.data(), NEREID_MEMORY_GPU, b.data())));
+    EXPECT_TRUE(refused(h, 2, NEREID_TYPE_FP32, shapes.data(), sizes.data(), NEREID_MEMORY_GPU));
     EXPECT_TRUE(none_allocated(rs));
   }
   {  // The next step of an ensemble reads it on the device (a GPU preference keeps it there).
     auto rs = Requests(2);
     rs[0]->request->outputs[0].device_ok = true;
     auto h = Handles(rs);
-    EXPECT_TRUE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 2, "y", NEREID_TYPE_FP32, shapes.data(), 2,
-                                            sizes.data(), NEREID_MEMORY_GPU, b.data())));
+    EXPECT_TRUE(refused(h, 2, NEREID_TYPE_FP32, shapes.data(), sizes.data(), NEREID_MEMORY_GPU));
     EXPECT_TRUE(none_allocated(rs));
     // Asked for in host memory, it may share the block.
-    EXPECT_FALSE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 2, "y", NEREID_TYPE_FP32, shapes.data(), 2,
-                                            sizes.data(), NEREID_MEMORY_CPU, b.data())));
+    EXPECT_FALSE(refused(h, 2, NEREID_TYPE_FP32, shapes.data(), sizes.data(), NEREID_MEMORY_CPU));
   }
   {  // Sizes that do not match the shapes, an overflowing shape, BYTES, no requests.
     auto rs = Requests(2);
     auto h = Handles(rs);
     const std::vector<uint64_t> wrong = {32, 31};
-    EXPECT_TRUE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 2, "y", NEREID_TYPE_FP32, shapes.data(), 2,
-                                            wrong.data(), NEREID_MEMORY_GPU, b.data())));
+    EXPECT_TRUE(refused(h, 2, NEREID_TYPE_FP32, shapes.data(), wrong.data(), NEREID_MEMORY_GPU));
     const std::vector<int64_t> huge = {int64_t{1} << 62, 8, 2, 4};
     const std::vector<uint64_t> huge_sizes = {0, 32};
-    EXPECT_TRUE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 2, "y", NEREID_TYPE_FP32, huge.data(), 2,
-                                            huge_sizes.data(), NEREID_MEMORY_GPU, b.data())));
-    EXPECT_TRUE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 2, "y", NEREID_TYPE_BYTES, shapes.data(), 2,
-                                            sizes.data(), NEREID_MEMORY_GPU, b.data())));
-    EXPECT_TRUE(
-        Failed(NereidRequestsOutputAllocate(h.data(), 0, "y", NEREID_TYPE_FP32, shapes.data(), 2,
-                                            sizes.data(), NEREID_MEMORY_GPU, b.data())));
+    EXPECT_TRUE(refused(h, 2, NEREID_TYPE_FP32, huge.data(), huge_sizes.data(), NEREID_MEMORY_GPU));
+    EXPECT_TRUE(refused(h, 2, NEREID_TYPE_BYTES, shapes.data(), sizes.data(), NEREID_MEMORY_GPU));
+    EXPECT_TRUE(refused(h, 0, NEREID_TYPE_FP32, shapes.data(), sizes.data(), NEREID_MEMORY_GPU));
     EXPECT_TRUE(none_allocated(rs));
   }
 }
