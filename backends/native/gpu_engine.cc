@@ -632,6 +632,7 @@ class GpuInstance final : public GemmBench {
     p.out_type = m_->values[s.out].type;
     p.alpha = s.alpha, p.bias = s.bias, p.act = s.act;
     p.residual = s.residual >= 0 ? Buf(s.residual) : nullptr;
+    p.residual_first = s.residual_first;
     p.tf32 = m_->precision == Precision::kTf32;
     p.workspace = static_cast<float*>(acc_.data), p.workspace_floats = acc_floats_;
     if (s.w_scale != nullptr) {

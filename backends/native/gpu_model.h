@@ -85,6 +85,7 @@ struct Step {
   float alpha = 1.f;
   int64_t n = 0, k = 0;
   kc::Activation act = kc::Activation::kNone;
+  bool residual_first = false;  // act(x w^T + bias + residual): a 1x1 convolution's order
   // A GEMM with a residual and no activation whose output only the next step, a LayerNorm without
   // its optional outputs, reads: where the GEMM runs on cuBLAS, that norm takes the sum from its
   // accumulators (kc::LayerNormOfSum) and the epilogue kernel goes (MarkNormsOfSums).

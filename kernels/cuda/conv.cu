@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/conv.h"
 #include "cuda/device_math.cuh"
+#include "cuda/gemm.h"
 
 namespace nereid::kernels::cuda {
 namespace {
@@ -170,13 +173,6 @@ constexpr int kTcStages = 3;
 // T's elements per 16 bytes (one cp.async piece, one ldmatrix row).
 template <typename T>
 constexpr int kTcVec = 16 / static_cast<int>(sizeof(T));
-
-__device__ __forceinline__ void CopyAsync16(void* shared, const void* global, bool valid) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
-               "r"(bytes));
-}
 
 __device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
 
@@ -351,6 +347,69 @@ __global__ void Pool2dKernel(Conv2dGeometry g, int64_t pad_bottom, int64_t pad_r
   }
 }
 
+// The same windows 16 bytes of channels at a time (c a multiple of V = 16 / sizeof(T), x and y
+// aligned): one thread per V channels of an output pixel, so the index arithmetic is paid once per
+// vector and every load and store is 16 bytes. Image and pixel indices in int (Pool2dNhwc checks).
+template <typename T, PoolKind kKind>
+__global__ void Pool2dVectorKernel(Conv2dGeometry g, int pad_bottom, int pad_right,
+                                   bool count_include_pad, const T* x, T* y) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  const int cv = static_cast<int>(g.c_in / V), ow = static_cast<int>(g.ow);
+  const int ohw = static_cast<int>(g.oh * g.ow), h = static_cast<int>(g.h),
+            w = static_cast<int>(g.w);
+  const int64_t total = g.n * ohw * cv;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int vec = static_cast<int>(i % cv);
+    const int pixel = static_cast<int>(i / cv);
+    const int img = pixel / ohw, rest = pixel - img * ohw, oy = rest / ow, ox = rest - oy * ow;
+    const int y0 = oy * static_cast<int>(g.stride_h) - static_cast<int>(g.pad_top);
+    const int x0 = ox * static_cast<int>(g.stride_w) - static_cast<int>(g.pad_left);
+    const T* src = x + static_cast<int64_t>(img) * h * w * g.c_in + static_cast<int64_t>(vec) * V;
+    float out[V];
+    auto each = [&](int iy, int ix, auto&& f) {
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(src + (static_cast<int64_t>(iy) * w + ix) * g.c_in);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < V; ++j) f(j, ToFloat(e[j]));
+    };
+    if constexpr (kKind == PoolKind::kMax) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] = -INFINITY;
+      for (int ky = 0; ky < g.kh; ++ky) {
+        const int iy = y0 + ky * static_cast<int>(g.dilation_h);
+        if (iy < 0 || iy >= h) continue;
+        for (int kx = 0; kx < g.kw; ++kx) {
+          const int ix = x0 + kx * static_cast<int>(g.dilation_w);
+          if (ix < 0 || ix >= w) continue;
+          each(iy, ix, [&](int j, float v) {
+            out[j] = v > out[j] || v != v ? v : out[j];  // NaN propagates, as on the CPU
+          });
+        }
+      }
+    } else {
+      const int y1 = min(y0 + static_cast<int>(g.kh), h + pad_bottom);
+      const int x1 = min(x0 + static_cast<int>(g.kw), w + pad_right);
+      const int ys = max(y0, 0), ye = min(y1, h), xs = max(x0, 0), xe = min(x1, w);
+      const int count =
+          count_include_pad ? (y1 - y0) * (x1 - x0) : max(ye - ys, 0) * max(xe - xs, 0);
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] = 0.f;
+      for (int iy = ys; iy < ye; ++iy)
+        for (int ix = xs; ix < xe; ++ix) each(iy, ix, [&](int j, float v) { out[j] += v; });
+      const float scale = count > 0 ? 1.f / static_cast<float>(count) : 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] *= scale;
+    }
+    uint4 packed;
+    T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll
+    for (int j = 0; j < V; ++j) o[j] = FromFloat<T>(out[j]);
+    *reinterpret_cast<uint4*>(y + i * V) = packed;
+  }
+}
+
 // One thread per (image, channel), reading the channel down the pixels (coalesced across threads);
 // the images over the grid's y (more than it holds: each block steps on by its height).
 // With 'ends' the images are segments of one run of pixels: image i spans pixels [ends[i - 1] (0
@@ -378,6 +437,24 @@ __global__ void GlobalPoolKernel(int64_t n, int64_t hw, int64_t c, const T* x, T
 }
 
 // ---- layouts ------------------------------------------------------------------------------------
+
+// Channels-last with 16 bytes per output pixel (c_pad V = 16 / sizeof(U): an RGB image padded to 8
+// bf16 channels for the stem): one thread per pixel gathers its c channels (each read coalesced
+// across the threads' neighbouring pixels) and writes them in one store.
+template <typename U>
+__global__ void ToLastPixelKernel(const U* x, int64_t n, int64_t c, int64_t hw, U* y) {
+  constexpr int V = 16 / static_cast<int>(sizeof(U));
+  const int64_t total = n * hw;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t img = i / hw, p = i - img * hw;
+    uint4 packed;
+    U* o = reinterpret_cast<U*>(&packed);
+#pragma unroll
+    for (int j = 0; j < V; ++j) o[j] = j < c ? x[(img * c + j) * hw + p] : U{0};
+    reinterpret_cast<uint4*>(y)[i] = packed;
+  }
+}
 
 // U is a type of the element's size: the transposes move bits.
 // Channels-last output may have c_pad >= c channels, the extra ones zero.
@@ -476,6 +553,34 @@ std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw) {
   return out;
 }
 
+// A convolution whose 128-pixel tiles fill a Hopper GPU runs as GemmSm90's implicit GEMM (wgmma,
+// w by TMA, the windows gathered by cp.async): bf16/fp16, one group, c_in a multiple of 8, Relu or
+// no activation. The rest, batch-1 layers of fewer tiles than SMs among them (the mma.sync kernel
+// splits their depth over blocks), stay on this file's kernels. NEREID_CONV_SM90=0 turns it off
+// (for comparisons).
+static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("NEREID_CONV_SM90");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (!enabled || p.int8 || (p.act != ConvActivation::kNone && p.act != ConvActivation::kRelu))
+    return false;
+  const int sms = Sm90SmCount();
+  if (sms == 0) return false;
+  const Conv2dGeometry& g = p.g;
+  q->m = g.n * g.oh * g.ow, q->n = g.c_out, q->k = g.kh * g.kw * g.c_in;
+  q->ab_type = q->out_type = p.type;
+  q->x = p.x, q->w = p.w, q->y = p.y, q->bias = p.bias, q->residual = p.residual;
+  q->act = p.act == ConvActivation::kRelu ? Activation::kRelu : Activation::kNone;
+  q->residual_first = true, q->implicit = true, q->image = g;
+  const int64_t row_tiles = (q->m + 127) / 128;
+  if (row_tiles * ((g.c_out + 127) / 128) < sms) return false;
+  c->tile = g.c_out % 256 == 0 && row_tiles * (g.c_out / 256) >= sms ? Sm90Tile::k128x256
+                                                                     : Sm90Tile::k128x128;
+  c->splits = 1;
+  return Sm90Supported(*q, *c);
+}
+
 cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
   const Conv2dGeometry& g = p.g;
   if (!GeometryValid(g) || g.c_out <= 0 || g.groups <= 0 || g.groups > 65535 ||
@@ -483,6 +588,8 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
       p.y == nullptr || !FloatType(p.type))
     return cudaErrorInvalidValue;
   if (p.int8 && !Int8ConvSupported(p)) return cudaErrorInvalidValue;
+  GemmProblem sm90;
+  if (Sm90Config c; Sm90Conv(p, &sm90, &c)) return GemmSm90(sm90, stream, c);
   const int64_t pixels = g.n * g.oh * g.ow;
   switch (ChooseConvKernel(p)) {
     case ConvKernel::kTensorCore: {
@@ -525,6 +632,26 @@ cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_botto
                        void* y, cudaStream_t stream) {
   if (!GeometryValid(g) || x == nullptr || y == nullptr || kind == PoolKind::kSum)
     return cudaErrorInvalidValue;
+  // 16 bytes of channels per thread where they divide evenly and every index fits an int.
+  constexpr int64_t kIntMax = 0x7fffffff;
+  const int64_t vec = 16 / static_cast<int64_t>(ElemSize(type));
+  if (g.c_in % vec == 0 && Aligned16(x) && Aligned16(y) && g.n * g.oh * g.ow < kIntMax &&
+      g.n * g.h * g.w < kIntMax && g.h < (1 << 20) && g.w < (1 << 20) && g.kh < (1 << 20) &&
+      g.kw < (1 << 20) && g.stride_h < (1 << 20) && g.stride_w < (1 << 20) &&
+      g.dilation_h < (1 << 20) && g.dilation_w < (1 << 20) && g.pad_top < (1 << 20) &&
+      g.pad_left < (1 << 20) && pad_bottom < (1 << 20) && pad_right < (1 << 20)) {
+    const unsigned grid = GridFor(g.n * g.oh * g.ow * g.c_in / vec, 1);
+    return WithFloatType(type, [&](auto t) {
+      using T = decltype(t);
+      const int pb = static_cast<int>(pad_bottom), pr = static_cast<int>(pad_right);
+      if (kind == PoolKind::kMax)
+        Pool2dVectorKernel<T, PoolKind::kMax><<<grid, 256, 0, stream>>>(
+            g, pb, pr, count_include_pad, static_cast<const T*>(x), static_cast<T*>(y));
+      else
+        Pool2dVectorKernel<T, PoolKind::kAverage><<<grid, 256, 0, stream>>>(
+            g, pb, pr, count_include_pad, static_cast<const T*>(x), static_cast<T*>(y));
+    });
+  }
   const unsigned grid = GridFor(g.n * g.oh * g.ow * g.c_in, 1);
   return WithFloatType(type, [&](auto t) {
     using T = decltype(t);
@@ -569,6 +696,16 @@ cudaError_t Transpose(ElemType type, const void* x, int64_t n, int64_t c, int64_
                       void* y, cudaStream_t stream) {
   if (n <= 0 || c <= 0 || hw <= 0 || c_pad < c || x == nullptr || y == nullptr || !FloatType(type))
     return cudaErrorInvalidValue;
+  if (kToLast && c_pad * static_cast<int64_t>(ElemSize(type)) == 16 && Aligned16(y)) {
+    const unsigned pixels = GridFor(n * hw, 1);
+    if (ElemSize(type) == 4)
+      ToLastPixelKernel<uint32_t><<<pixels, 256, 0, stream>>>(static_cast<const uint32_t*>(x), n, c,
+                                                              hw, static_cast<uint32_t*>(y));
+    else
+      ToLastPixelKernel<uint16_t><<<pixels, 256, 0, stream>>>(static_cast<const uint16_t*>(x), n, c,
+                                                              hw, static_cast<uint16_t*>(y));
+    return cudaGetLastError();
+  }
   const unsigned grid = GridFor(n * c_pad * hw, 1);
   if (ElemSize(type) == 4)
     TransposeKernel<uint32_t, kToLast><<<grid, 256, 0, stream>>>(

@@ -12,6 +12,15 @@
 
 namespace nereid::kernels::cuda {
 
+// 16 bytes from global to shared memory without registers (cp.async, L2 only); 'valid' false
+// zero-fills them and reads nothing.
+__device__ __forceinline__ void CopyAsync16(void* shared, const void* global, bool valid) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global),
+               "r"(bytes));
+}
+
 template <typename T>
 __device__ __forceinline__ float ToFloat(T v) {
   return static_cast<float>(v);

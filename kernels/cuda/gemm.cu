@@ -588,7 +588,7 @@ bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
                       (int8 ? p.out_type == ElemType::kBF16 : p.out_type == p.ab_type);
   const bool type_ok = tensor_core ? p.ab_type != ElemType::kF32 || p.tf32 : true;
   constexpr int64_t kIntMax = 0x7fffffff;
-  return float_types && type_ok && out_ok && p.m >= 1 &&
+  return float_types && type_ok && out_ok && !Sm90Only(p) && p.m >= 1 &&
          p.m <= (tensor_core ? kSmallMMax : kSmallMCudaCoreMax) && p.n >= 1 && p.n <= kIntMax &&
          p.k >= vec && p.k <= kIntMax && p.k % vec == 0 && p.n * p.k <= (int64_t{1} << 62) &&
          Aligned16(p.x) && Aligned16(p.w) && (SmallMClusterSplits(v) == 1 || ClusterLaunch());
@@ -647,6 +647,7 @@ int64_t CublasGemm::AccumulatorFloats(const GemmProblem& p) {
 
 std::string CublasGemm::Run(const GemmProblem& p, float* acc) {
   if (handle_ == nullptr) return "cuBLAS handle not initialized";
+  if (p.implicit) return "cuBLAS runs no implicit GEMM (a convolution's windows)";
   const bool direct = AccumulatorFloats(p) == 0;
   if (!direct && acc == nullptr) return "cuBLAS GEMM needs an accumulator buffer";
   void* out = direct ? p.y : acc;
@@ -663,8 +664,8 @@ std::string CublasGemm::Run(const GemmProblem& p, float* acc) {
                    static_cast<int>(p.n), compute, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS) return CublasError("cublasGemmEx", status);
   if (direct) return "";
-  if (cudaError_t e =
-          BiasActivation(acc, p.m, p.n, p.bias, p.act, p.residual, p.out_type, p.y, stream_);
+  if (cudaError_t e = BiasActivation(acc, p.m, p.n, p.bias, p.act, p.residual, p.out_type, p.y,
+                                     stream_, p.residual_first);
       e != cudaSuccess)
     return std::string("epilogue kernel: ") + cudaGetErrorString(e);
   return "";

@@ -17,6 +17,7 @@
 
 #include <string>
 
+#include "conv_geometry.h"
 #include "cuda/common.h"
 
 namespace nereid::kernels::cuda {
@@ -37,11 +38,29 @@ struct GemmProblem {
   const float* bias = nullptr;     // n, or null
   const void* residual = nullptr;  // m x n of out_type, or null
   Activation act = Activation::kNone;
+  // y = act(alpha * acc + bias + residual) instead of act(...) + residual: a convolution's order
+  // (a 1x1 convolution run as a GEMM). CublasGemm takes it with any activation, GemmSm90 with
+  // Relu; the small-M kernels refuse a problem with it, a residual and an activation.
+  bool residual_first = false;
+  // An implicit GEMM (a convolution, GemmSm90 only): x is the channels-last image 'image'
+  // describes, and the GEMM's x its windows, never written out: row i is output pixel i (m = n x
+  // oh x ow), column l = (ky * kw + kx) * c_in + ci (k = kh x kw x c_in), w the weights as
+  // [c_out][kh][kw][c_in] (n = c_out). One group, c_in a multiple of 8 (bf16, fp16).
+  bool implicit = false;
+  Conv2dGeometry image;
   bool tf32 = false;  // kF32 operands on the tensor cores (TF32) instead of exact fp32
   // Scratch for kernels that need it (GemmSm90 with K splits: Sm90WorkspaceFloats).
   float* workspace = nullptr;
   int64_t workspace_floats = 0;
 };
+
+// Whether 'p' asks for its residual added before an activation (what the small-M kernels refuse).
+inline bool ResidualBeforeActivation(const GemmProblem& p) {
+  return p.residual_first && p.residual != nullptr && p.act != Activation::kNone;
+}
+// Whether the small-M kernels must refuse 'p': an implicit GEMM (which cuBLAS refuses too), or the
+// residual before an activation.
+inline bool Sm90Only(const GemmProblem& p) { return p.implicit || ResidualBeforeActivation(p); }
 
 // kWarpRows2/4: each warp streams 2 or 4 rows of w and reads x through L1 (CUDA cores, m <= 16);
 // kSharedX: x staged in shared memory per block and tile of k, each warp streaming 4 rows of w
@@ -112,6 +131,9 @@ int64_t Sm90WorkspaceFloats(const GemmProblem& p, const Sm90Config& c);
 // with their scales (wgmma s8 with s32 accumulators; y in fp32 or bf16), k * element size a
 // multiple of 16 bytes, 16-byte aligned x and w, and the workspace a split needs.
 bool Sm90Supported(const GemmProblem& p, const Sm90Config& c = {});
+// The SMs of the current device if GemmSm90 can run there (an sm_90a build on a compute
+// capability 9.0 GPU), else 0.
+int Sm90SmCount();
 cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, const Sm90Config& c = {});
 
 class CublasGemm {

@@ -218,8 +218,8 @@ bool SmallMInt8Supported(const GemmProblem& p) {
   const bool out_ok =
       p.out_type == ElemType::kF32 || p.out_type == ElemType::kBF16 || p.out_type == ElemType::kF16;
   return p.ab_type == ElemType::kI8 && p.x_scale != nullptr && p.w_scale != nullptr && out_ok &&
-         p.m >= 1 && p.m <= kSmallMInt8Max && p.n >= 1 && p.n < kMax && p.k >= 16 && p.k < kMax &&
-         p.k % 16 == 0 && Aligned16(p.x) && Aligned16(p.w);
+         !Sm90Only(p) && p.m >= 1 && p.m <= kSmallMInt8Max && p.n >= 1 && p.n < kMax && p.k >= 16 &&
+         p.k < kMax && p.k % 16 == 0 && Aligned16(p.x) && Aligned16(p.w);
 }
 
 cudaError_t GemmSmallMInt8(const GemmProblem& p, cudaStream_t stream) {

@@ -13,6 +13,12 @@
 //    producer already fills the stages for their next tile.
 // Operands are K-major on both sides (x is m x k, w is n x k), which is what wgmma wants for every
 // type, tf32 included; TMA zero-fills whatever lies past m, n or k, so edges need no special case.
+//
+// As an implicit GEMM (a convolution on a channels-last image, kGather), x's rows are gathered
+// instead: every thread of the producer's warpgroup copies 16-byte pieces of the tile's windows
+// with cp.async into the same swizzled layout (each piece 8 channels of one tap, side by side in
+// the image; taps outside it and columns past k are zero-filled), and the stage's
+// "full" barrier also waits on those copies (cp.async.mbarrier.arrive). w still comes by TMA.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -75,6 +81,9 @@ struct Sm90Args {
   const void* residual;
   void* y;
   Activation act;
+  const void* image;  // kGather: the channels-last image (x's map is then unused)
+  int h, w, c_in, ow, ohw, kw, stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left;
+  bool residual_first;  // act(alpha * acc + bias + residual): a convolution's order
   int splits;      // K split this many ways: raw partial sums to 'partial', summed by SplitEpilogue
   float* partial;  // splits x m x n floats when splits > 1
 };
@@ -168,9 +177,10 @@ __device__ __forceinline__ void StoreTwo(OutT* y, float v0, float v1) {
 }
 
 // One lane's two columns (col, col + 1) down 'rows' rows of a parked chunk: y = act(alpha *
-// col_scale * acc + bias) + residual (col_scale: int8 weights' per-channel scales, or null). The
-// activation is a template parameter so the loop stays small and branch-free.
-template <typename OutT, Activation A>
+// col_scale * acc + bias) + residual, or act(alpha * col_scale * acc + bias + residual) with
+// kResidualFirst (col_scale: int8 weights' per-channel scales, or null). The activation and the
+// order are template parameters so the loop stays small and branch-free.
+template <typename OutT, Activation A, bool kResidualFirst = false>
 __device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows, int64_t row0,
                                           int col, int64_t n, float alpha, const float* col_scale,
                                           const float* bias, const OutT* residual, OutT* y) {
@@ -184,10 +194,16 @@ __device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows
   for (int r = 0; r < rows; ++r) {
     const float2 v = *reinterpret_cast<const float2*>(slice + r * kEpiStride + 2 * lane);
     const int64_t at = (row0 + r) * n + col;
-    float e0 = Activate<A>(fmaf(a0, v.x, b0)), e1 = Activate<A>(fmaf(a1, v.y, b1));
-    if (residual != nullptr) {
-      e0 += ToFloat(residual[at]);
-      if (second) e1 += ToFloat(residual[at + 1]);
+    float e0 = fmaf(a0, v.x, b0), e1 = fmaf(a1, v.y, b1);
+    if constexpr (kResidualFirst) {
+      e0 = Activate<A>(e0 + ToFloat(residual[at]));
+      if (second) e1 = Activate<A>(e1 + ToFloat(residual[at + 1]));
+    } else {
+      e0 = Activate<A>(e0), e1 = Activate<A>(e1);
+      if (residual != nullptr) {
+        e0 += ToFloat(residual[at]);
+        if (second) e1 += ToFloat(residual[at + 1]);
+      }
     }
     if (paired) {
       StoreTwo(y + at, e0, e1);
@@ -198,7 +214,46 @@ __device__ __forceinline__ void ChunkRows(const float* slice, int lane, int rows
   }
 }
 
-template <typename T, int BM, int BN, typename OutT>
+// The residual rows [row0, row0 + 16) x [col0, col0 + cols) of an m x n output asked into L2 by
+// the warp (prefetch: nothing waits on it). The epilogue reads the residual one row per lane-step;
+// straight from DRAM those reads kept too few bytes in flight, and a layer of few K blocks (a 1x1
+// convolution from 64 channels) ran 3-4x the time it took without a residual.
+template <typename OutT>
+__device__ __forceinline__ void PrefetchResidual(const OutT* residual, int64_t m, int64_t n,
+                                                 int64_t row0, int64_t col0, int cols, int lane) {
+  constexpr int kLine = 128 / static_cast<int>(sizeof(OutT));  // elements per 128-byte line
+  const int lines = (cols + kLine - 1) / kLine;
+  for (int i = lane; i < 16 * lines; i += 32) {
+    const int64_t row = row0 + i / lines, col = col0 + static_cast<int64_t>(i % lines) * kLine;
+    if (row < m && col < n)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(residual + row * n + col));
+  }
+}
+
+// Where the producer thread 'lane' (of 128) gathers the rows r0 + 16 i of a tile starting at pixel
+// 'first' (kGather): each row's window origin in the image (y0 and x0 far negative past m, so every
+// tap falls outside) and its image's first pixel.
+template <int BM>
+struct GatherRows {
+  static constexpr int kRows = BM / 16;
+  int y0[kRows], x0[kRows], pix[kRows];
+  __device__ __forceinline__ void Set(const Sm90Args& a, int first, int r0) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int m = first + r0 + 16 * i;
+      if (m < a.m) {
+        const int img = m / a.ohw, rest = m - img * a.ohw;
+        const int oy = rest / a.ow, ox = rest - oy * a.ow;
+        y0[i] = oy * a.stride_h - a.pad_top, x0[i] = ox * a.stride_w - a.pad_left;
+        pix[i] = img * a.h * a.w;
+      } else {
+        y0[i] = x0[i] = -(1 << 30), pix[i] = 0;
+      }
+    }
+  }
+};
+
+template <typename T, int BM, int BN, typename OutT, bool kGather = false>
 __global__ __launch_bounds__(Threads<BM>(),
                              1) void Sm90Kernel(const __grid_constant__ CUtensorMap map_x,
                                                 const __grid_constant__ CUtensorMap map_w,
@@ -222,7 +277,8 @@ __global__ __launch_bounds__(Threads<BM>(),
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      BarInit(&full[s], 1);
+      // Gathering: the TMA thread's arrival and one per producer thread when its copies land.
+      BarInit(&full[s], kGather ? 129 : 1);
       BarInit(&empty[s], ConsumerWarps<BM>());  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -238,7 +294,53 @@ __global__ __launch_bounds__(Threads<BM>(),
   int stage = 0;
   unsigned phase = 0;
 
-  if (warpgroup == 0) {  // producer
+  if constexpr (kGather) {
+    if (warpgroup == 0) {  // producer: all 128 threads gather x, thread 0 loads w
+      const int t = threadIdx.x, piece = t % 8, r0 = t / 8;
+      constexpr int kPiece = 16 / static_cast<int>(sizeof(T));
+      const T* const image = static_cast<const T*>(a.image);
+      if (t == 0)
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_w))
+                     : "memory");
+      GatherRows<BM> rows;
+      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        int tm, tn;
+        TileCoords(unit / a.splits, tiles_m, tiles_n, &tm, &tn);
+        rows.Set(a, tm * BM, r0);
+        const int kb_end = min(kblocks, (unit % a.splits + 1) * split_blocks);
+        for (int kb = unit % a.splits * split_blocks; kb < kb_end; ++kb) {
+          BarWait(&empty[stage], phase ^ 1);
+          if (t == 0) {
+            BarExpectTx(&full[stage], BN * kRowBytes);
+            TmaLoad(b_tiles + stage * BN * kRowBytes, &map_w, &full[stage], kb * kBK, tn * BN);
+          }
+          // This thread's piece of the K block: 8 (bf16/fp16) channels of one tap, past k zeros.
+          const int kk = kb * kBK + piece * kPiece;
+          const int tap = kk / a.c_in, c0 = kk - tap * a.c_in;
+          const int ky = tap / a.kw, kx = tap - ky * a.kw;
+          const bool k_ok = kk < a.k;
+          uint8_t* const dst = a_tiles + stage * BM * kRowBytes;
+#pragma unroll
+          for (int i = 0; i < GatherRows<BM>::kRows; ++i) {
+            const int r = r0 + 16 * i;
+            const int iy = rows.y0[i] + ky * a.dilation_h, ix = rows.x0[i] + kx * a.dilation_w;
+            const bool ok = k_ok && static_cast<unsigned>(iy) < static_cast<unsigned>(a.h) &&
+                            static_cast<unsigned>(ix) < static_cast<unsigned>(a.w);
+            const T* src =
+                ok ? image + (static_cast<int64_t>(rows.pix[i] + iy * a.w + ix) * a.c_in + c0)
+                   : image;
+            // The 128B swizzle TMA writes and wgmma reads: piece p of row r at p ^ (r % 8).
+            CopyAsync16(dst + r * kRowBytes + ((piece ^ (r & 7)) << 4), src, ok);
+          }
+          asm volatile(
+              "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(SmemAddr(&full[stage]))
+              : "memory");
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+      return;
+    }
+  } else if (warpgroup == 0) {  // producer
     if (threadIdx.x != 0) return;
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
@@ -261,7 +363,19 @@ __global__ __launch_bounds__(Threads<BM>(),
   const int half = warpgroup - 1;  // which 64 rows of the tile
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   Acc d[BN / 2];
+  const auto* const residual = a.splits == 1 ? static_cast<const OutT*>(a.residual) : nullptr;
+  // This warp's 16 rows of a tile's residual into L2: the first tile's now, each next tile's while
+  // this one runs.
+  auto prefetch = [&](int unit) {
+    if (residual == nullptr || unit >= units) return;
+    int pm, pn;
+    TileCoords(unit / a.splits, tiles_m, tiles_n, &pm, &pn);
+    PrefetchResidual(residual, a.m, a.n, static_cast<int64_t>(pm) * BM + half * 64 + warp * 16,
+                     static_cast<int64_t>(pn) * BN, BN, lane);
+  };
+  prefetch(blockIdx.x);
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    prefetch(unit + gridDim.x);
     int tm, tn;
     TileCoords(unit / a.splits, tiles_m, tiles_n, &tm, &tn);
     const int split = unit % a.splits;
@@ -271,6 +385,9 @@ __global__ __launch_bounds__(Threads<BM>(),
     int previous = -1;
     for (int kb = split * split_blocks; kb < kb_end; ++kb) {
       BarWait(&full[stage], phase);
+      // Gathered rows were written by cp.async (the generic proxy); wgmma reads through the async
+      // proxy.
+      if constexpr (kGather) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       const uint8_t* at = a_tiles + stage * BM * kRowBytes + half * 64 * kRowBytes;
       const uint8_t* bt = b_tiles + stage * BN * kRowBytes;
       WgmmaFence();
@@ -321,8 +438,14 @@ __global__ __launch_bounds__(Threads<BM>(),
       } else {
         const auto* res = static_cast<const OutT*>(a.residual);
         auto* y = static_cast<OutT*>(a.y);
+        const bool residual_first = a.residual_first && res != nullptr;
         switch (a.act) {
           case Activation::kRelu:
+            if (residual_first) {  // a convolution's residual block: relu(conv + bias + x)
+              ChunkRows<OutT, Activation::kRelu, true>(slice, lane, rows, row0, col, a.n, a.alpha,
+                                                       a.w_scale, a.bias, res, y);
+              break;
+            }
             ChunkRows<OutT, Activation::kRelu>(slice, lane, rows, row0, col, a.n, a.alpha,
                                                a.w_scale, a.bias, res, y);
             break;
@@ -409,13 +532,15 @@ bool MakeMap(CUtensorMap* map, const void* base, ElemType t, int64_t rows, int64
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T, int BM, int BN, typename OutT>
+template <typename T, int BM, int BN, typename OutT, bool kGather = false>
 cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t stream) {
   CUtensorMap map_x, map_w;
-  if (!MakeMap(&map_x, p.x, p.ab_type, p.m, p.k, BM) ||
-      !MakeMap(&map_w, p.w, p.ab_type, p.n, p.k, BN))
+  if (!MakeMap(&map_w, p.w, p.ab_type, p.n, p.k, BN)) return cudaErrorInvalidValue;
+  if (kGather)
+    map_x = map_w;  // unused
+  else if (!MakeMap(&map_x, p.x, p.ab_type, p.m, p.k, BM))
     return cudaErrorInvalidValue;
-  auto* kernel = &Sm90Kernel<T, BM, BN, OutT>;
+  auto* kernel = &Sm90Kernel<T, BM, BN, OutT, kGather>;
   constexpr size_t kSmem = SmemBytes<BM, BN>();
   // Per device: the attribute belongs to the function in the current context.
   static std::atomic<bool> configured[kMaxDevices] = {};
@@ -435,14 +560,33 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
   args.alpha = p.alpha, args.bias = p.bias, args.residual = p.residual, args.y = p.y;
   args.x_scale = p.x_scale, args.w_scale = p.w_scale;
   args.act = p.act, args.splits = splits, args.partial = p.workspace;
+  args.residual_first = p.residual_first;
+  if (kGather) {
+    const Conv2dGeometry& g = p.image;
+    args.image = p.x;
+    args.h = static_cast<int>(g.h), args.w = static_cast<int>(g.w);
+    args.c_in = static_cast<int>(g.c_in), args.ow = static_cast<int>(g.ow);
+    args.ohw = static_cast<int>(g.oh * g.ow), args.kw = static_cast<int>(g.kw);
+    args.stride_h = static_cast<int>(g.stride_h), args.stride_w = static_cast<int>(g.stride_w);
+    args.dilation_h = static_cast<int>(g.dilation_h);
+    args.dilation_w = static_cast<int>(g.dilation_w);
+    args.pad_top = static_cast<int>(g.pad_top), args.pad_left = static_cast<int>(g.pad_left);
+  }
   kernel<<<grid, Threads<BM>(), kSmem, stream>>>(map_x, map_w, args);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || splits == 1) return e;
   return SplitEpilogue(p.workspace, splits, p.alpha, p.m, p.n, p.bias, p.act, p.residual,
-                       p.out_type, p.y, stream);
+                       p.out_type, p.y, stream, p.residual_first);
 }
 
 template <typename T, typename OutT>
 cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
+    if (p.implicit) {  // (Sm90Supported: 128-row tiles only)
+      if (c.tile == Sm90Tile::k128x256)
+        return Launch<T, 128, 256, OutT, true>(p, c.splits, sms, stream);
+      return Launch<T, 128, 128, OutT, true>(p, c.splits, sms, stream);
+    }
+  }
   switch (c.tile) {
     case Sm90Tile::k128x256:
       return Launch<T, 128, 256, OutT>(p, c.splits, sms, stream);
@@ -466,7 +610,35 @@ cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaSt
   return cudaErrorInvalidValue;
 }
 
+// What the gathering kernel takes (GemmProblem::implicit): bf16/fp16, one group, c_in a multiple
+// of 8 (a 16-byte piece within one tap), 128-row tiles, the sizes matching the image's, and every
+// pixel index in int.
+bool ImplicitSupported(const GemmProblem& p, const Sm90Config& c) {
+  const Conv2dGeometry& g = p.image;
+  constexpr int64_t kMax = int64_t{1} << 30;
+  const int64_t piece = 16 / static_cast<int64_t>(ElemSize(p.ab_type));
+  const bool sizes = g.n >= 1 && g.h >= 1 && g.w >= 1 && g.kh >= 1 && g.kw >= 1 && g.oh >= 1 &&
+                     g.ow >= 1 && g.stride_h >= 1 && g.stride_w >= 1 && g.dilation_h >= 1 &&
+                     g.dilation_w >= 1 && g.h < kMax && g.w < kMax && g.kh < kMax && g.kw < kMax &&
+                     g.pad_top >= 0 && g.pad_left >= 0 && g.pad_top < kMax && g.pad_left < kMax &&
+                     g.stride_h < kMax && g.stride_w < kMax && g.dilation_h < kMax &&
+                     g.dilation_w < kMax && g.n * g.h * g.w < kMax && g.n * g.oh * g.ow < kMax &&
+                     g.c_in >= 1 && g.c_in < kMax;
+  return (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) && sizes && g.groups == 1 &&
+         g.c_in % piece == 0 && p.k == g.kh * g.kw * g.c_in && p.m == g.n * g.oh * g.ow &&
+         p.n == g.c_out && (c.tile == Sm90Tile::k128x256 || c.tile == Sm90Tile::k128x128) &&
+         Aligned16(p.x);
+}
+
 }  // namespace
+
+int Sm90SmCount() {
+#if !defined(NEREID_CUDA_SM90A)
+  return 0;
+#else
+  return Encoder() != nullptr ? HopperSmCount() : 0;
+#endif
+}
 
 std::string Sm90Config::Name() const {
   static constexpr const char* kNames[] = {"sm90-128x256", "sm90-128x128", "sm90-64x256",
@@ -495,9 +667,12 @@ bool Sm90Supported(const GemmProblem& p, const Sm90Config& c) {
   const bool split_ok =
       c.splits == 1 || (c.splits >= 2 && c.splits <= kSm90MaxSplits && p.workspace != nullptr &&
                         p.workspace_floats >= Sm90WorkspaceFloats(p, c));
-  return types && out_ok && split_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 && p.m < kMax &&
-         p.n < kMax && p.k < kMax && (p.k * elem) % 16 == 0 && Aligned16(p.x) && Aligned16(p.w) &&
-         Encoder() != nullptr && HopperSmCount() > 0;
+  // The residual before an activation: Relu only (a convolution's residual block).
+  const bool order_ok = !ResidualBeforeActivation(p) || p.act == Activation::kRelu;
+  if (p.implicit && !ImplicitSupported(p, c)) return false;
+  return types && out_ok && split_ok && order_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 &&
+         p.m < kMax && p.n < kMax && p.k < kMax && (p.k * elem) % 16 == 0 && Aligned16(p.x) &&
+         Aligned16(p.w) && Encoder() != nullptr && HopperSmCount() > 0;
 }
 
 cudaError_t GemmSm90(const GemmProblem& p, cudaStream_t stream, const Sm90Config& c) {

@@ -51,42 +51,42 @@ const Case kCases[] = {
      "gpu_0/data_0",
      {3, 224, 224},
      1,
-     {{"conv", 53}, {"softmax", 1}, {"gemm", 1}},
+     {{"conv", 20}, {"softmax", 1}, {"gemm", 34}},
      {1000}},
     {"densenet121",
      "onnx/backend/test/data/light/light_densenet121.onnx",
      "data_0",
      {3, 224, 224},
      1,
-     {{"conv", 121}, {"concat", 58}},
+     {{"conv", 59}, {"gemm", 62}, {"concat", 58}},
      {1000, 1, 1}},
     {"inception_v1",
      "onnx/backend/test/data/light/light_inception_v1.onnx",
      "data_0",
      {3, 224, 224},
      1,
-     {{"conv", 57}, {"concat", 9}, {"lrn", 2}, {"softmax", 1}},
+     {{"conv", 20}, {"gemm", 38}, {"concat", 9}, {"lrn", 2}, {"softmax", 1}},
      {1000}},
     {"inception_v2",
      "onnx/backend/test/data/light/light_inception_v2.onnx",
      "data_0",
      {3, 224, 224},
      1,
-     {{"conv", 69}, {"concat", 10}, {"softmax", 1}},
+     {{"conv", 32}, {"gemm", 38}, {"concat", 10}, {"softmax", 1}},
      {1000}},
     {"shufflenet",
      "onnx/backend/test/data/light/light_shufflenet.onnx",
      "gpu_0/data_0",
      {3, 224, 224},
      1,
-     {{"conv", 49}, {"strided copy", 16}, {"concat", 3}},
+     {{"conv", 49}, {"gemm", 1}, {"strided copy", 16}, {"concat", 3}},
      {1000}},
     {"squeezenet",
      "onnx/backend/test/data/light/light_squeezenet.onnx",
      "data_0",
      {3, 224, 224},
      1,
-     {{"conv", 26}, {"concat", 8}, {"softmax", 1}},
+     {{"conv", 9}, {"gemm", 17}, {"concat", 8}, {"softmax", 1}},
      {1000, 1, 1}},
     {"vgg19",
      "onnx/backend/test/data/light/light_vgg19.onnx",
@@ -107,7 +107,7 @@ const Case kCases[] = {
      "gpu_0/data_0",
      {3, 224, 224},
      1,
-     {{"conv", 5}, {"lrn", 2}},
+     {{"conv", 5}, {"gemm", 3}, {"lrn", 2}},
      {1000}},
     // RapidOCR's text detector (DBNet: FPN upsampling, ConvTranspose head) at a fixed 128x160.
     {"ocr_detector",
@@ -115,7 +115,7 @@ const Case kCases[] = {
      "x",
      {3, 128, 160},
      0,
-     {{"conv", 62}, {"resize", 6}, {"convtranspose", 2}, {"concat", 1}},
+     {{"conv", 44}, {"gemm", 18}, {"resize", 6}, {"convtranspose", 2}, {"concat", 1}},
      {1, 128, 160}},
     // Its recogniser (SVTR): five layer norms written out, attention's Q, K and V sliced from a
     // transpose that moves the batch, products of two activations.
@@ -124,7 +124,7 @@ const Case kCases[] = {
      "x",
      {3, 48, 320},
      0,
-     {{"conv", 38}, {"layer norm", 5}, {"batched matmul", 4}, {"softmax", 3}, {"gemm", 9}},
+     {{"conv", 33}, {"gemm", 14}, {"layer norm", 5}, {"batched matmul", 4}, {"softmax", 3}},
      {40, 6625}},
     // Its direction classifier: the flatten's shape from Shape/Slice/Concat of the batch.
     {"ocr_direction",
@@ -132,7 +132,7 @@ const Case kCases[] = {
      "x",
      {3, 48, 192},
      0,
-     {{"conv", 53}, {"softmax", 1}, {"gemm", 1}},
+     {{"conv", 30}, {"softmax", 1}, {"gemm", 24}},
      {2}},
     {"wakeword_embedding",
      "openwakeword/resources/models/embedding_model.onnx",
@@ -240,6 +240,47 @@ TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
   EXPECT_NE(description.find("52 of 53 convolutions in int8"), std::string::npos) << description;
   EXPECT_NE(description.find("52 int8 tensor-core implicit GEMM"), std::string::npos)
       << description;
+}
+
+// ResNet-50's 1x1 convolutions of stride 1 run as GEMMs on channels-last images: a row per pixel,
+// the residual added before the Relu (the convolution's order); the strided ones, the 3x3 ones and
+// the stem stay convolutions. (Their arithmetic: CudaGemm.ResidualBeforeRelu*, and on the device
+// tests/e2e/test_gpu_vision.py against ONNX Runtime.)
+TEST(GpuCompile, PointwiseConvolutionsRunAsGemms) {
+  const fs::path site = SitePackages();
+  if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
+  auto graph = LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", {"gpu_0/data_0"});
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  GpuShapes shapes;
+  shapes.input_dims["gpu_0/data_0"] = {3, 224, 224};
+  shapes.fixed_rows = 1;
+  auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kBf16, shapes);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const GpuModel& m = **model;
+  int pointwise = 0, residual = 0;
+  for (const Step& s : m.steps) {
+    if (s.kind != Step::kGemm || !s.residual_first) continue;
+    ++pointwise;
+    const ValueSpec& y = m.values[s.out];
+    ASSERT_EQ(y.dims.size(), 3u);
+    EXPECT_TRUE(y.nhwc);
+    EXPECT_EQ(s.outer, y.dims[1] * y.dims[2]) << "a row per pixel";
+    EXPECT_EQ(s.n, y.dims[0]);
+    EXPECT_TRUE(m.values[s.in].nhwc);
+    EXPECT_EQ(s.k, m.values[s.in].dims[0]);
+    if (s.residual >= 0) {
+      ++residual;
+      EXPECT_EQ(s.act, kc::Activation::kRelu);
+      EXPECT_TRUE(m.values[s.residual].nhwc);
+    }
+  }
+  EXPECT_EQ(pointwise, 33);
+  EXPECT_EQ(residual, 16) << "each bottleneck's last 1x1 adds its block's input";
+  EXPECT_NE(Describe(m).find("33 1x1 as GEMM"), std::string::npos) << Describe(m);
+  // In int8 they stay convolutions (the int8 implicit GEMM, per image scales).
+  auto int8 = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
+  ASSERT_TRUE(int8.ok()) << int8.status().message();
+  for (const Step& s : (*int8)->steps) EXPECT_FALSE(s.residual_first);
 }
 
 TEST(GpuCompile, RefusesOpenDims) {

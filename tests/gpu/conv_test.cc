@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/gemm_int8.h"
+#include "cuda/gemm.h"
 #include "gpu_test_util.h"
 
 namespace nereid::gpu_test {
@@ -18,6 +19,7 @@ namespace {
 
 namespace kc = kernels::cuda;
 using kc::ConvActivation;
+using kc::GemmProblem;
 using kernels::Conv2dGeometry;
 
 double Activate(ConvActivation act, double v, double a, double b) {
@@ -149,6 +151,105 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
   EXPECT_GT(split, 0) << "no case split its depth over blocks";
 }
 
+// GemmSm90's implicit GEMM (the windows gathered by cp.async into wgmma's swizzled tiles) against
+// float64, on both of its tiles: ragged pixel and channel counts, strides, dilation, a strided 1x1,
+// a stem of 8 channels and a depth that ends inside a K block, the residual before the Relu; and
+// one layer of more tiles than a Hopper GPU has SMs through Conv2dNhwc, which then picks it
+// (checked on every fifth pixel).
+TEST(CudaConv, Sm90ImplicitGemmMatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  if (kc::Sm90SmCount() == 0) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU and an sm_90a build";
+  using A = ConvActivation;
+  struct Sm90Case {
+    ConvCase c;
+    ElemType t;
+    bool dispatch;  // through Conv2dNhwc (which must choose the implicit GEMM), else GemmSm90
+  };
+  const Sm90Case cases[] = {
+      {{Geometry(2, 9, 9, 64, 136, 3, 1, 1), A::kRelu, 0, 0, true, true}, ElemType::kBF16, false},
+      {{Geometry(3, 15, 15, 128, 256, 3, 2, 1), A::kNone, 0, 0, false, false},
+       ElemType::kF16,
+       false},
+      {{Geometry(1, 10, 12, 64, 64, 1, 2, 0), A::kRelu}, ElemType::kBF16, false},
+      {{Geometry(2, 12, 12, 64, 128, 3, 1, 2, 1, 2), A::kNone, 0, 0, true, true},
+       ElemType::kF16,
+       false},
+      {{Geometry(2, 13, 11, 8, 64, 7, 2, 3), A::kRelu}, ElemType::kBF16, false},  // a stem
+      {{Geometry(1, 6, 6, 24, 72, 3, 1, 1), A::kNone}, ElemType::kF16, false},    // k = 216: a part
+      {{Geometry(24, 28, 28, 64, 128, 3, 1, 1), A::kRelu, 0, 0, true, true}, ElemType::kBF16, true},
+  };
+  uint64_t seed = 100;
+  for (const Sm90Case& sc : cases) {
+    const ConvCase& c = sc.c;
+    const ElemType t = sc.t;
+    const Conv2dGeometry& g = c.g;
+    const int64_t pixels = g.n * g.oh * g.ow, y_n = pixels * g.c_out;
+    const std::vector<float> x = Random(g.n * g.h * g.w * g.c_in, seed++);
+    const std::vector<float> w = Random(g.c_out * g.c_in * g.kh * g.kw, seed++, -0.3f, 0.3f);
+    const std::vector<float> bias = Random(g.c_out, seed++);
+    const std::vector<float> res = Random(y_n, seed++);
+    kc::ConvProblem p;
+    p.g = g, p.type = t, p.act = c.act;
+    const std::vector<float> wl = kc::ConvWeightsLayout(p, w.data());
+    DeviceBuffer dx(Encode(x, t)), dw(Encode(wl, t)), db(Encode(bias, ElemType::kF32)),
+        dr(Encode(res, t)), dy(y_n * kc::ElemSize(t));
+    p.x = dx.get(), p.w = dw.get(), p.y = dy.get();
+    p.bias = c.bias ? static_cast<const float*>(db.get()) : nullptr;
+    p.residual = c.residual ? dr.get() : nullptr;
+    const std::vector<double> rx = Rounded(x, t), rw = Rounded(w, t), rr = Rounded(res, t);
+    const int64_t every = sc.dispatch ? 5 : 1;
+    std::vector<double> ref;
+    for (int64_t px = 0; px < pixels; px += every) {
+      const int64_t b = px / (g.oh * g.ow), oy = px / g.ow % g.oh, ox = px % g.ow;
+      for (int64_t co = 0; co < g.c_out; ++co) {
+        double acc = c.bias ? bias[co] : 0.0;
+        ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t ky, int64_t kx) {
+          for (int64_t ci = 0; ci < g.c_in; ++ci)
+            acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + ci] *
+                   rw[((co * g.c_in + ci) * g.kh + ky) * g.kw + kx];
+        });
+        if (c.residual) acc += rr[px * g.c_out + co];
+        ref.push_back(Activate(c.act, acc, 0, 0));
+      }
+    }
+    auto check = [&](const std::string& how) {
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> y = Decode(dy.Read(), t);
+      std::vector<double> got;
+      for (int64_t px = 0; px < pixels; px += every)
+        got.insert(got.end(), y.begin() + px * g.c_out, y.begin() + (px + 1) * g.c_out);
+      const double tol = t == ElemType::kF16 ? 3e-3 : 2e-2;
+      EXPECT_LE(RelativeError(got, ref), tol) << Describe(c, t) << " " << how;
+      CUDA_OK(cudaMemset(dy.get(), 0xFF, y_n * kc::ElemSize(t)));  // NaNs for the next run
+    };
+    if (sc.dispatch) {
+      ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
+      check("Conv2dNhwc");
+      continue;
+    }
+    GemmProblem q;
+    q.m = pixels, q.n = g.c_out, q.k = g.kh * g.kw * g.c_in, q.ab_type = q.out_type = t;
+    q.x = p.x, q.w = p.w, q.y = p.y, q.bias = p.bias, q.residual = p.residual;
+    q.act = c.act == A::kRelu ? kc::Activation::kRelu : kc::Activation::kNone;
+    q.residual_first = true, q.implicit = true, q.image = g;
+    for (kc::Sm90Tile tile : {kc::Sm90Tile::k128x128, kc::Sm90Tile::k128x256}) {
+      const kc::Sm90Config config{tile, 1};
+      ASSERT_TRUE(kc::Sm90Supported(q, config)) << Describe(c, t);
+      ASSERT_EQ(kc::GemmSm90(q, nullptr, config), cudaSuccess) << Describe(c, t);
+      check(config.Name());
+    }
+    // What it refuses: 64-row tiles, c_in of part of a 16-byte piece, groups; the small-M
+    // kernels too.
+    EXPECT_FALSE(kc::Sm90Supported(q, {kc::Sm90Tile::k64x128, 1}));
+    GemmProblem bad = q;
+    bad.image.c_in = 12, bad.k = g.kh * g.kw * 12;
+    EXPECT_FALSE(kc::Sm90Supported(bad, {kc::Sm90Tile::k128x128, 1}));
+    bad = q, bad.image.groups = 2;
+    EXPECT_FALSE(kc::Sm90Supported(bad, {kc::Sm90Tile::k128x128, 1}));
+    for (auto v : kc::kSmallMVariants) EXPECT_FALSE(kc::SmallMSupported(q, v));
+  }
+}
+
 // The int8 form of the tensor-core kernel: x quantized per image and w per output channel on the
 // host with the engine's arithmetic (kernels::QuantizeRowsInt8), the reference the exact integer
 // sums scaled in double; bf16 and fp16 outputs, split and unsplit depths, residuals.
@@ -248,6 +349,9 @@ TEST(CudaConv, PoolsMatchTheReference) {
       {kc::PoolKind::kAverage, Geometry(2, 9, 9, 16, 16, 3, 1, 1), 1, 1, true},
       {kc::PoolKind::kAverage, ceil, 2, 1, true},
       {kc::PoolKind::kMax, ceil, 2, 1, false},
+      // 6 channels: no whole 16 bytes, the kernel of one channel per thread
+      {kc::PoolKind::kMax, Geometry(1, 7, 7, 6, 6, 3, 2, 1), 1, 1, false},
+      {kc::PoolKind::kAverage, Geometry(1, 7, 7, 6, 6, 3, 2, 1), 1, 1, true},
   };
   uint64_t seed = 100;
   for (const PoolCase& c : cases)

@@ -166,13 +166,15 @@ struct GemmCase {
   bool tf32;
   bool bias, residual;
   Activation act;
+  bool residual_first = false;  // act(... + residual): a 1x1 convolution's order
 };
 
 std::string Describe(const GemmCase& c) {
   return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " +
          kernels::cuda::ElemTypeName(c.ab) + (c.tf32 ? "(tf32)" : "") + "->" +
          kernels::cuda::ElemTypeName(c.out) + " act=" + kernels::cuda::ActivationName(c.act) +
-         (c.bias ? " +bias" : "") + (c.residual ? " +residual" : "");
+         (c.bias ? " +bias" : "") + (c.residual ? " +residual" : "") +
+         (c.residual_first ? " (first)" : "");
 }
 
 // Runs one case through 'run' and checks it against the float64 reference.
@@ -186,6 +188,7 @@ void CheckGemm(const GemmCase& c, const std::function<void(GemmProblem&)>& run) 
   p.x = dx.get(), p.w = dw.get(), p.y = dy.get(), p.act = c.act, p.alpha = 0.75f;
   p.bias = c.bias ? static_cast<const float*>(dbias.get()) : nullptr;
   p.residual = c.residual ? dres.get() : nullptr;
+  p.residual_first = c.residual_first;
   run(p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << Describe(c);
   const auto rx = Rounded(x, c.ab), rw = Rounded(w, c.ab), rres = Rounded(residual, c.out);
@@ -195,8 +198,8 @@ void CheckGemm(const GemmCase& c, const std::function<void(GemmProblem&)>& run) 
       double s = 0;
       for (int64_t l = 0; l < c.k; ++l) s += rx[i * c.k + l] * rw[j * c.k + l];
       s = 0.75 * s + (c.bias ? bias[j] : 0.0);
-      s = Act(c.act, s);
-      ref[i * c.n + j] = s + (c.residual ? rres[i * c.n + j] : 0.0);
+      const double r = c.residual ? rres[i * c.n + j] : 0.0;
+      ref[i * c.n + j] = c.residual_first ? Act(c.act, s + r) : Act(c.act, s) + r;
     }
   const double err = RelativeError(Decode(dy.Read(), c.out), ref);
   EXPECT_LE(err, Tolerance(c.ab, c.out, c.tf32)) << Describe(c);
@@ -310,6 +313,43 @@ TEST(CudaGemm, CublasWithEpilogueMatchesFloat64Reference) {
   cudaStreamDestroy(stream);
 }
 
+// A 1x1 convolution's epilogue, relu(x w^T + bias + residual), on the shapes of ResNet-50's
+// (pixels x c_out x c_in at batch 1 and beyond), through every GemmSm90 configuration and cuBLAS;
+// the small-M kernels refuse it.
+TEST(CudaGemm, ResidualBeforeReluMatchesFloat64Reference) {
+  NEREID_REQUIRE_GPU();
+  std::vector<GemmCase> cases;
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{
+           {49, 2048, 512}, {3136, 256, 64}, {784, 512, 128}, {77, 129, 136}})
+    for (ElemType t : {ElemType::kBF16, ElemType::kF16})
+      cases.push_back({s[0], s[1], s[2], t, t, false, true, true, Activation::kRelu, true});
+  cases.push_back({200, 72, 40, ElemType::kF32, ElemType::kF32, false, false, true,
+                   Activation::kSigmoid, true});  // cuBLAS: any activation, exact fp32
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  {
+    CublasGemm gemm;
+    ASSERT_EQ(gemm.Init(stream), "");
+    for (const auto& c : cases)
+      CheckGemm(c, [&](GemmProblem& p) {
+        for (auto v : kernels::cuda::kSmallMVariants)
+          EXPECT_FALSE(kernels::cuda::SmallMSupported(p, v)) << Describe(c);
+        DeviceBuffer acc(std::max<int64_t>(CublasGemm::AccumulatorFloats(p), 1) * 4);
+        ASSERT_EQ(gemm.Run(p, static_cast<float*>(acc.get())), "") << Describe(c);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      });
+  }
+  cudaStreamDestroy(stream);
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
+  for (const auto& config : kernels::cuda::kSm90Configs)
+    for (const auto& c : cases) {
+      if (c.ab == ElemType::kF32) continue;
+      CheckGemm(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
+    }
+}
+
 TEST(CudaGemm, SmallMRefusesWhatItCannotRun) {
   using kernels::cuda::SmallMSupported;
   using kernels::cuda::SmallMVariant;
@@ -351,6 +391,9 @@ TEST(CudaGemm, Sm90RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p, split));  // a split without a workspace
   p.workspace = reinterpret_cast<float*>(buf), p.workspace_floats = 256 * 256;
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p, split));  // ... or with one too small
+  alignas(16) static char residual[16];
+  p.residual = residual, p.residual_first = true, p.act = Activation::kGelu;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // only Relu after the residual
 }
 
 // ---- int8 -----------------------------------------------------------------------------------

@@ -11,6 +11,53 @@
 namespace nereid::native {
 namespace {
 
+// A 1x1 convolution of stride 1 without padding, one group: on channels-last images it is the
+// GEMM [pixels, c_in] x [c_out, c_in]^T, run by the GEMM family's kernels (the tuner's pick per row
+// count: the Hopper wgmma/TMA kernel, cuBLAS, the small-M kernels) rather than the convolution's.
+bool IsPointwise(const kernels::Conv2dGeometry& g, const int64_t (&pad_end)[2]) {
+  return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 &&
+         g.pad_left == 0 && pad_end[0] == 0 && pad_end[1] == 0 && g.groups == 1;
+}
+
+// Residual (value id or -1) of a Conv the passes fused an Add into, channels-last; checked against
+// the output's shape.
+StatusOr<int> ConvResidual(const Graph& graph, const Graph::Node& node, const ValueSpec& y,
+                           GpuModel& m, const std::string& who) {
+  if (!node.op.residual) return -1;
+  const int r = node.inputs.size() > 3 ? node.inputs[3] : -1;
+  const ValueSpec* rv = r >= 0 && static_cast<size_t>(r) < graph.value_count() &&
+                                !graph.constant(r).valid() && m.values[r].defined
+                            ? &m.values[r]
+                            : nullptr;
+  if (rv == nullptr || rv->logical != DataType::kFp32 || rv->dims != y.dims)
+    return Unsupported(who + ": a residual of the output's shape " + ShapeString(y.dims) +
+                       " per row is the only one the GPU epilogue adds");
+  return InLayout(m, r, true);
+}
+
+// The pointwise convolution 'conv' (IsPointwise; its input, bias and activation set) as a GEMM
+// step: each pixel a row, the residual added before the activation, as the convolution orders it.
+Status CompilePointwiseAsGemm(const Graph& graph, const Graph::Node& node, const Step& conv,
+                              const std::vector<float>& weights, const ValueSpec& y, GpuModel& m,
+                              const std::string& who) {
+  Step s;
+  s.kind = Step::kGemm;
+  s.in = conv.in;
+  s.n = conv.conv.g.c_out, s.k = conv.conv.g.c_in, s.outer = conv.conv.g.oh * conv.conv.g.ow;
+  ASSIGN_OR_RETURN(s.w, m.UploadFloats(weights, m.float_type));  // [c_out][c_in]: n x k
+  s.bias = conv.conv.bias;
+  s.act =
+      conv.conv.act == kc::ConvActivation::kRelu ? kc::Activation::kRelu : kc::Activation::kNone;
+  ASSIGN_OR_RETURN(s.residual, ConvResidual(graph, node, y, m, who));
+  s.residual_first = true;
+  m.values[node.outputs[0]] = y;
+  s.out = node.outputs[0];
+  m.steps.push_back(s);
+  ++m.convs;
+  ++m.conv_kernels["1x1 as GEMM"];
+  return Status::Ok();
+}
+
 // Conv with constant weights on an image [rows, c, h, w]: BatchNormalization, the residual Add
 // and the activation the graph's passes fused run in its epilogue.
 Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec& x, GpuModel& m,
@@ -74,6 +121,10 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
     s.in = InLayout(m, node.inputs[0], true);
   }
   std::vector<float> layout = kc::ConvWeightsLayout(s.conv, oihw.data());
+  if (IsPointwise(s.conv.g, pad_end) && m.precision != Precision::kInt8 &&
+      (s.conv.act == kc::ConvActivation::kNone || s.conv.act == kc::ConvActivation::kRelu)) {
+    return CompilePointwiseAsGemm(graph, node, s, layout, y, m, who);
+  }
   if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
     // Weights per output channel ([c_out][kh][kw][c_in] rows), the image per row at run time,
     // with the arithmetic of the CPU's and the GEMMs' int8.
@@ -90,17 +141,7 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   } else {
     ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(layout, m.float_type));
   }
-  if (op.residual) {
-    const int r = node.inputs.size() > 3 ? node.inputs[3] : -1;
-    const ValueSpec* rv = r >= 0 && static_cast<size_t>(r) < graph.value_count() &&
-                                  !graph.constant(r).valid() && m.values[r].defined
-                              ? &m.values[r]
-                              : nullptr;
-    if (rv == nullptr || rv->logical != DataType::kFp32 || rv->dims != y.dims)
-      return Unsupported(who + ": a residual of the output's shape " + ShapeString(y.dims) +
-                         " per row is the only one the GPU epilogue adds");
-    s.residual = InLayout(m, r, true);
-  }
+  ASSIGN_OR_RETURN(s.residual, ConvResidual(graph, node, y, m, who));
   m.values[node.outputs[0]] = y;
   s.out = node.outputs[0];
   m.steps.push_back(s);
