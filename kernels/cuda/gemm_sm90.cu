@@ -580,8 +580,9 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
 
 template <typename T, typename OutT>
 cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
-    if (p.implicit) {  // (Sm90Supported: 128-row tiles only)
+  if constexpr ((std::is_same_v<T, __nv_bfloat16> ||
+                 std::is_same_v<T, __half>)&&std::is_same_v<OutT, T>) {
+    if (p.implicit) {  // (Sm90Supported: 128-row tiles, y in the operands' type)
       if (c.tile == Sm90Tile::k128x256)
         return Launch<T, 128, 256, OutT, true>(p, c.splits, sms, stream);
       return Launch<T, 128, 128, OutT, true>(p, c.splits, sms, stream);
@@ -611,8 +612,8 @@ cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaSt
 }
 
 // What the gathering kernel takes (GemmProblem::implicit): bf16/fp16, one group, c_in a multiple
-// of 8 (a 16-byte piece within one tap), 128-row tiles, the sizes matching the image's, and every
-// pixel index in int.
+// of 8 (a 16-byte piece within one tap), y in the same type, 128-row tiles, the sizes matching the
+// image's, and every pixel index in int.
 bool ImplicitSupported(const GemmProblem& p, const Sm90Config& c) {
   const Conv2dGeometry& g = p.image;
   constexpr int64_t kMax = int64_t{1} << 30;
@@ -624,10 +625,10 @@ bool ImplicitSupported(const GemmProblem& p, const Sm90Config& c) {
                      g.stride_h < kMax && g.stride_w < kMax && g.dilation_h < kMax &&
                      g.dilation_w < kMax && g.n * g.h * g.w < kMax && g.n * g.oh * g.ow < kMax &&
                      g.c_in >= 1 && g.c_in < kMax;
-  return (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) && sizes && g.groups == 1 &&
-         g.c_in % piece == 0 && p.k == g.kh * g.kw * g.c_in && p.m == g.n * g.oh * g.ow &&
-         p.n == g.c_out && (c.tile == Sm90Tile::k128x256 || c.tile == Sm90Tile::k128x128) &&
-         Aligned16(p.x);
+  return (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) && p.out_type == p.ab_type &&
+         sizes && g.groups == 1 && g.c_in % piece == 0 && p.k == g.kh * g.kw * g.c_in &&
+         p.m == g.n * g.oh * g.ow && p.n == g.c_out &&
+         (c.tile == Sm90Tile::k128x256 || c.tile == Sm90Tile::k128x128) && Aligned16(p.x);
 }
 
 }  // namespace
