@@ -581,6 +581,12 @@ static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
   return Sm90Supported(*q, *c);
 }
 
+bool ConvOnSm90(const ConvProblem& p) {
+  GemmProblem q;
+  Sm90Config c;
+  return Sm90Conv(p, &q, &c);
+}
+
 cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
   const Conv2dGeometry& g = p.g;
   if (!GeometryValid(g) || g.c_out <= 0 || g.groups <= 0 || g.groups > 65535 ||

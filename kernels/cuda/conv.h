@@ -1,7 +1,8 @@
 // Convolutions and pools of the native engine's GPU path, on NHWC tensors (the GPU compiler keeps
 // every value between convolutions channels-last and converts at the model's edges):
 //
-//  - Conv2dNhwc picks one of three kernels per layer:
+//  - Conv2dNhwc runs a layer whose 128-pixel tiles fill a Hopper GPU as GemmSm90's implicit GEMM
+//    (gemm.h: wgmma, the windows gathered by cp.async; ConvOnSm90), else one of three kernels:
 //      tensor-core implicit GEMM (bf16/fp16, one group, c_in a multiple of 8; int8 with c_in a
 //        multiple of 16, per-image and per-output-channel scales): M = output pixels,
 //        N = output channels, K = kh x kw x c_in gathered from the image with 16-byte cp.async
@@ -57,6 +58,10 @@ enum class ConvKernel { kTensorCore, kDepthwise, kGeneric };
 // The kernel Conv2dNhwc runs for 'p' (its shape and type; tensor cores need a Volta-or-later GPU,
 // which every device this engine runs on is), and over how many splits of the depth.
 ConvKernel ChooseConvKernel(const ConvProblem& p);
+// Whether Conv2dNhwc runs 'p' as GemmSm90's implicit GEMM instead (Hopper, bf16/fp16, one group,
+// c_in a multiple of 8, Relu or no activation, tiles that fill the GPU; decided per call, as the
+// batch's pixels change).
+bool ConvOnSm90(const ConvProblem& p);
 int ConvSplits(const ConvProblem& p);
 const char* ConvKernelName(ConvKernel k);
 
