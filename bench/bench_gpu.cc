@@ -820,10 +820,11 @@ void BenchConv() {
       p.workspace = static_cast<float*>(workspace);
       const double us = TimeGraphUs([&](int) { CHECK(kc::Conv2dNhwc(p, stream)); }, 10);
       const double flop = 2.0 * batch * g.oh * g.ow * sh.c_out * sh.k * sh.k * sh.c_in;
-      std::printf(
-          "%-20s %6lld | %-26s %6d | %10.1f %8.1f\n", sh.name, static_cast<long long>(batch),
-          kc::ConvOnSm90(p) ? "wgmma implicit GEMM" : kc::ConvKernelName(kc::ChooseConvKernel(p)),
-          kc::ConvOnSm90(p) ? 1 : kc::ConvSplits(p), us, flop / us * 1e-6);
+      const bool sm90 = kc::ConvOnSm90(p);
+      std::printf("%-20s %6lld | %-26s %6d | %10.1f %8.1f\n", sh.name,
+                  static_cast<long long>(batch),
+                  sm90 ? "wgmma implicit GEMM" : kc::ConvKernelName(kc::ChooseConvKernel(p)),
+                  sm90 ? 1 : kc::ConvSplits(p), us, flop / us * 1e-6);
       CHECK(cudaFree(const_cast<void*>(p.x)));
       CHECK(cudaFree(const_cast<void*>(p.w)));
       CHECK(cudaFree(p.y));

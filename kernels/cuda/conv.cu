@@ -10,7 +10,6 @@
 
 #include "cuda/conv.h"
 #include "cuda/device_math.cuh"
-#include "cuda/gemm.h"
 
 namespace nereid::kernels::cuda {
 namespace {
@@ -563,22 +562,34 @@ static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
     const char* v = std::getenv("NEREID_CONV_SM90");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  if (!enabled || p.int8 || (p.act != ConvActivation::kNone && p.act != ConvActivation::kRelu))
-    return false;
+  Activation act;
+  if (!enabled || p.int8 || !GemmActivationOf(p.act, &act)) return false;
   const int sms = Sm90SmCount();
   if (sms == 0) return false;
-  const Conv2dGeometry& g = p.g;
-  q->m = g.n * g.oh * g.ow, q->n = g.c_out, q->k = g.kh * g.kw * g.c_in;
-  q->ab_type = q->out_type = p.type;
-  q->x = p.x, q->w = p.w, q->y = p.y, q->bias = p.bias, q->residual = p.residual;
-  q->act = p.act == ConvActivation::kRelu ? Activation::kRelu : Activation::kNone;
-  q->residual_first = true, q->implicit = true, q->image = g;
-  const int64_t row_tiles = (q->m + 127) / 128;
-  if (row_tiles * ((g.c_out + 127) / 128) < sms) return false;
-  c->tile = g.c_out % 256 == 0 && row_tiles * (g.c_out / 256) >= sms ? Sm90Tile::k128x256
-                                                                     : Sm90Tile::k128x128;
+  *q = ImplicitGemm(p);
+  const int64_t row_tiles = (q->m + 127) / 128, c_out = p.g.c_out;
+  if (row_tiles * ((c_out + 127) / 128) < sms) return false;
+  c->tile = c_out % 256 == 0 && row_tiles * (c_out / 256) >= sms ? Sm90Tile::k128x256
+                                                                 : Sm90Tile::k128x128;
   c->splits = 1;
   return Sm90Supported(*q, *c);
+}
+
+bool GemmActivationOf(ConvActivation act, Activation* out) {
+  if (act != ConvActivation::kNone && act != ConvActivation::kRelu) return false;
+  *out = act == ConvActivation::kRelu ? Activation::kRelu : Activation::kNone;
+  return true;
+}
+
+GemmProblem ImplicitGemm(const ConvProblem& p) {
+  const Conv2dGeometry& g = p.g;
+  GemmProblem q;
+  q.m = g.n * g.oh * g.ow, q.n = g.c_out, q.k = g.kh * g.kw * g.c_in;
+  q.ab_type = q.out_type = p.type;
+  q.x = p.x, q.w = p.w, q.y = p.y, q.bias = p.bias, q.residual = p.residual;
+  GemmActivationOf(p.act, &q.act);  // (kNone where there is no GEMM form)
+  q.residual_first = true, q.implicit = true, q.image = g;
+  return q;
 }
 
 bool ConvOnSm90(const ConvProblem& p) {

@@ -23,6 +23,7 @@
 
 #include "conv_geometry.h"
 #include "cuda/common.h"
+#include "cuda/gemm.h"
 
 namespace nereid::kernels::cuda {
 
@@ -58,6 +59,11 @@ enum class ConvKernel { kTensorCore, kDepthwise, kGeneric };
 // The kernel Conv2dNhwc runs for 'p' (its shape and type; tensor cores need a Volta-or-later GPU,
 // which every device this engine runs on is), and over how many splits of the depth.
 ConvKernel ChooseConvKernel(const ConvProblem& p);
+// The GEMM epilogue's activation for a convolution's, where it has one (None and Relu).
+bool GemmActivationOf(ConvActivation act, Activation* out);
+// 'p' as an implicit GEMM (GemmProblem::implicit: pixels x c_out x kh kw c_in, the residual before
+// the activation), for GemmSm90; its activation must have a GEMM form (GemmActivationOf).
+GemmProblem ImplicitGemm(const ConvProblem& p);
 // Whether Conv2dNhwc runs 'p' as GemmSm90's implicit GEMM instead (Hopper, bf16/fp16, one group,
 // c_in a multiple of 8, Relu or no activation, tiles that fill the GPU; decided per call, as the
 // batch's pixels change).

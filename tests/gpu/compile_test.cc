@@ -225,14 +225,20 @@ TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
   }
 }
 
+// The onnx wheel's light ResNet-50 loaded for the GPU compiler; 'shapes' gets its one image of
+// 3 x 224 x 224.
+StatusOr<std::unique_ptr<Graph>> LightResnet50(const fs::path& site, GpuShapes* shapes) {
+  shapes->input_dims["gpu_0/data_0"] = {3, 224, 224};
+  shapes->fixed_rows = 1;
+  return LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", {"gpu_0/data_0"});
+}
+
 TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
   const fs::path site = SitePackages();
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
-  auto graph = LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", {"gpu_0/data_0"});
-  ASSERT_TRUE(graph.ok()) << graph.status().message();
   GpuShapes shapes;
-  shapes.input_dims["gpu_0/data_0"] = {3, 224, 224};
-  shapes.fixed_rows = 1;
+  auto graph = LightResnet50(site, &shapes);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
   ASSERT_TRUE(model.ok()) << model.status().message();
   // The stem (3 channels, padded to 8) stays bf16; the other 52 take 16 channels or more.
@@ -249,11 +255,9 @@ TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
 TEST(GpuCompile, PointwiseConvolutionsRunAsGemms) {
   const fs::path site = SitePackages();
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
-  auto graph = LoadFor(site / "onnx/backend/test/data/light/light_resnet50.onnx", {"gpu_0/data_0"});
-  ASSERT_TRUE(graph.ok()) << graph.status().message();
   GpuShapes shapes;
-  shapes.input_dims["gpu_0/data_0"] = {3, 224, 224};
-  shapes.fixed_rows = 1;
+  auto graph = LightResnet50(site, &shapes);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kBf16, shapes);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const GpuModel& m = **model;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,53 @@ std::string Describe(const ConvCase& c, ElemType t) {
          " g" + std::to_string(g.groups);
 }
 
+// A case's operands: random x, w (in [-0.3, 0.3]), bias and residual (drawn in that order from
+// 'seed' on), on the device in 't' and rounded to it for the reference, and the problem reading
+// them (the bias and residual as the case asks, no workspace).
+struct ConvOperands {
+  ConvOperands(const ConvCase& c, ElemType t, uint64_t* seed)
+      : c(c),
+        x(Random(c.g.n * c.g.h * c.g.w * c.g.c_in, (*seed)++)),
+        w(Random(c.g.c_out * (c.g.c_in / c.g.groups) * c.g.kh * c.g.kw, (*seed)++, -0.3f, 0.3f)),
+        bias(Random(c.g.c_out, (*seed)++)),
+        res(Random(c.g.n * c.g.oh * c.g.ow * c.g.c_out, (*seed)++)),
+        rx(Rounded(x, t)),
+        rw(Rounded(w, t)),
+        rr(Rounded(res, t)),
+        dx(Encode(x, t)),
+        db(Encode(bias, ElemType::kF32)),
+        dr(Encode(res, t)),
+        dy(res.size() * kc::ElemSize(t)) {
+    p.g = c.g, p.type = t, p.act = c.act, p.act_a = c.a, p.act_b = c.b;
+    dw = std::make_unique<DeviceBuffer>(Encode(kc::ConvWeightsLayout(p, w.data()), t));
+    p.x = dx.get(), p.w = dw->get(), p.y = dy.get();
+    p.bias = c.bias ? static_cast<const float*>(db.get()) : nullptr;
+    p.residual = c.residual ? dr.get() : nullptr;
+  }
+
+  // Output pixel 'px', channel 'co' from the rounded operands, in double.
+  double Reference(int64_t px, int64_t co) const {
+    const Conv2dGeometry& g = c.g;
+    const int64_t cin_g = g.c_in / g.groups, grp = co / (g.c_out / g.groups);
+    const int64_t b = px / (g.oh * g.ow), oy = px / g.ow % g.oh, ox = px % g.ow;
+    double acc = c.bias ? bias[co] : 0.0;
+    ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t ky, int64_t kx) {
+      for (int64_t ci = 0; ci < cin_g; ++ci)
+        acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + grp * cin_g + ci] *
+               rw[((co * cin_g + ci) * g.kh + ky) * g.kw + kx];
+    });
+    if (c.residual) acc += rr[px * g.c_out + co];
+    return Activate(c.act, acc, c.a, c.b);
+  }
+
+  const ConvCase& c;
+  std::vector<float> x, w, bias, res;
+  std::vector<double> rx, rw, rr;
+  DeviceBuffer dx, db, dr, dy;
+  std::unique_ptr<DeviceBuffer> dw;  // after the problem, whose kernel picks the weights' layout
+  kc::ConvProblem p;
+};
+
 TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
   NEREID_REQUIRE_GPU();
   uint64_t seed = 1;
@@ -101,20 +149,8 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
   for (const ConvCase& c : ConvCases())
     for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
       const Conv2dGeometry& g = c.g;
-      const int64_t cin_g = g.c_in / g.groups, cout_g = g.c_out / g.groups;
-      const size_t x_n = g.n * g.h * g.w * g.c_in, y_n = g.n * g.oh * g.ow * g.c_out;
-      const std::vector<float> x = Random(x_n, seed++);
-      const std::vector<float> w = Random(g.c_out * cin_g * g.kh * g.kw, seed++, -0.3f, 0.3f);
-      const std::vector<float> bias = Random(g.c_out, seed++);
-      const std::vector<float> res = Random(y_n, seed++);
-      kc::ConvProblem p;
-      p.g = g, p.type = t, p.act = c.act, p.act_a = c.a, p.act_b = c.b;
-      const std::vector<float> wl = kc::ConvWeightsLayout(p, w.data());
-      DeviceBuffer dx(Encode(x, t)), dw(Encode(wl, t)), db(Encode(bias, ElemType::kF32)),
-          dr(Encode(res, t)), dy(y_n * kc::ElemSize(t));
-      p.x = dx.get(), p.w = dw.get(), p.y = dy.get();
-      p.bias = c.bias ? static_cast<const float*>(db.get()) : nullptr;
-      p.residual = c.residual ? dr.get() : nullptr;
+      ConvOperands o(c, t, &seed);
+      kc::ConvProblem& p = o.p;
       p.workspace = static_cast<float*>(workspace.get());
       split += kc::ConvSplits(p) > 1;
       const kc::ConvKernel kernel = kc::ChooseConvKernel(p);
@@ -125,24 +161,10 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
       ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
       CUDA_OK(cudaDeviceSynchronize());
       // The reference: the same rounded operands, in double.
-      const std::vector<double> rx = Rounded(x, t), rw = Rounded(w, t), rr = Rounded(res, t);
-      std::vector<double> ref(y_n);
-      for (int64_t b = 0; b < g.n; ++b)
-        for (int64_t oy = 0; oy < g.oh; ++oy)
-          for (int64_t ox = 0; ox < g.ow; ++ox)
-            for (int64_t co = 0; co < g.c_out; ++co) {
-              const int64_t grp = co / cout_g;
-              double acc = c.bias ? bias[co] : 0.0;
-              ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t ky, int64_t kx) {
-                for (int64_t ci = 0; ci < cin_g; ++ci)
-                  acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + grp * cin_g + ci] *
-                         rw[((co * cin_g + ci) * g.kh + ky) * g.kw + kx];
-              });
-              const int64_t at = ((b * g.oh + oy) * g.ow + ox) * g.c_out + co;
-              if (c.residual) acc += rr[at];
-              ref[at] = Activate(c.act, acc, c.a, c.b);
-            }
-      const double err = RelativeError(Decode(dy.Read(), t), ref);
+      std::vector<double> ref;
+      for (int64_t px = 0; px < g.n * g.oh * g.ow; ++px)
+        for (int64_t co = 0; co < g.c_out; ++co) ref.push_back(o.Reference(px, co));
+      const double err = RelativeError(Decode(o.dy.Read(), t), ref);
       const double tol = t == ElemType::kF32 ? 1e-5 : t == ElemType::kF16 ? 3e-3 : 2e-2;
       EXPECT_LE(err, tol) << Describe(c, t) << " on " << kc::ConvKernelName(kernel);
     }
@@ -184,34 +206,12 @@ TEST(CudaConv, Sm90ImplicitGemmMatchesFloat64Reference) {
     const ElemType t = sc.t;
     const Conv2dGeometry& g = c.g;
     const int64_t pixels = g.n * g.oh * g.ow, y_n = pixels * g.c_out;
-    const std::vector<float> x = Random(g.n * g.h * g.w * g.c_in, seed++);
-    const std::vector<float> w = Random(g.c_out * g.c_in * g.kh * g.kw, seed++, -0.3f, 0.3f);
-    const std::vector<float> bias = Random(g.c_out, seed++);
-    const std::vector<float> res = Random(y_n, seed++);
-    kc::ConvProblem p;
-    p.g = g, p.type = t, p.act = c.act;
-    const std::vector<float> wl = kc::ConvWeightsLayout(p, w.data());
-    DeviceBuffer dx(Encode(x, t)), dw(Encode(wl, t)), db(Encode(bias, ElemType::kF32)),
-        dr(Encode(res, t)), dy(y_n * kc::ElemSize(t));
-    p.x = dx.get(), p.w = dw.get(), p.y = dy.get();
-    p.bias = c.bias ? static_cast<const float*>(db.get()) : nullptr;
-    p.residual = c.residual ? dr.get() : nullptr;
-    const std::vector<double> rx = Rounded(x, t), rw = Rounded(w, t), rr = Rounded(res, t);
+    ConvOperands o(c, t, &seed);
+    const DeviceBuffer& dy = o.dy;
     const int64_t every = sc.dispatch ? 5 : 1;
     std::vector<double> ref;
-    for (int64_t px = 0; px < pixels; px += every) {
-      const int64_t b = px / (g.oh * g.ow), oy = px / g.ow % g.oh, ox = px % g.ow;
-      for (int64_t co = 0; co < g.c_out; ++co) {
-        double acc = c.bias ? bias[co] : 0.0;
-        ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t ky, int64_t kx) {
-          for (int64_t ci = 0; ci < g.c_in; ++ci)
-            acc += rx[((b * g.h + iy) * g.w + ix) * g.c_in + ci] *
-                   rw[((co * g.c_in + ci) * g.kh + ky) * g.kw + kx];
-        });
-        if (c.residual) acc += rr[px * g.c_out + co];
-        ref.push_back(Activate(c.act, acc, 0, 0));
-      }
-    }
+    for (int64_t px = 0; px < pixels; px += every)
+      for (int64_t co = 0; co < g.c_out; ++co) ref.push_back(o.Reference(px, co));
     auto check = [&](const std::string& how) {
       CUDA_OK(cudaDeviceSynchronize());
       const std::vector<double> y = Decode(dy.Read(), t);
@@ -223,15 +223,11 @@ TEST(CudaConv, Sm90ImplicitGemmMatchesFloat64Reference) {
       CUDA_OK(cudaMemset(dy.get(), 0xFF, y_n * kc::ElemSize(t)));  // NaNs for the next run
     };
     if (sc.dispatch) {
-      ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
+      ASSERT_EQ(kc::Conv2dNhwc(o.p, nullptr), cudaSuccess) << Describe(c, t);
       check("Conv2dNhwc");
       continue;
     }
-    GemmProblem q;
-    q.m = pixels, q.n = g.c_out, q.k = g.kh * g.kw * g.c_in, q.ab_type = q.out_type = t;
-    q.x = p.x, q.w = p.w, q.y = p.y, q.bias = p.bias, q.residual = p.residual;
-    q.act = c.act == A::kRelu ? kc::Activation::kRelu : kc::Activation::kNone;
-    q.residual_first = true, q.implicit = true, q.image = g;
+    const GemmProblem q = kc::ImplicitGemm(o.p);
     for (kc::Sm90Tile tile : {kc::Sm90Tile::k128x128, kc::Sm90Tile::k128x256}) {
       const kc::Sm90Config config{tile, 1};
       ASSERT_TRUE(kc::Sm90Supported(q, config)) << Describe(c, t);

@@ -35,19 +35,19 @@ StatusOr<int> ConvResidual(const Graph& graph, const Graph::Node& node, const Va
   return InLayout(m, r, true);
 }
 
-// The pointwise convolution 'conv' (IsPointwise; its input, bias and activation set) as a GEMM
-// step: each pixel a row, the residual added before the activation, as the convolution orders it.
+// The pointwise convolution 'conv' (IsPointwise; its input and bias set, its activation 'act' in
+// the GEMM's form) as a GEMM step: each pixel a row, the residual added before the activation, as
+// the convolution orders it.
 Status CompilePointwiseAsGemm(const Graph& graph, const Graph::Node& node, const Step& conv,
-                              const std::vector<float>& weights, const ValueSpec& y, GpuModel& m,
-                              const std::string& who) {
+                              kc::Activation act, const std::vector<float>& weights,
+                              const ValueSpec& y, GpuModel& m, const std::string& who) {
   Step s;
   s.kind = Step::kGemm;
   s.in = conv.in;
   s.n = conv.conv.g.c_out, s.k = conv.conv.g.c_in, s.outer = conv.conv.g.oh * conv.conv.g.ow;
   ASSIGN_OR_RETURN(s.w, m.UploadFloats(weights, m.float_type));  // [c_out][c_in]: n x k
   s.bias = conv.conv.bias;
-  s.act =
-      conv.conv.act == kc::ConvActivation::kRelu ? kc::Activation::kRelu : kc::Activation::kNone;
+  s.act = act;
   ASSIGN_OR_RETURN(s.residual, ConvResidual(graph, node, y, m, who));
   s.residual_first = true;
   m.values[node.outputs[0]] = y;
@@ -121,9 +121,9 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
     s.in = InLayout(m, node.inputs[0], true);
   }
   std::vector<float> layout = kc::ConvWeightsLayout(s.conv, oihw.data());
-  if (IsPointwise(s.conv.g, pad_end) && m.precision != Precision::kInt8 &&
-      (s.conv.act == kc::ConvActivation::kNone || s.conv.act == kc::ConvActivation::kRelu)) {
-    return CompilePointwiseAsGemm(graph, node, s, layout, y, m, who);
+  if (kc::Activation act; IsPointwise(s.conv.g, pad_end) && m.precision != Precision::kInt8 &&
+                          kc::GemmActivationOf(s.conv.act, &act)) {
+    return CompilePointwiseAsGemm(graph, node, s, act, layout, y, m, who);
   }
   if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
     // Weights per output channel ([c_out][kh][kw][c_in] rows), the image per row at run time,
