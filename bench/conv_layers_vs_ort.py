@@ -22,8 +22,9 @@ import onnxruntime as ort
 
 def conv_of(name, nodes, producer):
     """The Conv a fused node's time belongs to: walking back from a Relu through an Add or a
-    BatchNormalization to the Conv that feeds it (ORT names a fused node after its last op)."""
-    node = nodes.get(name)
+    BatchNormalization to the Conv that feeds it (ORT names a fused node after its last op, or
+    after that op's output where the graph's nodes have no names of their own)."""
+    node = nodes.get(name, producer.get(name))
     for _ in range(5):
         if node is None or node.op_type == "Conv":
             break
@@ -34,14 +35,16 @@ def conv_of(name, nodes, producer):
     return node.name if node is not None and node.op_type == "Conv" else None
 
 
-def ort_times(path, batch, threads, iterations, shape):
+def ort_times(path, batch, threads, iterations):
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(0).standard_normal([batch] + shape).astype(np.float32)
-    feed = {session.get_inputs()[0].name: x}
+    # Every input (a layer's residual may be one) at its declared shape, the batch first.
+    rng = np.random.default_rng(0)
+    feed = {i.name: rng.standard_normal([batch] + list(i.shape[1:])).astype(np.float32)
+            for i in session.get_inputs()}
     for _ in range(iterations + 3):
         session.run(None, feed)
     with open(session.end_profiling()) as f:
@@ -80,11 +83,8 @@ def main():
     nodes = {n.name: n for n in graph.node}
     producer = {o: n for n in graph.node for o in n.output}
     weights = {i.name: i for i in graph.initializer}
-    dims = graph.input[0].type.tensor_type.shape.dim
-    shape = [d.dim_value for d in dims[1:]]
     theirs = collections.defaultdict(float)
-    for name, us in ort_times(args.model, args.batch, args.threads, args.iterations,
-                              shape).items():
+    for name, us in ort_times(args.model, args.batch, args.threads, args.iterations).items():
         conv = conv_of(name, nodes, producer)
         if conv is not None:
             theirs[conv] += us

@@ -587,6 +587,18 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
         te.ld_residual = ep.ld_residual;
         te.activation = tile_activation ? ep.activation : GemmEpilogue::kNone;
         te.lo = ep.lo, te.hi = ep.hi;
+        // The next call's tile: this tile's next panel, or the next tile's first.
+        int64_t next_row = ic + ir, next_col = jr + cfg.nr;
+        te.next_rows = rows;
+        if (next_col >= col0 + cols) {
+          next_col = col0, next_row += rows;
+          te.next_rows = t + 1 < count ? tiles[t + 1].rows : 0;
+        }
+        if (te.next_rows > 0) {
+          te.next_c = c + next_row * ldc + jc + next_col;
+          if (ep.residual != nullptr)
+            te.next_residual = ep.residual + next_row * ep.ld_residual + jc + next_col;
+        }
         const sgemm::RowsFusedKernel* kernels =
             width <= cfg.nr / 2 && cfg.rows_fused_narrow != nullptr ? cfg.rows_fused_narrow
                                                                     : cfg.rows_fused;

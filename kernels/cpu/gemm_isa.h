@@ -25,6 +25,12 @@ struct TileEpilogue {
   int64_t ld_residual = 0;
   int activation = 0;  // GemmEpilogue::Activation
   float lo = 0.f, hi = 0.f;
+  // The rows of C (ldc apart) and of the residual (ld_residual apart) the caller's next tile
+  // stores and reads, nr floats from these pointers: fetched while this tile multiplies, one row
+  // a depth step (null: none).
+  float* next_c = nullptr;
+  const float* next_residual = nullptr;
+  int64_t next_rows = 0;
 };
 // Its depth runs in segments of seg_len steps, each seg_stride floats on from the one before in
 // every row (seg_len = kc: A's rows as they are; a convolution's windows read in place from the

@@ -118,10 +118,18 @@ constexpr int64_t kPrefetchB = 768;  // floats
 // (seg_len = kc: one run; a window of an image read in place: its rows).
 // NH: the 16-column halves of B's 32-column panel the tile computes (1: a panel of 16 columns or
 // fewer, the narrow tile, half the FMAs of the full one).
+// 'next' (fused tiles): the next tile's rows of C and of the residual, one row's two lines of each
+// fetched a step while there are rows left.
+struct NextRows {
+  char* c = nullptr;
+  const char* residual = nullptr;
+  int64_t ldc = 0, ld_residual = 0, rows = 0;  // (strides in bytes)
+};
+
 template <int MR, int NH = 2>
-__attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx512(
+__attribute__((target("avx512f,prfchw"), always_inline)) inline void AccumulateRowsAvx512(
     int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
-    __m512 (&acc)[MR][2]) {
+    __m512 (&acc)[MR][2], NextRows next = {}) {
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t s0 = 0; s0 < kc; s0 += seg_len, a += seg_stride) {
@@ -139,6 +147,18 @@ __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx5
       // layers, 4 MiB of weights for 49 output pixels), 3-4% more with 24 (L3's latency).
       _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB), _MM_HINT_T0);
       if (NH == 2) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB + 16), _MM_HINT_T0);
+      if (next.rows > 0) {
+        // (For writing: the store's read for ownership done early.)
+        __builtin_prefetch(next.c, 1, 3);
+        __builtin_prefetch(next.c + 64, 1, 3);
+        next.c += next.ldc;
+        if (next.residual != nullptr) {
+          _mm_prefetch(next.residual, _MM_HINT_T0);
+          _mm_prefetch(next.residual + 64, _MM_HINT_T0);
+          next.residual += next.ld_residual;
+        }
+        --next.rows;
+      }
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         const __m512 av = _mm512_set1_ps(base[i / 3][(i % 3) * lda]);
@@ -153,10 +173,11 @@ __attribute__((target("avx512f"), always_inline)) inline void AccumulateRowsAvx5
 }
 
 template <int MR>
-__attribute__((target("avx512f"))) void MicroKernelAvx512Rows(int64_t kc, const float* a,
-                                                              int64_t lda, const float* b,
-                                                              float alpha, float* c, int64_t ldc,
-                                                              int64_t m, int64_t n) {
+__attribute__((target("avx512f,prfchw"))) void MicroKernelAvx512Rows(int64_t kc, const float* a,
+                                                                     int64_t lda, const float* b,
+                                                                     float alpha, float* c,
+                                                                     int64_t ldc, int64_t m,
+                                                                     int64_t n) {
   __m512 acc[MR][2];
   AccumulateRowsAvx512<MR>(kc, a, lda, kc, 0, b, acc);
   const __m512 va = _mm512_set1_ps(alpha);
@@ -192,11 +213,14 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(_
 // The rows tile with the epilogue in its stores (TileEpilogue): a layer of one depth block writes
 // C once, where the separate passes wrote it three times.
 template <int MR, int NH = 2>
-__attribute__((target("avx512f"))) void MicroKernelAvx512RowsFused(
+__attribute__((target("avx512f,prfchw"))) void MicroKernelAvx512RowsFused(
     int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
     float* c, int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep) {
   __m512 acc[MR][2];
-  AccumulateRowsAvx512<MR, NH>(kc, a, lda, seg_len, seg_stride, b, acc);
+  const NextRows next{reinterpret_cast<char*>(ep.next_c),
+                      reinterpret_cast<const char*>(ep.next_residual), ldc * 4, ep.ld_residual * 4,
+                      ep.next_c != nullptr ? ep.next_rows : 0};
+  AccumulateRowsAvx512<MR, NH>(kc, a, lda, seg_len, seg_stride, b, acc, next);
   const __mmask16 masks[2] = {
       n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1),
       n >= 32   ? static_cast<__mmask16>(0xffff)
