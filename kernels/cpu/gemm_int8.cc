@@ -155,7 +155,7 @@ QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t 
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
               float* y, int64_t ldy, float alpha, bool accumulate) {
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
-  const int64_t k = w.k(), k4 = w.k4(), stride = 4 * k4, n = w.n();
+  const int64_t k = w.k(), groups = w.groups(), stride = 4 * w.k4(), n = w.n();
   const bool vnni = kernel == Kernel::kVnni || kernel == Kernel::kAmx;
   const QuantizedRows xq = QuantizeForKernel(m, x, ldx, k, stride, m, vnni);
   const int64_t panels = (n + kPanel - 1) / kPanel;
@@ -173,22 +173,22 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
 #if defined(__x86_64__)
         case Kernel::kVnni:
         case Kernel::kAmx:
-          int8::MicroVnni(rows, reinterpret_cast<const uint8_t*>(xr), stride, k4, w.Panel(p),
+          int8::MicroVnni(rows, reinterpret_cast<const uint8_t*>(xr), stride, groups, w.Panel(p),
                           two ? w.Panel(p + 1) : nullptr, acc);
           break;
         case Kernel::kAvx2:
-          int8::MicroAvx2(rows, xr, stride, k4, w.Panel(p), acc);
+          int8::MicroAvx2(rows, xr, stride, groups, w.Panel(p), acc);
           break;
 #elif defined(__aarch64__)
         case Kernel::kNeonDot:
-          int8::MicroNeonDot(rows, xr, stride, k4, w.Panel(p), acc);
+          int8::MicroNeonDot(rows, xr, stride, groups, w.Panel(p), acc);
           break;
         case Kernel::kNeon:
-          int8::MicroNeon(rows, xr, stride, k4, w.Panel(p), acc);
+          int8::MicroNeon(rows, xr, stride, groups, w.Panel(p), acc);
           break;
 #endif
         default:
-          KernelPortable(rows, xr, stride, k4, w.Panel(p), acc);
+          KernelPortable(rows, xr, stride, groups, w.Panel(p), acc);
       }
       for (int r = 0; r < rows; ++r) {
         float* yr = y + (i0 + r) * ldy + j0;

@@ -40,6 +40,9 @@ class PackedInt8W {
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t k4() const { return k4_; }  // k in groups of 4, rounded up to 16 groups (one tile)
+  // The groups of 4 that hold k: the rest of k4 is zeros, padding for AMX's 64-byte tiles, which
+  // the other kernels skip (a depth of 24 would run 16 groups for 6).
+  int64_t groups() const { return (k_ + 3) / 4; }
   const int8_t* Panel(int64_t p) const { return data_.get() + p * k4_ * 64; }
   const float* scale() const { return scale_.data(); }
   // 128 * sum of each channel's int8 weights (what the u8 offset of avx512-vnni adds).

@@ -19,7 +19,9 @@ namespace nereid::kernels::int8 {
 namespace {
 
 // a[r][0] and a[r][1] = rows r < R of x (q + 128, rows 'stride' bytes apart, k4 groups of 4
-// bytes) against panels p0 and p1, with vpdpbusd.
+// bytes) against panels p0 and p1, with vpdpbusd. Rows are addressed from one pointer per three
+// (row + 0, + stride, + 2 stride fit x86's scaled index): twelve row addresses of their own took
+// more registers than x86 has, reloaded from the stack every step.
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void DotTwoPanels(
     __m512i (&a)[R][2], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
@@ -28,14 +30,36 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline voi
   // index known only at run time kept the accumulators in memory, stored each step.
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+  constexpr int kBases = (R + 2) / 3;
+  const uint8_t* base[kBases];
+#pragma GCC unroll 4
+  for (int i = 0; i < kBases; ++i) base[i] = x + 3 * i * stride;
   for (int64_t g = 0; g < k4; ++g) {
     const __m512i w0 = _mm512_loadu_si512(p0 + g * 64), w1 = _mm512_loadu_si512(p1 + g * 64);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512i xb = _mm512_set1_epi32(Load4(x + r * stride + 4 * g));
+      const __m512i xb = _mm512_set1_epi32(Load4(base[r / 3] + (r % 3) * stride));
       a[r][0] = _mm512_dpbusd_epi32(a[r][0], xb, w0);
       a[r][1] = _mm512_dpbusd_epi32(a[r][1], xb, w1);
     }
+#pragma GCC unroll 4
+    for (int i = 0; i < kBases; ++i) base[i] += 4;
+  }
+}
+
+// The same, the sums stored to sums[r][0 .. 32) (the fused tiles finish them from there: with
+// the finish's registers live around the loop, GCC spilled six accumulators to the stack and
+// copied the others between registers every step).
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void DotTwoPanelsToMemory(
+    int32_t (*sums)[2 * kPanel], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+    const int8_t* p1) {
+  __m512i a[R][2];
+  DotTwoPanels<R>(a, x, stride, k4, p0, p1);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    _mm512_store_si512(sums[r], a[r][0]);
+    _mm512_store_si512(sums[r] + kPanel, a[r][1]);
   }
 }
 
@@ -222,12 +246,12 @@ template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
     const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, int64_t p,
     int64_t cols, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual) {
-  const int64_t k4 = w.k4(), j0 = p * kPanel;
+  const int64_t groups = w.groups(), j0 = p * kPanel;
   const int halves = cols > kPanel ? 2 : 1;
   const int8_t* p0 = w.Panel(p);
   const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
-  __m512i a[R][2];
-  DotTwoPanels<R>(a, xq, stride, k4, p0, p1);
+  alignas(64) int32_t sums[R][2 * kPanel];
+  DotTwoPanelsToMemory<R>(sums, xq, stride, groups, p0, p1);
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     if (h == halves) break;
@@ -237,7 +261,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
     const __m512i offset = _mm512_maskz_loadu_epi32(mask, w.offset() + c0);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-      FinishRow16(_mm512_sub_epi32(a[r][h], offset), xs[r], w, c0, width, y + r * ldy, ep,
+      FinishRow16(_mm512_sub_epi32(_mm512_load_si512(sums[r] + h * kPanel), offset), xs[r], w, c0,
+                  width, y + r * ldy, ep,
                   residual != nullptr ? residual + r * ep.ld_residual : nullptr);
   }
 }
