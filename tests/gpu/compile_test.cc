@@ -151,7 +151,7 @@ void ExpectArenaHoldsEveryValueUntilItsLastRead(const GpuModel& m) {
   std::vector<int> owner(static_cast<size_t>(m.arena_row_bytes / 256), -1);
   auto units = [&](int id) {
     const ValueSpec& v = m.values[id];
-    return (v.row_elems * kc::ElemSize(v.type) + 255) / 256;
+    return static_cast<int64_t>((v.row_elems * kc::ElemSize(v.type) + 255) / 256);
   };
   auto take = [&](int id) {
     ASSERT_GE(m.arena_offset[id], 0) << "value " << id << " has no place";
@@ -214,9 +214,10 @@ TEST(GpuCompile, ZooAndPackagedCnnsCompileWithoutADevice) {
         EXPECT_EQ(it == counts.end() ? 0 : it->second, want) << kind;
       }
       ExpectArenaHoldsEveryValueUntilItsLastRead(**model);
-      if (std::string(c.name) == "resnet50")  // 53 convolutions' outputs in a few buffers
+      if (std::string(c.name) == "resnet50") {  // 53 convolutions' outputs in a few buffers
         EXPECT_LT((*model)->arena_row_bytes * 4, (*model)->unplanned_row_bytes)
             << Describe(**model);
+      }
       const auto outputs = GpuModelOutputs(**model);
       ASSERT_EQ(outputs.size(), 1u);
       EXPECT_EQ(outputs[0].second, c.output);
