@@ -185,6 +185,17 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
       in.push_back(id >= 0 ? &values[id] : nullptr);
     }
     out.assign(node.outputs.size(), Tensor());
+    // A fused residual read for the last time here, by this node alone, lends its storage to the
+    // output: a convolution reads each residual value just before it writes that same place, so
+    // it writes in place (its lines already in cache and owned, not read again for the store;
+    // ResNet-50's 64 -> 256 expansions at batch 8 move 25 MB less each). Ops that cannot use it
+    // replace out[0].
+    if (node.op.residual && node.inputs.size() == 4 && !node.outputs.empty()) {
+      const int rid = node.inputs[3];
+      if (rid >= 0 && body_.last_use[rid] == static_cast<int>(i) && !body_.keep[rid] &&
+          std::count(node.inputs.begin(), node.inputs.end(), rid) == 1 && values[rid].sole_owner())
+        out[0] = values[rid];
+    }
     const auto start = node_ns != nullptr ? std::chrono::steady_clock::now()
                                           : std::chrono::steady_clock::time_point();
     RETURN_IF_ERROR(node.fn(node.op, in, out));

@@ -68,6 +68,9 @@ class Tensor {
     return reinterpret_cast<T*>(const_cast<uint8_t*>(data_));
   }
   bool valid() const { return type_ != DataType::kInvalid; }
+  // Whether this handle is the only one on its storage (no views, copies or borrowing): its bytes
+  // may be overwritten without anyone else seeing it.
+  bool sole_owner() const { return storage_ != nullptr && storage_.use_count() == 1; }
 
  private:
   DataType type_ = DataType::kInvalid;

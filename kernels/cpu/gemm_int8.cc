@@ -230,7 +230,7 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
 #endif
   (void)kernel;
   const int64_t n = w.n();
-  if (ep.residual != nullptr)
+  if (ep.residual != nullptr && ep.residual != y)  // (y may be the residual, written in place)
     for (int64_t i = 0; i < m; ++i)
       std::memcpy(y + i * ldy, ep.residual + i * ep.ld_residual, static_cast<size_t>(n) * 4);
   GemmInt8(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr);

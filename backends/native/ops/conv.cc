@@ -289,7 +289,12 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   Tensor xl = node.nhwc ? x : ToChannelsLast(x);
   Tensor rl;
   if (residual != nullptr) rl = node.nhwc ? *residual : ToChannelsLast(*residual);
-  Tensor y = Tensor::Uninitialized(DataType::kFp32, {g.n, g.oh, g.ow, c_out});
+  // The residual's own storage where the graph lent it (Graph::Run): written in place.
+  const std::vector<int64_t> nhwc_shape = {g.n, g.oh, g.ow, c_out};
+  const bool in_place = residual != nullptr && node.nhwc && out[0].valid() &&
+                        out[0].raw() == residual->raw() && out[0].type() == DataType::kFp32 &&
+                        out[0].shape() == nhwc_shape;
+  Tensor y = in_place ? out[0] : Tensor::Uninitialized(DataType::kFp32, nhwc_shape);
   kernels::ConvNhwc(g, xl.data<float>(), plan->weights, b, residual ? rl.data<float>() : nullptr,
                     EpilogueOf(node), y.mutable_data<float>());
   if (node.nhwc)
