@@ -535,6 +535,61 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     }
 }
 
+// Conv(x) + r with r = Conv(x) fused into the first Conv's epilogue: the fused Conv writes over
+// r's storage only where nothing reads r afterwards. Run channels-last (where it may) against
+// channels-first (where it never does): r read again by a later Add, r a graph output, and r
+// dying at the fused Conv all give the same answers, and r itself stays intact.
+TEST(LayoutTest, AFusedResidualIsOverwrittenOnlyWhereNothingReadsItAgain) {
+  enum Case { kDies, kReadLater, kGraphOutput };
+  for (Case c : {kDies, kReadLater, kGraphOutput}) {
+    SCOPED_TRACE(testing::Message() << "case " << c);
+    auto model = [&] {
+      auto m = NewModel(13);
+      auto* g = m->mutable_graph();
+      std::mt19937 rng(11);
+      std::uniform_real_distribution<float> d(-1, 1);
+      std::vector<float> wr(8 * 4), wa(8 * 4 * 9);
+      for (auto* w : {&wr, &wa})
+        for (float& v : *w) v = d(rng);
+      AddFloatTensor(g, "wr", {8, 4, 1, 1}, wr);
+      AddFloatTensor(g, "wa", {8, 4, 3, 3}, wa);
+      AddValueInfo(g->mutable_input(), "x", {2, 4, 6, 5});
+      AddValueInfo(g->mutable_output(), "y", {});
+      if (c == kGraphOutput) AddValueInfo(g->mutable_output(), "r", {});
+      AddNode(g, "Conv", {"x", "wr"}, "r");
+      SetInts(AddNode(g, "Conv", {"x", "wa"}, "a"), "pads", {1, 1, 1, 1});
+      AddNode(g, "Add", {"a", "r"}, "s");
+      AddNode(g, "Relu", {"s"}, c == kReadLater ? "t" : "y");
+      if (c == kReadLater) AddNode(g, "Add", {"t", "r"}, "y");
+      return m;
+    };
+    Tensor x = Tensor::Allocate(DataType::kFp32, {2, 4, 6, 5});
+    std::mt19937 rng(12);
+    std::uniform_real_distribution<float> d(-2, 2);
+    for (int64_t i = 0; i < x.elements(); ++i) x.mutable_data<float>()[i] = d(rng);
+    const std::vector<std::string> fetch =
+        c == kGraphOutput ? std::vector<std::string>{"y", "r"} : std::vector<std::string>{"y"};
+    std::vector<Tensor> got[2];
+    for (bool channels_last : {false, true}) {
+      GraphOptions options;
+      options.channels_last = channels_last;
+      auto graph = Graph::FromProto(model(), options);
+      ASSERT_TRUE(graph.ok()) << graph.status().message();
+      bool fused = false;
+      for (const std::string& line : (*graph)->pass_log())
+        fused |= line.find("1 residual Add") != std::string::npos;
+      EXPECT_TRUE(fused);
+      ASSERT_TRUE((*graph)->Run({{"x", x}}, fetch, &got[channels_last]).ok());
+    }
+    ASSERT_EQ(got[0].size(), got[1].size());
+    for (size_t o = 0; o < got[0].size(); ++o) {
+      ASSERT_EQ(got[0][o].shape(), got[1][o].shape());
+      for (int64_t i = 0; i < got[0][o].elements(); ++i)
+        ASSERT_NEAR(got[1][o].data<float>()[i], got[0][o].data<float>()[i], 1e-4) << o << " " << i;
+    }
+  }
+}
+
 TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
   // precision int8: a 3-channel stem (27 x 32 = 864 multiply-adds per output pixel) stays fp32,
   // where each pixel's quantization costs more than int8 saves; a 3x3 of 32 -> 64 (18,432)
