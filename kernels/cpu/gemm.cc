@@ -593,6 +593,11 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
         if (next_col >= col0 + cols) {
           next_col = col0, next_row += rows;
           te.next_rows = t + 1 < count ? tiles[t + 1].rows : 0;
+          if (t + 1 < count) {
+            const RowsView& na = tiles[t + 1].a;
+            te.next_a = na.a, te.next_a_rows = tiles[t + 1].rows, te.next_a_lda = na.lda;
+            te.next_a_seg_len = na.seg_len, te.next_a_seg_stride = na.seg_stride;
+          }
         }
         if (te.next_rows > 0) {
           te.next_c = c + next_row * ldc + jc + next_col;

@@ -31,6 +31,10 @@ struct TileEpilogue {
   float* next_c = nullptr;
   const float* next_residual = nullptr;
   int64_t next_rows = 0;
+  // Where the next call starts a new tile: that tile's rows of A (as the kernel's a, lda, seg_len
+  // and seg_stride give them, over the same depth), one line fetched a step.
+  const float* next_a = nullptr;
+  int64_t next_a_rows = 0, next_a_lda = 0, next_a_seg_len = 0, next_a_seg_stride = 0;
 };
 // Its depth runs in segments of seg_len steps, each seg_stride floats on from the one before in
 // every row (seg_len = kc: A's rows as they are; a convolution's windows read in place from the
