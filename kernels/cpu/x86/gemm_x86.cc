@@ -124,6 +124,12 @@ struct NextRows {
   char* c = nullptr;
   const char* residual = nullptr;
   int64_t ldc = 0, ld_residual = 0, rows = 0;  // (strides in bytes)
+  // The next tile's A: 'a_left' lines, row after row at each offset of a segment (a_seg bytes,
+  // a_seg_stride apart), then the next offset.
+  const char* a = nullptr;
+  const char* a_line = nullptr;
+  int64_t a_lda = 0, a_rows = 0, a_seg = 0, a_seg_stride = 0, a_left = 0;
+  int64_t a_row = 0, a_off = 0, a_seg_base = 0;
 };
 
 template <int MR, int NH = 2>
@@ -158,6 +164,17 @@ __attribute__((target("avx512f,prfchw"), always_inline)) inline void AccumulateR
           next.residual += next.ld_residual;
         }
         --next.rows;
+      }
+      if (next.a_left > 0) {
+        _mm_prefetch(next.a_line, _MM_HINT_T0);
+        next.a_line += next.a_lda;
+        if (++next.a_row == next.a_rows) {
+          next.a_row = 0;
+          if ((next.a_off += 64) >= next.a_seg)
+            next.a_off = 0, next.a_seg_base += next.a_seg_stride;
+          next.a_line = next.a + next.a_seg_base + next.a_off;
+        }
+        --next.a_left;
       }
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
@@ -217,9 +234,15 @@ __attribute__((target("avx512f,prfchw"))) void MicroKernelAvx512RowsFused(
     int64_t kc, const float* a, int64_t lda, int64_t seg_len, int64_t seg_stride, const float* b,
     float* c, int64_t ldc, int64_t m, int64_t n, const TileEpilogue& ep) {
   __m512 acc[MR][2];
-  const NextRows next{reinterpret_cast<char*>(ep.next_c),
-                      reinterpret_cast<const char*>(ep.next_residual), ldc * 4, ep.ld_residual * 4,
-                      ep.next_c != nullptr ? ep.next_rows : 0};
+  NextRows next{reinterpret_cast<char*>(ep.next_c), reinterpret_cast<const char*>(ep.next_residual),
+                ldc * 4, ep.ld_residual * 4, ep.next_c != nullptr ? ep.next_rows : 0};
+  if (ep.next_a != nullptr && ep.next_a_rows > 0) {
+    const int64_t seg_len = std::min(ep.next_a_seg_len, kc);  // (kc: one run, the whole depth)
+    next.a = next.a_line = reinterpret_cast<const char*>(ep.next_a);
+    next.a_lda = ep.next_a_lda * 4, next.a_rows = ep.next_a_rows;
+    next.a_seg = seg_len * 4, next.a_seg_stride = ep.next_a_seg_stride * 4;
+    next.a_left = ep.next_a_rows * ((kc + seg_len - 1) / seg_len) * ((seg_len * 4 + 63) / 64);
+  }
   AccumulateRowsAvx512<MR, NH>(kc, a, lda, seg_len, seg_stride, b, acc, next);
   const __mmask16 masks[2] = {
       n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1),
