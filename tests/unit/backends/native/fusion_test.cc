@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <random>
 
@@ -23,6 +24,23 @@ using onnx_builder::NewModel;
 using onnx_builder::SetInt;
 using onnx_builder::SetInts;
 using onnx_builder::SetString;
+
+// Uniform values in [lo, hi) from 'rng' into each vector in turn.
+void FillUniform(std::mt19937& rng, float lo, float hi,
+                 std::initializer_list<std::vector<float>*> vectors) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (std::vector<float>* v : vectors)
+    for (float& f : *v) f = d(rng);
+}
+
+// An FP32 tensor of 'shape', uniform in [lo, hi) from a generator seeded with 'seed'.
+Tensor UniformTensor(std::vector<int64_t> shape, unsigned seed, float lo, float hi) {
+  Tensor t = Tensor::Allocate(DataType::kFp32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (int64_t i = 0; i < t.elements(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
 
 struct Mlp {
   int64_t m, k = 40, n = 24;
@@ -324,10 +342,8 @@ TEST(TransformerFusionTest, OnnxGeluMatchesFloat64AndItsTanhFormIsRefused) {
 TEST(TransformerFusionTest, AttentionBecomesOneNodeAndResultsHold) {
   constexpr int64_t B = 2, H = 3, S = 5, D = 4;
   std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> q(B * H * S * D), k(B * H * D * S), v(B * H * S * D);
-  for (auto* x : {&q, &k, &v})
-    for (float& f : *x) f = u(rng);
+  FillUniform(rng, -1, 1, {&q, &k, &v});
   struct Form {
     const char* scale_op;
     std::vector<int64_t> mask_shape;  // empty: no mask
@@ -438,10 +454,8 @@ TEST(TransformerFusionTest, AttentionOfEmptyShapesAnswers) {
 TEST(TransformerFusionTest, AFusedResidualOfAnyShapeAddsAsOnnxDoes) {
   constexpr int64_t M = 13, K = 24, N = 40;
   std::mt19937 rng(9);
-  std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> x(M * K), w(K * N), b(N);
-  for (auto* v : {&x, &w, &b})
-    for (float& f : *v) f = u(rng);
+  FillUniform(rng, -1, 1, {&x, &w, &b});
   for (const std::vector<int64_t>& rshape :
        {std::vector<int64_t>{M, N}, std::vector<int64_t>{N}, std::vector<int64_t>{2, M, N}}) {
     SCOPED_TRACE(testing::Message() << "residual rank " << rshape.size());
@@ -490,10 +504,8 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
         auto m = NewModel(13);
         auto* g = m->mutable_graph();
         std::mt19937 rng(7);
-        std::uniform_real_distribution<float> d(-1, 1);
         std::vector<float> w0(6 * 3 * 9), w1(4 * 6 * 9);
-        for (auto* w : {&w0, &w1})
-          for (float& v : *w) v = d(rng);
+        FillUniform(rng, -1, 1, {&w0, &w1});
         AddFloatTensor(g, "w0", {6, 3, 3, 3}, w0);
         AddFloatTensor(g, "w1", {4, 6, 3, 3}, w1);
         AddFloatTensor(g, "roi", {0}, {});
@@ -510,10 +522,7 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
         std::swap(*g->mutable_node(1), *g->mutable_node(2));  // Conv a, Resize r, Conv y
         return m;
       };
-      Tensor x = Tensor::Allocate(DataType::kFp32, {2, 3, 7, 9});
-      std::mt19937 rng(8);
-      std::uniform_real_distribution<float> d(-2, 2);
-      for (int64_t i = 0; i < x.elements(); ++i) x.mutable_data<float>()[i] = d(rng);
+      const Tensor x = UniformTensor({2, 3, 7, 9}, 8, -2, 2);
       std::vector<Tensor> got[2];
       for (bool channels_last : {false, true}) {
         GraphOptions options;
@@ -547,10 +556,8 @@ TEST(LayoutTest, AFusedResidualIsOverwrittenOnlyWhereNothingReadsItAgain) {
       auto m = NewModel(13);
       auto* g = m->mutable_graph();
       std::mt19937 rng(11);
-      std::uniform_real_distribution<float> d(-1, 1);
       std::vector<float> wr(8 * 4), wa(8 * 4 * 9);
-      for (auto* w : {&wr, &wa})
-        for (float& v : *w) v = d(rng);
+      FillUniform(rng, -1, 1, {&wr, &wa});
       AddFloatTensor(g, "wr", {8, 4, 1, 1}, wr);
       AddFloatTensor(g, "wa", {8, 4, 3, 3}, wa);
       AddValueInfo(g->mutable_input(), "x", {2, 4, 6, 5});
@@ -563,10 +570,7 @@ TEST(LayoutTest, AFusedResidualIsOverwrittenOnlyWhereNothingReadsItAgain) {
       if (c == kReadLater) AddNode(g, "Add", {"t", "r"}, "y");
       return m;
     };
-    Tensor x = Tensor::Allocate(DataType::kFp32, {2, 4, 6, 5});
-    std::mt19937 rng(12);
-    std::uniform_real_distribution<float> d(-2, 2);
-    for (int64_t i = 0; i < x.elements(); ++i) x.mutable_data<float>()[i] = d(rng);
+    const Tensor x = UniformTensor({2, 4, 6, 5}, 12, -2, 2);
     const std::vector<std::string> fetch =
         c == kGraphOutput ? std::vector<std::string>{"y", "r"} : std::vector<std::string>{"y"};
     std::vector<Tensor> got[2];
@@ -598,10 +602,8 @@ TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
     auto m = NewModel(13);
     auto* g = m->mutable_graph();
     std::mt19937 rng(3);
-    std::uniform_real_distribution<float> d(-0.5f, 0.5f);
     std::vector<float> w0(32 * 3 * 9), w1(64 * 32 * 9);
-    for (auto* w : {&w0, &w1})
-      for (float& v : *w) v = d(rng);
+    FillUniform(rng, -0.5f, 0.5f, {&w0, &w1});
     AddFloatTensor(g, "w0", {32, 3, 3, 3}, w0);
     AddFloatTensor(g, "w1", {64, 32, 3, 3}, w1);
     AddValueInfo(g->mutable_input(), "x", {1, 3, 12, 12});
@@ -610,10 +612,7 @@ TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
     SetInts(AddNode(g, "Conv", {"a", "w1"}, "y"), "pads", {1, 1, 1, 1});
     return m;
   };
-  Tensor x = Tensor::Allocate(DataType::kFp32, {1, 3, 12, 12});
-  std::mt19937 rng(4);
-  std::uniform_real_distribution<float> d(-1, 1);
-  for (int64_t i = 0; i < x.elements(); ++i) x.mutable_data<float>()[i] = d(rng);
+  const Tensor x = UniformTensor({1, 3, 12, 12}, 4, -1, 1);
   std::vector<Tensor> got[2];
   for (bool int8 : {false, true}) {
     GraphOptions options;
