@@ -187,8 +187,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
                       Case{1, 11, 13, 40, 40, 3, 1, 2, 2, 40},  // depthwise dilated, 16 + tail
                       Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
-                      Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},   // 7x7, many outputs (N blocks)
-                      Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},    // a stem: whole windows, 2 images
+                      // Depthwise rows wide enough for groups of 8 interior pixels and a few
+                      // left over, stride 1 and 2, channels 16 x 2 + a tail of 5.
+                      Case{1, 5, 21, 37, 37, 3, 1, 1, 1, 37},
+                      Case{2, 6, 40, 37, 37, 3, 2, 1, 1, 37},
+                      Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},  // 7x7, many outputs (N blocks)
+                      Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},   // a stem: whole windows, 2 images
                       // Wide enough for tiles of 12 pixels inside the image, read in place (the
                       // rest gathered): a 7x7 stem, a 3x3 stride-1, a dilated-in-height-only one
                       // is not (dilation applies to both axes here: gathered throughout).
