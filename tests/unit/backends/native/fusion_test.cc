@@ -544,6 +544,29 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     }
 }
 
+// Inside a RecycleScope (Graph::Run holds one) a large buffer freed goes to the next request it
+// holds, the one freed last first (its lines the likeliest to be in cache), also for a smaller
+// tensor, but not for one more than 4x smaller than it.
+TEST(TensorBuffers, TheBufferFreedLastServesTheNextRequestItHolds) {
+  RecycleScope scope;
+  const uint8_t* four_mib = nullptr;
+  const uint8_t* two_mib = nullptr;
+  {
+    const Tensor a = Tensor::Uninitialized(DataType::kFp32, {1 << 20});
+    const Tensor b = Tensor::Uninitialized(DataType::kFp32, {1 << 19});
+    four_mib = a.raw(), two_mib = b.raw();
+  }                                                              // b freed, then a
+  Tensor c = Tensor::Uninitialized(DataType::kFp32, {3 << 17});  // 1.5 MiB: a, freed last
+  EXPECT_EQ(c.raw(), four_mib);
+  const Tensor d = Tensor::Uninitialized(DataType::kFp32, {1 << 19});  // b
+  EXPECT_EQ(d.raw(), two_mib);
+  c = Tensor();                                                        // a back
+  const Tensor e = Tensor::Uninitialized(DataType::kFp32, {1 << 17});  // 512 KiB: not a
+  EXPECT_NE(e.raw(), four_mib);
+  const Tensor f = Tensor::Uninitialized(DataType::kFp32, {1 << 20});  // a again
+  EXPECT_EQ(f.raw(), four_mib);
+}
+
 // Conv(x) + r with r = Conv(x) fused into the first Conv's epilogue: the fused Conv writes over
 // r's storage only where nothing reads r afterwards. Run channels-last (where it may) against
 // channels-first (where it never does): r read again by a later Add, r a graph output, and r
