@@ -27,7 +27,7 @@ template <typename T, int N>
 struct Wgmma;
 ''')
 for name, ctype, kstep, types, trans, acc in combos:
-    for n in (256, 128):
+    for n in (256, 128, 64):
         regs = n // 2
         lst = ", ".join(f"%{i}" for i in range(regs))
         # Integer MMAs take no scale or transpose immediates.

@@ -569,8 +569,12 @@ static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
   *q = ImplicitGemm(p);
   const int64_t row_tiles = (q->m + 127) / 128, c_out = p.g.c_out;
   if (row_tiles * ((c_out + 127) / 128) < sms) return false;
-  c->tile = c_out % 256 == 0 && row_tiles * (c_out / 256) >= sms ? Sm90Tile::k128x256
-                                                                 : Sm90Tile::k128x128;
+  if (c_out <= 64)
+    c->tile = Sm90Tile::k128x64;
+  else if (c_out % 256 == 0 && row_tiles * (c_out / 256) >= sms)
+    c->tile = Sm90Tile::k128x256;
+  else
+    c->tile = Sm90Tile::k128x128;
   c->splits = 1;
   return Sm90Supported(*q, *c);
 }

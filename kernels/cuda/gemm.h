@@ -109,10 +109,11 @@ cudaError_t GemmSmallM(const GemmProblem& p, cudaStream_t stream,
 
 // GemmSm90's output tile: 128 x 256 (fewer operand reads per FLOP), 128 x 128 (twice the tiles,
 // for shapes whose 128 x 256 tiles leave SMs idle), or 64 rows (one consumer warpgroup: no rows
-// wasted at 33-64 rows, and twice the tiles again for small layers); and K split 'splits' ways
+// wasted at 33-64 rows, and twice the tiles again for small layers), or 128 x 64 (outputs of at
+// most 64 columns only: a convolution to 64 channels wastes none); and K split 'splits' ways
 // (partial sums in p.workspace, then summed by the epilogue kernel), for shapes with fewer tiles
 // than SMs.
-enum class Sm90Tile { k128x256, k128x128, k64x256, k64x128 };
+enum class Sm90Tile { k128x256, k128x128, k64x256, k64x128, k128x64 };
 constexpr int kSm90MaxSplits = 8;
 struct Sm90Config {
   Sm90Tile tile = Sm90Tile::k128x256;
@@ -123,7 +124,7 @@ constexpr Sm90Config kSm90Configs[] = {
     {Sm90Tile::k128x256, 1}, {Sm90Tile::k128x128, 1}, {Sm90Tile::k128x128, 2},
     {Sm90Tile::k128x128, 4}, {Sm90Tile::k128x256, 2}, {Sm90Tile::k64x256, 1},
     {Sm90Tile::k64x128, 1},  {Sm90Tile::k64x128, 2},  {Sm90Tile::k64x128, 4},
-    {Sm90Tile::k64x128, 8},  {Sm90Tile::k64x256, 2}};
+    {Sm90Tile::k64x128, 8},  {Sm90Tile::k64x256, 2},  {Sm90Tile::k128x64, 1}};
 // Workspace floats 'c' needs for 'p' (splits x m x n when split).
 int64_t Sm90WorkspaceFloats(const GemmProblem& p, const Sm90Config& c);
 // Whether GemmSm90 can run 'p' on the current device: an sm_90a build on a compute capability 9.0

@@ -69,7 +69,8 @@ constexpr size_t SmemBytes() {
          2 * Stages<BM, BN>() * 8;
 }
 static_assert(SmemBytes<128, 256>() <= 232448 && SmemBytes<128, 128>() <= 232448 &&
-                  SmemBytes<64, 256>() <= 232448 && SmemBytes<64, 128>() <= 232448,
+                  SmemBytes<64, 256>() <= 232448 && SmemBytes<64, 128>() <= 232448 &&
+                  SmemBytes<128, 64>() <= 232448,
               "over Hopper's 227 KiB of shared memory per block");
 
 struct Sm90Args {
@@ -585,6 +586,8 @@ cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaS
     if (p.implicit) {  // (Sm90Supported: 128-row tiles, y in the operands' type)
       if (c.tile == Sm90Tile::k128x256)
         return Launch<T, 128, 256, OutT, true>(p, c.splits, sms, stream);
+      if (c.tile == Sm90Tile::k128x64)
+        return Launch<T, 128, 64, OutT, true>(p, c.splits, sms, stream);
       return Launch<T, 128, 128, OutT, true>(p, c.splits, sms, stream);
     }
   }
@@ -593,6 +596,8 @@ cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaS
       return Launch<T, 128, 256, OutT>(p, c.splits, sms, stream);
     case Sm90Tile::k128x128:
       return Launch<T, 128, 128, OutT>(p, c.splits, sms, stream);
+    case Sm90Tile::k128x64:
+      return Launch<T, 128, 64, OutT>(p, c.splits, sms, stream);
     case Sm90Tile::k64x256:
       return Launch<T, 64, 256, OutT>(p, c.splits, sms, stream);
     default:
@@ -628,7 +633,9 @@ bool ImplicitSupported(const GemmProblem& p, const Sm90Config& c) {
   return (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) && p.out_type == p.ab_type &&
          sizes && g.groups == 1 && g.c_in % piece == 0 && p.k == g.kh * g.kw * g.c_in &&
          p.m == g.n * g.oh * g.ow && p.n == g.c_out &&
-         (c.tile == Sm90Tile::k128x256 || c.tile == Sm90Tile::k128x128) && Aligned16(p.x);
+         (c.tile == Sm90Tile::k128x256 || c.tile == Sm90Tile::k128x128 ||
+          c.tile == Sm90Tile::k128x64) &&
+         Aligned16(p.x);
 }
 
 }  // namespace
@@ -643,7 +650,7 @@ int Sm90SmCount() {
 
 std::string Sm90Config::Name() const {
   static constexpr const char* kNames[] = {"sm90-128x256", "sm90-128x128", "sm90-64x256",
-                                           "sm90-64x128"};
+                                           "sm90-64x128", "sm90-128x64"};
   std::string name = kNames[static_cast<int>(tile)];
   if (splits > 1) name += "-k" + std::to_string(splits);
   return name;
@@ -671,6 +678,7 @@ bool Sm90Supported(const GemmProblem& p, const Sm90Config& c) {
   // The residual before an activation: Relu only (a convolution's residual block).
   const bool order_ok = !ResidualBeforeActivation(p) || p.act == Activation::kRelu;
   if (p.implicit && !ImplicitSupported(p, c)) return false;
+  if (c.tile == Sm90Tile::k128x64 && p.n > 64) return false;  // 128 x 128 covers those
   return types && out_ok && split_ok && order_ok && p.m >= 1 && p.n >= 1 && p.k >= 1 &&
          p.m < kMax && p.n < kMax && p.k < kMax && (p.k * elem) % 16 == 0 && Aligned16(p.x) &&
          Aligned16(p.w) && Encoder() != nullptr && HopperSmCount() > 0;

@@ -217,6 +217,12 @@ void RunSm90(GemmProblem& p, const kernels::cuda::Sm90Config& config, const Gemm
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The configurations GemmSm90 takes by rule: 128 x 64 tiles only for outputs of at most 64 columns
+// (Sm90Supported refuses it wider; CudaGemm.Sm90RefusesWhatItCannotRun checks that).
+bool Sm90Takes(const kernels::cuda::Sm90Config& config, const GemmCase& c) {
+  return config.tile != kernels::cuda::Sm90Tile::k128x64 || c.n <= 64;
+}
+
 enum class ShapeSet { kSmallM, kTensorCoreSmallM, kGeneral, kSm90 };
 
 std::vector<GemmCase> GemmCases(ShapeSet set) {
@@ -234,10 +240,11 @@ std::vector<GemmCase> GemmCases(ShapeSet set) {
     case ShapeSet::kGeneral:
       shapes = {{1, 1000, 1024}, {33, 129, 72}, {64, 256, 512}, {257, 100, 96}};
       break;
-    case ShapeSet::kSm90:  // ragged edges in every dimension, k shorter than one block, and more
-                           // tiles than SMs (the persistent loop)
-      shapes = {{1, 1000, 1024},   {77, 129, 136},   {128, 256, 64},  {257, 300, 520},
-                {300, 1000, 1024}, {2304, 2048, 64}, {384, 512, 2048}};
+    case ShapeSet::kSm90:  // ragged edges in every dimension, k shorter than one block, more
+                           // tiles than SMs (the persistent loop), outputs of at most 64 columns
+      shapes = {{1, 1000, 1024},  {77, 129, 136},    {128, 256, 64},
+                {257, 300, 520},  {300, 1000, 1024}, {2304, 2048, 64},
+                {384, 512, 2048}, {3136, 64, 256},   {100, 40, 72}};
       break;
   }
   std::vector<GemmCase> cases;
@@ -291,7 +298,7 @@ TEST(CudaGemm, Sm90MatchesFloat64Reference) {
   if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
   for (const auto& config : kernels::cuda::kSm90Configs)
     for (const auto& c : GemmCases(ShapeSet::kSm90)) {
-      if (c.ab == ElemType::kF32 && !c.tf32) continue;
+      if ((c.ab == ElemType::kF32 && !c.tf32) || !Sm90Takes(config, c)) continue;
       CheckGemm(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
     }
 }
@@ -320,7 +327,7 @@ TEST(CudaGemm, ResidualBeforeReluMatchesFloat64Reference) {
   NEREID_REQUIRE_GPU();
   std::vector<GemmCase> cases;
   for (const auto& s : std::vector<std::array<int64_t, 3>>{
-           {49, 2048, 512}, {3136, 256, 64}, {784, 512, 128}, {77, 129, 136}})
+           {49, 2048, 512}, {3136, 256, 64}, {784, 512, 128}, {77, 129, 136}, {3136, 64, 64}})
     for (ElemType t : {ElemType::kBF16, ElemType::kF16})
       cases.push_back({s[0], s[1], s[2], t, t, false, true, true, Activation::kRelu, true});
   cases.push_back({200, 72, 40, ElemType::kF32, ElemType::kF32, false, false, true,
@@ -345,7 +352,7 @@ TEST(CudaGemm, ResidualBeforeReluMatchesFloat64Reference) {
   if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
   for (const auto& config : kernels::cuda::kSm90Configs)
     for (const auto& c : cases) {
-      if (c.ab == ElemType::kF32) continue;
+      if (c.ab == ElemType::kF32 || !Sm90Takes(config, c)) continue;
       CheckGemm(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
     }
 }
@@ -394,6 +401,8 @@ TEST(CudaGemm, Sm90RefusesWhatItCannotRun) {
   alignas(16) static char residual[16];
   p.residual = residual, p.residual_first = true, p.act = Activation::kGelu;
   EXPECT_FALSE(kernels::cuda::Sm90Supported(p));  // only Relu after the residual
+  p.residual = nullptr, p.act = Activation::kNone, p.n = 65;
+  EXPECT_FALSE(kernels::cuda::Sm90Supported(p, {kernels::cuda::Sm90Tile::k128x64, 1}));
 }
 
 // ---- int8 -----------------------------------------------------------------------------------
