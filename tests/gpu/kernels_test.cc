@@ -583,16 +583,20 @@ TEST(CudaGemmInt8, Sm90MatchesTheReferences) {
   int major = 0;
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   if (major != 9) GTEST_SKIP() << "GemmSm90 needs a Hopper GPU (compute capability 9.0)";
-  // Ragged edges in every dimension, k shorter than one 128-byte block, more tiles than SMs.
+  // Ragged edges in every dimension, k shorter than one 128-byte block, more tiles than SMs,
+  // outputs of at most 64 columns.
   const auto cases = Int8Cases({{1, 1000, 1024},
                                 {77, 129, 144},
                                 {128, 256, 64},
                                 {257, 300, 528},
                                 {300, 1000, 1024},
                                 {2304, 2048, 64},
-                                {384, 512, 2048}});
+                                {384, 512, 2048},
+                                {3136, 64, 256},
+                                {100, 40, 80}});
   for (const auto& config : kernels::cuda::kSm90Configs)
-    for (const auto& c : cases) CheckGemmInt8(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
+    for (const auto& c : cases)
+      if (Sm90Takes(config, c)) CheckGemmInt8(c, [&](GemmProblem& p) { RunSm90(p, config, c); });
 }
 
 TEST(CudaGemmInt8, RefusesWhatItCannotRun) {
