@@ -698,6 +698,48 @@ TEST(GpuCompile, GemmChoicesComeFromTheSmallestTunedCountHoldingTheRows) {
   }
 }
 
+// Three GEMMs of one shape: steps 0 and 2 with Relu alone, step 1 adding a residual before it,
+// which makes 128 x 128 tiles win where 128 x 256 win without (ResNet-50's projection and the
+// expansions after it).
+class EpilogueBench final : public GemmBench {
+ public:
+  backend::Status PrepareTuning(int64_t) override { return backend::Status::Ok(); }
+  kernels::cuda::GemmProblem Problem(size_t step, int64_t rows) const override {
+    alignas(16) static char residual[16];
+    kernels::cuda::GemmProblem p;
+    p.m = rows, p.n = 256, p.k = 64;
+    p.ab_type = p.out_type = kernels::cuda::ElemType::kBF16;
+    p.act = kernels::cuda::Activation::kRelu;
+    if (step == 1) p.residual = residual, p.residual_first = true;
+    return p;
+  }
+  backend::StatusOr<float> Time(size_t step, int64_t, const GemmChoice& c) override {
+    ++timed[step];
+    const std::string name = c.Name();
+    if (name == "sm90-128x128") return step == 1 ? 1.f : 3.f;
+    if (name == "sm90-128x256") return 2.f;
+    return name == "cuBLAS" ? 5.f : 4.f;
+  }
+  int timed[3] = {0, 0, 0};
+};
+
+// GEMMs of one shape are timed once per epilogue: a residual's reads change which kernel wins.
+TEST(GpuCompile, GemmsOfOneShapeWithDifferentEpiloguesAreTunedApart) {
+  EpilogueBench bench;
+  GemmTuner tuner(3, {0, 1, 2});
+  ASSERT_TRUE(tuner.Tune(bench, 8192).ok());
+  EXPECT_EQ(bench.timed[2], 0);  // step 0's twin takes its choice
+  for (size_t step = 0; step < 3; ++step) ASSERT_NE(tuner.Choice(step, 8192), nullptr);
+  if (bench.timed[0] > 0) {  // a Hopper GPU: Nereid's kernels were candidates
+    EXPECT_GT(bench.timed[1], 0);
+    EXPECT_EQ(tuner.Choice(0, 8192)->Name(), "sm90-128x256");
+    EXPECT_EQ(tuner.Choice(1, 8192)->Name(), "sm90-128x128");
+    EXPECT_EQ(tuner.Choice(2, 8192)->Name(), "sm90-128x256");
+  } else {
+    for (size_t step = 0; step < 3; ++step) EXPECT_EQ(tuner.Choice(step, 8192)->Name(), "cuBLAS");
+  }
+}
+
 TEST(GpuCompile, ShapeArithmeticHoldingTheBatchIsDecidedAtLoad) {
   // Equal(batch, -1) is false whatever the batch: Where keeps the shape, Expand makes a constant
   // row and Mul one step.
