@@ -37,13 +37,13 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows, int64_t narrow_f
   // The epilogue is part of the key: a residual read can change the winner (ResNet-50's 64 -> 256
   // expansions at batch 256 on an H100: 128 x 256 tiles 450 us without one, 833 with; 128 x 128
   // 555 and 686), and the first of a stage's expansions, the projection, has none.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool, int>, size_t> by_shape;  // -> step
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int, bool, int, bool, bool, bool>, size_t>
+      by_shape;  // -> step
   for (size_t step : gemm_steps_) {
     const kc::GemmProblem p = bench.Problem(step, rows);
-    const int epilogue = static_cast<int>(p.act) * 8 + (p.bias != nullptr ? 4 : 0) +
-                         (p.residual != nullptr ? 2 : 0) + (p.residual_first ? 1 : 0);
-    const auto shape = std::make_tuple(p.m, p.n, p.k, static_cast<int>(p.ab_type),
-                                       static_cast<int>(p.out_type), p.tf32, epilogue);
+    const auto shape = std::make_tuple(
+        p.m, p.n, p.k, static_cast<int>(p.ab_type), static_cast<int>(p.out_type), p.tf32,
+        static_cast<int>(p.act), p.bias != nullptr, p.residual != nullptr, p.residual_first);
     if (auto seen = by_shape.find(shape); seen != by_shape.end()) {
       choices_[step][rows] = choices_[seen->second][rows];
       if (narrow_from == 0) ranked_[step][rows] = ranked_[seen->second][rows];
