@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <random>
@@ -40,6 +41,21 @@ Tensor UniformTensor(std::vector<int64_t> shape, unsigned seed, float lo, float 
   std::uniform_real_distribution<float> d(lo, hi);
   for (int64_t i = 0; i < t.elements(); ++i) t.mutable_data<float>()[i] = d(rng);
   return t;
+}
+
+// 'model' loaded with the channels-last layout off (got[0], logs[0]) and on (got[1], logs[1]),
+// each run on 'x' as input "x", fetching 'fetch'; logs[i] is that load's pass log.
+void RunBothLayouts(const std::function<std::unique_ptr<onnx::ModelProto>()>& model,
+                    const Tensor& x, const std::vector<std::string>& fetch,
+                    std::vector<Tensor> (&got)[2], std::vector<std::string> (&logs)[2]) {
+  for (bool channels_last : {false, true}) {
+    GraphOptions options;
+    options.channels_last = channels_last;
+    auto graph = Graph::FromProto(model(), options);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    logs[channels_last] = (*graph)->pass_log();
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, fetch, &got[channels_last]).ok());
+  }
 }
 
 struct Mlp {
@@ -524,17 +540,14 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
       };
       const Tensor x = UniformTensor({2, 3, 7, 9}, 8, -2, 2);
       std::vector<Tensor> got[2];
-      for (bool channels_last : {false, true}) {
-        GraphOptions options;
-        options.channels_last = channels_last;
-        auto graph = Graph::FromProto(model(), options);
-        ASSERT_TRUE(graph.ok()) << graph.status().message();
+      std::vector<std::string> logs[2];
+      ASSERT_NO_FATAL_FAILURE(RunBothLayouts(model, x, {"y"}, got, logs));
+      for (const auto& log : logs) {
         bool converted_around_resize = false;
-        for (const std::string& line : (*graph)->pass_log())
+        for (const std::string& line : log)
           if (line.rfind("channels-last:", 0) == 0)
             converted_around_resize = line.find("2 layout conversions") == std::string::npos;
         EXPECT_FALSE(converted_around_resize);  // only in and out
-        ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[channels_last]).ok());
       }
       ASSERT_EQ(got[0][0].shape(), got[1][0].shape());
       ASSERT_EQ(got[0][0].shape(),
@@ -597,16 +610,12 @@ TEST(LayoutTest, AFusedResidualIsOverwrittenOnlyWhereNothingReadsItAgain) {
     const std::vector<std::string> fetch =
         c == kGraphOutput ? std::vector<std::string>{"y", "r"} : std::vector<std::string>{"y"};
     std::vector<Tensor> got[2];
-    for (bool channels_last : {false, true}) {
-      GraphOptions options;
-      options.channels_last = channels_last;
-      auto graph = Graph::FromProto(model(), options);
-      ASSERT_TRUE(graph.ok()) << graph.status().message();
+    std::vector<std::string> logs[2];
+    ASSERT_NO_FATAL_FAILURE(RunBothLayouts(model, x, fetch, got, logs));
+    for (const auto& log : logs) {
       bool fused = false;
-      for (const std::string& line : (*graph)->pass_log())
-        fused |= line.find("1 residual Add") != std::string::npos;
+      for (const std::string& line : log) fused |= line.find("1 residual Add") != std::string::npos;
       EXPECT_TRUE(fused);
-      ASSERT_TRUE((*graph)->Run({{"x", x}}, fetch, &got[channels_last]).ok());
     }
     ASSERT_EQ(got[0].size(), got[1].size());
     for (size_t o = 0; o < got[0].size(); ++o) {
