@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# ResNet-50 on the native GPU engine, two builds on one GPU in one call: bench_native of this
-# bundle ("new") and of another build ("old", .devcarry/old/bench_native.xz) alternating round by
-# round, host to host, then each build's steps timed alone (--profile). The device host's PyTorch
+# ResNet-50 on the native GPU engine, several builds on one GPU in one call: bench_native of this
+# bundle ("new") and of other builds (.devcarry/old/NAME.xz, "old" for bench_native.xz) alternating
+# round by round, host to host, then each build's steps timed alone (--profile). The device host's PyTorch
 # exports torchvision's ResNet-50 (scripts/vision_models.py --torchvision).
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh
 #                strip -o /tmp/b OLD_BUILD/bench_native && xz -9 -c /tmp/b > .devcarry/old/bench_native.xz
@@ -14,12 +14,14 @@ OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 . scripts/device_env.sh
 declare -A BIN=([new]="$C/bin/bench_native")
-if [ -f "$C/old/bench_native.xz" ]; then
-  [ -x /tmp/old_bench_native ] || { xz -dc "$C/old/bench_native.xz" > /tmp/old_bench_native &&
-    chmod +x /tmp/old_bench_native; }
-  BIN[old]=/tmp/old_bench_native
-fi
-WHO=(new); [ -n "${BIN[old]:-}" ] && WHO=(old new)
+WHO=()
+for xz in "$C"/old/*.xz; do  # each other build, named by its file (bench_native.xz: "old")
+  [ -f "$xz" ] || continue
+  name=$(basename "$xz" .xz); [ "$name" = bench_native ] && name=old
+  [ -x "/tmp/ab_$name" ] || { xz -dc "$xz" > "/tmp/ab_$name" && chmod +x "/tmp/ab_$name"; }
+  BIN[$name]="/tmp/ab_$name"; WHO+=("$name")
+done
+WHO+=(new)
 MODEL=/tmp/vm/resnet50.onnx
 [ -f "$MODEL" ] || python3 scripts/vision_models.py /tmp/vm --models resnet50 --torchvision > /dev/null ||
   exit 1
