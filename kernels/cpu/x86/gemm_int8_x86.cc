@@ -176,37 +176,20 @@ __attribute__((target("avx512f"))) float QuantizeAvx512(const float* row, int64_
 
 constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broadcast: 27 of 32
 
-// Columns c0 .. c0 + width (at most 16) of one row of y from their exact int32 dot products:
+// Columns c0 .. c0 + width (at most 16) of 'rows' rows of y from their exact int32 dot products
+// (acc, ld apart; less 'offset' per column where given: the VNNI kernels' x + 128 times w):
 // dot * x_scale * w_scale + bias (+ residual), then the activation (Relu and Clip in vector form,
-// the others after the store).
-__attribute__((target("avx512f,avx512bw"))) inline void FinishRow16(
-    __m512i dot, float x_scale, const PackedInt8W& w, int64_t c0, int64_t width, float* y_row,
-    const GemmEpilogue& ep, const float* residual_row) {
-  const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
-  const __m512 scale = _mm512_maskz_loadu_ps(mask, w.scale() + c0);
-  const __m512 bias =
-      ep.bias != nullptr ? _mm512_maskz_loadu_ps(mask, ep.bias + c0) : _mm512_setzero_ps();
-  __m512 v =
-      _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(_mm512_set1_ps(x_scale), scale), bias);
-  if (residual_row != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual_row + c0));
-  if (ep.activation == GemmEpilogue::kRelu)
-    v = _mm512_max_ps(v, _mm512_setzero_ps());
-  else if (ep.activation == GemmEpilogue::kClip)
-    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(ep.lo)), _mm512_set1_ps(ep.hi));
-  float* out = y_row + c0;
-  _mm512_mask_storeu_ps(out, mask, v);
-  if (ep.activation != GemmEpilogue::kNone && ep.activation != GemmEpilogue::kRelu &&
-      ep.activation != GemmEpilogue::kClip)
-    ActivateEpilogueRow(out, width, ep);
-}
-
-// FinishRow16 over 'rows' rows of int32 sums (acc, ld apart) for one block of columns: the
-// scales, bias and activation loaded once for the block, not per row (AMX's 32-row tiles:
-// MobileNetV2's 1x1 layers spent more in their finish than in the tiles).
+// the others after the store). The scales, bias and activation are loaded once for the block, not
+// per row: AMX's 32-row tiles and the VNNI tiles of 1x1 convolutions of 16 to 32 channels
+// (MobileNetV2's 16 -> 96: 4 dot products per output vector) spent more in a per-row finish
+// than in the tiles.
 __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
     const int32_t* acc, int64_t ld, int64_t rows, const float* xs, const PackedInt8W& w, int64_t c0,
-    int64_t width, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual) {
+    int64_t width, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual,
+    const int32_t* offset = nullptr) {
   const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
+  const __m512i off =
+      offset != nullptr ? _mm512_maskz_loadu_epi32(mask, offset + c0) : _mm512_setzero_si512();
   const __m512 scale = _mm512_maskz_loadu_ps(mask, w.scale() + c0);
   const __m512 bias =
       ep.bias != nullptr ? _mm512_maskz_loadu_ps(mask, ep.bias + c0) : _mm512_setzero_ps();
@@ -216,7 +199,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
   auto finish = [&](auto act) __attribute__((target("avx512f,avx512bw"), always_inline)) {
     constexpr int kAct = decltype(act)::value;
     for (int64_t r = 0; r < rows; ++r) {
-      const __m512i dot = _mm512_load_si512(acc + r * ld);
+      const __m512i dot = _mm512_sub_epi32(_mm512_load_si512(acc + r * ld), off);
       __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                                  _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale), bias);
       if (residual != nullptr)
@@ -256,14 +239,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
   for (int h = 0; h < 2; ++h) {
     if (h == halves) break;
     const int64_t c0 = j0 + h * kPanel;
-    const int64_t width = std::min<int64_t>(kPanel, j0 + cols - c0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
-    const __m512i offset = _mm512_maskz_loadu_epi32(mask, w.offset() + c0);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-      FinishRow16(_mm512_sub_epi32(_mm512_load_si512(sums[r] + h * kPanel), offset), xs[r], w, c0,
-                  width, y + r * ldy, ep,
-                  residual != nullptr ? residual + r * ep.ld_residual : nullptr);
+    FinishRows16(sums[0] + h * kPanel, 2 * kPanel, R, xs, w, c0,
+                 std::min<int64_t>(kPanel, j0 + cols - c0), y, ldy, ep, residual, w.offset());
   }
 }
 
