@@ -222,7 +222,9 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
     return;
   }
   if (kernel == Kernel::kVnni && finite_clip) {
-    const int64_t stride = 4 * w.k4();
+    // Rows of k's groups of 4 bytes to a multiple of 16 bytes, not AMX's 64: MobileNetV2's rows
+    // of 16-32 values took 64 bytes each to quantize and to read.
+    const int64_t stride = (4 * w.groups() + 15) / 16 * 16;
     const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, m, true);
     int8::FusedVnni(m, reinterpret_cast<const uint8_t*>(xq.q), stride, xq.scale, w, y, ldy, ep);
     return;

@@ -56,9 +56,9 @@ void MicroNeon(int rows, const int8_t* x, int64_t stride, int64_t k4, const int8
 // One row quantized (QuantizeRowsInt8's arithmetic): its scale, q into 'q'.
 float QuantizeRowAvx2(const float* row, int64_t k, int8_t* q);
 float QuantizeRowAvx512(const float* row, int64_t k, int8_t* q);
-// m rows (ldx apart) quantized into rows of 'stride' bytes (the bytes from k on 0, or all as
-// q + 128 when 'offset'), scale[i] each row's: QuantizeRowAvx512's arithmetic, the rows in one
-// call.
+// m rows (ldx apart) quantized into rows of 'stride' bytes, a multiple of 16 (the bytes from k
+// on 0, or all as q + 128 when 'offset'), scale[i] each row's: QuantizeRowAvx512's arithmetic,
+// the rows in one call.
 void QuantizeRowsStridedAvx512(const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q,
                                int64_t stride, float* scale, bool offset);
 float QuantizeRowNeon(const float* row, int64_t k, int8_t* q);

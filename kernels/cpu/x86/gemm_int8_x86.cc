@@ -325,19 +325,35 @@ float QuantizeRowAvx512(const float* row, int64_t k, int8_t* q) {
   return QuantizeAvx512(row, k, q);
 }
 
+// Each row in two passes over its floats (its largest magnitude, then the bytes), the second
+// writing all 'stride' bytes 16 at a time: past k, zeros loaded give q = 0 (0x80 as q + 128).
+// Quantizing a row and then padding and flipping its bytes in passes of their own took 10% of
+// MobileNetV2's int8 run (rows of 16-320 values).
 __attribute__((target("avx512f,avx512bw"))) void QuantizeRowsStridedAvx512(
     const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, int64_t stride, float* scale,
     bool offset) {
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i shift = _mm512_set1_epi32(offset ? 128 : 0);
   for (int64_t i = 0; i < m; ++i) {
-    int8_t* row = q + i * stride;
-    scale[i] = QuantizeAvx512(x + i * ldx, k, row);
-    std::fill(row + k, row + stride, static_cast<int8_t>(0));
-    if (!offset) continue;
-    for (int64_t l = 0; l < stride; l += 64) {
-      const __mmask64 mask = stride - l >= 64 ? ~__mmask64{0} : (__mmask64{1} << (stride - l)) - 1;
-      _mm512_mask_storeu_epi8(row + l, mask,
-                              _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + l), flip));
+    const float* row = x + i * ldx;
+    __m512 vmax = _mm512_setzero_ps();
+    int64_t l = 0;
+    for (; l + 16 <= k; l += 16)
+      vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + l)));
+    const __mmask16 tail = static_cast<__mmask16>((1u << (k - l)) - 1);
+    if (tail != 0) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail, row + l)));
+    const float absmax = _mm512_reduce_max_ps(vmax);
+    const __m512 vinv = _mm512_set1_ps(absmax > 0.f ? 127.f / absmax : 0.f);
+    scale[i] = absmax / 127.f;
+    int8_t* out = q + i * stride;
+    for (l = 0; l < stride; l += 16) {
+      const __mmask16 mask = l + 16 <= k ? static_cast<__mmask16>(0xffff) : l < k ? tail : 0;
+      const __m512i v = _mm512_min_epi32(
+          _mm512_max_epi32(
+              _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + l), vinv)), lo),
+          hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + l),
+                       _mm512_cvtepi32_epi8(_mm512_add_epi32(v, shift)));
     }
   }
 }
