@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "cpu/winograd.h"
 #include "graph.h"
 #include "ops/conv.h"
 
@@ -1009,9 +1010,18 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
       // int8 wins (152 vs 130 us), at 20k and more by 4-5x.
       const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
       const int64_t macs_per_pixel = w.shape()[1] * kh * kw * (w.shape()[0] / groups);
-      auto plan =
-          std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1], kh, kw, groups,
-                                     options.int8_weights && macs_per_pixel >= 2048);
+      const bool int8 = options.int8_weights && macs_per_pixel >= 2048;
+      // 3x3 fp32 convolutions of stride and dilation 1 and one group, of 32 channels and more in
+      // and out, run as Winograd's F(2x2, 3x3) (ResNet-50, one thread, batch 1: 78.0 -> 66.5 ms;
+      // its 3x3 layers 1.5-2.1x faster).
+      auto ones = [&](const char* attr) {
+        const std::vector<int64_t> v = node.op.AttrInts(attr);
+        return std::all_of(v.begin(), v.end(), [](int64_t e) { return e == 1; });
+      };
+      const bool winograd = !int8 && kernels::WinogradEnabled() && kh == 3 && kw == 3 && groups == 1 && w.shape()[0] >= 32 &&
+                            w.shape()[1] >= 32 && ones("strides") && ones("dilations");
+      auto plan = std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1], kh, kw,
+                                             groups, int8, winograd);
       int8_convs += plan->weights.int8();
       if (node.inputs.size() > 2 && node.inputs[2] >= 0 && g.IsConstant(node.inputs[2])) {
         const Tensor& b = g.constants[node.inputs[2]];

@@ -11,7 +11,7 @@
 namespace nereid::kernels {
 
 ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh,
-                         int64_t kw, int64_t groups, bool int8) {
+                         int64_t kw, int64_t groups, bool int8, bool winograd) {
   const int64_t taps = kh * kw, cog = c_out / groups;
   depthwise_ = c_in_per_group == 1 && cog == 1 && groups > 1;
   if (depthwise_) {
@@ -31,6 +31,10 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
                 w[((g * cog + co) * c_in_per_group + ci) * taps + t];
       int8_.push_back(std::make_unique<PackedInt8W>(nk.data(), cog, depth, depth));
     }
+    return;
+  }
+  if (winograd && kh == 3 && kw == 3 && groups == 1) {
+    winograd_ = std::make_unique<WinogradWeights>(w, c_out, c_in_per_group);
     return;
   }
   std::vector<float> b(static_cast<size_t>(depth * cog));
@@ -190,6 +194,9 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   const bool direct = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 &&
                       g.pad_top == 0 && g.pad_left == 0 && g.oh == g.h && g.ow == g.w;
   if (w.int8()) return ConvNhwcInt8(g, x, w, bias, residual, act, y, direct);
+  // (Weights transformed for Winograd are not packed for the GEMM: the node's attributes that
+  // chose it, stride and dilation 1, made this geometry.)
+  if (w.winograd() != nullptr) return WinogradNhwc(g, x, *w.winograd(), bias, residual, act, y);
   for (int64_t grp = 0; grp < g.groups; ++grp) {
     const float* xg = x + grp * cig;
     RowsAFn rows;

@@ -13,6 +13,7 @@
 #include "conv_geometry.h"
 #include "cpu/gemm.h"
 #include "cpu/gemm_int8.h"
+#include "cpu/winograd.h"
 
 namespace nereid::kernels {
 
@@ -21,10 +22,13 @@ namespace nereid::kernels {
 // matrices), or, depthwise, as [kh * kw][channels] (always fp32).
 class ConvWeights {
  public:
-  // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw].
+  // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw]. 'winograd' (a 3x3 fp32 convolution of
+  // one group whose stride and dilation are 1): the weights transformed for WinogradNhwc instead,
+  // which ConvNhwc then runs.
   ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
-              int64_t groups, bool int8 = false);
+              int64_t groups, bool int8 = false, bool winograd = false);
   bool depthwise() const { return depthwise_; }
+  const WinogradWeights* winograd() const { return winograd_.get(); }
   bool int8() const { return !int8_.empty(); }
   const PackedMatrixB& group(int64_t g) const { return *packed_[g]; }
   const PackedInt8W& int8_group(int64_t g) const { return *int8_[g]; }
@@ -35,6 +39,7 @@ class ConvWeights {
   std::vector<std::unique_ptr<PackedMatrixB>> packed_;
   std::vector<std::unique_ptr<PackedInt8W>> int8_;
   std::vector<float> taps_;
+  std::unique_ptr<WinogradWeights> winograd_;
 };
 
 // y = act(conv(x, w) + bias + residual), all NHWC; bias has c_out values (or is null), residual

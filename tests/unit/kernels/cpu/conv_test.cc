@@ -136,6 +136,36 @@ TEST_P(ConvKernel, MatchesDirectLoops) {
   UseSgemmKernel(chosen);
 }
 
+// Winograd's F(2x2, 3x3) where it fits (3x3, stride 1, one group): the same answers as the direct
+// loops within fp32's error of its transforms, alone and with a team of three threads splitting
+// the tiles (odd sizes leave tiles half outside the output: those pixels are not written).
+TEST_P(ConvKernel, WinogradMatchesDirectLoops) {
+  const Case c = GetParam();
+  const Problem pr(c, static_cast<unsigned>(c.c_in * 29 + c.c_out * 3 + c.k));
+  if (!WinogradFits(pr.g)) GTEST_SKIP() << "not a 3x3 stride-1 convolution of one group";
+  const ConvWeights weights(pr.w.data(), c.c_out, c.c_in, 3, 3, 1, false, true);
+  ASSERT_NE(weights.winograd(), nullptr);
+  ThreadTeam team(3);
+  for (ThreadTeam* t : {static_cast<ThreadTeam*>(nullptr), &team}) {
+    ParallelScope scope(t);
+    for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kHardSwish})
+      for (bool with_residual : {false, true}) {
+        GemmEpilogue ep;
+        ep.activation = static_cast<GemmEpilogue::Activation>(act);
+        const std::vector<float> zeros(pr.residual.size(), 0.f);
+        const auto want =
+            Reference(c, pr.g, pr.x, pr.w, pr.bias, with_residual ? pr.residual : zeros, ep);
+        std::vector<float> got(want.size(), NAN);
+        ConvNhwc(pr.g, pr.x.data(), weights, pr.bias.data(),
+                 with_residual ? pr.residual.data() : nullptr, ep, got.data());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
+              << "element " << i << " activation " << act << " residual " << with_residual
+              << " threads " << (t != nullptr ? 3 : 1);
+      }
+  }
+}
+
 // The int8 form (weights per output channel, each window per row): every int8 micro-kernel this
 // CPU has against the same fp32 reference, within the quantization's error. Depthwise weights stay
 // fp32 (exact).
@@ -209,7 +239,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // window rows, gathered), a 1x1 at stride 2 over 300 (160 + 140).
                       Case{1, 5, 40, 64, 16, 3, 1, 1, 1, 1}, Case{1, 4, 30, 256, 8, 3, 1, 1, 1, 1},
                       Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1},
-                      Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1}));
+                      Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
+                      // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
+                      // and column half outside).
+                      Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1}));
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
   ThreadTeam team(4);
