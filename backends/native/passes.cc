@@ -1018,8 +1018,9 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
         const std::vector<int64_t> v = node.op.AttrInts(attr);
         return std::all_of(v.begin(), v.end(), [](int64_t e) { return e == 1; });
       };
-      const bool winograd = !int8 && kernels::WinogradEnabled() && kh == 3 && kw == 3 && groups == 1 && w.shape()[0] >= 32 &&
-                            w.shape()[1] >= 32 && ones("strides") && ones("dilations");
+      const bool winograd = !int8 && kernels::WinogradEnabled() && kh == 3 && kw == 3 &&
+                            groups == 1 && w.shape()[0] >= 32 && w.shape()[1] >= 32 &&
+                            ones("strides") && ones("dilations");
       auto plan = std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1], kh, kw,
                                              groups, int8, winograd);
       int8_convs += plan->weights.int8();

@@ -58,8 +58,7 @@ NEREID_VECTOR_CLONES void InputTransform(const float* const* d, int64_t c, float
   for (int64_t ch = 0; ch < c; ++ch) {
     float t[4][4];  // B^T d: rows combined
     for (int col = 0; col < 4; ++col) {
-      const float d0 = d[col][ch], d1 = d[4 + col][ch], d2 = d[8 + col][ch],
-                  d3 = d[12 + col][ch];
+      const float d0 = d[col][ch], d1 = d[4 + col][ch], d2 = d[8 + col][ch], d3 = d[12 + col][ch];
       t[0][col] = d0 - d2;
       t[1][col] = d1 + d2;
       t[2][col] = d2 - d1;

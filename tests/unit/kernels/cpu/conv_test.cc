@@ -238,8 +238,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // pixels' inner taps in place too), over 128 at stride 2 (blocks across
                       // window rows, gathered), a 1x1 at stride 2 over 300 (160 + 140).
                       Case{1, 5, 40, 64, 16, 3, 1, 1, 1, 1}, Case{1, 4, 30, 256, 8, 3, 1, 1, 1, 1},
-                      Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1},
-                      Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
+                      Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1}, Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
                       // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
                       // and column half outside).
                       Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1}));
