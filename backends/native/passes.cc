@@ -991,7 +991,7 @@ void ChooseChannelsLast(GraphBody& g) {
 // ---- weights ------------------------------------------------------------------------------------
 
 void PackWeights(GraphBody& g, const GraphOptions& options) {
-  int convs = 0, int8_convs = 0;
+  int convs = 0, int8_convs = 0, winograd_convs = 0;
   for (Node& node : g.nodes) {
     const std::string& op = node.op.op_type();
     if (op == "Conv" && node.inputs.size() >= 2 && g.IsConstant(node.inputs[1])) {
@@ -1024,6 +1024,7 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
       auto plan = std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1], kh, kw,
                                              groups, int8, winograd);
       int8_convs += plan->weights.int8();
+      winograd_convs += plan->weights.winograd() != nullptr;
       if (node.inputs.size() > 2 && node.inputs[2] >= 0 && g.IsConstant(node.inputs[2])) {
         const Tensor& b = g.constants[node.inputs[2]];
         if (b.type() == DataType::kFp32 && b.elements() == w.shape()[0])
@@ -1062,7 +1063,10 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
   }
   if (convs)
     g.pass_log.push_back("Conv weights packed: " + std::to_string(convs) +
-                         (int8_convs ? " (" + std::to_string(int8_convs) + " in int8)" : ""));
+                         (int8_convs ? " (" + std::to_string(int8_convs) + " in int8)" : "") +
+                         (winograd_convs
+                              ? " (" + std::to_string(winograd_convs) + " as Winograd F(2x2, 3x3))"
+                              : ""));
 }
 
 void ReleasePackedOriginals(GraphBody& g) {

@@ -654,7 +654,8 @@ TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
     std::string packed;
     for (const std::string& line : (*graph)->pass_log())
       if (line.rfind("Conv weights packed", 0) == 0) packed = line;
-    EXPECT_EQ(packed, int8 ? "Conv weights packed: 2 (1 in int8)" : "Conv weights packed: 2");
+    EXPECT_EQ(packed, int8 ? "Conv weights packed: 2 (1 in int8)"
+                           : "Conv weights packed: 2 (1 as Winograd F(2x2, 3x3))");
     ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[int8]).ok());
   }
   float largest = 0, worst = 0;
