@@ -667,7 +667,9 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
     if (probe_size < need) probe = AllocAligned(probe_size = need);
     int64_t lda = 0;
     if (rows_a(0, std::min(kMc, m), 0, std::min(kKc, k), probe.get(), &lda) == probe.get()) {
-      gathered = AllocAligned(static_cast<size_t>(m * k));
+      // (Rows a multiple of 4 KB apart would share L1 sets: see ConvNhwc.)
+      const int64_t ld_all = k % 1024 == 0 ? k + 16 : k;
+      gathered = AllocAligned(static_cast<size_t>(m * ld_all));
       float* all = gathered.get();
       const int64_t k_blocks = (k + kKc - 1) / kKc;
       ParallelForWork(row_blocks * k_blocks, m * k, [&](int64_t item) {
@@ -679,11 +681,11 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
         int64_t ld = 0;
         const float* rows = rows_a(ic, mc, pc, kc, block.get(), &ld);
         for (int64_t r = 0; r < mc; ++r)
-          std::memcpy(all + (ic + r) * k + pc, rows + r * ld, static_cast<size_t>(kc) * 4);
+          std::memcpy(all + (ic + r) * ld_all + pc, rows + r * ld, static_cast<size_t>(kc) * 4);
       });
-      shared_rows = [all, k](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
-        *ld = k;
-        return static_cast<const float*>(all + i0 * k + pc);
+      shared_rows = [all, ld_all](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
+        *ld = ld_all;
+        return static_cast<const float*>(all + i0 * ld_all + pc);
       };
     }
   }

@@ -115,23 +115,28 @@ TEST_P(ConvKernel, MatchesDirectLoops) {
   for (const std::string& kernel : SgemmKernels()) {  // every GEMM micro-kernel this CPU has
     ASSERT_TRUE(UseSgemmKernel(kernel));
     const ConvWeights weights(w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups);
-    for (int act = 0; act <= GemmEpilogue::kHardSwish; ++act)
-      for (bool with_residual : {false, true}) {
-        GemmEpilogue ep;
-        ep.activation = static_cast<GemmEpilogue::Activation>(act);
-        ep.lo = -0.25f, ep.hi = 0.5f;  // Clip's bounds
-        if (act == GemmEpilogue::kLeakyRelu) ep.lo = 0.1f;
-        if (act == GemmEpilogue::kHardSigmoid) ep.lo = 0.2f;
-        const std::vector<float> zeros(residual.size(), 0.f);
-        const auto want = Reference(c, g, x, w, bias, with_residual ? residual : zeros, ep);
-        std::vector<float> got(want.size(), NAN);
-        ConvNhwc(g, x.data(), weights, bias.data(), with_residual ? residual.data() : nullptr, ep,
-                 got.data());
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
-              << kernel << " element " << i << " activation " << act << " residual "
-              << with_residual;
-      }
+    // Alone, then with a team of three (rows split, or gathered once and read by each part).
+    ThreadTeam team(3);
+    for (ThreadTeam* t : {static_cast<ThreadTeam*>(nullptr), &team}) {
+      ParallelScope scope(t);
+      for (int act = 0; act <= GemmEpilogue::kHardSwish; ++act)
+        for (bool with_residual : {false, true}) {
+          GemmEpilogue ep;
+          ep.activation = static_cast<GemmEpilogue::Activation>(act);
+          ep.lo = -0.25f, ep.hi = 0.5f;  // Clip's bounds
+          if (act == GemmEpilogue::kLeakyRelu) ep.lo = 0.1f;
+          if (act == GemmEpilogue::kHardSigmoid) ep.lo = 0.2f;
+          const std::vector<float> zeros(residual.size(), 0.f);
+          const auto want = Reference(c, g, x, w, bias, with_residual ? residual : zeros, ep);
+          std::vector<float> got(want.size(), NAN);
+          ConvNhwc(g, x.data(), weights, bias.data(), with_residual ? residual.data() : nullptr, ep,
+                   got.data());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
+                << kernel << " element " << i << " activation " << act << " residual "
+                << with_residual << " threads " << (t != nullptr ? 3 : 1);
+        }
+    }
   }
   UseSgemmKernel(chosen);
 }
@@ -241,7 +246,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1}, Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
                       // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
                       // and column half outside).
-                      Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1}));
+                      Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1},
+                      // A 1x1 over 1,024 channels: rows 4 KB apart, copied rather than read in
+                      // place (four depth blocks).
+                      Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
   ThreadTeam team(4);
