@@ -200,22 +200,10 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   for (int64_t grp = 0; grp < g.groups; ++grp) {
     const float* xg = x + grp * cig;
     RowsAFn rows;
-    if (direct && g.c_in % 1024 != 0) {
+    if (direct) {
       rows = [&](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
         *lda = g.c_in;
         return xg + i0 * g.c_in + pc;
-      };
-    } else if (direct) {
-      // Rows a multiple of 4 KB apart fall into the same L1 sets: the micro-kernel's rows
-      // then evict each other (ResNet-50's 1x1 layers over 1,024 and 2,048 channels ran 1.1-1.2x
-      // ONNX Runtime's time; 1,040 channels took less than 1,024). Copied into the scratch,
-      // rows kc apart, instead.
-      rows = [&](int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* scratch, int64_t* lda) {
-        *lda = kc;
-        for (int64_t r = 0; r < mc; ++r)
-          std::memcpy(scratch + r * kc, xg + (i0 + r) * g.c_in + pc,
-                      static_cast<size_t>(kc) * sizeof(float));
-        return static_cast<const float*>(scratch);
       };
     } else {
       rows = [&](int64_t i0, int64_t mc, int64_t pc, int64_t kc, float* scratch, int64_t* lda) {
