@@ -147,30 +147,36 @@ __attribute__((target("avx2,fma"))) float QuantizeAvx2(const float* row, int64_t
   return absmax / 127.f;
 }
 
-// The same 16 at a time (vcvtps2dq rounds to nearest even, as the others do), tails masked.
-__attribute__((target("avx512f"))) float QuantizeAvx512(const float* row, int64_t k, int8_t* q) {
+// The largest magnitude of a row of k floats, 16 at a time, its tail masked.
+__attribute__((target("avx512f"))) inline float AbsMaxAvx512(const float* row, int64_t k) {
   __m512 vmax = _mm512_setzero_ps();
   int64_t l = 0;
   for (; l + 16 <= k; l += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + l)));
   const __mmask16 tail = static_cast<__mmask16>((1u << (k - l)) - 1);
   if (tail != 0) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail, row + l)));
-  const float absmax = _mm512_reduce_max_ps(vmax);
-  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
-  const __m512 vinv = _mm512_set1_ps(inv);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  for (l = 0; l + 16 <= k; l += 16) {
-    const __m512i v = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + l), vinv)), lo),
-        hi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + l), _mm512_cvtepi32_epi8(v));
-  }
-  if (tail != 0) {
-    const __m512i v = _mm512_min_epi32(
-        _mm512_max_epi32(
-            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + l), vinv)), lo),
-        hi);
-    _mm512_mask_cvtepi32_storeu_epi8(q + l, tail, v);
-  }
+  return _mm512_reduce_max_ps(vmax);
+}
+
+// 16 values times 'inv', rounded to nearest even (vcvtps2dq, as the others do) and clamped to
+// [-127, 127].
+__attribute__((target("avx512f"))) inline __m512i QuantizeLanes(__m512 v, __m512 inv) {
+  return _mm512_min_epi32(
+      _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv)), _mm512_set1_epi32(-127)),
+      _mm512_set1_epi32(127));
+}
+
+// The same 16 at a time, tails masked.
+__attribute__((target("avx512f"))) float QuantizeAvx512(const float* row, int64_t k, int8_t* q) {
+  const float absmax = AbsMaxAvx512(row, k);
+  const __m512 vinv = _mm512_set1_ps(absmax > 0.f ? 127.f / absmax : 0.f);
+  int64_t l = 0;
+  for (; l + 16 <= k; l += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + l),
+                     _mm512_cvtepi32_epi8(QuantizeLanes(_mm512_loadu_ps(row + l), vinv)));
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k - l)) - 1);
+  if (tail != 0)
+    _mm512_mask_cvtepi32_storeu_epi8(q + l, tail,
+                                     QuantizeLanes(_mm512_maskz_loadu_ps(tail, row + l), vinv));
   return absmax / 127.f;
 }
 
@@ -332,26 +338,17 @@ float QuantizeRowAvx512(const float* row, int64_t k, int8_t* q) {
 __attribute__((target("avx512f,avx512bw"))) void QuantizeRowsStridedAvx512(
     const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, int64_t stride, float* scale,
     bool offset) {
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   const __m512i shift = _mm512_set1_epi32(offset ? 128 : 0);
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k % 16)) - 1);
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * ldx;
-    __m512 vmax = _mm512_setzero_ps();
-    int64_t l = 0;
-    for (; l + 16 <= k; l += 16)
-      vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + l)));
-    const __mmask16 tail = static_cast<__mmask16>((1u << (k - l)) - 1);
-    if (tail != 0) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail, row + l)));
-    const float absmax = _mm512_reduce_max_ps(vmax);
+    const float absmax = AbsMaxAvx512(row, k);
     const __m512 vinv = _mm512_set1_ps(absmax > 0.f ? 127.f / absmax : 0.f);
     scale[i] = absmax / 127.f;
     int8_t* out = q + i * stride;
-    for (l = 0; l < stride; l += 16) {
+    for (int64_t l = 0; l < stride; l += 16) {
       const __mmask16 mask = l + 16 <= k ? static_cast<__mmask16>(0xffff) : l < k ? tail : 0;
-      const __m512i v = _mm512_min_epi32(
-          _mm512_max_epi32(
-              _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + l), vinv)), lo),
-          hi);
+      const __m512i v = QuantizeLanes(_mm512_maskz_loadu_ps(mask, row + l), vinv);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + l),
                        _mm512_cvtepi32_epi8(_mm512_add_epi32(v, shift)));
     }
