@@ -106,37 +106,47 @@ struct Problem {
 
 class ConvKernel : public ::testing::TestWithParam<Case> {};
 
+// ConvNhwc with 'weights' against the direct loops, within 1e-4 (relative past 1), for each of
+// 'activations' with and without the residual, alone and then with a team of three threads (rows
+// or tiles split, or A gathered once and read by each part).
+void ExpectMatchesDirectLoops(const Case& c, const Problem& pr, const ConvWeights& weights,
+                              const std::vector<int>& activations, const std::string& label) {
+  ThreadTeam team(3);
+  for (ThreadTeam* t : {static_cast<ThreadTeam*>(nullptr), &team}) {
+    ParallelScope scope(t);
+    for (int act : activations)
+      for (bool with_residual : {false, true}) {
+        GemmEpilogue ep;
+        ep.activation = static_cast<GemmEpilogue::Activation>(act);
+        ep.lo = -0.25f, ep.hi = 0.5f;  // Clip's bounds
+        if (act == GemmEpilogue::kLeakyRelu) ep.lo = 0.1f;
+        if (act == GemmEpilogue::kHardSigmoid) ep.lo = 0.2f;
+        const std::vector<float> zeros(pr.residual.size(), 0.f);
+        const auto want =
+            Reference(c, pr.g, pr.x, pr.w, pr.bias, with_residual ? pr.residual : zeros, ep);
+        std::vector<float> got(want.size(), NAN);
+        ConvNhwc(pr.g, pr.x.data(), weights, pr.bias.data(),
+                 with_residual ? pr.residual.data() : nullptr, ep, got.data());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
+              << label << " element " << i << " activation " << act << " residual " << with_residual
+              << " threads " << (t != nullptr ? 3 : 1);
+      }
+  }
+}
+
 TEST_P(ConvKernel, MatchesDirectLoops) {
   const Case c = GetParam();
   const Problem pr(c, static_cast<unsigned>(c.c_in * 131 + c.c_out * 7 + c.k));
-  const Conv2dGeometry& g = pr.g;
-  const auto &x = pr.x, &w = pr.w, &bias = pr.bias, &residual = pr.residual;
   const std::string chosen = SgemmKernelName();
   for (const std::string& kernel : SgemmKernels()) {  // every GEMM micro-kernel this CPU has
     ASSERT_TRUE(UseSgemmKernel(kernel));
-    const ConvWeights weights(w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups);
-    // Alone, then with a team of three (rows split, or gathered once and read by each part).
-    ThreadTeam team(3);
-    for (ThreadTeam* t : {static_cast<ThreadTeam*>(nullptr), &team}) {
-      ParallelScope scope(t);
-      for (int act = 0; act <= GemmEpilogue::kHardSwish; ++act)
-        for (bool with_residual : {false, true}) {
-          GemmEpilogue ep;
-          ep.activation = static_cast<GemmEpilogue::Activation>(act);
-          ep.lo = -0.25f, ep.hi = 0.5f;  // Clip's bounds
-          if (act == GemmEpilogue::kLeakyRelu) ep.lo = 0.1f;
-          if (act == GemmEpilogue::kHardSigmoid) ep.lo = 0.2f;
-          const std::vector<float> zeros(residual.size(), 0.f);
-          const auto want = Reference(c, g, x, w, bias, with_residual ? residual : zeros, ep);
-          std::vector<float> got(want.size(), NAN);
-          ConvNhwc(g, x.data(), weights, bias.data(), with_residual ? residual.data() : nullptr, ep,
-                   got.data());
-          for (size_t i = 0; i < want.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
-                << kernel << " element " << i << " activation " << act << " residual "
-                << with_residual << " threads " << (t != nullptr ? 3 : 1);
-        }
-    }
+    const ConvWeights weights(pr.w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups);
+    ASSERT_NO_FATAL_FAILURE(ExpectMatchesDirectLoops(
+        c, pr, weights,
+        {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kClip, GemmEpilogue::kLeakyRelu,
+         GemmEpilogue::kHardSigmoid, GemmEpilogue::kHardSwish},
+        kernel));
   }
   UseSgemmKernel(chosen);
 }
@@ -150,25 +160,9 @@ TEST_P(ConvKernel, WinogradMatchesDirectLoops) {
   if (!WinogradFits(pr.g)) GTEST_SKIP() << "not a 3x3 stride-1 convolution of one group";
   const ConvWeights weights(pr.w.data(), c.c_out, c.c_in, 3, 3, 1, false, true);
   ASSERT_NE(weights.winograd(), nullptr);
-  ThreadTeam team(3);
-  for (ThreadTeam* t : {static_cast<ThreadTeam*>(nullptr), &team}) {
-    ParallelScope scope(t);
-    for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kHardSwish})
-      for (bool with_residual : {false, true}) {
-        GemmEpilogue ep;
-        ep.activation = static_cast<GemmEpilogue::Activation>(act);
-        const std::vector<float> zeros(pr.residual.size(), 0.f);
-        const auto want =
-            Reference(c, pr.g, pr.x, pr.w, pr.bias, with_residual ? pr.residual : zeros, ep);
-        std::vector<float> got(want.size(), NAN);
-        ConvNhwc(pr.g, pr.x.data(), weights, pr.bias.data(),
-                 with_residual ? pr.residual.data() : nullptr, ep, got.data());
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
-              << "element " << i << " activation " << act << " residual " << with_residual
-              << " threads " << (t != nullptr ? 3 : 1);
-      }
-  }
+  ExpectMatchesDirectLoops(c, pr, weights,
+                           {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kHardSwish},
+                           "winograd");
 }
 
 // The int8 form (weights per output channel, each window per row): every int8 micro-kernel this
