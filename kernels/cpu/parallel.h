@@ -28,22 +28,32 @@ class ThreadTeam {
  private:
   void Work(int self);
   void Drain(int self);
+  void RunPiece(int64_t count, const std::function<void(int64_t)>& fn);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable wake_, done_;
-  // The job, under mu_; generation_ changes (under mu_) when one is posted, so idle workers can
-  // spin on it without the lock. Thread k (the caller 0) takes indices from shares_[k] first.
-  struct Share {
-    int64_t next = 0, end = 0;
+  // The job: written by Run before it opens the job, read by the workers that joined it.
+  // generation_ is odd while a job is open; Run closes it (even) once every index has finished
+  // and returns only when no worker is inside it (active_ 0), so a late worker never sees the
+  // next job's shares with this one's function (it joins, then checks the generation: seq_cst
+  // on both sides, so either Run waits for it or it sees the job closed and leaves).
+  // Thread k (the caller 0) takes runs of indices from the front of share k, then from the back
+  // of the share with the most left: one compare-and-swap on the share's word (next | end << 32).
+  struct alignas(64) Share {
+    std::atomic<uint64_t> word{0};
   };
   const std::function<void(int64_t)>* fn_ = nullptr;
   std::vector<Share> shares_;
-  int64_t count_ = 0, chunk_ = 1, finished_ = 0;
+  int64_t count_ = 0, chunk_ = 1;
+  // Written by every claim: a line apart from what idle workers spin on.
+  alignas(64) std::atomic<int64_t> finished_{0};
+  std::atomic<int> active_{0};
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> all_done_{false};
+  // Sleeping workers and a sleeping caller (after their spin): under mu_.
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
   int sleeping_ = 0;
   bool stop_ = false;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<bool> all_done_{false};
 };
 
 // Makes 'team' current for this thread while it lives (null: none).
