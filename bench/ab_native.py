@@ -5,7 +5,7 @@ by side. On a shared host a build's own time moves by 10-20% within the hour; al
 builds and reading medians keeps that noise out of the comparison.
 
   ab_native.py MODEL.onnx BIN [BIN...] [--rounds 5] [--iterations 8] [--threads 1] [--batch 1]
-               [--nodes conv_27,conv_34] [--int8]
+               [--nodes conv_27,conv_34] [--int8] [--shape 1,3,48,192]
 
 BIN may be a wrapper script that sets environment variables and execs a bench_native.
 --nodes lists the nodes to print (default: the 12 slowest of the first build).
@@ -20,7 +20,9 @@ import subprocess
 def run(binary, args):
     cmd = [binary, f"--model={args.model}", f"--batch={args.batch}",
            f"--threads={args.threads}", f"--iterations={args.iterations}", "--profile=100000"]
-    out = subprocess.run(cmd + (["--int8"] if args.int8 else []), check=True,
+    cmd += ["--int8"] if args.int8 else []
+    cmd += [f"--shape={args.shape}"] if args.shape else []  # (dynamic dimensions other than batch)
+    out = subprocess.run(cmd, check=True,
                          capture_output=True, text=True).stdout
     total = float(re.search(r"p50_us (\S+)", out).group(1))
     nodes = {}
@@ -41,6 +43,7 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--nodes", default="")
     parser.add_argument("--int8", action="store_true")
+    parser.add_argument("--shape", default="")
     args = parser.parse_args()
     totals = collections.defaultdict(list)
     nodes = collections.defaultdict(lambda: collections.defaultdict(list))

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gemm.h"
 #include "cpu/parallel.h"
 #include "graph.h"
 #if defined(NEREID_NATIVE_GPU)
@@ -252,6 +253,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const auto& line : (*graph)->pass_log()) std::printf("pass: %s\n", line.c_str());
+  if (gpu.empty()) std::printf("sgemm: %s\n", nereid::kernels::SgemmKernelName());
   std::vector<std::pair<std::string, Tensor>> feeds;
   for (const auto& info : (*graph)->inputs()) {
     if (info.has_default) continue;  // (an initializer listed as an input: its weights)

@@ -28,8 +28,12 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // Immutable after construction; shared by every instance thread.
 class PackedMatrixB {
  public:
-  // Packs op(B), a k x n matrix (B is n x k when trans_b).
+  // Packs op(B), a k x n matrix (B is n x k when trans_b), for the selected micro-kernel.
   PackedMatrixB(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb);
+  // The same for the micro-kernel named (one of SgemmKernels(); else the selected one): what
+  // SgemmPackedFused then runs, whichever is selected.
+  PackedMatrixB(const std::string& kernel, bool trans_b, int64_t k, int64_t n, const float* b,
+                int64_t ldb);
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
   int64_t nr() const { return nr_; }
@@ -40,6 +44,8 @@ class PackedMatrixB {
   const float* Block(int64_t jc, int64_t pc) const;
 
  private:
+  void Pack(int kernel, bool trans_b, const float* b, int64_t ldb);
+
   int64_t k_, n_, nr_, kc_, nc_;
   int kernel_ = 0;
   std::vector<size_t> offsets_;

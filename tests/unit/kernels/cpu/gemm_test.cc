@@ -109,6 +109,36 @@ TEST(SgemmKernelTest, PackedMatrixKeepsTheKernelItWasPackedFor) {
   UseSgemmKernel(default_kernel);
 }
 
+TEST(SgemmKernelTest, PackedForANamedKernelRunsThatKernel) {
+  // What the calibration times: each kernel's fused product, whichever kernel is selected. Every
+  // kernel's packing gives the same sums (small integers: exact in FP32); an unknown name packs
+  // for the selected kernel.
+  const int m = 20, n = 70, k = 40;
+  std::vector<float> a(m * k), b(k * n), bias(n), expected(m * n), got(m * n);
+  for (int i = 0; i < m * k; ++i) a[i] = static_cast<float>(i % 7) - 3.f;
+  for (int i = 0; i < k * n; ++i) b[i] = static_cast<float>(i % 5) - 2.f;
+  for (int j = 0; j < n; ++j) bias[j] = static_cast<float>(j % 3);
+  Sgemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, expected.data(), n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) expected[i * n + j] = std::max(0.f, expected[i * n + j] + bias[j]);
+  const RowsAFn rows = [&](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
+    *lda = k;
+    return static_cast<const float*>(a.data() + i0 * k + pc);
+  };
+  GemmEpilogue ep;
+  ep.bias = bias.data(), ep.activation = GemmEpilogue::kRelu;
+  auto names = SgemmKernels();
+  names.push_back("no-such-kernel");
+  for (const std::string& name : names) {
+    const PackedMatrixB packed(name, false, k, n, b.data(), n);
+    const std::string packed_for = name == "no-such-kernel" ? SgemmKernelName() : name;
+    EXPECT_EQ(packed.nr(), packed_for == "avx512-12x32" ? 32 : 16) << name;
+    std::fill(got.begin(), got.end(), -1.f);
+    SgemmPackedFused(m, rows, packed, got.data(), n, ep);
+    ASSERT_EQ(got, expected) << name;
+  }
+}
+
 TEST(SgemmPackedTest, FewRowsOverATeamMatchOneThread) {
   // The few-row path hands groups of B's panels to the team: the same sums per column.
   const int n = 1000, k = 2048;  // ResNet-50's classifier
