@@ -44,10 +44,11 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, Op op) {
   if (full_a && full_b) return flat(each(pa), each(pb));
   if (full_a && b.elements() == 1) return flat(each(pa), one(pb));
   if (full_b && a.elements() == 1) return flat(one(pa), each(pb));
-  const std::vector<int64_t>& shape = y.shape();
+  std::vector<int64_t> shape = y.shape();
+  auto sa = BroadcastStrides(a.shape(), shape);
+  auto sb = BroadcastStrides(b.shape(), shape);
+  CollapseDims(shape, {&sa, &sb});
   const size_t rank = shape.size();
-  const auto sa = BroadcastStrides(a.shape(), shape);
-  const auto sb = BroadcastStrides(b.shape(), shape);
   // Rows of the last dimension, the inner loop strided only by 0 or 1.
   const int64_t inner = rank ? shape[rank - 1] : 1;
   const int64_t ia = rank ? sa[rank - 1] : 0, ib = rank ? sb[rank - 1] : 0;
@@ -514,10 +515,11 @@ Status Where(const OpNode& node, const std::vector<const Tensor*>& in, std::vect
   RETURN_IF_ERROR(CheckOutputShape(node, shape, x.type()));
   Tensor result = Tensor::Uninitialized(x.type(), shape);
   const size_t esize = DataTypeSize(x.type());
+  auto sc = BroadcastStrides(c.shape(), shape);
+  auto sx = BroadcastStrides(x.shape(), shape);
+  auto sy = BroadcastStrides(y.shape(), shape);
+  CollapseDims(shape, {&sc, &sx, &sy});
   const size_t rank = shape.size();
-  const auto sc = BroadcastStrides(c.shape(), shape);
-  const auto sx = BroadcastStrides(x.shape(), shape);
-  const auto sy = BroadcastStrides(y.shape(), shape);
   const int64_t inner = rank ? shape[rank - 1] : 1;
   const int64_t jc = rank ? sc[rank - 1] : 0, jx = rank ? sx[rank - 1] : 0,
                 jy = rank ? sy[rank - 1] : 0;

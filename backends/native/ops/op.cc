@@ -103,6 +103,30 @@ std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& shape,
   return strides;
 }
 
+void CollapseDims(std::vector<int64_t>& shape,
+                  std::initializer_list<std::vector<int64_t>*> strides) {
+  std::vector<int64_t> merged;
+  std::vector<std::vector<int64_t>> merged_strides(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool joins = !merged.empty();
+    size_t k = 0;
+    for (const std::vector<int64_t>* s : strides)
+      joins = joins && merged_strides[k++].back() == (*s)[d] * shape[d];
+    k = 0;
+    if (joins) {
+      merged.back() *= shape[d];
+      for (const std::vector<int64_t>* s : strides) merged_strides[k++].back() = (*s)[d];
+    } else {
+      merged.push_back(shape[d]);
+      for (const std::vector<int64_t>* s : strides) merged_strides[k++].push_back((*s)[d]);
+    }
+  }
+  shape = std::move(merged);
+  size_t k = 0;
+  for (std::vector<int64_t>* s : strides) *s = std::move(merged_strides[k++]);
+}
+
 StatusOr<std::vector<int64_t>> IntValues(const OpNode& node, const Tensor& t, const char* what) {
   if (t.shape().size() > 1) return node.Error(std::string(what) + " must be 1-D");
   std::vector<int64_t> v(static_cast<size_t>(t.elements()));

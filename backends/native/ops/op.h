@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,13 @@ StatusOr<std::vector<int64_t>> BroadcastShape(const OpNode& node, const std::vec
 // Element strides of 'shape' aligned to 'out' (rank-padded), 0 on broadcast dimensions.
 std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& shape,
                                       const std::vector<int64_t>& out);
+// Rewrites a walk over 'shape' (each of 'strides' an operand's BroadcastStrides over it) as one
+// over fewer dimensions: those of size 1 dropped, and a dimension merged into the one before
+// where every operand steps through the two as one (the outer's stride the inner's times its
+// size; broadcast, stride 0, on both counts). An NHWC tensor times a per-channel vector,
+// [1, 12, 96, 8] x [1, 1, 1, 8], walks as 1,152 rows of 8 against one row.
+void CollapseDims(std::vector<int64_t>& shape,
+                  std::initializer_list<std::vector<int64_t>*> strides);
 // The rows of 'shape''s last dimension (rank 0: one row of one element), in pieces of about
 // 2^15 elements over the thread team: fn(row, index) for each, 'index' the row's coordinates in
 // the leading dimensions (rank - 1 of them), found by division for a piece's first row and then

@@ -479,7 +479,8 @@ Status Expand(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
   ASSIGN_OR_RETURN(auto shape, BroadcastShape(node, x.shape(), target));
   RETURN_IF_ERROR(CheckOutputShape(node, shape, x.type()));
   out[0] = Tensor::Uninitialized(x.type(), shape);
-  const auto strides = BroadcastStrides(x.shape(), shape);
+  auto strides = BroadcastStrides(x.shape(), shape);
+  CollapseDims(shape, {&strides});
   const size_t esize = DataTypeSize(x.type());
   const int64_t rank = static_cast<int64_t>(shape.size());
   // Rows of the last dimension: a copy of x's row (stride 1) or one element repeated (stride 0).
