@@ -13,11 +13,13 @@ namespace nereid::native {
 
 namespace {
 
-// Buffers of 256 KiB and more freed inside Graph::Run (a RecycleScope) are kept by that thread (up
+// Buffers of 16 KiB and more freed inside Graph::Run (a RecycleScope) are kept by that thread (up
 // to 128 MiB a thread) and handed out again: an instance thread running the same graph again
 // reuses its activations' memory instead of faulting in fresh pages each request. Buffers freed
 // elsewhere (outputs, released by the thread that sends the response) and smaller ones go back
-// to malloc, so no thread that does not run graphs holds any.
+// to malloc, so no thread that does not run graphs holds any. (From 256 KiB, as this was first,
+// the ones between went back to malloc, which returned some to the system at every free: RapidOCR's
+// classifier faulted in 17.6 pages an inference, its squeeze-excitation Mul 21 us instead of 5.)
 //
 // A request takes the buffer freed last among those large enough (and at most kSlack times its
 // size): its lines are the likeliest to be in the cache still, and one buffer serves tensors of
@@ -25,7 +27,7 @@ namespace {
 // size and oldest first, MobileNetV2's 19 activation sizes held ~25 MB of buffers, more than a
 // Zen 4 L3 keeps beside the weights, and every layer wrote and read its tensors from DRAM (a
 // depthwise layer 3x its time on data in cache).
-constexpr size_t kCachedFrom = size_t{256} << 10;
+constexpr size_t kCachedFrom = size_t{16} << 10;
 constexpr size_t kCacheLimit = size_t{128} << 20;
 constexpr size_t kSlack = 4;
 

@@ -557,9 +557,9 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     }
 }
 
-// Inside a RecycleScope (Graph::Run holds one) a large buffer freed goes to the next request it
-// holds, the one freed last first (its lines the likeliest to be in cache), also for a smaller
-// tensor, but not for one more than 4x smaller than it.
+// Inside a RecycleScope (Graph::Run holds one) a buffer of 16 KiB or more freed goes to the next
+// request it holds, the one freed last first (its lines the likeliest to be in cache), also for a
+// smaller tensor, but not for one more than 4x smaller than it.
 TEST(TensorBuffers, TheBufferFreedLastServesTheNextRequestItHolds) {
   RecycleScope scope;
   const uint8_t* four_mib = nullptr;
@@ -578,6 +578,14 @@ TEST(TensorBuffers, TheBufferFreedLastServesTheNextRequestItHolds) {
   EXPECT_NE(e.raw(), four_mib);
   const Tensor f = Tensor::Uninitialized(DataType::kFp32, {1 << 20});  // a again
   EXPECT_EQ(f.raw(), four_mib);
+  // From 16 KiB up: kept too (below, malloc's).
+  const uint8_t* small = nullptr;
+  {
+    const Tensor g = Tensor::Uninitialized(DataType::kFp32, {1 << 13});  // 32 KiB
+    small = g.raw();
+  }
+  const Tensor h = Tensor::Uninitialized(DataType::kFp32, {3 << 11});  // 24 KiB: g's
+  EXPECT_EQ(h.raw(), small);
 }
 
 // Conv(x) + r with r = Conv(x) fused into the first Conv's epilogue: the fused Conv writes over
