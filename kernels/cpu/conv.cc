@@ -254,6 +254,10 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
 
 namespace {
 
+// The larger of a running maximum and a value, NaN once either was NaN (ONNX's reference and
+// PyTorch; std::max keeps its first operand against NaN, dropping a NaN value that came later).
+inline float MaxKeepingNaN(float acc, float v) { return v > acc || v != v ? v : acc; }
+
 NEREID_VECTOR_CLONES void MaxPoolRow(const Conv2dGeometry& g, const float* x, float* y, int64_t b,
                                      int64_t oy) {
   const int64_t c = g.c_in;
@@ -265,7 +269,7 @@ NEREID_VECTOR_CLONES void MaxPoolRow(const Conv2dGeometry& g, const float* x, fl
     const int count = conv_isa::WindowPixels(g, x, c, b, oy, ox, pixels.data(), taps.data());
     for (int t = 0; t < count; ++t) {
       const float* __restrict src = pixels[t];
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] = std::max(out[ch], src[ch]);
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] = MaxKeepingNaN(out[ch], src[ch]);
     }
   }
 }
@@ -330,7 +334,7 @@ NEREID_VECTOR_CLONES void GlobalMaxPoolNhwc(int64_t n, int64_t hw, int64_t c, co
     std::fill(out, out + c, -std::numeric_limits<float>::infinity());
     for (int64_t p = 0; p < hw; ++p) {
       const float* __restrict src = x + (b * hw + p) * c;
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] = std::max(out[ch], src[ch]);
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] = MaxKeepingNaN(out[ch], src[ch]);
     }
   }
 }

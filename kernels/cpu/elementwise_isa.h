@@ -30,7 +30,7 @@ constexpr float kErfAs[] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496
                             0.254829592f};  // a5 .. a1
 
 // Below the vectors: the scalar forms every path ends with.
-inline float ReluScalar(float v) { return v > 0.f ? v : 0.f; }
+inline float ReluScalar(float v) { return v < 0.f ? 0.f : v; }  // (NaN kept)
 
 // Split by sign so exp never overflows.
 inline float SigmoidScalar(float v) {

@@ -76,11 +76,13 @@ struct GemmEpilogue {
   float lo = 0.f, hi = 0.f;
 };
 
-// The epilogue's activation of one value: the definition the vector paths follow.
+// The epilogue's activation of one value: the definition the vector paths follow. NaN stays NaN
+// through every kind, as in ONNX's reference, ONNX Runtime and PyTorch (a NaN pixel yields NaN
+// scores, not numbers).
 inline float Activate(const GemmEpilogue& ep, float v) {
   switch (ep.activation) {
     case GemmEpilogue::kRelu:
-      return v > 0.f ? v : 0.f;
+      return v < 0.f ? 0.f : v;
     case GemmEpilogue::kClip: {
       const float t = v < ep.lo ? ep.lo : v;  // (NaN stays NaN)
       return t > ep.hi ? ep.hi : t;

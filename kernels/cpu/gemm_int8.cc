@@ -72,10 +72,9 @@ namespace {
 // default rounding mode (nearest, ties to even), so both give the same bits.
 float QuantizeRowPortable(const float* row, int64_t k, int8_t* q) {
   float absmax = 0.f;
-  for (int64_t l = 0; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  for (int64_t l = 0; l < k; ++l) absmax = int8::AbsMaxKeepingNaN(absmax, row[l]);
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
-  for (int64_t l = 0; l < k; ++l)
-    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  for (int64_t l = 0; l < k; ++l) q[l] = int8::QuantizeScalar(row[l], inv);
   return absmax / 127.f;
 }
 

@@ -3,6 +3,7 @@
 // Internal to the kernels library.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -13,7 +14,22 @@
 namespace nereid::kernels::int8 {
 
 constexpr int64_t kPanel = 16;  // output channels per packed panel
-constexpr int kMaxRows = 4;     // rows of x per micro-kernel call
+
+// A row's largest magnitude so far and one more value: NaN once any was (a row with a NaN gets a
+// NaN scale, so its outputs are NaN as in fp32, not the products of zeros it quantizes to);
+// std::max keeps its first operand against NaN.
+inline float AbsMaxKeepingNaN(float acc, float v) {
+  const float a = v < 0.f ? -v : v;
+  return a > acc || a != a ? a : acc;
+}
+
+// v * inv rounded to nearest even, clamped to [-127, 127]; NaN (a row whose scale is NaN) as 0,
+// not cast (undefined behaviour).
+inline int8_t QuantizeScalar(float v, float inv) {
+  const float t = std::nearbyint(v * inv);
+  return t != t ? int8_t{0} : static_cast<int8_t>(t < -127.f ? -127.f : (t > 127.f ? 127.f : t));
+}
+constexpr int kMaxRows = 4;  // rows of x per micro-kernel call
 
 inline int32_t Load4(const void* p) {
   int32_t v;

@@ -367,7 +367,8 @@ Status HardSigmoid(const OpNode& node, const std::vector<const Tensor*>& in,
   const float alpha = node.AttrFloat("alpha", 0.2f), beta = node.AttrFloat("beta", 0.5f);
   return UnaryFloat(node, in, out, nullptr, [alpha, beta](auto v) -> decltype(v) {
     using T = decltype(v);
-    return std::max<T>(0, std::min<T>(1, alpha * v + beta));
+    const T t = alpha * v + beta;
+    return t < 0 ? T(0) : (t > 1 ? T(1) : t);  // (NaN kept)
   });
 }
 

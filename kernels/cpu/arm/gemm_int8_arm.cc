@@ -103,8 +103,8 @@ float QuantizeRowNeon(const float* row, int64_t k, int8_t* q) {
   float32x4_t vmax = vdupq_n_f32(0.f);
   int64_t l = 0;
   for (; l + 4 <= k; l += 4) vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(row + l)));
-  float absmax = vmaxvq_f32(vmax);
-  for (; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  float absmax = vmaxvq_f32(vmax);  // (FMAX and FMAXV return NaN where any lane is NaN)
+  for (; l < k; ++l) absmax = AbsMaxKeepingNaN(absmax, row[l]);
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
   const int32x4_t lo = vdupq_n_s32(-127), hi = vdupq_n_s32(127);
   for (l = 0; l + 8 <= k; l += 8) {
@@ -115,8 +115,7 @@ float QuantizeRowNeon(const float* row, int64_t k, int8_t* q) {
     const int16x8_t w = vcombine_s16(vmovn_s32(v0), vmovn_s32(v1));
     vst1_s8(q + l, vmovn_s16(w));
   }
-  for (; l < k; ++l)
-    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  for (; l < k; ++l) q[l] = QuantizeScalar(row[l], inv);
   return absmax / 127.f;
 }
 

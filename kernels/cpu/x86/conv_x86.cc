@@ -15,23 +15,23 @@
 namespace nereid::kernels::conv_isa {
 namespace {
 
-// Activate() on 16 lanes.
+// Activate() on 16 lanes (NaN kept: max/min return their second operand where either is NaN).
 __attribute__((target("avx512f"), always_inline)) inline __m512 Activate512(int activation,
                                                                             __m512 v, __m512 zero,
                                                                             __m512 lo, __m512 hi) {
   const __m512 one = _mm512_set1_ps(1.f);
   switch (activation) {
     case GemmEpilogue::kRelu:
-      return _mm512_max_ps(v, zero);
+      return _mm512_max_ps(zero, v);
     case GemmEpilogue::kClip:
-      return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      return _mm512_min_ps(hi, _mm512_max_ps(lo, v));
     case GemmEpilogue::kLeakyRelu:
       return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, lo);
     case GemmEpilogue::kHardSigmoid:
-      return _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(lo, v, hi), zero), one);
+      return _mm512_min_ps(one, _mm512_max_ps(zero, _mm512_fmadd_ps(lo, v, hi)));
     case GemmEpilogue::kHardSwish: {
       const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
-      return _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(t, zero), one));
+      return _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, t)));
     }
     default:
       return v;

@@ -9,17 +9,17 @@
 
 namespace nereid::kernels {
 
-// max(x, 0) with NaN -> 0, as 'x > 0 ? x : 0' gives (maxps returns its second operand on NaN).
+// max(0, x) with NaN kept, as 'x < 0 ? 0 : x' gives (maxps returns its second operand on NaN).
 __attribute__((target("avx2"))) void ReluAvx2(const float* x, float* y, int64_t n) {
   const __m256 zero = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), zero));
-    _mm256_storeu_ps(y + i + 8, _mm256_max_ps(_mm256_loadu_ps(x + i + 8), zero));
-    _mm256_storeu_ps(y + i + 16, _mm256_max_ps(_mm256_loadu_ps(x + i + 16), zero));
-    _mm256_storeu_ps(y + i + 24, _mm256_max_ps(_mm256_loadu_ps(x + i + 24), zero));
+    _mm256_storeu_ps(y + i, _mm256_max_ps(zero, _mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(y + i + 8, _mm256_max_ps(zero, _mm256_loadu_ps(x + i + 8)));
+    _mm256_storeu_ps(y + i + 16, _mm256_max_ps(zero, _mm256_loadu_ps(x + i + 16)));
+    _mm256_storeu_ps(y + i + 24, _mm256_max_ps(zero, _mm256_loadu_ps(x + i + 24)));
   }
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), zero));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(zero, _mm256_loadu_ps(x + i)));
   for (; i < n; ++i) y[i] = ReluScalar(x[i]);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -123,15 +124,18 @@ __attribute__((target("avx2"))) void KernelAvx2(const int8_t* x, int64_t stride,
 
 __attribute__((target("avx2,fma"))) float QuantizeAvx2(const float* row, int64_t k, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.f);
-  __m256 vmax = _mm256_setzero_ps();
+  __m256 vmax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
   int64_t l = 0;
-  for (; l + 8 <= k; l += 8)
-    vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(row + l)));
+  for (; l + 8 <= k; l += 8) {
+    const __m256 v = _mm256_loadu_ps(row + l);
+    vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, v));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));  // (max drops NaN)
+  }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, vmax);
-  float absmax = 0.f;
-  for (float v : lanes) absmax = std::max(absmax, v);
-  for (; l < k; ++l) absmax = std::max(absmax, std::fabs(row[l]));
+  float absmax = _mm256_movemask_ps(nan) != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.f;
+  for (float v : lanes) absmax = AbsMaxKeepingNaN(absmax, v);
+  for (; l < k; ++l) absmax = AbsMaxKeepingNaN(absmax, row[l]);
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
   const __m256 vinv = _mm256_set1_ps(inv);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
@@ -142,19 +146,28 @@ __attribute__((target("avx2,fma"))) float QuantizeAvx2(const float* row, int64_t
     const __m128i b = _mm_packs_epi16(w, w);
     std::memcpy(q + l, &b, 8);
   }
-  for (; l < k; ++l)
-    q[l] = static_cast<int8_t>(std::clamp(std::nearbyint(row[l] * inv), -127.f, 127.f));
+  for (; l < k; ++l) q[l] = QuantizeScalar(row[l], inv);
   return absmax / 127.f;
 }
 
-// The largest magnitude of a row of k floats, 16 at a time, its tail masked.
+// The largest magnitude of a row of k floats, 16 at a time, its tail masked; NaN if any is (max
+// drops NaN: an unordered compare of each vector with itself tracks them).
 __attribute__((target("avx512f"))) inline float AbsMaxAvx512(const float* row, int64_t k) {
   __m512 vmax = _mm512_setzero_ps();
+  __mmask16 nan = 0;
   int64_t l = 0;
-  for (; l + 16 <= k; l += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + l)));
+  for (; l + 16 <= k; l += 16) {
+    const __m512 v = _mm512_loadu_ps(row + l);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+    nan = _mm512_kor(nan, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+  }
   const __mmask16 tail = static_cast<__mmask16>((1u << (k - l)) - 1);
-  if (tail != 0) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail, row + l)));
-  return _mm512_reduce_max_ps(vmax);
+  if (tail != 0) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail, row + l);
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+    nan = _mm512_kor(nan, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+  }
+  return nan != 0 ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(vmax);
 }
 
 // 16 values times 'inv', rounded to nearest even (vcvtps2dq, as the others do) and clamped to
@@ -210,8 +223,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
                                  _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale), bias);
       if (residual != nullptr)
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + r * ld_residual + c0));
-      if constexpr (kAct == GemmEpilogue::kRelu) v = _mm512_max_ps(v, _mm512_setzero_ps());
-      if constexpr (kAct == GemmEpilogue::kClip) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      // (NaN kept: max/min return their second operand where either is NaN.)
+      if constexpr (kAct == GemmEpilogue::kRelu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+      if constexpr (kAct == GemmEpilogue::kClip) v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
       float* out = y + r * ldy + c0;
       _mm512_mask_storeu_ps(out, mask, v);
       if constexpr (kAct == -1) ActivateEpilogueRow(out, width, ep);  // the others, after the store

@@ -202,8 +202,8 @@ __attribute__((target("avx512f,prfchw"))) void MicroKernelAvx512Rows(int64_t kc,
 }
 
 // The epilogue's activation ACT (GemmEpilogue::Activation) on 16 values, as Activate (cpu/gemm.h)
-// defines it (NaN kept by Clip, HardSigmoid and HardSwish, zeroed by Relu): max/min take their
-// second operand on NaN. A compile-time kind: a switch per vector cost every tile 24 dispatches.
+// defines it (NaN kept by every kind): max/min return their second operand where either is NaN,
+// so the value goes second. A compile-time kind: a switch per vector cost every tile 24 dispatches.
 template <int ACT>
 __attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(__m512 v, __m512 lo,
                                                                                __m512 hi) {
@@ -211,7 +211,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 ActivateAvx512(_
   constexpr __mmask16 kAll = 0xffff;
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.f);
   if constexpr (ACT == 1) {  // Relu
-    return _mm512_maskz_max_ps(kAll, v, zero);
+    return _mm512_maskz_max_ps(kAll, zero, v);
   } else if constexpr (ACT == 2) {  // Clip
     return _mm512_maskz_min_ps(kAll, hi, _mm512_maskz_max_ps(kAll, lo, v));
   } else if constexpr (ACT == 3) {  // LeakyRelu

@@ -634,6 +634,63 @@ TEST(LayoutTest, AFusedResidualIsOverwrittenOnlyWhereNothingReadsItAgain) {
   }
 }
 
+TEST(NaNTest, ANaNPixelMakesEveryOutputItReachesNaNAndNoOther) {
+  // A NaN pixel through a 1x1 Conv + Relu, a depthwise 3x3 + Clip, a 3x3 Conv + HardSigmoid
+  // (Winograd in fp32, VNNI/AMX or AVX-512 in int8: its row's scale NaN) and a 3x3 MaxPool, each
+  // fused or vectorized: every output whose receptive field holds it (within 3 pixels) is NaN,
+  // as in ONNX Runtime and PyTorch; outputs 6 or more pixels away stay numbers (a Winograd tile
+  // spreads it at most a pixel further than the direct loops).
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(5);
+    std::vector<float> w0(48 * 32), w1(48 * 9), w2(32 * 48 * 9);
+    FillUniform(rng, -0.5f, 0.5f, {&w0, &w1, &w2});
+    AddFloatTensor(g, "w0", {48, 32, 1, 1}, w0);
+    AddFloatTensor(g, "w1", {48, 1, 3, 3}, w1);
+    AddFloatTensor(g, "w2", {32, 48, 3, 3}, w2);
+    AddFloatTensor(g, "lo", {}, {0.f});
+    AddFloatTensor(g, "hi", {}, {6.f});
+    AddValueInfo(g->mutable_input(), "x", {1, 32, 16, 16});
+    AddValueInfo(g->mutable_output(), "y", {});
+    AddNode(g, "Conv", {"x", "w0"}, "a0");
+    AddNode(g, "Relu", {"a0"}, "a");
+    auto* dw = AddNode(g, "Conv", {"a", "w1"}, "b0");
+    SetInts(dw, "pads", {1, 1, 1, 1});
+    SetInt(dw, "group", 48);
+    AddNode(g, "Clip", {"b0", "lo", "hi"}, "b");
+    SetInts(AddNode(g, "Conv", {"b", "w2"}, "c0"), "pads", {1, 1, 1, 1});
+    AddNode(g, "HardSigmoid", {"c0"}, "c");
+    auto* pool = AddNode(g, "MaxPool", {"c"}, "y");
+    SetInts(pool, "kernel_shape", {3, 3});
+    SetInts(pool, "pads", {1, 1, 1, 1});
+    return m;
+  };
+  Tensor x = UniformTensor({1, 32, 16, 16}, 6, -1, 1);
+  x.mutable_data<float>()[(5 * 16 + 4) * 16 + 4] = std::numeric_limits<float>::quiet_NaN();
+  for (bool int8 : {false, true})
+    for (bool channels_last : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << (int8 ? "int8" : "fp32") << ", channels last " << channels_last);
+      GraphOptions options;
+      options.int8_weights = int8;
+      options.channels_last = channels_last;
+      auto graph = Graph::FromProto(model(), options);
+      ASSERT_TRUE(graph.ok()) << graph.status().message();
+      std::vector<Tensor> got;
+      ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got).ok());
+      ASSERT_EQ(got[0].shape(), (std::vector<int64_t>{1, 32, 16, 16}));
+      for (int64_t ch = 0; ch < 32; ++ch)
+        for (int64_t oy = 0; oy < 16; ++oy)
+          for (int64_t ox = 0; ox < 16; ++ox) {
+            const float v = got[0].data<float>()[(ch * 16 + oy) * 16 + ox];
+            const int64_t distance = std::max(std::abs(oy - 4), std::abs(ox - 4));
+            if (distance <= 3) ASSERT_TRUE(std::isnan(v)) << ch << " " << oy << " " << ox;
+            if (distance >= 6) ASSERT_TRUE(std::isfinite(v)) << ch << " " << oy << " " << ox;
+          }
+    }
+}
+
 TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
   // precision int8: a 3-channel stem (27 x 32 = 864 multiply-adds per output pixel) stays fp32,
   // where each pixel's quantization costs more than int8 saves; a 3x3 of 32 -> 64 (18,432)
@@ -675,7 +732,7 @@ TEST(Int8ConvTest, ConvolutionsOfFewProductsPerPixelStayFp32) {
 }
 
 TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
-  std::vector<float> x;
+  std::vector<float> x = {std::numeric_limits<float>::quiet_NaN()};  // (in the vector loop)
   for (float v = -100.f; v <= 100.f; v += 0.37f) x.push_back(v);
   const float inf = std::numeric_limits<float>::infinity();
   for (float v : {0.f, -0.f, inf, -inf, 88.f, -88.f, 1e-30f, -1e-30f, 87.5f, -87.5f})
@@ -688,7 +745,7 @@ TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
   for (size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
     if (std::isnan(v)) {
-      EXPECT_EQ(relu[i], 0.f);  // as 'x > 0 ? x : 0'
+      EXPECT_TRUE(std::isnan(relu[i])) << i;  // NaN kept, as ONNX Runtime and PyTorch do
       EXPECT_TRUE(std::isnan(sig[i]));
       continue;
     }
