@@ -102,59 +102,83 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
                   const float* bias, const float* residual, const GemmEpilogue& act, float* y) {
   const int64_t ci = g.c_in, co = g.c_out;
   const int64_t th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2, tiles = g.n * th * tw;
-  // Blocks of tiles whose 16 transformed inputs and products stay within about 512 KB (the
-  // GEMMs read each position's rows while they are in cache), two at least per thread.
-  const int64_t per_block = std::max<int64_t>(12, 8192 / std::max(ci, co));
+  const size_t widest = static_cast<size_t>(std::max(ci, co));
+  thread_local std::vector<float> zeros, sink;  // (the image's padding; outputs past its edge)
+  // Tile t's 16 transformed inputs into v (position p at v + p * stride), t0 the first of v's.
+  auto transform_in = [&](int64_t t, int64_t t0, float* v, int64_t stride) {
+    if (zeros.size() < widest) zeros.assign(widest, 0.f);
+    const int64_t tx = t % tw, ty = t / tw % th, b = t / (tw * th);
+    const float* d[16];
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) {
+        const int64_t iy = 2 * ty - g.pad_top + r, ix = 2 * tx - g.pad_left + c;
+        d[4 * r + c] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
+                           ? x + ((b * g.h + iy) * g.w + ix) * ci
+                           : zeros.data();
+      }
+    InputTransform(d, ci, v + (t - t0) * ci, stride);
+  };
+  // Tile t's 2 x 2 outputs from its 16 products in m, with bias, residual and activation.
+  auto transform_out = [&](int64_t t, int64_t t0, const float* m, int64_t stride) {
+    if (zeros.size() < widest) zeros.assign(widest, 0.f);
+    sink.resize(widest);
+    const int64_t tx = t % tw, ty = t / tw % th, b = t / (tw * th);
+    float* out[4];
+    const float* res[4];
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
+        const bool inside = oy < g.oh && ox < g.ow;
+        const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
+        out[2 * r + c] = inside ? y + pixel * co : sink.data();
+        res[2 * r + c] = inside && residual != nullptr ? residual + pixel * co : zeros.data();
+      }
+    OutputTransform(m + (t - t0) * co, stride, co, bias != nullptr ? bias : zeros.data(), res, out);
+    if (act.activation != GemmEpilogue::kNone)
+      for (float* o : out) ActivateEpilogueRow(o, co, act);
+  };
+  // position p's product: nt transformed rows of v times its weights, into m.
+  auto product = [&](int p, const float* v, int64_t nt, float* m) {
+    const float* vp = v + p * nt * ci;
+    SgemmPackedFused(
+        nt,
+        [vp, ci](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
+          *lda = ci;
+          return vp + i0 * ci + pc;
+        },
+        w.position(p), m + p * nt * co, co, GemmEpilogue{});
+  };
   const int threads = ParallelThreads();
+  // Few tiles for the team (fewer than 12, one GEMM tile of rows, per block at two blocks a
+  // thread: a 7x7 layer's 16 tiles on 16 threads were 16 blocks of one tile, each reading all
+  // 16 positions' weights for one row): the three phases over all tiles in turn, the team
+  // splitting each (the products by their rows and columns, as a 7x7 layer's GEMM splits).
+  if (threads > 1 && tiles < 12 * 2 * threads) {
+    thread_local std::vector<float> v, m;  // (this thread's: the team's workers get pointers)
+    v.resize(static_cast<size_t>(16 * tiles * ci));
+    m.resize(static_cast<size_t>(16 * tiles * co));
+    float *pv = v.data(), *pm = m.data();
+    ParallelForWork(tiles, tiles * 16 * ci * 4,
+                    [&](int64_t t) { transform_in(t, 0, pv, tiles * ci); });
+    for (int p = 0; p < 16; ++p) product(p, pv, tiles, pm);
+    ParallelForWork(tiles, tiles * 16 * co * 4,
+                    [&](int64_t t) { transform_out(t, 0, pm, tiles * co); });
+    return;
+  }
+  // Blocks of tiles whose 16 transformed inputs and products stay within about 512 KB (the
+  // GEMMs read each position's rows while they are in cache), two at least per thread, each
+  // block through all three phases on one thread.
+  const int64_t per_block = std::max<int64_t>(12, 8192 / std::max(ci, co));
   const int64_t blocks = std::min(
       tiles, std::max((tiles + per_block - 1) / per_block, int64_t{threads > 1 ? 2 * threads : 1}));
   ParallelForWork(blocks, tiles * 16 * ci * co, [&](int64_t block) {
     const int64_t t0 = tiles * block / blocks, t1 = tiles * (block + 1) / blocks, nt = t1 - t0;
-    thread_local std::vector<float> v, m, zeros, sink;
+    thread_local std::vector<float> v, m;
     v.resize(static_cast<size_t>(16 * nt * ci));
     m.resize(static_cast<size_t>(16 * nt * co));
-    const size_t widest = static_cast<size_t>(std::max(ci, co));
-    if (zeros.size() < widest) zeros.assign(widest, 0.f);
-    sink.resize(widest);
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t tx = t % tw, ty = t / tw % th, b = t / (tw * th);
-      const float* d[16];
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c) {
-          const int64_t iy = 2 * ty - g.pad_top + r, ix = 2 * tx - g.pad_left + c;
-          d[4 * r + c] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
-                             ? x + ((b * g.h + iy) * g.w + ix) * ci
-                             : zeros.data();
-        }
-      InputTransform(d, ci, v.data() + (t - t0) * ci, nt * ci);
-    }
-    for (int p = 0; p < 16; ++p) {
-      const float* vp = v.data() + p * nt * ci;
-      SgemmPackedFused(
-          nt,
-          [vp, ci](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
-            *lda = ci;
-            return vp + i0 * ci + pc;
-          },
-          w.position(p), m.data() + p * nt * co, co, GemmEpilogue{});
-    }
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t tx = t % tw, ty = t / tw % th, b = t / (tw * th);
-      float* out[4];
-      const float* res[4];
-      for (int r = 0; r < 2; ++r)
-        for (int c = 0; c < 2; ++c) {
-          const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
-          const bool inside = oy < g.oh && ox < g.ow;
-          const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
-          out[2 * r + c] = inside ? y + pixel * co : sink.data();
-          res[2 * r + c] = inside && residual != nullptr ? residual + pixel * co : zeros.data();
-        }
-      OutputTransform(m.data() + (t - t0) * co, nt * co, co, bias != nullptr ? bias : zeros.data(),
-                      res, out);
-      if (act.activation != GemmEpilogue::kNone)
-        for (float* o : out) ActivateEpilogueRow(o, co, act);
-    }
+    for (int64_t t = t0; t < t1; ++t) transform_in(t, t0, v.data(), nt * ci);
+    for (int p = 0; p < 16; ++p) product(p, v.data(), nt, m.data());
+    for (int64_t t = t0; t < t1; ++t) transform_out(t, t0, m.data(), nt * co);
   });
 }
 

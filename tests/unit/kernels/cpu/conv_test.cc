@@ -241,6 +241,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
                       // and column half outside).
                       Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1},
+                      // Winograd's 144 tiles: blocks of tiles per thread with a team of three
+                      // (fewer tiles go through the three phases in turn, the team splitting
+                      // each).
+                      Case{1, 24, 24, 32, 40, 3, 1, 1, 1, 1},
+                      // 16 tiles deep enough for the team to split the transforms (2^18
+                      // multiply-adds' worth), as a 7x7 layer's.
+                      Case{1, 8, 8, 256, 64, 3, 1, 1, 1, 1},
                       // A 1x1 over 1,024 channels: rows 4 KB apart, copied rather than read in
                       // place (four depth blocks).
                       Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
