@@ -124,6 +124,33 @@ void GatherWindows(const Conv2dGeometry& g, const float* xg, int64_t i0, int64_t
     }
     return;
   }
+  if (pc == 0 && kc == g.kh * g.kw * cig) {
+    // Whole windows of a grouped or dilated convolution (its taps not one contiguous run):
+    // per row each tap's cig channels or zeros, the position carried from row to row. The
+    // division per piece below took a third of a small CNN's time on a 3x3 of 4 channels a
+    // group (36 values a window: nine pieces of four).
+    int64_t ox = i0 % g.ow, oy = i0 / g.ow % g.oh, b = i0 / (g.ow * g.oh);
+    for (int64_t r = 0; r < mc; ++r) {
+      float* out = scratch + r * kc;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+        for (int64_t kx = 0; kx < g.kw; ++kx, out += cig) {
+          const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+          if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+            std::fill(out, out + cig, 0.f);
+            continue;
+          }
+          const float* in = xg + ((b * g.h + iy) * g.w + ix) * g.c_in;
+          for (int64_t t = 0; t < cig; ++t) out[t] = in[t];
+        }
+      }
+      if (++ox == g.ow) {
+        ox = 0;
+        if (++oy == g.oh) oy = 0, ++b;
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < mc; ++r) {
     const int64_t row = i0 + r;
     const int64_t ox = row % g.ow, rest = row / g.ow, oy = rest % g.oh, b = rest / g.oh;
