@@ -7,17 +7,18 @@
 
 namespace nereid::kernels {
 
-// FMAXNM returns the number when the other operand is NaN: NaN -> 0, and -0 -> +0, as the scalar.
+// FMAX returns NaN when either operand is: NaN kept, as the scalar (-0 -> +0, where the scalar
+// keeps -0: equal as numbers).
 void ReluNeon(const float* x, float* y, int64_t n) {
   const float32x4_t zero = vdupq_n_f32(0.f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    vst1q_f32(y + i, vmaxnmq_f32(vld1q_f32(x + i), zero));
-    vst1q_f32(y + i + 4, vmaxnmq_f32(vld1q_f32(x + i + 4), zero));
-    vst1q_f32(y + i + 8, vmaxnmq_f32(vld1q_f32(x + i + 8), zero));
-    vst1q_f32(y + i + 12, vmaxnmq_f32(vld1q_f32(x + i + 12), zero));
+    vst1q_f32(y + i, vmaxq_f32(vld1q_f32(x + i), zero));
+    vst1q_f32(y + i + 4, vmaxq_f32(vld1q_f32(x + i + 4), zero));
+    vst1q_f32(y + i + 8, vmaxq_f32(vld1q_f32(x + i + 8), zero));
+    vst1q_f32(y + i + 12, vmaxq_f32(vld1q_f32(x + i + 12), zero));
   }
-  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmaxnmq_f32(vld1q_f32(x + i), zero));
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmaxq_f32(vld1q_f32(x + i), zero));
   for (; i < n; ++i) y[i] = ReluScalar(x[i]);
 }
 

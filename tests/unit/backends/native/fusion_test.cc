@@ -749,7 +749,7 @@ TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
       EXPECT_TRUE(std::isnan(sig[i]));
       continue;
     }
-    EXPECT_EQ(relu[i], v > 0 ? x[i] : 0.f) << v;
+    EXPECT_EQ(relu[i], v < 0 ? 0.f : x[i]) << v;
     const double want = 1.0 / (1.0 + std::exp(-v));
     EXPECT_NEAR(sig[i], want, 2e-7 + 2e-6 * want) << v;
   }
