@@ -98,15 +98,33 @@ NEREID_VECTOR_CLONES void OutputTransform(const float* m, int64_t step, int64_t 
 
 }  // namespace
 
+namespace {
+
+// This thread's n zeros (the image's padding) and n floats to write into (outputs past its edge).
+// Function-local thread_locals: each thread that calls constructs its own (a thread_local of
+// WinogradNhwc's own scope is never constructed, nor freed, in the team's workers, which run
+// only its lambdas).
+const float* Zeros(size_t n) {
+  thread_local std::vector<float> zeros;
+  if (zeros.size() < n) zeros.assign(n, 0.f);
+  return zeros.data();
+}
+float* Sink(size_t n) {
+  thread_local std::vector<float> sink;
+  if (sink.size() < n) sink.resize(n);
+  return sink.data();
+}
+
+}  // namespace
+
 void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights& w,
                   const float* bias, const float* residual, const GemmEpilogue& act, float* y) {
   const int64_t ci = g.c_in, co = g.c_out;
   const int64_t th = (g.oh + 1) / 2, tw = (g.ow + 1) / 2, tiles = g.n * th * tw;
   const size_t widest = static_cast<size_t>(std::max(ci, co));
-  thread_local std::vector<float> zeros, sink;  // (the image's padding; outputs past its edge)
   // Tile t's 16 transformed inputs into v (position p at v + p * stride), t0 the first of v's.
   auto transform_in = [&](int64_t t, int64_t t0, float* v, int64_t stride) {
-    if (zeros.size() < widest) zeros.assign(widest, 0.f);
+    const float* zeros = Zeros(widest);
     const int64_t tx = t % tw, ty = t / tw % th, b = t / (tw * th);
     const float* d[16];
     for (int r = 0; r < 4; ++r)
@@ -114,14 +132,14 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
         const int64_t iy = 2 * ty - g.pad_top + r, ix = 2 * tx - g.pad_left + c;
         d[4 * r + c] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
                            ? x + ((b * g.h + iy) * g.w + ix) * ci
-                           : zeros.data();
+                           : zeros;
       }
     InputTransform(d, ci, v + (t - t0) * ci, stride);
   };
   // Tile t's 2 x 2 outputs from its 16 products in m, with bias, residual and activation.
   auto transform_out = [&](int64_t t, int64_t t0, const float* m, int64_t stride) {
-    if (zeros.size() < widest) zeros.assign(widest, 0.f);
-    sink.resize(widest);
+    const float* zeros = Zeros(widest);
+    float* sink = Sink(widest);
     const int64_t tx = t % tw, ty = t / tw % th, b = t / (tw * th);
     float* out[4];
     const float* res[4];
@@ -130,10 +148,10 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
         const int64_t oy = 2 * ty + r, ox = 2 * tx + c;
         const bool inside = oy < g.oh && ox < g.ow;
         const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
-        out[2 * r + c] = inside ? y + pixel * co : sink.data();
-        res[2 * r + c] = inside && residual != nullptr ? residual + pixel * co : zeros.data();
+        out[2 * r + c] = inside ? y + pixel * co : sink;
+        res[2 * r + c] = inside && residual != nullptr ? residual + pixel * co : zeros;
       }
-    OutputTransform(m + (t - t0) * co, stride, co, bias != nullptr ? bias : zeros.data(), res, out);
+    OutputTransform(m + (t - t0) * co, stride, co, bias != nullptr ? bias : zeros, res, out);
     if (act.activation != GemmEpilogue::kNone)
       for (float* o : out) ActivateEpilogueRow(o, co, act);
   };
