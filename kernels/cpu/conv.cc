@@ -281,10 +281,6 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
 
 namespace {
 
-// The larger of a running maximum and a value, NaN once either was NaN (ONNX's reference and
-// PyTorch; std::max keeps its first operand against NaN, dropping a NaN value that came later).
-inline float MaxKeepingNaN(float acc, float v) { return v > acc || v != v ? v : acc; }
-
 NEREID_VECTOR_CLONES void MaxPoolRow(const Conv2dGeometry& g, const float* x, float* y, int64_t b,
                                      int64_t oy) {
   const int64_t c = g.c_in;

@@ -105,6 +105,10 @@ inline float Activate(const GemmEpilogue& ep, float v) {
   return v;
 }
 
+// The larger of a running maximum and a value, NaN once either was NaN (ONNX's reference and
+// PyTorch; std::max keeps its first operand against NaN, dropping a NaN value that came later).
+inline float MaxKeepingNaN(float acc, float v) { return v > acc || v != v ? v : acc; }
+
 // The epilogue's activation on a stored row of C (what a fused product does after its last
 // depth block): one vector loop per kind, GELU by the vector erf.
 void ActivateEpilogueRow(float* row, int64_t n, const GemmEpilogue& ep);

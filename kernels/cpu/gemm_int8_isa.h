@@ -18,10 +18,7 @@ constexpr int64_t kPanel = 16;  // output channels per packed panel
 // A row's largest magnitude so far and one more value: NaN once any was (a row with a NaN gets a
 // NaN scale, so its outputs are NaN as in fp32, not the products of zeros it quantizes to);
 // std::max keeps its first operand against NaN.
-inline float AbsMaxKeepingNaN(float acc, float v) {
-  const float a = v < 0.f ? -v : v;
-  return a > acc || a != a ? a : acc;
-}
+inline float AbsMaxKeepingNaN(float acc, float v) { return MaxKeepingNaN(acc, std::fabs(v)); }
 
 // v * inv rounded to nearest even, clamped to [-127, 127]; NaN (a row whose scale is NaN) as 0,
 // not cast (undefined behaviour).
