@@ -685,8 +685,12 @@ TEST(NaNTest, ANaNPixelMakesEveryOutputItReachesNaNAndNoOther) {
           for (int64_t ox = 0; ox < 16; ++ox) {
             const float v = got[0].data<float>()[(ch * 16 + oy) * 16 + ox];
             const int64_t distance = std::max(std::abs(oy - 4), std::abs(ox - 4));
-            if (distance <= 3) ASSERT_TRUE(std::isnan(v)) << ch << " " << oy << " " << ox;
-            if (distance >= 6) ASSERT_TRUE(std::isfinite(v)) << ch << " " << oy << " " << ox;
+            if (distance <= 3) {
+              ASSERT_TRUE(std::isnan(v)) << ch << " " << oy << " " << ox;
+            }
+            if (distance >= 6) {
+              ASSERT_TRUE(std::isfinite(v)) << ch << " " << oy << " " << ox;
+            }
           }
     }
 }
