@@ -3,7 +3,8 @@
 // group) is gathered from the image while the GEMM packs it, never materialized; B is the
 // weights packed once at load; bias, residual add and activation are fused into the GEMM's
 // epilogue. 1x1 stride-1 convolutions read the image as A directly. Depthwise convolutions
-// (one channel per group) have their own kernel, vectorized over channels.
+// (one channel per group) have their own kernel, vectorized over channels, and so do, on AVX-512,
+// convolutions of small groups (up to 16 channels a group).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,8 @@ namespace nereid::kernels {
 
 // Weights of a convolution, packed for the GEMM (one matrix per group, depth ordered
 // (ky, kx, channel)), or with 'int8' quantized per output channel for GemmInt8 (the same
-// matrices), or, depthwise, as [kh * kw][channels] (always fp32).
+// matrices), or, depthwise, as [kh * kw][channels] (always fp32), or, for small groups (below),
+// as [kh * kw][c_in / groups][c_out] (fp32).
 class ConvWeights {
  public:
   // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw]. 'winograd' (a 3x3 fp32 convolution of
@@ -28,6 +30,16 @@ class ConvWeights {
   ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
               int64_t groups, bool int8 = false, bool winograd = false);
   bool depthwise() const { return depthwise_; }
+  // Small groups: more than one group, 1 <= c_in / groups <= c_out / groups <= 16, fp32, every
+  // block of 16 output channels reading at most 32 consecutive input channels, and AVX-512
+  // (ResNeXt's 4-16 channels a group, channel multipliers). These run a direct kernel (a 4-column
+  // GEMM a group wasted most of each tile) over 'group_taps()' and, per block of 16 outputs
+  // and input channel j of a group, each lane's input channel counted from the block's first
+  // (BlockFirstInput): 'group_lanes()' as [block][c_in / groups][16].
+  bool small_groups() const { return !lanes_.empty(); }
+  const float* group_taps() const { return taps_.data(); }
+  const int32_t* group_lanes() const { return lanes_.data(); }
+  int64_t BlockFirstInput(int64_t block) const { return block * 16 / cog_ * cig_; }
   const WinogradWeights* winograd() const { return winograd_.get(); }
   bool int8() const { return !int8_.empty(); }
   const PackedMatrixB& group(int64_t g) const { return *packed_[g]; }
@@ -36,6 +48,8 @@ class ConvWeights {
 
  private:
   bool depthwise_ = false;
+  int64_t cig_ = 0, cog_ = 0;
+  std::vector<int32_t> lanes_;
   std::vector<std::unique_ptr<PackedMatrixB>> packed_;
   std::vector<std::unique_ptr<PackedInt8W>> int8_;
   std::vector<float> taps_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "conv_geometry.h"
+#include "cpu/conv.h"
 #include "cpu/gemm.h"
 
 namespace nereid::kernels::conv_isa {
@@ -44,6 +45,10 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
                                                            const float* residual,
                                                            const GemmEpilogue& ep, float* y,
                                                            int64_t b, int64_t oy);
+// One output row of a convolution of small groups (ConvWeights::small_groups) with AVX-512.
+__attribute__((target("avx512f"))) void SmallGroupsRowAvx512(
+    const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
+    const float* residual, const GemmEpilogue& ep, float* y, int64_t b, int64_t oy);
 #endif
 
 }  // namespace nereid::kernels::conv_isa

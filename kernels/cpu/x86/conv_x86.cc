@@ -1,4 +1,5 @@
-// The convolution kernels' x86-64 parts (conv_isa.h): the AVX-512 depthwise row.
+// The convolution kernels' x86-64 parts (conv_isa.h): the AVX-512 depthwise and small-groups
+// rows.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -217,6 +218,80 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
     }
   }
   for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) pixel(ox);
+}
+
+namespace {
+
+// One block of 16 output channels of one output pixel of a small-groups convolution: the window
+// pixels' input channels from the block's first loaded once as 32 lanes (masked at the image's
+// last channel), then per input channel j of a group each output lane's own channel picked
+// (vpermt2ps by the block's lanes) and multiplied by its weight. CIG > 0: that many input
+// channels a group, unrolled, four sums taking the products in turn (one sum waited on each
+// FMA); 0: 'cig' of them, one sum.
+template <int CIG>
+__attribute__((target("avx512f"), always_inline)) inline __m512 SmallGroupsBlock(
+    const float* const* src, const int64_t* tap, int count, int64_t first, __mmask16 m_lo,
+    __mmask16 m_hi, const int32_t* lanes, const float* taps, int64_t cig, int64_t c, __mmask16 m,
+    __m512 init) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 acc[4] = {init, zero, zero, zero};
+  __m512i index[CIG > 0 ? CIG : 1];
+  if constexpr (CIG > 0)
+#pragma GCC unroll 16
+    for (int j = 0; j < CIG; ++j) index[j] = _mm512_loadu_si512(lanes + j * 16);
+  for (int t = 0; t < count; ++t) {
+    const __m512 in_lo = _mm512_maskz_loadu_ps(m_lo, src[t] + first);
+    const __m512 in_hi = _mm512_maskz_loadu_ps(m_hi, src[t] + first + 16);
+    const float* k = taps + tap[t] * cig * c;
+    if constexpr (CIG > 0) {
+#pragma GCC unroll 16
+      for (int j = 0; j < CIG; ++j)
+        acc[(t * CIG + j) & 3] =
+            _mm512_fmadd_ps(_mm512_permutex2var_ps(in_lo, index[j], in_hi),
+                            _mm512_maskz_loadu_ps(m, k + j * c), acc[(t * CIG + j) & 3]);
+    } else {
+      for (int64_t j = 0; j < cig; ++j)
+        acc[0] = _mm512_fmadd_ps(
+            _mm512_permutex2var_ps(in_lo, _mm512_loadu_si512(lanes + j * 16), in_hi),
+            _mm512_maskz_loadu_ps(m, k + j * c), acc[0]);
+    }
+  }
+  return _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+}
+
+}  // namespace
+
+// Per output pixel (its window's pixels inside the image) and block of 16 output channels.
+__attribute__((target("avx512f"))) void SmallGroupsRowAvx512(
+    const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
+    const float* residual, const GemmEpilogue& ep, float* y, int64_t b, int64_t oy) {
+  const int64_t c = g.c_out, cig = g.c_in / g.groups, taps = g.kh * g.kw;
+  std::vector<const float*> src(static_cast<size_t>(taps));
+  std::vector<int64_t> tap(src.size());
+  const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
+  auto mask_of = [](int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xffff)
+                   : static_cast<__mmask16>(n <= 0 ? 0u : (1u << n) - 1);
+  };
+  auto block_fn = cig == 1   ? SmallGroupsBlock<1>
+                  : cig == 2 ? SmallGroupsBlock<2>
+                  : cig == 4 ? SmallGroupsBlock<4>
+                  : cig == 8 ? SmallGroupsBlock<8>
+                             : SmallGroupsBlock<0>;
+  for (int64_t ox = 0; ox < g.ow; ++ox) {
+    const int count = WindowPixels(g, x, g.c_in, b, oy, ox, src.data(), tap.data());
+    const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
+    for (int64_t c0 = 0, block = 0; c0 < c; c0 += 16, ++block) {
+      const __mmask16 m = mask_of(c - c0);
+      const int64_t first = w.BlockFirstInput(block);
+      __m512 init = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
+      if (residual) init = _mm512_add_ps(init, _mm512_maskz_loadu_ps(m, residual + pixel * c + c0));
+      const __m512 sum = block_fn(src.data(), tap.data(), count, first, mask_of(g.c_in - first),
+                                  mask_of(g.c_in - first - 16), w.group_lanes() + block * cig * 16,
+                                  w.group_taps() + c0, cig, c, m, init);
+      _mm512_mask_storeu_ps(y + pixel * c + c0, m, Activate512(ep.activation, sum, zero, lo, hi));
+    }
+  }
 }
 
 }  // namespace nereid::kernels::conv_isa
