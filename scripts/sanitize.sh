@@ -45,7 +45,8 @@ else
 fi
 echo "== ASan+UBSan: end-to-end tests against the instrumented binary (${#files[@]} file(s))"
 NEREID_SANITIZED=1 NEREID_SOAK_SECS="${NEREID_SOAK_SECS:-20}" NEREID_BINARY="$PWD/build-asan/nereid" \
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 "${files[@]}"
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 \
+  -o tmp_path_retention_policy=failed "${files[@]}"
 
 echo "== TSan build (build-tsan: unit tests only)"
 if [ ! -f build-tsan/build.ninja ]; then

@@ -29,8 +29,11 @@ stage "lint (scripts/lint.sh: clang-format, layering, ruff)" scripts/lint.sh
 stage "build (scripts/build.sh)" scripts/build.sh
 stage "clang-tidy (scripts/tidy.sh: the checks of .clang-tidy)" scripts/tidy.sh
 stage "unit tests (ctest)" ctest --test-dir build --output-on-failure -j "$(nproc)"
+# (A passing test's temporary repositories and models are deleted at the end: a run left 1-2 GB
+# under /tmp, and CI's disk once filled in the ASan build after it.)
 stage "end-to-end tests (pytest; the 20 slowest listed)" \
-  env NEREID_BINARY="$PWD/build/nereid" .venv/bin/python -m pytest -q --durations=20 tests/e2e "$@"
+  env NEREID_BINARY="$PWD/build/nereid" .venv/bin/python -m pytest -q --durations=20 \
+  -o tmp_path_retention_policy=failed tests/e2e "$@"
 if [ "${NEREID_SKIP_ARM64:-0}" != 1 ]; then
   stage "arm64 (scripts/cross_arm64.sh; NEREID_SKIP_ARM64=1 leaves it out)" scripts/cross_arm64.sh
 fi
