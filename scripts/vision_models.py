@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes convolutional test models as ONNX files for the native engine's tests and benchmarks.
 
-  vision_models.py OUT_DIR [--models resnet50,mobilenet_v2,small_cnn] [--torchvision] [--seed N]
+  vision_models.py OUT_DIR [--models resnet50,mobilenet_v2,small_cnn,resnext50] [--torchvision]
+                   [--seed N]
 
 Without --torchvision the graphs are built with onnx.helper, layer for layer as torchvision's
 resnet50 and mobilenet_v2 are (Conv + BatchNormalization + ReLU/ReLU6, bottleneck residuals,
-depthwise convolutions, MaxPool, GlobalAveragePool, Flatten, Gemm), with random weights and
-random BatchNormalization statistics, so no PyTorch is needed (CI). With --torchvision the
+depthwise convolutions, MaxPool, GlobalAveragePool, Flatten, Gemm; resnext50 is torchvision's
+resnext50_32x4d, its 3x3s in 32 groups), with random weights and random BatchNormalization
+statistics, so no PyTorch is needed (CI). With --torchvision the
 models are torchvision's own, exported by torch.onnx.export (the device host has PyTorch).
 small_cnn is a few layers covering the other ops of the family (grouped convolution, padding
 modes, AveragePool, Resize, ConvTranspose, Concat, LeakyRelu, HardSwish). Every model takes
@@ -84,24 +86,30 @@ class Builder:
         return m
 
 
-def resnet50(seed, size=224, classes=1000):
+def resnet50(seed, size=224, classes=1000, groups=1, group_width=64, name="resnet50"):
     b = Builder(seed)
     x = b.node("Relu", [b.bn(b.conv("input", 3, 64, 7, stride=2, pad=3), 64)])
     x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     c_in = 64
-    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+    for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        width = planes * group_width // 64 * groups  # the 3x3's channels (torchvision's rule)
         for i in range(blocks):
             s = stride if i == 0 else 1
             y = b.node("Relu", [b.bn(b.conv(x, c_in, width, 1, pad=0), width)])
-            y = b.node("Relu", [b.bn(b.conv(y, width, width, 3, stride=s), width)])
-            y = b.bn(b.conv(y, width, width * 4, 1, pad=0), width * 4)
+            y = b.node("Relu", [b.bn(b.conv(y, width, width, 3, stride=s, groups=groups), width)])
+            y = b.bn(b.conv(y, width, planes * 4, 1, pad=0), planes * 4)
             shortcut = x
             if i == 0:
-                shortcut = b.bn(b.conv(x, c_in, width * 4, 1, stride=s, pad=0), width * 4)
+                shortcut = b.bn(b.conv(x, c_in, planes * 4, 1, stride=s, pad=0), planes * 4)
             x = b.node("Relu", [b.node("Add", [y, shortcut])])
-            c_in = width * 4
+            c_in = planes * 4
     b.head(x, 2048, classes)
-    return b.model("input", "output", size, "resnet50", classes)
+    return b.model("input", "output", size, name, classes)
+
+
+def resnext50(seed, size=224, classes=1000):
+    """torchvision's resnext50_32x4d: ResNet-50 with its 3x3s in 32 groups of 4-32 channels."""
+    return resnet50(seed, size, classes, groups=32, group_width=4, name="resnext50")
 
 
 def mobilenet_v2(seed, size=224, classes=1000):
@@ -143,11 +151,14 @@ def small_cnn(seed, size=32, classes=10):
     return b.model("input", "output", size, "small_cnn", classes, opset=14)  # (HardSwish)
 
 
+TORCHVISION_NAMES = {"resnext50": "resnext50_32x4d"}
+
+
 def from_torchvision(name, size):
     import torch
     import torchvision
 
-    model = getattr(torchvision.models, name)(weights=None).eval()
+    model = getattr(torchvision.models, TORCHVISION_NAMES.get(name, name))(weights=None).eval()
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{name}.onnx")
     torch.onnx.export(model, torch.randn(1, 3, size, size), path, input_names=["input"],
                       output_names=["output"], dynamic_axes={"input": {0: "batch"},
@@ -156,7 +167,8 @@ def from_torchvision(name, size):
     return onnx.load(path)
 
 
-BUILDERS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "small_cnn": small_cnn}
+BUILDERS = {"resnet50": resnet50, "resnext50": resnext50, "mobilenet_v2": mobilenet_v2,
+            "small_cnn": small_cnn}
 
 
 def main():

@@ -1,7 +1,7 @@
 """Convolutional networks configured for ONNX Runtime (Triton configs: platform onnxruntime_onnx,
 KIND_CPU, dynamic batching) served with --onnx-engine=auto on Nereid's own engine: ResNet-50 and
-MobileNetV2 as torchvision builds them (scripts/vision_models.py, random weights, small inputs
-to keep the suite quick), a small CNN of the other ops of the family, and the real CNNs the
+MobileNetV2 and ResNeXt-50 (32x4d) as torchvision builds them (scripts/vision_models.py, random
+weights, small inputs to keep the suite quick), a small CNN of the other ops of the family, and the real CNNs the
 model packages ship (RapidOCR's text detector, recogniser and direction classifier, openWakeWord's
 embedding). Each answer is
 compared with Python's onnxruntime on the same input, over HTTP and gRPC, one request and many
@@ -30,6 +30,7 @@ import vision_models  # noqa: E402
 # name -> (builder, input size, classes)
 GENERATED = {"resnet50": (vision_models.resnet50, 64, 1000),
              "mobilenet_v2": (vision_models.mobilenet_v2, 64, 1000),
+             "resnext50": (vision_models.resnext50, 64, 1000),
              "small_cnn": (vision_models.small_cnn, 32, 10)}
 REAL = {name: file for name, file in real_models.model_files().items()
         if name in ("ocr_direction", "wakeword_embedding")}
@@ -201,6 +202,7 @@ def test_every_cnn_runs_on_the_native_engine(vision_server):
     # Every BatchNormalization folds into its Conv, every residual Add and ReLU(6) joins a Conv's
     # epilogue, and the whole network runs channels-last between one conversion in and one out.
     for name, convs, residuals, activations in (("resnet50", 53, 16, 49),
+                                                ("resnext50", 53, 16, 49),
                                                 ("mobilenet_v2", 52, 10, 35)):
         line = next(ln for ln in log.splitlines() if f"model '{name}': graph passes:" in ln)
         assert f"BatchNormalization folded into Conv: {convs};" in line, line
