@@ -30,11 +30,11 @@ class ConvWeights {
   ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
               int64_t groups, bool int8 = false, bool winograd = false);
   bool depthwise() const { return depthwise_; }
-  // Small groups: more than one group, 1 <= c_in / groups <= c_out / groups <= 16, fp32, every
-  // block of 16 output channels reading at most 32 consecutive input channels, and AVX-512
-  // (ResNeXt's 4-16 channels a group, channel multipliers). These run a direct kernel (a 4-column
-  // GEMM a group wasted most of each tile) over 'group_taps()' and, per block of 16 outputs
-  // and input channel j of a group, each lane's input channel counted from the block's first
+  // Small groups: more than one group, c_in / groups <= 8, c_in / groups <= c_out / groups <=
+  // 16, fp32, and AVX-512 (ResNeXt's first two stages, 4 and 8 channels a group; channel
+  // multipliers). These run a direct kernel (a 4-column GEMM a group wasted most of each tile) over
+  // 'group_taps()', [block of 16 outputs][kh * kw] [c_in / groups][16], and, per block and input
+  // channel j of a group, each lane's input channel counted from the block's first
   // (BlockFirstInput): 'group_lanes()' as [block][c_in / groups][16].
   bool small_groups() const { return !lanes_.empty(); }
   const float* group_taps() const { return taps_.data(); }

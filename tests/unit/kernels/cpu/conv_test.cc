@@ -214,11 +214,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 10, 10, 8, 8, 3, 1, 2, 2, 1},  // dilated
                       Case{1, 6, 6, 12, 18, 3, 1, 1, 1, 3},  // grouped (4 -> 6 a group)
                       // Small groups (the direct kernel): 4 -> 4 a group as the small CNN's, as
-                      // ResNeXt's strided (four blocks of 16), a channel multiplier (1 -> 3), 10
+                      // ResNeXt's strided (four blocks of 16), a channel multiplier (1 -> 3), 6
                       // a group (blocks reading past 16 input channels, a tail of 14), dilated;
                       // 6 -> 4 a group (more inputs than outputs) stays on the GEMM.
                       Case{1, 8, 10, 16, 16, 3, 1, 1, 1, 4}, Case{2, 7, 9, 64, 64, 3, 2, 1, 1, 16},
-                      Case{1, 6, 7, 8, 24, 3, 1, 1, 1, 8}, Case{1, 5, 6, 30, 30, 3, 1, 1, 1, 3},
+                      Case{1, 6, 7, 8, 24, 3, 1, 1, 1, 8}, Case{1, 5, 6, 30, 30, 3, 1, 1, 1, 5},
                       Case{1, 9, 9, 24, 24, 3, 1, 2, 2, 4}, Case{1, 6, 6, 18, 12, 3, 1, 1, 1, 3},
                       Case{1, 9, 9, 70, 70, 3, 1, 1, 1, 70},    // depthwise, 64 + tail
                       Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
@@ -260,8 +260,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // place (four depth blocks).
                       Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
 
-// Which convolutions take the small-groups kernel: groups of at most 16 outputs, no more inputs
-// than outputs a group, fp32, each block of 16 outputs within 32 consecutive inputs, AVX-512.
+// Which convolutions take the small-groups kernel: groups of at most 8 inputs and 16 outputs, no
+// more inputs than outputs a group, fp32, AVX-512.
 TEST(ConvWeights, SmallGroupsWhereEachBlockReadsAtMost32Inputs) {
   if (!HasAvx512F()) GTEST_SKIP() << "the small-groups kernel is AVX-512's";
   auto small = [](int64_t c_out, int64_t cig, int64_t groups, bool int8 = false) {
@@ -270,14 +270,16 @@ TEST(ConvWeights, SmallGroupsWhereEachBlockReadsAtMost32Inputs) {
   };
   EXPECT_TRUE(small(16, 4, 4));
   EXPECT_TRUE(small(18, 4, 3));
-  EXPECT_TRUE(small(24, 1, 8));    // a channel multiplier
-  EXPECT_TRUE(small(128, 4, 32));  // ResNeXt-50's first stage
-  EXPECT_FALSE(small(12, 6, 3));   // more inputs than outputs a group
-  EXPECT_FALSE(small(64, 32, 2));  // 32 outputs a group: the GEMM's
+  EXPECT_TRUE(small(24, 1, 8));      // a channel multiplier
+  EXPECT_TRUE(small(128, 4, 32));    // ResNeXt-50's first stage
+  EXPECT_TRUE(small(256, 8, 32));    // and its second
+  EXPECT_TRUE(small(55, 5, 5));      // 11 outputs a group: blocks across three groups
+  EXPECT_FALSE(small(12, 6, 3));     // more inputs than outputs a group
+  EXPECT_FALSE(small(512, 16, 32));  // 16 inputs a group: the GEMM's
+  EXPECT_FALSE(small(64, 32, 2));
   EXPECT_FALSE(small(16, 1, 16));  // depthwise: its own kernel
   EXPECT_FALSE(small(16, 16, 1));  // one group
   EXPECT_FALSE(small(16, 4, 4, true));
-  EXPECT_FALSE(small(55, 11, 5));  // 11 a group: the block from output 32 spans inputs 22-54
 }
 
 TEST(ThreadTeam, RunsEveryIndexOnceAndNestedLoopsFinish) {
