@@ -217,34 +217,32 @@ void GatherWindows(const Conv2dGeometry& g, const float* xg, int64_t i0, int64_t
   }
 }
 
-// The int8 form: blocks of 64 output pixels over the team, each gathered (or read in place for
-// a 1x1 stride-1 convolution) and run through GemmInt8Fused with the epilogue.
+// The int8 form: blocks of 64 output pixels of every group over the team (one loop: a group
+// at a time left most of a team idle on ResNeXt's 32 groups), each gathered (or read in place
+// for a 1x1 stride-1 convolution) and run through GemmInt8Fused with the epilogue.
 void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
                   const float* residual, const GemmEpilogue& act, float* y, bool direct) {
   constexpr int64_t kBlock = 64;
-  const int64_t m = g.n * g.oh * g.ow;
+  const int64_t m = g.n * g.oh * g.ow, blocks = (m + kBlock - 1) / kBlock;
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
   const int64_t depth = g.kh * g.kw * cig;
-  for (int64_t grp = 0; grp < g.groups; ++grp) {
+  ParallelForWork(g.groups * blocks, m * g.c_out * depth / 4, [&](int64_t item) {
+    const int64_t grp = item / blocks, i0 = item % blocks * kBlock, mc = std::min(kBlock, m - i0);
     const float* xg = x + grp * cig;
-    const PackedInt8W& wg = w.int8_group(grp);
-    ParallelForWork((m + kBlock - 1) / kBlock, m * cog * depth / 4, [&](int64_t block) {
-      const int64_t i0 = block * kBlock, mc = std::min(kBlock, m - i0);
-      thread_local std::vector<float> scratch;
-      const float* a = xg + i0 * g.c_in;
-      int64_t lda = g.c_in;
-      if (!direct) {
-        scratch.resize(static_cast<size_t>(mc * depth));
-        GatherWindows(g, xg, i0, mc, 0, depth, scratch.data());
-        a = scratch.data(), lda = depth;
-      }
-      GemmEpilogue ep = act;
-      ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
-      ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
-      ep.ld_residual = g.c_out;
-      GemmInt8Fused(mc, a, lda, wg, y + i0 * g.c_out + grp * cog, g.c_out, ep);
-    });
-  }
+    thread_local std::vector<float> scratch;
+    const float* a = xg + i0 * g.c_in;
+    int64_t lda = g.c_in;
+    if (!direct) {
+      scratch.resize(static_cast<size_t>(mc * depth));
+      GatherWindows(g, xg, i0, mc, 0, depth, scratch.data());
+      a = scratch.data(), lda = depth;
+    }
+    GemmEpilogue ep = act;
+    ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
+    ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
+    ep.ld_residual = g.c_out;
+    GemmInt8Fused(mc, a, lda, w.int8_group(grp), y + i0 * g.c_out + grp * cog, g.c_out, ep);
+  });
 }
 
 }  // namespace
@@ -261,7 +259,7 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
   // (Weights transformed for Winograd are not packed for the GEMM: the node's attributes that
   // chose it, stride and dilation 1, made this geometry.)
   if (w.winograd() != nullptr) return WinogradNhwc(g, x, *w.winograd(), bias, residual, act, y);
-  for (int64_t grp = 0; grp < g.groups; ++grp) {
+  auto run_group = [&](int64_t grp) {
     const float* xg = x + grp * cig;
     RowsAFn rows;
     if (direct) {
@@ -313,7 +311,13 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
       };
     }
     SgemmPackedFused(m, rows, w.group(grp), y + grp * cog, g.c_out, ep, view);
-  }
+  };
+  // Many groups (ResNeXt's 32) go whole to the team's threads, each group's GEMM on one: split
+  // over the team one after another, a group of 196 rows x 16 columns left most threads idle.
+  const int64_t threads = ParallelThreads();
+  if (threads > 1 && g.groups >= threads && (g.groups % threads == 0 || g.groups >= 4 * threads))
+    return ParallelForWork(g.groups, m * g.c_out * g.kh * g.kw * cig, run_group);
+  for (int64_t grp = 0; grp < g.groups; ++grp) run_group(grp);
 }
 
 namespace {
