@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent device machine (16 cores): the native engine against ONNX Runtime 1.30 (the
-# host's, CPU) on torchvision's ResNet-50 and MobileNetV2 (exported there with the host's PyTorch,
-# random weights) and the small CNN, batch 1 and 8, at 1 thread and at every core, one table per
+# host's, CPU) on torchvision's ResNet-50, MobileNetV2 and ResNeXt-50 32x4d (exported there with
+# the host's PyTorch, random weights) and the small CNN, batch 1 and 8, at 1 thread and at every core, one table per
 # thread count (bench/native_vs_ort.py). Expects .devcarry/ from
 #   NATIVE_BENCH=1 MODELS= scripts/device_carry.sh
 # (or GPU=1: its bench_native serves as well) and, where the host's Python has no onnx package, the
@@ -32,7 +32,7 @@ if ! python3 -c "import onnx" 2>/dev/null; then
   export PYTHONPATH=/tmp/pylib
 fi
 python3 -c "import onnxruntime, torch; print('onnxruntime', onnxruntime.__version__, 'torch', torch.__version__)"
-python3 scripts/vision_models.py /tmp/vm --models resnet50,mobilenet_v2 --torchvision
+python3 scripts/vision_models.py /tmp/vm --models resnet50,mobilenet_v2,resnext50 --torchvision
 python3 scripts/vision_models.py /tmp/vm --models small_cnn
 if [ ${#OTHERS[@]} -gt 0 ]; then
   for model in ${MODELS_AB:-small_cnn mobilenet_v2 resnet50}; do
@@ -45,5 +45,6 @@ for threads in ${THREADS:-1 $(nproc)}; do
   echo "== $threads thread(s)"
   python3 bench/native_vs_ort.py --bench-native="$NEW" --batch=1,8 \
     --threads="$threads" --rounds="${ROUNDS:-3}" --iterations="${ITERATIONS:-10}" \
-    /tmp/vm/resnet50.onnx /tmp/vm/mobilenet_v2.onnx /tmp/vm/small_cnn.onnx | tee "$OUT/native_vs_ort_t$threads.txt" || true
+    /tmp/vm/resnet50.onnx /tmp/vm/mobilenet_v2.onnx /tmp/vm/resnext50.onnx /tmp/vm/small_cnn.onnx \
+    | tee "$OUT/native_vs_ort_t$threads.txt" || true
 done
