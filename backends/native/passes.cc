@@ -1011,16 +1011,19 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
       const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
       const int64_t macs_per_pixel = w.shape()[1] * kh * kw * (w.shape()[0] / groups);
       const bool int8 = options.int8_weights && macs_per_pixel >= 2048;
-      // 3x3 fp32 convolutions of stride and dilation 1 and one group, of 32 channels and more in
-      // and out, run as Winograd's F(2x2, 3x3) (ResNet-50, one thread, batch 1: 78.0 -> 66.5 ms;
-      // its 3x3 layers 1.5-2.1x faster).
+      // 3x3 fp32 convolutions of stride and dilation 1 and one group, of 24 input channels and
+      // more, 8 outputs and more and 256 input x output channels and more, run as Winograd's
+      // F(2x2, 3x3) (ResNet-50, one thread, batch 1: 78.0 -> 66.5 ms; its 3x3 layers 1.5-2.1x
+      // faster; RapidOCR's detector's 96 -> 24 at 24x32 486 -> 308 us). Shallower, its 16
+      // GEMMs of 16 deep lose what they save (16 -> 16 at 32x32: 73 -> 82 us; 24 -> 8 270 -> 279).
       auto ones = [&](const char* attr) {
         const std::vector<int64_t> v = node.op.AttrInts(attr);
         return std::all_of(v.begin(), v.end(), [](int64_t e) { return e == 1; });
       };
       const bool winograd = !int8 && kernels::WinogradEnabled() && kh == 3 && kw == 3 &&
-                            groups == 1 && w.shape()[0] >= 32 && w.shape()[1] >= 32 &&
-                            ones("strides") && ones("dilations");
+                            groups == 1 && w.shape()[1] >= 24 && w.shape()[0] >= 8 &&
+                            w.shape()[0] * w.shape()[1] >= 256 && ones("strides") &&
+                            ones("dilations");
       auto plan = std::make_unique<ConvPlan>(w.data<float>(), w.shape()[0], w.shape()[1], kh, kw,
                                              groups, int8, winograd);
       int8_convs += plan->weights.int8();
