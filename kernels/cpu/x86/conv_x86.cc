@@ -96,7 +96,9 @@ __attribute__((target("avx512f"))) void DepthwiseInterior3x3(
 // 16, then a masked tail. The pixels between: their window's pointers advance by stride * c from
 // pixel to pixel (the rows inside the image are the same for the whole output row), and per
 // block of 16 channels four pixels run side by side, the taps' weights held in registers (four
-// independent sums where one pixel alone waits on each FMA: MobileNetV2's 32-channel layer).
+// independent sums where one pixel alone waits on each FMA: MobileNetV2's 32-channel layer), for
+// windows of up to 5x5 (RapidOCR's recogniser's 5x5 over 240 channels at 12x80: 478 -> 200 us,
+// per pixel before).
 __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry& g, const float* x,
                                                            const float* taps, const float* bias,
                                                            const float* residual,
@@ -151,7 +153,7 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
   const int64_t last_tap = g.w - 1 + g.pad_left - (g.kw - 1) * g.dilation_w;
   int64_t ox_hi = last_tap < 0 ? 0 : std::min<int64_t>(last_tap / sw + 1, g.ow);
   int64_t ox_lo = std::min<int64_t>((g.pad_left + sw - 1) / sw, ox_hi);
-  constexpr int kMaxTaps = 9;  // 3x3 windows (their weights in registers); larger ones per pixel
+  constexpr int kMaxTaps = 25;  // up to 5x5 windows; larger ones per pixel
   if (g.kh * g.kw > kMaxTaps) ox_lo = ox_hi = g.ow;
   for (int64_t ox = 0; ox < ox_lo; ++ox) pixel(ox);
   if (ox_lo < ox_hi) {

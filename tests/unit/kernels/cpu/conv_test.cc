@@ -224,6 +224,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
                       Case{1, 11, 13, 40, 40, 3, 1, 2, 2, 40},  // depthwise dilated, 16 + tail
                       Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
+                      // Depthwise 5x5 rows wide enough for the interior's pixels four at a time
+                      // (its 25 taps' weights held), stride 1 and 2; 7x7 per pixel throughout.
+                      Case{1, 6, 24, 40, 40, 5, 1, 2, 1, 40},
+                      Case{2, 7, 30, 20, 20, 5, 2, 2, 1, 20},
+                      Case{1, 9, 20, 16, 16, 7, 1, 3, 1, 16},
                       // Depthwise rows wide enough for groups of 8 interior pixels and a few
                       // left over, stride 1 and 2, channels 16 x 2 + a tail of 5.
                       Case{1, 5, 21, 37, 37, 3, 1, 1, 1, 37},
