@@ -171,6 +171,13 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     auto it = body_.value_ids.find(name);
     if (it == body_.value_ids.end())
       return InvalidArgument("the ONNX graph has no input '" + name + "'");
+    // A feed of another rank than the graph declares would fail inside some op, naming that op.
+    for (const backend::ValueInfo& declared : body_.inputs)
+      if (declared.name == name && declared.has_shape &&
+          declared.dims.size() != tensor.shape().size())
+        return InvalidArgument("input '" + name + "' has " + std::to_string(tensor.shape().size()) +
+                               " dimensions; the ONNX graph declares " +
+                               std::to_string(declared.dims.size()));
     values[it->second] = tensor;
   }
   std::vector<const Tensor*> in;

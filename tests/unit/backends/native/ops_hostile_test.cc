@@ -90,6 +90,29 @@ struct Case {
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
+// A feed of another rank than the graph declares is refused before any op reads it, naming the
+// input (a Conv had answered "a layout conversion of a tensor not of rank 4"); a graph that
+// declares no shape takes any rank.
+TEST(HostileOps, AFeedOfAnotherRankThanDeclaredIsRefused) {
+  Case c("Relu");
+  auto* shape = c.model.mutable_graph()
+                    ->mutable_input(0)
+                    ->mutable_type()
+                    ->mutable_tensor_type()
+                    ->mutable_shape();
+  shape->add_dim()->set_dim_param("batch");
+  shape->add_dim()->set_dim_value(3);
+  EXPECT_TRUE(c.Try({2, 3}).ok());
+  const Status wrong = c.Try({3});
+  EXPECT_EQ(wrong.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("input 'x' has 1 dimensions; the ONNX graph declares 2"),
+            std::string::npos)
+      << wrong.message();
+  EXPECT_FALSE(c.Try({1, 2, 3}).ok());
+  EXPECT_TRUE(Case("Relu").Try({4}).ok());
+  EXPECT_TRUE(Case("Relu").Try({1, 2, 3, 4}).ok());
+}
+
 TEST(HostileOps, ConvAttributesOutOfRange) {
   const std::vector<float> w(2 * 3 * 3 * 3, 0.5f);
   for (auto attrs :
