@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Which convolutions take the small-groups kernel: groups of at most 8 inputs and 16 outputs, no
 // more inputs than outputs a group, fp32, AVX-512.
-TEST(ConvWeights, SmallGroupsWhereEachBlockReadsAtMost32Inputs) {
+TEST(ConvWeights, SmallGroupsOfAtMost8InputsAnd16Outputs) {
   if (!HasAvx512F()) GTEST_SKIP() << "the small-groups kernel is AVX-512's";
   auto small = [](int64_t c_out, int64_t cig, int64_t groups, bool int8 = false) {
     const std::vector<float> w(static_cast<size_t>(c_out * cig * 9), 0.5f);
