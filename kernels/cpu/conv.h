@@ -4,7 +4,7 @@
 // weights packed once at load; bias, residual add and activation are fused into the GEMM's
 // epilogue. 1x1 stride-1 convolutions read the image as A directly. Depthwise convolutions
 // (one channel per group) have their own kernel, vectorized over channels, and so do, on AVX-512,
-// convolutions of small groups (up to 16 channels a group).
+// convolutions of small groups (up to 8 inputs and 16 outputs a group).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace nereid::kernels {
 // Weights of a convolution, packed for the GEMM (one matrix per group, depth ordered
 // (ky, kx, channel)), or with 'int8' quantized per output channel for GemmInt8 (the same
 // matrices), or, depthwise, as [kh * kw][channels] (always fp32), or, for small groups (below),
-// as [kh * kw][c_in / groups][c_out] (fp32).
+// as [block of 16 outputs][kh * kw][c_in / groups][16] (fp32).
 class ConvWeights {
  public:
   // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw]. 'winograd' (a 3x3 fp32 convolution of

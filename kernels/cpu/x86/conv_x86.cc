@@ -16,6 +16,13 @@
 namespace nereid::kernels::conv_isa {
 namespace {
 
+// The first n of 16 lanes (none where n <= 0, all from 16 on): a block's channels inside the
+// tensor.
+inline __mmask16 FirstLanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff)
+                 : static_cast<__mmask16>(n <= 0 ? 0u : (1u << n) - 1);
+}
+
 // Activate() on 16 lanes (NaN kept: max/min return their second operand where either is NaN).
 __attribute__((target("avx512f"), always_inline)) inline __m512 Activate512(int activation,
                                                                             __m512 v, __m512 zero,
@@ -110,11 +117,6 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
   const float** src = tap_src.data();
   const float** w = tap_w.data();
   const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
-  auto mask_at = [c](int64_t c0) {
-    return c - c0 >= 16 ? static_cast<__mmask16>(0xffff)
-                        : static_cast<__mmask16>((1u << (c - c0)) - 1);
-  };
-
   auto pixel = [&](int64_t ox) __attribute__((target("avx512f"))) {
     const int count = DepthwiseTaps(g, x, taps, b, oy, ox, src, w, tap_index.data());
     const int64_t at = (b * g.oh + oy) * g.ow + ox;
@@ -138,7 +140,7 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
         _mm512_storeu_ps(out + c0 + 16 * v, Activate512(ep.activation, acc[v], zero, lo, hi));
     }
     for (; c0 < c; c0 += 16) {
-      const __mmask16 m = mask_at(c0);
+      const __mmask16 m = FirstLanes(c - c0);
       __m512 acc = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
       if (res) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, res + c0));
       for (int t = 0; t < count; ++t)
@@ -182,7 +184,7 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
         c0 += 16 * (nb - 1);
         continue;
       }
-      const __mmask16 m = mask_at(c0);
+      const __mmask16 m = FirstLanes(c - c0);
       __m512 wv[kMaxTaps];
       for (int t = 0; t < count; ++t) wv[t] = _mm512_maskz_loadu_ps(m, row_w[t] + c0);
       const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
@@ -284,10 +286,6 @@ __attribute__((target("avx512f"))) void SmallGroupsRowAvx512(
   for (int64_t ox = 0; ox < g.ow; ++ox)
     count[ox] = WindowPixels(g, x, g.c_in, b, oy, ox, &src[ox * taps], &tap[ox * taps]);
   const __m512 zero = _mm512_setzero_ps(), lo = _mm512_set1_ps(ep.lo), hi = _mm512_set1_ps(ep.hi);
-  auto mask_of = [](int64_t n) {
-    return n >= 16 ? static_cast<__mmask16>(0xffff)
-                   : static_cast<__mmask16>(n <= 0 ? 0u : (1u << n) - 1);
-  };
   auto block_fn = cig == 1   ? SmallGroupsBlock<1>
                   : cig == 2 ? SmallGroupsBlock<2>
                   : cig == 4 ? SmallGroupsBlock<4>
@@ -295,9 +293,9 @@ __attribute__((target("avx512f"))) void SmallGroupsRowAvx512(
                              : SmallGroupsBlock<0>;
   const int64_t first_pixel = (b * g.oh + oy) * g.ow;
   for (int64_t c0 = 0, block = 0; c0 < c; c0 += 16, ++block) {
-    const __mmask16 m = mask_of(c - c0);
+    const __mmask16 m = FirstLanes(c - c0);
     const int64_t first = w.BlockFirstInput(block);
-    const __mmask16 m_lo = mask_of(g.c_in - first), m_hi = mask_of(g.c_in - first - 16);
+    const __mmask16 m_lo = FirstLanes(g.c_in - first), m_hi = FirstLanes(g.c_in - first - 16);
     const int32_t* lanes = w.group_lanes() + block * cig * 16;
     const float* block_taps = w.group_taps() + block * taps * cig * 16;
     const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
