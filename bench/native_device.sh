@@ -9,6 +9,8 @@
 # xz -9; a CPU-only build is ~1 MB) add a section at every core: bench/ab_native.py, the builds
 # alternating round by round (CPU.xz, if present, is the "new" one instead of the bundle's).
 # MODELS_AB: the models of that section (default small_cnn, mobilenet_v2, resnet50).
+# LAYERS="resnet50 mobilenet_v2": those models layer by layer against ONNX Runtime at every core
+# first (bench/conv_layers_vs_ort.py, batch 1), where a gap at 16 threads lies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 C=.devcarry
@@ -34,6 +36,11 @@ fi
 python3 -c "import onnxruntime, torch; print('onnxruntime', onnxruntime.__version__, 'torch', torch.__version__)"
 python3 scripts/vision_models.py /tmp/vm --models resnet50,mobilenet_v2,resnext50 --torchvision
 python3 scripts/vision_models.py /tmp/vm --models small_cnn
+for model in ${LAYERS:-}; do
+  echo "== layer by layer, $(nproc) threads, batch 1: $model"
+  python3 bench/conv_layers_vs_ort.py --bench-native="$NEW" --threads="$(nproc)" \
+    --iterations="${ITERATIONS:-10}" "/tmp/vm/$model.onnx" | tee "$OUT/layers_$model.txt" || true
+done
 if [ ${#OTHERS[@]} -gt 0 ]; then
   for model in ${MODELS_AB:-small_cnn mobilenet_v2 resnet50}; do
     echo "== A/B, $(nproc) threads: $model"
