@@ -662,10 +662,12 @@ void FusedBlock(const KernelConfig& cfg, const RowsAFn& rows_a, const RowsViewFn
 }  // namespace
 
 void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
-                      int64_t ldc, const GemmEpilogue& ep, const RowsViewFn& view) {
-  const int64_t n = b.n(), k = b.k();
-  if (m <= 0 || n <= 0) return;
+                      int64_t ldc, const GemmEpilogue& ep, const RowsViewFn& view,
+                      int64_t col_begin, int64_t col_end) {
+  const int64_t n = std::min(b.n(), col_end), k = b.k();
+  if (m <= 0 || n <= col_begin) return;
   const KernelConfig& cfg = KernelByIndex(b.kernel());
+  col_begin = std::max<int64_t>(col_begin, 0) / cfg.nr * cfg.nr;
   auto init = [&](int64_t ic, int64_t jc, int64_t mc, int64_t nc) {
     for (int64_t i = ic; i < ic + mc; ++i)
       EpilogueInit(c + i * ldc + jc, ep.bias ? ep.bias + jc : nullptr,
@@ -678,8 +680,8 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
   const int64_t kKc = b.kc(), kMc = cfg.mc, kNc = cfg.nc;  // (b.kc() <= cfg.kc: scratch sizes)
   if (k <= 0) {                                            // no products: C is the epilogue of zero
     for (int64_t ic = 0; ic < m; ic += kMc) {
-      init(ic, 0, std::min(kMc, m - ic), n);
-      finish(ic, 0, std::min(kMc, m - ic), n);
+      init(ic, col_begin, std::min(kMc, m - ic), n - col_begin);
+      finish(ic, col_begin, std::min(kMc, m - ic), n - col_begin);
     }
     return;
   }
@@ -731,9 +733,11 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
     }
   }
   const RowsAFn& rows = shared_rows ? shared_rows : rows_a;
-  for (int64_t jc = 0; jc < n; jc += kNc) {
+  for (int64_t jc = col_begin / kNc * kNc; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
-    const int64_t panels = (nc + cfg.nr - 1) / cfg.nr;
+    // The block's panels from the first asked for (col_begin within the first block).
+    const int64_t first = std::max<int64_t>(col_begin - jc, 0) / cfg.nr;
+    const int64_t panels = (nc + cfg.nr - 1) / cfg.nr - first;
     // Fewer row blocks x panels than 4 per thread (a 7x7 layer at batch 1: 1 x 5 on 2 threads,
     // 3:2 at best): the rows split evenly into more, smaller blocks (MR rows at least), so the
     // items come out even. Then the columns split into even groups of panels. Otherwise the
@@ -758,7 +762,7 @@ void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, 
           few ? m * (r + 1) / blocks : std::min(m, tiles * (r + 1) / blocks * cfg.mr);
       const int64_t p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
       if (p0 == p1 || i0 == i1) return;
-      const int64_t col0 = p0 * cfg.nr, cols = std::min(p1 * cfg.nr, nc) - col0;
+      const int64_t col0 = (first + p0) * cfg.nr, cols = std::min((first + p1) * cfg.nr, nc) - col0;
       for (int64_t pc = 0; pc < k; pc += kKc) {
         const int64_t kc = std::min(kKc, k - pc);
         FusedBlock(cfg, rows, shared_rows ? RowsViewFn() : view, b.Block(jc, pc), c, ldc, i0,

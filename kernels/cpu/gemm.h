@@ -135,9 +135,12 @@ using RowsViewFn =
 // C = epilogue(A * B) for an m-row A supplied by 'rows_a' and pre-packed B; the bias, residual
 // and activation are applied to each block of C while it is in cache. The x86 micro-kernels read
 // the rows directly (no packing of A); elsewhere A is packed from them. 'view' (optional): tiles
-// of rows read in place, per depth block, where the AVX-512 kernel runs.
+// of rows read in place, per depth block, where the AVX-512 kernel runs. [col_begin, col_end):
+// only those columns of C (col_begin a multiple of b.nr(), col_end one or past n: all of them),
+// for callers that split one product's columns, or several products, over the team themselves.
 void SgemmPackedFused(int64_t m, const RowsAFn& rows_a, const PackedMatrixB& b, float* c,
-                      int64_t ldc, const GemmEpilogue& epilogue, const RowsViewFn& view = {});
+                      int64_t ldc, const GemmEpilogue& epilogue, const RowsViewFn& view = {},
+                      int64_t col_begin = 0, int64_t col_end = INT64_MAX);
 
 // The micro-kernel Sgemm uses: the fastest this CPU supports, measured once at first use (a few
 // milliseconds), unless NEREID_SGEMM_KERNEL names one ("avx512-12x32", "avx2-fma-6x16",

@@ -1,6 +1,7 @@
 #include "cpu/winograd.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -155,8 +156,10 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
     if (act.activation != GemmEpilogue::kNone)
       for (float* o : out) ActivateEpilogueRow(o, co, act);
   };
-  // position p's product: nt transformed rows of v times its weights, into m.
-  auto product = [&](int p, const float* v, int64_t nt, float* m) {
+  // position p's product: nt transformed rows of v times its weights, into m (its columns
+  // [c0, c1) only where given).
+  auto product = [&](int p, const float* v, int64_t nt, float* m, int64_t c0 = 0,
+                     int64_t c1 = INT64_MAX) {
     const float* vp = v + p * nt * ci;
     SgemmPackedFused(
         nt,
@@ -164,13 +167,15 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
           *lda = ci;
           return vp + i0 * ci + pc;
         },
-        w.position(p), m + p * nt * co, co, GemmEpilogue{});
+        w.position(p), m + p * nt * co, co, GemmEpilogue{}, {}, c0, c1);
   };
   const int threads = ParallelThreads();
   // Few tiles for the team (fewer than 12, one GEMM tile of rows, per block at two blocks a
   // thread: a 7x7 layer's 16 tiles on 16 threads were 16 blocks of one tile, each reading all
   // 16 positions' weights for one row): the three phases over all tiles in turn, the team
-  // splitting each (the products by their rows and columns, as a 7x7 layer's GEMM splits).
+  // splitting each; the 16 products as one loop over positions and parts of their columns (two
+  // items a thread at least), each item one thread's whole product of all tiles, instead of 16
+  // products each split over the team (16 hand-offs, each with its rows copied first).
   if (threads > 1 && tiles < 12 * 2 * threads) {
     thread_local std::vector<float> v, m;  // (this thread's: the team's workers get pointers)
     v.resize(static_cast<size_t>(16 * tiles * ci));
@@ -178,7 +183,13 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
     float *pv = v.data(), *pm = m.data();
     ParallelForWork(tiles, tiles * 16 * ci * 4,
                     [&](int64_t t) { transform_in(t, 0, pv, tiles * ci); });
-    for (int p = 0; p < 16; ++p) product(p, pv, tiles, pm);
+    const int64_t nr = w.position(0).nr(), panels = (co + nr - 1) / nr;
+    const int64_t parts = std::min(panels, (2 * int64_t{threads} + 15) / 16);
+    ParallelForWork(16 * parts, 16 * tiles * ci * co, [&](int64_t item) {
+      const int64_t part = item % parts;
+      product(static_cast<int>(item / parts), pv, tiles, pm, panels * part / parts * nr,
+              panels * (part + 1) / parts * nr);
+    });
     ParallelForWork(tiles, tiles * 16 * co * 4,
                     [&](int64_t t) { transform_out(t, 0, pm, tiles * co); });
     return;

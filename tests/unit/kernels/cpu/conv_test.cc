@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,10 +112,12 @@ class ConvKernel : public ::testing::TestWithParam<Case> {};
 // 'activations' with and without the residual, alone and then with a team of three threads (rows
 // or tiles split, or A gathered once and read by each part).
 void ExpectMatchesDirectLoops(const Case& c, const Problem& pr, const ConvWeights& weights,
-                              const std::vector<int>& activations, const std::string& label) {
-  ThreadTeam team(3);
-  for (ThreadTeam* t : {static_cast<ThreadTeam*>(nullptr), &team}) {
-    ParallelScope scope(t);
+                              const std::vector<int>& activations, const std::string& label,
+                              const std::vector<int>& teams = {1, 3}) {
+  for (int threads : teams) {
+    std::optional<ThreadTeam> team;
+    if (threads > 1) team.emplace(threads);
+    ParallelScope scope(team ? &*team : nullptr);
     for (int act : activations)
       for (bool with_residual : {false, true}) {
         GemmEpilogue ep;
@@ -131,7 +134,7 @@ void ExpectMatchesDirectLoops(const Case& c, const Problem& pr, const ConvWeight
         for (size_t i = 0; i < want.size(); ++i)
           ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
               << label << " element " << i << " activation " << act << " residual " << with_residual
-              << " threads " << (t != nullptr ? 3 : 1);
+              << " threads " << threads;
       }
   }
 }
@@ -154,7 +157,8 @@ TEST_P(ConvKernel, MatchesDirectLoops) {
 
 // Winograd's F(2x2, 3x3) where it fits (3x3, stride 1, one group): the same answers as the direct
 // loops within fp32's error of its transforms, alone and with a team of three threads splitting
-// the tiles (odd sizes leave tiles half outside the output: those pixels are not written).
+// the tiles (odd sizes leave tiles half outside the output: those pixels are not written), and of
+// ten (few tiles: each position's product split into parts of its columns over the team).
 TEST_P(ConvKernel, WinogradMatchesDirectLoops) {
   const Case c = GetParam();
   const Problem pr(c, static_cast<unsigned>(c.c_in * 29 + c.c_out * 3 + c.k));
@@ -163,7 +167,7 @@ TEST_P(ConvKernel, WinogradMatchesDirectLoops) {
   ASSERT_NE(weights.winograd(), nullptr);
   ExpectMatchesDirectLoops(c, pr, weights,
                            {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kHardSwish},
-                           "winograd");
+                           "winograd", {1, 3, 10});
 }
 
 // The int8 form (weights per output channel, each window per row): every int8 micro-kernel this

@@ -139,6 +139,44 @@ TEST(SgemmKernelTest, PackedForANamedKernelRunsThatKernel) {
   }
 }
 
+TEST(SgemmPackedTest, AColumnRangeWritesThoseColumnsAsTheWholeProductDoes) {
+  // [col_begin, col_end): the columns of the whole product, bit for bit, with bias and Relu;
+  // columns outside the range untouched. Ranges of whole panels (nr), across the kernels' NC
+  // blocks (n past them), starting inside a block, ending past n; an empty range writes nothing.
+  const int m = 13, n = 3300, k = 37;  // (NC: 3,072 columns for every kernel)
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> a(m * k), b(k * n), bias(n);
+  for (auto* v : {&a, &b, &bias})
+    for (float& x : *v) x = u(rng);
+  const RowsAFn rows = [&](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
+    *lda = k;
+    return static_cast<const float*>(a.data() + i0 * k + pc);
+  };
+  GemmEpilogue ep;
+  ep.bias = bias.data(), ep.activation = GemmEpilogue::kRelu;
+  for (const std::string& name : SgemmKernels()) {
+    const PackedMatrixB packed(name, false, k, n, b.data(), n);
+    const int64_t nr = packed.nr();
+    std::vector<float> whole(m * n);
+    SgemmPackedFused(m, rows, packed, whole.data(), n, ep);
+    const int64_t ranges[][2] = {
+        {0, nr},          {nr, 3 * nr},  {5 * nr, 40 * nr},    {3072 - 2 * nr, 3072 + 3 * nr},
+        {3072, n},        {16 * nr, n},  {38 * nr, INT64_MAX}, {0, n},
+        {7 * nr, 7 * nr}, {n, INT64_MAX}};
+    for (const auto& r : ranges) {
+      std::vector<float> got(m * n, -7.f);
+      SgemmPackedFused(m, rows, packed, got.data(), n, ep, {}, r[0], r[1]);
+      for (int i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const bool inside = j >= r[0] && j < r[1];
+          ASSERT_EQ(got[i * n + j], inside ? whole[i * n + j] : -7.f)
+              << name << " columns [" << r[0] << ", " << r[1] << ") at " << i << ", " << j;
+        }
+    }
+  }
+}
+
 TEST(SgemmPackedTest, FewRowsOverATeamMatchOneThread) {
   // The few-row path hands groups of B's panels to the team: the same sums per column.
   const int n = 1000, k = 2048;  // ResNet-50's classifier
