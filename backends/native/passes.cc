@@ -40,6 +40,7 @@ void MergeSiblingMatMuls(GraphBody& g);
 void RemoveDeadNodes(GraphBody& g);
 void ChooseChannelsLast(GraphBody& g);
 void PackWeights(GraphBody& g, const GraphOptions& options);
+void FusePointwiseDepthwise(GraphBody& g);
 void ReleasePackedOriginals(GraphBody& g);
 void PlanLifetimes(GraphBody& g);
 
@@ -70,6 +71,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   if (options.pack_weights) {
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
+    FusePointwiseDepthwise(g);  // 1x1 Conv -> depthwise Conv: one node, no expanded image
     ReleasePackedOriginals(g);
   }
   PlanLifetimes(g);  // when each value is freed; unread constants dropped
@@ -1070,6 +1072,55 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
                          (winograd_convs
                               ? " (" + std::to_string(winograd_convs) + " as Winograd F(2x2, 3x3))"
                               : ""));
+}
+
+// A 1x1 convolution (stride 1, no padding, one group, fp32 weights and a constant bias or none,
+// channels-last, no residual) whose output only a depthwise convolution (channels-last, 2-D)
+// reads: the depthwise's plan takes it as its PointwiseStage and its input, and the 1x1's node
+// goes (kernels::PointwiseDepthwiseNhwc; MobileNetV2's 17 expansions but the first).
+void FusePointwiseDepthwise(GraphBody& g) {
+  std::map<const ConvPlan*, ConvPlan*> plans;
+  for (auto& plan : g.conv_plans) plans[plan.get()] = plan.get();
+  const std::vector<int> readers = g.Readers();
+  std::map<int, size_t> producer;  // value id -> the node writing it
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int id : g.nodes[i].outputs)
+      if (id >= 0) producer[id] = i;
+  auto all = [](const std::vector<int64_t>& v, int64_t e) {
+    return std::all_of(v.begin(), v.end(), [e](int64_t x) { return x == e; });
+  };
+  std::vector<bool> dead(g.nodes.size(), false);
+  int fused = 0;
+  for (Node& dw : g.nodes) {
+    if (dw.op.op_type() != "Conv" || dw.op.conv == nullptr || !dw.op.conv->weights.depthwise() ||
+        !dw.op.nhwc || dw.inputs.empty() || dw.inputs[0] < 0 || !producer.count(dw.inputs[0]) ||
+        readers[dw.inputs[0]] != 1 || !g.IsConstant(dw.inputs[1]) ||
+        g.constants[dw.inputs[1]].shape().size() != 4)
+      continue;
+    const size_t i = producer[dw.inputs[0]];
+    const Node& pw = g.nodes[i];
+    if (pw.op.op_type() != "Conv" || pw.op.conv == nullptr || !pw.op.nhwc || pw.op.residual ||
+        pw.outputs.size() != 1 || dead[i])
+      continue;
+    const kernels::ConvWeights& w = pw.op.conv->weights;
+    const Tensor& wt = g.constants[pw.inputs[1]];
+    const bool bias_ok = pw.inputs.size() < 3 || pw.inputs[2] < 0 || !pw.op.conv->bias.empty();
+    if (w.int8() || w.depthwise() || w.small_groups() || w.winograd() != nullptr || !bias_ok ||
+        wt.shape().size() != 4 || wt.shape()[2] != 1 || wt.shape()[3] != 1 ||
+        pw.op.AttrInt("group", 1) != 1 || !all(pw.op.AttrInts("strides"), 1) ||
+        !all(pw.op.AttrInts("pads"), 0))
+      continue;
+    ConvPlan* plan = plans[dw.op.conv];
+    plan->pointwise.weights = &w.group(0);
+    plan->pointwise.epilogue = EpilogueOf(pw.op);
+    plan->pointwise.epilogue.bias = pw.op.conv->bias.empty() ? nullptr : pw.op.conv->bias.data();
+    plan->pointwise.c_in = wt.shape()[1];
+    dw.inputs[0] = pw.inputs[0];
+    dead[i] = true;
+    ++fused;
+  }
+  EraseMarked(g, dead);
+  if (fused) g.pass_log.push_back("1x1 Conv -> depthwise Conv fused: " + std::to_string(fused));
 }
 
 void ReleasePackedOriginals(GraphBody& g) {

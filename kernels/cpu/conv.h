@@ -62,6 +62,22 @@ class ConvWeights {
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
               const float* residual, const GemmEpilogue& act, float* y);
 
+// A 1x1 convolution (stride 1, no padding, one group, fp32 weights) whose output only a depthwise
+// convolution reads (MobileNet's expansion: 6x the channels at the largest sizes), run with it as
+// one: per image and band of the depthwise's output rows, the 1x1's output rows the band needs
+// into a buffer of this thread's (the rows the next band shares moved to its front, not computed
+// again), the depthwise rows read from there. The expanded image is never written to memory.
+struct PointwiseStage {
+  const PackedMatrixB* weights = nullptr;  // c_in x c_out (the depthwise's channels)
+  GemmEpilogue epilogue;                   // its bias and activation
+  int64_t c_in = 0;
+};
+// 'g': the depthwise's geometry (c_in = c_out = groups: the 1x1's outputs); x: [n, h, w,
+// pointwise.c_in]; taps as ConvWeights::depthwise_taps; bias, residual, act: the depthwise's.
+void PointwiseDepthwiseNhwc(const Conv2dGeometry& g, const float* x,
+                            const PointwiseStage& pointwise, const float* taps, const float* bias,
+                            const float* residual, const GemmEpilogue& act, float* y);
+
 // Pooling windows: max, or average over the window (count_include_pad: padded positions count,
 // up to the explicit padding; otherwise only positions inside the image).
 void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y);

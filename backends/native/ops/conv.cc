@@ -220,6 +220,19 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   RETURN_IF_ERROR(RequireFloat(node, x));
   RETURN_IF_ERROR(RequireFloat(node, w));
   ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
+  // A 1x1 convolution fused in front (PointwiseStage): x is its input, the depthwise's input its
+  // output's channels.
+  const kernels::PointwiseStage* pointwise =
+      node.conv != nullptr && node.conv->pointwise.weights != nullptr ? &node.conv->pointwise
+                                                                      : nullptr;
+  if (pointwise != nullptr) {
+    if (s.c != pointwise->c_in)
+      return node.Error("input of " + std::to_string(s.c) +
+                        " channels; the fused 1x1 convolution "
+                        "before it takes " +
+                        std::to_string(pointwise->c_in));
+    s.c = pointwise->weights->n();
+  }
   const size_t rank = x.shape().size();
   if (w.shape().size() != rank)
     return node.Error("weights of shape " + ShapeString(w.shape()) + " do not fit an input of " +
@@ -295,8 +308,13 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
                         out[0].raw() == residual->raw() && out[0].type() == DataType::kFp32 &&
                         out[0].shape() == nhwc_shape;
   Tensor y = in_place ? out[0] : Tensor::Uninitialized(DataType::kFp32, nhwc_shape);
-  kernels::ConvNhwc(g, xl.data<float>(), plan->weights, b, residual ? rl.data<float>() : nullptr,
-                    EpilogueOf(node), y.mutable_data<float>());
+  if (pointwise != nullptr)
+    kernels::PointwiseDepthwiseNhwc(g, xl.data<float>(), *pointwise, plan->weights.depthwise_taps(),
+                                    b, residual ? rl.data<float>() : nullptr, EpilogueOf(node),
+                                    y.mutable_data<float>());
+  else
+    kernels::ConvNhwc(g, xl.data<float>(), plan->weights, b, residual ? rl.data<float>() : nullptr,
+                      EpilogueOf(node), y.mutable_data<float>());
   if (node.nhwc)
     out[0] = std::move(y);
   else

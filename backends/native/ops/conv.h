@@ -19,6 +19,9 @@ struct ConvPlan {
       : weights(w, c_out, c_in_per_group, kh, kw, groups, int8, winograd) {}
   kernels::ConvWeights weights;
   std::vector<float> bias;  // c_out values, or empty
+  // A depthwise convolution's: the 1x1 convolution fused in front of it by the graph's passes
+  // (FusePointwiseDepthwise; weights null where none), whose input the node then reads.
+  kernels::PointwiseStage pointwise;
 };
 
 // The spatial dims of an input of rank 3 (1-D) or 4 (2-D) in the node's layout, as

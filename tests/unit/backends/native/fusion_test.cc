@@ -557,6 +557,57 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     }
 }
 
+// 1x1 Conv -> Relu -> depthwise Conv (stride 2) -> Relu -> 1x1 Conv: with the channels-last layout
+// the first two become one node (their expanded image never written), with the same answers as
+// without; a 1x1 whose output is also a graph output stays apart.
+TEST(LayoutTest, APointwiseConvolutionFusesIntoTheDepthwiseOneAfterIt) {
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(11);
+    std::vector<float> w0(24 * 8), b0(24), w1(24 * 9), b1(24), w2(8 * 24), w3(24 * 8), w4(24 * 9);
+    FillUniform(rng, -1, 1, {&w0, &b0, &w1, &b1, &w2, &w3, &w4});
+    AddFloatTensor(g, "w0", {24, 8, 1, 1}, w0);
+    AddFloatTensor(g, "b0", {24}, b0);
+    AddFloatTensor(g, "w1", {24, 1, 3, 3}, w1);
+    AddFloatTensor(g, "b1", {24}, b1);
+    AddFloatTensor(g, "w2", {8, 24, 1, 1}, w2);
+    AddFloatTensor(g, "w3", {24, 8, 1, 1}, w3);
+    AddFloatTensor(g, "w4", {24, 1, 3, 3}, w4);
+    AddValueInfo(g->mutable_input(), "x", {2, 8, 13, 11});
+    AddValueInfo(g->mutable_output(), "y", {});
+    AddValueInfo(g->mutable_output(), "e", {});  // the second 1x1's output: read twice
+    AddValueInfo(g->mutable_output(), "z", {});
+    AddNode(g, "Conv", {"x", "w0", "b0"}, "a");
+    AddNode(g, "Relu", {"a"}, "ar");
+    auto* dw = AddNode(g, "Conv", {"ar", "w1", "b1"}, "d");
+    SetInt(dw, "group", 24), SetInts(dw, "strides", {2, 2}), SetInts(dw, "pads", {1, 1, 1, 1});
+    AddNode(g, "Relu", {"d"}, "dr");
+    AddNode(g, "Conv", {"dr", "w2"}, "y");
+    AddNode(g, "Conv", {"y", "w3"}, "e");
+    auto* dw2 = AddNode(g, "Conv", {"e", "w4"}, "z");
+    SetInt(dw2, "group", 24), SetInts(dw2, "pads", {1, 1, 1, 1});
+    return m;
+  };
+  const Tensor x = UniformTensor({2, 8, 13, 11}, 12, -2, 2);
+  std::vector<Tensor> got[2];
+  std::vector<std::string> logs[2];
+  ASSERT_NO_FATAL_FAILURE(RunBothLayouts(model, x, {"y", "e", "z"}, got, logs));
+  auto fused = [](const std::vector<std::string>& log) {
+    for (const std::string& line : log)
+      if (line.rfind("1x1 Conv -> depthwise Conv fused:", 0) == 0) return line;
+    return std::string();
+  };
+  EXPECT_EQ(fused(logs[0]), "");
+  EXPECT_EQ(fused(logs[1]), "1x1 Conv -> depthwise Conv fused: 1");
+  for (size_t o = 0; o < 3; ++o) {
+    ASSERT_EQ(got[0][o].shape(), got[1][o].shape()) << o;
+    for (int64_t i = 0; i < got[0][o].elements(); ++i)
+      ASSERT_NEAR(got[1][o].data<float>()[i], got[0][o].data<float>()[i], 1e-4) << o << " " << i;
+  }
+  EXPECT_EQ(got[0][0].shape(), (std::vector<int64_t>{2, 8, 7, 6}));
+}
+
 // Inside a RecycleScope (Graph::Run holds one) a buffer of 16 KiB or more freed goes to the next
 // request it holds, the one freed last first (its lines the likeliest to be in cache), also for a
 // smaller tensor, but not for one more than 4x smaller than it.
