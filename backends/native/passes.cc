@@ -40,7 +40,7 @@ void MergeSiblingMatMuls(GraphBody& g);
 void RemoveDeadNodes(GraphBody& g);
 void ChooseChannelsLast(GraphBody& g);
 void PackWeights(GraphBody& g, const GraphOptions& options);
-void FusePointwiseDepthwise(GraphBody& g);
+void FuseDepthwiseBlocks(GraphBody& g);
 void ReleasePackedOriginals(GraphBody& g);
 void PlanLifetimes(GraphBody& g);
 
@@ -71,7 +71,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   if (options.pack_weights) {
     if (options.channels_last) ChooseChannelsLast(g);  // NHWC between convolutions
     PackWeights(g, options);                           // GEMM panels, int8 rows, convolution plans
-    FusePointwiseDepthwise(g);  // 1x1 Conv -> depthwise Conv: one node, no expanded image
+    FuseDepthwiseBlocks(g);  // 1x1 Conv -> depthwise Conv -> 1x1 Conv: one node
     ReleasePackedOriginals(g);
   }
   PlanLifetimes(g);  // when each value is freed; unread constants dropped
@@ -1075,52 +1075,96 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
 }
 
 // A 1x1 convolution (stride 1, no padding, one group, fp32 weights and a constant bias or none,
-// channels-last, no residual) whose output only a depthwise convolution (channels-last, 2-D)
-// reads: the depthwise's plan takes it as its PointwiseStage and its input, and the 1x1's node
-// goes (kernels::PointwiseDepthwiseNhwc; MobileNetV2's 17 expansions but the first).
-void FusePointwiseDepthwise(GraphBody& g) {
+// channels-last) whose output only a depthwise convolution (channels-last, 2-D) reads, and one
+// that alone reads a depthwise convolution's output (without a residual of its own): the
+// depthwise's plan takes them as its expand and project stages (kernels::DepthwiseBlockNhwc);
+// the node reads the first's input and, moved to the second's place (its residual may be computed
+// after the depthwise), writes the second's output with its residual and activation. MobileNetV2:
+// 16 expansions (all but the first block's, which has none) and 17 projections.
+void FuseDepthwiseBlocks(GraphBody& g) {
   std::map<const ConvPlan*, ConvPlan*> plans;
   for (auto& plan : g.conv_plans) plans[plan.get()] = plan.get();
-  const std::vector<int> readers = g.Readers();
-  std::map<int, size_t> producer;  // value id -> the node writing it
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (int id : g.nodes[i].outputs)
-      if (id >= 0) producer[id] = i;
   auto all = [](const std::vector<int64_t>& v, int64_t e) {
     return std::all_of(v.begin(), v.end(), [e](int64_t x) { return x == e; });
   };
-  std::vector<bool> dead(g.nodes.size(), false);
-  int fused = 0;
-  for (Node& dw : g.nodes) {
-    if (dw.op.op_type() != "Conv" || dw.op.conv == nullptr || !dw.op.conv->weights.depthwise() ||
-        !dw.op.nhwc || dw.inputs.empty() || dw.inputs[0] < 0 || !producer.count(dw.inputs[0]) ||
-        readers[dw.inputs[0]] != 1 || !g.IsConstant(dw.inputs[1]) ||
-        g.constants[dw.inputs[1]].shape().size() != 4)
-      continue;
-    const size_t i = producer[dw.inputs[0]];
-    const Node& pw = g.nodes[i];
-    if (pw.op.op_type() != "Conv" || pw.op.conv == nullptr || !pw.op.nhwc || pw.op.residual ||
-        pw.outputs.size() != 1 || dead[i])
-      continue;
-    const kernels::ConvWeights& w = pw.op.conv->weights;
-    const Tensor& wt = g.constants[pw.inputs[1]];
-    const bool bias_ok = pw.inputs.size() < 3 || pw.inputs[2] < 0 || !pw.op.conv->bias.empty();
+  // The 1x1's stage, where node 'n' is one the block takes.
+  auto stage_of = [&](const Node& n, kernels::PointwiseStage* stage) {
+    if (n.op.op_type() != "Conv" || n.op.conv == nullptr || !n.op.nhwc || n.outputs.size() != 1 ||
+        n.inputs.size() < 2)
+      return false;
+    const kernels::ConvWeights& w = n.op.conv->weights;
+    const Tensor& wt = g.constants[n.inputs[1]];
+    const bool bias_ok = n.inputs.size() < 3 || n.inputs[2] < 0 || !n.op.conv->bias.empty();
     if (w.int8() || w.depthwise() || w.small_groups() || w.winograd() != nullptr || !bias_ok ||
         wt.shape().size() != 4 || wt.shape()[2] != 1 || wt.shape()[3] != 1 ||
-        pw.op.AttrInt("group", 1) != 1 || !all(pw.op.AttrInts("strides"), 1) ||
-        !all(pw.op.AttrInts("pads"), 0))
-      continue;
-    ConvPlan* plan = plans[dw.op.conv];
-    plan->pointwise.weights = &w.group(0);
-    plan->pointwise.epilogue = EpilogueOf(pw.op);
-    plan->pointwise.epilogue.bias = pw.op.conv->bias.empty() ? nullptr : pw.op.conv->bias.data();
-    plan->pointwise.c_in = wt.shape()[1];
-    dw.inputs[0] = pw.inputs[0];
-    dead[i] = true;
-    ++fused;
+        n.op.AttrInt("group", 1) != 1 || !all(n.op.AttrInts("strides"), 1) ||
+        !all(n.op.AttrInts("pads"), 0))
+      return false;
+    stage->weights = &w.group(0);
+    stage->epilogue = EpilogueOf(n.op);
+    stage->epilogue.bias = n.op.conv->bias.empty() ? nullptr : n.op.conv->bias.data();
+    stage->c_in = wt.shape()[1];
+    return true;
+  };
+  auto depthwise = [&](const Node& n) {
+    return n.op.op_type() == "Conv" && n.op.conv != nullptr && n.op.conv->weights.depthwise() &&
+           n.op.nhwc && !n.inputs.empty() && n.inputs[0] >= 0 && n.inputs.size() >= 2 &&
+           g.IsConstant(n.inputs[1]) && g.constants[n.inputs[1]].shape().size() == 4;
+  };
+  int expanded = 0, projected = 0;
+  for (bool project : {false, true}) {
+    const std::vector<int> readers = g.Readers();
+    std::map<int, size_t> producer, reader;  // value id -> the node writing it / reading it
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int id : g.nodes[i].outputs)
+        if (id >= 0) producer[id] = i;
+      for (int id : g.nodes[i].inputs)
+        if (id >= 0) reader[id] = i;
+    }
+    std::vector<bool> dead(g.nodes.size(), false);
+    for (size_t d = 0; d < g.nodes.size(); ++d) {
+      Node& dw = g.nodes[d];
+      if (dead[d] || !depthwise(dw)) continue;
+      ConvPlan* plan = plans[dw.op.conv];
+      if ((project ? plan->project : plan->expand).weights != nullptr) continue;  // (moved here)
+      kernels::PointwiseStage stage;
+      if (!project) {  // the 1x1 before it
+        const int in = dw.inputs[0];
+        if (readers[in] != 1 || !producer.count(in) || !stage_of(g.nodes[producer[in]], &stage) ||
+            g.nodes[producer[in]].op.residual)
+          continue;
+        plan->expand = stage;
+        dw.inputs[0] = g.nodes[producer[in]].inputs[0];
+        dead[producer[in]] = true;
+        ++expanded;
+        continue;
+      }
+      // The 1x1 after it: its bias into the stage, its residual and activation to the node.
+      const int out = dw.outputs.size() == 1 ? dw.outputs[0] : -1;
+      if (out < 0 || dw.op.residual || readers[out] != 1 || !reader.count(out)) continue;
+      const size_t r = reader[out];
+      Node& pw = g.nodes[r];
+      if (pw.inputs[0] != out || !stage_of(pw, &stage)) continue;
+      stage.epilogue.activation = kernels::GemmEpilogue::kNone;  // (the node's, at run time)
+      plan->project = stage;
+      plan->depthwise_act = EpilogueOf(dw.op);
+      dw.op.activation = pw.op.activation;
+      dw.op.activation_a = pw.op.activation_a, dw.op.activation_b = pw.op.activation_b;
+      dw.op.residual = pw.op.residual;
+      if (pw.op.residual) {
+        dw.inputs.resize(4, -1);
+        dw.inputs[3] = pw.inputs[3];
+      }
+      dw.outputs = pw.outputs;
+      g.nodes[r] = std::move(dw);
+      dead[d] = true;
+      ++projected;
+    }
+    EraseMarked(g, dead);
   }
-  EraseMarked(g, dead);
-  if (fused) g.pass_log.push_back("1x1 Conv -> depthwise Conv fused: " + std::to_string(fused));
+  if (expanded || projected)
+    g.pass_log.push_back("depthwise Conv blocks fused: " + std::to_string(expanded) +
+                         " 1x1 before, " + std::to_string(projected) + " 1x1 after");
 }
 
 void ReleasePackedOriginals(GraphBody& g) {

@@ -254,12 +254,20 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
 
 }  // namespace
 
-void PointwiseDepthwiseNhwc(const Conv2dGeometry& g, const float* x, const PointwiseStage& pw,
-                            const float* taps, const float* bias, const float* residual,
-                            const GemmEpilogue& act, float* y) {
+void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const PointwiseStage& expand,
+                        const float* taps, const float* bias, const GemmEpilogue& act,
+                        const PointwiseStage& project, const float* residual, float* y) {
   const DepthwiseRowFn row = DepthwiseRow();
   const int64_t c = g.c_out, span = (g.kh - 1) * g.dilation_h + 1;  // input rows of a window
   const int64_t row_floats = g.w * c;
+  const int64_t c2 = project.weights != nullptr ? project.weights->n() : c;  // y's channels
+  // Rows of a 1x1's input or output, read in place (lda floats apart) as a GEMM's A.
+  auto rows_of = [](const float* a, int64_t lda) {
+    return [a, lda](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
+      *ld = lda;
+      return a + i0 * lda + pc;
+    };
+  };
   // Bands of output rows whose input rows fit in about 256 KB (L2), one row at least.
   const int64_t band = std::max<int64_t>(
       1, ((int64_t{64} << 10) / std::max<int64_t>(row_floats, 1) - span) / g.stride_h + 1);
@@ -267,42 +275,53 @@ void PointwiseDepthwiseNhwc(const Conv2dGeometry& g, const float* x, const Point
   // the rows it shares with the chunk before again).
   const int threads = ParallelThreads();
   const int64_t chunks = std::min(g.oh, std::max<int64_t>(1, (threads + g.n - 1) / g.n));
-  ParallelForWork(g.n * chunks, g.n * g.oh * g.ow * c * (g.kh * g.kw + pw.c_in), [&](int64_t item) {
+  const int64_t work = g.n * g.oh * g.ow * c * (g.kh * g.kw + expand.c_in + project.c_in);
+  ParallelForWork(g.n * chunks, work, [&](int64_t item) {
     const int64_t b = item / chunks, chunk = item % chunks;
     const int64_t oy_end = g.oh * (chunk + 1) / chunks;
-    thread_local std::vector<float> held;
-    held.resize(static_cast<size_t>(((band - 1) * g.stride_h + span) * row_floats));
-    float* const buf = held.data();
-    int64_t lo = 0, hi = 0;  // the input rows buf holds, from its start
+    thread_local std::vector<float> held, mid;
+    if (expand.weights != nullptr)
+      held.resize(static_cast<size_t>(((band - 1) * g.stride_h + span) * row_floats));
+    if (project.weights != nullptr) mid.resize(static_cast<size_t>(band * g.ow * c));
+    int64_t lo = 0, hi = 0;  // the input rows 'held' holds, from its start
     for (int64_t oy0 = g.oh * chunk / chunks; oy0 < oy_end; oy0 += band) {
       const int64_t oy1 = std::min(oy_end, oy0 + band);
       const int64_t need_lo = std::clamp<int64_t>(oy0 * g.stride_h - g.pad_top, 0, g.h);
       const int64_t need_hi =
           std::clamp<int64_t>((oy1 - 1) * g.stride_h - g.pad_top + span, need_lo, g.h);
-      int64_t from = need_lo;               // the first row to compute
-      if (need_lo >= lo && need_lo < hi) {  // rows the last band computed: to the front
-        from = std::min(hi, need_hi);
-        std::memmove(buf, buf + (need_lo - lo) * row_floats,
-                     static_cast<size_t>((from - need_lo) * row_floats) * sizeof(float));
+      const float* in = x + (b * g.h + need_lo) * row_floats;  // the depthwise's input rows
+      if (expand.weights != nullptr) {
+        float* const buf = held.data();
+        int64_t from = need_lo;               // the first row to compute
+        if (need_lo >= lo && need_lo < hi) {  // rows the last band computed: to the front
+          from = std::min(hi, need_hi);
+          std::memmove(buf, buf + (need_lo - lo) * row_floats,
+                       static_cast<size_t>((from - need_lo) * row_floats) * sizeof(float));
+        }
+        if (from < need_hi)
+          SgemmPackedFused((need_hi - from) * g.w,
+                           rows_of(x + (b * g.h + from) * g.w * expand.c_in, expand.c_in),
+                           *expand.weights, buf + (from - need_lo) * row_floats, c,
+                           expand.epilogue);
+        lo = need_lo, hi = need_hi;
+        in = buf;
       }
-      if (from < need_hi) {
-        const float* xr = x + (b * g.h + from) * g.w * pw.c_in;
-        const int64_t ld = pw.c_in;
-        SgemmPackedFused((need_hi - from) * g.w,
-                         [xr, ld](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* lda) {
-                           *lda = ld;
-                           return xr + i0 * ld + pc;
-                         },
-                         *pw.weights, buf + (from - need_lo) * row_floats, c, pw.epilogue);
-      }
-      lo = need_lo, hi = need_hi;
-      // The band as an image of its own: rows lo .. hi, output rows oy0 .. oy1.
+      // The band as an image of its own: rows need_lo .. need_hi, output rows oy0 .. oy1.
       Conv2dGeometry bg = g;
-      bg.n = 1, bg.h = hi - lo, bg.oh = oy1 - oy0, bg.pad_top = g.pad_top + lo - oy0 * g.stride_h;
-      const int64_t first = (b * g.oh + oy0) * g.ow * c;
-      for (int64_t r = 0; r < bg.oh; ++r)
-        row(bg, buf, taps, bias, residual != nullptr ? residual + first : nullptr, act, y + first,
-            0, r);
+      bg.n = 1, bg.h = need_hi - need_lo, bg.oh = oy1 - oy0;
+      bg.pad_top = g.pad_top + need_lo - oy0 * g.stride_h;
+      const int64_t first = (b * g.oh + oy0) * g.ow;  // the band's first output pixel
+      if (project.weights == nullptr) {
+        for (int64_t r = 0; r < bg.oh; ++r)
+          row(bg, in, taps, bias, residual != nullptr ? residual + first * c : nullptr, act,
+              y + first * c, 0, r);
+        continue;
+      }
+      for (int64_t r = 0; r < bg.oh; ++r) row(bg, in, taps, bias, nullptr, act, mid.data(), 0, r);
+      GemmEpilogue ep = project.epilogue;
+      ep.residual = residual != nullptr ? residual + first * c2 : nullptr, ep.ld_residual = c2;
+      SgemmPackedFused(bg.oh * g.ow, rows_of(mid.data(), c), *project.weights, y + first * c2, c2,
+                       ep);
     }
   });
 }

@@ -62,21 +62,26 @@ class ConvWeights {
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
               const float* residual, const GemmEpilogue& act, float* y);
 
-// A 1x1 convolution (stride 1, no padding, one group, fp32 weights) whose output only a depthwise
-// convolution reads (MobileNet's expansion: 6x the channels at the largest sizes), run with it as
-// one: per image and band of the depthwise's output rows, the 1x1's output rows the band needs
-// into a buffer of this thread's (the rows the next band shares moved to its front, not computed
-// again), the depthwise rows read from there. The expanded image is never written to memory.
+// A depthwise convolution with the 1x1 convolutions (stride 1, no padding, one group, fp32
+// weights) around it that alone feed it and alone read it, run as one (MobileNet's inverted
+// residual block: 1x1 to 6x the channels, depthwise 3x3, 1x1 back): per image and band of the
+// depthwise's output rows, the first 1x1's output rows the band needs into a buffer of this
+// thread's (the rows the next band shares moved to its front, not computed again), the depthwise
+// rows from there into a second one, and the second 1x1 from that into y. The wide images between
+// them are never written to memory.
 struct PointwiseStage {
-  const PackedMatrixB* weights = nullptr;  // c_in x c_out (the depthwise's channels)
-  GemmEpilogue epilogue;                   // its bias and activation
+  const PackedMatrixB* weights = nullptr;  // c_in x c_out; null: no such stage
+  GemmEpilogue epilogue;                   // its bias and activation (residual: per call)
   int64_t c_in = 0;
 };
-// 'g': the depthwise's geometry (c_in = c_out = groups: the 1x1's outputs); x: [n, h, w,
-// pointwise.c_in]; taps as ConvWeights::depthwise_taps; bias, residual, act: the depthwise's.
-void PointwiseDepthwiseNhwc(const Conv2dGeometry& g, const float* x,
-                            const PointwiseStage& pointwise, const float* taps, const float* bias,
-                            const float* residual, const GemmEpilogue& act, float* y);
+// 'g': the depthwise's geometry (c_in = c_out = groups); 'expand' (or none): the 1x1 before it, x
+// then [n, h, w, expand.c_in], else x is the depthwise's input; taps (ConvWeights::depthwise_taps),
+// bias and act: the depthwise's; 'project' (or none): the 1x1 after it, y then [n, oh, ow,
+// project.weights->n()]. 'residual' (or null) is added to the block's output (the projection's,
+// else the depthwise's) before its activation.
+void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const PointwiseStage& expand,
+                        const float* taps, const float* bias, const GemmEpilogue& act,
+                        const PointwiseStage& project, const float* residual, float* y);
 
 // Pooling windows: max, or average over the window (count_include_pad: padded positions count,
 // up to the explicit padding; otherwise only positions inside the image).

@@ -220,18 +220,18 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   RETURN_IF_ERROR(RequireFloat(node, x));
   RETURN_IF_ERROR(RequireFloat(node, w));
   ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
-  // A 1x1 convolution fused in front (PointwiseStage): x is its input, the depthwise's input its
-  // output's channels.
-  const kernels::PointwiseStage* pointwise =
-      node.conv != nullptr && node.conv->pointwise.weights != nullptr ? &node.conv->pointwise
-                                                                      : nullptr;
-  if (pointwise != nullptr) {
-    if (s.c != pointwise->c_in)
+  // 1x1 convolutions fused around a depthwise one (ConvPlan::expand, project): x is the first's
+  // input, the output the second's.
+  const ConvPlan* block = node.conv != nullptr && (node.conv->expand.weights != nullptr ||
+                                                   node.conv->project.weights != nullptr)
+                              ? node.conv
+                              : nullptr;
+  if (block != nullptr && block->expand.weights != nullptr) {
+    if (s.c != block->expand.c_in)
       return node.Error("input of " + std::to_string(s.c) +
-                        " channels; the fused 1x1 convolution "
-                        "before it takes " +
-                        std::to_string(pointwise->c_in));
-    s.c = pointwise->weights->n();
+                        " channels; the fused 1x1 convolution before it takes " +
+                        std::to_string(block->expand.c_in));
+    s.c = block->expand.weights->n();
   }
   const size_t rank = x.shape().size();
   if (w.shape().size() != rank)
@@ -270,7 +270,10 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   }
   const float* b = !plan->bias.empty() ? plan->bias.data() : bias ? bias->data<float>() : nullptr;
 
-  const std::vector<int64_t> y_shape = LayoutShape(node, rank, g.n, c_out, g.oh, g.ow);
+  // The output's channels: the projection's where one is fused.
+  const int64_t y_c =
+      block != nullptr && block->project.weights != nullptr ? block->project.weights->n() : c_out;
+  const std::vector<int64_t> y_shape = LayoutShape(node, rank, g.n, y_c, g.oh, g.ow);
   if (residual != nullptr && residual->shape() != y_shape) {
     // The fused Add broadcasts here (a residual of another shape): convolve, add, activate.
     OpNode plain = node;
@@ -303,18 +306,26 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   Tensor rl;
   if (residual != nullptr) rl = node.nhwc ? *residual : ToChannelsLast(*residual);
   // The residual's own storage where the graph lent it (Graph::Run): written in place.
-  const std::vector<int64_t> nhwc_shape = {g.n, g.oh, g.ow, c_out};
+  const std::vector<int64_t> nhwc_shape = {g.n, g.oh, g.ow, y_c};
   const bool in_place = residual != nullptr && node.nhwc && out[0].valid() &&
                         out[0].raw() == residual->raw() && out[0].type() == DataType::kFp32 &&
                         out[0].shape() == nhwc_shape;
   Tensor y = in_place ? out[0] : Tensor::Uninitialized(DataType::kFp32, nhwc_shape);
-  if (pointwise != nullptr)
-    kernels::PointwiseDepthwiseNhwc(g, xl.data<float>(), *pointwise, plan->weights.depthwise_taps(),
-                                    b, residual ? rl.data<float>() : nullptr, EpilogueOf(node),
-                                    y.mutable_data<float>());
-  else
+  if (block != nullptr) {
+    const bool projected = block->project.weights != nullptr;
+    kernels::PointwiseStage project = block->project;
+    if (projected) {  // the node's activation is the projection's
+      const kernels::GemmEpilogue last = EpilogueOf(node);
+      project.epilogue.activation = last.activation;
+      project.epilogue.lo = last.lo, project.epilogue.hi = last.hi;
+    }
+    kernels::DepthwiseBlockNhwc(g, xl.data<float>(), block->expand, plan->weights.depthwise_taps(),
+                                b, projected ? block->depthwise_act : EpilogueOf(node), project,
+                                residual ? rl.data<float>() : nullptr, y.mutable_data<float>());
+  } else {
     kernels::ConvNhwc(g, xl.data<float>(), plan->weights, b, residual ? rl.data<float>() : nullptr,
                       EpilogueOf(node), y.mutable_data<float>());
+  }
   if (node.nhwc)
     out[0] = std::move(y);
   else

@@ -19,9 +19,13 @@ struct ConvPlan {
       : weights(w, c_out, c_in_per_group, kh, kw, groups, int8, winograd) {}
   kernels::ConvWeights weights;
   std::vector<float> bias;  // c_out values, or empty
-  // A depthwise convolution's: the 1x1 convolution fused in front of it by the graph's passes
-  // (FusePointwiseDepthwise; weights null where none), whose input the node then reads.
-  kernels::PointwiseStage pointwise;
+  // A depthwise convolution's: the 1x1 convolutions fused around it by the graph's passes
+  // (FuseDepthwiseBlocks; weights null where none). With 'expand' the node reads its input; with
+  // 'project' the node writes its output, and the node's residual and activation are the
+  // projection's (its bias in project.epilogue), the depthwise's own activation in
+  // 'depthwise_act'.
+  kernels::PointwiseStage expand, project;
+  kernels::GemmEpilogue depthwise_act;
 };
 
 // The spatial dims of an input of rank 3 (1-D) or 4 (2-D) in the node's layout, as

@@ -557,10 +557,11 @@ TEST(LayoutTest, ResizeRunsChannelsLastBetweenConvolutionsWithTheSameAnswers) {
     }
 }
 
-// 1x1 Conv -> Relu -> depthwise Conv (stride 2) -> Relu -> 1x1 Conv: with the channels-last layout
-// the first two become one node (their expanded image never written), with the same answers as
-// without; a 1x1 whose output is also a graph output stays apart.
-TEST(LayoutTest, APointwiseConvolutionFusesIntoTheDepthwiseOneAfterIt) {
+// 1x1 Conv -> Relu -> depthwise Conv -> Relu -> 1x1 Conv + x (MobileNet's inverted residual block):
+// with the channels-last layout the three become one node (the wide images between them never
+// written), with the same answers as without; a 1x1 whose output is also a graph output stays
+// apart from the depthwise after it.
+TEST(LayoutTest, AnInvertedResidualBlockBecomesOneNode) {
   auto model = [] {
     auto m = NewModel(13);
     auto* g = m->mutable_graph();
@@ -581,9 +582,10 @@ TEST(LayoutTest, APointwiseConvolutionFusesIntoTheDepthwiseOneAfterIt) {
     AddNode(g, "Conv", {"x", "w0", "b0"}, "a");
     AddNode(g, "Relu", {"a"}, "ar");
     auto* dw = AddNode(g, "Conv", {"ar", "w1", "b1"}, "d");
-    SetInt(dw, "group", 24), SetInts(dw, "strides", {2, 2}), SetInts(dw, "pads", {1, 1, 1, 1});
+    SetInt(dw, "group", 24), SetInts(dw, "pads", {1, 1, 1, 1});
     AddNode(g, "Relu", {"d"}, "dr");
-    AddNode(g, "Conv", {"dr", "w2"}, "y");
+    AddNode(g, "Conv", {"dr", "w2"}, "p");
+    AddNode(g, "Add", {"p", "x"}, "y");
     AddNode(g, "Conv", {"y", "w3"}, "e");
     auto* dw2 = AddNode(g, "Conv", {"e", "w4"}, "z");
     SetInt(dw2, "group", 24), SetInts(dw2, "pads", {1, 1, 1, 1});
@@ -595,17 +597,17 @@ TEST(LayoutTest, APointwiseConvolutionFusesIntoTheDepthwiseOneAfterIt) {
   ASSERT_NO_FATAL_FAILURE(RunBothLayouts(model, x, {"y", "e", "z"}, got, logs));
   auto fused = [](const std::vector<std::string>& log) {
     for (const std::string& line : log)
-      if (line.rfind("1x1 Conv -> depthwise Conv fused:", 0) == 0) return line;
+      if (line.rfind("depthwise Conv blocks fused:", 0) == 0) return line;
     return std::string();
   };
   EXPECT_EQ(fused(logs[0]), "");
-  EXPECT_EQ(fused(logs[1]), "1x1 Conv -> depthwise Conv fused: 1");
+  EXPECT_EQ(fused(logs[1]), "depthwise Conv blocks fused: 1 1x1 before, 1 1x1 after");
   for (size_t o = 0; o < 3; ++o) {
     ASSERT_EQ(got[0][o].shape(), got[1][o].shape()) << o;
     for (int64_t i = 0; i < got[0][o].elements(); ++i)
       ASSERT_NEAR(got[1][o].data<float>()[i], got[0][o].data<float>()[i], 1e-4) << o << " " << i;
   }
-  EXPECT_EQ(got[0][0].shape(), (std::vector<int64_t>{2, 8, 7, 6}));
+  EXPECT_EQ(got[0][0].shape(), (std::vector<int64_t>{2, 8, 13, 11}));
 }
 
 // Inside a RecycleScope (Graph::Run holds one) a buffer of 16 KiB or more freed goes to the next

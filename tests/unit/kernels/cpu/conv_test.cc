@@ -271,58 +271,80 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Which convolutions take the small-groups kernel: groups of at most 8 inputs and 16 outputs, no
 // more inputs than outputs a group, fp32, AVX-512.
-// A 1x1 convolution and the depthwise one after it as one (PointwiseDepthwiseNhwc) against the two
-// direct loops in turn: strides 1 and 2, 3x3, 5x5 and a dilated 3x3, padded and not, odd sizes,
-// rows wide enough that a band is one output row (its input rows moved to the front each step) and
-// narrow enough for many, one and several images; alone and with teams of 3 and 10 (each image's
-// rows in chunks, a chunk's first band computing its shared rows again).
-TEST(PointwiseDepthwise, MatchesTheTwoConvolutionsInTurn) {
+// A depthwise convolution with a 1x1 before it, after it or both as one (DepthwiseBlockNhwc)
+// against the direct loops in turn: strides 1 and 2, 3x3, 5x5 and a dilated 3x3, padded and not,
+// odd sizes, rows wide enough that a band is one output row (its input rows moved to the front each
+// step), bands of two rows and whole images; the residual on the block's output; alone and with
+// teams of 3 and 10 (each image's rows in chunks, a chunk's first band computing its shared rows
+// again).
+TEST(DepthwiseBlock, MatchesItsConvolutionsInTurn) {
   struct Fused {
-    int64_t n, h, w, c_in, c, k, stride, pad, dilation;
+    int64_t n, h, w, c_in, c, k, stride, pad, dilation, c_out;
   };
   const Fused cases[] = {
-      {1, 9, 7, 8, 24, 3, 1, 1, 1},
-      {2, 13, 11, 5, 32, 3, 2, 1, 1},
-      {3, 6, 5, 16, 20, 5, 1, 2, 1},
-      {1, 10, 12, 4, 36, 3, 1, 2, 2},
-      {1, 8, 7, 3, 17, 3, 1, 0, 1},
-      {2, 6, 120, 8, 700, 3, 1, 1, 1},
-      {1, 7, 110, 16, 640, 3, 2, 1, 1},
-      {1, 5, 5, 8, 40, 5, 2, 2, 1},
+      {1, 9, 7, 8, 24, 3, 1, 1, 1, 8},
+      {2, 13, 11, 5, 32, 3, 2, 1, 1, 16},
+      {3, 6, 5, 16, 20, 5, 1, 2, 1, 7},
+      {1, 10, 12, 4, 36, 3, 1, 2, 2, 12},
+      {1, 8, 7, 3, 17, 3, 1, 0, 1, 5},
+      {2, 6, 120, 8, 700, 3, 1, 1, 1, 24},
+      {1, 7, 110, 16, 640, 3, 2, 1, 1, 40},
+      {1, 5, 5, 8, 40, 5, 2, 2, 1, 33},
       // Bands of two output rows: 16,000 and 12,000 floats a row.
-      {1, 9, 40, 8, 400, 3, 1, 1, 1},
-      {2, 11, 30, 8, 400, 3, 2, 1, 1},
+      {1, 9, 40, 8, 400, 3, 1, 1, 1, 16},
+      {2, 11, 30, 8, 400, 3, 2, 1, 1, 24},
   };
   for (const Fused& f : cases) {
     const Case pw{f.n, f.h, f.w, f.c_in, f.c, 1, 1, 0, 1, 1};
     const Case dw{f.n, f.h, f.w, f.c, f.c, f.k, f.stride, f.pad, f.dilation, f.c};
     const Problem p1(pw, static_cast<unsigned>(f.c * 7 + f.k)), p2(dw, static_cast<unsigned>(f.h));
-    GemmEpilogue ep1, ep2;
+    const Case pj{f.n, p2.g.oh, p2.g.ow, f.c, f.c_out, 1, 1, 0, 1, 1};
+    const Problem p3(pj, static_cast<unsigned>(f.c_out));
+    GemmEpilogue ep1, ep2, ep3;
     ep1.activation = GemmEpilogue::kClip, ep1.lo = 0.f, ep1.hi = 0.75f;
     ep2.activation = GemmEpilogue::kRelu;
-    const std::vector<float> zeros(p1.residual.size(), 0.f);
-    const std::vector<float> mid = Reference(pw, p1.g, p1.x, p1.w, p1.bias, zeros, ep1);
-    for (bool with_residual : {false, true}) {
-      const std::vector<float> none(p2.residual.size(), 0.f);
-      const std::vector<float> want =
-          Reference(dw, p2.g, mid, p2.w, p2.bias, with_residual ? p2.residual : none, ep2);
-      const ConvWeights w1(p1.w.data(), f.c, f.c_in, 1, 1, 1),
-          w2(p2.w.data(), f.c, 1, f.k, f.k, f.c);
-      ASSERT_TRUE(w2.depthwise());
-      PointwiseStage stage;
-      stage.weights = &w1.group(0), stage.c_in = f.c_in, stage.epilogue = ep1;
-      stage.epilogue.bias = p1.bias.data();
-      for (int threads : {1, 3, 10}) {
-        std::optional<ThreadTeam> team;
-        if (threads > 1) team.emplace(threads);
-        ParallelScope scope(team ? &*team : nullptr);
-        std::vector<float> got(want.size(), NAN);
-        PointwiseDepthwiseNhwc(p2.g, p1.x.data(), stage, w2.depthwise_taps(), p2.bias.data(),
-                               with_residual ? p2.residual.data() : nullptr, ep2, got.data());
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
-              << "case " << (&f - cases) << " element " << i << " residual " << with_residual
-              << " threads " << threads;
+    ep3.activation = GemmEpilogue::kHardSwish;
+    const ConvWeights w1(p1.w.data(), f.c, f.c_in, 1, 1, 1), w2(p2.w.data(), f.c, 1, f.k, f.k, f.c),
+        w3(p3.w.data(), f.c_out, f.c, 1, 1, 1);
+    ASSERT_TRUE(w2.depthwise());
+    PointwiseStage expand, project;
+    expand.weights = &w1.group(0), expand.c_in = f.c_in, expand.epilogue = ep1;
+    expand.epilogue.bias = p1.bias.data();
+    project.weights = &w3.group(0), project.c_in = f.c, project.epilogue = ep3;
+    project.epilogue.bias = p3.bias.data();
+    const std::vector<float> none1(p1.residual.size(), 0.f), none2(p2.residual.size(), 0.f),
+        none3(p3.residual.size(), 0.f);
+    const std::vector<float> mid = Reference(pw, p1.g, p1.x, p1.w, p1.bias, none1, ep1);
+    // Expand and project, expand only, project only (x the depthwise's input).
+    for (int stages : {3, 1, 2}) {
+      const bool with_expand = stages & 1, with_project = stages & 2;
+      const std::vector<float>& dw_in = with_expand ? mid : p2.x;
+      for (bool with_residual : {false, true}) {
+        std::vector<float> want;
+        if (with_project) {
+          const std::vector<float> d = Reference(dw, p2.g, dw_in, p2.w, p2.bias, none2, ep2);
+          want = Reference(pj, p3.g, d, p3.w, p3.bias, with_residual ? p3.residual : none3, ep3);
+        } else {
+          want =
+              Reference(dw, p2.g, dw_in, p2.w, p2.bias, with_residual ? p2.residual : none2, ep2);
+        }
+        const float* residual = !with_residual ? nullptr
+                                : with_project ? p3.residual.data()
+                                               : p2.residual.data();
+        for (int threads : {1, 3, 10}) {
+          std::optional<ThreadTeam> team;
+          if (threads > 1) team.emplace(threads);
+          ParallelScope scope(team ? &*team : nullptr);
+          std::vector<float> got(want.size(), NAN);
+          DepthwiseBlockNhwc(p2.g, with_expand ? p1.x.data() : p2.x.data(),
+                             with_expand ? expand : PointwiseStage{}, w2.depthwise_taps(),
+                             p2.bias.data(), ep2, with_project ? project : PointwiseStage{},
+                             residual, got.data());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
+                << "case " << (&f - cases) << " stages " << stages << " element " << i
+                << " residual " << with_residual << " threads " << threads;
+        }
       }
     }
   }
