@@ -610,6 +610,47 @@ TEST(LayoutTest, AnInvertedResidualBlockBecomesOneNode) {
   EXPECT_EQ(got[0][0].shape(), (std::vector<int64_t>{2, 8, 13, 11}));
 }
 
+// The block's residual of another shape ([2, 8, 1, 1], a ReduceMean of x): added with broadcasting
+// after the block, then the projection's Relu, as without the fusion.
+TEST(LayoutTest, AnInvertedResidualBlocksBroadcastResidualAddsAsOnnxDoes) {
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(13);
+    std::vector<float> w0(24 * 8), w1(24 * 9), w2(8 * 24);
+    FillUniform(rng, -1, 1, {&w0, &w1, &w2});
+    AddFloatTensor(g, "w0", {24, 8, 1, 1}, w0);
+    AddFloatTensor(g, "w1", {24, 1, 3, 3}, w1);
+    AddFloatTensor(g, "w2", {8, 24, 1, 1}, w2);
+    AddValueInfo(g->mutable_input(), "x", {2, 8, 9, 7});
+    AddValueInfo(g->mutable_output(), "y", {});
+    AddNode(g, "Conv", {"x", "w0"}, "a");
+    auto* dw = AddNode(g, "Conv", {"a", "w1"}, "d");
+    SetInt(dw, "group", 24), SetInts(dw, "pads", {1, 1, 1, 1});
+    AddNode(g, "Conv", {"d", "w2"}, "p");
+    SetInts(AddNode(g, "ReduceMean", {"x"}, "r"), "axes", {2, 3});
+    AddNode(g, "Add", {"p", "r"}, "s");
+    AddNode(g, "Relu", {"s"}, "y");
+    return m;
+  };
+  const Tensor x = UniformTensor({2, 8, 9, 7}, 14, -2, 2);
+  std::vector<Tensor> got[2];
+  std::vector<std::string> logs[2];
+  ASSERT_NO_FATAL_FAILURE(RunBothLayouts(model, x, {"y"}, got, logs));
+  bool fused = false;
+  for (const std::string& line : logs[1])
+    fused |= line == "depthwise Conv blocks fused: 1 1x1 before, 1 1x1 after";
+  EXPECT_TRUE(fused);
+  ASSERT_EQ(got[0][0].shape(), got[1][0].shape());
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < got[0][0].elements(); ++i) {
+    ASSERT_NEAR(got[1][0].data<float>()[i], got[0][0].data<float>()[i], 1e-4) << i;
+    zeros += got[0][0].data<float>()[i] == 0.f;
+  }
+  EXPECT_GT(zeros, 0);  // (the Relu ran after the residual)
+  EXPECT_LT(zeros, got[0][0].elements());
+}
+
 // Inside a RecycleScope (Graph::Run holds one) a buffer of 16 KiB or more freed goes to the next
 // request it holds, the one freed last first (its lines the likeliest to be in cache), also for a
 // smaller tensor, but not for one more than 4x smaller than it.
