@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
@@ -1082,6 +1083,11 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
 // after the depthwise), writes the second's output with its residual and activation. MobileNetV2:
 // 16 expansions (all but the first block's, which has none) and 17 projections.
 void FuseDepthwiseBlocks(GraphBody& g) {
+  static const bool enabled = [] {  // NEREID_CONV_BLOCKS=0: each Conv its own node (comparisons)
+    const char* v = std::getenv("NEREID_CONV_BLOCKS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled) return;
   std::map<const ConvPlan*, ConvPlan*> plans;
   for (auto& plan : g.conv_plans) plans[plan.get()] = plan.get();
   auto all = [](const std::vector<int64_t>& v, int64_t e) {

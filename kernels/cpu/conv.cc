@@ -236,13 +236,13 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
   ParallelForWork(g.groups * blocks, m * g.c_out * depth / 4, [&](int64_t item) {
     const int64_t grp = item / blocks, i0 = item % blocks * kBlock, mc = std::min(kBlock, m - i0);
     const float* xg = x + grp * cig;
-    thread_local std::vector<float> scratch;
+    thread_local Scratch<float> scratch;
     const float* a = xg + i0 * g.c_in;
     int64_t lda = g.c_in;
     if (!direct) {
-      scratch.resize(static_cast<size_t>(mc * depth));
-      GatherWindows(g, xg, i0, mc, 0, depth, scratch.data());
-      a = scratch.data(), lda = depth;
+      float* const windows = scratch.Get(static_cast<size_t>(mc * depth));
+      GatherWindows(g, xg, i0, mc, 0, depth, windows);
+      a = windows, lda = depth;
     }
     GemmEpilogue ep = act;
     ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
@@ -279,10 +279,13 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
   ParallelForWork(g.n * chunks, work, [&](int64_t item) {
     const int64_t b = item / chunks, chunk = item % chunks;
     const int64_t oy_end = g.oh * (chunk + 1) / chunks;
-    thread_local std::vector<float> held, mid;
-    if (expand.weights != nullptr)
-      held.resize(static_cast<size_t>(((band - 1) * g.stride_h + span) * row_floats));
-    if (project.weights != nullptr) mid.resize(static_cast<size_t>(band * g.ow * c));
+    thread_local Scratch<float> held_rows, mid_rows;
+    float* const buf =
+        expand.weights != nullptr
+            ? held_rows.Get(static_cast<size_t>(((band - 1) * g.stride_h + span) * row_floats))
+            : nullptr;
+    float* const mid =
+        project.weights != nullptr ? mid_rows.Get(static_cast<size_t>(band * g.ow * c)) : nullptr;
     int64_t lo = 0, hi = 0;  // the input rows 'held' holds, from its start
     for (int64_t oy0 = g.oh * chunk / chunks; oy0 < oy_end; oy0 += band) {
       const int64_t oy1 = std::min(oy_end, oy0 + band);
@@ -291,7 +294,6 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
           std::clamp<int64_t>((oy1 - 1) * g.stride_h - g.pad_top + span, need_lo, g.h);
       const float* in = x + (b * g.h + need_lo) * row_floats;  // the depthwise's input rows
       if (expand.weights != nullptr) {
-        float* const buf = held.data();
         int64_t from = need_lo;               // the first row to compute
         if (need_lo >= lo && need_lo < hi) {  // rows the last band computed: to the front
           from = std::min(hi, need_hi);
@@ -317,11 +319,10 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
               y + first * c, 0, r);
         continue;
       }
-      for (int64_t r = 0; r < bg.oh; ++r) row(bg, in, taps, bias, nullptr, act, mid.data(), 0, r);
+      for (int64_t r = 0; r < bg.oh; ++r) row(bg, in, taps, bias, nullptr, act, mid, 0, r);
       GemmEpilogue ep = project.epilogue;
       ep.residual = residual != nullptr ? residual + first * c2 : nullptr, ep.ld_residual = c2;
-      SgemmPackedFused(bg.oh * g.ow, rows_of(mid.data(), c), *project.weights, y + first * c2, c2,
-                       ep);
+      SgemmPackedFused(bg.oh * g.ow, rows_of(mid, c), *project.weights, y + first * c2, c2, ep);
     }
   });
 }

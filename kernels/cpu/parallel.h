@@ -6,12 +6,40 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
 namespace nereid::kernels {
+
+// A thread's scratch (held thread_local): storage for at least n values, 64-byte aligned (an
+// AVX-512 load or store never splits a cache line), grown when short and otherwise kept as it is,
+// its values left as they were. (A std::vector's resize() to a smaller size and back zero-fills
+// the difference again: a memset per call where layers of different sizes take turns.)
+template <typename T>
+class Scratch {
+ public:
+  T* Get(size_t n) {
+    if (n > size_) {
+      void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+      if (p == nullptr) throw std::bad_alloc();
+      data_.reset(static_cast<T*>(p));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  size_t size_ = 0;
+};
 
 class ThreadTeam {
  public:

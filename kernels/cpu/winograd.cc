@@ -111,9 +111,8 @@ const float* Zeros(size_t n) {
   return zeros.data();
 }
 float* Sink(size_t n) {
-  thread_local std::vector<float> sink;
-  if (sink.size() < n) sink.resize(n);
-  return sink.data();
+  thread_local Scratch<float> sink;
+  return sink.Get(n);
 }
 
 }  // namespace
@@ -177,10 +176,9 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
   // items a thread at least), each item one thread's whole product of all tiles, instead of 16
   // products each split over the team (16 hand-offs, each with its rows copied first).
   if (threads > 1 && tiles < 12 * 2 * threads) {
-    thread_local std::vector<float> v, m;  // (this thread's: the team's workers get pointers)
-    v.resize(static_cast<size_t>(16 * tiles * ci));
-    m.resize(static_cast<size_t>(16 * tiles * co));
-    float *pv = v.data(), *pm = m.data();
+    thread_local Scratch<float> v, m;  // (this thread's: the team's workers get pointers)
+    float* pv = v.Get(static_cast<size_t>(16 * tiles * ci));
+    float* pm = m.Get(static_cast<size_t>(16 * tiles * co));
     ParallelForWork(tiles, tiles * 16 * ci * 4,
                     [&](int64_t t) { transform_in(t, 0, pv, tiles * ci); });
     const int64_t nr = w.position(0).nr(), panels = (co + nr - 1) / nr;
@@ -202,12 +200,12 @@ void WinogradNhwc(const Conv2dGeometry& g, const float* x, const WinogradWeights
       tiles, std::max((tiles + per_block - 1) / per_block, int64_t{threads > 1 ? 2 * threads : 1}));
   ParallelForWork(blocks, tiles * 16 * ci * co, [&](int64_t block) {
     const int64_t t0 = tiles * block / blocks, t1 = tiles * (block + 1) / blocks, nt = t1 - t0;
-    thread_local std::vector<float> v, m;
-    v.resize(static_cast<size_t>(16 * nt * ci));
-    m.resize(static_cast<size_t>(16 * nt * co));
-    for (int64_t t = t0; t < t1; ++t) transform_in(t, t0, v.data(), nt * ci);
-    for (int p = 0; p < 16; ++p) product(p, v.data(), nt, m.data());
-    for (int64_t t = t0; t < t1; ++t) transform_out(t, t0, m.data(), nt * co);
+    thread_local Scratch<float> v, m;
+    float* pv = v.Get(static_cast<size_t>(16 * nt * ci));
+    float* pm = m.Get(static_cast<size_t>(16 * nt * co));
+    for (int64_t t = t0; t < t1; ++t) transform_in(t, t0, pv, nt * ci);
+    for (int p = 0; p < 16; ++p) product(p, pv, nt, pm);
+    for (int64_t t = t0; t < t1; ++t) transform_out(t, t0, pm, nt * co);
   });
 }
 

@@ -80,9 +80,8 @@ Status Attention(const OpNode& node, const std::vector<const Tensor*>& in,
   const float* pv = v.data<float>();
   float* py = out[0].mutable_data<float>();
   kernels::ParallelForWork(heads, heads * s * t * (d + dv), [&](int64_t h) {
-    thread_local std::vector<float> scratch;
-    if (scratch.size() < static_cast<size_t>(s * t)) scratch.resize(s * t);
-    float* p = scratch.data();
+    thread_local kernels::Scratch<float> scratch;
+    float* p = scratch.Get(static_cast<size_t>(s * t));
     if (!kernels::AttentionHeadProduct(pq + h * s * d, s, d, pk + h * d * t, t, p))
       kernels::Sgemm(false, false, s, t, d, 1.f, pq + h * s * d, d, pk + h * d * t, t, 0.f, p, t);
     // The mask's offset of this head's first score: the batch dims of index h.
