@@ -275,6 +275,26 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
   // the rows it shares with the chunk before again).
   const int threads = ParallelThreads();
   const int64_t chunks = std::min(g.oh, std::max<int64_t>(1, (threads + g.n - 1) / g.n));
+  if (chunks > 1 && g.oh * g.stride_h < chunks * 2 * (span - g.stride_h)) {
+    // Chunks of so few rows that the rows they share would be computed again more than half as
+    // often as once (batch 1 on 16 threads from 56x56 on): the stages one after another, each
+    // over the team, through this thread's scratch.
+    thread_local Scratch<float> wide, deep;
+    const float* in = x;
+    if (expand.weights != nullptr) {
+      float* const e = wide.Get(static_cast<size_t>(g.n * g.h * row_floats));
+      SgemmPackedFused(g.n * g.h * g.w, rows_of(x, expand.c_in), *expand.weights, e, c,
+                       expand.epilogue);
+      in = e;
+    }
+    if (project.weights == nullptr) return DepthwiseNhwc(g, in, taps, bias, residual, act, y);
+    float* const d = deep.Get(static_cast<size_t>(g.n * g.oh * g.ow * c));
+    DepthwiseNhwc(g, in, taps, bias, nullptr, act, d);
+    GemmEpilogue ep = project.epilogue;
+    ep.residual = residual, ep.ld_residual = c2;
+    SgemmPackedFused(g.n * g.oh * g.ow, rows_of(d, c), *project.weights, y, c2, ep);
+    return;
+  }
   const int64_t work = g.n * g.oh * g.ow * c * (g.kh * g.kw + expand.c_in + project.c_in);
   ParallelForWork(g.n * chunks, work, [&](int64_t item) {
     const int64_t b = item / chunks, chunk = item % chunks;

@@ -276,7 +276,7 @@ INSTANTIATE_TEST_SUITE_P(
 // odd sizes, rows wide enough that a band is one output row (its input rows moved to the front each
 // step), bands of two rows and whole images; the residual on the block's output; alone and with
 // teams of 3 and 10 (each image's rows in chunks, a chunk's first band computing its shared rows
-// again).
+// again, or, where chunks would be too short, the stages in turn over the team).
 TEST(DepthwiseBlock, MatchesItsConvolutionsInTurn) {
   struct Fused {
     int64_t n, h, w, c_in, c, k, stride, pad, dilation, c_out;
@@ -293,6 +293,10 @@ TEST(DepthwiseBlock, MatchesItsConvolutionsInTurn) {
       // Bands of two output rows: 16,000 and 12,000 floats a row.
       {1, 9, 40, 8, 400, 3, 1, 1, 1, 16},
       {2, 11, 30, 8, 400, 3, 2, 1, 1, 24},
+      // Tall enough for chunks of rows with 3 and 10 threads (the short ones above run the
+      // stages one after another there), and for 3 threads only.
+      {1, 40, 9, 8, 24, 3, 1, 1, 1, 8},
+      {1, 30, 40, 8, 400, 3, 1, 1, 1, 16},
   };
   for (const Fused& f : cases) {
     const Case pw{f.n, f.h, f.w, f.c_in, f.c, 1, 1, 0, 1, 1};
