@@ -1104,8 +1104,8 @@ void FuseDepthwiseBlocks(GraphBody& g) {
     if (w.int8() || w.depthwise() || w.small_groups() || w.winograd() != nullptr || !bias_ok ||
         wt.shape().size() != 4 || wt.shape()[2] != 1 || wt.shape()[3] != 1 ||
         n.op.AttrInt("group", 1) != 1 || !all(n.op.AttrInts("strides"), 1) ||
-        !all(n.op.AttrInts("pads"), 0))
-      return false;
+        !all(n.op.AttrInts("pads"), 0) || !all(n.op.AttrInts("kernel_shape"), 1))
+      return false;  // (a kernel_shape the weights contradict: the node's own error, unfused)
     stage->weights = &w.group(0);
     stage->epilogue = EpilogueOf(n.op);
     stage->epilogue.bias = n.op.conv->bias.empty() ? nullptr : n.op.conv->bias.data();

@@ -306,7 +306,7 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
             : nullptr;
     float* const mid =
         project.weights != nullptr ? mid_rows.Get(static_cast<size_t>(band * g.ow * c)) : nullptr;
-    int64_t lo = 0, hi = 0;  // the input rows 'held' holds, from its start
+    int64_t lo = 0, hi = 0;  // the input rows buf holds, from its start
     for (int64_t oy0 = g.oh * chunk / chunks; oy0 < oy_end; oy0 += band) {
       const int64_t oy1 = std::min(oy_end, oy0 + band);
       const int64_t need_lo = std::clamp<int64_t>(oy0 * g.stride_h - g.pad_top, 0, g.h);
