@@ -4,18 +4,22 @@
 //   bench_native --model=PATH [--batch=N] [--shape=D,D,...] [--iterations=N] [--input=RAW]
 //                [--feeds=FILE] [--output=RAW] [--int8] [--no-channels-last] [--threads=N]
 //                [--profile=N] [--split-rows] [--gpu=PRECISION [--ragged=N]]
+//                [--calibration=FILE [--smoothing=ALPHA]] [--fetch=OUTPUT]
 // --feeds gives every input instead (models with several): records of u32 name length, name,
 // u32 ONNX element type, u32 rank, i64 dims, then the bytes (bench/native_vs_ort.py writes it).
 // The model's first input gets [batch, dims from the file...] (other variable dims 1), or
 // --shape (its first dim replaced by --batch). --input
 // reads its FP32 bytes from a file (otherwise deterministic values); --output writes the first
-// output's FP32 bytes. Prints the load log, then one line: "run_us <mean> p50_us <median>
-// best_us <min> iterations <n>"; --profile=N then lists the N nodes that took longest (share of
-// the run, us per run, op and node name). --split-rows runs the batch as the backend does where
-// nereid.split_batches chose it: Graph::RunRows, the rows side by side over the threads.
-// Inputs not fed by --feeds: every input of the graph, --shape (or its dims, open ones 1) with the
-// batch first, floats of a fixed pattern, integers 1 (a valid index); inputs with a default
-// (weights an older file lists as inputs) keep it.
+// output's FP32 bytes (--fetch: that output's instead). Prints the load log, then one line: "run_us
+// <mean> p50_us <median> best_us <min> iterations <n>"; --profile=N then lists the N nodes that
+// took longest (share of the run, us per run, op and node name). --split-rows runs the batch as the
+// backend does where nereid.split_batches chose it: Graph::RunRows, the rows side by side over the
+// threads. Inputs not fed by --feeds: every input of the graph, --shape (or its dims, open ones 1)
+// with the batch first, floats of a fixed pattern, integers 1 (a valid index); inputs with a
+// default (weights an older file lists as inputs) keep it.
+// --calibration (with --int8): feeds (--feeds' format) the int8 layers' input ranges are measured
+// on, fp32, before the int8 graph loads with its activations smoothed per channel where that
+// pays (--smoothing=ALPHA: SmoothQuant's alpha for every layer instead).
 // --gpu=fp32|tf32|bf16|fp16|int8 (builds with CUDA): the graph compiled for GPU 0 in that
 // precision and run host to host (RunOnGpu, as the server's KIND_GPU instances run it); times as
 // above, and --profile=N lists the N steps of the plan that take longest (each timed alone,
@@ -180,12 +184,39 @@ int RunGpu(const nereid::native::Graph& graph, const std::string& precision_name
 }
 #endif
 
+// Reads a --feeds file into 'feeds' (replacing what it held); false, with a message, where the
+// file is truncated.
+bool ReadFeeds(const std::string& path,
+               std::vector<std::pair<std::string, nereid::native::Tensor>>* feeds) {
+  feeds->clear();
+  std::ifstream in(path, std::ios::binary);
+  uint32_t length = 0;
+  while (in.read(reinterpret_cast<char*>(&length), 4)) {
+    std::string name(length, '\0');
+    uint32_t type = 0, rank = 0;
+    in.read(name.data(), length);
+    in.read(reinterpret_cast<char*>(&type), 4);
+    in.read(reinterpret_cast<char*>(&rank), 4);
+    std::vector<int64_t> dims(rank);
+    in.read(reinterpret_cast<char*>(dims.data()), 8 * rank);
+    auto t = nereid::native::Tensor::Allocate(
+        nereid::native::FromOnnxType(static_cast<int32_t>(type)), dims);
+    in.read(reinterpret_cast<char*>(t.mutable_raw()), static_cast<std::streamsize>(t.bytes()));
+    if (!in) {
+      std::fprintf(stderr, "%s is truncated\n", path.c_str());
+      return false;
+    }
+    feeds->emplace_back(name, t);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using nereid::native::Graph;
   using nereid::native::Tensor;
-  std::string model, input_file, output_file, feeds_file;
+  std::string model, input_file, output_file, feeds_file, calibration_file, fetch_name;
   std::vector<int64_t> shape_flag;
   int64_t batch = 1;
   int iterations = 20, threads = 1;
@@ -222,6 +253,12 @@ int main(int argc, char** argv) {
       threads = std::atoi(value("--threads=").c_str());
     } else if (a == "--int8") {
       options.int8_weights = true;
+    } else if (a.rfind("--fetch=", 0) == 0) {
+      fetch_name = value("--fetch=");
+    } else if (a.rfind("--calibration=", 0) == 0) {
+      calibration_file = value("--calibration=");
+    } else if (a.rfind("--smoothing=", 0) == 0) {
+      options.int8_smoothing = std::strtof(value("--smoothing=").c_str(), nullptr);
     } else if (a.rfind("--ragged=", 0) == 0) {
       ragged = std::atoi(value("--ragged=").c_str());
     } else if (a.rfind("--gpu=", 0) == 0) {
@@ -247,6 +284,16 @@ int main(int argc, char** argv) {
 #endif
   // The GPU compiler reads the file's weights as they are (the backend loads it so).
   if (!gpu.empty()) options.pack_weights = false;
+  if (!calibration_file.empty()) {
+    std::vector<std::pair<std::string, Tensor>> calibration;
+    if (!ReadFeeds(calibration_file, &calibration)) return 1;
+    auto ranges = nereid::native::CalibrateInt8(model, options, calibration);
+    if (!ranges.ok()) {
+      std::fprintf(stderr, "calibration: %s\n", ranges.status().message().c_str());
+      return 1;
+    }
+    options.int8_calibration = *ranges;
+  }
   auto graph = Graph::Load(model, options);
   if (!graph.ok()) {
     std::fprintf(stderr, "%s\n", graph.status().message().c_str());
@@ -286,32 +333,12 @@ int main(int argc, char** argv) {
     }
     feeds.emplace_back(info.name, x);
   }
-  if (!feeds_file.empty()) {
-    feeds.clear();
-    std::ifstream in(feeds_file, std::ios::binary);
-    uint32_t length = 0;
-    while (in.read(reinterpret_cast<char*>(&length), 4)) {
-      std::string name(length, '\0');
-      uint32_t type = 0, rank = 0;
-      in.read(name.data(), length);
-      in.read(reinterpret_cast<char*>(&type), 4);
-      in.read(reinterpret_cast<char*>(&rank), 4);
-      std::vector<int64_t> dims(rank);
-      in.read(reinterpret_cast<char*>(dims.data()), 8 * rank);
-      Tensor t = Tensor::Allocate(nereid::native::FromOnnxType(static_cast<int32_t>(type)), dims);
-      in.read(reinterpret_cast<char*>(t.mutable_raw()), static_cast<std::streamsize>(t.bytes()));
-      if (!in) {
-        std::fprintf(stderr, "%s is truncated\n", feeds_file.c_str());
-        return 1;
-      }
-      feeds.emplace_back(name, t);
-    }
-  }
+  if (!feeds_file.empty() && !ReadFeeds(feeds_file, &feeds)) return 1;
 #if defined(NEREID_NATIVE_GPU)
   if (!gpu.empty())
     return RunGpu(**graph, gpu, feeds, batch, ragged, iterations, profile, output_file);
 #endif
-  const std::string out_name = (*graph)->outputs()[0].name;
+  const std::string out_name = fetch_name.empty() ? (*graph)->outputs()[0].name : fetch_name;
   std::vector<Tensor> results;
   std::vector<double> times;
   std::vector<double> node_ns((*graph)->node_count(), 0.0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -162,7 +163,7 @@ std::vector<int> GraphBody::Readers() {
 
 Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
                   const std::vector<std::string>& fetch, std::vector<Tensor>* results,
-                  std::vector<double>* node_ns) const {
+                  std::vector<double>* node_ns, const Observer* observe) const {
   RecycleScope recycle;  // (intermediate values freed here are reused by the next run)
   std::vector<Tensor> values(body_.constants.size());
   for (size_t i = 0; i < body_.constants.size(); ++i)
@@ -203,6 +204,7 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
           std::count(node.inputs.begin(), node.inputs.end(), rid) == 1 && values[rid].sole_owner())
         out[0] = values[rid];
     }
+    if (observe != nullptr) (*observe)(node, in);
     const auto start = node_ns != nullptr ? std::chrono::steady_clock::now()
                                           : std::chrono::steady_clock::time_point();
     RETURN_IF_ERROR(node.fn(node.op, in, out));
@@ -224,6 +226,78 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
     results->push_back(values[it->second]);
   }
   return Status::Ok();
+}
+
+StatusOr<Int8Calibration> Graph::MeasureInt8Inputs(
+    const std::vector<std::pair<std::string, Tensor>>& feeds) const {
+  std::vector<std::string> names(body_.value_ids.size());
+  for (const auto& [name, id] : body_.value_ids)
+    if (id >= 0 && static_cast<size_t>(id) < names.size()) names[id] = name;
+  Int8Calibration stats;
+  const Observer observe = [&](const Node& node, const std::vector<const Tensor*>& in) {
+    const std::string& op = node.op.op_type();
+    const bool conv = op == "Conv" && node.op.conv != nullptr && node.op.nhwc &&
+                      node.op.AttrInt("group", 1) == 1 && !node.op.conv->weights.depthwise() &&
+                      in.size() > 1 && in[1] != nullptr;
+    const bool gemm = (op == "MatMul" || (op == "Gemm" && node.op.AttrInt("transA", 0) == 0)) &&
+                      node.op.packed_b != nullptr;
+    if ((!conv && !gemm) || in.empty() || in[0] == nullptr || node.outputs.empty() ||
+        node.outputs[0] < 0 || in[0]->type() != DataType::kFp32 || in[0]->shape().size() < 2)
+      return;
+    const Tensor& x = *in[0];
+    const float* v = x.data<float>();
+    const int64_t channels = x.shape().back(), pixels = channels > 0 ? x.elements() / channels : 0;
+    if (channels <= 0 || pixels <= 0) return;
+    Int8InputStats s;
+    s.range.assign(channels, 0.f);
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int64_t c = 0; c < channels; ++c)  // (NaN skipped)
+        s.range[c] = std::max(s.range[c], std::fabs(v[p * channels + c]));
+    int64_t rows = pixels;
+    kernels::Conv2dGeometry g;
+    if (conv) {  // the windows: the geometry as the Conv op finds it
+      const std::vector<int64_t>& ws = in[1]->shape();
+      auto spatial = SpatialOf(node.op, x);
+      if (!spatial.ok() || (ws.size() != 3 && ws.size() != 4) || ws[1] != channels) return;
+      const int64_t kh = ws.size() == 4 ? ws[2] : 1, kw = ws.back();
+      int64_t pad_end[2];
+      auto geometry = WindowGeometry(node.op, *spatial, kh, kw, false, pad_end);
+      if (!geometry.ok()) return;
+      g = *geometry;
+      g.c_out = ws[0];
+      rows = g.n * g.oh * g.ow;
+      s.depth = kh * kw * channels;
+    } else {
+      s.depth = channels;
+    }
+    const int64_t samples = std::min(rows, Int8InputStats::kSampleRows);
+    s.rows.resize(static_cast<size_t>(samples * s.depth));
+    for (int64_t r = 0; r < samples; ++r) {
+      const int64_t row = r * rows / samples;
+      float* out = s.rows.data() + r * s.depth;
+      if (conv)
+        kernels::ConvWindow(g, v, 0, row, out);
+      else
+        std::copy_n(v + row * channels, channels, out);
+    }
+    stats[names[node.outputs[0]]] = std::move(s);
+  };
+  std::vector<std::string> fetch;
+  for (const ValueInfo& out : body_.outputs) fetch.push_back(out.name);
+  std::vector<Tensor> results;
+  RETURN_IF_ERROR(Run(feeds, fetch, &results, nullptr, &observe));
+  return stats;
+}
+
+StatusOr<std::shared_ptr<const Int8Calibration>> CalibrateInt8(
+    const std::string& path, GraphOptions options,
+    const std::vector<std::pair<std::string, Tensor>>& feeds) {
+  options.int8_weights = false;
+  options.int8_calibration = nullptr;
+  options.fuse_depthwise_blocks = false;
+  ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, Graph::Load(path, options));
+  ASSIGN_OR_RETURN(Int8Calibration stats, graph->MeasureInt8Inputs(feeds));
+  return std::make_shared<const Int8Calibration>(std::move(stats));
 }
 
 Status Graph::RunRows(const std::vector<std::pair<std::string, Tensor>>& feeds,

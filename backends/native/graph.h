@@ -28,6 +28,18 @@ namespace nereid::native {
 
 using ValueInfo = backend::ValueInfo;
 
+// What calibration inputs showed of one int8 layer's input (Graph::MeasureInt8Inputs): each input
+// channel's largest magnitude, and up to kSampleRows rows of the layer's GEMM as they were (a
+// token's or pixel's channels; a convolution's window, depth ordered (ky, kx, channel)), evenly
+// spaced, 'depth' values each.
+struct Int8InputStats {
+  static constexpr int64_t kSampleRows = 64;
+  std::vector<float> range, rows;
+  int64_t depth = 0;
+};
+// By the name of the value the layer writes.
+using Int8Calibration = std::map<std::string, Int8InputStats>;
+
 struct GraphOptions {
   // Pack constant GEMM weights for the CPU kernels and release the originals (CPU execution). The
   // GPU compiler loads with false: it needs the weights as the file has them.
@@ -35,6 +47,17 @@ struct GraphOptions {
   // With pack_weights: quantize those weights to int8 per output channel instead (the "int8"
   // precision; GemmInt8 runs them, activations quantized per row as they come).
   bool int8_weights = false;
+  // With int8_weights: the layers found here may have their activations smoothed per input
+  // channel (kernels::PackedInt8W's 'smooth': SmoothQuant's factors s = range^alpha /
+  // w_max^(1 - alpha)), where a channel that is large on every pixel otherwise sets each row's
+  // scale alone and the small channels lose their bits. 'int8_smoothing' below 0: per layer, no
+  // smoothing or alpha 0.25, 0.5 or 0.75, whichever gives the sampled rows' products the least
+  // error against fp32 (SmoothingFor in passes.cc); from 0 to 1: that alpha for every layer.
+  std::shared_ptr<const Int8Calibration> int8_calibration = nullptr;
+  float int8_smoothing = -1.f;
+  // Fuse 1x1 convolutions around depthwise ones (FuseDepthwiseBlocks). Off for a graph that
+  // measures Int8Calibration, where every layer's input must be a value of its own.
+  bool fuse_depthwise_blocks = true;
   // Run the CPU's convolutions channels-last (NHWC) with the ops between them (with
   // pack_weights; the GPU compiler has its own layouts).
   bool channels_last = true;
@@ -119,9 +142,18 @@ class Graph {
   // Runs the graph on 'feeds' (by graph input name) and returns 'fetch' (by graph output name).
   // 'node_ns' (optional, node_count() entries): each node's wall time is added to its entry (the
   // benchmarks' per-node profile).
+  // 'observe' (optional) sees each node with its inputs just before it runs.
+  using Observer = std::function<void(const GraphNode&, const std::vector<const Tensor*>&)>;
   Status Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
              const std::vector<std::string>& fetch, std::vector<Tensor>* results,
-             std::vector<double>* node_ns = nullptr) const;
+             std::vector<double>* node_ns = nullptr, const Observer* observe = nullptr) const;
+
+  // The input statistics of every layer the int8 precision quantizes (a Conv with packed weights
+  // but not a depthwise or small-groups one, a MatMul or Gemm with a packed weight) over 'feeds':
+  // GraphOptions::int8_calibration. Load the graph fp32 with fuse_depthwise_blocks off: each
+  // layer's input is then a value of its own.
+  StatusOr<Int8Calibration> MeasureInt8Inputs(
+      const std::vector<std::pair<std::string, Tensor>>& feeds) const;
 
   // What Run gives for feeds whose rows (first dim, the same count in every numeric feed) are
   // independent, computed one row at a time and the outputs' rows joined: a network of memory-bound
@@ -150,6 +182,13 @@ class Graph {
 
   GraphBody body_;
 };
+
+// The model at 'path' loaded as 'options' asks but fp32 and with each layer its own node, and its
+// int8 layers' inputs measured on 'feeds' (Graph::MeasureInt8Inputs): what an int8 load's
+// GraphOptions::int8_calibration takes.
+StatusOr<std::shared_ptr<const Int8Calibration>> CalibrateInt8(
+    const std::string& path, GraphOptions options,
+    const std::vector<std::pair<std::string, Tensor>>& feeds);
 
 // Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish: the activations a Conv's
 // epilogue applies (and the GPU runs alone), with their parameters in 'a' and 'b'.

@@ -196,6 +196,7 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadCalibration(
 Accuracy Compare(const std::vector<Tensor>& reference, const std::vector<Tensor>& variant) {
   Accuracy a;
   uint64_t rows = 0, agree = 0;
+  double sum_err = 0, sum_ref = 0;
   for (size_t o = 0; o < reference.size() && o < variant.size(); ++o) {
     const Tensor& r = reference[o];
     const Tensor& v = variant[o];
@@ -210,6 +211,8 @@ Accuracy Compare(const std::vector<Tensor>& reference, const std::vector<Tensor>
       max_ref = std::max(max_ref, std::fabs(static_cast<double>(x[i])));
       const double e = std::fabs(static_cast<double>(x[i]) - static_cast<double>(y[i]));
       max_err = std::isnan(e) ? INFINITY : std::max(max_err, e);
+      sum_err += std::isnan(e) ? INFINITY : e * e;
+      sum_ref += static_cast<double>(x[i]) * x[i];
     }
     a.max_abs_error = std::max(a.max_abs_error, max_err);
     a.max_rel_error = std::max(a.max_rel_error, max_ref > 0 ? max_err / max_ref : max_err);
@@ -223,6 +226,7 @@ Accuracy Compare(const std::vector<Tensor>& reference, const std::vector<Tensor>
     }
   }
   if (rows > 0) a.top1_agreement = static_cast<double>(agree) / static_cast<double>(rows);
+  a.rms_rel_error = sum_ref > 0 ? std::sqrt(sum_err / sum_ref) : std::sqrt(sum_err);
   return a;
 }
 

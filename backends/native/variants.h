@@ -41,6 +41,7 @@ struct Accuracy {
                                // has a last dimension above 1
   double max_abs_error = 0;
   double max_rel_error = 0;  // max |error| / max |reference| per output, the largest of them
+  double rms_rel_error = 0;  // sqrt(sum of squared errors / sum of squared references), all outputs
 };
 Accuracy Compare(const std::vector<Tensor>& reference, const std::vector<Tensor>& variant);
 // Empty when 'a' passes 'guard'; else why not ("top-1 agreement 0.949 < 0.995").

@@ -11,7 +11,8 @@
 namespace nereid::kernels {
 
 ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh,
-                         int64_t kw, int64_t groups, bool int8, bool winograd) {
+                         int64_t kw, int64_t groups, bool int8, bool winograd,
+                         const float* smooth) {
   const int64_t taps = kh * kw, cog = c_out / groups;
   depthwise_ = c_in_per_group == 1 && cog == 1 && groups > 1;
   if (depthwise_) {
@@ -47,14 +48,16 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
   }
   const int64_t depth = taps * c_in_per_group;
   if (int8) {  // n x k per group (an output channel's weights in the depth order), then quantized
-    std::vector<float> nk(static_cast<size_t>(cog * depth));
+    std::vector<float> nk(static_cast<size_t>(cog * depth)), depth_smooth;
+    if (smooth != nullptr) depth_smooth.resize(static_cast<size_t>(depth));
     for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t co = 0; co < cog; ++co)
-        for (int64_t ci = 0; ci < c_in_per_group; ++ci)
-          for (int64_t t = 0; t < taps; ++t)
-            nk[co * depth + t * c_in_per_group + ci] =
-                w[((g * cog + co) * c_in_per_group + ci) * taps + t];
-      int8_.push_back(std::make_unique<PackedInt8W>(nk.data(), cog, depth, depth));
+      GroupRows(w, cog, c_in_per_group, taps, g, nk.data());
+      if (smooth != nullptr)
+        for (int64_t t = 0; t < taps; ++t)
+          std::copy_n(smooth + g * c_in_per_group, c_in_per_group,
+                      depth_smooth.begin() + t * c_in_per_group);
+      int8_.push_back(std::make_unique<PackedInt8W>(
+          nk.data(), cog, depth, depth, smooth != nullptr ? depth_smooth.data() : nullptr));
     }
     return;
   }
@@ -129,6 +132,16 @@ void SmallGroupsNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights&
 }
 
 }  // namespace
+
+void ConvWeights::GroupRows(const float* w, int64_t cog, int64_t c_in_per_group, int64_t taps,
+                            int64_t g, float* out) {
+  const int64_t depth = taps * c_in_per_group;
+  for (int64_t co = 0; co < cog; ++co)
+    for (int64_t ci = 0; ci < c_in_per_group; ++ci)
+      for (int64_t t = 0; t < taps; ++t)
+        out[co * depth + t * c_in_per_group + ci] =
+            w[((g * cog + co) * c_in_per_group + ci) * taps + t];
+}
 
 namespace {
 
@@ -223,6 +236,15 @@ void GatherWindows(const Conv2dGeometry& g, const float* xg, int64_t i0, int64_t
     }
   }
 }
+
+}  // namespace
+
+void ConvWindow(const Conv2dGeometry& g, const float* x, int64_t group, int64_t i, float* out) {
+  const int64_t cig = g.c_in / g.groups;
+  GatherWindows(g, x + group * cig, i, 1, 0, g.kh * g.kw * cig, out);
+}
+
+namespace {
 
 // The int8 form: blocks of 64 output pixels of every group over the team (one loop: a group
 // at a time left most of a team idle on ResNeXt's 32 groups), each gathered (or read in place

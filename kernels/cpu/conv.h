@@ -26,9 +26,15 @@ class ConvWeights {
  public:
   // 'w' in ONNX's layout: [c_out][c_in / groups][kh][kw]. 'winograd' (a 3x3 fp32 convolution of
   // one group whose stride and dilation are 1): the weights transformed for WinogradNhwc instead,
-  // which ConvNhwc then runs.
+  // which ConvNhwc then runs. 'smooth' (int8 only; c_in factors or null): each input channel's
+  // smoothing (PackedInt8W's), the same factor at every tap of the window.
   ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
-              int64_t groups, bool int8 = false, bool winograd = false);
+              int64_t groups, bool int8 = false, bool winograd = false,
+              const float* smooth = nullptr);
+  // Group g's weights as GEMM rows: out[co][(t * c_in_per_group + ci)] = w[g * cog + co][ci][t]
+  // for the cog = c_out / groups outputs of the group (the int8 form's layout).
+  static void GroupRows(const float* w, int64_t cog, int64_t c_in_per_group, int64_t taps,
+                        int64_t g, float* out);
   bool depthwise() const { return depthwise_; }
   // Small groups: more than one group, c_in / groups <= 8, c_in / groups <= c_out / groups <=
   // 16, fp32, and AVX-512 (ResNeXt's first two stages, 4 and 8 channels a group; channel
@@ -85,6 +91,11 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
 
 // Pooling windows: max, or average over the window (count_include_pad: padded positions count,
 // up to the explicit padding; otherwise only positions inside the image).
+// Output pixel i's window of group 'group' (depth ordered (ky, kx, channel), zeros where it
+// leaves the image): kh * kw * c_in / groups values into 'out', as the int8 convolution
+// quantizes them.
+void ConvWindow(const Conv2dGeometry& g, const float* x, int64_t group, int64_t i, float* out);
+
 void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y);
 void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pad_bottom,
                      int64_t pad_right, const float* x, float* y);

@@ -95,9 +95,18 @@ void QuantizeRowsInt8(const float* in, int64_t rows, int64_t k, int64_t ld, int8
   for (int64_t r = 0; r < rows; ++r) scale[r] = QuantizeRow(in + r * ld, k, q + r * k);
 }
 
-PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw)
+PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw, const float* smooth)
     : n_(n), k_(k), k4_(((k + 3) / 4 + 15) / 16 * 16), scale_(n), offset_(n), quantized_(n * k) {
-  QuantizeRowsInt8(w, n, k, ldw, quantized_.data(), scale_.data());
+  if (smooth != nullptr) {
+    std::vector<float> scaled(static_cast<size_t>(n * k));
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t l = 0; l < k; ++l) scaled[j * k + l] = w[j * ldw + l] * smooth[l];
+    x_mult_.resize(static_cast<size_t>(k));
+    for (int64_t l = 0; l < k; ++l) x_mult_[l] = 1.f / smooth[l];
+    QuantizeRowsInt8(scaled.data(), n, k, k, quantized_.data(), scale_.data());
+  } else {
+    QuantizeRowsInt8(w, n, k, ldw, quantized_.data(), scale_.data());
+  }
   const int64_t panels = (n + kPanel - 1) / kPanel;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(panels * k4_ * 64, 64));
   data_ = std::shared_ptr<int8_t[]>(static_cast<int8_t*>(std::aligned_alloc(64, bytes)),
@@ -124,22 +133,37 @@ struct QuantizedRows {
   const float* scale;  // m
 };
 QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t k, int64_t stride,
-                                int64_t rows, bool offset) {
+                                int64_t rows, bool offset, const float* mult) {
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
+  thread_local std::vector<float> smoothed;       // one row at a time: it stays in L1
   xq.resize(static_cast<size_t>(rows * stride));  // (every byte written below)
   xs.resize(static_cast<size_t>(m));
   const int8_t zero = offset ? static_cast<int8_t>(-128) : 0;  // 0 as q + 128 is 0x80
+  if (mult != nullptr) smoothed.resize(static_cast<size_t>(k));
+  // Row i as quantized: x's, or with 'mult' its columns divided by their smoothing first
+  // (PackedInt8W).
+  auto row_of = [&](int64_t i) {
+    const float* row = x + i * ldx;
+    if (mult == nullptr) return row;
+    for (int64_t l = 0; l < k; ++l) smoothed[l] = row[l] * mult[l];
+    return static_cast<const float*>(smoothed.data());
+  };
 #if defined(__x86_64__)
   if (HasAvx512F()) {  // the rows in one call (MobileNetV2's 1x1 layers: rows of 16-320 values)
-    int8::QuantizeRowsStridedAvx512(x, m, ldx, k, xq.data(), stride, xs.data(), offset);
+    if (mult == nullptr)
+      int8::QuantizeRowsStridedAvx512(x, m, ldx, k, xq.data(), stride, xs.data(), offset);
+    else
+      for (int64_t i = 0; i < m; ++i)
+        int8::QuantizeRowsStridedAvx512(row_of(i), 1, k, k, xq.data() + i * stride, stride,
+                                        xs.data() + i, offset);
     std::fill(xq.begin() + m * stride, xq.end(), zero);
     return {xq.data(), xs.data()};
   }
 #endif
   for (int64_t i = 0; i < m; ++i) {
     int8_t* row = xq.data() + i * stride;
-    xs[i] = QuantizeRow(x + i * ldx, k, row);
+    xs[i] = QuantizeRow(row_of(i), k, row);
     if (offset)
       for (int64_t l = 0; l < k; ++l)
         row[l] = static_cast<int8_t>(static_cast<uint8_t>(row[l]) ^ 0x80);
@@ -156,7 +180,7 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
   const int64_t k = w.k(), groups = w.groups(), stride = 4 * w.k4(), n = w.n();
   const bool vnni = kernel == Kernel::kVnni || kernel == Kernel::kAmx;
-  const QuantizedRows xq = QuantizeForKernel(m, x, ldx, k, stride, m, vnni);
+  const QuantizedRows xq = QuantizeForKernel(m, x, ldx, k, stride, m, vnni, w.x_multiplier());
   const int64_t panels = (n + kPanel - 1) / kPanel;
   alignas(64) int32_t acc[kMaxRows][2 * kPanel];
   // Panels outside, row blocks inside: each panel of weights streams from memory once and stays
@@ -216,7 +240,8 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
   if (kernel == Kernel::kAmx && finite_clip) {
     // Rows to a multiple of 32 (the tiles'), k already to whole tiles.
     const int64_t stride = 4 * w.k4();
-    const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, (m + 31) / 32 * 32, false);
+    const QuantizedRows xq =
+        QuantizeForKernel(m, x, ldx, w.k(), stride, (m + 31) / 32 * 32, false, w.x_multiplier());
     int8::FusedAmx(m, xq.q, stride, xq.scale, w, y, ldy, ep);
     return;
   }
@@ -224,7 +249,7 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
     // Rows of k's groups of 4 bytes to a multiple of 16 bytes, not AMX's 64: MobileNetV2's rows
     // of 16-32 values took 64 bytes each to quantize and to read.
     const int64_t stride = (4 * w.groups() + 15) / 16 * 16;
-    const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, m, true);
+    const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, m, true, w.x_multiplier());
     int8::FusedVnni(m, reinterpret_cast<const uint8_t*>(xq.q), stride, xq.scale, w, y, ldy, ep);
     return;
   }

@@ -35,8 +35,12 @@ void QuantizeRowsInt8(const float* in, int64_t rows, int64_t k, int64_t ld, int8
 // every instance thread.
 class PackedInt8W {
  public:
-  // From w (n x k, row-major with leading dimension ldw).
-  PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw);
+  // From w (n x k, row-major with leading dimension ldw). 'smooth' (k factors, or null): the
+  // activations' per-channel smoothing (SmoothQuant's migration of outlier channels into the
+  // weights): column l of w is multiplied by smooth[l] before it is quantized, and x's column l by
+  // 1 / smooth[l] before each row is (x_multiplier()); the product is unchanged in exact
+  // arithmetic, but a channel that is always large no longer sets every row's scale alone.
+  PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw, const float* smooth = nullptr);
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t k4() const { return k4_; }  // k in groups of 4, rounded up to 16 groups (one tile)
@@ -47,6 +51,8 @@ class PackedInt8W {
   const float* scale() const { return scale_.data(); }
   // 128 * sum of each channel's int8 weights (what the u8 offset of avx512-vnni adds).
   const int32_t* offset() const { return offset_.data(); }
+  // k factors x's columns are multiplied by before quantization; null without smoothing.
+  const float* x_multiplier() const { return x_mult_.empty() ? nullptr : x_mult_.data(); }
   // The int8 weights and scales as quantized (tests).
   const std::vector<int8_t>& quantized() const { return quantized_; }
 
@@ -56,6 +62,7 @@ class PackedInt8W {
   std::vector<float> scale_;
   std::vector<int32_t> offset_;
   std::vector<int8_t> quantized_;
+  std::vector<float> x_mult_;
 };
 
 // y (m x n, leading dimension ldy) = alpha * x_scale * w_scale * (x w^T) + bias (n, or null)

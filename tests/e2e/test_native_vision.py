@@ -9,6 +9,7 @@ concurrent (batched) ones; an attribute the engine cannot run exactly sends the 
 Runtime with the reason in the log."""
 import concurrent.futures
 import os
+import re
 import shutil
 import sys
 import time
@@ -72,6 +73,20 @@ def io_of(name):
 MODELS = list(GENERATED) + list(REAL)
 
 
+def text_strokes(n, seed):
+    """n lines of dark strokes on white, as RapidOCR feeds its recogniser ((v / 255 - 0.5) / 0.5)."""
+    rng = np.random.default_rng(seed)
+    x = np.ones((n, 3, 48, 320), np.float32)
+    for i in range(n):
+        for _ in range(rng.integers(8, 24)):
+            x0, y0 = rng.integers(4, 300), rng.integers(10, 30)
+            w, h = rng.integers(2, 6), rng.integers(3, 20)
+            if rng.random() < 0.5:
+                w, h = h, w
+            x[i, :, y0:y0 + h, x0:x0 + w] = -1.0 + 0.2 * rng.random()
+    return x
+
+
 @pytest.fixture(scope="module")
 def vision_repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("vision") / "models"
@@ -104,6 +119,17 @@ def vision_repo(tmp_path_factory):
     (repo / "resnet50_variants" / "calibration").mkdir()
     np.save(repo / "resnet50_variants" / "calibration" / "input.npy",
             np.random.default_rng(12).uniform(-1, 1, (16, 3, 64, 64)).astype(np.float32))
+    # int8 with calibration inputs: the activations' per-channel smoothing measured at load and
+    # kept only where the whole model comes closer to fp32 on them (RapidOCR's recogniser has
+    # channels large on every pixel).
+    if "ocr_recognizer" in REAL:
+        (repo / "ocr_recognizer_int8" / "1").mkdir(parents=True)
+        shutil.copy(REAL["ocr_recognizer"], repo / "ocr_recognizer_int8" / "1" / "model.onnx")
+        (repo / "ocr_recognizer_int8" / "config.pbtxt").write_text(
+            config("ocr_recognizer_int8", *io_of("ocr_recognizer")) +
+            'parameters { key: "precision" value { string_value: "int8" } }\n')
+        (repo / "ocr_recognizer_int8" / "calibration").mkdir()
+        np.save(repo / "ocr_recognizer_int8" / "calibration" / "x.npy", text_strokes(8, 1))
     # Batches run row by row (nereid.split_batches; "auto" measures at load which is faster).
     (repo / "resnet50_rows" / "1").mkdir(parents=True)
     shutil.copy(repo / "resnet50" / "1" / "model.onnx", repo / "resnet50_rows" / "1" / "model.onnx")
@@ -260,6 +286,39 @@ def test_precision_variants_of_a_cnn_are_measured_and_int8_serves(vision_server,
     assert float(np.abs(got - want).max()) / float(np.abs(want).max()) <= 0.06
 
 
+def smoothing_line(log, name):
+    return next(ln for ln in log.splitlines()
+                if f"model '{name}': int8 activations smoothed per channel:" in ln)
+
+
+def test_int8_with_calibration_inputs_smooths_activations_only_where_that_pays(
+        vision_server, vision_repo):
+    # The load measures both int8 graphs against fp32 on the calibration inputs and keeps the
+    # smoothed one only if it comes closer (its numbers in the log line).
+    log = vision_server.read_log()
+    for name, layers in (("resnet50_variants", 54), ("ocr_recognizer_int8", 31)):  # (Conv, Gemm)
+        if name == "ocr_recognizer_int8" and "ocr_recognizer" not in REAL:
+            continue
+        line = smoothing_line(log, name)
+        m = re.search(r"smoothed per channel: (\d+) of (\d+) calibrated layers: (kept|dropped) "
+                      r"\(rms error ([0-9.e+-]+) against ([0-9.e+-]+) without, top-1 agreement "
+                      r"([0-9.]+) against ([0-9.]+), on (\d+) calibration rows\)", line)
+        assert m, line
+        smoothed, calibrated, verdict = int(m[1]), int(m[2]), m[3]
+        rms, rms_without, top1, top1_without = map(float, m.group(4, 5, 6, 7))
+        assert calibrated == layers and 0 <= smoothed <= calibrated, line
+        assert int(m[8]) == (16 if name == "resnet50_variants" else 8), line
+        assert (verdict == "kept") == (rms < rms_without and top1 >= top1_without), line
+    if "ocr_recognizer" not in REAL:
+        return
+    x = text_strokes(2, 77)
+    got = infer(vision_server.url, "ocr_recognizer_int8", x, False)
+    want = reference(vision_repo, "ocr_recognizer", x)
+    assert got.shape == want.shape
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.85
+    assert 1e-7 < float(np.abs(got - want).mean()) <= 1e-3  # (probabilities over 6,625 classes)
+
+
 def test_a_refused_attribute_sends_the_model_to_onnxruntime(vision_server):
     log = vision_server.read_log()
     assert "model 'cubic': the native engine cannot run it" in log
@@ -339,17 +398,26 @@ def test_batches_split_row_by_row_answer_as_whole_batches(vision_server, vision_
             close(a, reference(vision_repo, "resnet50", v))
 
 
-def test_a_bad_split_batches_value_refuses_the_model(tmp_path):
+def test_bad_parameter_values_refuse_the_model(tmp_path):
     repo = tmp_path / "models"
     (repo / "m" / "1").mkdir(parents=True)
     onnx.save(vision_models.small_cnn(seed=1, size=32, classes=10), str(repo / "m" / "1" / "model.onnx"))
     (repo / "m" / "config.pbtxt").write_text(
         config("m", "input", [3, 32, 32], "output", [10]) +
         'parameters { key: "nereid.split_batches" value { string_value: "sometimes" } }\n')
+    (repo / "q" / "1").mkdir(parents=True)  # and an int8 smoothing that is no alpha
+    shutil.copy(repo / "m" / "1" / "model.onnx", repo / "q" / "1" / "model.onnx")
+    (repo / "q" / "config.pbtxt").write_text(
+        config("q", "input", [3, 32, 32], "output", [10]) +
+        'parameters { key: "precision" value { string_value: "int8" } }\n'
+        'parameters { key: "nereid.int8_smoothing" value { string_value: "1.5" } }\n')
     s = Server(str(repo), "--onnx-engine=native", "--exit-on-error=false", "--strict-readiness=false")
     try:
-        assert not httpclient.InferenceServerClient(s.url).is_model_ready("m")
-        assert "parameter 'nereid.split_batches' must be auto, true or false, got 'sometimes'" in \
-            s.read_log()
+        c = httpclient.InferenceServerClient(s.url)
+        assert not c.is_model_ready("m") and not c.is_model_ready("q")
+        log = s.read_log()
+        assert "parameter 'nereid.split_batches' must be auto, true or false, got 'sometimes'" in log
+        assert ("model 'q': parameter 'nereid.int8_smoothing' must be auto, off or an alpha from "
+                "0 to 1, got '1.5'") in log
     finally:
         s.stop()

@@ -27,12 +27,18 @@ def precision_server(tmp_path_factory):
     precision_models.write_precision_models(repo)
     precision_models.add_native_variant(repo, "recommend_bad", "int4")
     variants = {"nereid.precision_variants": "fp32,int8"}
-    # Both admitted; the article's rule runs int8 while the load is low.
+    # Both admitted; the article's rule runs int8 while the load is low. (Its int8 graph is
+    # recommend_int8's, which has no calibration inputs: no activation smoothing either.)
     precision_models.add_variants_model(repo, "recommend_variants", {
         **variants, "nereid.accuracy_guard": "max_abs=0.05,max_rel=0.1",
-        "nereid.variant_policy": "low_load_low_precision", "nereid.variant_dwell_ms": "0"})
+        "nereid.variant_policy": "low_load_low_precision", "nereid.variant_dwell_ms": "0",
+        "nereid.int8_smoothing": "off"})
     # int8 misses a guard of 99.9% top-1 agreement on random weights: refused, fp32 serves.
     precision_models.add_variants_model(repo, "recommend_guarded", {
+        **variants, "nereid.accuracy_guard": "top1=0.999",
+        "nereid.variant_policy": "low_load_low_precision", "nereid.int8_smoothing": "off"})
+    # The same with its activations smoothed per channel (calibrated, the default): admitted.
+    precision_models.add_variants_model(repo, "recommend_smoothed", {
         **variants, "nereid.accuracy_guard": "top1=0.999",
         "nereid.variant_policy": "low_load_low_precision"})
     for name, params, rows in [
@@ -229,3 +235,27 @@ def test_the_guard_refuses_a_variant_and_bad_settings_fail_the_load(precision_se
         assert index[name]["state"] == "UNAVAILABLE", index[name]
         assert reason in index[name]["reason"], index[name]
     assert index["recommend_variants"]["state"] == "READY"
+
+
+def test_smoothed_activations_lift_int8_past_the_guard(precision_server):
+    """recommend_guarded's int8 misses 99.9% top-1 agreement; with its activations smoothed per
+    channel on the calibration inputs (kept: closer to fp32 than without) it passes, and its
+    answers are not the unsmoothed int8 model's."""
+    s = precision_server
+    log = s.read_log()
+    m = re.search(r"model 'recommend_smoothed': int8 activations smoothed per channel: (\d) of 3 "
+                  r"calibrated layers: kept \(rms error ([0-9.e+-]+) against ([0-9.e+-]+) without, "
+                  r"top-1 agreement ([0-9.]+) against ([0-9.]+), on 64 calibration rows\)", log)
+    assert m, log
+    assert int(m[1]) >= 1 and float(m[2]) < float(m[3]) and float(m[4]) >= float(m[5])
+    assert "model 'recommend_guarded': int8 activations smoothed" not in log  # (off)
+    v = stats_variants(s.url, "recommend_smoothed")
+    int8 = [x for x in v["variants"] if x["name"] == "int8"][0]
+    assert int8["admitted"] and int8["top1_agreement"] >= 0.999, int8
+    wait_for_variant(s.url, "recommend_smoothed", "int8")
+    x = np.random.default_rng(10).standard_normal((8, 1024)).astype(np.float32)
+    fp32 = scores(s.url, False, "recommend_model", x)
+    smoothed = scores(s.url, False, "recommend_smoothed", x)
+    plain = scores(s.url, False, "recommend_int8", x)
+    assert 0 < np.abs(smoothed - fp32).max() <= 0.05
+    assert not np.array_equal(smoothed, plain)

@@ -15,8 +15,8 @@ namespace nereid::native {
 // graph's passes); built once at load when the weights are constant.
 struct ConvPlan {
   ConvPlan(const float* w, int64_t c_out, int64_t c_in_per_group, int64_t kh, int64_t kw,
-           int64_t groups, bool int8 = false, bool winograd = false)
-      : weights(w, c_out, c_in_per_group, kh, kw, groups, int8, winograd) {}
+           int64_t groups, bool int8 = false, bool winograd = false, const float* smooth = nullptr)
+      : weights(w, c_out, c_in_per_group, kh, kw, groups, int8, winograd, smooth) {}
   kernels::ConvWeights weights;
   std::vector<float> bias;  // c_out values, or empty
   // A depthwise convolution's: the 1x1 convolutions fused around it by the graph's passes
