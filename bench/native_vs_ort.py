@@ -3,7 +3,7 @@
 (max absolute and relative error, top-1 agreement) and times interleaved in one run.
 
   native_vs_ort.py --bench-native=build/bench_native MODEL.onnx... [--batch=1,8] [--threads=1]
-                   [--rounds=5] [--iterations=10] [--int8] [--openvino]
+                   [--rounds=5] [--iterations=10] [--int8 [--calibrate]] [--openvino]
 
 MODEL.onnx:3,48,320 gives the dims after the batch of every input of that rank (for variable ones:
 MODEL.onnx:128 for a text encoder's tokens and mask); other inputs get their declared shapes
@@ -93,11 +93,13 @@ def dummy(meta, shape_override, batch, seed):
     return rng.uniform(-1, 1, shape).astype(np.float32)
 
 
-def native_run(binary, model, iterations, feeds_file, output_file, int8, threads, split_rows):
+def native_run(binary, model, iterations, feeds_file, output_file, int8, threads, split_rows,
+               calibration=None):
     cmd = [binary, f"--model={model}", f"--iterations={iterations + 1}", f"--feeds={feeds_file}",
            f"--threads={threads}",
            f"--output={output_file}"] + (["--int8"] if int8 else []) + (
-               ["--split-rows"] if split_rows else [])
+               ["--split-rows"] if split_rows else []) + (
+               [f"--calibration={calibration}"] if calibration else [])
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "failed")
@@ -114,6 +116,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--int8", action="store_true")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="with --int8: the native engine's activations smoothed from "
+                             "calibration inputs (another draw of the same kind)")
     parser.add_argument("--split-rows", action="store_true",
                         help="the native engine runs batches row by row (nereid.split_batches)")
     parser.add_argument("--openvino", action="store_true",
@@ -149,6 +154,13 @@ def main():
                     feeds[meta.name] = dummy(meta, override, batch, seed=batch * 131 + k)
                 feeds_file, y_file = os.path.join(tmp, "feeds.bin"), os.path.join(tmp, "y.bin")
                 write_feeds(feeds_file, feeds)
+                calibration = None
+                if args.calibrate:
+                    calibration = os.path.join(tmp, "calibration.bin")
+                    write_feeds(calibration, {
+                        meta.name: dummy(meta, [8] + after if after and len(meta.shape) ==
+                                         len(after) + 1 else None, 8, seed=7919 + k)
+                        for k, meta in enumerate(sess.get_inputs())})
                 want = sess.run(None, feeds)[0]
                 ort_times, native_times, ov_times = [], [], []
                 try:
@@ -158,7 +170,8 @@ def main():
                             ov_times.append(ort_time(ov, feeds, args.iterations))
                         native_times.append(native_run(args.bench_native, path, args.iterations,
                                                        feeds_file, y_file, args.int8,
-                                                       args.threads, args.split_rows))
+                                                       args.threads, args.split_rows,
+                                                       calibration))
                 except RuntimeError as e:
                     print(f"{os.path.basename(path)[:24]:<24} {batch:>5}  REFUSED OR FAILED: {e}")
                     failed = True
