@@ -50,9 +50,9 @@ struct GraphOptions {
   // With int8_weights: the layers found here may have their activations smoothed per input
   // channel (kernels::PackedInt8W's 'smooth': SmoothQuant's factors s = range^alpha /
   // w_max^(1 - alpha)), where a channel that is large on every pixel otherwise sets each row's
-  // scale alone and the small channels lose their bits. 'int8_smoothing' below 0: per layer, no
-  // smoothing or alpha 0.25, 0.5 or 0.75, whichever gives the sampled rows' products the least
-  // error against fp32 (SmoothingFor in passes.cc); from 0 to 1: that alpha for every layer.
+  // scale alone and the small channels lose their bits. 'int8_smoothing' below 0: per layer,
+  // alpha 0.5 where it gives the sampled rows' products less error against fp32 than none
+  // (SmoothingFor in passes.cc); from 0 to 1: that alpha for every layer.
   std::shared_ptr<const Int8Calibration> int8_calibration = nullptr;
   float int8_smoothing = -1.f;
   // Fuse 1x1 convolutions around depthwise ones (FuseDepthwiseBlocks). Off for a graph that
