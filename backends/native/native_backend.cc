@@ -588,6 +588,7 @@ StatusOr<float> ParseInt8Smoothing(const std::string& name, const rapidjson::Val
   return alpha;
 }
 
+// 'loaded': the graph as 'options' loads it (fp32, or int8 with 'precision: int8'), unsmoothed.
 // The int8 graph with its activations smoothed per channel (GraphOptions::int8_calibration:
 // SmoothQuant's factors, per layer where they lower that layer's error on the calibration
 // inputs), kept only where the whole model's outputs on (up to 64 of) the calibration inputs
@@ -619,13 +620,18 @@ StatusOr<std::unique_ptr<Graph>> SmoothedInt8Graph(NereidModel* model, const std
   for (const ValueInfo& out : loaded.outputs()) fetch.push_back(out.name);
   std::vector<Tensor> results[3];  // fp32, int8, int8 smoothed
   std::unique_ptr<Graph> graphs[3];
+  const int given = options.int8_weights ? 1 : 0;  // what 'loaded' is (its options, unsmoothed)
   for (int g = 0; g < 3; ++g) {
-    options.int8_weights = g > 0;
-    options.int8_calibration = g == 2 ? *measured : nullptr;
-    auto graph = Graph::Load(path, options);
-    if (!graph.ok()) return fail(graph.status());
-    graphs[g] = std::move(graph).value();
-    if (Status ran = graphs[g]->Run(calibration, fetch, &results[g]); !ran.ok()) return fail(ran);
+    const Graph* run = &loaded;
+    if (g != given) {
+      options.int8_weights = g > 0;
+      options.int8_calibration = g == 2 ? *measured : nullptr;
+      auto graph = Graph::Load(path, options);
+      if (!graph.ok()) return fail(graph.status());
+      graphs[g] = std::move(graph).value();
+      run = graphs[g].get();
+    }
+    if (Status ran = run->Run(calibration, fetch, &results[g]); !ran.ok()) return fail(ran);
   }
   const Accuracy plain = Compare(results[0], results[1]),
                  smoothed = Compare(results[0], results[2]);
