@@ -229,7 +229,7 @@ Status Graph::Run(const std::vector<std::pair<std::string, Tensor>>& feeds,
 }
 
 StatusOr<Int8Calibration> Graph::MeasureInt8Inputs(
-    const std::vector<std::pair<std::string, Tensor>>& feeds) const {
+    const std::vector<std::pair<std::string, Tensor>>& feeds, std::vector<Tensor>* outputs) const {
   std::vector<std::string> names(body_.value_ids.size());
   for (const auto& [name, id] : body_.value_ids)
     if (id >= 0 && static_cast<size_t>(id) < names.size()) names[id] = name;
@@ -285,18 +285,18 @@ StatusOr<Int8Calibration> Graph::MeasureInt8Inputs(
   std::vector<std::string> fetch;
   for (const ValueInfo& out : body_.outputs) fetch.push_back(out.name);
   std::vector<Tensor> results;
-  RETURN_IF_ERROR(Run(feeds, fetch, &results, nullptr, &observe));
+  RETURN_IF_ERROR(Run(feeds, fetch, outputs != nullptr ? outputs : &results, nullptr, &observe));
   return stats;
 }
 
 StatusOr<std::shared_ptr<const Int8Calibration>> CalibrateInt8(
     const std::string& path, GraphOptions options,
-    const std::vector<std::pair<std::string, Tensor>>& feeds) {
+    const std::vector<std::pair<std::string, Tensor>>& feeds, std::vector<Tensor>* outputs) {
   options.int8_weights = false;
   options.int8_calibration = nullptr;
   options.fuse_depthwise_blocks = false;
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, Graph::Load(path, options));
-  ASSIGN_OR_RETURN(Int8Calibration stats, graph->MeasureInt8Inputs(feeds));
+  ASSIGN_OR_RETURN(Int8Calibration stats, graph->MeasureInt8Inputs(feeds, outputs));
   return std::make_shared<const Int8Calibration>(std::move(stats));
 }
 

@@ -151,9 +151,11 @@ class Graph {
   // The input statistics of every layer the int8 precision quantizes (a Conv with packed weights
   // but not a depthwise or small-groups one, a MatMul or Gemm with a packed weight) over 'feeds':
   // GraphOptions::int8_calibration. Load the graph fp32 with fuse_depthwise_blocks off: each
-  // layer's input is then a value of its own.
+  // layer's input is then a value of its own. 'outputs' (optional): the run's graph outputs, in
+  // outputs()' order.
   StatusOr<Int8Calibration> MeasureInt8Inputs(
-      const std::vector<std::pair<std::string, Tensor>>& feeds) const;
+      const std::vector<std::pair<std::string, Tensor>>& feeds,
+      std::vector<Tensor>* outputs = nullptr) const;
 
   // What Run gives for feeds whose rows (first dim, the same count in every numeric feed) are
   // independent, computed one row at a time and the outputs' rows joined: a network of memory-bound
@@ -185,10 +187,11 @@ class Graph {
 
 // The model at 'path' loaded as 'options' asks but fp32 and with each layer its own node, and its
 // int8 layers' inputs measured on 'feeds' (Graph::MeasureInt8Inputs): what an int8 load's
-// GraphOptions::int8_calibration takes.
+// GraphOptions::int8_calibration takes. 'outputs' (optional): that fp32 run's graph outputs.
 StatusOr<std::shared_ptr<const Int8Calibration>> CalibrateInt8(
     const std::string& path, GraphOptions options,
-    const std::vector<std::pair<std::string, Tensor>>& feeds);
+    const std::vector<std::pair<std::string, Tensor>>& feeds,
+    std::vector<Tensor>* outputs = nullptr);
 
 // Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish: the activations a Conv's
 // epilogue applies (and the GPU runs alone), with their parameters in 'a' and 'b'.

@@ -592,10 +592,10 @@ StatusOr<float> ParseInt8Smoothing(const std::string& name, const rapidjson::Val
 // The int8 graph with its activations smoothed per channel (GraphOptions::int8_calibration:
 // SmoothQuant's factors, per layer where they lower that layer's error on the calibration
 // inputs), kept only where the whole model's outputs on (up to 64 of) the calibration inputs
-// come closer to fp32's than the int8 graph's without it: less rms error and no less top-1
-// agreement. Null without calibration inputs or where it is not kept; the load logs which.
-// RapidOCR's recogniser on rendered text lines: per-step agreement with fp32 96.5% -> 97.2%; on
-// synthetic strokes 92-97% against 96% without, where this drops it.
+// come closer to fp32's (the calibration run's own outputs) than the int8 graph's without it: less
+// rms error and no less top-1 agreement. Null without calibration inputs or where it is not kept;
+// the load logs which. RapidOCR's recogniser on rendered text lines: per-step agreement with
+// fp32 96.5% -> 97.2%; on synthetic strokes 92-97% against 96% without, where this drops it.
 StatusOr<std::unique_ptr<Graph>> SmoothedInt8Graph(NereidModel* model, const std::string& name,
                                                    const std::string& path, GraphOptions options,
                                                    const rapidjson::Value& config,
@@ -614,31 +614,35 @@ StatusOr<std::unique_ptr<Graph>> SmoothedInt8Graph(NereidModel* model, const std
   auto fail = [&](const Status& s) {
     return Status(s.code(), "model '" + name + "': int8 calibration: " + s.message());
   };
-  auto measured = CalibrateInt8(path, options, calibration);
+  std::vector<Tensor> results[3];  // fp32 (the calibration's own run), int8, int8 smoothed
+  auto measured = CalibrateInt8(path, options, calibration, &results[0]);
   if (!measured.ok()) return fail(measured.status());
   std::vector<std::string> fetch;
   for (const ValueInfo& out : loaded.outputs()) fetch.push_back(out.name);
-  std::vector<Tensor> results[3];  // fp32, int8, int8 smoothed
-  std::unique_ptr<Graph> graphs[3];
-  const int given = options.int8_weights ? 1 : 0;  // what 'loaded' is (its options, unsmoothed)
-  for (int g = 0; g < 3; ++g) {
-    const Graph* run = &loaded;
-    if (g != given) {
-      options.int8_weights = g > 0;
-      options.int8_calibration = g == 2 ? *measured : nullptr;
-      auto graph = Graph::Load(path, options);
-      if (!graph.ok()) return fail(graph.status());
-      graphs[g] = std::move(graph).value();
-      run = graphs[g].get();
-    }
-    if (Status ran = run->Run(calibration, fetch, &results[g]); !ran.ok()) return fail(ran);
+  const bool loaded_int8 = options.int8_weights;  // 'precision: int8': 'loaded' is unsmoothed int8
+  options.int8_weights = true;
+  auto load = [&](std::shared_ptr<const Int8Calibration> with) {
+    options.int8_calibration = std::move(with);
+    return Graph::Load(path, options);
+  };
+  std::unique_ptr<Graph> plain_graph;
+  if (!loaded_int8) {
+    auto graph = load(nullptr);
+    if (!graph.ok()) return fail(graph.status());
+    plain_graph = std::move(graph).value();
   }
+  auto smoothed_graph = load(*measured);
+  if (!smoothed_graph.ok()) return fail(smoothed_graph.status());
+  const Graph* plain_int8 = loaded_int8 ? &loaded : plain_graph.get();
+  if (Status ran = plain_int8->Run(calibration, fetch, &results[1]); !ran.ok()) return fail(ran);
+  if (Status ran = (*smoothed_graph)->Run(calibration, fetch, &results[2]); !ran.ok())
+    return fail(ran);
   const Accuracy plain = Compare(results[0], results[1]),
                  smoothed = Compare(results[0], results[2]);
   const bool keep = smoothed.rms_rel_error < plain.rms_rel_error &&
                     smoothed.top1_agreement >= plain.top1_agreement;
   std::string layers = "activations smoothed on no layer";
-  for (const std::string& line : graphs[2]->pass_log())
+  for (const std::string& line : (*smoothed_graph)->pass_log())
     if (line.rfind("int8 activations smoothed", 0) == 0) layers = line.substr(5);
   char why[200];
   std::snprintf(why, sizeof(why),
@@ -649,7 +653,7 @@ StatusOr<std::unique_ptr<Graph>> SmoothedInt8Graph(NereidModel* model, const std
   Log(NEREID_LOG_INFO,
       "model '" + name + "': int8 " + layers + (keep ? ": kept (" : ": dropped (") + why + ")");
   if (!keep) return std::unique_ptr<Graph>();
-  return std::move(graphs[2]);
+  return std::move(smoothed_graph).value();
 }
 
 StatusOr<std::unique_ptr<ModelState>> InitializeModel(NereidModel* model) {

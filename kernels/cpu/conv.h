@@ -89,13 +89,13 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
                         const float* taps, const float* bias, const GemmEpilogue& act,
                         const PointwiseStage& project, const float* residual, float* y);
 
-// Pooling windows: max, or average over the window (count_include_pad: padded positions count,
-// up to the explicit padding; otherwise only positions inside the image).
 // Output pixel i's window of group 'group' (depth ordered (ky, kx, channel), zeros where it
 // leaves the image): kh * kw * c_in / groups values into 'out', as the int8 convolution
 // quantizes them.
 void ConvWindow(const Conv2dGeometry& g, const float* x, int64_t group, int64_t i, float* out);
 
+// Pooling windows: max, or average over the window (count_include_pad: padded positions count,
+// up to the explicit padding; otherwise only positions inside the image).
 void MaxPoolNhwc(const Conv2dGeometry& g, const float* x, float* y);
 void AveragePoolNhwc(const Conv2dGeometry& g, bool count_include_pad, int64_t pad_bottom,
                      int64_t pad_right, const float* x, float* y);

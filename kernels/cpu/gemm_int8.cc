@@ -10,6 +10,7 @@
 
 #include "cpu/cpu_features.h"
 #include "cpu/gemm_int8_isa.h"
+#include "cpu/parallel.h"
 
 namespace nereid::kernels {
 namespace {
@@ -136,18 +137,18 @@ QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t 
                                 int64_t rows, bool offset, const float* mult) {
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
-  thread_local std::vector<float> smoothed;       // one row at a time: it stays in L1
+  thread_local Scratch<float> smoothed;           // one row at a time: it stays in L1
   xq.resize(static_cast<size_t>(rows * stride));  // (every byte written below)
   xs.resize(static_cast<size_t>(m));
   const int8_t zero = offset ? static_cast<int8_t>(-128) : 0;  // 0 as q + 128 is 0x80
-  if (mult != nullptr) smoothed.resize(static_cast<size_t>(k));
+  float* const row_buffer = mult != nullptr ? smoothed.Get(static_cast<size_t>(k)) : nullptr;
   // Row i as quantized: x's, or with 'mult' its columns divided by their smoothing first
   // (PackedInt8W).
   auto row_of = [&](int64_t i) {
     const float* row = x + i * ldx;
     if (mult == nullptr) return row;
-    for (int64_t l = 0; l < k; ++l) smoothed[l] = row[l] * mult[l];
-    return static_cast<const float*>(smoothed.data());
+    for (int64_t l = 0; l < k; ++l) row_buffer[l] = row[l] * mult[l];
+    return static_cast<const float*>(row_buffer);
   };
 #if defined(__x86_64__)
   if (HasAvx512F()) {  // the rows in one call (MobileNetV2's 1x1 layers: rows of 16-320 values)

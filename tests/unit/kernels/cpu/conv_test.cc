@@ -269,8 +269,6 @@ INSTANTIATE_TEST_SUITE_P(
                       // place (four depth blocks).
                       Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
 
-// Which convolutions take the small-groups kernel: groups of at most 8 inputs and 16 outputs, no
-// more inputs than outputs a group, fp32, AVX-512.
 // A depthwise convolution with a 1x1 before it, after it or both as one (DepthwiseBlockNhwc)
 // against the direct loops in turn: strides 1 and 2, 3x3, 5x5 and a dilated 3x3, padded and not,
 // odd sizes, rows wide enough that a band is one output row (its input rows moved to the front each
@@ -354,6 +352,8 @@ TEST(DepthwiseBlock, MatchesItsConvolutionsInTurn) {
   }
 }
 
+// Which convolutions take the small-groups kernel: groups of at most 8 inputs and 16 outputs, no
+// more inputs than outputs a group, fp32, AVX-512.
 TEST(ConvWeights, SmallGroupsOfAtMost8InputsAnd16Outputs) {
   if (!HasAvx512F()) GTEST_SKIP() << "the small-groups kernel is AVX-512's";
   auto small = [](int64_t c_out, int64_t cig, int64_t groups, bool int8 = false) {
