@@ -17,16 +17,16 @@ namespace {
 __device__ __forceinline__ float ApplyConvActivation(ConvActivation act, float v, float a,
                                                      float b) {
   switch (act) {
-    case ConvActivation::kRelu:
-      return v > 0.f ? v : 0.f;
+    case ConvActivation::kRelu:  // NaN stays NaN in every one (as on the CPU)
+      return v < 0.f ? 0.f : v;
     case ConvActivation::kClip:
-      return fminf(fmaxf(v, a), b);
+      return ClampKeepingNaN(v, a, b);
     case ConvActivation::kLeakyRelu:
       return v >= 0.f ? v : v * a;
     case ConvActivation::kHardSigmoid:
-      return fmaxf(0.f, fminf(1.f, a * v + b));
+      return ClampKeepingNaN(a * v + b, 0.f, 1.f);
     case ConvActivation::kHardSwish:
-      return v * fmaxf(0.f, fminf(1.f, v * (1.f / 6.f) + 0.5f));
+      return v * ClampKeepingNaN(v * (1.f / 6.f) + 0.5f, 0.f, 1.f);
     default:
       return v;
   }

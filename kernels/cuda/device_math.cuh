@@ -56,9 +56,18 @@ __device__ __forceinline__ uint4 LoadStream(const void* p) {
   return v;
 }
 
+// max(a, b) that returns NaN where either is one (fmaxf returns the other operand), as ONNX's
+// reference and the CPU kernels do: a NaN in an activation's input stays NaN in its output.
+__device__ __forceinline__ float MaxKeepingNaN(float a, float b) { return b != b || b > a ? b : a; }
+
+// v clamped to [lo, hi], NaN kept.
+__device__ __forceinline__ float ClampKeepingNaN(float v, float lo, float hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 template <Activation A>
 __device__ __forceinline__ float Activate(float x) {
-  if constexpr (A == Activation::kRelu) return x > 0.f ? x : 0.f;
+  if constexpr (A == Activation::kRelu) return x < 0.f ? 0.f : x;  // (NaN stays NaN)
   if constexpr (A == Activation::kSigmoid) return 1.f / (1.f + __expf(-x));
   if constexpr (A == Activation::kTanh) return tanhf(x);
   if constexpr (A == Activation::kGelu) return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));

@@ -11,6 +11,8 @@ namespace {
 
 constexpr int kQuantizeThreads = 256;
 
+// A row holding NaN gets a NaN scale (its products then NaN, as on the CPU; a NaN's bits order
+// above every number's for atomicMax). Its bytes are 0 where NaN.
 template <typename T>
 __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* __restrict__ in,
                                                                        int64_t k,
@@ -19,15 +21,15 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* 
   const T* row = in + blockIdx.x * k;
   float absmax = 0.f;
   for (int64_t i = threadIdx.x; i < k; i += kQuantizeThreads)
-    absmax = fmaxf(absmax, fabsf(ToFloat(row[i])));
+    absmax = MaxKeepingNaN(absmax, fabsf(ToFloat(row[i])));
   __shared__ float warp_max[kQuantizeThreads / 32];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) absmax = fmaxf(absmax, __shfl_xor_sync(~0u, absmax, o));
+  for (int o = 16; o > 0; o >>= 1) absmax = MaxKeepingNaN(absmax, __shfl_xor_sync(~0u, absmax, o));
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = absmax;
   __syncthreads();
   absmax = 0.f;
 #pragma unroll
-  for (int w = 0; w < kQuantizeThreads / 32; ++w) absmax = fmaxf(absmax, warp_max[w]);
+  for (int w = 0; w < kQuantizeThreads / 32; ++w) absmax = MaxKeepingNaN(absmax, warp_max[w]);
   // Exactly the host's arithmetic (IEEE division and product, rounding half to even), so a
   // quantized row is the same bits wherever it was made.
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
@@ -50,9 +52,9 @@ __global__ __launch_bounds__(kQuantizeThreads) void AbsMaxChunksKernel(
   const int64_t end = min(k, (static_cast<int64_t>(blockIdx.x) + 1) * kChunk);
   float absmax = 0.f;
   for (int64_t i = blockIdx.x * kChunk + threadIdx.x; i < end; i += kQuantizeThreads)
-    absmax = fmaxf(absmax, fabsf(ToFloat(row[i])));
+    absmax = MaxKeepingNaN(absmax, fabsf(ToFloat(row[i])));
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) absmax = fmaxf(absmax, __shfl_xor_sync(~0u, absmax, o));
+  for (int o = 16; o > 0; o >>= 1) absmax = MaxKeepingNaN(absmax, __shfl_xor_sync(~0u, absmax, o));
   if (threadIdx.x % 32 == 0) atomicMax(&bits[blockIdx.y], __float_as_uint(absmax));
 }
 

@@ -173,6 +173,43 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
   EXPECT_GT(split, 0) << "no case split its depth over blocks";
 }
 
+// One NaN pixel (every channel of image 0's pixel (1, 1)): every output whose window holds it is
+// NaN, with every activation (Relu, Clip, HardSigmoid and HardSwish once dropped it: fmaxf and
+// fminf return the other operand) and on every kernel; every other output stays finite.
+TEST(CudaConv, ANaNPixelReachesEveryOutputOfItsWindowsAndNoOther) {
+  NEREID_REQUIRE_GPU();
+  uint64_t seed = 70;
+  DeviceBuffer workspace(kc::kConvWorkspaceFloats * sizeof(float));
+  for (const ConvCase& c : ConvCases())
+    for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+      const Conv2dGeometry& g = c.g;
+      ConvCase nan_case = c;
+      nan_case.residual = false;  // (a residual of NaN would be another test)
+      ConvOperands o(nan_case, t, &seed);
+      for (int64_t ch = 0; ch < g.c_in; ++ch) o.x[(1 * g.w + 1) * g.c_in + ch] = NAN;
+      DeviceBuffer dx(Encode(o.x, t));
+      o.p.x = dx.get();
+      o.p.workspace = static_cast<float*>(workspace.get());
+      const kc::ConvKernel kernel = kc::ChooseConvKernel(o.p);
+      ASSERT_EQ(kc::Conv2dNhwc(o.p, nullptr), cudaSuccess) << Describe(c, t);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> y = Decode(o.dy.Read(), t);
+      for (int64_t px = 0; px < g.n * g.oh * g.ow; ++px) {
+        const int64_t b = px / (g.oh * g.ow), oy = px / g.ow % g.oh, ox = px % g.ow;
+        bool reached = false;
+        ForEachTapInside(g, oy, ox, [&](int64_t iy, int64_t ix, int64_t, int64_t) {
+          reached = reached || (b == 0 && iy == 1 && ix == 1);
+        });
+        for (int64_t co = 0; co < g.c_out; ++co) {
+          const double v = y[px * g.c_out + co];
+          ASSERT_EQ(std::isnan(v), reached)
+              << Describe(c, t) << " on " << kc::ConvKernelName(kernel) << " pixel " << px
+              << " channel " << co << ": " << v;
+        }
+      }
+    }
+}
+
 // GemmSm90's implicit GEMM (the windows gathered by cp.async into wgmma's swizzled tiles) against
 // float64, on both of its tiles: ragged pixel and channel counts, strides, dilation, a strided 1x1,
 // a stem of 8 channels and a depth that ends inside a K block, the residual before the Relu; and

@@ -160,6 +160,53 @@ TEST(CudaElementwise, ActivationsAndConversions) {
   }
 }
 
+// A NaN stays NaN through Relu: alone and as the epilogue of the small-m and sm90 GEMMs (one row
+// of x holding a NaN: that row of y all NaN, the others finite).
+TEST(CudaElementwise, ReluKeepsNaNAloneAndInGemmEpilogues) {
+  NEREID_REQUIRE_GPU();
+  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+    const std::vector<float> x = {NAN, -1.f, 2.f, -NAN, -0.5f};
+    DeviceBuffer in(Encode(x, t)), out(x.size() * kernels::cuda::ElemSize(t));
+    CUDA_OK(kernels::cuda::Unary(Activation::kRelu, t, in.get(), out.get(),
+                                 static_cast<int64_t>(x.size()), nullptr));
+    const std::vector<double> y = Decode(out.Read(), t);
+    EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[3])) << kernels::cuda::ElemTypeName(t);
+    EXPECT_EQ(y[1], 0.f);
+    EXPECT_EQ(y[2], 2.f);
+    EXPECT_EQ(y[4], 0.f);
+  }
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  const int64_t m = 5, n = 64, k = 256;
+  for (bool sm90 : {false, true}) {
+    if (sm90 && major != 9) continue;
+    auto x = Random(m * k, ++seed_counter), w = Random(n * k, ++seed_counter, -0.1f, 0.1f);
+    x[2 * k + 17] = NAN;
+    DeviceBuffer dx(Encode(x, ElemType::kBF16)), dw(Encode(w, ElemType::kBF16)), dy(m * n * 4);
+    GemmProblem p;
+    p.m = m, p.n = n, p.k = k, p.ab_type = ElemType::kBF16, p.out_type = ElemType::kF32;
+    p.x = dx.get(), p.w = dw.get(), p.y = dy.get(), p.act = Activation::kRelu;
+    if (sm90) {
+      const kernels::cuda::Sm90Config config;
+      const int64_t floats = kernels::cuda::Sm90WorkspaceFloats(p, config);
+      DeviceBuffer workspace(std::max<int64_t>(floats, 1) * 4);
+      p.workspace = static_cast<float*>(workspace.get()), p.workspace_floats = floats;
+      ASSERT_TRUE(kernels::cuda::Sm90Supported(p, config));
+      CUDA_OK(kernels::cuda::GemmSm90(p, nullptr, config));
+      CUDA_OK(cudaDeviceSynchronize());
+    } else {
+      ASSERT_TRUE(kernels::cuda::SmallMSupported(p, kernels::cuda::kSmallMVariants[0]));
+      CUDA_OK(kernels::cuda::GemmSmallM(p, nullptr, kernels::cuda::kSmallMVariants[0]));
+      CUDA_OK(cudaDeviceSynchronize());
+    }
+    const std::vector<double> y = Decode(dy.Read(), ElemType::kF32);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(std::isnan(y[i * n + j]), i == 2)
+            << (sm90 ? "sm90" : "small-m") << " " << i << " " << j << ": " << y[i * n + j];
+  }
+}
+
 struct GemmCase {
   int64_t m, n, k;
   ElemType ab, out;
@@ -474,6 +521,35 @@ TEST(CudaGemmInt8, QuantizeLongRowsMatchesQuantizeRowsBitForBit) {
   EXPECT_EQ(kernels::cuda::QuantizeLongRowsInt8(ElemType::kI32, nullptr, 1, 1, nullptr, nullptr,
                                                 nullptr, nullptr),
             cudaErrorInvalidValue);
+}
+
+// A row holding NaN quantizes to a NaN scale (its products NaN, as the CPU's rows), short rows
+// and long; the other rows as before.
+TEST(CudaGemmInt8, ARowHoldingNaNGetsANaNScale) {
+  NEREID_REQUIRE_GPU();
+  for (int64_t k : {int64_t{1000}, int64_t{3 * 8192 + 100}}) {
+    const int64_t rows = 3;
+    auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
+    v[1 * k + k - 5] = NAN;
+    DeviceBuffer in(Encode(v, ElemType::kF32)), q(rows * k), scale(rows * 4), bits(rows * 4);
+    if (k > 8192) {
+      CUDA_OK(cudaMemset(bits.get(), 0, rows * 4));
+      CUDA_OK(kernels::cuda::QuantizeLongRowsInt8(
+          ElemType::kF32, in.get(), rows, k, static_cast<int8_t*>(q.get()),
+          static_cast<float*>(scale.get()), static_cast<unsigned*>(bits.get()), nullptr));
+    } else {
+      CUDA_OK(kernels::cuda::QuantizeRowsInt8(ElemType::kF32, in.get(), rows, k,
+                                              static_cast<int8_t*>(q.get()),
+                                              static_cast<float*>(scale.get()), nullptr));
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> raw = scale.Read();
+    std::vector<float> scales(rows);
+    std::memcpy(scales.data(), raw.data(), raw.size());
+    EXPECT_TRUE(std::isnan(scales[1])) << k;
+    EXPECT_TRUE(std::isfinite(scales[0]) && scales[0] > 0.f) << k;
+    EXPECT_TRUE(std::isfinite(scales[2]) && scales[2] > 0.f) << k;
+  }
 }
 
 // One int8 case through 'run': x and w quantized per row, y against the exact integer products
