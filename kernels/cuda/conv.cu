@@ -553,8 +553,8 @@ std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw) {
 }
 
 // A convolution whose 128-pixel tiles fill a Hopper GPU runs as GemmSm90's implicit GEMM (wgmma,
-// w by TMA, the windows gathered by cp.async): bf16/fp16, one group, c_in a multiple of 8, Relu or
-// no activation. The rest, batch-1 layers of fewer tiles than SMs among them (the mma.sync kernel
+// w by TMA, the windows gathered by cp.async): bf16/fp16, one group, c_in a multiple of 8, or int8
+// with y in bf16 (c_in a multiple of 16, a scale per image); Relu or no activation. The rest, batch-1 layers of fewer tiles than SMs among them (the mma.sync kernel
 // splits their depth over blocks), stay on this file's kernels. NEREID_CONV_SM90=0 turns it off
 // (for comparisons).
 static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
@@ -563,7 +563,8 @@ static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   Activation act;
-  if (!enabled || p.int8 || !GemmActivationOf(p.act, &act)) return false;
+  if (!enabled || (p.int8 && p.type != ElemType::kBF16) || !GemmActivationOf(p.act, &act))
+    return false;
   const int sms = Sm90SmCount();
   if (sms == 0) return false;
   *q = ImplicitGemm(p);
@@ -590,6 +591,7 @@ GemmProblem ImplicitGemm(const ConvProblem& p) {
   GemmProblem q;
   q.m = g.n * g.oh * g.ow, q.n = g.c_out, q.k = g.kh * g.kw * g.c_in;
   q.ab_type = q.out_type = p.type;
+  if (p.int8) q.ab_type = ElemType::kI8, q.x_scale = p.x_scale, q.w_scale = p.w_scale;
   q.x = p.x, q.w = p.w, q.y = p.y, q.bias = p.bias, q.residual = p.residual;
   GemmActivationOf(p.act, &q.act);  // (kNone where there is no GEMM form)
   q.residual_first = true, q.implicit = true, q.image = g;

@@ -62,11 +62,12 @@ ConvKernel ChooseConvKernel(const ConvProblem& p);
 // The GEMM epilogue's activation for a convolution's, where it has one (None and Relu).
 bool GemmActivationOf(ConvActivation act, Activation* out);
 // 'p' as an implicit GEMM (GemmProblem::implicit: pixels x c_out x kh kw c_in, the residual before
-// the activation), for GemmSm90; its activation must have a GEMM form (GemmActivationOf).
+// the activation; int8: kI8 operands with p's scales), for GemmSm90; its activation must have a
+// GEMM form (GemmActivationOf).
 GemmProblem ImplicitGemm(const ConvProblem& p);
-// Whether Conv2dNhwc runs 'p' as GemmSm90's implicit GEMM instead (Hopper, bf16/fp16, one group,
-// c_in a multiple of 8, Relu or no activation, tiles that fill the GPU; decided per call, as the
-// batch's pixels change).
+// Whether Conv2dNhwc runs 'p' as GemmSm90's implicit GEMM instead (Hopper, bf16/fp16 with c_in a
+// multiple of 8 or int8 to bf16 with c_in a multiple of 16, one group, Relu or no activation,
+// tiles that fill the GPU; decided per call, as the batch's pixels change).
 bool ConvOnSm90(const ConvProblem& p);
 int ConvSplits(const ConvProblem& p);
 const char* ConvKernelName(ConvKernel k);

@@ -45,7 +45,8 @@ struct GemmProblem {
   // An implicit GEMM (a convolution, GemmSm90 only): x is the channels-last image 'image'
   // describes, and the GEMM's x its windows, never written out: row i is output pixel i (m = n x
   // oh x ow), column l = (ky * kw + kx) * c_in + ci (k = kh x kw x c_in), w the weights as
-  // [c_out][kh][kw][c_in] (n = c_out). One group, c_in a multiple of 8 (bf16, fp16).
+  // [c_out][kh][kw][c_in] (n = c_out). One group, c_in a multiple of 8 (bf16, fp16), or of 16 for
+  // int8 with y in bf16, where x_scale holds one scale per image (not per row).
   bool implicit = false;
   Conv2dGeometry image;
   bool tf32 = false;  // kF32 operands on the tensor cores (TF32) instead of exact fp32

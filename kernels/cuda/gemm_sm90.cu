@@ -453,12 +453,14 @@ __global__ __launch_bounds__(Threads<BM>(),
     const int64_t row0 = tm * BM + half * 64 + warp * 16;
     const int rows = static_cast<int>(min(static_cast<int64_t>(16), a.m - row0));
     const int g = lane / 4, t = lane % 4;
-    // Int8: each of the lane's two rows scaled by its x_scale as the accumulators leave registers.
+    // Int8: each of the lane's two rows scaled by its x_scale as the accumulators leave registers
+    // (gathered: one scale per image, its rows the image's ohw output pixels).
     float row_scale[2] = {1.f, 1.f};
     if (a.x_scale != nullptr)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
-        if (row0 + g + 8 * r < a.m) row_scale[r] = a.x_scale[row0 + g + 8 * r];
+        if (const int64_t row = row0 + g + 8 * r; row < a.m)
+          row_scale[r] = a.x_scale[kGather ? row / a.ohw : row];
 #pragma unroll
     for (int c = 0; c < BN / kEpiCols; ++c) {
 #pragma unroll
@@ -623,9 +625,10 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
 
 template <typename T, typename OutT>
 cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
-  if constexpr ((std::is_same_v<T, __nv_bfloat16> ||
-                 std::is_same_v<T, __half>)&&std::is_same_v<OutT, T>) {
-    if (p.implicit) {  // (Sm90Supported: 128-row tiles, y in the operands' type)
+  if constexpr (((std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>)&&std::is_same_v<
+                     OutT, T>) ||
+                (std::is_same_v<T, int8_t> && std::is_same_v<OutT, __nv_bfloat16>)) {
+    if (p.implicit) {  // (Sm90Supported: 128-row tiles, y in the operands' type or int8 -> bf16)
       if (c.tile == Sm90Tile::k128x256)
         return Launch<T, 128, 256, OutT, true>(p, c.splits, sms, stream);
       if (c.tile == Sm90Tile::k128x64)
@@ -658,9 +661,10 @@ cudaError_t LaunchOut(const GemmProblem& p, const Sm90Config& c, int sms, cudaSt
   return cudaErrorInvalidValue;
 }
 
-// What the gathering kernel takes (GemmProblem::implicit): bf16/fp16, one group, c_in a multiple
-// of 8 (a 16-byte piece within one tap), y in the same type, 128-row tiles, the sizes matching the
-// image's, and every pixel index in int.
+// What the gathering kernel takes (GemmProblem::implicit): bf16/fp16 with y in the same type, or
+// int8 (the image quantized per image: x_scale holds one scale per image) with y in bf16; one
+// group, c_in a multiple of a 16-byte piece (8 bf16/fp16 or 16 int8 channels, within one tap),
+// 128-row tiles, the sizes matching the image's, and every pixel index in int.
 bool ImplicitSupported(const GemmProblem& p, const Sm90Config& c) {
   const Conv2dGeometry& g = p.image;
   constexpr int64_t kMax = int64_t{1} << 30;
@@ -672,8 +676,10 @@ bool ImplicitSupported(const GemmProblem& p, const Sm90Config& c) {
                      g.stride_h < kMax && g.stride_w < kMax && g.dilation_h < kMax &&
                      g.dilation_w < kMax && g.n * g.h * g.w < kMax && g.n * g.oh * g.ow < kMax &&
                      g.c_in >= 1 && g.c_in < kMax;
-  return (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) && p.out_type == p.ab_type &&
-         sizes && g.groups == 1 && g.c_in % piece == 0 && p.k == g.kh * g.kw * g.c_in &&
+  const bool types =
+      ((p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) && p.out_type == p.ab_type) ||
+      (p.ab_type == ElemType::kI8 && p.out_type == ElemType::kBF16);
+  return types && sizes && g.groups == 1 && g.c_in % piece == 0 && p.k == g.kh * g.kw * g.c_in &&
          p.m == g.n * g.oh * g.ow && p.n == g.c_out &&
          (c.tile == Sm90Tile::k128x256 || c.tile == Sm90Tile::k128x128 ||
           c.tile == Sm90Tile::k128x64) &&

@@ -297,10 +297,15 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
       {Geometry(2, 14, 14, 64, 128, 3, 1, 1), A::kNone, 0, 0, false, true},
       {Geometry(5, 3, 3, 48, 136, 3, 1, 1), A::kRelu, 0, 0, true, true},
       {Geometry(1, 7, 7, 256, 64, 3, 1, 1), A::kRelu, 0, 0, true, true},  // split over blocks
+      // Tiles that fill a Hopper GPU: GemmSm90's int8 implicit GEMM (bf16 out) on 128 x 64,
+      // 128 x 256 and (strided) 128 x 128 tiles, 147 row tiles of 128 pixels across 6 images.
+      {Geometry(6, 56, 56, 64, 64, 3, 1, 1), A::kRelu, 0, 0, true, true},
+      {Geometry(6, 56, 56, 64, 256, 1, 1, 0), A::kNone, 0, 0, true, true},
+      {Geometry(6, 112, 112, 32, 128, 3, 2, 1), A::kRelu, 0, 0, true, false},
   };
   DeviceBuffer workspace(kc::kConvWorkspaceFloats * sizeof(float));
   uint64_t seed = 50;
-  int split = 0;
+  int split = 0, sm90 = 0;
   for (const ConvCase& c : cases)
     for (ElemType t : {ElemType::kBF16, ElemType::kF16}) {
       const Conv2dGeometry& g = c.g;
@@ -330,6 +335,7 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
       p.workspace = static_cast<float*>(workspace.get());
       ASSERT_TRUE(kc::Int8ConvSupported(p)) << Describe(c, t);
       split += kc::ConvSplits(p) > 1;
+      sm90 += kc::ConvOnSm90(p);
       ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
       CUDA_OK(cudaDeviceSynchronize());
       const std::vector<double> rr = Rounded(res, t);
@@ -354,6 +360,10 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
       EXPECT_LE(RelativeError(Decode(dy.Read(), t), ref), tol) << "int8 " << Describe(c, t);
     }
   EXPECT_GT(split, 0) << "no int8 case split its depth over blocks";
+  // bf16 outputs of the three large cases (GemmSm90 writes int8 products to bf16 only).
+  if (kc::Sm90SmCount() > 0) {
+    EXPECT_EQ(sm90, 3) << "int8 convolutions on GemmSm90";
+  }
   // What the int8 kernel cannot take: c_in not a multiple of 16, groups, no scales.
   kc::ConvProblem bad;
   bad.g = Geometry(1, 4, 4, 8, 8, 3, 1, 1), bad.type = ElemType::kBF16, bad.int8 = true;
