@@ -302,7 +302,7 @@ def main():
     # 256 MB would leave the later models on pageable staging).
     server = Server(os.path.join(repo, "models"), "--onnx-engine=auto",
                     "--grpc-max-input-size=1073741824", "--pinned-memory-pool-byte-size=2147483648",
-                    "--log-verbose=1")
+                    "--log-verbose=1", start_timeout=600)  # (each model's GEMM tuning)
     try:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         print(f"{'precision':>9} {'batch':>6} | {'PyTorch mean':>12} {'p50':>8} {'img/s':>8} | "

@@ -8,7 +8,8 @@
 # onnx + protobuf wheels in .whl/. Other builds of bench_native as .devcarry/cpu/NAME.xz (strip,
 # xz -9; a CPU-only build is ~1 MB) add a section at every core: bench/ab_native.py, the builds
 # alternating round by round (CPU.xz, if present, is the "new" one instead of the bundle's).
-# MODELS_AB: the models of that section (default small_cnn, mobilenet_v2, resnet50).
+# INT8=1 adds an int8 table per thread count; RapidOCR's models join where .devcarry/pkgs holds
+# them. MODELS_AB: the models of that section (default small_cnn, mobilenet_v2, resnet50).
 # LAYERS="resnet50 mobilenet_v2": those models layer by layer against ONNX Runtime at every core
 # first (bench/conv_layers_vs_ort.py, batch 1), where a gap at 16 threads lies.
 set -euo pipefail
@@ -48,10 +49,20 @@ if [ ${#OTHERS[@]} -gt 0 ]; then
       --rounds="${ROUNDS:-3}" --iterations="${ITERATIONS:-10}" | tee "$OUT/ab_$model.txt" || true
   done
 fi
+# RapidOCR's detector, recogniser and classifier (real weights), where .devcarry/pkgs holds them
+# (GPU=1 scripts/device_carry.sh), at the input sizes of docs/native-engine.md's OCR rows.
+OCR=()
+OCR_DIR="$C/pkgs/rapidocr_onnxruntime/models"
+[ -f "$OCR_DIR/ch_PP-OCRv4_det_infer.onnx" ] &&
+  OCR=("$OCR_DIR/ch_PP-OCRv4_det_infer.onnx:3,96,128" "$OCR_DIR/ch_PP-OCRv4_rec_infer.onnx:3,48,320"
+       "$OCR_DIR/ch_ppocr_mobile_v2.0_cls_infer.onnx:3,48,192")
+# INT8=1: each thread count again with the native engine in int8 (against ONNX Runtime's fp32).
 for threads in ${THREADS:-1 $(nproc)}; do
-  echo "== $threads thread(s)"
-  python3 bench/native_vs_ort.py --bench-native="$NEW" --batch=1,8 \
-    --threads="$threads" --rounds="${ROUNDS:-3}" --iterations="${ITERATIONS:-10}" \
-    /tmp/vm/resnet50.onnx /tmp/vm/mobilenet_v2.onnx /tmp/vm/resnext50.onnx /tmp/vm/small_cnn.onnx \
-    | tee "$OUT/native_vs_ort_t$threads.txt" || true
+  for int8 in "" ${INT8:+--int8}; do
+    echo "== $threads thread(s) ${int8:-fp32}"
+    python3 bench/native_vs_ort.py --bench-native="$NEW" --batch=1,8 $int8 \
+      --threads="$threads" --rounds="${ROUNDS:-3}" --iterations="${ITERATIONS:-10}" \
+      /tmp/vm/resnet50.onnx /tmp/vm/mobilenet_v2.onnx /tmp/vm/resnext50.onnx /tmp/vm/small_cnn.onnx \
+      "${OCR[@]}" | tee "$OUT/native_vs_ort_t$threads${int8:+_int8}.txt" || true
+  done
 done

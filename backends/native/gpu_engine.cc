@@ -434,10 +434,8 @@ class GpuInstance final : public GemmBench {
     acc_floats_ = acc;
     if (m_->int8_gemms > 0 || m_->int8_convs > 0) {  // int8 activations, quantized per row
       const int64_t vectors = capacity * m_->int8_max_vectors;
-      RETURN_IF_ERROR(Allocate(
-          NEREID_MEMORY_GPU,
-          static_cast<size_t>(std::max(vectors * m_->int8_max_k, capacity * m_->int8_conv_max_in)),
-          &quantized_));
+      RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity * m_->int8_max_in),
+                               &quantized_));
       RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(vectors) * 4, &row_scale_));
       if (m_->int8_convs > 0)
         RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU, static_cast<size_t>(capacity) * 4, &absmax_));

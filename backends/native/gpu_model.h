@@ -274,12 +274,13 @@ class GpuModel {
   bool ragged() const { return ragged_max_length > 0; }
   int64_t fixed_rows = 0;        // a model without batching whose config fixes its first dimension
   int int8_gemms = 0;            // the int8 precision: GEMMs run in int8 (the others in bf16)
-  int64_t int8_max_k = 0;        // their largest k (the per-row quantized activations' scratch)
-  int64_t int8_max_vectors = 1;  // and the most vectors of x in one row (a sequence's tokens)
-  // ... and convolutions in int8 (one group, c_in a multiple of 16; the rest in bf16), their
-  // images quantized per row (per image) into the same scratch: the largest image they read.
+  int64_t int8_max_vectors = 1;  // the most vectors of x in one row (a sequence's tokens, pixels)
+  // ... and convolutions in int8 (one group, c_in a multiple of 16; the rest in bf16): the 1x1
+  // ones as GEMMs (a scale per pixel), the others their image quantized per row (per image).
   int int8_convs = 0;
-  int64_t int8_conv_max_in = 0;
+  // The int8 values of one row's largest quantized input (a GEMM's vectors x k, an image): the
+  // scratch they are quantized into, per row.
+  int64_t int8_max_in = 0;
 
   // The activations' memory plan (PlanArena, at the end of compiling): one device arena per
   // instance of arena_row_bytes per row of its capacity; value id's buffer (the owners: defined,

@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/device_math.cuh"
@@ -37,6 +38,85 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeRowsKernel(const T* 
   int8_t* out = q + blockIdx.x * k;
   for (int64_t i = threadIdx.x; i < k; i += kQuantizeThreads)
     out[i] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(ToFloat(row[i]) * inv))));
+}
+
+// Short rows (a pixel's or a token's channels: k a multiple of 8, at most kShortRowMax) a group of
+// G lanes each, 8 values per lane and load (16 bytes of bf16/fp16), so that a block holds
+// 256 / G rows instead of one row per block leaving most of its threads idle; the row's second
+// pass reads it again from L1. The same arithmetic as QuantizeRowsKernel, so the same bits.
+constexpr int64_t kShortRowMax = 4096;
+
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = ToFloat(e[j]);
+  }
+}
+
+template <typename T, int G>
+__global__ __launch_bounds__(kQuantizeThreads) void QuantizeShortRowsKernel(
+    const T* __restrict__ in, int64_t rows, int k, int8_t* __restrict__ q,
+    float* __restrict__ scale) {
+  const int lane = static_cast<int>(threadIdx.x % G);
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kQuantizeThreads + threadIdx.x) / G;
+  const bool live = row < rows;  // (every lane takes part in the shuffles below)
+  const T* src = in + (live ? row : 0) * k;
+  float absmax = 0.f, v[8];
+  if (live)
+    for (int i = lane * 8; i < k; i += G * 8) {
+      Load8(src + i, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) absmax = MaxKeepingNaN(absmax, fabsf(v[j]));
+    }
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) absmax = MaxKeepingNaN(absmax, __shfl_xor_sync(~0u, absmax, o));
+  if (!live) return;
+  const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
+  if (lane == 0) scale[row] = absmax / 127.f;
+  int8_t* out = q + row * k;
+  for (int i = lane * 8; i < k; i += G * 8) {
+    Load8(src + i, v);
+    alignas(8) int8_t packed[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      packed[j] = static_cast<int8_t>(max(-127, min(127, __float2int_rn(v[j] * inv))));
+    *reinterpret_cast<uint2*>(out + i) = *reinterpret_cast<const uint2*>(packed);
+  }
+}
+
+template <typename T>
+cudaError_t LaunchShortRows(const T* in, int64_t rows, int64_t k, int8_t* q, float* scale,
+                            cudaStream_t stream) {
+  // Lanes per row: as many as the row has 8-value pieces, up to a warp.
+  const int pieces = static_cast<int>(k / 8);
+  const int g = pieces >= 32 ? 32 : pieces >= 16 ? 16 : pieces >= 8 ? 8 : pieces >= 4 ? 4 : 2;
+  const int64_t blocks = (rows * g + kQuantizeThreads - 1) / kQuantizeThreads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const auto grid = static_cast<unsigned>(blocks);
+  const int kk = static_cast<int>(k);
+  switch (g) {
+    case 32:
+      QuantizeShortRowsKernel<T, 32><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
+      break;
+    case 16:
+      QuantizeShortRowsKernel<T, 16><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
+      break;
+    case 8:
+      QuantizeShortRowsKernel<T, 8><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
+      break;
+    case 4:
+      QuantizeShortRowsKernel<T, 4><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
+      break;
+    default:
+      QuantizeShortRowsKernel<T, 2><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
+  }
+  return cudaGetLastError();
 }
 
 // Long rows (an image per row: a convolution's input): each row split over blocks of kChunk
@@ -167,6 +247,19 @@ cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int
                              float* scale, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (rows < 0 || rows > 0x7fffffff || k <= 0) return cudaErrorInvalidValue;
+  if (k % 8 == 0 && k <= kShortRowMax && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(q) % 8 == 0) {
+    switch (in_type) {
+      case ElemType::kF32:
+        return LaunchShortRows(static_cast<const float*>(in), rows, k, q, scale, stream);
+      case ElemType::kBF16:
+        return LaunchShortRows(static_cast<const __nv_bfloat16*>(in), rows, k, q, scale, stream);
+      case ElemType::kF16:
+        return LaunchShortRows(static_cast<const __half*>(in), rows, k, q, scale, stream);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
   const auto blocks = static_cast<unsigned>(rows);
   switch (in_type) {
     case ElemType::kF32:

@@ -18,7 +18,8 @@
 namespace nereid::kernels::cuda {
 
 // q (rows x k int8) and scale (rows floats) from in (rows x k of in_type: kF32, kBF16 or kF16),
-// row-major.
+// row-major. Rows of a multiple of 8 up to 4,096 values (16-byte aligned in, 8-byte aligned q) go
+// several to a block, 16 bytes per load; the others one to a block.
 cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int64_t k, int8_t* q,
                              float* scale, cudaStream_t stream);
 // The same bits for long rows (an image per row, a convolution's input; rows <= 65535): each row

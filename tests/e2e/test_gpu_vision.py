@@ -101,6 +101,8 @@ def test_every_cnn_runs_on_the_gpu_engine(server):
                 assert "tensor-core implicit GEMM" in counts.group(2), line
             if precision == "int8":
                 assert "int8 tensor-core implicit GEMM" in counts.group(2), line
+                if model == "resnet50":  # its 1x1 of stride 1 as int8 GEMMs
+                    assert "33 int8 1x1 as GEMM" in counts.group(2), line
             if model == "mobilenet_v2":
                 assert "depthwise" in counts.group(2), line
 

@@ -242,11 +242,28 @@ TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
   ASSERT_TRUE(model.ok()) << model.status().message();
-  // The stem (3 channels, padded to 8) stays bf16; the other 52 take 16 channels or more.
+  // The stem (3 channels, padded to 8) stays bf16; the other 52 take 16 channels or more: the
+  // 33 1x1 of stride 1 as int8 GEMMs (a scale per pixel), the rest int8 implicit GEMMs.
   const std::string description = Describe(**model);
   EXPECT_NE(description.find("52 of 53 convolutions in int8"), std::string::npos) << description;
-  EXPECT_NE(description.find("52 int8 tensor-core implicit GEMM"), std::string::npos)
+  EXPECT_NE(description.find("33 int8 1x1 as GEMM"), std::string::npos) << description;
+  EXPECT_NE(description.find("19 int8 tensor-core implicit GEMM"), std::string::npos)
       << description;
+  int int8_gemm_steps = 0;
+  for (const Step& s : (*model)->steps)
+    if (s.kind == Step::kGemm && s.residual_first) {
+      EXPECT_NE(s.w_scale, nullptr);
+      EXPECT_EQ(s.k % 16, 0);
+      ++int8_gemm_steps;
+    }
+  EXPECT_EQ(int8_gemm_steps, 33);
+  // The quantized scratch per row: the largest of a 1x1's pixels x c_in and an image's values.
+  int64_t largest = 0;
+  for (const Step& s : (*model)->steps)
+    if (s.kind == Step::kGemm && s.w_scale != nullptr) largest = std::max(largest, s.outer * s.k);
+    else if (s.kind == Step::kConv && s.conv.int8)
+      largest = std::max(largest, (*model)->values[s.in].row_elems);
+  EXPECT_EQ((*model)->int8_max_in, largest);
 }
 
 // ResNet-50's 1x1 convolutions of stride 1 run as GEMMs on channels-last images: a row per pixel,
@@ -282,10 +299,6 @@ TEST(GpuCompile, PointwiseConvolutionsRunAsGemms) {
   EXPECT_EQ(pointwise, 33);
   EXPECT_EQ(residual, 16) << "each bottleneck's last 1x1 adds its block's input";
   EXPECT_NE(Describe(m).find("33 1x1 as GEMM"), std::string::npos) << Describe(m);
-  // In int8 they stay convolutions (the int8 implicit GEMM, per image scales).
-  auto int8 = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
-  ASSERT_TRUE(int8.ok()) << int8.status().message();
-  for (const Step& s : (*int8)->steps) EXPECT_FALSE(s.residual_first);
 }
 
 TEST(GpuCompile, RefusesOpenDims) {

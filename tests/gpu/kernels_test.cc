@@ -476,15 +476,20 @@ std::vector<uint8_t> Bytes(const void* p, size_t n) {
   return {b, b + n};
 }
 
+// Rows of every length class: several to a block with 2 to 32 lanes each (k 16, 64, 1,000 and
+// 4,096: multiples of 8 up to 4,096), one to a block (k 1,004 and 4,104).
 TEST(CudaGemmInt8, QuantizeRowsMatchesTheHostBitForBit) {
   NEREID_REQUIRE_GPU();
-  const int64_t rows = 37, k = 1000;
-  auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
-  for (int64_t l = 0; l < k; ++l) v[5 * k + l] = 0.f;  // a row of zeros: scale 0
-  v[7 * k + 3] = 40.f;                                 // an outlier sets its row's scale
-  std::vector<int8_t> want_q;
-  std::vector<float> want_scale;
+  for (const int64_t k : {16, 64, 1000, 4096, 1004, 4104})
   for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    const int64_t rows = 37;
+    auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
+    for (int64_t l = 0; l < k; ++l) v[5 * k + l] = 0.f;  // a row of zeros: scale 0
+    v[7 * k + 3] = 40.f;                                 // an outlier sets its row's scale
+    v[36 * k + k - 1] = -50.f;                           // the last row's last value too
+    std::vector<int8_t> want_q;
+    std::vector<float> want_scale;
     const auto rounded = Rounded(v, t);
     std::vector<float> as_float(rounded.begin(), rounded.end());
     QuantizeHost(as_float, rows, k, &want_q, &want_scale);
@@ -527,7 +532,7 @@ TEST(CudaGemmInt8, QuantizeLongRowsMatchesQuantizeRowsBitForBit) {
 // and long; the other rows as before.
 TEST(CudaGemmInt8, ARowHoldingNaNGetsANaNScale) {
   NEREID_REQUIRE_GPU();
-  for (int64_t k : {int64_t{1000}, int64_t{3 * 8192 + 100}}) {
+  for (int64_t k : {int64_t{1000}, int64_t{1004}, int64_t{3 * 8192 + 100}}) {
     const int64_t rows = 3;
     auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
     v[1 * k + k - 5] = NAN;

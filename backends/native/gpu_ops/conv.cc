@@ -45,7 +45,21 @@ Status CompilePointwiseAsGemm(const Graph& graph, const Graph::Node& node, const
   s.kind = Step::kGemm;
   s.in = conv.in;
   s.n = conv.conv.g.c_out, s.k = conv.conv.g.c_in, s.outer = conv.conv.g.oh * conv.conv.g.ow;
-  ASSIGN_OR_RETURN(s.w, m.UploadFloats(weights, m.float_type));  // [c_out][c_in]: n x k
+  if (m.precision == Precision::kInt8) {
+    // int8 (c_in a multiple of 16): weights per output channel, each pixel's channels quantized
+    // at run time as a GEMM's rows are (finer than a convolution's scale per image).
+    std::vector<int8_t> q(weights.size());
+    std::vector<float> scale(static_cast<size_t>(s.n));
+    kernels::QuantizeRowsInt8(weights.data(), s.n, s.k, s.k, q.data(), scale.data());
+    ASSIGN_OR_RETURN(s.w, m.Upload(q.data(), q.size()));
+    ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
+    s.w_scale = static_cast<const float*>(dscale);
+    ++m.int8_convs;
+    m.int8_max_in = std::max(m.int8_max_in, s.outer * s.k);
+    m.int8_max_vectors = std::max(m.int8_max_vectors, s.outer);
+  } else {
+    ASSIGN_OR_RETURN(s.w, m.UploadFloats(weights, m.float_type));  // [c_out][c_in]: n x k
+  }
   s.bias = conv.conv.bias;
   s.act = act;
   ASSIGN_OR_RETURN(s.residual, ConvResidual(graph, node, y, m, who));
@@ -54,7 +68,7 @@ Status CompilePointwiseAsGemm(const Graph& graph, const Graph::Node& node, const
   s.out = node.outputs[0];
   m.steps.push_back(s);
   ++m.convs;
-  ++m.conv_kernels["1x1 as GEMM"];
+  ++m.conv_kernels[s.w_scale != nullptr ? "int8 1x1 as GEMM" : "1x1 as GEMM"];
   return Status::Ok();
 }
 
@@ -121,8 +135,9 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
     s.in = InLayout(m, node.inputs[0], true);
   }
   std::vector<float> layout = kc::ConvWeightsLayout(s.conv, oihw.data());
-  if (kc::Activation act; IsPointwise(s.conv.g, pad_end) && m.precision != Precision::kInt8 &&
-                          kc::GemmActivationOf(s.conv.act, &act)) {
+  if (kc::Activation act;
+      IsPointwise(s.conv.g, pad_end) && kc::GemmActivationOf(s.conv.act, &act) &&
+      (m.precision != Precision::kInt8 || s.conv.g.c_in % 16 == 0)) {
     return CompilePointwiseAsGemm(graph, node, s, act, layout, y, m, who);
   }
   if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
@@ -137,7 +152,7 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
     s.conv.w_scale = static_cast<const float*>(dscale);
     s.conv.int8 = true;
     ++m.int8_convs;
-    m.int8_conv_max_in = std::max(m.int8_conv_max_in, m.values[s.in].row_elems);
+    m.int8_max_in = std::max(m.int8_max_in, m.values[s.in].row_elems);
   } else {
     ASSIGN_OR_RETURN(s.conv.w, m.UploadFloats(layout, m.float_type));
   }

@@ -87,7 +87,7 @@ Status Gemm(const GpuNode& g) {
     ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
     s.w_scale = static_cast<const float*>(dscale);
     ++m.int8_gemms;
-    m.int8_max_k = std::max(m.int8_max_k, k);
+    m.int8_max_in = std::max(m.int8_max_in, outer * k);
     m.int8_max_vectors = std::max(m.int8_max_vectors, outer);
   } else {
     ASSIGN_OR_RETURN(s.w, m.UploadFloats(w, m.float_type));
