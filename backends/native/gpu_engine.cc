@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -83,12 +84,19 @@ class GpuInstance final : public GemmBench {
     graphs_.Clear();
     ReleaseBuffers();
     cublas_.reset();
+    for (cudaEvent_t e : split_events_)
+      if (e != nullptr) cudaEventDestroy(e);
+    if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   Status Init() {
     CUDA_RETURN(cudaSetDevice(m_->device), "cudaSetDevice");
     CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    CUDA_RETURN(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+                "cudaStreamCreate");
+    for (cudaEvent_t& e : split_events_)
+      CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     RETURN_IF_ERROR(phases_.Init());
     cublas_ = std::make_unique<kc::CublasGemm>();
     if (std::string e = cublas_->Init(stream_); !e.empty()) return Internal(e);
@@ -214,6 +222,13 @@ class GpuInstance final : public GemmBench {
       // A ragged plan's padding rows: zeros (token 0, masked out, a sequence of its own).
       std::memset(dst + at, 0, static_cast<size_t>(run_rows - rows) * io.row_bytes);
     }
+    // A split run's halves tuned before anything is staged (tuning writes the arena), in buckets
+    // the buffers already hold (growing them would move staging under copies_).
+    const bool split = Splits(run_rows, direct) && TuneBucket((run_rows + 1) / 2) <= capacity_;
+    if (split) {
+      RETURN_IF_ERROR(TuneFor((run_rows + 1) / 2));
+      RETURN_IF_ERROR(TuneFor(run_rows / 2));
+    }
     StageCopies();
     if (m_->ragged()) WriteSequences(run_rows, *sequences);
     // Outputs copied straight into the caller's memory: device memory always; page-locked memory
@@ -262,13 +277,19 @@ class GpuInstance final : public GemmBench {
     const bool measured = phases_.Begin();
     auto mark = [&](int i) { return phases_.Mark(i, stream_); };
     CUDA_RETURN(mark(0), "cudaEventRecord");
-    RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, true));
-    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(run_rows, true, direct));
-    CUDA_RETURN(mark(1), "cudaEventRecord");
-    RETURN_IF_ERROR(LaunchGraph(run_rows, direct));
-    CUDA_RETURN(mark(2), "cudaEventRecord");
-    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(run_rows, false, direct));
-    RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, false));
+    if (split) {
+      CUDA_RETURN(mark(1), "cudaEventRecord");
+      RETURN_IF_ERROR(EnqueueHalves(run_rows, direct));
+      CUDA_RETURN(mark(2), "cudaEventRecord");
+    } else {
+      RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, true));
+      if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(run_rows, true, direct));
+      CUDA_RETURN(mark(1), "cudaEventRecord");
+      RETURN_IF_ERROR(LaunchGraph(run_rows, direct));
+      CUDA_RETURN(mark(2), "cudaEventRecord");
+      if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(run_rows, false, direct));
+      RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, false));
+    }
     CUDA_RETURN(mark(3), "cudaEventRecord");
     const uint64_t enqueued_ns = NereidNowNs();
     CUDA_RETURN(cudaStreamSynchronize(stream_), "GPU execution");
@@ -387,7 +408,14 @@ class GpuInstance final : public GemmBench {
 
   std::vector<HostCopy> copies_;
   std::unique_ptr<kernels::ThreadTeam> copy_team_;  // made on the first large copy
-  void* Buf(int id) const { return buffers_[m_->Resolve(id)]; }
+  // A value's device buffer; while the second half of a split run is enqueued, a direct input's
+  // is its prefetch buffer (EnqueueHalves).
+  void* Buf(int id) const {
+    const int owner = m_->Resolve(id);
+    return static_cast<size_t>(owner) < shifted_.size() && shifted_[owner] != nullptr
+               ? shifted_[owner]
+               : buffers_[owner];
+  }
 
   Status Allocate(NereidMemoryType type, size_t bytes, NereidBuffer* out) {
     RETURN_IF_ERROR(backend::FromError(
@@ -401,6 +429,9 @@ class GpuInstance final : public GemmBench {
         if (b.data != nullptr) NereidMemoryRelease(b.data);
     for (auto* b : {&arena_, &acc_, &quantized_, &row_scale_, &absmax_, &conv_workspace_})
       if (b->data != nullptr) NereidMemoryRelease(b->data);
+    for (auto& b : prefetch_)
+      if (b.data != nullptr) NereidMemoryRelease(b.data);
+    prefetch_.clear();
     buffers_.clear(), staging_in_.clear(), staging_out_.clear();
     arena_ = acc_ = quantized_ = row_scale_ = absmax_ = conv_workspace_ = NereidBuffer{};
   }
@@ -504,16 +535,19 @@ class GpuInstance final : public GemmBench {
     return Status::Ok();
   }
 
-  // The staging copies (those not direct in this run).
-  Status EnqueueCopies(int64_t rows, bool to_device, uint64_t direct) {
+  // The staging copies (those not direct in this run): 'rows' rows between the device's first
+  // rows and staging's from row 'host_row' on (a split run's second half: its own rows).
+  Status EnqueueCopies(int64_t rows, bool to_device, uint64_t direct, int64_t host_row = 0) {
     const size_t ni = m_->inputs.size();
     const auto& ios = to_device ? m_->inputs : m_->outputs;
     for (size_t i = 0; i < ios.size(); ++i) {
       if (direct >> (to_device ? i : ni + i) & 1) continue;
       const size_t bytes = static_cast<size_t>(RowsOf(ios[i], rows)) * ios[i].row_bytes;
-      void* host = (to_device ? staging_in_ : staging_out_)[i].data;
+      const size_t skip = static_cast<size_t>(host_row) * ios[i].row_bytes;
+      void* host = static_cast<uint8_t*>((to_device ? staging_in_ : staging_out_)[i].data) + skip;
       void* device = Buf(ios[i].value);
       void* mapped = (to_device ? mapped_in_ : mapped_out_)[i];
+      if (mapped != nullptr) mapped = static_cast<uint8_t*>(mapped) + skip;
       constexpr size_t kKernelCopyMax = 64 << 10;  // beyond this the copy engine is faster
       if (mapped != nullptr && bytes <= kKernelCopyMax) {
         CUDA_RETURN(to_device ? kc::CopyBytes(device, mapped, bytes, stream_)
@@ -717,13 +751,123 @@ class GpuInstance final : public GemmBench {
 
   // Replays the graph captured for 'rows' and this run's direct copies (capturing it on first
   // use).
-  Status LaunchGraph(int64_t rows, uint64_t direct) {
-    return graphs_.Launch({rows, direct}, stream_, [&] {
-      if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct));
+  // (part: 0 a whole run; 1 and 2 a split run's halves, the second's staging rows from 'host_row'
+  // on and its direct inputs read from their prefetch buffers.)
+  Status LaunchGraph(int64_t rows, uint64_t direct, int part = 0, int64_t host_row = 0) {
+    return graphs_.Launch({rows, direct, part}, stream_, [&] {
+      if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct, host_row));
       RETURN_IF_ERROR(EnqueueSteps(rows));
-      if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct));
+      if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, false, direct, host_row));
       return Status::Ok();
     });
+  }
+
+  // A large batch handed over in page-locked memory (a client's batch, in the server's pinned pool
+  // or shared memory) crosses PCIe at ~50 GB/s: ResNet-50's 256 images (154 MB) take ~3 ms, a
+  // fifth of the run. Such a run goes in two halves: the first half's rows cross, then the network
+  // runs them while the second half's cross on a copy stream into a buffer of their own; the
+  // second half then runs from there. Only for models whose rows are independent (batching, not
+  // ragged, not a fixed first dimension), every direct input one host part, at least
+  // kSplitMinRows rows and 32 MiB of direct input. In the server's environment
+  // NEREID_GPU_SPLIT_RUNS=0 turns it off (for comparisons), NEREID_GPU_SPLIT_MIN_BYTES=N sets the
+  // input size (tests/e2e/test_gpu_vision.py: small images).
+  static constexpr int64_t kSplitMinRows = 64;
+
+  bool Splits(int64_t rows, uint64_t direct) const {
+    static const bool enabled = [] {
+      const char* v = std::getenv("NEREID_GPU_SPLIT_RUNS");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    static const size_t min_bytes = [] {
+      const char* v = std::getenv("NEREID_GPU_SPLIT_MIN_BYTES");
+      char* end = nullptr;
+      const unsigned long long n = v != nullptr ? std::strtoull(v, &end, 10) : 0;
+      return v != nullptr && end != v && *end == '\0' && n > 0 ? static_cast<size_t>(n)
+                                                               : size_t{32} << 20;
+    }();
+    if (!enabled || m_->ragged() || m_->fixed_rows > 0 || rows < kSplitMinRows) return false;
+    size_t bytes = 0;
+    for (size_t i = 0; i < m_->inputs.size(); ++i) {
+      if (!(direct >> i & 1)) continue;
+      if (direct_src_[i].size() != 1 || direct_src_[i][0].device) return false;
+      bytes += direct_src_[i][0].bytes;
+    }
+    return bytes >= min_bytes;
+  }
+
+  // Rows [from, from + rows) of direct output o: from the device's first rows to their place in
+  // the destination's parts.
+  Status CopyOutRows(size_t o, int64_t from, int64_t rows) {
+    const size_t rb = m_->outputs[o].row_bytes;
+    const auto* device = static_cast<const uint8_t*>(Buf(m_->outputs[o].value));
+    const size_t lo = static_cast<size_t>(from) * rb, hi = lo + static_cast<size_t>(rows) * rb;
+    size_t at = 0;  // the part's first byte in the output
+    for (const GpuDestinationPart& part : direct_dst_[o]) {
+      const size_t begin = std::max(at, lo), end = std::min(at + part.bytes, hi);
+      if (begin < end)
+        CUDA_RETURN(cudaMemcpyAsync(static_cast<uint8_t*>(part.data) + (begin - at),
+                                    device + (begin - lo), end - begin, cudaMemcpyDefault, stream_),
+                    "copy from the GPU");
+      at += part.bytes;
+    }
+    return Status::Ok();
+  }
+
+  Status EnqueueHalves(int64_t rows, uint64_t direct) {
+    const int64_t first = (rows + 1) / 2, second = rows - first;  // (tuned: Run)
+    const size_t ni = m_->inputs.size();
+    if (!split_logged_) {
+      split_logged_ = true;
+      const std::string line = "GPU run of " + std::to_string(rows) +
+                               " rows split in two: the second half's " +
+                               "input crosses to the device while the first half runs";
+      NereidLog(NEREID_LOG_INFO, __FILE__, __LINE__, line.c_str());
+    }
+    if (prefetch_.empty()) {  // (freed with the other buffers when they grow)
+      prefetch_.assign(ni, NereidBuffer{});
+      for (size_t i = 0; i < ni; ++i)
+        RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU,
+                                 static_cast<size_t>(capacity_ / 2) * m_->inputs[i].row_bytes,
+                                 &prefetch_[i]));
+    }
+    // The copy stream starts once the stream's earlier work (the last run's reads) is done.
+    CUDA_RETURN(cudaEventRecord(split_events_[0], stream_), "cudaEventRecord");
+    CUDA_RETURN(cudaStreamWaitEvent(copy_stream_, split_events_[0]), "cudaStreamWaitEvent");
+    for (int half = 0; half < 2; ++half) {
+      for (size_t i = 0; i < ni; ++i) {
+        if (!(direct >> i & 1)) continue;
+        const size_t rb = m_->inputs[i].row_bytes;
+        const auto* src = static_cast<const uint8_t*>(direct_src_[i][0].data);
+        CUDA_RETURN(half == 0 ? cudaMemcpyAsync(Buf(m_->inputs[i].value), src, first * rb,
+                                                cudaMemcpyHostToDevice, copy_stream_)
+                              : cudaMemcpyAsync(prefetch_[i].data, src + first * rb, second * rb,
+                                                cudaMemcpyHostToDevice, copy_stream_),
+                    "copy to the GPU");
+      }
+      CUDA_RETURN(cudaEventRecord(split_events_[1 + half], copy_stream_), "cudaEventRecord");
+    }
+    CUDA_RETURN(cudaStreamWaitEvent(stream_, split_events_[1]), "cudaStreamWaitEvent");
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(first, true, direct));
+    RETURN_IF_ERROR(LaunchGraph(first, direct));  // (the graph of a whole run of 'first' rows)
+    if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(first, false, direct));
+    for (size_t o = 0; o < m_->outputs.size(); ++o)
+      if (direct >> (ni + o) & 1) RETURN_IF_ERROR(CopyOutRows(o, 0, first));
+    // The second half: its direct inputs read from the prefetch buffers (also by its copies out,
+    // where an output is an input).
+    CUDA_RETURN(cudaStreamWaitEvent(stream_, split_events_[2]), "cudaStreamWaitEvent");
+    shifted_.assign(m_->values.size(), nullptr);
+    for (size_t i = 0; i < ni; ++i)
+      if (direct >> i & 1) shifted_[m_->Resolve(m_->inputs[i].value)] = prefetch_[i].data;
+    Status second_half = [&]() -> Status {
+      if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(second, true, direct, first));
+      RETURN_IF_ERROR(LaunchGraph(second, direct, 2, first));
+      if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(second, false, direct, first));
+      for (size_t o = 0; o < m_->outputs.size(); ++o)
+        if (direct >> (ni + o) & 1) RETURN_IF_ERROR(CopyOutRows(o, first, second));
+      return Status::Ok();
+    }();
+    shifted_.clear();
+    return second_half;
   }
 
   std::shared_ptr<const GpuModel> m_;
@@ -740,7 +884,14 @@ class GpuInstance final : public GemmBench {
   NereidBuffer absmax_{};          // int8 convolutions: each image's largest magnitude (as bits)
   NereidBuffer conv_workspace_{};  // kc::kConvWorkspaceFloats: split convolutions
   bool copies_in_graph_ = false;
-  GraphCache graphs_;                             // by (rows, direct mask)
+  // Split runs (EnqueueHalves): the copy stream, its events (the stream's work before, each half's
+  // input across), the second half's direct inputs, and the values Buf() then redirects.
+  cudaStream_t copy_stream_ = nullptr;
+  std::array<cudaEvent_t, 3> split_events_{};
+  std::vector<NereidBuffer> prefetch_;
+  std::vector<void*> shifted_;
+  bool split_logged_ = false;                     // (the first split run is logged)
+  GraphCache graphs_;                             // by (rows, direct mask, part)
   std::vector<std::vector<GpuPart>> direct_src_;  // per input: this run's direct parts, or none
   // Per output: this run's direct destination (its parts), or none.
   std::vector<std::vector<GpuDestinationPart>> direct_dst_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "nereid/backend_util.h"
@@ -41,10 +42,11 @@ StatusOr<cudaGraphExec_t> CaptureGraph(cudaStream_t stream, const Enqueue& enque
   return exec;
 }
 
-// Instantiated graphs by (rows, direct-copy mask). Not thread-safe: one instance's thread.
+// Instantiated graphs by (rows, direct-copy mask, part: 0 a whole run, 1 and 2 the halves of a
+// run split while its input crosses to the device). Not thread-safe: one instance's thread.
 class GraphCache {
  public:
-  using Key = std::pair<int64_t, uint64_t>;
+  using Key = std::tuple<int64_t, uint64_t, int>;
   GraphCache() = default;
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;

@@ -554,9 +554,9 @@ std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw) {
 
 // A convolution whose 128-pixel tiles fill a Hopper GPU runs as GemmSm90's implicit GEMM (wgmma,
 // w by TMA, the windows gathered by cp.async): bf16/fp16, one group, c_in a multiple of 8, or int8
-// with y in bf16 (c_in a multiple of 16, a scale per image); Relu or no activation. The rest, batch-1 layers of fewer tiles than SMs among them (the mma.sync kernel
-// splits their depth over blocks), stay on this file's kernels. NEREID_CONV_SM90=0 turns it off
-// (for comparisons).
+// with y in bf16 (c_in a multiple of 16, a scale per image); Relu or no activation. The rest,
+// batch-1 layers of fewer tiles than SMs among them (the mma.sync kernel splits their depth over
+// blocks), stay on this file's kernels. NEREID_CONV_SM90=0 turns it off (for comparisons).
 static bool Sm90Conv(const ConvProblem& p, GemmProblem* q, Sm90Config* c) {
   static const bool enabled = [] {
     const char* v = std::getenv("NEREID_CONV_SM90");

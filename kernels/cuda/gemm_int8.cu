@@ -49,7 +49,8 @@ constexpr int64_t kShortRowMax = 4096;
 template <typename T>
 __device__ __forceinline__ void Load8(const T* p, float (&v)[8]) {
   if constexpr (std::is_same_v<T, float>) {
-    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    const float4 a = *reinterpret_cast<const float4*>(p),
+                 b = *reinterpret_cast<const float4*>(p + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
@@ -75,7 +76,8 @@ __global__ __launch_bounds__(kQuantizeThreads) void QuantizeShortRowsKernel(
       for (int j = 0; j < 8; ++j) absmax = MaxKeepingNaN(absmax, fabsf(v[j]));
     }
 #pragma unroll
-  for (int o = G / 2; o > 0; o >>= 1) absmax = MaxKeepingNaN(absmax, __shfl_xor_sync(~0u, absmax, o));
+  for (int o = G / 2; o > 0; o >>= 1)
+    absmax = MaxKeepingNaN(absmax, __shfl_xor_sync(~0u, absmax, o));
   if (!live) return;
   const float inv = absmax > 0.f ? 127.f / absmax : 0.f;
   if (lane == 0) scale[row] = absmax / 127.f;

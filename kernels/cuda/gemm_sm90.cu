@@ -625,8 +625,8 @@ cudaError_t Launch(const GemmProblem& p, int splits, int sms, cudaStream_t strea
 
 template <typename T, typename OutT>
 cudaError_t LaunchTile(const GemmProblem& p, const Sm90Config& c, int sms, cudaStream_t stream) {
-  if constexpr (((std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>)&&std::is_same_v<
-                     OutT, T>) ||
+  if constexpr (((std::is_same_v<T, __nv_bfloat16> ||
+                  std::is_same_v<T, __half>)&&std::is_same_v<OutT, T>) ||
                 (std::is_same_v<T, int8_t> && std::is_same_v<OutT, __nv_bfloat16>)) {
     if (p.implicit) {  // (Sm90Supported: 128-row tiles, y in the operands' type or int8 -> bf16)
       if (c.tile == Sm90Tile::k128x256)

@@ -123,6 +123,52 @@ def test_answers_match_onnxruntime(server, repo, model, precision, grpc):
             assert (got.argmax(1) == want.argmax(1)).all()
 
 
+@pytest.fixture(scope="module")
+def split_server(tmp_path_factory):
+    # ResNet-50 in bf16 and int8 taking 64 images a request, and a server that splits runs from
+    # 2 MiB of page-locked input (32 MiB without the variable: 224x224 images).
+    root = tmp_path_factory.mktemp("gpu_split") / "models"
+    proto = vision_models.resnet50(seed=1, size=SIZE, classes=1000)
+    for precision in ("bf16", "int8"):
+        name = f"resnet50_{precision}"
+        (root / name / "1").mkdir(parents=True)
+        onnx.save(proto, str(root / name / "1" / "model.onnx"))
+        (root / name / "config.pbtxt").write_text(
+            config(name, precision).replace("max_batch_size: 8", "max_batch_size: 64"))
+    s = Server(str(root), "--onnx-engine=auto", env={"NEREID_GPU_SPLIT_MIN_BYTES": str(2 << 20)})
+    s.repo = root
+    yield s
+    assert s.stop() == 0, s.read_log()
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+@pytest.mark.parametrize("precision", ("bf16", "int8"))
+def test_a_large_batch_runs_in_halves_and_each_row_keeps_its_answer(split_server, repo, precision,
+                                                                    grpc):
+    # 64 images (3 MB) in one request land in the server's pinned pool; the GPU engine runs them
+    # as two halves of 32, the second half's input crossing to the device while the first half
+    # runs, then read from a buffer of its own. Each row must come back as its own answer: against
+    # ONNX Runtime, and against the same images sent 16 at a time (runs not split).
+    rng = np.random.default_rng(29)
+    x = rng.uniform(-1, 1, [64, 3, SIZE, SIZE]).astype(np.float32)
+    x[40:] *= 3  # the halves differ in scale: a row answered from the other half would show
+    url = split_server.grpc_url if grpc else split_server.url
+    name = f"resnet50_{precision}"
+    got = infer(url, name, x, grpc)
+    assert "split in two" in split_server.read_log()
+    want = reference(repo, "resnet50", x)
+    diff = relative_diff(got, want)
+    print(f"resnet50 {precision} batch 64 in halves: max abs diff {diff:.2e} of the largest output")
+    assert diff <= TOLERANCE["resnet50"][precision], diff
+    for rows in (slice(0, 32), slice(32, 64)):  # each half against its own reference
+        assert relative_diff(got[rows], want[rows]) <= TOLERANCE["resnet50"][precision]
+    unsplit = np.concatenate([infer(url, name, x[i:i + 16], grpc) for i in range(0, 64, 16)])
+    assert relative_diff(got, unsplit) <= TOLERANCE["resnet50"][precision]
+    # Again: the captured graphs of both halves replayed.
+    again = infer(url, name, x[::-1].copy(), grpc)[::-1]
+    assert relative_diff(again, got) <= TOLERANCE["resnet50"][precision]
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_an_int8_answer_does_not_depend_on_the_batch_around_it(server, model):
     # Each image is quantized with its own scale: alone or beside much larger ones, the same

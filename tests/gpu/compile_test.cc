@@ -260,7 +260,8 @@ TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
   // The quantized scratch per row: the largest of a 1x1's pixels x c_in and an image's values.
   int64_t largest = 0;
   for (const Step& s : (*model)->steps)
-    if (s.kind == Step::kGemm && s.w_scale != nullptr) largest = std::max(largest, s.outer * s.k);
+    if (s.kind == Step::kGemm && s.w_scale != nullptr)
+      largest = std::max(largest, s.outer * s.k);
     else if (s.kind == Step::kConv && s.conv.int8)
       largest = std::max(largest, (*model)->values[s.in].row_elems);
   EXPECT_EQ((*model)->int8_max_in, largest);

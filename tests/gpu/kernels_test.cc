@@ -481,26 +481,26 @@ std::vector<uint8_t> Bytes(const void* p, size_t n) {
 TEST(CudaGemmInt8, QuantizeRowsMatchesTheHostBitForBit) {
   NEREID_REQUIRE_GPU();
   for (const int64_t k : {16, 64, 1000, 4096, 1004, 4104})
-  for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
-    SCOPED_TRACE("k " + std::to_string(k));
-    const int64_t rows = 37;
-    auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
-    for (int64_t l = 0; l < k; ++l) v[5 * k + l] = 0.f;  // a row of zeros: scale 0
-    v[7 * k + 3] = 40.f;                                 // an outlier sets its row's scale
-    v[36 * k + k - 1] = -50.f;                           // the last row's last value too
-    std::vector<int8_t> want_q;
-    std::vector<float> want_scale;
-    const auto rounded = Rounded(v, t);
-    std::vector<float> as_float(rounded.begin(), rounded.end());
-    QuantizeHost(as_float, rows, k, &want_q, &want_scale);
-    DeviceBuffer in(Encode(v, t)), q(rows * k), scale(rows * 4);
-    CUDA_OK(kernels::cuda::QuantizeRowsInt8(t, in.get(), rows, k, static_cast<int8_t*>(q.get()),
-                                            static_cast<float*>(scale.get()), nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_EQ(q.Read(), Bytes(want_q.data(), want_q.size())) << kernels::cuda::ElemTypeName(t);
-    EXPECT_EQ(scale.Read(), Bytes(want_scale.data(), 4 * want_scale.size()));
-    EXPECT_EQ(want_scale[5], 0.f);
-  }
+    for (ElemType t : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+      SCOPED_TRACE("k " + std::to_string(k));
+      const int64_t rows = 37;
+      auto v = Random(rows * k, ++seed_counter, -3.f, 3.f);
+      for (int64_t l = 0; l < k; ++l) v[5 * k + l] = 0.f;  // a row of zeros: scale 0
+      v[7 * k + 3] = 40.f;                                 // an outlier sets its row's scale
+      v[36 * k + k - 1] = -50.f;                           // the last row's last value too
+      std::vector<int8_t> want_q;
+      std::vector<float> want_scale;
+      const auto rounded = Rounded(v, t);
+      std::vector<float> as_float(rounded.begin(), rounded.end());
+      QuantizeHost(as_float, rows, k, &want_q, &want_scale);
+      DeviceBuffer in(Encode(v, t)), q(rows * k), scale(rows * 4);
+      CUDA_OK(kernels::cuda::QuantizeRowsInt8(t, in.get(), rows, k, static_cast<int8_t*>(q.get()),
+                                              static_cast<float*>(scale.get()), nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(q.Read(), Bytes(want_q.data(), want_q.size())) << kernels::cuda::ElemTypeName(t);
+      EXPECT_EQ(scale.Read(), Bytes(want_scale.data(), 4 * want_scale.size()));
+      EXPECT_EQ(want_scale[5], 0.f);
+    }
 }
 
 TEST(CudaGemmInt8, QuantizeLongRowsMatchesQuantizeRowsBitForBit) {

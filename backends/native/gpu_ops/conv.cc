@@ -135,9 +135,9 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
     s.in = InLayout(m, node.inputs[0], true);
   }
   std::vector<float> layout = kc::ConvWeightsLayout(s.conv, oihw.data());
-  if (kc::Activation act;
-      IsPointwise(s.conv.g, pad_end) && kc::GemmActivationOf(s.conv.act, &act) &&
-      (m.precision != Precision::kInt8 || s.conv.g.c_in % 16 == 0)) {
+  if (kc::Activation act; IsPointwise(s.conv.g, pad_end) &&
+                          kc::GemmActivationOf(s.conv.act, &act) &&
+                          (m.precision != Precision::kInt8 || s.conv.g.c_in % 16 == 0)) {
     return CompilePointwiseAsGemm(graph, node, s, act, layout, y, m, who);
   }
   if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
