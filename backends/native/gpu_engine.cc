@@ -279,7 +279,13 @@ class GpuInstance final : public GemmBench {
     CUDA_RETURN(mark(0), "cudaEventRecord");
     if (split) {
       CUDA_RETURN(mark(1), "cudaEventRecord");
-      RETURN_IF_ERROR(EnqueueHalves(run_rows, direct));
+      if (Status halves = EnqueueHalves(run_rows, direct); !halves.ok()) {
+        // Nothing of this run may still be copying once the caller frees the request's memory
+        // or the next run starts: the copy stream is not ordered with the next run's work.
+        cudaStreamSynchronize(copy_stream_);
+        cudaStreamSynchronize(stream_);
+        return halves;
+      }
       CUDA_RETURN(mark(2), "cudaEventRecord");
     } else {
       RETURN_IF_ERROR(EnqueueDirect(run_rows, direct, true));
