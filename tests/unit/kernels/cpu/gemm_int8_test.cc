@@ -11,6 +11,10 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
+
+#include "cpu/cpu_features.h"
+#include "cpu/gemm_int8_isa.h"
 
 namespace nereid::kernels {
 namespace {
@@ -177,6 +181,45 @@ TEST(GemmInt8QuantizeTest, EveryElementAsTheScalarArithmetic) {
     ASSERT_EQ(q[l], static_cast<int8_t>(want)) << l;
   }
 }
+
+#if defined(__x86_64__)
+// The AVX-512 quantizer of whole rows into padded strides (the int8 GEMMs' and convolutions'),
+// 64 values at a time through saturating packs and 16 at a time after: every byte as the scalar
+// arithmetic, q or q + 128, the padding 0 (0x80), a NaN row's scale NaN, for lengths around the
+// 64-value blocks.
+TEST(GemmInt8QuantizeTest, StridedRowsAsTheScalarArithmetic) {
+  if (!HasAvx512F()) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  for (const int64_t k : {16, 63, 64, 65, 200, 864, 867})
+    for (const bool offset : {false, true}) {
+      const int64_t m = 3, ldx = k + 5, stride = (k + 15) / 16 * 16 + 16;
+      std::vector<float> x(static_cast<size_t>(m * ldx));
+      for (float& v : x) v = dist(rng);
+      x[0] = 3.f;  // row 0: absmax 3, halves below it
+      for (int64_t l = 1; l < std::min<int64_t>(k, 60); ++l) x[l] = (l - 30.5f) * 3.f / 127.f;
+      x[ldx + k - 1] = -7.f;     // row 1: its scale set by its last value
+      x[2 * ldx + k / 2] = NAN;  // row 2: NaN
+      std::vector<int8_t> q(static_cast<size_t>(m * stride), 0x55);
+      std::vector<float> scale(m);
+      int8::QuantizeRowsStridedAvx512(x.data(), m, ldx, k, q.data(), stride, scale.data(), offset);
+      for (int64_t i = 0; i < 2; ++i) {
+        float absmax = 0.f;
+        for (int64_t l = 0; l < k; ++l) absmax = std::max(absmax, std::fabs(x[i * ldx + l]));
+        ASSERT_EQ(scale[i], absmax / 127.f) << k;
+        for (int64_t l = 0; l < stride; ++l) {
+          const float v =
+              l < k ? std::clamp(std::nearbyint(x[i * ldx + l] * (127.f / absmax)), -127.f, 127.f)
+                    : 0.f;
+          const int want = static_cast<int>(v) + (offset ? 128 : 0);
+          ASSERT_EQ(static_cast<uint8_t>(q[i * stride + l]), static_cast<uint8_t>(want))
+              << "k " << k << " offset " << offset << " row " << i << " column " << l;
+        }
+      }
+      EXPECT_TRUE(std::isnan(scale[2])) << k;
+    }
+}
+#endif
 
 TEST(GemmInt8KernelTest, EveryCpuHasThePortableKernelAndUnknownNamesAreRefused) {
   const auto kernels = GemmInt8Kernels();
