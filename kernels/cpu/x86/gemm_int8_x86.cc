@@ -213,11 +213,11 @@ constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broa
 
 // Columns c0 .. c0 + width (at most 16) of 'rows' rows of y from their exact int32 dot products
 // (acc, ld apart; less 'offset' per column where given: the VNNI kernels' x + 128 times w):
-// dot * x_scale * w_scale + bias (+ residual), then the activation (Relu and Clip in vector form,
-// the others after the store). The scales, bias and activation are loaded once for the block, not
-// per row: AMX's 32-row tiles and the VNNI tiles of 1x1 convolutions of 16 to 32 channels
-// (MobileNetV2's 16 -> 96: 4 dot products per output vector) spent more in a per-row finish
-// than in the tiles.
+// dot * x_scale * w_scale + bias (+ residual), then the activation (Relu, Clip, HardSwish,
+// HardSigmoid and LeakyRelu in vector form, NaN kept; GELU after the store). The scales, bias and
+// activation are loaded once for the block, not per row: AMX's 32-row tiles and the VNNI tiles of
+// 1x1 convolutions of 16 to 32 channels (MobileNetV2's 16 -> 96: 4 dot products per output vector)
+// spent more in a per-row finish than in the tiles.
 __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
     const int32_t* acc, int64_t ld, int64_t rows, const float* xs, const PackedInt8W& w, int64_t c0,
     int64_t width, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual,
@@ -242,6 +242,16 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
       // (NaN kept: max/min return their second operand where either is NaN.)
       if constexpr (kAct == GemmEpilogue::kRelu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
       if constexpr (kAct == GemmEpilogue::kClip) v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+      if constexpr (kAct == GemmEpilogue::kHardSwish || kAct == GemmEpilogue::kHardSigmoid) {
+        const __m512 t = kAct == GemmEpilogue::kHardSwish
+                             ? _mm512_fmadd_ps(v, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f))
+                             : _mm512_fmadd_ps(lo, v, hi);
+        const __m512 clamped =
+            _mm512_min_ps(_mm512_set1_ps(1.f), _mm512_max_ps(_mm512_setzero_ps(), t));
+        v = kAct == GemmEpilogue::kHardSwish ? _mm512_mul_ps(v, clamped) : clamped;
+      }
+      if constexpr (kAct == GemmEpilogue::kLeakyRelu)
+        v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, lo);
       float* out = y + r * ldy + c0;
       _mm512_mask_storeu_ps(out, mask, v);
       if constexpr (kAct == -1) ActivateEpilogueRow(out, width, ep);  // the others, after the store
@@ -254,6 +264,12 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
       return finish(std::integral_constant<int, GemmEpilogue::kRelu>{});
     case GemmEpilogue::kClip:
       return finish(std::integral_constant<int, GemmEpilogue::kClip>{});
+    case GemmEpilogue::kHardSwish:
+      return finish(std::integral_constant<int, GemmEpilogue::kHardSwish>{});
+    case GemmEpilogue::kHardSigmoid:
+      return finish(std::integral_constant<int, GemmEpilogue::kHardSigmoid>{});
+    case GemmEpilogue::kLeakyRelu:
+      return finish(std::integral_constant<int, GemmEpilogue::kLeakyRelu>{});
     default:
       return finish(std::integral_constant<int, -1>{});
   }

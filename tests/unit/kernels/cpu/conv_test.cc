@@ -183,11 +183,14 @@ TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
   const std::string chosen = GemmInt8KernelName();
   for (const std::string& kernel : GemmInt8Kernels()) {
     ASSERT_TRUE(UseGemmInt8Kernel(kernel));
-    for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kClip})
+    for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kClip,
+                    GemmEpilogue::kHardSwish, GemmEpilogue::kHardSigmoid, GemmEpilogue::kLeakyRelu})
       for (bool with_residual : {false, true}) {
         GemmEpilogue ep;
         ep.activation = static_cast<GemmEpilogue::Activation>(act);
         ep.lo = -0.25f, ep.hi = 0.5f;
+        if (act == GemmEpilogue::kHardSigmoid) ep.lo = 0.2f;  // (alpha, beta)
+        if (act == GemmEpilogue::kLeakyRelu) ep.lo = 0.1f;
         const std::vector<float> zeros(residual.size(), 0.f);
         const auto want = Reference(c, g, x, w, bias, with_residual ? residual : zeros, ep);
         std::vector<float> got(want.size(), NAN);
