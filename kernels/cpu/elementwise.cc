@@ -71,4 +71,12 @@ void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t
   }
 }
 
+NEREID_VECTOR_CLONES void InterleavePairs(const float* __restrict a, const float* __restrict b,
+                                          int64_t n, float add, float* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[2 * i] = a[i] + add;
+    out[2 * i + 1] = b[i] + add;
+  }
+}
+
 }  // namespace nereid::kernels

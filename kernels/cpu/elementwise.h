@@ -16,5 +16,8 @@ void Erf(const float* x, float* y, int64_t n);
 void GeluErf(const float* x, float* y, int64_t n, float divisor);
 // Softmax over 'axis_size' elements with stride 'inner', for each of 'outer' x 'inner' slices.
 void Softmax(const float* x, float* y, int64_t outer, int64_t axis_size, int64_t inner);
+// out[2i] = a[i] + add, out[2i + 1] = b[i] + add for i < n (a 2-wide transposed convolution's
+// taps into its output row).
+void InterleavePairs(const float* a, const float* b, int64_t n, float add, float* out);
 
 }  // namespace nereid::kernels

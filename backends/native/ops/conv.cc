@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/elementwise.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
 
@@ -431,8 +432,44 @@ Status ConvTranspose(const OpNode& node, const std::vector<const Tensor*>& in,
   const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
   if (bias != nullptr && (bias->type() != DataType::kFp32 || bias->elements() != c_out))
     return node.Error("bias must have " + std::to_string(c_out) + " FP32 values");
-  Tensor y = Tensor::Allocate(DataType::kFp32, y_shape);
   const int64_t hw_in = s.h * s.w, taps = kh * kw, rows = cog * taps;
+  // Taps that tile the output (stride = kernel, dilation 1, no padding, no output padding: an
+  // upsampling head's 2x2 of stride 2): each output pixel is one tap of one input pixel, so each
+  // is written once, bias included, output channels over the intra-op team (the general scatter
+  // below sums into a zeroed output one element at a time: 114 us of RapidOCR's detector's 1.4
+  // ms, for 1.8 M multiply-adds).
+  const float* pb = bias != nullptr ? bias->data<float>() : nullptr;
+  if (strides[0] == kh && strides[1] == kw && dilations[0] == 1 && dilations[1] == 1 &&
+      pads[0] == 0 && pads[1] == 0 && oh == s.h * kh && ow == s.w * kw) {
+    Tensor y = Tensor::Uninitialized(DataType::kFp32, y_shape);
+    float* py = y.mutable_data<float>();
+    std::vector<float> col(static_cast<size_t>(s.n * groups * rows * hw_in));
+    for (int64_t b = 0; b < s.n; ++b)
+      for (int64_t grp = 0; grp < groups; ++grp)
+        kernels::Sgemm(true, false, rows, hw_in, cig, 1.f, w.data<float>() + grp * cig * rows, rows,
+                       x.data<float>() + (b * s.c + grp * cig) * hw_in, hw_in, 0.f,
+                       col.data() + (b * groups + grp) * rows * hw_in, hw_in);
+    kernels::ParallelForWork(s.n * c_out, s.n * c_out * oh * ow, [&](int64_t item) {
+      const int64_t b = item / c_out, c = item % c_out, grp = c / cog, co = c % cog;
+      const float* src = col.data() + ((b * groups + grp) * rows + co * taps) * hw_in;
+      const float add = pb != nullptr ? pb[c] : 0.f;
+      float* plane = py + item * oh * ow;
+      for (int64_t iy = 0; iy < s.h; ++iy)
+        for (int64_t ky = 0; ky < kh; ++ky) {
+          float* out = plane + (iy * kh + ky) * ow;
+          const float* in = src + ky * kw * hw_in + iy * s.w;
+          if (kw == 2) {
+            kernels::InterleavePairs(in, in + hw_in, s.w, add, out);
+            continue;
+          }
+          for (int64_t kx = 0; kx < kw; ++kx)
+            for (int64_t ix = 0; ix < s.w; ++ix) out[ix * kw + kx] = in[kx * hw_in + ix] + add;
+        }
+    });
+    out[0] = std::move(y);
+    return Status::Ok();
+  }
+  Tensor y = Tensor::Allocate(DataType::kFp32, y_shape);
   std::vector<float> col(static_cast<size_t>(rows * hw_in));
   float* py = y.mutable_data<float>();
   for (int64_t b = 0; b < s.n; ++b)
@@ -457,11 +494,11 @@ Status ConvTranspose(const OpNode& node, const std::vector<const Tensor*>& in,
           }
       }
     }
-  if (bias != nullptr)
+  if (pb != nullptr)
     for (int64_t b = 0; b < s.n; ++b)
       for (int64_t co = 0; co < c_out; ++co) {
         float* plane = py + (b * c_out + co) * oh * ow;
-        const float v = bias->data<float>()[co];
+        const float v = pb[co];
         for (int64_t i = 0; i < oh * ow; ++i) plane[i] += v;
       }
   out[0] = std::move(y);

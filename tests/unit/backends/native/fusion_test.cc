@@ -937,3 +937,68 @@ TEST(ActivationKernelTest, ReluAndSigmoidMatchFloat64IncludingEdgeValues) {
 
 }  // namespace
 }  // namespace nereid::native
+
+namespace nereid::native {
+namespace {
+
+// ConvTranspose whose taps tile the output (stride = kernel, no padding: an upsampling head's 2x2
+// of stride 2) writes each output once over the intra-op team; the others sum into a zeroed
+// output. Both against ONNX's definition, groups and bias included, alone and with a team of two;
+// with output_padding the taps no longer tile (the general path).
+TEST(ConvTransposeTest, TapsThatTileTheOutputAndTheRestMatchTheDefinition) {
+  struct Case {
+    int64_t k, stride, output_padding;
+  };
+  for (const Case c : {Case{2, 2, 0}, Case{3, 3, 0}, Case{2, 2, 1}, Case{3, 2, 0}}) {
+    SCOPED_TRACE(testing::Message() << "kernel " << c.k << " stride " << c.stride
+                                    << " output_padding " << c.output_padding);
+    // (4 x 12 x 80 x 80 outputs for the 2x2: past ParallelForWork's threshold, the team runs it)
+    const int64_t n = 4, groups = 2, cig = 2, cog = 6, h = 40, w = 40;
+    const int64_t oh = (h - 1) * c.stride + c.k + c.output_padding;
+    const int64_t ow = (w - 1) * c.stride + c.k + c.output_padding;
+    std::mt19937 rng(7);
+    std::vector<float> wt(groups * cig * cog * c.k * c.k), bias(groups * cog);
+    FillUniform(rng, -1.f, 1.f, {&wt, &bias});
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    AddFloatTensor(g, "w", {groups * cig, cog, c.k, c.k}, wt);
+    AddFloatTensor(g, "b", {groups * cog}, bias);
+    AddValueInfo(g->mutable_input(), "x", {n, groups * cig, h, w});
+    AddValueInfo(g->mutable_output(), "y", {});
+    auto* node = AddNode(g, "ConvTranspose", {"x", "w", "b"}, "y");
+    SetInts(node, "strides", {c.stride, c.stride});
+    SetInt(node, "group", groups);
+    if (c.output_padding > 0) SetInts(node, "output_padding", {c.output_padding, c.output_padding});
+    const Tensor x = UniformTensor({n, groups * cig, h, w}, 3, -1, 1);
+    std::vector<double> want(static_cast<size_t>(n * groups * cog * oh * ow));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t gr = 0; gr < groups; ++gr)
+        for (int64_t co = 0; co < cog; ++co) {
+          double* plane = &want[((b * groups + gr) * cog + co) * oh * ow];
+          for (int64_t i = 0; i < oh * ow; ++i) plane[i] = bias[gr * cog + co];
+          for (int64_t ci = 0; ci < cig; ++ci)
+            for (int64_t iy = 0; iy < h; ++iy)
+              for (int64_t ix = 0; ix < w; ++ix)
+                for (int64_t ky = 0; ky < c.k; ++ky)
+                  for (int64_t kx = 0; kx < c.k; ++kx)
+                    plane[(iy * c.stride + ky) * ow + ix * c.stride + kx] +=
+                        double{
+                            x.data<float>()[((b * groups + gr) * cig + ci) * h * w + iy * w + ix]} *
+                        wt[(((gr * cig + ci) * cog + co) * c.k + ky) * c.k + kx];
+        }
+    auto graph = Graph::FromProto(std::move(m), GraphOptions{});
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    for (int threads : {1, 2}) {
+      kernels::ThreadTeam team(threads);
+      kernels::ParallelScope scope(threads > 1 ? &team : nullptr);
+      std::vector<Tensor> got;
+      ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got).ok());
+      ASSERT_EQ(got[0].shape(), (std::vector<int64_t>{n, groups * cog, oh, ow}));
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[0].data<float>()[i], want[i], 1e-5) << "threads " << threads << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nereid::native
