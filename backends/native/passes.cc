@@ -1066,15 +1066,18 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
         continue;
       const size_t rank = w.shape().size();
       // The int8 precision quantizes the weights of every convolution but depthwise ones (their
-      // kernel is fp32; they are a small share of the work) and those of fewer than 2,048
+      // kernel is fp32; they are a small share of the work) and those of fewer than 1,024
       // multiply-adds per output pixel (depth x output channels per group): there each pixel's
       // quantization and the int8 tiles' setup cost more than the products save. MobileNetV2 at
       // batch 1, one thread, fp32 against int8 per layer: the 3-channel stem (27 x 32) 287 vs
-      // 522 us, a 1x1 of 32 -> 16 193 vs 277, of 16 -> 96 420 vs 479; from 2,304 (96 x 24) on
-      // int8 wins (152 vs 130 us), at 20k and more by 4-5x.
+      // 522 us, a 1x1 of 32 -> 16 193 vs 277; from 2,304 (96 x 24) on int8 won (152 vs 130 us),
+      // at 20k and more by 4-5x. Once the row quantizer took 64 values a step (fifteenth
+      // 2026-12-07 session) 1,024 beat 2,048 as the line: RapidOCR's detector 1,391 -> 1,362 us,
+      // classifier 466 -> 453, recogniser 7,649 -> 7,521, MobileNetV2 4,167 -> 4,153 (int8, one
+      // thread).
       const int64_t kh = rank == 4 ? w.shape()[2] : 1, kw = w.shape()[rank - 1];
       const int64_t macs_per_pixel = w.shape()[1] * kh * kw * (w.shape()[0] / groups);
-      const bool int8 = options.int8_weights && macs_per_pixel >= 2048;
+      const bool int8 = options.int8_weights && macs_per_pixel >= 1024;
       // 3x3 fp32 convolutions of stride and dilation 1 and one group, of 24 input channels and
       // more, 8 outputs and more and 256 input x output channels and more, run as Winograd's
       // F(2x2, 3x3) (ResNet-50, one thread, batch 1: 78.0 -> 66.5 ms; its 3x3 layers 1.5-2.1x
