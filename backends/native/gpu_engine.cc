@@ -519,23 +519,16 @@ class GpuInstance final : public GemmBench {
     const auto& ios = to_device ? m_->inputs : m_->outputs;
     for (size_t i = 0; i < ios.size(); ++i) {
       if (!(direct >> (to_device ? i : ni + i) & 1)) continue;
+      if (!to_device) {
+        RETURN_IF_ERROR(CopyOut(i, 0, SIZE_MAX));
+        continue;
+      }
       uint8_t* device = static_cast<uint8_t*>(Buf(ios[i].value));
-      if (to_device) {
-        size_t at = 0;
-        for (const GpuPart& part : direct_src_[i]) {
-          CUDA_RETURN(
-              cudaMemcpyAsync(device + at, part.data, part.bytes, cudaMemcpyDefault, stream_),
-              "copy to the GPU");
-          at += part.bytes;
-        }
-      } else {
-        size_t at = 0;
-        for (const GpuDestinationPart& part : direct_dst_[i]) {
-          CUDA_RETURN(
-              cudaMemcpyAsync(part.data, device + at, part.bytes, cudaMemcpyDefault, stream_),
-              "copy from the GPU");
-          at += part.bytes;
-        }
+      size_t at = 0;
+      for (const GpuPart& part : direct_src_[i]) {
+        CUDA_RETURN(cudaMemcpyAsync(device + at, part.data, part.bytes, cudaMemcpyDefault, stream_),
+                    "copy to the GPU");
+        at += part.bytes;
       }
     }
     return Status::Ok();
@@ -801,12 +794,10 @@ class GpuInstance final : public GemmBench {
     return bytes >= min_bytes;
   }
 
-  // Rows [from, from + rows) of direct output o: from the device's first rows to their place in
-  // the destination's parts.
-  Status CopyOutRows(size_t o, int64_t from, int64_t rows) {
-    const size_t rb = m_->outputs[o].row_bytes;
+  // Bytes [lo, hi) of direct output o (hi past its end: to its end): from the device's first
+  // bytes to their place in the destination's parts (a split run's halves: their own rows).
+  Status CopyOut(size_t o, size_t lo, size_t hi) {
     const auto* device = static_cast<const uint8_t*>(Buf(m_->outputs[o].value));
-    const size_t lo = static_cast<size_t>(from) * rb, hi = lo + static_cast<size_t>(rows) * rb;
     size_t at = 0;  // the part's first byte in the output
     for (const GpuDestinationPart& part : direct_dst_[o]) {
       const size_t begin = std::max(at, lo), end = std::min(at + part.bytes, hi);
@@ -857,7 +848,7 @@ class GpuInstance final : public GemmBench {
     RETURN_IF_ERROR(LaunchGraph(first, direct));  // (the graph of a whole run of 'first' rows)
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(first, false, direct));
     for (size_t o = 0; o < m_->outputs.size(); ++o)
-      if (direct >> (ni + o) & 1) RETURN_IF_ERROR(CopyOutRows(o, 0, first));
+      if (direct >> (ni + o) & 1) RETURN_IF_ERROR(CopyOut(o, 0, first * m_->outputs[o].row_bytes));
     // The second half: its direct inputs read from the prefetch buffers (also by its copies out,
     // where an output is an input).
     CUDA_RETURN(cudaStreamWaitEvent(stream_, split_events_[2]), "cudaStreamWaitEvent");
@@ -869,7 +860,9 @@ class GpuInstance final : public GemmBench {
       RETURN_IF_ERROR(LaunchGraph(second, direct, 2, first));
       if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(second, false, direct, first));
       for (size_t o = 0; o < m_->outputs.size(); ++o)
-        if (direct >> (ni + o) & 1) RETURN_IF_ERROR(CopyOutRows(o, first, second));
+        if (direct >> (ni + o) & 1)
+          RETURN_IF_ERROR(
+              CopyOut(o, first * m_->outputs[o].row_bytes, rows * m_->outputs[o].row_bytes));
       return Status::Ok();
     }();
     shifted_.clear();

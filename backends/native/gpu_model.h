@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cpu/gemm_int8.h"
 #include "cuda/attention.h"
 #include "cuda/common.h"
 #include "cuda/conv.h"
@@ -323,6 +324,19 @@ class GpuModel {
       half[i] = type == kc::ElemType::kBF16 ? FloatToBf16(x) : FloatToHalf(x);
     }
     return Upload(half.data(), half.size() * 2);
+  }
+  // Weights as int8, 'rows' rows of 'depth' values (row-major) each quantized with its own scale
+  // (per output channel: the arithmetic of the CPU's int8 and the GPU's run-time quantizers):
+  // the device bytes in *w, the scales in *scale.
+  Status UploadInt8Rows(const std::vector<float>& v, int64_t rows, int64_t depth, const void** w,
+                        const float** scale) {
+    std::vector<int8_t> q(v.size());
+    std::vector<float> scales(static_cast<size_t>(rows));
+    kernels::QuantizeRowsInt8(v.data(), rows, depth, depth, q.data(), scales.data());
+    ASSIGN_OR_RETURN(*w, Upload(q.data(), q.size()));
+    ASSIGN_OR_RETURN(const void* device_scales, Upload(scales.data(), scales.size() * 4));
+    *scale = static_cast<const float*>(device_scales);
+    return backend::Status::Ok();
   }
 };
 

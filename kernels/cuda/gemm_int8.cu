@@ -100,25 +100,39 @@ cudaError_t LaunchShortRows(const T* in, int64_t rows, int64_t k, int8_t* q, flo
   const int g = pieces >= 32 ? 32 : pieces >= 16 ? 16 : pieces >= 8 ? 8 : pieces >= 4 ? 4 : 2;
   const int64_t blocks = (rows * g + kQuantizeThreads - 1) / kQuantizeThreads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  const auto grid = static_cast<unsigned>(blocks);
-  const int kk = static_cast<int>(k);
+  auto launch = [&](auto lanes) {
+    QuantizeShortRowsKernel<T, decltype(lanes)::value>
+        <<<static_cast<unsigned>(blocks), kQuantizeThreads, 0, stream>>>(
+            in, rows, static_cast<int>(k), q, scale);
+    return cudaGetLastError();
+  };
   switch (g) {
     case 32:
-      QuantizeShortRowsKernel<T, 32><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
-      break;
+      return launch(std::integral_constant<int, 32>{});
     case 16:
-      QuantizeShortRowsKernel<T, 16><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
-      break;
+      return launch(std::integral_constant<int, 16>{});
     case 8:
-      QuantizeShortRowsKernel<T, 8><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
-      break;
+      return launch(std::integral_constant<int, 8>{});
     case 4:
-      QuantizeShortRowsKernel<T, 4><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
-      break;
+      return launch(std::integral_constant<int, 4>{});
     default:
-      QuantizeShortRowsKernel<T, 2><<<grid, kQuantizeThreads, 0, stream>>>(in, rows, kk, q, scale);
+      return launch(std::integral_constant<int, 2>{});
   }
-  return cudaGetLastError();
+}
+
+// f(in as the pointer type of 'in_type': kF32, kBF16 or kF16), or cudaErrorInvalidValue.
+template <typename F>
+cudaError_t WithFloatType(ElemType in_type, const void* in, const F& f) {
+  switch (in_type) {
+    case ElemType::kF32:
+      return f(static_cast<const float*>(in));
+    case ElemType::kBF16:
+      return f(static_cast<const __nv_bfloat16*>(in));
+    case ElemType::kF16:
+      return f(static_cast<const __half*>(in));
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 // Long rows (an image per row: a convolution's input): each row split over blocks of kChunk
@@ -249,37 +263,15 @@ cudaError_t QuantizeRowsInt8(ElemType in_type, const void* in, int64_t rows, int
                              float* scale, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (rows < 0 || rows > 0x7fffffff || k <= 0) return cudaErrorInvalidValue;
-  if (k % 8 == 0 && k <= kShortRowMax && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(q) % 8 == 0) {
-    switch (in_type) {
-      case ElemType::kF32:
-        return LaunchShortRows(static_cast<const float*>(in), rows, k, q, scale, stream);
-      case ElemType::kBF16:
-        return LaunchShortRows(static_cast<const __nv_bfloat16*>(in), rows, k, q, scale, stream);
-      case ElemType::kF16:
-        return LaunchShortRows(static_cast<const __half*>(in), rows, k, q, scale, stream);
-      default:
-        return cudaErrorInvalidValue;
-    }
-  }
-  const auto blocks = static_cast<unsigned>(rows);
-  switch (in_type) {
-    case ElemType::kF32:
-      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const float*>(in), k,
-                                                                  q, scale);
-      break;
-    case ElemType::kBF16:
-      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(in), k, q, scale);
-      break;
-    case ElemType::kF16:
-      QuantizeRowsKernel<<<blocks, kQuantizeThreads, 0, stream>>>(static_cast<const __half*>(in), k,
-                                                                  q, scale);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  const bool short_rows = k % 8 == 0 && k <= kShortRowMax &&
+                          reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(q) % 8 == 0;
+  return WithFloatType(in_type, in, [&](const auto* typed) {
+    if (short_rows) return LaunchShortRows(typed, rows, k, q, scale, stream);
+    QuantizeRowsKernel<<<static_cast<unsigned>(rows), kQuantizeThreads, 0, stream>>>(typed, k, q,
+                                                                                     scale);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t QuantizeLongRowsInt8(ElemType in_type, const void* in, int64_t rows, int64_t k,
@@ -298,16 +290,7 @@ cudaError_t QuantizeLongRowsInt8(ElemType in_type, const void* in, int64_t rows,
     QuantizeChunksKernel<<<grid, kQuantizeThreads, 0, stream>>>(typed, k, absmax_bits, q, scale);
     return cudaGetLastError();
   };
-  switch (in_type) {
-    case ElemType::kF32:
-      return launch(static_cast<const float*>(in));
-    case ElemType::kBF16:
-      return launch(static_cast<const __nv_bfloat16*>(in));
-    case ElemType::kF16:
-      return launch(static_cast<const __half*>(in));
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithFloatType(in_type, in, launch);
 }
 
 bool SmallMInt8Supported(const GemmProblem& p) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "cpu/gemm_int8.h"
 #include "gpu_model.h"
 
 namespace nereid::native {
@@ -48,12 +47,7 @@ Status CompilePointwiseAsGemm(const Graph& graph, const Graph::Node& node, const
   if (m.precision == Precision::kInt8) {
     // int8 (c_in a multiple of 16): weights per output channel, each pixel's channels quantized
     // at run time as a GEMM's rows are (finer than a convolution's scale per image).
-    std::vector<int8_t> q(weights.size());
-    std::vector<float> scale(static_cast<size_t>(s.n));
-    kernels::QuantizeRowsInt8(weights.data(), s.n, s.k, s.k, q.data(), scale.data());
-    ASSIGN_OR_RETURN(s.w, m.Upload(q.data(), q.size()));
-    ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
-    s.w_scale = static_cast<const float*>(dscale);
+    RETURN_IF_ERROR(m.UploadInt8Rows(weights, s.n, s.k, &s.w, &s.w_scale));
     ++m.int8_convs;
     m.int8_max_in = std::max(m.int8_max_in, s.outer * s.k);
     m.int8_max_vectors = std::max(m.int8_max_vectors, s.outer);
@@ -143,13 +137,8 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
     // Weights per output channel ([c_out][kh][kw][c_in] rows), the image per row at run time,
     // with the arithmetic of the CPU's and the GEMMs' int8.
-    const int64_t depth = kh * kw * s.conv.g.c_in;
-    std::vector<int8_t> q(layout.size());
-    std::vector<float> scale(static_cast<size_t>(c_out));
-    kernels::QuantizeRowsInt8(layout.data(), c_out, depth, depth, q.data(), scale.data());
-    ASSIGN_OR_RETURN(s.conv.w, m.Upload(q.data(), q.size()));
-    ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
-    s.conv.w_scale = static_cast<const float*>(dscale);
+    RETURN_IF_ERROR(
+        m.UploadInt8Rows(layout, c_out, kh * kw * s.conv.g.c_in, &s.conv.w, &s.conv.w_scale));
     s.conv.int8 = true;
     ++m.int8_convs;
     m.int8_max_in = std::max(m.int8_max_in, m.values[s.in].row_elems);

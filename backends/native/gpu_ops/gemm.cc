@@ -4,7 +4,6 @@
 // leading dims (attention's products), one small product per leading index.
 #include <algorithm>
 
-#include "cpu/gemm_int8.h"
 #include "gpu_model.h"
 
 namespace nereid::native {
@@ -80,12 +79,7 @@ Status Gemm(const GpuNode& g) {
     // Per output channel, the same arithmetic as the device's quantization of each vector of x
     // (each of a row's 'outer' vectors: a sequence's tokens each get their own scale). A GEMM whose
     // k is no multiple of 16 (no int8 kernel takes it) stays in bf16.
-    std::vector<int8_t> q(w.size());
-    std::vector<float> scale(static_cast<size_t>(n));
-    kernels::QuantizeRowsInt8(w.data(), n, k, k, q.data(), scale.data());
-    ASSIGN_OR_RETURN(s.w, m.Upload(q.data(), q.size()));
-    ASSIGN_OR_RETURN(const void* dscale, m.Upload(scale.data(), scale.size() * 4));
-    s.w_scale = static_cast<const float*>(dscale);
+    RETURN_IF_ERROR(m.UploadInt8Rows(w, n, k, &s.w, &s.w_scale));
     ++m.int8_gemms;
     m.int8_max_in = std::max(m.int8_max_in, outer * k);
     m.int8_max_vectors = std::max(m.int8_max_vectors, outer);
