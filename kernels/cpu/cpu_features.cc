@@ -26,7 +26,8 @@ bool HasAvx512F() {
 
 bool HasAvx512Vnni() {
   static const bool has =
-      HasAvx512F() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+      HasAvx512F() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni");  // (VL: the 256-bit vpdpbusd of narrow tiles)
   return has;
 }
 

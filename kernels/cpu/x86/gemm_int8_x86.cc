@@ -64,6 +64,50 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void DotTwoPane
   }
 }
 
+// The same for a tile of 8, 16 or 24 columns (kCols): panel p0's first 8 or all 16 channels,
+// then p1's first 8 (a panel's group of 4 bytes per channel lies channel by channel, so the first
+// 8 channels are its first 32 bytes). Two full panels for them did a third to a half of the
+// products for nothing (RapidOCR's detector's 96 -> 24 3x3 layers, MobileNetV2's outputs of 16,
+// 24 and 160); a 256-bit vpdpbusd is half of a 512-bit one on Zen 4. Columns past kCols are left
+// as they were in 'sums'.
+template <int R, int kCols>
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"), noinline)) void DotNarrowToMemory(
+    int32_t (*sums)[2 * kPanel], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
+    const int8_t* p1) {
+  static_assert(kCols == 8 || kCols == 16 || kCols == 24);
+  constexpr bool kWide = kCols >= 16;  // a[r]: p0's 16 channels
+  constexpr bool kHalf = kCols != 16;  // h[r]: 8 channels, p0's (8) or p1's (24)
+  const int8_t* ph = kCols == 8 ? p0 : p1;
+  __m512i a[R];
+  __m256i h[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512(), h[r] = _mm256_setzero_si256();
+  constexpr int kBases = (R + 2) / 3;
+  const uint8_t* base[kBases];
+#pragma GCC unroll 4
+  for (int i = 0; i < kBases; ++i) base[i] = x + 3 * i * stride;
+  for (int64_t g = 0; g < k4; ++g) {
+    const __m512i w0 = kWide ? _mm512_loadu_si512(p0 + g * 64) : _mm512_setzero_si512();
+    const __m256i w1 = kHalf ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph + g * 64))
+                             : _mm256_setzero_si256();
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      // (One broadcast from memory; the 256-bit product reads its lower half.)
+      const __m512i xb = _mm512_set1_epi32(Load4(base[r / 3] + (r % 3) * stride));
+      if constexpr (kWide) a[r] = _mm512_dpbusd_epi32(a[r], xb, w0);
+      if constexpr (kHalf) h[r] = _mm256_dpbusd_epi32(h[r], _mm512_castsi512_si256(xb), w1);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < kBases; ++i) base[i] += 4;
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    if constexpr (kWide) _mm512_store_si512(sums[r], a[r]);
+    if constexpr (kHalf)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums[r] + (kWide ? kPanel : 0)), h[r]);
+  }
+}
+
 // acc[r][c] for rows r < R of x (each k4 groups of 4 bytes, rows 'stride' bytes apart) against one
 // or two panels (16 channels each); 'x' is q + 128 as unsigned bytes.
 template <int R>
@@ -234,7 +278,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
   auto finish = [&](auto act) __attribute__((target("avx512f,avx512bw"), always_inline)) {
     constexpr int kAct = decltype(act)::value;
     for (int64_t r = 0; r < rows; ++r) {
-      const __m512i dot = _mm512_sub_epi32(_mm512_load_si512(acc + r * ld), off);
+      const __m512i dot = _mm512_sub_epi32(_mm512_maskz_load_epi32(mask, acc + r * ld), off);
       __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                                  _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale), bias);
       if (residual != nullptr)
@@ -286,7 +330,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
   const int8_t* p0 = w.Panel(p);
   const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
   alignas(64) int32_t sums[R][2 * kPanel];
-  DotTwoPanelsToMemory<R>(sums, xq, stride, groups, p0, p1);
+  if (cols > kPanel + 8)
+    DotTwoPanelsToMemory<R>(sums, xq, stride, groups, p0, p1);
+  else if (cols > kPanel)
+    DotNarrowToMemory<R, 24>(sums, xq, stride, groups, p0, p1);
+  else if (cols > 8)
+    DotNarrowToMemory<R, 16>(sums, xq, stride, groups, p0, p1);
+  else
+    DotNarrowToMemory<R, 8>(sums, xq, stride, groups, p0, p1);
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     if (h == halves) break;
