@@ -19,121 +19,124 @@
 namespace nereid::kernels::int8 {
 namespace {
 
-// a[r][0] and a[r][1] = rows r < R of x (q + 128, rows 'stride' bytes apart, k4 groups of 4
-// bytes) against panels p0 and p1, with vpdpbusd. Rows are addressed from one pointer per three
-// (row + 0, + stride, + 2 stride fit x86's scaled index): twelve row addresses of their own took
-// more registers than x86 has, reloaded from the stack every step.
-template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void DotTwoPanels(
-    __m512i (&a)[R][2], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
-    const int8_t* p1) {
-  // Every loop over R unrolled and every index of 'a' a constant, here and where 'a' is read: an
+// The accumulators of 16 channels (512 bits) or 8 (256 bits: a 256-bit vpdpbusd costs half a
+// 512-bit one on Zen 4): a dot product step from the broadcast x (a 256-bit one reads its lower
+// half), and the load, store and zero of such a vector.
+#define NEREID_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"), always_inline))
+NEREID_VNNI inline __m512i Dot(__m512i acc, __m512i x, __m512i w) {
+  return _mm512_dpbusd_epi32(acc, x, w);
+}
+NEREID_VNNI inline __m256i Dot(__m256i acc, __m512i x, __m256i w) {
+  return _mm256_dpbusd_epi32(acc, _mm512_castsi512_si256(x), w);
+}
+template <typename V>
+NEREID_VNNI inline V LoadVector(const int8_t* p) {
+  if constexpr (sizeof(V) == 64)
+    return _mm512_loadu_si512(p);
+  else
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+NEREID_VNNI inline void StoreVector(int32_t* to, __m512i v) { _mm512_store_si512(to, v); }
+NEREID_VNNI inline void StoreVector(int32_t* to, __m256i v) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(to), v);
+}
+template <typename V>
+NEREID_VNNI inline V Zero() {
+  if constexpr (sizeof(V) == 64)
+    return _mm512_setzero_si512();
+  else
+    return _mm256_setzero_si256();
+}
+
+// Rows r < R of x (q + 128, rows 'stride' bytes apart, k4 groups of 4 bytes) against the first
+// kCols (8, 16, 24 or 32) channels of panels p0 and p1, with vpdpbusd: lo[r] p0's 16 channels (its
+// first 8 at kCols 8), hi[r] p1's 16 (32) or first 8 (24; untouched at 16 and less). A panel's
+// group of 4 bytes per channel lies channel by channel, so its first 8 channels are its first 32
+// bytes: two full panels for every tile did a third to a half of the products for nothing in
+// narrow layers (RapidOCR's detector's 96 -> 24 3x3 layers, MobileNetV2's outputs of 16, 24 and
+// 160). Rows are addressed from one pointer per three (row + 0, + stride, + 2 stride fit x86's
+// scaled index): twelve row addresses of their own took more registers than x86 has, reloaded
+// from the stack every step. (The two halves are arrays of their own types: as 512-bit vectors
+// used 256 bits at a time, GCC spilled them.)
+template <bool kFull>  // (a trait, not std::conditional_t: vector types as template arguments
+struct SumsOf {        // lose their attributes)
+  using type = __m512i;
+};
+template <>
+struct SumsOf<false> {
+  using type = __m256i;
+};
+template <int kCols>
+using LoSums = typename SumsOf<(kCols >= 16)>::type;
+template <int kCols>
+using HiSums = typename SumsOf<(kCols == 32)>::type;
+template <int R, int kCols>
+NEREID_VNNI inline void DotPanels(LoSums<kCols> (&lo)[R], HiSums<kCols> (&hi)[R], const uint8_t* x,
+                                  int64_t stride, int64_t k4, const int8_t* p0, const int8_t* p1) {
+  static_assert(kCols == 8 || kCols == 16 || kCols == 24 || kCols == 32);
+  using Lo = LoSums<kCols>;
+  using Hi = HiSums<kCols>;
+  constexpr bool kSecond = kCols > 16;
+  // Every loop over R unrolled and every index a constant, here and where the sums are read: an
   // index known only at run time kept the accumulators in memory, stored each step.
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+  for (int r = 0; r < R; ++r) lo[r] = Zero<Lo>(), hi[r] = Zero<Hi>();
   constexpr int kBases = (R + 2) / 3;
   const uint8_t* base[kBases];
 #pragma GCC unroll 4
   for (int i = 0; i < kBases; ++i) base[i] = x + 3 * i * stride;
   for (int64_t g = 0; g < k4; ++g) {
-    const __m512i w0 = _mm512_loadu_si512(p0 + g * 64), w1 = _mm512_loadu_si512(p1 + g * 64);
+    const Lo w0 = LoadVector<Lo>(p0 + g * 64);
+    const Hi w1 = kSecond ? LoadVector<Hi>(p1 + g * 64) : Zero<Hi>();
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512i xb = _mm512_set1_epi32(Load4(base[r / 3] + (r % 3) * stride));
-      a[r][0] = _mm512_dpbusd_epi32(a[r][0], xb, w0);
-      a[r][1] = _mm512_dpbusd_epi32(a[r][1], xb, w1);
+      lo[r] = Dot(lo[r], xb, w0);
+      if constexpr (kSecond) hi[r] = Dot(hi[r], xb, w1);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < kBases; ++i) base[i] += 4;
   }
 }
 
-// The same, the sums stored to sums[r][0 .. 32) (the fused tiles finish them from there: with
+#undef NEREID_VNNI
+
+// The same, the sums stored to sums[r][0 .. kCols) (the fused tiles finish them from there: with
 // the finish's registers live around the loop, GCC spilled six accumulators to the stack and
-// copied the others between registers every step).
-template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void DotTwoPanelsToMemory(
-    int32_t (*sums)[2 * kPanel], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
-    const int8_t* p1) {
-  __m512i a[R][2];
-  DotTwoPanels<R>(a, x, stride, k4, p0, p1);
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    _mm512_store_si512(sums[r], a[r][0]);
-    _mm512_store_si512(sums[r] + kPanel, a[r][1]);
-  }
-}
-
-// The same for a tile of 8, 16 or 24 columns (kCols): panel p0's first 8 or all 16 channels,
-// then p1's first 8 (a panel's group of 4 bytes per channel lies channel by channel, so the first
-// 8 channels are its first 32 bytes). Two full panels for them did a third to a half of the
-// products for nothing (RapidOCR's detector's 96 -> 24 3x3 layers, MobileNetV2's outputs of 16,
-// 24 and 160); a 256-bit vpdpbusd is half of a 512-bit one on Zen 4. Columns past kCols are left
-// as they were in 'sums'.
+// copied the others between registers every step); the columns past kCols are left as they were.
 template <int R, int kCols>
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"), noinline)) void DotNarrowToMemory(
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"), noinline)) void DotPanelsToMemory(
     int32_t (*sums)[2 * kPanel], const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0,
     const int8_t* p1) {
-  static_assert(kCols == 8 || kCols == 16 || kCols == 24);
-  constexpr bool kWide = kCols >= 16;  // a[r]: p0's 16 channels
-  constexpr bool kHalf = kCols != 16;  // h[r]: 8 channels, p0's (8) or p1's (24)
-  const int8_t* ph = kCols == 8 ? p0 : p1;
-  __m512i a[R];
-  __m256i h[R];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512(), h[r] = _mm256_setzero_si256();
-  constexpr int kBases = (R + 2) / 3;
-  const uint8_t* base[kBases];
-#pragma GCC unroll 4
-  for (int i = 0; i < kBases; ++i) base[i] = x + 3 * i * stride;
-  for (int64_t g = 0; g < k4; ++g) {
-    const __m512i w0 = kWide ? _mm512_loadu_si512(p0 + g * 64) : _mm512_setzero_si512();
-    const __m256i w1 = kHalf ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph + g * 64))
-                             : _mm256_setzero_si256();
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      // (One broadcast from memory; the 256-bit product reads its lower half.)
-      const __m512i xb = _mm512_set1_epi32(Load4(base[r / 3] + (r % 3) * stride));
-      if constexpr (kWide) a[r] = _mm512_dpbusd_epi32(a[r], xb, w0);
-      if constexpr (kHalf) h[r] = _mm256_dpbusd_epi32(h[r], _mm512_castsi512_si256(xb), w1);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < kBases; ++i) base[i] += 4;
-  }
+  LoSums<kCols> lo[R];
+  HiSums<kCols> hi[R];
+  DotPanels<R, kCols>(lo, hi, x, stride, k4, p0, p1);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    if constexpr (kWide) _mm512_store_si512(sums[r], a[r]);
-    if constexpr (kHalf)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums[r] + (kWide ? kPanel : 0)), h[r]);
+    StoreVector(sums[r], lo[r]);
+    if constexpr (kCols > 16) StoreVector(sums[r] + kPanel, hi[r]);
   }
 }
 
 // acc[r][c] for rows r < R of x (each k4 groups of 4 bytes, rows 'stride' bytes apart) against one
 // or two panels (16 channels each); 'x' is q + 128 as unsigned bytes.
 template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void KernelVnni(const uint8_t* x,
-                                                                       int64_t stride, int64_t k4,
-                                                                       const int8_t* p0,
-                                                                       const int8_t* p1,
-                                                                       int32_t (*acc)[2 * kPanel]) {
-  __m512i a[R][2];
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"))) void KernelVnni(
+    const uint8_t* x, int64_t stride, int64_t k4, const int8_t* p0, const int8_t* p1,
+    int32_t (*acc)[2 * kPanel]) {
+  __m512i lo[R], hi[R];
   if (p1 != nullptr) {
-    DotTwoPanels<R>(a, x, stride, k4, p0, p1);
+    DotPanels<R, 32>(lo, hi, x, stride, k4, p0, p1);
   } else {
+    __m256i unused[R];
+    DotPanels<R, 16>(lo, unused, x, stride, k4, p0, p1);
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
-    for (int64_t g = 0; g < k4; ++g) {
-      const __m512i w0 = _mm512_loadu_si512(p0 + g * 64);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r)
-        a[r][0] =
-            _mm512_dpbusd_epi32(a[r][0], _mm512_set1_epi32(Load4(x + r * stride + 4 * g)), w0);
-    }
+    for (int r = 0; r < R; ++r) hi[r] = _mm512_setzero_si512();
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    _mm512_storeu_si512(acc[r], a[r][0]);
-    _mm512_storeu_si512(acc[r] + kPanel, a[r][1]);
+    _mm512_storeu_si512(acc[r], lo[r]);
+    _mm512_storeu_si512(acc[r] + kPanel, hi[r]);
   }
 }
 
@@ -322,7 +325,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
 // Rows r < R of xq (q + 128, rows 'stride' bytes apart) against panels p and p + 1 (or p alone),
 // finished in registers into y's columns j0 .. j0 + cols.
 template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"))) void FusedTileVnni(
     const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, int64_t p,
     int64_t cols, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual) {
   const int64_t groups = w.groups(), j0 = p * kPanel;
@@ -331,13 +334,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void FusedTileVnni(
   const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
   alignas(64) int32_t sums[R][2 * kPanel];
   if (cols > kPanel + 8)
-    DotTwoPanelsToMemory<R>(sums, xq, stride, groups, p0, p1);
+    DotPanelsToMemory<R, 32>(sums, xq, stride, groups, p0, p1);
   else if (cols > kPanel)
-    DotNarrowToMemory<R, 24>(sums, xq, stride, groups, p0, p1);
+    DotPanelsToMemory<R, 24>(sums, xq, stride, groups, p0, p1);
   else if (cols > 8)
-    DotNarrowToMemory<R, 16>(sums, xq, stride, groups, p0, p1);
+    DotPanelsToMemory<R, 16>(sums, xq, stride, groups, p0, p1);
   else
-    DotNarrowToMemory<R, 8>(sums, xq, stride, groups, p0, p1);
+    DotPanelsToMemory<R, 8>(sums, xq, stride, groups, p0, p1);
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     if (h == halves) break;
