@@ -1,8 +1,10 @@
 #include "cpu/conv.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "cpu/conv_isa.h"
 #include "cpu/cpu_features.h"
@@ -58,6 +60,8 @@ ConvWeights::ConvWeights(const float* w, int64_t c_out, int64_t c_in_per_group, 
                       depth_smooth.begin() + t * c_in_per_group);
       int8_.push_back(std::make_unique<PackedInt8W>(
           nk.data(), cog, depth, depth, smooth != nullptr ? depth_smooth.data() : nullptr));
+      if (taps > 1 && c_in_per_group >= kPixelChannels && c_in_per_group % 4 == 0)
+        tap_offsets_.push_back(int8_.back()->TapOffsets(taps));
     }
     return;
   }
@@ -246,18 +250,102 @@ void ConvWindow(const Conv2dGeometry& g, const float* x, int64_t group, int64_t 
 
 namespace {
 
+// Output pixels i0 .. i0 + mc's windows of group 'grp' from pixels quantized once (q: per pixel
+// and group a row of 'stride' bytes, a multiple of 16; scale its scale): per window kh * kw
+// pieces of cig bytes (0x80, q = 0, where the window leaves the image) into 'windows' (rows
+// kh * kw * cig bytes, and 16 bytes of slack past the last) and their scales (0 there) into
+// 'scales' (rows kh * kw). Each piece is copied 16 bytes at a time, its last copy running into
+// the next piece's place before that is written (library calls of cig bytes each cost more than
+// the copies).
+void GatherPixelWindows(const Conv2dGeometry& g, const uint8_t* q, int64_t stride,
+                        const float* scale, int64_t grp, int64_t i0, int64_t mc, uint8_t* windows,
+                        float* scales) {
+  const int64_t cig = g.c_in / g.groups, taps = g.kh * g.kw;
+  alignas(16) uint8_t outside[16];
+  std::memset(outside, 0x80, sizeof outside);
+  int64_t ox = i0 % g.ow, oy = i0 / g.ow % g.oh, b = i0 / (g.ow * g.oh);
+  for (int64_t r = 0; r < mc; ++r) {
+    uint8_t* out = windows + r * taps * cig;
+    float* s = scales + r * taps;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.stride_h - g.pad_top + ky * g.dilation_h;
+      for (int64_t kx = 0; kx < g.kw; ++kx, out += cig, ++s) {
+        const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
+        if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+          for (int64_t l = 0; l < cig; l += 16) std::memcpy(out + l, outside, 16);
+          *s = 0.f;
+          continue;
+        }
+        const int64_t pixel = ((b * g.h + iy) * g.w + ix) * g.groups + grp;
+        const uint8_t* in = q + pixel * stride;
+        for (int64_t l = 0; l < cig; l += 16) std::memcpy(out + l, in + l, 16);
+        *s = scale[pixel];
+      }
+    }
+    if (++ox == g.ow) {
+      ox = 0;
+      if (++oy == g.oh) oy = 0, ++b;
+    }
+  }
+}
+
 // The int8 form: blocks of 64 output pixels of every group over the team (one loop: a group
 // at a time left most of a team idle on ResNeXt's 32 groups), each gathered (or read in place
-// for a 1x1 stride-1 convolution) and run through GemmInt8Fused with the epilogue.
+// for a 1x1 stride-1 convolution) and run through GemmInt8Fused with the epilogue; or, where
+// the weights take it (int8_pixels), every input pixel quantized first (split over the team)
+// and its bytes gathered into the windows for GemmInt8FusedTaps: RapidOCR's detector's 3x3
+// layers over 96 channels spent more in gathering each window's 864 floats and quantizing them
+// (each pixel once per tap: nine times) than in the products.
 void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
                   const float* residual, const GemmEpilogue& act, float* y, bool direct) {
   constexpr int64_t kBlock = 64;
   const int64_t m = g.n * g.oh * g.ow, blocks = (m + kBlock - 1) / kBlock;
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
-  const int64_t depth = g.kh * g.kw * cig;
+  const int64_t taps = g.kh * g.kw, depth = taps * cig;
+  // (NEREID_INT8_PIXELS=0: the per-window form throughout, for comparisons.)
+  static const bool allowed = [] {
+    const char* env = std::getenv("NEREID_INT8_PIXELS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  const bool pixels = allowed && !direct && w.int8_pixels() && GemmInt8TapsAvailable();
+  // Quantized pixels (per pixel and group), in the calling thread's buffers, read by the team.
+  const int64_t stride = (cig + 15) / 16 * 16, rows = g.n * g.h * g.w * g.groups;
+  thread_local Scratch<uint8_t> pixel_bytes;
+  thread_local Scratch<float> pixel_scales;
+  uint8_t* const q = pixels ? pixel_bytes.Get(static_cast<size_t>(rows * stride)) : nullptr;
+  float* const qs = pixels ? pixel_scales.Get(static_cast<size_t>(rows)) : nullptr;
+  if (pixels) {
+    constexpr int64_t kChunk = 256;  // rows per piece of work
+    ParallelForWork((rows + kChunk - 1) / kChunk, rows * cig, [&](int64_t c) {
+      const int64_t r0 = c * kChunk, count = std::min(kChunk, rows - r0);
+      // (Per group its own smoothing: the first cig factors of its weights' multipliers.)
+      for (int64_t r = r0; r < r0 + count;) {
+        const int64_t grp = r % g.groups;
+        const int64_t run = g.groups == 1 ? count : 1;
+        QuantizePixelsInt8(x + r * cig, run, cig, cig, q + r * stride, stride,
+                           w.int8_group(grp).x_multiplier(), qs + r);
+        r += run;
+      }
+    });
+  }
   ParallelForWork(g.groups * blocks, m * g.c_out * depth / 4, [&](int64_t item) {
     const int64_t grp = item / blocks, i0 = item % blocks * kBlock, mc = std::min(kBlock, m - i0);
     const float* xg = x + grp * cig;
+    GemmEpilogue ep = act;
+    ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
+    ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
+    ep.ld_residual = g.c_out;
+    float* const yt = y + i0 * g.c_out + grp * cog;
+    if (pixels) {
+      thread_local Scratch<uint8_t> window_bytes;
+      thread_local Scratch<float> window_scales;
+      uint8_t* const windows = window_bytes.Get(static_cast<size_t>(mc * depth + 16));
+      float* const scales = window_scales.Get(static_cast<size_t>(mc * taps));
+      GatherPixelWindows(g, q, stride, qs, grp, i0, mc, windows, scales);
+      GemmInt8FusedTaps(mc, windows, depth, scales, taps, w.int8_group(grp),
+                        w.int8_tap_offsets(grp), yt, g.c_out, ep);
+      return;
+    }
     thread_local Scratch<float> scratch;
     const float* a = xg + i0 * g.c_in;
     int64_t lda = g.c_in;
@@ -266,11 +354,7 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
       GatherWindows(g, xg, i0, mc, 0, depth, windows);
       a = windows, lda = depth;
     }
-    GemmEpilogue ep = act;
-    ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
-    ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
-    ep.ld_residual = g.c_out;
-    GemmInt8Fused(mc, a, lda, w.int8_group(grp), y + i0 * g.c_out + grp * cog, g.c_out, ep);
+    GemmInt8Fused(mc, a, lda, w.int8_group(grp), yt, g.c_out, ep);
   });
 }
 

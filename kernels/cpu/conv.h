@@ -50,6 +50,12 @@ class ConvWeights {
   bool int8() const { return !int8_.empty(); }
   const PackedMatrixB& group(int64_t g) const { return *packed_[g]; }
   const PackedInt8W& int8_group(int64_t g) const { return *int8_[g]; }
+  // int8 with each input pixel quantized once (QuantizePixelsInt8) and each window's taps scaled
+  // apart (GemmInt8FusedTaps): windows of more than one tap over at least kPixelChannels
+  // channels a group, a multiple of 4; group g's offsets per tap (PackedInt8W::TapOffsets).
+  static constexpr int64_t kPixelChannels = 32;
+  bool int8_pixels() const { return !tap_offsets_.empty(); }
+  const int32_t* int8_tap_offsets(int64_t g) const { return tap_offsets_[g].data(); }
   const float* depthwise_taps() const { return taps_.data(); }
 
  private:
@@ -58,13 +64,16 @@ class ConvWeights {
   std::vector<int32_t> lanes_;
   std::vector<std::unique_ptr<PackedMatrixB>> packed_;
   std::vector<std::unique_ptr<PackedInt8W>> int8_;
+  std::vector<std::vector<int32_t>> tap_offsets_;
   std::vector<float> taps_;
   std::unique_ptr<WinogradWeights> winograd_;
 };
 
 // y = act(conv(x, w) + bias + residual), all NHWC; bias has c_out values (or is null), residual
 // has y's shape (or is null). int8 weights: each output pixel's window (its row of the implicit
-// GEMM) is quantized per row as GemmInt8 does, blocks of 64 pixels split over the intra-op team.
+// GEMM) is quantized per row as GemmInt8 does, blocks of 64 pixels split over the intra-op team;
+// or, where int8_pixels() and the CPU runs GemmInt8FusedTaps, each input pixel once, its bytes
+// gathered into the windows.
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
               const float* residual, const GemmEpilogue& act, float* y);
 

@@ -125,25 +125,29 @@ PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw, cons
   }
 }
 
+std::vector<int32_t> PackedInt8W::TapOffsets(int64_t taps) const {
+  const int64_t piece = k_ / taps, columns = (n_ + 31) / 32 * 32;
+  std::vector<int32_t> out(static_cast<size_t>(taps * columns), 0);
+  for (int64_t j = 0; j < n_; ++j)
+    for (int64_t t = 0; t < taps; ++t) {
+      int32_t sum = 0;
+      for (int64_t l = t * piece; l < (t + 1) * piece; ++l) sum += quantized_[j * k_ + l];
+      out[t * columns + j] = 128 * sum;
+    }
+  return out;
+}
+
 namespace {
 
-// x's m rows quantized per row into this thread's buffer: 'rows' rows (those past m zero) of
-// 'stride' bytes (zero padded past k), as q + 128 when 'offset' (vpdpbusd's unsigned operand).
-struct QuantizedRows {
-  const int8_t* q;
-  const float* scale;  // m
-};
-QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t k, int64_t stride,
-                                int64_t rows, bool offset, const float* mult) {
-  thread_local std::vector<int8_t> xq;
-  thread_local std::vector<float> xs;
-  thread_local Scratch<float> smoothed;           // one row at a time: it stays in L1
-  xq.resize(static_cast<size_t>(rows * stride));  // (every byte written below)
-  xs.resize(static_cast<size_t>(m));
+// x's m rows quantized per row into q (rows 'stride' bytes apart, zero padded past k) and
+// scale, as q + 128 when 'offset' (vpdpbusd's unsigned operand); with 'mult', each row's columns
+// multiplied by it first (PackedInt8W's smoothing).
+void QuantizeRowsInto(int64_t m, const float* x, int64_t ldx, int64_t k, int8_t* q, int64_t stride,
+                      bool offset, const float* mult, float* scale) {
+  thread_local Scratch<float> smoothed;                        // one row at a time: it stays in L1
   const int8_t zero = offset ? static_cast<int8_t>(-128) : 0;  // 0 as q + 128 is 0x80
   float* const row_buffer = mult != nullptr ? smoothed.Get(static_cast<size_t>(k)) : nullptr;
-  // Row i as quantized: x's, or with 'mult' its columns divided by their smoothing first
-  // (PackedInt8W).
+  // Row i as quantized: x's, or with 'mult' its columns multiplied first.
   auto row_of = [&](int64_t i) {
     const float* row = x + i * ldx;
     if (mult == nullptr) return row;
@@ -153,24 +157,38 @@ QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t 
 #if defined(__x86_64__)
   if (HasAvx512F()) {  // the rows in one call (MobileNetV2's 1x1 layers: rows of 16-320 values)
     if (mult == nullptr)
-      int8::QuantizeRowsStridedAvx512(x, m, ldx, k, xq.data(), stride, xs.data(), offset);
+      int8::QuantizeRowsStridedAvx512(x, m, ldx, k, q, stride, scale, offset);
     else
       for (int64_t i = 0; i < m; ++i)
-        int8::QuantizeRowsStridedAvx512(row_of(i), 1, k, k, xq.data() + i * stride, stride,
-                                        xs.data() + i, offset);
-    std::fill(xq.begin() + m * stride, xq.end(), zero);
-    return {xq.data(), xs.data()};
+        int8::QuantizeRowsStridedAvx512(row_of(i), 1, k, k, q + i * stride, stride, scale + i,
+                                        offset);
+    return;
   }
 #endif
   for (int64_t i = 0; i < m; ++i) {
-    int8_t* row = xq.data() + i * stride;
-    xs[i] = QuantizeRow(row_of(i), k, row);
+    int8_t* row = q + i * stride;
+    scale[i] = QuantizeRow(row_of(i), k, row);
     if (offset)
       for (int64_t l = 0; l < k; ++l)
         row[l] = static_cast<int8_t>(static_cast<uint8_t>(row[l]) ^ 0x80);
     std::fill(row + k, row + stride, zero);
   }
-  std::fill(xq.begin() + m * stride, xq.end(), zero);
+}
+
+// x's m rows quantized per row into this thread's buffer: 'rows' rows (those past m zero) of
+// 'stride' bytes (QuantizeRowsInto's).
+struct QuantizedRows {
+  const int8_t* q;
+  const float* scale;  // m
+};
+QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t k, int64_t stride,
+                                int64_t rows, bool offset, const float* mult) {
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  xq.resize(static_cast<size_t>(rows * stride));  // (every byte written below)
+  xs.resize(static_cast<size_t>(m));
+  QuantizeRowsInto(m, x, ldx, k, xq.data(), stride, offset, mult, xs.data());
+  std::fill(xq.begin() + m * stride, xq.end(), offset ? static_cast<int8_t>(-128) : 0);
   return {xq.data(), xs.data()};
 }
 
@@ -263,6 +281,44 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
   GemmInt8(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr);
   if (ep.activation != GemmEpilogue::kNone)
     for (int64_t i = 0; i < m; ++i) ActivateEpilogueRow(y + i * ldy, n, ep);
+}
+
+void QuantizePixelsInt8(const float* x, int64_t m, int64_t ldx, int64_t k, uint8_t* q,
+                        int64_t stride, const float* mult, float* scale) {
+  QuantizeRowsInto(m, x, ldx, k, reinterpret_cast<int8_t*>(q), stride, true, mult, scale);
+}
+
+bool GemmInt8TapsAvailable() {
+  return static_cast<Kernel>(Selected().load(std::memory_order_relaxed)) == Kernel::kVnni;
+}
+
+void GemmInt8FusedTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
+                       const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
+                       const GemmEpilogue& ep) {
+#if defined(__x86_64__)
+  if (GemmInt8TapsAvailable()) {
+    int8::FusedVnniTaps(m, xq, stride, xs, taps, w, tap_offset, y, ldy, ep);
+    return;
+  }
+#endif
+  // Elsewhere the same arithmetic in plain C++ (the engine runs the per-window form there).
+  const int64_t n = w.n(), piece = w.k() / taps, columns = (n + 31) / 32 * 32;
+  const int8_t* const wq = w.quantized().data();
+  for (int64_t i = 0; i < m; ++i) {
+    float* const yr = y + i * ldy;
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.f;
+      for (int64_t t = 0; t < taps; ++t) {
+        int32_t dot = -tap_offset[t * columns + j];
+        for (int64_t l = 0; l < piece; ++l)
+          dot += int32_t{xq[i * stride + t * piece + l]} * wq[j * w.k() + t * piece + l];
+        sum += static_cast<float>(dot) * xs[i * taps + t];
+      }
+      yr[j] = sum * w.scale()[j] + (ep.bias != nullptr ? ep.bias[j] : 0.f) +
+              (ep.residual != nullptr ? ep.residual[i * ep.ld_residual + j] : 0.f);
+    }
+    if (ep.activation != GemmEpilogue::kNone) ActivateEpilogueRow(yr, n, ep);
+  }
 }
 
 const char* GemmInt8KernelName() { return kNames[Selected().load(std::memory_order_relaxed)]; }

@@ -55,6 +55,9 @@ class PackedInt8W {
   const float* x_multiplier() const { return x_mult_.empty() ? nullptr : x_mult_.data(); }
   // The int8 weights and scales as quantized (tests).
   const std::vector<int8_t>& quantized() const { return quantized_; }
+  // For GemmInt8FusedTaps, k being 'taps' pieces of k / taps: 128 * the sum of each channel's
+  // weights within each piece, [taps][n rounded up to 32] (zeros past n).
+  std::vector<int32_t> TapOffsets(int64_t taps) const;
 
  private:
   int64_t n_, k_, k4_;
@@ -78,6 +81,27 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
 // vector form); other kernels run GemmInt8 and the epilogue after it.
 void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
                    int64_t ldy, const GemmEpilogue& ep);
+
+// A convolution's input pixels (m rows of k channels, ldx floats apart; 'mult': k factors or
+// null, x_multiplier()'s first k), each quantized on its own (QuantizeRowsInt8's arithmetic; its
+// scale into scale[i]) as q + 128 into rows of 'stride' bytes (a multiple of 16; 0x80 past k):
+// GemmInt8FusedTaps's operand, each pixel quantized once instead of once in every window it
+// falls in.
+void QuantizePixelsInt8(const float* x, int64_t m, int64_t ldx, int64_t k, uint8_t* q,
+                        int64_t stride, const float* mult, float* scale);
+
+// Whether GemmInt8FusedTaps runs here: the avx512-vnni kernel is the one selected.
+bool GemmInt8TapsAvailable();
+
+// y (m x n) = act(sum over t of xs[i * taps + t] * w_scale * (x_t w_t^T) + ep.bias + ep.residual):
+// each row of xq (q + 128 bytes, rows 'stride' apart) is a window of 'taps' pieces of k / taps
+// bytes (a multiple of 4), each quantized with its own scale (a pixel's, QuantizePixelsInt8; 0
+// where the window leaves the image, its bytes 0x80); w packed from the same depth order and
+// tap_offset its TapOffsets(taps). Each piece's products sum exactly in int32 and are scaled in
+// fp32 before the next. avx512-vnni only (GemmInt8TapsAvailable).
+void GemmInt8FusedTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
+                       const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
+                       const GemmEpilogue& ep);
 
 // The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "neon-dotprod", "neon", "portable"):
 // the best this CPU has, unless NEREID_INT8_KERNEL names one.

@@ -81,6 +81,11 @@ float QuantizeRowNeon(const float* row, int64_t k, int8_t* q);
 // its rows padded with zeros to a multiple of 32 and k to whole 64-byte tiles.
 void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
                float* y, int64_t ldy, const GemmEpilogue& ep);
+// GemmInt8FusedTaps's body: tiles of 12 rows x 32 channels, each piece's int32 sums scaled
+// into fp32 sums held in memory.
+void FusedVnniTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
+                   const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
+                   const GemmEpilogue& ep);
 void FusedAmx(int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
               float* y, int64_t ldy, const GemmEpilogue& ep);
 

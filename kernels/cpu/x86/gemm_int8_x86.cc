@@ -99,7 +99,21 @@ NEREID_VNNI inline void DotPanels(LoSums<kCols> (&lo)[R], HiSums<kCols> (&hi)[R]
   }
 }
 
+// The fp32 sums at 'to' (16 or 8 lanes) plus float(sums - off) * s: a window piece's exact
+// int32 products scaled by its pixel's scale.
+#define NEREID_VNNI_FMA \
+  __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl,fma"), always_inline))
+NEREID_VNNI_FMA inline void AddScaled(float* to, __m512i sums, __m512i off, __m512 s) {
+  _mm512_store_ps(
+      to, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, off)), s, _mm512_load_ps(to)));
+}
+NEREID_VNNI_FMA inline void AddScaled(float* to, __m256i sums, __m256i off, __m512 s) {
+  _mm256_store_ps(to, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)),
+                                      _mm512_castps512_ps256(s), _mm256_load_ps(to)));
+}
+
 #undef NEREID_VNNI
+#undef NEREID_VNNI_FMA
 
 // The same, the sums stored to sums[r][0 .. kCols) (the fused tiles finish them from there: with
 // the finish's registers live around the loop, GCC spilled six accumulators to the stack and
@@ -115,6 +129,44 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"), noinline)) void D
   for (int r = 0; r < R; ++r) {
     StoreVector(sums[r], lo[r]);
     if constexpr (kCols > 16) StoreVector(sums[r] + kPanel, hi[r]);
+  }
+}
+
+// GemmInt8FusedTaps's sums: per piece t of the window (piece_groups groups of 4 bytes, the
+// weights' groups t * piece_groups on), DotPanelsToMemory's int32 sums, less the piece's offsets
+// (offset + t * offset_ld: 128 * its weights' sums from column j0 on), times the row's scale for
+// the piece (xs[r * taps + t]), added into sums[r][0 .. kCols) in fp32. Both kinds of sums pass
+// through memory (L1): with the piece's loop around DotPanels, GCC kept its accumulators on the
+// stack, twice the time of the products alone.
+template <int R, int kCols>
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl,fma"), noinline)) void DotTapsToMemory(
+    float (*sums)[2 * kPanel], const uint8_t* x, int64_t stride, const float* xs, int64_t taps,
+    int64_t piece_groups, const int8_t* p0, const int8_t* p1, const int32_t* offset,
+    int64_t offset_ld) {
+  using Lo = LoSums<kCols>;
+  using Hi = HiSums<kCols>;
+  constexpr bool kSecond = kCols > 16;
+  alignas(64) int32_t piece[R][2 * kPanel];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    _mm512_store_ps(sums[r], _mm512_setzero_ps());
+    _mm512_store_ps(sums[r] + kPanel, _mm512_setzero_ps());
+  }
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t first = t * piece_groups;
+    DotPanelsToMemory<R, kCols>(piece, x + 4 * first, stride, piece_groups, p0 + first * 64,
+                                p1 + first * 64);
+    const int8_t* off = reinterpret_cast<const int8_t*>(offset + t * offset_ld);
+    const Lo off_lo = LoadVector<Lo>(off);
+    const Hi off_hi = kSecond ? LoadVector<Hi>(off + 4 * kPanel) : Zero<Hi>();
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 scale = _mm512_set1_ps(xs[r * taps + t]);
+      const int8_t* sum = reinterpret_cast<const int8_t*>(piece[r]);
+      AddScaled(sums[r], LoadVector<Lo>(sum), off_lo, scale);
+      if constexpr (kSecond)
+        AddScaled(sums[r] + kPanel, LoadVector<Hi>(sum + 4 * kPanel), off_hi, scale);
+    }
   }
 }
 
@@ -260,13 +312,15 @@ constexpr int kFusedRows = 12;  // 24 accumulators, two weight vectors, one broa
 
 // Columns c0 .. c0 + width (at most 16) of 'rows' rows of y from their exact int32 dot products
 // (acc, ld apart; less 'offset' per column where given: the VNNI kernels' x + 128 times w):
-// dot * x_scale * w_scale + bias (+ residual), then the activation (Relu, Clip, HardSwish,
-// HardSigmoid and LeakyRelu in vector form, NaN kept; GELU after the store). The scales, bias and
-// activation are loaded once for the block, not per row: AMX's 32-row tiles and the VNNI tiles of
-// 1x1 convolutions of 16 to 32 channels (MobileNetV2's 16 -> 96: 4 dot products per output vector)
-// spent more in a per-row finish than in the tiles.
+// dot * x_scale * w_scale + bias (+ residual), or from fp32 sums already scaled per row
+// (GemmInt8FusedTaps's; xs unused): sum * w_scale + bias (+ residual); then the activation (Relu,
+// Clip, HardSwish, HardSigmoid and LeakyRelu in vector form, NaN kept; GELU after the store). The
+// scales, bias and activation are loaded once for the block, not per row: AMX's 32-row tiles and
+// the VNNI tiles of 1x1 convolutions of 16 to 32 channels (MobileNetV2's 16 -> 96: 4 dot products
+// per output vector) spent more in a per-row finish than in the tiles.
+template <typename Sum>
 __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
-    const int32_t* acc, int64_t ld, int64_t rows, const float* xs, const PackedInt8W& w, int64_t c0,
+    const Sum* acc, int64_t ld, int64_t rows, const float* xs, const PackedInt8W& w, int64_t c0,
     int64_t width, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual,
     const int32_t* offset = nullptr) {
   const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1);
@@ -281,9 +335,14 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
   auto finish = [&](auto act) __attribute__((target("avx512f,avx512bw"), always_inline)) {
     constexpr int kAct = decltype(act)::value;
     for (int64_t r = 0; r < rows; ++r) {
-      const __m512i dot = _mm512_sub_epi32(_mm512_maskz_load_epi32(mask, acc + r * ld), off);
-      __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                 _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale), bias);
+      __m512 v;
+      if constexpr (std::is_same_v<Sum, float>) {
+        v = _mm512_fmadd_ps(_mm512_maskz_load_ps(mask, acc + r * ld), scale, bias);
+      } else {
+        const __m512i dot = _mm512_sub_epi32(_mm512_maskz_load_epi32(mask, acc + r * ld), off);
+        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(_mm512_set1_ps(xs[r]), scale),
+                            bias);
+      }
       if (residual != nullptr)
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + r * ld_residual + c0));
       // (NaN kept: max/min return their second operand where either is NaN.)
@@ -322,31 +381,53 @@ __attribute__((target("avx512f,avx512bw"))) inline void FinishRows16(
   }
 }
 
+// A window's pieces with scales of their own (GemmInt8FusedTaps): 'taps' pieces, their offsets
+// [taps][ld]; taps 0: one scale per row (GemmInt8Fused).
+struct Pieces {
+  int64_t taps = 0, ld = 0;
+  const int32_t* offset = nullptr;
+};
+
 // Rows r < R of xq (q + 128, rows 'stride' bytes apart) against panels p and p + 1 (or p alone),
-// finished in registers into y's columns j0 .. j0 + cols.
+// finished into y's columns j0 .. j0 + cols; products only as wide as the columns (8, 16, 24 or
+// 32).
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vl"))) void FusedTileVnni(
     const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, int64_t p,
-    int64_t cols, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual) {
+    int64_t cols, float* y, int64_t ldy, const GemmEpilogue& ep, const float* residual,
+    const Pieces& pieces) {
   const int64_t groups = w.groups(), j0 = p * kPanel;
   const int halves = cols > kPanel ? 2 : 1;
   const int8_t* p0 = w.Panel(p);
   const int8_t* p1 = halves == 2 ? w.Panel(p + 1) : p0;
   alignas(64) int32_t sums[R][2 * kPanel];
+  alignas(64) float scaled[R][2 * kPanel];
+  auto dot = [&](auto width) {
+    constexpr int kCols = decltype(width)::value;
+    if (pieces.taps == 0)
+      DotPanelsToMemory<R, kCols>(sums, xq, stride, groups, p0, p1);
+    else
+      DotTapsToMemory<R, kCols>(scaled, xq, stride, xs, pieces.taps, groups / pieces.taps, p0, p1,
+                                pieces.offset + j0, pieces.ld);
+  };
   if (cols > kPanel + 8)
-    DotPanelsToMemory<R, 32>(sums, xq, stride, groups, p0, p1);
+    dot(std::integral_constant<int, 32>{});
   else if (cols > kPanel)
-    DotPanelsToMemory<R, 24>(sums, xq, stride, groups, p0, p1);
+    dot(std::integral_constant<int, 24>{});
   else if (cols > 8)
-    DotPanelsToMemory<R, 16>(sums, xq, stride, groups, p0, p1);
+    dot(std::integral_constant<int, 16>{});
   else
-    DotPanelsToMemory<R, 8>(sums, xq, stride, groups, p0, p1);
+    dot(std::integral_constant<int, 8>{});
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     if (h == halves) break;
-    const int64_t c0 = j0 + h * kPanel;
-    FinishRows16(sums[0] + h * kPanel, 2 * kPanel, R, xs, w, c0,
-                 std::min<int64_t>(kPanel, j0 + cols - c0), y, ldy, ep, residual, w.offset());
+    const int64_t c0 = j0 + h * kPanel, width = std::min<int64_t>(kPanel, j0 + cols - c0);
+    if (pieces.taps == 0)
+      FinishRows16(sums[0] + h * kPanel, 2 * kPanel, R, xs, w, c0, width, y, ldy, ep, residual,
+                   w.offset());
+    else
+      FinishRows16(scaled[0] + h * kPanel, 2 * kPanel, R, nullptr, w, c0, width, y, ldy, ep,
+                   residual);
   }
 }
 
@@ -472,10 +553,14 @@ __attribute__((target("avx512f,avx512bw"))) void QuantizeRowsStridedAvx512(
   }
 }
 
-void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
-               float* y, int64_t ldy, const GemmEpilogue& ep) {
+namespace {
+
+void FusedTilesVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs,
+                    const PackedInt8W& w, float* y, int64_t ldy, const GemmEpilogue& ep,
+                    const Pieces& pieces) {
   const int64_t n = w.n();
   const int64_t panels = (n + kPanel - 1) / kPanel;
+  const int64_t scales = std::max<int64_t>(pieces.taps, 1);  // per row
   for (int64_t i0 = 0; i0 < m; i0 += kFusedRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kFusedRows, m - i0));
     for (int64_t p = 0; p < panels; p += 2) {
@@ -484,10 +569,25 @@ void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, co
       float* yt = y + i0 * ldy;
       const uint8_t* xt = xq + i0 * stride;
       FusedRows(rows, [&](auto r) {
-        FusedTileVnni<decltype(r)::value>(xt, stride, xs + i0, w, p, cols, yt, ldy, ep, res);
+        FusedTileVnni<decltype(r)::value>(xt, stride, xs + i0 * scales, w, p, cols, yt, ldy, ep,
+                                          res, pieces);
       });
     }
   }
+}
+
+}  // namespace
+
+void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
+               float* y, int64_t ldy, const GemmEpilogue& ep) {
+  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep, Pieces{});
+}
+
+void FusedVnniTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
+                   const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
+                   const GemmEpilogue& ep) {
+  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep,
+                 Pieces{taps, (w.n() + 31) / 32 * 32, tap_offset});
 }
 
 void FusedAmx(int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,

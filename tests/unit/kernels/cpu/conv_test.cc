@@ -170,9 +170,10 @@ TEST_P(ConvKernel, WinogradMatchesDirectLoops) {
                            "winograd", {1, 3, 10});
 }
 
-// The int8 form (weights per output channel, each window per row): every int8 micro-kernel this
-// CPU has against the same fp32 reference, within the quantization's error. Depthwise weights stay
-// fp32 (exact).
+// The int8 form (weights per output channel, each window per row, or each input pixel where
+// int8_pixels(): windows of more than one tap over at least 32 channels a group, a multiple of 4,
+// on avx512-vnni): every int8 micro-kernel this CPU has against the same fp32 reference, within
+// the quantization's error. Depthwise weights stay fp32 (exact).
 TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
   const Case c = GetParam();
   const Problem pr(c, static_cast<unsigned>(c.c_in * 17 + c.c_out * 5 + c.k));
@@ -180,9 +181,14 @@ TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
   const auto &x = pr.x, &w = pr.w, &bias = pr.bias, &residual = pr.residual;
   const ConvWeights weights(w.data(), c.c_out, c.c_in / c.groups, c.k, c.k, c.groups, true);
   EXPECT_EQ(weights.int8(), !weights.depthwise());
+  const int64_t cig = c.c_in / c.groups;
+  EXPECT_EQ(weights.int8_pixels(),
+            weights.int8() && c.k > 1 && cig >= ConvWeights::kPixelChannels && cig % 4 == 0);
   const std::string chosen = GemmInt8KernelName();
+  ThreadTeam team(3);  // the selected kernel also split over a team (blocks of pixels)
   for (const std::string& kernel : GemmInt8Kernels()) {
     ASSERT_TRUE(UseGemmInt8Kernel(kernel));
+    ParallelScope scope(kernel == chosen ? &team : nullptr);
     for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kClip,
                     GemmEpilogue::kHardSwish, GemmEpilogue::kHardSigmoid, GemmEpilogue::kLeakyRelu})
       for (bool with_residual : {false, true}) {
@@ -258,6 +264,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // window rows, gathered), a 1x1 at stride 2 over 300 (160 + 140).
                       Case{1, 5, 40, 64, 16, 3, 1, 1, 1, 1}, Case{1, 4, 30, 256, 8, 3, 1, 1, 1, 1},
                       Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1}, Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
+                      // int8 per pixel: two groups of 32 channels, and 36 channels dilated (pieces
+                      // copied 16 bytes at a time past their 36).
+                      Case{1, 6, 7, 64, 48, 3, 1, 1, 1, 2}, Case{1, 9, 11, 36, 20, 3, 1, 2, 2, 1},
                       // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
                       // and column half outside).
                       Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1},

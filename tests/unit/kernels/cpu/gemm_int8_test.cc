@@ -161,6 +161,64 @@ TEST(GemmInt8SmoothingTest, EveryKernelRunsTheSmoothedOperandsAndOutliersLoseThe
   EXPECT_LT(RelativeError(with, real), 0.5 * RelativeError(without, real));
 }
 
+// GemmInt8FusedTaps (a convolution's windows of pixels quantized each on its own): every piece's
+// exact integer products times its own scale, summed, times the weights' scale, plus bias and
+// residual, then Relu, against float64 of the same integers, for tiles of 8 to 32 columns and a
+// partial tile, rows past a multiple of 12, pieces of 32, 36 and 96 bytes, and pieces outside
+// the image (bytes 0x80, scale 0); on avx512-vnni its tiles, elsewhere the portable loops.
+TEST(GemmInt8TapsTest, EachPieceScaledByItsOwnScale) {
+  const std::string default_kernel = GemmInt8KernelName();
+  for (const std::string& kernel : GemmInt8Kernels())
+    for (const auto [m, n, taps, piece] : std::vector<std::tuple<int, int, int, int>>{
+             {13, 24, 9, 96}, {25, 8, 9, 32}, {12, 32, 4, 36}, {7, 20, 9, 64}, {30, 56, 3, 32}}) {
+      SCOPED_TRACE(kernel + " " + std::to_string(m) + "x" + std::to_string(n) + " taps " +
+                   std::to_string(taps) + " x " + std::to_string(piece));
+      ASSERT_TRUE(UseGemmInt8Kernel(kernel));
+      std::mt19937 rng(m * 7 + n * 3 + piece);
+      std::uniform_real_distribution<float> dist(-1.f, 1.f);
+      const int k = taps * piece, ldy = n + 1;
+      std::vector<float> w(n * k), bias(n), residual(m * n), xs(m * taps);
+      for (auto* v : {&w, &bias, &residual})
+        for (float& e : *v) e = dist(rng);
+      std::vector<uint8_t> xq(m * k);
+      std::uniform_int_distribution<int> byte(-127, 127);
+      for (int i = 0; i < m; ++i)
+        for (int t = 0; t < taps; ++t) {
+          const bool outside = (i + t) % 5 == 0;
+          xs[i * taps + t] = outside ? 0.f : (1.f + dist(rng)) / 127.f;
+          for (int l = 0; l < piece; ++l)
+            xq[i * k + t * piece + l] = static_cast<uint8_t>((outside ? 0 : byte(rng)) + 128);
+        }
+      const PackedInt8W packed(w.data(), n, k, k);
+      const std::vector<int32_t> offsets = packed.TapOffsets(taps);
+      GemmEpilogue ep;
+      ep.bias = bias.data();
+      ep.residual = residual.data();
+      ep.ld_residual = n;
+      ep.activation = GemmEpilogue::kRelu;
+      std::vector<float> y(m * ldy, NAN), got(m * n);
+      GemmInt8FusedTaps(m, xq.data(), k, xs.data(), taps, packed, offsets.data(), y.data(), ldy,
+                        ep);
+      std::vector<double> want(m * n);
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int t = 0; t < taps; ++t) {
+            int64_t dot = 0;
+            for (int l = t * piece; l < (t + 1) * piece; ++l)
+              dot += (int64_t{xq[i * k + l]} - 128) * packed.quantized()[j * k + l];
+            sum += static_cast<double>(dot) * xs[i * taps + t];
+          }
+          want[i * n + j] = std::max(0.0, sum * packed.scale()[j] + bias[j] + residual[i * n + j]);
+          got[i * n + j] = y[i * ldy + j];
+        }
+        EXPECT_TRUE(std::isnan(y[i * ldy + n])) << "wrote past row " << i;
+      }
+      EXPECT_LE(RelativeError(got, want), 1e-6);
+    }
+  UseGemmInt8Kernel(default_kernel);
+}
+
 TEST(GemmInt8QuantizeTest, SymmetricPerRowWithRoundingHalfToEven) {
   // The first row's absmax is 127 (scale 1), so each value is rounded half to even as it is; a
   // row of zeros gets scale 0 and zeros.
