@@ -298,9 +298,23 @@ void GatherPixelWindows(const Conv2dGeometry& g, const uint8_t* q, int64_t strid
 // (each pixel once per tap: nine times) than in the products.
 void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
                   const float* residual, const GemmEpilogue& act, float* y, bool direct) {
-  constexpr int64_t kBlock = 64;
-  const int64_t m = g.n * g.oh * g.ow, blocks = (m + kBlock - 1) / kBlock;
+  const int64_t m = g.n * g.oh * g.ow;
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
+  // Work items: blocks of 64 output pixels per group, or, where those are fewer than twice the
+  // team (ResNet-50's 7x7 layers at batch 1: one block, one thread of sixteen busy), smaller
+  // blocks (down to 8 pixels) and then parts of the outputs (32 channels and more each).
+  const int64_t want = ParallelThreads() > 1 ? 2 * ParallelThreads() : 1;
+  int64_t block = 64, blocks = (m + block - 1) / block;
+  if (g.groups * blocks < want) {
+    blocks = std::max<int64_t>(1, std::min((m + 7) / 8, (want + g.groups - 1) / g.groups));
+    block = (m + blocks - 1) / blocks;
+    blocks = (m + block - 1) / block;
+  }
+  const int64_t tiles = (cog + 31) / 32;  // of 32 channels
+  const int64_t parts_wanted =
+      std::min(tiles, (want + g.groups * blocks - 1) / (g.groups * blocks));
+  const int64_t part = (tiles + parts_wanted - 1) / parts_wanted * 32;  // channels a part
+  const int64_t parts = (cog + part - 1) / part;
   const int64_t taps = g.kh * g.kw, depth = taps * cig;
   // (NEREID_INT8_PIXELS=0: the per-window form throughout, for comparisons.)
   static const bool allowed = [] {
@@ -328,8 +342,10 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
       }
     });
   }
-  ParallelForWork(g.groups * blocks, m * g.c_out * depth / 4, [&](int64_t item) {
-    const int64_t grp = item / blocks, i0 = item % blocks * kBlock, mc = std::min(kBlock, m - i0);
+  ParallelForWork(g.groups * blocks * parts, m * g.c_out * depth / 4, [&](int64_t item) {
+    const int64_t grp = item / (blocks * parts), i0 = item / parts % blocks * block;
+    const int64_t mc = std::min(block, m - i0), j0 = item % parts * part;
+    const int64_t j1 = std::min(cog, j0 + part);
     const float* xg = x + grp * cig;
     GemmEpilogue ep = act;
     ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
@@ -343,7 +359,7 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
       float* const scales = window_scales.Get(static_cast<size_t>(mc * taps));
       GatherPixelWindows(g, q, stride, qs, grp, i0, mc, windows, scales);
       GemmInt8FusedTaps(mc, windows, depth, scales, taps, w.int8_group(grp),
-                        w.int8_tap_offsets(grp), yt, g.c_out, ep);
+                        w.int8_tap_offsets(grp), yt, g.c_out, ep, j0, j1);
       return;
     }
     thread_local Scratch<float> scratch;
@@ -354,7 +370,7 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
       GatherWindows(g, xg, i0, mc, 0, depth, windows);
       a = windows, lda = depth;
     }
-    GemmInt8Fused(mc, a, lda, w.int8_group(grp), yt, g.c_out, ep);
+    GemmInt8Fused(mc, a, lda, w.int8_group(grp), yt, g.c_out, ep, j0, j1);
   });
 }
 

@@ -194,20 +194,24 @@ QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t 
 
 }  // namespace
 
-void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
-              float* y, int64_t ldy, float alpha, bool accumulate) {
+namespace {
+
+// GemmInt8 for y's columns [j_begin, j_end) (j_begin a multiple of 32).
+void GemmInt8Columns(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
+                     const float* bias, float* y, int64_t ldy, float alpha, bool accumulate,
+                     int64_t j_begin, int64_t j_end) {
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
-  const int64_t k = w.k(), groups = w.groups(), stride = 4 * w.k4(), n = w.n();
+  const int64_t k = w.k(), groups = w.groups(), stride = 4 * w.k4();
   const bool vnni = kernel == Kernel::kVnni || kernel == Kernel::kAmx;
   const QuantizedRows xq = QuantizeForKernel(m, x, ldx, k, stride, m, vnni, w.x_multiplier());
-  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const int64_t panels = (j_end + kPanel - 1) / kPanel;
   alignas(64) int32_t acc[kMaxRows][2 * kPanel];
   // Panels outside, row blocks inside: each panel of weights streams from memory once and stays
   // in L1 while every block of rows uses it.
   const int64_t step = vnni ? 2 : 1;
-  for (int64_t p = 0; p < panels; p += step) {
+  for (int64_t p = j_begin / kPanel; p < panels; p += step) {
     const bool two = vnni && p + 1 < panels;
-    const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, n - j0);
+    const int64_t j0 = p * kPanel, cols = std::min<int64_t>((two ? 2 : 1) * kPanel, j_end - j0);
     for (int64_t i0 = 0; i0 < m; i0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, m - i0));
       const int8_t* xr = xq.q + i0 * stride;
@@ -246,10 +250,16 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
   }
 }
 
-namespace {}  // namespace
+}  // namespace
+
+void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
+              float* y, int64_t ldy, float alpha, bool accumulate) {
+  GemmInt8Columns(m, x, ldx, w, bias, y, ldy, alpha, accumulate, 0, w.n());
+}
 
 void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
-                   int64_t ldy, const GemmEpilogue& ep) {
+                   int64_t ldy, const GemmEpilogue& ep, int64_t col_begin, int64_t col_end) {
+  if (col_end < 0) col_end = w.n();
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
 #if defined(__x86_64__)
   // Clip with NaN bounds or a NaN input would differ from Activate's order of comparisons only
@@ -261,7 +271,7 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
     const int64_t stride = 4 * w.k4();
     const QuantizedRows xq =
         QuantizeForKernel(m, x, ldx, w.k(), stride, (m + 31) / 32 * 32, false, w.x_multiplier());
-    int8::FusedAmx(m, xq.q, stride, xq.scale, w, y, ldy, ep);
+    int8::FusedAmx(m, xq.q, stride, xq.scale, w, y, ldy, ep, col_begin, col_end);
     return;
   }
   if (kernel == Kernel::kVnni && finite_clip) {
@@ -269,18 +279,20 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
     // of 16-32 values took 64 bytes each to quantize and to read.
     const int64_t stride = (4 * w.groups() + 15) / 16 * 16;
     const QuantizedRows xq = QuantizeForKernel(m, x, ldx, w.k(), stride, m, true, w.x_multiplier());
-    int8::FusedVnni(m, reinterpret_cast<const uint8_t*>(xq.q), stride, xq.scale, w, y, ldy, ep);
+    int8::FusedVnni(m, reinterpret_cast<const uint8_t*>(xq.q), stride, xq.scale, w, y, ldy, ep,
+                    col_begin, col_end);
     return;
   }
 #endif
   (void)kernel;
-  const int64_t n = w.n();
+  const int64_t width = col_end - col_begin;
   if (ep.residual != nullptr && ep.residual != y)  // (y may be the residual, written in place)
     for (int64_t i = 0; i < m; ++i)
-      std::memcpy(y + i * ldy, ep.residual + i * ep.ld_residual, static_cast<size_t>(n) * 4);
-  GemmInt8(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr);
+      std::memcpy(y + i * ldy + col_begin, ep.residual + i * ep.ld_residual + col_begin,
+                  static_cast<size_t>(width) * 4);
+  GemmInt8Columns(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr, col_begin, col_end);
   if (ep.activation != GemmEpilogue::kNone)
-    for (int64_t i = 0; i < m; ++i) ActivateEpilogueRow(y + i * ldy, n, ep);
+    for (int64_t i = 0; i < m; ++i) ActivateEpilogueRow(y + i * ldy + col_begin, width, ep);
 }
 
 void QuantizePixelsInt8(const float* x, int64_t m, int64_t ldx, int64_t k, uint8_t* q,
@@ -294,19 +306,20 @@ bool GemmInt8TapsAvailable() {
 
 void GemmInt8FusedTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
                        const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
-                       const GemmEpilogue& ep) {
+                       const GemmEpilogue& ep, int64_t col_begin, int64_t col_end) {
+  if (col_end < 0) col_end = w.n();
 #if defined(__x86_64__)
   if (GemmInt8TapsAvailable()) {
-    int8::FusedVnniTaps(m, xq, stride, xs, taps, w, tap_offset, y, ldy, ep);
+    int8::FusedVnniTaps(m, xq, stride, xs, taps, w, tap_offset, y, ldy, ep, col_begin, col_end);
     return;
   }
 #endif
   // Elsewhere the same arithmetic in plain C++ (the engine runs the per-window form there).
-  const int64_t n = w.n(), piece = w.k() / taps, columns = (n + 31) / 32 * 32;
+  const int64_t piece = w.k() / taps, columns = (w.n() + 31) / 32 * 32;
   const int8_t* const wq = w.quantized().data();
   for (int64_t i = 0; i < m; ++i) {
     float* const yr = y + i * ldy;
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = col_begin; j < col_end; ++j) {
       float sum = 0.f;
       for (int64_t t = 0; t < taps; ++t) {
         int32_t dot = -tap_offset[t * columns + j];
@@ -317,7 +330,8 @@ void GemmInt8FusedTaps(int64_t m, const uint8_t* xq, int64_t stride, const float
       yr[j] = sum * w.scale()[j] + (ep.bias != nullptr ? ep.bias[j] : 0.f) +
               (ep.residual != nullptr ? ep.residual[i * ep.ld_residual + j] : 0.f);
     }
-    if (ep.activation != GemmEpilogue::kNone) ActivateEpilogueRow(yr, n, ep);
+    if (ep.activation != GemmEpilogue::kNone)
+      ActivateEpilogueRow(yr + col_begin, col_end - col_begin, ep);
   }
 }
 

@@ -79,8 +79,11 @@ void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, cons
 // convolution's implicit GEMM takes, with many rows. On avx512-vnni, tiles of 12 rows x 32
 // channels keep their sums in registers and finish them there (bias, residual, Relu/Clip in
 // vector form); other kernels run GemmInt8 and the epilogue after it.
+// col_begin / col_end (a multiple of 32; -1: n): only y's columns [col_begin, col_end), so that a
+// team can split one product by columns (y, bias and residual still point at column 0).
 void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
-                   int64_t ldy, const GemmEpilogue& ep);
+                   int64_t ldy, const GemmEpilogue& ep, int64_t col_begin = 0,
+                   int64_t col_end = -1);
 
 // A convolution's input pixels (m rows of k channels, ldx floats apart; 'mult': k factors or
 // null, x_multiplier()'s first k), each quantized on its own (QuantizeRowsInt8's arithmetic; its
@@ -98,10 +101,11 @@ bool GemmInt8TapsAvailable();
 // bytes (a multiple of 4), each quantized with its own scale (a pixel's, QuantizePixelsInt8; 0
 // where the window leaves the image, its bytes 0x80); w packed from the same depth order and
 // tap_offset its TapOffsets(taps). Each piece's products sum exactly in int32 and are scaled in
-// fp32 before the next. avx512-vnni only (GemmInt8TapsAvailable).
+// fp32 before the next: avx512-vnni's tiles where GemmInt8TapsAvailable(), plain loops elsewhere.
+// Columns as GemmInt8Fused's.
 void GemmInt8FusedTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
                        const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
-                       const GemmEpilogue& ep);
+                       const GemmEpilogue& ep, int64_t col_begin = 0, int64_t col_end = -1);
 
 // The micro-kernel GemmInt8 uses ("avx512-vnni", "avx2", "neon-dotprod", "neon", "portable"):
 // the best this CPU has, unless NEREID_INT8_KERNEL names one.

@@ -77,16 +77,17 @@ void QuantizeRowsStridedAvx512(const float* x, int64_t m, int64_t ldx, int64_t k
 float QuantizeRowNeon(const float* row, int64_t k, int8_t* q);
 
 // GemmInt8Fused's bodies on x86-64: rows already quantized ('xs' their scales), rows 'stride'
-// bytes apart. Vnni: x as q + 128, tiles of 12 rows x 32 channels in registers. Amx: x signed,
-// its rows padded with zeros to a multiple of 32 and k to whole 64-byte tiles.
+// bytes apart, y's columns [j_begin, j_end) (j_begin a multiple of 32). Vnni: x as q + 128, tiles
+// of 12 rows x 32 channels in registers. Amx: x signed, its rows padded with zeros to a multiple
+// of 32 and k to whole 64-byte tiles.
 void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
-               float* y, int64_t ldy, const GemmEpilogue& ep);
+               float* y, int64_t ldy, const GemmEpilogue& ep, int64_t j_begin, int64_t j_end);
 // GemmInt8FusedTaps's body: tiles of 12 rows x 32 channels, each piece's int32 sums scaled
 // into fp32 sums held in memory.
 void FusedVnniTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
                    const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
-                   const GemmEpilogue& ep);
+                   const GemmEpilogue& ep, int64_t j_begin, int64_t j_end);
 void FusedAmx(int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
-              float* y, int64_t ldy, const GemmEpilogue& ep);
+              float* y, int64_t ldy, const GemmEpilogue& ep, int64_t j_begin, int64_t j_end);
 
 }  // namespace nereid::kernels::int8

@@ -452,18 +452,18 @@ struct alignas(64) TileConfig {
 
 __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void TilesAmx(
     int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w, float* y,
-    int64_t ldy, const GemmEpilogue& ep) {
+    int64_t ldy, const GemmEpilogue& ep, int64_t j_begin, int64_t j_end) {
   // (A local copy: read through 'ep', its fields would be reloaded after every store to y.)
   const GemmEpilogue local = ep;
   TileConfig config;
   for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.colsb[t] = 64;
   _tile_loadconfig(&config);
-  const int64_t n = w.n(), panels = (n + kPanel - 1) / kPanel, blocks = w.k4() / 16;
+  const int64_t panels = (j_end + kPanel - 1) / kPanel, blocks = w.k4() / 16;
   alignas(64) int32_t acc[32][2 * kPanel];
   for (int64_t i0 = 0; i0 < m; i0 += 32) {  // xq has rows to a multiple of 32 (zeros past m)
     const int8_t* x0 = xq + i0 * stride;
     const int8_t* x1 = x0 + 16 * stride;
-    for (int64_t p = 0; p < panels; p += 2) {
+    for (int64_t p = j_begin / kPanel; p < panels; p += 2) {
       const int8_t* w0 = w.Panel(p);
       const int8_t* w1 = p + 1 < panels ? w.Panel(p + 1) : w0;  // (its columns unused)
       _tile_zero(0);
@@ -484,7 +484,7 @@ __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw"))) void TilesAmx(
       _tile_stored(1, &acc[0][kPanel], 2 * kPanel * 4);
       _tile_stored(2, &acc[16][0], 2 * kPanel * 4);
       _tile_stored(3, &acc[16][kPanel], 2 * kPanel * 4);
-      const int64_t j0 = p * kPanel, cols = std::min<int64_t>(2 * kPanel, n - j0);
+      const int64_t j0 = p * kPanel, cols = std::min<int64_t>(2 * kPanel, j_end - j0);
       const int64_t rows = std::min<int64_t>(32, m - i0);
       for (int64_t h = 0; h * kPanel < cols; ++h)
         FinishRows16(&acc[0][h * kPanel], 2 * kPanel, rows, xs + i0, w, j0 + h * kPanel,
@@ -557,14 +557,13 @@ namespace {
 
 void FusedTilesVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs,
                     const PackedInt8W& w, float* y, int64_t ldy, const GemmEpilogue& ep,
-                    const Pieces& pieces) {
-  const int64_t n = w.n();
-  const int64_t panels = (n + kPanel - 1) / kPanel;
+                    const Pieces& pieces, int64_t j_begin, int64_t j_end) {
+  const int64_t panels = (j_end + kPanel - 1) / kPanel;
   const int64_t scales = std::max<int64_t>(pieces.taps, 1);  // per row
   for (int64_t i0 = 0; i0 < m; i0 += kFusedRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kFusedRows, m - i0));
-    for (int64_t p = 0; p < panels; p += 2) {
-      const int64_t cols = std::min<int64_t>(2 * kPanel, n - p * kPanel);
+    for (int64_t p = j_begin / kPanel; p < panels; p += 2) {
+      const int64_t cols = std::min<int64_t>(2 * kPanel, j_end - p * kPanel);
       const float* res = ep.residual != nullptr ? ep.residual + i0 * ep.ld_residual : nullptr;
       float* yt = y + i0 * ldy;
       const uint8_t* xt = xq + i0 * stride;
@@ -579,20 +578,20 @@ void FusedTilesVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* x
 }  // namespace
 
 void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
-               float* y, int64_t ldy, const GemmEpilogue& ep) {
-  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep, Pieces{});
+               float* y, int64_t ldy, const GemmEpilogue& ep, int64_t j_begin, int64_t j_end) {
+  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep, Pieces{}, j_begin, j_end);
 }
 
 void FusedVnniTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
                    const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
-                   const GemmEpilogue& ep) {
-  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep,
-                 Pieces{taps, (w.n() + 31) / 32 * 32, tap_offset});
+                   const GemmEpilogue& ep, int64_t j_begin, int64_t j_end) {
+  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep, Pieces{taps, (w.n() + 31) / 32 * 32, tap_offset},
+                 j_begin, j_end);
 }
 
 void FusedAmx(int64_t m, const int8_t* xq, int64_t stride, const float* xs, const PackedInt8W& w,
-              float* y, int64_t ldy, const GemmEpilogue& ep) {
-  TilesAmx(m, xq, stride, xs, w, y, ldy, ep);
+              float* y, int64_t ldy, const GemmEpilogue& ep, int64_t j_begin, int64_t j_end) {
+  TilesAmx(m, xq, stride, xs, w, y, ldy, ep, j_begin, j_end);
 }
 
 }  // namespace nereid::kernels::int8

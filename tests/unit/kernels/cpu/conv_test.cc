@@ -185,10 +185,13 @@ TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
   EXPECT_EQ(weights.int8_pixels(),
             weights.int8() && c.k > 1 && cig >= ConvWeights::kPixelChannels && cig % 4 == 0);
   const std::string chosen = GemmInt8KernelName();
-  ThreadTeam team(3);  // the selected kernel also split over a team (blocks of pixels)
+  // Over a team of three: fewer than six blocks of 64 pixels become smaller blocks, then parts of
+  // the output channels (the 7x7 over 300 channels: 5 blocks x 2 parts of 160; the 3x3 at 3x3
+  // pixels: 2 blocks x 3 parts of 32).
+  ThreadTeam team(3);
+  ParallelScope scope(&team);
   for (const std::string& kernel : GemmInt8Kernels()) {
     ASSERT_TRUE(UseGemmInt8Kernel(kernel));
-    ParallelScope scope(kernel == chosen ? &team : nullptr);
     for (int act : {GemmEpilogue::kNone, GemmEpilogue::kRelu, GemmEpilogue::kClip,
                     GemmEpilogue::kHardSwish, GemmEpilogue::kHardSigmoid, GemmEpilogue::kLeakyRelu})
       for (bool with_residual : {false, true}) {
@@ -267,6 +270,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // int8 per pixel: two groups of 32 channels, and 36 channels dilated (pieces
                       // copied 16 bytes at a time past their 36).
                       Case{1, 6, 7, 64, 48, 3, 1, 1, 1, 2}, Case{1, 9, 11, 36, 20, 3, 1, 2, 2, 1},
+                      Case{1, 3, 3, 64, 96, 3, 1, 1, 1, 1},  // 9 pixels: parts of 32 channels
                       // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
                       // and column half outside).
                       Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1},
