@@ -302,19 +302,9 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
   // Work items: blocks of 64 output pixels per group, or, where those are fewer than twice the
   // team (ResNet-50's 7x7 layers at batch 1: one block, one thread of sixteen busy), smaller
-  // blocks (down to 8 pixels) and then parts of the outputs (32 channels and more each).
-  const int64_t want = ParallelThreads() > 1 ? 2 * ParallelThreads() : 1;
-  int64_t block = 64, blocks = (m + block - 1) / block;
-  if (g.groups * blocks < want) {
-    blocks = std::max<int64_t>(1, std::min((m + 7) / 8, (want + g.groups - 1) / g.groups));
-    block = (m + blocks - 1) / blocks;
-    blocks = (m + block - 1) / block;
-  }
-  const int64_t tiles = (cog + 31) / 32;  // of 32 channels
-  const int64_t parts_wanted =
-      std::min(tiles, (want + g.groups * blocks - 1) / (g.groups * blocks));
-  const int64_t part = (tiles + parts_wanted - 1) / parts_wanted * 32;  // channels a part
-  const int64_t parts = (cog + part - 1) / part;
+  // blocks and then parts of the output channels (SplitInt8Work).
+  const Int8Split split = SplitInt8Work(m, cog, g.groups, ParallelThreads());
+  const int64_t block = split.block, blocks = split.blocks, part = split.part, parts = split.parts;
   const int64_t taps = g.kh * g.kw, depth = taps * cig;
   // (NEREID_INT8_PIXELS=0: the per-window form throughout, for comparisons.)
   static const bool allowed = [] {

@@ -250,16 +250,9 @@ void GemmInt8Columns(int64_t m, const float* x, int64_t ldx, const PackedInt8W& 
   }
 }
 
-}  // namespace
-
-void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
-              float* y, int64_t ldy, float alpha, bool accumulate) {
-  GemmInt8Columns(m, x, ldx, w, bias, y, ldy, alpha, accumulate, 0, w.n());
-}
-
-void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
-                   int64_t ldy, const GemmEpilogue& ep, int64_t col_begin, int64_t col_end) {
-  if (col_end < 0) col_end = w.n();
+// GemmInt8Fused on this thread.
+void FusedColumns(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
+                  int64_t ldy, const GemmEpilogue& ep, int64_t col_begin, int64_t col_end) {
   const auto kernel = static_cast<Kernel>(Selected().load(std::memory_order_relaxed));
 #if defined(__x86_64__)
   // Clip with NaN bounds or a NaN input would differ from Activate's order of comparisons only
@@ -293,6 +286,55 @@ void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
   GemmInt8Columns(m, x, ldx, w, ep.bias, y, ldy, 1.f, ep.residual != nullptr, col_begin, col_end);
   if (ep.activation != GemmEpilogue::kNone)
     for (int64_t i = 0; i < m; ++i) ActivateEpilogueRow(y + i * ldy + col_begin, width, ep);
+}
+
+// f(i0, rows, j0, j1) over the pieces SplitInt8Work makes of an m x [col_begin, col_end) product,
+// across the current team where its multiply-adds are worth it (else in one piece, here).
+template <typename F>
+void SplitProduct(int64_t m, int64_t k, int64_t col_begin, int64_t col_end, const F& f) {
+  const int threads = ParallelThreads();
+  const int64_t n = col_end - col_begin;
+  if (threads <= 1 || m * n * k < (int64_t{1} << 20)) return f(0, m, col_begin, col_end);
+  const Int8Split s = SplitInt8Work(m, n, 1, threads);
+  ParallelFor(s.blocks * s.parts, [&](int64_t item) {
+    const int64_t i0 = item / s.parts * s.block, j0 = col_begin + item % s.parts * s.part;
+    f(i0, std::min(s.block, m - i0), j0, std::min(col_end, j0 + s.part));
+  });
+}
+
+}  // namespace
+
+Int8Split SplitInt8Work(int64_t m, int64_t n, int64_t groups, int threads) {
+  const int64_t want = threads > 1 ? 2 * int64_t{threads} : 1;
+  Int8Split s{64, (m + 63) / 64, n, 1};
+  if (groups * s.blocks >= want) return s;
+  const int64_t least =
+      static_cast<Kernel>(Selected().load(std::memory_order_relaxed)) == Kernel::kAmx ? 32 : 8;
+  s.blocks = std::max<int64_t>(1, std::min((m + least - 1) / least, (want + groups - 1) / groups));
+  s.block = (m + s.blocks - 1) / s.blocks;
+  s.blocks = (m + s.block - 1) / s.block;
+  const int64_t tiles = (n + 31) / 32;  // of 32 columns
+  const int64_t parts = std::min(tiles, (want + groups * s.blocks - 1) / (groups * s.blocks));
+  s.part = (tiles + parts - 1) / parts * 32;
+  s.parts = (n + s.part - 1) / s.part;
+  return s;
+}
+
+void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
+              float* y, int64_t ldy, float alpha, bool accumulate) {
+  SplitProduct(m, w.k(), 0, w.n(), [&](int64_t i0, int64_t rows, int64_t j0, int64_t j1) {
+    GemmInt8Columns(rows, x + i0 * ldx, ldx, w, bias, y + i0 * ldy, ldy, alpha, accumulate, j0, j1);
+  });
+}
+
+void GemmInt8Fused(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, float* y,
+                   int64_t ldy, const GemmEpilogue& ep, int64_t col_begin, int64_t col_end) {
+  if (col_end < 0) col_end = w.n();
+  SplitProduct(m, w.k(), col_begin, col_end, [&](int64_t i0, int64_t rows, int64_t j0, int64_t j1) {
+    GemmEpilogue piece = ep;
+    if (ep.residual != nullptr) piece.residual = ep.residual + i0 * ep.ld_residual;
+    FusedColumns(rows, x + i0 * ldx, ldx, w, y + i0 * ldy, ldy, piece, j0, j1);
+  });
 }
 
 void QuantizePixelsInt8(const float* x, int64_t m, int64_t ldx, int64_t k, uint8_t* q,

@@ -68,9 +68,19 @@ class PackedInt8W {
   std::vector<float> x_mult_;
 };
 
+// How 'threads' split 'groups' int8 products of m rows x n columns each: blocks of 'block' rows
+// (64; where those are fewer than twice the team, smaller ones, down to 8 rows, 32 with AMX's
+// 32-row tiles), then each block in 'parts' of 'part' columns (a multiple of 32). One thread:
+// blocks of 64 rows, one part.
+struct Int8Split {
+  int64_t block, blocks, part, parts;
+};
+Int8Split SplitInt8Work(int64_t m, int64_t n, int64_t groups, int threads);
+
 // y (m x n, leading dimension ldy) = alpha * x_scale * w_scale * (x w^T) + bias (n, or null)
 // (+ y's own values when 'accumulate'); x is m x k floats (leading dimension ldx), quantized per
-// row here.
+// row here. This and GemmInt8Fused split over the current thread team (SplitInt8Work) where the
+// product is worth waking it for.
 void GemmInt8(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w, const float* bias,
               float* y, int64_t ldy, float alpha = 1.f, bool accumulate = false);
 

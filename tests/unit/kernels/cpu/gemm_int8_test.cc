@@ -15,6 +15,7 @@
 
 #include "cpu/cpu_features.h"
 #include "cpu/gemm_int8_isa.h"
+#include "cpu/parallel.h"
 
 namespace nereid::kernels {
 namespace {
@@ -159,6 +160,45 @@ TEST(GemmInt8SmoothingTest, EveryKernelRunsTheSmoothedOperandsAndOutliersLoseThe
   GemmInt8(m, x.data(), k, PackedInt8W(w.data(), n, k, k, sq.data()), nullptr, with.data(), n);
   GemmInt8(m, x.data(), k, PackedInt8W(w.data(), n, k, k), nullptr, without.data(), n);
   EXPECT_LT(RelativeError(with, real), 0.5 * RelativeError(without, real));
+}
+
+// Over a team of three (SplitInt8Work: a row of 1,000 columns in parts of 32 and more, 50 rows
+// in blocks, 200 rows of 64 columns in blocks of 64): every element as on one thread, bit for bit,
+// for GemmInt8 (alpha, accumulating) and GemmInt8Fused (bias, residual, Relu), on every kernel.
+TEST(GemmInt8TeamTest, SplitProductsGiveTheOneThreadAnswer) {
+  const std::string default_kernel = GemmInt8KernelName();
+  ThreadTeam team(3);
+  for (const std::string& kernel : GemmInt8Kernels())
+    for (const auto [m, n, k] :
+         std::vector<std::tuple<int, int, int>>{{1, 1000, 2048}, {50, 300, 512}, {200, 64, 256}}) {
+      SCOPED_TRACE(kernel + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                   std::to_string(k));
+      ASSERT_TRUE(UseGemmInt8Kernel(kernel));
+      std::mt19937 rng(m + n + k);
+      std::uniform_real_distribution<float> dist(-1.f, 1.f);
+      std::vector<float> x(m * k), w(n * k), bias(n), residual(m * n);
+      for (auto* v : {&x, &w, &bias, &residual})
+        for (float& e : *v) e = dist(rng);
+      const PackedInt8W packed(w.data(), n, k, k);
+      GemmEpilogue ep;
+      ep.bias = bias.data();
+      ep.residual = residual.data();
+      ep.ld_residual = n;
+      ep.activation = GemmEpilogue::kRelu;
+      std::vector<float> alone(m * n, 1.f), split(m * n, 1.f), fused_alone(m * n),
+          fused_split(m * n);
+      GemmInt8(m, x.data(), k, packed, bias.data(), alone.data(), n, 0.5f, true);
+      GemmInt8Fused(m, x.data(), k, packed, fused_alone.data(), n, ep);
+      {
+        ParallelScope scope(&team);
+        ASSERT_EQ(ParallelThreads(), 3);
+        GemmInt8(m, x.data(), k, packed, bias.data(), split.data(), n, 0.5f, true);
+        GemmInt8Fused(m, x.data(), k, packed, fused_split.data(), n, ep);
+      }
+      EXPECT_EQ(split, alone);
+      EXPECT_EQ(fused_split, fused_alone);
+    }
+  UseGemmInt8Kernel(default_kernel);
 }
 
 // GemmInt8FusedTaps (a convolution's windows of pixels quantized each on its own): every piece's
