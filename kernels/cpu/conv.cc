@@ -333,34 +333,38 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
     });
   }
   ParallelForWork(g.groups * blocks * parts, m * g.c_out * depth / 4, [&](int64_t item) {
-    const int64_t grp = item / (blocks * parts), i0 = item / parts % blocks * block;
-    const int64_t mc = std::min(block, m - i0), j0 = item % parts * part;
+    const int64_t grp = item / (blocks * parts), first = item / parts % blocks * block;
+    const int64_t end = std::min(first + block, m), j0 = item % parts * part;
     const int64_t j1 = std::min(cog, j0 + part);
     const float* xg = x + grp * cig;
-    GemmEpilogue ep = act;
-    ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
-    ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
-    ep.ld_residual = g.c_out;
-    float* const yt = y + i0 * g.c_out + grp * cog;
-    if (pixels) {
-      thread_local Scratch<uint8_t> window_bytes;
-      thread_local Scratch<float> window_scales;
-      uint8_t* const windows = window_bytes.Get(static_cast<size_t>(mc * depth + 16));
-      float* const scales = window_scales.Get(static_cast<size_t>(mc * taps));
-      GatherPixelWindows(g, q, stride, qs, grp, i0, mc, windows, scales);
-      GemmInt8FusedTaps(mc, windows, depth, scales, taps, w.int8_group(grp),
-                        w.int8_tap_offsets(grp), yt, g.c_out, ep, j0, j1);
-      return;
+    // An item's rows 64 at a time: their windows stay in cache (a team's items may be larger).
+    for (int64_t i0 = first; i0 < end; i0 += 64) {
+      const int64_t mc = std::min<int64_t>(64, end - i0);
+      GemmEpilogue ep = act;
+      ep.bias = bias != nullptr ? bias + grp * cog : nullptr;
+      ep.residual = residual != nullptr ? residual + i0 * g.c_out + grp * cog : nullptr;
+      ep.ld_residual = g.c_out;
+      float* const yt = y + i0 * g.c_out + grp * cog;
+      if (pixels) {
+        thread_local Scratch<uint8_t> window_bytes;
+        thread_local Scratch<float> window_scales;
+        uint8_t* const windows = window_bytes.Get(static_cast<size_t>(mc * depth + 16));
+        float* const scales = window_scales.Get(static_cast<size_t>(mc * taps));
+        GatherPixelWindows(g, q, stride, qs, grp, i0, mc, windows, scales);
+        GemmInt8FusedTaps(mc, windows, depth, scales, taps, w.int8_group(grp),
+                          w.int8_tap_offsets(grp), yt, g.c_out, ep, j0, j1);
+        continue;
+      }
+      thread_local Scratch<float> scratch;
+      const float* a = xg + i0 * g.c_in;
+      int64_t lda = g.c_in;
+      if (!direct) {
+        float* const windows = scratch.Get(static_cast<size_t>(mc * depth));
+        GatherWindows(g, xg, i0, mc, 0, depth, windows);
+        a = windows, lda = depth;
+      }
+      GemmInt8Fused(mc, a, lda, w.int8_group(grp), yt, g.c_out, ep, j0, j1);
     }
-    thread_local Scratch<float> scratch;
-    const float* a = xg + i0 * g.c_in;
-    int64_t lda = g.c_in;
-    if (!direct) {
-      float* const windows = scratch.Get(static_cast<size_t>(mc * depth));
-      GatherWindows(g, xg, i0, mc, 0, depth, windows);
-      a = windows, lda = depth;
-    }
-    GemmInt8Fused(mc, a, lda, w.int8_group(grp), yt, g.c_out, ep, j0, j1);
   });
 }
 

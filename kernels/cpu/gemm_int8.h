@@ -69,9 +69,9 @@ class PackedInt8W {
 };
 
 // How 'threads' split 'groups' int8 products of m rows x n columns each: blocks of 'block' rows
-// (64; where those are fewer than twice the team, smaller ones, down to 8 rows, 32 with AMX's
-// 32-row tiles), then each block in 'parts' of 'part' columns (a multiple of 32). One thread:
-// blocks of 64 rows, one part.
+// (at least 8, 32 with AMX's 32-row tiles), each block in 'parts' of 'part' columns (a multiple
+// of 32), so that the busiest thread has the least to do. One thread: blocks of 64 rows, one
+// part.
 struct Int8Split {
   int64_t block, blocks, part, parts;
 };

@@ -185,9 +185,8 @@ TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
   EXPECT_EQ(weights.int8_pixels(),
             weights.int8() && c.k > 1 && cig >= ConvWeights::kPixelChannels && cig % 4 == 0);
   const std::string chosen = GemmInt8KernelName();
-  // Over a team of three: fewer than six blocks of 64 pixels become smaller blocks, then parts of
-  // the output channels (the 7x7 over 300 channels: 5 blocks x 2 parts of 160; the 3x3 at 3x3
-  // pixels: 2 blocks x 3 parts of 32).
+  // Over a team of three (SplitInt8Work): the 7x7 over 300 channels at 36 pixels in 3 blocks of
+  // 12; the 3x3 at 3x3 pixels one block in 3 parts of 32 channels; 200 pixels in blocks of 67.
   ThreadTeam team(3);
   ParallelScope scope(&team);
   for (const std::string& kernel : GemmInt8Kernels()) {

@@ -162,6 +162,49 @@ TEST(GemmInt8SmoothingTest, EveryKernelRunsTheSmoothedOperandsAndOutliersLoseThe
   EXPECT_LT(RelativeError(with, real), 0.5 * RelativeError(without, real));
 }
 
+// SplitInt8Work: every row and column in exactly one piece, parts of whole 32-column tiles, no
+// more blocks than of 8 rows; on one thread blocks of 64 rows in one part; on a
+// team a count of pieces that divides evenly over it where there are enough (a 14x14 layer's 196
+// rows as 2 blocks of 98 on two threads, not 64, 64, 64, 4; a 7x7 layer's 49 rows in 2 parts of 256
+// of its 512 channels).
+TEST(GemmInt8SplitTest, PiecesCoverTheProductAndKeepTheTeamBusy) {
+  if (GemmInt8KernelName() == std::string("amx-int8")) GTEST_SKIP() << "AMX: 32-row blocks";
+  for (const int threads : {1, 2, 3, 16})
+    for (const auto [m, n, groups] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{196, 256, 1},
+                                                            {49, 512, 1},
+                                                            {1, 1000, 1},
+                                                            {9, 96, 1},
+                                                            {3136, 64, 1},
+                                                            {784, 128, 2},
+                                                            {25088, 64, 1},
+                                                            {49, 2048, 1},
+                                                            {5, 20, 32}}) {
+      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + " groups " +
+                   std::to_string(groups) + " threads " + std::to_string(threads));
+      const Int8Split s = SplitInt8Work(m, n, groups, threads);
+      EXPECT_GE(s.block * s.blocks, m);
+      EXPECT_LT(s.block * (s.blocks - 1), m);
+      EXPECT_GE(s.part * s.parts, n);
+      EXPECT_LT(s.part * (s.parts - 1), n);
+      EXPECT_TRUE(s.parts == 1 || s.part % 32 == 0) << s.part;
+      EXPECT_LE(s.blocks, (m + 7) / 8);
+      if (threads == 1) {
+        EXPECT_EQ(s.block, 64);
+        EXPECT_EQ(s.parts, 1);
+      } else if (groups * (m + 63) / 64 < 4 * threads &&
+                 groups * ((m + 7) / 8) * ((n + 31) / 32) >= threads) {
+        EXPECT_EQ(groups * s.blocks * s.parts % threads, 0) << s.blocks << " x " << s.parts;
+      }
+    }
+  Int8Split s = SplitInt8Work(196, 256, 1, 2);
+  EXPECT_EQ(s.blocks, 2);
+  EXPECT_EQ(s.parts, 1);
+  s = SplitInt8Work(49, 512, 1, 2);
+  EXPECT_EQ(s.blocks, 1);
+  EXPECT_EQ(s.parts, 2);
+}
+
 // Over a team of three (SplitInt8Work: a row of 1,000 columns in parts of 32 and more, 50 rows
 // in blocks, 200 rows of 64 columns in blocks of 64): every element as on one thread, bit for bit,
 // for GemmInt8 (alpha, accumulating) and GemmInt8Fused (bias, residual, Relu), on every kernel.
