@@ -5,7 +5,7 @@
 # Prepare here:  GPU=1 MODELS= scripts/device_carry.sh   (and the tritonclient wheels in .whl/,
 #                docs/gpu.md says how)
 # Run there:     device run, carry [".devcarry", ".whl"], command: scripts/gpu_device_run.sh
-# SECTIONS (default "tests e2e bench serving"; also "vision", "text", "images", "precision", "policy", "energy", "batching", "pytorch"; "scaling" needs two GPUs) picks parts, BENCH the
+# SECTIONS (default "tests e2e bench serving"; also "vision", "text", "images", "precision", "policy", "energy", "batching", "pytorch", "split"; "scaling" needs two GPUs) picks parts, BENCH the
 # sections of bench_gpu, GTEST_FILTER the GPU unit tests; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -64,6 +64,12 @@ if [[ " $SECTIONS " == *" vision "* ]]; then
     --precisions "${VISION_PRECISIONS:-fp32,bf16,fp16,int8}" --iters "${VISION_ITERS:-200}" \
     --rate "${VISION_RATE:-500}" 2>&1 |
     tee "$OUT/gpu_vision.txt"
+fi
+if [[ " $SECTIONS " == *" split "* ]]; then
+  echo "== a split run's first part, ResNet-50 (bench/gpu_split.py)"
+  python3 bench/gpu_split.py "$PWD/$C/bin/nereid" --variants "${SPLIT_VARIANTS:-off,50,37,25,19}" \
+    --rounds "${SPLIT_ROUNDS:-2}" --precisions "${VISION_PRECISIONS:-bf16,int8}" 2>&1 |
+    tee "$OUT/gpu_split.txt"
 fi
 if [[ " $SECTIONS " == *" text "* ]]; then
   echo "== BERT-base on the native GPU engine vs PyTorch (bench/gpu_text.py)"

@@ -222,12 +222,14 @@ class GpuInstance final : public GemmBench {
       // A ragged plan's padding rows: zeros (token 0, masked out, a sequence of its own).
       std::memset(dst + at, 0, static_cast<size_t>(run_rows - rows) * io.row_bytes);
     }
-    // A split run's halves tuned before anything is staged (tuning writes the arena), in buckets
+    // A split run's parts tuned before anything is staged (tuning writes the arena), in buckets
     // the buffers already hold (growing them would move staging under copies_).
-    const bool split = Splits(run_rows, direct) && TuneBucket((run_rows + 1) / 2) <= capacity_;
+    const int64_t split_first = SplitFirst(run_rows);
+    const bool split = Splits(run_rows, direct) && TuneBucket(split_first) <= capacity_ &&
+                       TuneBucket(run_rows - split_first) <= capacity_;
     if (split) {
-      RETURN_IF_ERROR(TuneFor((run_rows + 1) / 2));
-      RETURN_IF_ERROR(TuneFor(run_rows / 2));
+      RETURN_IF_ERROR(TuneFor(split_first));
+      RETURN_IF_ERROR(TuneFor(run_rows - split_first));
     }
     StageCopies();
     if (m_->ragged()) WriteSequences(run_rows, *sequences);
@@ -279,12 +281,12 @@ class GpuInstance final : public GemmBench {
     CUDA_RETURN(mark(0), "cudaEventRecord");
     if (split) {
       CUDA_RETURN(mark(1), "cudaEventRecord");
-      if (Status halves = EnqueueHalves(run_rows, direct); !halves.ok()) {
+      if (Status parts = EnqueueSplit(run_rows, split_first, direct); !parts.ok()) {
         // Nothing of this run may still be copying once the caller frees the request's memory
         // or the next run starts: the copy stream is not ordered with the next run's work.
         cudaStreamSynchronize(copy_stream_);
         cudaStreamSynchronize(stream_);
-        return halves;
+        return parts;
       }
       CUDA_RETURN(mark(2), "cudaEventRecord");
     } else {
@@ -414,8 +416,8 @@ class GpuInstance final : public GemmBench {
 
   std::vector<HostCopy> copies_;
   std::unique_ptr<kernels::ThreadTeam> copy_team_;  // made on the first large copy
-  // A value's device buffer; while the second half of a split run is enqueued, a direct input's
-  // is its prefetch buffer (EnqueueHalves).
+  // A value's device buffer; while the second part of a split run is enqueued, a direct input's
+  // is its prefetch buffer (EnqueueSplit).
   void* Buf(int id) const {
     const int owner = m_->Resolve(id);
     return static_cast<size_t>(owner) < shifted_.size() && shifted_[owner] != nullptr
@@ -535,7 +537,7 @@ class GpuInstance final : public GemmBench {
   }
 
   // The staging copies (those not direct in this run): 'rows' rows between the device's first
-  // rows and staging's from row 'host_row' on (a split run's second half: its own rows).
+  // rows and staging's from row 'host_row' on (a split run's second part: its own rows).
   Status EnqueueCopies(int64_t rows, bool to_device, uint64_t direct, int64_t host_row = 0) {
     const size_t ni = m_->inputs.size();
     const auto& ios = to_device ? m_->inputs : m_->outputs;
@@ -750,8 +752,8 @@ class GpuInstance final : public GemmBench {
 
   // Replays the graph captured for 'rows' and this run's direct copies (capturing it on first
   // use).
-  // (part: 0 a whole run; 1 and 2 a split run's halves, the second's staging rows from 'host_row'
-  // on and its direct inputs read from their prefetch buffers.)
+  // (part: 0 a whole run or a split run's first part; 2 its second part, whose staging rows start
+  // at 'host_row' and whose direct inputs are read from their prefetch buffers.)
   Status LaunchGraph(int64_t rows, uint64_t direct, int part = 0, int64_t host_row = 0) {
     return graphs_.Launch({rows, direct, part}, stream_, [&] {
       if (copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(rows, true, direct, host_row));
@@ -763,14 +765,15 @@ class GpuInstance final : public GemmBench {
 
   // A large batch handed over in page-locked memory (a client's batch, in the server's pinned pool
   // or shared memory) crosses PCIe at ~50 GB/s: ResNet-50's 256 images (154 MB) take ~3 ms, a
-  // fifth of the run. Such a run goes in two halves: the first half's rows cross, then the network
-  // runs them while the second half's cross on a copy stream into a buffer of their own; the
-  // second half then runs from there. Only for models whose rows are independent (batching, not
-  // ragged, not a fixed first dimension), every direct input one host part, at least
+  // fifth of the run. Such a run goes in two parts: the first part's rows (a quarter, SplitFirst)
+  // cross, then the network runs them while the rest cross on a copy stream into a buffer of
+  // their own; the second part then runs from there. Only for models whose rows are independent
+  // (batching, not ragged, not a fixed first dimension), every direct input one host part, at least
   // kSplitMinRows rows and 32 MiB of direct input. In the server's environment
   // NEREID_GPU_SPLIT_RUNS=0 turns it off (for comparisons), NEREID_GPU_SPLIT_MIN_BYTES=N sets the
   // input size (tests/e2e/test_gpu_vision.py: small images).
   static constexpr int64_t kSplitMinRows = 64;
+  static constexpr int64_t kSplitFirstPercent = 25;
 
   bool Splits(int64_t rows, uint64_t direct) const {
     static const bool enabled = [] {
@@ -795,7 +798,7 @@ class GpuInstance final : public GemmBench {
   }
 
   // Bytes [lo, hi) of direct output o (hi past its end: to its end): from the device's first
-  // bytes to their place in the destination's parts (a split run's halves: their own rows).
+  // bytes to their place in the destination's parts (a split run's parts: their own rows).
   Status CopyOut(size_t o, size_t lo, size_t hi) {
     const auto* device = static_cast<const uint8_t*>(Buf(m_->outputs[o].value));
     size_t at = 0;  // the part's first byte in the output
@@ -810,38 +813,59 @@ class GpuInstance final : public GemmBench {
     return Status::Ok();
   }
 
-  Status EnqueueHalves(int64_t rows, uint64_t direct) {
-    const int64_t first = (rows + 1) / 2, second = rows - first;  // (tuned: Run)
+  // The first part's rows of a split run of 'rows': only its copy stays exposed, so it is the
+  // smaller part, large enough that its run outlasts the rest's copy (ResNet-50 at batch 256
+  // computes a row in ~50 us and copies one in ~12). A multiple of 8 rows, at least 8, at most
+  // half. NEREID_GPU_SPLIT_FIRST=P (percent of the rows, 1-50) sets it for comparisons.
+  static int64_t SplitFirst(int64_t rows) {
+    static const int64_t percent = [] {
+      const char* v = std::getenv("NEREID_GPU_SPLIT_FIRST");
+      char* end = nullptr;
+      const long n = v != nullptr ? std::strtol(v, &end, 10) : 0;
+      return v != nullptr && end != v && *end == '\0' && n >= 1 && n <= 50 ? n : kSplitFirstPercent;
+    }();
+    const int64_t first = (rows * percent + 799) / 800 * 8;
+    return std::clamp<int64_t>(first, 8, rows / 2);
+  }
+
+  Status EnqueueSplit(int64_t rows, int64_t first, uint64_t direct) {
+    const int64_t second = rows - first;  // (both tuned: Run)
     const size_t ni = m_->inputs.size();
     if (!split_logged_) {
       split_logged_ = true;
-      const std::string line = "GPU run of " + std::to_string(rows) +
-                               " rows split in two: the second half's " +
-                               "input crosses to the device while the first half runs";
+      const std::string line = "GPU run of " + std::to_string(rows) + " rows split in " +
+                               std::to_string(first) + " + " + std::to_string(second) +
+                               ": the second part's input crosses to the device while the " +
+                               "first part runs";
       NereidLog(NEREID_LOG_INFO, __FILE__, __LINE__, line.c_str());
     }
     if (prefetch_.empty()) {  // (freed with the other buffers when they grow)
+      // The largest second part of a run that fits the buffers.
+      int64_t most = 0;
+      for (int64_t r = kSplitMinRows; r <= capacity_; ++r) most = std::max(most, r - SplitFirst(r));
+      prefetch_rows_ = most;
       prefetch_.assign(ni, NereidBuffer{});
       for (size_t i = 0; i < ni; ++i)
-        RETURN_IF_ERROR(Allocate(NEREID_MEMORY_GPU,
-                                 static_cast<size_t>(capacity_ / 2) * m_->inputs[i].row_bytes,
-                                 &prefetch_[i]));
+        RETURN_IF_ERROR(Allocate(
+            NEREID_MEMORY_GPU, static_cast<size_t>(most) * m_->inputs[i].row_bytes, &prefetch_[i]));
     }
+    if (second > prefetch_rows_)
+      return Internal("a split run's second part outgrows its prefetch buffers");
     // The copy stream starts once the stream's earlier work (the last run's reads) is done.
     CUDA_RETURN(cudaEventRecord(split_events_[0], stream_), "cudaEventRecord");
     CUDA_RETURN(cudaStreamWaitEvent(copy_stream_, split_events_[0]), "cudaStreamWaitEvent");
-    for (int half = 0; half < 2; ++half) {
+    for (int part = 0; part < 2; ++part) {
       for (size_t i = 0; i < ni; ++i) {
         if (!(direct >> i & 1)) continue;
         const size_t rb = m_->inputs[i].row_bytes;
         const auto* src = static_cast<const uint8_t*>(direct_src_[i][0].data);
-        CUDA_RETURN(half == 0 ? cudaMemcpyAsync(Buf(m_->inputs[i].value), src, first * rb,
+        CUDA_RETURN(part == 0 ? cudaMemcpyAsync(Buf(m_->inputs[i].value), src, first * rb,
                                                 cudaMemcpyHostToDevice, copy_stream_)
                               : cudaMemcpyAsync(prefetch_[i].data, src + first * rb, second * rb,
                                                 cudaMemcpyHostToDevice, copy_stream_),
                     "copy to the GPU");
       }
-      CUDA_RETURN(cudaEventRecord(split_events_[1 + half], copy_stream_), "cudaEventRecord");
+      CUDA_RETURN(cudaEventRecord(split_events_[1 + part], copy_stream_), "cudaEventRecord");
     }
     CUDA_RETURN(cudaStreamWaitEvent(stream_, split_events_[1]), "cudaStreamWaitEvent");
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(first, true, direct));
@@ -849,13 +873,13 @@ class GpuInstance final : public GemmBench {
     if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(first, false, direct));
     for (size_t o = 0; o < m_->outputs.size(); ++o)
       if (direct >> (ni + o) & 1) RETURN_IF_ERROR(CopyOut(o, 0, first * m_->outputs[o].row_bytes));
-    // The second half: its direct inputs read from the prefetch buffers (also by its copies out,
+    // The second part: its direct inputs read from the prefetch buffers (also by its copies out,
     // where an output is an input).
     CUDA_RETURN(cudaStreamWaitEvent(stream_, split_events_[2]), "cudaStreamWaitEvent");
     shifted_.assign(m_->values.size(), nullptr);
     for (size_t i = 0; i < ni; ++i)
       if (direct >> i & 1) shifted_[m_->Resolve(m_->inputs[i].value)] = prefetch_[i].data;
-    Status second_half = [&]() -> Status {
+    Status second_part = [&]() -> Status {
       if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(second, true, direct, first));
       RETURN_IF_ERROR(LaunchGraph(second, direct, 2, first));
       if (!copies_in_graph_) RETURN_IF_ERROR(EnqueueCopies(second, false, direct, first));
@@ -866,7 +890,7 @@ class GpuInstance final : public GemmBench {
       return Status::Ok();
     }();
     shifted_.clear();
-    return second_half;
+    return second_part;
   }
 
   std::shared_ptr<const GpuModel> m_;
@@ -883,11 +907,12 @@ class GpuInstance final : public GemmBench {
   NereidBuffer absmax_{};          // int8 convolutions: each image's largest magnitude (as bits)
   NereidBuffer conv_workspace_{};  // kc::kConvWorkspaceFloats: split convolutions
   bool copies_in_graph_ = false;
-  // Split runs (EnqueueHalves): the copy stream, its events (the stream's work before, each half's
-  // input across), the second half's direct inputs, and the values Buf() then redirects.
+  // Split runs (EnqueueSplit): the copy stream, its events (the stream's work before, each part's
+  // input across), the second part's direct inputs, and the values Buf() then redirects.
   cudaStream_t copy_stream_ = nullptr;
   std::array<cudaEvent_t, 3> split_events_{};
   std::vector<NereidBuffer> prefetch_;
+  int64_t prefetch_rows_ = 0;
   std::vector<void*> shifted_;
   bool split_logged_ = false;                     // (the first split run is logged)
   GraphCache graphs_;                             // by (rows, direct mask, part)

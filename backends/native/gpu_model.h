@@ -107,6 +107,8 @@ struct Step {
   // or Reshape that keeps the bytes names other dims)
   bool to_last = false;
   int64_t layout_c = 0;
+  // ... or space to depth (kc::SpaceToDepth, to_last set): 'window' its geometry (g.n set per run)
+  bool space_to_depth = false;
   // kBroadcast (a, b and op as kBinary): dims[0] is the rows, set per run
   kc::BroadcastShape broadcast;
   // kSoftmax and kLayerNorm (rows x outer blocks of k), kGemm and kBatchedMatMul (rows x outer

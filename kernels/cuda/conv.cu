@@ -473,6 +473,35 @@ __global__ void TransposeKernel(const U* x, int64_t n, int64_t c, int64_t hw, in
   }
 }
 
+// One output pixel a thread: its channels gathered from the s x s block of every source channel
+// (neighbouring threads read neighbouring blocks of a row), stored 16 bytes at a time.
+template <typename U>
+__global__ void SpaceToDepthKernel(const U* __restrict__ x, Conv2dGeometry g, U* __restrict__ y) {
+  constexpr int V = 16 / static_cast<int>(sizeof(U));
+  const int s = static_cast<int>(g.stride_h), c = static_cast<int>(g.c_in);
+  const int used = s * s * c, chunks = static_cast<int>(g.c_out) / V;
+  const int64_t plane = g.oh * g.ow, total = g.n * plane;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t img = i / plane, p = i - img * plane, by = p / g.ow, bx = p - by * g.ow;
+    const U* src = x + img * g.c_in * g.h * g.w;
+    uint4* dst = reinterpret_cast<uint4*>(y + i * g.c_out);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      uint4 packed;
+      U* o = reinterpret_cast<U*>(&packed);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int cc = chunk * V + j, tap = cc / c, ci = cc - tap * c;
+        const int64_t row = by * s + tap / s - g.pad_top, col = bx * s + tap % s - g.pad_left;
+        o[j] = cc < used && row >= 0 && row < g.h && col >= 0 && col < g.w
+                   ? src[(ci * g.h + row) * g.w + col]
+                   : U{0};
+      }
+      dst[chunk] = packed;
+    }
+  }
+}
+
 int MultiprocessorCount() {
   static std::atomic<int> cache[kMaxDevices];
   return PerDevice(cache, [](int dev) {
@@ -749,6 +778,23 @@ cudaError_t ChannelsLast(ElemType type, const void* x, int64_t n, int64_t c, int
 cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, void* y,
                           cudaStream_t stream) {
   return Transpose<false>(type, x, n, c, hw, c, y, stream);
+}
+
+cudaError_t SpaceToDepth(ElemType type, const void* x, const Conv2dGeometry& g, void* y,
+                         cudaStream_t stream) {
+  const int64_t s = g.stride_h, elem = FloatType(type) ? ElemSize(type) : 0;
+  if (x == nullptr || y == nullptr || elem == 0 || !Aligned16(y) || g.n <= 0 || g.c_in <= 0 ||
+      g.h <= 0 || g.w <= 0 || g.oh <= 0 || g.ow <= 0 || s < 1 || s > 8 || g.stride_w != s ||
+      g.c_out < s * s * g.c_in || g.c_out * elem % 16 != 0 || g.c_out > 1024)
+    return cudaErrorInvalidValue;
+  const unsigned grid = GridFor(g.n * g.oh * g.ow, 1);
+  if (elem == 4)
+    SpaceToDepthKernel<uint32_t>
+        <<<grid, 256, 0, stream>>>(static_cast<const uint32_t*>(x), g, static_cast<uint32_t*>(y));
+  else
+    SpaceToDepthKernel<uint16_t>
+        <<<grid, 256, 0, stream>>>(static_cast<const uint16_t*>(x), g, static_cast<uint16_t*>(y));
+  return cudaGetLastError();
 }
 
 template <typename T>

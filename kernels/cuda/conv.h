@@ -14,7 +14,8 @@
 //    The epilogue is y = act(conv + bias + residual), converted to y's type once.
 //  - Pool2dNhwc: MaxPool and AveragePool windows (pads, strides, dilations, ceil_mode as
 //    geometry); GlobalPoolNhwc: GlobalAveragePool and GlobalMaxPool to [n, c].
-//  - ChannelsLast / ChannelsFirst: NCHW <-> NHWC.
+//  - ChannelsLast / ChannelsFirst: NCHW <-> NHWC; SpaceToDepth: NCHW -> blocks of s x s pixels as
+//    channels, NHWC.
 // Types kF32, kBF16, kF16; arithmetic in fp32. Entry points check shapes and return
 // cudaErrorInvalidValue for what they cannot run, never synchronize.
 #pragma once
@@ -103,5 +104,12 @@ cudaError_t ChannelsLast(ElemType type, const void* x, int64_t n, int64_t c, int
                          cudaStream_t stream, int64_t c_pad = 0);
 cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, int64_t hw, void* y,
                           cudaStream_t stream);
+// Space to depth for a strided first convolution: x NCHW (g.n x g.c_in x g.h x g.w) -> y NHWC
+// (g.n x g.oh x g.ow x g.c_out), each output pixel (by, bx) the s x s block of every channel
+// (s = g.stride_h = g.stride_w) at rows by s + dy - g.pad_top, columns bx s + dx - g.pad_left
+// (zero outside the image), channel (dy s + dx) g.c_in + ci; channels from s s c_in up to c_out
+// zero. A convolution of stride s then reads whole 16- or 32-byte taps of one block each.
+cudaError_t SpaceToDepth(ElemType type, const void* x, const Conv2dGeometry& g, void* y,
+                         cudaStream_t stream);
 
 }  // namespace nereid::kernels::cuda

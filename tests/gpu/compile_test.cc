@@ -302,6 +302,57 @@ TEST(GpuCompile, PointwiseConvolutionsRunAsGemms) {
   EXPECT_NE(Describe(m).find("33 1x1 as GEMM"), std::string::npos) << Describe(m);
 }
 
+// ResNet-50's stem (7x7 of stride 2 over 3 channels, padding 3) in bf16 runs as a 4x4 convolution
+// of stride 1 over 2x2 blocks of the image as 16 channels (12 used): its input a space-to-depth
+// layout step with the block grid the windows need (112 + 3 = 115 a side). (Its arithmetic: the
+// ONNX node tests of strided Conv in bf16, GpuEngineConformance, and on the device
+// tests/e2e/test_gpu_vision.py against ONNX Runtime.) In fp32 it stays a 7x7 convolution.
+TEST(GpuCompile, AStridedStemRunsOverSpaceToDepthBlocks) {
+  const fs::path site = SitePackages();
+  if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
+  GpuShapes shapes;
+  auto graph = LightResnet50(site, &shapes);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  for (Precision precision : {Precision::kBf16, Precision::kInt8, Precision::kFp32}) {
+    auto model = CompileForGpu(**graph, kGpuPlanOnly, precision, shapes);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const GpuModel& m = **model;
+    const Step* layout = nullptr;
+    const Step* stem = nullptr;
+    for (const Step& s : m.steps) {
+      if (s.kind == Step::kLayout && layout == nullptr) layout = &s;
+      if (s.kind == Step::kConv) {
+        stem = &s;
+        break;
+      }
+    }
+    ASSERT_NE(layout, nullptr);
+    ASSERT_NE(stem, nullptr);
+    EXPECT_EQ(stem->in, layout->out);
+    if (precision == Precision::kFp32) {
+      EXPECT_FALSE(layout->space_to_depth);
+      EXPECT_EQ(stem->conv.g.kh, 7);
+      EXPECT_EQ(stem->conv.g.stride_h, 2);
+      continue;
+    }
+    EXPECT_TRUE(layout->space_to_depth);
+    EXPECT_EQ(layout->window.stride_h, 2);
+    EXPECT_EQ(layout->window.c_in, 3);
+    EXPECT_EQ(layout->window.pad_top, 3);
+    EXPECT_EQ(layout->window.c_out, 16);
+    EXPECT_EQ(layout->window.oh, 115);
+    EXPECT_EQ(m.values[layout->out].dims, (std::vector<int64_t>{16, 115, 115}));
+    EXPECT_EQ(stem->conv.g.kh, 4);
+    EXPECT_EQ(stem->conv.g.kw, 4);
+    EXPECT_EQ(stem->conv.g.stride_h, 1);
+    EXPECT_EQ(stem->conv.g.pad_top, 0);
+    EXPECT_EQ(stem->conv.g.c_in, 16);
+    EXPECT_EQ(stem->conv.g.oh, 112);
+    EXPECT_FALSE(stem->conv.int8) << "the stem stays bf16 under int8";
+    EXPECT_NE(Describe(m).find("1 space-to-depth first"), std::string::npos) << Describe(m);
+  }
+}
+
 TEST(GpuCompile, RefusesOpenDims) {
   const fs::path site = SitePackages();
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";

@@ -483,6 +483,45 @@ TEST(CudaConv, LayoutTransposesRoundTrip) {
   }
 }
 
+// Space to depth (a strided first convolution's input): every output channel is the pixel its
+// definition names, zero outside the image and past s^2 c_in channels; odd sizes and padding on
+// one side only, 2- and 4-byte types; refused where the channels do not fit or pack.
+TEST(CudaConv, SpaceToDepthPlacesEachPixelOfItsBlock) {
+  NEREID_REQUIRE_GPU();
+  kernels::Conv2dGeometry g;
+  g.n = 2, g.c_in = 3, g.h = 11, g.w = 9, g.stride_h = g.stride_w = 2;
+  g.pad_top = 3, g.pad_left = 0, g.oh = 8, g.ow = 6, g.c_out = 16;
+  const std::vector<float> x = Random(g.n * g.c_in * g.h * g.w, 21);
+  for (ElemType t : {ElemType::kBF16, ElemType::kF32}) {
+    DeviceBuffer dx(Encode(x, t)), dy(g.n * g.oh * g.ow * g.c_out * kc::ElemSize(t));
+    ASSERT_EQ(kc::SpaceToDepth(t, dx.get(), g, dy.get(), nullptr), cudaSuccess);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> y = Decode(dy.Read(), t), ref = Rounded(x, t);
+    for (int64_t b = 0; b < g.n; ++b)
+      for (int64_t by = 0; by < g.oh; ++by)
+        for (int64_t bx = 0; bx < g.ow; ++bx)
+          for (int64_t ch = 0; ch < g.c_out; ++ch) {
+            const int64_t tap = ch / g.c_in, ci = ch % g.c_in;
+            const int64_t row = by * 2 + tap / 2 - g.pad_top, col = bx * 2 + tap % 2 - g.pad_left;
+            const bool inside = ch < 4 * g.c_in && row >= 0 && row < g.h && col >= 0 && col < g.w;
+            ASSERT_EQ(y[((b * g.oh + by) * g.ow + bx) * g.c_out + ch],
+                      inside ? ref[((b * g.c_in + ci) * g.h + row) * g.w + col] : 0.0)
+                << "image " << b << " block (" << by << ", " << bx << ") channel " << ch;
+          }
+  }
+  DeviceBuffer buf(1 << 16);
+  kernels::Conv2dGeometry bad = g;
+  bad.c_out = 8;  // fewer than 4 x 3
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr),
+            cudaErrorInvalidValue);
+  bad = g, bad.c_out = 12;  // 24 bytes: not whole 16-byte pieces
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr),
+            cudaErrorInvalidValue);
+  bad = g, bad.stride_w = 1;
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(CudaConv, RefusesWhatItCannotRun) {
   NEREID_REQUIRE_GPU();
   DeviceBuffer buf(1 << 16);

@@ -18,6 +18,51 @@ bool IsPointwise(const kernels::Conv2dGeometry& g, const int64_t (&pad_end)[2]) 
          g.pad_left == 0 && pad_end[0] == 0 && pad_end[1] == 0 && g.groups == 1;
 }
 
+// A strided first convolution of few channels in bf16/fp16 (ResNet's 7x7 stem of stride 2 over
+// RGB) runs as one of stride 1 over the image's s x s blocks (kc::SpaceToDepth): s^2 c_in channels
+// (padded to a multiple of 8, at most 16) and ceil(k / s)^2 taps, where padding the 3 channels to 8
+// leaves 49 taps of 16 bytes: 256 products a pixel and output channel against 392, each tap one
+// 32-byte piece of the image. Only where that is fewer products, and windows larger than the
+// stride (a window of the stride's size would be a 1x1 over the blocks).
+int64_t SpaceToDepthChannels(const kernels::Conv2dGeometry& g) {
+  const int64_t s = g.stride_h;
+  if (s < 2 || g.stride_w != s || g.dilation_h != 1 || g.dilation_w != 1 || g.kh <= s ||
+      g.kw <= s || g.groups != 1)
+    return 0;
+  const int64_t c = (s * s * g.c_in + 7) / 8 * 8;
+  const int64_t taps = (g.kh + s - 1) / s * ((g.kw + s - 1) / s);
+  return c <= 16 && taps * c < g.kh * g.kw * ((g.c_in + 7) / 8 * 8) ? c : 0;
+}
+
+// Rewrites conv step 's' (its geometry, ONNX weights 'oihw' [c_out][c_in][kh][kw]) as the
+// stride-1 convolution over 'c' space-to-depth channels, and adds the layout step that makes its
+// input from image 'source' (NCHW).
+void UseSpaceToDepth(GpuModel& m, int source, int64_t c, Step& s, std::vector<float>& oihw) {
+  const kernels::Conv2dGeometry g = s.conv.g;
+  const int64_t st = g.stride_h, kbh = (g.kh + st - 1) / st, kbw = (g.kw + st - 1) / st;
+  std::vector<float> packed(static_cast<size_t>(g.c_out * c * kbh * kbw), 0.f);
+  for (int64_t co = 0; co < g.c_out; ++co)
+    for (int64_t ci = 0; ci < g.c_in; ++ci)
+      for (int64_t ky = 0; ky < g.kh; ++ky)
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t channel = ((ky % st) * st + kx % st) * g.c_in + ci;
+          packed[static_cast<size_t>(((co * c + channel) * kbh + ky / st) * kbw + kx / st)] =
+              oihw[static_cast<size_t>(((co * g.c_in + ci) * g.kh + ky) * g.kw + kx)];
+        }
+  oihw.swap(packed);
+  kernels::Conv2dGeometry blocks = g;  // the layout step's: source image -> block grid
+  blocks.oh = g.oh + kbh - 1, blocks.ow = g.ow + kbw - 1, blocks.c_out = c;
+  s.conv.g.h = blocks.oh, s.conv.g.w = blocks.ow, s.conv.g.c_in = c;
+  s.conv.g.kh = kbh, s.conv.g.kw = kbw, s.conv.g.stride_h = s.conv.g.stride_w = 1;
+  s.conv.g.pad_top = s.conv.g.pad_left = 0;
+  ValueSpec spec = ImageValue(m.float_type, c, blocks.oh, blocks.ow);
+  spec.nhwc = true;
+  s.in = AddLayoutCopy(m, source, g.c_in, spec);
+  m.steps.back().space_to_depth = true;
+  m.steps.back().window = blocks;
+  ++m.conv_kernels["space-to-depth first"];
+}
+
 // Residual (value id or -1) of a Conv the passes fused an Add into, channels-last; checked against
 // the output's shape.
 StatusOr<int> ConvResidual(const Graph& graph, const Graph::Node& node, const ValueSpec& y,
@@ -111,8 +156,11 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
   // channels-last pads them to 8 with zeros, and the weights alike, so the tensor cores take it.
   const ValueSpec in = m.values[node.inputs[0]];
   std::vector<float> oihw = FloatsOf(w);
-  if (m.float_type != kc::ElemType::kF32 && groups == 1 && g.c_in % 8 != 0 && !in.nhwc &&
-      in.dims[1] * in.dims[2] > 1) {
+  const bool first = m.float_type != kc::ElemType::kF32 && groups == 1 && g.c_in % 8 != 0 &&
+                     !in.nhwc && in.dims[1] * in.dims[2] > 1;
+  if (const int64_t c = first ? SpaceToDepthChannels(g) : 0; c > 0) {
+    UseSpaceToDepth(m, m.Resolve(node.inputs[0]), c, s, oihw);
+  } else if (first) {
     const int64_t c_pad = (g.c_in + 7) / 8 * 8;
     std::vector<float> padded(static_cast<size_t>(c_out * c_pad * kh * kw), 0.f);
     for (int64_t co = 0; co < c_out; ++co)
@@ -134,7 +182,8 @@ Status CompileConv(const Graph& graph, const Graph::Node& node, const ValueSpec&
                           (m.precision != Precision::kInt8 || s.conv.g.c_in % 16 == 0)) {
     return CompilePointwiseAsGemm(graph, node, s, act, layout, y, m, who);
   }
-  if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0) {
+  // (int8 leaves a first convolution over the image in bf16, space to depth or not.)
+  if (m.precision == Precision::kInt8 && groups == 1 && s.conv.g.c_in % 16 == 0 && !first) {
     // Weights per output channel ([c_out][kh][kw][c_in] rows), the image per row at run time,
     // with the arithmetic of the CPU's and the GEMMs' int8.
     RETURN_IF_ERROR(
