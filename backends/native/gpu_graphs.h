@@ -43,7 +43,8 @@ StatusOr<cudaGraphExec_t> CaptureGraph(cudaStream_t stream, const Enqueue& enque
 }
 
 // Instantiated graphs by (rows, direct-copy mask, part: 0 a whole run or a split run's first part,
-// 2 the second part of a run split while its input crosses to the device). Not thread-safe: one instance's thread.
+// 2 the second part of a run split while its input crosses to the device). Not thread-safe: one
+// instance's thread.
 class GraphCache {
  public:
   using Key = std::tuple<int64_t, uint64_t, int>;
