@@ -68,7 +68,7 @@ fi
 if [[ " $SECTIONS " == *" split "* ]]; then
   echo "== a split run's first part, ResNet-50 (bench/gpu_split.py)"
   python3 bench/gpu_split.py "$PWD/$C/bin/nereid" --variants "${SPLIT_VARIANTS:-off,50,37,25,19}" \
-    --rounds "${SPLIT_ROUNDS:-2}" --precisions "${VISION_PRECISIONS:-bf16,int8}" 2>&1 |
+    --rounds "${SPLIT_ROUNDS:-2}" --precisions "${SPLIT_PRECISIONS:-bf16,int8}" 2>&1 |
     tee "$OUT/gpu_split.txt"
 fi
 if [[ " $SECTIONS " == *" text "* ]]; then
