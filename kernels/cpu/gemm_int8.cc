@@ -306,16 +306,19 @@ void SplitProduct(int64_t m, int64_t k, int64_t col_begin, int64_t col_end, cons
 
 Int8Split SplitInt8Work(int64_t m, int64_t n, int64_t groups, int threads) {
   Int8Split best{64, (m + 63) / 64, n, 1};
-  if (threads <= 1 || m <= 0 || n <= 0) return best;
-  // Counts of items that are whole multiples of the team (T, 2T, 3T, 4T, or blocks of about 64
-  // rows rounded up to one), each divided into blocks x parts; the one whose busiest thread has the
-  // least work wins, each item costed as (rows + 4) x (columns + 8) for what it does once (the
-  // quantization, the tiles' finish). Blocks of 64 by themselves left threads idle: 196 rows (a
-  // 14x14 layer) as 64, 64, 64 and 4 ran 1.5x faster on two threads, not 2x.
+  const int64_t t = threads;
+  // Blocks of 64 rows, four or more a thread: the team's stealing evens them out.
+  if (t <= 1 || m <= 0 || n <= 0 || groups * best.blocks >= 4 * t) return best;
+  // Else counts of pieces that are multiples of the team (T, 2T, 3T, 4T, or blocks of about 64
+  // rows rounded up to one), each divided into blocks x parts, costed as the busiest thread's
+  // share plus one piece (a thread late by a piece: other tenants, page faults), each piece
+  // (rows + 4) x (columns + 8) for what it does once (its rows' quantization, the tiles' finish).
+  // Blocks of 64 alone left threads idle: ResNet-50's 7x7 layers at batch 1 one block of 49 rows
+  // on one thread of sixteen; 196 rows (14x14) as 64 + 64 + 64 + 4 ran 1.5x faster on two threads.
   const int64_t least =
       static_cast<Kernel>(Selected().load(std::memory_order_relaxed)) == Kernel::kAmx ? 32 : 8;
   const int64_t tiles = (n + 31) / 32, max_blocks = (m + least - 1) / least;
-  const int64_t t = threads, natural = (groups * ((m + 63) / 64) + t - 1) / t * t;
+  const int64_t natural = (groups * best.blocks + t - 1) / t * t;
   double best_cost = -1;
   for (const int64_t items : {t, 2 * t, 3 * t, 4 * t, natural}) {
     const int64_t per_group = std::max<int64_t>(1, items / groups);
@@ -323,7 +326,7 @@ Int8Split SplitInt8Work(int64_t m, int64_t n, int64_t groups, int threads) {
       const int64_t parts = std::min(tiles, (per_group + blocks - 1) / blocks);
       const int64_t block = (m + blocks - 1) / blocks, part = (tiles + parts - 1) / parts * 32;
       const int64_t count = groups * ((m + block - 1) / block) * ((n + part - 1) / part);
-      const double cost = static_cast<double>((count + t - 1) / t) *
+      const double cost = static_cast<double>((count + t - 1) / t + 1) *
                           static_cast<double>((block + 4) * (std::min(part, n) + 8));
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;

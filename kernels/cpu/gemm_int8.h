@@ -68,10 +68,10 @@ class PackedInt8W {
   std::vector<float> x_mult_;
 };
 
-// How 'threads' split 'groups' int8 products of m rows x n columns each: blocks of 'block' rows
-// (at least 8, 32 with AMX's 32-row tiles), each block in 'parts' of 'part' columns (a multiple
-// of 32), so that the busiest thread has the least to do. One thread: blocks of 64 rows, one
-// part.
+// How 'threads' split 'groups' int8 products of m rows x n columns each: blocks of 64 rows where
+// that makes four or more a thread (and on one thread); else blocks of 'block' rows (at least 8,
+// 32 with AMX's 32-row tiles), each in 'parts' of 'part' columns (a multiple of 32), so that the
+// busiest thread has the least to do.
 struct Int8Split {
   int64_t block, blocks, part, parts;
 };

@@ -163,10 +163,10 @@ TEST(GemmInt8SmoothingTest, EveryKernelRunsTheSmoothedOperandsAndOutliersLoseThe
 }
 
 // SplitInt8Work: every row and column in exactly one piece, parts of whole 32-column tiles, no
-// more blocks than of 8 rows; on one thread blocks of 64 rows in one part; on a
-// team a count of pieces that divides evenly over it where there are enough (a 14x14 layer's 196
-// rows as 2 blocks of 98 on two threads, not 64, 64, 64, 4; a 7x7 layer's 49 rows in 2 parts of 256
-// of its 512 channels).
+// more blocks than of 8 rows; on one thread, or where they make four or more a thread, blocks of
+// 64 rows in one part; else at least a piece a thread where there are enough, none over 64 rows
+// (a 14x14 layer's 196 rows on two threads in 4 pieces or more, not 64, 64, 64, 4; a 7x7 layer's
+// 49 rows in parts of its 512 channels).
 TEST(GemmInt8SplitTest, PiecesCoverTheProductAndKeepTheTeamBusy) {
   if (GemmInt8KernelName() == std::string("amx-int8")) GTEST_SKIP() << "AMX: 32-row blocks";
   for (const int threads : {1, 2, 3, 16})
@@ -192,17 +192,23 @@ TEST(GemmInt8SplitTest, PiecesCoverTheProductAndKeepTheTeamBusy) {
       if (threads == 1) {
         EXPECT_EQ(s.block, 64);
         EXPECT_EQ(s.parts, 1);
-      } else if (groups * (m + 63) / 64 < 4 * threads &&
-                 groups * ((m + 7) / 8) * ((n + 31) / 32) >= threads) {
-        EXPECT_EQ(groups * s.blocks * s.parts % threads, 0) << s.blocks << " x " << s.parts;
+      } else if (groups * ((m + 63) / 64) >= 4 * threads) {
+        EXPECT_EQ(s.block, 64);
+        EXPECT_EQ(s.parts, 1);
+      } else if (groups * ((m + 7) / 8) * ((n + 31) / 32) >= threads) {
+        EXPECT_GE(groups * s.blocks * s.parts, threads) << s.blocks << " x " << s.parts;
+        EXPECT_LE(s.block, 64);
       }
     }
   Int8Split s = SplitInt8Work(196, 256, 1, 2);
-  EXPECT_EQ(s.blocks, 2);
-  EXPECT_EQ(s.parts, 1);
+  EXPECT_GE(s.blocks * s.parts, 4);
+  EXPECT_LE(s.block, 49);
   s = SplitInt8Work(49, 512, 1, 2);
   EXPECT_EQ(s.blocks, 1);
-  EXPECT_EQ(s.parts, 2);
+  EXPECT_GE(s.parts, 2);
+  s = SplitInt8Work(25088, 64, 1, 16);  // plenty of 64-row blocks: kept
+  EXPECT_EQ(s.block, 64);
+  EXPECT_EQ(s.parts, 1);
 }
 
 // Over a team of three (SplitInt8Work: a row of 1,000 columns in parts of 32 and more, 50 rows
