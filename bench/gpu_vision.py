@@ -147,7 +147,9 @@ def offered_load(perf_analyzer, server, model, concurrency, out_dir, protocol="g
         r = run_perf_analyzer([perf_analyzer, "-m", model, "-u", url, "-i", protocol,
                                "--concurrency-range", str(concurrency), "--shape",
                                "input:3,224,224", "--measurement-interval", "4000",
-                               "--stability-percentage", "50", "--max-trials", "4",
+                               # (10 trials: a batched model's first windows capture a CUDA graph
+                               # for each new batch size; 4 did not settle on 2026-12-07.)
+                               "--stability-percentage", "50", "--max-trials", "10",
                                "-f", csv_path, *extra], server)
     finally:
         stop.set()
