@@ -15,13 +15,12 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_vision import add_model, config, export, server_compute  # noqa: E402
+from gpu_vision import add_model, config, exported_resnet50, server_class, server_compute  # noqa: E402
 
 
 def main():
@@ -35,15 +34,10 @@ def main():
     args = parser.parse_args()
     precisions = args.precisions.split(",")
     variants = args.variants.split(",")
-    os.environ["NEREID_BINARY"] = args.binary
-    import conftest
-    conftest.BINARY = args.binary
+    Server = server_class(args.binary)
     import tritonclient.grpc as grpcclient
-    from conftest import Server
 
-    repo = tempfile.mkdtemp()
-    onnx_path = os.path.join(repo, "export", "resnet50.onnx")
-    export(onnx_path)
+    repo, onnx_path = exported_resnet50()
     for p in precisions:
         add_model(repo, f"resnet50_{p}", onnx_path, config(f"resnet50_{p}", p, args.batch))
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)

@@ -81,6 +81,22 @@ def export(path):
                     os.path.dirname(path), "--models", "resnet50", "--torchvision"], check=True)
 
 
+def exported_resnet50():
+    """(a new repository folder, torchvision's ResNet-50 exported under it)."""
+    repo = tempfile.mkdtemp()
+    onnx_path = os.path.join(repo, "export", "resnet50.onnx")
+    export(onnx_path)
+    return repo, onnx_path
+
+
+def server_class(binary):
+    """The tests' server harness (tests/e2e/conftest.py's Server) running 'binary'."""
+    os.environ["NEREID_BINARY"] = binary
+    import conftest
+    conftest.BINARY = binary
+    return conftest.Server
+
+
 def config(name, precision, max_batch, batching=""):
     return batching + f"""name: "{name}"
 platform: "onnxruntime_onnx"
@@ -278,16 +294,11 @@ def main():
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     precisions = args.precisions.split(",")
-    os.environ["NEREID_BINARY"] = args.binary
-    import conftest
-    conftest.BINARY = args.binary
+    Server = server_class(args.binary)
     import onnxruntime
     import tritonclient.grpc as grpcclient
-    from conftest import Server
 
-    repo = tempfile.mkdtemp()
-    onnx_path = os.path.join(repo, "export", "resnet50.onnx")
-    export(onnx_path)
+    repo, onnx_path = exported_resnet50()
     for p in precisions:  # (section 3 sends 32 images)
         add_model(repo, f"resnet50_{p}", onnx_path,
                   config(f"resnet50_{p}", p, max(batches + [32])))
