@@ -289,8 +289,8 @@ void GatherPixelWindows(const Conv2dGeometry& g, const uint8_t* q, int64_t strid
   }
 }
 
-// The int8 form: blocks of 64 output pixels of every group over the team (one loop: a group
-// at a time left most of a team idle on ResNeXt's 32 groups), each gathered (or read in place
+// The int8 form: blocks of output pixels of every group over the team (one loop: a group at a
+// time left most of a team idle on ResNeXt's 32 groups), each gathered (or read in place
 // for a 1x1 stride-1 convolution) and run through GemmInt8Fused with the epilogue; or, where
 // the weights take it (int8_pixels), every input pixel quantized first (split over the team)
 // and its bytes gathered into the windows for GemmInt8FusedTaps: RapidOCR's detector's 3x3
@@ -300,9 +300,9 @@ void ConvNhwcInt8(const Conv2dGeometry& g, const float* x, const ConvWeights& w,
                   const float* residual, const GemmEpilogue& act, float* y, bool direct) {
   const int64_t m = g.n * g.oh * g.ow;
   const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
-  // Work items: blocks of 64 output pixels per group, or, where those are fewer than twice the
-  // team (ResNet-50's 7x7 layers at batch 1: one block, one thread of sixteen busy), smaller
-  // blocks and then parts of the output channels (SplitInt8Work).
+  // Work items: blocks of 64 output pixels per group, or, where those are fewer than four a
+  // thread (ResNet-50's 7x7 layers at batch 1: one block, one thread of sixteen busy), smaller
+  // blocks and parts of the output channels (SplitInt8Work).
   const Int8Split split = SplitInt8Work(m, cog, g.groups, ParallelThreads());
   const int64_t block = split.block, blocks = split.blocks, part = split.part, parts = split.parts;
   const int64_t taps = g.kh * g.kw, depth = taps * cig;
