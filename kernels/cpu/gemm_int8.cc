@@ -126,7 +126,7 @@ PackedInt8W::PackedInt8W(const float* w, int64_t n, int64_t k, int64_t ldw, cons
 }
 
 std::vector<int32_t> PackedInt8W::TapOffsets(int64_t taps) const {
-  const int64_t piece = k_ / taps, columns = (n_ + 31) / 32 * 32;
+  const int64_t piece = k_ / taps, columns = tap_offset_ld();
   std::vector<int32_t> out(static_cast<size_t>(taps * columns), 0);
   for (int64_t j = 0; j < n_; ++j)
     for (int64_t t = 0; t < taps; ++t) {
@@ -191,10 +191,6 @@ QuantizedRows QuantizeForKernel(int64_t m, const float* x, int64_t ldx, int64_t 
   std::fill(xq.begin() + m * stride, xq.end(), offset ? static_cast<int8_t>(-128) : 0);
   return {xq.data(), xs.data()};
 }
-
-}  // namespace
-
-namespace {
 
 // GemmInt8 for y's columns [j_begin, j_end) (j_begin a multiple of 32).
 void GemmInt8Columns(int64_t m, const float* x, int64_t ldx, const PackedInt8W& w,
@@ -374,7 +370,7 @@ void GemmInt8FusedTaps(int64_t m, const uint8_t* xq, int64_t stride, const float
   }
 #endif
   // Elsewhere the same arithmetic in plain C++ (the engine runs the per-window form there).
-  const int64_t piece = w.k() / taps, columns = (w.n() + 31) / 32 * 32;
+  const int64_t piece = w.k() / taps, columns = w.tap_offset_ld();
   const int8_t* const wq = w.quantized().data();
   for (int64_t i = 0; i < m; ++i) {
     float* const yr = y + i * ldy;

@@ -56,8 +56,9 @@ class PackedInt8W {
   // The int8 weights and scales as quantized (tests).
   const std::vector<int8_t>& quantized() const { return quantized_; }
   // For GemmInt8FusedTaps, k being 'taps' pieces of k / taps: 128 * the sum of each channel's
-  // weights within each piece, [taps][n rounded up to 32] (zeros past n).
+  // weights within each piece, [taps][tap_offset_ld()] (zeros past n).
   std::vector<int32_t> TapOffsets(int64_t taps) const;
+  int64_t tap_offset_ld() const { return (n_ + 31) / 32 * 32; }  // n rounded up to 32
 
  private:
   int64_t n_, k_, k4_;

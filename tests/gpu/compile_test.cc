@@ -242,8 +242,8 @@ TEST(GpuCompile, Int8RunsTheConvolutionsItCanInInt8) {
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kInt8, shapes);
   ASSERT_TRUE(model.ok()) << model.status().message();
-  // The stem (3 channels, padded to 8) stays bf16; the other 52 take 16 channels or more: the
-  // 33 1x1 of stride 1 as int8 GEMMs (a scale per pixel), the rest int8 implicit GEMMs.
+  // The stem (3 channels, as space-to-depth blocks) stays bf16; the other 52 take 16 channels or
+  // more: the 33 1x1 of stride 1 as int8 GEMMs (a scale per pixel), the rest int8 implicit GEMMs.
   const std::string description = Describe(**model);
   EXPECT_NE(description.find("52 of 53 convolutions in int8"), std::string::npos) << description;
   EXPECT_NE(description.find("33 int8 1x1 as GEMM"), std::string::npos) << description;

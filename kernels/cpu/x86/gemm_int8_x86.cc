@@ -585,7 +585,7 @@ void FusedVnni(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, co
 void FusedVnniTaps(int64_t m, const uint8_t* xq, int64_t stride, const float* xs, int64_t taps,
                    const PackedInt8W& w, const int32_t* tap_offset, float* y, int64_t ldy,
                    const GemmEpilogue& ep, int64_t j_begin, int64_t j_end) {
-  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep, Pieces{taps, (w.n() + 31) / 32 * 32, tap_offset},
+  FusedTilesVnni(m, xq, stride, xs, w, y, ldy, ep, Pieces{taps, w.tap_offset_ld(), tap_offset},
                  j_begin, j_end);
 }
 
