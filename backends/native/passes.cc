@@ -1160,9 +1160,9 @@ void PackWeights(GraphBody& g, const GraphOptions& options) {
                          " of " + std::to_string(calibrated) + " calibrated layers");
 }
 
-// A 1x1 convolution (stride 1, no padding, one group, fp32 weights and a constant bias or none,
-// channels-last) whose output only a depthwise convolution (channels-last, 2-D) reads, and one
-// that alone reads a depthwise convolution's output (without a residual of its own): the
+// A 1x1 convolution (stride 1, no padding, one group, fp32 or int8 weights and a constant bias or
+// none, channels-last) whose output only a depthwise convolution (channels-last, 2-D) reads, and
+// one that alone reads a depthwise convolution's output (without a residual of its own): the
 // depthwise's plan takes them as its expand and project stages (kernels::DepthwiseBlockNhwc);
 // the node reads the first's input and, moved to the second's place (its residual may be computed
 // after the depthwise), writes the second's output with its residual and activation. MobileNetV2:
@@ -1186,12 +1186,15 @@ void FuseDepthwiseBlocks(GraphBody& g) {
     const kernels::ConvWeights& w = n.op.conv->weights;
     const Tensor& wt = g.constants[n.inputs[1]];
     const bool bias_ok = n.inputs.size() < 3 || n.inputs[2] < 0 || !n.op.conv->bias.empty();
-    if (w.int8() || w.depthwise() || w.small_groups() || w.winograd() != nullptr || !bias_ok ||
+    if (w.depthwise() || w.small_groups() || w.winograd() != nullptr || !bias_ok ||
         wt.shape().size() != 4 || wt.shape()[2] != 1 || wt.shape()[3] != 1 ||
         n.op.AttrInt("group", 1) != 1 || !all(n.op.AttrInts("strides"), 1) ||
         !all(n.op.AttrInts("pads"), 0) || !all(n.op.AttrInts("kernel_shape"), 1))
       return false;  // (a kernel_shape the weights contradict: the node's own error, unfused)
-    stage->weights = &w.group(0);
+    if (w.int8())
+      stage->int8 = &w.int8_group(0);
+    else
+      stage->weights = &w.group(0);
     stage->epilogue = EpilogueOf(n.op);
     stage->epilogue.bias = n.op.conv->bias.empty() ? nullptr : n.op.conv->bias.data();
     stage->c_in = wt.shape()[1];
@@ -1217,7 +1220,7 @@ void FuseDepthwiseBlocks(GraphBody& g) {
       Node& dw = g.nodes[d];
       if (dead[d] || !depthwise(dw)) continue;
       ConvPlan* plan = plans[dw.op.conv];
-      if ((project ? plan->project : plan->expand).weights != nullptr) continue;  // (moved here)
+      if ((project ? plan->project : plan->expand).present()) continue;  // (moved here)
       kernels::PointwiseStage stage;
       if (!project) {  // the 1x1 before it
         const int in = dw.inputs[0];

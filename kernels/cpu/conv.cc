@@ -376,13 +376,18 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
   const DepthwiseRowFn row = DepthwiseRow();
   const int64_t c = g.c_out, span = (g.kh - 1) * g.dilation_h + 1;  // input rows of a window
   const int64_t row_floats = g.w * c;
-  const int64_t c2 = project.weights != nullptr ? project.weights->n() : c;  // y's channels
-  // Rows of a 1x1's input or output, read in place (lda floats apart) as a GEMM's A.
-  auto rows_of = [](const float* a, int64_t lda) {
-    return [a, lda](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
-      *ld = lda;
-      return a + i0 * lda + pc;
-    };
+  const int64_t c2 = project.present() ? project.c_out() : c;  // y's channels
+  // A 1x1 stage over m rows of a (lda floats apart, read in place) into y (ldy apart).
+  auto pointwise = [](const PointwiseStage& stage, int64_t m, const float* a, int64_t lda,
+                      float* out, int64_t ldy, const GemmEpilogue& ep) {
+    if (stage.int8 != nullptr) return GemmInt8Fused(m, a, lda, *stage.int8, out, ldy, ep);
+    SgemmPackedFused(
+        m,
+        [a, lda](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
+          *ld = lda;
+          return a + i0 * lda + pc;
+        },
+        *stage.weights, out, ldy, ep);
   };
   // Bands of output rows whose input rows fit in about 256 KB (L2), one row at least.
   const int64_t band = std::max<int64_t>(
@@ -397,18 +402,17 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
     // over the team, through this thread's scratch.
     thread_local Scratch<float> wide, deep;
     const float* in = x;
-    if (expand.weights != nullptr) {
+    if (expand.present()) {
       float* const e = wide.Get(static_cast<size_t>(g.n * g.h * row_floats));
-      SgemmPackedFused(g.n * g.h * g.w, rows_of(x, expand.c_in), *expand.weights, e, c,
-                       expand.epilogue);
+      pointwise(expand, g.n * g.h * g.w, x, expand.c_in, e, c, expand.epilogue);
       in = e;
     }
-    if (project.weights == nullptr) return DepthwiseNhwc(g, in, taps, bias, residual, act, y);
+    if (!project.present()) return DepthwiseNhwc(g, in, taps, bias, residual, act, y);
     float* const d = deep.Get(static_cast<size_t>(g.n * g.oh * g.ow * c));
     DepthwiseNhwc(g, in, taps, bias, nullptr, act, d);
     GemmEpilogue ep = project.epilogue;
     ep.residual = residual, ep.ld_residual = c2;
-    SgemmPackedFused(g.n * g.oh * g.ow, rows_of(d, c), *project.weights, y, c2, ep);
+    pointwise(project, g.n * g.oh * g.ow, d, c, y, c2, ep);
     return;
   }
   const int64_t work = g.n * g.oh * g.ow * c * (g.kh * g.kw + expand.c_in + project.c_in);
@@ -417,11 +421,11 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
     const int64_t oy_end = g.oh * (chunk + 1) / chunks;
     thread_local Scratch<float> held_rows, mid_rows;
     float* const buf =
-        expand.weights != nullptr
+        expand.present()
             ? held_rows.Get(static_cast<size_t>(((band - 1) * g.stride_h + span) * row_floats))
             : nullptr;
     float* const mid =
-        project.weights != nullptr ? mid_rows.Get(static_cast<size_t>(band * g.ow * c)) : nullptr;
+        project.present() ? mid_rows.Get(static_cast<size_t>(band * g.ow * c)) : nullptr;
     int64_t lo = 0, hi = 0;  // the input rows buf holds, from its start
     for (int64_t oy0 = g.oh * chunk / chunks; oy0 < oy_end; oy0 += band) {
       const int64_t oy1 = std::min(oy_end, oy0 + band);
@@ -429,7 +433,7 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
       const int64_t need_hi =
           std::clamp<int64_t>((oy1 - 1) * g.stride_h - g.pad_top + span, need_lo, g.h);
       const float* in = x + (b * g.h + need_lo) * row_floats;  // the depthwise's input rows
-      if (expand.weights != nullptr) {
+      if (expand.present()) {
         int64_t from = need_lo;               // the first row to compute
         if (need_lo >= lo && need_lo < hi) {  // rows the last band computed: to the front
           from = std::min(hi, need_hi);
@@ -437,10 +441,8 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
                        static_cast<size_t>((from - need_lo) * row_floats) * sizeof(float));
         }
         if (from < need_hi)
-          SgemmPackedFused((need_hi - from) * g.w,
-                           rows_of(x + (b * g.h + from) * g.w * expand.c_in, expand.c_in),
-                           *expand.weights, buf + (from - need_lo) * row_floats, c,
-                           expand.epilogue);
+          pointwise(expand, (need_hi - from) * g.w, x + (b * g.h + from) * g.w * expand.c_in,
+                    expand.c_in, buf + (from - need_lo) * row_floats, c, expand.epilogue);
         lo = need_lo, hi = need_hi;
         in = buf;
       }
@@ -449,7 +451,7 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
       bg.n = 1, bg.h = need_hi - need_lo, bg.oh = oy1 - oy0;
       bg.pad_top = g.pad_top + need_lo - oy0 * g.stride_h;
       const int64_t first = (b * g.oh + oy0) * g.ow;  // the band's first output pixel
-      if (project.weights == nullptr) {
+      if (!project.present()) {
         for (int64_t r = 0; r < bg.oh; ++r)
           row(bg, in, taps, bias, residual != nullptr ? residual + first * c : nullptr, act,
               y + first * c, 0, r);
@@ -458,7 +460,7 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
       for (int64_t r = 0; r < bg.oh; ++r) row(bg, in, taps, bias, nullptr, act, mid, 0, r);
       GemmEpilogue ep = project.epilogue;
       ep.residual = residual != nullptr ? residual + first * c2 : nullptr, ep.ld_residual = c2;
-      SgemmPackedFused(bg.oh * g.ow, rows_of(mid, c), *project.weights, y + first * c2, c2, ep);
+      pointwise(project, bg.oh * g.ow, mid, c, y + first * c2, c2, ep);
     }
   });
 }

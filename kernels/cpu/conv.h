@@ -77,22 +77,26 @@ class ConvWeights {
 void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,
               const float* residual, const GemmEpilogue& act, float* y);
 
-// A depthwise convolution with the 1x1 convolutions (stride 1, no padding, one group, fp32
-// weights) around it that alone feed it and alone read it, run as one (MobileNet's inverted
+// A depthwise convolution with the 1x1 convolutions (stride 1, no padding, one group, fp32 or
+// int8 weights) around it that alone feed it and alone read it, run as one (MobileNet's inverted
 // residual block: 1x1 to 6x the channels, depthwise 3x3, 1x1 back): per image and band of the
 // depthwise's output rows, the first 1x1's output rows the band needs into a buffer of this
 // thread's (the rows the next band shares moved to its front, not computed again), the depthwise
 // rows from there into a second one, and the second 1x1 from that into y. The wide images between
 // them are never written to memory.
 struct PointwiseStage {
-  const PackedMatrixB* weights = nullptr;  // c_in x c_out; null: no such stage
+  const PackedMatrixB* weights = nullptr;  // c_in x c_out, or
+  const PackedInt8W* int8 = nullptr;       // c_out x c_in in int8 (GemmInt8Fused); both null: none
   GemmEpilogue epilogue;                   // its bias and activation (residual: per call)
   int64_t c_in = 0;
+
+  bool present() const { return weights != nullptr || int8 != nullptr; }
+  int64_t c_out() const { return int8 != nullptr ? int8->n() : weights->n(); }
 };
 // 'g': the depthwise's geometry (c_in = c_out = groups); 'expand' (or none): the 1x1 before it, x
 // then [n, h, w, expand.c_in], else x is the depthwise's input; taps (ConvWeights::depthwise_taps),
 // bias and act: the depthwise's; 'project' (or none): the 1x1 after it, y then [n, oh, ow,
-// project.weights->n()]. 'residual' (or null) is added to the block's output (the projection's,
+// project.c_out()]. 'residual' (or null) is added to the block's output (the projection's,
 // else the depthwise's) before its activation.
 void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const PointwiseStage& expand,
                         const float* taps, const float* bias, const GemmEpilogue& act,

@@ -223,16 +223,16 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   ASSIGN_OR_RETURN(SpatialShape s, SpatialOf(node, x));
   // 1x1 convolutions fused around a depthwise one (ConvPlan::expand, project): x is the first's
   // input, the output the second's.
-  const ConvPlan* block = node.conv != nullptr && (node.conv->expand.weights != nullptr ||
-                                                   node.conv->project.weights != nullptr)
-                              ? node.conv
-                              : nullptr;
-  if (block != nullptr && block->expand.weights != nullptr) {
+  const ConvPlan* block =
+      node.conv != nullptr && (node.conv->expand.present() || node.conv->project.present())
+          ? node.conv
+          : nullptr;
+  if (block != nullptr && block->expand.present()) {
     if (s.c != block->expand.c_in)
       return node.Error("input of " + std::to_string(s.c) +
                         " channels; the fused 1x1 convolution before it takes " +
                         std::to_string(block->expand.c_in));
-    s.c = block->expand.weights->n();
+    s.c = block->expand.c_out();
   }
   const size_t rank = x.shape().size();
   if (w.shape().size() != rank)
@@ -272,8 +272,7 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
   const float* b = !plan->bias.empty() ? plan->bias.data() : bias ? bias->data<float>() : nullptr;
 
   // The output's channels: the projection's where one is fused.
-  const int64_t y_c =
-      block != nullptr && block->project.weights != nullptr ? block->project.weights->n() : c_out;
+  const int64_t y_c = block != nullptr && block->project.present() ? block->project.c_out() : c_out;
   const std::vector<int64_t> y_shape = LayoutShape(node, rank, g.n, y_c, g.oh, g.ow);
   if (residual != nullptr && residual->shape() != y_shape) {
     // The fused Add broadcasts here (a residual of another shape): convolve, add, activate.
@@ -313,7 +312,7 @@ Status Conv(const OpNode& node, const std::vector<const Tensor*>& in, std::vecto
                         out[0].shape() == nhwc_shape;
   Tensor y = in_place ? out[0] : Tensor::Uninitialized(DataType::kFp32, nhwc_shape);
   if (block != nullptr) {
-    const bool projected = block->project.weights != nullptr;
+    const bool projected = block->project.present();
     kernels::PointwiseStage project = block->project;
     if (projected) {  // the node's activation is the projection's
       const kernels::GemmEpilogue last = EpilogueOf(node);

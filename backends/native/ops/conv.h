@@ -20,7 +20,7 @@ struct ConvPlan {
   kernels::ConvWeights weights;
   std::vector<float> bias;  // c_out values, or empty
   // A depthwise convolution's: the 1x1 convolutions fused around it by the graph's passes
-  // (FuseDepthwiseBlocks; weights null where none). With 'expand' the node reads its input; with
+  // (FuseDepthwiseBlocks; not present() where none). With 'expand' the node reads its input; with
   // 'project' the node writes its output, and the node's residual and activation are the
   // projection's (its bias in project.epilogue), the depthwise's own activation in
   // 'depthwise_act'.

@@ -611,6 +611,56 @@ TEST(LayoutTest, AnInvertedResidualBlockBecomesOneNode) {
   EXPECT_EQ(got[0][0].shape(), (std::vector<int64_t>{2, 8, 13, 11}));
 }
 
+// precision int8: the inverted residual block's 1x1s of 16 -> 96 and 96 -> 16 channels (1,536
+// multiply-adds per pixel) run in int8 and are fused around the depthwise all the same (the wide
+// images never written), with the answers of the three convolutions in turn.
+TEST(LayoutTest, AnInt8InvertedResidualBlockBecomesOneNode) {
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(5);
+    std::vector<float> w0(96 * 16), b0(96), w1(96 * 9), b1(96), w2(16 * 96);
+    FillUniform(rng, -0.5f, 0.5f, {&w0, &b0, &w1, &b1, &w2});
+    AddFloatTensor(g, "w0", {96, 16, 1, 1}, w0);
+    AddFloatTensor(g, "b0", {96}, b0);
+    AddFloatTensor(g, "w1", {96, 1, 3, 3}, w1);
+    AddFloatTensor(g, "b1", {96}, b1);
+    AddFloatTensor(g, "w2", {16, 96, 1, 1}, w2);
+    AddValueInfo(g->mutable_input(), "x", {2, 16, 15, 9});
+    AddValueInfo(g->mutable_output(), "y", {});
+    AddNode(g, "Conv", {"x", "w0", "b0"}, "a");
+    AddNode(g, "Relu", {"a"}, "ar");
+    auto* dw = AddNode(g, "Conv", {"ar", "w1", "b1"}, "d");
+    SetInt(dw, "group", 96), SetInts(dw, "strides", {2, 2}), SetInts(dw, "pads", {1, 1, 1, 1});
+    AddNode(g, "Relu", {"d"}, "dr");
+    AddNode(g, "Conv", {"dr", "w2"}, "y");
+    return m;
+  };
+  const Tensor x = UniformTensor({2, 16, 15, 9}, 6, -2, 2);
+  std::vector<Tensor> got[2];
+  for (bool fuse : {false, true}) {
+    GraphOptions options;
+    options.int8_weights = true;
+    options.fuse_depthwise_blocks = fuse;
+    auto graph = Graph::FromProto(model(), options);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    std::string packed, blocks;
+    for (const std::string& line : (*graph)->pass_log()) {
+      if (line.rfind("Conv weights packed", 0) == 0) packed = line;
+      if (line.rfind("depthwise Conv blocks fused:", 0) == 0) blocks = line;
+    }
+    EXPECT_EQ(packed, "Conv weights packed: 3 (2 in int8)");
+    EXPECT_EQ(blocks, fuse ? "depthwise Conv blocks fused: 1 1x1 before, 1 1x1 after" : "");
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[fuse]).ok());
+  }
+  ASSERT_EQ(got[1][0].shape(), (std::vector<int64_t>{2, 16, 8, 5}));
+  ASSERT_EQ(got[0][0].shape(), got[1][0].shape());
+  for (int64_t i = 0; i < got[0][0].elements(); ++i)
+    ASSERT_NEAR(got[1][0].data<float>()[i], got[0][0].data<float>()[i],
+                1e-4f * (1.f + std::abs(got[0][0].data<float>()[i])))
+        << i;
+}
+
 // The block's residual of another shape ([2, 8, 1, 1], a ReduceMean of x): added with broadcasting
 // after the block, then the projection's Relu, as without the fusion.
 TEST(LayoutTest, AnInvertedResidualBlocksBroadcastResidualAddsAsOnnxDoes) {

@@ -284,12 +284,71 @@ INSTANTIATE_TEST_SUITE_P(
                       // place (four depth blocks).
                       Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
 
+// DepthwiseBlockNhwc with the stages in every combination, with and without a residual, alone
+// and over teams, against the three convolutions in turn: Reference's loops in fp32 (w1 and w3
+// null), ConvNhwc with the int8 weights w1 and w3 otherwise.
+void CheckDepthwiseBlock(const Case& pw, const Problem& p1, const Case& dw, const Problem& p2,
+                         const Case& pj, const Problem& p3, const ConvWeights* w1,
+                         const ConvWeights& w2, const ConvWeights* w3, const PointwiseStage& expand,
+                         const PointwiseStage& project, const GemmEpilogue& ep1,
+                         const GemmEpilogue& ep2, const GemmEpilogue& ep3,
+                         const std::string& label) {
+  const bool int8 = w1 != nullptr;
+  const std::vector<float> none1(p1.residual.size(), 0.f), none2(p2.residual.size(), 0.f),
+      none3(p3.residual.size(), 0.f);
+  auto conv = [](const Problem& p, const ConvWeights& w, const std::vector<float>& x,
+                 const float* residual, const GemmEpilogue& ep) {
+    std::vector<float> y(static_cast<size_t>(p.g.n * p.g.oh * p.g.ow * p.g.c_out));
+    ConvNhwc(p.g, x.data(), w, p.bias.data(), residual, ep, y.data());
+    return y;
+  };
+  const std::vector<float> mid = int8 ? conv(p1, *w1, p1.x, nullptr, ep1)
+                                      : Reference(pw, p1.g, p1.x, p1.w, p1.bias, none1, ep1);
+  // Expand and project, expand only, project only (x the depthwise's input).
+  for (int stages : {3, 1, 2}) {
+    const bool with_expand = stages & 1, with_project = stages & 2;
+    const std::vector<float>& dw_in = with_expand ? mid : p2.x;
+    for (bool with_residual : {false, true}) {
+      const float* residual = !with_residual ? nullptr
+                              : with_project ? p3.residual.data()
+                                             : p2.residual.data();
+      std::vector<float> want;
+      if (with_project) {
+        // (int8: the depthwise's own kernel, so that the projection quantizes the same rows.)
+        const std::vector<float> d = int8 ? conv(p2, w2, dw_in, nullptr, ep2)
+                                          : Reference(dw, p2.g, dw_in, p2.w, p2.bias, none2, ep2);
+        want =
+            int8 ? conv(p3, *w3, d, residual, ep3)
+                 : Reference(pj, p3.g, d, p3.w, p3.bias, with_residual ? p3.residual : none3, ep3);
+      } else {
+        want = Reference(dw, p2.g, dw_in, p2.w, p2.bias, with_residual ? p2.residual : none2, ep2);
+      }
+      for (int threads : {1, 3, 10}) {
+        std::optional<ThreadTeam> team;
+        if (threads > 1) team.emplace(threads);
+        ParallelScope scope(team ? &*team : nullptr);
+        std::vector<float> got(want.size(), NAN);
+        DepthwiseBlockNhwc(p2.g, with_expand ? p1.x.data() : p2.x.data(),
+                           with_expand ? expand : PointwiseStage{}, w2.depthwise_taps(),
+                           p2.bias.data(), ep2, with_project ? project : PointwiseStage{}, residual,
+                           got.data());
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
+              << label << " stages " << stages << " element " << i << " residual " << with_residual
+              << " threads " << threads;
+      }
+    }
+  }
+}
+
 // A depthwise convolution with a 1x1 before it, after it or both as one (DepthwiseBlockNhwc)
 // against the direct loops in turn: strides 1 and 2, 3x3, 5x5 and a dilated 3x3, padded and not,
 // odd sizes, rows wide enough that a band is one output row (its input rows moved to the front each
 // step), bands of two rows and whole images; the residual on the block's output; alone and with
 // teams of 3 and 10 (each image's rows in chunks, a chunk's first band computing its shared rows
-// again, or, where chunks would be too short, the stages in turn over the team).
+// again, or, where chunks would be too short, the stages in turn over the team). In int8 (the
+// 1x1s' weights quantized, each row of their input on its own) against the same three
+// convolutions through ConvNhwc: the same rows quantized the same way, so the same values.
 TEST(DepthwiseBlock, MatchesItsConvolutionsInTurn) {
   struct Fused {
     int64_t n, h, w, c_in, c, k, stride, pad, dilation, c_out;
@@ -321,52 +380,24 @@ TEST(DepthwiseBlock, MatchesItsConvolutionsInTurn) {
     ep1.activation = GemmEpilogue::kClip, ep1.lo = 0.f, ep1.hi = 0.75f;
     ep2.activation = GemmEpilogue::kRelu;
     ep3.activation = GemmEpilogue::kHardSwish;
-    const ConvWeights w1(p1.w.data(), f.c, f.c_in, 1, 1, 1), w2(p2.w.data(), f.c, 1, f.k, f.k, f.c),
-        w3(p3.w.data(), f.c_out, f.c, 1, 1, 1);
+    const ConvWeights w2(p2.w.data(), f.c, 1, f.k, f.k, f.c);
     ASSERT_TRUE(w2.depthwise());
-    PointwiseStage expand, project;
-    expand.weights = &w1.group(0), expand.c_in = f.c_in, expand.epilogue = ep1;
-    expand.epilogue.bias = p1.bias.data();
-    project.weights = &w3.group(0), project.c_in = f.c, project.epilogue = ep3;
-    project.epilogue.bias = p3.bias.data();
-    const std::vector<float> none1(p1.residual.size(), 0.f), none2(p2.residual.size(), 0.f),
-        none3(p3.residual.size(), 0.f);
-    const std::vector<float> mid = Reference(pw, p1.g, p1.x, p1.w, p1.bias, none1, ep1);
-    // Expand and project, expand only, project only (x the depthwise's input).
-    for (int stages : {3, 1, 2}) {
-      const bool with_expand = stages & 1, with_project = stages & 2;
-      const std::vector<float>& dw_in = with_expand ? mid : p2.x;
-      for (bool with_residual : {false, true}) {
-        std::vector<float> want;
-        if (with_project) {
-          const std::vector<float> d = Reference(dw, p2.g, dw_in, p2.w, p2.bias, none2, ep2);
-          want = Reference(pj, p3.g, d, p3.w, p3.bias, with_residual ? p3.residual : none3, ep3);
-        } else {
-          want =
-              Reference(dw, p2.g, dw_in, p2.w, p2.bias, with_residual ? p2.residual : none2, ep2);
-        }
-        const float* residual = !with_residual ? nullptr
-                                : with_project ? p3.residual.data()
-                                               : p2.residual.data();
-        for (int threads : {1, 3, 10}) {
-          std::optional<ThreadTeam> team;
-          if (threads > 1) team.emplace(threads);
-          ParallelScope scope(team ? &*team : nullptr);
-          std::vector<float> got(want.size(), NAN);
-          DepthwiseBlockNhwc(p2.g, with_expand ? p1.x.data() : p2.x.data(),
-                             with_expand ? expand : PointwiseStage{}, w2.depthwise_taps(),
-                             p2.bias.data(), ep2, with_project ? project : PointwiseStage{},
-                             residual, got.data());
-          for (size_t i = 0; i < want.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i])))
-                << "case " << (&f - cases) << " stages " << stages << " element " << i
-                << " residual " << with_residual << " threads " << threads;
-        }
-      }
+    for (bool int8 : {false, true}) {
+      const ConvWeights w1(p1.w.data(), f.c, f.c_in, 1, 1, 1, int8),
+          w3(p3.w.data(), f.c_out, f.c, 1, 1, 1, int8);
+      PointwiseStage expand, project;
+      if (int8)
+        expand.int8 = &w1.int8_group(0), project.int8 = &w3.int8_group(0);
+      else
+        expand.weights = &w1.group(0), project.weights = &w3.group(0);
+      expand.c_in = f.c_in, expand.epilogue = ep1, expand.epilogue.bias = p1.bias.data();
+      project.c_in = f.c, project.epilogue = ep3, project.epilogue.bias = p3.bias.data();
+      CheckDepthwiseBlock(pw, p1, dw, p2, pj, p3, int8 ? &w1 : nullptr, w2, int8 ? &w3 : nullptr,
+                          expand, project, ep1, ep2, ep3,
+                          "case " + std::to_string(&f - cases) + (int8 ? " int8" : " fp32"));
     }
   }
 }
-
 // Which convolutions take the small-groups kernel: groups of at most 8 inputs and 16 outputs, no
 // more inputs than outputs a group, fp32, AVX-512.
 TEST(ConvWeights, SmallGroupsOfAtMost8InputsAnd16Outputs) {
