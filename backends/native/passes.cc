@@ -28,11 +28,10 @@ using AffineOf = std::function<bool(const Node& node, size_t slot, int64_t c_out
                                     ChannelAffine* f)>;
 
 Status FoldConstants(GraphBody& g);
-Status FoldBatchNorms(GraphBody& g);
-void FoldScalesIntoConvs(GraphBody& g);
+void FoldAffinesIntoConvs(GraphBody& g);
 void FuseHardSwishes(GraphBody& g);
 void FuseLayerNorms(GraphBody& g);
-void FuseConvEpilogues(GraphBody& g);
+void FuseConvEpilogues(GraphBody& g, bool transposed);
 void FuseGemmActivations(GraphBody& g);
 void FuseMatMulEpilogues(GraphBody& g);
 void FuseGelus(GraphBody& g);
@@ -57,15 +56,15 @@ void EraseMarked(GraphBody& g, const std::vector<bool>& marked) {
 }  // namespace
 
 Status RunPasses(GraphBody& g, const GraphOptions& options) {
-  RETURN_IF_ERROR(FoldConstants(g));   // constant subgraphs (shape arithmetic) computed once
-  RETURN_IF_ERROR(FoldBatchNorms(g));  // Conv -> BatchNormalization: scaled weights and bias
-  FoldScalesIntoConvs(g);              // Conv -> Mul/Add by a constant per channel: the same
-  FuseHardSwishes(g);                  // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
-  FuseLayerNorms(g);                   // ReduceMean, Sub, Pow, ..., Div as written out: one node
-  FuseConvEpilogues(g);                // Conv -> Add(residual) -> Relu/Clip: one node
-  FuseGemmActivations(g);              // Gemm -> Relu/Sigmoid: one node
-  RemoveDeadNodes(g);                  // nothing reads them
-  FuseMatMulEpilogues(g);              // MatMul by a weight -> Add(bias) -> Add(residual)
+  RETURN_IF_ERROR(FoldConstants(g));  // constant subgraphs (shape arithmetic) computed once
+  FoldAffinesIntoConvs(g);  // Conv -> BatchNormalization, Mul/Add by constants: weights and bias
+  FuseHardSwishes(g);       // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
+  FuseLayerNorms(g);        // ReduceMean, Sub, Pow, ..., Div as written out: one node
+  // Conv -> Add(residual) -> Relu/Clip: one node (ConvTranspose -> Relu too on the CPU)
+  FuseConvEpilogues(g, options.pack_weights);
+  FuseGemmActivations(g);  // Gemm -> Relu/Sigmoid: one node
+  RemoveDeadNodes(g);      // nothing reads them
+  FuseMatMulEpilogues(g);  // MatMul by a weight -> Add(bias) -> Add(residual)
   FuseGelus(g);      // x * (Erf(x / d) + 1) * 0.5 as written out: one Gelu (a MatMul's epilogue)
   FuseAttention(g);  // MatMul(Q, Kt) / c + mask -> Softmax -> MatMul(., V): one node
   if (!options.pack_weights) MergeSiblingMatMuls(g);  // GPU: Q, K and V as one GEMM
@@ -117,8 +116,8 @@ Status FoldConstants(GraphBody& g) {
 // ---- per-channel affine maps into Conv ---------------------------------------------------------
 
 // Folds each node that 'affine_of' reads as a per-output-channel affine map of its input 'slot'
-// (the output of a Conv with constant FP32 weights of rank 'rank', which only that node reads;
-// c_out channels) into the Conv:
+// (the output of a Conv or ConvTranspose with constant FP32 weights of rank 'rank', which only
+// that node reads; c_out channels) into it:
 // w' = w * scale, b' = (b + pre) * scale + post, in double as the reference computes the unfused
 // pair; the node's output becomes the Conv's. One pass in node order, so a chain of such nodes
 // after one Conv folds whole. Returns how many folded.
@@ -139,12 +138,16 @@ int FoldIntoConvs(GraphBody& g, const AffineOf& affine_of) {
       auto it = producer.find(x);
       if (it == producer.end() || dead[it->second]) continue;
       Node& conv = g.nodes[it->second];
-      if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
-          !g.IsConstant(conv.inputs[1]))
+      const bool transposed = conv.op.op_type() == "ConvTranspose";
+      if ((!transposed && conv.op.op_type() != "Conv") || conv.outputs.size() != 1 ||
+          conv.inputs.size() < 2 || !g.IsConstant(conv.inputs[1]))
         continue;
       const Tensor& w = g.constants[conv.inputs[1]];
       if (w.type() != DataType::kFp32 || w.shape().size() < 3) continue;
-      const int64_t c_out = w.shape()[0];
+      // Weights [c_out, c_in / group, k...], or transposed [c_in, c_out / group, k...].
+      const int64_t groups = conv.op.AttrInt("group", 1);
+      if (transposed && (groups < 1 || w.shape()[0] % groups != 0)) continue;
+      const int64_t c_out = transposed ? w.shape()[1] * groups : w.shape()[0];
       const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
       if (has_bias &&
           (!g.IsConstant(conv.inputs[2]) || g.constants[conv.inputs[2]].type() != DataType::kFp32 ||
@@ -156,12 +159,16 @@ int FoldIntoConvs(GraphBody& g, const AffineOf& affine_of) {
       for (double v : f.scale) scaled = scaled || v != 1.0;
       if (scaled) {
         Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
-        const int64_t per_channel = w.elements() / c_out;
-        for (int64_t co = 0; co < c_out; ++co) {
-          const float* src = w.data<float>() + co * per_channel;
-          float* dst = w2.mutable_data<float>() + co * per_channel;
-          for (int64_t e = 0; e < per_channel; ++e)
-            dst[e] = static_cast<float>(src[e] * f.scale[co]);
+        // Runs of 'taps' weights of one output channel: Conv's whole row of an output channel,
+        // ConvTranspose's kernel of one (input, output) pair, output channel (ci / cig) * cog + co.
+        const int64_t taps =
+            transposed ? w.elements() / (w.shape()[0] * w.shape()[1]) : w.elements() / c_out;
+        const int64_t cog = w.shape()[1], cig = w.shape()[0] / groups;
+        for (int64_t r = 0; r < w.elements() / taps; ++r) {
+          const int64_t co = transposed ? r / cog / cig * cog + r % cog : r;
+          const float* src = w.data<float>() + r * taps;
+          float* dst = w2.mutable_data<float>() + r * taps;
+          for (int64_t e = 0; e < taps; ++e) dst[e] = static_cast<float>(src[e] * f.scale[co]);
         }
         conv.inputs[1] = g.AddValue(node.op.name() + ".folded_weight", std::move(w2));
       }
@@ -184,65 +191,65 @@ int FoldIntoConvs(GraphBody& g, const AffineOf& affine_of) {
   return folded;
 }
 
-// Conv -> BatchNormalization (inference): scale / sqrt(var + eps) per channel, mean and beta the
-// shifts.
-Status FoldBatchNorms(GraphBody& g) {
-  const int folded =
-      FoldIntoConvs(g, [&](const Node& bn, size_t slot, int64_t c_out, size_t, ChannelAffine* f) {
-        if (bn.op.op_type() != "BatchNormalization" || slot != 0 || bn.inputs.size() != 5 ||
-            bn.op.AttrInt("training_mode", 0) != 0)
-          return false;
-        for (int k = 1; k < 5; ++k)
-          if (!g.IsConstant(bn.inputs[k]) || g.constants[bn.inputs[k]].type() != DataType::kFp32 ||
-              g.constants[bn.inputs[k]].elements() != c_out)
-            return false;
-        const float* scale = g.constants[bn.inputs[1]].data<float>();
-        const float* beta = g.constants[bn.inputs[2]].data<float>();
-        const float* mean = g.constants[bn.inputs[3]].data<float>();
-        const float* var = g.constants[bn.inputs[4]].data<float>();
-        const float eps = bn.op.AttrFloat("epsilon", 1e-5f);
-        for (int64_t co = 0; co < c_out; ++co) {
-          f->pre.push_back(-static_cast<double>(mean[co]));
-          f->scale.push_back(static_cast<double>(scale[co]) /
-                             std::sqrt(static_cast<double>(var[co]) + eps));
-          f->post.push_back(beta[co]);
-        }
-        return true;
-      });
-  if (folded)
-    g.pass_log.push_back("BatchNormalization folded into Conv: " + std::to_string(folded));
-  return Status::Ok();
-}
-
-// Conv -> Mul (or Add) by a constant that is one value, or one per output channel ([C, 1, 1],
-// [1, C, 1, 1]; not [C], which would broadcast along the width): the weights (and bias) scaled, or
-// the bias shifted. Reparameterized blocks (RapidOCR's detector: MobileOne's learned scale and
-// shift after each convolution) then leave the Conv followed directly by its activation, which
-// fuses.
-void FoldScalesIntoConvs(GraphBody& g) {
-  const int folded = FoldIntoConvs(
-      g, [&](const Node& op, size_t slot, int64_t c_out, size_t rank, ChannelAffine* f) {
-        const bool mul = op.op.op_type() == "Mul";
-        if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2) return false;
-        const int k = op.inputs[1 - slot];
-        if (k < 0 || !g.IsConstant(k) || g.constants[k].type() != DataType::kFp32) return false;
-        const Tensor& c = g.constants[k];
-        // The constant against the output's [N, C, spatial...] (rank dims): dims aligned right,
-        // each 1 but the channel's (1 or C).
-        const std::vector<int64_t>& cs = c.shape();
-        if (cs.size() > rank) return false;
-        for (size_t d = 0; d < cs.size(); ++d)
-          if (cs[d] != 1 && !(rank - cs.size() + d == 1 && cs[d] == c_out)) return false;
-        const bool one = c.elements() == 1;
-        for (int64_t co = 0; co < c_out; ++co) {
-          const double v = c.data<float>()[one ? 0 : co];
-          f->pre.push_back(0.0);
-          f->scale.push_back(mul ? v : 1.0);
-          f->post.push_back(mul ? 0.0 : v);
-        }
-        return true;
-      });
-  if (folded) g.pass_log.push_back("constant Mul/Add folded into Conv: " + std::to_string(folded));
+// Conv (or ConvTranspose) -> BatchNormalization (inference): scale / sqrt(var + eps) per
+// channel, mean and beta the shifts. Conv -> Mul (or Add) by a constant that is one value, or one
+// per output channel ([C, 1, 1], [1, C, 1, 1]; not [C], which would broadcast along the width):
+// the weights (and bias) scaled, or the bias shifted. Reparameterized blocks (RapidOCR's
+// detector: MobileOne's learned scale and shift after each convolution) then leave the Conv
+// followed directly by its activation, which fuses. Both kinds in one sweep, so that a chain of
+// them folds whole (the detector's head: ConvTranspose -> Add -> BatchNormalization -> Relu).
+void FoldAffinesIntoConvs(GraphBody& g) {
+  int norms = 0, scales = 0;
+  auto batch_norm = [&](const Node& bn, size_t slot, int64_t c_out, ChannelAffine* f) {
+    if (bn.op.op_type() != "BatchNormalization" || slot != 0 || bn.inputs.size() != 5 ||
+        bn.op.AttrInt("training_mode", 0) != 0)
+      return false;
+    for (int k = 1; k < 5; ++k)
+      if (!g.IsConstant(bn.inputs[k]) || g.constants[bn.inputs[k]].type() != DataType::kFp32 ||
+          g.constants[bn.inputs[k]].elements() != c_out)
+        return false;
+    const float* scale = g.constants[bn.inputs[1]].data<float>();
+    const float* beta = g.constants[bn.inputs[2]].data<float>();
+    const float* mean = g.constants[bn.inputs[3]].data<float>();
+    const float* var = g.constants[bn.inputs[4]].data<float>();
+    const float eps = bn.op.AttrFloat("epsilon", 1e-5f);
+    for (int64_t co = 0; co < c_out; ++co) {
+      f->pre.push_back(-static_cast<double>(mean[co]));
+      f->scale.push_back(static_cast<double>(scale[co]) /
+                         std::sqrt(static_cast<double>(var[co]) + eps));
+      f->post.push_back(beta[co]);
+    }
+    return true;
+  };
+  auto scale_or_shift = [&](const Node& op, size_t slot, int64_t c_out, size_t rank,
+                            ChannelAffine* f) {
+    const bool mul = op.op.op_type() == "Mul";
+    if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2) return false;
+    const int k = op.inputs[1 - slot];
+    if (k < 0 || !g.IsConstant(k) || g.constants[k].type() != DataType::kFp32) return false;
+    const Tensor& c = g.constants[k];
+    // The constant against the output's [N, C, spatial...] (rank dims): dims aligned right,
+    // each 1 but the channel's (1 or C).
+    const std::vector<int64_t>& cs = c.shape();
+    if (cs.size() > rank) return false;
+    for (size_t d = 0; d < cs.size(); ++d)
+      if (cs[d] != 1 && !(rank - cs.size() + d == 1 && cs[d] == c_out)) return false;
+    const bool one = c.elements() == 1;
+    for (int64_t co = 0; co < c_out; ++co) {
+      const double v = c.data<float>()[one ? 0 : co];
+      f->pre.push_back(0.0);
+      f->scale.push_back(mul ? v : 1.0);
+      f->post.push_back(mul ? 0.0 : v);
+    }
+    return true;
+  };
+  FoldIntoConvs(g,
+                [&](const Node& node, size_t slot, int64_t c_out, size_t rank, ChannelAffine* f) {
+                  if (batch_norm(node, slot, c_out, f)) return ++norms, true;
+                  return scale_or_shift(node, slot, c_out, rank, f) && (++scales, true);
+                });
+  if (norms) g.pass_log.push_back("BatchNormalization folded into Conv: " + std::to_string(norms));
+  if (scales) g.pass_log.push_back("constant Mul/Add folded into Conv: " + std::to_string(scales));
 }
 
 // ---- ops written out as several --------------------------------------------------------------
@@ -471,9 +478,10 @@ bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& 
 
 namespace {
 
-void FuseConvEpilogues(GraphBody& g) {
+void FuseConvEpilogues(GraphBody& g, bool transposed) {
   // A fused node takes the place of the last node of its group: every input of the group is
-  // computed by then (a residual branch may come after the Conv).
+  // computed by then (a residual branch may come after the Conv). 'transposed': ConvTranspose
+  // takes its activation too (the CPU's op applies it; the GPU's has no epilogue).
   std::vector<int> readers = g.Readers();
   std::map<int, size_t> reader_of;  // value id -> the index of its one reader
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -484,7 +492,10 @@ void FuseConvEpilogues(GraphBody& g) {
   auto is_constant = [&g](int id) { return g.IsConstant(id); };
   auto constant = [&g](int id) -> const Tensor& { return g.constants[id]; };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (dead[i] || g.nodes[i].op.op_type() != "Conv" || g.nodes[i].outputs.size() != 1) continue;
+    const bool is_transposed = g.nodes[i].op.op_type() == "ConvTranspose";
+    if (dead[i] || g.nodes[i].outputs.size() != 1 ||
+        (g.nodes[i].op.op_type() != "Conv" && !(transposed && is_transposed)))
+      continue;
     const int out = g.nodes[i].outputs[0];
     if (out < 0 || readers[out] != 1 || !reader_of.count(out)) continue;
     const size_t r = reader_of[out];
@@ -492,6 +503,7 @@ void FuseConvEpilogues(GraphBody& g) {
     Node& conv = g.nodes[i];
     if (conv.op.activation != OpNode::Activation::kNone) continue;
     const bool add = next.op.op_type() == "Add" || next.op.op_type() == "Sum";  // Sum of two
+    if (add && is_transposed) continue;
     if (add && next.inputs.size() == 2 && !conv.op.residual && next.outputs.size() == 1) {
       const int other = next.inputs[0] == out ? next.inputs[1] : next.inputs[0];
       if (other < 0 || other == out || g.IsConstant(other)) continue;
@@ -868,7 +880,8 @@ void RemoveDeadNodes(GraphBody& g) {
 
 void ChooseChannelsLast(GraphBody& g) {
   // Values keep their ids in NCHW; a value computed channels-last gets a second id (nhwc_of).
-  // Convolutions always run channels-last (converting an NCHW input once); pools, normalisation,
+  // Convolutions always run channels-last (converting an NCHW input once; ConvTranspose where its
+  // taps tile the output, TapsTileTheOutput); pools, normalisation,
   // elementwise ops and Concat on channels do when their inputs already are; any other reader
   // gets the NCHW value back through a conversion inserted before it.
   std::map<int, int> nhwc_of;
@@ -907,6 +920,11 @@ void ChooseChannelsLast(GraphBody& g) {
       capable = true;
       data_inputs.push_back(0);
       if (node.op.residual) data_inputs.push_back(3);
+    } else if (op == "ConvTranspose" && one_out && node.inputs.size() >= 2 &&
+               g.IsConstant(node.inputs[1]) && g.constants[node.inputs[1]].shape().size() == 4 &&
+               TapsTileTheOutput(node.op, g.constants[node.inputs[1]].shape())) {
+      capable = true;
+      data_inputs.push_back(0);
     } else if ((op == "MaxPool" || op == "AveragePool") && one_out && in_nhwc(node.inputs[0]) &&
                node.op.AttrInts("kernel_shape").size() == 2) {
       capable = true;

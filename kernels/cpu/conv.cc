@@ -540,6 +540,128 @@ void ConvNhwc(const Conv2dGeometry& g, const float* x, const ConvWeights& w, con
 
 namespace {
 
+// A group of fewer than 16 values per input pixel (taps x channels: a head's one-channel map) for
+// input pixels p0 .. p0 + count: each pixel's values as one 16-lane sum over its channels (w16:
+// [cig][16], zeros past the group's values), four pixels at a time (four chains of FMAs, not one
+// waiting on each), then to their places.
+NEREID_VECTOR_CLONES void FewTapValues(const Conv2dGeometry& g, const float* x, const float* w16,
+                                       const float* bias, const GemmEpilogue& act, int64_t grp,
+                                       int64_t p0, int64_t count, float* y) {
+  // (A vector of 16 in the compiler's vector extension: one register in the AVX-512 clone, four
+  // or two in the others. Plain loops over the 16 were vectorized along the channels instead,
+  // with shuffles and spills.)
+  using Floats16 = float __attribute__((vector_size(64)));
+  constexpr int kPixels = 4;
+  const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups;
+  const int64_t taps = g.kh * g.kw;
+  Floats16 bias16 = {};  // the group's bias in the values' order
+  for (int64_t v = 0; v < taps * cog && bias != nullptr; ++v) bias16[v] = bias[grp * cog + v % cog];
+  int64_t tap_offset[16];  // each tap's place from the pixel's first
+  for (int64_t t = 0; t < taps; ++t) tap_offset[t] = ((t / g.kw) * g.ow + t % g.kw) * g.c_out;
+  int64_t ix = p0 % g.w, iy = p0 / g.w % g.h, image = p0 / (g.w * g.h);
+  for (int64_t pixel = p0; pixel < p0 + count; pixel += kPixels) {
+    const int pixels = static_cast<int>(std::min<int64_t>(kPixels, p0 + count - pixel));
+    Floats16 sum[kPixels] = {};
+    const float* __restrict px = x + pixel * g.c_in + grp * cig;
+    for (int64_t ci = 0; ci < cig; ++ci) {
+      Floats16 wr;
+      std::memcpy(&wr, w16 + ci * 16, sizeof wr);
+      for (int p = 0; p < kPixels; ++p)  // (past the last pixel: the first one's channels again)
+        sum[p] += px[(p < pixels ? p : 0) * g.c_in + ci] * wr;
+    }
+    for (int p = 0; p < pixels; ++p) {
+      alignas(64) float values[16];
+      const Floats16 v = sum[p] + bias16;
+      std::memcpy(values, &v, sizeof values);
+      if (act.activation != GemmEpilogue::kNone) ActivateEpilogueRow(values, 16, act);
+      // (The pixel's first output pixel, then each tap's place from there.)
+      float* const out = y + ((image * g.oh + iy * g.kh) * g.ow + ix * g.kw) * g.c_out + grp * cog;
+      for (int64_t t = 0; t < taps; ++t)
+        for (int64_t co = 0; co < cog; ++co) out[tap_offset[t] + co] = values[t * cog + co];
+      if (++ix == g.w) {
+        ix = 0;
+        if (++iy == g.h) iy = 0, ++image;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Per group and window row ky (and tap kx where there are several groups), one GEMM per input
+// image row: its pixels' channels of the group by the taps' weights, written straight into output
+// row iy * kh + ky (pixel ix's taps kw pixels apart: ldc kw * c_out). A group of fewer than 16
+// values per input pixel would fill a sliver of the GEMM's tiles: FewTapValues instead.
+// RapidOCR's detector's head at batch 8, 2 threads (Zen 4): its 24 -> 24 2x2 on NCHW (a GEMM per
+// image, the taps interleaved after) 797 -> 210 us.
+void ConvTransposeTiledNhwc(const Conv2dGeometry& g, const float* x, const float* w,
+                            const float* bias, const GemmEpilogue& act, float* y) {
+  const int64_t cig = g.c_in / g.groups, cog = g.c_out / g.groups, kh = g.kh, kw = g.kw;
+  const int64_t taps = kh * kw, per_pixel = taps * cog;  // a group's values per input pixel
+  // w's value for input channel ci of group grp, output channel co of the group, tap (ky, kx).
+  auto weight = [&](int64_t grp, int64_t ci, int64_t co, int64_t ky, int64_t kx) {
+    return w[(((grp * cig + ci) * cog + co) * kh + ky) * kw + kx];
+  };
+  const int64_t work = g.n * g.h * g.w * cig * g.c_out * taps;
+  if (per_pixel < 16) {
+    std::vector<float> w16(static_cast<size_t>(g.groups * cig * 16), 0.f);
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      for (int64_t ci = 0; ci < cig; ++ci)
+        for (int64_t t = 0; t < taps; ++t)
+          for (int64_t co = 0; co < cog; ++co)
+            w16[(grp * cig + ci) * 16 + t * cog + co] = weight(grp, ci, co, t / kw, t % kw);
+    constexpr int64_t kBlock = 256;  // input pixels per piece of work
+    const int64_t pixels = g.n * g.h * g.w;
+    ParallelForWork((pixels + kBlock - 1) / kBlock, work, [&](int64_t item) {
+      for (int64_t grp = 0; grp < g.groups; ++grp)
+        FewTapValues(g, x, w16.data() + grp * cig * 16, bias, act, grp, item * kBlock,
+                     std::min(kBlock, pixels - item * kBlock), y);
+    });
+    return;
+  }
+  const int64_t run = g.groups == 1 ? kw : 1;  // taps of a window row per GEMM
+  // B per (group, ky, first kx of the run): cig x (run * cog), columns (tap, channel); the bias
+  // of a group's columns in their order.
+  std::vector<std::unique_ptr<PackedMatrixB>> b;
+  std::vector<float> panel(static_cast<size_t>(cig * run * cog));
+  std::vector<float> run_bias(static_cast<size_t>(g.groups * run * cog), 0.f);
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    for (int64_t r = 0; r < run * cog && bias != nullptr; ++r)
+      run_bias[grp * run * cog + r] = bias[grp * cog + r % cog];
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t kx0 = 0; kx0 < kw; kx0 += run) {
+        for (int64_t ci = 0; ci < cig; ++ci)
+          for (int64_t r = 0; r < run; ++r)
+            for (int64_t co = 0; co < cog; ++co)
+              panel[(ci * run + r) * cog + co] = weight(grp, ci, co, ky, kx0 + r);
+        b.push_back(
+            std::make_unique<PackedMatrixB>(false, cig, run * cog, panel.data(), run * cog));
+      }
+  }
+  const int64_t gemms_per_group = kh * (kw / run);
+  ParallelForWork(g.n * g.h, work, [&](int64_t row) {
+    const int64_t image = row / g.h, iy = row % g.h;
+    const float* xr = x + row * g.w * g.c_in;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      GemmEpilogue ep = act;
+      ep.bias = run_bias.data() + grp * run * cog;
+      for (int64_t ky = 0; ky < kh; ++ky)
+        for (int64_t kx0 = 0; kx0 < kw; kx0 += run) {
+          float* out = y + ((image * g.oh + iy * kh + ky) * g.ow + kx0) * g.c_out + grp * cog;
+          SgemmPackedFused(
+              g.w,
+              [xr, grp, cig, &g](int64_t i0, int64_t, int64_t pc, int64_t, float*, int64_t* ld) {
+                *ld = g.c_in;
+                return xr + i0 * g.c_in + grp * cig + pc;
+              },
+              *b[grp * gemms_per_group + ky * (kw / run) + kx0 / run], out, kw * g.c_out, ep);
+        }
+    }
+  });
+}
+
+namespace {
+
 NEREID_VECTOR_CLONES void MaxPoolRow(const Conv2dGeometry& g, const float* x, float* y, int64_t b,
                                      int64_t oy) {
   const int64_t c = g.c_in;

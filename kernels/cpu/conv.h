@@ -102,6 +102,13 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
                         const float* taps, const float* bias, const GemmEpilogue& act,
                         const PointwiseStage& project, const float* residual, float* y);
 
+// ConvTranspose whose taps tile the output (strides equal to the kernel, dilation 1, no padding),
+// all NHWC: y [n, h * kh, w * kw, c_out] = act(x [n, h, w, c_in] by w (ONNX's [c_in][c_out /
+// groups][kh][kw]) + bias (c_out values or null)). Each output pixel is one tap of one input
+// pixel, so each value is written once, bias and activation applied as it is.
+void ConvTransposeTiledNhwc(const Conv2dGeometry& g, const float* x, const float* w,
+                            const float* bias, const GemmEpilogue& act, float* y);
+
 // Output pixel i's window of group 'group' (depth ordered (ky, kx, channel), zeros where it
 // leaves the image): kh * kw * c_in / groups values into 'out', as the int8 convolution
 // quantizes them.

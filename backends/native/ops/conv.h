@@ -47,6 +47,12 @@ StatusOr<kernels::Conv2dGeometry> WindowGeometry(const OpNode& node, const Spati
 StatusOr<kernels::Conv2dGeometry> ConvTransposeGeometry(const OpNode& node, const SpatialShape& in,
                                                         const std::vector<int64_t>& w_shape);
 
+// Whether a 2-D ConvTranspose's taps tile its output (strides equal to the kernel, dilation 1, no
+// padding, output_padding or output_shape: an upsampling head's 2x2 of stride 2), from its
+// attributes and weights' shape alone: each output pixel is then one tap of one input pixel, and
+// the op runs channels-last (the graph's layout pass takes it).
+bool TapsTileTheOutput(const OpNode& node, const std::vector<int64_t>& w_shape);
+
 // The kernels' epilogue for the node's fused activation (ops/gemm.cc).
 kernels::GemmEpilogue EpilogueOf(const OpNode& node);
 
