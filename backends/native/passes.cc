@@ -29,6 +29,7 @@ using AffineOf = std::function<bool(const Node& node, size_t slot, int64_t c_out
 
 Status FoldConstants(GraphBody& g);
 void FoldAffinesIntoConvs(GraphBody& g);
+void FoldInputAffinesIntoConvs(GraphBody& g);
 void FuseHardSwishes(GraphBody& g);
 void FuseLayerNorms(GraphBody& g);
 void FuseConvEpilogues(GraphBody& g, bool transposed);
@@ -59,7 +60,8 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   RETURN_IF_ERROR(FoldConstants(g));  // constant subgraphs (shape arithmetic) computed once
   FoldAffinesIntoConvs(g);  // Conv -> BatchNormalization, Mul/Add by constants: weights and bias
   FuseHardSwishes(g);       // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
-  FuseLayerNorms(g);        // ReduceMean, Sub, Pow, ..., Div as written out: one node
+  FoldInputAffinesIntoConvs(g);  // Mul/Add by constants -> unpadded Conv: its weights and bias
+  FuseLayerNorms(g);             // ReduceMean, Sub, Pow, ..., Div as written out: one node
   // Conv -> Add(residual) -> Relu/Clip: one node (ConvTranspose -> Relu too on the CPU)
   FuseConvEpilogues(g, options.pack_weights);
   FuseGemmActivations(g);  // Gemm -> Relu/Sigmoid: one node
@@ -191,6 +193,23 @@ int FoldIntoConvs(GraphBody& g, const AffineOf& affine_of) {
   return folded;
 }
 
+// Constant 'k' as one value per channel of a value of rank 'rank' with 'channels' channels
+// (NCHW: one value, or dims aligned right, each 1 but the channel's: [C, 1, 1], [1, C, 1, 1]; not
+// [C], which would broadcast along the width) into 'values' (channels of them).
+bool PerChannelConstant(const GraphBody& g, int k, int64_t channels, size_t rank,
+                        std::vector<double>* values) {
+  if (k < 0 || !g.IsConstant(k) || g.constants[k].type() != DataType::kFp32) return false;
+  const Tensor& c = g.constants[k];
+  const std::vector<int64_t>& cs = c.shape();
+  if (cs.size() > rank) return false;
+  for (size_t d = 0; d < cs.size(); ++d)
+    if (cs[d] != 1 && !(rank - cs.size() + d == 1 && cs[d] == channels)) return false;
+  const bool one = c.elements() == 1;
+  values->resize(static_cast<size_t>(channels));
+  for (int64_t ch = 0; ch < channels; ++ch) (*values)[ch] = c.data<float>()[one ? 0 : ch];
+  return true;
+}
+
 // Conv (or ConvTranspose) -> BatchNormalization (inference): scale / sqrt(var + eps) per
 // channel, mean and beta the shifts. Conv -> Mul (or Add) by a constant that is one value, or one
 // per output channel ([C, 1, 1], [1, C, 1, 1]; not [C], which would broadcast along the width):
@@ -225,18 +244,10 @@ void FoldAffinesIntoConvs(GraphBody& g) {
                             ChannelAffine* f) {
     const bool mul = op.op.op_type() == "Mul";
     if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2) return false;
-    const int k = op.inputs[1 - slot];
-    if (k < 0 || !g.IsConstant(k) || g.constants[k].type() != DataType::kFp32) return false;
-    const Tensor& c = g.constants[k];
-    // The constant against the output's [N, C, spatial...] (rank dims): dims aligned right,
-    // each 1 but the channel's (1 or C).
-    const std::vector<int64_t>& cs = c.shape();
-    if (cs.size() > rank) return false;
-    for (size_t d = 0; d < cs.size(); ++d)
-      if (cs[d] != 1 && !(rank - cs.size() + d == 1 && cs[d] == c_out)) return false;
-    const bool one = c.elements() == 1;
+    std::vector<double> k;
+    if (!PerChannelConstant(g, op.inputs[1 - slot], c_out, rank, &k)) return false;
     for (int64_t co = 0; co < c_out; ++co) {
-      const double v = c.data<float>()[one ? 0 : co];
+      const double v = k[co];
       f->pre.push_back(0.0);
       f->scale.push_back(mul ? v : 1.0);
       f->post.push_back(mul ? 0.0 : v);
@@ -250,6 +261,95 @@ void FoldAffinesIntoConvs(GraphBody& g) {
                 });
   if (norms) g.pass_log.push_back("BatchNormalization folded into Conv: " + std::to_string(norms));
   if (scales) g.pass_log.push_back("constant Mul/Add folded into Conv: " + std::to_string(scales));
+}
+
+// Mul and Add by constant single values whose result only a Conv without padding reads (constant
+// FP32 weights; pads 0, so every tap of every window reads the affine map's output, never a zero of
+// the padding): the map x' = s * x + t goes into the Conv's weights (w * s per input channel) and
+// bias (b + the sum of w * t over each output's window), in double. RapidOCR's detector scales and
+// shifts each HardSwish's output by learned constants before its 1x1 convolutions: two passes over
+// the image each. A padded Conv keeps them (the window's taps in the padding read zeros, not t).
+void FoldInputAffinesIntoConvs(GraphBody& g) {
+  std::vector<int> readers = g.Readers();
+  std::map<int, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int id : g.nodes[i].outputs)
+      if (id >= 0) producer[id] = i;
+  std::vector<bool> dead(g.nodes.size(), false);
+  int folded = 0;
+  auto zeros = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t e) { return e == 0; });
+  };
+  for (Node& conv : g.nodes) {
+    if (conv.op.op_type() != "Conv" || conv.outputs.size() != 1 || conv.inputs.size() < 2 ||
+        conv.inputs[0] < 0 || !g.IsConstant(conv.inputs[1]) || !zeros(conv.op.AttrInts("pads")) ||
+        conv.op.AttrString("auto_pad", "NOTSET") != "NOTSET")
+      continue;
+    const Tensor& w = g.constants[conv.inputs[1]];
+    const int64_t groups = conv.op.AttrInt("group", 1);
+    if (w.type() != DataType::kFp32 || w.shape().size() < 3 || groups < 1) continue;
+    const int64_t c_out = w.shape()[0], cig = w.shape()[1], c_in = cig * groups;
+    const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+    if (has_bias &&
+        (!g.IsConstant(conv.inputs[2]) || g.constants[conv.inputs[2]].type() != DataType::kFp32 ||
+         g.constants[conv.inputs[2]].elements() != c_out))
+      continue;
+    // Back from the Conv's input: x' = s * u + t, one node at a time.
+    std::vector<double> s(static_cast<size_t>(c_in), 1.0), t(static_cast<size_t>(c_in), 0.0);
+    int u = conv.inputs[0], steps = 0;
+    for (;;) {
+      auto it = producer.find(u);
+      if (it == producer.end() || dead[it->second] || readers[u] != 1) break;
+      const Node& op = g.nodes[it->second];
+      const bool mul = op.op.op_type() == "Mul";
+      if ((!mul && op.op.op_type() != "Add") || op.inputs.size() != 2 || op.outputs.size() != 1)
+        break;
+      const size_t slot = g.IsConstant(op.inputs[1]) ? 0 : 1;  // the data operand
+      std::vector<double> k;
+      // (One value only: a constant of one per channel could widen an operand of one channel.)
+      const int k_id = op.inputs[1 - slot];
+      if (op.inputs[slot] < 0 || g.IsConstant(op.inputs[slot]) || k_id < 0 || !g.IsConstant(k_id) ||
+          g.constants[k_id].elements() != 1 ||
+          !PerChannelConstant(g, k_id, c_in, w.shape().size(), &k))
+        break;
+      // x' = s * (m * u' + a) + t: s * m, s * a + t.
+      for (int64_t c = 0; c < c_in; ++c) {
+        if (mul)
+          s[c] *= k[c];
+        else
+          t[c] += s[c] * k[c];
+      }
+      dead[it->second] = true;
+      u = op.inputs[slot];
+      ++steps;
+    }
+    if (steps == 0) continue;
+    const int64_t taps = w.elements() / (c_out * cig);
+    Tensor w2 = Tensor::Allocate(DataType::kFp32, w.shape());
+    Tensor b2 = Tensor::Allocate(DataType::kFp32, {c_out});
+    for (int64_t co = 0; co < c_out; ++co) {
+      double bias = has_bias ? g.constants[conv.inputs[2]].data<float>()[co] : 0.0;
+      for (int64_t ci = 0; ci < cig; ++ci) {
+        const int64_t channel = co / (c_out / groups) * cig + ci;  // the input channel
+        for (int64_t e = 0; e < taps; ++e) {
+          const int64_t at = (co * cig + ci) * taps + e;
+          const double v = w.data<float>()[at];
+          w2.mutable_data<float>()[at] = static_cast<float>(v * s[channel]);
+          bias += v * t[channel];
+        }
+      }
+      b2.mutable_data<float>()[co] = static_cast<float>(bias);
+    }
+    conv.inputs[0] = u;
+    conv.inputs[1] = g.AddValue(conv.op.name() + ".input_scaled_weight", std::move(w2));
+    conv.inputs.resize(std::max<size_t>(conv.inputs.size(), 3));
+    conv.inputs[2] = g.AddValue(conv.op.name() + ".input_shifted_bias", std::move(b2));
+    folded += steps;
+  }
+  EraseMarked(g, dead);
+  if (folded)
+    g.pass_log.push_back("constant Mul/Add folded into the Conv reading them: " +
+                         std::to_string(folded));
 }
 
 // ---- ops written out as several --------------------------------------------------------------

@@ -661,6 +661,55 @@ TEST(LayoutTest, AnInt8InvertedResidualBlockBecomesOneNode) {
         << i;
 }
 
+// Relu -> Mul by a constant -> Add of a constant -> Conv: where that Conv has no padding (a 1x1,
+// groups of 2) the two fold into its weights and bias; where it has (a 3x3 padded by 1: its taps
+// in the padding read zeros, not the shift) or where another reader (a graph output) needs the
+// shifted values, they stay. The answers are those of the graph with every node in place.
+TEST(LayoutTest, ConstantScalesBeforeAnUnpaddedConvFoldIntoIt) {
+  auto model = [](bool padded, bool shifted_is_output) {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(9);
+    std::vector<float> w0(8 * 4 * 9), w1(12 * 4 * (padded ? 9 : 1)), b1(12);
+    FillUniform(rng, -1, 1, {&w0, &w1, &b1});
+    AddFloatTensor(g, "w0", {8, 4, 3, 3}, w0);
+    AddFloatTensor(g, "w1", {12, 4, padded ? 3 : 1, padded ? 3 : 1}, w1);
+    AddFloatTensor(g, "b1", {12}, b1);
+    AddFloatTensor(g, "scale", {1}, {1.7f});
+    AddFloatTensor(g, "shift", {}, {-0.4f});
+    AddValueInfo(g->mutable_input(), "x", {2, 4, 9, 7});
+    AddValueInfo(g->mutable_output(), "y", {});
+    if (shifted_is_output) AddValueInfo(g->mutable_output(), "s", {});
+    SetInts(AddNode(g, "Conv", {"x", "w0"}, "c"), "pads", {1, 1, 1, 1});
+    AddNode(g, "Relu", {"c"}, "r");
+    AddNode(g, "Mul", {"scale", "r"}, "m");
+    AddNode(g, "Add", {"m", "shift"}, "s");
+    auto* conv = AddNode(g, "Conv", {"s", "w1", "b1"}, "y");
+    SetInt(conv, "group", 2);
+    if (padded) SetInts(conv, "pads", {1, 1, 1, 1});
+    return m;
+  };
+  const Tensor x = UniformTensor({2, 4, 9, 7}, 8, -1, 1);
+  for (bool padded : {false, true}) {
+    std::vector<Tensor> got[2];
+    for (bool shifted_is_output : {false, true}) {
+      auto graph = Graph::FromProto(model(padded, shifted_is_output), GraphOptions{});
+      ASSERT_TRUE(graph.ok()) << graph.status().message();
+      const std::vector<std::string>& log = (*graph)->pass_log();
+      const bool folded =
+          std::find(log.begin(), log.end(),
+                    "constant Mul/Add folded into the Conv reading them: 2") != log.end();
+      EXPECT_EQ(folded, !padded && !shifted_is_output) << padded << shifted_is_output;
+      ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[shifted_is_output]).ok());
+    }
+    ASSERT_EQ(got[0][0].shape(), got[1][0].shape());
+    for (int64_t i = 0; i < got[0][0].elements(); ++i)
+      ASSERT_NEAR(got[0][0].data<float>()[i], got[1][0].data<float>()[i],
+                  1e-5f * (1.f + std::abs(got[1][0].data<float>()[i])))
+          << "padded " << padded << " " << i;
+  }
+}
+
 // The block's residual of another shape ([2, 8, 1, 1], a ReduceMean of x): added with broadcasting
 // after the block, then the projection's Relu, as without the fusion.
 TEST(LayoutTest, AnInvertedResidualBlocksBroadcastResidualAddsAsOnnxDoes) {
