@@ -233,6 +233,12 @@ __global__ void ResizeKernel(const T* __restrict__ x, int64_t h, int64_t w, int6
     const T* image = x + b * h * w * c + ch;
     const T* r0 = image + a.i0 * w * c;
     const T* r1 = image + a.i1 * w * c;
+    // Taps that both read one pixel (every pixel in the nearest modes): a copy of it, as the CPU
+    // op does (the blend would turn an infinity into NaN: inf + (inf - inf) * 0).
+    if (a.i0 == a.i1 && a.f == 0.f && t.i0 == t.i1 && t.f == 0.f) {
+      y[i] = r0[t.i0 * c];
+      continue;
+    }
     const float p00 = ToFloat(r0[t.i0 * c]), p01 = ToFloat(r0[t.i1 * c]);
     const float p10 = ToFloat(r1[t.i0 * c]), p11 = ToFloat(r1[t.i1 * c]);
     const float top = p00 + (p01 - p00) * t.f, bottom = p10 + (p11 - p10) * t.f;

@@ -150,16 +150,27 @@ Status Concat(const OpNode& node, const std::vector<const Tensor*>& in, std::vec
         return node.Error("inputs differ outside the axis");
     shape[axis] += t->shape()[axis];
   }
-  out[0] = Tensor::Allocate(in[0]->type(), shape);
+  // (Every byte is written: no zeroing first. Rows of the outer dims over the intra-op team: the
+  // channels-last Concat of RapidOCR's detector's four upsampled maps is 6,144 pixels of four
+  // pieces at batch 8.)
+  out[0] = Tensor::Uninitialized(in[0]->type(), shape);
   const size_t esize = DataTypeSize(in[0]->type());
   const int64_t outer = Product(first, 0, axis);
-  uint8_t* dst = out[0].mutable_raw();
-  for (int64_t o = 0; o < outer; ++o)
-    for (const Tensor* t : in) {
-      const size_t chunk = static_cast<size_t>(Product(t->shape(), axis, rank)) * esize;
-      std::memcpy(dst, t->raw() + o * chunk, chunk);
-      dst += chunk;
+  std::vector<size_t> chunks;  // each input's bytes per outer row
+  size_t row = 0;
+  for (const Tensor* t : in) {
+    chunks.push_back(static_cast<size_t>(Product(t->shape(), axis, rank)) * esize);
+    row += chunks.back();
+  }
+  uint8_t* const base = out[0].mutable_raw();
+  kernels::ParallelForWork(outer, outer * static_cast<int64_t>(row), [&](int64_t o) {
+    uint8_t* dst = base + static_cast<size_t>(o) * row;
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (chunks[k] != 0)
+        std::memcpy(dst, in[k]->raw() + static_cast<size_t>(o) * chunks[k], chunks[k]);
+      dst += chunks[k];
     }
+  });
   return Status::Ok();
 }
 

@@ -510,6 +510,79 @@ TEST(TransformerFusionTest, AFusedResidualOfAnyShapeAddsAsOnnxDoes) {
   }
 }
 
+// Concat on the channel axis of two convolutions' outputs (4 and 7 channels) and the input (3):
+// channels-last, its pixels over teams of 1 and 3, the same values as the NCHW graph's.
+TEST(LayoutTest, ConcatOfChannelsAnswersAsOnNchwOverATeam) {
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(4);
+    std::vector<float> w0(4 * 3 * 9), w1(7 * 3);
+    FillUniform(rng, -1, 1, {&w0, &w1});
+    AddFloatTensor(g, "w0", {4, 3, 3, 3}, w0);
+    AddFloatTensor(g, "w1", {7, 3, 1, 1}, w1);
+    AddValueInfo(g->mutable_input(), "x", {3, 3, 40, 30});
+    AddValueInfo(g->mutable_output(), "y", {});
+    SetInts(AddNode(g, "Conv", {"x", "w0"}, "a"), "pads", {1, 1, 1, 1});
+    AddNode(g, "Conv", {"x", "w1"}, "b");
+    SetInt(AddNode(g, "Concat", {"a", "b", "x"}, "y"), "axis", 1);
+    return m;
+  };
+  const Tensor x = UniformTensor({3, 3, 40, 30}, 5, -1, 1);
+  std::vector<Tensor> want;
+  GraphOptions nchw;
+  nchw.channels_last = false;
+  auto plain = Graph::FromProto(model(), nchw);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  ASSERT_TRUE((*plain)->Run({{"x", x}}, {"y"}, &want).ok());
+  ASSERT_EQ(want[0].shape(), (std::vector<int64_t>{3, 14, 40, 30}));
+  auto graph = Graph::FromProto(model(), GraphOptions{});
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  for (int threads : {1, 3}) {
+    kernels::ThreadTeam team(threads);
+    kernels::ParallelScope scope(threads > 1 ? &team : nullptr);
+    std::vector<Tensor> got;
+    ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got).ok());
+    ASSERT_EQ(got[0].shape(), want[0].shape());
+    for (int64_t i = 0; i < want[0].elements(); ++i)
+      ASSERT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 1e-5) << threads << " " << i;
+  }
+}
+
+// Nearest Resize copies each value, infinities and NaN included (a blend with weight 0 would turn
+// an infinity into NaN), on NCHW and channels-last (after a 1x1 Conv by 1) alike.
+TEST(LayoutTest, NearestResizeCopiesInfinitiesAndNaN) {
+  auto model = [] {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    AddFloatTensor(g, "one", {1, 1, 1, 1}, {1.f});
+    AddFloatTensor(g, "roi", {0}, {});
+    AddFloatTensor(g, "scales", {4}, {1, 1, 2, 2});
+    AddValueInfo(g->mutable_input(), "x", {1, 1, 2, 2});
+    AddValueInfo(g->mutable_output(), "y", {});
+    AddNode(g, "Conv", {"x", "one"}, "a");
+    SetString(AddNode(g, "Resize", {"a", "roi", "scales"}, "y"), "mode", "nearest");
+    return m;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = Tensor::Allocate(DataType::kFp32, {1, 1, 2, 2});
+  const float values[4] = {inf, -inf, std::nanf(""), 1.5f};
+  std::copy(values, values + 4, x.mutable_data<float>());
+  std::vector<Tensor> got[2];
+  std::vector<std::string> logs[2];
+  ASSERT_NO_FATAL_FAILURE(RunBothLayouts(model, x, {"y"}, got, logs));
+  for (int layout = 0; layout < 2; ++layout) {
+    ASSERT_EQ(got[layout][0].shape(), (std::vector<int64_t>{1, 1, 4, 4}));
+    for (int64_t i = 0; i < 16; ++i) {
+      const float want = values[(i / 4 / 2) * 2 + i % 4 / 2], v = got[layout][0].data<float>()[i];
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(v)) << layout << " " << i;
+      else
+        EXPECT_EQ(v, want) << layout << " " << i;
+    }
+  }
+}
+
 // Conv -> Resize (nearest or linear, by scales or sizes) -> Conv: the layout pass keeps the Resize
 // channels-last between the convolutions; its answers equal the NCHW graph's (the same arithmetic
 // per element).
