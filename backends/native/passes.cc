@@ -31,6 +31,7 @@ Status FoldConstants(GraphBody& g);
 void FoldAffinesIntoConvs(GraphBody& g);
 void FoldInputAffinesIntoConvs(GraphBody& g);
 void FuseHardSwishes(GraphBody& g);
+void FuseSelfGatedResiduals(GraphBody& g);
 void FuseLayerNorms(GraphBody& g);
 void FuseConvEpilogues(GraphBody& g, bool transposed);
 void FuseGemmActivations(GraphBody& g);
@@ -61,6 +62,7 @@ Status RunPasses(GraphBody& g, const GraphOptions& options) {
   FoldAffinesIntoConvs(g);  // Conv -> BatchNormalization, Mul/Add by constants: weights and bias
   FuseHardSwishes(g);       // x * Clip(x + 3, 0, 6) / 6 as written out: HardSwish
   FoldInputAffinesIntoConvs(g);  // Mul/Add by constants -> unpadded Conv: its weights and bias
+  FuseSelfGatedResiduals(g);     // x + x * s (a Conv's x): x * (s + 1), one pass over x
   FuseLayerNorms(g);             // ReduceMean, Sub, Pow, ..., Div as written out: one node
   // Conv -> Add(residual) -> Relu/Clip: one node (ConvTranspose -> Relu too on the CPU)
   FuseConvEpilogues(g, options.pack_weights);
@@ -577,6 +579,55 @@ bool FusableActivation(const Graph::Node& node, const std::function<bool(int)>& 
 }
 
 namespace {
+
+// Add(x, Mul(x, s)) with x a Conv's output and the Mul read only by the Add (RapidOCR's
+// detector's residual squeeze-excite: x + x * HardSigmoid(...), s one value per image and
+// channel): Mul(x, Add(s, 1)), the 1 added on s's few values, one pass over the image instead of
+// two. The same broadcast; the product rounds once where the sum of two rounded twice.
+void FuseSelfGatedResiduals(GraphBody& g) {
+  const Patterns p(g);
+  const OpDef* add_op = FindOpDef("Add");
+  const OpDef* mul_op = FindOpDef("Mul");
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::map<size_t, std::vector<Node>> replaced;  // node index -> the nodes taking its place
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& add = g.nodes[i];
+    if (add.op.op_type() != "Add" || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int x = add.inputs[side];
+      Node* mul = p.MadeBy(add.inputs[1 - side], "Mul");
+      if (x < 0 || g.IsConstant(x) || mul == nullptr || mul->inputs.size() != 2 ||
+          dead[p.Index(mul)] || p.MadeBy(x, "Conv", p.readers(x)) == nullptr)
+        continue;
+      const int gate = mul->inputs[0] == x   ? mul->inputs[1]
+                       : mul->inputs[1] == x ? mul->inputs[0]
+                                             : -1;
+      if (gate < 0 || gate == x) continue;
+      Tensor one_value = Tensor::Allocate(DataType::kFp32, {});
+      one_value.mutable_data<float>()[0] = 1.f;
+      const int one = g.AddValue(add.op.name() + ".one", std::move(one_value));
+      const int plus_one = g.AddValue(add.op.name() + ".gate_plus_one");
+      replaced[i] = {
+          g.MakeNode("Add", add.op.name() + ".gate_plus_one", add_op->fn, {gate, one}, {plus_one}),
+          g.MakeNode("Mul", add.op.name() + ".gated", mul_op->fn, {x, plus_one}, {add.outputs[0]})};
+      dead[p.Index(mul)] = true;
+      break;
+    }
+  }
+  if (replaced.empty()) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (dead[i]) continue;
+    auto it = replaced.find(i);
+    if (it == replaced.end()) {
+      kept.push_back(std::move(g.nodes[i]));
+      continue;
+    }
+    for (Node& n : it->second) kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+  g.pass_log.push_back("x + x * s as x * (s + 1): " + std::to_string(replaced.size()));
+}
 
 void FuseConvEpilogues(GraphBody& g, bool transposed) {
   // A fused node takes the place of the last node of its group: every input of the group is

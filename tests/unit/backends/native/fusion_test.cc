@@ -510,6 +510,51 @@ TEST(TransformerFusionTest, AFusedResidualOfAnyShapeAddsAsOnnxDoes) {
   }
 }
 
+// x + x * s with x a Conv's output and s a squeeze-excite gate (GlobalAveragePool -> Conv ->
+// HardSigmoid): one Mul by s + 1, on both layouts, with the answers of the graph that keeps the
+// two (its x * s is also a graph output there).
+TEST(LayoutTest, ASelfGatedResidualBecomesOneProduct) {
+  auto model = [](bool product_is_output) {
+    auto m = NewModel(13);
+    auto* g = m->mutable_graph();
+    std::mt19937 rng(6);
+    std::vector<float> w0(6 * 3 * 9), w1(6 * 6);
+    FillUniform(rng, -1, 1, {&w0, &w1});
+    AddFloatTensor(g, "w0", {6, 3, 3, 3}, w0);
+    AddFloatTensor(g, "w1", {6, 6, 1, 1}, w1);
+    AddValueInfo(g->mutable_input(), "x", {2, 3, 9, 8});
+    AddValueInfo(g->mutable_output(), "y", {});
+    if (product_is_output) AddValueInfo(g->mutable_output(), "m", {});
+    SetInts(AddNode(g, "Conv", {"x", "w0"}, "c"), "pads", {1, 1, 1, 1});
+    AddNode(g, "GlobalAveragePool", {"c"}, "p");
+    AddNode(g, "Conv", {"p", "w1"}, "q");
+    AddNode(g, "HardSigmoid", {"q"}, "s");
+    AddNode(g, "Mul", {"c", "s"}, "m");
+    AddNode(g, "Add", {"m", "c"}, "y");
+    return m;
+  };
+  const Tensor x = UniformTensor({2, 3, 9, 8}, 3, -1, 1);
+  for (bool channels_last : {false, true}) {
+    std::vector<Tensor> got[2];
+    for (bool product_is_output : {false, true}) {
+      GraphOptions options;
+      options.channels_last = channels_last;
+      auto graph = Graph::FromProto(model(product_is_output), options);
+      ASSERT_TRUE(graph.ok()) << graph.status().message();
+      const std::vector<std::string>& log = (*graph)->pass_log();
+      EXPECT_EQ(std::find(log.begin(), log.end(), "x + x * s as x * (s + 1): 1") != log.end(),
+                !product_is_output);
+      ASSERT_TRUE((*graph)->Run({{"x", x}}, {"y"}, &got[product_is_output]).ok());
+    }
+    ASSERT_EQ(got[0][0].shape(), (std::vector<int64_t>{2, 6, 9, 8}));
+    ASSERT_EQ(got[1][0].shape(), got[0][0].shape());
+    for (int64_t i = 0; i < got[0][0].elements(); ++i)
+      ASSERT_NEAR(got[0][0].data<float>()[i], got[1][0].data<float>()[i],
+                  1e-6f * (1.f + std::abs(got[1][0].data<float>()[i])))
+          << channels_last << " " << i;
+  }
+}
+
 // Concat on the channel axis of two convolutions' outputs (4 and 7 channels) and the input (3):
 // channels-last, its pixels over teams of 1 and 3, the same values as the NCHW graph's.
 TEST(LayoutTest, ConcatOfChannelsAnswersAsOnNchwOverATeam) {
