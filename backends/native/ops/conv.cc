@@ -1,6 +1,7 @@
 // The conv family: Conv (1-D and 2-D, groups, depthwise, dilations, every padding mode) as an
 // implicit GEMM on the CPU kernels with bias, residual and activation fused, and ConvTranspose
-// (1-D and 2-D) as a GEMM and a col2im scatter.
+// (1-D and 2-D): channels-last where its taps tile the output (kernels::ConvTransposeTiledNhwc),
+// otherwise a GEMM and a col2im scatter on NCHW.
 #include "ops/conv.h"
 
 #include <algorithm>
