@@ -597,7 +597,7 @@ void FuseSelfGatedResiduals(GraphBody& g) {
       const int x = add.inputs[side];
       Node* mul = p.MadeBy(add.inputs[1 - side], "Mul");
       if (x < 0 || g.IsConstant(x) || mul == nullptr || mul->inputs.size() != 2 ||
-          dead[p.Index(mul)] || p.MadeBy(x, "Conv", p.readers(x)) == nullptr)
+          p.MadeBy(x, "Conv", p.readers(x)) == nullptr)
         continue;
       const int gate = mul->inputs[0] == x   ? mul->inputs[1]
                        : mul->inputs[1] == x ? mul->inputs[0]
