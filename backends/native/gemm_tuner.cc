@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "cuda/conv.h"
 #include "cuda/gemm_int8.h"
 
 namespace nereid::native {
@@ -19,6 +20,8 @@ std::string GemmChoice::Name() const {
       return sm90.Name();
     case Impl::kSmallMInt8:
       return "int8-small-m";
+    case Impl::kConv:
+      return "conv-tensor-core";
     default:
       return "cuBLAS";
   }
@@ -61,6 +64,7 @@ backend::Status GemmTuner::Tune(GemmBench& bench, int64_t rows, int64_t narrow_f
         if (kc::SmallMSupported(p, variant))
           candidates.push_back({GemmChoice::Impl::kSmallM, variant, {}});
       if (kc::SmallMInt8Supported(p)) candidates.push_back({GemmChoice::Impl::kSmallMInt8, {}, {}});
+      if (kc::GemmAsConvSupported(p)) candidates.push_back({GemmChoice::Impl::kConv, {}, {}});
       for (const auto& config : kc::kSm90Configs)
         if (kc::Sm90Supported(p, config))
           candidates.push_back({GemmChoice::Impl::kSm90, {}, config});

@@ -19,7 +19,8 @@ namespace nereid::native {
 // Which implementation runs a GEMM at a row count.
 struct GemmChoice {
   // kSmallMInt8: GemmSmallMInt8 (int8 GEMMs have no cuBLAS; their choices are Nereid's kernels).
-  enum class Impl { kCublas, kSmallM, kSm90, kSmallMInt8 } impl = Impl::kCublas;
+  // kConv: GemmAsConv, the convolutions' tensor-core kernel (a batch-1 layer as one kernel).
+  enum class Impl { kCublas, kSmallM, kSm90, kSmallMInt8, kConv } impl = Impl::kCublas;
   kernels::cuda::SmallMVariant variant = kernels::cuda::SmallMVariant::kWarpRows2;
   kernels::cuda::Sm90Config sm90{};
 

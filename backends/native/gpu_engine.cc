@@ -686,6 +686,8 @@ class GpuInstance final : public GemmBench {
                   "int8 quantization");
       if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
         return CudaError(kc::GemmSm90(p, stream_, choice->sm90), "int8 GEMM kernel");
+      if (choice != nullptr && choice->impl == GemmChoice::Impl::kConv)
+        return CudaError(kc::GemmAsConv(p, stream_), "int8 GEMM kernel");
       if (choice != nullptr && choice->impl == GemmChoice::Impl::kSmallM)
         return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "int8 GEMM kernel");
       if (choice == nullptr && !kc::SmallMInt8Supported(p))
@@ -696,6 +698,8 @@ class GpuInstance final : public GemmBench {
       return CudaError(kc::GemmSmallM(p, stream_, choice->variant), "GEMM kernel");
     if (choice != nullptr && choice->impl == GemmChoice::Impl::kSm90)
       return CudaError(kc::GemmSm90(p, stream_, choice->sm90), "GEMM kernel");
+    if (choice != nullptr && choice->impl == GemmChoice::Impl::kConv)
+      return CudaError(kc::GemmAsConv(p, stream_), "GEMM kernel");
     if (std::string e = cublas_->Run(p, static_cast<float*>(acc_.data)); !e.empty())
       return Internal(e);
     return Status::Ok();

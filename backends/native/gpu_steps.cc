@@ -184,8 +184,9 @@ Status LaunchStep(const GpuModel& m, const Step& s, int64_t rows, const StepBuff
       if (s.space_to_depth) {
         kernels::Conv2dGeometry g = s.window;
         g.n = rows;
-        CUDA_RETURN(kc::SpaceToDepth(out.type, b.buf(s.in), g, b.buf(s.out), stream),
-                    "layout kernel");
+        CUDA_RETURN(
+            kc::SpaceToDepth(out.type, b.buf(s.in), g, b.buf(s.out), stream, m.values[s.in].type),
+            "layout kernel");
         break;
       }
       const int64_t c = s.layout_c, hw = out.dims[1] * out.dims[2];

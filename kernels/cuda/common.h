@@ -39,6 +39,10 @@ int PerDevice(std::atomic<int> (&cache)[kMaxDevices], const Compute& compute) {
   return v;
 }
 
+// Whether the current device launches thread-block clusters (compute capability 9.0 and later,
+// in an sm_90a build), cached per device.
+bool ClusterLaunch();
+
 // Blocks of 256 threads, each thread handling 'per_thread' elements, capped so a grid-stride loop
 // covers the rest.
 inline unsigned GridFor(int64_t n, int per_thread = 4) {

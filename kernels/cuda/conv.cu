@@ -1,3 +1,4 @@
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -164,10 +165,20 @@ __global__ void ConvDepthwiseKernel(ConvProblem p) {
 // window leaves the image, into one of three shared-memory stages (two steps load while one
 // computes). Rows in shared memory are 80 bytes apart, so ldmatrix's eight row addresses fall in
 // distinct banks. Int8 sums are exact in int32 and scaled once (the image's scale times the output
-// channel's). Split K (blockIdx.z of 'splits'): each split sums its range of steps into fp32
-// partials (scaled), which ConvSplitEpilogueKernel adds up and finishes.
+// channel's). Split K (blockIdx.z of 'splits'): on a GPU with thread-block clusters the splits of
+// a tile are one cluster along z, each block leaving its partial sums in its own shared memory
+// (over the stages, done with) and then finishing 1/splits of the tile's values from every block's
+// sums, read in rank order (deterministic) through distributed shared memory: one kernel, no
+// workspace. Elsewhere each split writes fp32 partials (scaled) to the workspace, which
+// ConvSplitEpilogueKernel adds up and finishes.
 constexpr int kTcPixels = 128, kTcChannels = 64, kTcStepBytes = 64, kTcRowBytes = 80;
 constexpr int kTcStages = 3;
+constexpr int kTcABytes = kTcStages * kTcPixels * kTcRowBytes;
+constexpr int kTcBBytes = kTcStages * kTcChannels * kTcRowBytes;
+// A cluster split's partial sums in shared memory: rows 4 floats longer than the tile, so the
+// fragments' stores spread over the banks and every row stays 16-byte aligned.
+constexpr int kTcPartialRow = kTcChannels + 4;
+static_assert(kTcPixels * kTcPartialRow * 4 <= kTcABytes + kTcBBytes);
 
 // T's elements per 16 bytes (one cp.async piece, one ldmatrix row).
 template <typename T>
@@ -182,14 +193,17 @@ __device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* share
                : "r"(at));
 }
 
-// T: x's and w's storage (bf16, fp16, or int8 with p.x_scale and p.w_scale); O: y's.
+// T: x's and w's storage (bf16, fp16, or int8 with p.x_scale and p.w_scale); O: y's. 'clustered':
+// the splits along z are one thread-block cluster (ConvSplits).
 template <typename T, typename O>
-__global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int splits) {
+__global__ void __launch_bounds__(256)
+    ConvTensorCoreKernel(ConvProblem p, int splits, bool clustered) {
   constexpr int kVec = kTcVec<T>, kStep = kTcStepBytes / sizeof(T), kRow = kTcRowBytes / sizeof(T);
   using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
   const Conv2dGeometry& g = p.g;
-  __shared__ __align__(16) T a_tile[kTcStages][kTcPixels][kRow];
-  __shared__ __align__(16) T b_tile[kTcStages][kTcChannels][kRow];
+  __shared__ __align__(16) unsigned char smem[kTcABytes + kTcBBytes];
+  auto a_tile = reinterpret_cast<T(*)[kTcPixels][kRow]>(smem);
+  auto b_tile = reinterpret_cast<T(*)[kTcChannels][kRow]>(smem + kTcABytes);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t pixels = g.n * g.oh * g.ow, depth = g.kh * g.kw * g.c_in;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcPixels;
@@ -211,42 +225,50 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
     iy0[i] = static_cast<int>(o.y0), ix0[i] = static_cast<int>(o.x0);
   }
   const int64_t co_load = n0 + row;
-  auto load = [&](int stage, int64_t step) {
-    const int64_t k = step * kStep + piece * kVec;
-    const bool k_ok = k < depth;
-    int64_t ci = 0, ky = 0, kx = 0;
-    if (k_ok) {
-      ci = k % g.c_in;
-      const int64_t tap = k / g.c_in;
-      kx = tap % g.kw, ky = tap / g.kw;
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int64_t iy = iy0[i] + ky * g.dilation_h, ix = ix0[i] + kx * g.dilation_w;
-      const bool ok = k_ok && row_ok[i] && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-      CopyAsync16(&a_tile[stage][row + 64 * i][piece * kVec],
-                  ok ? x + base[i] + (iy * g.w + ix) * g.c_in + ci : x, ok);
-    }
-    const bool ok = k_ok && co_load < g.c_out;
-    CopyAsync16(&b_tile[stage][row][piece * kVec], ok ? w + co_load * depth + k : w, ok);
-  };
+  const bool co_ok = co_load < g.c_out;
   // This split's steps.
   const int64_t steps = (depth + kStep - 1) / kStep;
   const int64_t per_split = (steps + splits - 1) / splits;
   const int64_t first = blockIdx.z * per_split;
   const int64_t count = first < steps ? min(per_split, steps - first) : 0;
+  // The thread's place in the depth, (ky, kx, ci) of k, advanced one step per load (the loads
+  // come in step order): no division per step.
+  int64_t k = first * kStep + piece * kVec;
+  int ci = 0, kx = 0, ky = 0;
+  if (k < depth) {
+    const int64_t tap = k / g.c_in;
+    ci = static_cast<int>(k % g.c_in), kx = static_cast<int>(tap % g.kw);
+    ky = static_cast<int>(tap / g.kw);
+  }
+  const int c_in = static_cast<int>(g.c_in), kw = static_cast<int>(g.kw);
+  auto load = [&](int stage) {
+    const bool k_ok = k < depth;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t iy = iy0[i] + static_cast<int64_t>(ky) * g.dilation_h;
+      const int64_t ix = ix0[i] + static_cast<int64_t>(kx) * g.dilation_w;
+      const bool ok = k_ok && row_ok[i] && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+      CopyAsync16(&a_tile[stage][row + 64 * i][piece * kVec],
+                  ok ? x + base[i] + (iy * g.w + ix) * g.c_in + ci : x, ok);
+    }
+    const bool ok = k_ok && co_ok;
+    CopyAsync16(&b_tile[stage][row][piece * kVec], ok ? w + co_load * depth + k : w, ok);
+    k += kStep;
+    for (ci += kStep; ci >= c_in; ci -= c_in)
+      if (++kx == kw) kx = 0, ++ky;
+  };
   const int wm = warp % 4, wn = warp / 4;
   Acc acc[2][4][4] = {};
 #pragma unroll
   for (int s = 0; s < kTcStages - 1; ++s) {
-    if (s < count) load(s, first + s);
+    if (s < count) load(s);
     CommitCopies();  // (empty groups keep the count wait_group relies on)
   }
   for (int64_t i = 0; i < count; ++i) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kTcStages - 2));
     __syncthreads();  // step i landed for everyone, and step i - 1's stage is free again
     const int64_t next = i + kTcStages - 1;
-    if (next < count) load(static_cast<int>(next % kTcStages), first + next);
+    if (next < count) load(static_cast<int>(next % kTcStages));
     CommitCopies();
     const int stage = static_cast<int>(i % kTcStages);
 #pragma unroll
@@ -268,6 +290,53 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
   const int gid = lane / 4, tig = lane % 4;
+  const int64_t image_pixels = g.oh * g.ow;
+  // The accumulator of (tile row r, tile column c) as a float, int8 sums scaled.
+  auto value = [&](int mt, int half, int nt, int j, int64_t m) {
+    float v = static_cast<float>(acc[mt][nt][half * 2 + j]);
+    if constexpr (std::is_same_v<T, int8_t>)
+      v *= p.x_scale[m / image_pixels] *
+           p.w_scale[min(n0 + wn * 32 + nt * 8 + tig * 2 + j, g.c_out - 1)];
+    return v;
+  };
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (clustered) {
+    namespace cg = cooperative_groups;
+    auto part = reinterpret_cast<float(*)[kTcPartialRow]>(smem);
+    __syncthreads();  // every warp is done with the stages
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = wm * 32 + mt * 16 + gid + half * 8;
+        const int64_t m = min(m0 + r, pixels - 1);  // rows past the image: never read
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            part[r][wn * 32 + nt * 8 + tig * 2 + j] = value(mt, half, nt, j, m);
+      }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's sums are in its shared memory
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kTcPixels), pixels - m0));
+    constexpr int kQuads = kTcChannels / 4;
+    for (int i = tid + rank * 256; i < rows * kQuads; i += 256 * splits) {
+      const int r = i / kQuads, c = i % kQuads * 4;
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int q = 0; q < splits; ++q) {
+        const float4 v = *cluster.map_shared_rank(reinterpret_cast<float4*>(&part[r][c]), q);
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      const float sums[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (n0 + c + j < g.c_out) StoreConvOutput<O>(p, m0 + r, n0 + c + j, sums[j]);
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+    return;
+  }
+#endif
   float* partial = splits > 1 ? p.workspace + blockIdx.z * pixels * g.c_out : nullptr;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -275,16 +344,13 @@ __global__ void __launch_bounds__(256) ConvTensorCoreKernel(ConvProblem p, int s
     for (int half = 0; half < 2; ++half) {
       const int64_t m = m0 + wm * 32 + mt * 16 + gid + half * 8;
       if (m >= pixels) continue;
-      float x_scale = 1.f;
-      if constexpr (std::is_same_v<T, int8_t>) x_scale = p.x_scale[m / (g.oh * g.ow)];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int64_t co = n0 + wn * 32 + nt * 8 + tig * 2;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (co + j >= g.c_out) continue;
-          float v = static_cast<float>(acc[mt][nt][half * 2 + j]);
-          if constexpr (std::is_same_v<T, int8_t>) v *= x_scale * p.w_scale[co + j];
+          const float v = value(mt, half, nt, j, m);
           if (partial != nullptr)
             partial[m * g.c_out + co + j] = v;
           else
@@ -475,27 +541,27 @@ __global__ void TransposeKernel(const U* x, int64_t n, int64_t c, int64_t hw, in
 
 // One output pixel a thread: its channels gathered from the s x s block of every source channel
 // (neighbouring threads read neighbouring blocks of a row), stored 16 bytes at a time.
-template <typename U>
-__global__ void SpaceToDepthKernel(const U* __restrict__ x, Conv2dGeometry g, U* __restrict__ y) {
-  constexpr int V = 16 / static_cast<int>(sizeof(U));
+template <typename I, typename O>
+__global__ void SpaceToDepthKernel(const I* __restrict__ x, Conv2dGeometry g, O* __restrict__ y) {
+  constexpr int V = 16 / static_cast<int>(sizeof(O));
   const int s = static_cast<int>(g.stride_h), c = static_cast<int>(g.c_in);
   const int used = s * s * c, chunks = static_cast<int>(g.c_out) / V;
   const int64_t plane = g.oh * g.ow, total = g.n * plane;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t img = i / plane, p = i - img * plane, by = p / g.ow, bx = p - by * g.ow;
-    const U* src = x + img * g.c_in * g.h * g.w;
+    const I* src = x + img * g.c_in * g.h * g.w;
     uint4* dst = reinterpret_cast<uint4*>(y + i * g.c_out);
     for (int chunk = 0; chunk < chunks; ++chunk) {
       uint4 packed;
-      U* o = reinterpret_cast<U*>(&packed);
+      O* o = reinterpret_cast<O*>(&packed);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const int cc = chunk * V + j, tap = cc / c, ci = cc - tap * c;
         const int64_t row = by * s + tap / s - g.pad_top, col = bx * s + tap % s - g.pad_left;
-        o[j] = cc < used && row >= 0 && row < g.h && col >= 0 && col < g.w
-                   ? src[(ci * g.h + row) * g.w + col]
-                   : U{0};
+        o[j] = FromFloat<O>(cc < used && row >= 0 && row < g.h && col >= 0 && col < g.w
+                                ? ToFloat(src[(ci * g.h + row) * g.w + col])
+                                : 0.f);
       }
       dst[chunk] = packed;
     }
@@ -533,19 +599,39 @@ ConvKernel ChooseConvKernel(const ConvProblem& p) {
   return ConvKernel::kGeneric;
 }
 
+// Splits of the depth on a cluster (ConvSplits), at most the portable cluster size.
+constexpr int kConvMaxClusterSplits = 8;
+
+// Temporary tuning knobs (device A/B runs): NEREID_CONV_SPLIT_BLOCKS blocks per SM aimed at,
+// NEREID_CONV_SPLIT_STEPS the fewest depth steps a split takes.
+static int Knob(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+// Whether the tensor-core kernel's splits of 'p' run as a cluster.
+static bool SplitOnClusters(const ConvProblem& p) { return p.clusters && ClusterLaunch(); }
+
 int ConvSplits(const ConvProblem& p) {
-  if (ChooseConvKernel(p) != ConvKernel::kTensorCore || p.workspace == nullptr) return 1;
+  if (ChooseConvKernel(p) != ConvKernel::kTensorCore) return 1;
+  const bool cluster = SplitOnClusters(p);
+  if (!cluster && p.workspace == nullptr) return 1;
   const Conv2dGeometry& g = p.g;
   const int64_t pixels = g.n * g.oh * g.ow;
   const int64_t tiles =
       (pixels + kTcPixels - 1) / kTcPixels * ((g.c_out + kTcChannels - 1) / kTcChannels);
   const int64_t sms = std::max(MultiprocessorCount(), 1);
   if (tiles >= sms) return 1;
-  // About two blocks per SM, each split at least 8 steps of the depth.
+  static const int blocks_per_sm = std::max(Knob("NEREID_CONV_SPLIT_BLOCKS", 2), 1);
+  static const int min_steps = std::max(Knob("NEREID_CONV_SPLIT_STEPS", 8), 1);
+  // About 'blocks_per_sm' blocks per SM, each split at least 'min_steps' steps of the depth.
   const int64_t step = p.int8 ? kTcStepBytes : kTcStepBytes / 2;  // depth per step
   const int64_t steps = (g.kh * g.kw * g.c_in + step - 1) / step;
-  int64_t splits = std::min<int64_t>({kConvMaxSplits, (2 * sms + tiles - 1) / tiles, steps / 8});
-  while (splits > 1 && splits * pixels * g.c_out > kConvWorkspaceFloats) --splits;
+  int64_t splits =
+      std::min<int64_t>({cluster ? kConvMaxClusterSplits : kConvMaxSplits,
+                         (blocks_per_sm * sms + tiles - 1) / tiles, steps / min_steps});
+  if (!cluster)
+    while (splits > 1 && splits * pixels * g.c_out > kConvWorkspaceFloats) --splits;
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
@@ -633,6 +719,44 @@ bool ConvOnSm90(const ConvProblem& p) {
   return Sm90Conv(p, &q, &c);
 }
 
+// The tensor-core implicit GEMM (ChooseConvKernel's kTensorCore), split as ConvSplits says.
+static cudaError_t LaunchConvTensorCore(const ConvProblem& p, cudaStream_t stream) {
+  const Conv2dGeometry& g = p.g;
+  const int64_t pixels = g.n * g.oh * g.ow;
+  const dim3 grid(static_cast<unsigned>((pixels + kTcPixels - 1) / kTcPixels),
+                  static_cast<unsigned>((g.c_out + kTcChannels - 1) / kTcChannels));
+  const int splits = ConvSplits(p);
+  if (grid.y > 65535) return cudaErrorInvalidValue;
+  // Split on a cluster where the GPU has them (no workspace, one kernel), else through the
+  // workspace and a second kernel.
+  const bool clustered = splits > 1 && SplitOnClusters(p);
+  const unsigned finish = GridFor(pixels * g.c_out, 4);
+  auto launch = [&](auto in, auto out) {
+    using T = decltype(in);
+    using O = decltype(out);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid.x, grid.y, static_cast<unsigned>(splits));
+    config.blockDim = dim3(256, 1, 1);
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    config.attrs = cluster;
+    config.numAttrs = clustered ? 1 : 0;
+    const cudaError_t e =
+        cudaLaunchKernelEx(&config, &ConvTensorCoreKernel<T, O>, p, splits, clustered);
+    if (e != cudaSuccess) return e;
+    if (splits > 1 && !clustered) ConvSplitEpilogueKernel<O><<<finish, 256, 0, stream>>>(p, splits);
+    return cudaGetLastError();
+  };
+  if (p.int8 && p.type == ElemType::kBF16) return launch(int8_t{}, __nv_bfloat16{});
+  if (p.int8) return launch(int8_t{}, __half{});
+  if (p.type == ElemType::kBF16) return launch(__nv_bfloat16{}, __nv_bfloat16{});
+  return launch(__half{}, __half{});
+}
+
 cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
   const Conv2dGeometry& g = p.g;
   if (!GeometryValid(g) || g.c_out <= 0 || g.groups <= 0 || g.groups > 65535 ||
@@ -644,25 +768,8 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
   if (Sm90Config c; Sm90Conv(p, &sm90, &c)) return GemmSm90(sm90, stream, c);
   const int64_t pixels = g.n * g.oh * g.ow;
   switch (ChooseConvKernel(p)) {
-    case ConvKernel::kTensorCore: {
-      const dim3 grid(static_cast<unsigned>((pixels + kTcPixels - 1) / kTcPixels),
-                      static_cast<unsigned>((g.c_out + kTcChannels - 1) / kTcChannels));
-      const int splits = ConvSplits(p);
-      const dim3 split_grid(grid.x, grid.y, static_cast<unsigned>(splits));
-      if (grid.y > 65535) return cudaErrorInvalidValue;
-      const unsigned finish = GridFor(pixels * g.c_out, 4);
-      auto launch = [&](auto in, auto out) {
-        using T = decltype(in);
-        using O = decltype(out);
-        ConvTensorCoreKernel<T, O><<<split_grid, 256, 0, stream>>>(p, splits);
-        if (splits > 1) ConvSplitEpilogueKernel<O><<<finish, 256, 0, stream>>>(p, splits);
-        return cudaGetLastError();
-      };
-      if (p.int8 && p.type == ElemType::kBF16) return launch(int8_t{}, __nv_bfloat16{});
-      if (p.int8) return launch(int8_t{}, __half{});
-      if (p.type == ElemType::kBF16) return launch(__nv_bfloat16{}, __nv_bfloat16{});
-      return launch(__half{}, __half{});
-    }
+    case ConvKernel::kTensorCore:
+      return LaunchConvTensorCore(p, stream);
     case ConvKernel::kDepthwise:
       return WithFloatType(p.type, [&](auto t) {
         ConvDepthwiseKernel<decltype(t)><<<GridFor(pixels * g.c_out, 1), 256, 0, stream>>>(p);
@@ -677,6 +784,43 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
     }
   }
   return cudaErrorInvalidValue;
+}
+
+// The 1x1 convolution GemmAsConv runs for 'p' (its activation must have a convolution form).
+static ConvProblem GemmAsConvProblem(const GemmProblem& p) {
+  ConvProblem c;
+  c.g.n = p.m, c.g.c_in = p.k, c.g.c_out = p.n;  // m images of one pixel
+  c.int8 = p.ab_type == ElemType::kI8;
+  c.type = p.out_type;
+  c.x = p.x, c.w = p.w, c.y = p.y, c.bias = p.bias, c.residual = p.residual;
+  c.x_scale = p.x_scale, c.w_scale = p.w_scale;
+  c.act = p.act == Activation::kRelu ? ConvActivation::kRelu : ConvActivation::kNone;
+  return c;  // (no workspace: splits only on clusters)
+}
+
+bool GemmAsConvSupported(const GemmProblem& p) {
+  // A current device with bf16 tensor cores (compute capability 8.0 or later).
+  static std::atomic<int> cache[kMaxDevices];
+  const bool device = PerDevice(cache, [](int dev) {
+                        int major = 0;
+                        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+                        return major >= 8 ? 1 : -1;
+                      }) > 0;
+  const bool types = p.ab_type == ElemType::kI8
+                         ? (p.out_type == ElemType::kBF16 || p.out_type == ElemType::kF16) &&
+                               p.x_scale != nullptr && p.w_scale != nullptr && p.k % 16 == 0
+                         : (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) &&
+                               p.out_type == p.ab_type && p.k % 8 == 0;
+  const bool act = p.act == Activation::kNone ||
+                   (p.act == Activation::kRelu && (p.residual == nullptr || p.residual_first));
+  return device && types && act && !p.implicit && !p.tf32 && p.alpha == 1.f && p.m >= 1 &&
+         p.n >= 1 && p.k >= 1 && p.n <= 65535 * int64_t{kTcChannels} && Aligned16(p.x) &&
+         Aligned16(p.w);
+}
+
+cudaError_t GemmAsConv(const GemmProblem& p, cudaStream_t stream) {
+  if (!GemmAsConvSupported(p)) return cudaErrorInvalidValue;
+  return LaunchConvTensorCore(GemmAsConvProblem(p), stream);
 }
 
 cudaError_t Pool2dNhwc(PoolKind kind, const Conv2dGeometry& g, int64_t pad_bottom,
@@ -781,20 +925,23 @@ cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, in
 }
 
 cudaError_t SpaceToDepth(ElemType type, const void* x, const Conv2dGeometry& g, void* y,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, ElemType x_type) {
   const int64_t s = g.stride_h, elem = FloatType(type) ? ElemSize(type) : 0;
   if (x == nullptr || y == nullptr || elem == 0 || !Aligned16(y) || g.n <= 0 || g.c_in <= 0 ||
       g.h <= 0 || g.w <= 0 || g.oh <= 0 || g.ow <= 0 || s < 1 || s > 8 || g.stride_w != s ||
-      g.c_out < s * s * g.c_in || g.c_out * elem % 16 != 0 || g.c_out > 1024)
+      g.c_out < s * s * g.c_in || g.c_out * elem % 16 != 0 || g.c_out > 1024 ||
+      (x_type != type && x_type != ElemType::kF32))
     return cudaErrorInvalidValue;
   const unsigned grid = GridFor(g.n * g.oh * g.ow, 1);
-  if (elem == 4)
-    SpaceToDepthKernel<uint32_t>
-        <<<grid, 256, 0, stream>>>(static_cast<const uint32_t*>(x), g, static_cast<uint32_t*>(y));
-  else
-    SpaceToDepthKernel<uint16_t>
-        <<<grid, 256, 0, stream>>>(static_cast<const uint16_t*>(x), g, static_cast<uint16_t*>(y));
-  return cudaGetLastError();
+  return WithFloatType(type, [&](auto t) {
+    using O = decltype(t);
+    if (x_type == ElemType::kF32)
+      SpaceToDepthKernel<float, O>
+          <<<grid, 256, 0, stream>>>(static_cast<const float*>(x), g, static_cast<O*>(y));
+    else
+      SpaceToDepthKernel<O, O>
+          <<<grid, 256, 0, stream>>>(static_cast<const O*>(x), g, static_cast<O*>(y));
+  });
 }
 
 template <typename T>

@@ -42,8 +42,10 @@ struct ConvProblem {
   void* y = nullptr;
   ConvActivation act = ConvActivation::kNone;
   float act_a = 0.f, act_b = 0.f;
-  // kConvWorkspaceFloats of scratch, or null: layers with fewer tiles than the GPU has SMs then
-  // split their depth over blocks (fp32 partial sums here, added up by a second kernel).
+  // Layers with fewer tiles than the GPU has SMs split their depth over blocks: on a cluster where
+  // the GPU launches them ('clusters'; false for tests and comparisons), else with fp32 partial
+  // sums in 'workspace' (kConvWorkspaceFloats, or null: no split), added up by a second kernel.
+  bool clusters = true;
   float* workspace = nullptr;
   // int8: x and w int8 (x per image with x_scale[image], w per output channel with w_scale[co];
   // value = q * scale), y and residual in 'type' (bf16 or fp16): the tensor-core kernel's int8
@@ -70,6 +72,9 @@ GemmProblem ImplicitGemm(const ConvProblem& p);
 // multiple of 8 or int8 to bf16 with c_in a multiple of 16, one group, Relu or no activation,
 // tiles that fill the GPU; decided per call, as the batch's pixels change).
 bool ConvOnSm90(const ConvProblem& p);
+// Over how many blocks Conv2dNhwc splits the depth of 'p' (1: none). Where the GPU launches
+// thread-block clusters the splits are one cluster and meet in distributed shared memory (one
+// kernel, no workspace); elsewhere they need p.workspace and a second kernel.
 int ConvSplits(const ConvProblem& p);
 const char* ConvKernelName(ConvKernel k);
 
@@ -78,6 +83,15 @@ const char* ConvKernelName(ConvKernel k);
 std::vector<float> ConvWeightsLayout(const ConvProblem& p, const float* oihw);
 
 cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream);
+
+// A GEMM as a 1x1 convolution over m one-pixel images on the tensor-core implicit GEMM, whose
+// cluster splits run a batch-1 layer as one kernel (a candidate the engine's GEMM tuner times
+// against cuBLAS). Takes bf16/fp16 operands with y in their type, or int8 operands (x_scale per
+// row) with y in bf16/fp16; alpha 1; no activation or Relu, with the residual before it; k a
+// multiple of 8 (16 for int8); 16-byte aligned x and w; a current device of compute capability 8.0
+// or later.
+bool GemmAsConvSupported(const GemmProblem& p);
+cudaError_t GemmAsConv(const GemmProblem& p, cudaStream_t stream);
 
 // y[i] = act(x[i]) for an activation standing alone (not after a convolution); in place allowed.
 cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type, const void* x,
@@ -108,8 +122,9 @@ cudaError_t ChannelsFirst(ElemType type, const void* x, int64_t n, int64_t c, in
 // (g.n x g.oh x g.ow x g.c_out), each output pixel (by, bx) the s x s block of every channel
 // (s = g.stride_h = g.stride_w) at rows by s + dy - g.pad_top, columns bx s + dx - g.pad_left
 // (zero outside the image), channel (dy s + dx) g.c_in + ci; channels from s s c_in up to c_out
-// zero. A convolution of stride s then reads whole 16- or 32-byte taps of one block each.
+// zero. A convolution of stride s then reads whole 16- or 32-byte taps of one block each. y is of
+// 'type'; x of 'x_type', 'type' or kF32 (a model's fp32 input converted on the way).
 cudaError_t SpaceToDepth(ElemType type, const void* x, const Conv2dGeometry& g, void* y,
-                         cudaStream_t stream);
+                         cudaStream_t stream, ElemType x_type);
 
 }  // namespace nereid::kernels::cuda

@@ -543,21 +543,6 @@ cudaError_t LaunchSmallMOut(const GemmProblem& p, SmallMVariant variant, cudaStr
   return cudaErrorInvalidValue;
 }
 
-// Whether the current device launches thread-block clusters (compute capability 9.0 and later),
-// cached per device.
-bool ClusterLaunch() {
-#if !defined(NEREID_CUDA_SM90A)
-  return false;  // the cluster path is compiled only into the sm_90a build
-#endif
-  static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
-  return PerDevice(cache, [](int dev) {
-           int supported = 0;
-           const bool asked =
-               cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, dev) == cudaSuccess;
-           return asked && supported != 0 ? 1 : -1;
-         }) > 0;
-}
-
 cudaDataType_t CudaType(ElemType t) {
   switch (t) {
     case ElemType::kBF16:
@@ -574,6 +559,21 @@ std::string CublasError(const char* what, cublasStatus_t status) {
 }
 
 }  // namespace
+
+// Whether the current device launches thread-block clusters (compute capability 9.0 and later),
+// cached per device.
+bool ClusterLaunch() {
+#if !defined(NEREID_CUDA_SM90A)
+  return false;  // the cluster path is compiled only into the sm_90a build
+#endif
+  static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
+  return PerDevice(cache, [](int dev) {
+           int supported = 0;
+           const bool asked =
+               cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, dev) == cudaSuccess;
+           return asked && supported != 0 ? 1 : -1;
+         }) > 0;
+}
 
 bool SmallMSupported(const GemmProblem& p, SmallMVariant v) {
   const bool tensor_core = SmallMTensorCore(v);

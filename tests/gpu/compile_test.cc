@@ -306,7 +306,8 @@ TEST(GpuCompile, PointwiseConvolutionsRunAsGemms) {
 // of stride 1 over 2x2 blocks of the image as 16 channels (12 used): its input a space-to-depth
 // layout step with the block grid the windows need (112 + 3 = 115 a side). (Its arithmetic: the
 // ONNX node tests of strided Conv in bf16, GpuEngineConformance, and on the device
-// tests/e2e/test_gpu_vision.py against ONNX Runtime.) In fp32 it stays a 7x7 convolution.
+// tests/e2e/test_gpu_vision.py against ONNX Runtime.) It reads the fp32 input itself. In fp32 it
+// stays a 7x7 convolution.
 TEST(GpuCompile, AStridedStemRunsOverSpaceToDepthBlocks) {
   const fs::path site = SitePackages();
   if (site.empty()) GTEST_SKIP() << "no .venv with the onnx wheel (scripts/install-deps.sh)";
@@ -336,6 +337,10 @@ TEST(GpuCompile, AStridedStemRunsOverSpaceToDepthBlocks) {
       continue;
     }
     EXPECT_TRUE(layout->space_to_depth);
+    // It reads the model's fp32 input itself, converting on the way: no conversion step first.
+    EXPECT_EQ(layout->in, m.inputs[0].value);
+    EXPECT_EQ(m.values[layout->in].type, kernels::cuda::ElemType::kF32);
+    EXPECT_EQ(&m.steps.front(), layout);
     EXPECT_EQ(layout->window.stride_h, 2);
     EXPECT_EQ(layout->window.c_in, 3);
     EXPECT_EQ(layout->window.pad_top, 3);

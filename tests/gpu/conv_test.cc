@@ -19,6 +19,7 @@ namespace nereid::gpu_test {
 namespace {
 
 namespace kc = kernels::cuda;
+using kc::Activation;
 using kc::ConvActivation;
 using kc::GemmProblem;
 using kernels::Conv2dGeometry;
@@ -158,15 +159,22 @@ TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
       if (t != ElemType::kF32 && g.groups == 1 && g.c_in % 8 == 0) {
         EXPECT_EQ(kernel, kc::ConvKernel::kTensorCore) << Describe(c, t);
       }
-      ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
-      CUDA_OK(cudaDeviceSynchronize());
       // The reference: the same rounded operands, in double.
       std::vector<double> ref;
       for (int64_t px = 0; px < g.n * g.oh * g.ow; ++px)
         for (int64_t co = 0; co < g.c_out; ++co) ref.push_back(o.Reference(px, co));
-      const double err = RelativeError(Decode(o.dy.Read(), t), ref);
       const double tol = t == ElemType::kF32 ? 1e-5 : t == ElemType::kF16 ? 3e-3 : 2e-2;
-      EXPECT_LE(err, tol) << Describe(c, t) << " on " << kc::ConvKernelName(kernel);
+      // A split depth both ways: on a cluster (where the GPU has them) and through the workspace.
+      for (bool clusters : {true, false}) {
+        p.clusters = clusters;
+        if (!clusters && kc::ConvSplits(p) == 1) break;
+        CUDA_OK(cudaMemset(o.dy.get(), 0xFF, o.dy.size()));  // NaN: every value must be written
+        ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
+        CUDA_OK(cudaDeviceSynchronize());
+        const double err = RelativeError(Decode(o.dy.Read(), t), ref);
+        EXPECT_LE(err, tol) << Describe(c, t) << " on " << kc::ConvKernelName(kernel)
+                            << (clusters ? "" : ", split through the workspace");
+      }
     }
   for (int k = 0; k < 3; ++k)
     EXPECT_GT(kernels_seen[k], 0) << kc::ConvKernelName(static_cast<kc::ConvKernel>(k));
@@ -336,8 +344,6 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
       ASSERT_TRUE(kc::Int8ConvSupported(p)) << Describe(c, t);
       split += kc::ConvSplits(p) > 1;
       sm90 += kc::ConvOnSm90(p);
-      ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
-      CUDA_OK(cudaDeviceSynchronize());
       const std::vector<double> rr = Rounded(res, t);
       std::vector<double> ref(y_n);
       for (int64_t b = 0; b < g.n; ++b)
@@ -355,9 +361,18 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
               if (c.residual) acc += rr[at];
               ref[at] = Activate(c.act, acc, c.a, c.b);
             }
-      // Only the output's rounding to 16 bits and fp32 scaling differ from the reference.
+      // Only the output's rounding to 16 bits and fp32 scaling differ from the reference. A split
+      // depth both ways: on a cluster (where the GPU has them) and through the workspace.
       const double tol = t == ElemType::kF16 ? 2e-3 : 1e-2;
-      EXPECT_LE(RelativeError(Decode(dy.Read(), t), ref), tol) << "int8 " << Describe(c, t);
+      for (bool clusters : {true, false}) {
+        p.clusters = clusters;
+        if (!clusters && kc::ConvSplits(p) == 1) break;
+        CUDA_OK(cudaMemset(dy.get(), 0xFF, dy.size()));
+        ASSERT_EQ(kc::Conv2dNhwc(p, nullptr), cudaSuccess) << Describe(c, t);
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_LE(RelativeError(Decode(dy.Read(), t), ref), tol)
+            << "int8 " << Describe(c, t) << (clusters ? "" : ", split through the workspace");
+      }
     }
   EXPECT_GT(split, 0) << "no int8 case split its depth over blocks";
   // bf16 outputs of the three large cases (GemmSm90 writes int8 products to bf16 only).
@@ -375,6 +390,100 @@ TEST(CudaConv, Int8MatchesTheQuantizedReference) {
   bad.g = Geometry(1, 4, 4, 16, 16, 3, 1, 1), bad.x_scale = nullptr;
   EXPECT_EQ(kc::Conv2dNhwc(bad, nullptr), cudaErrorInvalidValue);
   cudaGetLastError();
+}
+
+// GEMMs as 1x1 convolutions on the tensor-core kernel (the GEMM tuner's candidate for batch-1
+// layers): bf16, fp16 and int8 operands, the row counts of ResNet-50's batch-1 stages (split
+// depths among them: one cluster per tile on a Hopper GPU), bias, residual before Relu.
+TEST(CudaConv, GemmAsConvMatchesTheReference) {
+  NEREID_REQUIRE_GPU();
+  struct Shape {
+    int64_t m, n, k;
+    bool residual;
+    Activation act;
+  };
+  const Shape shapes[] = {{49, 512, 2048, true, Activation::kRelu},
+                          {196, 1024, 256, true, Activation::kRelu},
+                          {3136, 64, 64, false, Activation::kRelu},
+                          {1, 136, 96, false, Activation::kNone},
+                          {300, 72, 1024, true, Activation::kNone}};
+  uint64_t seed = 90;
+  int split = 0;
+  for (const Shape& s : shapes)
+    for (ElemType t : {ElemType::kBF16, ElemType::kF16, ElemType::kI8}) {
+      const bool int8 = t == ElemType::kI8;
+      const ElemType out = int8 ? ElemType::kBF16 : t;
+      const std::vector<float> x = Random(s.m * s.k, seed++),
+                               w = Random(s.n * s.k, seed++, -0.3f, 0.3f);
+      const std::vector<float> bias = Random(s.n, seed++), res = Random(s.m * s.n, seed++);
+      std::vector<double> rx, rw;
+      std::vector<int8_t> xq(x.size()), wq(w.size());
+      std::vector<float> xs(s.m), ws(s.n);
+      if (int8) {  // the reference reads the quantized values
+        kernels::QuantizeRowsInt8(x.data(), s.m, s.k, s.k, xq.data(), xs.data());
+        kernels::QuantizeRowsInt8(w.data(), s.n, s.k, s.k, wq.data(), ws.data());
+        for (int64_t i = 0; i < s.m * s.k; ++i)
+          rx.push_back(static_cast<double>(xq[i]) * xs[i / s.k]);
+        for (int64_t i = 0; i < s.n * s.k; ++i)
+          rw.push_back(static_cast<double>(wq[i]) * ws[i / s.k]);
+      } else {
+        rx = Rounded(x, t), rw = Rounded(w, t);
+      }
+      auto bytes = [](const auto& v) {
+        return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                    reinterpret_cast<const uint8_t*>(v.data() + v.size()));
+      };
+      DeviceBuffer dx(int8 ? bytes(xq) : Encode(x, t)), dw(int8 ? bytes(wq) : Encode(w, t)),
+          dxs(bytes(xs)), dws(bytes(ws)), db(Encode(bias, ElemType::kF32)), dr(Encode(res, out)),
+          dy(s.m * s.n * kc::ElemSize(out));
+      GemmProblem p;
+      p.m = s.m, p.n = s.n, p.k = s.k, p.ab_type = t, p.out_type = out;
+      p.x = dx.get(), p.w = dw.get(), p.y = dy.get(), p.act = s.act, p.residual_first = true;
+      p.bias = static_cast<const float*>(db.get());
+      p.residual = s.residual ? dr.get() : nullptr;
+      if (int8) {
+        p.x_scale = static_cast<const float*>(dxs.get());
+        p.w_scale = static_cast<const float*>(dws.get());
+      }
+      ASSERT_TRUE(kc::GemmAsConvSupported(p));
+      kc::ConvProblem as_conv;  // the same convolution, for its split count
+      as_conv.g.n = s.m, as_conv.g.c_in = s.k, as_conv.g.c_out = s.n, as_conv.type = out;
+      as_conv.int8 = int8, as_conv.x = p.x, as_conv.w = p.w, as_conv.y = p.y;
+      as_conv.x_scale = p.x_scale, as_conv.w_scale = p.w_scale;
+      split += kc::ConvSplits(as_conv) > 1;
+      ASSERT_EQ(kc::GemmAsConv(p, nullptr), cudaSuccess);
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<double> rr = Rounded(res, out);
+      std::vector<double> ref(s.m * s.n);
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          double acc = bias[j];
+          for (int64_t l = 0; l < s.k; ++l) acc += rx[i * s.k + l] * rw[j * s.k + l];
+          if (s.residual) acc += rr[i * s.n + j];
+          ref[i * s.n + j] = s.act == Activation::kRelu ? std::max(acc, 0.0) : acc;
+        }
+      const double tol = t == ElemType::kF16 ? 3e-3 : 2e-2;
+      EXPECT_LE(RelativeError(Decode(dy.Read(), out), ref), tol)
+          << kc::ElemTypeName(t) << " " << s.m << "x" << s.n << "x" << s.k;
+    }
+  if (kc::ClusterLaunch()) {
+    EXPECT_GT(split, 0) << "no GEMM split its depth";
+  }
+  // What it refuses: an activation after the residual, alpha, fp32, misaligned k.
+  GemmProblem bad;
+  bad.m = bad.n = bad.k = 64, bad.ab_type = bad.out_type = ElemType::kBF16;
+  DeviceBuffer buf(1 << 16);
+  bad.x = bad.w = bad.residual = bad.y = buf.get(), bad.act = Activation::kRelu;
+  EXPECT_FALSE(kc::GemmAsConvSupported(bad));
+  bad.residual_first = true;
+  EXPECT_TRUE(kc::GemmAsConvSupported(bad));
+  bad.alpha = 0.5f;
+  EXPECT_FALSE(kc::GemmAsConvSupported(bad));
+  bad.alpha = 1.f, bad.k = 60;
+  EXPECT_FALSE(kc::GemmAsConvSupported(bad));
+  bad.k = 64, bad.ab_type = bad.out_type = ElemType::kF32;
+  EXPECT_FALSE(kc::GemmAsConvSupported(bad));
+  EXPECT_EQ(kc::GemmAsConv(bad, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(CudaConv, PoolsMatchTheReference) {
@@ -492,9 +601,12 @@ TEST(CudaConv, SpaceToDepthPlacesEachPixelOfItsBlock) {
   g.n = 2, g.c_in = 3, g.h = 11, g.w = 9, g.stride_h = g.stride_w = 2;
   g.pad_top = 3, g.pad_left = 0, g.oh = 8, g.ow = 6, g.c_out = 16;
   const std::vector<float> x = Random(g.n * g.c_in * g.h * g.w, 21);
-  for (ElemType t : {ElemType::kBF16, ElemType::kF32}) {
-    DeviceBuffer dx(Encode(x, t)), dy(g.n * g.oh * g.ow * g.c_out * kc::ElemSize(t));
-    ASSERT_EQ(kc::SpaceToDepth(t, dx.get(), g, dy.get(), nullptr), cudaSuccess);
+  // (bf16 from fp32: a model's input converted on the way)
+  for (auto [t, xt] : {std::pair{ElemType::kBF16, ElemType::kBF16},
+                       {ElemType::kF32, ElemType::kF32},
+                       {ElemType::kBF16, ElemType::kF32}}) {
+    DeviceBuffer dx(Encode(x, xt)), dy(g.n * g.oh * g.ow * g.c_out * kc::ElemSize(t));
+    ASSERT_EQ(kc::SpaceToDepth(t, dx.get(), g, dy.get(), nullptr, xt), cudaSuccess);
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<double> y = Decode(dy.Read(), t), ref = Rounded(x, t);
     for (int64_t b = 0; b < g.n; ++b)
@@ -512,14 +624,16 @@ TEST(CudaConv, SpaceToDepthPlacesEachPixelOfItsBlock) {
   DeviceBuffer buf(1 << 16);
   kernels::Conv2dGeometry bad = g;
   bad.c_out = 8;  // fewer than 4 x 3
-  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr),
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr, ElemType::kBF16),
             cudaErrorInvalidValue);
   bad = g, bad.c_out = 12;  // 24 bytes: not whole 16-byte pieces
-  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr),
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr, ElemType::kBF16),
             cudaErrorInvalidValue);
   bad = g, bad.stride_w = 1;
-  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr),
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), bad, buf.get(), nullptr, ElemType::kBF16),
             cudaErrorInvalidValue);
+  EXPECT_EQ(kc::SpaceToDepth(ElemType::kBF16, buf.get(), g, buf.get(), nullptr, ElemType::kF16),
+            cudaErrorInvalidValue);  // only fp32 converts on the way
 }
 
 TEST(CudaConv, RefusesWhatItCannotRun) {

@@ -109,6 +109,7 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return ptr_; }
+  size_t size() const { return bytes_; }
   std::vector<uint8_t> Read() const {
     std::vector<uint8_t> out(bytes_);
     cudaMemcpy(out.data(), ptr_, bytes_, cudaMemcpyDeviceToHost);

@@ -57,6 +57,14 @@ void UseSpaceToDepth(GpuModel& m, int source, int64_t c, Step& s, std::vector<fl
   s.conv.g.pad_top = s.conv.g.pad_left = 0;
   ValueSpec spec = ImageValue(m.float_type, c, blocks.oh, blocks.ow);
   spec.nhwc = true;
+  // A model input converted from fp32 is read as fp32 and converted on the way (the conversion
+  // step is then dead unless something else reads its output).
+  for (const Step& convert : m.steps)
+    if (convert.kind == Step::kConvert && convert.out == source &&
+        m.values[convert.in].type == kernels::cuda::ElemType::kF32) {
+      source = convert.in;
+      break;
+    }
   s.in = AddLayoutCopy(m, source, g.c_in, spec);
   m.steps.back().space_to_depth = true;
   m.steps.back().window = blocks;
