@@ -360,6 +360,25 @@ std::vector<int> StepWrites(const GpuModel& m, const Step& s) {
 
 namespace {
 
+// Whether output value 'id' (stored in bf16/fp16) can be written in fp32 by the GEMM that makes it
+// instead of converted after it (and so does it): its own buffer, made by a float GEMM without a
+// residual (whose type would have to match), read by no step.
+bool GemmWritesFp32(GpuModel& m, int id) {
+  if (m.ragged() || m.values[id].alias >= 0) return false;
+  Step* maker = nullptr;
+  for (Step& s : m.steps) {
+    for (int read : StepReads(m, s))
+      if (read == id) return false;
+    for (int written : StepWrites(m, s))
+      if (written == id) maker = &s;
+  }
+  if (maker == nullptr || maker->kind != Step::kGemm || maker->out != id || maker->residual >= 0 ||
+      maker->w_scale != nullptr)
+    return false;
+  m.values[id].type = kc::ElemType::kF32;
+  return true;
+}
+
 // Drops the steps whose outputs nothing reads (a strided copy whose reader took its source
 // instead), last to first so that what only they read goes too.
 void RemoveDeadSteps(GpuModel& m) {
@@ -547,7 +566,10 @@ StatusOr<std::shared_ptr<const GpuModel>> CompileForGpu(const Graph& graph, int 
     const ValueSpec spec = m->values[id];
     IoSpec io{v.name, id, spec.logical, spec.dims,
               static_cast<size_t>(spec.row_elems) * DataTypeSize(spec.logical)};
-    if (spec.logical == DataType::kFp32 && spec.type != kc::ElemType::kF32) {
+    if (spec.logical == DataType::kFp32 && spec.type != kc::ElemType::kF32 &&
+        GemmWritesFp32(*m, id)) {
+      io.value = id;  // (a classifier's logits straight from its GEMM)
+    } else if (spec.logical == DataType::kFp32 && spec.type != kc::ElemType::kF32) {
       io.value = m->AddValue(
           ValueSpec{true, kc::ElemType::kF32, spec.logical, spec.dims, spec.row_elems, -1});
       Step s;

@@ -697,6 +697,45 @@ TEST(GpuCompile, ANormTakesTheSumOfTheGemmOnlyItReads) {
     }
 }
 
+// x [N, 16] -> Gemm -> logits (a classifier's last layer); 'relu_out' also feeds the logits to a
+// Relu, a second output.
+std::unique_ptr<onnx::ModelProto> ClassifierModel(bool relu_out) {
+  auto model = NewModel(17);
+  auto* g = model->mutable_graph();
+  AddValueInfo(g->mutable_input(), "x", {-1, 16});
+  onnx_builder::AddFloatTensor(g, "w", {16, 8}, std::vector<float>(128, 0.01f));
+  onnx_builder::AddFloatTensor(g, "b", {8}, std::vector<float>(8, 0.5f));
+  AddNode(g, "Gemm", {"x", "w", "b"}, "logits");
+  AddValueInfo(g->mutable_output(), "logits", {});
+  if (relu_out) {
+    AddNode(g, "Relu", {"logits"}, "r");
+    AddValueInfo(g->mutable_output(), "r", {});
+  }
+  return model;
+}
+
+// In bf16 an fp32 output made by a GEMM that nothing else reads is written in fp32 by the GEMM
+// itself: no conversion step after it. One that another step reads keeps its conversion.
+TEST(GpuCompile, AClassifiersGemmWritesItsFp32OutputItself) {
+  for (bool relu_out : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "relu out " << relu_out);
+    auto graph = Graph::FromProto(ClassifierModel(relu_out), {.pack_weights = false});
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    auto model = CompileForGpu(**graph, kGpuPlanOnly, Precision::kBf16);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    const GpuModel& m = **model;
+    const auto gemm = std::find_if(m.steps.begin(), m.steps.end(),
+                                   [](const Step& s) { return s.kind == Step::kGemm; });
+    ASSERT_NE(gemm, m.steps.end());
+    EXPECT_EQ(m.values[gemm->out].type,
+              relu_out ? kernels::cuda::ElemType::kBF16 : kernels::cuda::ElemType::kF32);
+    EXPECT_EQ(m.outputs[0].value == gemm->out, !relu_out);
+    EXPECT_EQ(GpuStepCounts(m).count("convert") ? GpuStepCounts(m).at("convert") : 0,
+              relu_out ? 3 : 1)
+        << "the input's conversion, and the outputs' where the GEMM cannot write fp32";
+  }
+}
+
 // x [N, 4] -> Shape -> Equal(., [c, 4]) -> Where(., [1, 1], shape) -> Expand(x', .): the shape
 // arithmetic of an exported mask, decided at load where the batch cannot change the answer.
 std::unique_ptr<onnx::ModelProto> MaskShapeModel(int64_t c) {
