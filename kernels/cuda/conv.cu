@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/conv.h"
+#include "cuda/depth_cursor.h"
 #include "cuda/device_math.cuh"
 
 namespace nereid::kernels::cuda {
@@ -231,31 +232,22 @@ __global__ void __launch_bounds__(256)
   const int64_t per_split = (steps + splits - 1) / splits;
   const int64_t first = blockIdx.z * per_split;
   const int64_t count = first < steps ? min(per_split, steps - first) : 0;
-  // The thread's place in the depth, (ky, kx, ci) of k, advanced one step per load (the loads
-  // come in step order): no division per step.
-  int64_t k = first * kStep + piece * kVec;
-  int ci = 0, kx = 0, ky = 0;
-  if (k < depth) {
-    const int64_t tap = k / g.c_in;
-    ci = static_cast<int>(k % g.c_in), kx = static_cast<int>(tap % g.kw);
-    ky = static_cast<int>(tap / g.kw);
-  }
+  // The thread's place in the depth, advanced one step per load: no division per step.
+  DepthCursor at(first * kStep + piece * kVec, depth, g.c_in, g.kw);
   const int c_in = static_cast<int>(g.c_in), kw = static_cast<int>(g.kw);
   auto load = [&](int stage) {
-    const bool k_ok = k < depth;
+    const bool k_ok = at.k < depth;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int64_t iy = iy0[i] + static_cast<int64_t>(ky) * g.dilation_h;
-      const int64_t ix = ix0[i] + static_cast<int64_t>(kx) * g.dilation_w;
+      const int64_t iy = iy0[i] + static_cast<int64_t>(at.ky) * g.dilation_h;
+      const int64_t ix = ix0[i] + static_cast<int64_t>(at.kx) * g.dilation_w;
       const bool ok = k_ok && row_ok[i] && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
       CopyAsync16(&a_tile[stage][row + 64 * i][piece * kVec],
-                  ok ? x + base[i] + (iy * g.w + ix) * g.c_in + ci : x, ok);
+                  ok ? x + base[i] + (iy * g.w + ix) * g.c_in + at.ci : x, ok);
     }
     const bool ok = k_ok && co_ok;
-    CopyAsync16(&b_tile[stage][row][piece * kVec], ok ? w + co_load * depth + k : w, ok);
-    k += kStep;
-    for (ci += kStep; ci >= c_in; ci -= c_in)
-      if (++kx == kw) kx = 0, ++ky;
+    CopyAsync16(&b_tile[stage][row][piece * kVec], ok ? w + co_load * depth + at.k : w, ok);
+    at.Advance(kStep, c_in, kw);
   };
   const int wm = warp % 4, wn = warp / 4;
   Acc acc[2][4][4] = {};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/gemm_int8.h"
+#include "cuda/depth_cursor.h"
 #include "cuda/gemm.h"
 #include "gpu_test_util.h"
 
@@ -141,6 +142,36 @@ struct ConvOperands {
   std::unique_ptr<DeviceBuffer> dw;  // after the problem, whose kernel picks the weights' layout
   kc::ConvProblem p;
 };
+
+// The tensor-core kernel's place in the depth, moved by additions, against the divisions that give
+// it from k, for every thread's first depth index of every split (steps of 32 and 64 elements,
+// pieces of 8 and 16): channel counts below, at and above the step, windows 1 to 7 wide. Host
+// only (no GPU needed).
+TEST(CudaConv, DepthCursorKeepsTheTapAndChannelOfEachStep) {
+  int checked = 0;
+  for (int64_t c_in : {8, 16, 24, 32, 48, 64, 256})
+    for (int64_t kw : {1, 3, 4, 7})
+      for (int64_t kh : {1, 3})
+        for (auto [step, vec] : {std::pair{32, 8}, {64, 16}}) {
+          if (c_in % vec != 0) continue;
+          const int64_t depth = kh * kw * c_in, steps = (depth + step - 1) / step;
+          for (int64_t first = 0; first < steps; ++first)
+            for (int piece = 0; piece < step / vec; ++piece) {
+              kc::DepthCursor at(first * step + piece * vec, depth, c_in, kw);
+              for (int64_t s = first; s < steps; ++s, at.Advance(step, c_in, kw)) {
+                const int64_t k = s * step + piece * vec;
+                ASSERT_EQ(at.k, k);
+                if (k >= depth) break;
+                const int64_t tap = k / c_in;
+                ASSERT_EQ(at.ci, k % c_in) << "c_in " << c_in << " kw " << kw << " k " << k;
+                ASSERT_EQ(at.kx, tap % kw) << "c_in " << c_in << " kw " << kw << " k " << k;
+                ASSERT_EQ(at.ky, tap / kw) << "c_in " << c_in << " kw " << kw << " k " << k;
+                ++checked;
+              }
+            }
+        }
+  EXPECT_GT(checked, 100000);
+}
 
 TEST(CudaConv, MatchesFloat64ReferenceOnEveryKernel) {
   NEREID_REQUIRE_GPU();
