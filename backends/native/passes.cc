@@ -46,12 +46,17 @@ void FuseDepthwiseBlocks(GraphBody& g);
 void ReleasePackedOriginals(GraphBody& g);
 void PlanLifetimes(GraphBody& g);
 
-// Drops the nodes marked in 'marked' (by index), keeping the others in order: how a pass that
-// fused or folded nodes ends.
-void EraseMarked(GraphBody& g, const std::vector<bool>& marked) {
+// Drops the nodes marked in 'marked' (by index), keeping the others in order, with the nodes of
+// 'placed[i]' put at node i's place (before it, where it stays): how a pass that fused, folded or
+// rewrote nodes ends.
+void EraseMarked(GraphBody& g, const std::vector<bool>& marked,
+                 std::map<size_t, std::vector<Node>> placed = {}) {
   std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = placed.find(i); it != placed.end())
+      for (Node& n : it->second) kept.push_back(std::move(n));
     if (!marked[i]) kept.push_back(std::move(g.nodes[i]));
+  }
   g.nodes = std::move(kept);
 }
 
@@ -610,23 +615,14 @@ void FuseSelfGatedResiduals(GraphBody& g) {
       replaced[i] = {
           g.MakeNode("Add", add.op.name() + ".gate_plus_one", add_op->fn, {gate, one}, {plus_one}),
           g.MakeNode("Mul", add.op.name() + ".gated", mul_op->fn, {x, plus_one}, {add.outputs[0]})};
-      dead[p.Index(mul)] = true;
+      dead[p.Index(mul)] = dead[i] = true;
       break;
     }
   }
   if (replaced.empty()) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (dead[i]) continue;
-    auto it = replaced.find(i);
-    if (it == replaced.end()) {
-      kept.push_back(std::move(g.nodes[i]));
-      continue;
-    }
-    for (Node& n : it->second) kept.push_back(std::move(n));
-  }
-  g.nodes = std::move(kept);
-  g.pass_log.push_back("x + x * s as x * (s + 1): " + std::to_string(replaced.size()));
+  const size_t count = replaced.size();
+  EraseMarked(g, dead, std::move(replaced));
+  g.pass_log.push_back("x + x * s as x * (s + 1): " + std::to_string(count));
 }
 
 void FuseConvEpilogues(GraphBody& g, bool transposed) {
@@ -909,13 +905,7 @@ void MergeSiblingMatMuls(GraphBody& g) {
     ++merged;
   }
   if (!merged) return;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (auto it = placed.find(i); it != placed.end())
-      for (Node& n : it->second) kept.push_back(std::move(n));
-    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(kept);
+  EraseMarked(g, dead, std::move(placed));
   g.pass_log.push_back("sibling MatMuls merged: " + std::to_string(merged) + " groups");
 }
 

@@ -778,8 +778,7 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-// The 1x1 convolution GemmAsConv runs for 'p' (its activation must have a convolution form).
-static ConvProblem GemmAsConvProblem(const GemmProblem& p) {
+ConvProblem GemmAsConvProblem(const GemmProblem& p) {
   ConvProblem c;
   c.g.n = p.m, c.g.c_in = p.k, c.g.c_out = p.n;  // m images of one pixel
   c.int8 = p.ab_type == ElemType::kI8;
@@ -798,16 +797,15 @@ bool GemmAsConvSupported(const GemmProblem& p) {
                         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
                         return major >= 8 ? 1 : -1;
                       }) > 0;
-  const bool types = p.ab_type == ElemType::kI8
-                         ? (p.out_type == ElemType::kBF16 || p.out_type == ElemType::kF16) &&
-                               p.x_scale != nullptr && p.w_scale != nullptr && p.k % 16 == 0
-                         : (p.ab_type == ElemType::kBF16 || p.ab_type == ElemType::kF16) &&
-                               p.out_type == p.ab_type && p.k % 8 == 0;
+  const bool int8 = p.ab_type == ElemType::kI8;
   const bool act = p.act == Activation::kNone ||
                    (p.act == Activation::kRelu && (p.residual == nullptr || p.residual_first));
-  return device && types && act && !p.implicit && !p.tf32 && p.alpha == 1.f && p.m >= 1 &&
-         p.n >= 1 && p.k >= 1 && p.n <= 65535 * int64_t{kTcChannels} && Aligned16(p.x) &&
-         Aligned16(p.w);
+  if (!device || !act || (!int8 && p.out_type != p.ab_type) || p.implicit || p.tf32 ||
+      p.alpha != 1.f || p.m < 1 || p.n < 1 || p.k < 1 || p.n > 65535 * int64_t{kTcChannels})
+    return false;
+  // The rest (types, channel multiples, scales, alignment) is the tensor-core kernel's own rule.
+  const ConvProblem c = GemmAsConvProblem(p);
+  return int8 ? Int8ConvSupported(c) : ChooseConvKernel(c) == ConvKernel::kTensorCore;
 }
 
 cudaError_t GemmAsConv(const GemmProblem& p, cudaStream_t stream) {

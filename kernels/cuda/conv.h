@@ -92,6 +92,9 @@ cudaError_t Conv2dNhwc(const ConvProblem& p, cudaStream_t stream);
 // or later.
 bool GemmAsConvSupported(const GemmProblem& p);
 cudaError_t GemmAsConv(const GemmProblem& p, cudaStream_t stream);
+// The 1x1 convolution GemmAsConv runs for 'p' (its activation must have a convolution form; no
+// workspace: it splits only on clusters).
+ConvProblem GemmAsConvProblem(const GemmProblem& p);
 
 // y[i] = act(x[i]) for an activation standing alone (not after a convolution); in place allowed.
 cudaError_t ActivateLikeConv(ConvActivation act, float a, float b, ElemType type, const void* x,

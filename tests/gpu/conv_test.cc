@@ -477,11 +477,7 @@ TEST(CudaConv, GemmAsConvMatchesTheReference) {
         p.w_scale = static_cast<const float*>(dws.get());
       }
       ASSERT_TRUE(kc::GemmAsConvSupported(p));
-      kc::ConvProblem as_conv;  // the same convolution, for its split count
-      as_conv.g.n = s.m, as_conv.g.c_in = s.k, as_conv.g.c_out = s.n, as_conv.type = out;
-      as_conv.int8 = int8, as_conv.x = p.x, as_conv.w = p.w, as_conv.y = p.y;
-      as_conv.x_scale = p.x_scale, as_conv.w_scale = p.w_scale;
-      split += kc::ConvSplits(as_conv) > 1;
+      split += kc::ConvSplits(kc::GemmAsConvProblem(p)) > 1;
       ASSERT_EQ(kc::GemmAsConv(p, nullptr), cudaSuccess);
       CUDA_OK(cudaDeviceSynchronize());
       const std::vector<double> rr = Rounded(res, out);
