@@ -604,9 +604,50 @@ static int Knob(const char* name, int fallback) {
 // Whether the tensor-core kernel's splits of 'p' run as a cluster.
 static bool SplitOnClusters(const ConvProblem& p) { return p.clusters && ClusterLaunch(); }
 
+// The tensor-core kernel's launch over 'grid' with 'splits' along z, one cluster when
+// 'clustered'; 'attr' holds the cluster's attribute for the configuration.
+static cudaLaunchConfig_t TensorCoreLaunch(dim3 grid, int splits, bool clustered,
+                                           cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid.x, grid.y, static_cast<unsigned>(splits));
+  config.blockDim = dim3(256, 1, 1);
+  config.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = 1;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = static_cast<unsigned>(splits);
+  config.attrs = attr;
+  config.numAttrs = clustered ? 1 : 0;
+  return config;
+}
+
+// The largest cluster along z (8, 4 or 2; -1: none) of which device 'dev' (the current one) holds
+// at least one of the tensor-core kernel's: a GPU partition (MIG) may have fewer SMs to a GPC than
+// a cluster of 8 needs. Every instance has the same block and shared memory.
+static int LargestClusterThatFits(int /*dev*/) {
+  for (int splits = kConvMaxClusterSplits; splits > 1; splits /= 2) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = TensorCoreLaunch(dim3(1, 1), splits, true, nullptr, &attr);
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, &ConvTensorCoreKernel<__nv_bfloat16, __nv_bfloat16>,
+                                       &config) == cudaSuccess &&
+        fit > 0)
+      return splits;
+    cudaGetLastError();  // (a refused query leaves no error behind)
+  }
+  return -1;
+}
+
+// LargestClusterThatFits of the current device, asked once per device; 0 where none fits.
+static int ClusterSplitsThatFit() {
+  static std::atomic<int> cache[kMaxDevices];
+  return std::max(PerDevice(cache, LargestClusterThatFits), 0);
+}
+
 int ConvSplits(const ConvProblem& p) {
   if (ChooseConvKernel(p) != ConvKernel::kTensorCore) return 1;
-  const bool cluster = SplitOnClusters(p);
+  const int cluster_splits = SplitOnClusters(p) ? ClusterSplitsThatFit() : 0;
+  const bool cluster = cluster_splits > 1;
   if (!cluster && p.workspace == nullptr) return 1;
   const Conv2dGeometry& g = p.g;
   const int64_t pixels = g.n * g.oh * g.ow;
@@ -620,7 +661,7 @@ int ConvSplits(const ConvProblem& p) {
   const int64_t step = p.int8 ? kTcStepBytes : kTcStepBytes / 2;  // depth per step
   const int64_t steps = (g.kh * g.kw * g.c_in + step - 1) / step;
   int64_t splits =
-      std::min<int64_t>({cluster ? kConvMaxClusterSplits : kConvMaxSplits,
+      std::min<int64_t>({cluster ? cluster_splits : kConvMaxSplits,
                          (blocks_per_sm * sms + tiles - 1) / tiles, steps / min_steps});
   if (!cluster)
     while (splits > 1 && splits * pixels * g.c_out > kConvWorkspaceFloats) --splits;
@@ -721,22 +762,13 @@ static cudaError_t LaunchConvTensorCore(const ConvProblem& p, cudaStream_t strea
   if (grid.y > 65535) return cudaErrorInvalidValue;
   // Split on a cluster where the GPU has them (no workspace, one kernel), else through the
   // workspace and a second kernel.
-  const bool clustered = splits > 1 && SplitOnClusters(p);
+  const bool clustered = splits > 1 && SplitOnClusters(p) && ClusterSplitsThatFit() > 1;
   const unsigned finish = GridFor(pixels * g.c_out, 4);
   auto launch = [&](auto in, auto out) {
     using T = decltype(in);
     using O = decltype(out);
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(grid.x, grid.y, static_cast<unsigned>(splits));
-    config.blockDim = dim3(256, 1, 1);
-    config.stream = stream;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    config.attrs = cluster;
-    config.numAttrs = clustered ? 1 : 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = TensorCoreLaunch(grid, splits, clustered, stream, &attr);
     const cudaError_t e =
         cudaLaunchKernelEx(&config, &ConvTensorCoreKernel<T, O>, p, splits, clustered);
     if (e != cudaSuccess) return e;
