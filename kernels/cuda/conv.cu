@@ -656,7 +656,7 @@ int ConvSplits(const ConvProblem& p) {
   const int64_t sms = std::max(MultiprocessorCount(), 1);
   if (tiles >= sms) return 1;
   static const int blocks_per_sm = std::max(Knob("NEREID_CONV_SPLIT_BLOCKS", 2), 1);
-  static const int min_steps = std::max(Knob("NEREID_CONV_SPLIT_STEPS", 8), 1);
+  static const int min_steps = std::max(Knob("NEREID_CONV_SPLIT_STEPS", 4), 1);
   // About 'blocks_per_sm' blocks per SM, each split at least 'min_steps' steps of the depth.
   const int64_t step = p.int8 ? kTcStepBytes : kTcStepBytes / 2;  // depth per step
   const int64_t steps = (g.kh * g.kw * g.c_in + step - 1) / step;
