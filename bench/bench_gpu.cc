@@ -9,14 +9,14 @@
 //   launch:   host cost of graph launches, back to back and after the thread slept
 //   runshapes: a serving run's copies and graph issued three ways (around, nodes, staging)
 //   conv:     Conv2dNhwc on ResNet-50's layers at batch 1 and 256
-//   pointwise: ResNet-50's 1x1 layers at batch 256 as GEMMs, each kernel, with and without the
-//             residual, against the copy bandwidth
+//   pointwise: ResNet-50's 1x1 layers at batch 1 and 256 as GEMMs, each kernel the tuner may
+//             pick, with and without the residual, against the copy bandwidth
 // Timing: CUDA events around 'reps' launches after warm-up, median of 7 such samples; inputs
 // rotated among enough copies to exceed the L2 cache; random data, never zeros. GEMMs (ours and
 // cuBLAS alike) are timed as a CUDA graph of the 'reps' launches, as the engine runs them, so the
 // host's launch cost (cuBLAS's heuristics included) is out of both sides.
 // Usage: bench_gpu [gemm] [int8] [epilogue] [copy] [copyfresh] [launch] [runshapes] [conv]
-//                  [pointwise]   (default: all)
+//                  [pointwise] [pointwise1: batch 1 only]   (default: all)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -832,59 +832,72 @@ void BenchConv() {
   CHECK(cudaFree(workspace));
 }
 
-// ResNet-50's 1x1 convolutions at batch 256 as the GEMMs the engine runs them as (pixels x c_out x
-// c_in, bf16 in and out, bias and Relu): each GemmSm90 configuration and cuBLAS with its epilogue
-// kernel, without a residual and with one added before the Relu (a bottleneck's last layer), with
-// the bytes moved per second against the device's copy bandwidth (x, w and y once; the residual
-// once more).
-void BenchPointwise(kc::CublasGemm& cublas, double hbm_gbs) {
+// ResNet-50's 1x1 convolutions at batch 256 and batch 1 as the GEMMs the engine runs them as
+// (pixels x c_out x c_in, bf16 in and out, bias and Relu): each implementation the tuner may pick
+// (GemmSm90's configurations, the small-M kernels, the tensor-core convolution as a 1x1 over m
+// one-pixel images) and cuBLAS with its epilogue kernel, without a residual and with one added
+// before the Relu (a bottleneck's last layer), with the bytes moved per second against the
+// device's copy bandwidth (x, w and y once; the residual once more).
+void BenchPointwise(kc::CublasGemm& cublas, double hbm_gbs, bool batch_256) {
   struct Shape {
     const char* name;
-    int64_t m, n, k;
+    int64_t pixels, n, k;  // pixels of one image
   };
-  const Shape shapes[] = {{"l1 1x1 64->256", 256 * 56 * 56, 256, 64},
-                          {"l1 1x1 256->64", 256 * 56 * 56, 64, 256},
-                          {"l2 1x1 128->512", 256 * 28 * 28, 512, 128},
-                          {"l3 1x1 256->1024", 256 * 14 * 14, 1024, 256},
-                          {"l4 1x1 512->2048", 256 * 7 * 7, 2048, 512}};
+  const Shape shapes[] = {
+      {"l1 1x1 64->64", 56 * 56, 64, 64},       {"l1 1x1 64->256", 56 * 56, 256, 64},
+      {"l1 1x1 256->64", 56 * 56, 64, 256},     {"l2 1x1 256->128", 56 * 56, 128, 256},
+      {"l2 1x1 128->512", 28 * 28, 512, 128},   {"l2 1x1 512->128", 28 * 28, 128, 512},
+      {"l3 1x1 256->1024", 14 * 14, 1024, 256}, {"l3 1x1 1024->256", 14 * 14, 256, 1024},
+      {"l4 1x1 512->2048", 7 * 7, 2048, 512},   {"l4 1x1 2048->512", 7 * 7, 512, 2048}};
   std::printf(
-      "\n== pointwise: ResNet-50's 1x1 layers at batch 256 as GEMMs, bf16, bias + Relu, "
-      "replayed CUDA graph (%% of %.0f GB/s)\n",
+      "\n== pointwise: ResNet-50's 1x1 layers as GEMMs, bf16, bias + Relu, replayed CUDA graph "
+      "(%% of %.0f GB/s)\n",
       hbm_gbs);
-  std::printf("%-18s %-9s | %-16s %10s %8s\n", "layer", "residual", "kernel", "us", "HBM");
-  for (const Shape& sh : shapes) {
-    const auto t = kc::ElemType::kBF16;
-    void* x = RandomDevice(sh.m * sh.k, t, 1);
-    void* w = RandomDevice(sh.n * sh.k, t, 2);
-    void* res = RandomDevice(sh.m * sh.n, t, 3);
-    auto* bias = static_cast<float*>(RandomDevice(sh.n, kc::ElemType::kF32, 4));
-    void *y = nullptr, *acc = nullptr;
-    CHECK(cudaMalloc(&y, sh.m * sh.n * 2));
-    CHECK(cudaMalloc(&acc, sh.m * sh.n * 4));
-    for (bool with_residual : {false, true}) {
-      kc::GemmProblem p;
-      p.m = sh.m, p.n = sh.n, p.k = sh.k, p.ab_type = p.out_type = t;
-      p.x = x, p.w = w, p.y = y, p.bias = bias, p.act = kc::Activation::kRelu;
-      p.residual = with_residual ? res : nullptr, p.residual_first = true;
-      const double bytes =
-          2.0 * (sh.m * sh.k + sh.n * sh.k + sh.m * sh.n * (with_residual ? 2 : 1));
-      auto row = [&](const std::string& kernel, double us) {
-        std::printf("%-18s %-9s | %-16s %10.1f %7.0f%%\n", sh.name,
-                    with_residual ? "first" : "none", kernel.c_str(), us,
-                    100.0 * bytes / (us * 1e3) / hbm_gbs);
-      };
-      for (const auto& config : kc::kSm90Configs)
-        if (config.splits == 1 && kc::Sm90Supported(p, config))
-          row(config.Name(), TimeGraphUs([&](int) { CHECK(kc::GemmSm90(p, stream, config)); }, 10));
-      row("cuBLAS+epilogue", TimeGraphUs(
-                                 [&](int) {
-                                   const std::string e = cublas.Run(p, static_cast<float*>(acc));
-                                   if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
-                                 },
-                                 10));
+  std::printf("%-18s %5s %-9s | %-22s %10s %8s\n", "layer", "batch", "residual", "kernel", "us",
+              "HBM");
+  for (int64_t batch : {int64_t{1}, int64_t{256}})
+    for (const Shape& sh : shapes) {
+      if (batch == 256 && !batch_256) continue;
+      const int64_t m = batch * sh.pixels;
+      const auto t = kc::ElemType::kBF16;
+      void* x = RandomDevice(m * sh.k, t, 1);
+      void* w = RandomDevice(sh.n * sh.k, t, 2);
+      void* res = RandomDevice(m * sh.n, t, 3);
+      auto* bias = static_cast<float*>(RandomDevice(sh.n, kc::ElemType::kF32, 4));
+      void *y = nullptr, *acc = nullptr;
+      CHECK(cudaMalloc(&y, m * sh.n * 2));
+      CHECK(cudaMalloc(&acc, m * sh.n * 4));
+      for (bool with_residual : {false, true}) {
+        kc::GemmProblem p;
+        p.m = m, p.n = sh.n, p.k = sh.k, p.ab_type = p.out_type = t;
+        p.x = x, p.w = w, p.y = y, p.bias = bias, p.act = kc::Activation::kRelu;
+        p.residual = with_residual ? res : nullptr, p.residual_first = true;
+        p.workspace = static_cast<float*>(acc), p.workspace_floats = m * sh.n;
+        const double bytes = 2.0 * (m * sh.k + sh.n * sh.k + m * sh.n * (with_residual ? 2 : 1));
+        auto row = [&](const std::string& kernel, double us) {
+          std::printf("%-18s %5lld %-9s | %-22s %10.1f %7.0f%%\n", sh.name,
+                      static_cast<long long>(batch), with_residual ? "first" : "none",
+                      kernel.c_str(), us, 100.0 * bytes / (us * 1e3) / hbm_gbs);
+        };
+        for (const auto& config : kc::kSm90Configs)
+          if (config.splits == 1 && kc::Sm90Supported(p, config))
+            row(config.Name(),
+                TimeGraphUs([&](int) { CHECK(kc::GemmSm90(p, stream, config)); }, 10));
+        for (auto variant : kc::kSmallMVariants)
+          if (kc::SmallMSupported(p, variant))
+            row(kc::SmallMVariantName(variant),
+                TimeGraphUs([&](int) { CHECK(kc::GemmSmallM(p, stream, variant)); }, 10));
+        if (kc::GemmAsConvSupported(p))
+          row("conv-tensor-core", TimeGraphUs([&](int) { CHECK(kc::GemmAsConv(p, stream)); }, 10));
+        row("cuBLAS+epilogue", TimeGraphUs(
+                                   [&](int) {
+                                     const std::string e = cublas.Run(p, static_cast<float*>(acc));
+                                     if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
+                                   },
+                                   10));
+      }
+      for (void* ptr : {x, w, res, static_cast<void*>(bias), y, acc}) CHECK(cudaFree(ptr));
     }
-    for (void* ptr : {x, w, res, static_cast<void*>(bias), y, acc}) CHECK(cudaFree(ptr));
-  }
 }
 
 int main(int argc, char** argv) {
@@ -917,6 +930,6 @@ int main(int argc, char** argv) {
   if (want("launch")) BenchLaunch();
   if (want("runshapes")) BenchRunShapes();
   if (want("conv")) BenchConv();
-  if (want("pointwise")) BenchPointwise(cublas, hbm);
+  if (want("pointwise") || want("pointwise1")) BenchPointwise(cublas, hbm, want("pointwise"));
   return 0;
 }
