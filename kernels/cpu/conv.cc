@@ -85,7 +85,7 @@ namespace {
 // The same in portable C++ (AArch64's compiler vectorizes it for NEON; the x86 baseline).
 void DepthwiseRowPortable(const Conv2dGeometry& g, const float* x, const float* taps,
                           const float* bias, const float* residual, const GemmEpilogue& ep,
-                          float* y, int64_t b, int64_t oy) {
+                          float* y, int64_t b, int64_t oy, int64_t c_lo, int64_t c_hi) {
   const int64_t c = g.c_out;
   std::vector<const float*> tap_src(static_cast<size_t>(g.kh * g.kw)), tap_w(tap_src.size());
   std::vector<int64_t> tap_index(tap_src.size());
@@ -95,20 +95,21 @@ void DepthwiseRowPortable(const Conv2dGeometry& g, const float* x, const float* 
     const int count = conv_isa::DepthwiseTaps(g, x, taps, b, oy, ox, src, w, tap_index.data());
     const int64_t pixel = (b * g.oh + oy) * g.ow + ox;
     float* __restrict out = y + pixel * c;
-    for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t ch = c_lo; ch < c_hi; ++ch)
       out[ch] = (bias ? bias[ch] : 0.f) + (residual ? residual[pixel * c + ch] : 0.f);
     for (int t = 0; t < count; ++t) {
       const float* __restrict s = src[t];
       const float* __restrict k = w[t];
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] += s[ch] * k[ch];
+      for (int64_t ch = c_lo; ch < c_hi; ++ch) out[ch] += s[ch] * k[ch];
     }
     const GemmEpilogue local = ep;
-    for (int64_t ch = 0; ch < c; ++ch) out[ch] = Activate(local, out[ch]);
+    for (int64_t ch = c_lo; ch < c_hi; ++ch) out[ch] = Activate(local, out[ch]);
   }
 }
 
 using DepthwiseRowFn = void (*)(const Conv2dGeometry&, const float*, const float*, const float*,
-                                const float*, const GemmEpilogue&, float*, int64_t, int64_t);
+                                const float*, const GemmEpilogue&, float*, int64_t, int64_t,
+                                int64_t, int64_t);
 
 DepthwiseRowFn DepthwiseRow() {
 #if defined(__x86_64__)
@@ -120,8 +121,18 @@ DepthwiseRowFn DepthwiseRow() {
 void DepthwiseNhwc(const Conv2dGeometry& g, const float* x, const float* taps, const float* bias,
                    const float* residual, const GemmEpilogue& ep, float* y) {
   const DepthwiseRowFn row = DepthwiseRow();
-  ParallelForWork(g.n * g.oh, g.n * g.oh * g.ow * g.c_out * g.kh * g.kw,
-                  [&](int64_t r) { row(g, x, taps, bias, residual, ep, y, r / g.oh, r % g.oh); });
+  // Rows over the team; where there are fewer than two a thread (a 7x7 or 14x14 image at batch 1
+  // on 16 threads), each row's channels in parts of 32 or more as well.
+  const int64_t rows = g.n * g.oh, c = g.c_out, threads = ParallelThreads();
+  const int64_t parts = rows >= 2 * threads ? 1
+                                            : std::clamp<int64_t>((2 * threads + rows - 1) / rows,
+                                                                  1, std::max<int64_t>(c / 32, 1));
+  const int64_t part = (c / parts + 31) / 32 * 32;  // channels a part, a multiple of 32
+  const int64_t count = (c + part - 1) / part;
+  ParallelForWork(rows * count, rows * g.ow * c * g.kh * g.kw, [&](int64_t item) {
+    const int64_t r = item / count, c_lo = item % count * part;
+    row(g, x, taps, bias, residual, ep, y, r / g.oh, r % g.oh, c_lo, std::min(c, c_lo + part));
+  });
 }
 
 // Small groups (only where ConvWeights chose them: AVX-512), rows over the team.
@@ -454,10 +465,10 @@ void DepthwiseBlockNhwc(const Conv2dGeometry& g, const float* x, const Pointwise
       if (!project.present()) {
         for (int64_t r = 0; r < bg.oh; ++r)
           row(bg, in, taps, bias, residual != nullptr ? residual + first * c : nullptr, act,
-              y + first * c, 0, r);
+              y + first * c, 0, r, 0, c);
         continue;
       }
-      for (int64_t r = 0; r < bg.oh; ++r) row(bg, in, taps, bias, nullptr, act, mid, 0, r);
+      for (int64_t r = 0; r < bg.oh; ++r) row(bg, in, taps, bias, nullptr, act, mid, 0, r, 0, c);
       GemmEpilogue ep = project.epilogue;
       ep.residual = residual != nullptr ? residual + first * c2 : nullptr, ep.ld_residual = c2;
       pointwise(project, bg.oh * g.ow, mid, c, y + first * c2, c2, ep);

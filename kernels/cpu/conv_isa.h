@@ -38,13 +38,14 @@ inline int DepthwiseTaps(const Conv2dGeometry& g, const float* x, const float* t
 }
 
 #if defined(__x86_64__)
-// One output row (NHWC) of a depthwise convolution with AVX-512 (x86/conv_x86.cc): taps as
-// [kh * kw][channels].
+// Channels [c_lo, c_hi) of one output row (NHWC) of a depthwise convolution with AVX-512
+// (x86/conv_x86.cc): taps as [kh * kw][channels].
 __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry& g, const float* x,
                                                            const float* taps, const float* bias,
                                                            const float* residual,
                                                            const GemmEpilogue& ep, float* y,
-                                                           int64_t b, int64_t oy);
+                                                           int64_t b, int64_t oy, int64_t c_lo,
+                                                           int64_t c_hi);
 // One output row of a convolution of small groups (ConvWeights::small_groups) with AVX-512.
 __attribute__((target("avx512f"))) void SmallGroupsRowAvx512(
     const Conv2dGeometry& g, const float* x, const ConvWeights& w, const float* bias,

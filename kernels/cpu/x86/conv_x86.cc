@@ -110,7 +110,8 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
                                                            const float* taps, const float* bias,
                                                            const float* residual,
                                                            const GemmEpilogue& ep, float* y,
-                                                           int64_t b, int64_t oy) {
+                                                           int64_t b, int64_t oy, int64_t c_lo,
+                                                           int64_t c_hi) {
   const int64_t c = g.c_out;
   std::vector<const float*> tap_src(static_cast<size_t>(g.kh * g.kw)), tap_w(tap_src.size());
   std::vector<int64_t> tap_index(tap_src.size());
@@ -122,8 +123,8 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
     const int64_t at = (b * g.oh + oy) * g.ow + ox;
     const float* res = residual ? residual + at * c : nullptr;
     float* out = y + at * c;
-    int64_t c0 = 0;
-    for (; c0 + 64 <= c; c0 += 64) {
+    int64_t c0 = c_lo;
+    for (; c0 + 64 <= c_hi; c0 += 64) {
       __m512 acc[4];
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
@@ -139,8 +140,8 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
       for (int v = 0; v < 4; ++v)
         _mm512_storeu_ps(out + c0 + 16 * v, Activate512(ep.activation, acc[v], zero, lo, hi));
     }
-    for (; c0 < c; c0 += 16) {
-      const __mmask16 m = FirstLanes(c - c0);
+    for (; c0 < c_hi; c0 += 16) {
+      const __mmask16 m = FirstLanes(c_hi - c0);
       __m512 acc = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;
       if (res) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, res + c0));
       for (int t = 0; t < count; ++t)
@@ -173,10 +174,10 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
     }
     const int64_t step = sw * c;
     const int64_t first = (b * g.oh + oy) * g.ow;
-    for (int64_t c0 = 0; c0 < c; c0 += 16) {
+    for (int64_t c0 = c_lo; c0 < c_hi; c0 += 16) {
       // 3x3 windows inside the image rows: the unrolled kernel, two channel blocks at a time.
-      if (count == 9 && c0 + 16 <= c) {
-        const int nb = c0 + 32 <= c ? 2 : 1;
+      if (count == 9 && c0 + 16 <= c_hi) {
+        const int nb = c0 + 32 <= c_hi ? 2 : 1;
         (nb == 2 ? DepthwiseInterior3x3<2>
                  : DepthwiseInterior3x3<1>)(row_src, row_w, step, c, c0, ox_hi - ox_lo, bias,
                                             residual ? residual + (first + ox_lo) * c : nullptr, ep,
@@ -184,7 +185,7 @@ __attribute__((target("avx512f"))) void DepthwiseRowAvx512(const Conv2dGeometry&
         c0 += 16 * (nb - 1);
         continue;
       }
-      const __mmask16 m = FirstLanes(c - c0);
+      const __mmask16 m = FirstLanes(c_hi - c0);
       __m512 wv[kMaxTaps];
       for (int t = 0; t < count; ++t) wv[t] = _mm512_maskz_loadu_ps(m, row_w[t] + c0);
       const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : zero;

@@ -223,66 +223,68 @@ TEST_P(ConvKernel, Int8MatchesDirectLoopsWithinQuantization) {
 
 INSTANTIATE_TEST_SUITE_P(
     Geometries, ConvKernel,
-    ::testing::Values(Case{1, 7, 9, 3, 16, 3, 1, 1, 1, 1},   // first layer, 3 channels
-                      Case{2, 8, 8, 17, 33, 1, 1, 0, 1, 1},  // 1x1 (direct rows), odd sizes
-                      Case{1, 9, 7, 16, 24, 3, 2, 1, 1, 1},  // strided
-                      Case{1, 10, 10, 8, 8, 3, 1, 2, 2, 1},  // dilated
-                      Case{1, 6, 6, 12, 18, 3, 1, 1, 1, 3},  // grouped (4 -> 6 a group)
-                      // Small groups (the direct kernel): 4 -> 4 a group as the small CNN's, as
-                      // ResNeXt's strided (four blocks of 16), a channel multiplier (1 -> 3), 6
-                      // a group (blocks reading past 16 input channels, a tail of 14), dilated;
-                      // 6 -> 4 a group (more inputs than outputs) stays on the GEMM.
-                      Case{1, 8, 10, 16, 16, 3, 1, 1, 1, 4}, Case{2, 7, 9, 64, 64, 3, 2, 1, 1, 16},
-                      Case{1, 6, 7, 8, 24, 3, 1, 1, 1, 8}, Case{1, 5, 6, 30, 30, 3, 1, 1, 1, 5},
-                      Case{1, 9, 9, 24, 24, 3, 1, 2, 2, 4}, Case{1, 6, 6, 18, 12, 3, 1, 1, 1, 3},
-                      Case{1, 9, 9, 70, 70, 3, 1, 1, 1, 70},    // depthwise, 64 + tail
-                      Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
-                      Case{1, 11, 13, 40, 40, 3, 1, 2, 2, 40},  // depthwise dilated, 16 + tail
-                      Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
-                      // Depthwise 5x5 rows wide enough for the interior's pixels four at a time
-                      // (its 25 taps' weights held), stride 1 and 2; 7x7 per pixel throughout.
-                      Case{1, 6, 24, 40, 40, 5, 1, 2, 1, 40},
-                      Case{2, 7, 30, 20, 20, 5, 2, 2, 1, 20},
-                      Case{1, 9, 20, 16, 16, 7, 1, 3, 1, 16},
-                      // Depthwise rows wide enough for groups of 8 interior pixels and a few
-                      // left over, stride 1 and 2, channels 16 x 2 + a tail of 5.
-                      Case{1, 5, 21, 37, 37, 3, 1, 1, 1, 37},
-                      Case{2, 6, 40, 37, 37, 3, 2, 1, 1, 37},
-                      Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},  // 7x7, many outputs (N blocks)
-                      Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},   // a stem: whole windows, 2 images
-                      // Wide enough for tiles of 12 pixels inside the image, read in place (the
-                      // rest gathered): a 7x7 stem, a 3x3 stride-1, a dilated-in-height-only one
-                      // is not (dilation applies to both axes here: gathered throughout).
-                      Case{2, 30, 64, 3, 40, 7, 2, 3, 1, 1}, Case{1, 9, 50, 16, 24, 3, 1, 1, 1, 1},
-                      Case{1, 9, 50, 8, 8, 3, 1, 2, 2, 1},
-                      Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1},  // depth past one K block
-                      // Stride 1 on wide images: depth blocks starting inside a window row (360 =
-                      // 2 blocks, 3 rows of 120), two images, a 5x5 window, no pads.
-                      Case{2, 6, 30, 40, 20, 3, 1, 1, 1, 1}, Case{1, 8, 26, 16, 8, 5, 1, 2, 1, 1},
-                      Case{1, 7, 28, 32, 48, 3, 1, 0, 1, 1},
-                      // Depth blocks read in place one by one: 3x3 over 64 channels (576 = three
-                      // blocks of one window row), over 256 (2,304 = nine of one tap: the edge
-                      // pixels' inner taps in place too), over 128 at stride 2 (blocks across
-                      // window rows, gathered), a 1x1 at stride 2 over 300 (160 + 140).
-                      Case{1, 5, 40, 64, 16, 3, 1, 1, 1, 1}, Case{1, 4, 30, 256, 8, 3, 1, 1, 1, 1},
-                      Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1}, Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
-                      // int8 per pixel: two groups of 32 channels, and 36 channels dilated (pieces
-                      // copied 16 bytes at a time past their 36).
-                      Case{1, 6, 7, 64, 48, 3, 1, 1, 1, 2}, Case{1, 9, 11, 36, 20, 3, 1, 2, 2, 1},
-                      Case{1, 3, 3, 64, 96, 3, 1, 1, 1, 1},  // 9 pixels: parts of 32 channels
-                      // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
-                      // and column half outside).
-                      Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1},
-                      // Winograd's 144 tiles: blocks of tiles per thread with a team of three
-                      // (fewer tiles go through the three phases in turn, the team splitting
-                      // each).
-                      Case{1, 24, 24, 32, 40, 3, 1, 1, 1, 1},
-                      // 16 tiles deep enough for the team to split the transforms (2^18
-                      // multiply-adds' worth), as a 7x7 layer's.
-                      Case{1, 8, 8, 256, 64, 3, 1, 1, 1, 1},
-                      // A 1x1 over 1,024 channels: rows 4 KB apart, copied rather than read in
-                      // place (four depth blocks).
-                      Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
+    ::testing::Values(
+        Case{1, 7, 9, 3, 16, 3, 1, 1, 1, 1},   // first layer, 3 channels
+        Case{2, 8, 8, 17, 33, 1, 1, 0, 1, 1},  // 1x1 (direct rows), odd sizes
+        Case{1, 9, 7, 16, 24, 3, 2, 1, 1, 1},  // strided
+        Case{1, 10, 10, 8, 8, 3, 1, 2, 2, 1},  // dilated
+        Case{1, 6, 6, 12, 18, 3, 1, 1, 1, 3},  // grouped (4 -> 6 a group)
+        // Small groups (the direct kernel): 4 -> 4 a group as the small CNN's, as
+        // ResNeXt's strided (four blocks of 16), a channel multiplier (1 -> 3), 6
+        // a group (blocks reading past 16 input channels, a tail of 14), dilated;
+        // 6 -> 4 a group (more inputs than outputs) stays on the GEMM.
+        Case{1, 8, 10, 16, 16, 3, 1, 1, 1, 4}, Case{2, 7, 9, 64, 64, 3, 2, 1, 1, 16},
+        Case{1, 6, 7, 8, 24, 3, 1, 1, 1, 8}, Case{1, 5, 6, 30, 30, 3, 1, 1, 1, 5},
+        Case{1, 9, 9, 24, 24, 3, 1, 2, 2, 4}, Case{1, 6, 6, 18, 12, 3, 1, 1, 1, 3},
+        Case{1, 9, 9, 70, 70, 3, 1, 1, 1, 70},  // depthwise, 64 + tail
+        // Depthwise with fewer rows than two a thread of the team of three: each
+        // row's channels in parts too (64 + 36; 96 + 64).
+        Case{1, 3, 5, 100, 100, 3, 1, 1, 1, 100}, Case{1, 4, 4, 160, 160, 3, 1, 1, 1, 160},
+        Case{2, 8, 8, 96, 96, 3, 2, 1, 1, 96},    // depthwise strided
+        Case{1, 11, 13, 40, 40, 3, 1, 2, 2, 40},  // depthwise dilated, 16 + tail
+        Case{1, 5, 5, 5, 5, 5, 1, 2, 1, 5},       // depthwise 5x5, tiny channels
+        // Depthwise 5x5 rows wide enough for the interior's pixels four at a time
+        // (its 25 taps' weights held), stride 1 and 2; 7x7 per pixel throughout.
+        Case{1, 6, 24, 40, 40, 5, 1, 2, 1, 40}, Case{2, 7, 30, 20, 20, 5, 2, 2, 1, 20},
+        Case{1, 9, 20, 16, 16, 7, 1, 3, 1, 16},
+        // Depthwise rows wide enough for groups of 8 interior pixels and a few
+        // left over, stride 1 and 2, channels 16 x 2 + a tail of 5.
+        Case{1, 5, 21, 37, 37, 3, 1, 1, 1, 37}, Case{2, 6, 40, 37, 37, 3, 2, 1, 1, 37},
+        Case{1, 12, 12, 7, 300, 7, 2, 3, 1, 1},  // 7x7, many outputs (N blocks)
+        Case{2, 13, 11, 3, 20, 7, 2, 3, 1, 1},   // a stem: whole windows, 2 images
+        // Wide enough for tiles of 12 pixels inside the image, read in place (the
+        // rest gathered): a 7x7 stem, a 3x3 stride-1, a dilated-in-height-only one
+        // is not (dilation applies to both axes here: gathered throughout).
+        Case{2, 30, 64, 3, 40, 7, 2, 3, 1, 1}, Case{1, 9, 50, 16, 24, 3, 1, 1, 1, 1},
+        Case{1, 9, 50, 8, 8, 3, 1, 2, 2, 1},
+        Case{1, 4, 4, 640, 20, 3, 1, 1, 1, 1},  // depth past one K block
+        // Stride 1 on wide images: depth blocks starting inside a window row (360 =
+        // 2 blocks, 3 rows of 120), two images, a 5x5 window, no pads.
+        Case{2, 6, 30, 40, 20, 3, 1, 1, 1, 1}, Case{1, 8, 26, 16, 8, 5, 1, 2, 1, 1},
+        Case{1, 7, 28, 32, 48, 3, 1, 0, 1, 1},
+        // Depth blocks read in place one by one: 3x3 over 64 channels (576 = three
+        // blocks of one window row), over 256 (2,304 = nine of one tap: the edge
+        // pixels' inner taps in place too), over 128 at stride 2 (blocks across
+        // window rows, gathered), a 1x1 at stride 2 over 300 (160 + 140).
+        Case{1, 5, 40, 64, 16, 3, 1, 1, 1, 1}, Case{1, 4, 30, 256, 8, 3, 1, 1, 1, 1},
+        Case{1, 5, 31, 128, 8, 3, 2, 1, 1, 1}, Case{2, 6, 40, 300, 8, 1, 2, 0, 1, 1},
+        // int8 per pixel: two groups of 32 channels, and 36 channels dilated (pieces
+        // copied 16 bytes at a time past their 36).
+        Case{1, 6, 7, 64, 48, 3, 1, 1, 1, 2}, Case{1, 9, 11, 36, 20, 3, 1, 2, 2, 1},
+        Case{1, 3, 3, 64, 96, 3, 1, 1, 1, 1},  // 9 pixels: parts of 32 channels
+        // Three odd-sized images (Winograd's tiles: 3 x 2 per image, the last row
+        // and column half outside).
+        Case{3, 5, 3, 20, 36, 3, 1, 1, 1, 1},
+        // Winograd's 144 tiles: blocks of tiles per thread with a team of three
+        // (fewer tiles go through the three phases in turn, the team splitting
+        // each).
+        Case{1, 24, 24, 32, 40, 3, 1, 1, 1, 1},
+        // 16 tiles deep enough for the team to split the transforms (2^18
+        // multiply-adds' worth), as a 7x7 layer's.
+        Case{1, 8, 8, 256, 64, 3, 1, 1, 1, 1},
+        // A 1x1 over 1,024 channels: rows 4 KB apart, copied rather than read in
+        // place (four depth blocks).
+        Case{1, 3, 5, 1024, 40, 1, 1, 0, 1, 1}));
 
 // DepthwiseBlockNhwc with the stages in every combination, with and without a residual, alone
 // and over teams, against the three convolutions in turn: Reference's loops in fp32 (w1 and w3
