@@ -173,13 +173,13 @@ __global__ void ConvDepthwiseKernel(ConvProblem p) {
 // workspace. Elsewhere each split writes fp32 partials (scaled) to the workspace, which
 // ConvSplitEpilogueKernel adds up and finishes.
 constexpr int kTcPixels = 128, kTcChannels = 64, kTcStepBytes = 64, kTcRowBytes = 80;
-// Shared memory of S stages (the image's rows, then the weights').
-template <int S>
-constexpr int kTcSmemBytes = S*(kTcPixels + kTcChannels) * kTcRowBytes;
+constexpr int kTcStages = 3;
+constexpr int kTcABytes = kTcStages * kTcPixels * kTcRowBytes;
+constexpr int kTcBBytes = kTcStages * kTcChannels * kTcRowBytes;
 // A cluster split's partial sums in shared memory: rows 4 floats longer than the tile, so the
 // fragments' stores spread over the banks and every row stays 16-byte aligned.
 constexpr int kTcPartialRow = kTcChannels + 4;
-static_assert(kTcPixels * kTcPartialRow * 4 <= kTcSmemBytes<3>);
+static_assert(kTcPixels * kTcPartialRow * 4 <= kTcABytes + kTcBBytes);
 
 // T's elements per 16 bytes (one cp.async piece, one ldmatrix row).
 template <typename T>
@@ -194,18 +194,17 @@ __device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* share
                : "r"(at));
 }
 
-// T: x's and w's storage (bf16, fp16, or int8 with p.x_scale and p.w_scale); O: y's; S: stages
-// (S - 1 steps load while one computes; kTcSmemBytes<S> of dynamic shared memory). 'clustered':
+// T: x's and w's storage (bf16, fp16, or int8 with p.x_scale and p.w_scale); O: y's. 'clustered':
 // the splits along z are one thread-block cluster (ConvSplits).
-template <typename T, typename O, int S>
+template <typename T, typename O>
 __global__ void __launch_bounds__(256)
     ConvTensorCoreKernel(ConvProblem p, int splits, bool clustered) {
   constexpr int kVec = kTcVec<T>, kStep = kTcStepBytes / sizeof(T), kRow = kTcRowBytes / sizeof(T);
   using Acc = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
   const Conv2dGeometry& g = p.g;
-  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(16) unsigned char smem[kTcABytes + kTcBBytes];
   auto a_tile = reinterpret_cast<T(*)[kTcPixels][kRow]>(smem);
-  auto b_tile = reinterpret_cast<T(*)[kTcChannels][kRow]>(smem + S * kTcPixels * kTcRowBytes);
+  auto b_tile = reinterpret_cast<T(*)[kTcChannels][kRow]>(smem + kTcABytes);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t pixels = g.n * g.oh * g.ow, depth = g.kh * g.kw * g.c_in;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcPixels;
@@ -253,17 +252,17 @@ __global__ void __launch_bounds__(256)
   const int wm = warp % 4, wn = warp / 4;
   Acc acc[2][4][4] = {};
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
+  for (int s = 0; s < kTcStages - 1; ++s) {
     if (s < count) load(s);
     CommitCopies();  // (empty groups keep the count wait_group relies on)
   }
   for (int64_t i = 0; i < count; ++i) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kTcStages - 2));
     __syncthreads();  // step i landed for everyone, and step i - 1's stage is free again
-    const int64_t next = i + S - 1;
-    if (next < count) load(static_cast<int>(next % S));
+    const int64_t next = i + kTcStages - 1;
+    if (next < count) load(static_cast<int>(next % kTcStages));
     CommitCopies();
-    const int stage = static_cast<int>(i % S);
+    const int stage = static_cast<int>(i % kTcStages);
 #pragma unroll
     for (int ks = 0; ks < kStep; ks += 2 * kVec) {  // 32 bytes of the depth per mma
       uint32_t a[2][4], b[2][4];
@@ -602,43 +601,6 @@ static int Knob(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-// The tensor-core kernel's stages: 3, or 4 or 6 from NEREID_CONV_STAGES (a temporary knob for
-// device A/B runs).
-static int TcStages() {
-  static const int stages = Knob("NEREID_CONV_STAGES", 3);
-  return stages == 4 || stages == 6 ? stages : 3;
-}
-
-// f(std::integral_constant<int, S>) for the tensor-core kernel's stages S.
-template <typename F>
-static cudaError_t WithTcStages(F&& f) {
-  switch (TcStages()) {
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 6:
-      return f(std::integral_constant<int, 6>{});
-    default:
-      return f(std::integral_constant<int, 3>{});
-  }
-}
-
-// The tensor-core kernel of T, O and S stages, allowed its dynamic shared memory on the current
-// device (once per device).
-template <typename T, typename O, int S>
-static cudaError_t ConfigureTensorCore() {
-  static std::atomic<int> cache[kMaxDevices];
-  return PerDevice(cache,
-                   [](int) {
-                     return cudaFuncSetAttribute(&ConvTensorCoreKernel<T, O, S>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 kTcSmemBytes<S>) == cudaSuccess
-                                ? 1
-                                : -1;
-                   }) > 0
-             ? cudaSuccess
-             : cudaErrorInvalidValue;
-}
-
 // Whether the tensor-core kernel's splits of 'p' run as a cluster.
 static bool SplitOnClusters(const ConvProblem& p) { return p.clusters && ClusterLaunch(); }
 
@@ -664,17 +626,13 @@ static cudaLaunchConfig_t TensorCoreLaunch(dim3 grid, int splits, bool clustered
 // a cluster of 8 needs. Every instance has the same block and shared memory.
 static int LargestClusterThatFits(int /*dev*/) {
   for (int splits = kConvMaxClusterSplits; splits > 1; splits /= 2) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = TensorCoreLaunch(dim3(1, 1), splits, true, nullptr, &attr);
     int fit = 0;
-    const cudaError_t e = WithTcStages([&](auto stages) {
-      constexpr int S = decltype(stages)::value;
-      using T = __nv_bfloat16;
-      if (cudaError_t c = ConfigureTensorCore<T, T, S>(); c != cudaSuccess) return c;
-      cudaLaunchAttribute attr;
-      cudaLaunchConfig_t config = TensorCoreLaunch(dim3(1, 1), splits, true, nullptr, &attr);
-      config.dynamicSmemBytes = kTcSmemBytes<S>;
-      return cudaOccupancyMaxActiveClusters(&fit, &ConvTensorCoreKernel<T, T, S>, &config);
-    });
-    if (e == cudaSuccess && fit > 0) return splits;
+    if (cudaOccupancyMaxActiveClusters(&fit, &ConvTensorCoreKernel<__nv_bfloat16, __nv_bfloat16>,
+                                       &config) == cudaSuccess &&
+        fit > 0)
+      return splits;
     cudaGetLastError();  // (a refused query leaves no error behind)
   }
   return -1;
@@ -809,14 +767,10 @@ static cudaError_t LaunchConvTensorCore(const ConvProblem& p, cudaStream_t strea
   auto launch = [&](auto in, auto out) {
     using T = decltype(in);
     using O = decltype(out);
-    const cudaError_t e = WithTcStages([&](auto stages) {
-      constexpr int S = decltype(stages)::value;
-      if (cudaError_t c = ConfigureTensorCore<T, O, S>(); c != cudaSuccess) return c;
-      cudaLaunchAttribute attr;
-      cudaLaunchConfig_t config = TensorCoreLaunch(grid, splits, clustered, stream, &attr);
-      config.dynamicSmemBytes = kTcSmemBytes<S>;
-      return cudaLaunchKernelEx(&config, &ConvTensorCoreKernel<T, O, S>, p, splits, clustered);
-    });
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = TensorCoreLaunch(grid, splits, clustered, stream, &attr);
+    const cudaError_t e =
+        cudaLaunchKernelEx(&config, &ConvTensorCoreKernel<T, O>, p, splits, clustered);
     if (e != cudaSuccess) return e;
     if (splits > 1 && !clustered) ConvSplitEpilogueKernel<O><<<finish, 256, 0, stream>>>(p, splits);
     return cudaGetLastError();
