@@ -601,9 +601,6 @@ static int Knob(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-// Whether the tensor-core kernel's splits of 'p' run as a cluster.
-static bool SplitOnClusters(const ConvProblem& p) { return p.clusters && ClusterLaunch(); }
-
 // The tensor-core kernel's launch over 'grid' with 'splits' along z, one cluster when
 // 'clustered'; 'attr' holds the cluster's attribute for the configuration.
 static cudaLaunchConfig_t TensorCoreLaunch(dim3 grid, int splits, bool clustered,
@@ -638,15 +635,18 @@ static int LargestClusterThatFits(int /*dev*/) {
   return -1;
 }
 
-// LargestClusterThatFits of the current device, asked once per device; 0 where none fits.
-static int ClusterSplitsThatFit() {
+// The most splits of 'p' one cluster takes on the current device (LargestClusterThatFits, asked
+// once per device), or 0 where its splits go through the workspace: no clusters on this GPU, none
+// that fits, or p.clusters false.
+static int ClusterSplits(const ConvProblem& p) {
+  if (!p.clusters || !ClusterLaunch()) return 0;
   static std::atomic<int> cache[kMaxDevices];
   return std::max(PerDevice(cache, LargestClusterThatFits), 0);
 }
 
 int ConvSplits(const ConvProblem& p) {
   if (ChooseConvKernel(p) != ConvKernel::kTensorCore) return 1;
-  const int cluster_splits = SplitOnClusters(p) ? ClusterSplitsThatFit() : 0;
+  const int cluster_splits = ClusterSplits(p);
   const bool cluster = cluster_splits > 1;
   if (!cluster && p.workspace == nullptr) return 1;
   const Conv2dGeometry& g = p.g;
@@ -762,7 +762,7 @@ static cudaError_t LaunchConvTensorCore(const ConvProblem& p, cudaStream_t strea
   if (grid.y > 65535) return cudaErrorInvalidValue;
   // Split on a cluster where the GPU has them (no workspace, one kernel), else through the
   // workspace and a second kernel.
-  const bool clustered = splits > 1 && SplitOnClusters(p) && ClusterSplitsThatFit() > 1;
+  const bool clustered = splits > 1 && ClusterSplits(p) > 1;
   const unsigned finish = GridFor(pixels * g.c_out, 4);
   auto launch = [&](auto in, auto out) {
     using T = decltype(in);
